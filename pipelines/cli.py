@@ -1,0 +1,77 @@
+"""The `ldabeam` command line (contract: DESIGN.md §4).
+
+Each subcommand lives in ``pipelines.commands.<name>`` and is imported only when used, so
+``ldabeam topics`` does not pay for importing Beam. Options the subcommand does not know are
+passed through to Beam as pipeline options (``--runner``, ``--direct_num_workers``, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import List, Optional
+
+# name -> (module, one-line help). Order is the order shown by `ldabeam --help`.
+COMMANDS = {
+    "vectorize": ("pipelines.commands.vectorize",
+                  "raw text / Wikipedia dumps / bag-of-words files -> vocabulary + Parquet shards"),
+    "train": ("pipelines.commands.train", "train a topic model on shards (checkpoints, resume)"),
+    "evaluate": ("pipelines.commands.evaluate", "held-out metrics of a model, printed as JSON"),
+    "export": ("pipelines.commands.export", "export a model (phi-npy, gensim, pyldavis)"),
+    "infer": ("pipelines.commands.infer", "per-document topic proportions to Parquet"),
+    "topics": ("pipelines.commands.topics", "top words per topic (table, CSV, JSON)"),
+    "report": ("pipelines.commands.report", "a self-contained HTML report of a run"),
+    "stream": ("pipelines.commands.stream", "online training on an unbounded stream"),
+}
+
+
+def available_commands():
+    """The registered subcommands whose module is present in this installation."""
+    out = {}
+    for name, (mod, help_) in COMMANDS.items():
+        if importlib.util.find_spec(mod) is not None:
+            out[name] = (mod, help_)
+    return out
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    commands = available_commands() if commands is None else commands
+    parser = argparse.ArgumentParser(
+        prog="ldabeam",
+        description="Online LDA topic modelling at corpus scale on Apache Beam.",
+        epilog="Options a subcommand does not define are passed to Beam as pipeline options "
+               "(e.g. --direct_running_mode=multi_processing --direct_num_workers=2).")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (mod, help_) in commands.items():
+        p = sub.add_parser(name, help=help_, description=help_,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        importlib.import_module(mod).add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = available_commands()
+    # Build only the chosen subcommand's parser (fast start, and no heavy imports for others).
+    chosen = next((a for a in argv if a in commands), None)
+    parser = build_parser({chosen: commands[chosen]} if chosen else commands)
+    args, beam_argv = parser.parse_known_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args, beam_argv) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        # User errors: one clear line, no traceback (use --log-level DEBUG for the trace).
+        logging.getLogger("ldabeam").debug("error", exc_info=True)
+        print("ldabeam %s: error: %s" % (args.command, e), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""ldabeam: online LDA topic modelling at corpus scale on Apache Beam.
+
+Installs two packages: ``lda_core`` (the algorithms, no Beam) and ``pipelines`` (the Beam
+pipelines and the ``ldabeam`` command). The same file is used as ``--setup_file`` so remote
+Beam workers (Dataflow, Flink) get both packages.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="ldabeam",
+    version="0.1.0",
+    description="Online LDA topic modelling at corpus scale on Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*"]),
+    package_data={"pipelines": ["templates/*", "data/*"]},
+    install_requires=[
+        "apache-beam>=2.60",
+        "numpy>=1.24",
+        "scipy>=1.10",
+        "pyarrow>=14",
+        "gensim>=4.3",
+        "smart-open>=6",
+        "numba>=0.59",
+        # progress bars for the in-process trainer and the driver (small, well kept)
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "matplotlib>=3.6"],
+        "gcp": ["apache-beam[gcp]>=2.60"],
+        "aws": ["apache-beam[aws]>=2.60"],
+        "report": ["matplotlib>=3.6"],
+    },
+    entry_points={"console_scripts": ["ldabeam=pipelines.cli:main"]},
+)
