@@ -1,0 +1,148 @@
+"""The interfaces every algorithm implements, so any runner can drive any algorithm.
+
+Two families:
+
+* :class:`StochasticAlgorithm` — online VB, batch VB, SCVB0, sparse Gibbs-within-VB. Training
+  alternates a *local step* (frozen global state, batch of documents -> sufficient statistics;
+  embarrassingly parallel, statistics merge associatively) and a *global step* (state, summed
+  statistics -> new state). The in-process trainer calls them in a loop; the Beam trainer runs
+  ``local_step`` in parallel DoFns, merges the statistics in a ``CombineFn`` and calls
+  ``global_step`` on the driver. Neither runner contains maths of its own.
+* :class:`SequentialSampler` — collapsed Gibbs, o-LDA, incremental Gibbs, particle filter:
+  documents are consumed in stream order by one worker.
+
+Both expose ``topic_word()`` (K x V, rows sum to 1) for the shared evaluator in
+``lda_core.evaluation`` and convert to/from :class:`lda_core.state.TopicState` for checkpoints.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+from typing import Any, ClassVar, Dict
+
+import numpy as np
+
+from lda_core.docbatch import DocBatch
+
+
+class SuffStats(abc.ABC):
+    """A framework-free accumulator of a local step's statistics (create/add/merge/extract).
+
+    ``merge`` must be associative and commutative up to float rounding (sums in float64), and
+    the object must pickle (Beam ships accumulators between workers). Counters every
+    algorithm reports: ``n_docs``, ``n_tokens``, ``n_empty`` (skipped documents),
+    ``n_iterations`` (E-step iterations summed over documents), ``n_capped`` (documents that hit
+    the iteration cap)."""
+
+    n_docs: int = 0
+    n_tokens: int = 0
+    n_empty: int = 0
+    n_iterations: int = 0
+    n_capped: int = 0
+
+    @abc.abstractmethod
+    def merge(self, other: "SuffStats") -> "SuffStats":
+        """Add ``other`` into ``self`` and return ``self``."""
+
+
+class StochasticAlgorithm(abc.ABC):
+    """Local/global-step algorithms (see module docstring)."""
+
+    name: ClassVar[str]
+    n_topics: int
+    n_words: int
+    step: int          # global steps applied so far (t)
+    docs_seen: int
+
+    @abc.abstractmethod
+    def empty_stats(self) -> SuffStats:
+        """The identity element of ``SuffStats.merge`` for this state."""
+
+    @abc.abstractmethod
+    def local_step(self, batch: DocBatch, **kw) -> SuffStats:
+        """E-step over ``batch`` with the global state frozen (does not modify ``self``)."""
+
+    @abc.abstractmethod
+    def global_step(self, stats: SuffStats) -> Dict[str, Any]:
+        """Apply summed statistics of one minibatch; returns log info (t, rho, docs, change)."""
+
+    @abc.abstractmethod
+    def topic_word(self) -> np.ndarray:
+        """Topic-word distributions, K x V float64, rows sum to 1."""
+
+    @abc.abstractmethod
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        """Document-topic proportions (n x K, rows sum to 1) with the global state frozen."""
+
+    @abc.abstractmethod
+    def to_state(self):
+        """The complete :class:`lda_core.state.TopicState` needed to resume exactly."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_state(cls, state) -> "StochasticAlgorithm":
+        ...
+
+
+class SequentialSampler(abc.ABC):
+    """Stream-order samplers (see module docstring)."""
+
+    name: ClassVar[str]
+    n_topics: int
+    n_words: int
+    docs_seen: int
+
+    @abc.abstractmethod
+    def process(self, batch: DocBatch) -> Dict[str, Any]:
+        """Consume the next documents of the stream, in order; returns log info."""
+
+    @abc.abstractmethod
+    def topic_word(self) -> np.ndarray:
+        ...
+
+    @abc.abstractmethod
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        ...
+
+    @abc.abstractmethod
+    def to_state(self):
+        ...
+
+    @classmethod
+    @abc.abstractmethod
+    def from_state(cls, state) -> "SequentialSampler":
+        ...
+
+
+# name used on the command line and in checkpoints -> "module:Class" (imported lazily)
+ALGORITHMS: Dict[str, str] = {
+    "online-vb": "lda_core.online_vb:OnlineVB",
+    "batch-vb": "lda_core.online_vb:BatchVB",
+    "scvb0": "lda_core.scvb0:SCVB0",
+    "sparse-gibbs-vb": "lda_core.sparse_gibbs_vb:SparseGibbsVB",
+    "gibbs": "lda_core.gibbs:CollapsedGibbs",
+    "o-lda": "lda_core.online_samplers:OLDA",
+    "incremental-gibbs": "lda_core.online_samplers:IncrementalGibbs",
+    "particle-filter": "lda_core.particle_filter:ParticleFilter",
+}
+
+
+def algorithm_class(name: str):
+    """The class implementing algorithm ``name`` (ValueError listing the choices otherwise)."""
+    if name not in ALGORITHMS:
+        raise ValueError("unknown algorithm %r; choose one of %s"
+                         % (name, ", ".join(sorted(ALGORITHMS))))
+    mod, cls = ALGORITHMS[name].split(":")
+    try:
+        return getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
+        raise ValueError("algorithm %r is not available in this installation (%s)" % (name, e))
+
+
+def available_algorithms():
+    out = []
+    for name, spec in ALGORITHMS.items():
+        mod = spec.split(":")[0]
+        if importlib.util.find_spec(mod) is not None:
+            out.append(name)
+    return out
