@@ -1,0 +1,192 @@
+"""Checkpoints of a training run: published atomically, resumed from the newest valid one.
+
+Layout under the model directory::
+
+    MODEL_DIR/checkpoints/step-000000123/   a complete TopicState (lda_core.state)
+    MODEL_DIR/checkpoints/step-000000246/
+    MODEL_DIR/checkpoints/LATEST            one line: the name of the current checkpoint
+
+``publish(state)`` writes the state under a temporary name (a dot-name that is never listed),
+renames it to ``step-<state.step, 9 digits>`` (an existing directory of that name is
+replaced), and only then rewrites ``LATEST`` atomically (temporary file, fsync, rename). The
+pointer is the commit point: a checkpoint directory newer than the one ``LATEST`` names was
+never committed (the run died between the two renames) and is not used.
+
+``latest()`` loads the checkpoint ``LATEST`` names. If it is missing, partial or corrupt
+(no state.json, a truncated .npy, a bad checksum, ...), a WARNING naming it and the reason
+is logged and the next older checkpoint is tried, and so on. It returns ``None`` when the
+store holds no checkpoint at all, and raises :class:`lda_core.state.StateFormatError` when
+checkpoints exist but none of them is valid (so a resume never silently restarts from
+scratch over a damaged model directory).
+
+Only local paths are handled here; the pipelines layer wraps ``gs://`` model directories by
+passing a replacement for :class:`lda_core.state.LocalFiles`.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import List, NamedTuple, Optional
+
+from lda_core.state import LOCAL_FILES, LocalFiles, StateFormatError, TopicState
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+POINTER = "LATEST"
+_NAME = re.compile(r"^step-(\d{9,})$")
+
+
+class Checkpoint(NamedTuple):
+    step: int
+    path: str
+
+
+def checkpoint_name(step: int) -> str:
+    if int(step) < 0:
+        raise ValueError("step must be >= 0, got %r" % (step,))
+    return "step-%09d" % int(step)
+
+
+class CheckpointStore:
+    """Checkpoints of one model directory (see module docstring).
+
+    ``keep_last``: keep only this many newest checkpoints after each publish (``None`` keeps
+    all); the one just published and the one ``LATEST`` names are never deleted.
+    """
+
+    def __init__(self, model_dir: str, keep_last: Optional[int] = None,
+                 files: Optional[LocalFiles] = None):
+        if keep_last is not None and (isinstance(keep_last, bool) or int(keep_last) < 1):
+            raise ValueError("keep_last must be None (keep all) or an integer >= 1, got %r"
+                             % (keep_last,))
+        self.model_dir = model_dir
+        self.keep_last = None if keep_last is None else int(keep_last)
+        self.files = files or LOCAL_FILES
+        self.root = self.files.join(model_dir, CHECKPOINTS)
+
+    # -- listing --------------------------------------------------------------------------
+    def path(self, step: int) -> str:
+        return self.files.join(self.root, checkpoint_name(step))
+
+    def list_checkpoints(self) -> List[Checkpoint]:
+        """Published checkpoint directories, sorted by step (temporary directories excluded;
+        their validity is not checked here)."""
+        if not self.files.isdir(self.root):
+            return []
+        out = []
+        for name in self.files.listdir(self.root):
+            m = _NAME.match(name)
+            if m:
+                p = self.files.join(self.root, name)
+                if self.files.isdir(p):
+                    out.append(Checkpoint(int(m.group(1)), p))
+        out.sort()
+        return out
+
+    def pointer(self) -> Optional[int]:
+        """The step ``LATEST`` names, or None if there is no (readable) pointer."""
+        p = self.files.join(self.root, POINTER)
+        if not self.files.exists(p):
+            return None
+        try:
+            with self.files.open_read(p) as f:
+                text = f.read(256).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            logger.warning("cannot read checkpoint pointer %s (%s); scanning checkpoints", p, e)
+            return None
+        m = _NAME.match(text)
+        if not m:
+            logger.warning("checkpoint pointer %s holds %r, not a checkpoint name; scanning "
+                           "checkpoints", p, text[:80])
+            return None
+        return int(m.group(1))
+
+    # -- reading --------------------------------------------------------------------------
+    def load(self, step: int) -> TopicState:
+        """The checkpoint of ``step`` (FileNotFoundError if absent, StateFormatError if bad)."""
+        return TopicState.load(self.path(step), files=self.files)
+
+    def latest(self) -> Optional[TopicState]:
+        """The newest committed valid checkpoint (see module docstring for the fall-back)."""
+        found = self.latest_checkpoint()
+        return None if found is None else found[1]
+
+    def latest_checkpoint(self):
+        """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None."""
+        ckpts = self.list_checkpoints()
+        ptr = self.pointer()
+        if ptr is None:
+            if ckpts:
+                logger.warning("no LATEST pointer in %s; trying the %d checkpoint directories "
+                               "newest first", self.root, len(ckpts))
+            candidates = ckpts[::-1]
+        else:
+            newer = [c for c in ckpts if c.step > ptr]
+            if newer:
+                logger.warning("ignoring %d checkpoint(s) newer than LATEST (%s) in %s: never "
+                               "committed (%s)", len(newer), checkpoint_name(ptr), self.root,
+                               ", ".join(self.files.basename(c.path) for c in newer))
+            candidates = [c for c in ckpts if c.step <= ptr][::-1]
+            if not candidates or candidates[0].step != ptr:
+                logger.warning("checkpoint %s named by LATEST is missing; falling back to the "
+                               "newest previous checkpoint", self.path(ptr))
+        if not candidates:
+            if ptr is not None or ckpts:
+                raise StateFormatError("no valid checkpoint in %s (LATEST names %s, which is "
+                                       "missing, and there is no older one)"
+                                       % (self.root, checkpoint_name(ptr)))
+            return None
+        failures = []
+        for c in candidates:
+            try:
+                state = TopicState.load(c.path, files=self.files)
+            except (StateFormatError, OSError) as e:
+                logger.warning("skipping checkpoint %s: %s", c.path, e)
+                failures.append("%s (%s)" % (self.files.basename(c.path), e))
+                continue
+            if state.step != c.step:
+                msg = "state.json says step %d but the directory is %s" % (
+                    state.step, self.files.basename(c.path))
+                logger.warning("skipping checkpoint %s: %s", c.path, msg)
+                failures.append("%s (%s)" % (self.files.basename(c.path), msg))
+                continue
+            if failures:
+                logger.warning("resuming from checkpoint %s (step %d) after skipping %d "
+                               "invalid newer one(s)", c.path, c.step, len(failures))
+            return c, state
+        raise StateFormatError("no valid checkpoint in %s: %s" % (self.root,
+                                                                  "; ".join(failures)))
+
+    # -- writing --------------------------------------------------------------------------
+    def publish(self, state: TopicState) -> str:
+        """Write ``state`` as the checkpoint of ``state.step``, then point LATEST at it.
+
+        Returns the checkpoint's path. Prunes to ``keep_last`` afterwards."""
+        path = self.path(state.step)
+        state.save(path, files=self.files)
+        self.files.write_atomic(self.files.join(self.root, POINTER),
+                                (checkpoint_name(state.step) + "\n").encode("utf-8"))
+        logger.info("published checkpoint %s (step %d, %d documents seen)",
+                    path, state.step, state.docs_seen)
+        if self.keep_last is not None:
+            self.prune(keep_last=self.keep_last, protect=state.step)
+        return path
+
+    def prune(self, keep_last: int, protect: Optional[int] = None) -> List[str]:
+        """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
+        nor the one LATEST names. Returns the deleted paths."""
+        if keep_last < 1:
+            raise ValueError("keep_last must be >= 1, got %r" % (keep_last,))
+        keep = {protect, self.pointer()}
+        ckpts = self.list_checkpoints()
+        deleted = []
+        for c in ckpts[:-keep_last] if len(ckpts) > keep_last else []:
+            if c.step in keep:
+                continue
+            self.files.remove_tree(c.path)
+            deleted.append(c.path)
+        if deleted:
+            logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
+                        keep_last)
+        return deleted
