@@ -1,0 +1,451 @@
+"""Evaluation metrics: one implementation of each, used by tests, benchmarks, reports and CLI.
+
+Every function takes a topic-word matrix ``phi`` (K x V, any positive scale; rows are
+normalised where a distribution is needed) and :class:`lda_core.docbatch.DocBatch` documents,
+so it judges any algorithm (and any other system's exported matrix) the same way.
+
+* :func:`document_completion` — held-out **log-likelihood per token** by document completion
+  (an *estimate* of held-out predictive performance, not a bound): θ is fitted on the first
+  half of each held-out document's tokens, the second half is scored. Same protocol and
+  numbers as ``../shared/bench/bench_peers.py`` (``split_halves`` + ``heldout_completion``).
+* :func:`umass_coherence` — UMass topic coherence (Mimno et al. 2011) of the top words.
+* :func:`top_words`, :func:`normalized_mutual_information`, :func:`unigram_baseline`.
+* :func:`evaluate_model` — all of the above that apply, in one call, plus the algorithm's own
+  per-word perplexity *bound* (Hoffman et al. 2010 eq. 16, implemented in
+  ``lda_core.online_vb``) when it has one.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from lda_core.docbatch import DocBatch
+
+logger = logging.getLogger(__name__)
+
+#: the benchmark protocol's evaluation prior and iteration count (../shared/bench/README.md)
+PROTOCOL_ALPHA = 0.1
+PROTOCOL_ITERS = 100
+PROTOCOL_TOPN = 10
+
+try:  # numba is a dependency; the numpy path is the reference and the fall-back
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+
+# ---------------------------------------------------------------------------------------------
+# document completion split
+# ---------------------------------------------------------------------------------------------
+def split_halves(batch: DocBatch, seed: int) -> Tuple[DocBatch, DocBatch]:
+    """Document completion split: each document's tokens, shuffled, cut into two halves.
+
+    Exactly the protocol of ``bench_peers.split_halves``: with ``rng =
+    np.random.RandomState(seed)``, for each document in order its tokens are expanded
+    (``np.repeat(word_ids, counts)``, word ids ascending), shuffled in place with
+    ``rng.shuffle``, and the first ``n // 2`` tokens go to the first half, the rest to the
+    second. (``bench_peers.py prepare --seed S`` uses ``RandomState(S + 1)`` for the split.)
+    Both halves keep every document (possibly empty), its id, title and label, so they stay
+    aligned with ``batch``.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError("seed must be an integer >= 0, got %r" % (seed,))
+    rng = np.random.RandomState(int(seed))
+    n = batch.n_docs
+    lens = batch.doc_lengths
+    toks = np.repeat(batch.word_ids.astype(np.int64), batch.counts.astype(np.int64))
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=starts[1:])
+    for d in range(n):                       # the draws must follow the harness, doc by doc
+        s, e = starts[d], starts[d + 1]
+        if e - s > 1:
+            rng.shuffle(toks[s:e])
+    doc_of = np.repeat(np.arange(n, dtype=np.int64), lens)
+    pos = np.arange(len(toks), dtype=np.int64) - starts[doc_of]
+    first = pos < (lens // 2)[doc_of]
+    return (_tokens_to_batch(batch, doc_of[first], toks[first]),
+            _tokens_to_batch(batch, doc_of[~first], toks[~first]))
+
+
+def _tokens_to_batch(like: DocBatch, doc_of: np.ndarray, words: np.ndarray) -> DocBatch:
+    n = like.n_docs
+    width = int(words.max()) + 1 if len(words) else 1
+    key = doc_of * width + words
+    u, c = np.unique(key, return_counts=True)
+    d = u // width
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(d, minlength=n), out=indptr[1:])
+    return DocBatch(like.doc_ids, indptr, (u % width).astype(np.int32), c.astype(np.int32),
+                    titles=like.titles, labels=like.labels)
+
+
+def _as_batch(x, name: str) -> DocBatch:
+    if isinstance(x, DocBatch):
+        return x
+    if sp.issparse(x):
+        return DocBatch.from_csr(x)
+    raise ValueError("%s must be a DocBatch or a scipy sparse documents x words matrix, got %s"
+                     % (name, type(x).__name__))
+
+
+def _normalized_phi(phi, name="phi") -> np.ndarray:
+    """float64 rows summing to 1, floored at 1e-300 first (as the harness does)."""
+    phi = np.asarray(phi, dtype=np.float64)
+    if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
+        raise ValueError("%s must be a K x V matrix with K, V >= 1, got shape %s"
+                         % (name, phi.shape))
+    if not np.all(np.isfinite(phi)) or (phi < 0).any():
+        raise ValueError("%s must be finite and non-negative" % name)
+    phi = np.maximum(phi, 1e-300)
+    return phi / phi.sum(1, keepdims=True)
+
+
+def _check_words(batch: DocBatch, V: int, name: str) -> None:
+    if batch.nnz and batch.max_word_id() >= V:
+        raise ValueError("%s has word id %d but phi has only V=%d words"
+                         % (name, batch.max_word_id(), V))
+
+
+# ---------------------------------------------------------------------------------------------
+# document completion
+# ---------------------------------------------------------------------------------------------
+def _completion_docs_numpy(phiT, a: DocBatch, b: DocBatch, alpha, iters, chunk=2000):
+    """Reference implementation (vectorised over a chunk of documents, like the harness).
+    Returns the per-document log-likelihood of the second halves."""
+    D, K = a.n_docs, phiT.shape[1]
+    out = np.zeros(D)
+    V = phiT.shape[0]
+    for s in range(0, D, chunk):
+        idx = np.arange(s, min(D, s + chunk))
+        A = a.take(idx).to_csr(V).tocoo()
+        B = b.take(idx).to_csr(V).tocoo()
+        rows, cols, n = A.row, A.col, A.data
+        theta = np.full((len(idx), K), 1.0 / K)
+        for _ in range(iters):
+            denom = np.einsum("ik,ik->i", theta[rows], phiT[cols])
+            R = sp.csr_matrix((n / denom, (rows, cols)), shape=A.shape)
+            theta = alpha + theta * (R @ phiT)
+            theta /= theta.sum(1, keepdims=True)
+        p = np.einsum("ik,ik->i", theta[B.row], phiT[B.col])
+        out[idx] = np.bincount(B.row, weights=B.data * np.log(p), minlength=len(idx))
+    return out
+
+
+_completion_kernel = None
+
+
+def _get_completion_kernel():
+    """Compile (once; cached on disk) the per-document numba kernel."""
+    global _completion_kernel
+    if _completion_kernel is not None or _numba is None:
+        return _completion_kernel
+    njit, prange = _numba.njit, _numba.prange
+
+    @njit(parallel=True, cache=True, fastmath=False)
+    def kernel(phiT, a_ptr, a_w, a_c, b_ptr, b_w, b_c, alpha, iters, out):  # pragma: no cover
+        D = a_ptr.shape[0] - 1
+        K = phiT.shape[1]
+        for d in prange(D):
+            theta = np.empty(K)
+            acc = np.empty(K)
+            for k in range(K):
+                theta[k] = 1.0 / K
+            for it in range(iters):
+                # theta_k <- alpha + theta_k * sum_w n_w phi_kw / sum_j theta_j phi_jw
+                for k in range(K):
+                    acc[k] = 0.0
+                for j in range(a_ptr[d], a_ptr[d + 1]):
+                    w = a_w[j]
+                    den = 0.0
+                    for k in range(K):
+                        den += theta[k] * phiT[w, k]
+                    r = a_c[j] / den
+                    for k in range(K):
+                        acc[k] += r * phiT[w, k]
+                tot = 0.0
+                for k in range(K):
+                    theta[k] = alpha + theta[k] * acc[k]
+                    tot += theta[k]
+                for k in range(K):
+                    theta[k] /= tot
+            # score: sum_w n_w log sum_k theta_k phi_kw over the second half
+            ll = 0.0
+            for j in range(b_ptr[d], b_ptr[d + 1]):
+                w = b_w[j]
+                p = 0.0
+                for k in range(K):
+                    p += theta[k] * phiT[w, k]
+                ll += b_c[j] * np.log(p)
+            out[d] = ll
+
+    _completion_kernel = kernel
+    return kernel
+
+
+def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float = PROTOCOL_ALPHA,
+                        iters: int = PROTOCOL_ITERS, backend: str = "auto") -> Dict[str, Any]:
+    """Held-out log-likelihood per token by document completion (the harness's evaluator).
+
+    For each document d, θ_d (initialised uniform, 1/K) is fitted on the first half
+    ``batch_a`` by ``iters`` fixed-point iterations::
+
+        θ_dk ← α + θ_dk Σ_w n_dw φ_kw / Σ_j θ_dj φ_jw,   then θ_d ← θ_d / Σ_k θ_dk
+
+    and the second half ``batch_b`` is scored: ``ll = Σ_d Σ_w n_dw log Σ_k θ_dk φ_kw``.
+    Returns ``ll_per_token = ll / N_b`` (N_b = tokens of ``batch_b``), ``n_tokens = N_b``,
+    ``perplexity = exp(-ll_per_token)`` (an estimate, not a bound) and ``n_docs``.
+    ``phi`` is floored at 1e-300 and row-normalised first, as the harness does. ``alpha`` is
+    the *evaluation* prior (the protocol fixes 0.1 for every system), not necessarily the
+    model's. ``backend``: "numba" (per-document kernel, parallel over documents, O(K) memory
+    per thread), "numpy" (the harness's vectorised formulation, chunks of 2,000 documents),
+    or "auto" (numba when available).
+    """
+    a = _as_batch(batch_a, "batch_a")
+    b = _as_batch(batch_b, "batch_b")
+    if a.n_docs != b.n_docs:
+        raise ValueError("batch_a has %d documents but batch_b has %d; they must be the two "
+                         "halves of the same documents (split_halves)" % (a.n_docs, b.n_docs))
+    if not (isinstance(alpha, (int, float, np.floating)) and alpha > 0 and math.isfinite(alpha)):
+        raise ValueError("alpha must be a finite number > 0, got %r" % (alpha,))
+    if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or not 0 <= iters <= 100000:
+        raise ValueError("iters must be an integer in [0, 100000], got %r" % (iters,))
+    if backend not in ("auto", "numba", "numpy"):
+        raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
+    phi = _normalized_phi(phi)
+    V = phi.shape[1]
+    _check_words(a, V, "batch_a")
+    _check_words(b, V, "batch_b")
+    n_tokens = b.n_tokens
+    if n_tokens == 0:
+        raise ValueError("batch_b has no tokens to score")
+    phiT = np.ascontiguousarray(phi.T)     # V x K: one word's K values are contiguous
+    kernel = _get_completion_kernel() if backend in ("auto", "numba") else None
+    if backend == "numba" and kernel is None:
+        raise ValueError("backend='numba' asked for but numba is not installed")
+    if kernel is not None:
+        per_doc = np.zeros(a.n_docs)
+        kernel(phiT, a.indptr, a.word_ids, a.counts.astype(np.float64), b.indptr, b.word_ids,
+               b.counts.astype(np.float64), float(alpha), int(iters), per_doc)
+    else:
+        per_doc = _completion_docs_numpy(phiT, a, b, float(alpha), int(iters))
+    ll = float(per_doc.sum())
+    ll_tok = ll / n_tokens
+    return {"ll_per_token": ll_tok, "n_tokens": int(n_tokens),
+            "perplexity": float(math.exp(-ll_tok)), "n_docs": int(a.n_docs)}
+
+
+# ---------------------------------------------------------------------------------------------
+# coherence, top words
+# ---------------------------------------------------------------------------------------------
+def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1.0,
+                    topic_chunk: int = 256) -> Dict[str, Any]:
+    """UMass coherence (Mimno, Wallach, Talley, Leenders & McCallum 2011) of each topic.
+
+    With the top ``topn`` words w_1..w_topn of topic k (``np.argsort(-phi[k])``, as the
+    harness), and D(w) / D(w, w') the number of reference documents containing w / both::
+
+        C(k) = Σ_{m=2..topn} Σ_{l<m} log((D(w_m, w_l) + eps) / D(w_l))
+
+    Returns ``per_topic`` (K,), ``mean_sum`` (mean of C(k), Mimno's definition) and
+    ``mean_pair`` (mean_sum / (topn choose 2), gensim's 'u_mass'), plus ``top`` (K x topn
+    word ids). The reference documents (usually the training documents) are binarised. A top
+    word that occurs in no reference document makes its topic's C(k) infinite (as in the
+    harness); a warning is logged. Memory: co-occurrences are computed for ``topic_chunk``
+    topics at a time (a dense (chunk·topn)² matrix at most).
+    """
+    if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)) or topn < 2:
+        raise ValueError("topn must be an integer >= 2, got %r" % (topn,))
+    if not (eps > 0):
+        raise ValueError("eps must be > 0, got %r" % (eps,))
+    phi = np.asarray(phi, dtype=np.float64)
+    if phi.ndim != 2:
+        raise ValueError("phi must be a K x V matrix, got shape %s" % (phi.shape,))
+    K, V = phi.shape
+    if topn > V:
+        raise ValueError("topn=%d is larger than the vocabulary (V=%d)" % (topn, V))
+    if sp.issparse(batch_or_csr):
+        X = sp.csr_matrix(batch_or_csr)
+        if X.shape[1] != V:
+            raise ValueError("the reference matrix has %d columns but phi has V=%d"
+                             % (X.shape[1], V))
+        X.eliminate_zeros()
+        X.sum_duplicates()
+        X = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
+    else:
+        ref = _as_batch(batch_or_csr, "batch_or_csr")
+        _check_words(ref, V, "the reference documents")
+        X = sp.csr_matrix((np.ones(ref.nnz), ref.word_ids, ref.indptr), shape=(ref.n_docs, V))
+    XT = X.T.tocsr()                                   # V x D, binary
+    top = np.argsort(-phi, axis=1)[:, :topn]
+    m_idx, l_idx = np.tril_indices(topn, -1)           # pairs l < m, m = 1..topn-1
+    order = np.lexsort((l_idx, m_idx))                 # m outer, l inner (the harness's order)
+    m_idx, l_idx = m_idx[order], l_idx[order]
+    per_topic = np.zeros(K)
+    for s in range(0, K, max(1, int(topic_chunk))):
+        t = top[s:s + topic_chunk]
+        u, inv = np.unique(t.ravel(), return_inverse=True)
+        inv = inv.reshape(t.shape)
+        M = XT[u]
+        co = (M @ M.T).toarray()                       # |u| x |u| co-document counts
+        wm, wl = inv[:, m_idx], inv[:, l_idx]
+        with np.errstate(divide="ignore"):
+            vals = np.log((co[wm, wl] + eps) / co[wl, wl])
+        per_topic[s:s + len(t)] = vals.sum(1)
+    if not np.all(np.isfinite(per_topic)):
+        bad = np.nonzero(~np.isfinite(per_topic))[0]
+        logger.warning("UMass coherence is infinite for %d topic(s) (e.g. topic %d): a top word "
+                       "occurs in none of the reference documents", len(bad), bad[0])
+    npairs = topn * (topn - 1) / 2
+    mean_sum = float(per_topic.mean())
+    return {"per_topic": per_topic, "mean_sum": mean_sum, "mean_pair": mean_sum / npairs,
+            "top": top}
+
+
+def top_words(phi, vocab_tokens: Optional[Sequence[str]] = None, n: int = 10
+              ) -> List[List[Tuple[Any, float]]]:
+    """The ``n`` most probable words of each topic, as ``(token or word id, probability)``
+    pairs in decreasing order (probabilities of the row-normalised ``phi``)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError("n must be an integer >= 1, got %r" % (n,))
+    phi = np.asarray(phi, dtype=np.float64)
+    if phi.ndim != 2:
+        raise ValueError("phi must be a K x V matrix, got shape %s" % (phi.shape,))
+    K, V = phi.shape
+    if vocab_tokens is not None and len(vocab_tokens) != V:
+        raise ValueError("vocab_tokens has %d tokens but phi has V=%d words"
+                         % (len(vocab_tokens), V))
+    n = min(int(n), V)
+    rows = phi / phi.sum(1, keepdims=True)
+    if n < V:
+        part = np.argpartition(-rows, n - 1, axis=1)[:, :n]
+    else:
+        part = np.tile(np.arange(V), (K, 1))
+    out = []
+    for k in range(K):
+        idx = part[k][np.lexsort((part[k], -rows[k, part[k]]))]   # by weight, then id
+        out.append([(vocab_tokens[i] if vocab_tokens is not None else int(i),
+                     float(rows[k, i])) for i in idx])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# clustering agreement, baseline
+# ---------------------------------------------------------------------------------------------
+def _entropy(counts: np.ndarray) -> float:
+    n = counts.sum()
+    p = counts[counts > 0] / n
+    return float(-(p * np.log(p)).sum())
+
+
+def normalized_mutual_information(labels_true: Sequence, labels_pred: Sequence) -> float:
+    """NMI with arithmetic-mean normalisation: I(U;V) / ((H(U) + H(V)) / 2), natural logs.
+
+    Same value and edge cases as ``sklearn.metrics.normalized_mutual_info_score`` (default
+    ``average_method='arithmetic'``): 1.0 when both labelings are a single cluster (or
+    empty), 0.0 when the mutual information is 0. Labels may be any hashable values."""
+    lt, lp = list(labels_true), list(labels_pred)
+    if len(lt) != len(lp):
+        raise ValueError("labels_true has %d entries but labels_pred has %d"
+                         % (len(lt), len(lp)))
+
+    def codes(labels):
+        index = {}
+        return np.array([index.setdefault(x, len(index)) for x in labels], np.int64), len(index)
+
+    a, na = codes(lt)
+    b, nb = codes(lp)
+    if na == nb == 1 or na == nb == 0:
+        return 1.0
+    n = len(a)
+    cont = np.bincount(a * nb + b, minlength=na * nb).reshape(na, nb).astype(np.float64)
+    nz = cont > 0
+    pi = cont.sum(1)
+    pj = cont.sum(0)
+    outer = np.outer(pi, pj)[nz]
+    c = cont[nz]
+    mi = float(np.sum(c / n * (np.log(c) - np.log(outer) + math.log(n))))
+    mi = max(mi, 0.0)
+    if mi == 0.0:
+        return 0.0
+    h = (_entropy(pi) + _entropy(pj)) / 2.0
+    return float(mi / max(h, np.finfo(np.float64).eps))
+
+
+def unigram_baseline(train_batch: DocBatch, batch_a: DocBatch, batch_b: DocBatch,
+                     n_words: Optional[int] = None, smoothing: float = 0.0) -> Dict[str, Any]:
+    """Per-token log-likelihood of the second halves under a unigram model (a sanity floor).
+
+    p(w) ∝ n_train(w) + smoothing, the word frequencies of the training documents (the
+    first halves are not used: a unigram model does not adapt to a document; the argument
+    keeps the signature of :func:`document_completion`). A held-out word with p(w) = 0 makes
+    the score -inf; pass ``smoothing > 0`` to avoid that. Returns ``ll_per_token``,
+    ``n_tokens``, ``perplexity``."""
+    tr = _as_batch(train_batch, "train_batch")
+    b = _as_batch(batch_b, "batch_b")
+    V = n_words if n_words is not None else max(tr.max_word_id(), b.max_word_id()) + 1
+    if smoothing < 0:
+        raise ValueError("smoothing must be >= 0, got %r" % (smoothing,))
+    _check_words(b, V, "batch_b")
+    _check_words(tr, V, "train_batch")
+    cnt = np.bincount(tr.word_ids, weights=tr.counts.astype(np.float64), minlength=V)
+    cnt = cnt + smoothing
+    with np.errstate(divide="ignore"):
+        logp = np.log(cnt) - math.log(cnt.sum())
+    n = b.n_tokens
+    if n == 0:
+        raise ValueError("batch_b has no tokens to score")
+    ll = float(np.dot(b.counts.astype(np.float64), logp[b.word_ids]))
+    return {"ll_per_token": ll / n, "n_tokens": int(n), "perplexity": float(math.exp(-ll / n))}
+
+
+# ---------------------------------------------------------------------------------------------
+# everything at once
+# ---------------------------------------------------------------------------------------------
+def evaluate_model(algorithm, heldout_batch: DocBatch, train_batch: Optional[DocBatch] = None,
+                   seed: int = 0, topn: int = PROTOCOL_TOPN, alpha: float = PROTOCOL_ALPHA,
+                   iters: int = PROTOCOL_ITERS, vocab_tokens: Optional[Sequence[str]] = None,
+                   n_top_words: int = 10) -> Dict[str, Any]:
+    """All the metrics a report or ``ldabeam evaluate`` prints, in one call.
+
+    ``algorithm`` is anything with ``topic_word()`` (an algorithm object) or a K x V array.
+    Held-out documents with fewer than 2 tokens are dropped (as the harness does), the rest
+    split with :func:`split_halves` (``seed``). Returns::
+
+        completion_ll_per_token, completion_perplexity, completion_n_tokens, n_heldout_docs,
+        umass_mean_sum, umass_mean_pair, umass_per_topic (list), coherence_docs,
+        per_word_bound (only if the algorithm has ``per_word_bound``; the paper's eq. 16
+        bound on held-out documents — a bound, not a perplexity estimate),
+        unigram_ll_per_token (only with ``train_batch``), top_words.
+
+    Coherence is computed on ``train_batch`` when given, else on the held-out documents.
+    """
+    phi = algorithm.topic_word() if hasattr(algorithm, "topic_word") else algorithm
+    phi = np.asarray(phi, dtype=np.float64)
+    held = _as_batch(heldout_batch, "heldout_batch")
+    keep = np.nonzero(held.doc_lengths >= 2)[0]
+    held2 = held if len(keep) == held.n_docs else held.take(keep)
+    if held2.n_docs == 0:
+        raise ValueError("no held-out document has 2 or more tokens")
+    a, b = split_halves(held2, seed)
+    dc = document_completion(phi, a, b, alpha=alpha, iters=iters)
+    out: Dict[str, Any] = {"completion_ll_per_token": dc["ll_per_token"],
+                           "completion_perplexity": dc["perplexity"],
+                           "completion_n_tokens": dc["n_tokens"],
+                           "n_heldout_docs": held2.n_docs}
+    ref = train_batch if train_batch is not None else held
+    coh = umass_coherence(phi, ref, topn=topn)
+    out.update(umass_mean_sum=coh["mean_sum"], umass_mean_pair=coh["mean_pair"],
+               umass_per_topic=[float(x) for x in coh["per_topic"]],
+               coherence_docs="train" if train_batch is not None else "heldout")
+    bound = getattr(algorithm, "per_word_bound", None)
+    if callable(bound):
+        out["per_word_bound"] = float(bound(held.non_empty()))
+    if train_batch is not None:
+        out["unigram_ll_per_token"] = unigram_baseline(train_batch, a, b,
+                                                       n_words=phi.shape[1])["ll_per_token"]
+    out["top_words"] = top_words(phi, vocab_tokens, n=n_top_words)
+    return out
