@@ -1,0 +1,692 @@
+"""Input readers for the vectorize pipeline: MediaWiki dumps, text files, lines, JSON Lines.
+
+Pure Python, no pipeline: the vectorize pipeline calls these functions inside its DoFns.
+Every reader streams (bounded memory), and turns a record it cannot decode or parse into a
+:class:`DeadLetter` (source, position, error, snippet) instead of crashing, so good
+documents are never lost. An input that is wholly unusable (missing path, a file that is not
+a MediaWiki dump given as ``wiki``, an unknown format) raises :class:`InputError` at once,
+naming the input and saying what was expected.
+
+Paths are local paths, ``file://`` URLs, or any Beam ``FileSystems`` URL (``gs://``,
+``s3://``, ...); globs and directories are expanded by :func:`expand_inputs`. Compressed
+files (``.gz``, ``.bz2``, ``.xz``) are decompressed by the Python standard library from the
+raw byte stream (so bz2 multistream dumps and multi-member gzip work everywhere).
+
+Formats (see docs/input-formats.md for the user documentation):
+
+* ``wiki``  -- MediaWiki XML dump (``pages-articles``), plain / ``.bz2`` (multistream too) /
+  ``.gz``. Pages are split from the byte stream (``<page>`` ... ``</page>``) and each page is
+  parsed on its own with ElementTree; article namespace (``0``) only; redirects skipped;
+  markup stripped exactly as gensim's ``WikiCorpus`` does (``gensim.corpora.wikicorpus
+  .filter_wiki``); ``doc_id`` = page id, ``title`` kept.
+* ``text``  -- one document per file; a tar archive (``.tar``, ``.tar.gz``, ``.tgz``,
+  ``.tar.bz2``) is one input whose members are the documents. ``label`` = the parent folder
+  name (20 Newsgroups' group). ``doc_id`` = the path as given (for a file) or
+  ``<archive basename>/<member name>`` (for an archive member).
+* ``lines`` -- one document per non-blank line; ``doc_id`` = ``<file basename>:<line number>``.
+* ``jsonl`` -- one JSON object per line; configurable id / text / label / title fields.
+* ``uci``, ``ldac``, ``mm`` -- bag-of-words corpora: see :mod:`pipelines.bow_sources`.
+"""
+from __future__ import annotations
+
+import bz2
+import glob
+import gzip
+import io
+import json
+import logging
+import lzma
+import os
+import re
+import tarfile
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from xml.etree import ElementTree as ET
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm")
+TEXT_FORMATS = ("wiki", "text", "lines", "jsonl")
+BOW_FORMATS = ("uci", "ldac", "mm")
+
+#: MediaWiki namespaces whose titles gensim's WikiCorpus drops (gensim IGNORED_NAMESPACES).
+IGNORED_NAMESPACES = ("Wikipedia", "Category", "File", "Portal", "Template", "MediaWiki",
+                      "User", "Help", "Book", "Draft", "WikiProject", "Special", "Talk")
+#: gensim WikiCorpus.ARTICLE_MIN_WORDS: articles with fewer tokens are dropped by WikiCorpus.
+ARTICLE_MIN_TOKENS = 50
+
+DEFAULT_MAX_DOC_BYTES = 64 << 20     # a page / file / line larger than this is a dead letter
+READ_BLOCK = 1 << 20                 # bytes read from a stream at a time
+SNIPPET_CHARS = 200
+MEDIAWIKI_NS_PREFIX = b"http://www.mediawiki.org/xml/export-"
+_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma")
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
+_TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+class InputError(ValueError):
+    """An input that is wholly unusable: missing, not of the expected format, unsupported."""
+
+
+@dataclass
+class RawDocument:
+    """One document as read from an input, before tokenizing."""
+
+    doc_id: str
+    text: str
+    title: Optional[str]
+    label: Optional[str]
+    source: str
+    position: str
+
+
+@dataclass
+class DeadLetter:
+    """A record that could not be decoded or parsed: where it was, why, and its first chars."""
+
+    source: str
+    position: str
+    error: str
+    snippet: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _snippet(data) -> str:
+    if isinstance(data, bytes):
+        data = data[:SNIPPET_CHARS * 4].decode("utf-8", "replace")
+    return (data or "")[:SNIPPET_CHARS]
+
+
+# ----------------------------------------------------------------------------- paths
+
+def _local(path: str) -> str:
+    """``file:///x`` -> ``/x``; other paths unchanged."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return path
+
+
+def is_remote(path: str) -> bool:
+    """True for URLs handled by Beam FileSystems (``gs://``, ``s3://``, ...), not ``file://``."""
+    return "://" in path and not path.startswith("file://")
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+    return FileSystems
+
+
+def open_binary(path: str):
+    """A raw (not decompressed) binary file object for a local path, file:// or Beam URL.
+
+    Raises InputError if the file does not exist or its URL scheme is not supported.
+    """
+    if is_remote(path):
+        fs = _filesystems()
+        try:
+            return fs.open(path, compression_type="uncompressed")
+        except ValueError as e:   # Beam: no filesystem for this scheme (missing extra)
+            raise InputError("cannot open %s: %s (for gs:// install apache-beam[gcp], for "
+                             "s3:// apache-beam[aws])" % (path, e)) from e
+        except Exception as e:   # BeamIOError, FileNotFoundError, ...
+            raise InputError("cannot open %s: %s" % (path, e)) from e
+    local = _local(path)
+    try:
+        return open(local, "rb")
+    except OSError as e:
+        raise InputError("input %s cannot be opened: %s" % (path, e.strerror or e)) from e
+
+
+def compression_of(path: str) -> Optional[str]:
+    """'gzip' | 'bz2' | 'xz' from the file name, or None (tar archives are handled apart)."""
+    p = path.lower()
+    if p.endswith(".gz"):
+        return "gzip"
+    if p.endswith(".bz2"):
+        return "bz2"
+    if p.endswith(".xz") or p.endswith(".lzma"):
+        return "xz"
+    return None
+
+
+def open_decompressed(path: str):
+    """A binary stream of the decompressed content (by file-name suffix)."""
+    raw = open_binary(path)
+    comp = compression_of(path)
+    if comp == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if comp == "bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if comp == "xz":
+        return lzma.LZMAFile(raw, mode="rb")
+    return raw
+
+
+# gzip.BadGzipFile is an OSError; bz2 raises OSError("Invalid data stream"); truncated
+# streams raise EOFError; lzma raises LZMAError.
+DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+def is_tar_name(path: str) -> bool:
+    return path.lower().endswith(_TAR_SUFFIXES)
+
+
+def detect_format(path: str) -> Optional[str]:
+    """The format implied by a file name, or None if it cannot be told."""
+    base = os.path.basename(path.rstrip("/")).lower()
+    if is_tar_name(base):
+        return "text"
+    stem = base
+    for suf in _COMPRESSED_SUFFIXES:
+        if stem.endswith(suf):
+            stem = stem[: -len(suf)]
+            break
+    if stem.endswith(".xml"):
+        return "wiki"
+    if stem.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    if stem.startswith("docword."):
+        return "uci"
+    if stem.endswith((".mm", ".mtx")):
+        return "mm"
+    if stem.endswith((".lda-c", ".ldac", ".blei")):
+        return "ldac"
+    if stem.endswith(_TEXT_SUFFIXES) or "." not in stem:
+        return "text"
+    return None
+
+
+def _hidden(name: str) -> bool:
+    return any(part.startswith(".") and part not in (".", "..")
+               for part in name.replace("\\", "/").split("/"))
+
+
+def _expand_local(pattern: str) -> List[str]:
+    local = _local(pattern)
+    if os.path.isdir(local):
+        found = []
+        for root, dirs, files in os.walk(local):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for f in sorted(files):
+                if not f.startswith("."):
+                    found.append(os.path.join(root, f))
+        return found
+    if _GLOB_CHARS.search(local):
+        found = []
+        for p in sorted(glob.glob(local, recursive=True)):
+            if os.path.isdir(p):
+                found.extend(_expand_local(p))
+            elif not _hidden(os.path.relpath(p, os.path.dirname(local.split("*")[0]) or ".")):
+                found.append(p)
+        return found
+    return [local] if os.path.isfile(local) else []
+
+
+def _expand_remote(pattern: str) -> List[str]:
+    fs = _filesystems()
+    try:
+        res = fs.match([pattern])[0]
+        paths = sorted(m.path for m in res.metadata_list)
+        if not paths and not _GLOB_CHARS.search(pattern):   # a "directory" prefix
+            res = fs.match([pattern.rstrip("/") + "/**"])[0]
+            paths = sorted(m.path for m in res.metadata_list)
+    except ValueError as e:
+        raise InputError("cannot list %s: %s (for gs:// install apache-beam[gcp], for s3:// "
+                         "apache-beam[aws])" % (pattern, e)) from e
+    except Exception as e:   # BeamIOError when nothing matches on some filesystems
+        logger.info("matching %s failed: %s", pattern, e)
+        return []
+    return [p for p in paths if not os.path.basename(p).startswith(".")]
+
+
+def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
+    """(path, resolved format) for every file matched by the patterns.
+
+    A pattern is a file, a directory (walked recursively, hidden files skipped), a glob
+    (``**`` allowed) or a URL / URL glob. A tar archive of text files is one input of format
+    ``text``. Raises InputError naming a pattern that matches nothing, or a file whose format
+    cannot be told from its name under ``fmt="auto"``.
+    """
+    if fmt not in FORMATS:
+        raise InputError("unknown input format %r; expected one of %s" % (fmt, ", ".join(FORMATS)))
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not patterns:
+        raise InputError("no input given; expected at least one path, directory or glob")
+    out: List[Tuple[str, str]] = []
+    seen = set()
+    for pattern in patterns:
+        paths = _expand_remote(pattern) if is_remote(pattern) else _expand_local(pattern)
+        if not paths:
+            raise InputError("input %s matches no file (expected an existing file, directory "
+                             "or glob)" % pattern)
+        for p in paths:
+            if p in seen:
+                continue
+            seen.add(p)
+            f = fmt
+            if fmt == "auto":
+                f = detect_format(p)
+                if f is None:
+                    raise InputError(
+                        "cannot determine the format of input %s from its name; expected "
+                        ".xml[.bz2|.gz] (wiki), .txt / no extension / .tar.gz (text), .jsonl "
+                        "(jsonl), docword.*.txt (uci), .mm (mm), .lda-c (ldac), or give "
+                        "--format" % p)
+            out.append((p, f))
+    return out
+
+
+# ----------------------------------------------------------------------------- wiki
+
+def _check_dump_header(head: bytes, path: str) -> None:
+    i = head.find(b"<mediawiki")
+    if i < 0 or head.find(MEDIAWIKI_NS_PREFIX, i) < 0:
+        raise InputError("input %s is not a MediaWiki XML dump (no <mediawiki xmlns=\"%s...\"> "
+                         "root element in its first %d bytes); expected a pages-articles dump "
+                         "(.xml, .xml.bz2, .xml.gz)" % (path, MEDIAWIKI_NS_PREFIX.decode(), len(head)))
+
+
+def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
+                          ) -> Iterator[Union[Tuple[str, str], DeadLetter]]:
+    """Stream ``(position, page_xml_text)`` for each ``<page>...</page>`` of a dump.
+
+    ``position`` is ``"page N @ byte B"`` (N counts pages from 1, B is the offset of
+    ``<page>`` in the decompressed stream). A page that is not valid UTF-8 or larger than
+    ``max_page_bytes`` is a DeadLetter; a truncated or corrupt compressed stream yields one
+    DeadLetter at the point of failure and stops (pages before it are kept). Raises
+    InputError if the file is missing, cannot be decompressed at all, or is not a dump.
+
+    Pages are found with ``bytes.find`` on the decompressed stream (``<page>`` cannot occur
+    inside page text, which is XML-escaped), so splitting costs almost nothing; each page is
+    then parsed on its own by :func:`parse_wiki_page`.
+    """
+    f = open_decompressed(path)
+    try:
+        try:
+            buf = f.read(1 << 16)
+        except DECOMPRESS_ERRORS as e:
+            raise InputError("input %s cannot be read as %s (%s); expected a MediaWiki XML "
+                             "dump" % (path, compression_of(path) or "plain XML", e)) from e
+        _check_dump_header(buf, path)
+        base = 0          # decompressed offset of buf[0]
+        pos = 0           # scan position within buf
+        end_from = -1     # where to resume looking for </page> of the page starting at pos
+        n_pages = 0
+        skipping = False  # inside an oversized page: drop bytes until the next <page>
+        for _ in range(1 << 62):   # capped: every pass consumes input or ends
+            start = -1
+            if skipping:
+                nxt = buf.find(b"<page>", pos)
+                if nxt >= 0:
+                    skipping, pos, end_from = False, nxt, -1
+                    continue
+            else:
+                start = buf.find(b"<page>", pos)
+                if start >= 0:
+                    end = buf.find(b"</page>", max(start + 6, end_from))
+                    if end >= 0:
+                        end += 7
+                        n_pages += 1
+                        position = "page %d @ byte %d" % (n_pages, base + start)
+                        chunk = buf[start:end]
+                        pos, end_from = end, -1
+                        try:
+                            text = chunk.decode("utf-8")
+                        except UnicodeDecodeError as e:
+                            yield DeadLetter(path, position, "page is not valid UTF-8: %s" % e,
+                                             _snippet(chunk))
+                            continue
+                        yield position, text
+                        continue
+                    if len(buf) - start > max_page_bytes:
+                        n_pages += 1
+                        yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + start),
+                                         "page larger than max_page_bytes=%d; skipped"
+                                         % max_page_bytes, _snippet(buf[start:start + 400]))
+                        skipping, pos, start = True, start + 6, -1
+                        continue
+            # need more input: keep only the unfinished page (or the last 6 bytes)
+            keep_from = start if start >= 0 else max(pos, len(buf) - 6)
+            base += keep_from
+            buf = buf[keep_from:]
+            pos = 0
+            if start >= 0:
+                end_from = max(6, len(buf) - 7)
+            try:
+                more = f.read(READ_BLOCK)
+            except DECOMPRESS_ERRORS as e:
+                lost = ("; the unfinished page %d @ byte %d and all after it are lost"
+                        % (n_pages + 1, base)) if start >= 0 else "; pages after it are lost"
+                yield DeadLetter(path, "byte %d (decompressed)" % (base + len(buf)),
+                                 "compressed stream is corrupt or truncated: %s%s" % (e, lost),
+                                 _snippet(buf[:400]) if start >= 0 else "")
+                return
+            if not more:
+                if start >= 0:
+                    yield DeadLetter(path, "page %d @ byte %d" % (n_pages + 1, base),
+                                     "dump ends inside a <page> (truncated file)",
+                                     _snippet(buf[:400]))
+                return
+            buf += more
+    finally:
+        f.close()
+
+
+def parse_wiki_page(page_xml: str, source: str, position: str,
+                    namespaces: Sequence[str] = ("0",), strip_markup: bool = True
+                    ) -> Union[RawDocument, DeadLetter, None]:
+    """One ``<page>`` element to a RawDocument (markup stripped as gensim does).
+
+    Returns None for pages skipped on purpose: namespace not in ``namespaces``, a redirect
+    (``<redirect>`` element or text starting with ``#REDIRECT``), or a title in one of
+    gensim's IGNORED_NAMESPACES. A page that is not well-formed XML or has no id is a
+    DeadLetter.
+    """
+    try:
+        elem = ET.fromstring(page_xml)
+    except ET.ParseError as e:
+        return DeadLetter(source, position, "malformed <page> XML: %s" % e, _snippet(page_xml))
+    if elem.tag != "page":
+        return DeadLetter(source, position, "expected a <page> element, got <%s>" % elem.tag,
+                          _snippet(page_xml))
+    page_id = (elem.findtext("id") or "").strip()
+    if not page_id:
+        return DeadLetter(source, position, "<page> has no <id>", _snippet(page_xml))
+    ns = (elem.findtext("ns") or "0").strip()
+    if namespaces and ns not in namespaces:
+        return None
+    if elem.find("redirect") is not None:
+        return None
+    title = elem.findtext("title")
+    if title and any(title.startswith(p + ":") for p in IGNORED_NAMESPACES):
+        return None
+    text = elem.findtext("revision/text") or ""
+    if text[:9].upper() == "#REDIRECT":
+        return None
+    if strip_markup:
+        try:
+            text = strip_wiki_markup(text)
+        except Exception as e:   # defensive: the regex cascade should not fail
+            return DeadLetter(source, position, "markup stripping failed: %r" % e,
+                              _snippet(page_xml))
+    return RawDocument(doc_id=page_id, text=text, title=title, label=None, source=source,
+                       position=position)
+
+
+def strip_wiki_markup(text: str) -> str:
+    """gensim ``filter_wiki``: HTML entities decoded, wiki markup removed."""
+    from gensim.corpora.wikicorpus import filter_wiki
+    return filter_wiki(text)
+
+
+def _read_wiki(path: str, namespaces=("0",), max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    for item in iter_wiki_page_chunks(path, max_page_bytes=max_doc_bytes):
+        if isinstance(item, DeadLetter):
+            yield item
+            continue
+        position, page = item
+        doc = parse_wiki_page(page, path, position, namespaces=namespaces)
+        if doc is not None:
+            yield doc
+
+
+# ----------------------------------------------------------------------------- text files
+
+def _decode(data: bytes, encoding: str, errors: str, source: str, position: str
+            ) -> Union[str, DeadLetter]:
+    try:
+        return data.decode(encoding, errors)
+    except UnicodeDecodeError as e:
+        return DeadLetter(source, position, "cannot decode as %s: %s" % (encoding, e),
+                          _snippet(data))
+
+
+def strip_email_headers(text: str) -> str:
+    """Drop e-mail / Usenet headers: everything up to the first blank line (as scikit-learn's
+    ``strip_newsgroup_header``; a text with no blank line becomes empty)."""
+    text = text.replace("\r\n", "\n")
+    _, _, after = text.partition("\n\n")
+    return after
+
+
+def _text_doc(data: bytes, doc_id: str, label: Optional[str], source: str, position: str,
+              encoding: str, encoding_errors: str, strip_headers: bool, keep_empty: bool):
+    text = _decode(data, encoding, encoding_errors, source, position)
+    if isinstance(text, DeadLetter):
+        return text
+    if strip_headers:
+        text = strip_email_headers(text)
+    if not keep_empty and not text.strip():
+        return DeadLetter(source, position, "empty document", "")
+    return RawDocument(doc_id=doc_id, text=text, title=None, label=label, source=source,
+                       position=position)
+
+
+def _parent_name(name: str) -> Optional[str]:
+    parent = os.path.basename(os.path.dirname(name.replace("\\", "/").rstrip("/")))
+    return parent or None
+
+
+def _read_text(path: str, encoding="utf-8", encoding_errors="strict", strip_headers=False,
+               keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    if is_tar_name(path):
+        yield from _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty,
+                             max_doc_bytes)
+        return
+    f = open_decompressed(path)
+    try:
+        try:
+            data = f.read(max_doc_bytes + 1)
+        except DECOMPRESS_ERRORS as e:
+            yield DeadLetter(path, "file", "cannot read / decompress: %s" % e)
+            return
+    finally:
+        f.close()
+    if len(data) > max_doc_bytes:
+        yield DeadLetter(path, "file", "document larger than max_doc_bytes=%d" % max_doc_bytes,
+                         _snippet(data))
+        return
+    yield _text_doc(data, path, _parent_name(path), path, "file", encoding, encoding_errors,
+                    strip_headers, keep_empty)
+
+
+def _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty, max_doc_bytes):
+    raw = open_binary(path)
+    archive = os.path.basename(path.rstrip("/"))
+    try:
+        try:
+            tar = tarfile.open(fileobj=raw, mode="r|*")
+        except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+            raise InputError("input %s is not a readable tar archive (%s); expected a .tar, "
+                             ".tar.gz or .tar.bz2 of text files" % (path, e)) from e
+        n = 0
+        members = iter(tar)
+        for _ in range(1 << 62):
+            try:
+                member = next(members)
+            except StopIteration:
+                break
+            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+                yield DeadLetter(path, "after member %d" % n, "archive is corrupt or "
+                                 "truncated: %s; members after this point are lost" % e)
+                break
+            if not member.isfile() or _hidden(member.name):
+                continue
+            n += 1
+            position = "member %s" % member.name
+            if member.size > max_doc_bytes:
+                yield DeadLetter(path, position, "document larger than max_doc_bytes=%d"
+                                 % max_doc_bytes)
+                continue
+            try:
+                data = tar.extractfile(member).read()
+            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+                yield DeadLetter(path, position, "archive is corrupt or truncated: %s; members "
+                                 "after this point are lost" % e)
+                break
+            yield _text_doc(data, "%s/%s" % (archive, member.name), _parent_name(member.name),
+                            path, position, encoding, encoding_errors, strip_headers,
+                            keep_empty)
+        tar.close()
+    finally:
+        raw.close()
+
+
+def _iter_lines(path: str, max_line_bytes: int) -> Iterator[Tuple[int, Union[bytes, DeadLetter]]]:
+    """(line number from 1, line bytes without the newline) -- or a DeadLetter for a line that
+    is too long or a stream that fails to decompress (which ends the iteration)."""
+    f = open_decompressed(path)
+    try:
+        lineno = 0
+        for _ in range(1 << 62):
+            try:
+                line = f.readline(max_line_bytes + 1)
+            except DECOMPRESS_ERRORS as e:
+                yield lineno + 1, DeadLetter(path, "line %d" % (lineno + 1), "compressed stream"
+                                             " is corrupt or truncated: %s; lines after this "
+                                             "point are lost" % e)
+                return
+            if not line:
+                return
+            lineno += 1
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                yield lineno, DeadLetter(path, "line %d" % lineno, "line longer than "
+                                         "max_doc_bytes=%d" % max_line_bytes, _snippet(line))
+                for _ in range(1 << 62):   # skip the rest of the line
+                    rest = f.readline(READ_BLOCK)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                continue
+            yield lineno, line.rstrip(b"\r\n")
+    finally:
+        f.close()
+
+
+def _read_lines(path: str, encoding="utf-8", encoding_errors="strict",
+                max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    base = os.path.basename(path.rstrip("/"))
+    for lineno, line in _iter_lines(path, max_doc_bytes):
+        if isinstance(line, DeadLetter):
+            yield line
+            continue
+        if not line.strip():
+            continue   # blank lines separate nothing and are skipped
+        position = "line %d" % lineno
+        text = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(text, DeadLetter):
+            yield text
+            continue
+        yield RawDocument("%s:%d" % (base, lineno), text, None, None, path, position)
+
+
+def _get_field(obj: dict, name: Optional[str]):
+    """obj[name], with dots for nested objects (``"meta.title"``); None if absent."""
+    if not name:
+        return None
+    if name in obj:
+        return obj[name]
+    cur = obj
+    for part in name.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field="id",
+                text_field="text", label_field="label", title_field="title",
+                keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    base = os.path.basename(path.rstrip("/"))
+    for lineno, line in _iter_lines(path, max_doc_bytes):
+        if isinstance(line, DeadLetter):
+            yield line
+            continue
+        if not line.strip():
+            continue
+        position = "line %d" % lineno
+        text = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(text, DeadLetter):
+            yield text
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            yield DeadLetter(path, position, "invalid JSON: %s" % e, _snippet(text))
+            continue
+        if not isinstance(obj, dict):
+            yield DeadLetter(path, position, "JSON line is a %s, expected an object"
+                             % type(obj).__name__, _snippet(text))
+            continue
+        body = _get_field(obj, text_field)
+        if not isinstance(body, str):
+            yield DeadLetter(path, position, "text field %r is %s, expected a string"
+                             % (text_field, "missing" if body is None else type(body).__name__),
+                             _snippet(text))
+            continue
+        if not keep_empty and not body.strip():
+            yield DeadLetter(path, position, "empty document", _snippet(text))
+            continue
+        doc_id = _get_field(obj, id_field)
+        doc_id = "%s:%d" % (base, lineno) if doc_id is None or doc_id == "" else str(doc_id)
+        label = _get_field(obj, label_field)
+        title = _get_field(obj, title_field)
+        yield RawDocument(doc_id, body, None if title is None else str(title),
+                          None if label is None else str(label), path, position)
+
+
+_READERS = {"wiki": _read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
+
+
+def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument, DeadLetter]]:
+    """Stream the documents of one input file (as listed by :func:`expand_inputs`).
+
+    Options (all formats): ``encoding="utf-8"``, ``encoding_errors="strict"`` (a record with
+    invalid bytes is a DeadLetter; ``"replace"`` keeps it with U+FFFD), ``max_doc_bytes``
+    (64 MiB; larger records are dead letters), ``keep_empty=False`` (an empty document --
+    only whitespace -- is a DeadLetter "empty document" unless True; blank lines of
+    ``lines``/``jsonl`` are always skipped). ``text``: ``strip_headers=False`` (drop e-mail
+    headers up to the first blank line). ``jsonl``: ``id_field="id"``, ``text_field="text"``,
+    ``label_field="label"``, ``title_field="title"`` (dots reach nested objects; a missing
+    id becomes ``<basename>:<line>``). ``wiki``: ``namespaces=("0",)``.
+
+    Raises InputError at once (before yielding) for an unknown format, a bag-of-words format
+    (use :mod:`pipelines.bow_sources`), a missing file, or a non-dump given as ``wiki``.
+    """
+    if fmt == "auto":
+        fmt = detect_format(path)
+        if fmt is None:
+            raise InputError("cannot determine the format of input %s; give the format" % path)
+    if fmt in BOW_FORMATS:
+        raise InputError("input %s has the bag-of-words format %r, which has no text; read it "
+                         "with pipelines.bow_sources.iter_bow_documents" % (path, fmt))
+    if fmt not in _READERS:
+        raise InputError("unknown input format %r for %s; expected one of %s"
+                         % (fmt, path, ", ".join(FORMATS)))
+    encoding = options.get("encoding", "utf-8")
+    try:
+        "".encode(encoding)
+    except LookupError as e:
+        raise InputError("unknown encoding %r for input %s" % (encoding, path)) from e
+    gen = _READERS[fmt](path, **options)
+    # run the generator up to its first item so that InputError (missing file, not a dump)
+    # is raised here, at call time, not at the first next() somewhere in a pipeline
+    return _primed(gen)
+
+
+def _primed(gen):
+    first = next(gen, _END)
+
+    def rest():
+        if first is _END:
+            return
+        yield first
+        yield from gen
+    return rest()
+
+
+_END = object()

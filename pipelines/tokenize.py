@@ -1,0 +1,173 @@
+"""Tokenizer for the vectorize pipeline: gensim-compatible, configurable, cheap.
+
+The default :class:`TokenizerConfig` reproduces gensim's conventions:
+
+* ``lowercase=True``  -- ``text.lower()`` on the whole text (gensim ``utils.tokenize(lower=True)``);
+* ``deaccent=True``   -- gensim ``utils.deaccent``: Unicode NFD, drop every character of
+  category ``Mn`` (non-spacing marks), NFC again; applied to the whole text *before*
+  tokenizing, as gensim does, so ``"naïve"`` gives the one token ``"naive"``;
+* tokens are maximal runs of word characters that are not digits (gensim
+  ``PAT_ALPHABETIC = (((?![\\d])\\w)+)``; so ``_`` is a word character), kept when
+  ``min_len <= len(token) <= max_len`` (Unicode code points; gensim ``TOKEN_MIN_LEN = 2``,
+  ``TOKEN_MAX_LEN = 15``) and the token does not start with ``_`` (gensim
+  ``wikicorpus.tokenize``);
+* ``stopwords`` -- tokens in this set are dropped after lower-casing (default: none; see
+  :func:`load_stopwords` for gensim's list or a file).
+
+Note: gensim's ``WikiCorpus`` does *not* de-accent (it calls ``utils.tokenize`` with
+``lower=True`` only); ``TokenizerConfig(deaccent=False)`` gives exactly its tokens.
+
+Speed: the length and ``_`` filters are folded into one compiled regular expression, so a
+document is tokenized by a single ``re.findall`` over the lower-cased text with no per-token
+Python work (except the optional stop-word filter, a set lookup per token). De-accenting is
+skipped for pure-ASCII text (nothing to remove) and otherwise done by one ``str.translate``.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional
+
+logger = logging.getLogger(__name__)
+
+TOKEN_MIN_LEN = 2    # gensim.corpora.wikicorpus.TOKEN_MIN_LEN
+TOKEN_MAX_LEN = 15   # gensim.corpora.wikicorpus.TOKEN_MAX_LEN
+MAX_TOKEN_LEN_LIMIT = 1000   # a sanity cap for max_len (the regex repeats {min,max})
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """How raw text becomes tokens (see the module docstring for the exact rules)."""
+
+    lowercase: bool = True
+    deaccent: bool = True
+    min_len: int = TOKEN_MIN_LEN
+    max_len: int = TOKEN_MAX_LEN
+    stopwords: frozenset = field(default_factory=frozenset)
+
+    def __post_init__(self):
+        # accept any iterable of words for stopwords, store a frozenset (hashable, picklable)
+        if not isinstance(self.stopwords, frozenset):
+            object.__setattr__(self, "stopwords", frozenset(self.stopwords))
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field, its value and the allowed range."""
+        for name in ("lowercase", "deaccent"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise ValueError("TokenizerConfig.%s must be True or False, got %r" % (name, v))
+        for name in ("min_len", "max_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError("TokenizerConfig.%s must be an integer, got %r" % (name, v))
+        if not 1 <= self.min_len <= MAX_TOKEN_LEN_LIMIT:
+            raise ValueError("TokenizerConfig.min_len must be in [1, %d], got %d"
+                             % (MAX_TOKEN_LEN_LIMIT, self.min_len))
+        if not self.min_len <= self.max_len <= MAX_TOKEN_LEN_LIMIT:
+            raise ValueError("TokenizerConfig.max_len must be in [min_len=%d, %d], got %d"
+                             % (self.min_len, MAX_TOKEN_LEN_LIMIT, self.max_len))
+        for w in self.stopwords:
+            if not isinstance(w, str):
+                raise ValueError("TokenizerConfig.stopwords must hold strings, got %r" % (w,))
+
+
+DEFAULT = TokenizerConfig()
+
+
+@functools.lru_cache(maxsize=64)
+def token_pattern(min_len: int, max_len: int) -> "re.Pattern":
+    """One regex matching exactly the kept tokens.
+
+    A token is a maximal run of ``[^\\W\\d]`` (word characters except digits -- gensim's
+    ``((?!\\d)\\w)+``) whose first character is not ``_`` and whose length is in
+    ``[min_len, max_len]``. Maximality is enforced by the look-behind / look-ahead, so a run
+    longer than ``max_len`` yields nothing (not its prefix), as in gensim.
+    """
+    if min_len < 1 or max_len < min_len:
+        raise ValueError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
+                         % (min_len, max_len))
+    rest = "{%d,%d}" % (min_len - 1, max_len - 1)
+    return re.compile(r"(?<![^\W\d])[^\W\d_][^\W\d]%s(?![^\W\d])" % rest)
+
+
+@functools.lru_cache(maxsize=1)
+def _mark_table() -> dict:
+    """str.translate table deleting every Unicode character of category Mn."""
+    table = {}
+    for cp in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(cp)) == "Mn":
+            table[cp] = None
+    return table
+
+
+def deaccent(text: str) -> str:
+    """gensim ``utils.deaccent``: NFD, remove category-Mn characters, NFC (ASCII unchanged)."""
+    if text.isascii():
+        return text
+    norm = unicodedata.normalize("NFD", text)
+    return unicodedata.normalize("NFC", norm.translate(_mark_table()))
+
+
+def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
+    """Tokens of ``text`` under ``cfg`` (a list; order and repeats kept)."""
+    if not text:
+        return []
+    if cfg.lowercase:
+        text = text.lower()
+    if cfg.deaccent:
+        text = deaccent(text)
+    tokens = token_pattern(cfg.min_len, cfg.max_len).findall(text)
+    if cfg.stopwords:
+        sw = cfg.stopwords
+        tokens = [t for t in tokens if t not in sw]
+    return tokens
+
+
+def load_stopwords(spec: Optional[str]) -> frozenset:
+    """Stop words from a spec.
+
+    * ``None``, ``""`` or ``"none"``: no stop words;
+    * ``"gensim"``: gensim's ``gensim.parsing.preprocessing.STOPWORDS`` (337 English words);
+    * anything else: a path (local or Beam FileSystems URL) of a UTF-8 file with one word per
+      line; blank lines and lines starting with ``#`` are ignored; words are lower-cased and
+      stripped (so they match lower-cased tokens).
+
+    Raises ValueError (with the path) if the file is missing or unreadable.
+    """
+    if spec is None or spec.strip() == "" or spec.strip().lower() == "none":
+        return frozenset()
+    if spec.strip().lower() == "gensim":
+        from gensim.parsing.preprocessing import STOPWORDS
+        return frozenset(STOPWORDS)
+    from pipelines.text_sources import InputError, open_binary
+    try:
+        with open_binary(spec) as f:
+            data = f.read()
+    except (OSError, IOError) as e:
+        raise InputError("stop-word file %s cannot be read (%s); expected 'none', 'gensim' or "
+                         "a file with one word per line" % (spec, e)) from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("stop-word file %s is not UTF-8 text (%s)" % (spec, e)) from e
+    words = set()
+    for line in text.splitlines():
+        w = line.strip().lower()
+        if w and not w.startswith("#"):
+            words.add(w)
+    logger.info("loaded %d stop words from %s", len(words), spec)
+    return frozenset(words)
+
+
+def config_from_options(lowercase: bool = True, deaccent: bool = True,
+                        min_len: int = TOKEN_MIN_LEN, max_len: int = TOKEN_MAX_LEN,
+                        stopwords: Optional[str] = None) -> TokenizerConfig:
+    """A validated TokenizerConfig from command-line style options (stopwords as a spec)."""
+    cfg = TokenizerConfig(lowercase=lowercase, deaccent=deaccent, min_len=min_len,
+                          max_len=max_len, stopwords=load_stopwords(stopwords))
+    cfg.validate()
+    return cfg
