@@ -1,0 +1,162 @@
+"""The SCVB0 E-step as a numba kernel (Foulds, Boyles, DuBois, Smyth & Welling 2013).
+
+Per document j (C_j tokens), with the topic statistics frozen for the minibatch, every distinct
+word w of the document is one "clump" of m = n_jw copies. Over ``passes`` = burn-in + 1 passes
+(clumps visited in a per-document random order derived from (seed, step, doc id)):
+
+    γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Vη) · (N^Θ_jk + α)                      (paper eq. 5)
+    ρ^Θ = min(1, s_θ (τ_θ + t)^-κ_θ),  t = updates made so far in this document (from 0)
+    N^Θ_j ← (1-ρ^Θ)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ)^m)                       (eq. 9, clumping)
+
+and on the last pass the minibatch statistic N̂^Φ_w += m γ (γ before the N^Θ update, as in
+Algorithm 2). The C/|M| scaling is applied by the global step. N^Θ_j starts at C_j/K.
+
+The first factor is the "tile": a U x K float64 array for the U distinct words of the
+minibatch, computed once per minibatch from the lazily scaled state. Documents are split into
+contiguous chunks processed in parallel (``prange``), each chunk summing into its own U x K
+float64 block; the blocks are then added row-parallel. Each document's computation depends
+only on the tile and its own seed, so results do not depend on the thread count (sums up to
+rounding).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numba
+import numpy as np
+from numba import prange
+
+
+def doc_seeds(seed: int, step: int, doc_ids: Sequence[str], tag: str = "") -> np.ndarray:
+    """A 32-bit seed per document, a hash of (tag, seed, step, doc id) (uint32 as int64)."""
+    out = np.empty(len(doc_ids), np.int64)
+    prefix = ("%s:%d:%d:" % (tag, int(seed), int(step))).encode()
+    for i, d in enumerate(doc_ids):
+        h = hashlib.blake2b(prefix + str(d).encode("utf-8", "surrogatepass"), digest_size=4)
+        out[i] = int.from_bytes(h.digest(), "little")
+    return out
+
+
+@numba.njit(fastmath=True, cache=True)
+def scvb0_doc(lo, hi, local_ids, counts, tile, alpha, passes, s_th, tau_th, kappa_th,
+              seed, shuffle, ntheta, gamma, order, acc, accumulate):
+    """One document (positions lo:hi of the CSR arrays); fills ``ntheta`` (K); returns updates.
+
+    ``acc`` (U x K) receives m·γ on the last pass when ``accumulate``."""
+    K = tile.shape[1]
+    n = hi - lo
+    cj = 0.0
+    for i in range(lo, hi):
+        cj += counts[i]
+    for k in range(K):
+        ntheta[k] = cj / K
+    for i in range(n):
+        order[i] = lo + i
+    if shuffle:
+        np.random.seed(seed)
+    t = 0
+    for p in range(passes):
+        if shuffle:
+            for i in range(n - 1, 0, -1):       # Fisher-Yates, per pass
+                j = np.random.randint(0, i + 1)
+                tmp = order[i]
+                order[i] = order[j]
+                order[j] = tmp
+        last = accumulate and (p == passes - 1)
+        for ii in range(n):
+            pos = order[ii]
+            u = local_ids[pos]
+            m = counts[pos]
+            norm = 0.0
+            for k in range(K):
+                g = tile[u, k] * (ntheta[k] + alpha)
+                gamma[k] = g
+                norm += g
+            inv = 1.0 / norm
+            rho = s_th * (tau_th + t) ** (-kappa_th)
+            if rho > 1.0:
+                rho = 1.0
+            t += 1
+            # (1-ρ)^m via exp/log: LLVM's fast-math turns pow(x, int) into __powidf2
+            if rho >= 1.0:
+                dec = 0.0
+            else:
+                dec = np.exp(m * np.log(1.0 - rho))
+            w = cj * (1.0 - dec)
+            if last:
+                for k in range(K):
+                    g = gamma[k] * inv
+                    acc[u, k] += m * g
+                    ntheta[k] = dec * ntheta[k] + w * g
+            else:
+                for k in range(K):
+                    ntheta[k] = dec * ntheta[k] + w * gamma[k] * inv
+    return t
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def scvb0_estep(indptr, local_ids, counts, tile, alpha, passes, s_th, tau_th, kappa_th,
+                seeds, shuffle, n_chunks, accumulate):
+    """E-step over a minibatch. Returns (N^Θ n x K, N̂^Φ U x K float64 sums of m·γ, updates)."""
+    n_docs = indptr.shape[0] - 1
+    U, K = tile.shape
+    ntheta = np.zeros((n_docs, K), np.float64)
+    n_acc = n_chunks
+    U_acc = 1
+    if accumulate:
+        U_acc = U
+    acc = np.zeros((n_acc, U_acc, K), np.float64)
+    updates = np.zeros(n_docs, np.int64)
+    maxlen = 0
+    for d in range(n_docs):
+        if indptr[d + 1] - indptr[d] > maxlen:
+            maxlen = indptr[d + 1] - indptr[d]
+    per = (n_docs + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        gamma = np.empty(K, np.float64)
+        order = np.empty(max(maxlen, 1), np.int64)
+        d0 = c * per
+        d1 = min(n_docs, d0 + per)
+        a = acc[c]
+        for d in range(d0, d1):
+            lo, hi = indptr[d], indptr[d + 1]
+            if hi == lo:
+                continue
+            updates[d] = scvb0_doc(lo, hi, local_ids, counts, tile, alpha, passes, s_th,
+                                   tau_th, kappa_th, seeds[d], shuffle, ntheta[d], gamma,
+                                   order, a, accumulate)
+    if not accumulate:
+        return ntheta, np.zeros((0, K), np.float64), updates
+    out = np.zeros((U, K), np.float64)
+    for u in prange(U):
+        for c in range(n_acc):
+            for k in range(K):
+                out[u, k] += acc[c, u, k]
+    return ntheta, out, updates
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def lazy_tile(rows, ntilde, pi, nz, eta, n_words):
+    """(π·Ñ[rows] + η) / (N^Z + Vη): the minibatch's U x K topic factor (float64)."""
+    U = rows.shape[0]
+    K = ntilde.shape[1]
+    inv = np.empty(K, np.float64)
+    for k in range(K):
+        inv[k] = 1.0 / (nz[k] + n_words * eta)
+    out = np.empty((U, K), np.float64)
+    for i in prange(U):
+        r = rows[i]
+        for k in range(K):
+            out[i, k] = (pi * ntilde[r, k] + eta) * inv[k]
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def lazy_add_rows(ntilde, rows, values, scale):
+    """Ñ[rows] += scale · values (rows unique): touches only the minibatch's rows."""
+    K = ntilde.shape[1]
+    for i in prange(rows.shape[0]):
+        r = rows[i]
+        for k in range(K):
+            ntilde[r, k] += scale * values[i, k]
