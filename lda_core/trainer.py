@@ -71,10 +71,19 @@ class HeldOut:
 
     @classmethod
     def from_batch(cls, docs: DocBatch, seed: int = 0) -> "HeldOut":
+        """Non-empty documents for the bound; those with >= 2 tokens split in halves for
+        document completion (as the harness does)."""
         from lda_core.evaluation import split_halves
         docs = docs.non_empty()
-        a, b = split_halves(docs, seed)
+        keep = np.nonzero(docs.doc_lengths >= 2)[0]
+        two = docs if len(keep) == docs.n_docs else docs.take(keep)
+        a, b = split_halves(two, seed)
         return cls(docs, a, b, seed)
+
+    @classmethod
+    def from_halves(cls, docs: DocBatch, first: DocBatch, second: DocBatch) -> "HeldOut":
+        """A split made elsewhere (e.g. the bench harness's test_a / test_b)."""
+        return cls(docs.non_empty(), first, second, -1)
 
 
 @dataclass
@@ -100,15 +109,15 @@ def algorithm_alpha(algorithm) -> Any:
     return float(a) if a.ndim == 0 or a.size == 1 else a
 
 
-def evaluate(algorithm, heldout: HeldOut) -> Dict[str, float]:
+def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict[str, float]:
     """Held-out metrics of the current state (does not modify it): document completion
-    (log-likelihood per token of the second halves, θ fit on the first halves) and, when the
-    algorithm defines it, the per-word bound of paper eq. 16 (a bound, not a perplexity)."""
-    from lda_core.evaluation import document_completion
+    (log-likelihood per token of the second halves, θ fit on the first halves with the
+    protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
+    as in ``../shared/bench``) and, when the algorithm defines it, the per-word bound of
+    paper eq. 16 (a bound, not a perplexity)."""
+    from lda_core.evaluation import PROTOCOL_ALPHA, document_completion
     out: Dict[str, float] = {}
-    alpha = algorithm_alpha(algorithm)
-    if np.ndim(alpha):
-        alpha = float(np.mean(alpha))  # evaluator takes a symmetric prior
+    alpha = PROTOCOL_ALPHA if alpha is None else float(alpha)
     dc = document_completion(algorithm.topic_word(), heldout.first, heldout.second, alpha=alpha)
     out["completion_ll_per_token"] = float(dc["ll_per_token"])
     out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))

@@ -88,6 +88,18 @@ class ShardStream:
         self.total_steps = self.passes * self.batches_per_pass
         self._plans: Dict[int, PassPlan] = {}
 
+    def count_tokens(self) -> int:
+        """Tokens in the corpus (C), from the ``n_tokens`` column only."""
+        total = 0
+        for f in self.files:
+            pf = _parquet_file(f)
+            if "n_tokens" in pf.schema_arrow.names:
+                col = pf.read(columns=["n_tokens"]).column("n_tokens")
+                total += int(np.asarray(col.to_numpy(), dtype=np.int64).sum())
+            else:
+                total += read_shard(f).n_tokens
+        return total
+
     def plan(self, pass_index: int) -> PassPlan:
         if pass_index not in self._plans:
             self._plans = {pass_index: plan_pass(self.shard_sizes, self.seed, pass_index,
