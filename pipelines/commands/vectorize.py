@@ -1,0 +1,137 @@
+"""``ldabeam vectorize``: raw text / Wikipedia dumps / bag-of-words files -> vocabulary +
+Parquet shards (see ``docs/vectorize.md`` and :mod:`pipelines.vectorize`).
+
+Options this command does not define go to Beam as pipeline options, e.g.
+``--direct_running_mode=multi_processing --direct_num_workers=2`` or ``--runner ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
+
+
+def bundled_sample() -> str:
+    """The bundled Wikipedia sample: ``data/`` of the repository (editable install / source
+    tree) or ``pipelines/data/`` of an installed package."""
+    here = os.path.dirname(os.path.abspath(__file__))            # pipelines/commands
+    candidates = [os.path.join(os.path.dirname(os.path.dirname(here)), "data", BUNDLED_SAMPLE),
+                  os.path.join(os.path.dirname(here), "data", BUNDLED_SAMPLE)]
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    raise FileNotFoundError("no --input given and the bundled sample %s was not found (looked "
+                            "in %s)" % (BUNDLED_SAMPLE, ", ".join(candidates)))
+
+
+def _fraction(s: str) -> float:
+    v = float(s)
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError("must be a fraction in [0, 1), got %s" % s)
+    return v
+
+
+def _nonneg_int(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be an integer >= 0, got %s" % s)
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    io = p.add_argument_group("input and output")
+    io.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB",
+                    help="files, directories, globs or URLs (gs://, s3://); compressed or not. "
+                         "Default: the bundled Wikipedia sample (%s)" % BUNDLED_SAMPLE)
+    io.add_argument("--format", default="auto",
+                    choices=["auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm"],
+                    help="input format (auto: from the file names / contents)")
+    io.add_argument("--output", metavar="SHARD_DIR",
+                    help="dataset directory to write (train/, heldout/, vocab.tsv, "
+                         "manifest.json, deadletter/)")
+    io.add_argument("--overwrite", action="store_true",
+                    help="replace a dataset already in --output")
+    io.add_argument("--vocab", metavar="FIXED_VOCAB",
+                    help="text inputs: a fixed vocabulary (vocab.tsv of a dataset or one token "
+                         "per line); no corpus-wide pass, unknown words are dropped and "
+                         "counted. Bag-of-words inputs: the corpus' vocabulary file (default: "
+                         "found beside the corpus)")
+    io.add_argument("--holdout-fraction", type=_fraction, default=0.0,
+                    help="fraction of documents (by a hash of doc_id) written to heldout/")
+    io.add_argument("--seed", type=int, default=0,
+                    help="salt of the doc_id hash deciding the held-out split and row order")
+    io.add_argument("--num-shards", type=_nonneg_int, default=0,
+                    help="train shards (0: one per 20,000 documents)")
+    io.add_argument("--heldout-shards", type=_nonneg_int, default=0,
+                    help="held-out shards (0: one per 20,000 documents)")
+
+    vo = p.add_argument_group("vocabulary (gensim Dictionary.filter_extremes semantics)")
+    vo.add_argument("--no-below", type=_nonneg_int, default=None,
+                    help="keep words in at least this many documents (default 5; bag-of-words "
+                         "inputs are not pruned unless a pruning option is given)")
+    vo.add_argument("--no-above", type=float, default=None,
+                    help="keep words in at most this fraction of documents (default 0.5)")
+    vo.add_argument("--keep-n", type=_nonneg_int, default=-1,
+                    help="keep only the N most frequent words by document frequency "
+                         "(default 100000; 0: no cap)")
+    vo.add_argument("--keep-tokens", default="",
+                    help="comma-separated words kept whatever their frequency")
+    vo.add_argument("--stopwords", default=None,
+                    help="'gensim' (gensim's English list), 'none', or a file with one word "
+                         "per line")
+
+    tk = p.add_argument_group("tokenizer (defaults: gensim conventions)")
+    tk.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                    help="keep the case of tokens")
+    tk.add_argument("--no-deaccent", dest="deaccent", action="store_false",
+                    help="keep accents (gensim WikiCorpus does not de-accent)")
+    tk.add_argument("--min-token-len", type=int, default=2)
+    tk.add_argument("--max-token-len", type=int, default=15)
+    tk.add_argument("--min-article-tokens", type=_nonneg_int, default=None,
+                    help="drop documents with fewer tokens (default: 50 for Wikipedia dumps "
+                         "as gensim WikiCorpus, 1 otherwise)")
+
+    rd = p.add_argument_group("readers")
+    rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
+    rd.add_argument("--encoding-errors", default="strict",
+                    choices=["strict", "replace", "ignore"],
+                    help="strict: a record with invalid bytes goes to the dead letters")
+    rd.add_argument("--strip-headers", action="store_true",
+                    help="drop e-mail headers up to the first blank line (20 Newsgroups)")
+    rd.add_argument("--id-field", default="id", help="JSON Lines: document id field")
+    rd.add_argument("--text-field", default="text", help="JSON Lines: text field")
+    rd.add_argument("--label-field", default="label", help="JSON Lines: label field")
+    rd.add_argument("--title-field", default="title", help="JSON Lines: title field")
+    rd.add_argument("--no-reshuffle", dest="reshuffle", action="store_false",
+                    help="do not redistribute documents between reading and tokenizing "
+                         "(faster with a single in-process worker)")
+
+
+def options_from_args(args):
+    from pipelines.vectorize import VectorizeOptions
+    inputs = list(args.input or [])
+    if not inputs:
+        inputs = [bundled_sample()]
+    keep_tokens = tuple(t.strip() for t in (args.keep_tokens or "").split(",") if t.strip())
+    return VectorizeOptions(
+        inputs=inputs, output=args.output, format=args.format, vocab=args.vocab,
+        holdout_fraction=args.holdout_fraction, seed=args.seed, num_shards=args.num_shards,
+        heldout_shards=args.heldout_shards, no_below=args.no_below, no_above=args.no_above,
+        keep_n=args.keep_n, keep_tokens=keep_tokens, stopwords=args.stopwords,
+        lowercase=args.lowercase, deaccent=args.deaccent, min_token_len=args.min_token_len,
+        max_token_len=args.max_token_len, min_article_tokens=args.min_article_tokens,
+        encoding=args.encoding, encoding_errors=args.encoding_errors,
+        id_field=args.id_field, text_field=args.text_field, label_field=args.label_field,
+        title_field=args.title_field, strip_headers=args.strip_headers,
+        overwrite=args.overwrite, reshuffle=args.reshuffle)
+
+
+def run(args, beam_argv) -> int:
+    if not args.output:
+        raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
+    from pipelines.vectorize import summary, vectorize
+    opts = options_from_args(args)
+    manifest = vectorize(opts, beam_argv)
+    print(summary(manifest, opts.output))
+    return 0

@@ -1,0 +1,891 @@
+"""The vectorize pipeline: raw text, Wikipedia dumps or bag-of-words files -> shards.
+
+Stages (one composite ``PTransform`` each)::
+
+    inputs ─ReadWorkItems─▶ page chunks / raw documents ─Reshuffle─▶ ─TokenizeDocuments─▶
+        token counts ─┬─ BuildVocabulary (CombinePerKey df/cf/first, filter_extremes) ─▶ vocab
+                      └─ ApplyVocabulary (vocab as a side input) ─▶ rows ─WriteShards─▶ Parquet
+    dead letters ─WriteDeadLetters─▶ DIR/deadletter/deadletter.jsonl
+    counts (per bundle) + shard list + vocabulary ─WriteManifest─▶ DIR/manifest.json
+
+* A dump (or tar archive, or text file) is read sequentially by one DoFn that only cuts it
+  into pages / documents; a ``Reshuffle`` then spreads the parsing, markup stripping and
+  tokenizing over the workers.
+* Counts for the manifest are exact: each DoFn sums its counts per bundle and emits them in
+  ``finish_bundle`` as a small PCollection (a retried bundle's outputs are discarded as a
+  whole), summed with ``CombinePerKey``; Beam metrics carry the same numbers for monitoring.
+* Held-out split and shard assignment use a keyed hash of ``doc_id``
+  (blake2b of ``"<seed>:<doc_id>"``): bits 0-63 give ``u`` in [0, 1) (held out when
+  ``u < holdout_fraction``), bits 64-127 give the row order inside a shard and the shard
+  index. The output does not depend on the runner, the number of workers or bundling.
+* ``--vocab FILE`` skips the corpus-wide vocabulary pass: words outside it are dropped and
+  counted. Bag-of-words inputs (``uci``, ``ldac``, ``mm``) keep their vocabulary and its
+  order unless a pruning option is given explicitly.
+
+The ``run(argv)`` entry point is the ``ldabeam vectorize`` command
+(:mod:`pipelines.commands.vectorize`).
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
+from apache_beam.transforms.window import GlobalWindows
+
+from pipelines import dataset
+from pipelines.tokenize import TokenizerConfig, tokenize
+from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
+                                  bow_prune, record_to_vocabulary)
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "ldabeam.vectorize"
+STATS = "stats"
+DEAD = "dead"
+VOCAB_STATS = "vocab_stats"
+BOW_FORMATS = ("uci", "ldac", "mm")
+TEXT_FORMATS = ("wiki", "text", "lines", "jsonl")
+DOCS_PER_SHARD = 20000           # automatic shard count: ceil(documents / DOCS_PER_SHARD)
+MAX_SHARDS = 100000
+WIKI_MIN_ARTICLE_TOKENS = 50     # gensim.corpora.wikicorpus.ARTICLE_MIN_WORDS
+DEADLETTER_FILE = "deadletter.jsonl"
+MAX_SNIPPET = 200
+PREFLIGHT_INPUTS = 20            # inputs opened before the pipeline starts
+
+# A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
+# (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
+Row = Tuple[str, Optional[str], Optional[str], bytes, bytes, int]
+
+
+@dataclass
+class VectorizeOptions:
+    """Everything that determines the output (recorded in the manifest's ``settings``)."""
+
+    inputs: List[str]
+    output: str
+    format: str = "auto"
+    vocab: Optional[str] = None               # fixed vocabulary (text) / BOW vocabulary file
+    holdout_fraction: float = 0.0
+    seed: int = 0
+    num_shards: int = 0                        # 0: automatic (ceil(docs / DOCS_PER_SHARD))
+    heldout_shards: int = 0
+    no_below: Optional[int] = None             # None: gensim defaults (text), no pruning (BOW)
+    no_above: Optional[float] = None
+    keep_n: Optional[int] = -1                 # -1: default; None/0: no cap
+    keep_tokens: Tuple[str, ...] = ()
+    stopwords: Optional[str] = None
+    lowercase: bool = True
+    deaccent: bool = True
+    min_token_len: int = 2
+    max_token_len: int = 15
+    min_article_tokens: Optional[int] = None   # None: 50 for wiki dumps (gensim), else 1
+    encoding: str = "utf-8"
+    encoding_errors: str = "strict"
+    id_field: str = "id"
+    text_field: str = "text"
+    label_field: Optional[str] = "label"
+    title_field: Optional[str] = "title"
+    strip_headers: bool = False
+    overwrite: bool = False
+    reshuffle: bool = True
+
+    def validate(self) -> None:
+        if not self.output:
+            raise ValueError("--output is required: the dataset directory to write")
+        if not self.inputs:
+            raise ValueError("no --input given")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
+        for name in ("num_shards", "heldout_shards"):
+            v = getattr(self, name)
+            if not 0 <= v <= MAX_SHARDS:
+                raise ValueError("%s must be in [0, %d] (0: automatic), got %r"
+                                 % (name, MAX_SHARDS, v))
+        if self.min_article_tokens is not None and self.min_article_tokens < 0:
+            raise ValueError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
+        if self.encoding_errors not in ("strict", "replace", "ignore"):
+            raise ValueError("encoding_errors must be strict, replace or ignore, got %r"
+                             % self.encoding_errors)
+        import codecs
+        try:
+            codecs.lookup(self.encoding)
+        except LookupError:
+            raise ValueError("unknown encoding %r" % self.encoding)
+        self.tokenizer_config().validate()
+
+    def pruning_requested(self) -> bool:
+        return (self.no_below is not None or self.no_above is not None or self.keep_n != -1
+                or bool(self.keep_tokens))
+
+    def prune_settings(self) -> PruneSettings:
+        d = PruneSettings()
+        keep_n = d.keep_n if self.keep_n == -1 else (self.keep_n or None)
+        s = PruneSettings(no_below=d.no_below if self.no_below is None else self.no_below,
+                          no_above=d.no_above if self.no_above is None else self.no_above,
+                          keep_n=keep_n, keep_tokens=tuple(self.keep_tokens))
+        s.validate()
+        return s
+
+    def tokenizer_config(self, stopwords: frozenset = frozenset()) -> TokenizerConfig:
+        return TokenizerConfig(lowercase=self.lowercase, deaccent=self.deaccent,
+                               min_len=self.min_token_len, max_len=self.max_token_len,
+                               stopwords=stopwords)
+
+    def reader_options(self) -> dict:
+        return dict(encoding=self.encoding, encoding_errors=self.encoding_errors,
+                    id_field=self.id_field, text_field=self.text_field,
+                    label_field=self.label_field, title_field=self.title_field,
+                    strip_headers=self.strip_headers)
+
+    def min_tokens_for(self, fmt: str) -> int:
+        if self.min_article_tokens is not None:
+            return self.min_article_tokens
+        return WIKI_MIN_ARTICLE_TOKENS if fmt == "wiki" else 1
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+def doc_hash(doc_id: str, seed: int = 0) -> Tuple[float, int]:
+    """``(u, order)`` for a document: ``u`` uniform in [0, 1) decides the held-out split,
+    ``order`` (64-bit) the shard and the row order. Stable across runs, runners, platforms."""
+    d = hashlib.blake2b(("%d:%s" % (seed, doc_id)).encode("utf-8"), digest_size=16).digest()
+    u = int.from_bytes(d[:8], "big") / 2.0 ** 64
+    return u, int.from_bytes(d[8:], "big")
+
+
+def split_of(doc_id: str, holdout_fraction: float, seed: int = 0) -> str:
+    u, _ = doc_hash(doc_id, seed)
+    return dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+
+
+def auto_num_shards(n_docs: int, requested: int = 0) -> int:
+    if requested:
+        return int(requested)
+    return max(1, min(MAX_SHARDS, int(math.ceil(n_docs / float(DOCS_PER_SHARD)))))
+
+
+def token_counts_to_row(doc_id, title, label, token_counts, index: Dict[str, int]):
+    """Map ``(token, count)`` pairs through ``index``; returns ``(row or None, dropped tokens)``
+    where ``row`` is ``None`` when no token is in the vocabulary."""
+    ids = []
+    cnts = []
+    dropped = 0
+    for tok, n in token_counts:
+        i = index.get(tok)
+        if i is None:
+            dropped += n
+        else:
+            ids.append(i)
+            cnts.append(n)
+    if not ids:
+        return None, dropped
+    w = np.asarray(ids, np.int32)
+    c = np.asarray(cnts, np.int32)
+    order = np.argsort(w, kind="stable")
+    w = w[order]
+    c = c[order]
+    return (doc_id, title, label, w.tobytes(), c.tobytes(), int(c.sum())), dropped
+
+
+def arrays_to_row(doc_id, title, label, word_ids: np.ndarray, counts: np.ndarray) -> Row:
+    w = np.ascontiguousarray(word_ids, np.int32)
+    c = np.ascontiguousarray(counts, np.int32)
+    return (doc_id, title, label, w.tobytes(), c.tobytes(), int(c.sum()))
+
+
+def rows_to_table(rows: Sequence[Row]):
+    """Shard rows (already in output order) to an Arrow table with the shard schema."""
+    import pyarrow as pa
+    n = len(rows)
+    lens = np.fromiter((len(r[3]) // 4 for r in rows), np.int64, count=n)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    wid = np.frombuffer(b"".join(r[3] for r in rows), np.int32)
+    cnt = np.frombuffer(b"".join(r[4] for r in rows), np.int32)
+    off = pa.array(offsets, pa.int32())
+    return pa.Table.from_arrays([
+        pa.array([r[0] for r in rows], pa.string()),
+        pa.array([r[1] for r in rows], pa.string()),
+        pa.array([r[2] for r in rows], pa.string()),
+        pa.ListArray.from_arrays(off, pa.array(wid, pa.int32())),
+        pa.ListArray.from_arrays(off, pa.array(cnt, pa.int32())),
+        pa.array([r[5] for r in rows], pa.int32()),
+    ], schema=dataset.SHARD_SCHEMA)
+
+
+def _deadletter_dict(dl) -> dict:
+    d = dl.to_json() if hasattr(dl, "to_json") else dict(dl)
+    d = {k: d.get(k) for k in ("source", "position", "error", "snippet")}
+    if d.get("snippet"):
+        d["snippet"] = d["snippet"][:MAX_SNIPPET]
+    return d
+
+
+def _windowed(value):
+    return GlobalWindows.windowed_value(value)
+
+
+# ----------------------------------------------------------------------------- DoFns
+
+class _CountingDoFn(beam.DoFn):
+    """Counts per bundle, emitted in ``finish_bundle`` on the ``stats`` output (exact, for the
+    manifest) and as Beam metrics (for monitoring)."""
+
+    def start_bundle(self):
+        self._counts = collections.Counter()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self._counts[name] += n
+
+    def finish_bundle(self):
+        for k in sorted(self._counts):
+            v = self._counts[k]
+            if v:
+                Metrics.counter(NAMESPACE, k).inc(v)
+                yield TaggedOutput(STATS, _windowed((k, int(v))))
+        self._counts = collections.Counter()
+
+
+class _ReadWorkItemsFn(_CountingDoFn):
+    """``(input index, path, format)`` -> work items, read sequentially from one input.
+
+    Work items: ``("page", input, seq, source, position, xml)`` for a dump page, or
+    ``("doc", input, seq, doc_id, title, label, text)`` for a text document. ``seq`` numbers
+    items in file order (it fixes gensim's id order for tokens first seen in a document).
+    """
+
+    def __init__(self, reader_options: dict):
+        self._reader_options = reader_options
+
+    def process(self, element):
+        from pipelines import text_sources as ts
+        idx, path, fmt = element
+        seq = 0
+        try:
+            if fmt == "wiki":
+                for item in ts.iter_wiki_page_chunks(path):
+                    if isinstance(item, ts.DeadLetter):
+                        self._count("dead_letters")
+                        yield TaggedOutput(DEAD, _deadletter_dict(item))
+                        continue
+                    position, xml = item
+                    yield ("page", idx, seq, path, position, xml)
+                    seq += 1
+            else:
+                for item in ts.read_documents(path, fmt, **self._reader_options):
+                    if isinstance(item, ts.DeadLetter):
+                        self._count("dead_letters")
+                        yield TaggedOutput(DEAD, _deadletter_dict(item))
+                        continue
+                    yield ("doc", idx, seq, item.doc_id, item.title, item.label, item.text)
+                    seq += 1
+        except Exception as e:  # a whole input failing mid-way must not lose the others
+            logger.warning("input %s failed after %d items: %s", path, seq, e)
+            self._count("dead_letters")
+            yield TaggedOutput(DEAD, {"source": path, "position": "item %d" % seq,
+                                      "error": "%s: %s" % (type(e).__name__, e),
+                                      "snippet": ""})
+
+
+class _TokenizeFn(_CountingDoFn):
+    """Work item -> ``(input, seq, doc_id, title, label, ((token, count), ...))``.
+
+    Parses dump pages (markup stripped, redirects / other namespaces skipped), tokenizes, and
+    drops documents with fewer than the minimum number of tokens. Accumulates the vocabulary
+    statistics per bundle (``vocab_stats`` output) when ``collect_vocab``.
+    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows instead.
+    """
+
+    def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
+                 collect_vocab: bool = True, fixed_vocab: Optional[str] = None):
+        self._cfg = cfg
+        self._min_tokens = min_tokens
+        self._collect_vocab = collect_vocab
+        self._fixed_vocab = fixed_vocab
+        self._index = None
+
+    def setup(self):
+        if self._fixed_vocab:
+            self._index = dataset.Vocabulary.read(self._fixed_vocab).index
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._acc = TokenStatsAccumulator()
+
+    def process(self, item):
+        from pipelines import text_sources as ts
+        kind = item[0]
+        if kind == "page":
+            _, idx, seq, source, position, xml = item
+            doc = ts.parse_wiki_page(xml, source, position)
+            if doc is None:
+                self._count("skipped_pages")
+                return
+            if isinstance(doc, ts.DeadLetter):
+                self._count("dead_letters")
+                yield TaggedOutput(DEAD, _deadletter_dict(doc))
+                return
+            doc_id, title, label, text = doc.doc_id, doc.title, doc.label, doc.text
+        else:
+            _, idx, seq, doc_id, title, label, text = item
+        self._count("documents_read")
+        tokens = tokenize(text, self._cfg)
+        if not tokens:
+            self._count("empty_documents")
+            return
+        if len(tokens) < self._min_tokens.get(idx, 1):
+            self._count("too_short")
+            return
+        counts = collections.Counter(tokens)
+        if self._index is not None:
+            row, dropped = token_counts_to_row(doc_id, title, label, counts.items(),
+                                               self._index)
+            self._count("oov_tokens_dropped", dropped)
+            if row is None:
+                self._count("empty_after_pruning")
+                return
+            yield row
+            return
+        tc = tuple(counts.items())
+        if self._collect_vocab:
+            self._count("vocab_documents")
+            self._acc.add(tc, (idx, seq))
+        yield (idx, seq, doc_id, title, label, tc)
+
+    def finish_bundle(self):
+        for out in super().finish_bundle():
+            yield out
+        if self._collect_vocab:
+            for kv in self._acc.items():
+                yield TaggedOutput(VOCAB_STATS, _windowed(kv))
+            self._acc.clear()
+
+
+class _ApplyVocabularyFn(_CountingDoFn):
+    """Token counts + the vocabulary record (side input) -> rows; OOV tokens dropped."""
+
+    def __init__(self):
+        self._index = None
+        self._record_id = None
+
+    def process(self, doc, vocab_record):
+        if self._index is None or self._record_id != id(vocab_record):
+            self._index = {t: i for i, t in enumerate(vocab_record["tokens"])}
+            self._record_id = id(vocab_record)
+        _, _, doc_id, title, label, tc = doc
+        row, dropped = token_counts_to_row(doc_id, title, label, tc, self._index)
+        self._count("oov_tokens_dropped", dropped)
+        if row is None:
+            self._count("empty_after_pruning")
+            return
+        yield row
+
+
+class _ReadBowFn(_CountingDoFn):
+    """A bag-of-words file -> rows, plus dense df/cf partials per bundle."""
+
+    def __init__(self, vocab_size: int):
+        self._V = vocab_size
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._df = np.zeros(self._V, np.int64)
+        self._cf = np.zeros(self._V, np.int64)
+        self._n = 0
+
+    def process(self, element):
+        from pipelines import bow_sources
+        from pipelines import text_sources as ts
+        _, path, fmt = element
+        try:
+            for item in bow_sources.iter_bow_documents(path, fmt, self._V):
+                if isinstance(item, ts.DeadLetter):
+                    self._count("dead_letters")
+                    yield TaggedOutput(DEAD, _deadletter_dict(item))
+                    continue
+                doc_id, w, c = item
+                self._count("documents_read")
+                self._n += 1
+                w = np.asarray(w, np.int64)
+                c = np.asarray(c, np.int64)
+                self._df[w] += 1
+                self._cf[w] += c
+                if len(w) == 0:
+                    self._count("empty_documents")
+                    continue
+                yield arrays_to_row(str(doc_id), None, None, w, c)
+        except Exception as e:
+            logger.warning("bag-of-words input %s failed: %s", path, e)
+            self._count("dead_letters")
+            yield TaggedOutput(DEAD, {"source": path, "position": "",
+                                      "error": "%s: %s" % (type(e).__name__, e),
+                                      "snippet": ""})
+
+    def finish_bundle(self):
+        for out in super().finish_bundle():
+            yield out
+        if self._n:
+            yield TaggedOutput(VOCAB_STATS, _windowed((self._n, self._df, self._cf)))
+
+
+def _sum_bow_stats(parts):
+    n, df, cf = 0, None, None
+    for pn, pdf, pcf in parts:
+        n += pn
+        df = pdf.copy() if df is None else df + pdf
+        cf = pcf.copy() if cf is None else cf + pcf
+    return n, df, cf
+
+
+def _bow_vocab_record(parts, tokens, settings: Optional[PruneSettings]):
+    n, df, cf = _sum_bow_stats(parts)
+    V = len(tokens)
+    if df is None:
+        df = np.zeros(V, np.int64)
+        cf = np.zeros(V, np.int64)
+    if settings is None:
+        return {"tokens": list(tokens), "df": df.tolist(), "cf": cf.tolist(), "num_docs": n,
+                "remap": None}
+    vocab, remap = bow_prune(tokens, df, cf, n, settings)
+    return {"tokens": vocab.tokens, "df": vocab.df.tolist(), "cf": vocab.cf.tolist(),
+            "num_docs": n, "remap": remap.tolist()}
+
+
+class _RemapBowFn(_CountingDoFn):
+    def __init__(self):
+        self._remap = None
+        self._record_id = None
+
+    def process(self, row, vocab_record):
+        if vocab_record.get("remap") is None:
+            yield row
+            return
+        if self._remap is None or self._record_id != id(vocab_record):
+            self._remap = np.asarray(vocab_record["remap"], np.int64)
+            self._record_id = id(vocab_record)
+        doc_id, title, label, wb, cb, n = row
+        w = np.frombuffer(wb, np.int32)
+        c = np.frombuffer(cb, np.int32)
+        nw = self._remap[w]
+        keep = nw >= 0
+        self._count("oov_tokens_dropped", int(c[~keep].sum()))
+        if not keep.any():
+            self._count("empty_after_pruning")
+            return
+        yield arrays_to_row(doc_id, title, label, nw[keep], c[keep])  # remap keeps order
+
+
+def _key_by_split(row: Row, holdout_fraction: float, seed: int):
+    u, order = doc_hash(row[0], seed)
+    split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+    return split, (order, row)
+
+
+def _assign_shard(kv, split_counts, num_shards: int, heldout_shards: int):
+    split, (order, row) = kv
+    requested = num_shards if split == dataset.TRAIN_SPLIT else heldout_shards
+    n = auto_num_shards(split_counts.get(split, 0), requested)
+    return (split, order % n, n), (order, row)
+
+
+class _WriteShardFn(beam.DoFn):
+    """``((split, index, n_shards), [(order, row), ...])`` -> one Parquet shard, rows sorted by
+    ``(order, doc_id)``; emits the shard's entry for the manifest."""
+
+    def __init__(self, output: str):
+        self._output = output
+
+    def process(self, kv, vocab_hash_value):
+        (split, index, n), items = kv
+        items = sorted(items, key=lambda it: (it[0], it[1][0]))
+        rows = [r for _, r in items]
+        table = rows_to_table(rows)
+        name = dataset.shard_name(index, n)
+        dataset.write_shard(dataset.join(self._output, split, name), table, vocab_hash_value)
+        Metrics.counter(NAMESPACE, "shards_written").inc()
+        yield {"split": split, "file": "%s/%s" % (split, name), "index": index, "n_shards": n,
+               "documents": len(rows), "tokens": int(sum(r[5] for r in rows))}
+
+
+def _write_vocabulary(record: dict, output: str) -> dict:
+    vocab = record_to_vocabulary(record)
+    vocab.write(dataset.join(output, dataset.VOCAB_FILE))
+    return {"size": len(vocab), "hash": vocab.hash, "num_docs": record.get("num_docs")}
+
+
+def _write_deadletters(records: list, output: str) -> dict:
+    records = sorted(records, key=lambda d: (str(d.get("source")), str(d.get("position")),
+                                             str(d.get("error"))))
+    files = []
+    if records:
+        path = dataset.join(output, dataset.DEADLETTER_DIR, DEADLETTER_FILE)
+        data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
+                       for r in records)
+        dataset.write_bytes_atomic(path, data.encode("utf-8"))
+        files.append("%s/%s" % (dataset.DEADLETTER_DIR, DEADLETTER_FILE))
+    return {"count": len(records), "files": files}
+
+
+def _finish(_, stats, shards, vocab_info, dead_info, settings, output):
+    """Write empty shards for indices that got no documents, then the manifest."""
+    splits = {}
+    for s in sorted(shards, key=lambda s: (s["split"], s["index"])):
+        splits.setdefault(s["split"], []).append(s)
+    empty_table = rows_to_table([])
+    for split, lst in splits.items():
+        n = lst[0]["n_shards"]
+        present = {s["index"] for s in lst}
+        for i in range(n):
+            if i not in present:
+                name = dataset.shard_name(i, n)
+                dataset.write_shard(dataset.join(output, split, name), empty_table,
+                                    vocab_info["hash"])
+                lst.append({"split": split, "file": "%s/%s" % (split, name), "index": i,
+                            "n_shards": n, "documents": 0, "tokens": 0})
+        lst.sort(key=lambda s: s["index"])
+    split_info = {}
+    for split in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
+        lst = splits.get(split, [])
+        split_info[split] = {"documents": sum(s["documents"] for s in lst),
+                             "tokens": sum(s["tokens"] for s in lst),
+                             "shards": [{"file": s["file"], "documents": s["documents"],
+                                         "tokens": s["tokens"]} for s in lst]}
+    stats = dict(stats)
+    settings = dict(settings)
+    kept = sum(v["documents"] for v in split_info.values())
+    counts = {
+        "documents_read": stats.get("documents_read", 0),
+        "documents_kept": kept,
+        "train_documents": split_info[dataset.TRAIN_SPLIT]["documents"],
+        "heldout_documents": split_info[dataset.HELDOUT_SPLIT]["documents"],
+        "empty_documents": stats.get("empty_documents", 0),
+        "too_short": stats.get("too_short", 0),
+        "empty_after_pruning": stats.get("empty_after_pruning", 0),
+        "skipped_pages": stats.get("skipped_pages", 0),
+        "dead_letters": dead_info["count"],
+        "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
+    }
+    manifest = {
+        "tool": "ldabeam vectorize",
+        "format_version": dataset.FORMAT_VERSION,
+        "inputs": settings.pop("_inputs"),
+        "settings": settings,
+        "counts": counts,
+        "tokens": {"total": sum(v["tokens"] for v in split_info.values()),
+                   dataset.TRAIN_SPLIT: split_info[dataset.TRAIN_SPLIT]["tokens"],
+                   dataset.HELDOUT_SPLIT: split_info[dataset.HELDOUT_SPLIT]["tokens"]},
+        "vocabulary": dict(vocab_info, file=dataset.VOCAB_FILE),
+        "splits": dict(split_info, method="blake2b('<seed>:<doc_id>') < holdout_fraction",
+                       holdout_fraction=settings["holdout_fraction"], seed=settings["seed"]),
+        "deadletter": dead_info,
+    }
+    dataset.write_manifest(output, manifest)
+    return manifest
+
+
+# ----------------------------------------------------------------------------- transforms
+
+class ReadWorkItems(beam.PTransform):
+    """``(input index, path, format)`` -> work items (main), dead letters, stats."""
+
+    def __init__(self, reader_options: dict, reshuffle: bool = True):
+        super().__init__()
+        self._reader_options = reader_options
+        self._reshuffle = reshuffle
+
+    def expand(self, inputs):
+        if self._reshuffle:
+            inputs = inputs | "SpreadInputs" >> beam.Reshuffle()
+        res = inputs | "Split" >> beam.ParDo(_ReadWorkItemsFn(self._reader_options)) \
+            .with_outputs(STATS, DEAD, main="items")
+        items = res.items
+        if self._reshuffle:
+            items = items | "SpreadItems" >> beam.Reshuffle()
+        return items, res[DEAD], res[STATS]
+
+
+class TokenizeDocuments(beam.PTransform):
+    """Work items -> token-count documents (or rows with a fixed vocabulary), vocabulary
+    partial statistics, dead letters and stats."""
+
+    def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
+                 fixed_vocab: Optional[str] = None):
+        super().__init__()
+        self._fn = _TokenizeFn(cfg, min_tokens, collect_vocab=fixed_vocab is None,
+                               fixed_vocab=fixed_vocab)
+
+    def expand(self, items):
+        res = items | "Tokenize" >> beam.ParDo(self._fn).with_outputs(
+            STATS, DEAD, VOCAB_STATS, main="docs")
+        return res.docs, res[VOCAB_STATS], res[DEAD], res[STATS]
+
+
+class ApplyVocabulary(beam.PTransform):
+    """Token-count documents + a vocabulary record -> rows (OOV dropped, empties counted)."""
+
+    def __init__(self, vocab_record):
+        super().__init__()
+        self._vocab = vocab_record
+
+    def expand(self, docs):
+        res = docs | "ToIds" >> beam.ParDo(_ApplyVocabularyFn(), AsSingleton(self._vocab)) \
+            .with_outputs(STATS, main="rows")
+        return res.rows, res[STATS]
+
+
+class WriteShards(beam.PTransform):
+    """Rows -> Parquet shards under ``output/{train,heldout}``; emits one dict per shard."""
+
+    def __init__(self, output: str, vocab_hash_value, holdout_fraction: float, seed: int,
+                 num_shards: int = 0, heldout_shards: int = 0):
+        super().__init__()
+        self._output = output
+        self._hash = vocab_hash_value
+        self._fraction = holdout_fraction
+        self._seed = seed
+        self._num_shards = num_shards
+        self._heldout_shards = heldout_shards
+
+    def expand(self, rows):
+        keyed = rows | "Split" >> beam.Map(_key_by_split, self._fraction, self._seed)
+        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], 1))
+                        | "CountSplits" >> beam.CombinePerKey(sum))
+        return (keyed
+                | "AssignShard" >> beam.Map(_assign_shard, AsDict(split_counts),
+                                            self._num_shards, self._heldout_shards)
+                | "GroupShards" >> beam.GroupByKey()
+                | "Write" >> beam.ParDo(_WriteShardFn(self._output), AsSingleton(self._hash)))
+
+
+class WriteDeadLetters(beam.PTransform):
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, dead):
+        return (dead | "Gather" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(_write_deadletters, self._output))
+
+
+# ----------------------------------------------------------------------------- driver
+
+def _settings_dict(opts: VectorizeOptions, inputs, vocab_source: str,
+                   pruning: Optional[PruneSettings]) -> dict:
+    s = asdict(opts)
+    pruning = None if pruning is None else dict(asdict(pruning),
+                                                keep_tokens=list(pruning.keep_tokens))
+    for k in ("inputs", "output", "overwrite", "reshuffle"):
+        s.pop(k)
+    for k in ("no_below", "no_above", "keep_n", "keep_tokens"):
+        s.pop(k)
+    s["vocabulary_source"] = vocab_source
+    s["pruning"] = pruning
+    s["_inputs"] = [{"path": p, "format": f} for p, f in inputs]
+    return s
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    manifest = dataset.join(output, dataset.MANIFEST_FILE)
+    existing = [dataset.join(output, d) for d in
+                (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT, dataset.DEADLETTER_DIR)]
+    if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
+        return
+    if not overwrite:
+        raise ValueError("output %s already holds a dataset; pass --overwrite to replace it "
+                         "or choose another --output" % output)
+    if dataset.is_remote(output):
+        from apache_beam.io.filesystems import FileSystems
+        FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
+    else:
+        import shutil
+        for p in existing:
+            if os.path.exists(p):
+                shutil.rmtree(p)
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+
+
+def pipeline_options(beam_argv: Sequence[str]) -> PipelineOptions:
+    """Beam options with the runner set explicitly (DirectRunner, in-process by default; the
+    unnamed default would first try to download the Prism runner)."""
+    argv = list(beam_argv or [])
+    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
+        argv.append("--runner=DirectRunner")
+    if not any(a.startswith("--direct_running_mode") for a in argv):
+        argv.append("--direct_running_mode=in_memory")
+    return PipelineOptions(argv)
+
+
+def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
+    """Expand the input globs; fail at once (InputError / ValueError naming it) on an unusable
+    input or an unsupported mix."""
+    from pipelines import text_sources as ts
+    if opts.format not in ts.FORMATS:
+        raise ValueError("unsupported --format %r (expected one of %s)"
+                         % (opts.format, ", ".join(ts.FORMATS)))
+    inputs = ts.expand_inputs(opts.inputs, opts.format)
+    if not inputs:
+        raise ValueError("the inputs %s match no file" % ", ".join(opts.inputs))
+    fmts = {f for _, f in inputs}
+    if fmts & set(BOW_FORMATS):
+        if len(inputs) != 1:
+            raise ValueError("bag-of-words input (%s) must be a single corpus file, got %d "
+                             "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
+                                             ", ".join(p for p, _ in inputs)))
+    for path, fmt in inputs[:PREFLIGHT_INPUTS]:
+        preflight(path, fmt, opts.reader_options())
+    return inputs
+
+
+def preflight(path: str, fmt: str, reader_options: dict) -> None:
+    """Open ``path`` and read its first record so that a wholly unusable input (missing, not
+    a dump, not an archive) fails before any pipeline work, with a message naming it."""
+    from pipelines import text_sources as ts
+    if fmt in BOW_FORMATS:
+        return   # read_bow_vocab / the header check happen in build_pipeline
+    gen = (ts.iter_wiki_page_chunks(path) if fmt == "wiki"
+           else ts.read_documents(path, fmt, **reader_options))
+    try:
+        next(gen, None)
+    finally:
+        gen.close()
+
+
+def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
+    """Add the whole vectorize job to ``p``; returns the manifest PCollection."""
+    output = opts.output
+    fmt0 = inputs[0][1]
+    is_bow = fmt0 in BOW_FORMATS
+    stats_parts = []
+    dead_parts = []
+
+    if is_bow:
+        from pipelines import bow_sources
+        path, fmt = inputs[0]
+        tokens = bow_sources.read_bow_vocab(path, fmt, opts.vocab)
+        settings = opts.prune_settings() if opts.pruning_requested() else None
+        res = (p | "Inputs" >> beam.Create([(0, path, fmt)])
+               | "ReadBow" >> beam.ParDo(_ReadBowFn(len(tokens)))
+               .with_outputs(STATS, DEAD, VOCAB_STATS, main="rows"))
+        stats_parts.append(res[STATS])
+        dead_parts.append(res[DEAD])
+        vocab_record = (res[VOCAB_STATS] | "GatherBowStats" >> beam.combiners.ToList()
+                        | "BowVocab" >> beam.Map(_bow_vocab_record, tokens, settings))
+        remapped = res.rows | "Remap" >> beam.ParDo(_RemapBowFn(), AsSingleton(vocab_record)) \
+            .with_outputs(STATS, main="rows")
+        rows = remapped.rows
+        stats_parts.append(remapped[STATS])
+        vocab_source = "bag-of-words vocabulary" + (" (pruned)" if settings else "")
+        pruning = settings
+    else:
+        cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+        min_tokens = {i: opts.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
+        items, dead, st = (p | "Inputs" >> beam.Create([(i, path, f) for i, (path, f)
+                                                        in enumerate(inputs)])
+                           | "Read" >> ReadWorkItems(opts.reader_options(), opts.reshuffle))
+        stats_parts.append(st)
+        dead_parts.append(dead)
+        docs, vstats, dead, st = items | "Tokenize" >> TokenizeDocuments(
+            cfg, min_tokens, fixed_vocab=opts.vocab)
+        stats_parts.append(st)
+        dead_parts.append(dead)
+        if opts.vocab:
+            fixed = dataset.Vocabulary.read(opts.vocab)
+            vocab_record = p | "FixedVocab" >> beam.Create(
+                [{"tokens": fixed.tokens, "df": fixed.df.tolist(), "cf": fixed.cf.tolist(),
+                  "num_docs": None}])
+            rows = docs
+            vocab_source = "fixed: %s" % opts.vocab
+            pruning = None
+        else:
+            num_docs = (st | "VocabDocs" >> beam.Filter(lambda kv: kv[0] == "vocab_documents")
+                        | "Values" >> beam.Map(lambda kv: kv[1])
+                        | "NumDocs" >> beam.CombineGlobally(sum))
+            vocab_record = vstats | "Vocabulary" >> BuildVocabulary(num_docs,
+                                                                     opts.prune_settings())
+            rows, st2 = docs | "Apply" >> ApplyVocabulary(vocab_record)
+            stats_parts.append(st2)
+            vocab_source = "built"
+            pruning = opts.prune_settings()
+
+    vocab_info = vocab_record | "WriteVocab" >> beam.Map(_write_vocabulary, output)
+    vhash = vocab_info | "Hash" >> beam.Map(lambda v: v["hash"])
+    shards = rows | "Shards" >> WriteShards(output, vhash, opts.holdout_fraction, opts.seed,
+                                            opts.num_shards, opts.heldout_shards)
+    dead_info = (tuple(dead_parts) | "AllDead" >> beam.Flatten()
+                 | "DeadLetters" >> WriteDeadLetters(output))
+    stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
+             | "SumStats" >> beam.CombinePerKey(sum) | "StatsDict" >> beam.combiners.ToDict())
+    settings = _settings_dict(opts, inputs, vocab_source, pruning)
+    return (p | "Start" >> beam.Create([None])
+            | "Manifest" >> beam.Map(_finish, AsSingleton(stats), AsList(shards),
+                                     AsSingleton(vocab_info), AsSingleton(dead_info),
+                                     settings, output))
+
+
+def _load_stopwords(spec):
+    from pipelines.tokenize import load_stopwords
+    return load_stopwords(spec)
+
+
+def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
+    """Run the pipeline to completion; returns the manifest."""
+    opts.validate()
+    inputs = resolve_inputs(opts)
+    if opts.vocab and inputs[0][1] not in BOW_FORMATS:
+        dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
+    _prepare_output(opts.output, opts.overwrite)
+    logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
+                ", ".join(sorted({f for _, f in inputs})), opts.output)
+    with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
+        build_pipeline(p, opts, inputs)
+    return dataset.read_manifest(opts.output)
+
+
+def summary(manifest: dict, output: str) -> str:
+    c = manifest["counts"]
+    v = manifest["vocabulary"]
+    s = manifest["splits"]
+    lines = [
+        "documents: %d read, %d kept (train %d, heldout %d), %d empty, %d too short, "
+        "%d empty after pruning, %d skipped pages, %d dead-lettered"
+        % (c["documents_read"], c["documents_kept"], c["train_documents"],
+           c["heldout_documents"], c["empty_documents"], c["too_short"],
+           c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
+        "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d"
+        % (manifest["tokens"]["total"], manifest["tokens"]["train"],
+           manifest["tokens"]["heldout"], c["oov_tokens_dropped"]),
+        "vocabulary: V = %d, hash %s" % (v["size"], v["hash"]),
+        "output: %s (%d train shard(s), %d heldout shard(s)%s)"
+        % (output, len(s["train"]["shards"]), len(s["heldout"]["shards"]),
+           ", dead letters in %s" % ", ".join(manifest["deadletter"]["files"])
+           if manifest["deadletter"]["files"] else ""),
+    ]
+    return "\n".join(lines)
+
+
+def run(argv=None) -> int:
+    """``python -m pipelines.vectorize ...``: the same as ``ldabeam vectorize ...``."""
+    import argparse
+    from pipelines.commands import vectorize as cmd
+    parser = argparse.ArgumentParser(prog="ldabeam vectorize")
+    cmd.add_arguments(parser)
+    args, beam_argv = parser.parse_known_args(argv)
+    return cmd.run(args, beam_argv)
+
+
+if __name__ == "__main__":
+    import sys
+    logging.basicConfig(level=logging.INFO)
+    sys.exit(run())
