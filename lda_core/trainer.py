@@ -150,6 +150,14 @@ def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
         yield mb
 
 
+def resume_position(state) -> int:
+    """Minibatches of the seeded order already consumed by the run that wrote ``state``
+    (``info["trainer"]["minibatches_done"]``; ``state.step`` for states written elsewhere).
+    It differs from ``state.step`` only when a minibatch held no non-empty document."""
+    tr = (state.info or {}).get("trainer") or {}
+    return int(tr.get("minibatches_done", state.step))
+
+
 def _position(algorithm, start_step: Optional[int]) -> int:
     if start_step is not None:
         return int(start_step)
@@ -196,7 +204,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     if not (rel_tol > 0):
         raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
     sequential = hasattr(algorithm, "process") and not hasattr(algorithm, "local_step")
-    accumulate = bool(getattr(algorithm, "accumulate_passes", False))
+    accumulate = bool(getattr(algorithm, "accumulate_passes",
+                              getattr(algorithm, "name", None) == "batch-vb"))
     step = _position(algorithm, start_step)
     steps_run = 0
     last_metrics: Dict[str, float] = {}
@@ -224,6 +233,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
         if checkpoint_store is None or last_ckpt_step == step:
             return None
         state = algorithm.to_state()
+        if sequential and not state.step:
+            state.step = step   # checkpoints are named by step
         info = dict(state.info or {})
         info["trainer"] = dict(minibatches_done=step, docs_seen=docs_seen(),
                                wall_time=time.time())
@@ -257,6 +268,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
             bar.close()
         raise TrainingError(msg)
 
+    elbo_before = None
     pending = None  # batch VB: statistics merged over the current pass
     pending_docs = 0
     bpp = getattr(minibatches, "batches_per_pass", None)
@@ -277,6 +289,10 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                 if mb.batch_index != bpp - 1:
                     continue
                 stats, pending, pending_docs = pending, None, 0
+                # ELBO of the state *before* this step (γ fit by this pass's E-step): the
+                # sequence lags one pass but costs no extra pass over the corpus
+                if hasattr(algorithm, "topic_term") and hasattr(stats, "score"):
+                    elbo_before = float(stats.score) + float(algorithm.topic_term())
             elif max_steps is not None and step >= max_steps:
                 break
             else:
@@ -288,21 +304,25 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                     info = algorithm.global_step(stats) or {}
             except (ValueError, FloatingPointError, ArithmeticError) as e:
                 fail(mb, str(e))
+            if accumulate and elbo_before is not None:
+                info["elbo"] = elbo_before
             bad = [k for k in ("rho", "mean_change", "elbo", "score") if not _finite(info.get(k))]
             if bad:
                 fail(mb, "the step produced non-finite %s" % ", ".join(bad))
-            step = int(getattr(algorithm, "step", step + 1)) if not sequential else step + 1
+            step += 1   # minibatches consumed (== t unless a minibatch was all empty)
             steps_run += 1
-            rec = dict(event="step", step=step, pass_index=mb.pass_index, batch=mb.batch_index,
+            rec = dict(event="step", step=step, t=getattr(algorithm, "step", step),
+                       pass_index=mb.pass_index, batch=mb.batch_index,
                        docs_seen=docs_seen(), docs=info.get("docs", mb.batch.n_docs),
                        tokens=info.get("tokens"), empty=info.get("empty", info.get("n_empty")),
                        capped=info.get("capped", info.get("n_capped")), rho=info.get("rho"),
                        mean_change=info.get("mean_change"))
-            for k in ("elbo", "alpha", "eta"):
+            for k in ("elbo", "bound", "alpha", "eta", "skipped"):
                 if k in info and np.ndim(info[k]) == 0:
                     rec[k] = info[k]
             if accumulate and info.get("elbo") is not None:
                 elbo = float(info["elbo"])
+                rec["elbo"] = elbo
                 if prev_elbo is not None:
                     rel = abs(elbo - prev_elbo) / max(abs(prev_elbo), 1e-300)
                     rec["elbo_rel_change"] = rel

@@ -1,0 +1,120 @@
+"""``ldabeam evaluate``: held-out metrics of a trained model, printed as one JSON object.
+
+    ldabeam evaluate --model MODEL_DIR --shards HELDOUT_DIR [--labels] [--train-shards DIR]
+
+* document completion (``completion_ll_per_token``, ``completion_perplexity``): each held-out
+  document's tokens are shuffled (seeded) and halved; θ is fit on the first half, the score is
+  the log-likelihood per token of the second half — the protocol of ``../shared/bench``;
+* ``per_word_bound`` / ``perplexity_bound`` (VB algorithms): paper eq. 16, a bound, not a
+  perplexity estimate;
+* UMass coherence of the top words (``umass_mean_sum`` per topic, ``umass_mean_pair`` per
+  pair) on the training shards (``--train-shards``, or the dataset's train split);
+* ``nmi`` with ``--labels``: normalised mutual information between the documents' labels and
+  their most probable topic.
+
+HELDOUT_DIR may be a dataset directory (its ``heldout`` split is used), a directory of shards
+or a glob. The shards' vocabulary hash must equal the model's.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from pipelines import dataset
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", metavar="MODEL_DIR", default=None,
+                   help="model directory written by `ldabeam train` (required)")
+    p.add_argument("--shards", metavar="HELDOUT_DIR", default=None,
+                   help="held-out documents: a dataset directory (its heldout split), a "
+                        "directory of shards, or a glob (required)")
+    p.add_argument("--split", default=None,
+                   help="split of a dataset directory to evaluate on (default heldout)")
+    p.add_argument("--labels", action="store_true",
+                   help="also report NMI between the shards' labels and the argmax topic")
+    p.add_argument("--train-shards", default=None, metavar="DIR",
+                   help="documents for UMass coherence (default: the dataset's train split "
+                        "when --shards is a dataset directory; 'none' to skip)")
+    p.add_argument("--max-docs", type=int, default=None,
+                   help="evaluate on at most this many held-out documents")
+    p.add_argument("--coherence-max-docs", type=int, default=50000,
+                   help="UMass co-occurrence counts from at most this many training documents")
+    p.add_argument("--top", type=int, default=10, help="top words per topic for coherence")
+    p.add_argument("--seed", type=int, default=0, help="seed of the document-completion split")
+
+
+def _is_dataset(path: str) -> bool:
+    return dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)) or \
+        dataset.exists(dataset.join(path, dataset.TRAIN_SPLIT))
+
+
+def run(args, beam_argv) -> int:
+    from lda_core import evaluation
+    from lda_core.trainer import HeldOut, evaluate
+    from pipelines.commands.export import load_model
+    from pipelines.shard_stream import read_docs
+    if not args.shards:
+        raise ValueError("--shards HELDOUT_DIR is required")
+    for name in ("max_docs", "coherence_max_docs", "top"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+    algo, state, vocab = load_model(args.model)
+    split = args.split or dataset.HELDOUT_SPLIT
+    files = dataset.resolve_shards(args.shards, split=split)
+    dataset.check_vocab_hash(files, state.vocab_hash)
+    train_files = None
+    if args.train_shards not in (None, "none"):
+        train_files = dataset.resolve_shards(args.train_shards)
+    elif args.train_shards is None and _is_dataset(args.shards):
+        try:
+            train_files = dataset.resolve_shards(args.shards, split=dataset.TRAIN_SPLIT)
+        except FileNotFoundError:
+            train_files = None
+    if train_files is not None:
+        dataset.check_vocab_hash(train_files, state.vocab_hash)
+
+    t0 = time.time()
+    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs)
+    n_all = docs.n_docs
+    heldout = HeldOut.from_batch(docs, seed=args.seed)
+    if heldout.docs.n_docs == 0:
+        raise ValueError("the held-out shards %s hold no non-empty documents" % args.shards)
+    out = dict(model=args.model, algorithm=state.algorithm, n_topics=state.n_topics,
+               n_words=state.n_words, step=state.step, docs_seen=state.docs_seen,
+               heldout_shards=args.shards, heldout_docs=int(heldout.docs.n_docs),
+               heldout_empty_docs=int(n_all - heldout.docs.n_docs),
+               heldout_tokens=int(heldout.docs.n_tokens),
+               completion_tokens=int(heldout.second.n_tokens), split_seed=args.seed)
+    out.update(evaluate(algo, heldout))
+    phi = algo.topic_word()
+    if train_files is not None:
+        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs)
+        coh = evaluation.umass_coherence(phi, ref, topn=args.top)
+        out["umass_mean_sum"] = float(coh["mean_sum"])
+        out["umass_mean_pair"] = float(coh["mean_pair"])
+        out["umass_docs"] = int(ref.n_docs)
+    if args.labels:
+        labels = heldout.docs.labels
+        if labels is None or all(l is None for l in labels):
+            raise ValueError("--labels: the shards at %s carry no labels" % args.shards)
+        keep = [i for i, l in enumerate(labels) if l is not None]
+        theta = algo.infer(heldout.docs)
+        pred = np.asarray(theta).argmax(axis=1)[keep]
+        out["nmi"] = float(evaluation.normalized_mutual_information(
+            [labels[i] for i in keep], pred.tolist()))
+        out["nmi_docs"] = len(keep)
+    if vocab is not None:
+        tops = evaluation.top_words(phi, vocab.tokens, n=min(args.top, 10))
+        out["top_words_first5"] = [" ".join(str(w) for w, _ in t) for t in tops[:5]]
+    out["eval_seconds"] = time.time() - t0
+    json.dump(out, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,380 @@
+"""``ldabeam train``: train a topic model on shards, with checkpoints, resume and a run log.
+
+    ldabeam train --shards SHARD_DIR --output MODEL_DIR --topics K [--algorithm online-vb]
+                  [--minibatch S] [--passes N] [--seed N] [--resume] [--runner inprocess]
+
+The model directory receives ``vocab.tsv`` (copied from the dataset, so topics print as
+words), ``checkpoints/`` (one complete topic state per published step, ``LATEST`` pointer) and
+``run_log.jsonl`` (one JSON record per global step). Everything the command can check is
+checked before any training work: the output option, the shard set, the vocabulary hash of
+every shard (against the model's when resuming), and a resumed checkpoint's algorithm, K and V.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+import shutil
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from pipelines import dataset
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ALGORITHM = "online-vb"
+BATCH_MAX_PASSES = 100   # batch-vb: cap on iterations (it stops at a relative ELBO change < tol)
+
+# where each algorithm comes from (shown in --help)
+PAPERS = {
+    "online-vb": "Hoffman, Blei & Bach 2010, Online learning for LDA",
+    "batch-vb": "Hoffman, Blei & Bach 2010 (batch case: S = D, rho = 1; Blei, Ng & Jordan 2003)",
+    "scvb0": "Foulds, Boyles, DuBois, Smyth & Welling 2013, Stochastic collapsed VB",
+    "sparse-gibbs-vb": "Mimno, Hoffman & Blei 2012, Sparse stochastic inference",
+    "gibbs": "Griffiths & Steyvers 2004, Finding scientific topics (collapsed Gibbs)",
+    "o-lda": "Canini, Shi & Griffiths 2009, Online inference of topics",
+    "incremental-gibbs": "Canini, Shi & Griffiths 2009, Online inference of topics",
+    "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
+}
+
+# command-line option (dest) -> constructor keyword of the algorithm classes
+ALGO_OPTIONS = {
+    "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
+    "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
+    "optimize_eta": "optimize_eta",
+}
+_HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
+           "n_threads"}
+
+
+def _algorithm_help() -> str:
+    from lda_core.algorithm import available_algorithms, algorithm_class
+    parts = []
+    for name in available_algorithms():
+        defaults = ""
+        try:
+            cls = algorithm_class(name)
+            sig = inspect.signature(cls.__init__)
+            kv = ["%s=%s" % (p.name, p.default) for p in sig.parameters.values()
+                  if p.name not in _HIDDEN and p.default is not inspect.Parameter.empty
+                  and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            defaults = "; defaults " + ", ".join(kv) if kv else ""
+        except Exception as e:  # a half-installed algorithm must not break --help
+            defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
+        parts.append("%s [%s%s]" % (name, PAPERS.get(name, "?"), defaults))
+    return "; ".join(parts) or "none installed"
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("data and model")
+    g.add_argument("--shards", metavar="SHARD_DIR",
+                   help="dataset directory written by `ldabeam vectorize` (its train split), a "
+                        "directory of .parquet shards, or a glob (required)")
+    g.add_argument("--output", metavar="MODEL_DIR",
+                   help="model directory: vocab.tsv, checkpoints/, run_log.jsonl (required)")
+    g.add_argument("--vocab", metavar="VOCAB_TSV", default=None,
+                   help="vocabulary file when SHARD_DIR is not a dataset directory "
+                        "(default: SHARD_DIR/vocab.tsv or its parent's)")
+    g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
+                   help="number of topics (required unless --resume)")
+    g.add_argument("--algorithm", default=None,
+                   help="training algorithm (default %s; with --resume: the checkpoint's). "
+                        "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in MODEL_DIR (same order, same "
+                        "result as an uninterrupted run)")
+    g = p.add_argument_group("schedule")
+    g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
+                   help="documents per minibatch (default 256; batch-vb: documents read at a "
+                        "time, the step still uses all D)")
+    g.add_argument("--passes", type=int, default=None,
+                   help="passes over the corpus (default 1; batch-vb: maximum iterations, "
+                        "default %d)" % BATCH_MAX_PASSES)
+    g.add_argument("--seed", type=int, default=None,
+                   help="seed of the minibatch order and of every random draw (default 0)")
+    g.add_argument("--rel-tol", type=float, default=1e-5,
+                   help="batch-vb: stop when the relative ELBO change falls below this")
+    g.add_argument("--max-steps", type=int, default=None,
+                   help="stop when the global step reaches this number (absolute, so a "
+                        "resumed run stops where an uninterrupted one would)")
+    g = p.add_argument_group("algorithm settings (default: the algorithm's own)")
+    g.add_argument("--kappa", type=float, default=None,
+                   help="learning-rate decay, rho_t = (tau0 + t)^-kappa, kappa in (0.5, 1]")
+    g.add_argument("--tau0", type=float, default=None, help="learning-rate delay tau0 >= 0")
+    g.add_argument("--alpha", type=float, default=None, help="document-topic prior (> 0)")
+    g.add_argument("--eta", type=float, default=None, help="topic-word prior (> 0)")
+    g.add_argument("--max-iter", type=int, default=None,
+                   help="cap on E-step iterations per document")
+    g.add_argument("--tol", type=float, default=None,
+                   help="E-step convergence threshold (mean absolute change of gamma)")
+    g.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                   help="E-step floating point type (sums are always float64)")
+    g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+    g.add_argument("--optimize-alpha", action="store_true", default=None,
+                   help="online Newton updates of alpha")
+    g.add_argument("--optimize-eta", action="store_true", default=None,
+                   help="online Newton updates of eta")
+    g = p.add_argument_group("evaluation, checkpoints, logging")
+    g.add_argument("--heldout", default="auto", metavar="SHARD_DIR_OR_SPLIT",
+                   help="held-out documents for evaluation: 'auto' (the dataset's heldout split "
+                        "if it has one), 'none', a split name of the dataset, or a shard path")
+    g.add_argument("--heldout-max-docs", type=int, default=2000,
+                   help="evaluate on at most this many held-out documents")
+    g.add_argument("--eval-every", type=int, default=50,
+                   help="evaluate every N global steps (0: only at the end)")
+    g.add_argument("--checkpoint-every", type=int, default=100,
+                   help="publish a checkpoint every N global steps (0: only at the end)")
+    g.add_argument("--keep-checkpoints", type=int, default=3,
+                   help="keep the N newest checkpoints (0: keep all)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("runner")
+    g.add_argument("--runner", default="inprocess",
+                   help="inprocess (this process, numba threads), or a Beam runner "
+                        "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...) "
+                        "handled by pipelines.beam_train")
+    g.add_argument("--minibatches-per-window", type=int, default=None,
+                   help="Beam runners: minibatches per pipeline run")
+    g.add_argument("--unroll", action="store_true",
+                   help="Beam runners: chain the window's minibatches inside one pipeline")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def find_vocab(shards: str, explicit: Optional[str]) -> str:
+    """The vocab.tsv that belongs to SHARD_DIR."""
+    if explicit:
+        return explicit
+    cands = []
+    if not any(ch in shards for ch in "*?[") and not shards.endswith(".parquet"):
+        cands.append(dataset.join(shards, dataset.VOCAB_FILE))
+    base = shards.rstrip("/")
+    for _ in range(2):
+        base = os.path.dirname(base) if not dataset.is_remote(base) else base.rsplit("/", 1)[0]
+        if base:
+            cands.append(dataset.join(base, dataset.VOCAB_FILE))
+    for c in cands:
+        if dataset.exists(c):
+            return c
+    raise FileNotFoundError("no vocabulary found for %s (looked for %s); pass --vocab"
+                            % (shards, ", ".join(cands)))
+
+
+def resolve_heldout(shards: str, heldout: str) -> Optional[List[str]]:
+    """Shard files of the held-out set named by ``--heldout`` (None for no evaluation)."""
+    if heldout in (None, "", "none"):
+        return None
+    is_dataset = dataset.exists(dataset.join(shards, dataset.MANIFEST_FILE)) or \
+        dataset.exists(dataset.join(shards, dataset.TRAIN_SPLIT))
+    if heldout == "auto":
+        if not is_dataset:
+            return None
+        try:
+            return dataset.resolve_shards(shards, split=dataset.HELDOUT_SPLIT)
+        except FileNotFoundError:
+            return None
+    if is_dataset and "/" not in heldout and not dataset.exists(heldout):
+        return dataset.resolve_shards(shards, split=heldout)
+    return dataset.resolve_shards(heldout, split=dataset.HELDOUT_SPLIT)
+
+
+def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[str, Any],
+                    batch_size: int, corpus_size: int, seed: int, vocab_hash: str,
+                    corpus_tokens=None):
+    """Construct algorithm ``name``; ``settings`` (option dest -> value, None = not given)
+    are passed when the class accepts them, and an explicitly given one it does not accept is
+    an error naming the option."""
+    from lda_core.algorithm import algorithm_class
+    cls = algorithm_class(name)
+    params = inspect.signature(cls.__init__).parameters
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    kw: Dict[str, Any] = {}
+    base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
+                vocab_hash=vocab_hash)
+    if "corpus_tokens" in params and corpus_tokens is not None:
+        base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
+    for k, v in base.items():
+        if k in params or var_kw:
+            kw[k] = v
+    for dest, v in settings.items():
+        if v is None:
+            continue
+        kwname = ALGO_OPTIONS[dest]
+        if kwname not in params and not var_kw:
+            raise ValueError("--%s does not apply to algorithm %s"
+                             % (dest.replace("_", "-"), name))
+        kw[kwname] = v
+    return cls(n_topics, n_words, **kw)
+
+
+def _run_params(state) -> Dict[str, Any]:
+    return dict((state.info or {}).get("run") or {})
+
+
+# ------------------------------------------------------------------------------------ command
+
+def run(args, beam_argv) -> int:
+    from lda_core.checkpoint import CheckpointStore
+    t_setup = time.time()
+    if not args.output:
+        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+    if not args.shards:
+        raise ValueError("--shards SHARD_DIR is required (a dataset written by "
+                         "`ldabeam vectorize`)")
+    for name in ("topics", "minibatch", "passes", "max_iter", "threads",
+                 "heldout_max_docs", "minibatches_per_window"):
+        v = getattr(args, name, None)
+        if v is not None and v < 1:
+            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+    if not args.rel_tol > 0:
+        raise ValueError("--rel-tol must be > 0, got %r" % args.rel_tol)
+    for name in ("eval_every", "checkpoint_every", "keep_checkpoints", "seed", "max_steps"):
+        v = getattr(args, name, None)
+        if v is not None and v < 0:
+            raise ValueError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
+
+    # --- data: shards, vocabulary and its hash (cheap: Parquet footers only) ---------------
+    files = dataset.resolve_shards(args.shards)
+    shard_hash = dataset.check_vocab_hash(files, None)
+    vocab_path = find_vocab(args.shards, args.vocab)
+    vocab = dataset.Vocabulary.read(vocab_path)
+    if vocab.hash != shard_hash:
+        raise ValueError("vocabulary %s has hash %s but the shards were vectorised with %s"
+                         % (vocab_path, vocab.hash, shard_hash))
+
+    # --- model directory: fresh or resumed ---------------------------------------------------
+    keep = args.keep_checkpoints or None
+    store = CheckpointStore(args.output, keep_last=keep)
+    state = None
+    if args.resume:
+        state = store.latest()
+        if state is None:
+            raise ValueError("--resume: no checkpoint in %s to resume from" % args.output)
+        state.validate(algorithm=args.algorithm, n_topics=args.topics, n_words=len(vocab),
+                       vocab_hash=shard_hash)
+    elif os.path.isdir(args.output) and store.list_checkpoints():
+        raise ValueError("%s already holds checkpoints; pass --resume to continue that run or "
+                         "choose another --output" % args.output)
+    elif args.topics is None:
+        raise ValueError("--topics K is required")
+    prev = _run_params(state) if state is not None else {}
+    algorithm = args.algorithm or (state.algorithm if state is not None else DEFAULT_ALGORITHM)
+    minibatch, seed = args.minibatch, args.seed
+    if state is not None:
+        for opt, val, key in (("--minibatch", minibatch, "minibatch"), ("--seed", seed, "seed")):
+            before = prev.get(key, state.params.get("batch_size" if key == "minibatch"
+                                                    else "seed"))
+            if val is not None and before is not None and int(val) != int(before):
+                raise ValueError("%s %d differs from the checkpoint's %d: a resumed run must "
+                                 "keep the minibatch order" % (opt, val, before))
+        minibatch = minibatch if minibatch is not None else prev.get(
+            "minibatch", state.params.get("batch_size"))
+        seed = seed if seed is not None else prev.get("seed", state.params.get("seed"))
+    minibatch = int(minibatch if minibatch is not None else 256)
+    seed = int(seed if seed is not None else 0)
+    passes = int(args.passes if args.passes is not None else
+                 prev.get("passes", BATCH_MAX_PASSES if algorithm == "batch-vb" else 1))
+
+    from pipelines.shard_stream import ShardStream, read_docs
+    stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
+                         expected_vocab_hash=shard_hash)
+    heldout_files = resolve_heldout(args.shards, args.heldout)
+    if heldout_files is not None:
+        dataset.check_vocab_hash(heldout_files, shard_hash)
+
+    settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
+    run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
+                    else args.shards, minibatch=minibatch, seed=seed, passes=passes,
+                    n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
+                    algorithm=algorithm)
+
+    # --- runner dispatch ---------------------------------------------------------------------
+    if args.runner.lower() not in ("inprocess", "in-process", "local"):
+        if importlib.util.find_spec("pipelines.beam_train") is None:
+            raise ValueError("--runner %s needs the Beam trainer (pipelines/beam_train.py), "
+                             "which is not in this installation; use --runner inprocess"
+                             % args.runner)
+    # --- the algorithm: fresh or from the checkpoint ----------------------------------------
+    if state is not None:
+        from lda_core.algorithm import algorithm_class
+        given = [k for k, v in settings.items() if v is not None]
+        if given:
+            logger.warning("--resume: %s ignored, the checkpoint's settings are used",
+                           ", ".join("--" + g.replace("_", "-") for g in given))
+        algo = algorithm_class(state.algorithm).from_state(state)
+        logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
+                    state.step, state.docs_seen)
+    else:
+        algo = build_algorithm(algorithm, args.topics, len(vocab), settings=settings,
+                               batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
+                               vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
+
+    from lda_core.trainer import resume_position
+    start = resume_position(state) if state is not None else 0
+    if algorithm == "batch-vb":
+        start = None   # one step per pass: the algorithm's step is its position
+    heldout = None
+    if heldout_files is not None:
+        from lda_core.trainer import HeldOut
+        heldout = HeldOut.from_batch(read_docs(heldout_files, shard_hash,
+                                               max_docs=args.heldout_max_docs), seed=seed)
+        if heldout.docs.n_docs == 0:
+            heldout = None
+
+    os.makedirs(args.output, exist_ok=True)
+    dst_vocab = os.path.join(args.output, dataset.VOCAB_FILE)
+    if not os.path.exists(dst_vocab):
+        if dataset.is_remote(vocab_path):
+            vocab.write(dst_vocab)
+        else:
+            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
+            os.replace(dst_vocab + ".tmp", dst_vocab)
+
+    from lda_core.run_log import RUN_LOG_FILE, RunLog
+    run_log = RunLog(os.path.join(args.output, RUN_LOG_FILE))
+    logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
+                "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
+                passes, stream.total_steps, seed, len(files), time.time() - t_setup)
+    try:
+        if args.runner.lower() in ("inprocess", "in-process", "local"):
+            from lda_core.trainer import train
+            res = train(algo, stream, heldout=heldout, eval_every=args.eval_every,
+                        checkpoint_store=store, checkpoint_every=args.checkpoint_every,
+                        run_log=run_log, progress=not args.no_progress,
+                        max_steps=args.max_steps, total_steps=stream.total_steps,
+                        start_step=start, rel_tol=args.rel_tol, run_info=run_info)
+        else:
+            beam_train = importlib.import_module("pipelines.beam_train")
+            res = beam_train.train(
+                algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
+                minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
+                heldout=heldout, eval_every=args.eval_every, checkpoint_store=store,
+                checkpoint_every=args.checkpoint_every, run_log=run_log,
+                resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
+                beam_argv=list(beam_argv) + ["--runner", args.runner])
+    finally:
+        run_log.close()
+    _print_summary(args, algorithm, algo, stream, res)
+    return 0
+
+
+def _print_summary(args, algorithm, algo, stream, res) -> None:
+    step = getattr(res, "step", getattr(algo, "step", None))
+    out = sys.stdout
+    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %d passes planned"
+          % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
+             stream.passes), file=out)
+    if res is not None and hasattr(res, "elapsed"):
+        print("  step %s (%d this run), %d documents seen, %.1f s"
+              % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)
+        m = res.metrics or {}
+        if "completion_ll_per_token" in m:
+            print("  held-out document completion: %.4f log-likelihood/token (perplexity %.1f)"
+                  % (m["completion_ll_per_token"], m["completion_perplexity"]), file=out)
+        if "per_word_bound" in m:
+            print("  held-out per-word bound (eq. 16): %.4f (perplexity bound %.1f)"
+                  % (m["per_word_bound"], m["perplexity_bound"]), file=out)
+        if res.checkpoint:
+            print("  checkpoint: %s" % res.checkpoint, file=out)
+    print("  model: %s (vocab.tsv, checkpoints/, run_log.jsonl)" % args.output, file=out)
