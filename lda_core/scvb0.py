@@ -108,9 +108,24 @@ class SCVB0(StochasticAlgorithm):
                  batch_size: int = 100, corpus_tokens: Optional[int] = None, seed: int = 0,
                  burn_in: int = 1, s_phi: float = 10.0, tau_phi: float = 1000.0,
                  kappa_phi: float = 0.9, s_theta: float = 1.0, tau_theta: float = 10.0,
-                 kappa_theta: float = 0.9, dtype=np.float64, vocab_hash: Optional[str] = None,
-                 n_threads: Optional[int] = None, infer_passes: int = 5,
-                 shuffle_tokens: bool = True, renorm_below: float = 1e-8, _init: bool = True):
+                 kappa_theta: float = 0.9, dtype: str = "float64",
+                 vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
+                 infer_passes: int = 5, shuffle_tokens: bool = True, renorm_below: float = 1e-8):
+        self._configure(n_topics, n_words, alpha=alpha, eta=eta, batch_size=batch_size,
+                        corpus_tokens=corpus_tokens, seed=seed, burn_in=burn_in, s_phi=s_phi,
+                        tau_phi=tau_phi, kappa_phi=kappa_phi, s_theta=s_theta,
+                        tau_theta=tau_theta, kappa_theta=kappa_theta, dtype=dtype,
+                        vocab_hash=vocab_hash, n_threads=n_threads, infer_passes=infer_passes,
+                        shuffle_tokens=shuffle_tokens, renorm_below=renorm_below)
+        # Algorithm 2: "randomly initialize N^Φ"; N^Z = Σ_w N^Φ_w
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_INIT_TAG,
+                                                                          self.seed])))
+        self._ntilde = rng.random((self.n_words, self.n_topics)).astype(self.dtype)
+        self.nz = self._ntilde.sum(0, dtype=np.float64)
+
+    def _configure(self, n_topics, n_words, *, alpha, eta, batch_size, corpus_tokens, seed,
+                   burn_in, s_phi, tau_phi, kappa_phi, s_theta, tau_theta, kappa_theta, dtype,
+                   vocab_hash, infer_passes, shuffle_tokens, renorm_below, n_threads=None):
         self.n_topics = _num("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = _num("n_words", n_words, 1, 1 << 31, integer=True)
         self.alpha = _num("alpha", alpha, 0, None, lo_open=True)
@@ -144,11 +159,6 @@ class SCVB0(StochasticAlgorithm):
         self.docs_seen = 0
         self.tokens_seen = 0
         self._pi = 1.0
-        if _init:
-            rng = np.random.Generator(np.random.PCG64(
-                np.random.SeedSequence([_INIT_TAG, self.seed])))
-            self._ntilde = rng.random((self.n_words, self.n_topics)).astype(self.dtype)
-            self.nz = self._ntilde.sum(0, dtype=np.float64)
 
     # -- helpers --------------------------------------------------------------------------
     def params(self) -> Dict[str, Any]:
@@ -274,10 +284,12 @@ class SCVB0(StochasticAlgorithm):
                                 "paper": "Foulds et al. 2013 (SCVB0)"})
 
     @classmethod
-    def from_state(cls, state) -> "SCVB0":
+    def from_state(cls, state, n_threads: Optional[int] = None) -> "SCVB0":
         state.validate(algorithm=cls.name)
         p = dict(state.params)
-        obj = cls(state.n_topics, state.n_words, vocab_hash=state.vocab_hash, _init=False, **p)
+        obj = cls.__new__(cls)
+        obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
+                       n_threads=n_threads, **p)
         nt = np.asarray(state.arrays["ntilde"])
         nz = np.asarray(state.arrays["nz"], np.float64)
         pi = np.asarray(state.arrays["pi"], np.float64)
