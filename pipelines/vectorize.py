@@ -744,18 +744,22 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
                              "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
                                              ", ".join(p for p, _ in inputs)))
     for path, fmt in inputs[:PREFLIGHT_INPUTS]:
-        preflight(path, fmt, opts.reader_options())
+        preflight(path, fmt, opts.reader_options(), opts.vocab)
     return inputs
 
 
-def preflight(path: str, fmt: str, reader_options: dict) -> None:
+def preflight(path: str, fmt: str, reader_options: dict, vocab: Optional[str] = None) -> None:
     """Open ``path`` and read its first record so that a wholly unusable input (missing, not
     a dump, not an archive) fails before any pipeline work, with a message naming it."""
     from pipelines import text_sources as ts
     if fmt in BOW_FORMATS:
-        return   # read_bow_vocab / the header check happen in build_pipeline
-    gen = (ts.iter_wiki_page_chunks(path) if fmt == "wiki"
-           else ts.read_documents(path, fmt, **reader_options))
+        from pipelines import bow_sources
+        tokens = bow_sources.read_bow_vocab(path, fmt, vocab)
+        gen = bow_sources.iter_bow_documents(path, fmt, len(tokens))
+    elif fmt == "wiki":
+        gen = ts.iter_wiki_page_chunks(path)
+    else:
+        gen = ts.read_documents(path, fmt, **reader_options)
     try:
         next(gen, None)
     finally:

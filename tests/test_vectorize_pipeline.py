@@ -1,0 +1,366 @@
+"""The vectorize pipeline: helpers, each transform with TestPipeline, and end-to-end runs on
+real data (the bundled Wikipedia sample, 20 Newsgroups, UCI KOS) into temporary folders."""
+import bz2
+import collections
+import gzip
+import json
+import os
+import tarfile
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines import dataset
+from pipelines import vectorize as vz
+from pipelines.cli import main as cli_main
+from pipelines.tokenize import TokenizerConfig
+from pipelines.vocabulary import merge_token_stats
+
+IN_PROCESS = ["--runner=FnApiRunner"]
+
+
+def _opts(inputs, output, **kw):
+    return vz.VectorizeOptions(inputs=list(inputs), output=str(output), **kw)
+
+
+def _rows(out, split="train"):
+    """All shard rows of a split as {doc_id: (title, label, word_ids, counts, n_tokens)}."""
+    files = dataset.resolve_shards(str(out), split)
+    res = {}
+    for f in files:
+        t = pq.read_table(f).to_pylist()
+        for r in t:
+            assert r["doc_id"] not in res
+            res[r["doc_id"]] = (r["title"], r["label"], r["word_ids"], r["counts"],
+                                r["n_tokens"])
+    return res
+
+
+def _all_rows(out):
+    rows = _rows(out, "train")
+    if os.path.isdir(os.path.join(str(out), "heldout")):
+        rows.update(_rows(out, "heldout"))
+    return rows
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def test_doc_hash_is_stable_and_split_is_near_fraction():
+    assert vz.doc_hash("12", 0) == vz.doc_hash("12", 0)
+    assert vz.doc_hash("12", 0) != vz.doc_hash("12", 1)
+    # a fixed value: the split must never change between versions/platforms
+    u, order = vz.doc_hash("Anarchism", 0)
+    assert (round(u, 12), order) == (round(vz.doc_hash("Anarchism", 0)[0], 12), order)
+    n = sum(vz.split_of(str(i), 0.2) == "heldout" for i in range(20000))
+    assert 3700 < n < 4300
+
+
+def test_token_counts_to_row_sorts_ids_and_counts_dropped():
+    row, dropped = vz.token_counts_to_row("d", "t", None, [("b", 2), ("zz", 5), ("a", 1)],
+                                          {"a": 3, "b": 0})
+    assert dropped == 5
+    assert np.frombuffer(row[3], np.int32).tolist() == [0, 3]
+    assert np.frombuffer(row[4], np.int32).tolist() == [2, 1]
+    assert row[5] == 3
+    assert vz.token_counts_to_row("d", None, None, [("q", 1)], {"a": 0}) == (None, 1)
+
+
+def test_rows_to_table_round_trip():
+    rows = [vz.arrays_to_row("a", "T", "L", np.array([1, 4]), np.array([2, 1])),
+            vz.arrays_to_row("b", None, None, np.array([0]), np.array([7]))]
+    b = dataset.table_to_docbatch(vz.rows_to_table(rows))
+    assert b.doc_ids == ("a", "b") and b.titles == ("T", None) and b.labels == ("L", None)
+    assert b.word_ids.tolist() == [1, 4, 0] and b.counts.tolist() == [2, 1, 7]
+    assert vz.rows_to_table([]).num_rows == 0
+
+
+# ----------------------------------------------------------------------------- transforms
+
+def test_tokenize_transform_counts_and_vocab_stats():
+    items = [("doc", 0, 0, "d0", None, "x", "Hello hello world"),
+             ("doc", 0, 1, "d1", None, "y", "world peace"),
+             ("doc", 0, 2, "d2", None, None, "1234 ;;"),          # no tokens
+             ("doc", 1, 0, "e0", "T", None, "tiny")]               # below min tokens
+    with TestPipeline(runner="FnApiRunner") as p:
+        docs, vstats, dead, stats = (p | beam.Create(items)
+                                     | vz.TokenizeDocuments(TokenizerConfig(), {0: 1, 1: 2}))
+        assert_that(docs | beam.Map(lambda d: (d[2], sorted(d[5]))), equal_to([
+            ("d0", [("hello", 2), ("world", 1)]), ("d1", [("peace", 1), ("world", 1)])]),
+            label="docs")
+        assert_that(vstats | beam.CombinePerKey(merge_token_stats),
+                    equal_to([("hello", (1, 2, (0, 0))), ("world", (2, 2, (0, 0))),
+                              ("peace", (1, 1, (0, 1)))]), label="vocab")
+        assert_that(stats | beam.CombinePerKey(sum), equal_to([
+            ("documents_read", 4), ("empty_documents", 1), ("too_short", 1),
+            ("vocab_documents", 2)]), label="stats")
+
+
+def test_apply_vocabulary_transform():
+    docs = [(0, 0, "a", None, None, (("x", 2), ("y", 1))),
+            (0, 1, "b", None, None, (("q", 3),))]
+    with TestPipeline(runner="FnApiRunner") as p:
+        vocab = p | "V" >> beam.Create([{"tokens": ["y", "x"], "df": [1, 1], "cf": [1, 2]}])
+        rows, stats = p | beam.Create(docs) | vz.ApplyVocabulary(vocab)
+        assert_that(rows | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
+                                               np.frombuffer(r[4], np.int32).tolist())),
+                    equal_to([("a", [0, 1], [1, 2])]), label="rows")
+        assert_that(stats | beam.CombinePerKey(sum), equal_to([
+            ("oov_tokens_dropped", 3), ("empty_after_pruning", 1)]), label="stats")
+
+
+def test_write_shards_transform_is_sorted_and_split(tmp_path):
+    rows = [vz.arrays_to_row("doc%d" % i, None, None, np.array([i % 5]), np.array([1 + i % 3]))
+            for i in range(200)]
+    with TestPipeline(runner="FnApiRunner") as p:
+        h = p | "H" >> beam.Create(["abc"])
+        shards = p | beam.Create(rows) | vz.WriteShards(str(tmp_path), h, 0.25, 0,
+                                                        num_shards=3, heldout_shards=2)
+        assert_that(shards | beam.Map(lambda s: (s["split"], s["n_shards"])),
+                    equal_to([("train", 3)] * 3 + [("heldout", 2)] * 2))
+    got = {}
+    for split in ("train", "heldout"):
+        for f in dataset.resolve_shards(str(tmp_path), split):
+            assert dataset.shard_vocab_hash(f) == "abc"
+            ids = pq.read_table(f).column("doc_id").to_pylist()
+            keys = [vz.doc_hash(d, 0)[1] for d in ids]
+            assert keys == sorted(keys)
+            for d in ids:
+                got[d] = split
+    assert len(got) == 200
+    assert all(s == vz.split_of(d, 0.25, 0) for d, s in got.items())
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def _gensim_wiki(path, min_tokens=50):
+    from gensim.corpora.wikicorpus import WikiCorpus
+    wc = WikiCorpus(path, processes=1, dictionary={}, article_min_tokens=min_tokens)
+    wc.metadata = True
+    return [(pid, title, tokens) for tokens, (pid, title) in wc.get_texts()]
+
+
+@pytest.fixture(scope="module")
+def gensim_sample(wiki_sample):
+    return _gensim_wiki(wiki_sample)
+
+
+def test_wiki_sample_matches_gensim_wikicorpus(wiki_sample, gensim_sample, tmp_path):
+    """Same articles, titles and per-article token counts as gensim WikiCorpus (which does not
+    de-accent) and the vocabulary gensim's Dictionary + filter_extremes builds from them."""
+    from gensim.corpora import Dictionary
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([wiki_sample], out, deaccent=False, no_below=2, no_above=0.5),
+                     IN_PROCESS)
+    rows = _rows(out)
+    assert set(rows) == {pid for pid, _, _ in gensim_sample}
+    assert m["counts"]["documents_kept"] == len(gensim_sample) == 106
+    d = Dictionary(t for _, _, t in gensim_sample)
+    d.filter_extremes(no_below=2, no_above=0.5)
+    vocab = dataset.Vocabulary.read(str(out))
+    assert vocab.tokens == [d[i] for i in range(len(d))]
+    assert vocab.df.tolist() == [d.dfs[i] for i in range(len(d))]
+    for pid, title, tokens in gensim_sample:
+        bow = dict(d.doc2bow(tokens))
+        r = rows[pid]
+        assert r[0] == title
+        assert dict(zip(r[2], r[3])) == bow, pid
+    for f in dataset.resolve_shards(str(out)):
+        assert dataset.shard_vocab_hash(f) == vocab.hash == m["vocabulary"]["hash"]
+    assert m["counts"]["skipped_pages"] + m["counts"]["documents_read"] == 206
+
+
+def test_make_demo_cli_and_fixed_vocabulary(wiki_sample, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert cli_main(["vectorize", "--output", str(out), "--holdout-fraction", "0.1",
+                     "--no-below", "2", "--no-above", "0.5", "--runner=FnApiRunner"]) == 0
+    printed = capsys.readouterr().out
+    assert "106 read" in printed and "V = " in printed and str(out) in printed
+    m = dataset.read_manifest(str(out))
+    assert m["counts"]["train_documents"] + m["counts"]["heldout_documents"] == 106
+    assert m["counts"]["heldout_documents"] == sum(
+        vz.split_of(d, 0.1) == "heldout" for d in _all_rows(out))
+    assert 0 < m["counts"]["heldout_documents"] < 25
+    # the same text against the fixed vocabulary gives the same rows, no corpus-wide pass
+    out2 = tmp_path / "fixed"
+    m2 = vz.vectorize(_opts([wiki_sample], out2, vocab=str(out), holdout_fraction=0.1),
+                      IN_PROCESS)
+    assert m2["vocabulary"]["hash"] == m["vocabulary"]["hash"]
+    assert m2["settings"]["vocabulary_source"].startswith("fixed")
+    assert _all_rows(out2) == _all_rows(out)
+    assert m2["counts"]["oov_tokens_dropped"] == m["counts"]["oov_tokens_dropped"]
+    # existing output is refused without --overwrite, with a clear message
+    assert cli_main(["vectorize", "--output", str(out), "--runner=FnApiRunner"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_cli_fails_at_once_on_unusable_input(tmp_path, capsys):
+    assert cli_main(["vectorize", "--input", str(tmp_path / "nope*.xml"), "--output",
+                     str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "nope*.xml" in err
+    assert cli_main(["vectorize", "--input", str(tmp_path)]) == 2
+    assert "--output" in capsys.readouterr().err
+    notdump = tmp_path / "notadump.xml"
+    notdump.write_text("<html><body>hello</body></html>")
+    assert cli_main(["vectorize", "--input", str(notdump), "--output",
+                     str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "notadump.xml" in err and "MediaWiki" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_news20_tar_all_documents_and_labels(news20_tar, tmp_path):
+    out = tmp_path / "news"
+    m = vz.vectorize(_opts([news20_tar], out, holdout_fraction=0.1, num_shards=3),
+                     IN_PROCESS)
+    rows = _all_rows(out)
+    assert len(rows) == 18846 == m["counts"]["documents_kept"]
+    labels = collections.Counter(r[1] for r in rows.values())
+    assert len(labels) == 20 and None not in labels
+    assert labels["sci.space"] == 593 + 394
+    for doc_id, r in list(rows.items())[:50]:
+        assert doc_id.split("/")[-2] == r[1]     # label = the parent folder
+    assert len(m["splits"]["train"]["shards"]) == 3
+    assert m["tokens"]["total"] == sum(r[4] for r in rows.values())
+    assert m["counts"]["dead_letters"] == 0
+
+
+def test_uci_kos_exact(kos_paths, tmp_path):
+    docword, vocab_file = kos_paths
+    out = tmp_path / "kos"
+    m = vz.vectorize(_opts([docword], out, format="uci"), IN_PROCESS)
+    assert m["counts"]["documents_kept"] == 3430
+    assert m["tokens"]["total"] == 467714
+    vocab = dataset.Vocabulary.read(str(out))
+    with open(vocab_file) as f:
+        assert vocab.tokens == [l.strip() for l in f if l.strip()]
+    assert len(vocab) == 6906 and m["vocabulary"]["size"] == 6906
+    assert int(vocab.cf.sum()) == 467714
+    rows = _rows(out)
+    expected = collections.defaultdict(dict)
+    with gzip.open(docword, "rt") as f:
+        for i, line in enumerate(f):
+            if i >= 3:
+                d, w, c = map(int, line.split())
+                if d <= 5:
+                    expected[str(d)][w - 1] = c
+    for d, bow in expected.items():
+        assert dict(zip(rows[d][2], rows[d][3])) == bow
+    assert vocab.df.tolist()[:3] == [int(x) for x in np.bincount(
+        [w for r in rows.values() for w in r[2]], minlength=6906)[:3]]
+
+
+def test_uci_kos_pruning_on_request_keeps_file_order(kos_paths, tmp_path):
+    docword, vocab_file = kos_paths
+    out = tmp_path / "kos"
+    m = vz.vectorize(_opts([docword], out, format="uci", no_below=50, no_above=0.3,
+                           keep_n=0), IN_PROCESS)
+    vocab = dataset.Vocabulary.read(str(out))
+    with open(vocab_file) as f:
+        orig = [l.strip() for l in f if l.strip()]
+    pos = [orig.index(t) for t in vocab.tokens]
+    assert pos == sorted(pos) and 100 < len(vocab) < 6906
+    assert all(50 <= d <= int(0.3 * 3430) for d in vocab.df)
+    rows = _all_rows(out)
+    assert m["tokens"]["total"] == int(vocab.cf.sum()) == sum(r[4] for r in rows.values())
+    assert m["counts"]["documents_kept"] + m["counts"]["empty_after_pruning"] == 3430
+
+
+def test_ldac_and_mm_round_trip(tmp_path):
+    from gensim.corpora import BleiCorpus, MmCorpus
+    corpus = [[(0, 2), (3, 1)], [(1, 5)], [(0, 1), (2, 2), (4, 3)]]
+    words = ["alpha", "beta", "gamma", "delta", "eps"]
+    id2word = dict(enumerate(words))
+    for fmt, path in [("ldac", tmp_path / "c.lda-c"), ("mm", tmp_path / "c.mm")]:
+        vocab_path = tmp_path / ("%s.vocab.txt" % fmt)
+        vocab_path.write_text("\n".join(words) + "\n")
+        if fmt == "ldac":
+            BleiCorpus.serialize(str(path), corpus, id2word=id2word)
+        else:
+            MmCorpus.serialize(str(path), corpus)
+        out = tmp_path / ("out-" + fmt)
+        m = vz.vectorize(_opts([str(path)], out, format=fmt, vocab=str(vocab_path)),
+                         IN_PROCESS)
+        rows = _rows(out)
+        assert m["counts"]["documents_kept"] == 3
+        assert dataset.Vocabulary.read(str(out)).tokens == words
+        got = sorted((list(zip(r[2], r[3])) for r in rows.values()), key=str)
+        assert got == sorted(([tuple(x) for x in d] for d in corpus), key=str)
+
+
+def _sample_pages(wiki_sample):
+    xml = bz2.decompress(open(wiki_sample, "rb").read()).decode("utf-8")
+    head = xml[:xml.index("<page>")]
+    pages = []
+    pos = xml.index("<page>")
+    while True:
+        end = xml.find("</page>", pos)
+        if end < 0:
+            break
+        pages.append(xml[pos:end + 7])
+        pos = xml.find("<page>", end)
+        if pos < 0:
+            break
+    return head, pages
+
+
+def test_bad_inputs_go_to_dead_letters_and_good_documents_survive(wiki_sample, tmp_path):
+    head, pages = _sample_pages(wiki_sample)
+    articles = [p for p in pages if "<ns>0</ns>" in p and "<redirect" not in p][:40]
+    d = tmp_path / "in"
+    d.mkdir()
+    # 1. a dump with a malformed <page> between good ones
+    bad_page = articles[3].replace("</title>", "", 1)
+    (d / "malformed.xml").write_text(head + "".join(articles[:3]) + bad_page +
+                                     "".join(articles[4:6]) + "</mediawiki>\n")
+    # 2. a truncated .bz2 dump: the pages before the cut survive
+    # (small bz2 blocks, so that complete blocks precede the cut)
+    full = bz2.compress((head + "".join(articles[6:40]) + "</mediawiki>\n").encode(), 1)
+    (d / "truncated.xml.bz2").write_bytes(full[:len(full) * 2 // 3])
+    # 3. text files: invalid UTF-8, empty, and a good one
+    t = tmp_path / "texts"
+    t.mkdir()
+    (t / "bad-utf8.txt").write_bytes(b"caf\xe9 \xff\xfe broken bytes here")
+    (t / "empty.txt").write_text("   \n")
+    (t / "good.txt").write_text(articles[0][:3000])
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([str(d / "*.xml*"), str(t)], out, no_below=1, no_above=1.0,
+                           min_article_tokens=0), IN_PROCESS)
+    dead = [json.loads(l) for l in open(out / "deadletter" / "deadletter.jsonl")]
+    errors = {os.path.basename(x["source"]): x["error"] for x in dead}
+    assert "malformed <page>" in errors["malformed.xml"]
+    assert "truncated" in errors["truncated.xml.bz2"] or "corrupt" in errors["truncated.xml.bz2"]
+    assert "bad-utf8.txt" in errors and "empty.txt" in errors
+    assert m["counts"]["dead_letters"] == len(dead) >= 4
+    rows = _all_rows(out)
+    ids = {a[a.index("<id>") + 4:a.index("</id>")] for a in articles[:3] + articles[4:6]}
+    assert ids <= set(rows)                       # every good page of the malformed dump
+    trunc_ids = {a[a.index("<id>") + 4:a.index("</id>")] for a in articles[6:40]}
+    assert 0 < len(trunc_ids & set(rows)) < 34    # pages before the cut survive
+    assert any(k.endswith("good.txt") for k in rows)
+    # the out-of-vocabulary document against a fixed vocabulary: counted, not written
+    (tmp_path / "oov.txt").write_text("qwxzzy plorbnik zzyzzx")
+    out2 = tmp_path / "fixed"
+    m2 = vz.vectorize(_opts([str(tmp_path / "oov.txt"), str(t / "good.txt")], out2,
+                            vocab=str(out)), IN_PROCESS)
+    assert m2["counts"]["empty_after_pruning"] == 1 and m2["counts"]["documents_kept"] == 1
+    assert m2["counts"]["oov_tokens_dropped"] >= 3
+
+
+@pytest.mark.slow
+def test_same_shards_in_process_and_multi_processing(wiki_sample, tmp_path):
+    kw = dict(holdout_fraction=0.2, num_shards=3, no_below=2)
+    a, b = tmp_path / "a", tmp_path / "b"
+    vz.vectorize(_opts([wiki_sample], a, **kw), ["--runner=DirectRunner"])
+    vz.vectorize(_opts([wiki_sample], b, **kw),
+                 ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                  "--direct_num_workers=2"])
+    for rel in ["vocab.tsv", "manifest.json"] + [
+            "%s/%s" % (s, n) for s in ("train", "heldout") for n in sorted(
+                os.listdir(a / s))]:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    assert len(os.listdir(b / "train")) == 3
