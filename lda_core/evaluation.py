@@ -139,13 +139,17 @@ _completion_kernel = None
 
 
 def _get_completion_kernel():
-    """Compile (once; cached on disk) the per-document numba kernel."""
+    """Compile (once; cached on disk) the per-document numba kernel.
+
+    fastmath lets LLVM vectorise the K-loops (13-14x the harness's CPU time on 20NG at
+    K=100/1000 instead of 5x); all values are positive and finite (φ is floored at 1e-300,
+    θ_k >= α / Σθ), and the result still equals the harness to ~1e-15 per token."""
     global _completion_kernel
     if _completion_kernel is not None or _numba is None:
         return _completion_kernel
     njit, prange = _numba.njit, _numba.prange
 
-    @njit(parallel=True, cache=True, fastmath=False)
+    @njit(parallel=True, cache=True, fastmath=True)
     def kernel(phiT, a_ptr, a_w, a_c, b_ptr, b_w, b_c, alpha, iters, out):  # pragma: no cover
         D = a_ptr.shape[0] - 1
         K = phiT.shape[1]
