@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import sys
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional
@@ -94,14 +93,17 @@ def token_pattern(min_len: int, max_len: int) -> "re.Pattern":
     return re.compile(r"(?<![^\W\d])[^\W\d_][^\W\d]%s(?![^\W\d])" % rest)
 
 
-@functools.lru_cache(maxsize=1)
-def _mark_table() -> dict:
-    """str.translate table deleting every Unicode character of category Mn."""
-    table = {}
-    for cp in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(cp)) == "Mn":
-            table[cp] = None
-    return table
+class _MarkTable(dict):
+    """str.translate table deleting Unicode category-Mn characters, filled lazily: only the
+    code points actually met are looked up (once each) in the Unicode database."""
+
+    def __missing__(self, cp):
+        value = None if unicodedata.category(chr(cp)) == "Mn" else cp
+        self[cp] = value
+        return value
+
+
+_MARKS = _MarkTable()
 
 
 def deaccent(text: str) -> str:
@@ -109,7 +111,7 @@ def deaccent(text: str) -> str:
     if text.isascii():
         return text
     norm = unicodedata.normalize("NFD", text)
-    return unicodedata.normalize("NFC", norm.translate(_mark_table()))
+    return unicodedata.normalize("NFC", norm.translate(_MARKS))
 
 
 def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
