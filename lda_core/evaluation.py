@@ -92,16 +92,34 @@ def _as_batch(x, name: str) -> DocBatch:
                      % (name, type(x).__name__))
 
 
-def _normalized_phi(phi, name="phi") -> np.ndarray:
-    """float64 rows summing to 1, floored at 1e-300 first (as the harness does)."""
+_ROW_CHUNK = 64      # topics per chunk when scanning K x V matrices (bounded temporaries)
+
+
+def _check_phi(phi, name="phi") -> np.ndarray:
+    """``phi`` as a float64 K x V array (no copy if it already is one), checked finite and
+    non-negative chunk by chunk (no K x V temporaries)."""
     phi = np.asarray(phi, dtype=np.float64)
     if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
         raise ValueError("%s must be a K x V matrix with K, V >= 1, got shape %s"
                          % (name, phi.shape))
-    if not np.all(np.isfinite(phi)) or (phi < 0).any():
-        raise ValueError("%s must be finite and non-negative" % name)
-    phi = np.maximum(phi, 1e-300)
-    return phi / phi.sum(1, keepdims=True)
+    for s in range(0, phi.shape[0], _ROW_CHUNK):
+        blk = phi[s:s + _ROW_CHUNK]
+        if not np.isfinite(blk).all() or (blk < 0).any():
+            raise ValueError("%s must be finite and non-negative" % name)
+    return phi
+
+
+def _normalized_phi_T(phi) -> np.ndarray:
+    """V x K float64: rows of ``phi`` floored at 1e-300 and normalised (as the harness does:
+    ``phi = max(phi, 1e-300); phi /= phi.sum(1)``), transposed so that one word's K values
+    are contiguous. Built row-chunk by row-chunk: the only K x V allocation is the result."""
+    K, V = phi.shape
+    phiT = np.empty((V, K))
+    for s in range(0, K, _ROW_CHUNK):
+        blk = np.maximum(phi[s:s + _ROW_CHUNK], 1e-300)
+        blk /= blk.sum(1, keepdims=True)
+        phiT[:, s:s + len(blk)] = blk.T
+    return phiT
 
 
 def _check_words(batch: DocBatch, V: int, name: str) -> None:
@@ -219,14 +237,14 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
         raise ValueError("iters must be an integer in [0, 100000], got %r" % (iters,))
     if backend not in ("auto", "numba", "numpy"):
         raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
-    phi = _normalized_phi(phi)
+    phi = _check_phi(phi)
     V = phi.shape[1]
     _check_words(a, V, "batch_a")
     _check_words(b, V, "batch_b")
     n_tokens = b.n_tokens
     if n_tokens == 0:
         raise ValueError("batch_b has no tokens to score")
-    phiT = np.ascontiguousarray(phi.T)     # V x K: one word's K values are contiguous
+    phiT = _normalized_phi_T(phi)          # V x K: one word's K values are contiguous
     kernel = _get_completion_kernel() if backend in ("auto", "numba") else None
     if backend == "numba" and kernel is None:
         raise ValueError("backend='numba' asked for but numba is not installed")
@@ -284,7 +302,9 @@ def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1
         _check_words(ref, V, "the reference documents")
         X = sp.csr_matrix((np.ones(ref.nnz), ref.word_ids, ref.indptr), shape=(ref.n_docs, V))
     XT = X.T.tocsr()                                   # V x D, binary
-    top = np.argsort(-phi, axis=1)[:, :topn]
+    top = np.empty((K, topn), np.int64)                # the harness's argsort, by chunks
+    for s in range(0, K, _ROW_CHUNK):
+        top[s:s + _ROW_CHUNK] = np.argsort(-phi[s:s + _ROW_CHUNK], axis=1)[:, :topn]
     m_idx, l_idx = np.tril_indices(topn, -1)           # pairs l < m, m = 1..topn-1
     order = np.lexsort((l_idx, m_idx))                 # m outer, l inner (the harness's order)
     m_idx, l_idx = m_idx[order], l_idx[order]
@@ -323,16 +343,18 @@ def top_words(phi, vocab_tokens: Optional[Sequence[str]] = None, n: int = 10
         raise ValueError("vocab_tokens has %d tokens but phi has V=%d words"
                          % (len(vocab_tokens), V))
     n = min(int(n), V)
-    rows = phi / phi.sum(1, keepdims=True)
-    if n < V:
-        part = np.argpartition(-rows, n - 1, axis=1)[:, :n]
-    else:
-        part = np.tile(np.arange(V), (K, 1))
     out = []
-    for k in range(K):
-        idx = part[k][np.lexsort((part[k], -rows[k, part[k]]))]   # by weight, then id
-        out.append([(vocab_tokens[i] if vocab_tokens is not None else int(i),
-                     float(rows[k, i])) for i in idx])
+    for s0 in range(0, K, _ROW_CHUNK):
+        rows = phi[s0:s0 + _ROW_CHUNK]
+        rows = rows / rows.sum(1, keepdims=True)
+        if n < V:
+            part = np.argpartition(-rows, n - 1, axis=1)[:, :n]
+        else:
+            part = np.tile(np.arange(V), (len(rows), 1))
+        for k in range(len(rows)):
+            idx = part[k][np.lexsort((part[k], -rows[k, part[k]]))]   # by weight, then id
+            out.append([(vocab_tokens[i] if vocab_tokens is not None else int(i),
+                         float(rows[k, i])) for i in idx])
     return out
 
 
