@@ -45,7 +45,7 @@ from pipelines.text_sources import (DECOMPRESS_ERRORS, DeadLetter, InputError, _
 logger = logging.getLogger(__name__)
 
 MAX_VOCAB = (1 << 31) - 1   # word ids must fit int32
-MAX_DOCS = 1 << 40
+MAX_DOCS = (1 << 31) - 1
 MAX_LINE_BYTES = 64 << 20
 
 BowItem = Union[Tuple[str, np.ndarray, np.ndarray], DeadLetter]
@@ -171,7 +171,7 @@ def parse_vocab_lines(lines: List[str], path: str) -> List[str]:
     return words
 
 
-def default_vocab_path(path: str, fmt: str) -> List[str]:
+def default_vocab_paths(path: str, fmt: str) -> List[str]:
     """Candidate vocabulary files next to a bag-of-words corpus."""
     d, base = os.path.split(path)
     stem = base
@@ -181,8 +181,10 @@ def default_vocab_path(path: str, fmt: str) -> List[str]:
     out = []
     if fmt == "uci" and stem.startswith("docword."):
         out.append(os.path.join(d, "vocab." + stem[len("docword."):]))
-    out += [os.path.join(d, stem + ".vocab"), os.path.join(d, stem + ".dict"),
-            os.path.join(d, "vocab.txt")]
+    root = os.path.splitext(stem)[0]
+    for name in (stem, root):
+        out += [os.path.join(d, name + ".vocab"), os.path.join(d, name + ".dict")]
+    out.append(os.path.join(d, "vocab.txt"))
     return out
 
 
@@ -190,7 +192,8 @@ def read_bow_vocab(path: str, fmt: str, vocab_path: Optional[str]) -> List[str]:
     """The vocabulary of a bag-of-words corpus, in the corpus' id order.
 
     ``vocab_path`` None: look next to the corpus (uci: ``docword.X.txt`` -> ``vocab.X.txt``;
-    ldac/mm: ``<file>.vocab``, ``<file>.dict``, ``vocab.txt``). Raises InputError if none is
+    ldac/mm: ``<file>.vocab``, ``<file>.dict``, the same without the file's extension,
+    ``vocab.txt``). Raises InputError if none is
     found or the file is malformed (duplicate or empty words, bad Dictionary lines).
     """
     if fmt not in ("uci", "ldac", "mm"):
@@ -198,7 +201,7 @@ def read_bow_vocab(path: str, fmt: str, vocab_path: Optional[str]) -> List[str]:
                          % fmt)
     if vocab_path is None:
         from pipelines.text_sources import is_remote
-        cands = default_vocab_path(path, fmt)
+        cands = default_vocab_paths(path, fmt)
         if is_remote(path):
             from apache_beam.io.filesystems import FileSystems
             found = [c for c in cands if FileSystems.exists(c)]
@@ -257,14 +260,33 @@ def _read_header_ints(lines, path: str, n: int, what: str, skip_comments: bool =
     return vals, lineno
 
 
-def _iter_grouped_triples(path: str, lines, n_docs: int, n_words: int, fmt: str,
+class _Bitmap:
+    """A growable set of non-negative ints as bits: memory = (largest member) / 8 bytes, so
+    it follows the document ids actually present, not a size claimed by a header."""
+
+    def __init__(self):
+        self.bits = bytearray()
+        self.count = 0
+
+    def __contains__(self, i: int) -> bool:
+        return (i >> 3) < len(self.bits) and bool(self.bits[i >> 3] & (1 << (i & 7)))
+
+    def add(self, i: int) -> None:
+        if (i >> 3) >= len(self.bits):
+            self.bits.extend(bytes(max((i >> 3) + 1 - len(self.bits), len(self.bits))))
+        if not self.bits[i >> 3] & (1 << (i & 7)):
+            self.bits[i >> 3] |= 1 << (i & 7)
+            self.count += 1
+
+
+def _iter_grouped_triples(path: str, lines, n_docs: int, n_words: int, nnz: int,
                           allow_float: bool) -> Iterator[BowItem]:
     """Shared by uci and mm: lines ``doc word value`` (1-based), grouped by doc."""
     cur_doc = None
     ids: List[int] = []
     cnts: List[int] = []
     bad: Optional[DeadLetter] = None
-    done = set()         # docs already closed (bounded by D: ints in a set, 1 per doc)
+    done = _Bitmap()     # documents already closed: one bit per document id seen
     n_nnz = 0
     for lineno, line in lines:
         if isinstance(line, _Broken):
@@ -277,9 +299,27 @@ def _iter_grouped_triples(path: str, lines, n_docs: int, n_words: int, fmt: str,
             continue
         parts = line.split()
         try:
+            d = int(parts[0])
+        except (ValueError, IndexError):
+            d = None          # no document id: the line cannot be attributed to a document
+        if d is not None and d != cur_doc:
+            if cur_doc is not None:
+                yield bad or _emit(cur_doc, ids, cnts, path)
+                done.add(cur_doc)
+            cur_doc, ids, cnts, bad = d, [], [], None
+            if not 1 <= d <= n_docs:
+                bad = DeadLetter(path, "line %d" % lineno, "document id %d is out of range "
+                                 "[1, %d] of the header" % (d, n_docs), _snippet(line))
+            elif d in done:
+                bad = DeadLetter(path, "line %d" % lineno, "document %d reappears after other "
+                                 "documents (the file must be grouped by document id)" % d,
+                                 _snippet(line))
+        try:
             if len(parts) != 3:
                 raise ValueError("expected 3 fields 'doc word count', got %d" % len(parts))
-            d = _parse_int(parts[0], "document id")
+            if d is None:
+                raise ValueError("document id %r is not an integer"
+                                 % parts[0].decode("latin-1"))
             w = _parse_int(parts[1], "word id")
             try:
                 c = int(parts[2])
@@ -292,29 +332,12 @@ def _iter_grouped_triples(path: str, lines, n_docs: int, n_words: int, fmt: str,
                                      % parts[2].decode("latin-1"))
                 c = int(cf)
         except ValueError as e:
-            d_known = None
-            try:
-                d_known = int(parts[0])
-            except (ValueError, IndexError):
-                pass
             dl = DeadLetter(path, "line %d" % lineno, str(e), _snippet(line))
-            if d_known is not None and d_known == cur_doc:
-                bad = bad or dl
-            else:
+            if d is None:
                 yield dl
+            else:
+                bad = bad or dl
             continue
-        if d != cur_doc:
-            if cur_doc is not None:
-                yield bad or _emit(cur_doc, ids, cnts, path)
-                done.add(cur_doc)
-            cur_doc, ids, cnts, bad = d, [], [], None
-            if not 1 <= d <= n_docs:
-                bad = DeadLetter(path, "line %d" % lineno, "document id %d is out of range "
-                                 "[1, %d] of the header" % (d, n_docs), _snippet(line))
-            elif d in done:
-                bad = DeadLetter(path, "line %d" % lineno, "document %d reappears after other "
-                                 "documents (the file must be grouped by document id)" % d,
-                                 _snippet(line))
         if bad is not None:
             continue
         if not 1 <= w <= n_words:
@@ -332,10 +355,13 @@ def _iter_grouped_triples(path: str, lines, n_docs: int, n_words: int, fmt: str,
     if cur_doc is not None:
         yield bad or _emit(cur_doc, ids, cnts, path)
         done.add(cur_doc)
-    missing = n_docs - len(done)
+    missing = n_docs - done.count
     if missing > 0:
         logger.info("%s: %d of the header's %d documents have no entries (not yielded)",
                     path, missing, n_docs)
+    if n_nnz != nnz:
+        logger.warning("%s: the header announces %d entries, %d valid non-zero entries were "
+                       "read", path, nnz, n_nnz)
 
 
 def _emit(doc: int, ids, cnts, path) -> BowItem:
@@ -355,7 +381,7 @@ def _iter_uci(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
     if vocab_size is not None and n_words != vocab_size:
         raise InputError("input %s: header W=%d but the vocabulary has %d words"
                          % (path, n_words, vocab_size))
-    yield from _iter_grouped_triples(path, lines, n_docs, n_words, "uci", allow_float=False)
+    yield from _iter_grouped_triples(path, lines, n_docs, n_words, nnz, allow_float=False)
 
 
 def _iter_mm(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
@@ -377,7 +403,7 @@ def _iter_mm(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
     if vocab_size is not None and n_words > vocab_size:
         raise InputError("input %s: header num_terms=%d but the vocabulary has %d words"
                          % (path, n_words, vocab_size))
-    yield from _iter_grouped_triples(path, lines, n_docs, n_words, "mm", allow_float=True)
+    yield from _iter_grouped_triples(path, lines, n_docs, n_words, nnz, allow_float=True)
 
 
 def _iter_ldac(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
