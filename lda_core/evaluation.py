@@ -233,7 +233,8 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
                          "halves of the same documents (split_halves)" % (a.n_docs, b.n_docs))
     if not (isinstance(alpha, (int, float, np.floating)) and alpha > 0 and math.isfinite(alpha)):
         raise ValueError("alpha must be a finite number > 0, got %r" % (alpha,))
-    if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or not 0 <= iters <= 100000:
+    if (isinstance(iters, bool) or not isinstance(iters, (int, np.integer))
+            or not 0 <= iters <= 100000):
         raise ValueError("iters must be an integer in [0, 100000], got %r" % (iters,))
     if backend not in ("auto", "numba", "numpy"):
         raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))

@@ -239,7 +239,8 @@ def test_umass_equals_the_harness(bp, kos, topn):
 
 def test_umass_by_hand():
     # 4 documents over 3 words; topic 0 ranks words 0, 1, 2
-    docs = DocBatch.from_rows([([0, 1], [1, 1]), ([0], [2]), ([1, 2], [1, 1]), ([0, 1, 2], [1, 1, 1])])
+    docs = DocBatch.from_rows([([0, 1], [1, 1]), ([0], [2]), ([1, 2], [1, 1]),
+                               ([0, 1, 2], [1, 1, 1])])
     phi = np.array([[0.5, 0.3, 0.2]])
     got = ev.umass_coherence(phi, docs, topn=3)
     D = {0: 3, 1: 3, 2: 2}
