@@ -1,0 +1,142 @@
+"""Runner and pipeline-option plumbing for the Beam trainer.
+
+``ldabeam train --runner R [BEAM OPTIONS...]`` ends up here: :func:`runner_config` turns the
+runner name and the pass-through Beam options into a :class:`RunnerConfig` that knows
+
+* which runner object to build (``DirectRunner`` is mapped to Beam's ``FnApiRunner`` directly:
+  the 2.77 ``DirectRunner`` first tries to download the Prism runner, which fails offline and
+  costs a graph walk per pipeline; the FnApiRunner is what it falls back to anyway);
+* whether every worker shares the driver's process (``in_memory`` DirectRunner), which lets
+  the trainer pass the topic state between steps in memory instead of through files;
+* how many workers there are (to split each minibatch into at least that many pieces).
+
+Defaults: ``DirectRunner`` in-process (``--direct_running_mode=in_memory``, one worker);
+``--direct_running_mode=multi_processing --direct_num_workers=N`` for worker processes;
+``PortableRunner`` needs ``--job_endpoint=HOST:PORT`` (e.g. the SDK's own job service,
+``python -m apache_beam.runners.portability.local_job_service_main --port N``) and defaults to
+``--environment_type=LOOPBACK`` (workers in the driver process; ``EXTERNAL`` with
+``--environment_config=HOST:PORT`` for a worker pool started with
+``python -m apache_beam.runners.worker.worker_pool_main --service_port=PORT``).
+``DataflowRunner`` / ``FlinkRunner`` take their usual options (project, region,
+temp_location, flink_master, ...) unchanged; see docs/beam-training.md.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+RUNNERS = ("DirectRunner", "FnApiRunner", "PortableRunner", "DataflowRunner", "FlinkRunner",
+           "SparkRunner", "PrismRunner")
+
+
+def _strip_option(argv: List[str], name: str) -> Optional[str]:
+    """Remove ``--name=value`` / ``--name value`` from ``argv`` and return the value."""
+    value = None
+    out = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--" + name and i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 2
+            continue
+        if a.startswith("--" + name + "="):
+            value = a.split("=", 1)[1]
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    argv[:] = out
+    return value
+
+
+@dataclass
+class RunnerConfig:
+    """A runner choice plus the Beam options to build each window's pipeline with."""
+
+    runner: str
+    argv: List[str] = field(default_factory=list)   # Beam options without --runner
+    running_mode: Optional[str] = None               # DirectRunner: in_memory | multi_processing ...
+    num_workers: int = 1
+
+    @property
+    def in_process(self) -> bool:
+        """True when every worker runs inside the driver's process (state shared in memory)."""
+        return self.runner in ("DirectRunner", "FnApiRunner") and self.running_mode == "in_memory"
+
+    @property
+    def local(self) -> bool:
+        """True when workers run on this machine and can read the driver's local files."""
+        return self.runner in ("DirectRunner", "FnApiRunner", "PortableRunner", "PrismRunner")
+
+    def pipeline_options(self):
+        from apache_beam.options.pipeline_options import PipelineOptions
+        return PipelineOptions(list(self.argv))
+
+    def make_runner(self):
+        """The runner object (``FnApiRunner`` for the DirectRunner, see module docstring)."""
+        if self.runner in ("DirectRunner", "FnApiRunner"):
+            from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+            return FnApiRunner()
+        return self.runner   # Beam resolves the name
+
+    def describe(self) -> str:
+        if self.runner in ("DirectRunner", "FnApiRunner"):
+            return "%s(%s, %d worker%s)" % (self.runner, self.running_mode, self.num_workers,
+                                            "s" if self.num_workers != 1 else "")
+        return self.runner
+
+
+def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -> RunnerConfig:
+    """Normalise a runner name and Beam options (see module docstring). Raises ``ValueError``
+    for an unknown runner or a PortableRunner without ``--job_endpoint``."""
+    argv = list(beam_argv or ())
+    given = _strip_option(argv, "runner")
+    runner = runner or given or "DirectRunner"
+    if runner.lower() in ("direct", "directrunner"):
+        runner = "DirectRunner"
+    if runner not in RUNNERS:
+        raise ValueError("unknown Beam runner %r; choose one of %s (or --runner inprocess for "
+                         "the in-process trainer)" % (runner, ", ".join(RUNNERS)))
+    if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check"))
+               for a in argv):
+        # construction-time type checking inspects every DoFn signature of the graph again
+        # (~40 ms per unrolled step here); the trainer declares its element types itself
+        argv.append("--no_pipeline_type_check")
+    cfg = RunnerConfig(runner=runner, argv=argv)
+    if runner in ("DirectRunner", "FnApiRunner"):
+        mode = _strip_option(argv, "direct_running_mode") or "in_memory"
+        if mode not in ("in_memory", "multi_threading", "multi_processing"):
+            raise ValueError("--direct_running_mode must be in_memory, multi_threading or "
+                             "multi_processing, got %r" % mode)
+        nw = _strip_option(argv, "direct_num_workers")
+        n = int(nw) if nw is not None else (1 if mode == "in_memory" else (os.cpu_count() or 1))
+        if n < 1:
+            raise ValueError("--direct_num_workers must be >= 1, got %d" % n)
+        if mode == "in_memory" and n > 1:
+            # in_memory with N > 1 runs N bundles on threads of the same process; the numba
+            # kernel already uses the cores, so this only adds overhead -- allowed, but say so.
+            logger.info("in_memory DirectRunner with %d workers: threads of one process", n)
+        argv += ["--direct_running_mode=%s" % mode, "--direct_num_workers=%d" % n]
+        cfg.running_mode, cfg.num_workers = mode, n
+    elif runner == "PortableRunner":
+        if not any(a.startswith("--job_endpoint") for a in argv):
+            raise ValueError("--runner PortableRunner needs --job_endpoint=HOST:PORT (for a local "
+                             "test: python -m apache_beam.runners.portability."
+                             "local_job_service_main --port N)")
+        if not any(a.startswith("--environment_type") for a in argv):
+            argv.append("--environment_type=LOOPBACK")
+        nw = _strip_option(argv, "sdk_worker_parallelism")
+        cfg.num_workers = max(1, int(nw)) if nw else 1
+        if nw:
+            argv.append("--sdk_worker_parallelism=%s" % nw)
+        argv.insert(0, "--runner=PortableRunner")
+    else:
+        nw = next((a.split("=", 1)[1] for a in argv if a.startswith("--num_workers=")), None)
+        cfg.num_workers = max(1, int(nw)) if nw else 2
+        argv.insert(0, "--runner=%s" % runner)
+    return cfg

@@ -1,0 +1,148 @@
+"""The frozen topic state inside Beam workers: small references in the graph, one copy per
+process, loaded once per version.
+
+The topic matrix never enters the pipeline graph (Beam pickles and compresses everything in
+the graph: one run with a 20 MB matrix as a ``Create`` took 107 s here). The graph carries a
+:class:`StateRef` instead -- a few dozen bytes naming a state *version* (``key``) and where to
+find it (``path``: a directory written by :meth:`lda_core.state.TopicState.save`, e.g. a
+published checkpoint or a scratch state of the window). Workers resolve it with
+:func:`acquire`:
+
+1. the in-process table (:func:`put_local`): with the in-process DirectRunner the driver and
+   the workers share one process, so the state of step t produced by the global-step DoFn is
+   handed to the E-step of step t+1 as the very same object (no copy, no file);
+2. otherwise ``apache_beam.utils.shared.Shared``, keyed by the version: the first DoFn of a
+   process that needs version ``key`` loads the directory once; every thread and every later
+   bundle of that process reuses it until a newer version is asked for (then the old one is
+   released: one state per process, bounded memory).
+
+The E-step derives its inputs (exp(E[log β]) for the words of each piece) from that one copy;
+nothing is recomputed per document. The state objects here are treated as read-only: the
+global step works on a private copy (:func:`private_copy`).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import threading
+from typing import Any, Dict, NamedTuple, Optional
+
+from apache_beam.utils import shared
+
+logger = logging.getLogger(__name__)
+
+
+class StateRef(NamedTuple):
+    """A state version as it travels through the graph (side input of every E-step)."""
+    key: str               # unique version id: "<run id>/<position>"
+    path: Optional[str]    # TopicState directory, or None when it lives only in memory
+    position: int          # minibatches of the seeded order consumed (global step index)
+
+
+class _Held:
+    """Weak-referenceable holder (``Shared`` keeps weak references)."""
+
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+
+
+_LOCK = threading.Lock()
+_LOCAL: Dict[str, Any] = {}        # key -> algorithm (in-process runner only)
+_LOCAL_INFO: Dict[str, Any] = {}   # key -> global-step info / error (in-process runner only)
+_HANDLE = shared.Shared()          # one per process (module global, never pickled)
+
+
+def put_local(key: str, algorithm) -> None:
+    with _LOCK:
+        _LOCAL[key] = algorithm
+
+
+def get_local(key: str):
+    with _LOCK:
+        return _LOCAL.get(key)
+
+
+def put_local_info(key: str, info: Dict[str, Any]) -> None:
+    with _LOCK:
+        _LOCAL_INFO[key] = info
+
+
+def get_local_info(key: str) -> Optional[Dict[str, Any]]:
+    with _LOCK:
+        return _LOCAL_INFO.get(key)
+
+
+def drop_local(prefix: str, keep: Optional[str] = None) -> None:
+    """Forget the in-process states and infos of a run (all keys starting with ``prefix``)."""
+    with _LOCK:
+        for d in (_LOCAL, _LOCAL_INFO):
+            for k in [k for k in d if k.startswith(prefix) and k != keep]:
+                del d[k]
+
+
+def load_algorithm(path: str):
+    """A state directory -> the algorithm object it describes (checksums verified)."""
+    from lda_core.algorithm import algorithm_class
+    from lda_core.state import TopicState
+    state = TopicState.load(path)
+    return algorithm_class(state.algorithm).from_state(state)
+
+
+def _set_threads(algorithm, n_threads: Optional[int]) -> None:
+    if n_threads is not None and hasattr(algorithm, "n_threads"):
+        algorithm.n_threads = int(n_threads)
+
+
+def acquire(ref: StateRef, n_threads: Optional[int] = None):
+    """The (read-only) algorithm of version ``ref`` in this process (see module docstring)."""
+    algo = get_local(ref.key)
+    if algo is None:
+        if ref.path is None:
+            raise RuntimeError("state %s lives in the driver's memory but this worker runs in "
+                               "another process; use a file state transport for this runner"
+                               % ref.key)
+
+        def load():
+            logger.info("loading state %s from %s (pid %d)", ref.key, ref.path, os.getpid())
+            return _Held(load_algorithm(ref.path))
+
+        algo = _HANDLE.acquire(load, tag=ref.key).algorithm
+    _set_threads(algo, n_threads)
+    return algo
+
+
+def offer(ref: StateRef, algorithm) -> None:
+    """Make ``algorithm`` the cached copy of version ``ref`` in this process (the worker that
+    ran the global step does not read back the file it just wrote)."""
+    _HANDLE.acquire(lambda: _Held(algorithm), tag=ref.key)
+
+
+def private_copy(algorithm):
+    """A copy the global step may modify (the cached one stays frozen for other readers)."""
+    return copy.deepcopy(algorithm)
+
+
+def save_state(algorithm, path: str, info: Optional[Dict[str, Any]] = None) -> str:
+    """Write ``algorithm``'s TopicState to ``path`` (atomically published directory)."""
+    state = algorithm.to_state()
+    if info:
+        merged = dict(state.info or {})
+        merged.update(info)
+        state.info = merged
+    state.save(path)
+    return path
+
+
+def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
+    from lda_core.run_log import _jsonable
+    from pipelines.dataset import write_bytes_atomic
+    write_bytes_atomic(path, json.dumps(_jsonable(obj), sort_keys=True).encode("utf-8"))
+
+
+def read_json(path: str) -> Optional[Dict[str, Any]]:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

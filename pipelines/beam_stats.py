@@ -1,0 +1,190 @@
+"""A thin ``beam.CombineFn`` around an algorithm's :class:`~lda_core.algorithm.SuffStats`, and a
+raw-bytes coder for statistics.
+
+The maths of merging lives in ``lda_core`` (``SuffStats.merge``: float64 sums, sparse column
+blocks for online VB); this module only adapts it to Beam:
+
+* :func:`encode_stats` / :func:`decode_stats`: ``to_bytes`` / ``from_bytes`` when the stats
+  class has them (a compact, pickle-free form), else pickle. The class is named in a short
+  header so any algorithm's statistics round-trip. Per-piece statistics travel between the
+  E-step and the combine as plain ``bytes`` elements (Beam's fastest coder: a 20 MB array
+  costs ~9 ms to encode this way vs ~110 ms through the default pickling coder).
+* :class:`StatsCombineFn`: create / add / merge / extract. Each element is one *piece* of a
+  minibatch (``piece id``, statistics). With ``deterministic=True`` (default) the accumulator
+  keeps the pieces apart and ``extract_output`` merges them in piece-id order, so the float64
+  sums are bit-identical whatever the bundling, the worker count or the order Beam delivers
+  the pieces in (that is what makes a resumed run end with *exactly* the same state as an
+  uninterrupted one). Memory: one statistics block per piece of the minibatch (the trainer
+  cuts a minibatch into a few pieces per worker). With ``deterministic=False`` pieces are summed
+  as they arrive (bounded memory, results equal to float64 rounding); use that with
+  ``with_fanout`` for very many workers.
+
+No shuffle sits between the E-step and this combine: ``CombineGlobally`` is lifted, so each
+bundle pre-combines its own pieces and only accumulators cross worker boundaries.
+"""
+from __future__ import annotations
+
+import importlib
+import pickle
+import struct
+from typing import Any, Dict, Optional, Tuple
+
+import apache_beam as beam
+from apache_beam.coders import Coder
+
+from lda_core.algorithm import SuffStats
+
+_MAGIC_BYTES = b"SB"     # stats serialised by the class's own to_bytes
+_MAGIC_PICKLE = b"SP"    # stats pickled (classes without to_bytes)
+
+
+def _class_path(obj) -> str:
+    return "%s:%s" % (type(obj).__module__, type(obj).__qualname__)
+
+
+def _load_class(path: str):
+    mod, name = path.split(":")
+    obj = importlib.import_module(mod)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def encode_stats(stats: SuffStats) -> bytes:
+    """``SuffStats`` -> bytes (``to_bytes`` when available, else pickle)."""
+    to_bytes = getattr(stats, "to_bytes", None)
+    if callable(to_bytes):
+        cls = _class_path(stats).encode()
+        return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls + to_bytes()
+    return _MAGIC_PICKLE + pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_stats(data: bytes) -> SuffStats:
+    """Inverse of :func:`encode_stats`."""
+    data = memoryview(data)
+    magic = bytes(data[:2])
+    if magic == _MAGIC_BYTES:
+        (n,) = struct.unpack("<H", data[2:4])
+        cls = _load_class(bytes(data[4:4 + n]).decode())
+        return cls.from_bytes(bytes(data[4 + n:]))
+    if magic == _MAGIC_PICKLE:
+        return pickle.loads(data[2:])
+    raise ValueError("not an encoded statistics block (header %r)" % magic)
+
+
+def encode_piece(piece_id: int, stats: SuffStats) -> bytes:
+    """One E-step output element: (piece id, statistics) as raw bytes."""
+    return struct.pack("<q", int(piece_id)) + encode_stats(stats)
+
+
+def decode_piece(data: bytes) -> Tuple[int, SuffStats]:
+    (pid,) = struct.unpack("<q", data[:8])
+    return pid, decode_stats(memoryview(data)[8:])
+
+
+class StatsAccumulator:
+    """The combine's accumulator: pieces kept apart (deterministic) or a running sum."""
+
+    __slots__ = ("pieces", "total")
+
+    def __init__(self, pieces: Optional[Dict[int, SuffStats]] = None,
+                 total: Optional[SuffStats] = None):
+        self.pieces = pieces if pieces is not None else {}
+        self.total = total
+
+
+class StatsAccumulatorCoder(Coder):
+    """Raw-bytes coder for :class:`StatsAccumulator` (length-prefixed encoded pieces)."""
+
+    def encode(self, acc: StatsAccumulator) -> bytes:
+        parts = []
+        items = list(acc.pieces.items())
+        if acc.total is not None:
+            items.append((-1, acc.total))
+        parts.append(struct.pack("<I", len(items)))
+        for pid, st in items:
+            b = encode_piece(pid, st)
+            parts.append(struct.pack("<Q", len(b)))
+            parts.append(b)
+        return b"".join(parts)
+
+    def decode(self, data: bytes) -> StatsAccumulator:
+        data = memoryview(data)
+        (n,) = struct.unpack("<I", data[:4])
+        off = 4
+        acc = StatsAccumulator()
+        for _ in range(n):
+            (ln,) = struct.unpack("<Q", data[off:off + 8])
+            off += 8
+            pid, st = decode_piece(data[off:off + ln])
+            off += ln
+            if pid < 0:
+                acc.total = st
+            else:
+                acc.pieces[pid] = st
+        return acc
+
+    def is_deterministic(self) -> bool:
+        return False
+
+    def to_type_hint(self):
+        return StatsAccumulator
+
+
+class StatsCombineFn(beam.CombineFn):
+    """Sum per-piece statistics of one minibatch (see module docstring).
+
+    Input elements are ``bytes`` from :func:`encode_piece`; the output is the merged
+    ``SuffStats`` (``None`` if there was no input)."""
+
+    def __init__(self, deterministic: bool = True):
+        self.deterministic = deterministic
+
+    def create_accumulator(self) -> StatsAccumulator:
+        return StatsAccumulator()
+
+    def _add(self, acc: StatsAccumulator, pid: int, st: SuffStats) -> StatsAccumulator:
+        if self.deterministic:
+            if pid in acc.pieces:
+                raise ValueError("statistics piece %d arrived twice" % pid)
+            acc.pieces[pid] = st
+        else:
+            acc.total = st if acc.total is None else acc.total.merge(st)
+        return acc
+
+    def add_input(self, acc: StatsAccumulator, element: bytes) -> StatsAccumulator:
+        pid, st = decode_piece(element)
+        return self._add(acc, pid, st)
+
+    def merge_accumulators(self, accumulators) -> StatsAccumulator:
+        out = None
+        for acc in accumulators:
+            if out is None:
+                out = acc
+                continue
+            for pid, st in acc.pieces.items():
+                self._add(out, pid, st)
+            if acc.total is not None:
+                out.total = acc.total if out.total is None else out.total.merge(acc.total)
+        return out if out is not None else self.create_accumulator()
+
+    def compact(self, acc: StatsAccumulator) -> StatsAccumulator:
+        return acc
+
+    def extract_output(self, acc: StatsAccumulator) -> Optional[SuffStats]:
+        total = acc.total
+        for pid in sorted(acc.pieces):          # canonical order -> bundling-independent sums
+            st = acc.pieces[pid]
+            total = st if total is None else total.merge(st)
+        return total
+
+    def get_accumulator_coder(self):
+        return StatsAccumulatorCoder()
+
+
+def merge_in_order(pieces: Dict[int, Any]) -> Optional[SuffStats]:
+    """What :class:`StatsCombineFn` computes, without Beam (tests, the in-process check)."""
+    total = None
+    for pid in sorted(pieces):
+        total = pieces[pid] if total is None else total.merge(pieces[pid])
+    return total

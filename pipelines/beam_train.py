@@ -1,0 +1,781 @@
+"""The Beam trainer: the in-process trainer's loop, with each minibatch's E-step spread over
+Beam workers.
+
+Training is a sequence of *windows*; a window is one pipeline run over the next ``M``
+minibatches of the seeded order (:mod:`lda_core.ordering`, the same order as the in-process
+trainer). At the end of every window the driver publishes the state as a checkpoint
+(:class:`lda_core.checkpoint.CheckpointStore`, atomic) and the next window starts from it.
+
+Inside a window, for minibatch ``t`` (all composite transforms below)::
+
+    Create(read tasks of t)      a few (piece id, [(shard file, rows)]) records: which rows of
+      |                          which shard make up each piece of the minibatch -- decided
+      |                          by plan_pass from the shard row counts alone, so membership
+      |                          never depends on how Beam bundles or splits the work
+    ParDo(EStepFn, side=ref[t-1])  read the rows (pyarrow, one cached shard per process),
+      |                            algorithm.local_step(piece) with the state of version
+      |                            ref[t-1] (loaded once per process: pipelines.beam_state),
+      |                            Beam metrics, emit (piece id, stats) as raw bytes
+    CombineGlobally(StatsCombineFn)  lifted: per-bundle pre-combine, no shuffle of pieces;
+      |                              pieces merged in piece order (bit-reproducible sums)
+    ParDo(GlobalStepFn, side=ref[t-1])  -> ref[t]: a copy of state t-1, algorithm.global_step,
+                                           state t stored (in memory for the in-process runner,
+                                           else a scratch directory beside the checkpoints)
+
+*Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are chained in
+one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
+minibatch* (``unroll=False``): each pipeline stops after the combine, and the driver applies
+the global step itself (for very large minibatches, or runners where a deep graph is a
+problem). Both give the same states as the in-process trainer: the Beam code contains no
+maths; the local step, the merge and the global step are the ``lda_core`` ones.
+
+The trade-off (numbers in docs/beam-training.md): each pipeline run costs a start-up
+(~0.45 s in-process, ~3.3 s with worker processes) and each chained step a few stages
+(~0.1 s in-process); a window of M minibatches costs one start-up, and a crash loses at most
+one window of work.
+
+Resume: the run continues from the latest published checkpoint; a run killed mid-window
+loses only that window, and because every step is deterministic (per-document random draws
+from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
+bit for bit, as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from lda_core.docbatch import DocBatch
+from pipelines import beam_state
+from pipelines.beam_options import RunnerConfig, runner_config
+from pipelines.beam_stats import StatsCombineFn, encode_piece, decode_stats, encode_stats
+from pipelines.beam_state import StateRef
+
+logger = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "ldabeam"
+SCRATCH_DIR = ".beam-scratch"
+# minibatches per window when not given: in-process the per-pipeline start-up (~0.45 s) is
+# small, so windows stay short (checkpoints often, little lost on a crash); worker processes
+# cost ~3.3 s per pipeline run, so a window must hold many minibatches to amortise it.
+DEFAULT_WINDOW_IN_PROCESS = 16
+DEFAULT_WINDOW_WORKERS = 64
+MAX_WINDOW = 10000           # cap on the graph depth of one unrolled pipeline
+
+
+# ------------------------------------------------------------------------------ read tasks
+
+@dataclass(frozen=True)
+class ReadTask:
+    """One piece of a minibatch: rows of one or more shards (minibatch order)."""
+    position: int                              # global step index of the minibatch
+    piece: int                                 # piece index within the minibatch
+    parts: Tuple[Tuple[str, np.ndarray], ...]  # (shard file, row indices)
+
+    @property
+    def n_docs(self) -> int:
+        return int(sum(len(r) for _, r in self.parts))
+
+
+@dataclass
+class StepPlan:
+    position: int       # global step index (0-based minibatch of the seeded order)
+    pass_index: int
+    batch_index: int
+    n_docs: int
+    tasks: List[ReadTask] = field(default_factory=list)
+
+
+def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
+                ) -> List[List[Tuple[int, np.ndarray]]]:
+    """Cut a minibatch ``[(shard, rows), ...]`` (minibatch order) into ``n_pieces`` runs of
+    consecutive documents of nearly equal size."""
+    total = sum(len(r) for _, r in members)
+    n_pieces = max(1, min(int(n_pieces), total))
+    bounds = [total * i // n_pieces for i in range(n_pieces + 1)]
+    out: List[List[Tuple[int, np.ndarray]]] = [[] for _ in range(n_pieces)]
+    pos = 0
+    for shard, rows in members:
+        i = 0
+        while i < len(rows):
+            g = pos + i
+            p = next(k for k in range(n_pieces) if bounds[k] <= g < bounds[k + 1])
+            take = min(len(rows) - i, bounds[p + 1] - g)
+            out[p].append((shard, rows[i:i + take]))
+            i += take
+        pos += len(rows)
+    return [o for o in out if o]
+
+
+def plan_steps(files: Sequence[str], shard_sizes: Sequence[int], *, seed: int,
+               batch_size: int, start: int, stop: int, pieces_per_minibatch: int
+               ) -> List[StepPlan]:
+    """The read tasks of global steps ``[start, stop)`` (from ``plan_pass``)."""
+    from lda_core.ordering import locate_step, n_batches, plan_pass
+    D = int(sum(shard_sizes))
+    B = n_batches(D, batch_size)
+    out: List[StepPlan] = []
+    pos = start
+    while pos < stop:
+        p, b0 = locate_step(pos, D, batch_size)
+        last = min(stop, (p + 1) * B)          # this pass's part of the range
+        plan = plan_pass(shard_sizes, seed, p, batch_size)
+        members: Dict[int, List[Tuple[int, np.ndarray]]] = OrderedDict()
+        b1 = last - p * B
+        for seg in plan.iter_segments(b0):
+            if seg.batch >= b1:
+                break
+            members.setdefault(seg.batch, []).append((seg.shard, seg.rows))
+        for b in range(b0, b1):
+            m = members.get(b, [])
+            sp = StepPlan(p * B + b, p, b, int(sum(len(r) for _, r in m)))
+            for k, piece in enumerate(_split_rows(m, pieces_per_minibatch)):
+                sp.tasks.append(ReadTask(sp.position, k, tuple((files[s], np.asarray(r))
+                                                             for s, r in piece)))
+            out.append(sp)
+        pos = last
+    return out
+
+
+# ------------------------------------------------------------------------------ shard cache
+
+_SHARD_CACHE: "OrderedDict[Tuple[str, float, int], DocBatch]" = OrderedDict()
+_SHARD_CACHE_SIZE = 2
+
+
+def _read_shard_cached(path: str) -> DocBatch:
+    """Whole shard as a DocBatch, cached per process (at most two shards in memory): the rows
+    of a minibatch are spread over its shard, so the pieces of a window read the same shards."""
+    from pipelines import dataset
+    from pipelines.shard_stream import read_shard
+    if dataset.is_remote(path):
+        key = (path, 0.0, 0)
+    else:
+        st = os.stat(path)
+        key = (path, st.st_mtime, st.st_size)
+    hit = _SHARD_CACHE.get(key)
+    if hit is not None:
+        _SHARD_CACHE.move_to_end(key)
+        return hit
+    batch = read_shard(path)
+    _SHARD_CACHE[key] = batch
+    while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
+        _SHARD_CACHE.popitem(last=False)
+    return batch
+
+
+def read_task(task: ReadTask) -> DocBatch:
+    from pipelines.shard_stream import gather
+    parts = []
+    for path, rows in task.parts:
+        shard = _read_shard_cached(path)
+        if len(rows) and int(np.max(rows)) >= shard.n_docs:
+            raise ValueError("shard %s has %d rows but the plan needs row %d (was it rewritten "
+                             "during training?)" % (path, shard.n_docs, int(np.max(rows))))
+        parts.append(gather(shard, rows))
+    return parts[0] if len(parts) == 1 else DocBatch.concat(parts)
+
+
+# ------------------------------------------------------------------------------ DoFns
+
+class EStepFn(beam.DoFn):
+    """Local step of one piece of a minibatch with the frozen state ``ref`` (side input)."""
+
+    def __init__(self, n_threads: Optional[int] = None):
+        self.n_threads = n_threads
+        self.docs = Metrics.counter(METRICS_NAMESPACE, "documents")
+        self.tokens = Metrics.counter(METRICS_NAMESPACE, "tokens")
+        self.empty = Metrics.counter(METRICS_NAMESPACE, "empty_documents")
+        self.iterations = Metrics.counter(METRICS_NAMESPACE, "estep_iterations")
+        self.capped = Metrics.counter(METRICS_NAMESPACE, "documents_at_iteration_cap")
+        self.pieces = Metrics.counter(METRICS_NAMESPACE, "pieces")
+
+    def process(self, element, ref: Optional[StateRef]):
+        position, task = element
+        if ref is None:           # an earlier step of this window failed: nothing to do
+            return
+        algo = beam_state.acquire(ref, self.n_threads)
+        batch = read_task(task)
+        stats = algo.local_step(batch)
+        self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
+        self.tokens.inc(int(stats.n_tokens))
+        self.empty.inc(int(stats.n_empty))
+        self.iterations.inc(int(stats.n_iterations))
+        self.capped.inc(int(stats.n_capped))
+        self.pieces.inc()
+        yield position, encode_piece(task.piece, stats)
+
+
+class GlobalStepFn(beam.DoFn):
+    """State ``ref[t-1]`` + merged statistics -> state ``ref[t]`` (the lda_core global step)."""
+
+    def __init__(self, run_key: str, position: int, n_docs: int, scratch: Optional[str],
+                 n_threads: Optional[int] = None):
+        self.run_key = run_key
+        self.position = position
+        self.n_docs = n_docs
+        self.scratch = scratch
+        self.n_threads = n_threads
+
+    def process(self, element, ref: Optional[StateRef]):
+        _, stats = element
+        if ref is None or stats is None:
+            return
+        key = "%s/%d" % (self.run_key, self.position + 1)
+        base = beam_state.acquire(ref, self.n_threads)
+        algo = beam_state.private_copy(base)
+        t0 = time.time()
+        try:
+            info = dict(algo.global_step(stats) or {})
+        except (ValueError, FloatingPointError, ArithmeticError) as e:
+            _store_info(self.scratch, key, {"error": str(e), "position": self.position + 1})
+            logger.error("global step at position %d failed: %s", self.position, e)
+            return
+        bad = [k for k in ("rho", "mean_change") if not _finite(info.get(k))]
+        if bad:
+            _store_info(self.scratch, key, {"error": "the step produced non-finite %s"
+                                            % ", ".join(bad), "position": self.position + 1})
+            return
+        info["global_step_seconds"] = time.time() - t0
+        info["docs_in_minibatch"] = self.n_docs
+        info["docs_seen"] = int(getattr(algo, "docs_seen", 0) or 0)
+        info["position"] = self.position + 1
+        if self.scratch is None:
+            beam_state.put_local(key, algo)
+            new = StateRef(key, None, self.position + 1)
+        else:
+            path = os.path.join(self.scratch, "state-%09d" % (self.position + 1))
+            beam_state.save_state(algo, path)
+            new = StateRef(key, path, self.position + 1)
+            beam_state.offer(new, algo)
+        _store_info(self.scratch, key, info)
+        yield new
+
+
+def _finite(v) -> bool:
+    try:
+        return v is None or math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return True
+
+
+def _info_path(scratch: str, key: str) -> str:
+    return os.path.join(scratch, "info-%09d.json" % int(key.rsplit("/", 1)[1]))
+
+
+def _store_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> None:
+    if scratch is None:
+        beam_state.put_local_info(key, info)
+    else:
+        beam_state.write_json_atomic(_info_path(scratch, key), info)
+
+
+def _load_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]:
+    if scratch is None:
+        return beam_state.get_local_info(key)
+    return beam_state.read_json(_info_path(scratch, key))
+
+
+class WriteStatsFn(beam.DoFn):
+    """Non-unrolled mode: hand the merged statistics of one minibatch to the driver."""
+
+    def __init__(self, run_key: str, position: int, scratch: Optional[str]):
+        self.run_key, self.position, self.scratch = run_key, position, scratch
+
+    def process(self, element):
+        _, stats = element
+        key = "%s/stats-%d" % (self.run_key, self.position)
+        if self.scratch is None:
+            beam_state.put_local_info(key, stats)
+        else:
+            from pipelines.dataset import write_bytes_atomic
+            write_bytes_atomic(os.path.join(self.scratch, "stats-%09d.bin" % self.position),
+                               encode_stats(stats))
+        yield key
+
+
+# ------------------------------------------------------------------------------ transforms
+
+class MinibatchStatistics(beam.PTransform):
+    """Read tasks ``(position, ReadTask)`` of one minibatch -> ``(position, merged stats)``."""
+
+    def __init__(self, ref_view, n_threads: Optional[int] = None, deterministic: bool = True,
+                 fanout: Optional[int] = None):
+        super().__init__()
+        self.ref_view, self.n_threads = ref_view, n_threads
+        self.deterministic, self.fanout = deterministic, fanout
+
+    def expand(self, tasks):
+        pieces = (tasks
+                  | "EStep" >> beam.ParDo(EStepFn(self.n_threads), self.ref_view)
+                  .with_output_types(Tuple[int, bytes]))
+        combine = beam.CombinePerKey(StatsCombineFn(self.deterministic))
+        if self.fanout:
+            combine = combine.with_hot_key_fanout(self.fanout)
+        return pieces | "Combine" >> combine
+
+
+class TrainStep(beam.PTransform):
+    """One unrolled step: (read tasks of minibatch t, state ref[t-1]) -> ref[t]."""
+
+    def __init__(self, step: StepPlan, run_key: str, scratch: Optional[str],
+                 n_threads: Optional[int] = None, deterministic: bool = True,
+                 fanout: Optional[int] = None):
+        super().__init__()
+        self.step, self.run_key, self.scratch = step, run_key, scratch
+        self.n_threads, self.deterministic, self.fanout = n_threads, deterministic, fanout
+
+    def expand(self, pcolls):
+        tasks, prev_ref = pcolls
+        view = beam.pvalue.AsSingleton(prev_ref, default_value=None)
+        stats = tasks | "Statistics" >> MinibatchStatistics(view, self.n_threads,
+                                                            self.deterministic, self.fanout)
+        return stats | "GlobalStep" >> beam.ParDo(
+            GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,
+                         self.n_threads), view)
+
+
+class WindowTasks(beam.PTransform):
+    """All read tasks of a window, spread over the workers once, split by minibatch."""
+
+    def __init__(self, steps: List[StepPlan]):
+        super().__init__()
+        self.steps = steps
+
+    def expand(self, pbegin):
+        first = self.steps[0].position
+        tasks = [(sp.position, t) for sp in self.steps for t in sp.tasks]
+        created = pbegin | "Create" >> beam.Create(tasks, reshuffle=True)
+        if len(self.steps) == 1:
+            return [created]
+        return created | "ByMinibatch" >> beam.Partition(
+            lambda kv, n: kv[0] - first, len(self.steps))
+
+
+# ------------------------------------------------------------------------------ driver
+
+@dataclass
+class BeamTrainResult:
+    """Same fields as :class:`lda_core.trainer.TrainResult` (the CLI prints either)."""
+    algorithm: Any
+    step: int
+    docs_seen: int
+    steps_run: int
+    elapsed: float
+    metrics: Dict[str, float] = field(default_factory=dict)
+    checkpoint: Optional[str] = None
+    converged: Optional[bool] = None
+    windows: int = 0
+    beam_metrics: Dict[str, int] = field(default_factory=dict)
+
+
+class BeamTrainingError(ValueError):
+    """A window failed (e.g. non-finite statistics); the last good checkpoint stays latest."""
+
+
+def _query_counters(result) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    try:
+        res = result.metrics().query()
+    except Exception as e:  # pragma: no cover - runner-specific
+        logger.debug("metrics unavailable: %s", e)
+        return out
+    for c in res.get("counters", []):
+        if c.key.metric.namespace == METRICS_NAMESPACE:
+            v = c.committed if c.committed is not None else c.attempted
+            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(v or 0)
+    return out
+
+
+def _run_pipeline(cfg: RunnerConfig, build) -> Dict[str, int]:
+    t0 = time.time()
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    build(p)
+    t1 = time.time()
+    result = p.run()
+    result.wait_until_finish()      # metrics are complete only after this
+    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, time.time() - t1)
+    return _query_counters(result)
+
+
+def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
+    from lda_core.algorithm import StochasticAlgorithm
+    from pipelines import dataset
+    from pipelines.shard_stream import shard_row_counts
+    if not model_dir:
+        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+    if not isinstance(algorithm, StochasticAlgorithm):
+        raise ValueError("the Beam trainer runs local/global-step algorithms; %s is a "
+                         "stream-order sampler: use --runner inprocess"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    if getattr(algorithm, "accumulate_passes", getattr(algorithm, "name", "") == "batch-vb"):
+        raise ValueError("%s applies one global step per pass; the Beam trainer runs "
+                         "minibatch algorithms only: use --runner inprocess"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    files = list(files)
+    if not files:
+        raise FileNotFoundError("no shard files to train on (empty shard set)")
+    vh = dataset.check_vocab_hash(files, getattr(algorithm, "vocab_hash", None))
+    sizes = shard_row_counts(files)
+    if sum(sizes) == 0:
+        raise ValueError("the shards %s hold no documents" % ", ".join(files[:3]))
+    return files, sizes, vh
+
+
+def default_window(cfg: RunnerConfig) -> int:
+    return DEFAULT_WINDOW_IN_PROCESS if cfg.in_process else DEFAULT_WINDOW_WORKERS
+
+
+def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
+          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
+          unroll: Optional[bool] = None, heldout=None, eval_every: int = 0,
+          checkpoint_store=None, checkpoint_every: int = 0, run_log=None, resume: bool = False,
+          max_steps: Optional[int] = None, run_info: Optional[Dict[str, Any]] = None,
+          beam_argv: Sequence[str] = (), runner: Optional[str] = None,
+          pieces_per_minibatch: Optional[int] = None, n_threads: Optional[int] = None,
+          deterministic_combine: bool = True, fanout: Optional[int] = None,
+          progress: bool = True) -> BeamTrainResult:
+    """Train ``algorithm`` (a :class:`~lda_core.algorithm.StochasticAlgorithm` at its current
+    position) on ``shard_files`` in windows of Beam pipeline runs (module docstring).
+
+    ``minibatches_per_window`` (M): default 16 in-process, 64 with worker processes.
+    ``unroll``: chain the window's minibatches in one pipeline (default True); False runs one
+    pipeline per minibatch and applies the global step on the driver. ``checkpoint_every`` is
+    accepted for the CLI's sake: the Beam trainer publishes a checkpoint at the end of every
+    window. ``eval_every``: held-out evaluation at the end of a window in which a multiple of
+    it was reached (and at the end). ``pieces_per_minibatch``: read tasks per minibatch
+    (default: 2 per worker). ``n_threads``: E-step threads per worker (default: the
+    algorithm's setting in-process; cores / workers with worker processes).
+    ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
+    """
+    from lda_core.ordering import n_batches
+    from lda_core.trainer import evaluate, resume_position
+    t_start = time.time()
+    for name, v in (("passes", passes), ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise ValueError("%s must be >= 1, got %r" % (name, v))
+    if minibatches_per_window is not None and not (1 <= int(minibatches_per_window)
+                                                   <= MAX_WINDOW):
+        raise ValueError("minibatches_per_window must be in [1, %d], got %r"
+                         % (MAX_WINDOW, minibatches_per_window))
+    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
+    argv = list(beam_argv or ())
+    cfg = runner_config(runner or _strip_runner(argv), argv)
+    M = int(minibatches_per_window or default_window(cfg))
+    unroll = True if unroll is None else bool(unroll)
+    pieces = int(pieces_per_minibatch or max(2, 2 * cfg.num_workers))
+    if n_threads is None and not cfg.in_process and cfg.local:
+        n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
+    if checkpoint_store is None:
+        from lda_core.checkpoint import CheckpointStore
+        checkpoint_store = CheckpointStore(model_dir)
+
+    # --- position ----------------------------------------------------------------------------
+    position = int(getattr(algorithm, "step", 0) or 0)
+    if resume:
+        found = checkpoint_store.latest_checkpoint()
+        if found is not None:
+            ck, state = found
+            state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                           n_words=algorithm.n_words, vocab_hash=vh)
+            if state.step != getattr(algorithm, "step", state.step):
+                from lda_core.algorithm import algorithm_class
+                algorithm = algorithm_class(state.algorithm).from_state(state)
+            position = resume_position(state)
+            logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
+    D = int(sum(sizes))
+    B = n_batches(D, batch_size)
+    total = int(passes) * B
+    stop = total if max_steps is None else min(total, int(max_steps))
+
+    run_key = uuid.uuid4().hex[:12]
+    scratch_root = os.path.join(model_dir, SCRATCH_DIR)
+    if os.path.isdir(scratch_root):       # left by a killed run: never read, just removed
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    scratch = None if cfg.in_process else os.path.join(scratch_root, run_key)
+    if scratch is not None:
+        os.makedirs(scratch, exist_ok=True)
+
+    if run_log is not None:
+        run_log.write(dict(event="start", wall_time=t_start, start_step=position,
+                           algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                           n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
+                           eval_every=eval_every, checkpoint_every=checkpoint_every,
+                           run=dict(run_info or {}, runner=cfg.describe(),
+                                    minibatches_per_window=M, unroll=unroll,
+                                    pieces_per_minibatch=pieces)))
+    logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
+                "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
+                cfg.describe(), B, batch_size, D, position, stop, M,
+                "unrolled" if unroll else "one pipeline per minibatch", pieces)
+
+    metrics: Dict[str, float] = {}
+    last_eval_pos = -1
+    last_ckpt: Optional[str] = None
+    steps_run = 0
+    windows = 0
+    counters_total: Dict[str, int] = {}
+    n_windows = max(1, -(-(stop - position) // M))
+
+    def state_ref(algo, pos, published: Optional[str]) -> StateRef:
+        key = "%s/%d" % (run_key, pos)
+        if scratch is None:
+            beam_state.put_local(key, algo)
+            return StateRef(key, None, pos)
+        if published is None:
+            published = os.path.join(scratch, "state-%09d" % pos)
+            beam_state.save_state(algo, published)
+        return StateRef(key, published, pos)
+
+    def publish(algo, pos) -> str:
+        state = algo.to_state()
+        info = dict(state.info or {})
+        info["trainer"] = dict(minibatches_done=pos,
+                               docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
+                               wall_time=time.time(), runner=cfg.describe())
+        if run_info:
+            info["run"] = run_info
+        state.info = info
+        return checkpoint_store.publish(state)
+
+    published_path: Optional[str] = None
+    try:
+        while position < stop:
+            w_start = time.time()
+            w_stop = min(stop, position + M)
+            steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
+                               stop=w_stop, pieces_per_minibatch=pieces)
+            start_ref = state_ref(algorithm, position, published_path)
+            if unroll:
+                infos, new_algo, error, counters = _run_unrolled(cfg, steps, start_ref,
+                                                                 run_key, scratch, n_threads,
+                                                                 deterministic_combine, fanout)
+            else:
+                infos, new_algo, error, counters = _run_stepwise(
+                    cfg, steps, algorithm, start_ref, run_key, scratch, n_threads,
+                    deterministic_combine, fanout, state_ref)
+            for k, v in counters.items():
+                counters_total[k] = counters_total.get(k, 0) + v
+            done = len(infos)
+            if done:
+                algorithm = new_algo
+                position += done
+                steps_run += done
+            windows += 1
+            w_time = time.time() - w_start
+            # evaluation (once per window, when a multiple of eval_every was reached)
+            rec_metrics = None
+            if heldout is not None and done and eval_every and (
+                    position // eval_every > (position - done) // eval_every):
+                te = time.time()
+                metrics = evaluate(algorithm, heldout)
+                metrics["eval_seconds"] = time.time() - te
+                last_eval_pos = position
+                rec_metrics = metrics
+            if done:
+                last_ckpt = publish(algorithm, position)
+                published_path = last_ckpt
+            _log_steps(run_log, steps[:done], infos, rec_metrics, last_ckpt, t_start)
+            if scratch is not None:
+                _clean_scratch(scratch, keep=None)
+            else:
+                beam_state.drop_local(run_key + "/")
+            remaining = stop - position
+            rate = steps_run / max(1e-9, time.time() - t_start)
+            eta = remaining / rate if rate > 0 else float("nan")
+            score = ""
+            if metrics:
+                score = " completion_ll/token=%.4f" % metrics.get("completion_ll_per_token",
+                                                                  float("nan"))
+            logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s "
+                        "ETA %.0f s", windows, n_windows, position - done, position,
+                        sum(s.n_docs for s in steps[:done]), w_time,
+                        ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
+                        int(getattr(algorithm, "docs_seen", 0) or 0), score, eta)
+            if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+                print("\rwindow %d/%d  step %d/%d  docs %d%s  ETA %.0fs   "
+                      % (windows, n_windows, position, stop,
+                         int(getattr(algorithm, "docs_seen", 0) or 0), score, eta),
+                      end="", file=sys.stderr, flush=True)
+            if error is not None:
+                msg = ("minibatch %d could not be applied: %s; training stopped, the last good "
+                       "checkpoint (%s) stays the latest" % (error[0], error[1],
+                                                              last_ckpt or "none written"))
+                logger.error(msg)
+                if run_log is not None:
+                    run_log.write(dict(event="error", step=error[0], message=msg,
+                                       wall_time=time.time()))
+                raise BeamTrainingError(msg)
+        if heldout is not None and last_eval_pos != position:
+            te = time.time()
+            metrics = evaluate(algorithm, heldout)
+            metrics["eval_seconds"] = time.time() - te
+    finally:
+        if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+            print("", file=sys.stderr)
+        if scratch is not None:
+            shutil.rmtree(scratch_root, ignore_errors=True)
+        beam_state.drop_local(run_key + "/")
+    if last_ckpt is None and checkpoint_store is not None and steps_run == 0:
+        found = checkpoint_store.list_checkpoints()
+        last_ckpt = found[-1].path if found else None
+    elapsed = time.time() - t_start
+    if run_log is not None:
+        run_log.write(dict(event="end", step=position,
+                           docs_seen=int(getattr(algorithm, "docs_seen", 0) or 0),
+                           steps_run=steps_run, elapsed=elapsed, metrics=metrics,
+                           checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
+                           beam_metrics=counters_total))
+    logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s", position,
+                steps_run, windows, elapsed, "" if not metrics else ": " + ", ".join(
+                    "%s=%.4f" % (k, v) for k, v in metrics.items()))
+    return BeamTrainResult(algorithm, position, int(getattr(algorithm, "docs_seen", 0) or 0),
+                           steps_run, elapsed, dict(metrics), last_ckpt, None, windows,
+                           counters_total)
+
+
+def _strip_runner(argv: List[str]) -> Optional[str]:
+    from pipelines.beam_options import _strip_option
+    return _strip_option(argv, "runner")
+
+
+def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
+    for name in os.listdir(scratch):
+        p = os.path.join(scratch, name)
+        if keep is not None and os.path.abspath(p) == os.path.abspath(keep):
+            continue
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout):
+    """One pipeline for the whole window; returns (infos, final algorithm, error, counters)."""
+
+    def build(p):
+        ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
+        tasks = p | "Tasks" >> WindowTasks(steps)
+        for j, sp in enumerate(steps):
+            ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
+                sp, run_key, scratch, n_threads, deterministic, fanout)
+
+    counters = _run_pipeline(cfg, build)
+    infos, error = [], None
+    last_key = start_ref.key
+    for sp in steps:
+        key = "%s/%d" % (run_key, sp.position + 1)
+        info = _load_info(scratch, key)
+        if info is None:
+            error = (sp.position + 1, "the pipeline produced no state for this step")
+            break
+        if "error" in info:
+            error = (sp.position + 1, info["error"])
+            break
+        infos.append(info)
+        last_key = key
+    if not infos:
+        return infos, None, error, counters
+    if scratch is None:
+        algo = beam_state.get_local(last_key)
+    else:
+        algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d"
+                                                      % (steps[len(infos) - 1].position + 1)))
+    return infos, algo, error, counters
+
+
+def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout, state_ref):
+    """One pipeline per minibatch, the global step on the driver."""
+    infos: List[Dict[str, Any]] = []
+    counters: Dict[str, int] = {}
+    ref = start_ref
+    algo = algorithm
+    error = None
+    for sp in steps:
+        def build(p, sp=sp, ref=ref):
+            r = p | "State" >> beam.Create([ref], reshuffle=False)
+            view = beam.pvalue.AsSingleton(r)
+            tasks = (p | "Tasks" >> WindowTasks([sp]))[0]
+            (tasks
+             | "Statistics" >> MinibatchStatistics(view, n_threads, deterministic, fanout)
+             | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
+
+        c = _run_pipeline(cfg, build)
+        for k, v in c.items():
+            counters[k] = counters.get(k, 0) + v
+        key = "%s/stats-%d" % (run_key, sp.position)
+        if scratch is None:
+            stats = beam_state.get_local_info(key)
+        else:
+            path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
+            with open(path, "rb") as f:
+                stats = decode_stats(f.read())
+        nxt = beam_state.private_copy(algo) if scratch is None else algo
+        t0 = time.time()
+        try:
+            info = dict(nxt.global_step(stats) or {})
+        except (ValueError, FloatingPointError, ArithmeticError) as e:
+            error = (sp.position + 1, str(e))
+            break
+        info["global_step_seconds"] = time.time() - t0
+        info["docs_in_minibatch"] = sp.n_docs
+        info["docs_seen"] = int(getattr(nxt, "docs_seen", 0) or 0)
+        info["position"] = sp.position + 1
+        infos.append(info)
+        algo = nxt
+        ref = state_ref(algo, sp.position + 1, None)
+    return infos, (algo if infos else None), error, counters
+
+
+def _log_steps(run_log, steps: List[StepPlan], infos: List[Dict[str, Any]],
+               metrics: Optional[Dict[str, float]], ckpt: Optional[str], t_start: float):
+    """One run-log record per global step (the in-process trainer's format)."""
+    now = time.time()
+    for i, (sp, info) in enumerate(zip(steps, infos)):
+        last = i == len(infos) - 1
+        rec = dict(event="step", step=sp.position + 1, t=info.get("t", sp.position + 1),
+                   pass_index=sp.pass_index, batch=sp.batch_index,
+                   docs_seen=info.get("docs_seen"), docs=info.get("docs", sp.n_docs),
+                   tokens=info.get("tokens"), empty=info.get("empty"),
+                   capped=info.get("capped"), rho=info.get("rho"),
+                   mean_change=info.get("mean_change"))
+        for k in ("elbo", "bound", "alpha", "eta", "skipped"):
+            if k in info and np.ndim(info[k]) == 0:
+                rec[k] = info[k]
+        logger.info("step t=%d pass=%d batch=%d rho=%s docs=%s docs_seen=%s mean_change=%s",
+                    sp.position + 1, sp.pass_index, sp.batch_index, _fmt(info.get("rho")),
+                    rec["docs"], rec["docs_seen"], _fmt(info.get("mean_change")))
+        if last and metrics:
+            rec["metrics"] = metrics
+        if last and ckpt:
+            rec["checkpoint"] = ckpt
+        rec["wall_time"] = now
+        rec["elapsed"] = now - t_start
+        if run_log is not None:
+            run_log.write(rec)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    try:
+        return "%.4g" % float(v)
+    except (TypeError, ValueError):
+        return str(v)
