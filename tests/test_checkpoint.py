@@ -202,3 +202,86 @@ def test_resume_round_trip_is_exact(nips_counts, tmp_path):
     back = CheckpointStore(str(tmp_path)).latest()
     assert back == st
     assert back.arrays["lambda"].tobytes() == st.arrays["lambda"].tobytes()
+
+
+class MemoryFiles:
+    """An object-store-like file layer (flat keys, no directories, no atomic rename) that
+    replaces lda_core.state.LocalFiles: proves every file operation of the state and the
+    store goes through the replaceable object (what the pipelines' gs:// wrapper relies on)."""
+
+    def __init__(self):
+        self.objects = {}
+
+    def join(self, *parts):
+        return "/".join(p.rstrip("/") for p in parts)
+
+    def basename(self, path):
+        return path.rstrip("/").rsplit("/", 1)[-1]
+
+    def dirname(self, path):
+        return path.rstrip("/").rsplit("/", 1)[0]
+
+    def exists(self, path):
+        return path in self.objects or self.isdir(path)
+
+    def isdir(self, path):
+        return any(k.startswith(path.rstrip("/") + "/") for k in self.objects)
+
+    def listdir(self, path):
+        pre = path.rstrip("/") + "/"
+        return sorted({k[len(pre):].split("/", 1)[0] for k in self.objects if k.startswith(pre)})
+
+    def size(self, path):
+        return len(self.objects[path])
+
+    def makedirs(self, path):
+        pass
+
+    def open_read(self, path):
+        import io
+        return io.BytesIO(self.objects[path])
+
+    def open_write(self, path):
+        import io
+        files = self
+
+        class W(io.BytesIO):
+            def close(self):
+                files.objects[path] = self.getvalue()
+                super().close()
+        return W()
+
+    def sync_file(self, f):
+        pass
+
+    def make_temp_dir(self, final):
+        return final + ".tmp"
+
+    def publish_dir(self, tmp, final):       # copy objects: not atomic, LATEST commits
+        for k in [k for k in self.objects if k.startswith(final + "/")]:
+            del self.objects[k]
+        for k in [k for k in self.objects if k.startswith(tmp + "/")]:
+            self.objects[final + k[len(tmp):]] = self.objects.pop(k)
+
+    def write_atomic(self, path, data):
+        self.objects[path] = bytes(data)
+
+    def remove_tree(self, path):
+        for k in [k for k in self.objects if k.startswith(path.rstrip("/") + "/")]:
+            del self.objects[k]
+
+
+def test_state_and_store_work_through_a_replacement_file_layer(nips_counts, tmp_path, caplog):
+    fs = MemoryFiles()
+    store = CheckpointStore("gs://bucket/model", keep_last=2, files=fs)
+    for s in (1, 2, 3):
+        store.publish(make_state(nips_counts, s))
+    assert not os.listdir(str(tmp_path))                       # nothing touched the disk
+    assert fs.objects["gs://bucket/model/checkpoints/LATEST"] == b"step-000000003\n"
+    assert [c.step for c in store.list_checkpoints()] == [2, 3]
+    assert store.latest() == make_state(nips_counts, 3)
+    key = "gs://bucket/model/checkpoints/step-000000003/lambda.npy"
+    fs.objects[key] = fs.objects[key][:-8]
+    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+        assert store.latest().step == 2
+    assert "step-000000003" in caplog.text and "truncated" in caplog.text
