@@ -6,8 +6,9 @@ whose Hessian is diag(h) + z·11ᵀ with h_k = −D ψ'(α_k) and z = D ψ'(Σ �
 H⁻¹g therefore costs O(K) (Blei, Ng & Jordan 2003, appendix A.4.2):
     b = Σ_k (g_k / h_k) / (1/z + Σ_k 1/h_k),   (H⁻¹g)_k = (g_k − b) / h_k.
 Online VB (Hoffman et al. 2010, eq. 9) takes a damped step α ← α − ρ_t·H⁻¹g using the
-minibatch's documents (the gradient is a noisy estimate of the corpus one); the step is
-rejected (α kept) if it would make any component non-positive — gensim does the same.
+minibatch's documents (the gradient is a noisy estimate of the corpus one). A step that would
+make a component non-positive is halved (at most ``MAX_HALVINGS`` times) and then rejected
+(α kept); gensim rejects it at once.
 
 η is the symmetric scalar topic-word prior; its bound
     L(η) = K·(log Γ(Vη) − V log Γ(η)) + η·Σ_k Σ_w E[log β_kw]
@@ -24,6 +25,8 @@ from scipy.special import polygamma, psi
 
 logger = logging.getLogger(__name__)
 
+MAX_HALVINGS = 30
+
 
 def newton_dirichlet_step(prior: np.ndarray, n: float, sum_elog: np.ndarray, rho: float
                           ) -> np.ndarray:
@@ -39,11 +42,13 @@ def newton_dirichlet_step(prior: np.ndarray, n: float, sum_elog: np.ndarray, rho
     z = n * polygamma(1, prior.sum())
     b = np.sum(g / h) / (1.0 / z + np.sum(1.0 / h))
     step = (g - b) / h                       # H^-1 g
-    new = prior - rho * step
-    if not np.all(np.isfinite(new)) or np.any(new <= 0):
-        logger.warning("Dirichlet prior Newton step rejected (would leave the positive orthant)")
-        return prior.copy()
-    return new
+    for _ in range(MAX_HALVINGS + 1):
+        new = prior - rho * step
+        if np.all(np.isfinite(new)) and np.all(new > 0):
+            return new
+        rho *= 0.5
+    logger.warning("Dirichlet prior Newton step rejected (would leave the positive orthant)")
+    return prior.copy()
 
 
 def newton_symmetric_eta_step(eta: float, n_topics: int, n_words: int, sum_elogbeta: float,
@@ -54,8 +59,10 @@ def newton_symmetric_eta_step(eta: float, n_topics: int, n_words: int, sum_elogb
     K, V = float(n_topics), float(n_words)
     g = K * V * (psi(V * eta) - psi(eta)) + sum_elogbeta
     h = K * (V * V * polygamma(1, V * eta) - V * polygamma(1, eta))
-    new = float(eta - rho * g / h)
-    if not math.isfinite(new) or new <= 0:
-        logger.warning("eta Newton step rejected (eta would become %r)", new)
-        return float(eta)
-    return new
+    for _ in range(MAX_HALVINGS + 1):
+        new = float(eta - rho * g / h)
+        if math.isfinite(new) and new > 0:
+            return new
+        rho *= 0.5
+    logger.warning("eta Newton step rejected (eta would become %r)", new)
+    return float(eta)

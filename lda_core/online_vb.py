@@ -168,24 +168,13 @@ class OnlineVB(StochasticAlgorithm):
             import numba
             numba.set_num_threads(self.n_threads)
 
-    def local_step(self, batch: DocBatch, *, return_gamma: bool = False,
-                   gamma0: Optional[np.ndarray] = None, max_iter: Optional[int] = None,
-                   salt: str = "gamma") -> VBStats:
-        """E-step over ``batch`` with λ frozen (``self`` is not modified).
-
-        Empty documents are skipped and counted (``n_empty``; their γ is α). ``gamma0``
-        (n x K, one row per document of ``batch``) replaces the seeded Gamma(100, 1/100)
-        initialisation. ``max_iter`` overrides the cap (0 evaluates the bound at ``gamma0``)."""
-        if not isinstance(batch, DocBatch):
-            raise TypeError("local_step needs a DocBatch, got %s" % type(batch).__name__)
-        K, V = self.n_topics, self.n_words
-        if batch.nnz and batch.max_word_id() >= V:
-            raise ValueError("word id %d is outside the vocabulary of %d words (was the batch "
-                             "vectorised with another vocabulary?)" % (batch.max_word_id(), V))
+    def _estep(self, batch: DocBatch, gamma0, max_iter, salt):
+        """Run the E-step on the non-empty documents; (EStepResult, their positions, them,
+        their unique word ids)."""
+        K = self.n_topics
         lens = np.diff(batch.indptr)
         keep = np.nonzero(lens > 0)[0]
         ne = batch if len(keep) == batch.n_docs else batch.take(keep)
-        n_empty = batch.n_docs - ne.n_docs
         cap = self.max_iter if max_iter is None else int(max_iter)
         if gamma0 is not None:
             gamma0 = np.asarray(gamma0, dtype=np.float64)
@@ -207,6 +196,24 @@ class OnlineVB(StochasticAlgorithm):
         else:
             res = estep_vb.estep_reference(ne.indptr, lids, ne.counts, eb, self.alpha, g0, cap,
                                            self.tol)
+        return res, keep, ne, uniq
+
+    def local_step(self, batch: DocBatch, *, return_gamma: bool = False,
+                   gamma0: Optional[np.ndarray] = None, max_iter: Optional[int] = None,
+                   salt: str = "gamma") -> VBStats:
+        """E-step over ``batch`` with λ frozen (``self`` is not modified).
+
+        Empty documents are skipped and counted (``n_empty``; their γ is α). ``gamma0``
+        (n x K, one row per document of ``batch``) replaces the seeded Gamma(100, 1/100)
+        initialisation. ``max_iter`` overrides the cap (0 evaluates the bound at ``gamma0``)."""
+        if not isinstance(batch, DocBatch):
+            raise TypeError("local_step needs a DocBatch, got %s" % type(batch).__name__)
+        K, V = self.n_topics, self.n_words
+        if batch.nnz and batch.max_word_id() >= V:
+            raise ValueError("word id %d is outside the vocabulary of %d words (was the batch "
+                             "vectorised with another vocabulary?)" % (batch.max_word_id(), V))
+        res, keep, ne, uniq = self._estep(batch, gamma0, max_iter, salt)
+        n_empty = batch.n_docs - ne.n_docs
         stats = VBStats(n_topics=K, n_words=V, word_ids=uniq.astype(np.int32),
                         sstats=res.sstats, n_docs=ne.n_docs, n_tokens=ne.n_tokens,
                         n_empty=n_empty, n_iterations=int(res.iterations.sum()),
@@ -412,11 +419,29 @@ class BatchVB(OnlineVB):
                 total += self.local_step(b, gamma0=gammas[i], max_iter=0).score
         return total + self.topic_term()
 
+    def _best_start(self, batch: DocBatch, warm: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Per document, the better (higher ELBO_d under the current λ) of the E-step fit from
+        the warm start ``warm`` and from a fresh seeded Gamma(100, 1/100) draw.
+
+        Warm starts alone make every pass coordinate ascent but lock in the first pass's
+        near-symmetric assignments (merged topics on planted corpora); fresh draws escape them
+        but can lower the ELBO. Taking the better per document keeps the guarantee — each
+        ELBO_d is at least the warm-started one — and keeps the escape."""
+        if warm is None:
+            return None
+        fresh, keep, _, _ = self._estep(batch, None, None, "restart")
+        warmr, _, _, _ = self._estep(batch, warm, None, "restart")
+        out = np.array(warm, dtype=np.float64, copy=True)
+        better = fresh.scores > warmr.scores
+        out[keep] = np.where(better[:, None], fresh.gamma, warmr.gamma)
+        return out
+
     def fit(self, batches: Union[DocBatch, Sequence[DocBatch]], max_passes: int = 100,
             rel_tol: float = 1e-5, callback=None) -> Dict[str, Any]:
         """Iterate E-step over all documents / λ ← η + sstats until the relative ELBO change
-        |ΔL| / |L| < ``rel_tol`` or ``max_passes``. Each pass warm-starts γ from the previous
-        pass (coordinate ascent, so the ELBO does not decrease). Returns
+        |ΔL| / |L| < ``rel_tol`` or ``max_passes``. Each pass starts every document's E-step
+        from the better of its previous γ and a fresh draw (:meth:`_best_start`), so the ELBO
+        does not decrease. Returns
         ``{"elbo": [per pass], "passes", "converged"}``; ``callback(pass, info)`` if given."""
         max_passes = _check_int("max_passes", max_passes, 1)
         if not _is_number(rel_tol) or not rel_tol > 0:
@@ -428,6 +453,7 @@ class BatchVB(OnlineVB):
         for p in range(max_passes):
             total = self.empty_stats()
             for i, b in enumerate(batches):
+                gammas[i] = self._best_start(b, gammas[i])
                 st = self.local_step(b, return_gamma=True, gamma0=gammas[i])
                 gammas[i] = st.gamma
                 st.gamma = None
