@@ -28,6 +28,8 @@ import logging
 import re
 from typing import List, NamedTuple, Optional
 
+import numpy as np
+
 from lda_core.state import LOCAL_FILES, LocalFiles, StateFormatError, TopicState
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,27 @@ def checkpoint_name(step: int) -> str:
     if int(step) < 0:
         raise ValueError("step must be >= 0, got %r" % (step,))
     return "step-%09d" % int(step)
+
+
+def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
+    """ValueError naming each float array of ``state`` that holds NaN or +inf (scanned in
+    chunks of ``chunk`` values: no full-size temporaries)."""
+    bad = []
+    for name in sorted(state.arrays):
+        a = np.asarray(state.arrays[name])
+        if a.dtype.kind not in "fc":
+            continue
+        flat = a.reshape(-1)
+        n_nan = n_inf = 0
+        for s in range(0, flat.size, chunk):
+            blk = flat[s:s + chunk]
+            n_nan += int(np.count_nonzero(np.isnan(blk)))
+            n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c" else blk)))
+        if n_nan or n_inf:
+            bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
+    if bad:
+        raise ValueError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
+                         "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
 
 
 class CheckpointStore:
@@ -159,10 +182,15 @@ class CheckpointStore:
                                                                   "; ".join(failures)))
 
     # -- writing --------------------------------------------------------------------------
-    def publish(self, state: TopicState) -> str:
+    def publish(self, state: TopicState, check_finite: bool = True) -> str:
         """Write ``state`` as the checkpoint of ``state.step``, then point LATEST at it.
 
-        Returns the checkpoint's path. Prunes to ``keep_last`` afterwards."""
+        Returns the checkpoint's path. Prunes to ``keep_last`` afterwards. With
+        ``check_finite`` (the default) a state whose float arrays hold NaN or +inf is refused
+        with a ValueError naming the array before anything is written, so the last good
+        checkpoint stays the latest (-inf is allowed: log-weights of dead particles)."""
+        if check_finite:
+            check_state_finite(state)
         path = self.path(state.step)
         state.save(path, files=self.files)
         self.files.write_atomic(self.files.join(self.root, POINTER),

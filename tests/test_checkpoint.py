@@ -285,3 +285,21 @@ def test_state_and_store_work_through_a_replacement_file_layer(nips_counts, tmp_
     with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
         assert store.latest().step == 2
     assert "step-000000003" in caplog.text and "truncated" in caplog.text
+
+
+def test_non_finite_state_is_refused_and_latest_is_unchanged(nips_counts, tmp_path):
+    store = CheckpointStore(str(tmp_path))
+    store.publish(make_state(nips_counts, 1))
+    bad = make_state(nips_counts, 2)
+    bad.arrays["lambda"][3, 7] = np.nan
+    bad.arrays["lambda"][0, 0] = np.inf
+    bad.arrays["logw"] = np.array([0.0, -np.inf])          # -inf is a valid log-weight
+    with pytest.raises(ValueError, match=r"refusing to checkpoint step 2 of online-vb: lambda "
+                                         r"has 1 NaN and 1 \+inf values"):
+        store.publish(bad)
+    assert [c.step for c in store.list_checkpoints()] == [1]
+    assert store.latest().step == 1
+    ok = make_state(nips_counts, 3)
+    ok.arrays["logw"] = np.array([0.0, -np.inf])
+    store.publish(ok)
+    assert store.latest() == ok
