@@ -57,7 +57,9 @@ class StateFormatError(ValueError):
 class LocalFiles:
     """Local-disk file operations used by :class:`TopicState` and the checkpoint store.
 
-    A wrapper for another file system implements the same methods. ``publish_dir`` must make
+    A wrapper for another file system implements the same methods. Handles returned by
+    ``open_read`` must support ``read``, ``readinto``, ``seek`` and ``tell``; those of
+    ``open_write`` ``write`` (both are used as context managers). ``publish_dir`` must make
     ``tmp`` visible under ``final`` all at once (or the store must publish via a pointer that
     is written last, which is what :class:`lda_core.checkpoint.CheckpointStore` does anyway).
     """
