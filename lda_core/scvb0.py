@@ -18,7 +18,11 @@ multiplied by π once and π reset to 1. N^Z is dense (K) and decayed eagerly.
 
 Defaults are the paper's (§5): α=0.1, η=0.01, minibatches of 100 documents, one burn-in pass,
 topic schedule s=10, τ=1000, κ=0.9, document schedule s=1, τ=10, κ=0.9. N^Φ is initialised
-uniformly at random in [0, 1) (Algorithm 2: "randomly initialize N^Φ"), N^Z = Σ_w N^Φ_w.
+uniformly at random in [0, init_scale) (Algorithm 2: "randomly initialize N^Φ"; the paper
+gives no scale), N^Z = Σ_w N^Φ_w. ``init_scale`` = 0.1 is ours: with the paper's slow topic
+schedule (ρ^Φ_0 ≈ 0.02) an initial mass comparable to C (scale 1 gives V·K/2) takes many
+minibatches to forget; one pass with minibatches of 100 reached a held-out LL/token of
+-7.99 (scale 0.1) vs -8.17 (scale 1) on 20 Newsgroups and -7.57 vs -7.73 on KOS (K=100).
 If ``corpus_tokens`` (C) is not given, the number of tokens seen so far (including the
 current minibatch) is used, which is the natural choice for an open-ended stream.
 """
@@ -110,22 +114,27 @@ class SCVB0(StochasticAlgorithm):
                  kappa_phi: float = 0.9, s_theta: float = 1.0, tau_theta: float = 10.0,
                  kappa_theta: float = 0.9, dtype: str = "float64",
                  vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
-                 infer_passes: int = 5, shuffle_tokens: bool = True, renorm_below: float = 1e-8):
+                 infer_passes: int = 5, shuffle_tokens: bool = True, renorm_below: float = 1e-8,
+                 init_scale: float = 0.1):
         self._configure(n_topics, n_words, alpha=alpha, eta=eta, batch_size=batch_size,
                         corpus_tokens=corpus_tokens, seed=seed, burn_in=burn_in, s_phi=s_phi,
                         tau_phi=tau_phi, kappa_phi=kappa_phi, s_theta=s_theta,
                         tau_theta=tau_theta, kappa_theta=kappa_theta, dtype=dtype,
                         vocab_hash=vocab_hash, n_threads=n_threads, infer_passes=infer_passes,
-                        shuffle_tokens=shuffle_tokens, renorm_below=renorm_below)
-        # Algorithm 2: "randomly initialize N^Φ"; N^Z = Σ_w N^Φ_w
+                        shuffle_tokens=shuffle_tokens, renorm_below=renorm_below,
+                        init_scale=init_scale)
+        # Algorithm 2: "randomly initialize N^Φ" (uniform in [0, init_scale)); N^Z = Σ_w N^Φ_w
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_INIT_TAG,
                                                                           self.seed])))
-        self._ntilde = rng.random((self.n_words, self.n_topics)).astype(self.dtype)
+        self._ntilde = (rng.random((self.n_words, self.n_topics))
+                        * self.init_scale).astype(self.dtype)
         self.nz = self._ntilde.sum(0, dtype=np.float64)
 
     def _configure(self, n_topics, n_words, *, alpha, eta, batch_size, corpus_tokens, seed,
                    burn_in, s_phi, tau_phi, kappa_phi, s_theta, tau_theta, kappa_theta, dtype,
-                   vocab_hash, infer_passes, shuffle_tokens, renorm_below, n_threads=None):
+                   vocab_hash, infer_passes, shuffle_tokens, renorm_below, init_scale=0.1,
+                   n_threads=None):
+        self.init_scale = _num("init_scale", init_scale, 0, None, lo_open=True)
         self.n_topics = _num("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = _num("n_words", n_words, 1, 1 << 31, integer=True)
         self.alpha = _num("alpha", alpha, 0, None, lo_open=True)
@@ -168,7 +177,7 @@ class SCVB0(StochasticAlgorithm):
                     s_theta=self.s_theta, tau_theta=self.tau_theta,
                     kappa_theta=self.kappa_theta, dtype=self.dtype.name,
                     infer_passes=self.infer_passes, shuffle_tokens=self.shuffle_tokens,
-                    renorm_below=self.renorm_below)
+                    renorm_below=self.renorm_below, init_scale=self.init_scale)
 
     def _threads(self):
         n = self.n_threads or numba.get_num_threads()
