@@ -215,6 +215,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     converged: Optional[bool] = None
     prev_elbo: Optional[float] = None
     t_start = time.time()
+    c_start = time.process_time()
     if run_log is not None:
         run_log.write(dict(event="start", wall_time=t_start, start_step=step,
                            algorithm=getattr(algorithm, "name", type(algorithm).__name__),
@@ -366,7 +367,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     elapsed = time.time() - t_start
     if run_log is not None:
         run_log.write(dict(event="end", step=step, docs_seen=docs_seen(), steps_run=steps_run,
-                           elapsed=elapsed, metrics=last_metrics, checkpoint=ckpt,
+                           elapsed=elapsed, cpu_seconds=time.process_time() - c_start, metrics=last_metrics, checkpoint=ckpt,
                            converged=converged, wall_time=time.time()))
     logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", step,
                 steps_run, elapsed,

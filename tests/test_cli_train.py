@@ -229,3 +229,40 @@ def test_batch_vb_through_the_same_loop(tmp_path, ds, capsys):
     assert all(b >= a - 1e-9 * abs(a) for a, b in zip(elbo, elbo[1:])), elbo
     st = CheckpointStore(m).latest()
     assert st.step == len(steps) and st.docs_seen == 500 * len(steps)
+
+
+@pytest.mark.slow
+def test_20news_quality_parity_with_gensim(news20_tar, tmp_path, capsys):
+    """Issue 3 acceptance: 20 Newsgroups as in ../shared/bench, K=100, α=0.1, η=0.01, S=256,
+    κ=0.7, τ0=64, one pass: document completion ≥ gensim LdaModel's on the same split (gensim
+    run here with the harness's own arguments) and ≥ −8.37. Data cached in
+    benchmarks/.cache/20news (or $LDABEAM_BENCH_CACHE)."""
+    import sys
+    import argparse
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, repo)
+    from benchmarks import common
+    from benchmarks.prepare_20news import prepare
+    from lda_core.evaluation import document_completion
+    cache = os.path.join(common.CACHE, "20news")
+    meta = prepare(cache)
+    assert (meta["n_train"], meta["V"], meta["n_test"]) == (17784, 29403, 1000)
+    m = str(tmp_path / "model")
+    rc, out, err = ldabeam(capsys, "train", "--shards", os.path.join(cache, "ds_train"),
+                           "--output", m, "--topics", 100, "--alpha", 0.1, "--eta", 0.01,
+                           "--minibatch", 256, "--kappa", 0.7, "--tau0", 64, "--passes", 1,
+                           "--heldout", "none", "--checkpoint-every", 0, "--no-progress")
+    assert rc == 0, err
+    phi_path = str(tmp_path / "phi.npy")
+    assert ldabeam(capsys, "export", "--model", m, "--output", phi_path)[0] == 0
+    a = common.npz_docbatch(os.path.join(cache, "bench", "test_a.npz"))
+    b = common.npz_docbatch(os.path.join(cache, "bench", "test_b.npz"))
+    ours = document_completion(np.load(phi_path), a, b, alpha=0.1)["ll_per_token"]
+    bp = common.bench_module()
+    Xtr, Xte, vocab = bp.load_data(os.path.join(cache, "bench"))
+    res = bp.train_system(argparse.Namespace(system="gensim_lda", K=100, batch=256, workers=1,
+                                             seed=0, iters=0), Xtr, Xte, vocab)
+    gensim_ll = document_completion(res["phi"], a, b, alpha=0.1)["ll_per_token"]
+    print("20NG one pass: ours %.4f, gensim LdaModel %.4f" % (ours, gensim_ll))
+    assert ours >= -8.37
+    assert ours >= gensim_ll
