@@ -1,0 +1,311 @@
+"""The Beam trainer (pipelines.beam_train) against the in-process trainer, on real KOS documents.
+
+Equivalence: same seed, settings and minibatch order -> the same topics as
+``lda_core.trainer.train`` (max relative difference of λ <= 1e-5 with the float64 E-step; in
+practice ~1e-13: the only difference is the order of float64 sums over the pieces of a
+minibatch). float32 E-step: the per-document kernel computes the same float32 values in a
+piece as in the whole minibatch, so the Beam and in-process states agree to float64
+rounding as well; the tolerance stated for float32 is 1e-4 relative (the float32 kernel's own
+accuracy against float64, ~1e-6 per step, compounded over steps), which is what the test checks.
+
+Also: the CombineFn (split-and-merge in any order gives bit-identical sums, pickle and coder
+round trips), the read plan (every document exactly once per pass, in the in-process order),
+and bad input (vocabulary-hash mismatch, empty shard set, missing output, a checkpoint of
+another algorithm or K).
+"""
+import gzip
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lda_core.docbatch import DocBatch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+
+# ------------------------------------------------------------------ shared helpers (also used
+# by test_beam_portable.py and test_beam_crash_resume.py)
+
+def read_kos(docword_gz: str, vocab_txt: str, max_docs: int):
+    """The first ``max_docs`` KOS documents (UCI docword, 1-based ids) as a DocBatch."""
+    import scipy.sparse as sp
+    rows, cols, vals = [], [], []
+    with gzip.open(docword_gz, "rt") as f:
+        int(f.readline())
+        n_words = int(f.readline())
+        f.readline()
+        for line in f:
+            d, w, c = line.split()
+            d = int(d) - 1
+            if d >= max_docs:
+                break          # the file is sorted by document
+            rows.append(d)
+            cols.append(int(w) - 1)
+            vals.append(int(c))
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(max_docs, n_words))
+    with open(vocab_txt) as f:
+        tokens = [l.strip() for l in f if l.strip()]
+    return DocBatch.from_csr(X, doc_ids=["kos-%d" % i for i in range(max_docs)]), tokens
+
+
+def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
+    """A dataset directory (vocab.tsv, manifest.json, train/*.parquet) like vectorize's."""
+    from pipelines import dataset
+    voc = dataset.Vocabulary(tokens)
+    h = voc.hash
+    os.makedirs(os.path.join(out, "train"), exist_ok=True)
+    voc.write(os.path.join(out, dataset.VOCAB_FILE))
+    for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), n_shards)):
+        dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
+                            dataset.docbatch_to_table(batch.take(ix)), h)
+    dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
+                                 "vocab_hash": h, "source": "KOS (UCI bag of words), test slice"})
+    return h
+
+
+def make_kos_dataset(kos_paths, out: str, n_docs: int, n_shards: int = 3) -> str:
+    batch, tokens = read_kos(kos_paths[0], kos_paths[1], n_docs)
+    write_dataset(out, batch, tokens, n_shards)
+    return out
+
+
+def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
+    from lda_core.online_vb import OnlineVB
+    from pipelines import dataset
+    files = dataset.resolve_shards(dataset_dir)
+    vh = dataset.check_vocab_hash(files, None)
+    V = len(dataset.Vocabulary.read(dataset_dir))
+    D = dataset.count_documents(files)
+    algo = OnlineVB(K, V, batch_size=S, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
+                    tau0=16.0)
+    return algo, files
+
+
+def inprocess_reference(dataset_dir: str, *, passes=1, **kw):
+    from lda_core.trainer import train
+    from pipelines.shard_stream import ShardStream
+    algo, files = new_vb(dataset_dir, **kw)
+    stream = ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=passes)
+    train(algo, stream, progress=False)
+    return algo
+
+
+def max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-300)))
+
+
+def beam_run(dataset_dir, model_dir, *, passes=1, beam_argv=("--runner=DirectRunner",), **kw):
+    from pipelines import beam_train
+    algo, files = new_vb(dataset_dir, **{k: kw.pop(k) for k in ("K", "S", "seed", "dtype")
+                                          if k in kw})
+    return beam_train.train(algo, files, model_dir, passes=passes, seed=algo.seed,
+                            batch_size=algo.batch_size, beam_argv=list(beam_argv),
+                            progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def kos_small(kos_paths, tmp_path_factory):
+    """400 KOS documents in 3 shards."""
+    return make_kos_dataset(kos_paths, str(tmp_path_factory.mktemp("kos") / "ds"), 400)
+
+
+# ------------------------------------------------------------------ equivalence
+
+def test_unrolled_in_process_equals_inprocess_trainer(kos_small, tmp_path):
+    """Two passes (16 steps) in windows of 5 unrolled minibatches (the last one short, one
+    window crossing the pass boundary) == the in-process trainer."""
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.run_log import RunLog, read_run_log
+    ref = inprocess_reference(kos_small, passes=2)
+    md = str(tmp_path / "m")
+    log_path = str(tmp_path / "m" / "run_log.jsonl")
+    os.makedirs(md)
+    with RunLog(log_path) as log:
+        res = beam_run(kos_small, md, passes=2, minibatches_per_window=5, run_log=log)
+    got = res.algorithm
+    assert got.step == ref.step == 16 and res.steps_run == 16 and res.windows == 4
+    assert got.docs_seen == ref.docs_seen == 800
+    assert max_rel(ref.lambda_(), got.lambda_()) <= 1e-5
+    # the metrics the E-step DoFns reported cover every document once per pass
+    assert res.beam_metrics["documents"] == 800
+    assert res.beam_metrics["tokens"] > 0
+    assert res.beam_metrics["estep_iterations"] >= 800
+    # one checkpoint per window, the last at the final step, resumable by either trainer
+    store = CheckpointStore(md)
+    assert [c.step for c in store.list_checkpoints()] == [5, 10, 15, 16]
+    st = store.latest()
+    assert st.step == 16 and st.info["trainer"]["minibatches_done"] == 16
+    steps = read_run_log(log_path, "step")
+    assert [r["step"] for r in steps] == list(range(1, 17))
+    assert all(r["rho"] > 0 and r["docs"] == 50 for r in steps)
+    assert sum(1 for r in steps if r.get("checkpoint")) == 4
+    assert read_run_log(log_path, "end")[0]["step"] == 16
+
+
+def test_one_pipeline_per_minibatch_equals_inprocess_trainer(kos_small, tmp_path):
+    ref = inprocess_reference(kos_small, S=80)
+    res = beam_run(kos_small, str(tmp_path / "m"), S=80, unroll=False,
+                   minibatches_per_window=2)
+    assert res.algorithm.step == ref.step == 5
+    assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
+
+
+def test_float32_estep_tolerance(kos_small, tmp_path):
+    """float32 E-step: Beam vs in-process within the stated 1e-4 (see module docstring)."""
+    ref = inprocess_reference(kos_small, dtype="float32")
+    res = beam_run(kos_small, str(tmp_path / "m"), dtype="float32", minibatches_per_window=8)
+    assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-4
+
+
+@pytest.mark.slow
+def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_path):
+    ref = inprocess_reference(kos_small)
+    res = beam_run(kos_small, str(tmp_path / "m"),
+                   beam_argv=["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                              "--direct_num_workers=2"])
+    assert res.algorithm.step == ref.step == 8
+    assert res.beam_metrics["documents"] == 400
+    assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
+    assert not os.path.exists(os.path.join(str(tmp_path / "m"), ".beam-scratch"))
+
+
+def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
+    """Stop at step 3 (mid-window), resume from the checkpoint: identical to one run."""
+    full = beam_run(kos_small, str(tmp_path / "a"), minibatches_per_window=4).algorithm
+    md = str(tmp_path / "b")
+    beam_run(kos_small, md, minibatches_per_window=4, max_steps=3)
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.online_vb import OnlineVB
+    st = CheckpointStore(md).latest()
+    assert st.step == 3
+    res = beam_run(kos_small, md, minibatches_per_window=4, resume=True)
+    assert res.steps_run == 5
+    a, b = full.to_state(), res.algorithm.to_state()
+    for name in a.arrays:
+        assert np.array_equal(a.arrays[name], b.arrays[name]), name
+
+
+# ------------------------------------------------------------------ plan and combine
+
+def test_plan_steps_matches_shard_stream_order(kos_small):
+    from pipelines import dataset
+    from pipelines.beam_train import plan_steps, read_task
+    from pipelines.shard_stream import ShardStream, shard_row_counts
+    files = dataset.resolve_shards(kos_small)
+    sizes = shard_row_counts(files)
+    stream = ShardStream(files, batch_size=60, seed=5, passes=2)
+    ref = list(stream)
+    plans = plan_steps(files, sizes, seed=5, batch_size=60, start=0, stop=stream.total_steps,
+                       pieces_per_minibatch=3)
+    assert [p.position for p in plans] == [m.step for m in ref]
+    for mb, sp in zip(ref, plans):
+        assert [t.piece for t in sp.tasks] == list(range(len(sp.tasks)))
+        got = DocBatch.concat([read_task(t) for t in sp.tasks])
+        assert got.doc_ids == mb.batch.doc_ids
+        assert np.array_equal(got.word_ids, mb.batch.word_ids)
+        assert np.array_equal(got.counts, mb.batch.counts)
+    # every document exactly once per pass
+    for p in range(2):
+        ids = [d for sp in plans if sp.pass_index == p
+               for t in sp.tasks for d in read_task(t).doc_ids]
+        assert len(ids) == len(set(ids)) == 400
+
+
+def test_stats_combine_is_order_independent_and_round_trips(kos_small):
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+    from pipelines.beam_stats import (StatsAccumulatorCoder, StatsCombineFn, decode_piece,
+                                      encode_piece, merge_in_order)
+    from pipelines.shard_stream import read_shard
+    algo, files = new_vb(kos_small)
+    batch = read_shard(files[0])
+    pieces = {i: algo.local_step(batch.take(ix))
+              for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), 5))}
+    whole = algo.local_step(batch)
+    ref = merge_in_order({i: pickle.loads(pickle.dumps(s)) for i, s in pieces.items()})
+    assert ref.n_docs == whole.n_docs and ref.n_tokens == whole.n_tokens
+    assert max_rel(whole.to_dense(), ref.to_dense()) < 1e-12
+    fn = StatsCombineFn()
+    enc = [encode_piece(i, s) for i, s in pieces.items()]
+    rng = np.random.default_rng(0)
+    for _ in range(4):   # arbitrary split-and-merge orders: bit-identical result
+        order = rng.permutation(len(enc))
+        cut = int(rng.integers(1, len(enc)))
+        a, b = fn.create_accumulator(), fn.create_accumulator()
+        for j in order[:cut]:
+            a = fn.add_input(a, enc[j])
+        for j in order[cut:]:
+            b = fn.add_input(b, enc[j])
+        coder = StatsAccumulatorCoder()
+        b = coder.decode(coder.encode(b))
+        b = pickle.loads(pickle.dumps(b))
+        out = fn.extract_output(fn.merge_accumulators([b, a]))
+        assert np.array_equal(out.to_dense(), ref.to_dense())
+        assert out.n_docs == ref.n_docs and out.n_iterations == ref.n_iterations
+    pid, st = decode_piece(enc[2])
+    assert pid == 2 and np.array_equal(st.sstats, pieces[2].sstats)
+    # the same through a real pipeline
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        out = (p | beam.Create(enc) | beam.CombineGlobally(StatsCombineFn())
+               | beam.Map(lambda s: (s.n_docs, float(s.to_dense().sum()))))
+        assert_that(out, lambda got: _check_one(got, (ref.n_docs,
+                                                       float(ref.to_dense().sum()))))
+
+
+def _check_one(got, expected):
+    assert len(got) == 1 and got[0][0] == expected[0]
+    assert abs(got[0][1] - expected[1]) <= 1e-9 * abs(expected[1])
+
+
+# ------------------------------------------------------------------ bad input
+
+def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
+    from pipelines import beam_train, dataset
+    algo, files = new_vb(kos_small)
+    with pytest.raises(FileNotFoundError, match="empty shard set"):
+        beam_train.train(algo, [], str(tmp_path / "m1"), beam_argv=["--runner=DirectRunner"])
+    with pytest.raises(ValueError, match="--output"):
+        beam_train.train(algo, files, "", beam_argv=["--runner=DirectRunner"])
+    # a shard vectorised with another vocabulary
+    other = str(tmp_path / "other")
+    batch, tokens = read_kos(kos_paths[0], kos_paths[1], 30)
+    write_dataset(other, batch, tokens[::-1], n_shards=1)
+    bad = files + dataset.resolve_shards(other)
+    with pytest.raises(ValueError, match="vocabulary"):
+        beam_train.train(algo, bad, str(tmp_path / "m2"), beam_argv=["--runner=DirectRunner"])
+    with pytest.raises(ValueError, match="runner"):
+        beam_train.train(algo, files, str(tmp_path / "m3"), beam_argv=["--runner=NoSuchRunner"])
+    with pytest.raises(ValueError, match="job_endpoint"):
+        beam_train.train(algo, files, str(tmp_path / "m4"), beam_argv=["--runner=PortableRunner"])
+    for d in ("m1", "m2", "m3", "m4"):
+        assert not os.path.exists(str(tmp_path / d / "checkpoints"))
+
+
+def _cli(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([PY, "-m", "pipelines.cli"] + list(args), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_bad_checkpoint_and_output(kos_small, tmp_path):
+    """Through `ldabeam train --runner DirectRunner`: a checkpoint of another K or algorithm,
+    and a missing --output, are one clear line (exit 2) before any work."""
+    md = str(tmp_path / "m")
+    r = _cli("train", "--shards", kos_small, "--output", md, "--topics", "5", "--minibatch",
+             "100", "--runner", "DirectRunner", "--unroll", "--max-steps", "2",
+             "--eval-every", "0", "--heldout", "none")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = _cli("train", "--shards", kos_small, "--output", md, "--topics", "6", "--resume",
+             "--runner", "DirectRunner")
+    assert r.returncode == 2 and "6" in r.stderr and "5" in r.stderr, r.stderr[-2000:]
+    r = _cli("train", "--shards", kos_small, "--output", md, "--resume", "--algorithm",
+             "scvb0", "--runner", "DirectRunner")
+    assert r.returncode == 2 and "scvb0" in r.stderr, r.stderr[-2000:]
+    r = _cli("train", "--shards", kos_small, "--topics", "5", "--runner", "DirectRunner")
+    assert r.returncode == 2 and "--output" in r.stderr, r.stderr[-2000:]
