@@ -445,16 +445,21 @@ def residual_resample(logw, rng):
 
 
 @njit(cache=True)
-def pf_copy_counts(src_of, nwk, nk, ndk):
+def _copy_rows(src_of, a2, n):
+    for q in range(len(src_of)):
+        s = src_of[q]
+        if s != q:
+            a2[q, :n] = a2[s, :n]
+
+
+def pf_copy_counts(src_of, nwk, nk, ndk, n_docs):
     """Particle slot q takes the counts of slot src_of[q] (src_of[q] == q: unchanged). Slots are
-    only overwritten if dead (no copy kept), so sources are read before being overwritten."""
+    only overwritten if dead (no copy kept), so sources are read before being overwritten.
+    Only the first ``n_docs`` rows of n_dk are in use. (Flat contiguous row copies.)"""
     P = len(src_of)
-    for q in range(P):
-        a = src_of[q]
-        if a != q:
-            nwk[q, :, :] = nwk[a]
-            nk[q, :] = nk[a]
-            ndk[q, :, :] = ndk[a]
+    _copy_rows(src_of, nwk.reshape(P, -1), nwk.shape[1] * nwk.shape[2])
+    _copy_rows(src_of, nk, nk.shape[1])
+    _copy_rows(src_of, ndk.reshape(P, -1), n_docs * ndk.shape[2])
 
 
 @njit(cache=True)

@@ -183,7 +183,7 @@ class ParticleFilter(SequentialSampler):
         t = time.perf_counter()
         copies = gk.residual_resample(self.logw, self.rng)
         src = slot_mapping(copies)
-        gk.pf_copy_counts(src, self.nwk, self.nk, self.ndk)
+        gk.pf_copy_counts(src, self.nwk, self.nk, self.ndk, self.corpus.n_docs)
         self.store.resample(src)
         self.logw[:] = -math.log(self.P)
         if self.n_rejuv:

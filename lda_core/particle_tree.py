@@ -22,7 +22,7 @@ Interface: ``append(start, zbuf)`` (new positions start.. for every particle), `
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 from numba import njit, types
@@ -71,9 +71,9 @@ def _tree_get(tables, parent, leaf, pos, max_depth):
             n = leaf[p]
             found = False
             for _ in range(max_depth + 1):        # capped walk to the root
-                t = tables[n]
-                if j in t:
-                    out[p, r] = t[j]
+                v = tables[n].get(j, -1)
+                if v >= 0:
+                    out[p, r] = v
                     found = True
                     break
                 n = parent[n]
@@ -99,21 +99,6 @@ def _tree_append(tables, leaf, start, zbuf, m):
         t = tables[leaf[p]]
         for i in range(m):
             t[start + i] = zbuf[p, i]
-
-
-@njit(cache=True)
-def _merge_into(dst, src):
-    """dst[j] = src[j] for every j of src (src overrides: src is the child)."""
-    for j, v in src.items():
-        dst[j] = v
-
-
-@njit(cache=True)
-def _merge_missing(dst, src):
-    """dst[j] = src[j] where dst has no entry (dst is the child, src its parent)."""
-    for j, v in src.items():
-        if j not in dst:
-            dst[j] = v
 
 
 @njit(cache=True)
@@ -166,8 +151,130 @@ def _full(tables, parent, leaf_node, n_pos, max_depth):
     return out
 
 
+@njit(cache=True)
+def _alloc(tables, parent, nchild, alive, par):
+    """A free node id (its table emptied), child of ``par`` (-1: a root)."""
+    for n in range(len(alive)):
+        if not alive[n]:
+            tables[n] = NDict.empty(key_type=types.int64, value_type=types.int64)
+            alive[n] = True
+            parent[n] = par
+            nchild[n] = 0
+            if par >= 0:
+                nchild[par] += 1
+            return n
+    return -1
+
+
+@njit(cache=True)
+def _free(tables, parent, nchild, alive, n):
+    p = parent[n]
+    if p >= 0:
+        nchild[p] -= 1
+    tables[n] = NDict.empty(key_type=types.int64, value_type=types.int64)
+    alive[n] = False
+    parent[n] = -1
+    nchild[n] = 0
+
+
+@njit(cache=True)
+def _tree_resample(tables, parent, nchild, alive, leaf, src_of):
+    """Slot q becomes a copy of particle src_of[q]: a particle with c >= 2 copies turns its leaf
+    into an inactive internal node with c new (empty) leaves; a dead particle's leaf is deleted
+    with every ancestor left childless; then every inactive node with a single child is merged
+    with it (smaller table into larger). Returns False if the node pool ran out."""
+    P = len(leaf)
+    cap = len(alive)
+    ncopies = np.zeros(P, np.int64)
+    for q in range(P):
+        ncopies[src_of[q]] += 1
+    old = leaf.copy()
+    for a in range(P):
+        if ncopies[a] >= 2:
+            for q in range(P):
+                if src_of[q] == a:
+                    n = _alloc(tables, parent, nchild, alive, old[a])
+                    if n < 0:
+                        return False
+                    leaf[q] = n
+    for a in range(P):
+        if ncopies[a] == 0:
+            n = old[a]
+            for _ in range(cap):
+                p = parent[n]
+                _free(tables, parent, nchild, alive, n)
+                if p < 0 or nchild[p] > 0:
+                    break
+                n = p
+    is_leaf = np.zeros(cap, np.bool_)
+    for q in range(P):
+        is_leaf[leaf[q]] = True
+    for _ in range(cap):                      # each pass merges >= 1 pair or stops
+        changed = False
+        for a in range(cap):
+            if not alive[a] or is_leaf[a] or nchild[a] != 1:
+                continue
+            c = -1
+            for n in range(cap):
+                if alive[n] and parent[n] == a:
+                    c = n
+                    break
+            ta = tables[a]
+            tc = tables[c]
+            if len(tc) <= len(ta):
+                # the child's differences win; a takes c's place
+                for j, v in tc.items():
+                    ta[j] = v
+                for g in range(cap):
+                    if alive[g] and parent[g] == c:
+                        parent[g] = a
+                nchild[a] = nchild[c]
+                if is_leaf[c]:
+                    for q in range(P):
+                        if leaf[q] == c:
+                            leaf[q] = a
+                    is_leaf[c] = False
+                    is_leaf[a] = True
+                tables[c] = NDict.empty(key_type=types.int64, value_type=types.int64)
+                alive[c] = False
+                parent[c] = -1
+                nchild[c] = 0
+            else:
+                # the parent's entries fill the child's gaps; c takes a's place
+                for j, v in ta.items():
+                    if j not in tc:
+                        tc[j] = v
+                parent[c] = parent[a]
+                tables[a] = NDict.empty(key_type=types.int64, value_type=types.int64)
+                alive[a] = False
+                parent[a] = -1
+                nchild[a] = 0
+            changed = True
+        if not changed:
+            break
+    return True
+
+
+@njit(cache=True)
+def _depth(parent, leaf):
+    best = 0
+    for q in range(len(leaf)):
+        n = leaf[q]
+        d = 0
+        for _ in range(len(parent)):
+            if parent[n] < 0:
+                break
+            n = parent[n]
+            d += 1
+        if d > best:
+            best = d
+    return best
+
+
 class TreeStore:
-    """Particles as leaves of a tree of hash tables (see module docstring)."""
+    """Particles as leaves of a tree of hash tables (see module docstring). The node pool
+    (3P + 1 nodes: ≤ P leaves, ≤ P − 1 internal nodes, P transient new leaves) and all tree
+    surgery live in numba; ``tables[n]`` is node n's dict position -> topic."""
 
     kind = "tree"
 
@@ -175,61 +282,30 @@ class TreeStore:
         P = int(n_particles)
         self.P = P
         self.n_pos = len(root)
+        cap = 3 * P + 1
         self.tables = NList()
-        self.parent: List[int] = []
-        self.children: List[set] = []
-        self.alive: List[bool] = []
-        self._free: List[int] = []
-        r = self._new_node(-1)
-        t = self.tables[r]
+        for _ in range(cap):
+            self.tables.append(_new_table())
+        self.parent = np.full(cap, -1, np.int64)
+        self.nchild = np.zeros(cap, np.int64)
+        self.alive = np.zeros(cap, np.bool_)
+        r = _alloc(self.tables, self.parent, self.nchild, self.alive, -1)
         if len(root):
             _fill_tables(self.tables, np.full(len(root), r, np.int64),
                          np.arange(len(root), dtype=np.int64), np.asarray(root, np.int64))
-        self.leaf = np.array([self._new_node(r) for _ in range(P)], np.int64)
-        del t
+        self.leaf = np.array([_alloc(self.tables, self.parent, self.nchild, self.alive, r)
+                              for _ in range(P)], np.int64)
 
-    # -- node bookkeeping -------------------------------------------------------------------
-    def _new_node(self, parent: int) -> int:
-        if self._free:
-            n = self._free.pop()
-            self.tables[n] = _new_table()
-            self.parent[n] = parent
-            self.children[n] = set()
-            self.alive[n] = True
-        else:
-            n = len(self.parent)
-            self.tables.append(_new_table())
-            self.parent.append(parent)
-            self.children.append(set())
-            self.alive.append(True)
-        if parent >= 0:
-            self.children[parent].add(n)
-        return n
-
-    def _delete(self, n: int):
-        p = self.parent[n]
-        if p >= 0:
-            self.children[p].discard(n)
-        self.tables[n] = _new_table()       # free the memory
-        self.alive[n] = False
-        self.parent[n] = -1
-        self.children[n] = set()
-        self._free.append(n)
-
-    def _parent_array(self) -> np.ndarray:
-        return np.array(self.parent, np.int64)
-
-    # -- interface -------------------------------------------------------------------------
     def append(self, start: int, zbuf: np.ndarray):
         m = zbuf.shape[1]
         if start != self.n_pos:
             raise ValueError("append at %d but %d positions are stored" % (start, self.n_pos))
-        _tree_append(self.tables, self.leaf, start, np.asarray(zbuf, np.int64), m)
+        _tree_append(self.tables, self.leaf, start, zbuf, m)
         self.n_pos += m
 
     def get(self, pos: np.ndarray) -> np.ndarray:
-        out = _tree_get(self.tables, self._parent_array(), self.leaf,
-                        np.asarray(pos, np.int64), len(self.parent))
+        out = _tree_get(self.tables, self.parent, self.leaf, np.asarray(pos, np.int64),
+                        len(self.parent))
         if out.size and out.min() < 0:
             raise RuntimeError("particle tree lost an assignment (position not found)")
         return out
@@ -239,102 +315,30 @@ class TreeStore:
 
     def resample(self, src_of: np.ndarray):
         """Slot q becomes a copy of particle src_of[q]; then prune and merge."""
-        src_of = np.asarray(src_of, np.int64)
-        P = self.P
-        n_copies = np.bincount(src_of, minlength=P)
-        old_leaf = self.leaf.copy()
-        new_leaf = old_leaf.copy()
-        # particles with several copies: their leaf becomes an inactive internal node
-        for a in range(P):
-            if n_copies[a] >= 2:
-                slots = [a] + [q for q in range(P) if src_of[q] == a and q != a]
-                for q in slots:
-                    new_leaf[q] = self._new_node(old_leaf[a])
-        # dead particles: delete the leaf and every ancestor left without children
-        for a in range(P):
-            if n_copies[a] == 0:
-                n = old_leaf[a]
-                for _ in range(len(self.parent) + 1):
-                    p = self.parent[n]
-                    self._delete(n)
-                    if p < 0 or self.children[p]:
-                        break
-                    n = p
-        self.leaf = new_leaf
-        self._merge_chains()
-
-    def _merge_chains(self):
-        """Merge every inactive node that has a single child with that child."""
-        leaves = set(int(x) for x in self.leaf)
-        for _ in range(len(self.parent) + 1):       # each pass merges ≥ 1 pair or stops
-            todo = [n for n in range(len(self.parent))
-                    if self.alive[n] and n not in leaves and len(self.children[n]) == 1]
-            if not todo:
-                break
-            for a in todo:
-                if not self.alive[a] or len(self.children[a]) != 1:
-                    continue
-                c = next(iter(self.children[a]))
-                ta, tc = self.tables[a], self.tables[c]
-                if len(tc) <= len(ta):
-                    # child's differences win; a takes c's place
-                    _merge_into(ta, tc)
-                    for g in list(self.children[c]):
-                        self.parent[g] = a
-                        self.children[a].add(g)
-                    self.children[c] = set()
-                    self.children[a].discard(c)
-                    self.tables[c] = _new_table()
-                    self.alive[c] = False
-                    self.parent[c] = -1
-                    self._free.append(c)
-                    if c in leaves:
-                        self.leaf[self.leaf == c] = a
-                        leaves.discard(c)
-                        leaves.add(a)
-                else:
-                    # parent's entries fill the child's gaps; c takes a's place
-                    _merge_missing(tc, ta)
-                    gp = self.parent[a]
-                    self.parent[c] = gp
-                    if gp >= 0:
-                        self.children[gp].discard(a)
-                        self.children[gp].add(c)
-                    self.children[a] = set()
-                    self.tables[a] = _new_table()
-                    self.alive[a] = False
-                    self.parent[a] = -1
-                    self._free.append(a)
+        if not _tree_resample(self.tables, self.parent, self.nchild, self.alive, self.leaf,
+                              np.asarray(src_of, np.int64)):
+            raise RuntimeError("particle tree node pool exhausted (bug: the pool holds 3P+1)")
 
     def full(self, p: int) -> np.ndarray:
-        return _full(self.tables, self._parent_array(), int(self.leaf[p]), self.n_pos,
-                     len(self.parent))
+        return _full(self.tables, self.parent, int(self.leaf[p]), self.n_pos, len(self.parent))
 
     def depth(self) -> int:
         """Largest number of edges from a leaf to its root."""
-        best = 0
-        for n in set(int(x) for x in self.leaf):
-            d = 0
-            while self.parent[n] >= 0 and d <= len(self.parent):
-                n = self.parent[n]
-                d += 1
-            best = max(best, d)
-        return best
+        return int(_depth(self.parent, self.leaf))
 
     def n_nodes(self) -> int:
-        return int(sum(self.alive))
+        return int(self.alive.sum())
 
     def n_entries(self) -> int:
-        return int(_table_len_sum(self.tables, np.array(self.alive, np.bool_)))
+        return int(_table_len_sum(self.tables, self.alive))
 
     def nbytes(self) -> int:
         return self.n_entries() * BYTES_PER_ENTRY
 
     # -- checkpoints -----------------------------------------------------------------------
     def to_arrays(self) -> Dict[str, np.ndarray]:
-        alive = np.array(self.alive, np.bool_)
-        node, key, val = _flatten(self.tables, alive)
-        return {"tree_parent": self._parent_array(), "tree_alive": alive,
+        node, key, val = _flatten(self.tables, self.alive)
+        return {"tree_parent": self.parent.copy(), "tree_alive": self.alive.copy(),
                 "tree_leaf": self.leaf.copy(), "tree_node": node, "tree_pos": key,
                 "tree_topic": val.astype(np.int16),
                 "tree_npos": np.array([self.n_pos], np.int64)}
@@ -348,7 +352,8 @@ class TreeStore:
         n = len(parent)
         leaf = np.asarray(a["tree_leaf"], np.int64)
         node = np.asarray(a["tree_node"], np.int64)
-        if len(alive) != n or len(leaf) != P or (len(leaf) and (leaf.min() < 0 or leaf.max() >= n)) \
+        if n != 3 * P + 1 or len(alive) != n or len(leaf) != P \
+                or (len(leaf) and (leaf.min() < 0 or leaf.max() >= n)) \
                 or (len(node) and (node.min() < 0 or node.max() >= n)) \
                 or np.any((parent < -1) | (parent >= n)):
             raise ValueError("checkpoint particle tree is inconsistent")
@@ -356,13 +361,12 @@ class TreeStore:
         self.tables = NList()
         for _ in range(n):
             self.tables.append(_new_table())
-        self.parent = [int(x) for x in parent]
-        self.alive = [bool(x) for x in alive]
-        self.children = [set() for _ in range(n)]
+        self.parent = parent.copy()
+        self.alive = alive.copy()
+        self.nchild = np.zeros(n, np.int64)
         for c in range(n):
             if alive[c] and parent[c] >= 0:
-                self.children[parent[c]].add(c)
-        self._free = [i for i in range(n) if not alive[i]]
+                self.nchild[parent[c]] += 1
         self.leaf = leaf.copy()
         _fill_tables(self.tables, node, np.asarray(a["tree_pos"], np.int64),
                      np.asarray(a["tree_topic"], np.int64))
