@@ -25,12 +25,14 @@ The format is documented for users in ``docs/model-format.md``.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, List, Optional
@@ -109,11 +111,17 @@ class LocalFiles:
     def publish_dir(self, tmp: str, final: str) -> None:
         """Atomically make the complete directory ``tmp`` appear as ``final``.
 
-        ``os.rename`` of a directory is atomic on POSIX. An existing ``final`` is first
-        renamed aside (so a reader sees either the old or the new complete directory, or
-        briefly none), then removed."""
+        ``os.rename`` of a directory is atomic on POSIX. An existing ``final`` is swapped
+        with ``tmp`` in one step where the kernel and file system support it (Linux
+        ``renameat2(RENAME_EXCHANGE)``), so a reader sees the old or the new directory, never
+        none; elsewhere it is first renamed aside (a reader may briefly see none, and the
+        checkpoint store then falls back to the previous checkpoint). The old one is removed."""
         _fsync_dir(tmp)
         old = None
+        if os.path.isdir(final) and not os.path.islink(final) and _rename_exchange(tmp, final):
+            _fsync_dir(self.dirname(final))
+            shutil.rmtree(tmp, ignore_errors=True)       # tmp now holds the old directory
+            return
         if os.path.lexists(final):
             old = os.path.join(self.dirname(final),
                                ".%s.old-%s" % (self.basename(final), uuid.uuid4().hex))
@@ -142,6 +150,30 @@ class LocalFiles:
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+
+_RENAMEAT2 = []
+
+
+def _rename_exchange(a: str, b: str) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    if not _RENAMEAT2:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fn = libc.renameat2
+                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                               ctypes.c_uint]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = None
+        _RENAMEAT2.append(fn)
+    fn = _RENAMEAT2[0]
+    if fn is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def _fsync_dir(path: str) -> None:

@@ -340,3 +340,24 @@ def test_constructor_checks(kw, match):
     base.update(kw)
     with pytest.raises(ValueError, match=match):
         TopicState(**base)
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_replace_with_and_without_an_atomic_exchange(kos_state, tmp_path, monkeypatch, exchange):
+    import lda_core.state as st
+    used = []
+    real = st._rename_exchange
+
+    def spy(a, b):
+        used.append((a, b))
+        return real(a, b) if exchange else False
+
+    monkeypatch.setattr(st, "_rename_exchange", spy)
+    d = str(tmp_path / "s")
+    kos_state.save(d)
+    assert used == []                                    # nothing to replace yet
+    other = TopicState("online-vb", 2, 3, None, {"lambda": np.ones((2, 3))}, {}, step=1)
+    other.save(d)
+    assert len(used) == 1 and used[0][1] == d
+    assert TopicState.load(d) == other
+    assert os.listdir(str(tmp_path)) == ["s"]
