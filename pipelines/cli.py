@@ -63,6 +63,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, beam_argv = parser.parse_known_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":
+        # Beam's own INFO lines (type-hint conversions, runner fall-backs, worker pools) drown
+        # the progress lines users need; keep its warnings and errors.
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args, beam_argv) or 0)
