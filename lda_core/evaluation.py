@@ -52,8 +52,9 @@ def split_halves(batch: DocBatch, seed: int) -> Tuple[DocBatch, DocBatch]:
     Both halves keep every document (possibly empty), its id, title and label, so they stay
     aligned with ``batch``.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError("seed must be an integer >= 0, got %r" % (seed,))
+    if (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 2 ** 32):
+        raise ValueError("seed must be an integer in [0, 2**32), got %r" % (seed,))
     rng = np.random.RandomState(int(seed))
     n = batch.n_docs
     lens = batch.doc_lengths

@@ -134,6 +134,9 @@ def test_split_halves_keeps_documents_aligned(kos):
     a2, _ = ev.split_halves(batch, 5)
     a3, _ = ev.split_halves(batch, 6)
     assert np.array_equal(a2.word_ids, a.word_ids) and not np.array_equal(a3.word_ids, a.word_ids)
+    for bad in (-1, 2 ** 32, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            ev.split_halves(batch, bad)
 
 
 # --------------------------------------------------------------------- document completion
