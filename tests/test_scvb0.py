@@ -280,3 +280,36 @@ def test_sparse_triplets_merge_equals_dense_sum():
     np.testing.assert_array_equal(acc.to_dense(30), dense)
     assert np.all(np.diff(acc.keys) > 0)
     assert len(pickle.dumps(acc)) < acc.nbytes + 200
+
+
+# ----------------------------------------------------------------------------- trainers
+def run_both_trainers(name, kos_paths, tmp_path, **kw):
+    """The in-process trainer and the Beam trainer (DirectRunner, windows of 4 minibatches)
+    on 400 KOS documents in 3 shards, from the same initial state and order."""
+    from test_beam_train import make_kos_dataset
+    from lda_core.algorithm import algorithm_class
+    from lda_core.trainer import train
+    from pipelines import beam_train, dataset
+    from pipelines.shard_stream import ShardStream
+    ds = make_kos_dataset(kos_paths, str(tmp_path / "ds"), 400)
+    files = dataset.resolve_shards(ds)
+    vh = dataset.check_vocab_hash(files, None)
+    V = len(dataset.Vocabulary.read(ds))
+
+    def make():
+        return algorithm_class(name)(8, V, batch_size=50, seed=1, vocab_hash=vh, **kw)
+
+    ref = make()
+    train(ref, ShardStream(files, batch_size=50, seed=1, passes=1), progress=False)
+    res = beam_train.train(make(), files, str(tmp_path / "m"), passes=1, seed=1, batch_size=50,
+                           beam_argv=["--runner=DirectRunner"], progress=False,
+                           minibatches_per_window=4)
+    assert ref.step == res.algorithm.step == 8
+    return ref.to_state().arrays, res.algorithm.to_state().arrays
+
+
+def test_inprocess_and_beam_trainers_agree(kos_paths, tmp_path):
+    a, b = run_both_trainers("scvb0", kos_paths, tmp_path, corpus_tokens=100000)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-9, atol=1e-9, err_msg=k)

@@ -190,3 +190,11 @@ def test_empty_documents_and_counters():
     np.testing.assert_allclose(th[0], 1 / 3)
     with pytest.raises(ValueError, match="word ids"):
         m.local_step(DocBatch.from_rows([([11], [1])]))
+
+
+def test_inprocess_and_beam_trainers_agree_exactly(kos_paths, tmp_path):
+    from test_scvb0 import run_both_trainers
+    a, b = run_both_trainers("sparse-gibbs-vb", kos_paths, tmp_path, corpus_size=400)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(b[k], a[k], err_msg=k)
