@@ -266,3 +266,26 @@ def test_20news_quality_parity_with_gensim(news20_tar, tmp_path, capsys):
     print("20NG one pass: ours %.4f, gensim LdaModel %.4f" % (ours, gensim_ll))
     assert ours >= -8.37
     assert ours >= gensim_ll
+
+
+def test_stream_order_samplers_and_batch_gibbs_through_the_cli(tmp_path, ds, capsys):
+    have = available_algorithms()
+    if "o-lda" in have:
+        m = str(tmp_path / "olda")
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--algorithm",
+                               "o-lda", "--topics", 5, "--minibatch", 100, "--no-progress")
+        assert rc == 0, err
+        st = CheckpointStore(m).latest()
+        assert st.algorithm == "o-lda" and st.docs_seen == 500
+        assert st.info["trainer"]["minibatches_done"] == 5
+        _one_line_error(capsys, ["train", "--shards", ds, "--output", str(tmp_path / "o2"),
+                                 "--algorithm", "o-lda", "--topics", 5, "--passes", 2],
+                        "--passes must be 1")
+    if "gibbs" in have:
+        m = str(tmp_path / "gibbs")
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--algorithm",
+                               "gibbs", "--topics", 5, "--passes", 5, "--no-progress")
+        assert rc == 0, err
+        assert "held-out document completion" in out
+        st = CheckpointStore(m).latest()
+        assert st.algorithm == "gibbs" and st.docs_seen == 500

@@ -11,6 +11,7 @@ every shard (against the model's when resuming), and a resumed checkpoint's algo
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import logging
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ALGORITHM = "online-vb"
 BATCH_MAX_PASSES = 100   # batch-vb: cap on iterations (it stops at a relative ELBO change < tol)
+GIBBS_SWEEPS = 100       # gibbs: --passes is the number of sweeps over the corpus in memory
 
 # where each algorithm comes from (shown in --help)
 PAPERS = {
@@ -46,7 +48,7 @@ ALGO_OPTIONS = {
     "optimize_eta": "optimize_eta",
 }
 _HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
-           "n_threads"}
+           "n_threads", "n_docs_total", "corpus_tokens"}
 
 
 def _algorithm_help() -> str:
@@ -56,10 +58,9 @@ def _algorithm_help() -> str:
         defaults = ""
         try:
             cls = algorithm_class(name)
-            sig = inspect.signature(cls.__init__)
-            kv = ["%s=%s" % (p.name, p.default) for p in sig.parameters.values()
-                  if p.name not in _HIDDEN and p.default is not inspect.Parameter.empty
-                  and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            kv = ["%s=%s" % (p.name, p.default) for p in _accepted(cls).values()
+                  if p.name not in _HIDDEN and not p.name.startswith("_")
+                  and p.default is not inspect.Parameter.empty]
             defaults = "; defaults " + ", ".join(kv) if kv else ""
         except Exception as e:  # a half-installed algorithm must not break --help
             defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
@@ -91,7 +92,8 @@ def add_arguments(p) -> None:
                         "time, the step still uses all D)")
     g.add_argument("--passes", type=int, default=None,
                    help="passes over the corpus (default 1; batch-vb: maximum iterations, "
-                        "default %d)" % BATCH_MAX_PASSES)
+                        "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
+                        % (BATCH_MAX_PASSES, GIBBS_SWEEPS))
     g.add_argument("--seed", type=int, default=None,
                    help="seed of the minibatch order and of every random draw (default 0)")
     g.add_argument("--rel-tol", type=float, default=1e-5,
@@ -136,8 +138,9 @@ def add_arguments(p) -> None:
                         "handled by pipelines.beam_train")
     g.add_argument("--minibatches-per-window", type=int, default=None,
                    help="Beam runners: minibatches per pipeline run")
-    g.add_argument("--unroll", action="store_true",
-                   help="Beam runners: chain the window's minibatches inside one pipeline")
+    g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
+                   help="Beam runners: chain the window's minibatches inside one pipeline "
+                        "(default: the Beam trainer's choice)")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -187,11 +190,13 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     an error naming the option."""
     from lda_core.algorithm import algorithm_class
     cls = algorithm_class(name)
-    params = inspect.signature(cls.__init__).parameters
-    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    params = _accepted(cls)
+    var_kw = False
     kw: Dict[str, Any] = {}
     base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                 vocab_hash=vocab_hash)
+    if "n_docs_total" in params:          # the stream-order samplers' name for D
+        base["n_docs_total"] = corpus_size
     if "corpus_tokens" in params and corpus_tokens is not None:
         base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
     for k, v in base.items():
@@ -206,6 +211,44 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
                              % (dest.replace("_", "-"), name))
         kw[kwname] = v
     return cls(n_topics, n_words, **kw)
+
+
+def _accepted(cls) -> Dict[str, Any]:
+    """Keyword parameters of ``cls.__init__``, following ``**kw`` into the bases' __init__."""
+    out: Dict[str, Any] = {}
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        for name, p in params.items():
+            if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+                out.setdefault(name, p)
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return out
+
+
+def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
+    """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
+    sweeps (``--passes``), one checkpoint at the end."""
+    from lda_core.trainer import TrainResult, evaluate
+    from pipelines.shard_stream import read_docs
+    t0 = time.time()
+    run_log.write(dict(event="start", wall_time=t0, algorithm=algo.name, sweeps=sweeps,
+                       run=run_info))
+    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
+    logger.info("collapsed Gibbs: %d documents in memory, %d sweeps", docs.n_docs, sweeps)
+    algo.fit(docs, sweeps=sweeps)
+    metrics = evaluate(algo, heldout) if heldout is not None else {}
+    state = algo.to_state()
+    state.info = dict(state.info or {}, run=run_info,
+                      trainer=dict(minibatches_done=sweeps, docs_seen=algo.docs_seen))
+    ckpt = store.publish(state)
+    elapsed = time.time() - t0
+    run_log.write(dict(event="end", step=sweeps, docs_seen=algo.docs_seen, elapsed=elapsed,
+                       metrics=metrics, checkpoint=ckpt, wall_time=time.time()))
+    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
 
 
 def _run_params(state) -> Dict[str, Any]:
@@ -273,8 +316,11 @@ def run(args, beam_argv) -> int:
         seed = seed if seed is not None else prev.get("seed", state.params.get("seed"))
     minibatch = int(minibatch if minibatch is not None else 256)
     seed = int(seed if seed is not None else 0)
-    passes = int(args.passes if args.passes is not None else
-                 prev.get("passes", BATCH_MAX_PASSES if algorithm == "batch-vb" else 1))
+    if algorithm == "gibbs" and state is not None:
+        raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
+                         "train again with more --passes (sweeps)")
+    passes = int(args.passes if args.passes is not None else prev.get(
+        "passes", {"batch-vb": BATCH_MAX_PASSES, "gibbs": GIBBS_SWEEPS}.get(algorithm, 1)))
 
     from pipelines.shard_stream import ShardStream, read_docs
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
@@ -314,6 +360,10 @@ def run(args, beam_argv) -> int:
     start = resume_position(state) if state is not None else 0
     if algorithm == "batch-vb":
         start = None   # one step per pass: the algorithm's step is its position
+    if (algorithm != "gibbs" and hasattr(algo, "process") and not hasattr(algo, "local_step")
+            and passes > 1):
+        raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
+                         "1 (got %d)" % (algorithm, passes))
     heldout = None
     if heldout_files is not None:
         from lda_core.trainer import HeldOut
@@ -337,7 +387,10 @@ def run(args, beam_argv) -> int:
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
     try:
-        if args.runner.lower() in ("inprocess", "in-process", "local"):
+        if algorithm == "gibbs":
+            res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
+                               run_info)
+        elif args.runner.lower() in ("inprocess", "in-process", "local"):
             from lda_core.trainer import train
             res = train(algo, stream, heldout=heldout, eval_every=args.eval_every,
                         checkpoint_store=store, checkpoint_every=args.checkpoint_every,
@@ -352,7 +405,8 @@ def run(args, beam_argv) -> int:
                 heldout=heldout, eval_every=args.eval_every, checkpoint_store=store,
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
-                beam_argv=list(beam_argv) + ["--runner", args.runner])
+                beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
+                progress=not args.no_progress)
     finally:
         run_log.close()
     _print_summary(args, algorithm, algo, stream, res)
