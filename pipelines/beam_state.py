@@ -27,8 +27,10 @@ import json
 import logging
 import os
 import threading
+import uuid
 from typing import Any, Dict, NamedTuple, Optional
 
+import numpy as np
 from apache_beam.utils import shared
 
 logger = logging.getLogger(__name__)
@@ -82,12 +84,56 @@ def drop_local(prefix: str, keep: Optional[str] = None) -> None:
                 del d[k]
 
 
+SCRATCH_SUFFIX = ".npz"
+_META = "__ldabeam_state_meta__"
+
+
 def load_algorithm(path: str):
-    """A state directory -> the algorithm object it describes (checksums verified)."""
+    """A state -> the algorithm object it describes: a published checkpoint directory
+    (``TopicState.load``: version, shapes and checksums verified) or a scratch file."""
     from lda_core.algorithm import algorithm_class
-    from lda_core.state import TopicState
-    state = TopicState.load(path)
+    if path.endswith(SCRATCH_SUFFIX):
+        state = load_scratch(path)
+    else:
+        from lda_core.state import TopicState
+        state = TopicState.load(path)
     return algorithm_class(state.algorithm).from_state(state)
+
+
+def save_scratch(algorithm, path: str) -> str:
+    """The state of a step *inside* a window, for the other workers of the same run.
+
+    One uncompressed ``.npz`` (arrays + the JSON fields as a byte array), published by an
+    atomic rename but neither fsynced nor checksummed: it lives only while its window runs
+    (never resumed from; a killed run's scratch is deleted unread). Measured at K=100,
+    V=29,403 on this machine: ~0.9 s for ``TopicState.save`` (sha256 + fsync of 24 MB) vs a
+    few tens of ms here. Data only: read back with ``allow_pickle=False``."""
+    from lda_core.run_log import _jsonable
+    state = algorithm.to_state()
+    meta = dict(algorithm=state.algorithm, n_topics=state.n_topics, n_words=state.n_words,
+                vocab_hash=state.vocab_hash, params=state.params, step=state.step,
+                docs_seen=state.docs_seen, rng=state.rng, info=state.info)
+    arrays = dict(state.arrays)
+    if _META in arrays:
+        raise ValueError("array name %r is reserved" % _META)
+    arrays[_META] = np.frombuffer(json.dumps(_jsonable(meta)).encode("utf-8"), np.uint8)
+    tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_scratch(path: str):
+    from lda_core.state import TopicState
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(bytes(z[_META]).decode("utf-8"))
+        arrays = {k: z[k] for k in z.files if k != _META}
+    return TopicState(arrays=arrays, **meta)
 
 
 def _set_threads(algorithm, n_threads: Optional[int]) -> None:

@@ -235,7 +235,11 @@ class GlobalStepFn(beam.DoFn):
             return
         key = "%s/%d" % (self.run_key, self.position + 1)
         base = beam_state.acquire(ref, self.n_threads)
-        algo = beam_state.private_copy(base)
+        # in-process runner: no retries, and every reader of version t-1 (the E-steps of
+        # step t) has finished before this step starts, so the step is applied in place (the
+        # driver copied the window's starting state). Elsewhere a bundle may be retried or
+        # the cached copy read again: work on a private copy.
+        algo = base if self.scratch is None else beam_state.private_copy(base)
         t0 = time.time()
         try:
             info = dict(algo.global_step(stats) or {})
@@ -256,8 +260,8 @@ class GlobalStepFn(beam.DoFn):
             beam_state.put_local(key, algo)
             new = StateRef(key, None, self.position + 1)
         else:
-            path = os.path.join(self.scratch, "state-%09d" % (self.position + 1))
-            beam_state.save_state(algo, path)
+            path = os.path.join(self.scratch, "state-%09d.npz" % (self.position + 1))
+            beam_state.save_scratch(algo, path)
             new = StateRef(key, path, self.position + 1)
             beam_state.offer(new, algo)
         _store_info(self.scratch, key, info)
@@ -434,6 +438,30 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     return files, sizes, vh
 
 
+def default_scratch_root(model_dir: str, cfg: RunnerConfig,
+                         scratch_dir: Optional[str] = None) -> str:
+    """Where the states of the steps inside a window go when workers are other processes.
+
+    Local runners: a folder in shared memory (``/dev/shm``) named after the model directory --
+    every worker is on this machine, and a 24 MB state is written there without disk
+    write-back. Remote runners: ``MODEL_DIR/.beam-scratch`` (the model directory must then be
+    on a file system every worker mounts). A killed run's folder is removed unread by the
+    next run on the same model directory."""
+    import hashlib
+    from pipelines import dataset
+    tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
+    if scratch_dir:
+        return os.path.join(scratch_dir, "ldabeam-scratch-%s" % tag)
+    if dataset.is_remote(model_dir):
+        raise ValueError("the Beam trainer keeps the states inside a window under a local or "
+                         "shared-mount path; %s is an object-store URL: pass a shared "
+                         "scratch directory (scratch_dir=...) or a mounted model directory"
+                         % model_dir)
+    if cfg.local and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return os.path.join("/dev/shm", "ldabeam-scratch-%s" % tag)
+    return os.path.join(model_dir, SCRATCH_DIR)
+
+
 def default_window(cfg: RunnerConfig) -> int:
     return DEFAULT_WINDOW_IN_PROCESS if cfg.in_process else DEFAULT_WINDOW_WORKERS
 
@@ -446,7 +474,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
           beam_argv: Sequence[str] = (), runner: Optional[str] = None,
           pieces_per_minibatch: Optional[int] = None, n_threads: Optional[int] = None,
           deterministic_combine: bool = True, fanout: Optional[int] = None,
-          progress: bool = True) -> BeamTrainResult:
+          progress: bool = True, scratch_dir: Optional[str] = None) -> BeamTrainResult:
     """Train ``algorithm`` (a :class:`~lda_core.algorithm.StochasticAlgorithm` at its current
     position) on ``shard_files`` in windows of Beam pipeline runs (module docstring).
 
@@ -459,6 +487,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     (default: 2 per worker). ``n_threads``: E-step threads per worker (default: the
     algorithm's setting in-process; cores / workers with worker processes).
     ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
+    ``scratch_dir``: where states inside a window are exchanged between worker processes
+    (default: :func:`default_scratch_root`).
     """
     from lda_core.ordering import n_batches
     from lda_core.trainer import evaluate, resume_position
@@ -501,7 +531,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     stop = total if max_steps is None else min(total, int(max_steps))
 
     run_key = uuid.uuid4().hex[:12]
-    scratch_root = os.path.join(model_dir, SCRATCH_DIR)
+    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
     if os.path.isdir(scratch_root):       # left by a killed run: never read, just removed
         shutil.rmtree(scratch_root, ignore_errors=True)
     scratch = None if cfg.in_process else os.path.join(scratch_root, run_key)
@@ -532,11 +562,13 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     def state_ref(algo, pos, published: Optional[str]) -> StateRef:
         key = "%s/%d" % (run_key, pos)
         if scratch is None:
-            beam_state.put_local(key, algo)
+            # the window's steps update this copy in place (GlobalStepFn); the driver's
+            # object stays the last published state until the window has succeeded
+            beam_state.put_local(key, beam_state.private_copy(algo))
             return StateRef(key, None, pos)
         if published is None:
-            published = os.path.join(scratch, "state-%09d" % pos)
-            beam_state.save_state(algo, published)
+            published = os.path.join(scratch, "state-%09d.npz" % pos)
+            beam_state.save_scratch(algo, published)
         return StateRef(key, published, pos)
 
     def publish(algo, pos) -> str:
@@ -695,7 +727,7 @@ def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
     if scratch is None:
         algo = beam_state.get_local(last_key)
     else:
-        algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d"
+        algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d.npz"
                                                       % (steps[len(infos) - 1].position + 1)))
     return infos, algo, error, counters
 
@@ -727,7 +759,7 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
             with open(path, "rb") as f:
                 stats = decode_stats(f.read())
-        nxt = beam_state.private_copy(algo) if scratch is None else algo
+        nxt = algo          # the pipeline has finished reading it (its readers use a copy)
         t0 = time.time()
         try:
             info = dict(nxt.global_step(stats) or {})

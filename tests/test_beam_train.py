@@ -172,7 +172,10 @@ def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_pa
     assert res.algorithm.step == ref.step == 8
     assert res.beam_metrics["documents"] == 400
     assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
-    assert not os.path.exists(os.path.join(str(tmp_path / "m"), ".beam-scratch"))
+    from pipelines.beam_options import runner_config
+    from pipelines.beam_train import default_scratch_root
+    cfg = runner_config("DirectRunner", ["--direct_running_mode=multi_processing"])
+    assert not os.path.exists(default_scratch_root(str(tmp_path / "m"), cfg))
 
 
 def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
