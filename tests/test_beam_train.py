@@ -288,6 +288,20 @@ def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
         beam_train.train(algo, files, str(tmp_path / "m4"), beam_argv=["--runner=PortableRunner"])
     for d in ("m1", "m2", "m3", "m4"):
         assert not os.path.exists(str(tmp_path / d / "checkpoints"))
+    # resuming from a checkpoint of another K or algorithm
+    from lda_core.checkpoint import CheckpointStore
+    md = str(tmp_path / "m5")
+    other_k, _ = new_vb(kos_small, K=5)
+    CheckpointStore(md).publish(other_k.to_state())
+    with pytest.raises(ValueError, match="n_topics|K"):
+        beam_train.train(algo, files, md, resume=True, beam_argv=["--runner=DirectRunner"])
+    st = algo.to_state()
+    st.algorithm = "scvb0"
+    md = str(tmp_path / "m6")
+    CheckpointStore(md).publish(st)
+    with pytest.raises(ValueError, match="scvb0|algorithm"):
+        beam_train.train(algo, files, md, resume=True, beam_argv=["--runner=DirectRunner"])
+    assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [0]
 
 
 def _cli(*args, timeout=300):
