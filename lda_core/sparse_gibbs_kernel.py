@@ -251,7 +251,8 @@ def sgvb_estep(indptr, local_ids, counts, u_indptr, u_topics, u_coef, ck, e0, al
             tot += L
             if L > maxlen:
                 maxlen = L
-        need = 2 * tot * samples + 16
+        # distinct (word, topic) keys <= min(tokens x kept sweeps, U x K)
+        need = 2 * min(tot * samples, (u_indptr.shape[0] - 1) * K) + 16
         while cap < need:
             cap *= 2
     for u in range(u_indptr.shape[0] - 1):
