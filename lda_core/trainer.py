@@ -260,10 +260,10 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
         msg = ("minibatch %d (pass %d, batch %d, %d documents) could not be applied: %s; "
                "training stopped, the last good checkpoint (%s) stays the latest"
                % (mb.step + 1, mb.pass_index, mb.batch_index, mb.batch.n_docs, err,
-                  last_ckpt or (checkpoint_store and "the previous one") or "none written"))
+                  last_ckpt or _latest_path(checkpoint_store) or "none written"))
         logger.error(msg)
         if run_log is not None:
-            run_log.write(dict(event="error", step=mb.step + 1, pass_=mb.pass_index,
+            run_log.write(dict(event="error", step=mb.step + 1, pass_index=mb.pass_index,
                                batch=mb.batch_index, message=msg, wall_time=time.time()))
         if bar is not None:
             bar.close()
@@ -363,7 +363,9 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
             bar.close()
     if heldout is not None:
         do_eval()
-    ckpt = publish() or last_ckpt
+    # nothing changed in a run that applied no step: do not republish the same state
+    ckpt = (publish() if steps_run or last_ckpt is None and _latest_path(checkpoint_store)
+            is None else None) or last_ckpt or _latest_path(checkpoint_store)
     elapsed = time.time() - t_start
     if run_log is not None:
         run_log.write(dict(event="end", step=step, docs_seen=docs_seen(), steps_run=steps_run,
@@ -375,6 +377,19 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                     "%s=%.4f" % (k, v) for k, v in last_metrics.items()))
     return TrainResult(algorithm, step, docs_seen(), steps_run, elapsed, dict(last_metrics),
                        ckpt, converged)
+
+
+def _latest_path(store) -> Optional[str]:
+    if store is None:
+        return None
+    try:
+        if hasattr(store, "pointer"):
+            p = store.pointer()
+            return store.path(p) if p is not None else None
+        ckpts = store.list_checkpoints()
+        return ckpts[-1].path if ckpts else None
+    except Exception:  # pragma: no cover - only used in messages
+        return None
 
 
 def _fmt(v) -> str:
