@@ -440,7 +440,9 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
 #   branch alone (a literal prefix again);
 # * remove_template walks only the ``{``/``}`` characters (found by one regex) instead of every
 #   character in Python, with the same counting rule: a template opens at ``{{`` and closes
-#   when the ``{`` and ``}`` counted since its start balance.
+#   when the ``{`` and ``}`` counted since its start balance;
+# * a substitution is skipped when the text lacks a string every match must contain (``<``
+#   for the tag patterns, ``[`` for links, ``|``/``!`` for tables, a keyword for RE_P17).
 
 _RE_P2_FAST = re.compile(r"\n\[\[[a-z][a-z][\w-]*:[^:\]]+\]\]"
                          r"(?:\n\[\[[a-z][a-z][\w-]*:[^:\]]+\]\])*$", re.UNICODE)
@@ -450,6 +452,7 @@ _RE_P13_FAST = re.compile(r"[|!](?<=\n[ ][|!]|\n\n[|!]|[ ]{2}[|!]|.\n[|!]|.\t[|!
 _RE_P17_NL = re.compile(r"\n.{0,4}(?:bgcolor|\d{0,1}[ ]?colspan|rowspan|style=|class=|align=|"
                         r"scope=)(?:.*)", re.UNICODE)
 _RE_BRACES = re.compile(r"[{}]")
+_P17_WORDS = ("bgcolor", "colspan", "rowspan", "style=", "class=", "align=", "scope=")
 
 
 def remove_template(s: str) -> str:
@@ -495,22 +498,26 @@ def remove_markup(text: str, promote_remaining: bool = True, simplify_links: boo
     text = wc.remove_file(text)
     for iters in range(1, 1 << 30):           # gensim: stop when unchanged or after 3 passes
         old = text
-        text = wc.RE_P0.sub("", text)         # comments
-        text = wc.RE_P1.sub("", text)         # footnotes
-        text = wc.RE_P9.sub("", text)         # <nowiki>
-        text = wc.RE_P10.sub("", text)        # <math>
-        text = wc.RE_P11.sub("", text)        # remaining tags
-        text = wc.RE_P14.sub("", text)        # categories
-        text = wc.RE_P5.sub("\\3", text)      # urls, keep description
-        if simplify_links:
-            text = wc.RE_P6.sub("\\2", text)  # links, keep description
-        text = text.replace("!!", "\n|")      # table markup, as gensim
-        text = text.replace("|-||", "\n|")
-        text = _RE_P12_FAST.sub("\n", text)
-        text = text.replace("|||", "|\n|")
-        text = text.replace("||", "\n|")
-        text = _RE_P13_FAST.sub("\n", text)
-        text = _sub_p17(text)
+        if "<" in text:                       # (each guard: the pattern needs that text)
+            text = wc.RE_P0.sub("", text)     # comments
+            text = wc.RE_P1.sub("", text)     # footnotes
+            text = wc.RE_P9.sub("", text)     # <nowiki>
+            text = wc.RE_P10.sub("", text)    # <math>
+            text = wc.RE_P11.sub("", text)    # remaining tags
+        if "[" in text:
+            text = wc.RE_P14.sub("", text)    # categories
+            text = wc.RE_P5.sub("\\3", text)  # urls, keep description
+            if simplify_links:
+                text = wc.RE_P6.sub("\\2", text)  # links, keep description
+        if "|" in text or "!" in text:        # table markup, as gensim
+            text = text.replace("!!", "\n|")
+            text = text.replace("|-||", "\n|")
+            text = _RE_P12_FAST.sub("\n", text)
+            text = text.replace("|||", "|\n|")
+            text = text.replace("||", "\n|")
+            text = _RE_P13_FAST.sub("\n", text)
+        if any(k in text for k in _P17_WORDS):
+            text = _sub_p17(text)
         text = text.replace("[]", "")
         if old == text or iters > 2:
             break

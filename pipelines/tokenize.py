@@ -20,7 +20,9 @@ Note: gensim's ``WikiCorpus`` does *not* de-accent (it calls ``utils.tokenize`` 
 Speed: the length and ``_`` filters are folded into one compiled regular expression, so a
 document is tokenized by a single ``re.findall`` over the lower-cased text with no per-token
 Python work (except the optional stop-word filter, a set lookup per token). De-accenting is
-skipped for pure-ASCII text (nothing to remove) and otherwise done by one ``str.translate``.
+skipped for pure-ASCII text (nothing to remove) and otherwise done by one ``str.translate``;
+pure-ASCII text (most of English Wikipedia's articles) is matched with an equivalent ASCII
+character-set regex, which is faster.
 """
 from __future__ import annotations
 
@@ -78,18 +80,24 @@ DEFAULT = TokenizerConfig()
 
 
 @functools.lru_cache(maxsize=64)
-def token_pattern(min_len: int, max_len: int) -> "re.Pattern":
+def token_pattern(min_len: int, max_len: int, ascii_only: bool = False) -> "re.Pattern":
     """One regex matching exactly the kept tokens.
 
     A token is a maximal run of ``[^\\W\\d]`` (word characters except digits -- gensim's
     ``((?!\\d)\\w)+``) whose first character is not ``_`` and whose length is in
     ``[min_len, max_len]``. Maximality is enforced by the look-behind / look-ahead, so a run
     longer than ``max_len`` yields nothing (not its prefix), as in gensim.
+
+    ``ascii_only=True`` gives the same matches on pure-ASCII text, where ``[^\\W\\d]`` is
+    exactly ``[A-Za-z_]``: a plain character set that the regex engine tests ~1.8x faster than
+    the Unicode classes.
     """
     if min_len < 1 or max_len < min_len:
         raise ValueError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
                          % (min_len, max_len))
     rest = "{%d,%d}" % (min_len - 1, max_len - 1)
+    if ascii_only:
+        return re.compile(r"(?<![A-Za-z_])[A-Za-z][A-Za-z_]%s(?![A-Za-z_])" % rest)
     return re.compile(r"(?<![^\W\d])[^\W\d_][^\W\d]%s(?![^\W\d])" % rest)
 
 
@@ -106,12 +114,28 @@ class _MarkTable(dict):
 _MARKS = _MarkTable()
 
 
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+
+
+def _strip_marks(match) -> str:
+    return match.group().translate(_MARKS)
+
+
 def deaccent(text: str) -> str:
-    """gensim ``utils.deaccent``: NFD, remove category-Mn characters, NFC (ASCII unchanged)."""
+    """gensim ``utils.deaccent``: NFD, remove category-Mn characters, NFC (ASCII unchanged).
+
+    Mostly-ASCII text (English) is translated run by run of non-ASCII characters only; text
+    with many non-ASCII characters is translated whole.
+    """
     if text.isascii():
         return text
     norm = unicodedata.normalize("NFD", text)
-    return unicodedata.normalize("NFC", norm.translate(_MARKS))
+    # UTF-8 length - length = extra bytes of non-ASCII characters: a cheap density estimate
+    if len(norm.encode("utf-8", "surrogatepass")) - len(norm) < len(norm) // 16:
+        norm = _NON_ASCII_RUN.sub(_strip_marks, norm)
+    else:
+        norm = norm.translate(_MARKS)
+    return unicodedata.normalize("NFC", norm)
 
 
 def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
@@ -120,9 +144,11 @@ def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
         return []
     if cfg.lowercase:
         text = text.lower()
-    if cfg.deaccent:
+    is_ascii = text.isascii()
+    if cfg.deaccent and not is_ascii:
         text = deaccent(text)
-    tokens = token_pattern(cfg.min_len, cfg.max_len).findall(text)
+        is_ascii = text.isascii()
+    tokens = token_pattern(cfg.min_len, cfg.max_len, is_ascii).findall(text)
     if cfg.stopwords:
         sw = cfg.stopwords
         tokens = [t for t in tokens if t not in sw]
