@@ -178,3 +178,21 @@ def test_plain_iterable_source_and_bad_settings(kos_shards):
         train(a, stream, eval_every=-1)
     with pytest.raises(ValueError, match="max_steps"):
         train(a, stream, max_steps=-2)
+
+
+def test_run_log_survives_a_truncated_last_line(tmp_path):
+    p = str(tmp_path / "log.jsonl")
+    with RunLog(p) as log:
+        log.write(dict(event="step", step=1, rho=np.float64(0.5), change=float("nan"),
+                       arr=np.arange(2)))
+        log.write(dict(event="end", step=1))
+    with open(p, "a") as f:
+        f.write('{"event": "step", "st')        # a run killed mid-write
+    recs = read_run_log(p)
+    assert [r["event"] for r in recs] == ["step", "end"]
+    assert recs[0]["rho"] == 0.5 and recs[0]["change"] is None and recs[0]["arr"] == [0, 1]
+    assert read_run_log(p, "end") == [{"event": "end", "step": 1}]
+    with open(p, "w") as f:
+        f.write('garbage\n{"event": "end"}\n')
+    with pytest.raises(ValueError, match="line 1"):
+        read_run_log(p)
