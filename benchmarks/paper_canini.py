@@ -270,7 +270,26 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--tag", default="canini")
+    ap.add_argument("--summarise", nargs="+", metavar="TRACES_CSV",
+                    help="only merge these trace CSVs (e.g. of runs split by dataset) into "
+                         "TAG_traces.csv / TAG_summary.csv / TAG_traces.png")
     args = ap.parse_args(argv)
+    if args.summarise:
+        rows, seen = [], set()
+        for path in args.summarise:
+            with open(path, newline="") as f:
+                for r in csv.DictReader(f):
+                    key = (r["dataset"], r["seed"], r["algorithm"], r["docs_seen"])
+                    if key not in seen:          # the first file listed wins
+                        seen.add(key)
+                        rows.append(r)
+        trace_path = os.path.join(args.out, "%s_traces.csv" % args.tag)
+        if os.path.abspath(trace_path) not in [os.path.abspath(p) for p in args.summarise]:
+            with open(trace_path, "w", newline="") as f:
+                w = csv.DictWriter(f, FIELDS)
+                w.writeheader()
+                w.writerows(rows)
+        return report(rows, args)
     if args.pf_seeds is None:
         args.pf_seeds = args.seeds
     os.makedirs(args.out, exist_ok=True)
@@ -302,7 +321,12 @@ def main(argv=None):
                       + "; ".join("%s seen %.3f held %.3f cpu %.1fs"
                                   % (r["algorithm"], r["nmi_seen"], r["nmi_heldout"], r["cpu_s"])
                                   for r in fin), flush=True)
+    return report(rows, args)
+
+
+def report(rows, args):
     summ = summarise(rows)
+    trace_path = os.path.join(args.out, "%s_traces.csv" % args.tag)
     sum_path = os.path.join(args.out, "%s_summary.csv" % args.tag)
     with open(sum_path, "w", newline="") as f:
         w = csv.DictWriter(f, list(summ[0]))
