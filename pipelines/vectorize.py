@@ -41,7 +41,9 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
-from apache_beam.transforms.window import GlobalWindows
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import dataset
 from pipelines.tokenize import TokenizerConfig, tokenize
@@ -232,8 +234,13 @@ def _deadletter_dict(dl) -> dict:
     return d
 
 
+_GLOBAL_WINDOWS = (GlobalWindow(),)
+
+
 def _windowed(value):
-    return GlobalWindows.windowed_value(value)
+    """A value in the global window, for outputs of ``finish_bundle`` (built directly: the
+    ``GlobalWindows.windowed_value`` helper re-parses a timestamp proto on every call)."""
+    return WindowedValue(value, MIN_TIMESTAMP, _GLOBAL_WINDOWS)
 
 
 # ----------------------------------------------------------------------------- DoFns
