@@ -364,3 +364,40 @@ def test_same_shards_in_process_and_multi_processing(wiki_sample, tmp_path):
                 os.listdir(a / s))]:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
     assert len(os.listdir(b / "train")) == 3
+
+
+def test_jsonl_and_lines_inputs_with_fields_and_stopwords(tmp_path):
+    posts = ["The rocket launch was delayed by weather",
+             "A rocket engine test at the launch site",
+             "Weather delayed the engine test again"]
+    (tmp_path / "a.jsonl").write_text("".join(
+        json.dumps({"meta": {"key": "k%d" % i}, "body": t, "topic": "space"}) + "\n"
+        for i, t in enumerate(posts)) + "not json\n")
+    (tmp_path / "b.txt").write_text("\n".join(posts) + "\n\n")
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([str(tmp_path / "a.jsonl")], out, id_field="meta.key",
+                           text_field="body", label_field="topic", no_below=2, no_above=1.0,
+                           stopwords="gensim"), IN_PROCESS)
+    rows = _rows(out)
+    assert sorted(rows) == ["k0", "k1", "k2"] and {r[1] for r in rows.values()} == {"space"}
+    vocab = dataset.Vocabulary.read(str(out)).tokens
+    assert "the" not in vocab and "rocket" in vocab and "weather" in vocab
+    assert m["counts"]["dead_letters"] == 1          # the "not json" line
+    out2 = tmp_path / "lines"
+    m2 = vz.vectorize(_opts([str(tmp_path / "b.txt")], out2, format="lines", vocab=str(out)),
+                      IN_PROCESS)
+    rows2 = _rows(out2)
+    assert sorted(rows2) == ["b.txt:1", "b.txt:2", "b.txt:3"]
+    assert [(r[2], r[3]) for _, r in sorted(rows2.items())] == \
+        [(r[2], r[3]) for _, r in sorted(rows.items())]
+    assert m2["counts"]["oov_tokens_dropped"] > 0
+
+
+def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "digits.txt").write_text("1234 5678")
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([str(tmp_path / "*.txt")], out), IN_PROCESS)
+    assert m["counts"]["documents_kept"] == 0 and m["vocabulary"]["size"] == 0
+    assert m["counts"]["dead_letters"] == 1 and m["counts"]["empty_documents"] == 1
+    assert m["tokens"]["total"] == 0
