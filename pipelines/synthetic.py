@@ -20,7 +20,7 @@ Cost: one ``searchsorted`` per topic over the chunk's tokens plus one sort of th
 (a few MB) plus one shard's table while it is written.
 
 Output (:func:`write_dataset`) is an ordinary dataset directory (``pipelines.dataset``):
-``vocab.tsv`` (tokens ``w00000``..), ``train/part-*.parquet`` with the vocabulary hash,
+``vocab.tsv`` (tokens ``waaa``, ``waab``, ..), ``train/part-*.parquet`` with the vocabulary hash,
 optionally ``heldout/``, ``manifest.json`` (with the spec), and ``planted_topics.npy``
 (β, K x V float64) so a test can check that training recovers the planted topics.
 """
@@ -163,9 +163,20 @@ def generate(spec: SyntheticSpec) -> DocBatch:
     return DocBatch.concat(list(iter_chunks(spec)))
 
 
+def token(i: int, width: int) -> str:
+    """Word ``i`` as letters only (``"w" + base-26``, e.g. ``wabc``), so that text built from
+    the tokens survives the tokenizer (gensim's pattern drops digits)."""
+    out = []
+    for _ in range(width):
+        i, r = divmod(i, 26)
+        out.append(chr(ord("a") + r))
+    return "w" + "".join(reversed(out))
+
+
 def vocabulary(spec: SyntheticSpec) -> dataset.Vocabulary:
-    width = max(5, len(str(spec.n_words - 1)))
-    return dataset.Vocabulary(["w%0*d" % (width, i) for i in range(spec.n_words)])
+    """Tokens ``w`` + fixed-width base-26 letters, in id order (sorted like the ids)."""
+    width = max(3, int(math.ceil(math.log(spec.n_words, 26))))
+    return dataset.Vocabulary([token(i, width) for i in range(spec.n_words)])
 
 
 def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOCS_PER_SHARD,

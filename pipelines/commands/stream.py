@@ -1,0 +1,128 @@
+"""``ldabeam stream``: online training on an unbounded stream of JSON documents.
+
+    ldabeam stream --model MODEL_DIR (--subscription projects/P/subscriptions/S |
+                                      --topic projects/P/topics/T | --input-glob 'DIR/*.jsonl')
+                   [--window-seconds 60] [--allowed-lateness 86400] [--deadletter DIR]
+                   [--topics K --vocab VOCAB_TSV]      # a fresh model; else MODEL_DIR's latest
+                   [BEAM OPTIONS: --runner DataflowRunner --streaming ...]
+
+Each fixed window of arriving documents is one minibatch; one checkpoint is published per
+window into MODEL_DIR/checkpoints (``ldabeam topics --model MODEL_DIR`` shows the newest).
+See :mod:`pipelines.stream` for the graph and docs/cluster.md for running it.
+"""
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", metavar="MODEL_DIR", default=None,
+                   help="model directory: continue from its latest checkpoint, or start a "
+                        "fresh model there with --topics and --vocab (required)")
+    g.add_argument("--topics", "-k", type=int, default=None, metavar="K",
+                   help="fresh model: number of topics")
+    g.add_argument("--vocab", default=None, metavar="VOCAB_TSV",
+                   help="fresh model: the fixed vocabulary (vocab.tsv of a dataset); "
+                        "arriving text is vectorised with it")
+    g.add_argument("--algorithm", default="online-vb",
+                   help="fresh model: online-vb, scvb0 or sparse-gibbs-vb")
+    g.add_argument("--corpus-size", type=int, default=None, metavar="D",
+                   help="D of the D/S scaling; 0: the stream setting (D = documents seen so "
+                        "far, growing without bound). Default: a fresh model 0, a continued "
+                        "model its checkpoint's")
+    g.add_argument("--seed", type=int, default=0, help="fresh model: seed")
+    g.add_argument("--minibatch", type=int, default=256,
+                   help="fresh model: nominal minibatch size recorded in the state (the "
+                        "actual minibatch is each window's documents)")
+    g.add_argument("--kappa", type=float, default=None, help="fresh model: kappa")
+    g.add_argument("--tau0", type=float, default=None, help="fresh model: tau0")
+    g.add_argument("--alpha", type=float, default=None, help="fresh model: alpha")
+    g.add_argument("--eta", type=float, default=None, help="fresh model: eta")
+    g.add_argument("--keep-checkpoints", type=int, default=3,
+                   help="keep the N newest checkpoints (0: keep all)")
+    g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+    g = p.add_argument_group("input (one of)")
+    g.add_argument("--subscription", default=None,
+                   help="Pub/Sub subscription projects/P/subscriptions/S (needs "
+                        "apache-beam[gcp] and a streaming runner)")
+    g.add_argument("--topic", default=None,
+                   help="Pub/Sub topic projects/P/topics/T (a subscription is created)")
+    g.add_argument("--input-glob", default=None, metavar="GLOB",
+                   help="files arriving in a directory (JSON lines), polled with "
+                        "fileio.MatchContinuously")
+    g.add_argument("--poll-seconds", type=float, default=10.0,
+                   help="--input-glob: seconds between directory listings")
+    g = p.add_argument_group("windows and documents")
+    g.add_argument("--window-seconds", type=float, default=60.0,
+                   help="minibatch = the documents arriving in each fixed window")
+    g.add_argument("--allowed-lateness", type=float, default=86400.0,
+                   help="documents up to this many seconds late go to the dead letters "
+                        "(later ones are dropped by the runner)")
+    g.add_argument("--deadletter", default=None, metavar="DIR",
+                   help="write malformed and late documents here as JSON lines "
+                        "(default MODEL_DIR/deadletter)")
+    g.add_argument("--id-field", default="doc_id", help="JSON field of the document id")
+    g.add_argument("--text-field", default="text", help="JSON field of the text")
+
+
+def run(args, beam_argv) -> int:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from pipelines import stream
+    if not args.model:
+        raise ValueError("--model MODEL_DIR is required")
+    sources = [s for s in (args.subscription, args.topic, args.input_glob) if s]
+    if len(sources) != 1:
+        raise ValueError("give exactly one input: --subscription, --topic or --input-glob "
+                         "(got %d)" % len(sources))
+    for name in ("window_seconds", "poll_seconds"):
+        if not getattr(args, name) > 0:
+            raise ValueError("--%s must be > 0, got %r" % (name.replace("_", "-"),
+                                                          getattr(args, name)))
+    if args.allowed_lateness < 0:
+        raise ValueError("--allowed-lateness must be >= 0, got %r" % args.allowed_lateness)
+    if args.corpus_size is not None and args.corpus_size < 0:
+        raise ValueError("--corpus-size must be >= 0 (0: the stream setting), got %d"
+                         % args.corpus_size)
+    settings = {k: getattr(args, k) for k in ("kappa", "tau0", "alpha", "eta")}
+    keep = args.keep_checkpoints or None
+    algo, vocab_path = stream.initial_checkpoint(
+        args.model, topics=args.topics, vocab_path=args.vocab, algorithm=args.algorithm,
+        batch_size=args.minibatch, corpus_size=args.corpus_size or None, seed=args.seed,
+        settings=settings, keep_last=keep)
+    corpus_size = -1 if args.corpus_size is None else (args.corpus_size or None)
+    parse = stream.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,
+                               id_field=args.id_field, text_field=args.text_field)
+    argv = list(beam_argv)
+    if not any(a.startswith("--runner") for a in argv):
+        argv.append("--runner=DirectRunner")
+    opts = PipelineOptions(argv)
+    opts.view_as(StandardOptions).streaming = True
+    dead_dir = args.deadletter or (args.model.rstrip("/") + "/deadletter")
+    logger.info("stream: %s K=%d V=%d from step %d, windows of %g s, dead letters -> %s",
+                algo.name, algo.n_topics, algo.n_words, algo.step, args.window_seconds,
+                dead_dir)
+    p = beam.Pipeline(options=opts)
+    if args.input_glob:
+        raw = p | "Files" >> stream.ReadJsonFilesContinuously(args.input_glob,
+                                                              args.poll_seconds)
+    else:
+        from apache_beam.io.gcp.pubsub import ReadFromPubSub
+        raw = p | "PubSub" >> ReadFromPubSub(topic=args.topic, subscription=args.subscription)
+    out = raw | "Train" >> stream.StreamTrain(
+        args.model, parse, args.window_seconds, args.allowed_lateness, keep_last=keep,
+        n_threads=args.threads, corpus_size=corpus_size)
+    stream.write_dead_letters(out[stream.DEAD], dead_dir)
+    result = p.run()
+    # a streaming job runs until cancelled; on a remote runner return after submission
+    # (Flex Templates must return after run()), locally wait (Ctrl-C stops it)
+    runner = opts.view_as(StandardOptions).runner or ""
+    if runner in ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", ""):
+        result.wait_until_finish()
+    else:
+        print("submitted streaming job (%s); checkpoints appear in %s/checkpoints"
+              % (runner, args.model))
+    return 0

@@ -1,0 +1,521 @@
+"""Online training on an unbounded stream: Hoffman et al.'s "true online" setting on Beam.
+
+Documents arrive as JSON (one object per Pub/Sub message, or one per line of files that keep
+arriving in a directory) and become minibatches by *arrival time*: every fixed window of
+``window_seconds`` is one minibatch. The graph::
+
+    source (Pub/Sub | fileio.MatchContinuously + ReadMatches | a test's TestStream)
+      | ParseDocuments            JSON -> (doc_id, word ids, counts) with the model's fixed
+      |                           vocabulary; malformed / empty -> dead letters
+      | WindowInto(FixedWindows(W), AfterWatermark(late=AfterCount(1)), allowed lateness L)
+      | key 0, GroupByKey         one pane per window: the minibatch (on time) or late panes
+      | SplitLate                 late panes -> dead letters (their window was already applied)
+      | EStepLatest               local step against the latest *published* checkpoint
+      |                           (LATEST pointer re-read per bundle; the state is loaded once
+      |                           per process and version through ``Shared``) -- runs on any
+      |                           worker, in parallel with everything else
+      | re-window into the global window (state is per key *and* window)
+      | ApplyGlobalStep           single key, stateful: buffers window results, and when the
+                                  watermark passes a window's end applies the windows in
+                                  order: if the E-step used the state this step starts from
+                                  its statistics are used as they are, otherwise (it ran
+                                  against an older checkpoint) the E-step is recomputed here
+                                  against the current state; then the lda_core global step
+                                  and one published checkpoint per window
+
+Because the statistics of a window are always those of the state the step starts from (the
+stale case is recomputed), the checkpoints equal those of the in-process trainer fed the same
+minibatches (each window's documents in doc_id order) -- bit for bit. When windows are long
+compared with the time a step takes (the usual streaming case: a minute of documents, a
+second of work), the parallel E-step has read the newest checkpoint and nothing is recomputed;
+the number of recomputed E-steps is a Beam counter (``ldabeam/stale_estep_recomputed``) and
+recorded in each checkpoint's ``info["stream"]``.
+
+D: with ``corpus_size`` None the online-VB step scales by the documents seen so far (the
+stream setting, D grows without bound); a configured D keeps Hoffman's D/S scaling.
+
+The topic state lives in the checkpoint store, not in Beam state: the stateful DoFn keeps the
+algorithm object in memory (one per worker) and in Beam state only the step it has applied; a
+restarted worker reloads that step's checkpoint. Checkpoints are published (atomically, see
+:mod:`lda_core.checkpoint`) before the Beam state is committed, so a retried bundle republishes
+the same step with the same content.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import apache_beam as beam
+from apache_beam.coders import PickleCoder, VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
+                                              TimerSpec, on_timer)
+from apache_beam.utils import shared
+from apache_beam.utils.windowed_value import PaneInfoTiming
+
+from lda_core.docbatch import DocBatch
+
+logger = logging.getLogger(__name__)
+
+NS = "ldabeam"
+DEAD = "deadletter"
+MAX_JSON_BYTES = 10 * 1024 * 1024       # a larger message is dead-lettered, not parsed
+MAX_DOC_WORDS = 1_000_000               # unique words per document (checked before arrays)
+MAX_SNIPPET = 200
+
+# A parsed document travelling between transforms: (doc_id, word ids int32 bytes, counts
+# int32 bytes) -- raw bytes are cheap to encode (DESIGN.md §5).
+Doc = Tuple[str, bytes, bytes]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+@dataclass(frozen=True)
+class ParseConfig:
+    """How a JSON document becomes a bag of words of the model's vocabulary."""
+    vocab_path: str                    # vocab.tsv of the model (fixed vocabulary)
+    n_words: int
+    id_field: str = "doc_id"
+    text_field: str = "text"
+    lowercase: bool = True
+    deaccent: bool = True
+    min_token_len: int = 2
+    max_token_len: int = 15
+
+
+def dead_letter(source: str, error: str, snippet: Any = None) -> Dict[str, Any]:
+    if snippet is not None and not isinstance(snippet, str):
+        snippet = repr(snippet)
+    return {"source": source, "error": error,
+            "snippet": None if snippet is None else snippet[:MAX_SNIPPET]}
+
+
+def parse_document(raw, index: Optional[Dict[str, int]], cfg: ParseConfig,
+                   tokenizer=None) -> Tuple[Optional[Doc], Optional[Dict[str, Any]], int]:
+    """One JSON document -> ``(doc or None, dead letter or None, OOV tokens dropped)``.
+
+    Accepted: ``{"doc_id": ..., "text": "..."}`` (tokenized with the vectorize pipeline's
+    tokenizer, words outside the model's vocabulary dropped and counted) or
+    ``{"doc_id": ..., "word_ids": [...], "counts": [...]}`` (ids of the model's vocabulary;
+    repeated ids are summed). ``id`` is accepted for ``doc_id``. Everything else -- not JSON,
+    not an object, no id, ids outside [0, V), counts that are not positive integers, lengths
+    that differ, no in-vocabulary word -- is a dead letter naming the problem."""
+    if isinstance(raw, (bytes, bytearray)):
+        if len(raw) > MAX_JSON_BYTES:
+            return None, dead_letter("stream", "message of %d bytes exceeds %d"
+                                     % (len(raw), MAX_JSON_BYTES)), 0
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, dead_letter("stream", "not UTF-8: %s" % e, raw[:MAX_SNIPPET]), 0
+    if len(raw) > MAX_JSON_BYTES:
+        return None, dead_letter("stream", "message of %d characters exceeds %d"
+                                 % (len(raw), MAX_JSON_BYTES)), 0
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        return None, dead_letter("stream", "not JSON: %s" % e, raw), 0
+    if not isinstance(obj, dict):
+        return None, dead_letter("stream", "not a JSON object", raw), 0
+    did = obj.get(cfg.id_field, obj.get("id"))
+    if did is None or (isinstance(did, str) and not did.strip()) or isinstance(did, (dict, list)):
+        return None, dead_letter("stream", "no document id (field %r)" % cfg.id_field, raw), 0
+    did = str(did)
+    src = "doc %s" % did
+    V = cfg.n_words
+    if "word_ids" in obj or "counts" in obj:
+        w, c = obj.get("word_ids"), obj.get("counts")
+        if not isinstance(w, list) or not isinstance(c, list) or len(w) != len(c):
+            return None, dead_letter(src, "word_ids and counts must be lists of equal length",
+                                     raw), 0
+        if len(w) > MAX_DOC_WORDS:
+            return None, dead_letter(src, "%d words exceed %d" % (len(w), MAX_DOC_WORDS)), 0
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in w + c):
+            return None, dead_letter(src, "word_ids and counts must be integers", raw), 0
+        w = np.asarray(w, np.int64)
+        c = np.asarray(c, np.int64)
+        if len(w) and (w.min() < 0 or w.max() >= V):
+            return None, dead_letter(src, "word id outside the vocabulary [0, %d)" % V, raw), 0
+        if len(c) and (c.min() <= 0 or c.max() > 2 ** 31 - 1):
+            return None, dead_letter(src, "counts must be positive int32", raw), 0
+        if not len(w):
+            return None, dead_letter(src, "no words", raw), 0
+        uw, inv = np.unique(w, return_inverse=True)
+        uc = np.bincount(inv, weights=c).astype(np.int64)
+        if uc.max() > 2 ** 31 - 1:
+            return None, dead_letter(src, "counts must be positive int32", raw), 0
+        return (did, uw.astype(np.int32).tobytes(), uc.astype(np.int32).tobytes()), None, 0
+    text = obj.get(cfg.text_field)
+    if not isinstance(text, str):
+        return None, dead_letter(src, "neither %r (a string) nor word_ids/counts"
+                                 % cfg.text_field, raw), 0
+    from pipelines.tokenize import TokenizerConfig, tokenize
+    if tokenizer is None:
+        tokenizer = TokenizerConfig(lowercase=cfg.lowercase, deaccent=cfg.deaccent,
+                                    min_len=cfg.min_token_len, max_len=cfg.max_token_len)
+    ids: Dict[int, int] = {}
+    oov = 0
+    for tok in tokenize(text, tokenizer):
+        i = index.get(tok)
+        if i is None:
+            oov += 1
+        else:
+            ids[i] = ids.get(i, 0) + 1
+    if not ids:
+        return None, dead_letter(src, "no word of the model's vocabulary (%d tokens dropped)"
+                                 % oov, text), oov
+    uw = np.fromiter(sorted(ids), np.int32, count=len(ids))
+    uc = np.fromiter((ids[int(i)] for i in uw), np.int32, count=len(ids))
+    return (did, uw.tobytes(), uc.tobytes()), None, oov
+
+
+def docs_to_batch(docs: Iterable[Doc]) -> DocBatch:
+    """Documents of one window as a DocBatch, in doc_id order (a duplicated id keeps its
+    first occurrence: a redelivered message is not counted twice)."""
+    seen = {}
+    for d in docs:
+        seen.setdefault(d[0], d)
+    ordered = [seen[k] for k in sorted(seen)]
+    rows = [(np.frombuffer(w, np.int32), np.frombuffer(c, np.int32)) for _, w, c in ordered]
+    return DocBatch.from_rows(rows, doc_ids=[d[0] for d in ordered])
+
+
+class ParseDocumentsFn(beam.DoFn):
+    """JSON -> Doc (main) and dead letters (tag ``deadletter``)."""
+
+    def __init__(self, cfg: ParseConfig):
+        self.cfg = cfg
+        self.parsed = Metrics.counter(NS, "stream_documents")
+        self.dead = Metrics.counter(NS, "stream_dead_letters")
+        self.oov = Metrics.counter(NS, "stream_oov_tokens_dropped")
+
+    def setup(self):
+        from pipelines import dataset
+        from pipelines.tokenize import TokenizerConfig
+        vocab = dataset.Vocabulary.read(self.cfg.vocab_path)
+        if len(vocab) != self.cfg.n_words:
+            raise ValueError("vocabulary %s has %d words, the model %d"
+                             % (self.cfg.vocab_path, len(vocab), self.cfg.n_words))
+        self.index = vocab.index
+        self.tokenizer = TokenizerConfig(lowercase=self.cfg.lowercase,
+                                         deaccent=self.cfg.deaccent,
+                                         min_len=self.cfg.min_token_len,
+                                         max_len=self.cfg.max_token_len)
+
+    def process(self, raw):
+        doc, dead, oov = parse_document(raw, self.index, self.cfg, self.tokenizer)
+        if oov:
+            self.oov.inc(oov)
+        if dead is not None:
+            self.dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, dead)
+        else:
+            self.parsed.inc()
+            yield doc
+
+
+class SplitLateFn(beam.DoFn):
+    """Panes of a window: the on-time pane is the window's minibatch; late panes (documents
+    that arrived after the watermark passed their window, within the allowed lateness) are
+    dead letters, since that window's step was already applied."""
+
+    def __init__(self):
+        self.late = Metrics.counter(NS, "stream_late_documents")
+        self.windows = Metrics.counter(NS, "stream_windows")
+
+    def process(self, kv, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        _, docs = kv
+        docs = list(docs)
+        if pane.timing == PaneInfoTiming.LATE:
+            for d in docs:
+                self.late.inc()
+                yield beam.pvalue.TaggedOutput(DEAD, dead_letter(
+                    "doc %s" % d[0], "late: arrived after its window [%s, %s) was applied"
+                    % (w.start.to_utc_datetime().isoformat(), w.end.to_utc_datetime()
+                       .isoformat())))
+            return
+        self.windows.inc()
+        yield int(w.max_timestamp().micros), docs
+
+
+# ----------------------------------------------------------------------------- state access
+
+class _Held:
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+
+
+_SHARED = shared.Shared()
+
+
+def latest_step(model_dir: str) -> Optional[int]:
+    from lda_core.checkpoint import CheckpointStore
+    return CheckpointStore(model_dir).pointer()
+
+
+def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
+    """The algorithm of checkpoint ``step`` of ``model_dir``, one copy per process and step
+    (read-only: callers that modify it take a deep copy)."""
+    from lda_core.algorithm import algorithm_class
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.state import TopicState
+
+    def load():
+        path = CheckpointStore(model_dir).path(step)
+        logger.info("stream: loading checkpoint %s (pid %d)", path, os.getpid())
+        st = TopicState.load(path)
+        return _Held(algorithm_class(st.algorithm).from_state(st))
+
+    algo = _SHARED.acquire(load, tag="%s@%d" % (os.path.abspath(model_dir), step)).algorithm
+    if n_threads is not None and hasattr(algo, "n_threads"):
+        algo.n_threads = int(n_threads)
+    return algo
+
+
+class EStepLatestFn(beam.DoFn):
+    """``(window max timestamp µs, docs)`` -> ``(0, (window, docs, stats, step used))``: the
+    local step against the newest published checkpoint (may be stale; see module docstring)."""
+
+    def __init__(self, model_dir: str, n_threads: Optional[int] = None):
+        self.model_dir, self.n_threads = model_dir, n_threads
+        self.docs = Metrics.counter(NS, "documents")
+        self.tokens = Metrics.counter(NS, "tokens")
+
+    def process(self, element):
+        wend, docs = element
+        batch = docs_to_batch(docs)
+        step = latest_step(self.model_dir)
+        stats = None
+        if step is not None:
+            algo = load_step(self.model_dir, step, self.n_threads)
+            stats = algo.local_step(batch)
+            self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
+            self.tokens.inc(int(stats.n_tokens))
+        yield 0, (wend, batch, stats, step)
+
+
+class ApplyGlobalStepFn(beam.DoFn):
+    """The single-key stateful step (module docstring): windows applied in order, one
+    checkpoint published per window; emits ``{"step", "checkpoint", "window_end", ...}``."""
+
+    BUFFER = BagStateSpec("buffer", PickleCoder())
+    APPLIED = ReadModifyWriteStateSpec("applied_step", VarIntCoder())
+    FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
+
+    def __init__(self, model_dir: str, keep_last: Optional[int] = None,
+                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1):
+        self.model_dir, self.keep_last, self.n_threads = model_dir, keep_last, n_threads
+        self.corpus_size = corpus_size
+        self.recomputed = Metrics.counter(NS, "stale_estep_recomputed")
+        self.steps = Metrics.counter(NS, "global_steps")
+        self.algo = None
+
+    def setup(self):
+        from lda_core.checkpoint import CheckpointStore
+        self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
+
+    def _current(self, applied: Optional[int]):
+        """The algorithm at the step recorded in Beam state (reloaded if this worker's copy
+        is not that step: a restarted or moved key)."""
+        import copy
+        want = applied if applied is not None else self.store.pointer()
+        if want is None:
+            raise RuntimeError("no checkpoint in %s to continue from" % self.model_dir)
+        if self.algo is None or int(getattr(self.algo, "step", -1)) != int(want):
+            self.algo = copy.deepcopy(load_step(self.model_dir, int(want)))
+            if self.n_threads is not None and hasattr(self.algo, "n_threads"):
+                self.algo.n_threads = int(self.n_threads)
+        return self.algo
+
+    def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER),
+                flush=beam.DoFn.TimerParam(FLUSH), ts=beam.DoFn.TimestampParam):
+        buffer.add(kv[1])
+        flush.set(ts)
+
+    @on_timer(FLUSH)
+    def on_flush(self, buffer=beam.DoFn.StateParam(BUFFER),
+                 applied=beam.DoFn.StateParam(APPLIED), ts=beam.DoFn.TimestampParam):
+        now = ts.micros
+        items = sorted(buffer.read(), key=lambda x: x[0])
+        due = [x for x in items if x[0] <= now]
+        if not due:
+            return
+        buffer.clear()
+        for x in items:
+            if x[0] > now:
+                buffer.add(x)
+        algo = self._current(applied.read())
+        for wend, batch, stats, used in due:
+            recomputed = used is None or int(used) != int(algo.step)
+            if recomputed:
+                self.recomputed.inc()
+                stats = algo.local_step(batch)
+            if self.corpus_size != -1 and hasattr(algo, "corpus_size"):
+                algo.corpus_size = self.corpus_size
+            t0 = time.time()
+            info = dict(algo.global_step(stats) or {})
+            if info.get("skipped"):
+                continue
+            bad = [k for k in ("rho", "mean_change") if k in info and info[k] is not None
+                   and not math.isfinite(float(info[k]))]
+            if bad:
+                raise ValueError("window ending %s: the step produced non-finite %s"
+                                 % (wend, ", ".join(bad)))
+            state = algo.to_state()
+            sinfo = dict(state.info or {})
+            sinfo["trainer"] = dict(minibatches_done=int(algo.step),
+                                    docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
+                                    wall_time=time.time())
+            sinfo["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
+                                   estep_recomputed=bool(recomputed), estep_state_step=used,
+                                   rho=info.get("rho"), global_step_seconds=time.time() - t0)
+            state.info = sinfo
+            path = self.store.publish(state)
+            applied.write(int(algo.step))
+            self.steps.inc()
+            logger.info("stream: window ending %s: %d documents, step %d, rho=%.4g%s -> %s",
+                        window.Timestamp(micros=wend).to_utc_datetime().isoformat(),
+                        batch.n_docs, algo.step, float(info.get("rho", float("nan"))),
+                        " (E-step recomputed)" if recomputed else "", path)
+            yield {"step": int(algo.step), "checkpoint": path, "window_end_micros": int(wend),
+                   "docs": int(batch.n_docs), "estep_recomputed": bool(recomputed)}
+
+
+# ----------------------------------------------------------------------------- transforms
+
+class StreamTrain(beam.PTransform):
+    """Raw JSON documents (timestamped, unbounded) -> published-step records (main) and dead
+    letters (``result[DEAD]``); see the module docstring."""
+
+    def __init__(self, model_dir: str, parse: ParseConfig, window_seconds: float,
+                 allowed_lateness: float = 86400.0, keep_last: Optional[int] = None,
+                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1):
+        super().__init__()
+        if not window_seconds > 0:
+            raise ValueError("window_seconds=%r is outside the allowed range (0, inf)"
+                             % (window_seconds,))
+        if not allowed_lateness >= 0:
+            raise ValueError("allowed_lateness=%r is outside the allowed range [0, inf)"
+                             % (allowed_lateness,))
+        self.model_dir, self.parse, self.window_seconds = model_dir, parse, window_seconds
+        self.allowed_lateness, self.keep_last = allowed_lateness, keep_last
+        self.n_threads, self.corpus_size = n_threads, corpus_size
+
+    def expand(self, raw):
+        parsed = raw | "Parse" >> beam.ParDo(ParseDocumentsFn(self.parse)).with_outputs(
+            DEAD, main="docs")
+        panes = (parsed.docs
+                 | "Window" >> beam.WindowInto(
+                     window.FixedWindows(self.window_seconds),
+                     trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                     accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                     allowed_lateness=self.allowed_lateness)
+                 | "Key" >> beam.Map(lambda d: (0, d))
+                 | "Minibatch" >> beam.GroupByKey()
+                 | "SplitLate" >> beam.ParDo(SplitLateFn()).with_outputs(DEAD, main="ontime"))
+        steps = (panes.ontime
+                 | "EStep" >> beam.ParDo(EStepLatestFn(self.model_dir, self.n_threads))
+                 | "StampWindowEnd" >> beam.Map(
+                     lambda kv: window.TimestampedValue(kv, kv[1][0] / 1e6))
+                 | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
+                 | "GlobalStep" >> beam.ParDo(ApplyGlobalStepFn(
+                     self.model_dir, self.keep_last, self.n_threads, self.corpus_size))
+                 .with_input_types(Tuple[int, Any]))
+        dead = ((parsed[DEAD], panes[DEAD]) | "DeadLetters" >> beam.Flatten())
+        return {"steps": steps, DEAD: dead}
+
+
+class ReadJsonFilesContinuously(beam.PTransform):
+    """Files arriving under a glob -> their JSON lines, timestamped by arrival (processing
+    time of the match). ``fileio.MatchContinuously`` polls every ``interval`` seconds and
+    emits each new file once."""
+
+    def __init__(self, pattern: str, interval: float = 10.0):
+        super().__init__()
+        self.pattern, self.interval = pattern, interval
+
+    def expand(self, p):
+        from apache_beam.io import fileio
+        return (p
+                | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
+                | "Open" >> fileio.ReadMatches()
+                | "Lines" >> beam.FlatMap(_file_lines))
+
+
+def _file_lines(readable_file):
+    with readable_file.open() as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                yield line
+
+
+def _dead_json(d) -> str:
+    return json.dumps(d, sort_keys=True)
+
+
+def write_dead_letters(dead, path: str):
+    """Dead letters as JSON lines under ``path`` (one file per window and shard)."""
+    from apache_beam.io import fileio
+    return (dead
+            | "DeadWindow" >> beam.WindowInto(window.FixedWindows(60))
+            | "DeadJson" >> beam.Map(_dead_json)
+            | "DeadWrite" >> fileio.WriteToFiles(path, shards=1,
+                                                 file_naming=fileio.default_file_naming(
+                                                     "deadletter", ".jsonl")))
+
+
+def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Optional[str],
+                       algorithm: str = "online-vb", batch_size: int = 256,
+                       corpus_size: Optional[int] = None, seed: int = 0,
+                       settings: Optional[Dict[str, Any]] = None,
+                       keep_last: Optional[int] = None) -> Tuple[Any, str]:
+    """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
+    fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
+    import shutil
+    from lda_core.algorithm import algorithm_class
+    from lda_core.checkpoint import CheckpointStore
+    from pipelines import dataset
+    store = CheckpointStore(model_dir, keep_last=keep_last)
+    state = store.latest()
+    model_vocab = os.path.join(model_dir, dataset.VOCAB_FILE)
+    if state is not None:
+        if topics is not None and topics != state.n_topics:
+            raise ValueError("--topics %d differs from the model's K=%d" % (topics,
+                                                                             state.n_topics))
+        if not os.path.exists(model_vocab):
+            raise FileNotFoundError("%s has checkpoints but no vocab.tsv" % model_dir)
+        vocab = dataset.Vocabulary.read(model_vocab)
+        state.validate(n_words=len(vocab), vocab_hash=vocab.hash)
+        return algorithm_class(state.algorithm).from_state(state), model_vocab
+    if topics is None or vocab_path is None:
+        raise ValueError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
+                         "start a fresh model (or train one with `ldabeam train`)" % model_dir)
+    vocab = dataset.Vocabulary.read(vocab_path)
+    from pipelines.commands.train import build_algorithm
+    algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
+                           batch_size=batch_size, corpus_size=corpus_size, seed=seed,
+                           vocab_hash=vocab.hash)
+    if not hasattr(algo, "local_step"):
+        raise ValueError("algorithm %s is a stream-order sampler; the streaming job needs a "
+                         "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
+                         % algorithm)
+    os.makedirs(model_dir, exist_ok=True)
+    if not os.path.exists(model_vocab):
+        shutil.copyfile(vocab_path, model_vocab + ".tmp")
+        os.replace(model_vocab + ".tmp", model_vocab)
+    state = algo.to_state()
+    state.info = dict(state.info or {}, trainer=dict(minibatches_done=0, docs_seen=0,
+                                                     wall_time=time.time()),
+                      stream=dict(initial=True))
+    store.publish(state)
+    return algo, model_vocab

@@ -1,0 +1,209 @@
+"""The streaming job (pipelines.stream) on the DirectRunner with TestStream: fed the same
+minibatches, its checkpoints equal the in-process trainer's bit for bit; malformed and late
+documents go to the dead letters; parsing against the model's fixed vocabulary."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+from apache_beam.testing.test_stream import TestStream as _TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import window
+
+from lda_core.checkpoint import CheckpointStore
+from lda_core.online_vb import OnlineVB
+from lda_core.state import TopicState
+from pipelines import dataset, stream, synthetic
+
+V, K, W = 300, 5, 60.0      # vocabulary, topics, window seconds
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    spec = synthetic.SyntheticSpec(n_docs=320, n_words=V, n_topics=K, doc_length=50.0,
+                                   alpha=0.1, eta=0.05, seed=3)
+    return synthetic.generate(spec), synthetic.vocabulary(spec)
+
+
+def _model(tmp_path, vocab, corpus_size=None):
+    model = str(tmp_path / "model")
+    vpath = str(tmp_path / "vocab.tsv")
+    vocab.write(vpath)
+    algo, mv = stream.initial_checkpoint(model, topics=K, vocab_path=vpath, batch_size=80,
+                                         corpus_size=corpus_size, seed=5,
+                                         settings=dict(alpha=0.1, eta=0.05))
+    return model, mv, algo
+
+
+def _messages(batch, vocab, lo, hi, as_text_every=3):
+    """Documents lo..hi-1 as JSON messages: every third as text, the others as ids."""
+    out = []
+    for i in range(lo, hi):
+        w, c = batch.doc(i)
+        if i % as_text_every == 0:
+            words = []
+            for wi, ci in zip(w, c):
+                words += [vocab.tokens[wi]] * int(ci)
+            out.append(json.dumps({"doc_id": batch.doc_ids[i], "text": " ".join(words)}))
+        else:
+            out.append(json.dumps({"doc_id": batch.doc_ids[i], "word_ids": w.tolist(),
+                                   "counts": c.tolist()}))
+    return out
+
+
+def _run(p_build):
+    opts = PipelineOptions()
+    opts.view_as(StandardOptions).streaming = True
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts) as p:
+        p_build(p)
+
+
+def test_stream_checkpoints_equal_the_in_process_trainer(tmp_path, corpus):
+    batch, vocab = corpus
+    model, vpath, algo0 = _model(tmp_path, vocab)
+    bounds = [0, 80, 150, 240, 320]        # four windows of different sizes
+    ts = _TestStream().advance_watermark_to(0)
+    for w in range(4):
+        msgs = _messages(batch, vocab, bounds[w], bounds[w + 1])
+        # arrival order inside a window is scrambled: the minibatch is in doc_id order
+        rng = np.random.default_rng(w)
+        msgs = [msgs[i] for i in rng.permutation(len(msgs))]
+        t0 = w * W
+        ts = ts.add_elements([window.TimestampedValue(m, t0 + 1 + (j % 50))
+                              for j, m in enumerate(msgs)])
+        if w == 1:
+            ts = ts.add_elements([window.TimestampedValue("{not json", t0 + 2),
+                                  window.TimestampedValue(json.dumps(
+                                      {"doc_id": "bad-id", "word_ids": [V + 5],
+                                       "counts": [1]}), t0 + 3),
+                                  window.TimestampedValue(json.dumps(
+                                      {"doc_id": "oov", "text": "zzzz qqqq"}), t0 + 4)])
+        ts = ts.advance_watermark_to(t0 + W)
+        if w == 2:   # a document of window 0 arriving now is late
+            ts = ts.add_elements([window.TimestampedValue(json.dumps(
+                {"doc_id": "late-doc", "word_ids": [1, 2], "counts": [1, 1]}), 5)])
+    ts = ts.advance_watermark_to_infinity()
+    parse = stream.ParseConfig(vocab_path=vpath, n_words=V)
+
+    def build(p):
+        out = p | ts | stream.StreamTrain(model, parse, W, allowed_lateness=3600)
+        assert_that(out["steps"] | beam.Map(lambda r: (r["step"], r["docs"])),
+                    equal_to([(1, 80), (2, 70), (3, 90), (4, 80)]), label="steps")
+        assert_that(out[stream.DEAD] | beam.Map(lambda d: (d["source"], d["error"][:12])),
+                    equal_to([("stream", "not JSON: Ex"), ("doc bad-id", "word id outs"),
+                              ("doc oov", "no word of t"), ("doc late-doc", "late: arrive")]),
+                    label="dead")
+
+    _run(build)
+
+    # the reference: the in-process trainer's two halves on the same minibatches
+    ref = OnlineVB.from_state(algo0.to_state())
+    store = CheckpointStore(model)
+    cks = store.list_checkpoints()
+    assert [c.step for c in cks][-3:] == [2, 3, 4]
+    for w in range(4):
+        idx = np.arange(bounds[w], bounds[w + 1])
+        mb = batch.take(idx[np.argsort([batch.doc_ids[i] for i in idx])])
+        ref.global_step(ref.local_step(mb))
+        if w + 1 >= 2:   # the store keeps the 3 newest
+            st = TopicState.load(store.path(w + 1))
+            got = OnlineVB.from_state(st)
+            assert got.step == ref.step and got.docs_seen == ref.docs_seen
+            np.testing.assert_array_equal(got.lambda_(), ref.lambda_())
+            assert st.info["stream"]["docs"] == len(idx)
+    last = TopicState.load(cks[-1].path)
+    assert last.docs_seen == 320 and last.params["corpus_size"] is None
+
+
+def test_parse_document_cases(corpus):
+    _, vocab = corpus
+    cfg = stream.ParseConfig(vocab_path="unused", n_words=V)
+    idx = vocab.index
+    t = vocab.tokens
+    doc, dead, oov = stream.parse_document(json.dumps(
+        {"doc_id": 7, "text": "%s %s Zzz %s" % (t[5], t[2], t[5].upper())}), idx, cfg)
+    assert dead is None and oov == 1 and doc[0] == "7"
+    assert np.frombuffer(doc[1], np.int32).tolist() == [2, 5]
+    assert np.frombuffer(doc[2], np.int32).tolist() == [1, 2]
+    doc, dead, _ = stream.parse_document(b'{"id": "a", "word_ids": [9, 3, 9], "counts": [1, 2, 4]}',
+                                         idx, cfg)
+    assert np.frombuffer(doc[1], np.int32).tolist() == [3, 9]
+    assert np.frombuffer(doc[2], np.int32).tolist() == [2, 5]
+    for raw, err in [("[1, 2]", "not a JSON object"), ('{"text": "x"}', "no document id"),
+                     ('{"doc_id": "a", "word_ids": [1], "counts": [0]}', "counts must be"),
+                     ('{"doc_id": "a", "word_ids": [1, 2], "counts": [1]}', "equal length"),
+                     ('{"doc_id": "a", "word_ids": [1.5], "counts": [1]}', "integers"),
+                     ('{"doc_id": "a", "word_ids": [], "counts": []}', "no words"),
+                     ('{"doc_id": "a"}', "neither"), (b"\xff\xfe", "not UTF-8")]:
+        doc, dead, _ = stream.parse_document(raw, idx, cfg)
+        assert doc is None and err in dead["error"], (raw, dead)
+
+
+def test_docs_to_batch_orders_and_deduplicates():
+    a = ("b", np.array([1], np.int32).tobytes(), np.array([2], np.int32).tobytes())
+    b = ("a", np.array([0, 4], np.int32).tobytes(), np.array([1, 1], np.int32).tobytes())
+    batch = stream.docs_to_batch([a, b, a])
+    assert batch.doc_ids == ("a", "b") and batch.indptr.tolist() == [0, 2, 3]
+
+
+def test_stale_estep_is_recomputed(tmp_path, corpus):
+    """A window whose E-step read an older checkpoint is recomputed against the current state
+    (so the result never depends on how fast the checkpoints were published)."""
+    batch, vocab = corpus
+    model, vpath, algo0 = _model(tmp_path, vocab, corpus_size=1000)
+    fn = stream.ApplyGlobalStepFn(model)
+    fn.setup()
+
+    class Cell:
+        def __init__(self):
+            self.v = []
+
+        def add(self, x):
+            self.v.append(x)
+
+        def read(self):
+            return list(self.v) if isinstance(self.v, list) else self.v
+
+        def clear(self):
+            self.v = []
+
+        def write(self, x):
+            self.v = x
+
+    mb1 = batch.take(np.arange(0, 40))
+    mb2 = batch.take(np.arange(40, 80))
+    stale = algo0.local_step(mb2)                     # computed against step 0, used at step 1
+    buf, applied = Cell(), Cell()
+    applied.v = None
+    buf.add((1, mb1, algo0.local_step(mb1), 0))
+    buf.add((2, mb2, stale, 0))
+    out = list(fn.on_flush(buffer=buf, applied=applied, ts=window.Timestamp(micros=5)))
+    assert [r["estep_recomputed"] for r in out] == [False, True] and applied.v == 2
+    ref = OnlineVB.from_state(algo0.to_state())
+    ref.global_step(ref.local_step(mb1))
+    ref.global_step(ref.local_step(mb2))
+    got = OnlineVB.from_state(CheckpointStore(model).latest())
+    np.testing.assert_array_equal(got.lambda_(), ref.lambda_())
+    assert got.corpus_size == 1000
+
+
+def test_initial_checkpoint_errors(tmp_path, corpus):
+    _, vocab = corpus
+    with pytest.raises(ValueError, match="holds no checkpoint"):
+        stream.initial_checkpoint(str(tmp_path / "m"), topics=None, vocab_path=None)
+    model, vpath, _ = _model(tmp_path, vocab)
+    with pytest.raises(ValueError, match="--topics 7 differs"):
+        stream.initial_checkpoint(model, topics=7, vocab_path=None)
+    algo, _ = stream.initial_checkpoint(model, topics=None, vocab_path=None)
+    assert algo.n_topics == K and algo.step == 0
+
+
+def test_stream_command_checks_its_options(tmp_path):
+    from pipelines.cli import main
+    assert main(["stream", "--model", str(tmp_path / "m")]) == 2           # no input
+    assert main(["stream", "--model", str(tmp_path / "m"), "--input-glob", "x/*",
+                 "--window-seconds", "0"]) == 2
