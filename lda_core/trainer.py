@@ -35,6 +35,7 @@ This module does no file I/O of its own except through ``CheckpointStore`` and `
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -278,6 +279,13 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                          "`batches_per_pass` and `iter_from` (e.g. pipelines.shard_stream)"
                          % getattr(algorithm, "name", type(algorithm).__name__))
     stream = _iterate(minibatches, step * bpp if accumulate else step)
+    redirect = contextlib.ExitStack()
+    if bar is not None:   # log lines above the bar instead of through it
+        try:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+            redirect.enter_context(logging_redirect_tqdm())
+        except ImportError:  # pragma: no cover
+            pass
     try:
         for mb in stream:
             if accumulate:
@@ -359,6 +367,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
             logger.warning("the minibatch stream ended in the middle of a pass (%d documents "
                            "of statistics not applied)", pending_docs)
     finally:
+        redirect.close()
         if bar is not None:
             bar.close()
     if heldout is not None:
