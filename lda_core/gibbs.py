@@ -190,6 +190,7 @@ class CollapsedGibbs(SequentialSampler):
         self.nk = np.zeros(self.n_topics, np.int64)
         self.ndk = np.zeros((16, self.n_topics), np.int32)
         self.sweeps_done = 0
+        self.step = 0             # process() calls applied (batches consumed, for the trainer)
         self.phi_sum = None       # Σ over kept sweeps of φ (K x V float64)
         self.n_kept = 0
 
@@ -210,6 +211,7 @@ class CollapsedGibbs(SequentialSampler):
         from the conditional given all earlier tokens (``init="sequential"``, the o-LDA step).
         Returns {'docs', 'tokens'}."""
         t0, t1, d0 = self._add(batch)
+        self.step += 1
         if self.init == "random":
             gk.random_init(self.corpus.tok_w, self.corpus.tok_d, self.z, t0, t1, self.nwk,
                            self.nk, self.ndk, np.uint64(self.seed))
@@ -316,8 +318,9 @@ class CollapsedGibbs(SequentialSampler):
                           vocab_hash=None, arrays=arrays,
                           params={"alpha": self.alpha, "eta": self.eta, "burn_in": self.burn_in,
                                   "n_parts": self.n_parts, "seed": self.seed,
-                                  "n_kept": self.n_kept, "init": self.init},
-                          step=self.sweeps_done, docs_seen=self.docs_seen, rng=None,
+                                  "n_kept": self.n_kept, "init": self.init,
+                                  "sweeps_done": self.sweeps_done},
+                          step=self.step, docs_seen=self.docs_seen, rng=None,
                           info={"n_tokens": int(self.corpus.n_tokens)})
 
     @classmethod
@@ -327,7 +330,8 @@ class CollapsedGibbs(SequentialSampler):
                    burn_in=p["burn_in"], n_parts=p["n_parts"], seed=p["seed"],
                    init=p.get("init", "random"))
         restore_tokens(self, state)
-        self.sweeps_done = state.step
+        self.sweeps_done = int(p["sweeps_done"])
+        self.step = state.step
         self.n_kept = int(p.get("n_kept", 0))
         if "phi_sum" in state.arrays:
             self.phi_sum = np.array(state.arrays["phi_sum"], np.float64)

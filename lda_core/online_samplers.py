@@ -93,6 +93,7 @@ class _OnlineGibbs(SequentialSampler):
         self._pending = []          # prefix documents buffered until init_docs are seen
         self._pending_n = 0
         self.seconds = 0.0
+        self.step = 0               # process() calls applied (batches consumed)
 
     @property
     def docs_seen(self) -> int:
@@ -136,6 +137,7 @@ class _OnlineGibbs(SequentialSampler):
         """Consume the next documents of the stream. Returns {'docs', 'tokens', 'seconds'}."""
         t = time.perf_counter()
         n_tok = 0
+        self.step += 1
         if not self.initialised:
             need = self.init_docs - self._pending_n
             head = batch.take(np.arange(min(need, len(batch.doc_ids))))
@@ -197,9 +199,10 @@ class _OnlineGibbs(SequentialSampler):
                   "z": self.assignments.copy()}
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=None, arrays=arrays, params=self._params(),
-                          step=int(self.corpus.n_tokens), docs_seen=self.docs_seen,
+                          step=self.step, docs_seen=self.docs_seen,
                           rng=rng_to_json(self.rng[0]),
                           info={"initialised": bool(self.initialised),
+                                "n_tokens": int(self.corpus.n_tokens),
                                 "seconds": self.seconds})
 
     @classmethod
@@ -212,6 +215,7 @@ class _OnlineGibbs(SequentialSampler):
         self.rng[0] = np.uint64(rng_from_json(state.rng))
         self.initialised = bool(state.info.get("initialised", True))
         self.seconds = float(state.info.get("seconds", 0.0))
+        self.step = state.step
         return self
 
 

@@ -95,6 +95,7 @@ class ParticleFilter(SequentialSampler):
         self.seconds = 0.0
         self.resample_seconds = 0.0
         self.max_depth = 0
+        self.step = 0               # process() calls applied (batches consumed)
 
     @property
     def docs_seen(self) -> int:
@@ -139,6 +140,7 @@ class ParticleFilter(SequentialSampler):
         'depth', 'seconds'}."""
         t = time.perf_counter()
         res0 = self.n_resamples
+        self.step += 1
         if not self.initialised:
             need = self.init_docs - self._pending_n
             head = batch.take(np.arange(min(need, len(batch.doc_ids))))
@@ -246,9 +248,10 @@ class ParticleFilter(SequentialSampler):
                   "store": self.store_kind, "seed": self.seed}
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=None, arrays=arrays, params=params,
-                          step=int(self.corpus.n_tokens), docs_seen=self.docs_seen,
+                          step=self.step, docs_seen=self.docs_seen,
                           rng=rng_to_json(self.rng[0]),
                           info={"initialised": bool(self.initialised),
+                                "n_tokens": int(self.corpus.n_tokens),
                                 "n_resamples": self.n_resamples, "max_depth": self.max_depth,
                                 "seconds": self.seconds})
 
@@ -277,6 +280,7 @@ class ParticleFilter(SequentialSampler):
         self.n_resamples = int(state.info.get("n_resamples", 0))
         self.max_depth = int(state.info.get("max_depth", 0))
         self.seconds = float(state.info.get("seconds", 0.0))
+        self.step = state.step
         D = self.corpus.n_docs
         self.ndk = np.zeros((self.P, max(16, D), self.n_topics), np.int32)
         self.ndoc = np.zeros(max(16, D), np.int64)
