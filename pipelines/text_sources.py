@@ -171,6 +171,40 @@ def open_decompressed(path: str):
 DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
+class ChunkReader:
+    """``read(size)`` over a (decompressing) stream that keeps the data decompressed before an
+    error: ``GzipFile.read(n)`` on a truncated file raises and drops the bytes it had already
+    produced in that call, so we read with ``read1`` and report the error on the next call."""
+
+    def __init__(self, f):
+        self.f = f
+        self._read1 = getattr(f, "read1", None)
+        self._error = None
+
+    def read(self, size: int) -> bytes:
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+        if self._read1 is None:
+            return self.f.read(size)
+        parts, n = [], 0
+        for _ in range(size + 1):      # each pass returns >= 1 byte or ends
+            if n >= size:
+                break
+            try:
+                piece = self._read1(size - n)
+            except DECOMPRESS_ERRORS as e:
+                if not parts:
+                    raise
+                self._error = e
+                break
+            if not piece:
+                break
+            parts.append(piece)
+            n += len(piece)
+        return b"".join(parts)
+
+
 def is_tar_name(path: str) -> bool:
     return path.lower().endswith(_TAR_SUFFIXES)
 
@@ -305,7 +339,8 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
     inside page text, which is XML-escaped), so splitting costs almost nothing; each page is
     then parsed on its own by :func:`parse_wiki_page`.
     """
-    f = open_decompressed(path)
+    stream = open_decompressed(path)
+    f = ChunkReader(stream)
     try:
         try:
             buf = f.read(1 << 16)
@@ -378,7 +413,7 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                 return
             buf += more
     finally:
-        f.close()
+        stream.close()
 
 
 def parse_wiki_page(page_xml: str, source: str, position: str,

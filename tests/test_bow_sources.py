@@ -195,3 +195,30 @@ def test_truncated_gzip_keeps_documents_before_the_cut(tmp_path, kos_paths):
     got, dead = split(list(iter_bow_documents(path, "uci", 6906)))
     assert len(dead) == 1 and "lost" in dead[0].error
     assert 500 < len(got) < 3430
+
+
+def test_block_parser_equals_line_parser(tmp_path, monkeypatch, kos_paths):
+    """numpy block parsing and line-by-line parsing give the same documents and dead letters,
+    also when blocks are small and some of them hold bad lines (mixed paths, documents
+    spanning blocks)."""
+    from pipelines import bow_sources
+    docword, _ = kos_paths
+    lines = gzip.open(docword).read().decode().split("\n")
+    lines[500] = lines[500].split()[0] + " 1 x"   # a bad count -> its document is a dead letter
+    lines[9000] = lines[9000] + " 5"  # four fields
+    lines.insert(20000, "")         # blank line
+    lines.insert(30000, "5 1 1")    # document 5 again, inside another -> both dead letters
+    path = write_lines(tmp_path / "docword.mixed.txt.gz", lines, gz=True)
+    monkeypatch.setattr(bow_sources, "BLOCK_BYTES", 4096)
+    fast = list(iter_bow_documents(path, "uci", 6906))
+    monkeypatch.setattr(bow_sources, "_parse_triples_block", lambda block, allow_float: None)
+    slow = list(iter_bow_documents(path, "uci", 6906))
+    assert len(fast) == len(slow) > 3000
+    for a, b in zip(fast, slow):
+        if isinstance(a, DeadLetter):
+            assert a == b
+        else:
+            assert a[0] == b[0] and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
+    dead = [d for d in fast if isinstance(d, DeadLetter)]
+    assert [d.position for d in dead] == ["line 501", "line 9001", "line 30001", "line 30002"]
+    assert "reappears" in dead[2].error and "reappears" in dead[3].error
