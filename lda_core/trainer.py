@@ -237,6 +237,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
         state = algorithm.to_state()
         if sequential and not state.step:
             state.step = step   # checkpoints are named by step
+        if not state.vocab_hash and run_info and run_info.get("vocab_hash"):
+            state.vocab_hash = run_info["vocab_hash"]   # algorithms that do not keep it
         info = dict(state.info or {})
         info["trainer"] = dict(minibatches_done=step, docs_seen=docs_seen(),
                                wall_time=time.time())

@@ -242,6 +242,8 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     algo.fit(docs, sweeps=sweeps)
     metrics = evaluate(algo, heldout) if heldout is not None else {}
     state = algo.to_state()
+    if not state.vocab_hash:
+        state.vocab_hash = shard_hash
     state.info = dict(state.info or {}, run=run_info,
                       trainer=dict(minibatches_done=sweeps, docs_seen=algo.docs_seen))
     ckpt = store.publish(state)
@@ -333,7 +335,7 @@ def run(args, beam_argv) -> int:
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
                     else args.shards, minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
-                    algorithm=algorithm)
+                    algorithm=algorithm, vocab_hash=shard_hash)
 
     # --- runner dispatch ---------------------------------------------------------------------
     if args.runner.lower() not in ("inprocess", "in-process", "local"):
