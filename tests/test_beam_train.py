@@ -326,3 +326,25 @@ def test_cli_bad_checkpoint_and_output(kos_small, tmp_path):
     assert r.returncode == 2 and "scvb0" in r.stderr, r.stderr[-2000:]
     r = _cli("train", "--shards", kos_small, "--topics", "5", "--runner", "DirectRunner")
     assert r.returncode == 2 and "--output" in r.stderr, r.stderr[-2000:]
+
+
+def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path):
+    """A global step that refuses its statistics (here: forced at t=3) ends the run with a
+    clear error; the window's earlier steps are published, nothing after them."""
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.online_vb import OnlineVB
+    from pipelines import beam_train
+
+    class FailingVB(OnlineVB):
+        def global_step(self, stats):
+            if self.step == 3:
+                raise ValueError("refusing a minibatch with non-finite statistics (test)")
+            return super().global_step(stats)
+
+    algo, files = new_vb(kos_small)
+    bad = FailingVB.from_state(algo.to_state())
+    md = str(tmp_path / "m")
+    with pytest.raises(beam_train.BeamTrainingError, match="minibatch 4 .*non-finite"):
+        beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
+                         beam_argv=["--runner=DirectRunner"], progress=False)
+    assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
