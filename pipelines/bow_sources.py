@@ -105,7 +105,8 @@ def _parse_int(tok: bytes, what: str) -> int:
 
 def _check_size(name: str, value: int, limit: int, path: str) -> int:
     if not 0 <= value <= limit:
-        raise InputError("input %s: header %s=%d is out of range [0, %d]" % (path, name, value, limit))
+        raise InputError("input %s: header %s=%d is out of range [0, %d]"
+                         % (path, name, value, limit))
     return value
 
 

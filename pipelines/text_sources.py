@@ -32,7 +32,6 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
-import io
 import json
 import logging
 import lzma
@@ -254,7 +253,7 @@ def _expand_local(pattern: str) -> List[str]:
         for p in sorted(glob.glob(local, recursive=True)):
             if os.path.isdir(p):
                 found.extend(_expand_local(p))
-            elif not _hidden(os.path.relpath(p, os.path.dirname(local.split("*")[0]) or ".")):
+            else:              # glob's * does not match names starting with "."
                 found.append(p)
         return found
     return [local] if os.path.isfile(local) else []
@@ -322,7 +321,8 @@ def _check_dump_header(head: bytes, path: str) -> None:
     if i < 0 or head.find(MEDIAWIKI_NS_PREFIX, i) < 0:
         raise InputError("input %s is not a MediaWiki XML dump (no <mediawiki xmlns=\"%s...\"> "
                          "root element in its first %d bytes); expected a pages-articles dump "
-                         "(.xml, .xml.bz2, .xml.gz)" % (path, MEDIAWIKI_NS_PREFIX.decode(), len(head)))
+                         "(.xml, .xml.bz2, .xml.gz)"
+                         % (path, MEDIAWIKI_NS_PREFIX.decode(), len(head)))
 
 
 def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES

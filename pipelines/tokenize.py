@@ -31,7 +31,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import List, Optional
 
 logger = logging.getLogger(__name__)
 

@@ -2,12 +2,10 @@
 import bz2
 import collections
 import gzip
-import io
 import json
 import os
 import random
 import re
-import tarfile
 
 import pytest
 

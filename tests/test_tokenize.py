@@ -30,7 +30,8 @@ def random_texts(n, seed=0):
 def test_defaults_are_gensims():
     assert DEFAULT == TokenizerConfig(lowercase=True, deaccent=True, min_len=2, max_len=15,
                                       stopwords=frozenset())
-    text = "Šéf chomutovských komunistů dostal poštou bílý prášek, 300 tisíc_ x _under naïve"
+    text = ("Šéf chomutovských komunistů dostal poštou bílý prášek, "
+            "300 tisíc_ x _under naïve")
     assert tokenize(text) == ["sef", "chomutovskych", "komunistu", "dostal", "postou", "bily",
                               "prasek", "tisic_", "naive"]
 
@@ -71,7 +72,8 @@ def test_matches_gensim_on_real_text(news20_tar):
 def test_mostly_ascii_text_with_accents():
     # English text with a few accented words takes the run-by-run de-accent path
     rng = random.Random(3)
-    words = ["café", "naïve", "résumé", "Zürich", "déjà", "the", "cat", "señor", "Ångström",
+    words = ["café", "naïve", "résumé", "Zürich", "déjà", "the", "cat", "señor",
+             "Ångström",
              "e\u0301te\u0301", "x\u0308", "über", "plain", "words", "ﬁnance", "Æsir"]
     for _ in range(300):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 200)))
