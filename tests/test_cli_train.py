@@ -213,6 +213,14 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
     assert [c.step for c in CheckpointStore(m).list_checkpoints()] == before
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--resume",
                              "--minibatch", 32], "--minibatch 32 differs")
+    # --overwrite replaces the model (after the checks): a fresh run with other K
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--topics", 3,
+                           "--max-steps", 1, "--overwrite", "--no-progress")
+    assert rc == 0, err
+    st = CheckpointStore(m).latest()
+    assert (st.n_topics, st.step) == (3, 1)
+    assert [c.step for c in CheckpointStore(m).list_checkpoints()] == [1]
+    assert len(read_run_log(os.path.join(m, "run_log.jsonl"), "start")) == 1
 
 
 def test_batch_vb_through_the_same_loop(tmp_path, ds, capsys):

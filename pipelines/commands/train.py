@@ -83,6 +83,9 @@ def add_arguments(p) -> None:
     g.add_argument("--algorithm", default=None,
                    help="training algorithm (default %s; with --resume: the checkpoint's). "
                         "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace a model already in MODEL_DIR (its checkpoints/, run_log.jsonl "
+                        "and vocab.tsv are removed once every check has passed)")
     g.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in MODEL_DIR (same order, same "
                         "result as an uninterrupted run)")
@@ -253,6 +256,20 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
 
 
+def _remove_model(model_dir: str) -> None:
+    """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
+    from lda_core.checkpoint import CHECKPOINTS
+    from lda_core.run_log import RUN_LOG_FILE
+    if not os.path.isdir(model_dir):
+        return
+    shutil.rmtree(os.path.join(model_dir, CHECKPOINTS), ignore_errors=True)
+    for name in (RUN_LOG_FILE, dataset.VOCAB_FILE):
+        p = os.path.join(model_dir, name)
+        if os.path.exists(p):
+            os.unlink(p)
+    logger.info("--overwrite: removed the previous model in %s", model_dir)
+
+
 def _run_params(state) -> Dict[str, Any]:
     return dict((state.info or {}).get("run") or {})
 
@@ -298,9 +315,9 @@ def run(args, beam_argv) -> int:
             raise ValueError("--resume: no checkpoint in %s to resume from" % args.output)
         state.validate(algorithm=args.algorithm, n_topics=args.topics, n_words=len(vocab),
                        vocab_hash=shard_hash)
-    elif os.path.isdir(args.output) and store.list_checkpoints():
-        raise ValueError("%s already holds checkpoints; pass --resume to continue that run or "
-                         "choose another --output" % args.output)
+    elif os.path.isdir(args.output) and store.list_checkpoints() and not args.overwrite:
+        raise ValueError("%s already holds checkpoints; pass --resume to continue that run, "
+                         "--overwrite to replace it, or choose another --output" % args.output)
     elif args.topics is None:
         raise ValueError("--topics K is required")
     prev = _run_params(state) if state is not None else {}
@@ -374,6 +391,8 @@ def run(args, beam_argv) -> int:
         if heldout.docs.n_docs == 0:
             heldout = None
 
+    if args.overwrite and not args.resume:
+        _remove_model(args.output)
     os.makedirs(args.output, exist_ok=True)
     dst_vocab = os.path.join(args.output, dataset.VOCAB_FILE)
     if not os.path.exists(dst_vocab):
