@@ -218,8 +218,9 @@ def detect_format(path: str) -> Optional[str]:
         if stem.endswith(suf):
             stem = stem[: -len(suf)]
             break
-    if stem.endswith(".xml"):
-        return "wiki"
+    if stem.endswith(".xml") or ".xml-p" in stem or "-pages-articles" in stem \
+            or "-pages-meta-" in stem:
+        return "wiki"   # also Wikimedia's split dumps: enwiki-...-pages-articles1.xml-p1p41242.bz2
     if stem.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     if stem.startswith("docword."):
@@ -230,6 +231,35 @@ def detect_format(path: str) -> Optional[str]:
         return "ldac"
     if stem.endswith(_TEXT_SUFFIXES) or "." not in stem:
         return "text"
+    return None
+
+
+def sniff_format(path: str) -> Optional[str]:
+    """The format told by the first bytes of a file whose name says nothing: ``wiki`` for a
+    ``<mediawiki`` root, ``mm`` for a ``%%MatrixMarket`` header, ``jsonl`` when the first
+    line is a JSON object; None otherwise (or if the file cannot be read)."""
+    try:
+        f = open_decompressed(path)
+    except InputError:
+        return None
+    try:
+        head = ChunkReader(f).read(1 << 14)
+    except DECOMPRESS_ERRORS:
+        return None
+    finally:
+        f.close()
+    start = head.lstrip()
+    if start.startswith(b"<mediawiki") or (start.startswith(b"<?xml") and b"<mediawiki" in head):
+        return "wiki"
+    if start.startswith(b"%%MatrixMarket"):
+        return "mm"
+    if start.startswith(b"{"):
+        first = start.split(b"\n", 1)[0]
+        try:
+            if isinstance(json.loads(first.decode("utf-8")), dict):
+                return "jsonl"
+        except ValueError:
+            pass
     return None
 
 
@@ -279,6 +309,9 @@ def _expand_remote(pattern: str) -> List[str]:
 def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
     """(path, resolved format) for every file matched by the patterns.
 
+    With ``fmt="auto"`` the format comes from the file name (:func:`detect_format`), else
+    from its first bytes (:func:`sniff_format`).
+
     A pattern is a file, a directory (walked recursively, hidden files skipped), a glob
     (``**`` allowed) or a URL / URL glob. A tar archive of text files is one input of format
     ``text``. Raises InputError naming a pattern that matches nothing, or a file whose format
@@ -303,7 +336,7 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
             seen.add(p)
             f = fmt
             if fmt == "auto":
-                f = detect_format(p)
+                f = detect_format(p) or sniff_format(p)
                 if f is None:
                     raise InputError(
                         "cannot determine the format of input %s from its name; expected "

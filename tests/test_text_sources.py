@@ -275,16 +275,23 @@ def test_text_directory_glob_file_url_and_bad_records(tmp_path):
     assert f.text == a.text
 
 
-def test_unknown_extension_needs_a_format(tmp_path):
+def test_unknown_extension_needs_a_format(tmp_path, wiki_sample):
     p = tmp_path / "table.csv"
     p.write_text("a,b\n")
+    sniffed = tmp_path / "sniff"
+    sniffed.mkdir()
+    (sniffed / "dump.bin.bz2").write_bytes(open(wiki_sample, "rb").read())
+    (sniffed / "corpus.dat").write_text("%%MatrixMarket matrix coordinate real general\n1 1 1\n")
+    (sniffed / "docs.log").write_text('{"text": "a"}\n')
+    assert [f for _, f in expand_inputs([str(sniffed)])] == ["mm", "jsonl", "wiki"]
     with pytest.raises(InputError, match=r"table\.csv.*give --format"):
         expand_inputs([str(tmp_path)])
     assert expand_inputs([str(p)], "lines") == [(str(p), "lines")]
     assert [detect_format(n) for n in ["x.xml.bz2", "enwiki-multistream.xml.bz2", "a.jsonl.gz",
                                        "docword.kos.txt.gz", "c.mm", "c.lda-c", "c.tgz", "60804",
-                                       "notes.txt", "x.parquet"]] == [
-        "wiki", "wiki", "jsonl", "uci", "mm", "ldac", "text", "text", "text", None]
+                                       "notes.txt", "x.parquet",
+                                       "enwiki-20240601-pages-articles1.xml-p1p41242.bz2"]] == [
+        "wiki", "wiki", "jsonl", "uci", "mm", "ldac", "text", "text", "text", None, "wiki"]
     assert set(FORMATS) == {"auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm"}
 
 
