@@ -355,7 +355,11 @@ def run(args, beam_argv) -> int:
                     algorithm=algorithm, vocab_hash=shard_hash)
 
     # --- runner dispatch ---------------------------------------------------------------------
-    if args.runner.lower() not in ("inprocess", "in-process", "local"):
+    inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
+    if inprocess and beam_argv:
+        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
+                         "Beam --runner)" % " ".join(beam_argv))
+    if not inprocess:
         if importlib.util.find_spec("pipelines.beam_train") is None:
             raise ValueError("--runner %s needs the Beam trainer (pipelines/beam_train.py), "
                              "which is not in this installation; use --runner inprocess"
@@ -363,11 +367,15 @@ def run(args, beam_argv) -> int:
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
-        given = [k for k, v in settings.items() if v is not None]
+        given = [k for k, v in settings.items() if v is not None and k != "threads"]
         if given:
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
-        algo = algorithm_class(state.algorithm).from_state(state)
+        cls = algorithm_class(state.algorithm)
+        kw = {}
+        if args.threads and "n_threads" in inspect.signature(cls.from_state).parameters:
+            kw["n_threads"] = args.threads
+        algo = cls.from_state(state, **kw)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
     else:
@@ -411,7 +419,7 @@ def run(args, beam_argv) -> int:
         if algorithm == "gibbs":
             res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
                                run_info)
-        elif args.runner.lower() in ("inprocess", "in-process", "local"):
+        elif inprocess:
             from lda_core.trainer import train
             res = train(algo, stream, heldout=heldout, eval_every=args.eval_every,
                         checkpoint_store=store, checkpoint_every=args.checkpoint_every,
