@@ -275,6 +275,7 @@ def main(argv=None):
                          "TAG_traces.csv / TAG_summary.csv / TAG_traces.png")
     args = ap.parse_args(argv)
     if args.summarise:
+        os.makedirs(args.out, exist_ok=True)
         rows, seen = [], set()
         for path in args.summarise:
             with open(path, newline="") as f:
