@@ -23,6 +23,8 @@ COMMANDS = {
     "topics": ("pipelines.commands.topics", "top words per topic (table, CSV, JSON)"),
     "report": ("pipelines.commands.report", "a self-contained HTML report of a run"),
     "stream": ("pipelines.commands.stream", "online training on an unbounded stream"),
+    "synth": ("pipelines.commands.synth",
+              "a synthetic corpus from the LDA generative model (load tests, planted topics)"),
 }
 
 
