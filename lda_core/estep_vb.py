@@ -15,10 +15,13 @@ and the per-document bound (paper eq. 16's numerator, φ at its optimum for the 
     ELBO_d = Σ_w n_w log phinorm_w + Σ_k (α_k − γ_k) E[log θ_k] + log Γ(γ_k) − log Γ(α_k)
              + log Γ(Σ α) − log Γ(Σ γ).
 
-The numba kernel runs ``prange`` over chunks of documents (balanced by non-zeros, one chunk
-per thread, one float64 statistics buffer per chunk — so results are deterministic for a
-given thread count), copies each document's rows of B into a small local tile, and computes
-in ``eb.dtype`` (float32 or float64) with float64 sums. ``numba`` compiles once and caches the
+The numba kernel runs ``prange`` over chunks of documents (balanced by non-zeros, a few
+chunks per thread), copies each document's rows of B into a small local tile, and computes in
+``eb.dtype`` (float32 or float64). It keeps each document's final exp(E[log θ_d]) and
+n_dw / phinorm_dw; a second parallel pass over the batch's words then sums the statistics in
+float64, documents in a fixed order — so the result is the same bit for bit whatever the
+thread count or chunking, and no per-thread U x K buffer is needed. exp(E[log θ]) and
+exp(E[log β]) come from :func:`exp_digamma` (no log, at most one exp per value). ``numba`` compiles once and caches the
 machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA_CACHE_DIR`` (see
 ``lda_core.numba_config``).
 
@@ -50,19 +53,31 @@ GAMMA_INIT_SCALE = 1.0 / 100.0
 # ---------------------------------------------------------------------------------------------
 @njit(cache=True, inline="always")
 def digamma(x):
-    """ψ(x) for x > 0: recurrence ψ(x) = ψ(x+1) − 1/x up to x ≥ 10, then the asymptotic series
-    ψ(x) = ln x − 1/(2x) − Σ_n B_2n / (2n x^2n) through x^-14 (absolute error < 1e-14).
-    Returns NaN for x ≤ 0 or NaN (the loop runs at most 11 times)."""
+    """ψ(x) for x > 0 (NaN for x ≤ 0 or NaN), absolute error < 2e-13, no loop.
+
+    For x < 6 the recurrence ψ(x) = ψ(x + 6) − Σ_{i=0}^{5} 1/(x + i) is applied once, with the
+    six reciprocals summed as one fraction (one division instead of six); then the asymptotic
+    series ψ(y) = ln y − 1/(2y) − Σ_n B_2n / (2n y^2n) through y^-14 at y ≥ 6."""
     if not (x > 0.0):
         return np.nan
     r = 0.0
-    while x < 10.0:
-        r -= 1.0 / x
-        x += 1.0
-    f = 1.0 / (x * x)
+    if x < 6.0:
+        x1 = x + 1.0
+        x2 = x + 2.0
+        x3 = x + 3.0
+        x4 = x + 4.0
+        x5 = x + 5.0
+        p01 = x * x1
+        p23 = x2 * x3
+        p45 = x4 * x5
+        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
+        r = -num / (p01 * p23 * p45)
+        x = x + 6.0
+    inv = 1.0 / x
+    f = inv * inv
     t = f * (-1.0 / 12.0 + f * (1.0 / 120.0 + f * (-1.0 / 252.0 + f * (1.0 / 240.0 + f * (
         -1.0 / 132.0 + f * (691.0 / 32760.0 + f * (-1.0 / 12.0)))))))
-    return r + math.log(x) - 0.5 / x + t
+    return r + math.log(x) - 0.5 * inv + t
 
 
 @njit(cache=True)
@@ -72,6 +87,52 @@ def digamma_array(x):
     xf = x.ravel()
     for i in range(x.size):
         out[i] = digamma(np.float64(xf[i]))
+    return out.reshape(x.shape)
+
+
+@njit(cache=True, inline="always")
+def exp_digamma(x):
+    """exp(ψ(x)) for x > 0 without computing a log (0 for x ≤ 0, NaN for NaN).
+
+    At y ≥ 6, exp(ψ(y)) = y·exp(u) with u = −1/(2y) − Σ_n B_2n/(2n y^2n), |u| < 0.086, and
+    exp(u) by its Taylor polynomial of degree 9 (relative error < 1e-16): no libm call. Below 6
+    the recurrence gives exp(ψ(x)) = exp(ψ(x + 6))·exp(−Σ_{i=0}^{5} 1/(x + i)): one exp.
+    Relative error < 1e-13; used for exp(E[log θ]) and exp(E[log β]), where ψ itself is not
+    needed (exp(ψ(a) − ψ(b)) = exp_digamma(a) / exp_digamma(b))."""
+    if x != x:
+        return np.nan
+    if not (x > 0.0):
+        return 0.0
+    f = 1.0
+    if x < 6.0:
+        x1 = x + 1.0
+        x2 = x + 2.0
+        x3 = x + 3.0
+        x4 = x + 4.0
+        x5 = x + 5.0
+        p01 = x * x1
+        p23 = x2 * x3
+        p45 = x4 * x5
+        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
+        f = math.exp(-num / (p01 * p23 * p45))
+        x = x + 6.0
+    inv = 1.0 / x
+    q = inv * inv
+    u = -0.5 * inv + q * (-1.0 / 12.0 + q * (1.0 / 120.0 + q * (-1.0 / 252.0 + q * (
+        1.0 / 240.0 + q * (-1.0 / 132.0 + q * (691.0 / 32760.0 + q * (-1.0 / 12.0)))))))
+    e = 1.0 + u * (1.0 + u * (1.0 / 2.0 + u * (1.0 / 6.0 + u * (1.0 / 24.0 + u * (
+        1.0 / 120.0 + u * (1.0 / 720.0 + u * (1.0 / 5040.0 + u * (1.0 / 40320.0 + u * (
+            1.0 / 362880.0)))))))))
+    return f * x * e
+
+
+@njit(cache=True)
+def exp_digamma_array(x):
+    """Elementwise :func:`exp_digamma` (float64), for tests."""
+    out = np.empty(x.size, np.float64)
+    xf = x.ravel()
+    for i in range(x.size):
+        out[i] = exp_digamma(np.float64(xf[i]))
     return out.reshape(x.shape)
 
 
@@ -147,22 +208,33 @@ def init_gamma(keys: np.ndarray, n_topics: int, dtype="float64") -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # exp(E[log beta]) for a set of word rows of the lazily scaled lambda = a + pi * Ntilde
 # ---------------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _tiny(arr):
+    """Values below this are stored as 0 in ``arr`` (1e-30 for float32, 1e-300 for float64):
+    subnormal numbers are read as 0 on a thread with the DAZ/FTZ flags set and not on another,
+    which made results depend on the thread that handled a document or word. Such values are
+    far below the ε that every phinorm includes, so flushing them changes nothing else."""
+    return 1e-30 if arr.itemsize == 4 else 1e-300
+
+
 @njit(fastmath=True, parallel=True, cache=True)
-def _exp_elog_beta_rows(ntilde, rows, a, pi, psi_colsum, out):
+def _exp_elog_beta_rows(ntilde, rows, a, pi, inv_exp_psi_colsum, out):
     K = ntilde.shape[1]
+    tiny = _tiny(out)
     for i in prange(rows.shape[0]):
         w = rows[i]
         for k in range(K):
-            out[i, k] = math.exp(digamma(a + pi * ntilde[w, k]) - psi_colsum[k])
+            v = exp_digamma(a + pi * ntilde[w, k]) * inv_exp_psi_colsum[k]
+            out[i, k] = v if v >= tiny else 0.0
 
 
 def exp_elog_beta_rows(ntilde: np.ndarray, rows: np.ndarray, a: float, pi: float,
                        colsum: np.ndarray, dtype="float32") -> np.ndarray:
     """B[i, k] = exp(ψ(λ_{rows[i],k}) − ψ(Σ_v λ_vk)) with λ = a + π·Ñ (word-major), U x K."""
-    psi_colsum = psi(np.asarray(colsum, np.float64))
+    inv = np.exp(-psi(np.asarray(colsum, np.float64)))
     out = np.empty((len(rows), ntilde.shape[1]), dtype=dtype)
     _exp_elog_beta_rows(ntilde, np.ascontiguousarray(rows, dtype=np.int64), float(a), float(pi),
-                        psi_colsum, out)
+                        inv, out)
     return out
 
 
@@ -179,33 +251,73 @@ class EStepResult(NamedTuple):
 
 
 @njit(cache=True, inline="always")
-def _expect(g, elogt, et):
-    """elogt = ψ(g) − ψ(Σ g) (float64), et = exp(elogt) (in et's dtype)."""
+def _exp_expect(g, et):
+    """et = exp(ψ(g) − ψ(Σ g)) = exp_digamma(g) / exp_digamma(Σ g) (in et's dtype); values
+    below ``_tiny(et)`` are stored as 0 (see :func:`_tiny`)."""
+    tiny = _tiny(et)
     s = 0.0
     for k in range(g.shape[0]):
         s += g[k]
-    ps = digamma(s)
+    inv = 1.0 / exp_digamma(s)
     for k in range(g.shape[0]):
-        e = digamma(np.float64(g[k])) - ps
-        elogt[k] = e
-        et[k] = math.exp(e)
+        v = exp_digamma(np.float64(g[k])) * inv
+        et[k] = v if v >= tiny else 0.0
 
 
 @njit(cache=True, inline="always")
 def _phinorm(tile, n, et, eps, out):
     K = et.shape[0]
     for j in range(n):
-        s = tile[j, 0] * et[0]
+        row = tile[j]
+        s = row[0] * et[0]
         for k in range(1, K):
-            s += tile[j, k] * et[k]
+            s += row[k] * et[k]
         out[j] = s + eps
+
+
+@njit(fastmath=True, cache=True)
+def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps):
+    """γ fixed point of one document (gensim's loop); a separate function so that LLVM
+    vectorises its inner loops over K (it does not inside the prange body)."""
+    K = g.shape[0]
+    one = tile[0, 0] * 0 + 1
+    _exp_expect(g, et)
+    _phinorm(tile, n, et, eps, phin)
+    it = 0
+    conv = False
+    while it < max_iter:
+        it += 1
+        for k in range(K):
+            last[k] = g[k]
+            acc[k] = 0
+        for j in range(n):
+            ratio[j] = cts[j] * one / phin[j]
+        for j in range(n):
+            r = ratio[j]
+            row = tile[j]
+            for k in range(K):
+                acc[k] += r * row[k]
+        for k in range(K):
+            g[k] = alpha[k] + et[k] * acc[k]
+        _exp_expect(g, et)
+        _phinorm(tile, n, et, eps, phin)
+        mc = 0.0
+        for k in range(K):
+            mc += abs(np.float64(g[k]) - np.float64(last[k]))
+        if mc / K < tol:
+            conv = True
+            break
+    return it, conv
 
 
 @njit(fastmath=True, parallel=True, cache=True)
 def _estep_kernel(indptr, lids, cts, eb, alpha, gamma, chunks, max_iter, tol, eps, alpha_const,
-                  sbuf, ebuf, iters, converged, scores):
+                  et_out, r_out, elogt_out, iters, converged, scores):
+    """Per document d (chunks of documents in parallel): the fixed point for γ_d, then
+    et_out[d] = exp(E[log θ_d]), r_out[j] = n_dw / phinorm_dw (float64) for its non-zeros,
+    elogt_out[d] = E[log θ_d] and scores[d] = ELBO_d. The statistics are summed word by word
+    afterwards (:func:`_word_sstats`), so nothing here depends on the chunking."""
     K = eb.shape[1]
-    one = eb[0, 0] * 0 + 1          # 1 in eb's dtype
     for c in prange(chunks.shape[0] - 1):
         d0 = chunks[c]
         d1 = chunks[c + 1]
@@ -218,7 +330,6 @@ def _estep_kernel(indptr, lids, cts, eb, alpha, gamma, chunks, max_iter, tol, ep
         et = np.empty(K, eb.dtype)
         last = np.empty(K, eb.dtype)
         acc = np.empty(K, eb.dtype)
-        elogt = np.empty(K, np.float64)
         for d in range(d0, d1):
             s = indptr[d]
             n = indptr[d + 1] - s
@@ -227,58 +338,42 @@ def _estep_kernel(indptr, lids, cts, eb, alpha, gamma, chunks, max_iter, tol, ep
                 for k in range(K):
                     tile[j, k] = eb[w, k]
             g = gamma[d]
-            _expect(g, elogt, et)
-            _phinorm(tile, n, et, eps, phin)
-            it = 0
-            conv = False
-            while it < max_iter:
-                it += 1
-                for k in range(K):
-                    last[k] = g[k]
-                    acc[k] = 0
-                for j in range(n):
-                    ratio[j] = cts[s + j] * one / phin[j]
-                for j in range(n):
-                    r = ratio[j]
-                    for k in range(K):
-                        acc[k] += r * tile[j, k]
-                for k in range(K):
-                    g[k] = alpha[k] + et[k] * acc[k]
-                _expect(g, elogt, et)
-                _phinorm(tile, n, et, eps, phin)
-                mc = 0.0
-                for k in range(K):
-                    mc += abs(np.float64(g[k]) - np.float64(last[k]))
-                if mc / K < tol:
-                    conv = True
-                    break
+            it, conv = _doc_fixed_point(tile, n, cts[s:s + n], alpha, g, et, last, acc, phin,
+                                        ratio, max_iter, tol, eps)
             iters[d] = it
             converged[d] = conv
-            # statistics (float64): sbuf[w, k] += t_k n_w / phinorm_w ; score terms
             ll = 0.0
             for j in range(n):
-                w = lids[s + j]
-                r = np.float64(cts[s + j]) / np.float64(phin[j])
-                ll += cts[s + j] * math.log(np.float64(phin[j]))
-                for k in range(K):
-                    sbuf[c, w, k] += r * et[k]
+                p = np.float64(phin[j])
+                r_out[s + j] = cts[s + j] / p
+                ll += cts[s + j] * math.log(p)
             gs = 0.0
             for k in range(K):
+                gs += np.float64(g[k])
+                et_out[d, k] = et[k]
+            psum = digamma(gs)
+            for k in range(K):
                 gk = np.float64(g[k])
-                gs += gk
-                ebuf[c, k] += elogt[k]
-                ll += (alpha[k] - gk) * elogt[k] + math.lgamma(gk)
+                e = digamma(gk) - psum
+                elogt_out[d, k] = e
+                ll += (alpha[k] - gk) * e + math.lgamma(gk)
             scores[d] = ll + alpha_const - math.lgamma(gs)
 
 
 @njit(fastmath=True, parallel=True, cache=True)
-def _reduce_sstats(sbuf, eb, out):
-    for w in prange(out.shape[0]):
-        for k in range(out.shape[1]):
-            s = 0.0
-            for c in range(sbuf.shape[0]):
-                s += sbuf[c, w, k]
-            out[w, k] = s * eb[w, k]
+def _word_sstats(wptr, wdoc, wpos, r, et, eb, out):
+    """out[u, k] = eb[u, k] · Σ_{d ∋ u} r_du · et[d, k], documents in increasing order (float64;
+    the same sums whatever the number of threads)."""
+    K = out.shape[1]
+    for u in prange(out.shape[0]):
+        acc = np.zeros(K, np.float64)
+        for e in range(wptr[u], wptr[u + 1]):
+            d = wdoc[e]
+            rv = r[wpos[e]]
+            for k in range(K):
+                acc[k] += rv * et[d, k]
+        for k in range(K):
+            out[u, k] = acc[k] * eb[u, k]
 
 
 def balanced_chunks(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
@@ -303,11 +398,15 @@ def _check_inputs(indptr, lids, cts, eb, alpha, gamma0):
         raise ValueError("local word ids outside [0, %d)" % eb.shape[0])
 
 
+CHUNKS_PER_THREAD = 4
+
+
 def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
           alpha: np.ndarray, gamma0: np.ndarray, max_iter: int = 100, tol: float = 1e-3,
           n_chunks: Optional[int] = None) -> EStepResult:
     """The numba E-step (see module docstring). ``lids`` index the rows of ``eb`` (U x K, its
-    dtype sets the compute precision); ``gamma0`` (n x K) is the initial γ (not modified)."""
+    dtype sets the compute precision); ``gamma0`` (n x K) is the initial γ (not modified).
+    The result does not depend on ``n_chunks`` or the thread count (bit for bit)."""
     import numba
     eb = np.ascontiguousarray(eb)
     dt = eb.dtype
@@ -319,11 +418,11 @@ def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
     _check_inputs(indptr, lids, cts, eb, alpha, gamma)
     n, K, U = len(indptr) - 1, eb.shape[1], eb.shape[0]
     if n_chunks is None:
-        n_chunks = numba.get_num_threads()
+        n_chunks = CHUNKS_PER_THREAD * numba.get_num_threads()
     chunks = balanced_chunks(indptr, n_chunks)
-    nc = max(1, len(chunks) - 1)
-    sbuf = np.zeros((nc, U, K), np.float64)
-    ebuf = np.zeros((nc, K), np.float64)
+    et = np.zeros((n, K), np.float64)
+    elogt = np.zeros((n, K), np.float64)
+    r = np.zeros(len(lids), np.float64)
     iters = np.zeros(n, np.int32)
     conv = np.zeros(n, np.bool_)
     scores = np.zeros(n, np.float64)
@@ -331,11 +430,16 @@ def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
     eps = dt.type(np.finfo(dt).eps)
     if n:
         _estep_kernel(indptr, lids, cts, eb, alpha.astype(dt), gamma, chunks, int(max_iter),
-                      float(tol), eps, alpha_const, sbuf, ebuf, iters, conv, scores)
+                      float(tol), eps, alpha_const, et, r, elogt, iters, conv, scores)
+    # word-major index of the non-zeros (documents in increasing order within a word)
+    wpos = np.argsort(lids, kind="stable")
+    wdoc = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))[wpos]
+    wptr = np.zeros(U + 1, np.int64)
+    np.cumsum(np.bincount(lids, minlength=U), out=wptr[1:])
     sstats = np.empty((U, K), np.float64)
     if U:
-        _reduce_sstats(sbuf, eb, sstats)
-    return EStepResult(gamma, sstats, iters, conv, scores, ebuf.sum(axis=0))
+        _word_sstats(wptr, wdoc, wpos, r, et, eb, sstats)
+    return EStepResult(gamma, sstats, iters, conv, scores, elogt.sum(axis=0))
 
 
 def estep_reference(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""E-step throughput: our numba kernel vs gensim ``LdaModel.inference`` on the same minibatches.
+
+Both get the same λ (a few online-VB steps on the corpus, so topics have real structure), the
+same initial γ for every document, the same α, the same cap and threshold (mean absolute
+change of γ_d < 1e-3); each side runs the same minibatches of real documents. Reported per K
+and dtype: non-zeros (unique words of a document) processed per CPU-second — CPU seconds from
+``time.process_time()``, i.e. all threads of this process — and per wall second, and our/gensim
+ratios (issue 3 target: ≥ 5× per CPU-second at K=100 and K=1000). Our timing includes
+computing exp(E[log β]) for the minibatch's words from the lazily scaled λ; gensim's
+``expElogbeta`` is precomputed by ``sync_state`` and not timed (favouring gensim).
+
+Documents: 20 Newsgroups as prepared by ``benchmarks/prepare_20news.py`` (the
+``../shared/bench`` protocol) when present, else KOS or NIPS from ../shared/data
+(``--corpus``). Usage::
+
+    .venv/bin/python benchmarks/estep_bench.py [--corpus 20news|kos|nips] [--topics 100 1000]
+        [--dtypes float32 float64] [--minibatch 256] [--batches 8] [--threads N] [--json OUT]
+
+Timings on the shared 2-core machine are noisy; the ratios are from one run in one process.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from lda_core import estep_vb  # noqa: E402
+from lda_core.docbatch import DocBatch  # noqa: E402
+from lda_core.online_vb import OnlineVB  # noqa: E402
+
+SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",
+                             os.path.join(os.path.dirname(REPO), "shared", "data"))
+NEWS20 = os.path.join(os.environ.get("LDABEAM_BENCH_CACHE",
+                                     os.path.join(REPO, "benchmarks", ".cache")),
+                      "20news", "bench", "train.npz")
+
+
+def read_uci(path):
+    with gzip.open(path, "rt") as f:
+        D, W, nnz = (int(f.readline()) for _ in range(3))
+        data = np.loadtxt(f, dtype=np.int64, ndmin=2)
+    X = sp.csr_matrix((data[:, 2], (data[:, 0] - 1, data[:, 1] - 1)), shape=(D, W))
+    return X
+
+
+def load_corpus(name):
+    if name == "20news":
+        if not os.path.exists(NEWS20):
+            raise SystemExit("%s is absent: run benchmarks/prepare_20news.py first, or pass "
+                             "--corpus kos" % NEWS20)
+        X = sp.load_npz(NEWS20).tocsr()
+    else:
+        X = read_uci(os.path.join(SHARED_DATA, "uci-bow-%s" % name, "docword.%s.txt.gz" % name))
+    X = X[np.diff(X.indptr) > 0]
+    return DocBatch.from_csr(X, doc_ids=["d%d" % i for i in range(X.shape[0])]), X.shape[1]
+
+
+def gensim_model(m, dtype):
+    import gensim
+    g = gensim.models.LdaModel(num_topics=m.n_topics,
+                               id2word={i: str(i) for i in range(m.n_words)},
+                               alpha=m.alpha.copy(), eta=m.eta, iterations=m.max_iter,
+                               gamma_threshold=m.tol, dtype=np.dtype(dtype))
+    g.state.sstats = (m.lambda_() - m.eta).astype(dtype)
+    g.sync_state()
+    return g
+
+
+class FixedDraw:
+    """Stands in for gensim's random_state so it starts from our γ."""
+
+    def __init__(self):
+        self.g0 = None
+
+    def gamma(self, shape, scale, size):
+        assert self.g0.shape == tuple(size)
+        return self.g0
+
+
+def run(args):
+    batch, V = load_corpus(args.corpus)
+    S = args.minibatch
+    rng = np.random.default_rng(0)
+    order = rng.permutation(batch.n_docs)
+    n_train = min(args.train_steps * S, batch.n_docs // 2)
+    train = batch.take(order[:n_train])
+    pool = order[n_train:]
+    bench = [batch.take(np.sort(pool[i * S:(i + 1) * S])) for i in range(args.batches)
+             if (i + 1) * S <= len(pool)]
+    nnz = sum(b.nnz for b in bench)
+    print("corpus %s: %d documents, V=%d; %d minibatches of %d documents, %d non-zeros, "
+          "%d tokens; threads=%s" % (args.corpus, batch.n_docs, V, len(bench), S, nnz,
+                                     sum(b.n_tokens for b in bench), args.threads or "numba default"),
+          flush=True)
+    results = []
+    for K in args.topics:
+        m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, batch_size=S,
+                     dtype="float32", n_threads=args.threads, max_iter=args.max_iter,
+                     tol=args.tol)
+        for i in range(0, n_train, S):        # a λ with real structure
+            m.global_step(m.local_step(train.take(range(i, min(i + S, n_train)))))
+        g0s = [estep_vb.init_gamma(estep_vb.doc_keys(b.doc_ids, 0, 0), K) for b in bench]
+        for dtype in args.dtypes:
+            m.dtype = dtype
+            m.local_step(bench[0], gamma0=g0s[0])           # compile / load the cache
+            g = gensim_model(m, dtype)
+            draw = FixedDraw()
+            g.random_state = draw
+            t = {"ours_cpu": 0.0, "ours_wall": 0.0, "gensim_cpu": 0.0, "gensim_wall": 0.0}
+            maxrel = 0.0
+            its_o = its_g = 0
+            for b, g0 in zip(bench, g0s):
+                chunk = [list(zip(b.doc(i)[0].tolist(), b.doc(i)[1].tolist()))
+                         for i in range(b.n_docs)]
+                draw.g0 = g0.astype(dtype)
+                c0, w0 = time.process_time(), time.perf_counter()
+                _, gs = g.inference(chunk, collect_sstats=True)
+                t["gensim_cpu"] += time.process_time() - c0
+                t["gensim_wall"] += time.perf_counter() - w0
+                c0, w0 = time.process_time(), time.perf_counter()
+                st = m.local_step(b, gamma0=g0)
+                t["ours_cpu"] += time.process_time() - c0
+                t["ours_wall"] += time.perf_counter() - w0
+                ours = np.zeros((K, V))
+                ours[:, st.word_ids] = st.sstats.T
+                maxrel = max(maxrel, float(np.abs(ours - gs).max() / np.abs(gs).max()))
+                its_o += st.n_iterations
+            r = {"corpus": args.corpus, "K": K, "dtype": dtype, "nnz": nnz,
+                 "ours_nnz_per_cpu_s": nnz / t["ours_cpu"],
+                 "gensim_nnz_per_cpu_s": nnz / t["gensim_cpu"],
+                 "ratio_cpu": t["gensim_cpu"] / t["ours_cpu"],
+                 "ratio_wall": t["gensim_wall"] / t["ours_wall"],
+                 "ours_cpu_s": t["ours_cpu"], "ours_wall_s": t["ours_wall"],
+                 "gensim_cpu_s": t["gensim_cpu"], "gensim_wall_s": t["gensim_wall"],
+                 "mean_iterations": its_o / sum(b.n_docs for b in bench),
+                 "sstats_max_rel_diff": maxrel}
+            results.append(r)
+            print("K=%-5d %-7s ours %9.0f nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  gensim %9.0f "
+                  "nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  ratio CPU %.2fx  wall %.2fx  "
+                  "[%.1f it/doc, sstats max rel diff %.1e]"
+                  % (K, dtype, r["ours_nnz_per_cpu_s"], t["ours_cpu"], t["ours_wall"],
+                     r["gensim_nnz_per_cpu_s"], t["gensim_cpu"], t["gensim_wall"],
+                     r["ratio_cpu"], r["ratio_wall"], r["mean_iterations"], maxrel), flush=True)
+    return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", default=None, choices=["20news", "kos", "nips"],
+                   help="default: 20news if prepared, else kos")
+    p.add_argument("--topics", type=int, nargs="+", default=[100, 1000])
+    p.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
+                   choices=["float32", "float64"])
+    p.add_argument("--minibatch", type=int, default=256)
+    p.add_argument("--batches", type=int, default=8, help="minibatches timed per setting")
+    p.add_argument("--train-steps", type=int, default=4,
+                   help="online-VB steps that make the shared λ")
+    p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--tol", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, help="also write the results here")
+    args = p.parse_args(argv)
+    if args.corpus is None:
+        args.corpus = "20news" if os.path.exists(NEWS20) else "kos"
+    res = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
