@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import resource
 import sys
 import tarfile
 import tempfile
@@ -70,11 +71,21 @@ def build_dump(path: str, limit: int = 0) -> int:
     return n + sample_pages.count("<page>")
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process plus its finished children (gensim's pool workers and
+    Beam's worker processes are waited for when their run ends)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
 def run_gensim(dump: str, processes: int = 2):
     from gensim.corpora.wikicorpus import WikiCorpus
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     wiki = WikiCorpus(dump, processes=processes)        # pass 1: the Dictionary
     t1 = time.perf_counter()
+    c1 = cpu_seconds()
     wiki.dictionary.filter_extremes(no_below=5, no_above=0.5, keep_n=100000)
     n_docs = 0
     n_tokens = 0
@@ -83,17 +94,19 @@ def run_gensim(dump: str, processes: int = 2):
         n_tokens += sum(c for _, c in bow)
     t2 = time.perf_counter()
     return {"docs": n_docs, "tokens": n_tokens, "vocab": len(wiki.dictionary),
-            "pass1_s": t1 - t0, "total_s": t2 - t0}
+            "pass1_s": t1 - t0, "total_s": t2 - t0, "pass1_cpu_s": c1 - c0,
+            "total_cpu_s": cpu_seconds() - c0}
 
 
 def run_ldabeam(dump: str, out: str, beam_argv):
     from pipelines.vectorize import VectorizeOptions, vectorize
     opts = VectorizeOptions(inputs=[dump], output=out, deaccent=False, overwrite=True)
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     m = vectorize(opts, beam_argv)
     t = time.perf_counter() - t0
     return {"docs": m["counts"]["documents_kept"], "tokens": m["tokens"]["total"],
-            "vocab": m["vocabulary"]["size"], "total_s": t}
+            "vocab": m["vocabulary"]["size"], "total_s": t, "total_cpu_s": cpu_seconds() - c0}
 
 
 def main(argv=None):
@@ -114,10 +127,10 @@ def main(argv=None):
 
     res = {"pages": pages, "cpus": os.cpu_count()}
     res["gensim"] = g = run_gensim(dump, 2)
-    print("gensim WikiCorpus(processes=2): %d docs, %d tokens, V=%d; pass 1 %.1f s, "
-          "dictionary + bag-of-words pass %.1f s -> %.0f docs/s"
-          % (g["docs"], g["tokens"], g["vocab"], g["pass1_s"], g["total_s"],
-             g["docs"] / g["total_s"]))
+    print("gensim WikiCorpus(processes=2): %d docs, %d tokens, V=%d; pass 1 %.1f s "
+          "(%.1f CPU s), dictionary + bag-of-words pass %.1f s (%.1f CPU s) -> %.0f docs/s"
+          % (g["docs"], g["tokens"], g["vocab"], g["pass1_s"], g["pass1_cpu_s"],
+             g["total_s"], g["total_cpu_s"], g["docs"] / g["total_s"]))
     runs = [("in-process", ["--runner=DirectRunner", "--direct_running_mode=in_memory"])]
     if not args.skip_multi:
         runs.append(("multi_processing x2", ["--runner=DirectRunner",
@@ -130,12 +143,16 @@ def main(argv=None):
         ratio1 = (r["docs"] / r["total_s"]) / (g["docs"] / g["pass1_s"])
         r["ratio_vs_gensim"] = ratio
         r["ratio_vs_gensim_pass1"] = ratio1
+        r["cpu_ratio_vs_gensim"] = g["total_cpu_s"] / r["total_cpu_s"]
+        r["cpu_ratio_vs_gensim_pass1"] = g["pass1_cpu_s"] / r["total_cpu_s"]
         same = (r["docs"], r["tokens"], r["vocab"]) == (g["docs"], g["tokens"], g["vocab"])
         r["same_output_size"] = same
-        print("ldabeam vectorize %s: %d docs, %d tokens, V=%d in %.1f s -> %.0f docs/s; "
-              "ratio vs gensim %.2f (vs gensim's first pass alone %.2f)%s"
-              % (name, r["docs"], r["tokens"], r["vocab"], r["total_s"],
-                 r["docs"] / r["total_s"], ratio, ratio1,
+        print("ldabeam vectorize %s: %d docs, %d tokens, V=%d in %.1f s (%.1f CPU s) -> "
+              "%.0f docs/s; ratio vs gensim %.2f (vs gensim's first pass alone %.2f); "
+              "CPU-time ratio %.2f (vs first pass %.2f)%s"
+              % (name, r["docs"], r["tokens"], r["vocab"], r["total_s"], r["total_cpu_s"],
+                 r["docs"] / r["total_s"], ratio, ratio1, r["cpu_ratio_vs_gensim"],
+                 r["cpu_ratio_vs_gensim_pass1"],
                  "" if same else "  [counts differ from gensim!]"))
     if args.json:
         with open(args.json, "w") as f:
