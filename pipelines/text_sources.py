@@ -289,21 +289,26 @@ def _expand_local(pattern: str) -> List[str]:
     return [local] if os.path.isfile(local) else []
 
 
-def _expand_remote(pattern: str) -> List[str]:
+def _match_remote(pattern: str) -> List[str]:
     fs = _filesystems()
     try:
         res = fs.match([pattern])[0]
-        paths = sorted(m.path for m in res.metadata_list)
-        if not paths and not _GLOB_CHARS.search(pattern):   # a "directory" prefix
-            res = fs.match([pattern.rstrip("/") + "/**"])[0]
-            paths = sorted(m.path for m in res.metadata_list)
-    except ValueError as e:
+    except ValueError as e:   # no filesystem registered for the scheme
         raise InputError("cannot list %s: %s (for gs:// install apache-beam[gcp], for s3:// "
                          "apache-beam[aws])" % (pattern, e)) from e
-    except Exception as e:   # BeamIOError when nothing matches on some filesystems
+    except Exception as e:    # BeamIOError: some filesystems raise when nothing matches
         logger.info("matching %s failed: %s", pattern, e)
         return []
-    return [p for p in paths if not os.path.basename(p).startswith(".")]
+    return sorted(m.path for m in res.metadata_list)
+
+
+def _expand_remote(pattern: str) -> List[str]:
+    """Files matching a URL or URL glob; a URL without glob characters that matches no file
+    is taken as a folder (``URL/**``)."""
+    paths = _match_remote(pattern)
+    if not paths and not _GLOB_CHARS.search(pattern):
+        paths = _match_remote(pattern.rstrip("/") + "/**")
+    return [p for p in paths if not _hidden(p.split("://", 1)[-1])]
 
 
 def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
