@@ -313,3 +313,14 @@ def test_inprocess_and_beam_trainers_agree(kos_paths, tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-9, atol=1e-9, err_msg=k)
+
+
+def test_float32_storage_close_to_float64():
+    batch, _ = planted_corpus(n_docs=60)
+    ms = [SCVB0(4, 40, corpus_tokens=batch.n_tokens, seed=4, dtype=dt)
+          for dt in ("float64", "float32")]
+    for m in ms:
+        for i in range(3):
+            m.global_step(m.local_step(batch.take(range(i * 20, (i + 1) * 20))))
+    assert ms[1]._ntilde.dtype == np.float32
+    np.testing.assert_allclose(ms[1].topic_word(), ms[0].topic_word(), rtol=1e-4)
