@@ -303,16 +303,30 @@ class EStepLatestFn(beam.DoFn):
         yield 0, (wend, batch, stats, step)
 
 
+ORDERS = ("watermark", "arrival")
+
+
 class ApplyGlobalStepFn(beam.DoFn):
     """The single-key stateful step (module docstring): windows applied in order, one
-    checkpoint published per window; emits ``{"step", "checkpoint", "window_end", ...}``."""
+    checkpoint published per window; emits ``{"step", "checkpoint", "window_end", ...}``.
+
+    ``order="watermark"`` (default): window results are buffered and applied in window order
+    when the watermark passes their end (an event-time timer), so the order never depends on
+    which E-step finished first. ``order="arrival"``: each window result is applied when it
+    arrives -- for the local FnApiRunner, whose watermark does not advance past
+    ``fileio.MatchContinuously`` (a splittable DoFn) so event-time timers never fire there;
+    windows of a stream that arrives slower than it is processed still come in order."""
 
     BUFFER = BagStateSpec("buffer", PickleCoder())
     APPLIED = ReadModifyWriteStateSpec("applied_step", VarIntCoder())
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
 
     def __init__(self, model_dir: str, keep_last: Optional[int] = None,
-                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1):
+                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1,
+                 order: str = "watermark"):
+        if order not in ORDERS:
+            raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
+        self.order = order
         self.model_dir, self.keep_last, self.n_threads = model_dir, keep_last, n_threads
         self.corpus_size = corpus_size
         self.recomputed = Metrics.counter(NS, "stale_estep_recomputed")
@@ -337,7 +351,11 @@ class ApplyGlobalStepFn(beam.DoFn):
         return self.algo
 
     def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER),
+                applied=beam.DoFn.StateParam(APPLIED),
                 flush=beam.DoFn.TimerParam(FLUSH), ts=beam.DoFn.TimestampParam):
+        if self.order == "arrival":
+            yield from self._apply([kv[1]], applied)
+            return
         buffer.add(kv[1])
         flush.set(ts)
 
@@ -353,6 +371,9 @@ class ApplyGlobalStepFn(beam.DoFn):
         for x in items:
             if x[0] > now:
                 buffer.add(x)
+        yield from self._apply(due, applied)
+
+    def _apply(self, due, applied):
         algo = self._current(applied.read())
         for wend, batch, stats, used in due:
             recomputed = used is None or int(used) != int(algo.step)
@@ -398,8 +419,12 @@ class StreamTrain(beam.PTransform):
 
     def __init__(self, model_dir: str, parse: ParseConfig, window_seconds: float,
                  allowed_lateness: float = 86400.0, keep_last: Optional[int] = None,
-                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1):
+                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1,
+                 order: str = "watermark"):
         super().__init__()
+        if order not in ORDERS:
+            raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
+        self.order = order
         if not window_seconds > 0:
             raise ValueError("window_seconds=%r is outside the allowed range (0, inf)"
                              % (window_seconds,))
@@ -428,9 +453,13 @@ class StreamTrain(beam.PTransform):
                      lambda kv: window.TimestampedValue(kv, kv[1][0] / 1e6))
                  | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
                  | "GlobalStep" >> beam.ParDo(ApplyGlobalStepFn(
-                     self.model_dir, self.keep_last, self.n_threads, self.corpus_size))
+                     self.model_dir, self.keep_last, self.n_threads, self.corpus_size,
+                     self.order))
                  .with_input_types(Tuple[int, Any]))
-        dead = ((parsed[DEAD], panes[DEAD]) | "DeadLetters" >> beam.Flatten())
+        # the two dead-letter streams have different windowings; Flatten needs one
+        dead = ((parsed[DEAD] | "DeadParsedGlobal" >> beam.WindowInto(window.GlobalWindows()),
+                 panes[DEAD] | "DeadLateGlobal" >> beam.WindowInto(window.GlobalWindows()))
+                | "DeadLetters" >> beam.Flatten())
         return {"steps": steps, DEAD: dead}
 
 
@@ -439,14 +468,20 @@ class ReadJsonFilesContinuously(beam.PTransform):
     time of the match). ``fileio.MatchContinuously`` polls every ``interval`` seconds and
     emits each new file once."""
 
-    def __init__(self, pattern: str, interval: float = 10.0):
+    def __init__(self, pattern: str, interval: float = 10.0,
+                 stop_after: Optional[float] = None):
         super().__init__()
-        self.pattern, self.interval = pattern, interval
+        self.pattern, self.interval, self.stop_after = pattern, interval, stop_after
 
     def expand(self, p):
         from apache_beam.io import fileio
+        from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
+        start = Timestamp.now()
+        stop = MAX_TIMESTAMP if self.stop_after is None else start + self.stop_after
         return (p
-                | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval)
+                | "Match" >> fileio.MatchContinuously(self.pattern, interval=self.interval,
+                                                      start_timestamp=start,
+                                                      stop_timestamp=stop)
                 | "Open" >> fileio.ReadMatches()
                 | "Lines" >> beam.FlatMap(_file_lines))
 

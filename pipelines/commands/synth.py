@@ -46,3 +46,25 @@ def run(args, beam_argv) -> int:
                                        heldout_docs=args.heldout_docs, overwrite=args.overwrite)
     print(synthetic.summary(manifest, args.output))
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m pipelines.commands.synth ...`` (the same as ``ldabeam synth ...``)."""
+    import argparse
+    import logging
+    import sys
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                                                   "%(message)s")
+    p = argparse.ArgumentParser(prog="ldabeam synth", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    args, rest = p.parse_known_args(argv)
+    try:
+        return run(args, rest)
+    except (ValueError, FileNotFoundError) as e:
+        print("ldabeam synth: error: %s" % e, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
