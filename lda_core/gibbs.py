@@ -242,19 +242,25 @@ class CollapsedGibbs(SequentialSampler):
         vbeta = self.n_words * self.eta
         t = time.perf_counter()
         loc = None
+        nz = None
         for _ in range(n):
             if self.n_parts == 1:
+                if nz is None:
+                    nz = (np.empty(self.nwk.shape, np.int16), np.empty(self.n_words, np.int32))
                 gk.gibbs_sweep_serial(dp, tw, z, self.nwk, self.nk, ndk, self.alpha, self.eta,
-                                      vbeta, np.uint64(self.seed), np.int64(self.sweeps_done))
+                                      vbeta, np.uint64(self.seed), np.int64(self.sweeps_done),
+                                      nz[0], nz[1])
             else:
                 bounds, docs = self._partitions()
                 P = len(bounds) - 1
                 if loc is None or loc[0].shape[0] != P:
                     loc = (np.empty((P,) + self.nwk.shape, np.int32),
-                           np.empty((P, self.n_topics), np.int64))
+                           np.empty((P, self.n_topics), np.int64),
+                           np.empty((P,) + self.nwk.shape, np.int16),
+                           np.empty((P, self.n_words), np.int32))
                 gk.gibbs_sweep_adlda(bounds, docs, dp, tw, z, self.nwk, self.nk, ndk,
                                      self.alpha, self.eta, vbeta, np.uint64(self.seed),
-                                     np.int64(self.sweeps_done), loc[0], loc[1])
+                                     np.int64(self.sweeps_done), *loc)
             self.sweeps_done += 1
             if check:
                 self.check_invariants()

@@ -168,11 +168,34 @@ def conditional(nwk_row, nk, ndk_row, alpha, beta, vbeta):
 
 
 @njit(cache=True)
-def _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep):
-    """One collapsed-Gibbs sweep over ``docs`` (in order), updating the given counts in place."""
+def _build_nonzero(nwk, nzl, nzn):
+    """Per word, the list of topics with n_wk > 0 (``nzl[w, :nzn[w]]``)."""
+    V, K = nwk.shape
+    for w in range(V):
+        n = 0
+        for k in range(K):
+            if nwk[w, k] > 0:
+                nzl[w, n] = k
+                n += 1
+        nzn[w] = n
+
+
+@njit(cache=True)
+def _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep, nzl,
+                nzn):
+    """One collapsed-Gibbs sweep over ``docs`` (in order), updating the given counts in place.
+
+    SparseLDA word bucket: ``nzl[w, :nzn[w]]`` lists the topics with n_wk > 0 (rebuilt at the
+    start of the sweep; a topic whose count drops to 0 stays listed until the next rebuild,
+    contributing 0 mass; a topic whose count becomes 1 is appended if absent), so the word
+    bucket q = Σ_k n_wk c_k costs O(topics of w), not O(K). The smoothing+document bucket
+    η Σ_k c_k is a running sum; it is searched over all K topics, but is chosen rarely
+    (probability η Σc / (η Σc + q))."""
     K = nk.shape[0]
     c = np.empty(K)
     inv = np.empty(K)
+    buf = np.empty(K)
+    _build_nonzero(nwk, nzl, nzn)
     for k in range(K):
         inv[k] = 1.0 / (nk[k] + vbeta)
     for di in range(len(docs)):
@@ -193,9 +216,45 @@ def _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed,
             old = c[k0]
             c[k0] = (ndk[d, k0] + alpha) * inv[k0]
             sumc += c[k0] - old
-            s, u = rng_uniform(s)
-            k1 = _draw_bucket(nwk[w], c, sumc, beta, u, K)
+            # word bucket over the listed topics
+            nn = nzn[w]
+            q = 0.0
+            for j in range(nn):
+                v = nwk[w, nzl[w, j]] * c[nzl[w, j]]
+                buf[j] = v
+                q += v
+            s, u01 = rng_uniform(s)
+            u = u01 * (q + beta * sumc)
+            k1 = -1
+            if u < q:
+                for j in range(nn):
+                    u -= buf[j]
+                    if u <= 0.0 and buf[j] > 0.0:
+                        k1 = nzl[w, j]
+                        break
+                if k1 < 0:                      # rounding: the last listed topic with mass
+                    for j in range(nn - 1, -1, -1):
+                        if buf[j] > 0.0:
+                            k1 = nzl[w, j]
+                            break
+            if k1 < 0:
+                u = (u - q) / beta
+                k1 = K - 1
+                for k in range(K):
+                    u -= c[k]
+                    if u <= 0.0:
+                        k1 = k
+                        break
             z[i] = k1
+            if nwk[w, k1] == 0:                 # 0 -> 1: list the topic if it is not listed
+                listed = False
+                for j in range(nn):
+                    if nzl[w, j] == k1:
+                        listed = True
+                        break
+                if not listed:
+                    nzl[w, nn] = k1
+                    nzn[w] = nn + 1
             nwk[w, k1] += 1
             nk[k1] += 1
             ndk[d, k1] += 1
@@ -203,19 +262,19 @@ def _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed,
             old = c[k1]
             c[k1] = (ndk[d, k1] + alpha) * inv[k1]
             sumc += c[k1] - old
-        # keep inv exact for the next document (nk changed only at the touched topics)
 
 
 @njit(cache=True)
-def gibbs_sweep_serial(doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep):
+def gibbs_sweep_serial(doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep, nzl,
+                       nzn):
     """Exact sequential collapsed-Gibbs sweep over all documents."""
     docs = np.arange(len(doc_ptr) - 1)
-    _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep)
+    _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed, sweep, nzl, nzn)
 
 
 @njit(cache=True, parallel=True)
 def gibbs_sweep_adlda(part_ptr, part_docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta,
-                      seed, sweep, loc_nwk, loc_nk):
+                      seed, sweep, loc_nwk, loc_nk, loc_nzl, loc_nzn):
     """Approximate distributed sweep (AD-LDA, Newman et al. 2009): each document partition
     samples against its own copy of (nwk, nk) taken at the start of the sweep; afterwards the
     global counts become  n + Σ_p (n_p − n), which equals the counts of the new z exactly.
@@ -226,7 +285,7 @@ def gibbs_sweep_adlda(part_ptr, part_docs, doc_ptr, tok_w, z, nwk, nk, ndk, alph
         loc_nwk[p, :, :] = nwk
         loc_nk[p, :] = nk
         _gibbs_docs(part_docs[part_ptr[p]:part_ptr[p + 1]], doc_ptr, tok_w, z, loc_nwk[p],
-                    loc_nk[p], ndk, alpha, beta, vbeta, seed, sweep)
+                    loc_nk[p], ndk, alpha, beta, vbeta, seed, sweep, loc_nzl[p], loc_nzn[p])
     for w in prange(V):
         for k in range(nwk.shape[1]):
             acc = nwk[w, k]
