@@ -118,9 +118,11 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
         if n < 1:
             raise ValueError("--direct_num_workers must be >= 1, got %d" % n)
         if mode == "in_memory" and n > 1:
-            # in_memory with N > 1 runs N bundles on threads of the same process; the numba
-            # kernel already uses the cores, so this only adds overhead -- allowed, but say so.
-            logger.info("in_memory DirectRunner with %d workers: threads of one process", n)
+            # in_memory with N > 1 only splits every stage over N threads of this process;
+            # the numba kernel already uses the cores, so that would only add overhead
+            logger.info("in_memory DirectRunner: one worker (--direct_num_workers=%d ignored; "
+                        "use multi_processing for worker processes)", n)
+            n = 1
         argv += ["--direct_running_mode=%s" % mode, "--direct_num_workers=%d" % n]
         cfg.running_mode, cfg.num_workers = mode, n
     elif runner == "PortableRunner":

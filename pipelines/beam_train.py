@@ -57,6 +57,7 @@ import numpy as np
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from lda_core.algorithm import SuffStats
 from lda_core.docbatch import DocBatch
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
@@ -215,7 +216,7 @@ class EStepFn(beam.DoFn):
         self.iterations.inc(int(stats.n_iterations))
         self.capped.inc(int(stats.n_capped))
         self.pieces.inc()
-        yield position, encode_piece(task.piece, stats)
+        yield position, (task.piece, stats)
 
 
 class GlobalStepFn(beam.DoFn):
@@ -324,11 +325,11 @@ class MinibatchStatistics(beam.PTransform):
     def expand(self, tasks):
         pieces = (tasks
                   | "EStep" >> beam.ParDo(EStepFn(self.n_threads), self.ref_view)
-                  .with_output_types(Tuple[int, bytes]))
+                  .with_output_types(Tuple[int, Tuple[int, SuffStats]]))
         combine = beam.CombinePerKey(StatsCombineFn(self.deterministic))
         if self.fanout:
             combine = combine.with_hot_key_fanout(self.fanout)
-        return pieces | "Combine" >> combine
+        return pieces | "Combine" >> combine.with_output_types(Tuple[int, SuffStats])
 
 
 class TrainStep(beam.PTransform):
@@ -484,7 +485,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     accepted for the CLI's sake: the Beam trainer publishes a checkpoint at the end of every
     window. ``eval_every``: held-out evaluation at the end of a window in which a multiple of
     it was reached (and at the end). ``pieces_per_minibatch``: read tasks per minibatch
-    (default: 2 per worker). ``n_threads``: E-step threads per worker (default: the
+    (default: 1 in-process, 2 per worker otherwise). ``n_threads``: E-step threads per worker (default: the
     algorithm's setting in-process; cores / workers with worker processes).
     ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
     ``scratch_dir``: where states inside a window are exchanged between worker processes
@@ -505,7 +506,9 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg))
     unroll = True if unroll is None else bool(unroll)
-    pieces = int(pieces_per_minibatch or max(2, 2 * cfg.num_workers))
+    # in-process the numba kernel already uses every core on a whole minibatch: one piece
+    # (no merge at all); with worker processes two pieces per worker balance the load
+    pieces = int(pieces_per_minibatch or (1 if cfg.in_process else 2 * cfg.num_workers))
     if n_threads is None and not cfg.in_process and cfg.local:
         n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
     if checkpoint_store is None:
