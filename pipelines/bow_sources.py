@@ -549,37 +549,46 @@ def _emit(doc: int, ids, cnts, path) -> BowItem:
 
 def _iter_uci(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
     src = _Source(path)
-    lines = src.lines()
-    (n_docs, n_words, nnz), _ = _read_header_ints(lines, path, 3, "UCI docword D/W/NNZ")
-    _check_size("D", n_docs, MAX_DOCS, path)
-    _check_size("W", n_words, MAX_VOCAB, path)
-    _check_size("NNZ", nnz, MAX_DOCS * 1000, path)
-    if vocab_size is not None and n_words != vocab_size:
-        raise InputError("input %s: header W=%d but the vocabulary has %d words"
-                         % (path, n_words, vocab_size))
+    try:
+        (n_docs, n_words, nnz), _ = _read_header_ints(src.lines(), path, 3,
+                                                      "UCI docword D/W/NNZ")
+        _check_size("D", n_docs, MAX_DOCS, path)
+        _check_size("W", n_words, MAX_VOCAB, path)
+        _check_size("NNZ", nnz, MAX_DOCS * 1000, path)
+        if vocab_size is not None and n_words != vocab_size:
+            raise InputError("input %s: header W=%d but the vocabulary has %d words"
+                             % (path, n_words, vocab_size))
+    except BaseException:
+        src.close()
+        raise
     yield from _iter_grouped_triples(path, src, n_docs, n_words, nnz, allow_float=False)
 
 
 def _iter_mm(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
     src = _Source(path)
-    lines = src.lines()
-    first = next(lines, None)
-    if first is None or isinstance(first[1], _Broken) or not first[1].lower().startswith(
-            b"%%matrixmarket matrix coordinate"):
-        raise InputError("input %s is not a Matrix Market coordinate file (first line should be "
-                         "'%%%%MatrixMarket matrix coordinate real general')" % path)
-    head = first[1].lower().split()
-    if len(head) >= 4 and head[3] not in (b"real", b"integer"):
-        raise InputError("input %s: Matrix Market field %r is not supported (expected real or "
-                         "integer)" % (path, head[3].decode("latin-1")))
-    (n_docs, n_words, nnz), _ = _read_header_ints(lines, path, 3, "Matrix Market size",
-                                                  skip_comments=True)
-    _check_size("num_docs", n_docs, MAX_DOCS, path)
-    _check_size("num_terms", n_words, MAX_VOCAB, path)
-    _check_size("nnz", nnz, MAX_DOCS * 1000, path)
-    if vocab_size is not None and n_words > vocab_size:
-        raise InputError("input %s: header num_terms=%d but the vocabulary has %d words"
-                         % (path, n_words, vocab_size))
+    try:
+        lines = src.lines()
+        first = next(lines, None)
+        if first is None or isinstance(first[1], _Broken) or not first[1].lower().startswith(
+                b"%%matrixmarket matrix coordinate"):
+            raise InputError("input %s is not a Matrix Market coordinate file (first line "
+                             "should be '%%%%MatrixMarket matrix coordinate real general')"
+                             % path)
+        head = first[1].lower().split()
+        if len(head) >= 4 and head[3] not in (b"real", b"integer"):
+            raise InputError("input %s: Matrix Market field %r is not supported (expected "
+                             "real or integer)" % (path, head[3].decode("latin-1")))
+        (n_docs, n_words, nnz), _ = _read_header_ints(lines, path, 3, "Matrix Market size",
+                                                      skip_comments=True)
+        _check_size("num_docs", n_docs, MAX_DOCS, path)
+        _check_size("num_terms", n_words, MAX_VOCAB, path)
+        _check_size("nnz", nnz, MAX_DOCS * 1000, path)
+        if vocab_size is not None and n_words > vocab_size:
+            raise InputError("input %s: header num_terms=%d but the vocabulary has %d words"
+                             % (path, n_words, vocab_size))
+    except BaseException:
+        src.close()
+        raise
     yield from _iter_grouped_triples(path, src, n_docs, n_words, nnz, allow_float=True)
 
 

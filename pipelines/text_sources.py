@@ -152,16 +152,41 @@ def compression_of(path: str) -> Optional[str]:
     return None
 
 
+class _Decompressed:
+    """A decompressing reader that also closes the raw file it reads from (GzipFile, BZ2File
+    and LZMAFile given a file object leave it open)."""
+
+    def __init__(self, stream, raw):
+        self._stream = stream
+        self._raw = raw
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def open_decompressed(path: str):
-    """A binary stream of the decompressed content (by file-name suffix)."""
+    """A binary stream of the decompressed content (by file-name suffix); closing it closes
+    the file."""
     raw = open_binary(path)
     comp = compression_of(path)
     if comp == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return _Decompressed(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
     if comp == "bz2":
-        return bz2.BZ2File(raw, mode="rb")
+        return _Decompressed(bz2.BZ2File(raw, mode="rb"), raw)
     if comp == "xz":
-        return lzma.LZMAFile(raw, mode="rb")
+        return _Decompressed(lzma.LZMAFile(raw, mode="rb"), raw)
     return raw
 
 

@@ -1,6 +1,7 @@
 """Bag-of-words readers: UCI KOS exactly, LDA-C and Matrix Market round trips, bad input."""
 import gzip
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def test_uci_kos_exact(kos_paths, kos):
     vocab, docs = kos
     assert len(vocab) == 6906
     assert vocab[:3] == ["aarp", "abandon", "abandoned"]
-    assert vocab == open(vocab_path).read().split()       # file order kept
+    assert vocab == pathlib.Path(vocab_path).read_text().split()       # file order kept
     assert read_bow_vocab(docword, "uci", vocab_path) == vocab
     assert len(docs) == 3430
     assert [d[0] for d in docs] == [str(i) for i in range(1, 3431)]
@@ -190,9 +191,9 @@ def test_vocabulary_errors(tmp_path):
 
 def test_truncated_gzip_keeps_documents_before_the_cut(tmp_path, kos_paths):
     docword, _ = kos_paths
-    data = open(docword, "rb").read()
+    data = pathlib.Path(docword).read_bytes()
     path = str(tmp_path / "docword.cut.txt.gz")
-    open(path, "wb").write(data[: len(data) // 4])
+    pathlib.Path(path).write_bytes(data[: len(data) // 4])
     got, dead = split(list(iter_bow_documents(path, "uci", 6906)))
     assert len(dead) == 1 and "lost" in dead[0].error
     assert 500 < len(got) < 3430
@@ -204,7 +205,7 @@ def test_block_parser_equals_line_parser(tmp_path, monkeypatch, kos_paths):
     spanning blocks)."""
     from pipelines import bow_sources
     docword, _ = kos_paths
-    lines = gzip.open(docword).read().decode().split("\n")
+    lines = gzip.decompress(pathlib.Path(docword).read_bytes()).decode().split("\n")
     lines[500] = lines[500].split()[0] + " 1 x"   # a bad count -> its document is a dead letter
     lines[9000] = lines[9000] + " 5"  # four fields
     lines.insert(20000, "")         # blank line

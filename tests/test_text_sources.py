@@ -4,6 +4,7 @@ import collections
 import gzip
 import json
 import os
+import pathlib
 import random
 import re
 
@@ -102,13 +103,13 @@ def test_wiki_pages_titles_ids_positions(wiki_sample, wiki_docs):
 def test_wiki_plain_gzip_and_multistream(tmp_path, wiki_xml, wiki_docs, suffix):
     path = str(tmp_path / ("dump" + suffix))
     if suffix == ".xml":
-        open(path, "wb").write(wiki_xml)
+        pathlib.Path(path).write_bytes(wiki_xml)
     elif suffix == ".xml.gz":
-        open(path, "wb").write(gzip.compress(wiki_xml))
+        pathlib.Path(path).write_bytes(gzip.compress(wiki_xml))
     else:   # Wikipedia's multistream layout: many bz2 streams concatenated (100 pages each)
         cuts = [m.start() for m in re.finditer(rb"  <page>", wiki_xml)][::7] + [len(wiki_xml)]
         parts = [wiki_xml[:cuts[0]]] + [wiki_xml[a:b] for a, b in zip(cuts, cuts[1:])]
-        open(path, "wb").write(b"".join(bz2.compress(p) for p in parts))
+        pathlib.Path(path).write_bytes(b"".join(bz2.compress(p) for p in parts))
     assert expand_inputs([path]) == [(path, "wiki")]
     docs, dead = split(list(read_documents(path, "wiki")))
     assert dead == []
@@ -116,9 +117,9 @@ def test_wiki_plain_gzip_and_multistream(tmp_path, wiki_xml, wiki_docs, suffix):
 
 
 def test_truncated_bz2_keeps_pages_before_the_cut(tmp_path, wiki_sample, wiki_docs):
-    data = open(wiki_sample, "rb").read()
+    data = pathlib.Path(wiki_sample).read_bytes()
     path = str(tmp_path / "cut.xml.bz2")
-    open(path, "wb").write(data[: len(data) // 2])
+    pathlib.Path(path).write_bytes(data[: len(data) // 2])
     items = list(read_documents(path, "wiki"))
     docs, dead = split(items)
     assert len(dead) == 1 and items[-1] is dead[0]
@@ -131,7 +132,7 @@ def test_truncated_bz2_keeps_pages_before_the_cut(tmp_path, wiki_sample, wiki_do
 
 def test_truncated_plain_xml(tmp_path, wiki_xml, wiki_docs):
     path = str(tmp_path / "cut.xml")
-    open(path, "wb").write(wiki_xml[: len(wiki_xml) // 3])
+    pathlib.Path(path).write_bytes(wiki_xml[: len(wiki_xml) // 3])
     docs, dead = split(list(read_documents(path, "wiki")))
     assert len(dead) == 1 and "ends inside a <page>" in dead[0].error
     assert [d.doc_id for d in docs] == [d.doc_id for d in wiki_docs[:len(docs)]]
@@ -148,7 +149,7 @@ def test_malformed_and_undecodable_pages_are_dead_letters(tmp_path, wiki_xml, wi
     t1 = bad.find(b"</title>", pages[n1 - 1])
     bad[t1:t1 + len(b"</title>")] = b"</titel>"
     path = str(tmp_path / "bad.xml.bz2")
-    open(path, "wb").write(bz2.compress(bytes(bad)))
+    pathlib.Path(path).write_bytes(bz2.compress(bytes(bad)))
     docs, dead = split(list(read_documents(path, "wiki")))
     assert len(dead) == 2
     assert "malformed <page>" in dead[0].error and dead[0].position == a1.position
@@ -159,7 +160,7 @@ def test_malformed_and_undecodable_pages_are_dead_letters(tmp_path, wiki_xml, wi
 
 def test_oversized_page_is_skipped(tmp_path, wiki_xml, wiki_docs):
     path = str(tmp_path / "dump.xml")
-    open(path, "wb").write(wiki_xml)
+    pathlib.Path(path).write_bytes(wiki_xml)
     biggest = max(len(t) for t in re.findall(rb"<page>.*?</page>", wiki_xml, re.S))
     limit = biggest - 1
     items = list(iter_wiki_page_chunks(path, max_page_bytes=limit))
@@ -222,9 +223,9 @@ def test_strip_headers(news20_docs):
 
 
 def test_truncated_tar_keeps_members_before_the_cut(tmp_path, news20_tar):
-    data = open(news20_tar, "rb").read(400_000)
+    data = pathlib.Path(news20_tar).read_bytes()[:400_000]
     path = str(tmp_path / "cut.tar.gz")
-    open(path, "wb").write(data)
+    pathlib.Path(path).write_bytes(data)
     docs, dead = split(list(read_documents(path, "text", encoding="latin-1")))
     assert len(dead) == 1 and "truncated" in dead[0].error
     assert len(docs) > 50 and all(d.label for d in docs)
@@ -280,7 +281,7 @@ def test_unknown_extension_needs_a_format(tmp_path, wiki_sample):
     p.write_text("a,b\n")
     sniffed = tmp_path / "sniff"
     sniffed.mkdir()
-    (sniffed / "dump.bin.bz2").write_bytes(open(wiki_sample, "rb").read())
+    (sniffed / "dump.bin.bz2").write_bytes(pathlib.Path(wiki_sample).read_bytes())
     (sniffed / "corpus.dat").write_text("%%MatrixMarket matrix coordinate real general\n1 1 1\n")
     (sniffed / "docs.log").write_text('{"text": "a"}\n')
     assert [f for _, f in expand_inputs([str(sniffed)])] == ["mm", "jsonl", "wiki"]
@@ -390,3 +391,17 @@ def test_gs_urls_go_through_beam_filesystems(tmp_path, monkeypatch, wiki_sample)
 def test_unsupported_scheme_is_an_input_error():
     with pytest.raises(InputError, match="nosuchscheme://b/x.txt"):
         list(read_documents("nosuchscheme://b/x.txt", "text"))
+
+
+def test_files_are_closed(tmp_path, wiki_sample):
+    """Every reader closes what it opens, also the raw file under a decompressor."""
+    import gc
+    import warnings
+    p = tmp_path / "a.txt.gz"
+    p.write_bytes(gzip.compress(b"one line\nanother line\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        assert len(list(read_documents(str(p), "lines"))) == 2
+        assert len(list(read_documents(str(p), "text"))) == 1
+        assert sum(1 for _ in iter_wiki_page_chunks(wiki_sample)) == 206
+        gc.collect()
