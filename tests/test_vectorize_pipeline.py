@@ -213,6 +213,7 @@ def test_cli_fails_at_once_on_unusable_input(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_news20_tar_all_documents_and_labels(news20_tar, tmp_path):
     out = tmp_path / "news"
     m = vz.vectorize(_opts([news20_tar], out, holdout_fraction=0.1, num_shards=3),
