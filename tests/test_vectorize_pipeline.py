@@ -54,7 +54,7 @@ def test_doc_hash_is_stable_and_split_is_near_fraction():
     assert vz.doc_hash("12", 0) != vz.doc_hash("12", 1)
     # a fixed value: the split must never change between versions/platforms
     u, order = vz.doc_hash("Anarchism", 0)
-    assert (round(u, 12), order) == (round(vz.doc_hash("Anarchism", 0)[0], 12), order)
+    assert (round(u, 12), order) == (0.831694856558, 9524379588825707308)
     n = sum(vz.split_of(str(i), 0.2) == "heldout" for i in range(20000))
     assert 3700 < n < 4300
 
