@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -114,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--limit", type=int, default=0,
                     help="use only the first N 20 Newsgroups posts (default: all 18,846)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the dump and the outputs")
     ap.add_argument("--skip-multi", action="store_true", help="skip the 2-worker Beam run")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -157,6 +159,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
+    if args.keep:
+        print("dump and outputs kept in %s" % tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
