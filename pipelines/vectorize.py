@@ -315,8 +315,10 @@ class _TokenizeFn(_CountingDoFn):
     """
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
-                 collect_vocab: bool = True, fixed_vocab: Optional[str] = None):
+                 collect_vocab: bool = True, fixed_vocab: Optional[str] = None,
+                 paths: Optional[Dict[int, str]] = None):
         self._cfg = cfg
+        self._paths = dict(paths or {})
         self._min_tokens = min_tokens
         self._collect_vocab = collect_vocab
         self._fixed_vocab = fixed_vocab
@@ -331,6 +333,20 @@ class _TokenizeFn(_CountingDoFn):
         self._acc = TokenStatsAccumulator()
 
     def process(self, item):
+        try:
+            for out in self._process(item):
+                yield out
+        except Exception as e:   # an unexpected failure on one document must not stop the job
+            idx = item[1]
+            position = item[4] if item[0] == "page" else "doc %s" % item[3]
+            logger.warning("document %s of input %s failed: %r", position, idx, e)
+            self._count("dead_letters")
+            yield TaggedOutput(DEAD, {"source": self._paths.get(idx, "input %d" % idx),
+                                      "position": position,
+                                      "error": "%s: %s" % (type(e).__name__, e),
+                                      "snippet": ""})
+
+    def _process(self, item):
         from pipelines import text_sources as ts
         kind = item[0]
         if kind == "page":
@@ -627,10 +643,10 @@ class TokenizeDocuments(beam.PTransform):
     partial statistics, dead letters and stats."""
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
-                 fixed_vocab: Optional[str] = None):
+                 fixed_vocab: Optional[str] = None, paths: Optional[Dict[int, str]] = None):
         super().__init__()
         self._fn = _TokenizeFn(cfg, min_tokens, collect_vocab=fixed_vocab is None,
-                               fixed_vocab=fixed_vocab)
+                               fixed_vocab=fixed_vocab, paths=paths)
 
     def expand(self, items):
         res = items | "Tokenize" >> beam.ParDo(self._fn).with_outputs(
@@ -808,7 +824,8 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
         stats_parts.append(st)
         dead_parts.append(dead)
         docs, vstats, dead, st = items | "Tokenize" >> TokenizeDocuments(
-            cfg, min_tokens, fixed_vocab=opts.vocab)
+            cfg, min_tokens, fixed_vocab=opts.vocab,
+            paths={i: path for i, (path, _) in enumerate(inputs)})
         stats_parts.append(st)
         dead_parts.append(dead)
         if opts.vocab:

@@ -402,3 +402,25 @@ def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
     assert m["counts"]["documents_kept"] == 0 and m["vocabulary"]["size"] == 0
     assert m["counts"]["dead_letters"] == 1 and m["counts"]["empty_documents"] == 1
     assert m["tokens"]["total"] == 0
+
+
+def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch):
+    import pipelines.vectorize as mod
+    real = mod.tokenize
+
+    def flaky(text, cfg):
+        if "boom" in text:
+            raise RuntimeError("tokenizer exploded")
+        return real(text, cfg)
+
+    monkeypatch.setattr(mod, "tokenize", flaky)
+    items = [("doc", 0, 0, "ok", None, None, "fine words here"),
+             ("doc", 0, 1, "bad", None, None, "boom goes the text")]
+    with TestPipeline(runner="FnApiRunner") as p:
+        docs, _, dead, _ = (p | beam.Create(items)
+                            | vz.TokenizeDocuments(TokenizerConfig(), {0: 1},
+                                                   paths={0: "in.txt"}))
+        assert_that(docs | beam.Map(lambda d: d[2]), equal_to(["ok"]), label="docs")
+        assert_that(dead | beam.Map(lambda d: (d["source"], d["position"], d["error"])),
+                    equal_to([("in.txt", "doc bad", "RuntimeError: tokenizer exploded")]),
+                    label="dead")
