@@ -261,6 +261,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed-start", type=int, default=0,
+                    help="run seeds seed-start..seeds-1 (to split a run over processes)")
     ap.add_argument("--pf-seeds", type=int, default=None,
                     help="run the particle filter on the first N seeds only (default: all)")
     ap.add_argument("--particles", type=int, default=100)
@@ -301,7 +303,7 @@ def main(argv=None):
         print("%s: %d documents, V=%d, %d tokens, %d groups (%.1f s to read)"
               % (ds, len(batch.doc_ids), len(vocab), int(batch.counts.sum()),
                  len(set(batch.labels)), time.time() - t), flush=True)
-        tasks += [(ds, batch, len(vocab), s, args) for s in range(args.seeds)]
+        tasks += [(ds, batch, len(vocab), s, args) for s in range(args.seed_start, args.seeds)]
     if args.pf_seeds < args.seeds:
         print("particle filter on %d of %d seeds (--pf-seeds)" % (args.pf_seeds, args.seeds))
     trace_path = os.path.join(args.out, "%s_traces.csv" % args.tag)
