@@ -213,7 +213,8 @@ def summarise(rows):
             ratio = np.array([float(r["cpu_s"]) / olda_cpu[int(r["seed"])] for r in rs
                               if int(r["seed"]) in olda_cpu and olda_cpu[int(r["seed"])] > 0])
             out.append(dict(dataset=ds, algorithm=algo, n_seeds=len(rs),
-                            nmi_seen_mean=seen.mean(), nmi_seen_sd=seen.std(ddof=1) if len(rs) > 1 else 0.0,
+                            nmi_seen_mean=seen.mean(),
+                            nmi_seen_sd=seen.std(ddof=1) if len(rs) > 1 else 0.0,
                             nmi_heldout_mean=held.mean(),
                             nmi_heldout_sd=held.std(ddof=1) if len(rs) > 1 else 0.0,
                             nmi_heldout_trace_mean=mean_held_trace.mean(),
