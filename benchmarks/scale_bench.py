@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Scale evidence (issue 7): throughput and peak memory of training as the corpus grows.
+
+Trains one pass of online VB (K=100, S=256, alpha=0.1, eta=0.01, kappa=0.7, tau0=64: the 20
+Newsgroups settings of ../shared/bench) with ``ldabeam train`` (the in-process runner, numba
+threads) in a child process on
+
+* synthetic corpora from the LDA generative model (:mod:`pipelines.synthetic`; V=8,000 like
+  Hoffman et al.'s 7,995-word Wikipedia vocabulary, 100 planted topics, mean length 150
+  tokens) of 20k, 80k and 320k documents, 20k documents per shard;
+* 20 Newsgroups prepared as the bench harness does (``benchmarks/prepare_20news.py``; 17,784
+  training documents, V = 29,403) written 1x, 4x and 16x (doc ids made distinct;
+  ``benchmarks/memory_bench.write_repeated``),
+
+and reports per size: documents, tokens, wall seconds of the child, the trainer's own
+training seconds and CPU seconds (from the run log's ``end`` record: all threads of the child,
+start-up and data generation excluded), documents per second of training (wall) and per CPU
+second, the steady-state rate (wall, from the run log: the step at 10% of the run to the
+last step, so the one-time start-up of a few CPU seconds -- loading the numba kernels, the
+first shard, initialising lambda -- does not flatter the large corpora), and the child's peak
+RSS (``os.wait4`` rusage of exactly that child).
+
+Targets: throughput flat (largest / smallest within +-15%) and peak RSS growing < 20% from the
+smallest to the largest size. The machine is shared and loaded, so the wall-clock rate moves
+with the other jobs; the CPU-second rate is the steadier of the two and is the one the
+projection in docs/cluster.md uses. Nothing here asserts: it prints ratios and writes a CSV
+(``benchmarks/results/scale_bench.csv`` by default; one row appended as each run finishes,
+so a partial run still leaves its numbers).
+
+    python benchmarks/scale_bench.py                    # everything (~30-60 min here)
+    python benchmarks/scale_bench.py --sizes 20000,80000 --news-times 1,4   # quicker
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common  # noqa: E402
+
+FIELDS = ["corpus", "scale", "documents", "tokens", "vocabulary", "shards", "wall_s",
+          "train_s", "cpu_s", "docs_per_s", "docs_per_cpu_s", "steady_docs_per_s", "tokens_per_cpu_s",
+          "peak_rss_mb", "threads", "load_avg_1m", "started_utc"]
+
+
+def synthetic_dataset(root: str, n_docs: int, doc_length: float, seed: int) -> str:
+    from pipelines import synthetic
+    out = os.path.join(root, "syn_%d_L%g_s%d" % (n_docs, doc_length, seed))
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    spec = synthetic.SyntheticSpec(n_docs=n_docs, n_words=8000, n_topics=100,
+                                   doc_length=doc_length, alpha=0.1, eta=0.01, seed=seed)
+    t0 = time.time()
+    synthetic.write_dataset(spec, out + ".partial", overwrite=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(out + ".partial", out)
+    print("generated %s in %.0f s" % (out, time.time() - t0), file=sys.stderr, flush=True)
+    return out
+
+
+def news_dataset(cache: str, times: int) -> str:
+    from benchmarks.memory_bench import write_repeated
+    from benchmarks.prepare_20news import prepare
+    prepare(cache)
+    src = os.path.join(cache, "ds_train")
+    if times == 1:
+        return src
+    dst = os.path.join(cache, "ds_train_x%d" % times)
+    write_repeated(src, dst, times)
+    return dst
+
+
+def train_once(shards: str, model: str, threads=None) -> dict:
+    """One pass in a child; wall, peak RSS and the trainer's own seconds."""
+    from pipelines import dataset
+    shutil.rmtree(model, ignore_errors=True)
+    cmd = common.LDABEAM + [
+        "--log-level", "WARNING", "train", "--shards", shards, "--output", model,
+        "--topics", common.K, "--alpha", common.ALPHA, "--eta", common.ETA,
+        "--minibatch", common.BATCH, "--kappa", common.KAPPA, "--tau0", common.TAU0,
+        "--passes", 1, "--heldout", "none", "--eval-every", 0, "--checkpoint-every", 0,
+        "--no-progress"]
+    if threads:
+        cmd += ["--threads", threads]
+    load = os.getloadavg()[0]
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    wall, rss, _ = common.run_child_peak_rss(cmd)
+    end = None
+    steps = []
+    with open(os.path.join(model, "run_log.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("event") == "end":
+                end = rec
+            elif rec.get("event") == "step":
+                steps.append((int(rec["step"]), int(rec["docs_seen"]), float(rec["elapsed"])))
+    if end is None:
+        raise SystemExit("no end record in %s/run_log.jsonl" % model)
+    files = dataset.resolve_shards(shards)
+    man = dataset.read_manifest(shards) if os.path.exists(
+        os.path.join(shards, "manifest.json")) else {}
+    tokens = (man.get("tokens") or {}).get("train")
+    if man.get("repeated"):
+        tokens = tokens * int(man["repeated"]) if tokens else None
+    vocab = dataset.Vocabulary.read(os.path.join(shards, "vocab.tsv"))
+    docs = int(end["docs_seen"])
+    # steady state: from the step at 10% of the run to the last step (the one-time start-up
+    # -- loading the numba kernels, the first shard, initialising lambda -- left out)
+    steady = ""
+    if len(steps) >= 10:
+        k0 = steps[len(steps) // 10]
+        k1 = steps[-1]
+        if k1[2] > k0[2]:
+            steady = round((k1[1] - k0[1]) / (k1[2] - k0[2]), 1)
+    shutil.rmtree(model, ignore_errors=True)
+    return dict(documents=docs, tokens=tokens, vocabulary=len(vocab), shards=len(files),
+                wall_s=round(wall, 2), train_s=round(end["elapsed"], 2),
+                cpu_s=round(end["cpu_seconds"], 2),
+                docs_per_s=round(docs / end["elapsed"], 1),
+                docs_per_cpu_s=round(docs / end["cpu_seconds"], 1),
+                steady_docs_per_s=steady,
+                tokens_per_cpu_s=round(tokens / end["cpu_seconds"], 0) if tokens else "",
+                peak_rss_mb=round(rss, 1), threads=threads or "", load_avg_1m=round(load, 2),
+                started_utc=started)
+
+
+def report(rows, label: str) -> None:
+    rows = [r for r in rows if r["corpus"] == label]
+    if len(rows) < 2:
+        return
+    a, b = rows[0], rows[-1]
+    thr_wall = float(b["docs_per_s"]) / float(a["docs_per_s"])
+    thr_cpu = float(b["docs_per_cpu_s"]) / float(a["docs_per_cpu_s"])
+    thr_steady = (float(b["steady_docs_per_s"]) / float(a["steady_docs_per_s"])
+                  if a["steady_docs_per_s"] and b["steady_docs_per_s"] else float("nan"))
+    rss = float(b["peak_rss_mb"]) / float(a["peak_rss_mb"])
+    ok = lambda r: "met" if 0.85 <= r <= 1.15 else "NOT met"
+    print("%s: %s -> %s documents: throughput ratio (largest/smallest): per CPU second %.3f "
+          "(target 0.85..1.15: %s), wall %.3f (%s), steady-state wall %.3f (%s); peak RSS "
+          "ratio %.3f (target < 1.20: %s)"
+          % (label, a["documents"], b["documents"], thr_cpu, ok(thr_cpu), thr_wall,
+             ok(thr_wall), thr_steady, ok(thr_steady), rss, "met" if rss < 1.2 else "NOT met"))
+
+
+def main(argv=None):
+    p = common.base_parser(__doc__)
+    p.add_argument("--sizes", default="20000,80000,320000",
+                   help="synthetic corpus sizes (documents), comma-separated ('' to skip)")
+    p.add_argument("--news-times", default="1,4,16",
+                   help="20 Newsgroups repetitions, comma-separated ('' to skip)")
+    p.add_argument("--doc-length", type=float, default=150.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+    p.add_argument("--synthetic-dir", default=os.path.join(common.CACHE, "synthetic"))
+    p.add_argument("--csv", default=os.path.join(common.REPO, "benchmarks", "results",
+                                                 "scale_bench.csv"))
+    p.add_argument("--keep-data", action="store_true",
+                   help="keep the generated synthetic corpora (they are large)")
+    a = p.parse_args(argv)
+    sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
+    times = [int(x) for x in a.news_times.split(",") if x.strip()]
+    os.makedirs(os.path.dirname(os.path.abspath(a.csv)), exist_ok=True)
+    with open(a.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+    print("# %s, %s, %d cores; K=%d S=%d one pass, in-process trainer"
+          % (platform.node(), platform.python_version(), os.cpu_count() or 1, common.K,
+             common.BATCH), flush=True)
+    rows = []
+    model = os.path.join(common.CACHE, "scale_model")
+
+    def emit(row):
+        rows.append(row)
+        with open(a.csv, "a", newline="") as f:
+            csv.DictWriter(f, FIELDS).writerow(row)
+        print("| %s | %s | %d docs | train %.1f s, CPU %.1f s | %.0f docs/s (steady %s), "
+              "%.0f docs/CPU-s | peak RSS %.0f MB | load %.1f |"
+              % (row["corpus"], row["scale"], row["documents"], row["train_s"], row["cpu_s"],
+                 row["docs_per_s"], row["steady_docs_per_s"], row["docs_per_cpu_s"],
+                 row["peak_rss_mb"], row["load_avg_1m"]), flush=True)
+
+    for n in sizes:
+        ds = synthetic_dataset(a.synthetic_dir, n, a.doc_length, a.seed)
+        r = train_once(ds, model, a.threads)
+        emit(dict(r, corpus="synthetic-lda", scale=n))
+        if not a.keep_data:
+            shutil.rmtree(ds, ignore_errors=True)
+    for t in times:
+        ds = news_dataset(a.cache, t)
+        r = train_once(ds, model, a.threads)
+        emit(dict(r, corpus="20newsgroups", scale="x%d" % t))
+    print()
+    report(rows, "synthetic-lda")
+    report(rows, "20newsgroups")
+    print("CSV: %s" % a.csv)
+
+
+if __name__ == "__main__":
+    main()
