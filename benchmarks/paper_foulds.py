@@ -217,6 +217,7 @@ def main(argv=None):
                     help="only the E-step speed comparison on 20news, with 1 and 2 threads")
     a = ap.parse_args(argv)
     if a.estep_only:
+        os.makedirs(a.out, exist_ok=True)
         train, _, _, V = load("20news")
         rows = []
         for th in (1, 2):
