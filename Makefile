@@ -19,16 +19,15 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/ldabeam vectorize --output $(DEMO)/shards --holdout-fraction 0.1 \
-	    --no-below 2 --no-above 0.5
-	@if $(PY) -c "import pipelines.commands.train" 2>/dev/null; then \
-	  $(VENV)/bin/ldabeam train --shards $(DEMO)/shards --output $(DEMO)/model --topics 20 \
-	      --passes 5 --minibatch 64 && \
-	  $(VENV)/bin/ldabeam topics --model $(DEMO)/model --top 8 2>/dev/null || true; \
-	  $(VENV)/bin/ldabeam evaluate --model $(DEMO)/model --shards $(DEMO)/shards; \
-	fi
+	$(VENV)/bin/ldabeam vectorize --output $(DEMO)/shards --overwrite \
+	    --holdout-fraction 0.1 --no-below 2 --no-above 0.5
+	$(VENV)/bin/ldabeam train --shards $(DEMO)/shards --output $(DEMO)/model --overwrite \
+	    --topics 20 --passes 20 --minibatch 32 --keep-checkpoints 0
+	$(VENV)/bin/ldabeam topics --model $(DEMO)/model --top 8
+	$(VENV)/bin/ldabeam evaluate --model $(DEMO)/model --shards $(DEMO)/shards
 	@echo
-	@echo "Demo results are in $(abspath $(DEMO))/ (shards: $(abspath $(DEMO))/shards)"
+	@echo "Demo results are in $(abspath $(DEMO))/: shards in shards/, the model and its"
+	@echo "checkpoints in model/, the training log in model/run_log.jsonl"
 
 test: $(STAMP)
 	$(PY) -m pytest -ra --timeout=1800 tests
