@@ -4,7 +4,26 @@ Installs two packages: ``lda_core`` (the algorithms, no Beam) and ``pipelines`` 
 pipelines and the ``ldabeam`` command). The same file is used as ``--setup_file`` so remote
 Beam workers (Dataflow, Flink) get both packages.
 """
+import os
+import shutil
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+SAMPLE = os.path.join("data", "enwiki-sample-206pages.xml.bz2")
+
+
+class BuildPyWithSample(build_py):
+    """Ship the bundled Wikipedia sample (top-level data/) inside the installed package as
+    pipelines/data/, so `ldabeam vectorize` with no --input works after a plain `pip install .`
+    too (editable installs find it in the source tree)."""
+
+    def run(self):
+        super().run()
+        if os.path.exists(SAMPLE):
+            target = os.path.join(self.build_lib, "pipelines", "data")
+            os.makedirs(target, exist_ok=True)
+            shutil.copy(SAMPLE, target)
 
 setup(
     name="ldabeam",
@@ -15,7 +34,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*"]),
-    package_data={"pipelines": ["templates/*", "data/*"]},
+    cmdclass={"build_py": BuildPyWithSample},
     install_requires=[
         "apache-beam>=2.60",
         "numpy>=1.24",
