@@ -1,0 +1,58 @@
+"""``ldabeam infer``: per-document topic proportions of a trained model, written as Parquet.
+
+    ldabeam infer --model MODEL_DIR --shards SHARD_DIR --output DIR [BEAM OPTIONS]
+    ldabeam infer --model MODEL_DIR --input PATH_OR_GLOB... [--format F] --output DIR
+
+The pipeline is :mod:`pipelines.infer` (same E-step code and frozen state as training).
+"""
+from __future__ import annotations
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("model, documents, output")
+    g.add_argument("--model", metavar="MODEL_DIR", default=None,
+                   help="model directory written by `ldabeam train` (its latest checkpoint), "
+                        "or one checkpoint directory (required)")
+    g.add_argument("--shards", metavar="SHARD_DIR", default=None,
+                   help="documents to infer: a dataset directory (its --split), a directory "
+                        "of shards or a glob; vectorised with the model's vocabulary")
+    g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
+                   help="raw text instead of --shards (vectorised with the model's fixed "
+                        "vocabulary; unknown words are ignored and counted)")
+    g.add_argument("--format", dest="input_format", default="auto",
+                   help="format of --input: auto, wiki, text, lines, jsonl")
+    g.add_argument("--split", default="train", choices=["train", "heldout"],
+                   help="split of a dataset directory given as --shards")
+    g.add_argument("--output", metavar="DIR", default=None,
+                   help="directory for part-*.parquet and summary.json (required)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace inference results already in --output")
+    g = p.add_argument_group("inference")
+    g.add_argument("--top-n", type=int, default=3, help="topics listed in top_topics")
+    g.add_argument("--batch-size", type=int, default=1024,
+                   help="documents per E-step piece (the unit of parallel work)")
+    g.add_argument("--gamma-seed", choices=["infer", "training"], default="infer",
+                   help="seed salt of the initial gamma: 'training' reproduces the trainer's "
+                        "gamma for a minibatch when given the checkpoint it was computed with")
+    g.add_argument("--write-gamma", action="store_true",
+                   help="also write the unnormalised variational gamma (list<float64>)")
+    g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+
+
+def run(args, beam_argv) -> int:
+    from pipelines.infer import InferOptions, infer
+    opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
+                        inputs=list(args.input or []), input_format=args.input_format,
+                        split=args.split, batch_size=args.batch_size, top_n=args.top_n,
+                        gamma_seed=args.gamma_seed, write_gamma=args.write_gamma,
+                        overwrite=args.overwrite, threads=args.threads)
+    s = infer(opts, beam_argv)
+    line = ("inferred %d documents (%d tokens) with %s step %d, K=%d -> %s (%d file(s))"
+            % (s["documents"], s["tokens"], s["algorithm"], s["step"], s["n_topics"],
+               args.output, len(s["files"])))
+    print(line)
+    if s.get("source") == "text":
+        print("raw text: %d documents read, %d out-of-vocabulary tokens ignored, %d documents "
+              "with no known word skipped" % (s["documents_read"], s["oov_tokens_dropped"],
+                                              s["empty_after_vocabulary"]))
+    return 0

@@ -1,0 +1,429 @@
+"""``ldabeam infer``: per-document topic proportions of a trained model, as a Beam pipeline.
+
+    shards (or raw text)  ->  DocBatch pieces  ->  E-step with the frozen state  ->  Parquet
+
+The frozen state never enters the graph: every worker resolves the checkpoint directory once
+per process through :func:`pipelines.beam_state.acquire` (``Shared``; the same mechanism as the
+Beam trainer), and the E-step is the algorithm's own code — for online/batch VB exactly the
+trainer's ``local_step`` (numba kernel, same exp(E[log β]) rows, same dtype), so
+
+    γ_d = E-step fixed point started from γ_d⁰ ~ Gamma(100, 1/100) drawn from the key
+          (seed, step, doc_id, salt)                                  (lda_core.estep_vb)
+
+depends only on the document and the state, never on how the documents are split between
+workers. With ``gamma_seed="training"`` the salt is the trainer's ("gamma"), so inferring the
+documents of minibatch t+1 with the checkpoint of step t reproduces the γ the trainer computed
+for them bit for bit; the default salt "infer" is the one of ``OnlineVB.infer``. Algorithms
+without a VB E-step (SCVB0, samplers) use their ``infer``.
+
+θ_d = γ_d / Σ_k γ_dk (E_q[θ_d]); documents with no known word get α / Σα.
+
+Raw text input (``inputs``) is tokenized and mapped through the model's fixed vocabulary by the
+vectorize pipeline's own transforms (same tokenizer settings as the training dataset when its
+manifest can be found); unknown tokens are dropped and counted (``oov_tokens_dropped``) and
+documents with no known token are counted (``empty_after_vocabulary``) and not written.
+
+Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
+(list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight
+float32>>, the ``top_n`` largest), ``n_tokens`` (int32) [, ``gamma`` list<float64> with
+``write_gamma``], and ``OUTPUT/summary.json`` (counts, model step, vocabulary hash).
+File names are fixed by the input (shard index and piece index, or a hash of the documents'
+ids for raw text), so a retried bundle rewrites the same file.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import AsList, AsSingleton
+
+from lda_core.docbatch import DocBatch
+from pipelines import beam_state, dataset
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "ldabeam.infer"
+SUMMARY_FILE = "summary.json"
+GAMMA_SALTS = {"infer": "infer", "training": "gamma"}
+MAX_TOP_N = 1000
+
+
+def output_schema(with_gamma: bool = False) -> pa.Schema:
+    fields = [
+        pa.field("doc_id", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("theta", pa.list_(pa.float32())),
+        pa.field("top_topic", pa.int32()),
+        pa.field("top_topics", pa.list_(pa.struct([pa.field("topic", pa.int32()),
+                                                   pa.field("weight", pa.float32())]))),
+        pa.field("n_tokens", pa.int32()),
+    ]
+    if with_gamma:
+        fields.append(pa.field("gamma", pa.list_(pa.float64())))
+    return pa.schema(fields)
+
+
+@dataclass
+class InferOptions:
+    model: str                                   # model directory or one checkpoint directory
+    output: str
+    shards: Optional[str] = None                 # dataset dir / shard dir / glob
+    inputs: List[str] = field(default_factory=list)   # raw text (vectorize formats)
+    input_format: str = "auto"
+    split: str = dataset.TRAIN_SPLIT             # split of a dataset directory
+    batch_size: int = 1024                       # documents per E-step piece
+    top_n: int = 3
+    gamma_seed: str = "infer"                    # "infer" | "training" (see module docstring)
+    write_gamma: bool = False
+    overwrite: bool = False
+    threads: Optional[int] = None
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ValueError("--model MODEL_DIR is required")
+        if not self.output:
+            raise ValueError("--output DIR is required")
+        if bool(self.shards) == bool(self.inputs):
+            raise ValueError("give exactly one of --shards SHARD_DIR or --input PATH (raw text)")
+        if not 1 <= self.batch_size <= 1_000_000:
+            raise ValueError("batch_size=%r is outside the allowed range [1, 1000000]"
+                             % self.batch_size)
+        if not 1 <= self.top_n <= MAX_TOP_N:
+            raise ValueError("top_n=%r is outside the allowed range [1, %d]"
+                             % (self.top_n, MAX_TOP_N))
+        if self.gamma_seed not in GAMMA_SALTS:
+            raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+                             % (self.gamma_seed, ", ".join(GAMMA_SALTS)))
+
+
+# ----------------------------------------------------------------------------- model
+
+@dataclass
+class ModelRef:
+    """Where the frozen state is and what it is (read on the driver, before the pipeline)."""
+    state_path: str
+    algorithm: str
+    n_topics: int
+    n_words: int
+    step: int
+    vocab_hash: Optional[str]
+    vocab_path: Optional[str]
+    model_dir: str
+
+
+def resolve_model(model: str) -> ModelRef:
+    """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
+    names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.state import TopicState
+    if not os.path.isdir(model):
+        raise FileNotFoundError("model directory %s does not exist" % model)
+    if os.path.exists(os.path.join(model, "state.json")):
+        path = os.path.abspath(model)
+        state = TopicState.load(path)
+        model_dir = os.path.dirname(os.path.dirname(path))
+    else:
+        found = CheckpointStore(model).latest_checkpoint()
+        if found is None:
+            raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
+                                    "--output %s`)" % (model, model))
+        path, state = os.path.abspath(found[0].path), found[1]
+        model_dir = os.path.abspath(model)
+    vpath = os.path.join(model_dir, dataset.VOCAB_FILE)
+    if os.path.exists(vpath):
+        vocab = dataset.Vocabulary.read(vpath)
+        if state.vocab_hash and vocab.hash != state.vocab_hash:
+            raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
+                             % (vpath, vocab.hash, state.vocab_hash))
+    else:
+        vpath = None
+    return ModelRef(path, state.algorithm, state.n_topics, state.n_words, state.step,
+                    state.vocab_hash, vpath, model_dir)
+
+
+def training_shards(model_dir: str) -> Optional[str]:
+    """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
+    from lda_core.run_log import RUN_LOG_FILE, read_run_log
+    path = os.path.join(model_dir, RUN_LOG_FILE)
+    if not os.path.exists(path):
+        return None
+    for rec in read_run_log(path, "start")[::-1]:
+        s = (rec.get("run") or {}).get("shards")
+        if s:
+            return s
+    return None
+
+
+# ----------------------------------------------------------------------------- E-step
+
+def _supports_salt(algo) -> bool:
+    try:
+        params = inspect.signature(algo.local_step).parameters
+    except (TypeError, ValueError):
+        return False
+    return "salt" in params and "return_gamma" in params
+
+
+def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
+    """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
+    the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
+    if gamma_seed not in GAMMA_SALTS:
+        raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+                         % (gamma_seed, ", ".join(GAMMA_SALTS)))
+    if _supports_salt(algo):
+        return np.asarray(algo.local_step(batch, return_gamma=True,
+                                          salt=GAMMA_SALTS[gamma_seed]).gamma, np.float64)
+    return np.asarray(algo.infer(batch), np.float64)
+
+
+def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
+                with_gamma: bool = False) -> pa.Table:
+    """The output rows of ``batch``: θ = γ / Σγ and its ``top_n`` topics (ties: lower id)."""
+    g = np.asarray(gamma, np.float64)
+    theta = g / g.sum(axis=1, keepdims=True)
+    n, K = theta.shape
+    top_n = min(top_n, K)
+    order = np.argsort(-theta, axis=1, kind="stable")[:, :top_n]
+    tw = np.take_along_axis(theta, order, axis=1)
+    off = pa.array(np.arange(n + 1, dtype=np.int32) * K, pa.int32())
+    toff = pa.array(np.arange(n + 1, dtype=np.int32) * top_n, pa.int32())
+    tops = pa.StructArray.from_arrays(
+        [pa.array(order.ravel().astype(np.int32)), pa.array(tw.ravel().astype(np.float32))],
+        names=["topic", "weight"])
+    cols = [
+        pa.array(list(batch.doc_ids), pa.string()),
+        pa.array(list(batch.titles) if batch.titles is not None else [None] * n, pa.string()),
+        pa.ListArray.from_arrays(off, pa.array(theta.ravel().astype(np.float32))),
+        pa.array(order[:, 0].astype(np.int32) if n else np.zeros(0, np.int32), pa.int32()),
+        pa.ListArray.from_arrays(toff, tops),
+        pa.array(batch.doc_lengths.astype(np.int32), pa.int32()),
+    ]
+    if with_gamma:
+        cols.append(pa.ListArray.from_arrays(off, pa.array(g.ravel(), pa.float64())))
+    return pa.Table.from_arrays(cols, schema=output_schema(with_gamma))
+
+
+def _write_table(path: str, table: pa.Table, meta: Dict[str, str]) -> None:
+    import io
+    import pyarrow.parquet as pq
+    table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    dataset.write_bytes_atomic(path, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- DoFns
+
+class _ReadPiecesFn(beam.DoFn):
+    """``(shard index, path)`` -> ``(name, DocBatch)`` pieces of at most ``batch_size``."""
+
+    def __init__(self, batch_size: int):
+        self._batch_size = batch_size
+
+    def process(self, element):
+        idx, path = element
+        for j, b in enumerate(dataset.iter_shard_batches([path], self._batch_size,
+                                                        columns=["doc_id", "title", "word_ids",
+                                                                 "counts"])):
+            if b.n_docs:
+                yield "part-%05d-%05d" % (idx, j), b
+
+
+def _rows_to_piece(rows):
+    """Vectorize rows (fixed vocabulary) -> ``(name, DocBatch)``; the name hashes the ids."""
+    rows = sorted(rows, key=lambda r: str(r[0]))
+    h = hashlib.blake2b(digest_size=10)
+    for r in rows:
+        h.update(str(r[0]).encode("utf-8"))
+        h.update(b"\0")
+    batch = DocBatch.from_rows([(np.frombuffer(r[3], np.int32), np.frombuffer(r[4], np.int32))
+                                for r in rows], doc_ids=[str(r[0]) for r in rows],
+                               titles=[r[1] for r in rows])
+    return "part-text-%s" % h.hexdigest(), batch
+
+
+class _InferFn(beam.DoFn):
+    """``(name, DocBatch)`` -> E-step with the frozen state -> OUTPUT/name.parquet; emits the
+    piece's counts for the summary."""
+
+    def __init__(self, ref, output: str, gamma_seed: str, top_n: int, write_gamma: bool,
+                 threads: Optional[int], meta: Dict[str, str]):
+        self._ref = ref
+        self._output = output
+        self._gamma_seed = gamma_seed
+        self._top_n = top_n
+        self._write_gamma = write_gamma
+        self._threads = threads
+        self._meta = meta
+        self._docs = Metrics.counter(NAMESPACE, "documents")
+
+    def process(self, element):
+        name, batch = element
+        algo = beam_state.acquire(self._ref, self._threads)
+        if batch.nnz and batch.max_word_id() >= algo.n_words:
+            raise ValueError("word id %d is outside the model's vocabulary of %d words"
+                             % (batch.max_word_id(), algo.n_words))
+        gamma = infer_gamma(algo, batch, self._gamma_seed)
+        table = theta_table(batch, gamma, self._top_n, self._write_gamma)
+        path = dataset.join(self._output, name + ".parquet")
+        _write_table(path, table, self._meta)
+        self._docs.inc(batch.n_docs)
+        yield {"file": name + ".parquet", "documents": batch.n_docs,
+               "tokens": batch.n_tokens, "empty": int(np.count_nonzero(batch.doc_lengths == 0))}
+
+
+def _summary(_, pieces, stats, info, output):
+    pieces = sorted(pieces, key=lambda p: p["file"])
+    stats = dict(stats)
+    out = dict(info)
+    out.update({
+        "documents": sum(p["documents"] for p in pieces),
+        "tokens": sum(p["tokens"] for p in pieces),
+        "empty_documents": sum(p["empty"] for p in pieces),
+        "files": [p["file"] for p in pieces],
+    })
+    if info.get("source") == "text":
+        out.update({
+            "documents_read": stats.get("documents_read", 0),
+            "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
+            "empty_after_vocabulary": stats.get("empty_after_pruning", 0),
+            "too_short": stats.get("too_short", 0),
+            "empty_text": stats.get("empty_documents", 0),
+            "dead_letters": stats.get("dead_letters", 0),
+        })
+    dataset.write_bytes_atomic(dataset.join(output, SUMMARY_FILE),
+                               (json.dumps(out, indent=2, sort_keys=True) + "\n").encode())
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    if os.path.isdir(output):
+        old = [f for f in os.listdir(output) if f.endswith(".parquet") or f == SUMMARY_FILE]
+        if old and not overwrite:
+            raise ValueError("output directory %s already holds inference results (%d files); "
+                             "use --overwrite to replace them" % (output, len(old)))
+        for f in old:
+            os.unlink(os.path.join(output, f))
+    os.makedirs(output, exist_ok=True)
+
+
+def _text_options(opts: InferOptions, ref: ModelRef):
+    """VectorizeOptions for raw text: the training dataset's tokenizer settings when its
+    manifest is found (run log -> shards -> manifest.json), the vectorize defaults otherwise."""
+    from pipelines.vectorize import VectorizeOptions
+    settings = {}
+    shards = training_shards(ref.model_dir)
+    if shards:
+        try:
+            settings = dataset.read_manifest(shards).get("settings", {}) or {}
+        except (OSError, ValueError):
+            settings = {}
+    keys = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
+            "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
+            "label_field", "title_field", "strip_headers")
+    kw = {k: settings[k] for k in keys if k in settings}
+    vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
+                          format=opts.input_format, vocab=ref.vocab_path, **kw)
+    return vo, bool(settings)
+
+
+def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
+    info = {"tool": "ldabeam infer", "model": ref.model_dir, "checkpoint": ref.state_path,
+            "algorithm": ref.algorithm, "n_topics": ref.n_topics, "step": ref.step,
+            "vocab_hash": ref.vocab_hash, "gamma_seed": opts.gamma_seed, "top_n": opts.top_n}
+    meta = {"ldabeam.checkpoint": ref.state_path, "ldabeam.step": str(ref.step),
+            "ldabeam.vocab_hash": str(ref.vocab_hash)}
+    stats_parts = []
+    if opts.shards:
+        files = dataset.resolve_shards(opts.shards, opts.split)
+        dataset.check_vocab_hash(files, ref.vocab_hash)
+        info.update(source="shards", shards=opts.shards, n_shards=len(files))
+        pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
+                  | "SpreadShards" >> beam.Reshuffle()
+                  | "Read" >> beam.ParDo(_ReadPiecesFn(opts.batch_size))
+                  | "SpreadPieces" >> beam.Reshuffle())
+    else:
+        from pipelines import vectorize as vz
+        if ref.vocab_path is None:
+            raise FileNotFoundError("raw text needs the model's vocabulary, but %s has no %s"
+                                    % (ref.model_dir, dataset.VOCAB_FILE))
+        vo, from_manifest = _text_options(opts, ref)
+        vo.validate()
+        inputs = vz.resolve_inputs(vo)
+        if any(f in vz.BOW_FORMATS for _, f in inputs):
+            raise ValueError("--input takes raw text (%s); vectorise bag-of-words files with "
+                             "`ldabeam vectorize --vocab` and pass --shards"
+                             % ", ".join(vz.TEXT_FORMATS))
+        info.update(source="text", inputs=[pth for pth, _ in inputs],
+                    tokenizer_from_training_manifest=from_manifest)
+        cfg = vo.tokenizer_config(vz._load_stopwords(vo.stopwords))
+        min_tokens = {i: vo.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
+        items, _dead, st = (p | "Inputs" >> beam.Create([(i, pth, f) for i, (pth, f)
+                                                         in enumerate(inputs)])
+                            | "ReadText" >> vz.ReadWorkItems(vo.reader_options()))
+        stats_parts.append(st)
+        rows, _vs, _dead2, st2 = items | "Tokenize" >> vz.TokenizeDocuments(
+            cfg, min_tokens, fixed_vocab=vo.vocab,
+            paths={i: pth for i, (pth, _) in enumerate(inputs)})
+        stats_parts.append(st2)
+        pieces = (rows | "Batch" >> beam.BatchElements(min_batch_size=opts.batch_size,
+                                                      max_batch_size=opts.batch_size)
+                  | "ToPiece" >> beam.Map(_rows_to_piece))
+    results = pieces | "Infer" >> beam.ParDo(_InferFn(
+        beam_ref, opts.output, opts.gamma_seed, opts.top_n, opts.write_gamma, opts.threads,
+        meta))
+    if stats_parts:
+        stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
+                 | "SumStats" >> beam.CombinePerKey(sum) | "StatsDict" >> beam.combiners.ToDict())
+    else:
+        stats = p | "NoStats" >> beam.Create([{}])
+    return (p | "Start" >> beam.Create([None])
+            | "Summary" >> beam.Map(_summary, AsList(results), AsSingleton(stats), info,
+                                    opts.output))
+
+
+def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
+    Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
+    from pipelines.vectorize import pipeline_options
+    opts.validate()
+    ref = resolve_model(opts.model)
+    if opts.shards:   # fail now, before creating the output
+        dataset.check_vocab_hash(dataset.resolve_shards(opts.shards, opts.split),
+                                 ref.vocab_hash)
+    _prepare_output(opts.output, opts.overwrite)
+    beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
+                                   path=ref.state_path, position=ref.step)
+    logger.info("infer: %s (step %d, K=%d) on %s -> %s", ref.algorithm, ref.step, ref.n_topics,
+                opts.shards or ", ".join(opts.inputs), opts.output)
+    with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
+        build_pipeline(p, opts, ref, beam_ref)
+    with open(os.path.join(opts.output, SUMMARY_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_theta(output: str):
+    """All rows written by :func:`infer` as one Arrow table, sorted by doc_id."""
+    import pyarrow.parquet as pq
+    files = sorted(f for f in os.listdir(output) if f.endswith(".parquet"))
+    if not files:
+        raise FileNotFoundError("no inference results (*.parquet) in %s" % output)
+    t = pa.concat_tables([pq.read_table(os.path.join(output, f)) for f in files])
+    idx = np.argsort(np.asarray(t.column("doc_id").to_pylist(), dtype=object), kind="stable")
+    return t.take(pa.array(idx))
+
+
+__all__ = ["InferOptions", "infer", "infer_gamma", "theta_table", "resolve_model",
+           "training_shards", "read_theta", "output_schema"]
