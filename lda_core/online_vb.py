@@ -61,8 +61,7 @@ def _is_number(x) -> bool:
 def _check_int(name, value, lo, hi=None):
     if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) \
             or value < lo or (hi is not None and value > hi):
-        rng = "[%d, %s]" % (lo, "inf)" if hi is None else "%d]" % hi)
-        rng = rng if hi is not None else "[%d, inf)" % lo
+        rng = "[%d, inf)" % lo if hi is None else "[%d, %d]" % (lo, hi)
         raise ValueError("%s=%r is outside the allowed range %s (an integer)" % (name, value, rng))
     return int(value)
 
