@@ -313,19 +313,33 @@ class WriteStatsFn(beam.DoFn):
 
 # ------------------------------------------------------------------------------ transforms
 
+def _only_piece(element):
+    position, (_, stats) = element
+    return position, stats
+
+
 class MinibatchStatistics(beam.PTransform):
-    """Read tasks ``(position, ReadTask)`` of one minibatch -> ``(position, merged stats)``."""
+    """Read tasks ``(position, ReadTask)`` of one minibatch -> ``(position, merged stats)``.
+
+    ``single_piece``: the minibatch is one piece (the in-process runner, whose E-step kernel
+    already uses every core), so there is nothing to combine: the E-step output goes straight
+    on, and the E-step and the global step fuse into one stage (one stage per step instead of
+    two plus a shuffle)."""
 
     def __init__(self, ref_view, n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None):
+                 fanout: Optional[int] = None, single_piece: bool = False):
         super().__init__()
         self.ref_view, self.n_threads = ref_view, n_threads
         self.deterministic, self.fanout = deterministic, fanout
+        self.single_piece = single_piece
 
     def expand(self, tasks):
         pieces = (tasks
                   | "EStep" >> beam.ParDo(EStepFn(self.n_threads), self.ref_view)
                   .with_output_types(Tuple[int, Tuple[int, SuffStats]]))
+        if self.single_piece:
+            return pieces | "OnePiece" >> beam.Map(_only_piece).with_output_types(
+                Tuple[int, SuffStats])
         combine = beam.CombinePerKey(StatsCombineFn(self.deterministic))
         if self.fanout:
             combine = combine.with_hot_key_fanout(self.fanout)
@@ -345,8 +359,9 @@ class TrainStep(beam.PTransform):
     def expand(self, pcolls):
         tasks, prev_ref = pcolls
         view = beam.pvalue.AsSingleton(prev_ref, default_value=None)
-        stats = tasks | "Statistics" >> MinibatchStatistics(view, self.n_threads,
-                                                            self.deterministic, self.fanout)
+        stats = tasks | "Statistics" >> MinibatchStatistics(
+            view, self.n_threads, self.deterministic, self.fanout,
+            single_piece=len(self.step.tasks) == 1)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,
                          self.n_threads), view)
