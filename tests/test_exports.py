@@ -1,0 +1,145 @@
+"""Exports from a real run on a 20 Newsgroups slice (vectorize -> train, K=8, one pass):
+a gensim LdaModel (loadable, same top words, CoherenceModel runs on it) and pyLDAvis's prepared
+data (checked for content); phi-npy keeps working."""
+import json
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+from pipelines import dataset
+from pipelines.cli import main as cli_main
+
+K = 8
+PER_GROUP = 30
+
+
+def _write_news20_jsonl(tar_path, path, per_group=PER_GROUP):
+    """``per_group`` training posts of each group as JSON lines (headers dropped, the Subject
+    as title, the group as label)."""
+    seen, n = {}, 0
+    with tarfile.open(tar_path, "r:gz") as t, open(path, "w", encoding="utf-8") as out:
+        for m in t:
+            parts = m.name.split("/")
+            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
+                continue
+            g = parts[1]
+            if seen.get(g, 0) >= per_group:
+                continue
+            seen[g] = seen.get(g, 0) + 1
+            text = t.extractfile(m).read().decode("latin-1")
+            head, _, body = text.partition("\n\n")
+            subject = next((line[8:].strip() for line in head.split("\n")
+                            if line.startswith("Subject:")), "")
+            out.write(json.dumps({"id": "%s/%s" % (g, parts[2]), "title": subject or None,
+                                  "label": g, "text": body}) + "\n")
+            n += 1
+    return n
+
+
+def news20_run(tmp_path_factory, tar_path):
+    """(dataset dir, model dir) of a real small run, built once per test session."""
+    base = tmp_path_factory.getbasetemp() / "news20_run"
+    ds, model = str(base / "ds"), str(base / "model")
+    if os.path.exists(os.path.join(model, "run_log.jsonl")):
+        return ds, model
+    base.mkdir(exist_ok=True)
+    src = str(base / "posts.jsonl")
+    _write_news20_jsonl(tar_path, src)
+    assert cli_main(["vectorize", "--input", src, "--format", "jsonl", "--output", ds,
+                     "--holdout-fraction", "0.1"]) == 0
+    assert cli_main(["train", "--shards", ds, "--output", model, "--topics", str(K),
+                     "--minibatch", "48", "--passes", "1", "--seed", "1", "--eval-every", "3",
+                     "--checkpoint-every", "3", "--keep-checkpoints", "20",
+                     "--no-progress"]) == 0
+    return ds, model
+
+
+@pytest.fixture(scope="module")
+def run20(tmp_path_factory, news20_tar):
+    return news20_run(tmp_path_factory, news20_tar)
+
+
+def _ours(model):
+    from pipelines.commands.export import load_model
+    return load_model(model)
+
+
+def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
+    from gensim.models import CoherenceModel, LdaModel
+    from lda_core.evaluation import top_words
+    ds, model = run20
+    path = str(tmp_path / "g" / "lda.gensim")
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
+    lda = LdaModel.load(path)
+    algo, state, vocab = _ours(model)
+    assert lda.num_topics == K and lda.num_terms == len(vocab) == state.n_words
+    ours = top_words(algo.topic_word(), vocab.tokens, n=10)
+    for k in range(K):
+        theirs = lda.show_topic(k, topn=10)
+        assert [w for w, _ in theirs] == [str(w) for w, _ in ours[k]]
+        np.testing.assert_allclose([p for _, p in theirs], [p for _, p in ours[k]], rtol=1e-5)
+    np.testing.assert_allclose(lda.get_topics(), algo.topic_word(), atol=1e-6)
+    np.testing.assert_allclose(lda.alpha, algo.alpha)
+    # gensim's own machinery runs on it: inference and coherence
+    docs = dataset.read_docbatch(dataset.resolve_shards(ds))
+    bow = [list(zip(*(x.tolist() for x in docs.doc(i)))) for i in range(200)]
+    gamma, _ = lda.inference(bow[:20])
+    ours_theta = algo.infer(docs.take(np.arange(20)))
+    agree = np.mean(gamma.argmax(axis=1) == ours_theta.argmax(axis=1))
+    assert agree >= 0.8, agree
+    cm = CoherenceModel(model=lda, corpus=bow, dictionary=lda.id2word, coherence="u_mass",
+                        topn=10)
+    per_topic = cm.get_coherence_per_topic()
+    assert len(per_topic) == K and all(np.isfinite(per_topic)) and max(per_topic) < 0
+
+
+def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
+    from pipelines.exports import load_pyldavis
+    ds, model = run20
+    out = str(tmp_path / "vis")
+    assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,
+                     "--max-docs", "150"]) == 0       # shards: the run log's
+    assert "150 documents" in capsys.readouterr().out
+    d = load_pyldavis(out)
+    algo, state, vocab = _ours(model)
+    docs = dataset.read_docbatch(dataset.resolve_shards(ds)).take(np.arange(150))
+    assert set(d) == {"topic_term_dists", "doc_topic_dists", "doc_lengths", "vocab",
+                      "term_frequency"}
+    np.testing.assert_allclose(d["topic_term_dists"], algo.topic_word())
+    np.testing.assert_allclose(d["topic_term_dists"].sum(axis=1), 1.0)
+    assert d["doc_topic_dists"].shape == (150, K)
+    np.testing.assert_allclose(d["doc_topic_dists"].sum(axis=1), 1.0)
+    np.testing.assert_allclose(d["doc_topic_dists"], algo.infer(docs), atol=1e-12)
+    np.testing.assert_array_equal(d["doc_lengths"], docs.doc_lengths)
+    assert d["vocab"] == vocab.tokens
+    tf = np.asarray(docs.to_csr(len(vocab)).sum(axis=0)).ravel()
+    np.testing.assert_array_equal(d["term_frequency"], tf)
+    with open(os.path.join(out, "pyldavis.json")) as f:
+        meta = json.load(f)
+    assert meta["doc_ids"] == list(docs.doc_ids) and meta["info"]["step"] == state.step
+    try:
+        import pyLDAvis  # noqa: F401
+    except ImportError:
+        assert not os.path.exists(os.path.join(out, "pyldavis.html"))
+    else:
+        assert os.path.getsize(os.path.join(out, "pyldavis.html")) > 1000
+
+
+def test_phi_npy_still_works_and_bad_inputs(run20, tmp_path, capsys):
+    ds, model = run20
+    p = str(tmp_path / "phi.npy")
+    assert cli_main(["export", "--model", model, "--format", "phi-npy", "--output", p]) == 0
+    algo, _, _ = _ours(model)
+    np.testing.assert_allclose(np.load(p), algo.topic_word())
+    # pyldavis on shards of another vocabulary: one clear line, exit 2
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    docs = dataset.read_docbatch(dataset.resolve_shards(ds)).take(np.arange(5))
+    dataset.write_shard(str(bad / "part-00000-of-00001.parquet"),
+                        dataset.docbatch_to_table(docs), "f" * 64)
+    capsys.readouterr()
+    assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output",
+                     str(tmp_path / "vis"), "--shards", str(bad)]) == 2
+    assert "expects vocabulary" in capsys.readouterr().err
