@@ -1,0 +1,484 @@
+"""scikit-learn-compatible estimators: ``OnlineLDA`` (online / batch VB) and ``SCVB0LDA``.
+
+Drop-in for ``sklearn.decomposition.LatentDirichletAllocation``: the same parameter names where
+they mean the same thing (``n_components, doc_topic_prior, topic_word_prior, learning_method,
+learning_decay, learning_offset, max_iter, batch_size, evaluate_every, total_samples,
+perp_tol, mean_change_tol, max_doc_update_iter, n_jobs, verbose, random_state``), the same
+methods (``fit``, ``partial_fit``, ``transform``, ``fit_transform``, ``score``,
+``perplexity``, ``get_params`` / ``set_params``) and fitted attributes (``components_``,
+``exp_dirichlet_component_``, ``n_batch_iter_``, ``n_iter_``, ``n_features_in_``,
+``bound_``, ``doc_topic_prior_``, ``topic_word_prior_``, ``random_state_``), on scipy sparse
+matrices or dense arrays of counts (documents x words). The maths is :mod:`lda_core.online_vb`
+(``algorithm_`` holds the fitted :class:`OnlineVB`).
+
+Mapping to the paper's notation (Hoffman et al. 2010), identical to scikit-learn's schedule:
+    ρ_j = (learning_offset + j)^(−learning_decay),  j = 1, 2, ... (``n_batch_iter_``)
+so ``tau0 = learning_offset + 1`` and ``kappa = learning_decay`` in ``OnlineVB``
+(whose t starts at 0); D = n_samples in ``fit`` and ``total_samples`` in ``partial_fit``
+(as scikit-learn); ``doc_topic_prior`` α and ``topic_word_prior`` η default to
+1/n_components; ``max_doc_update_iter`` / ``mean_change_tol`` are the E-step cap and the
+mean-|Δγ| stopping threshold. ``learning_method="batch"``: λ ← η + sstats over all
+documents, ``max_iter`` passes (``BatchVB``).
+
+Counts: the E-step works on integer counts; non-integer values are rounded to the nearest
+integer (entries that round to 0 are dropped). Negative values raise ValueError.
+
+Seeding: γ⁰ of a document is drawn from (seed, step, document key) (``lda_core.estep_vb``). In
+``fit``/``partial_fit`` the key is the row's position in the call; in ``transform``/``score``
+it is a hash of the row's contents, so the θ of a document does not depend on which other
+rows are transformed with it. ``random_state`` (None, int or RandomState) gives the seed.
+
+scikit-learn is optional: with it installed the classes derive from its ``BaseEstimator`` and
+``TransformerMixin`` (``check_estimator`` passes); without it a small duck-typed base provides
+``get_params`` / ``set_params`` and the validation below.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import math
+import numbers
+from typing import Any, Dict, Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from lda_core.docbatch import DocBatch
+
+logger = logging.getLogger(__name__)
+
+try:  # optional
+    from sklearn.base import BaseEstimator as _Base, TransformerMixin as _TMixin
+    from sklearn.base import ClassNamePrefixFeaturesOutMixin as _FOMixin
+    from sklearn.utils.validation import check_is_fitted as _check_is_fitted
+    try:
+        from sklearn.utils.validation import validate_data as _validate_data
+    except ImportError:  # pragma: no cover - scikit-learn < 1.6
+        _validate_data = None
+    HAVE_SKLEARN = True
+except ImportError:  # pragma: no cover - exercised without scikit-learn
+    HAVE_SKLEARN = False
+    _validate_data = None
+
+    class _Base:
+        """get_params / set_params like scikit-learn's BaseEstimator (no dependency)."""
+
+        @classmethod
+        def _get_param_names(cls):
+            sig = inspect.signature(cls.__init__)
+            return sorted(p.name for p in sig.parameters.values()
+                          if p.name != "self" and p.kind != p.VAR_KEYWORD)
+
+        def get_params(self, deep=True):
+            return {k: getattr(self, k) for k in self._get_param_names()}
+
+        def set_params(self, **params):
+            valid = self._get_param_names()
+            for k, v in params.items():
+                if k not in valid:
+                    raise ValueError("Invalid parameter %r for estimator %s. Valid parameters "
+                                     "are: %s." % (k, type(self).__name__, valid))
+                setattr(self, k, v)
+            return self
+
+        def __repr__(self):
+            return "%s(%s)" % (type(self).__name__, ", ".join(
+                "%s=%r" % kv for kv in self.get_params().items()))
+
+    class _TMixin:
+        def fit_transform(self, X, y=None, **fit_params):
+            return self.fit(X, y, **fit_params).transform(X)
+
+    class _FOMixin:
+        pass
+
+    class NotFittedError(ValueError, AttributeError):
+        pass
+
+    def _check_is_fitted(est, attributes=None):
+        if not hasattr(est, "components_"):
+            raise NotFittedError("This %s instance is not fitted yet. Call 'fit' with "
+                                 "appropriate arguments before using this estimator."
+                                 % type(est).__name__)
+
+
+def _row_keys(X: sp.csr_matrix) -> tuple:
+    """A content hash per row (indices and values): γ⁰ keys independent of row position."""
+    keys = []
+    for i in range(X.shape[0]):
+        s, e = X.indptr[i], X.indptr[i + 1]
+        h = hashlib.blake2b(digest_size=12)
+        h.update(np.ascontiguousarray(X.indices[s:e], np.int64).tobytes())
+        h.update(np.ascontiguousarray(X.data[s:e], np.int64).tobytes())
+        keys.append(h.hexdigest())
+    return tuple(keys)
+
+
+def _seed_of(random_state) -> int:
+    if random_state is None:
+        return int(np.random.randint(0, 2 ** 31 - 1))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if not 0 <= int(random_state) < 2 ** 32:
+            raise ValueError("random_state=%r is outside the allowed range [0, 2**32)"
+                             % (random_state,))
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2 ** 31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2 ** 31 - 1))
+    raise ValueError("random_state=%r must be None, an int or a numpy RandomState"
+                     % (random_state,))
+
+
+class _LDABase(_FOMixin, _TMixin, _Base):
+    """Validation, batching and the scikit-learn surface shared by the estimators."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.positive_only = True
+        return tags
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"requires_positive_X": True, "preserves_dtype": [np.float64]}
+
+    # -- input --------------------------------------------------------------------------------
+    def _check_X(self, X, reset: bool, where: str) -> sp.csr_matrix:
+        """Documents x words counts -> CSR float64 with integer, non-negative values."""
+        if HAVE_SKLEARN and _validate_data is not None:
+            X = _validate_data(self, X, reset=reset, accept_sparse="csr",
+                               dtype=[np.float64, np.float32])
+        else:
+            X = self._check_X_plain(X, reset)
+        X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+        if X.nnz and (not np.all(np.isfinite(X.data))):
+            raise ValueError("Input X contains NaN or infinity (%s)" % where)
+        if X.nnz and X.data.min() < 0:
+            raise ValueError("Negative values in data passed to %s.%s: LDA needs word counts "
+                             "(>= 0); found %g" % (type(self).__name__, where, X.data.min()))
+        X.data = np.rint(X.data)
+        X.eliminate_zeros()
+        X.sum_duplicates()
+        X.sort_indices()
+        if X.nnz and X.data.max() > np.iinfo(np.int32).max:
+            raise ValueError("a count of %g is too large (int32)" % X.data.max())
+        return X
+
+    def _check_X_plain(self, X, reset):
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise ValueError("Expected 2D array, got %dD array instead" % X.ndim)
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError("Found array with shape %s; at least 1 sample and 1 feature are "
+                             "required" % (X.shape,))
+        if reset:
+            self.n_features_in_ = X.shape[1]
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError("X has %d features, but %s is expecting %d features as input"
+                             % (X.shape[1], type(self).__name__, self.n_features_in_))
+        return X
+
+    @staticmethod
+    def _to_batch(X: sp.csr_matrix, keys=None) -> DocBatch:
+        ids = keys if keys is not None else tuple(str(i) for i in range(X.shape[0]))
+        return DocBatch(ids, X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                        X.data.astype(np.int32))
+
+    def _check_fitted_shape(self, X, where):
+        _check_is_fitted(self)
+        X = self._check_X(X, reset=False, where=where)
+        K, V = self.components_.shape
+        if K != self.algorithm_.n_topics or V != self.algorithm_.n_words:
+            raise ValueError("components_ has shape %s but the fitted model has K=%d, V=%d "
+                             "(was components_ replaced?)" % ((K, V), self.algorithm_.n_topics,
+                                                              self.algorithm_.n_words))
+        if X.shape[1] != V:
+            raise ValueError("X has %d features, but %s is expecting %d features as input "
+                             "(the model's vocabulary size)" % (X.shape[1], type(self).__name__,
+                                                                V))
+        return X
+
+    def _check_params(self):
+        if not (isinstance(self.n_components, numbers.Integral)
+                and not isinstance(self.n_components, bool) and self.n_components >= 1):
+            raise ValueError("n_components=%r is outside the allowed range [1, inf) (an "
+                             "integer)" % (self.n_components,))
+        for name in ("batch_size", "max_iter", "max_doc_update_iter"):
+            v = getattr(self, name)
+            if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1):
+                raise ValueError("%s=%r is outside the allowed range [1, inf) (an integer)"
+                                 % (name, v))
+        for name in ("doc_topic_prior", "topic_word_prior"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, numbers.Real) and math.isfinite(v)
+                                      and v > 0):
+                raise ValueError("%s=%r is outside the allowed range (0, inf)" % (name, v))
+
+    # -- outputs --------------------------------------------------------------------------------
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def transform(self, X, *, normalize=True):
+        """Document-topic distribution (n x K; rows sum to 1 unless ``normalize=False``)."""
+        X = self._check_fitted_shape(X, "transform")
+        g = self._gamma(X)
+        return g / g.sum(axis=1, keepdims=True) if normalize else g
+
+    def perplexity(self, X, sub_sampling=False):
+        """exp(−score(X) / number of tokens), as scikit-learn's."""
+        X = self._check_fitted_shape(X, "perplexity")
+        n = X.sum()
+        if n <= 0:
+            raise ValueError("perplexity needs at least one token")
+        return float(math.exp(-self._bound(X) / n))
+
+    def score(self, X, y=None):
+        """The approximate log likelihood (variational bound) of X: Σ_d ELBO_d + topic term."""
+        X = self._check_fitted_shape(X, "score")
+        return float(self._bound(X))
+
+    def _sync(self):
+        raise NotImplementedError
+
+
+class OnlineLDA(_LDABase):
+    """Online (or batch) variational Bayes LDA with scikit-learn's interface (module
+    docstring). ``dtype`` is the E-step precision ("float32" default, as the trainer)."""
+
+    def __init__(self, n_components=10, *, doc_topic_prior=None, topic_word_prior=None,
+                 learning_method="online", learning_decay=0.7, learning_offset=10.0,
+                 max_iter=10, batch_size=128, evaluate_every=-1, total_samples=1e6,
+                 perp_tol=1e-1, mean_change_tol=1e-3, max_doc_update_iter=100, n_jobs=None,
+                 verbose=0, random_state=None, dtype="float32"):
+        self.n_components = n_components
+        self.doc_topic_prior = doc_topic_prior
+        self.topic_word_prior = topic_word_prior
+        self.learning_method = learning_method
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.evaluate_every = evaluate_every
+        self.total_samples = total_samples
+        self.perp_tol = perp_tol
+        self.mean_change_tol = mean_change_tol
+        self.max_doc_update_iter = max_doc_update_iter
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.random_state = random_state
+        self.dtype = dtype
+
+    def _check_params(self):
+        super()._check_params()
+        if self.learning_method not in ("online", "batch"):
+            raise ValueError("learning_method=%r is not allowed; choose 'online' or 'batch'"
+                             % (self.learning_method,))
+        if not (isinstance(self.learning_offset, numbers.Real) and self.learning_offset > -1):
+            raise ValueError("learning_offset=%r is outside the allowed range (-1, inf)"
+                             % (self.learning_offset,))
+        if not (isinstance(self.total_samples, numbers.Real) and self.total_samples >= 1):
+            raise ValueError("total_samples=%r is outside the allowed range [1, inf)"
+                             % (self.total_samples,))
+
+    def _new_algorithm(self, n_features, corpus_size):
+        from lda_core.online_vb import BatchVB, OnlineVB
+        self._check_params()
+        K = int(self.n_components)
+        cls = BatchVB if self.learning_method == "batch" else OnlineVB
+        threads = None
+        if self.n_jobs is not None and self.n_jobs > 0:
+            import numba
+            threads = min(int(self.n_jobs), numba.config.NUMBA_NUM_THREADS)
+        self.random_state_ = np.random.RandomState(self.random_state) \
+            if isinstance(self.random_state, numbers.Integral) else self.random_state
+        algo = cls(K, int(n_features), alpha=self.doc_topic_prior, eta=self.topic_word_prior,
+                   kappa=float(self.learning_decay), tau0=float(self.learning_offset) + 1.0,
+                   batch_size=int(self.batch_size), corpus_size=int(corpus_size),
+                   seed=_seed_of(self.random_state), max_iter=int(self.max_doc_update_iter),
+                   tol=float(self.mean_change_tol), dtype=self.dtype, n_threads=threads)
+        self.algorithm_ = algo
+        self.n_batch_iter_ = 1
+        self.n_iter_ = 0
+        self.doc_topic_prior_ = float(algo.alpha[0])
+        self.topic_word_prior_ = float(algo.eta)
+        return algo
+
+    def _sync(self):
+        """Fitted attributes from the algorithm's λ."""
+        a = self.algorithm_
+        lam = a.lambda_()
+        self.components_ = lam
+        from scipy.special import psi
+        self.exp_dirichlet_component_ = np.exp(psi(lam) - psi(lam.sum(axis=1))[:, None])
+        self.n_batch_iter_ = int(a.step) + 1
+
+    def _minibatches(self, X):
+        n = X.shape[0]
+        S = int(self.batch_size)
+        for s in range(0, n, S):
+            rows = slice(s, min(n, s + S))
+            yield self._to_batch(X[rows], tuple(str(i) for i in range(s, min(n, s + S))))
+
+    def fit(self, X, y=None):
+        """``max_iter`` passes over X (online: minibatches of ``batch_size`` in row order, D =
+        n_samples; batch: one global step per pass). Refits from scratch."""
+        self._check_params()
+        X = self._check_X(X, reset=True, where="fit")
+        algo = self._new_algorithm(X.shape[1], X.shape[0])
+        last_bound = None
+        self.bound_ = None
+        if self.learning_method == "batch":
+            batches = list(self._minibatches(X))
+            res = algo.fit(batches, max_passes=int(self.max_iter))
+            self.n_iter_ = res["passes"]
+        else:
+            for it in range(int(self.max_iter)):
+                for b in self._minibatches(X):
+                    algo.global_step(algo.local_step(b))
+                self.n_iter_ = it + 1
+                if self.evaluate_every > 0 and (it + 1) % self.evaluate_every == 0:
+                    self._sync()
+                    bound = self.perplexity(X)
+                    if self.verbose:
+                        logger.info("iteration %d: perplexity %.4f", it + 1, bound)
+                    if last_bound is not None and abs(last_bound - bound) < self.perp_tol:
+                        break
+                    last_bound = bound
+        self._sync()
+        if self.evaluate_every > 0 or self.learning_method == "batch":
+            self.bound_ = self.perplexity(X)
+        return self
+
+    def partial_fit(self, X, y=None):
+        """One online step per ``batch_size`` rows of X (D = ``total_samples``), continuing
+        from the current state (a new model on the first call)."""
+        first = not hasattr(self, "components_")
+        X = self._check_X(X, reset=first, where="partial_fit")
+        if first:
+            self._check_params()
+            if self.learning_method != "online":
+                raise ValueError("partial_fit needs learning_method='online'")
+            self._new_algorithm(X.shape[1], int(self.total_samples))
+        elif X.shape[1] != self.components_.shape[1]:
+            raise ValueError("X has %d features, but %s is expecting %d features as input"
+                             % (X.shape[1], type(self).__name__, self.components_.shape[1]))
+        algo = self.algorithm_
+        base = algo.docs_seen
+        n, S = X.shape[0], int(self.batch_size)
+        for s in range(0, n, S):
+            e = min(n, s + S)
+            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
+            algo.global_step(algo.local_step(b))
+        self._sync()
+        return self
+
+    def _gamma(self, X):
+        st = self.algorithm_.local_step(self._to_batch(X, _row_keys(X)), return_gamma=True,
+                                        salt="infer")
+        return np.asarray(st.gamma, np.float64)
+
+    def _bound(self, X):
+        a = self.algorithm_
+        st = a.local_step(self._to_batch(X, _row_keys(X)), salt="eval")
+        # topic term scaled as scikit-learn's _approx_bound(sub_sampling=False): added once
+        return st.score + a.topic_term()
+
+
+class SCVB0LDA(_LDABase):
+    """SCVB0 (Foulds et al. 2013) with the same scikit-learn surface. ``components_`` are the
+    expected topic-word counts N^Φ + η (λ-like); ``score`` is the held-out-free surrogate
+    Σ_d Σ_w n_dw log Σ_k θ_dk φ_kw (a log likelihood under point estimates)."""
+
+    def __init__(self, n_components=10, *, doc_topic_prior=None, topic_word_prior=None,
+                 max_iter=10, batch_size=128, total_samples=1e6, learning_decay=0.9,
+                 learning_offset=1000.0, max_doc_update_iter=5, evaluate_every=-1,
+                 mean_change_tol=1e-3, random_state=None, n_jobs=None, verbose=0):
+        self.n_components = n_components
+        self.doc_topic_prior = doc_topic_prior
+        self.topic_word_prior = topic_word_prior
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.total_samples = total_samples
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
+        self.max_doc_update_iter = max_doc_update_iter
+        self.evaluate_every = evaluate_every
+        self.mean_change_tol = mean_change_tol
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    def _new_algorithm(self, X_or_V, corpus_tokens):
+        from lda_core.scvb0 import SCVB0
+        self._check_params()
+        K = int(self.n_components)
+        algo = SCVB0(K, int(X_or_V), alpha=self.doc_topic_prior or 1.0 / K,
+                     eta=self.topic_word_prior or 1.0 / K, batch_size=int(self.batch_size),
+                     corpus_tokens=int(corpus_tokens), seed=_seed_of(self.random_state),
+                     kappa_phi=float(self.learning_decay), tau_phi=float(self.learning_offset),
+                     infer_passes=int(self.max_doc_update_iter))
+        self.algorithm_ = algo
+        self.doc_topic_prior_ = float(algo.alpha)
+        self.topic_word_prior_ = float(algo.eta)
+        self.n_iter_ = 0
+        return algo
+
+    def _sync(self):
+        a = self.algorithm_
+        self.components_ = a.n_phi().T + a.eta          # N^Φ + η, K x V
+        self.exp_dirichlet_component_ = a.topic_word()
+        self.n_batch_iter_ = int(a.step) + 1
+
+    def fit(self, X, y=None):
+        X = self._check_X(X, reset=True, where="fit")
+        algo = self._new_algorithm(X.shape[1], max(1, int(X.sum())))
+        n, S = X.shape[0], int(self.batch_size)
+        for it in range(int(self.max_iter)):
+            for s in range(0, n, S):
+                e = min(n, s + S)
+                b = self._to_batch(X[s:e], tuple(str(i) for i in range(s, e)))
+                algo.global_step(algo.local_step(b))
+            self.n_iter_ = it + 1
+        self._sync()
+        return self
+
+    def partial_fit(self, X, y=None):
+        first = not hasattr(self, "components_")
+        X = self._check_X(X, reset=first, where="partial_fit")
+        if first:
+            mean_len = max(1.0, float(X.sum()) / X.shape[0])
+            self._new_algorithm(X.shape[1], int(self.total_samples * mean_len))
+        elif X.shape[1] != self.components_.shape[1]:
+            raise ValueError("X has %d features, but %s is expecting %d features as input"
+                             % (X.shape[1], type(self).__name__, self.components_.shape[1]))
+        algo = self.algorithm_
+        base = algo.docs_seen
+        n, S = X.shape[0], int(self.batch_size)
+        for s in range(0, n, S):
+            e = min(n, s + S)
+            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
+            algo.global_step(algo.local_step(b))
+        self._sync()
+        return self
+
+    def _gamma(self, X):
+        return np.asarray(self.algorithm_.infer(self._to_batch(X, _row_keys(X))), np.float64)
+
+    def _bound(self, X):
+        theta = self._gamma(X)
+        phi = self.algorithm_.topic_word()
+        total = 0.0
+        for i in range(X.shape[0]):
+            s, e = X.indptr[i], X.indptr[i + 1]
+            if e > s:
+                p = theta[i] @ phi[:, X.indices[s:e]]
+                total += float(np.dot(X.data[s:e], np.log(np.maximum(p, 1e-300))))
+        return total
+
+
+__all__ = ["OnlineLDA", "SCVB0LDA", "HAVE_SKLEARN"]

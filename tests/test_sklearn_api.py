@@ -1,0 +1,163 @@
+"""The scikit-learn-compatible estimators: check_estimator, a CountVectorizer pipeline on real
+20 Newsgroups posts, scikit-learn's parameter names and schedule, clear errors on bad input,
+and import / get_params / fit without scikit-learn."""
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from lda_core.sklearn_api import OnlineLDA, SCVB0LDA
+
+sklearn = pytest.importorskip("sklearn", reason="scikit-learn (optional extra) not installed")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def news20_texts(tar_path, per_group=15):
+    out, seen = [], {}
+    with tarfile.open(tar_path, "r:gz") as t:
+        for m in t:
+            parts = m.name.split("/")
+            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
+                continue
+            if seen.get(parts[1], 0) >= per_group:
+                continue
+            seen[parts[1]] = seen.get(parts[1], 0) + 1
+            out.append(t.extractfile(m).read().decode("latin-1").partition("\n\n")[2])
+    return out
+
+
+@pytest.fixture(scope="module")
+def texts(news20_tar):
+    return news20_texts(news20_tar)
+
+
+@pytest.mark.parametrize("cls", [OnlineLDA, SCVB0LDA])
+def test_check_estimator_passes(cls):
+    from sklearn.utils.estimator_checks import check_estimator
+    res = check_estimator(cls(n_components=3, max_iter=2, batch_size=16), on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in res
+              if r["status"] == "failed"]
+    assert len(res) > 30 and not failed, failed
+
+
+def test_parameter_names_mirror_scikit_learn():
+    from sklearn.decomposition import LatentDirichletAllocation
+    ours = set(OnlineLDA().get_params())
+    theirs = set(LatentDirichletAllocation().get_params())
+    shared = {"n_components", "doc_topic_prior", "topic_word_prior", "learning_decay",
+              "learning_offset", "batch_size", "total_samples", "max_iter", "evaluate_every",
+              "mean_change_tol", "max_doc_update_iter", "random_state", "learning_method"}
+    assert shared <= ours and shared <= theirs
+    assert theirs <= ours            # every scikit-learn parameter is accepted
+    est = OnlineLDA().set_params(n_components=7, learning_decay=0.9)
+    assert est.n_components == 7 and est.get_params()["learning_decay"] == 0.9
+    with pytest.raises(ValueError, match="Invalid parameter"):
+        est.set_params(no_such=1)
+
+
+def test_countvectorizer_pipeline_drop_in(texts):
+    from sklearn.decomposition import LatentDirichletAllocation
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.pipeline import Pipeline
+    kw = dict(n_components=6, learning_method="online", max_iter=2, batch_size=64,
+              random_state=0)
+    for est in (OnlineLDA(**kw), LatentDirichletAllocation(**kw)):  # same code for both
+        pipe = Pipeline([("counts", CountVectorizer(min_df=3, max_df=0.5,
+                                                    stop_words="english")),
+                         ("lda", est)])
+        theta = pipe.fit_transform(texts)
+        assert theta.shape == (len(texts), 6)
+        np.testing.assert_allclose(theta.sum(axis=1), 1.0, atol=1e-6)
+        lda = pipe.named_steps["lda"]
+        V = len(pipe.named_steps["counts"].vocabulary_)
+        assert lda.components_.shape == (6, V) and lda.n_features_in_ == V
+        assert lda.exp_dirichlet_component_.shape == (6, V)
+        assert np.isfinite(lda.perplexity(pipe.named_steps["counts"].transform(texts[:20])))
+        np.testing.assert_allclose(pipe.transform(texts[:10]), theta[:10], atol=1e-4)
+    ours = OnlineLDA(**kw).fit(pipe.named_steps["counts"].transform(texts))
+    # scikit-learn's schedule: n_batch_iter_ = steps + 1, one step per batch_size rows per pass
+    steps = 2 * int(np.ceil(len(texts) / 64))
+    assert ours.n_batch_iter_ == steps + 1 and ours.n_iter_ == 2
+    assert ours.algorithm_.tau0 == 11.0 and ours.algorithm_.kappa == 0.7
+
+
+def test_sparse_and_dense_agree_and_partial_fit(texts):
+    from sklearn.feature_extraction.text import CountVectorizer
+    X = CountVectorizer(min_df=3, max_df=0.5).fit_transform(texts)
+    a = OnlineLDA(n_components=5, max_iter=1, random_state=3).fit(X)
+    b = OnlineLDA(n_components=5, max_iter=1, random_state=3).fit(X.toarray())
+    np.testing.assert_array_equal(a.components_, b.components_)
+    np.testing.assert_array_equal(a.transform(X[:7]), b.transform(X[:7].toarray()))
+    # θ of a row does not depend on the other rows transformed with it
+    np.testing.assert_array_equal(a.transform(X[3:4]), a.transform(X[:7])[3:4])
+    p = OnlineLDA(n_components=5, batch_size=50, total_samples=X.shape[0], random_state=3)
+    p.partial_fit(X[:100])
+    assert p.n_batch_iter_ == 3
+    p.partial_fit(X[100:])
+    assert p.n_batch_iter_ == 1 + int(np.ceil(100 / 50)) + int(np.ceil((X.shape[0] - 100) / 50))
+    assert p.score(X) < 0 and p.perplexity(X) > 1
+    s = SCVB0LDA(n_components=5, max_iter=1, random_state=0).fit(X)
+    assert s.transform(X[:4]).shape == (4, 5) and np.isfinite(s.score(X[:20]))
+
+
+def test_bad_input_is_a_clear_error(texts):
+    X = np.abs(np.random.RandomState(0).poisson(1.0, (30, 12))).astype(float)
+    est = OnlineLDA(n_components=3, max_iter=1).fit(X)
+    bad = X.copy()
+    bad[2, 3] = -1
+    with pytest.raises(ValueError, match="Negative values"):
+        OnlineLDA(n_components=3).fit(bad)
+    with pytest.raises(ValueError, match="Negative values"):
+        est.transform(bad)
+    with pytest.raises(ValueError, match="12 features"):
+        est.transform(X[:, :10])
+    with pytest.raises(ValueError, match="n_components"):
+        OnlineLDA(n_components=0).fit(X)
+    from sklearn.exceptions import NotFittedError
+    with pytest.raises(NotFittedError):
+        OnlineLDA().transform(X)
+    # a components_ of another K than the fitted model
+    est.components_ = est.components_[:2]
+    with pytest.raises(ValueError, match="components_ has shape"):
+        est.transform(X)
+
+
+def test_works_without_scikit_learn():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["sklearn"] = None            # import sklearn -> ImportError
+        import numpy as np, scipy.sparse as sp
+        from lda_core import sklearn_api as m
+        assert not m.HAVE_SKLEARN
+        X = sp.random(40, 25, density=0.3, random_state=0, format="csr") * 5
+        X.data = np.ceil(X.data)
+        est = m.OnlineLDA(n_components=4, max_iter=2, random_state=0)
+        assert est.get_params()["n_components"] == 4
+        est.set_params(batch_size=10)
+        t = est.fit_transform(X)
+        assert t.shape == (40, 4) and abs(t.sum() - 40) < 1e-6
+        assert est.n_features_in_ == 25 and est.n_batch_iter_ == 9
+        try:
+            est.transform(X[:, :5])
+        except ValueError as e:
+            assert "25 features" in str(e)
+        else:
+            raise AssertionError("no error")
+        try:
+            est.fit(-X.toarray())
+        except ValueError as e:
+            assert "Negative values" in str(e)
+        else:
+            raise AssertionError("no error")
+        print("OK", repr(est)[:40])
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("OK OnlineLDA(")
