@@ -38,7 +38,9 @@ import math
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
-from numba import njit, prange
+
+from lda_core import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from numba import njit, prange  # noqa: E402
 from scipy.special import gammaln, psi
 
 _U64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
