@@ -307,3 +307,32 @@ def test_hyperparameter_steps_move_and_stay_positive():
     assert m.alpha.mean() < 1.0                          # planted: sparse θ
     assert m.eta != 0.5 and np.isfinite(m.eta)
     assert info["alpha"] == pytest.approx(m.alpha.mean())
+
+
+def test_all_empty_minibatch_is_skipped_and_dense_stats_apply(kos):
+    batch, V = kos
+    m = OnlineVB(6, V, dtype="float64", corpus_size=1000)
+    empty = DocBatch.from_rows([([], []), ([], [])], doc_ids=["e1", "e2"])
+    st = m.local_step(empty, return_gamma=True)
+    assert st.n_docs == 0 and st.n_empty == 2 and st.gamma.shape == (2, 6)
+    info = m.global_step(st)
+    assert info["skipped"] and m.step == 0
+    # the same step from sparse and from densified statistics gives the same λ
+    st = m.local_step(batch.take(range(40)))
+    dense = st.copy()
+    dense._densify()
+    a = OnlineVB.from_state(m.to_state())
+    a.global_step(st)
+    m.global_step(dense)
+    assert np.allclose(a.lambda_(), m.lambda_(), rtol=1e-14, atol=0)
+
+
+def test_numpy_kernel_option_matches_numba(kos):
+    batch, V = kos
+    b = batch.take(range(60))
+    fast = OnlineVB(8, V, dtype="float64", seed=4)
+    ref = OnlineVB(8, V, dtype="float64", seed=4, kernel="numpy")
+    s1, s2 = fast.local_step(b, return_gamma=True), ref.local_step(b, return_gamma=True)
+    assert np.allclose(s1.to_dense(), s2.to_dense(), rtol=1e-8, atol=1e-12)
+    assert np.allclose(s1.gamma, s2.gamma, rtol=1e-8)
+    assert s1.score == pytest.approx(s2.score, rel=1e-10)
