@@ -1,10 +1,16 @@
-"""``ldabeam topics``: the top words of each topic of a trained model.
+"""``ldabeam topics``: the top words of each topic of a trained model, with their weights.
 
-    ldabeam topics --model MODEL_DIR [--top N] [--format table|csv|json]
+    ldabeam topics --model MODEL_DIR [--top N] [--format table|csv|json] [--output FILE]
+    ldabeam topics --model MODEL_DIR --label K "TEXT" [--label K2 "TEXT2" ...]
+    ldabeam topics --model MODEL_DIR --clear-label K
+
+Labels are kept in MODEL_DIR/topic_labels.json ({"topic": "label"}); the tables and
+``ldabeam report`` show them.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 
@@ -14,32 +20,76 @@ def add_arguments(p) -> None:
                    help="model directory written by `ldabeam train` (required)")
     p.add_argument("--top", type=int, default=10, help="words per topic")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--output", metavar="FILE", default=None,
+                   help="write to FILE instead of standard output")
+    p.add_argument("--no-weights", action="store_true",
+                   help="table: words only (CSV and JSON always have the weights)")
+    p.add_argument("--label", nargs=2, action="append", metavar=("K", "TEXT"), default=None,
+                   help="set the label of topic K (kept in MODEL_DIR/topic_labels.json)")
+    p.add_argument("--clear-label", type=int, action="append", metavar="K", default=None,
+                   help="remove the label of topic K")
+
+
+def _update_labels(args, state) -> None:
+    from pipelines.report import model_dir_of, read_labels, write_labels
+    mdir = model_dir_of(args.model)
+    labels = read_labels(mdir)
+    for k, text in args.label or []:
+        try:
+            k = int(k)
+        except ValueError:
+            raise ValueError("--label K TEXT: K must be a topic number, got %r" % k)
+        if not 0 <= k < state.n_topics:
+            raise ValueError("--label: topic %d is outside the model's topics [0, %d)"
+                             % (k, state.n_topics))
+        labels[k] = text.strip()
+    for k in args.clear_label or []:
+        labels.pop(k, None)
+    path = write_labels(mdir, {k: v for k, v in labels.items() if v}, state.n_topics)
+    print("labels: %s (%d labelled topics)" % (path, len([v for v in labels.values() if v])),
+          file=sys.stderr)
 
 
 def run(args, beam_argv) -> int:
     from lda_core.evaluation import top_words
     from pipelines.commands.export import load_model
+    from pipelines.report import model_dir_of, read_labels
     if args.top < 1:
         raise ValueError("--top must be >= 1, got %d" % args.top)
     algo, state, vocab = load_model(args.model)
+    if args.label or args.clear_label:
+        _update_labels(args, state)
+    labels = read_labels(model_dir_of(args.model))
     phi = algo.topic_word()
     tops = top_words(phi, vocab.tokens if vocab is not None else None, n=args.top)
-    out = sys.stdout
+    out = io.StringIO()
     if args.format == "json":
-        json.dump([{"topic": k, "words": [str(w) for w, _ in t],
+        json.dump([{"topic": k, "label": labels.get(k, ""), "words": [str(w) for w, _ in t],
                     "weights": [float(x) for _, x in t]} for k, t in enumerate(tops)],
-                  out, indent=1)
+                  out, indent=1, ensure_ascii=False)
         out.write("\n")
     elif args.format == "csv":
-        w = csv.writer(out)
-        w.writerow(["topic", "rank", "word", "weight"])
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["topic", "label", "rank", "word", "weight"])
         for k, t in enumerate(tops):
             for r, (word, x) in enumerate(t):
-                w.writerow([k, r + 1, word, "%.6g" % x])
+                w.writerow([k, labels.get(k, ""), r + 1, word, "%.6g" % x])
     else:
         print("%s, K=%d, step %d, %d documents seen" % (state.algorithm, state.n_topics,
                                                           state.step, state.docs_seen), file=out)
         width = len(str(len(tops) - 1))
+        lw = max([len(v) for v in labels.values()] + [0])
         for k, t in enumerate(tops):
-            print("topic %*d: %s" % (width, k, " ".join(str(w) for w, _ in t)), file=out)
+            words = " ".join(str(w) if args.no_weights else "%s(%.3f)" % (w, x)
+                             for w, x in t)
+            lab = (" %-*s" % (lw, labels.get(k, ""))) if lw else ""
+            print("topic %*d%s: %s" % (width, k, lab, words), file=out)
+    text = out.getvalue()
+    if args.output:
+        from pipelines.dataset import write_bytes_atomic
+        write_bytes_atomic(args.output, text.encode("utf-8"))
+        print("wrote %s (%s, %d topics)" % (args.output, args.format, len(tops)),
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0

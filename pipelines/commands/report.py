@@ -1,0 +1,46 @@
+"""``ldabeam report``: one self-contained static HTML page about a trained model.
+
+    ldabeam report --model MODEL_DIR --output report.html [--shards SHARD_DIR]
+
+See :mod:`pipelines.report` for what the page shows.
+"""
+from __future__ import annotations
+
+import os
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", metavar="MODEL_DIR", default=None,
+                   help="model directory written by `ldabeam train` (required)")
+    p.add_argument("--output", metavar="HTML", default=None,
+                   help="the HTML file to write (required)")
+    p.add_argument("--shards", metavar="SHARD_DIR", default=None,
+                   help="documents for topic sizes, coherence and examples (default: the "
+                        "training shards named in the run log)")
+    p.add_argument("--max-docs", type=int, default=2000,
+                   help="documents of --shards used (the first ones)")
+    p.add_argument("--top", type=int, default=10, help="top words per topic")
+    p.add_argument("--examples", type=int, default=3, help="example documents per topic")
+    p.add_argument("--topic", type=int, action="append", default=None, metavar="K",
+                   help="topic(s) whose top words are followed across checkpoints "
+                        "(default: the 3 largest)")
+
+
+def run(args, beam_argv) -> int:
+    from pipelines.report import write_report
+    if not args.model:
+        raise ValueError("--model MODEL_DIR is required")
+    if not args.output:
+        raise ValueError("--output HTML is required")
+    for name in ("max_docs", "top"):
+        if getattr(args, name) < 1:
+            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"),
+                                                          getattr(args, name)))
+    if args.examples < 0:
+        raise ValueError("--examples must be >= 0, got %d" % args.examples)
+    data = write_report(args.model, args.output, shards=args.shards, max_docs=args.max_docs,
+                        top_n=args.top, examples=args.examples, evolution_topics=args.topic)
+    print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
+          % (os.path.abspath(args.output), data["algorithm"], data["n_topics"], data["step"],
+             len(data["evolution"]["checkpoints"])))
+    return 0

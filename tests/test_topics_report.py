@@ -1,0 +1,180 @@
+"""ldabeam topics (weights, CSV/JSON, labels) and ldabeam report (one self-contained HTML page)
+from a real small run on 20 Newsgroups: the plots are real PNGs, the numbers shown are the run
+log's, the evolution table follows the kept checkpoints, and headless Chromium renders it."""
+import base64
+import csv
+import html
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from lda_core.checkpoint import CheckpointStore
+from lda_core.run_log import read_run_log
+from pipelines.cli import main as cli_main
+from test_exports import K, news20_run
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def run20(tmp_path_factory, news20_tar):
+    ds, model = news20_run(tmp_path_factory, news20_tar)
+    return ds, model
+
+
+@pytest.fixture(scope="module")
+def labelled(run20, tmp_path_factory):
+    """A copy of the run's model with two labelled topics (the shared run stays unlabelled)."""
+    ds, model = run20
+    m = str(tmp_path_factory.mktemp("report") / "model")
+    shutil.copytree(model, m)
+    assert cli_main(["topics", "--model", m, "--label", "0", "Topic <zero> & co",
+                     "--label", "3", "sport?"]) == 0
+    return ds, m
+
+
+def _model(m):
+    from pipelines.commands.export import load_model
+    return load_model(m)
+
+
+def test_topics_formats_and_labels(labelled, tmp_path, capsys):
+    ds, m = labelled
+    algo, state, vocab = _model(m)
+    phi = algo.topic_word()
+    with open(os.path.join(m, "topic_labels.json")) as f:
+        assert json.load(f) == {"0": "Topic <zero> & co", "3": "sport?"}
+    capsys.readouterr()
+    assert cli_main(["topics", "--model", m, "--top", "4", "--format", "json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert [t["label"] for t in js][:4] == ["Topic <zero> & co", "", "", "sport?"]
+    for t in js:
+        order = np.argsort(-phi[t["topic"]], kind="stable")[:4]
+        assert t["words"] == [vocab.tokens[i] for i in order]
+        np.testing.assert_allclose(t["weights"], phi[t["topic"], order])
+    out = str(tmp_path / "t.csv")
+    assert cli_main(["topics", "--model", m, "--top", "3", "--format", "csv",
+                     "--output", out]) == 0
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 3 * K and rows[0]["label"] == "Topic <zero> & co"
+    assert float(rows[0]["weight"]) == pytest.approx(phi[0].max(), rel=1e-5)
+    capsys.readouterr()
+    assert cli_main(["topics", "--model", m, "--top", "2"]) == 0
+    table = capsys.readouterr().out.strip().split("\n")
+    assert len(table) == 1 + K and "Topic <zero> & co" in table[1] and "(0." in table[1]
+    # bad label: one clear line, nothing changed
+    assert cli_main(["topics", "--model", m, "--label", str(K), "x"]) == 2
+    assert "outside the model's topics" in capsys.readouterr().err
+    with open(os.path.join(m, "topic_labels.json")) as f:
+        assert len(json.load(f)) == 2
+
+
+def _data_uris(page):
+    return re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+
+
+@pytest.fixture(scope="module")
+def report(labelled, tmp_path_factory):
+    ds, m = labelled
+    out = str(tmp_path_factory.mktemp("report") / "report.html")
+    assert cli_main(["report", "--model", m, "--output", out, "--max-docs", "400"]) == 0
+    with open(out, encoding="utf-8") as f:
+        page = f.read()
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)'
+                                r'</script>', page, re.S).group(1))
+    return ds, m, out, page, data
+
+
+def test_report_is_self_contained_with_real_plots(report):
+    import matplotlib.image as mpimg
+    _, _, _, page, _ = report
+    # nothing to fetch: every src is a data URI, no external stylesheet/script
+    srcs = re.findall(r'\bsrc="([^"]*)"', page)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "<link" not in page and not re.search(r"<script[^>]*\bsrc=", page)
+    assert not re.search(r'(href|src)="(https?:)?//', page)
+    pngs = _data_uris(page)
+    assert len(pngs) == 2                          # held-out curve, topic size/coherence
+    for b in pngs:
+        raw = base64.b64decode(b)
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+        img = mpimg.imread(io.BytesIO(raw), format="png")
+        assert img.shape[0] > 150 and img.shape[1] > 300
+        assert img[..., :3].std() > 0.05           # not a blank canvas
+
+
+def test_report_numbers_are_the_run_logs(report):
+    ds, m, _, page, data = report
+    recs = read_run_log(os.path.join(m, "run_log.jsonl"))
+    evald = [r for r in recs if r["event"] == "step" and r.get("metrics")]
+    assert len(evald) >= 3
+    assert data["heldout"]["docs_seen"] == [r["docs_seen"] for r in evald]
+    assert data["heldout"]["completion_ll_per_token"] == \
+        [r["metrics"]["completion_ll_per_token"] for r in evald]
+    # the table shows every evaluated point, rounded to 4 decimals
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td><td>([-\d.]+)</td>", page)
+    assert [(int(s), int(d)) for s, d, _ in rows] == [(r["step"], r["docs_seen"])
+                                                      for r in evald]
+    assert [float(v) for _, _, v in rows] == [
+        round(r["metrics"]["completion_ll_per_token"], 4) for r in evald]
+    end = [r for r in recs if r["event"] == "end"][-1]
+    shown = re.search(r'id="sum-6">([^<]*)<', page).group(1)
+    assert shown == "%.4f" % end["metrics"]["completion_ll_per_token"]
+    assert re.search(r'id="sum-4">(\d+)<', page).group(1) == str(end["docs_seen"])
+
+
+def test_report_topics_evolution_and_examples(report):
+    from lda_core.evaluation import umass_coherence
+    from pipelines import dataset
+    ds, m, _, page, data = report
+    algo, state, vocab = _model(m)
+    phi = algo.topic_word()
+    topics = data["topics"]
+    assert len(topics) == K
+    assert sum(t["size"] for t in topics) == pytest.approx(1.0, abs=1e-6)
+    docs = dataset.read_docbatch(dataset.resolve_shards(ds)).take(np.arange(400)).non_empty()
+    coh = umass_coherence(phi, docs, topn=10)["per_topic"]
+    np.testing.assert_allclose([t["coherence"] for t in topics], coh)
+    assert html.escape("Topic <zero> & co") in page and "Topic <zero>" not in page
+    for t in topics:
+        assert t["words"][0] == vocab.tokens[int(np.argmax(phi[t["topic"]]))]
+        assert len(t["examples"]) == 3 and all(x["title"] for x in t["examples"])
+        assert html.escape(t["examples"][0]["title"]) in page
+    ev = data["evolution"]
+    kept = [c.step for c in CheckpointStore(m).list_checkpoints()]
+    assert len(kept) >= 3 and [c["step"] for c in ev["checkpoints"]] == kept
+    largest = int(np.argmax([t["size"] for t in topics]))
+    assert ev["topics"][0] == largest
+    last = ev["checkpoints"][-1]["words"][str(largest)]      # JSON keys are strings
+    assert last == topics[largest]["words"][:len(last)]
+    assert page.count('<table class="evo"') == 3
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                    reason="headless Chromium (Debian package chromium) is not installed at "
+                           "/usr/bin/chromium; the screenshot test needs it")
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    import matplotlib.image as mpimg
+    _, _, out, _, _ = report
+    shot = str(tmp_path / "report.png")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--user-data-dir=%s" % (tmp_path / "profile"),
+           "--window-size=1200,2400", "--screenshot=%s" % shot, "file://" + out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert os.path.exists(shot), r.stderr[-2000:]
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2400, 1200)
+    # the page drew something: dark text and the plots' colours on a white background
+    rgb = img[..., :3]
+    assert (rgb.mean(axis=2) < 0.3).mean() > 0.005
+    assert rgb.std() > 0.05
+    keep = os.environ.get("LDABEAM_KEEP_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
