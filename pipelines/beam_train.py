@@ -16,8 +16,9 @@ Inside a window, for minibatch ``t`` (all composite transforms below)::
       |                            algorithm.local_step(piece) with the state of version
       |                            ref[t-1] (loaded once per process: pipelines.beam_state),
       |                            Beam metrics, emit (piece id, stats) as raw bytes
-    CombineGlobally(StatsCombineFn)  lifted: per-bundle pre-combine, no shuffle of pieces;
-      |                              pieces merged in piece order (bit-reproducible sums)
+    CombinePerKey(StatsCombineFn)  lifted: per-bundle pre-combine, no shuffle of pieces;
+      |                            pieces merged in piece order (bit-reproducible sums);
+      |                            skipped when the minibatch is one piece (in-process)
     ParDo(GlobalStepFn, side=ref[t-1])  -> ref[t]: a copy of state t-1, algorithm.global_step,
                                            state t stored (in memory for the in-process runner,
                                            else a scratch directory beside the checkpoints)
@@ -30,9 +31,9 @@ problem). Both give the same states as the in-process trainer: the Beam code con
 maths; the local step, the merge and the global step are the ``lda_core`` ones.
 
 The trade-off (numbers in docs/beam-training.md): each pipeline run costs a start-up
-(~0.45 s in-process, ~3.3 s with worker processes) and each chained step a few stages
-(~0.1 s in-process); a window of M minibatches costs one start-up, and a crash loses at most
-one window of work.
+(~0.45 s in-process, ~3.3 s with worker processes) and each chained step its stages (~60 ms
+of CPU in-process, ~0.5 s with two worker processes); a window of M minibatches costs one
+start-up, and a crash loses at most one window of work.
 
 Resume: the run continues from the latest published checkpoint; a run killed mid-window
 loses only that window, and because every step is deterministic (per-document random draws
