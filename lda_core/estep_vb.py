@@ -22,7 +22,7 @@ n_dw / phinorm_dw; a second parallel pass over the batch's words then sums the s
 float64, documents in a fixed order — so the result is the same bit for bit whatever the
 thread count or chunking, and no per-thread U x K buffer is needed. exp(E[log θ]) and
 exp(E[log β]) come from :func:`exp_digamma` (no log, at most one exp per value; in float32
-from :func:`exp_digamma_f32`). ``numba`` compiles once and caches the
+from :func:`exp_digamma_f32` / :func:`exp_digamma_f32_vec`). ``numba`` compiles once and caches the
 machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA_CACHE_DIR`` (see
 ``lda_core.numba_config``).
 
@@ -161,6 +161,45 @@ def exp_digamma_f32(x):
 
 
 @njit(cache=True, inline="always")
+def exp_digamma_f32_vec(x):
+    """:func:`exp_digamma_f32` without branches or libm calls, so that loops over it vectorise
+    (x > 0 assumed). exp(−R) is (Taylor_8(−R/256))^256 with R capped at 100 (exp(−100) is
+    below what float32 E-step values keep anyway); relative error < 1e-6."""
+    x1 = x + 1.0
+    x2 = x + 2.0
+    x3 = x + 3.0
+    x4 = x + 4.0
+    x5 = x + 5.0
+    p01 = x * x1
+    p23 = x2 * x3
+    p45 = x4 * x5
+    num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
+    small = x < 6.0
+    rr = num / (p01 * p23 * p45)
+    rr = rr if small else 0.0
+    rr = rr if rr < 100.0 else 100.0
+    z = rr * (-1.0 / 256.0)
+    f = 1.0 + z * (1.0 + z * (0.5 + z * (1.0 / 6.0 + z * (1.0 / 24.0 + z * (1.0 / 120.0 + z * (
+        1.0 / 720.0 + z * (1.0 / 5040.0 + z * (1.0 / 40320.0))))))))
+    f = f * f
+    f = f * f
+    f = f * f
+    f = f * f
+    f = f * f
+    f = f * f
+    f = f * f
+    f = f * f
+    y = x + 6.0 if small else x
+    inv = 1.0 / y
+    q = inv * inv
+    u = -0.5 * inv + q * (-1.0 / 12.0 + q * (1.0 / 120.0 + q * (-1.0 / 252.0 + q * (
+        1.0 / 240.0))))
+    e = 1.0 + u * (1.0 + u * (0.5 + u * (1.0 / 6.0 + u * (1.0 / 24.0 + u * (
+        1.0 / 120.0 + u * (1.0 / 720.0))))))
+    return f * y * e
+
+
+@njit(cache=True, inline="always")
 def _exp_digamma_for(arr, x):
     """exp(ψ(x)) at the precision of ``arr``'s dtype."""
     if arr.itemsize == 4:
@@ -168,13 +207,29 @@ def _exp_digamma_for(arr, x):
     return exp_digamma(x)
 
 
+@njit(cache=True, inline="always")
+def _exp_digamma_rows_for(arr, x):
+    """As :func:`_exp_digamma_for`, for exp(E[log β]): in float32 the branch-free version
+    (measured ~30% faster there; in the per-document loop the libm ``expf`` one was faster)."""
+    if arr.itemsize == 4:
+        return exp_digamma_f32_vec(x)
+    return exp_digamma(x)
+
+
 @njit(cache=True)
-def exp_digamma_array(x, single=False):
-    """Elementwise :func:`exp_digamma` (or :func:`exp_digamma_f32` if ``single``), for tests."""
+def exp_digamma_array(x, single=0):
+    """Elementwise :func:`exp_digamma` (``single`` 1: :func:`exp_digamma_f32`, 2:
+    :func:`exp_digamma_f32_vec`), for tests."""
     out = np.empty(x.size, np.float64)
     xf = x.ravel()
     for i in range(x.size):
-        out[i] = exp_digamma_f32(np.float64(xf[i])) if single else exp_digamma(np.float64(xf[i]))
+        v = np.float64(xf[i])
+        if single == 1:
+            out[i] = exp_digamma_f32(v)
+        elif single == 2:
+            out[i] = exp_digamma_f32_vec(v)
+        else:
+            out[i] = exp_digamma(v)
     return out.reshape(x.shape)
 
 
@@ -266,7 +321,7 @@ def _exp_elog_beta_rows(ntilde, rows, a, pi, inv_exp_psi_colsum, out):
     for i in prange(rows.shape[0]):
         w = rows[i]
         for k in range(K):
-            v = _exp_digamma_for(out, a + pi * ntilde[w, k]) * inv_exp_psi_colsum[k]
+            v = _exp_digamma_rows_for(out, a + pi * ntilde[w, k]) * inv_exp_psi_colsum[k]
             out[i, k] = v if v >= tiny else 0.0
 
 
