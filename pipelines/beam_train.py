@@ -224,12 +224,13 @@ class GlobalStepFn(beam.DoFn):
     """State ``ref[t-1]`` + merged statistics -> state ``ref[t]`` (the lda_core global step)."""
 
     def __init__(self, run_key: str, position: int, n_docs: int, scratch: Optional[str],
-                 n_threads: Optional[int] = None):
+                 n_threads: Optional[int] = None, in_place: bool = False):
         self.run_key = run_key
         self.position = position
         self.n_docs = n_docs
         self.scratch = scratch
         self.n_threads = n_threads
+        self.in_place = in_place or scratch is None
 
     def process(self, element, ref: Optional[StateRef]):
         _, stats = element
@@ -237,11 +238,11 @@ class GlobalStepFn(beam.DoFn):
             return
         key = "%s/%d" % (self.run_key, self.position + 1)
         base = beam_state.acquire(ref, self.n_threads)
-        # in-process runner: no retries, and every reader of version t-1 (the E-steps of
-        # step t) has finished before this step starts, so the step is applied in place (the
-        # driver copied the window's starting state). Elsewhere a bundle may be retried or
-        # the cached copy read again: work on a private copy.
-        algo = base if self.scratch is None else beam_state.private_copy(base)
+        # DirectRunner (in-process or worker processes): no bundle retries, and every reader
+        # of version t-1 (the E-steps of step t) has finished before this step starts, so the
+        # step is applied in place (in-process the driver copied the window's starting
+        # state). Runners that retry bundles get a private copy.
+        algo = base if self.in_place else beam_state.private_copy(base)
         t0 = time.time()
         try:
             info = dict(algo.global_step(stats) or {})
@@ -352,10 +353,11 @@ class TrainStep(beam.PTransform):
 
     def __init__(self, step: StepPlan, run_key: str, scratch: Optional[str],
                  n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None):
+                 fanout: Optional[int] = None, in_place: bool = False):
         super().__init__()
         self.step, self.run_key, self.scratch = step, run_key, scratch
         self.n_threads, self.deterministic, self.fanout = n_threads, deterministic, fanout
+        self.in_place = in_place
 
     def expand(self, pcolls):
         tasks, prev_ref = pcolls
@@ -365,7 +367,7 @@ class TrainStep(beam.PTransform):
             single_piece=len(self.step.tasks) == 1)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,
-                         self.n_threads), view)
+                         self.n_threads, self.in_place), view)
 
 
 class WindowTasks(beam.PTransform):
@@ -725,7 +727,8 @@ def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
         tasks = p | "Tasks" >> WindowTasks(steps)
         for j, sp in enumerate(steps):
             ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
-                sp, run_key, scratch, n_threads, deterministic, fanout)
+                sp, run_key, scratch, n_threads, deterministic, fanout,
+                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"))
 
     counters = _run_pipeline(cfg, build)
     infos, error = [], None
