@@ -39,7 +39,6 @@ import inspect
 import logging
 import math
 import numbers
-from typing import Any, Dict, Optional
 
 import numpy as np
 import scipy.sparse as sp

@@ -2,7 +2,6 @@
 20 Newsgroups posts, scikit-learn's parameter names and schedule, clear errors on bad input,
 and import / get_params / fit without scikit-learn."""
 import os
-import re
 import subprocess
 import sys
 import tarfile
@@ -10,7 +9,6 @@ import textwrap
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from lda_core.sklearn_api import OnlineLDA, SCVB0LDA
 

@@ -114,6 +114,10 @@ def _run_other(args) -> int:
               "gensim.models.LdaModel.load(%r)" % (args.output, state.n_topics, state.n_words,
                                                    state.algorithm, state.step, args.output))
         return 0
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise ValueError("--output %s exists and is not a directory (--format pyldavis writes "
+                         "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
+                         "installed, pyldavis.html)" % args.output)
     from pipelines.infer import training_shards
     model_dir = args.model if not os.path.exists(os.path.join(args.model, "state.json")) \
         else os.path.dirname(os.path.dirname(os.path.abspath(args.model)))
