@@ -12,7 +12,7 @@ Gathered from MODEL_DIR alone (plus documents from shards for the parts that nee
   by ``ldabeam topics --label``), its size — the share of the sample's tokens,
   size_k = Σ_d N_d θ_dk / Σ_d N_d, θ by the model's ``infer`` — and its UMass coherence
   (Mimno et al. 2011; ``lda_core.evaluation.umass_coherence`` over the sample, top 10 words);
-* example documents per topic (largest θ_dk in the sample) with their titles.
+* example documents per topic (largest θ_dk in the sample, at least 1%) with their titles.
 
 Plots are matplotlib PNGs embedded as base64 ``data:`` URIs; the numbers behind them are also
 embedded as JSON (``<script type="application/json" id="report-data">``), so the page needs no
@@ -39,6 +39,7 @@ from pipelines import dataset
 logger = logging.getLogger(__name__)
 
 LABELS_FILE = "topic_labels.json"
+MIN_EXAMPLE_SHARE = 0.01     # an example document has at least this share of the topic
 TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "templates", "report.html")
 METRIC_NAMES = {"completion_ll_per_token": "held-out document completion (log likelihood "
@@ -177,7 +178,8 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
             t["coherence"] = c if math.isfinite(c) else None
             best = np.argsort(-theta[:, k], kind="stable")[:examples]
             t["examples"] = [{"doc_id": docs.doc_ids[i], "title": titles[i] or "",
-                              "weight": float(theta[i, k])} for i in best]
+                              "weight": float(theta[i, k])} for i in best
+                             if theta[i, k] >= MIN_EXAMPLE_SHARE]
         data["sample"] = {"shards": shards, "documents": int(docs.n_docs),
                           "tokens": int(docs.n_tokens)}
     else:

@@ -144,12 +144,16 @@ def test_report_topics_evolution_and_examples(report):
     assert html.escape("Topic <zero> & co") in page and "Topic <zero>" not in page
     for t in topics:
         assert t["words"][0] == vocab.tokens[int(np.argmax(phi[t["topic"]]))]
-        assert len(t["examples"]) == 3 and all(x["title"] for x in t["examples"])
-        assert html.escape(t["examples"][0]["title"]) in page
+        ex = t["examples"]
+        assert len(ex) <= 3 and all(x["title"] and x["weight"] >= 0.01 for x in ex)
+        assert [x["weight"] for x in ex] == sorted((x["weight"] for x in ex), reverse=True)
+        for x in ex:
+            assert html.escape(x["title"]) in page
     ev = data["evolution"]
     kept = [c.step for c in CheckpointStore(m).list_checkpoints()]
     assert len(kept) >= 3 and [c["step"] for c in ev["checkpoints"]] == kept
     largest = int(np.argmax([t["size"] for t in topics]))
+    assert len(topics[largest]["examples"]) == 3
     assert ev["topics"][0] == largest
     last = ev["checkpoints"][-1]["words"][str(largest)]      # JSON keys are strings
     assert last == topics[largest]["words"][:len(last)]
