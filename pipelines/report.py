@@ -104,14 +104,15 @@ def heldout_curve(records: List[Dict[str, Any]]) -> Dict[str, List]:
 
 
 def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: int = 8,
-                    max_checkpoints: int = 8) -> Dict[str, Any]:
-    """Top words of ``topics`` at each kept checkpoint (at most ``max_checkpoints``, spread
-    evenly, always the last)."""
+                    max_checkpoints: int = 8, until_step: Optional[int] = None
+                    ) -> Dict[str, Any]:
+    """Top words of ``topics`` at each kept checkpoint up to ``until_step`` (at most
+    ``max_checkpoints``, spread evenly, always the last)."""
     from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from lda_core.evaluation import top_words
     store = CheckpointStore(model_dir)
-    ckpts = store.list_checkpoints()
+    ckpts = [c for c in store.list_checkpoints() if until_step is None or c.step <= until_step]
     if len(ckpts) > max_checkpoints:
         idx = np.unique(np.linspace(0, len(ckpts) - 1, max_checkpoints).round().astype(int))
         ckpts = [ckpts[i] for i in idx]
@@ -190,7 +191,8 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     for k in evolution_topics:
         if not 0 <= k < K:
             raise ValueError("--topic %d is outside the model's topics [0, %d)" % (k, K))
-    data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics))
+    data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics),
+                                        until_step=int(state.step))
     return data
 
 
