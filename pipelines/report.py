@@ -335,6 +335,16 @@ def render(data: Dict[str, Any], template: str = TEMPLATE) -> str:
     payload = (json.dumps(data, allow_nan=False, default=float).replace("<", "\\u003c")
                .replace(">", "\\u003e").replace("&", "\\u0026"))
     sample = data.get("sample")
+    try:
+        return _substitute(tpl, data, payload, sample)
+    except (KeyError, ValueError) as e:
+        raise ValueError("report template %s: bad or unknown placeholder %s (known: title, "
+                         "model, generated, summary_rows, heldout_plot, heldout_rows, "
+                         "evolution, topics_plot, topic_rows, sample, data_json)"
+                         % (template, e))
+
+
+def _substitute(tpl, data, payload, sample) -> str:
     return tpl.substitute(
         title=_e("ldabeam report: %s" % os.path.basename(data["model"].rstrip("/"))),
         model=_e(data["model"]),
@@ -354,9 +364,15 @@ def render(data: Dict[str, Any], template: str = TEMPLATE) -> str:
         data_json=payload)
 
 
-def write_report(model: str, output: str, **kw) -> Dict[str, Any]:
+def write_report(model: str, output: str, template: Optional[str] = None,
+                 **kw) -> Dict[str, Any]:
+    """Gather, render and write the page atomically; returns the data shown."""
+    template = template or TEMPLATE
+    if not os.path.exists(template):
+        raise FileNotFoundError("report template %s does not exist (pass --template)"
+                                % template)
     data = gather(model, **kw)
-    page = render(data)
+    page = render(data, template)
     d = os.path.dirname(os.path.abspath(output))
     os.makedirs(d, exist_ok=True)
     dataset.write_bytes_atomic(output, page.encode("utf-8"))

@@ -182,3 +182,20 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     keep = os.environ.get("LDABEAM_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_report_custom_template_and_errors(labelled, tmp_path, capsys):
+    ds, m = labelled
+    tpl = tmp_path / "t.html"
+    tpl.write_text("<html><h1>$title</h1><table>$summary_rows</table>$heldout_plot</html>")
+    out = str(tmp_path / "r.html")
+    assert cli_main(["report", "--model", m, "--output", out, "--template", str(tpl),
+                     "--max-docs", "50"]) == 0
+    page = open(out).read()
+    assert page.startswith("<html><h1>ldabeam report: model</h1>") and len(_data_uris(page)) == 1
+    tpl.write_text("<html>$no_such_field</html>")
+    capsys.readouterr()
+    assert cli_main(["report", "--model", m, "--output", out, "--template", str(tpl)]) == 2
+    assert "unknown placeholder 'no_such_field'" in capsys.readouterr().err
+    assert cli_main(["report", "--model", m, "--output", out, "--topic", "99"]) == 2
+    assert "outside the model's topics" in capsys.readouterr().err

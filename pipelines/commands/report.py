@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
                    help="documents of --shards used (the first ones)")
     p.add_argument("--top", type=int, default=10, help="top words per topic")
     p.add_argument("--examples", type=int, default=3, help="example documents per topic")
+    p.add_argument("--template", metavar="HTML", default=None,
+                   help="page template (string.Template; default: templates/report.html)")
     p.add_argument("--topic", type=int, action="append", default=None, metavar="K",
                    help="topic(s) whose top words are followed across checkpoints "
                         "(default: the 3 largest)")
@@ -39,7 +41,8 @@ def run(args, beam_argv) -> int:
     if args.examples < 0:
         raise ValueError("--examples must be >= 0, got %d" % args.examples)
     data = write_report(args.model, args.output, shards=args.shards, max_docs=args.max_docs,
-                        top_n=args.top, examples=args.examples, evolution_topics=args.topic)
+                        top_n=args.top, examples=args.examples, evolution_topics=args.topic,
+                        template=args.template)
     print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
           % (os.path.abspath(args.output), data["algorithm"], data["n_topics"], data["step"],
              len(data["evolution"]["checkpoints"])))
