@@ -309,6 +309,19 @@ def _summary(_, pieces, stats, info, output):
 # ----------------------------------------------------------------------------- driver
 
 def _prepare_output(output: str, overwrite: bool) -> None:
+    """Refuse to mix with earlier results (unless ``overwrite``: they are deleted). A remote
+    output (gs://, s3://, ...) is checked through Beam's FileSystems."""
+    if dataset.is_remote(output):
+        old = dataset.match(dataset.join(output, "*.parquet"))
+        if dataset.exists(dataset.join(output, SUMMARY_FILE)):
+            old.append(dataset.join(output, SUMMARY_FILE))
+        if old and not overwrite:
+            raise ValueError("output %s already holds inference results (%d files); use "
+                             "--overwrite to replace them" % (output, len(old)))
+        if old:
+            from apache_beam.io.filesystems import FileSystems
+            FileSystems.delete(old)
+        return
     if os.path.isdir(output):
         old = [f for f in os.listdir(output) if f.endswith(".parquet") or f == SUMMARY_FILE]
         if old and not overwrite:
@@ -410,8 +423,8 @@ def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
                 opts.shards or ", ".join(opts.inputs), opts.output)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, ref, beam_ref)
-    with open(os.path.join(opts.output, SUMMARY_FILE), encoding="utf-8") as f:
-        return json.load(f)
+    with dataset.open_read(dataset.join(opts.output, SUMMARY_FILE)) as f:
+        return json.loads(f.read().decode("utf-8"))
 
 
 def read_theta(output: str):

@@ -165,3 +165,20 @@ def test_vocabulary_mismatch_is_refused(trained, wiki_ds, tmp_path, capsys):
     assert "vocabulary 0000" in err and "expects vocabulary" in err
     with pytest.raises(ValueError, match="exactly one of --shards"):
         infer(InferOptions(model=model, output=str(out)))
+
+
+def test_infer_scvb0_model_uses_its_own_infer(wiki_ds, tmp_path):
+    """Algorithms without a VB E-step go through their ``infer`` (split-independent)."""
+    from lda_core.scvb0 import SCVB0
+    m = str(tmp_path / "scvb0")
+    assert cli_main(["train", "--shards", wiki_ds, "--output", m, "--topics", "5",
+                     "--algorithm", "scvb0", "--minibatch", "30", "--passes", "1",
+                     "--no-progress"]) == 0
+    out = str(tmp_path / "theta")
+    s = infer(InferOptions(model=m, shards=wiki_ds, output=out, batch_size=13))
+    assert s["algorithm"] == "scvb0" and len(s["files"]) > 1
+    table = read_theta(out)
+    docs = dataset.read_docbatch(dataset.resolve_shards(wiki_ds))
+    order = np.argsort(np.asarray(docs.doc_ids, dtype=object), kind="stable")
+    ref = SCVB0.from_state(CheckpointStore(m).latest()).infer(docs)[order]
+    np.testing.assert_allclose(np.array(table.column("theta").to_pylist()), ref, atol=1e-6)
