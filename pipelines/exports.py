@@ -13,7 +13,9 @@ pyLDAvis: ``pyLDAvis.prepare`` takes ``topic_term_dists`` (K x V, rows sum to 1)
 ``term_frequency`` (V, the corpus counts of each word). They are written as
 ``DIR/pyldavis.npz`` (the arrays) and ``DIR/pyldavis.json`` (vocab, doc ids, model info), and,
 only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``
-(``pyLDAvis.save_html``; the page loads d3/LDAvis scripts from a CDN, as pyLDAvis does).
+(``pyLDAvis.save_html``; the page loads d3/LDAvis scripts from a CDN, as pyLDAvis does). The
+page uses only the terms that occur in the documents (pyLDAvis divides by term frequency),
+topic-term rows renormalised over them; the prepared data keeps the whole vocabulary.
 """
 from __future__ import annotations
 
@@ -145,11 +147,20 @@ def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: st
             logger.info("pyLDAvis is not installed: wrote the prepared data only "
                         "(pip install pyLDAvis for the interactive page)")
         else:
-            vis = pyLDAvis.prepare(**load_pyldavis(out_dir), sort_topics=False)
+            vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
             html_path = os.path.join(out_dir, PYLDAVIS_HTML)
             pyLDAvis.save_html(vis, html_path)
             files.append(PYLDAVIS_HTML)
     return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
+
+
+def _seen_terms(d: Dict[str, Any]) -> Dict[str, Any]:
+    """Only the terms that occur in the documents (pyLDAvis divides by their frequency), with
+    the topic-term rows renormalised over them."""
+    keep = np.nonzero(d["term_frequency"] > 0)[0]
+    ttd = d["topic_term_dists"][:, keep]
+    return dict(d, topic_term_dists=ttd / ttd.sum(axis=1, keepdims=True),
+                vocab=[d["vocab"][i] for i in keep], term_frequency=d["term_frequency"][keep])
 
 
 def load_pyldavis(out_dir: str) -> Dict[str, Any]:

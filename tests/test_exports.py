@@ -116,6 +116,12 @@ def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
     assert d["vocab"] == vocab.tokens
     tf = np.asarray(docs.to_csr(len(vocab)).sum(axis=0)).ravel()
     np.testing.assert_array_equal(d["term_frequency"], tf)
+    # what the optional HTML page gets: only terms that occur, rows renormalised
+    from pipelines.exports import _seen_terms
+    seen = _seen_terms(d)
+    assert 0 < len(seen["vocab"]) == np.count_nonzero(tf) < len(vocab)
+    assert seen["term_frequency"].min() > 0
+    np.testing.assert_allclose(seen["topic_term_dists"].sum(axis=1), 1.0)
     with open(os.path.join(out, "pyldavis.json")) as f:
         meta = json.load(f)
     assert meta["doc_ids"] == list(docs.doc_ids) and meta["info"]["step"] == state.step
