@@ -554,3 +554,98 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                       stream=dict(initial=True))
     store.publish(state)
     return algo, model_vocab
+
+
+# ----------------------------------------------------------------------------- local driver
+
+def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
+                        window_seconds: float, poll_seconds: float,
+                        stop_after: Optional[float], deadletter_dir: str,
+                        keep_last: Optional[int] = None, n_threads: Optional[int] = None,
+                        corpus_size: Optional[int] = -1, clock=time.time,
+                        sleep=time.sleep) -> int:
+    """``--input-glob`` on this machine: poll the directory every ``poll_seconds``; a new
+    file's lines arrive at the time it is first seen; as soon as a window of
+    ``window_seconds`` has closed, its documents go through :class:`StreamTrain` in a
+    bounded pipeline of its own on the FnApiRunner (one checkpoint per window, as on a
+    streaming runner). Runs ``stop_after`` seconds (then the open window is applied too), or until
+    interrupted. Returns the number of checkpoints published.
+
+    Why not ``fileio.MatchContinuously`` here: the local runners cannot run it as a stream
+    (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
+    only the files present at its first listings). On Dataflow / Flink the pipeline of
+    :class:`ReadJsonFilesContinuously` is used instead."""
+    from pipelines import dataset
+    seen = set()
+    pending: List[Tuple[float, str]] = []
+    published = 0
+    t_stop = None if stop_after is None else clock() + float(stop_after)
+    max_polls = 10 ** 12 if stop_after is None else int(stop_after / poll_seconds) + 2
+    for _ in range(max_polls):
+        now = clock()
+        for path in dataset.match(pattern):
+            if path in seen:
+                continue
+            seen.add(path)
+            with dataset.open_read(path) as f:
+                lines = [l.strip() for l in f.read().decode("utf-8", "replace").splitlines()]
+            pending += [(now, l) for l in lines if l]
+            logger.info("stream: %s: %d documents arrived", path, len([l for l in lines if l]))
+        done = t_stop is not None and now >= t_stop
+        closed = [x for x in pending
+                  if done or math.floor(x[0] / window_seconds) * window_seconds
+                  + window_seconds <= now]
+        if closed:
+            pending = [x for x in pending if x not in closed] if not done else []
+            # one bounded pipeline per window, in window order (the FnApiRunner does not
+            # fire the event-time timer of the last window of a bounded run, so the step is
+            # applied on arrival -- which is window order here by construction)
+            by_window: Dict[int, List[Tuple[float, str]]] = {}
+            for x in closed:
+                by_window.setdefault(int(math.floor(x[0] / window_seconds)), []).append(x)
+            for w in sorted(by_window):
+                published += _run_bounded(by_window[w], model_dir, parse, window_seconds,
+                                          deadletter_dir, keep_last, n_threads, corpus_size)
+        if done:
+            break
+        sleep(poll_seconds)
+    return published
+
+
+def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_last,
+                 n_threads, corpus_size) -> int:
+    import uuid
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    key = uuid.uuid4().hex
+    _COLLECTED[key] = {"steps": [], DEAD: []}
+    try:
+        # in-process runner: the collecting function runs in this process
+        from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+        opts = PipelineOptions([])
+        # streaming semantics for the window/timer graph (event-time timers of the
+        # stateful step fire as the watermark passes each window)
+        opts.view_as(StandardOptions).streaming = True
+        with beam.Pipeline(runner=FnApiRunner(), options=opts) as p:
+            out = (p | "Arrivals" >> beam.Create([window.TimestampedValue(l, t)
+                                                  for t, l in items])
+                   | "Train" >> StreamTrain(model_dir, parse, window_seconds, 3600.0,
+                                            keep_last=keep_last, n_threads=n_threads,
+                                            corpus_size=corpus_size, order="arrival"))
+            out["steps"] | "CollectSteps" >> beam.Map(_collect, key, "steps")
+            out[DEAD] | "CollectDead" >> beam.Map(_collect, key, DEAD)
+        steps, dead = _COLLECTED[key]["steps"], _COLLECTED[key][DEAD]
+    finally:
+        _COLLECTED.pop(key, None)
+    if dead:
+        from pipelines.dataset import write_bytes_atomic
+        name = "deadletter-local-%s.jsonl" % time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        write_bytes_atomic(os.path.join(deadletter_dir, name),
+                           "".join(_dead_json(d) + "\n" for d in dead).encode("utf-8"))
+    return len(steps)
+
+
+_COLLECTED: Dict[str, Dict[str, list]] = {}
+
+
+def _collect(x, key: str, kind: str):
+    _COLLECTED[key][kind].append(x)

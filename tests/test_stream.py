@@ -207,3 +207,46 @@ def test_stream_command_checks_its_options(tmp_path):
     assert main(["stream", "--model", str(tmp_path / "m")]) == 2           # no input
     assert main(["stream", "--model", str(tmp_path / "m"), "--input-glob", "x/*",
                  "--window-seconds", "0"]) == 2
+
+
+def test_local_directory_driver_applies_each_window_in_order(tmp_path, corpus):
+    """``--input-glob`` on this machine: files appearing between polls become windows by
+    arrival time, one checkpoint per closed window, dead letters written as JSON lines."""
+    batch, vocab = corpus
+    model, vpath, algo0 = _model(tmp_path, vocab)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    clock = {"t": 1000.0}
+    drops = {0: (0, 60), 1: (60, 100), 4: (100, 180)}     # poll index -> documents arriving
+    polls = {"n": 0}
+
+    def drop():
+        if polls["n"] in drops:
+            lo, hi = drops[polls["n"]]
+            msgs = _messages(batch, vocab, lo, hi) + (["garbage"] if lo == 0 else [])
+            (inbox / ("f%d.jsonl" % lo)).write_text("\n".join(msgs) + "\n")
+
+    def sleep(dt):
+        clock["t"] += dt
+        polls["n"] += 1
+        drop()
+
+    drop()
+    parse = stream.ParseConfig(vocab_path=vpath, n_words=V)
+    n = stream.run_local_directory(str(inbox / "*.jsonl"), model, parse, window_seconds=10.0,
+                                   poll_seconds=4.0, stop_after=30.0,
+                                   deadletter_dir=str(tmp_path / "dead"),
+                                   clock=lambda: clock["t"], sleep=sleep)
+    # arrivals at t=1000, 1004 (window [1000, 1010)) and 1016 (window [1010, 1020))
+    assert n == 2
+    ref = OnlineVB.from_state(algo0.to_state())
+    for lo, hi in ((0, 100), (100, 180)):
+        idx = np.arange(lo, hi)
+        ref.global_step(ref.local_step(batch.take(idx[np.argsort([batch.doc_ids[i]
+                                                                   for i in idx])])))
+    got = OnlineVB.from_state(CheckpointStore(model).latest())
+    assert got.step == 2
+    np.testing.assert_array_equal(got.lambda_(), ref.lambda_())
+    dead = [json.loads(l) for f in (tmp_path / "dead").iterdir()
+            for l in f.read_text().splitlines()]
+    assert [d["snippet"] for d in dead] == ["garbage"]

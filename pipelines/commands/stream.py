@@ -56,8 +56,8 @@ def add_arguments(p) -> None:
     g.add_argument("--poll-seconds", type=float, default=10.0,
                    help="--input-glob: seconds between directory listings")
     g.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
-                   help="--input-glob: stop watching after this many seconds and finish the "
-                        "open windows (a bounded local run; default: run until cancelled)")
+                   help="--input-glob: stop watching after this many seconds and apply the "
+                        "open window (a bounded run; default: run until interrupted)")
     g = p.add_argument_group("windows and documents")
     g.add_argument("--window-seconds", type=float, default=60.0,
                    help="minibatch = the documents arriving in each fixed window")
@@ -69,9 +69,10 @@ def add_arguments(p) -> None:
                         "(default MODEL_DIR/deadletter)")
     g.add_argument("--order", choices=["auto", "watermark", "arrival"], default="auto",
                    help="when a window's step is applied: watermark (in window order, once "
-                        "the watermark passes its end) or arrival (as its E-step finishes). "
-                        "auto: arrival for --input-glob on the local runner (its watermark "
-                        "does not advance past the file watcher), else watermark")
+                        "the watermark passes its end) or arrival (as its E-step finishes; "
+                        "for runners whose watermark does not advance past the source). "
+                        "auto: watermark. (--input-glob on the local runner polls the "
+                        "directory itself and applies each closed window in order.)")
     g.add_argument("--id-field", default="doc_id", help="JSON field of the document id")
     g.add_argument("--text-field", default="text", help="JSON field of the text")
 
@@ -115,6 +116,14 @@ def run(args, beam_argv) -> int:
                 dead_dir)
     runner = opts.view_as(StandardOptions).runner or ""
     local = runner in ("DirectRunner", "BundleBasedDirectRunner", "")
+    if local and args.input_glob:
+        n = stream.run_local_directory(
+            args.input_glob, args.model, parse, window_seconds=args.window_seconds,
+            poll_seconds=args.poll_seconds, stop_after=args.stop_after,
+            deadletter_dir=dead_dir, keep_last=keep, n_threads=args.threads,
+            corpus_size=corpus_size)
+        print("published %d checkpoint(s) in %s/checkpoints" % (n, args.model))
+        return 0
     if local:
         # the 2.77 DirectRunner hands a pipeline without TestStream/Pub/Sub to Prism (a
         # download, offline here) or the FnApiRunner, which has no streaming mode; the
@@ -130,9 +139,7 @@ def run(args, beam_argv) -> int:
     else:
         from apache_beam.io.gcp.pubsub import ReadFromPubSub
         raw = p | "PubSub" >> ReadFromPubSub(topic=args.topic, subscription=args.subscription)
-    order = args.order
-    if order == "auto":
-        order = "arrival" if (local and args.input_glob) else "watermark"
+    order = "watermark" if args.order == "auto" else args.order
     out = raw | "Train" >> stream.StreamTrain(
         args.model, parse, args.window_seconds, args.allowed_lateness, keep_last=keep,
         n_threads=args.threads, corpus_size=corpus_size, order=order)
