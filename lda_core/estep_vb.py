@@ -470,10 +470,13 @@ def _doc_scores(indptr, cts, p, gamma, alpha, alpha_const, elogt, scores):
         scores[d] = ll + alpha_const - math.lgamma(gs)
 
 
-@njit(fastmath=True, parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def _word_sstats(wptr, wdoc, wpos, cts, p, et, eb, out):
     """out[u, k] = eb[u, k] · Σ_{d ∋ u} (n_du / phinorm_du) · et[d, k], documents in increasing
-    order (float64; the same sums whatever the number of threads)."""
+    order (float64; the same sums whatever the number of threads). No ``fastmath`` here: with
+    it the kernel loaded from numba's cache rounded differently from the freshly compiled one
+    (contraction/reciprocal choices), so a resumed process drifted a few ULPs from an
+    uninterrupted one (tests/test_kernel_cache.py); plain IEEE costs ~8% of this small part."""
     K = out.shape[1]
     for u in prange(out.shape[0]):
         acc = np.zeros(K, np.float64)
