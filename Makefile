@@ -22,12 +22,15 @@ demo: $(STAMP)
 	$(VENV)/bin/ldabeam vectorize --output $(DEMO)/shards --overwrite \
 	    --holdout-fraction 0.1 --no-below 2 --no-above 0.5
 	$(VENV)/bin/ldabeam train --shards $(DEMO)/shards --output $(DEMO)/model --overwrite \
-	    --topics 20 --passes 20 --minibatch 32 --keep-checkpoints 0
+	    --topics 20 --passes 20 --minibatch 32 --keep-checkpoints 0 \
+	    --eval-every 8 --checkpoint-every 8
 	$(VENV)/bin/ldabeam topics --model $(DEMO)/model --top 8
 	$(VENV)/bin/ldabeam evaluate --model $(DEMO)/model --shards $(DEMO)/shards
+	$(VENV)/bin/ldabeam report --model $(DEMO)/model --output $(DEMO)/report.html
 	@echo
 	@echo "Demo results are in $(abspath $(DEMO))/: shards in shards/, the model and its"
-	@echo "checkpoints in model/, the training log in model/run_log.jsonl"
+	@echo "checkpoints in model/, the training log in model/run_log.jsonl, and the HTML"
+	@echo "report in $(abspath $(DEMO))/report.html"
 
 test: $(STAMP)
 	$(PY) -m pytest -ra --timeout=1800 tests

@@ -10,20 +10,24 @@ import shutil
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-SAMPLE = os.path.join("data", "enwiki-sample-206pages.xml.bz2")
+# top-level files shipped inside the installed package: (source, folder under pipelines/)
+PACKAGE_FILES = [(os.path.join("data", "enwiki-sample-206pages.xml.bz2"), "data"),
+                 (os.path.join("templates", "report.html"), "templates")]
 
 
 class BuildPyWithSample(build_py):
-    """Ship the bundled Wikipedia sample (top-level data/) inside the installed package as
-    pipelines/data/, so `ldabeam vectorize` with no --input works after a plain `pip install .`
-    too (editable installs find it in the source tree)."""
+    """Ship the bundled Wikipedia sample (top-level data/) and the report template (templates/)
+    inside the installed package as pipelines/data/ and pipelines/templates/, so `ldabeam
+    vectorize` with no --input and `ldabeam report` work after a plain `pip install .` too
+    (editable installs find them in the source tree)."""
 
     def run(self):
         super().run()
-        if os.path.exists(SAMPLE):
-            target = os.path.join(self.build_lib, "pipelines", "data")
-            os.makedirs(target, exist_ok=True)
-            shutil.copy(SAMPLE, target)
+        for src, folder in PACKAGE_FILES:
+            if os.path.exists(src):
+                target = os.path.join(self.build_lib, "pipelines", folder)
+                os.makedirs(target, exist_ok=True)
+                shutil.copy(src, target)
 
 setup(
     name="ldabeam",

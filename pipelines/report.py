@@ -40,8 +40,13 @@ logger = logging.getLogger(__name__)
 
 LABELS_FILE = "topic_labels.json"
 MIN_EXAMPLE_SHARE = 0.01     # an example document has at least this share of the topic
-TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "templates", "report.html")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# templates/ of the source tree (editable install), else the copy setup.py ships inside the
+# installed package (pipelines/templates/, for a wheel or `pip install .`)
+TEMPLATE = next((p for p in (os.path.join(os.path.dirname(_HERE), "templates", "report.html"),
+                             os.path.join(_HERE, "templates", "report.html"))
+                 if os.path.exists(p)),
+                os.path.join(os.path.dirname(_HERE), "templates", "report.html"))
 METRIC_NAMES = {"completion_ll_per_token": "held-out document completion (log likelihood "
                                            "per token)",
                 "per_word_bound": "held-out per-word bound (eq. 16)"}

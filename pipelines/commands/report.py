@@ -40,6 +40,11 @@ def run(args, beam_argv) -> int:
                                                           getattr(args, name)))
     if args.examples < 0:
         raise ValueError("--examples must be >= 0, got %d" % args.examples)
+    try:
+        import matplotlib  # noqa: F401  (the plots; an optional extra of the package)
+    except ImportError:
+        raise ValueError("ldabeam report draws its plots with matplotlib, which is not "
+                         "installed: pip install 'ldabeam[report]' (or matplotlib)")
     data = write_report(args.model, args.output, shards=args.shards, max_docs=args.max_docs,
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,
                         template=args.template)
