@@ -245,3 +245,35 @@ def test_flink_readme_names_runner_options_and_the_offline_limit():
         assert not unknown, (command, unknown)
         checked += 1
     assert checked >= 3
+
+
+def _help_of(command, monkeypatch):
+    """``ldabeam COMMAND --help`` as the CLI formats it (ArgumentDefaultsHelpFormatter), on
+    one line per option (a wide terminal: no hyphenated line breaks)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    from pipelines.cli import COMMANDS, build_parser
+    parser = build_parser({command: COMMANDS[command]})
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return " ".join(sub.choices[command].format_help().split())
+
+
+def test_vectorize_help_states_what_happens(monkeypatch):
+    """No sentinel shown as a default: ``--no-lowercase`` is not "(default: True)", ``--keep-n``
+    not "(default: -1)"; the help text says what happens when the option is not given (and
+    the parsed defaults are unchanged)."""
+    text = _help_of("vectorize", monkeypatch)
+    for bad in ("(default: True)", "(default: -1)", "(default: None)"):
+        assert bad not in text, bad
+    for want in ("keep the case of tokens (default: tokens are lower-cased)",
+                 "(default: accents are removed", "0: no cap (default: 100000",
+                 "default: they are redistributed",
+                 "(default: the bundled Wikipedia sample", "(default: 5 for text inputs"):
+        assert want in text, want
+    args, rest = command_parser("vectorize").parse_known_args(["--output", "x"])
+    assert rest == [] and args.input is None and args.keep_n == -1 and args.keep_tokens == ""
+    assert args.lowercase is True and args.deaccent is True and args.reshuffle is True
+    assert args.no_below is None and args.no_above is None and args.min_article_tokens is None
+    args, _ = command_parser("vectorize").parse_known_args(
+        ["--no-lowercase", "--no-deaccent", "--no-reshuffle", "--keep-n", "0"])
+    assert (args.lowercase, args.deaccent, args.reshuffle, args.keep_n) == (False, False,
+                                                                           False, 0)

@@ -39,24 +39,38 @@ def _nonneg_int(s: str) -> int:
     return v
 
 
+def _shown_in_help(p: argparse.ArgumentParser, **defaults) -> str:
+    """Register the parsed default of an option whose stored value is a sentinel (``None``
+    for "decided by the input format", ``-1`` for "the default cap", ``True`` for a
+    ``--no-X`` flag) and hide it from ``--help``: ``ldabeam`` formats help with
+    ``ArgumentDefaultsHelpFormatter``, which would print the sentinel ("(default: True)" for
+    ``--no-lowercase``); the option's help text says what happens instead. Use as
+    ``default=_shown_in_help(p, dest=value)`` (the value reaches ``args`` through the parser's
+    own defaults)."""
+    p.set_defaults(**defaults)
+    return argparse.SUPPRESS
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("input and output")
     io.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB",
-                    help="files, directories, globs or URLs (gs://, s3://); compressed or not. "
-                         "Default: the bundled Wikipedia sample (%s)" % BUNDLED_SAMPLE)
+                    default=_shown_in_help(p, input=None),
+                    help="files, directories, globs or URLs (gs://, s3://); compressed or not "
+                         "(default: the bundled Wikipedia sample, %s)" % BUNDLED_SAMPLE)
     io.add_argument("--format", default="auto",
                     choices=["auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm"],
                     help="input format (auto: from the file names / contents)")
-    io.add_argument("--output", metavar="SHARD_DIR",
+    io.add_argument("--output", metavar="SHARD_DIR", default=_shown_in_help(p, output=None),
                     help="dataset directory to write (train/, heldout/, vocab.tsv, "
-                         "manifest.json, deadletter/)")
+                         "manifest.json, deadletter/); required")
     io.add_argument("--overwrite", action="store_true",
                     help="replace a dataset already in --output")
-    io.add_argument("--vocab", metavar="FIXED_VOCAB",
+    io.add_argument("--vocab", metavar="FIXED_VOCAB", default=_shown_in_help(p, vocab=None),
                     help="text inputs: a fixed vocabulary (vocab.tsv of a dataset or one token "
                          "per line); no corpus-wide pass, unknown words are dropped and "
-                         "counted. Bag-of-words inputs: the corpus' vocabulary file (default: "
-                         "found beside the corpus)")
+                         "counted (default: the vocabulary is built from the corpus). Bag-of-words "
+                         "inputs: the corpus' vocabulary file (default: found beside the "
+                         "corpus)")
     io.add_argument("--holdout-fraction", type=_fraction, default=0.0,
                     help="fraction of documents (by a hash of doc_id) written to heldout/")
     io.add_argument("--seed", type=int, default=0,
@@ -67,30 +81,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="held-out shards (0: one per 20,000 documents)")
 
     vo = p.add_argument_group("vocabulary (gensim Dictionary.filter_extremes semantics)")
-    vo.add_argument("--no-below", type=_nonneg_int, default=None,
-                    help="keep words in at least this many documents (default 5; bag-of-words "
-                         "inputs are not pruned unless a pruning option is given)")
-    vo.add_argument("--no-above", type=float, default=None,
-                    help="keep words in at most this fraction of documents (default 0.5)")
-    vo.add_argument("--keep-n", type=_nonneg_int, default=-1,
-                    help="keep only the N most frequent words by document frequency "
-                         "(default 100000; 0: no cap)")
-    vo.add_argument("--keep-tokens", default="",
-                    help="comma-separated words kept whatever their frequency")
-    vo.add_argument("--stopwords", default=None,
+    vo.add_argument("--no-below", type=_nonneg_int, default=_shown_in_help(p, no_below=None),
+                    help="keep words in at least this many documents (default: 5 for text "
+                         "inputs; bag-of-words inputs keep their whole vocabulary unless one "
+                         "of --no-below, --no-above, --keep-n, --keep-tokens is given)")
+    vo.add_argument("--no-above", type=float, default=_shown_in_help(p, no_above=None),
+                    help="keep words in at most this fraction of documents (default: 0.5; "
+                         "bag-of-words inputs as --no-below)")
+    vo.add_argument("--keep-n", type=_nonneg_int, default=_shown_in_help(p, keep_n=-1),
+                    help="keep only the N most frequent words by document frequency; 0: no "
+                         "cap (default: 100000; bag-of-words inputs as --no-below)")
+    vo.add_argument("--keep-tokens", default=_shown_in_help(p, keep_tokens=""),
+                    help="comma-separated words kept whatever their frequency (default: "
+                         "none)")
+    vo.add_argument("--stopwords", default=_shown_in_help(p, stopwords=None),
                     help="'gensim' (gensim's English list), 'none', or a file with one word "
-                         "per line")
+                         "per line (default: none; --no-above drops the most common words)")
 
     tk = p.add_argument_group("tokenizer (defaults: gensim conventions)")
     tk.add_argument("--no-lowercase", dest="lowercase", action="store_false",
-                    help="keep the case of tokens")
+                    default=_shown_in_help(p, lowercase=True),
+                    help="keep the case of tokens (default: tokens are lower-cased)")
     tk.add_argument("--no-deaccent", dest="deaccent", action="store_false",
-                    help="keep accents (gensim WikiCorpus does not de-accent)")
-    tk.add_argument("--min-token-len", type=int, default=2)
-    tk.add_argument("--max-token-len", type=int, default=15)
-    tk.add_argument("--min-article-tokens", type=_nonneg_int, default=None,
-                    help="drop documents with fewer tokens (default: 50 for Wikipedia dumps "
-                         "as gensim WikiCorpus, 1 otherwise)")
+                    default=_shown_in_help(p, deaccent=True),
+                    help="keep accents (default: accents are removed, as gensim's "
+                         "utils.deaccent; gensim WikiCorpus keeps them)")
+    tk.add_argument("--min-token-len", type=int, default=2,
+                    help="shortest token kept, in characters")
+    tk.add_argument("--max-token-len", type=int, default=15,
+                    help="longest token kept, in characters")
+    tk.add_argument("--min-article-tokens", type=_nonneg_int,
+                    default=_shown_in_help(p, min_article_tokens=None),
+                    help="drop documents with fewer tokens (default: 50 for Wikipedia dumps, "
+                         "as gensim WikiCorpus; 1 otherwise)")
 
     rd = p.add_argument_group("readers")
     rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
@@ -104,8 +127,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rd.add_argument("--label-field", default="label", help="JSON Lines: label field")
     rd.add_argument("--title-field", default="title", help="JSON Lines: title field")
     rd.add_argument("--no-reshuffle", dest="reshuffle", action="store_false",
+                    default=_shown_in_help(p, reshuffle=True),
                     help="do not redistribute documents between reading and tokenizing "
-                         "(faster with a single in-process worker)")
+                         "(faster with a single in-process worker; default: they are "
+                         "redistributed, so the pages of one large dump are parsed on every "
+                         "worker)")
 
 
 def options_from_args(args):
