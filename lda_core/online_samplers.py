@@ -19,7 +19,10 @@ Either can instead start from a given batch sample (``initialise(batch, z)``), w
 online samplers of the evaluation share one batch Gibbs sample on the first 10%.
 
 The state (tokens, z, and the random stream) is checkpointed; counts are recomputed from z on
-resume, which then continues exactly as an uninterrupted run.
+resume, which then continues exactly as an uninterrupted run. A checkpoint taken while the batch
+prefix is still being buffered (fewer than ``init_docs`` documents seen) holds those buffered
+documents (arrays ``prefix_indptr``, ``prefix_word_ids``, ``prefix_counts``), so a resumed run
+runs the batch phase on exactly the same prefix.
 """
 from __future__ import annotations
 
@@ -38,6 +41,44 @@ from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positi
                             rng_to_json, check_counts)
 
 logger = logging.getLogger(__name__)
+
+
+PREFIX_ARRAYS = ("prefix_indptr", "prefix_word_ids", "prefix_counts")
+
+
+def prefix_to_arrays(pending) -> Dict[str, np.ndarray]:
+    """The buffered prefix documents (a list of DocBatch) as checkpoint arrays ({} if none).
+
+    Document ids are not kept: the samplers never use them (a document's random streams are
+    keyed by its position in the stream), so the restored prefix gives the same run."""
+    if not pending:
+        return {}
+    b = DocBatch.concat(pending) if len(pending) > 1 else pending[0]
+    return {"prefix_indptr": b.indptr.copy(), "prefix_word_ids": b.word_ids.copy(),
+            "prefix_counts": b.counts.copy()}
+
+
+def prefix_from_arrays(arrays, n_words: int, init_docs: int):
+    """Inverse of :func:`prefix_to_arrays`: ``([DocBatch], n_docs)``, or ``([], 0)`` when the
+    checkpoint holds no buffered prefix. ValueError if the arrays are inconsistent."""
+    have = [k for k in PREFIX_ARRAYS if k in arrays]
+    if not have:
+        return [], 0
+    if len(have) != len(PREFIX_ARRAYS):
+        raise ValueError("checkpoint holds only part of the buffered prefix (%s)"
+                         % ", ".join(have))
+    indptr = np.asarray(arrays["prefix_indptr"])
+    if indptr.ndim != 1 or len(indptr) < 2:
+        raise ValueError("checkpoint prefix_indptr must hold at least 2 offsets")
+    n = len(indptr) - 1
+    if n > init_docs:
+        raise ValueError("checkpoint buffers %d prefix documents but init_docs is %d"
+                         % (n, init_docs))
+    b = DocBatch(tuple("prefix-%d" % i for i in range(n)), indptr, arrays["prefix_word_ids"],
+                 arrays["prefix_counts"])      # checks indptr / word ids / counts agree
+    if b.nnz and (int(b.word_ids.min()) < 0 or b.max_word_id() >= n_words):
+        raise ValueError("checkpoint prefix word ids out of range [0, %d)" % n_words)
+    return [b], n
 
 
 def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
@@ -190,13 +231,11 @@ class _OnlineGibbs(SequentialSampler):
                 "init_docs": self.init_docs, "init_sweeps": self.init_sweeps, "seed": self.seed}
 
     def to_state(self):
+        """The complete state; during the batch prefix it holds the buffered documents."""
         from lda_core.state import TopicState
-        if self._pending:
-            raise ValueError("cannot checkpoint during the batch prefix (%d of %d prefix "
-                             "documents buffered); checkpoint after the prefix"
-                             % (self._pending_n, self.init_docs))
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "z": self.assignments.copy()}
+        arrays.update(prefix_to_arrays(self._pending))
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=None, arrays=arrays, params=self._params(),
                           step=self.step, docs_seen=self.docs_seen,
@@ -214,6 +253,11 @@ class _OnlineGibbs(SequentialSampler):
         restore_tokens(self, state)
         self.rng[0] = np.uint64(rng_from_json(state.rng))
         self.initialised = bool(state.info.get("initialised", True))
+        self._pending, self._pending_n = prefix_from_arrays(state.arrays, self.n_words,
+                                                            self.init_docs)
+        if self._pending_n and (self.initialised or self.corpus.n_docs):
+            raise ValueError("checkpoint holds a buffered prefix and sampled documents; it is "
+                             "inconsistent")
         self.seconds = float(state.info.get("seconds", 0.0))
         self.step = state.step
         return self

@@ -36,7 +36,7 @@ from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
 from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positive, grow_rows,
                             infer_theta, rng_from_json, rng_to_json)
-from lda_core.online_samplers import resolve_init_docs
+from lda_core.online_samplers import prefix_from_arrays, prefix_to_arrays, resolve_init_docs
 from lda_core.particle_tree import STORES, slot_mapping
 
 logger = logging.getLogger(__name__)
@@ -233,14 +233,14 @@ class ParticleFilter(SequentialSampler):
 
     # -- checkpoints ----------------------------------------------------------------------
     def to_state(self):
+        """The complete state; during the batch prefix (no particle store yet) it holds the
+        buffered prefix documents instead, so a resumed run starts from the same prefix."""
         from lda_core.state import TopicState
-        if self._pending:
-            raise ValueError("cannot checkpoint during the batch prefix (%d of %d prefix "
-                             "documents buffered)" % (self._pending_n, self.init_docs))
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "logw": self.logw.copy()}
         if self.store is not None:
             arrays.update(self.store.to_arrays())
+        arrays.update(prefix_to_arrays(self._pending))
         params = {"alpha": self.alpha, "eta": self.eta, "n_particles": self.P,
                   "ess_threshold": self.ess_threshold, "n_rejuv": self.n_rejuv,
                   "schedule": self.schedule, "decay_scale": self.decay_scale,
@@ -281,6 +281,16 @@ class ParticleFilter(SequentialSampler):
         self.max_depth = int(state.info.get("max_depth", 0))
         self.seconds = float(state.info.get("seconds", 0.0))
         self.step = state.step
+        self._pending, self._pending_n = prefix_from_arrays(a, self.n_words, self.init_docs)
+        if not self.initialised:
+            # still in the batch prefix: nothing sampled yet, no particle store
+            if self.corpus.n_docs or self.corpus.n_tokens:
+                raise ValueError("checkpoint is marked as inside the batch prefix but holds "
+                                 "%d sampled documents" % self.corpus.n_docs)
+            return self
+        if self._pending_n:
+            raise ValueError("checkpoint holds a buffered prefix and a particle store; it is "
+                             "inconsistent")
         D = self.corpus.n_docs
         self.ndk = np.zeros((self.P, max(16, D), self.n_topics), np.int32)
         self.ndoc = np.zeros(max(16, D), np.int64)

@@ -99,8 +99,37 @@ def test_parameter_errors():
         IncrementalGibbs(3, 10, schedule="linear")
     with pytest.raises(ValueError, match="eta"):
         IncrementalGibbs(3, 10, eta=-1.0)
-    s = OLDA(3, 10, init_docs=5)
-    from lda_core.docbatch import DocBatch
-    s.process(DocBatch.from_rows([([1], [2])]))
-    with pytest.raises(ValueError, match="prefix"):
-        s.to_state()
+
+
+@pytest.mark.parametrize("cls", [OLDA, IncrementalGibbs])
+def test_checkpoint_inside_the_batch_prefix(tmp_path, cls):
+    """A checkpoint taken while the prefix is buffered holds the buffered documents; the
+    resumed sampler runs the batch phase on the same prefix and ends identical."""
+    from lda_core.state import TopicState
+    batch, phi = planted_corpus(n_docs=120, seed=17)
+    K, V = phi.shape
+    a = cls(K, V, init_docs=30, init_sweeps=5, seed=2)
+    a.process(batch.take(np.arange(0, 12)))
+    a.process(batch.take(np.arange(12, 20)))
+    st = a.to_state()
+    assert st.info["initialised"] is False and st.docs_seen == 20
+    assert st.arrays["prefix_indptr"].shape == (21,) and len(st.arrays["z"]) == 0
+    st.save(str(tmp_path / "ck"))
+    b = cls.from_state(TopicState.load(str(tmp_path / "ck")))
+    assert b.docs_seen == 20 and not b.initialised
+    for x in (a, b):
+        x.process(batch.take(np.arange(20, 50)))      # completes the prefix, then streams
+        x.process(batch.take(np.arange(50, 120)))
+    np.testing.assert_array_equal(a.assignments, b.assignments)
+    sa, sb = a.to_state(), b.to_state()
+    sa.info.pop("seconds"), sb.info.pop("seconds")
+    assert sa == sb and "prefix_indptr" not in sa.arrays
+    # a damaged prefix is refused, naming what is wrong
+    bad = TopicState.load(str(tmp_path / "ck"))
+    del bad.arrays["prefix_counts"]
+    with pytest.raises(ValueError, match="part of the buffered prefix"):
+        cls.from_state(bad)
+    bad = TopicState.load(str(tmp_path / "ck"))
+    bad.arrays["prefix_word_ids"] = bad.arrays["prefix_word_ids"] + V
+    with pytest.raises(ValueError, match="out of range"):
+        cls.from_state(bad)

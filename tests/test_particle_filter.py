@@ -123,6 +123,28 @@ def test_pf_checkpoint_resume_exact(tmp_path, store):
     assert sa == sb
 
 
+def test_pf_checkpoint_inside_the_batch_prefix(tmp_path):
+    from lda_core.state import TopicState
+    batch, phi = planted_corpus(n_docs=100, seed=12)
+    K, V = phi.shape
+    kw = dict(alpha=0.1, eta=0.1, n_particles=6, ess_threshold=3, n_rejuv=3, init_docs=25,
+              init_sweeps=5, seed=6)
+    a = ParticleFilter(K, V, **kw)
+    a.process(batch.take(np.arange(0, 10)))
+    st = a.to_state()
+    assert st.info["initialised"] is False and st.docs_seen == 10
+    assert "prefix_indptr" in st.arrays and a.store is None
+    st.save(str(tmp_path / "ck"))
+    b = ParticleFilter.from_state(TopicState.load(str(tmp_path / "ck")))
+    assert b.docs_seen == 10 and b.store is None
+    for x in (a, b):
+        x.process(batch.take(np.arange(10, 60)))
+        x.process(batch.take(np.arange(60, 100)))
+    sa, sb = a.to_state(), b.to_state()
+    sa.info.pop("seconds"), sb.info.pop("seconds")
+    assert sa == sb and "prefix_indptr" not in sa.arrays
+
+
 def test_pf_parameter_errors():
     with pytest.raises(ValueError, match="ess_threshold"):
         ParticleFilter(3, 10, n_particles=10, ess_threshold=20)

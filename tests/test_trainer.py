@@ -196,3 +196,62 @@ def test_run_log_survives_a_truncated_last_line(tmp_path):
         f.write('garbage\n{"event": "end"}\n')
     with pytest.raises(ValueError, match="line 1"):
         read_run_log(p)
+
+
+# ------------------------------------------------------------------ stream-order samplers
+
+SAMPLER_SETTINGS = {
+    "o-lda": dict(alpha=0.1, eta=0.1, init_docs=100, init_sweeps=5, seed=5),
+    "incremental-gibbs": dict(alpha=0.1, eta=0.1, init_docs=100, init_sweeps=5, n_rejuv=2,
+                              seed=5),
+    "particle-filter": dict(alpha=0.1, eta=0.1, init_docs=100, init_sweeps=5, n_particles=6,
+                            ess_threshold=3.0, n_rejuv=3, seed=5),
+}
+
+
+def _sampler_state(algo):
+    st = algo.to_state()
+    info = {k: v for k, v in st.info.items() if k != "seconds"}   # wall time differs
+    return st, info
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLER_SETTINGS))
+def test_checkpoints_inside_the_batch_prefix_and_resume_bit_for_bit(tmp_path, kos_shards,
+                                                                      name):
+    """The batch prefix (100 documents) spans minibatches 1-4 of 32 documents; a checkpoint
+    every minibatch used to crash at the first one ("cannot checkpoint during the batch
+    prefix"). Stopping inside the prefix (2), where it completes (4) and after it (7), then
+    resuming from the checkpoint, gives the uninterrupted run's state bit for bit."""
+    files, corpus, V = kos_shards
+    stream = ShardStream(files, batch_size=32, seed=3, passes=1)     # 10 minibatches
+    cls = algorithm_class(name)
+    full = cls(6, V, **SAMPLER_SETTINGS[name])
+    store = CheckpointStore(str(tmp_path / "full"))
+    train(full, stream, checkpoint_store=store, checkpoint_every=1, progress=False)
+    assert [c.step for c in store.list_checkpoints()] == list(range(1, 11))
+    prefix_state = store.load(2)
+    assert prefix_state.info["initialised"] is False and prefix_state.docs_seen == 64
+    assert prefix_state.arrays["prefix_indptr"].shape == (65,)
+    ref, ref_info = _sampler_state(full)
+    assert ref.docs_seen == 300 and ref_info["initialised"] is True
+    assert "prefix_indptr" not in ref.arrays
+    for stop in (2, 4, 7):
+        model_dir = str(tmp_path / ("m%d" % stop))
+        first = cls(6, V, **SAMPLER_SETTINGS[name])
+        r1 = train(first, stream, checkpoint_store=CheckpointStore(model_dir),
+                   checkpoint_every=1, max_steps=stop, progress=False)
+        assert r1.step == stop
+        state = CheckpointStore(model_dir).latest()
+        assert state.step == stop and state.info["trainer"]["minibatches_done"] == stop
+        resumed = cls.from_state(state)
+        assert resumed.docs_seen == state.docs_seen == min(300, 32 * stop)
+        train(resumed, stream, checkpoint_store=CheckpointStore(model_dir),
+              checkpoint_every=3, progress=False)
+        got, got_info = _sampler_state(resumed)
+        assert (got.step, got.docs_seen, got.rng, got.params) == \
+            (ref.step, ref.docs_seen, ref.rng, ref.params)
+        assert got_info == ref_info
+        assert got.arrays.keys() == ref.arrays.keys()
+        for k in ref.arrays:
+            assert np.array_equal(got.arrays[k], ref.arrays[k]), (stop, k)
+        np.testing.assert_array_equal(resumed.topic_word(), full.topic_word())
