@@ -9,8 +9,10 @@ of z. One sweep resamples every token from
 
     φ_kw = (n_kw + η)/(n_k + Vη)            θ_dk = (n_dk + α)/(N_d + Kα)
 
-averaged over the sweeps kept after ``burn_in`` (``topic_word``), or from the current sample if
-none has been kept yet.
+averaged over the sweeps after the first ``burn_in`` (default ``DEFAULT_BURN_IN`` = 50: the
+chain starts from uniformly random assignments, and averaging those early sweeps into φ would
+blur the topics), or from the current sample while no sweep has been kept yet (fewer sweeps than
+``burn_in`` so far).
 
 Multi-core: with ``n_parts > 1`` each sweep is the approximate distributed sweep of AD-LDA
 (Newman, Asuncion, Smyth & Welling 2009): the documents are cut into ``n_parts`` contiguous
@@ -22,8 +24,9 @@ depends on (seed, n_parts) only, never on the number of threads; ``n_parts = 1``
 sequential sampler.
 
 As a :class:`~lda_core.algorithm.SequentialSampler`, ``process(batch)`` appends documents and
-gives their tokens an initial assignment sampled sequentially from the conditional given all
-earlier tokens (the o-LDA step); ``sweep(n)`` / ``fit(batch, sweeps, burn_in)`` do the batch work.
+gives their tokens an initial assignment: uniformly random (``init="random"``, the default) or
+sampled sequentially from the conditional given all earlier tokens (``init="sequential"``, the
+o-LDA step); ``sweep(n)`` / ``fit(batch, sweeps, burn_in)`` do the batch work.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from lda_core.docbatch import DocBatch
 logger = logging.getLogger(__name__)
 
 MAX_SWEEPS = 1_000_000
+DEFAULT_BURN_IN = 50      # sweeps discarded before φ is averaged (half the CLI's 100 sweeps)
 _RNG_KIND = "SplitMix64"
 
 
@@ -164,7 +168,8 @@ class CollapsedGibbs(SequentialSampler):
     """Batch collapsed Gibbs sampler (see module docstring).
 
     Parameters: ``n_topics`` K ≥ 1, ``n_words`` V ≥ 1, ``alpha`` > 0, ``eta`` > 0,
-    ``burn_in`` sweeps before φ samples are averaged, ``n_parts`` ≥ 1 document blocks per sweep
+    ``burn_in`` sweeps before φ samples are averaged (default 50; φ is the current sample's
+    until more sweeps than that have run), ``n_parts`` ≥ 1 document blocks per sweep
     (1 = exact sequential; > 1 = AD-LDA on that many threads), ``seed``, ``init`` the start
     of new documents' assignments ("random" or "sequential"; random mixes better: a sequential
     start can merge planted topics that later sweeps do not split).
@@ -173,7 +178,8 @@ class CollapsedGibbs(SequentialSampler):
     name = "gibbs"
 
     def __init__(self, n_topics: int, n_words: int, alpha: float = 0.1, eta: float = 0.01,
-                 burn_in: int = 0, n_parts: int = 1, seed: int = 0, init: str = "random"):
+                 burn_in: int = DEFAULT_BURN_IN, n_parts: int = 1, seed: int = 0,
+                 init: str = "random"):
         if init not in ("random", "sequential"):
             raise ValueError("init must be 'random' or 'sequential', got %r" % (init,))
         self.init = init
@@ -278,8 +284,9 @@ class CollapsedGibbs(SequentialSampler):
 
     def fit(self, batch: DocBatch, sweeps: int = 100, burn_in: Optional[int] = None,
             check: bool = False) -> "CollapsedGibbs":
-        """Batch reference: add ``batch`` (sequential initialisation), then ``sweeps`` sweeps
-        of which the first ``burn_in`` are not averaged into φ."""
+        """Batch reference: add ``batch`` (initial assignments as ``init`` says: uniformly
+        random by default), then ``sweeps`` sweeps; φ averages the sweeps after the first
+        ``burn_in`` (given here, or the sampler's own, default 50)."""
         if burn_in is not None:
             self.burn_in = check_int("burn_in", burn_in, 0, MAX_SWEEPS)
         self.process(batch)

@@ -298,3 +298,13 @@ def test_stream_order_samplers_and_batch_gibbs_through_the_cli(tmp_path, ds, cap
         assert "held-out document completion" in out
         st = CheckpointStore(m).latest()
         assert st.algorithm == "gibbs" and st.docs_seen == 500
+        # the sampler's default burn-in (50 sweeps) is what the CLI uses: 5 sweeps keep none
+        assert st.params["burn_in"] == 50 and st.params["n_kept"] == 0
+        m = str(tmp_path / "gibbs55")
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--algorithm",
+                               "gibbs", "--topics", 5, "--passes", 55, "--heldout", "none",
+                               "--no-progress")
+        assert rc == 0, err
+        st = CheckpointStore(m).latest()
+        assert (st.params["burn_in"], st.params["n_kept"], st.params["sweeps_done"]) == \
+            (50, 5, 55) and "phi_sum" in st.arrays

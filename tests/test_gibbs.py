@@ -117,6 +117,28 @@ def test_resume_exact(tmp_path):
     b.check_invariants()
 
 
+def test_default_burn_in_discards_the_early_sweeps():
+    """The chain starts from random assignments: by default the first 50 sweeps are not
+    averaged into φ (before that φ is the current sample's); afterwards φ is the mean of the
+    kept sweeps' estimates."""
+    from lda_core.gibbs import DEFAULT_BURN_IN, phi_from_counts
+    batch, phi = planted_corpus(n_docs=60, seed=14)
+    g = CollapsedGibbs(4, phi.shape[1], alpha=0.1, eta=0.01, seed=2)
+    assert g.burn_in == DEFAULT_BURN_IN == 50
+    g.fit(batch, sweeps=DEFAULT_BURN_IN)
+    assert g.n_kept == 0 and g.phi_sum is None
+    np.testing.assert_array_equal(g.topic_word(), phi_from_counts(g.nwk, g.nk, g.eta))
+    kept = []
+    for _ in range(3):
+        g.sweep(1)
+        kept.append(phi_from_counts(g.nwk, g.nk, g.eta))
+    assert g.n_kept == 3
+    np.testing.assert_allclose(g.topic_word(), sum(kept) / 3, rtol=1e-12)
+    assert CollapsedGibbs(4, 10, burn_in=0).burn_in == 0      # still configurable
+    with pytest.raises(ValueError, match=r"burn_in must be an integer in \[0, "):
+        CollapsedGibbs(4, 10, burn_in=-1)
+
+
 def test_parameter_errors():
     with pytest.raises(ValueError, match="alpha"):
         CollapsedGibbs(3, 10, alpha=0)

@@ -234,12 +234,14 @@ def _accepted(cls) -> Dict[str, Any]:
 
 def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
     """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
-    sweeps (``--passes``), one checkpoint at the end."""
+    sweeps (``--passes``) of which the first ``algo.burn_in`` (the sampler's default unless
+    given) are not averaged into φ, one checkpoint at the end."""
     from lda_core.trainer import TrainResult, evaluate
     from pipelines.shard_stream import read_docs
     t0 = time.time()
     run_log.write(dict(event="start", wall_time=t0, algorithm=algo.name, sweeps=sweeps,
-                       run=run_info))
+                       burn_in=algo.burn_in, run=run_info))
+    _log_gibbs_plan(algo, sweeps)
     docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
     logger.info("collapsed Gibbs: %d documents in memory, %d sweeps", docs.n_docs, sweeps)
     algo.fit(docs, sweeps=sweeps)
@@ -254,6 +256,16 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     run_log.write(dict(event="end", step=sweeps, docs_seen=algo.docs_seen, elapsed=elapsed,
                        metrics=metrics, checkpoint=ckpt, wall_time=time.time()))
     return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
+
+
+def _log_gibbs_plan(algo, sweeps: int) -> None:
+    if sweeps <= algo.burn_in:
+        logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the topics are "
+                       "the last sample's (raise --passes or lower the burn-in)", sweeps,
+                       algo.burn_in)
+    else:
+        logger.info("gibbs: %d sweeps, the first %d burn-in, phi averaged over the last %d",
+                    sweeps, algo.burn_in, sweeps - algo.burn_in)
 
 
 def _remove_model(model_dir: str) -> None:
