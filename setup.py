@@ -55,6 +55,11 @@ setup(
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
         "report": ["matplotlib>=3.6"],
+        # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page. pandas
+        # is held to the range apache-beam supports (its typehints import pandas whenever it
+        # is installed); tried with pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in [test]:
+        # tests/test_exports.py checks the page when pyLDAvis is importable, skips otherwise.
+        "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
     },
     entry_points={"console_scripts": ["ldabeam=pipelines.cli:main"]},
 )

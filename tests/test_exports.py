@@ -127,10 +127,59 @@ def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
     assert meta["doc_ids"] == list(docs.doc_ids) and meta["info"]["step"] == state.step
     try:
         import pyLDAvis  # noqa: F401
-    except ImportError:
+    except ImportError:       # without the optional extra: the data only, no page
         assert not os.path.exists(os.path.join(out, "pyldavis.html"))
-    else:
-        assert os.path.getsize(os.path.join(out, "pyldavis.html")) > 1000
+    else:                     # the page's content: test_pyldavis_html_page
+        assert os.path.exists(os.path.join(out, "pyldavis.html"))
+
+
+def _ldavis_data(page):
+    """The JSON object pyLDAvis.save_html embeds in its page (``var ldavis_el..._data =``)."""
+    import re
+    m = re.search(r"var (ldavis_el\w+)_data = (\{.*?\});\n", page, re.S)
+    assert m, "no LDAvis data in the page"
+    return json.loads(m.group(2))
+
+
+def test_pyldavis_html_page(run20, tmp_path):
+    """With the optional extra (pip install 'ldabeam[vis]'): the interactive page pyLDAvis
+    makes from the exported data shows our model -- K topics in our order, each topic's
+    share of the tokens from θ and the document lengths, each topic's term probabilities
+    (pyLDAvis's logprob, rounded to 4 decimals) those of our φ restricted to the terms that
+    occur, and only such terms."""
+    pytest.importorskip("pyLDAvis", reason="pyLDAvis is not installed (optional extra: pip "
+                                           "install 'ldabeam[vis]'); the HTML branch of "
+                                           "export --format pyldavis is not exercised")
+    from pipelines.exports import _seen_terms, load_pyldavis
+    ds, model = run20
+    out = str(tmp_path / "vis")
+    assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,
+                     "--max-docs", "150"]) == 0
+    page = open(os.path.join(out, "pyldavis.html"), encoding="utf-8").read()
+    assert "<script" in page
+    data = _ldavis_data(page)
+    seen = _seen_terms(load_pyldavis(out))
+    phi, vocab = seen["topic_term_dists"], seen["vocab"]
+    col = {w: i for i, w in enumerate(vocab)}
+    assert data["topic.order"] == list(range(1, K + 1))           # sort_topics=False
+    assert data["mdsDat"]["topics"] == list(range(1, K + 1))
+    tokens = (seen["doc_topic_dists"] * seen["doc_lengths"][:, None]).sum(axis=0)
+    np.testing.assert_allclose(data["mdsDat"]["Freq"], 100 * tokens / tokens.sum(), rtol=1e-6)
+    tinfo = data["tinfo"]
+    assert set(tinfo["Term"]) <= set(vocab) and set(data["token.table"]["Term"]) <= set(vocab)
+    checked = 0
+    for k in range(K):
+        rows = [i for i, c in enumerate(tinfo["Category"]) if c == "Topic%d" % (k + 1)]
+        assert rows, k
+        for i in rows:
+            w = tinfo["Term"][i]
+            np.testing.assert_allclose(np.exp(tinfo["logprob"][i]), phi[k, col[w]],
+                                       rtol=2e-4, atol=1e-12)
+            checked += 1
+        # the topic's most probable term is listed (ranked by relevance at lambda = 1 too)
+        best = vocab[int(np.argmax(phi[k]))]
+        assert best in [tinfo["Term"][i] for i in rows], (k, best)
+    assert checked >= K * 10
 
 
 def test_phi_npy_still_works_and_bad_inputs(run20, tmp_path, capsys):
