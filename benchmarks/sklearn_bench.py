@@ -16,9 +16,13 @@ compiled kernels on first use). Targets (issue 8): our mean score >= scikit-lear
 >= 5x faster.
 
     .venv/bin/python benchmarks/sklearn_bench.py [--topics 50] [--passes 1] [--threads N]
+
+The numbers (every run, the summary, the ratios and the run's circumstances) are written to
+``benchmarks/results/sklearn_bench.json`` (``--json PATH`` elsewhere, ``--json ''`` not at all).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -27,6 +31,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
+
+REPO = common.REPO
+RESULTS_JSON = os.path.join(REPO, "benchmarks", "results", "sklearn_bench.json")
 
 
 def main(argv=None):
@@ -39,6 +46,8 @@ def main(argv=None):
                    help="our E-step threads (n_jobs); scikit-learn runs with n_jobs=1 "
                         "(its joblib workers cost more than they give on 2 cores)")
     p.add_argument("--sklearn-jobs", type=int, default=1)
+    p.add_argument("--json", default=RESULTS_JSON,
+                   help="write the results here ('': do not write)")
     p.add_argument("--seeds", type=int, default=3,
                    help="random_state 0..N-1 for both (the score varies by ~0.05 between "
                         "seeds at one pass, so one seed cannot compare the two)")
@@ -106,7 +115,35 @@ def main(argv=None):
                      res["speedup_wall_seed0"], res["speedup_cpu_seed0"],
                      res["score_difference"]))
     common.print_json(res)
+    if a.json:
+        save_results(res, a.json, argv)
     return res
+
+
+def save_results(res, path: str, argv) -> None:
+    """``res`` as JSON at ``path`` (atomically), with when, where and how it was measured."""
+    import datetime
+    import platform
+    import subprocess
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    rec = dict(res, run={"script": os.path.basename(__file__),
+                         "argv": list(sys.argv[1:] if argv is None else argv),
+                         "utc": datetime.datetime.now(datetime.timezone.utc)
+                         .strftime("%Y-%m-%dT%H:%M:%SZ"),
+                         "git_commit": commit, "cpus": os.cpu_count(),
+                         "load_average_at_end": list(os.getloadavg()),
+                         "python": platform.python_version()})
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True, default=float)
+        f.write("\n")
+    os.replace(tmp, path)
+    print("results written to %s" % path)
 
 
 if __name__ == "__main__":

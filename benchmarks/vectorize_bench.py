@@ -20,6 +20,10 @@ workers are other processes, so process CPU time does not compare). Timings on t
 2-core machine are noisy; compare the ratios.
 
     python benchmarks/vectorize_bench.py [--limit N] [--json results.json]
+
+The numbers (and the run's circumstances) are written to
+``benchmarks/results/vectorize_bench.json`` (``--json PATH`` elsewhere, ``--json ''`` not at
+all).
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ SHARED = os.environ.get("LDABEAM_SHARED", os.path.join(os.path.dirname(REPO), "s
 NEWS20 = os.path.join(SHARED, "data", "20news-bydate", "20news-bydate.tar.gz")
 SAMPLE = os.path.join(REPO, "data", "enwiki-sample-206pages.xml.bz2")
 # characters XML 1.0 forbids (a few posts contain form feeds / escape codes)
+RESULTS_JSON = os.path.join(REPO, "benchmarks", "results", "vectorize_bench.json")
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f]")
 
 
@@ -114,7 +119,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=0,
                     help="use only the first N 20 Newsgroups posts (default: all 18,846)")
-    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--json", default=RESULTS_JSON,
+                    help="write the results here ('': do not write)")
     ap.add_argument("--keep", action="store_true", help="keep the dump and the outputs")
     ap.add_argument("--skip-multi", action="store_true", help="skip the 2-worker Beam run")
     args = ap.parse_args(argv)
@@ -156,14 +162,40 @@ def main(argv=None):
                  r["docs"] / r["total_s"], ratio, ratio1, r["cpu_ratio_vs_gensim"],
                  r["cpu_ratio_vs_gensim_pass1"],
                  "" if same else "  [counts differ from gensim!]"))
+    res["limit"] = args.limit
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
+        save_results(res, args.json, argv)
     if args.keep:
         print("dump and outputs kept in %s" % tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def save_results(res, path: str, argv) -> None:
+    """``res`` as JSON at ``path`` (atomically), with when, where and how it was measured."""
+    import datetime
+    import platform
+    import subprocess
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    rec = dict(res, run={"script": os.path.basename(__file__),
+                         "argv": list(sys.argv[1:] if argv is None else argv),
+                         "utc": datetime.datetime.now(datetime.timezone.utc)
+                         .strftime("%Y-%m-%dT%H:%M:%SZ"),
+                         "git_commit": commit, "cpus": os.cpu_count(),
+                         "load_average_at_end": list(os.getloadavg()),
+                         "python": platform.python_version()})
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True, default=float)
+        f.write("\n")
+    os.replace(tmp, path)
+    print("results written to %s" % path)
 
 
 if __name__ == "__main__":
