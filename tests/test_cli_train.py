@@ -308,3 +308,109 @@ def test_stream_order_samplers_and_batch_gibbs_through_the_cli(tmp_path, ds, cap
         st = CheckpointStore(m).latest()
         assert (st.params["burn_in"], st.params["n_kept"], st.params["sweeps_done"]) == \
             (50, 5, 55) and "phi_sum" in st.arrays
+
+
+def _state(m):
+    return CheckpointStore(m).latest()
+
+
+def test_minibatch_default_is_the_algorithms_own(tmp_path, ds, capsys):
+    """--minibatch unset: SCVB0 and sparse Gibbs-VB use their papers' 100, online VB 256."""
+    have = available_algorithms()
+    for name, S in (("online-vb", 256), ("scvb0", 100), ("sparse-gibbs-vb", 100),
+                    ("o-lda", 256)):
+        if name not in have:
+            continue
+        m = str(tmp_path / name)
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--algorithm",
+                               name, "--topics", 4, "--max-steps", 1, "--heldout", "none",
+                               "--no-progress")
+        assert rc == 0, err
+        st = _state(m)
+        assert st.info["run"]["minibatch"] == S, name
+        assert ("minibatch %d" % S) in out
+        if "batch_size" in st.params:
+            assert st.params["batch_size"] == S
+        assert st.docs_seen == S
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "scvb0 100" in out and "online-vb 256" in out
+
+
+def test_algorithm_specific_options_reach_the_algorithm(tmp_path, ds, capsys):
+    have = available_algorithms()
+    runs = {
+        "scvb0": (["--burn-in", 2, "--topic-step-scale", 5, "--topic-step-tau", 500,
+                   "--topic-step-kappa", 0.8, "--doc-step-scale", 2, "--doc-step-tau", 20,
+                   "--doc-step-kappa", 0.7, "--max-steps", 1],
+                  dict(burn_in=2, s_phi=5.0, tau_phi=500.0, kappa_phi=0.8, s_theta=2.0,
+                       tau_theta=20.0, kappa_theta=0.7)),
+        "sparse-gibbs-vb": (["--burn-in", 1, "--samples", 2, "--kappa", 0.8, "--tau0", 10,
+                             "--max-steps", 1],
+                            dict(burn_in=1, samples=2, kappa=0.8, tau0=10.0)),
+        "gibbs": (["--burn-in", 2, "--gibbs-parts", 2, "--passes", 3],
+                  dict(burn_in=2, n_parts=2, sweeps_done=3, n_kept=1)),
+        "o-lda": (["--init-docs", 30, "--init-sweeps", 3, "--minibatch", 100],
+                  dict(init_docs=30, init_sweeps=3, n_rejuv=0)),
+        "incremental-gibbs": (["--rejuvenation", 2, "--rejuvenation-schedule", "decay",
+                               "--rejuvenation-decay", 50, "--init-fraction", 0.1,
+                               "--init-sweeps", 4, "--minibatch", 100, "--max-steps", 2],
+                              dict(n_rejuv=2, schedule="decay", decay_scale=50.0,
+                                   init_docs=50, init_sweeps=4)),
+        "particle-filter": (["--particles", 4, "--ess-threshold", 2, "--rejuvenation", 3,
+                             "--init-docs", 20, "--minibatch", 100, "--max-steps", 1],
+                            dict(n_particles=4, ess_threshold=2.0, n_rejuv=3, init_docs=20,
+                                 schedule="uniform")),
+    }
+    for name, (opts, want) in runs.items():
+        if name not in have:
+            continue
+        m = str(tmp_path / name)
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--algorithm",
+                               name, "--topics", 4, "--heldout", "none", "--no-progress", *opts)
+        assert rc == 0, (name, err)
+        got = {k: _state(m).params[k] for k in want}
+        assert got == want, name
+
+
+def test_options_that_do_not_apply_or_are_out_of_range_are_one_clear_error(tmp_path, ds,
+                                                                           capsys):
+    have = available_algorithms()
+    m = str(tmp_path / "m")
+    base = ["train", "--shards", ds, "--output", m, "--topics", 4, "--algorithm"]
+    cases = [
+        ("online-vb", ["--particles", 5], "--particles does not apply to algorithm online-vb"),
+        ("online-vb", ["--burn-in", 2], "--burn-in does not apply to algorithm online-vb"),
+        ("scvb0", ["--kappa", 0.7], "--kappa does not apply to algorithm scvb0"),
+        ("scvb0", ["--tau0", 10], "--topic-step-tau"),
+        ("scvb0", ["--max-iter", 5], "--max-iter does not apply to algorithm scvb0"),
+        ("batch-vb", ["--kappa", 0.7], "--kappa does not apply to algorithm batch-vb"),
+        ("sparse-gibbs-vb", ["--topic-step-kappa", 0.7],
+         "--topic-step-kappa does not apply to algorithm sparse-gibbs-vb"),
+        ("o-lda", ["--rejuvenation", 3], "--rejuvenation does not apply to algorithm o-lda"),
+        ("o-lda", ["--particles", 3], "--particles does not apply to algorithm o-lda"),
+        ("gibbs", ["--threads", 2], "--gibbs-parts"),
+        ("gibbs", ["--init-docs", 2], "--init-docs does not apply to algorithm gibbs"),
+        ("particle-filter", ["--particles", 0],
+         "--particles 0: n_particles must be an integer in [1, 100000]"),
+        ("particle-filter", ["--particles", 10, "--ess-threshold", 20],
+         "--ess-threshold 20.0: ess_threshold must be in (0, n_particles=10]"),
+        ("particle-filter", ["--rejuvenation", -1], "--rejuvenation -1: n_rejuv must be"),
+        ("scvb0", ["--topic-step-kappa", 0.3],
+         "--topic-step-kappa 0.3: kappa_phi=0.3 is outside the allowed range (0.5, 1"),
+        ("scvb0", ["--doc-step-scale", 0], "--doc-step-scale 0.0: s_theta=0.0 is outside"),
+        ("sparse-gibbs-vb", ["--samples", 0], "--samples 0: samples=0 is outside the allowed"),
+        ("o-lda", ["--init-fraction", 1.5], "--init-fraction 1.5: init_fraction must be in"),
+        ("o-lda", ["--init-fraction", 0.1, "--init-docs", 5], "give one of them"),
+        ("incremental-gibbs", ["--rejuvenation-decay", 5], "--rejuvenation-schedule decay"),
+        ("incremental-gibbs", ["--init-sweeps", 5], "--init-sweeps does not apply to algorithm "
+                                                    "incremental-gibbs without a batch prefix"),
+        ("gibbs", ["--burn-in", 10, "--passes", 5], "--burn-in 10: gibbs burn-in must be in "
+                                                    "[0, --passes - 1] = [0, 4]"),
+        ("gibbs", ["--gibbs-parts", 0], "--gibbs-parts 0: n_parts must be an integer in [1,"),
+    ]
+    for name, opts, match in cases:
+        if name in have:
+            _one_line_error(capsys, base + [name] + opts, match)
+    assert not os.path.exists(os.path.join(m, "checkpoints"))

@@ -8,6 +8,13 @@ words), ``checkpoints/`` (one complete topic state per published step, ``LATEST`
 ``run_log.jsonl`` (one JSON record per global step). Everything the command can check is
 checked before any training work: the output option, the shard set, the vocabulary hash of
 every shard (against the model's when resuming), and a resumed checkpoint's algorithm, K and V.
+
+Algorithm settings (``ALGO_OPTIONS``: option -> constructor keyword) default to the algorithm's
+own, ``--minibatch`` included (SCVB0 and sparse Gibbs-VB: 100, their papers'; online VB 256).
+An option the chosen algorithm does not use is an error naming the option and the algorithm
+(never silently ignored): e.g. ``--kappa``/``--tau0`` with scvb0, whose two schedules are
+``--topic-step-{scale,tau,kappa}`` and ``--doc-step-{scale,tau,kappa}``. An out-of-range value
+is the algorithm's ValueError (parameter and allowed range), prefixed with the option.
 """
 from __future__ import annotations
 
@@ -41,14 +48,77 @@ PAPERS = {
     "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
 }
 
-# command-line option (dest) -> constructor keyword of the algorithm classes
+DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_size default
+
+# command-line option (dest) -> constructor keyword of the algorithm classes. An option given
+# for an algorithm whose class does not take the keyword (or that NOT_APPLICABLE lists) is an
+# error naming the option and the algorithm.
 ALGO_OPTIONS = {
     "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
     "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
     "optimize_eta": "optimize_eta",
+    # scvb0 / sparse-gibbs-vb / gibbs
+    "burn_in": "burn_in", "samples": "samples",
+    "topic_step_scale": "s_phi", "topic_step_tau": "tau_phi", "topic_step_kappa": "kappa_phi",
+    "doc_step_scale": "s_theta", "doc_step_tau": "tau_theta", "doc_step_kappa": "kappa_theta",
+    "gibbs_parts": "n_parts",
+    # stream-order samplers
+    "particles": "n_particles", "ess_threshold": "ess_threshold", "rejuvenation": "n_rejuv",
+    "rejuvenation_schedule": "schedule", "rejuvenation_decay": "decay_scale",
+    "init_docs": "init_docs", "init_fraction": "init_fraction", "init_sweeps": "init_sweeps",
+}
+# keywords a class accepts (through a shared base) that mean nothing for that algorithm
+NOT_APPLICABLE = {
+    "batch-vb": {"kappa": "batch VB takes full steps (rho = 1)",
+                 "tau0": "batch VB takes full steps (rho = 1)"},
+    "o-lda": {k: "o-LDA samples every token once and never revisits it (rejuvenation is "
+                 "incremental-gibbs / particle-filter)"
+              for k in ("n_rejuv", "schedule", "decay_scale")},
+}
+# a pointer to the right option when a familiar one does not apply
+HINTS = {
+    ("scvb0", "kappa"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
+                        "--topic-step-kappa/--topic-step-tau/--topic-step-scale and "
+                        "--doc-step-kappa/--doc-step-tau/--doc-step-scale",
+    ("scvb0", "tau0"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
+                       "--topic-step-tau/--topic-step-kappa/--topic-step-scale and "
+                       "--doc-step-tau/--doc-step-kappa/--doc-step-scale",
+    ("gibbs", "threads"): "batch Gibbs runs AD-LDA on --gibbs-parts threads",
 }
 _HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
            "n_threads", "n_docs_total", "corpus_tokens"}
+
+
+def _default(name: str, kw: str, fallback=None):
+    """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
+    class is not importable or has none)."""
+    try:
+        from lda_core.algorithm import algorithm_class
+        p = _accepted(algorithm_class(name)).get(kw)
+    except Exception:
+        return fallback
+    if p is None or p.default is inspect.Parameter.empty:
+        return fallback
+    return p.default
+
+
+def default_minibatch(name: str) -> int:
+    """``--minibatch`` when not given: the class's own ``batch_size`` default (SCVB0 and
+    sparse Gibbs-VB: 100, the papers'), else ``DEFAULT_MINIBATCH`` (256)."""
+    v = _default(name, "batch_size")
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 \
+        else DEFAULT_MINIBATCH
+
+
+def _minibatch_defaults_help() -> str:
+    from lda_core.algorithm import available_algorithms
+    try:
+        names = available_algorithms()
+    except Exception:  # pragma: no cover
+        names = []
+    own = ["%s %d" % (n, default_minibatch(n)) for n in names
+           if _default(n, "batch_size") is not None]
+    return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
 
 
 def _algorithm_help() -> str:
@@ -91,8 +161,10 @@ def add_arguments(p) -> None:
                         "result as an uninterrupted run)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
-                   help="documents per minibatch (default 256; batch-vb: documents read at a "
-                        "time, the step still uses all D)")
+                   help="documents per minibatch (unset: the algorithm's own default -- %s; "
+                        "batch-vb: documents read at a time, the step still uses all D; the "
+                        "stream samplers: documents per process() call; with --resume: the "
+                        "checkpoint's)" % _minibatch_defaults_help())
     g.add_argument("--passes", type=int, default=None,
                    help="passes over the corpus (default 1; batch-vb: maximum iterations, "
                         "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
@@ -104,10 +176,15 @@ def add_arguments(p) -> None:
     g.add_argument("--max-steps", type=int, default=None,
                    help="stop when the global step reaches this number (absolute, so a "
                         "resumed run stops where an uninterrupted one would)")
-    g = p.add_argument_group("algorithm settings (default: the algorithm's own)")
+    g = p.add_argument_group(
+        "algorithm settings (unset: the algorithm's own default; an option the chosen "
+        "algorithm does not use is an error)")
     g.add_argument("--kappa", type=float, default=None,
-                   help="learning-rate decay, rho_t = (tau0 + t)^-kappa, kappa in (0.5, 1]")
-    g.add_argument("--tau0", type=float, default=None, help="learning-rate delay tau0 >= 0")
+                   help="learning-rate decay, rho_t = (tau0 + t)^-kappa, kappa in (0.5, 1] "
+                        "(online-vb, sparse-gibbs-vb; scvb0: --topic-step-kappa)")
+    g.add_argument("--tau0", type=float, default=None,
+                   help="learning-rate delay tau0 >= 0 (online-vb, sparse-gibbs-vb; scvb0: "
+                        "--topic-step-tau)")
     g.add_argument("--alpha", type=float, default=None, help="document-topic prior (> 0)")
     g.add_argument("--eta", type=float, default=None, help="topic-word prior (> 0)")
     g.add_argument("--max-iter", type=int, default=None,
@@ -121,6 +198,63 @@ def add_arguments(p) -> None:
                    help="online Newton updates of alpha")
     g.add_argument("--optimize-eta", action="store_true", default=None,
                    help="online Newton updates of eta")
+    g.add_argument("--burn-in", type=int, default=None, metavar="N",
+                   help="scvb0: burn-in passes over each document before the pass that "
+                        "accumulates statistics, in [0, 1000] (default %s); sparse-gibbs-vb: "
+                        "burn-in Gibbs sweeps per document B, in [0, 1000] (default %s); "
+                        "gibbs: sweeps before phi is averaged, in [0, --passes - 1] "
+                        "(default %s)" % (_default("scvb0", "burn_in", "?"),
+                                          _default("sparse-gibbs-vb", "burn_in", "?"),
+                                          _default("gibbs", "burn_in", "?")))
+    g.add_argument("--samples", type=int, default=None, metavar="S",
+                   help="sparse-gibbs-vb: kept Gibbs sweeps per document S, in [1, 1000] "
+                        "(default %s)" % _default("sparse-gibbs-vb", "samples", "?"))
+    for which, sfx, what in (
+            ("topic", "phi", "the topic statistics N^Phi, N^Z (t = minibatch index)"),
+            ("doc", "theta", "the per-document statistics N^Theta (t = updates within the "
+                             "document)")):
+        g.add_argument("--%s-step-scale" % which, type=float, default=None, metavar="S",
+                       help="scvb0: s > 0 of the step size rho = s/(tau + t)^kappa for %s "
+                            "(default %s)" % (what, _default("scvb0", "s_" + sfx, "?")))
+        g.add_argument("--%s-step-tau" % which, type=float, default=None, metavar="TAU",
+                       help="scvb0: tau >= 0 of that schedule (default %s)"
+                            % _default("scvb0", "tau_" + sfx, "?"))
+        g.add_argument("--%s-step-kappa" % which, type=float, default=None, metavar="KAPPA",
+                       help="scvb0: kappa in (0.5, 1] of that schedule (default %s)"
+                            % _default("scvb0", "kappa_" + sfx, "?"))
+    g.add_argument("--gibbs-parts", type=int, default=None, metavar="N",
+                   help="gibbs: document blocks per sweep, in [1, 4096]; 1 = the exact "
+                        "sequential sampler, N > 1 = AD-LDA on N threads (the result depends "
+                        "on N; default %s)" % _default("gibbs", "n_parts", "?"))
+    g = p.add_argument_group("stream-order samplers (o-lda, incremental-gibbs, particle-filter)")
+    g.add_argument("--init-fraction", type=float, default=None, metavar="F",
+                   help="fraction in [0, 1] of the training documents in the batch-Gibbs "
+                        "prefix (o-lda default 0.1; incremental-gibbs and particle-filter: "
+                        "no prefix unless given)")
+    g.add_argument("--init-docs", type=int, default=None, metavar="N",
+                   help="the batch-Gibbs prefix as a number of documents (instead of "
+                        "--init-fraction)")
+    g.add_argument("--init-sweeps", type=int, default=None, metavar="N",
+                   help="batch-Gibbs sweeps over the prefix (default %s)"
+                        % _default("o-lda", "init_sweeps", "?"))
+    g.add_argument("--rejuvenation", type=int, default=None, metavar="R",
+                   help="|R(i)| in [0, 100000], earlier positions resampled "
+                        "(incremental-gibbs: after every token, default 4; particle-filter: "
+                        "per particle after each resampling, default %s)"
+                        % _default("particle-filter", "n_rejuv", "?"))
+    g.add_argument("--rejuvenation-schedule", choices=["uniform", "decay"], default=None,
+                   help="how R(i) is drawn: uniform over all earlier positions, or decayed "
+                        "towards recent ones (default uniform)")
+    g.add_argument("--rejuvenation-decay", type=float, default=None, metavar="TOKENS",
+                   help="with --rejuvenation-schedule decay: mean distance back, in tokens "
+                        "(default 1000)")
+    g.add_argument("--particles", type=int, default=None, metavar="P",
+                   help="particle-filter: number of particles, in [1, 100000] (default %s)"
+                        % _default("particle-filter", "n_particles", "?"))
+    g.add_argument("--ess-threshold", type=float, default=None, metavar="X",
+                   help="particle-filter: resample when the effective sample size 1/sum(w^2) "
+                        "falls to X or below, X in (0, P] (default %s)"
+                        % _default("particle-filter", "ess_threshold", "?"))
     g = p.add_argument_group("evaluation, checkpoints, logging")
     g.add_argument("--heldout", default="auto", metavar="SHARD_DIR_OR_SPLIT",
                    help="held-out documents for evaluation: 'auto' (the dataset's heldout split "
@@ -205,15 +339,54 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     for k, v in base.items():
         if k in params or var_kw:
             kw[k] = v
-    for dest, v in settings.items():
-        if v is None:
-            continue
+    given = {dest: v for dest, v in settings.items() if v is not None}
+    for dest, v in given.items():
         kwname = ALGO_OPTIONS[dest]
-        if kwname not in params and not var_kw:
-            raise ValueError("--%s does not apply to algorithm %s"
-                             % (dest.replace("_", "-"), name))
+        why = NOT_APPLICABLE.get(name, {}).get(kwname)
+        if (kwname not in params and not var_kw) or why:
+            hint = why or HINTS.get((name, dest))
+            raise ValueError("--%s does not apply to algorithm %s%s"
+                             % (_opt(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
-    return cls(n_topics, n_words, **kw)
+    _check_combinations(name, given, kw)
+    try:
+        return cls(n_topics, n_words, **kw)
+    except ValueError as e:
+        raise _name_option(e, given) from None
+
+
+def _opt(dest: str) -> str:
+    return dest.replace("_", "-")
+
+
+def _check_combinations(name: str, given: Dict[str, Any], kw: Dict[str, Any]) -> None:
+    """Options that only mean something together (errors name them)."""
+    if "init_docs" in given and "init_fraction" in given:
+        raise ValueError("--init-docs and --init-fraction both size the batch prefix of %s: "
+                         "give one of them" % name)
+    if "rejuvenation_decay" in given and given.get("rejuvenation_schedule") != "decay":
+        raise ValueError("--rejuvenation-decay applies only with --rejuvenation-schedule decay "
+                         "(algorithm %s)" % name)
+    if "init_sweeps" in given and name != "o-lda" and not (
+            given.get("init_docs") or given.get("init_fraction")):
+        raise ValueError("--init-sweeps does not apply to algorithm %s without a batch prefix "
+                         "(give --init-docs or --init-fraction)" % name)
+
+
+def _name_option(err: ValueError, given: Dict[str, Any]) -> ValueError:
+    """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
+    command-line option that set that keyword."""
+    import re
+    msg = str(err)
+    best = None
+    for dest, v in given.items():
+        m = re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(ALGO_OPTIONS[dest]),
+                      msg)
+        if m and (best is None or m.start() < best[0]):
+            best = (m.start(), dest, v)
+    if best is None:
+        return err
+    return ValueError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
 
 
 def _accepted(cls) -> Dict[str, Any]:
@@ -345,13 +518,16 @@ def run(args, beam_argv) -> int:
         minibatch = minibatch if minibatch is not None else prev.get(
             "minibatch", state.params.get("batch_size"))
         seed = seed if seed is not None else prev.get("seed", state.params.get("seed"))
-    minibatch = int(minibatch if minibatch is not None else 256)
+    minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
     if algorithm == "gibbs" and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
     passes = int(args.passes if args.passes is not None else prev.get(
         "passes", {"batch-vb": BATCH_MAX_PASSES, "gibbs": GIBBS_SWEEPS}.get(algorithm, 1)))
+    if algorithm == "gibbs" and args.burn_in is not None and args.burn_in >= passes:
+        raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
+                         "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
 
     from pipelines.shard_stream import ShardStream, read_docs
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
