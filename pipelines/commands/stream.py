@@ -13,6 +13,8 @@ See :mod:`pipelines.stream` for the graph and docs/cluster.md for running it.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +53,9 @@ def add_arguments(p) -> None:
     g.add_argument("--topic", default=None,
                    help="Pub/Sub topic projects/P/topics/T (a subscription is created)")
     g.add_argument("--input-glob", default=None, metavar="GLOB",
-                   help="files arriving in a directory (JSON lines), polled with "
-                        "fileio.MatchContinuously")
+                   help="files arriving in a directory (JSON lines): polled with "
+                        "fileio.MatchContinuously on a streaming runner, by the command "
+                        "itself on the local runner")
     g.add_argument("--poll-seconds", type=float, default=10.0,
                    help="--input-glob: seconds between directory listings")
     g.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
@@ -77,9 +80,19 @@ def add_arguments(p) -> None:
     g.add_argument("--text-field", default="text", help="JSON field of the text")
 
 
-def run(args, beam_argv) -> int:
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+@dataclass
+class Setup:
+    """What every route needs, from the options: the model to continue (published as step 0
+    if fresh), how to parse documents, where dead letters go."""
+    algo: Any
+    parse: Any                  # pipelines.stream.ParseConfig
+    dead_dir: str
+    keep: Optional[int]         # checkpoints kept (None: all)
+    corpus_size: Optional[int]  # -1: the model's own D; None: the stream setting; else D
+
+
+def prepare(args) -> Setup:
+    """Check the options and load (or create) the model; raises ValueError on bad options."""
     from pipelines import stream
     if not args.model:
         raise ValueError("--model MODEL_DIR is required")
@@ -105,45 +118,71 @@ def run(args, beam_argv) -> int:
     corpus_size = -1 if args.corpus_size is None else (args.corpus_size or None)
     parse = stream.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,
                                id_field=args.id_field, text_field=args.text_field)
-    argv = list(beam_argv)
-    if not any(a.startswith("--runner") for a in argv):
-        argv.append("--runner=DirectRunner")
-    opts = PipelineOptions(argv)
-    opts.view_as(StandardOptions).streaming = True
     dead_dir = args.deadletter or (args.model.rstrip("/") + "/deadletter")
-    logger.info("stream: %s K=%d V=%d from step %d, windows of %g s, dead letters -> %s",
-                algo.name, algo.n_topics, algo.n_words, algo.step, args.window_seconds,
-                dead_dir)
-    runner = opts.view_as(StandardOptions).runner or ""
-    local = runner in ("DirectRunner", "BundleBasedDirectRunner", "")
-    if local and args.input_glob:
-        n = stream.run_local_directory(
-            args.input_glob, args.model, parse, window_seconds=args.window_seconds,
-            poll_seconds=args.poll_seconds, stop_after=args.stop_after,
-            deadletter_dir=dead_dir, keep_last=keep, n_threads=args.threads,
-            corpus_size=corpus_size)
-        print("published %d checkpoint(s) in %s/checkpoints" % (n, args.model))
-        return 0
-    if local:
-        # the 2.77 DirectRunner hands a pipeline without TestStream/Pub/Sub to Prism (a
-        # download, offline here) or the FnApiRunner, which has no streaming mode; the
-        # bundle-based DirectRunner is the one that executes unbounded pipelines
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-        p = beam.Pipeline(runner=FnApiRunner(), options=opts)
-    else:
-        p = beam.Pipeline(options=opts)
+    return Setup(algo, parse, dead_dir, keep, corpus_size)
+
+
+def build_pipeline(p, args, setup: Setup):
+    """The streaming graph on pipeline ``p``: the source of ``args`` (Pub/Sub, or files
+    arriving under ``--input-glob`` through ``fileio.MatchContinuously``) -> StreamTrain ->
+    dead letters written under ``setup.dead_dir``. Returns StreamTrain's outputs. (The local
+    runner's ``--input-glob`` route does not use it: see ``run``.)"""
+    from pipelines import stream
     if args.input_glob:
         raw = p | "Files" >> stream.ReadJsonFilesContinuously(args.input_glob,
                                                               args.poll_seconds,
                                                               args.stop_after)
     else:
-        from apache_beam.io.gcp.pubsub import ReadFromPubSub
-        raw = p | "PubSub" >> ReadFromPubSub(topic=args.topic, subscription=args.subscription)
+        from apache_beam.io.gcp import pubsub
+        raw = p | "PubSub" >> pubsub.ReadFromPubSub(topic=args.topic,
+                                                    subscription=args.subscription)
     order = "watermark" if args.order == "auto" else args.order
     out = raw | "Train" >> stream.StreamTrain(
-        args.model, parse, args.window_seconds, args.allowed_lateness, keep_last=keep,
-        n_threads=args.threads, corpus_size=corpus_size, order=order)
-    stream.write_dead_letters(out[stream.DEAD], dead_dir)
+        args.model, setup.parse, args.window_seconds, args.allowed_lateness,
+        keep_last=setup.keep, n_threads=args.threads, corpus_size=setup.corpus_size,
+        order=order)
+    stream.write_dead_letters(out[stream.DEAD], setup.dead_dir)
+    return out
+
+
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "")
+
+
+def run(args, beam_argv) -> int:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from pipelines import stream
+    setup = prepare(args)
+    algo = setup.algo
+    argv = list(beam_argv)
+    if not any(a.startswith("--runner") for a in argv):
+        argv.append("--runner=DirectRunner")
+    opts = PipelineOptions(argv)
+    opts.view_as(StandardOptions).streaming = True
+    logger.info("stream: %s K=%d V=%d from step %d, windows of %g s, dead letters -> %s",
+                algo.name, algo.n_topics, algo.n_words, algo.step, args.window_seconds,
+                setup.dead_dir)
+    runner = opts.view_as(StandardOptions).runner or ""
+    local = runner in LOCAL_RUNNERS
+    if local and args.input_glob:
+        n = stream.run_local_directory(
+            args.input_glob, args.model, setup.parse, window_seconds=args.window_seconds,
+            poll_seconds=args.poll_seconds, stop_after=args.stop_after,
+            deadletter_dir=setup.dead_dir, keep_last=setup.keep, n_threads=args.threads,
+            corpus_size=setup.corpus_size)
+        print("published %d checkpoint(s) in %s/checkpoints" % (n, args.model))
+        return 0
+    if local:
+        # Pub/Sub on this machine: the bundle-based DirectRunner is the local runner that
+        # executes unbounded sources (its Pub/Sub reader needs apache-beam[gcp] and access to
+        # Pub/Sub or its emulator). The FnApiRunner would report a Pub/Sub pipeline DONE
+        # at once without reading a message; 2.77's DirectRunner first tries to download
+        # Prism.
+        from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+        p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts)
+    else:
+        p = beam.Pipeline(options=opts)
+    build_pipeline(p, args, setup)
     result = p.run()
     # a streaming job runs until cancelled; on a remote runner return after submission
     # (Flex Templates must return after run()), locally wait (Ctrl-C stops it)
