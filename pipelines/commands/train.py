@@ -271,10 +271,13 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("runner")
     g.add_argument("--runner", default="inprocess",
                    help="inprocess (this process, numba threads), or a Beam runner "
-                        "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...) "
-                        "handled by pipelines.beam_train")
+                        "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...): "
+                        "pipelines.beam_train for the local/global-step algorithms, "
+                        "pipelines.beam_sequential (one single-worker DoFn per window) for "
+                        "gibbs, o-lda, incremental-gibbs and particle-filter")
     g.add_argument("--minibatches-per-window", type=int, default=None,
-                   help="Beam runners: minibatches per pipeline run")
+                   help="Beam runners: minibatches per pipeline run (stream samplers: "
+                        "default --checkpoint-every, one checkpoint per window)")
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
                         "(default: the Beam trainer's choice)")
@@ -431,6 +434,15 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
 
 
+def _is_sequential_algorithm(name: str) -> bool:
+    """True for the stream-order samplers (gibbs, o-lda, incremental-gibbs, particle-filter)."""
+    from lda_core.algorithm import SequentialSampler, algorithm_class
+    try:
+        return issubclass(algorithm_class(name), SequentialSampler)
+    except ValueError:
+        return False
+
+
 def _log_gibbs_plan(algo, sweeps: int) -> None:
     if sweeps <= algo.burn_in:
         logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the topics are "
@@ -547,11 +559,21 @@ def run(args, beam_argv) -> int:
     if inprocess and beam_argv:
         raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
+    sequential = _is_sequential_algorithm(algorithm)
     if not inprocess:
-        if importlib.util.find_spec("pipelines.beam_train") is None:
-            raise ValueError("--runner %s needs the Beam trainer (pipelines/beam_train.py), "
-                             "which is not in this installation; use --runner inprocess"
-                             % args.runner)
+        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
+        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
+        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
+        if importlib.util.find_spec(module) is None:
+            raise ValueError("--runner %s needs %s, which is not in this installation; use "
+                             "--runner inprocess" % (args.runner, module))
+        if sequential and args.unroll is not None:
+            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
+                             "sampler runs each window as one DoFn)"
+                             % ("" if args.unroll else "no-", algorithm))
+        if algorithm == "gibbs" and args.minibatches_per_window is not None:
+            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
+                             "sweeps run in one window)")
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -604,7 +626,16 @@ def run(args, beam_argv) -> int:
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
     try:
-        if algorithm == "gibbs":
+        if sequential and not inprocess:
+            beam_sequential = importlib.import_module("pipelines.beam_sequential")
+            res = beam_sequential.train(
+                algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
+                minibatches_per_window=args.minibatches_per_window, heldout=heldout,
+                eval_every=args.eval_every, checkpoint_store=store,
+                checkpoint_every=args.checkpoint_every, run_log=run_log,
+                resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
+                beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
+        elif algorithm == "gibbs":
             res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
                                run_info)
         elif inprocess:

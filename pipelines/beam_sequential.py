@@ -1,0 +1,559 @@
+"""The Beam path of the stream-order samplers (o-LDA, incremental Gibbs, the particle filter,
+and batch collapsed Gibbs): a single-worker step per window.
+
+These samplers do not split into a parallel local step and a global step: every token's topic
+is drawn given all earlier assignments (and the particle filter couples its particles at every
+token), so the documents must go through one sampler, in stream order. In the Beam world a
+window is therefore one pipeline whose single element goes to ONE DoFn::
+
+    Create([SequentialWindow])     a few hundred bytes: the model directory, the state to start
+      |                            from, the shard files with their row counts, seed, minibatch
+      |                            size and the window's step range [start, stop)
+    ParDo(SequentialWindowFn)      load the start state (the latest published checkpoint, or
+                                   the run's initial state for a fresh run); plan the window's
+                                   reads with beam_train.plan_steps (the seeded order of
+                                   lda_core.ordering, as the in-process trainer's ShardStream);
+                                   read each minibatch (beam_train.read_task) and call
+                                   sampler.process(batch) in order; publish the state as a
+                                   checkpoint (CheckpointStore: written under a temporary name,
+                                   then renamed, then LATEST) and write a small JSON result for
+                                   the driver
+
+The driver loops over windows (``minibatches_per_window``; default ``checkpoint_every``, or the
+whole stream when that is 0), evaluates on held-out documents at the end of a window in which a
+multiple of ``eval_every`` was reached (and at the end), and writes the run log (the in-process
+trainer's records). Nothing large enters the graph: the window element carries file names and
+numbers, the DoFn plans its own reads.
+
+With the in-process DirectRunner the DoFn runs in the driver's process: the sampler object is
+handed from one window to the next in memory (``_LIVE``, keyed by run and checkpoint path),
+so a window does not reload what the previous one published. With worker processes (or any
+other runner) each window loads the checkpoint it starts from; ``from_state`` is exact, so the
+states are the same bit for bit either way, and equal to the in-process trainer's
+(:func:`lda_core.trainer.train`) for the same seed and minibatch size.
+
+Resume: a run killed mid-window loses that window; the next run (``resume=True``) starts from
+the latest published checkpoint and ends with the state an uninterrupted run ends with.
+
+Batch collapsed Gibbs (``gibbs``) runs as one window: the DoFn reads every training document
+(shard file order, as the in-process CLI path), runs the sweeps and publishes one checkpoint.
+
+The model directory must be a local path or a file system every worker mounts (the DoFn
+publishes the checkpoint itself); object-store URLs are refused.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines import beam_state
+from pipelines.beam_options import RunnerConfig, runner_config
+from pipelines.beam_train import (BeamTrainResult, BeamTrainingError, default_scratch_root,
+                                  plan_steps, read_task)
+
+logger = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "ldabeam"
+
+# sampler objects handed between windows inside one process: key -> sampler
+_LIVE: Dict[str, Any] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _live_key(run_key: str, path: str) -> str:
+    return "%s|%s" % (run_key, os.path.abspath(path))
+
+
+def _put_live(key: str, algo) -> None:
+    with _LIVE_LOCK:
+        _LIVE[key] = algo
+
+
+def _take_live(key: str):
+    with _LIVE_LOCK:
+        return _LIVE.pop(key, None)
+
+
+def _peek_live(key: str):
+    with _LIVE_LOCK:
+        return _LIVE.get(key)
+
+
+def _drop_live(run_key: str) -> None:
+    with _LIVE_LOCK:
+        for k in [k for k in _LIVE if k.startswith(run_key + "|")]:
+            del _LIVE[k]
+
+
+def is_sequential(algorithm) -> bool:
+    """True for the stream-order samplers (``process``, no ``local_step``)."""
+    return hasattr(algorithm, "process") and not hasattr(algorithm, "local_step")
+
+
+# ------------------------------------------------------------------------------ the element
+
+@dataclass(frozen=True)
+class SequentialWindow:
+    """Everything the single DoFn of a window needs (small: names and numbers only)."""
+    run_key: str
+    model_dir: str
+    keep_last: Optional[int]
+    start_path: str                 # state directory to start from
+    start_is_checkpoint: bool       # True: a published checkpoint (LATEST must still name it)
+    position: int                   # minibatches consumed before the window
+    stop: int                       # the window ends at this position
+    files: Tuple[str, ...]
+    sizes: Tuple[int, ...]
+    seed: int
+    batch_size: int
+    vocab_hash: Optional[str]
+    result_path: str
+    runner: str
+    run_info: Dict[str, Any] = field(default_factory=dict)
+    sweeps: int = 0                 # gibbs: sweeps over all documents (one window)
+
+
+def _load_start(window: SequentialWindow):
+    """The sampler the window starts from: handed over in memory, or loaded from disk."""
+    from lda_core.algorithm import algorithm_class
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.state import TopicState
+    from lda_core.trainer import resume_position
+    if window.start_is_checkpoint:
+        store = CheckpointStore(window.model_dir)
+        ptr = store.pointer()
+        if ptr is None or os.path.abspath(store.path(ptr)) != os.path.abspath(window.start_path):
+            raise RuntimeError("the latest checkpoint of %s is no longer %s (another run wrote "
+                               "into the model directory?)" % (window.model_dir,
+                                                              window.start_path))
+    algo = _take_live(_live_key(window.run_key, window.start_path))
+    if algo is not None:
+        return algo
+    state = TopicState.load(window.start_path)
+    pos = resume_position(state)
+    if pos != window.position:
+        raise RuntimeError("state %s is at minibatch %d, the window starts at %d"
+                           % (window.start_path, pos, window.position))
+    return algorithm_class(state.algorithm).from_state(state)
+
+
+def _publish(algo, window: SequentialWindow, position: int) -> str:
+    from lda_core.checkpoint import CheckpointStore
+    state = algo.to_state()
+    if not state.step:
+        state.step = position        # checkpoints are named by step
+    if not state.vocab_hash and window.vocab_hash:
+        state.vocab_hash = window.vocab_hash
+    info = dict(state.info or {})
+    info["trainer"] = dict(minibatches_done=position,
+                           docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
+                           wall_time=time.time(), runner=window.runner)
+    if window.run_info:
+        info["run"] = dict(window.run_info)
+    state.info = info
+    return CheckpointStore(window.model_dir, keep_last=window.keep_last).publish(state)
+
+
+def _scalar_info(info: Dict[str, Any]) -> Dict[str, Any]:
+    out = {}
+    for k, v in (info or {}).items():
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+            out[k] = v.item()
+    return out
+
+
+class SequentialWindowFn(beam.DoFn):
+    """The window's only DoFn: start state -> process every minibatch in order -> publish."""
+
+    def __init__(self):
+        self.docs = Metrics.counter(METRICS_NAMESPACE, "documents")
+        self.tokens = Metrics.counter(METRICS_NAMESPACE, "tokens")
+        self.minibatches = Metrics.counter(METRICS_NAMESPACE, "minibatches")
+
+    def process(self, window: SequentialWindow):
+        t0 = time.time()
+        algo = _load_start(window)
+        if window.sweeps:
+            result = self._gibbs(algo, window)
+        else:
+            result = self._stream(algo, window)
+        result["seconds"] = time.time() - t0
+        beam_state.write_json_atomic(window.result_path, result)
+        yield window.result_path
+
+    def _stream(self, algo, window: SequentialWindow) -> Dict[str, Any]:
+        steps = plan_steps(list(window.files), list(window.sizes), seed=window.seed,
+                           batch_size=window.batch_size, start=window.position,
+                           stop=window.stop, pieces_per_minibatch=1)
+        infos: List[Dict[str, Any]] = []
+        error = None
+        for sp in steps:
+            batch = read_task(sp.tasks[0]) if len(sp.tasks) == 1 else \
+                _concat([read_task(t) for t in sp.tasks])
+            try:
+                info = dict(algo.process(batch) or {})
+            except (ValueError, FloatingPointError, ArithmeticError) as e:
+                error = [sp.position + 1, str(e)]
+                break
+            rec = _scalar_info(info)
+            rec.update(step=sp.position + 1, pass_index=sp.pass_index, batch=sp.batch_index,
+                       docs=info.get("docs", batch.n_docs),
+                       docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
+                       t=int(getattr(algo, "step", sp.position + 1) or 0))
+            infos.append(rec)
+            self.docs.inc(int(batch.n_docs))
+            self.tokens.inc(int(info.get("tokens") or 0))
+            self.minibatches.inc()
+        out: Dict[str, Any] = {"infos": infos, "error": error, "checkpoint": None,
+                               "position": window.position}
+        if error is None and infos:
+            # a step that raised may have changed the sampler half-way: nothing of a failed
+            # window is published, the previous checkpoint stays the latest
+            pos = window.position + len(infos)
+            path = _publish(algo, window, pos)
+            _put_live(_live_key(window.run_key, path), algo)
+            out.update(checkpoint=path, position=pos)
+        return out
+
+    def _gibbs(self, algo, window: SequentialWindow) -> Dict[str, Any]:
+        from pipelines.shard_stream import read_docs
+        docs = read_docs(list(window.files), window.vocab_hash,
+                         columns=("doc_id", "word_ids", "counts"))
+        algo.fit(docs, sweeps=window.sweeps)
+        self.docs.inc(int(docs.n_docs))
+        self.tokens.inc(int(docs.n_tokens) * window.sweeps)
+        path = _publish_gibbs(algo, window)
+        _put_live(_live_key(window.run_key, path), algo)
+        return {"infos": [], "error": None, "checkpoint": path, "position": window.sweeps,
+                "docs_seen": int(algo.docs_seen)}
+
+
+def _publish_gibbs(algo, window: SequentialWindow) -> str:
+    """As ``ldabeam train --algorithm gibbs`` in-process: one checkpoint after the sweeps."""
+    from lda_core.checkpoint import CheckpointStore
+    state = algo.to_state()
+    if not state.vocab_hash:
+        state.vocab_hash = window.vocab_hash
+    state.info = dict(state.info or {}, run=dict(window.run_info),
+                      trainer=dict(minibatches_done=window.sweeps, docs_seen=algo.docs_seen,
+                                   runner=window.runner))
+    return CheckpointStore(window.model_dir, keep_last=window.keep_last).publish(state)
+
+
+def _concat(batches):
+    from lda_core.docbatch import DocBatch
+    return DocBatch.concat(batches)
+
+
+# ------------------------------------------------------------------------------ driver
+
+def _query_counters(result) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    try:
+        res = result.metrics().query()
+    except Exception as e:  # pragma: no cover - runner-specific
+        logger.debug("metrics unavailable: %s", e)
+        return out
+    for c in res.get("counters", []):
+        if c.key.metric.namespace == METRICS_NAMESPACE:
+            v = c.committed if c.committed is not None else c.attempted
+            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(v or 0)
+    return out
+
+
+def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, Any],
+                                                                      Dict[str, int]]:
+    """One pipeline: the window element into the single DoFn; the DoFn's JSON result."""
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    (p
+     | "Window%d" % window.position >> beam.Create([window], reshuffle=False)
+     | "Sampler" >> beam.ParDo(SequentialWindowFn()))
+    result = p.run()
+    result.wait_until_finish()
+    counters = _query_counters(result)
+    out = beam_state.read_json(window.result_path)
+    if out is None:
+        raise BeamTrainingError("the window starting at minibatch %d produced no result "
+                                "(the sampler's DoFn did not run)" % window.position)
+    return out, counters
+
+
+def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
+    from pipelines import dataset
+    from pipelines.shard_stream import shard_row_counts
+    if not model_dir:
+        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+    if dataset.is_remote(model_dir):
+        raise ValueError("the sequential samplers publish their checkpoints from the worker: "
+                         "the model directory must be a local or mounted path, not %s"
+                         % model_dir)
+    if not is_sequential(algorithm):
+        raise ValueError("%s is a local/global-step algorithm: its Beam trainer is "
+                         "pipelines.beam_train" % getattr(algorithm, "name", algorithm))
+    files = list(files)
+    if not files:
+        raise FileNotFoundError("no shard files to train on (empty shard set)")
+    vh = dataset.check_vocab_hash(files, getattr(algorithm, "vocab_hash", None))
+    sizes = shard_row_counts(files)
+    if sum(sizes) == 0:
+        raise ValueError("the shards %s hold no documents" % ", ".join(files[:3]))
+    return files, sizes, vh
+
+
+def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
+          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
+          heldout=None, eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
+          run_log=None, resume: bool = False, max_steps: Optional[int] = None,
+          run_info: Optional[Dict[str, Any]] = None, beam_argv: Sequence[str] = (),
+          runner: Optional[str] = None, progress: bool = True,
+          scratch_dir: Optional[str] = None) -> BeamTrainResult:
+    """Train the stream-order sampler ``algorithm`` on ``shard_files`` in windows, each one
+    Beam pipeline with a single DoFn (module docstring). Same arguments as
+    :func:`pipelines.beam_train.train` where they apply; ``passes`` must be 1 (each document
+    is consumed once), except for batch Gibbs (``gibbs``), where it is the number of sweeps.
+
+    ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
+    whole remaining stream when ``checkpoint_every`` is 0."""
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.ordering import n_batches
+    from lda_core.trainer import evaluate, resume_position
+    t_start = time.time()
+    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
+    gibbs = getattr(algorithm, "name", "") == "gibbs"
+    for name, v in (("passes", passes), ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise ValueError("%s must be >= 1, got %r" % (name, v))
+    if not gibbs and int(passes) != 1:
+        raise ValueError("%s consumes the documents as a stream, each once: passes must be 1 "
+                         "(got %d)" % (algorithm.name, passes))
+    if minibatches_per_window is not None:
+        if gibbs:
+            raise ValueError("minibatches_per_window does not apply to algorithm gibbs (its "
+                             "sweeps run as one window)")
+        if int(minibatches_per_window) < 1:
+            raise ValueError("minibatches_per_window must be >= 1, got %r"
+                             % (minibatches_per_window,))
+    if int(checkpoint_every) < 0 or int(eval_every) < 0:
+        raise ValueError("checkpoint_every and eval_every must be >= 0")
+    argv = list(beam_argv or ())
+    cfg = runner_config(runner, argv)      # a --runner in argv is used when runner is None
+    if checkpoint_store is None:
+        checkpoint_store = CheckpointStore(model_dir)
+    keep_last = getattr(checkpoint_store, "keep_last", None)
+
+    # --- position --------------------------------------------------------------------------
+    position = 0 if gibbs else int(getattr(algorithm, "step", 0) or 0)
+    start_ckpt: Optional[str] = None
+    if resume:
+        if gibbs:
+            raise ValueError("resume is not available for the batch Gibbs sampler (gibbs); "
+                             "train again with more sweeps")
+        found = checkpoint_store.latest_checkpoint()
+        if found is not None:
+            ck, state = found
+            state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                           n_words=algorithm.n_words, vocab_hash=vh)
+            if state.step != getattr(algorithm, "step", state.step):
+                from lda_core.algorithm import algorithm_class
+                algorithm = algorithm_class(state.algorithm).from_state(state)
+            position = resume_position(state)
+            start_ckpt = ck.path
+            logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
+    D = int(sum(sizes))
+    total = int(passes) if gibbs else n_batches(D, batch_size)
+    stop = total if max_steps is None or gibbs else min(total, int(max_steps))
+    if minibatches_per_window is not None:
+        M = int(minibatches_per_window)
+    elif checkpoint_every:
+        M = int(checkpoint_every)
+    else:
+        M = max(1, stop - position)
+
+    run_key = uuid.uuid4().hex[:12]
+    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    scratch = os.path.join(scratch_root, "seq-" + run_key)
+    os.makedirs(scratch, exist_ok=True)
+    if start_ckpt is None:
+        # the run's starting state, for the first window's DoFn (small for a fresh sampler)
+        start_path = os.path.join(scratch, "initial")
+        st = algorithm.to_state()
+        if not st.vocab_hash:
+            st.vocab_hash = vh
+        st.info = dict(st.info or {}, trainer=dict(minibatches_done=position))
+        st.save(start_path)
+    else:
+        start_path = start_ckpt
+    if cfg.in_process:
+        _put_live(_live_key(run_key, start_path), algorithm)
+
+    if run_log is not None:
+        run_log.write(dict(event="start", wall_time=t_start, start_step=position,
+                           algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                           n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
+                           eval_every=eval_every, checkpoint_every=checkpoint_every,
+                           sweeps=passes if gibbs else None,
+                           burn_in=getattr(algorithm, "burn_in", None) if gibbs else None,
+                           run=dict(run_info or {}, runner=cfg.describe(),
+                                    minibatches_per_window=None if gibbs else M,
+                                    single_worker=True)))
+    logger.info("Beam sequential sampler %s: %s, %s", algorithm.name, cfg.describe(),
+                "%d sweeps in one window" % passes if gibbs else
+                "minibatches %d..%d of %d documents in windows of %d" % (position, stop,
+                                                                          batch_size, M))
+    base = dict(run_key=run_key, model_dir=model_dir, keep_last=keep_last,
+                files=tuple(files), sizes=tuple(int(s) for s in sizes), seed=int(seed),
+                batch_size=int(batch_size), vocab_hash=vh, runner=cfg.describe(),
+                run_info=dict(run_info or {}))
+
+    metrics: Dict[str, float] = {}
+    counters_total: Dict[str, int] = {}
+    last_ckpt: Optional[str] = None
+    last_eval_pos = -1
+    steps_run = 0
+    windows = 0
+    head_path, head_is_ckpt = start_path, start_ckpt is not None   # where the next window starts
+    known = {start_path: algorithm}    # the driver's copies, loaded only when needed
+
+    def materialise(path: str):
+        """The sampler published at ``path`` (handed over in memory in-process, else loaded
+        from the checkpoint: for evaluation and the result only)."""
+        if path not in known:
+            live = _peek_live(_live_key(run_key, path))
+            if live is None:
+                from lda_core.algorithm import algorithm_class
+                from lda_core.state import TopicState
+                state = TopicState.load(path)
+                live = algorithm_class(state.algorithm).from_state(state)
+            known.clear()
+            known[path] = live
+        return known[path]
+
+    def heldout_metrics(path: str) -> Dict[str, float]:
+        te = time.time()
+        m = evaluate(materialise(path), heldout)
+        m["eval_seconds"] = time.time() - te
+        return m
+
+    try:
+        if gibbs:
+            if getattr(algorithm, "burn_in", 0) >= passes:
+                logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the "
+                               "topics are the last sample's", passes, algorithm.burn_in)
+            window = SequentialWindow(start_path=start_path, start_is_checkpoint=False,
+                                      position=0, stop=int(passes),
+                                      result_path=os.path.join(scratch, "result-gibbs.json"),
+                                      sweeps=int(passes), **base)
+            out, counters_total = _run_window(cfg, window)
+            windows, steps_run, position = 1, int(passes), int(passes)
+            last_ckpt = head_path = out["checkpoint"]
+            if heldout is not None:
+                metrics = heldout_metrics(last_ckpt)
+                last_eval_pos = position
+        while not gibbs and position < stop:
+            w_start = time.time()
+            window = SequentialWindow(
+                start_path=head_path, start_is_checkpoint=head_is_ckpt, position=position,
+                stop=min(stop, position + M),
+                result_path=os.path.join(scratch, "result-%09d.json" % position), **base)
+            out, counters = _run_window(cfg, window)
+            windows += 1
+            for k, v in counters.items():
+                counters_total[k] = counters_total.get(k, 0) + v
+            if out.get("error"):
+                err_step, err_msg = out["error"]
+                msg = ("minibatch %d could not be applied: %s; training stopped, the last good "
+                       "checkpoint (%s) stays the latest"
+                       % (err_step, err_msg, last_ckpt or start_ckpt or "none written"))
+                logger.error(msg)
+                if run_log is not None:
+                    run_log.write(dict(event="error", step=err_step, message=msg,
+                                       wall_time=time.time()))
+                raise BeamTrainingError(msg)
+            infos = out["infos"]
+            done = len(infos)
+            if not done:       # pragma: no cover - a window always holds >= 1 minibatch
+                break
+            position = int(out["position"])
+            steps_run += done
+            last_ckpt = head_path = out["checkpoint"]
+            head_is_ckpt = True
+            rec_metrics = None
+            if heldout is not None and eval_every and (
+                    position // eval_every > (position - done) // eval_every):
+                metrics = rec_metrics = heldout_metrics(last_ckpt)
+                last_eval_pos = position
+            _log_steps(run_log, infos, rec_metrics, last_ckpt, t_start)
+            score = ""
+            if rec_metrics:
+                score = " completion_ll/token=%.4f" % rec_metrics["completion_ll_per_token"]
+            logger.info("window %d: minibatches %d..%d (%.1f s in the DoFn, %.1f s in all) "
+                        "docs_seen=%d%s", windows, position - done, position,
+                        out.get("seconds", float("nan")), time.time() - w_start,
+                        int(infos[-1].get("docs_seen") or 0), score)
+            if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+                print("\rwindow %d  minibatch %d/%d%s   " % (windows, position, stop, score),
+                      end="", file=sys.stderr, flush=True)
+        if heldout is not None and last_eval_pos != position:
+            metrics = heldout_metrics(head_path)
+        final = materialise(head_path)
+    finally:
+        if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+            print("", file=sys.stderr)
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            os.rmdir(scratch_root)          # only when no other run's folder is in it
+        except OSError:
+            pass
+        _drop_live(run_key)
+    if last_ckpt is None:
+        found = checkpoint_store.list_checkpoints()
+        last_ckpt = found[-1].path if found else None
+    elapsed = time.time() - t_start
+    docs_seen = int(getattr(final, "docs_seen", 0) or 0)
+    if run_log is not None:
+        run_log.write(dict(event="end", step=position, docs_seen=docs_seen,
+                           steps_run=steps_run, elapsed=elapsed, metrics=metrics,
+                           checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
+                           beam_metrics=counters_total))
+    logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",
+                "sweep" if gibbs else "minibatch", position, steps_run, windows, elapsed,
+                "" if not metrics else ": " + ", ".join("%s=%.4f" % (k, v)
+                                                        for k, v in metrics.items()))
+    return BeamTrainResult(final, position, docs_seen, steps_run, elapsed, dict(metrics),
+                           last_ckpt, None, windows, counters_total)
+
+
+_STEP_KEYS = ("step", "t", "pass_index", "batch", "docs_seen", "docs", "tokens")
+
+
+def _log_steps(run_log, infos: List[Dict[str, Any]], metrics: Optional[Dict[str, float]],
+               ckpt: Optional[str], t_start: float) -> None:
+    """One run-log record per minibatch (the in-process trainer's format, plus the sampler's
+    scalar info such as the particle filter's resamples and ESS)."""
+    if run_log is None:
+        return
+    now = time.time()
+    for i, info in enumerate(infos):
+        rec = dict(event="step")
+        rec.update({k: info.get(k) for k in _STEP_KEYS})
+        rec.update({k: v for k, v in info.items() if k not in _STEP_KEYS})
+        if i == len(infos) - 1:
+            if metrics:
+                rec["metrics"] = metrics
+            if ckpt:
+                rec["checkpoint"] = ckpt
+        rec["wall_time"] = now
+        rec["elapsed"] = now - t_start
+        run_log.write(rec)
