@@ -19,9 +19,24 @@ DATAFLOW = os.path.join(TEMPLATES, "dataflow")
 sys.path.insert(0, DATAFLOW)
 import launch  # noqa: E402  (templates/dataflow/launch.py)
 
-# options each command cannot run without (ldabeam COMMAND --help / DESIGN.md §4)
-REQUIRED = {"vectorize": {"output"}, "train": {"shards", "output"},
-            "infer": {"model", "shards", "output"}}
+# the template parameters a launch must give (ldabeam COMMAND --help / DESIGN.md §4; the
+# vectorize template has no bundled sample worth reading on Dataflow, so its input is required;
+# infer takes shards or input)
+REQUIRED = {"vectorize": {"input", "output"}, "train": {"shards", "output"},
+            "infer": {"model", "output"}}
+# CLI options with no template parameter, each with the reason; every other long option of
+# the live parser must be a parameter (a new option without metadata fails the test)
+NOT_IN_TEMPLATE = {
+    "vectorize": {},
+    "train": {
+        "runner": "the template runs on Dataflow: the launcher passes --runner=DataflowRunner "
+                  "(launch.py adds it when absent); any other value would train inside the "
+                  "launcher VM",
+        "no-unroll": "the 'unroll' parameter is both forms of --unroll/--no-unroll "
+                     "(unroll=false becomes --no-unroll)",
+    },
+    "infer": {},
+}
 # DESIGN.md §4 contract for commands another helper may not have landed yet
 CONTRACT = {"infer": {"model", "shards", "output"}, "report": {"model", "output"}}
 
@@ -39,6 +54,16 @@ def command_parser(command):
 def options_of(parser):
     """'--name' -> action for every long option of the parser."""
     return {s: a for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def template_options(command):
+    """The option names (without '--') a Flex Template of ``command`` must offer: every long
+    option of the live parser but --help and NOT_IN_TEMPLATE."""
+    opts = {s[2:] for s in options_of(command_parser(command))} - {"help"}
+    stale = set(NOT_IN_TEMPLATE[command]) - opts
+    assert not stale, "NOT_IN_TEMPLATE names options ldabeam %s no longer has: %s" % (
+        command, sorted(stale))
+    return opts - set(NOT_IN_TEMPLATE[command])
 
 
 def check_options(command, names):
@@ -84,12 +109,27 @@ def test_flex_template_metadata_matches_the_cli(command):
         for rx in p.get("regexes", []):
             re.compile(rx)
     required = {p["name"] for p in params if not p["isOptional"]}
-    assert REQUIRED[command] <= required, "required options marked optional: %s" % (
-        REQUIRED[command] - required)
+    assert required == REQUIRED[command], "required parameters %s, expected %s" % (
+        sorted(required), sorted(REQUIRED[command]))
     opts = check_options(command, names)
     if opts is None:
         pytest.skip("ldabeam %s is not installed yet; names checked against DESIGN.md §4"
                     % command)
+    # exactly the CLI's options: none missing (a new option needs its parameter, or a reason
+    # in NOT_IN_TEMPLATE), none extra
+    want = template_options(command)
+    assert set(names) == want, "metadata_%s.json: missing %s, not CLI options %s" % (
+        command, sorted(want - set(names)), sorted(set(names) - want))
+    # options with fixed choices accept exactly those (the parser's choices, or for
+    # --algorithm the installed algorithms)
+    for p in params:
+        action = opts["--" + p["name"]]
+        choices = action.choices
+        if p["name"] == "algorithm" and command == "train":
+            from lda_core.algorithm import ALGORITHMS
+            choices = list(ALGORITHMS)
+        if choices:
+            assert p.get("regexes") == ["^(%s)$" % "|".join(choices)], p["name"]
     # on/off options must be declared true/false (the launcher converts them)
     for p in params:
         if opts["--" + p["name"]].nargs == 0:
@@ -102,6 +142,19 @@ def test_flex_template_metadata_matches_the_cli(command):
     for p in params:
         dest = opts["--" + p["name"]].dest
         assert getattr(parsed, dest) is not None, p["name"]
+
+
+def test_launcher_defaults_the_runner_to_dataflow():
+    """The template commands run on Dataflow even if the launcher gave no --runner (ldabeam
+    train's own default is the in-process trainer, Beam's the DirectRunner)."""
+    for command in ("vectorize", "train", "infer"):
+        assert launch.with_runner(command, ["--output=gs://b/x"]) == [
+            "--output=gs://b/x", "--runner=DataflowRunner"]
+        assert launch.with_runner(command, ["--runner=DataflowRunner", "--x=1"]) == [
+            "--runner=DataflowRunner", "--x=1"]
+        assert launch.with_runner(command, ["--runner", "PortableRunner"]) == [
+            "--runner", "PortableRunner"]
+    assert launch.with_runner("topics", ["--model=m"]) == ["--model=m"]
 
 
 def test_launcher_converts_flags_and_passes_beam_options():
@@ -146,6 +199,18 @@ def test_dockerfile_bakes_the_numba_cache_and_copies_what_exists():
         if line.startswith("COPY") and "--from=" not in line:
             for src in line.split()[1:-1]:
                 assert os.path.exists(os.path.join(REPO, src)), src
+    # what setup.py ships inside the package (PACKAGE_FILES) is in the build context
+    copied = [src for line in text.splitlines() if line.startswith("COPY")
+              and "--from=" not in line for src in line.split()[1:-1]]
+    setup_py = open(os.path.join(REPO, "setup.py")).read()
+    block = setup_py[setup_py.index("PACKAGE_FILES"):]
+    block = block[:block.index("]") + 1]
+    shipped = ["/".join(parts) for parts in re.findall(r'os\.path\.join\("([^"]+)", "([^"]+)"\)',
+                                                        block)]
+    assert "templates/report.html" in shipped and len(shipped) >= 2, block
+    for f in shipped:
+        assert any(f == c or f.startswith(c.rstrip("/") + "/") for c in copied), (
+            "%s (setup.py PACKAGE_FILES) is not copied into the image" % f)
     req = open(os.path.join(REPO, "requirements-worker.txt")).read()
     assert "apache-beam[gcp]==%s" % apache_beam.__version__ in req
 

@@ -11,6 +11,10 @@ templates.
 Template parameters are always strings, so on/off options arrive as ``--resume=true``;
 :func:`normalise` turns those into the bare flag (``false`` drops it) using the subcommand's
 own argparse definitions, and leaves every other argument untouched.
+
+The template commands run on Dataflow: without a ``--runner`` argument :func:`with_runner`
+adds ``--runner=DataflowRunner`` (``ldabeam train``'s own default is the in-process trainer
+and Beam's the DirectRunner, either of which would run the job inside the launcher VM).
 """
 from __future__ import annotations
 
@@ -58,10 +62,21 @@ def normalise(argv: List[str], flags: Dict[str, argparse.Action]) -> List[str]:
     return out
 
 
+TEMPLATE_COMMANDS = ("vectorize", "train", "infer")
+
+
+def with_runner(command: str, argv: List[str]) -> List[str]:
+    """``argv`` plus ``--runner=DataflowRunner`` for a template command that names no runner."""
+    if command in TEMPLATE_COMMANDS and not any(a == "--runner" or a.startswith("--runner=")
+                                                for a in argv):
+        return list(argv) + ["--runner=DataflowRunner"]
+    return list(argv)
+
+
 def main(argv=None) -> int:
     command = os.environ.get("LDABEAM_COMMAND", "")
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = normalise(argv, flag_options(command))
+    args = with_runner(command, normalise(argv, flag_options(command)))
     from pipelines.cli import main as cli_main
     return cli_main([command] + args)
 
