@@ -23,13 +23,22 @@ blocks for online VB); this module only adapts it to Beam:
 
 No shuffle sits between the E-step and this combine: ``CombineGlobally`` is lifted, so each
 bundle pre-combines its own pieces and only accumulators cross worker boundaries.
+
+Spilled pieces (:class:`SpilledStats`): when every worker shares a file system with the others
+(the local runners), the E-step writes its piece's encoded statistics to a scratch file and
+only the path travels through Beam. Measured here with two worker processes: a minibatch's
+pieces (~10 MB each at K=100) going through Beam's gRPC data plane to the runner and on to the
+combining worker cost ~1 s per step, several times the E-step itself; a file in ``/dev/shm``
+is written and read back in a few ms. The combine treats a spilled piece like any other and
+loads it when it merges (``extract_output``), in the same piece order.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import struct
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.coders import Coder
@@ -38,6 +47,30 @@ from lda_core.algorithm import SuffStats
 
 _MAGIC_BYTES = b"SB"     # stats serialised by the class's own to_bytes
 _MAGIC_PICKLE = b"SP"    # stats pickled (classes without to_bytes)
+_MAGIC_SPILLED = b"SF"   # a SpilledStats reference (the statistics are in a file)
+
+
+class SpilledStats(NamedTuple):
+    """Statistics written to a scratch file every worker can read (see module docstring)."""
+    path: str
+    nbytes: int
+
+    def load(self) -> SuffStats:
+        with open(self.path, "rb") as f:
+            return decode_stats(f.read())
+
+
+def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
+    """Write ``stats`` (encoded) to ``path`` atomically; returns the reference."""
+    from pipelines.dataset import write_bytes_atomic
+    data = encode_stats(stats)
+    write_bytes_atomic(path, data)
+    return SpilledStats(path, len(data))
+
+
+def unspill(stats):
+    """The statistics themselves, loading a :class:`SpilledStats` reference."""
+    return stats.load() if isinstance(stats, SpilledStats) else stats
 
 
 def _class_path(obj) -> str:
@@ -53,7 +86,10 @@ def _load_class(path: str):
 
 
 def encode_stats(stats: SuffStats) -> bytes:
-    """``SuffStats`` -> bytes (``to_bytes`` when available, else pickle)."""
+    """``SuffStats`` -> bytes (``to_bytes`` when available, else pickle); a
+    :class:`SpilledStats` reference -> its path."""
+    if isinstance(stats, SpilledStats):
+        return _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
     to_bytes = getattr(stats, "to_bytes", None)
     if callable(to_bytes):
         cls = _class_path(stats).encode()
@@ -71,6 +107,9 @@ def decode_stats(data: bytes) -> SuffStats:
         return cls.from_bytes(bytes(data[4 + n:]))
     if magic == _MAGIC_PICKLE:
         return pickle.loads(data[2:])
+    if magic == _MAGIC_SPILLED:
+        (nb,) = struct.unpack("<q", data[2:10])
+        return SpilledStats(bytes(data[10:]).decode(), nb)
     raise ValueError("not an encoded statistics block (header %r)" % magic)
 
 
@@ -87,6 +126,8 @@ def decode_piece(data: bytes) -> Tuple[int, SuffStats]:
 def stats_nbytes(stats) -> int:
     """A cheap size estimate (Beam samples element sizes for its counters; the default
     estimate encodes the element, i.e. copies a statistics block of up to V x K float64)."""
+    if isinstance(stats, SpilledStats):
+        return len(stats.path) + 16
     nb = getattr(stats, "nbytes", None)
     if callable(nb):
         nb = nb()
@@ -204,6 +245,7 @@ class StatsCombineFn(beam.CombineFn):
                 raise ValueError("statistics piece %d arrived twice" % pid)
             acc.pieces[pid] = st
         else:
+            st = unspill(st)
             acc.total = st if acc.total is None else acc.total.merge(st)
         return acc
 
@@ -223,16 +265,17 @@ class StatsCombineFn(beam.CombineFn):
             for pid, st in acc.pieces.items():
                 self._add(out, pid, st)
             if acc.total is not None:
-                out.total = acc.total if out.total is None else out.total.merge(acc.total)
+                total = unspill(acc.total)
+                out.total = total if out.total is None else unspill(out.total).merge(total)
         return out if out is not None else self.create_accumulator()
 
     def compact(self, acc: StatsAccumulator) -> StatsAccumulator:
         return acc
 
     def extract_output(self, acc: StatsAccumulator) -> Optional[SuffStats]:
-        total = acc.total
+        total = unspill(acc.total)
         for pid in sorted(acc.pieces):          # canonical order -> bundling-independent sums
-            st = acc.pieces[pid]
+            st = unspill(acc.pieces[pid])
             total = st if total is None else total.merge(st)
         return total
 
@@ -244,5 +287,6 @@ def merge_in_order(pieces: Dict[int, Any]) -> Optional[SuffStats]:
     """What :class:`StatsCombineFn` computes, without Beam (tests, the in-process check)."""
     total = None
     for pid in sorted(pieces):
-        total = pieces[pid] if total is None else total.merge(pieces[pid])
+        st = unspill(pieces[pid])
+        total = st if total is None else total.merge(st)
     return total

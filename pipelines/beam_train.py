@@ -62,7 +62,7 @@ from lda_core.algorithm import SuffStats
 from lda_core.docbatch import DocBatch
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
-from pipelines.beam_stats import StatsCombineFn, encode_piece, decode_stats, encode_stats
+from pipelines.beam_stats import (StatsCombineFn, decode_stats, encode_stats, spill_stats)
 from pipelines.beam_state import StateRef
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ SCRATCH_DIR = ".beam-scratch"
 # minibatches per window when not given: in-process the per-pipeline start-up (~0.45 s) is
 # small, so windows stay short (checkpoints often, little lost on a crash); worker processes
 # cost ~3.3 s per pipeline run, so a window must hold many minibatches to amortise it.
-DEFAULT_WINDOW_IN_PROCESS = 16
+DEFAULT_WINDOW_IN_PROCESS = 64
 DEFAULT_WINDOW_WORKERS = 64
 MAX_WINDOW = 10000           # cap on the graph depth of one unrolled pipeline
 
@@ -192,11 +192,10 @@ def read_task(task: ReadTask) -> DocBatch:
 
 # ------------------------------------------------------------------------------ DoFns
 
-class EStepFn(beam.DoFn):
-    """Local step of one piece of a minibatch with the frozen state ``ref`` (side input)."""
+class _StepMetrics:
+    """The Beam counters of the E-step (namespace ``ldabeam``)."""
 
-    def __init__(self, n_threads: Optional[int] = None):
-        self.n_threads = n_threads
+    def __init__(self):
         self.docs = Metrics.counter(METRICS_NAMESPACE, "documents")
         self.tokens = Metrics.counter(METRICS_NAMESPACE, "tokens")
         self.empty = Metrics.counter(METRICS_NAMESPACE, "empty_documents")
@@ -204,20 +203,75 @@ class EStepFn(beam.DoFn):
         self.capped = Metrics.counter(METRICS_NAMESPACE, "documents_at_iteration_cap")
         self.pieces = Metrics.counter(METRICS_NAMESPACE, "pieces")
 
-    def process(self, element, ref: Optional[StateRef]):
-        position, task = element
-        if ref is None:           # an earlier step of this window failed: nothing to do
-            return
-        algo = beam_state.acquire(ref, self.n_threads)
-        batch = read_task(task)
-        stats = algo.local_step(batch)
+    def report(self, stats: SuffStats) -> None:
         self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
         self.tokens.inc(int(stats.n_tokens))
         self.empty.inc(int(stats.n_empty))
         self.iterations.inc(int(stats.n_iterations))
         self.capped.inc(int(stats.n_capped))
         self.pieces.inc()
+
+
+def _spill_path(spill_dir: str, position: int, piece: int) -> str:
+    return os.path.join(spill_dir, "stats-%09d-%04d.bin" % (position, piece))
+
+
+class EStepFn(beam.DoFn):
+    """Local step of one piece of a minibatch with the frozen state ``ref`` (side input).
+
+    ``spill_dir``: a folder every worker reads (local runners); the piece's statistics are
+    written there and only a :class:`~pipelines.beam_stats.SpilledStats` reference goes on."""
+
+    def __init__(self, n_threads: Optional[int] = None, spill_dir: Optional[str] = None):
+        self.n_threads = n_threads
+        self.spill_dir = spill_dir
+        self.metrics = _StepMetrics()
+
+    def process(self, element, ref: Optional[StateRef]):
+        position, task = element
+        if ref is None:           # an earlier step of this window failed: nothing to do
+            return
+        algo = beam_state.acquire(ref, self.n_threads)
+        stats = algo.local_step(read_task(task))
+        self.metrics.report(stats)
+        if self.spill_dir is not None:
+            stats = spill_stats(stats, _spill_path(self.spill_dir, position, task.piece))
         yield position, (task.piece, stats)
+
+
+def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_docs: int,
+                      scratch: Optional[str]) -> Optional[StateRef]:
+    """``algo`` (state ``position``) + merged statistics -> the reference of state
+    ``position + 1`` (``algo`` is updated in place: the caller passes a copy where others may
+    still read it). The step's log info, or its error, is stored under the new version's key
+    for the driver; None when the step failed (the rest of the window then does nothing)."""
+    key = "%s/%d" % (run_key, position + 1)
+    t0 = time.time()
+    try:
+        info = dict(algo.global_step(stats) or {})
+    except (ValueError, FloatingPointError, ArithmeticError) as e:
+        _store_info(scratch, key, {"error": str(e), "position": position + 1})
+        logger.error("global step at position %d failed: %s", position, e)
+        return None
+    bad = [k for k in ("rho", "mean_change") if not _finite(info.get(k))]
+    if bad:
+        _store_info(scratch, key, {"error": "the step produced non-finite %s"
+                                   % ", ".join(bad), "position": position + 1})
+        return None
+    info["global_step_seconds"] = time.time() - t0
+    info["docs_in_minibatch"] = n_docs
+    info["docs_seen"] = int(getattr(algo, "docs_seen", 0) or 0)
+    info["position"] = position + 1
+    if scratch is None:
+        beam_state.put_local(key, algo)
+        new = StateRef(key, None, position + 1)
+    else:
+        path = os.path.join(scratch, "state-%09d.npz" % (position + 1))
+        beam_state.save_scratch(algo, path)
+        new = StateRef(key, path, position + 1)
+        beam_state.offer(new, algo)
+    _store_info(scratch, key, info)
+    return new
 
 
 class GlobalStepFn(beam.DoFn):
@@ -236,39 +290,59 @@ class GlobalStepFn(beam.DoFn):
         _, stats = element
         if ref is None or stats is None:
             return
-        key = "%s/%d" % (self.run_key, self.position + 1)
         base = beam_state.acquire(ref, self.n_threads)
         # DirectRunner (in-process or worker processes): no bundle retries, and every reader
         # of version t-1 (the E-steps of step t) has finished before this step starts, so the
         # step is applied in place (in-process the driver copied the window's starting
         # state). Runners that retry bundles get a private copy.
         algo = base if self.in_place else beam_state.private_copy(base)
-        t0 = time.time()
-        try:
-            info = dict(algo.global_step(stats) or {})
-        except (ValueError, FloatingPointError, ArithmeticError) as e:
-            _store_info(self.scratch, key, {"error": str(e), "position": self.position + 1})
-            logger.error("global step at position %d failed: %s", self.position, e)
+        new = apply_global_step(algo, stats, self.run_key, self.position, self.n_docs,
+                                self.scratch)
+        if new is None:
             return
-        bad = [k for k in ("rho", "mean_change") if not _finite(info.get(k))]
-        if bad:
-            _store_info(self.scratch, key, {"error": "the step produced non-finite %s"
-                                            % ", ".join(bad), "position": self.position + 1})
-            return
-        info["global_step_seconds"] = time.time() - t0
-        info["docs_in_minibatch"] = self.n_docs
-        info["docs_seen"] = int(getattr(algo, "docs_seen", 0) or 0)
-        info["position"] = self.position + 1
-        if self.scratch is None:
-            beam_state.put_local(key, algo)
-            new = StateRef(key, None, self.position + 1)
-        else:
-            path = os.path.join(self.scratch, "state-%09d.npz" % (self.position + 1))
-            beam_state.save_scratch(algo, path)
-            new = StateRef(key, path, self.position + 1)
-            beam_state.offer(new, algo)
-        _store_info(self.scratch, key, info)
+        if self.in_place and self.scratch is not None:
+            # every reader of state t-1 and of step t's spilled pieces has finished (see
+            # above): free their scratch files now rather than at the end of the window
+            # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
+            _remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
+            for name in os.listdir(self.scratch):
+                if name.startswith("stats-%09d-" % self.position):
+                    _remove_quietly(os.path.join(self.scratch, name))
         yield new
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class InProcessStepFn(beam.DoFn):
+    """One whole step for the in-process runner: state ``ref[t-1]`` (main input) -> ``ref[t]``.
+
+    In-process a minibatch is a single piece (the numba kernel already uses every core), so
+    there is nothing to combine; and the state reference travels as the *main* input, so the
+    ``M`` steps of a window form one chain of ParDos that Beam fuses into a single stage (with
+    the reference as a side input every step was a stage of its own: ~0.1 s of Beam
+    scheduling per step here, as much as the E-step of 256 documents). Same calls as the
+    general graph: ``local_step`` of the piece, then :func:`apply_global_step` in place on
+    the window's private copy."""
+
+    def __init__(self, step: StepPlan, run_key: str, n_threads: Optional[int] = None):
+        if len(step.tasks) != 1:
+            raise ValueError("InProcessStepFn runs single-piece minibatches")
+        self.step, self.run_key, self.n_threads = step, run_key, n_threads
+        self.metrics = _StepMetrics()
+
+    def process(self, ref: StateRef):
+        algo = beam_state.acquire(ref, self.n_threads)
+        stats = algo.local_step(read_task(self.step.tasks[0]))
+        self.metrics.report(stats)
+        new = apply_global_step(algo, stats, self.run_key, self.step.position,
+                                self.step.n_docs, None)
+        if new is not None:
+            yield new
 
 
 def _finite(v) -> bool:
@@ -329,15 +403,18 @@ class MinibatchStatistics(beam.PTransform):
     two plus a shuffle)."""
 
     def __init__(self, ref_view, n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, single_piece: bool = False):
+                 fanout: Optional[int] = None, single_piece: bool = False,
+                 spill_dir: Optional[str] = None):
         super().__init__()
         self.ref_view, self.n_threads = ref_view, n_threads
         self.deterministic, self.fanout = deterministic, fanout
         self.single_piece = single_piece
+        self.spill_dir = spill_dir
 
     def expand(self, tasks):
         pieces = (tasks
-                  | "EStep" >> beam.ParDo(EStepFn(self.n_threads), self.ref_view)
+                  | "EStep" >> beam.ParDo(EStepFn(self.n_threads, self.spill_dir),
+                                          self.ref_view)
                   .with_output_types(Tuple[int, Tuple[int, SuffStats]]))
         if self.single_piece:
             return pieces | "OnePiece" >> beam.Map(_only_piece).with_output_types(
@@ -353,18 +430,21 @@ class TrainStep(beam.PTransform):
 
     def __init__(self, step: StepPlan, run_key: str, scratch: Optional[str],
                  n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, in_place: bool = False):
+                 fanout: Optional[int] = None, in_place: bool = False,
+                 spill: bool = False):
         super().__init__()
         self.step, self.run_key, self.scratch = step, run_key, scratch
         self.n_threads, self.deterministic, self.fanout = n_threads, deterministic, fanout
         self.in_place = in_place
+        self.spill = spill and scratch is not None
 
     def expand(self, pcolls):
         tasks, prev_ref = pcolls
         view = beam.pvalue.AsSingleton(prev_ref, default_value=None)
         stats = tasks | "Statistics" >> MinibatchStatistics(
             view, self.n_threads, self.deterministic, self.fanout,
-            single_piece=len(self.step.tasks) == 1)
+            single_piece=len(self.step.tasks) == 1,
+            spill_dir=self.scratch if self.spill else None)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,
                          self.n_threads, self.in_place), view)
@@ -580,17 +660,18 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     counters_total: Dict[str, int] = {}
     n_windows = max(1, -(-(stop - position) // M))
 
-    def state_ref(algo, pos, published: Optional[str]) -> StateRef:
+    def state_ref(algo, pos) -> StateRef:
         key = "%s/%d" % (run_key, pos)
         if scratch is None:
             # the window's steps update this copy in place (GlobalStepFn); the driver's
             # object stays the last published state until the window has succeeded
             beam_state.put_local(key, beam_state.private_copy(algo))
             return StateRef(key, None, pos)
-        if published is None:
-            published = os.path.join(scratch, "state-%09d.npz" % pos)
-            beam_state.save_scratch(algo, published)
-        return StateRef(key, published, pos)
+        # a scratch copy even when the state was just published as a checkpoint: workers
+        # load it in tens of ms, a checkpoint directory (sha256 of every array) took ~1.2 s
+        path = os.path.join(scratch, "state-%09d.npz" % pos)
+        beam_state.save_scratch(algo, path)
+        return StateRef(key, path, pos)
 
     def publish(algo, pos) -> str:
         state = algo.to_state()
@@ -603,14 +684,13 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         state.info = info
         return checkpoint_store.publish(state)
 
-    published_path: Optional[str] = None
     try:
         while position < stop:
             w_start = time.time()
             w_stop = min(stop, position + M)
             steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
                                stop=w_stop, pieces_per_minibatch=pieces)
-            start_ref = state_ref(algorithm, position, published_path)
+            start_ref = state_ref(algorithm, position)
             if unroll:
                 infos, new_algo, error, counters = _run_unrolled(cfg, steps, start_ref,
                                                                  run_key, scratch, n_threads,
@@ -639,7 +719,6 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                 rec_metrics = metrics
             if done:
                 last_ckpt = publish(algorithm, position)
-                published_path = last_ckpt
             _log_steps(run_log, steps[:done], infos, rec_metrics, last_ckpt, t_start)
             if scratch is not None:
                 _clean_scratch(scratch, keep=None)
@@ -724,11 +803,17 @@ def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
 
     def build(p):
         ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
+        if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
+            # in-process: one fused chain of whole steps (InProcessStepFn)
+            for sp in steps:
+                ref = ref | "Step%d" % sp.position >> beam.ParDo(
+                    InProcessStepFn(sp, run_key, n_threads)).with_output_types(StateRef)
+            return
         tasks = p | "Tasks" >> WindowTasks(steps)
         for j, sp in enumerate(steps):
             ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
                 sp, run_key, scratch, n_threads, deterministic, fanout,
-                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"))
+                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"), spill=cfg.local)
 
     counters = _run_pipeline(cfg, build)
     infos, error = [], None
@@ -768,7 +853,9 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             view = beam.pvalue.AsSingleton(r)
             tasks = (p | "Tasks" >> WindowTasks([sp]))[0]
             (tasks
-             | "Statistics" >> MinibatchStatistics(view, n_threads, deterministic, fanout)
+             | "Statistics" >> MinibatchStatistics(
+                 view, n_threads, deterministic, fanout,
+                 spill_dir=scratch if cfg.local else None)
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
         c = _run_pipeline(cfg, build)
@@ -794,7 +881,7 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
         info["position"] = sp.position + 1
         infos.append(info)
         algo = nxt
-        ref = state_ref(algo, sp.position + 1, None)
+        ref = state_ref(algo, sp.position + 1)
     return infos, (algo if infos else None), error, counters
 
 

@@ -261,6 +261,68 @@ def test_stats_combine_is_order_independent_and_round_trips(kos_small):
                                                        float(ref.to_dense().sum()))))
 
 
+def test_spilled_pieces_merge_like_inline_ones(kos_small, tmp_path):
+    """Pieces written to scratch files (local runners) combine to bit-identical statistics,
+    in any split-and-merge order, and only the short references go through the coder."""
+    from pipelines.beam_stats import (SpilledStats, StatsAccumulatorCoder, StatsCombineFn,
+                                      decode_stats, encode_stats, merge_in_order,
+                                      spill_stats)
+    from pipelines.shard_stream import read_shard
+    algo, files = new_vb(kos_small)
+    batch = read_shard(files[0])
+    pieces = {i: algo.local_step(batch.take(ix))
+              for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), 4))}
+    ref = merge_in_order({i: pickle.loads(pickle.dumps(s)) for i, s in pieces.items()})
+    spilled = {i: spill_stats(s, str(tmp_path / ("piece-%d.bin" % i)))
+               for i, s in pieces.items()}
+    assert all(isinstance(s, SpilledStats) and os.path.getsize(s.path) == s.nbytes
+               for s in spilled.values())
+    assert decode_stats(encode_stats(spilled[1])) == spilled[1]
+    coder = StatsAccumulatorCoder()
+    for deterministic in (True, False):
+        fn = StatsCombineFn(deterministic)
+        a, b = fn.create_accumulator(), fn.create_accumulator()
+        for i in (3, 0):
+            a = fn.add_input(a, (i, spilled[i]))
+        for i in (1, 2):
+            b = fn.add_input(b, (i, spilled[i]))
+        enc = coder.encode(a)
+        if deterministic:      # the accumulator carries references, not the statistics
+            assert len(enc) < 1000
+        out = fn.extract_output(fn.merge_accumulators([coder.decode(enc), b]))
+        if deterministic:
+            assert np.array_equal(out.to_dense(), ref.to_dense())
+        else:
+            assert max_rel(out.to_dense(), ref.to_dense()) < 1e-12
+        assert out.n_docs == ref.n_docs
+
+
+def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
+    """With worker processes the global step of step t removes state t-1 and step t's spilled
+    pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
+    from pipelines import beam_state
+    from pipelines.beam_stats import spill_stats
+    from pipelines.beam_train import GlobalStepFn, _spill_path
+    from pipelines.shard_stream import read_shard
+    algo, files = new_vb(kos_small)
+    scratch = str(tmp_path / "scratch")
+    os.makedirs(scratch)
+    prev = os.path.join(scratch, "state-%09d.npz" % 0)
+    beam_state.save_scratch(algo, prev)
+    ref = beam_state.StateRef("run/0", prev, 0)
+    batch = read_shard(files[0])
+    st = spill_stats(algo.local_step(batch), _spill_path(scratch, 0, 0))
+    from pipelines.beam_stats import unspill
+    fn = GlobalStepFn("run", 0, batch.n_docs, scratch, in_place=True)
+    out = list(fn.process((0, unspill(st)), ref))
+    assert len(out) == 1 and out[0].position == 1 and os.path.exists(out[0].path)
+    assert sorted(os.listdir(scratch)) == ["info-%09d.json" % 1, "state-%09d.npz" % 1]
+    got = beam_state.load_algorithm(out[0].path)
+    expect, _ = new_vb(kos_small)
+    expect.global_step(expect.local_step(batch))
+    assert np.array_equal(got.lambda_(), expect.lambda_())
+
+
 def _check_one(got, expected):
     assert len(got) == 1 and got[0][0] == expected[0]
     assert abs(got[0][1] - expected[1]) <= 1e-9 * abs(expected[1])
