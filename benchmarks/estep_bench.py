@@ -18,7 +18,9 @@ Documents: 20 Newsgroups as prepared by ``benchmarks/prepare_20news.py`` (the
     .venv/bin/python benchmarks/estep_bench.py [--corpus 20news|kos|nips] [--topics 100 1000]
         [--dtypes float32 float64] [--minibatch 256] [--batches 8] [--threads N] [--json OUT]
 
-Timings on the shared 2-core machine are noisy; the ratios are from one run in one process.
+Timings on the shared 2-core machine are noisy; the ratios are from one run in one process,
+each side's fastest of ``--rounds`` passes over the same minibatches (other jobs on the
+machine only ever add time). Results go to ``benchmarks/results/estep_bench.json``.
 """
 from __future__ import annotations
 
@@ -117,29 +119,37 @@ def run(args):
             g = gensim_model(m, dtype)
             draw = FixedDraw()
             g.random_state = draw
-            t = {"ours_cpu": 0.0, "ours_wall": 0.0, "gensim_cpu": 0.0, "gensim_wall": 0.0,
-                 "eb_cpu": 0.0}
             maxrel = 0.0
             its_o = its_g = 0
-            for b, g0 in zip(bench, g0s):
-                chunk = [list(zip(b.doc(i)[0].tolist(), b.doc(i)[1].tolist()))
-                         for i in range(b.n_docs)]
-                draw.g0 = g0.astype(dtype)
-                c0, w0 = time.process_time(), time.perf_counter()
-                _, gs = g.inference(chunk, collect_sstats=True)
-                t["gensim_cpu"] += time.process_time() - c0
-                t["gensim_wall"] += time.perf_counter() - w0
-                c0, w0 = time.process_time(), time.perf_counter()
-                st = m.local_step(b, gamma0=g0)
-                t["ours_cpu"] += time.process_time() - c0
-                t["ours_wall"] += time.perf_counter() - w0
-                c0 = time.process_time()          # its exp(E[log beta]) part, timed apart
-                m.exp_elog_beta(np.unique(b.word_ids))
-                t["eb_cpu"] += time.process_time() - c0
-                ours = np.zeros((K, V))
-                ours[:, st.word_ids] = st.sstats.T
-                maxrel = max(maxrel, float(np.abs(ours - gs).max() / np.abs(gs).max()))
-                its_o += st.n_iterations
+            chunks = [[list(zip(b.doc(i)[0].tolist(), b.doc(i)[1].tolist()))
+                       for i in range(b.n_docs)] for b in bench]
+            rounds = []
+            for rnd in range(args.rounds):
+                # the same minibatches, ours and gensim's alternating; per side the fastest
+                # round is kept (the machine is shared: other jobs only ever add time)
+                t = {"ours_cpu": 0.0, "ours_wall": 0.0, "gensim_cpu": 0.0,
+                     "gensim_wall": 0.0, "eb_cpu": 0.0}
+                for b, g0, chunk in zip(bench, g0s, chunks):
+                    draw.g0 = g0.astype(dtype)
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    _, gs = g.inference(chunk, collect_sstats=True)
+                    t["gensim_cpu"] += time.process_time() - c0
+                    t["gensim_wall"] += time.perf_counter() - w0
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    st = m.local_step(b, gamma0=g0)
+                    t["ours_cpu"] += time.process_time() - c0
+                    t["ours_wall"] += time.perf_counter() - w0
+                    c0 = time.process_time()          # its exp(E[log beta]) part, timed apart
+                    m.exp_elog_beta(np.unique(b.word_ids))
+                    t["eb_cpu"] += time.process_time() - c0
+                    if rnd == 0:
+                        ours = np.zeros((K, V))
+                        ours[:, st.word_ids] = st.sstats.T
+                        maxrel = max(maxrel,
+                                     float(np.abs(ours - gs).max() / np.abs(gs).max()))
+                        its_o += st.n_iterations
+                rounds.append(t)
+            t = {k: min(r[k] for r in rounds) for k in rounds[0]}
             r = {"corpus": args.corpus, "K": K, "dtype": dtype, "nnz": nnz,
                  "ours_nnz_per_cpu_s": nnz / t["ours_cpu"],
                  "gensim_nnz_per_cpu_s": nnz / t["gensim_cpu"],
@@ -177,14 +187,26 @@ def main(argv=None):
     p.add_argument("--max-iter", type=int, default=100)
     p.add_argument("--tol", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timing rounds over the same minibatches; the fastest round of each "
+                        "side counts")
+    p.add_argument("--json", default=os.path.join(REPO, "benchmarks", "results",
+                                                  "estep_bench.json"),
+                   help="write the results here (default: benchmarks/results/estep_bench.json)")
     args = p.parse_args(argv)
     if args.corpus is None:
         args.corpus = "20news" if os.path.exists(NEWS20) else "kos"
     res = run(args)
     if args.json:
+        import datetime
+        import subprocess
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                capture_output=True, text=True).stdout.strip()
         with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump({"date": datetime.date.today().isoformat(), "commit": commit,
+                       "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+                       "rounds": args.rounds, "threads": args.threads or "numba default",
+                       "results": res}, f, indent=1)
     return 0
 
 

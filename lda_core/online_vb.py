@@ -186,8 +186,7 @@ class OnlineVB(StochasticAlgorithm):
         else:
             g0 = estep_vb.init_gamma(estep_vb.doc_keys(ne.doc_ids, self.seed, self.step, salt),
                                      K)
-        uniq = np.unique(ne.word_ids)
-        lids = np.searchsorted(uniq, ne.word_ids)
+        uniq, lids = estep_vb.local_ids(ne.word_ids, self.n_words)
         eb = self.exp_elog_beta(uniq)
         if self.kernel == "numba":
             self._apply_threads()

@@ -66,6 +66,9 @@ def _train_all(docword: str) -> dict:
                                   dtype="float32"),
         "online-vb-f64": OnlineVB(10, V, batch_size=60, corpus_size=240, seed=1,
                                   dtype="float64"),
+        # K = 100: the kernels' vectorised loops run many full lanes (K = 10: one)
+        "online-vb-f32-K100": OnlineVB(100, V, batch_size=60, corpus_size=240, seed=1,
+                                       dtype="float32"),
         "scvb0": SCVB0(10, V, batch_size=60, seed=1),
         "sparse-gibbs-vb": SparseGibbsVB(10, V, batch_size=60, corpus_size=240, seed=1),
     }
