@@ -302,13 +302,11 @@ def _gamma_draws(key, shape, scale, out):
         out[i] = val
 
 
-@njit(cache=True, error_model="numpy")
+@njit(parallel=True, cache=True, error_model="numpy")
 def _init_gamma_kernel(keys, out):
-    tmp = np.empty(out.shape[1], np.float64)
-    for d in range(out.shape[0]):
-        _gamma_draws(keys[d], GAMMA_INIT_SHAPE, GAMMA_INIT_SCALE, tmp)
-        for k in range(out.shape[1]):
-            out[d, k] = tmp[k]
+    """Row d from the stream keys[d] alone: documents in parallel, same draws."""
+    for d in prange(out.shape[0]):
+        _gamma_draws(keys[d], GAMMA_INIT_SHAPE, GAMMA_INIT_SCALE, out[d])
 
 
 def doc_keys(doc_ids: Sequence[str], seed: int, step: int, salt: str = "gamma") -> np.ndarray:
