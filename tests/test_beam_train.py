@@ -148,6 +148,18 @@ def test_unrolled_in_process_equals_inprocess_trainer(kos_small, tmp_path):
     assert read_run_log(log_path, "end")[0]["step"] == 16
 
 
+def test_in_process_steps_are_grouped_by_documents():
+    """In-process, consecutive minibatches share one transform until it holds
+    IN_PROCESS_DOCS_PER_TRANSFORM documents (Beam's cost per transform is fixed)."""
+    from pipelines.beam_train import StepPlan, _group_steps
+    steps = [StepPlan(i, 0, i, 100) for i in range(10)]
+    groups = _group_steps(steps, 250)
+    assert [[sp.position for sp in g] for g in groups] == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
+                                                           [9]]
+    assert [len(g) for g in _group_steps(steps, 1)] == [1] * 10     # big minibatches: alone
+    assert _group_steps([], 10) == []
+
+
 def test_one_pipeline_per_minibatch_equals_inprocess_trainer(kos_small, tmp_path):
     ref = inprocess_reference(kos_small, S=80)
     res = beam_run(kos_small, str(tmp_path / "m"), S=80, unroll=False,
