@@ -47,7 +47,7 @@ def _algo(files, V, D, S, vh):
 
 def main(argv=None):
     p = common.base_parser(__doc__)
-    p.add_argument("--minibatch", default="256,2048",
+    p.add_argument("--minibatch", default="256,4096",
                    help="comma-separated minibatch sizes S to measure")
     p.add_argument("--skip-workers", action="store_true",
                    help="skip the 2-worker-process runs")

@@ -336,6 +336,22 @@ def test_minibatch_default_is_the_algorithms_own(tmp_path, ds, capsys):
         cli.main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "scvb0 100" in out and "online-vb 256" in out
+    assert "worker processes: 4096" in out
+    # online VB on a Beam runner: in-process keeps 256; worker processes or a cluster take
+    # 4096 (the per-step overhead of those runners; docs/beam-training.md)
+    from types import SimpleNamespace
+    from pipelines.commands import train as train_cmd
+    assert not train_cmd._beam_workers(SimpleNamespace(runner="inprocess"), [])
+    assert not train_cmd._beam_workers(SimpleNamespace(runner="DirectRunner"), [])
+    assert train_cmd._beam_workers(SimpleNamespace(runner="DirectRunner"),
+                                   ["--direct_running_mode=multi_processing"])
+    assert train_cmd._beam_workers(SimpleNamespace(runner="DataflowRunner"), [])
+    m = str(tmp_path / "beam-in-process")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--topics", 4,
+                           "--max-steps", 1, "--heldout", "none", "--no-progress",
+                           "--runner", "DirectRunner")
+    assert rc == 0, err
+    assert _state(m).info["run"]["minibatch"] == 256
 
 
 def test_algorithm_specific_options_reach_the_algorithm(tmp_path, ds, capsys):

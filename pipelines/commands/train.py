@@ -49,6 +49,11 @@ PAPERS = {
 }
 
 DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_size default
+# online-vb's --minibatch when a Beam runner has worker processes (multi_processing, portable,
+# Dataflow, Flink): each step costs those runners ~0.2-0.5 s of stage scheduling and state
+# hand-over whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s best size)
+# keeps that small next to the E-step. In-process runners keep the algorithm's own default.
+BEAM_WORKERS_MINIBATCH = 4096
 
 # command-line option (dest) -> constructor keyword of the algorithm classes. An option given
 # for an algorithm whose class does not take the keyword (or that NOT_APPLICABLE lists) is an
@@ -100,6 +105,17 @@ def _default(name: str, kw: str, fallback=None):
     if p is None or p.default is inspect.Parameter.empty:
         return fallback
     return p.default
+
+
+def _beam_workers(args, beam_argv) -> bool:
+    """True when --runner is a Beam runner whose workers are other processes."""
+    if args.runner.lower() in ("inprocess", "in-process", "local"):
+        return False
+    try:
+        from pipelines.beam_options import runner_config
+        return not runner_config(args.runner, list(beam_argv or ())).in_process
+    except ValueError:
+        return False      # an unknown runner is reported later, with its own message
 
 
 def default_minibatch(name: str) -> int:
@@ -162,9 +178,10 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "
+                        "online-vb on a Beam runner with worker processes: %d; "
                         "batch-vb: documents read at a time, the step still uses all D; the "
                         "stream samplers: documents per process() call; with --resume: the "
-                        "checkpoint's)" % _minibatch_defaults_help())
+                        "checkpoint's)" % (_minibatch_defaults_help(), BEAM_WORKERS_MINIBATCH))
     g.add_argument("--passes", type=int, default=None,
                    help="passes over the corpus (default 1; batch-vb: maximum iterations, "
                         "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
@@ -530,6 +547,10 @@ def run(args, beam_argv) -> int:
         minibatch = minibatch if minibatch is not None else prev.get(
             "minibatch", state.params.get("batch_size"))
         seed = seed if seed is not None else prev.get("seed", state.params.get("seed"))
+    if minibatch is None and algorithm == "online-vb" and _beam_workers(args, beam_argv):
+        minibatch = BEAM_WORKERS_MINIBATCH
+        logger.info("--minibatch not given: %d for online-vb on a Beam runner with worker "
+                    "processes (per-step overhead; docs/beam-training.md)", minibatch)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
     if algorithm == "gibbs" and state is not None:
