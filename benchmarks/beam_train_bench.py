@@ -51,6 +51,9 @@ def main(argv=None):
                    help="comma-separated minibatch sizes S to measure")
     p.add_argument("--skip-workers", action="store_true",
                    help="skip the 2-worker-process runs")
+    p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
+                                                  "beam_train_bench.json"),
+                   help="write the results here ('' not at all)")
     p.add_argument("--window", type=int, default=None,
                    help="minibatches per window (default: the Beam trainer's default)")
     args = p.parse_args(argv)
@@ -113,6 +116,8 @@ def main(argv=None):
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     common.print_json(rows)
+    if args.json:
+        common.save_results(rows, args.json, argv, os.path.basename(__file__))
 
 
 if __name__ == "__main__":

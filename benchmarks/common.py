@@ -120,3 +120,29 @@ def base_parser(doc: str) -> argparse.ArgumentParser:
 
 def print_json(rec) -> None:
     print(json.dumps(rec, indent=1, sort_keys=True, default=float))
+
+
+def save_results(res, path: str, argv=None, script: Optional[str] = None) -> None:
+    """``res`` as JSON at ``path`` (atomically), with when, where and how it was measured
+    (script, arguments, UTC time, git commit, CPUs, load average, Python)."""
+    import datetime
+    import platform
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    run = {"script": script or os.path.basename(sys.argv[0]),
+           "argv": list(sys.argv[1:] if argv is None else argv),
+           "utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "git_commit": commit, "cpus": os.cpu_count(),
+           "load_average_at_end": list(os.getloadavg()),
+           "python": platform.python_version()}
+    rec = dict(res, run=run) if isinstance(res, dict) else {"results": res, "run": run}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True, default=float)
+        f.write("\n")
+    os.replace(tmp, path)
+    print("results written to %s" % path)

@@ -198,15 +198,9 @@ def main(argv=None):
         args.corpus = "20news" if os.path.exists(NEWS20) else "kos"
     res = run(args)
     if args.json:
-        import datetime
-        import subprocess
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                capture_output=True, text=True).stdout.strip()
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.date.today().isoformat(), "commit": commit,
-                       "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-                       "rounds": args.rounds, "threads": args.threads or "numba default",
-                       "results": res}, f, indent=1)
+        from benchmarks import common
+        common.save_results({"rounds": args.rounds, "threads": args.threads or "numba default",
+                             "results": res}, args.json, argv, os.path.basename(__file__))
     return 0
 
 

@@ -116,34 +116,8 @@ def main(argv=None):
                      res["score_difference"]))
     common.print_json(res)
     if a.json:
-        save_results(res, a.json, argv)
+        common.save_results(res, a.json, argv, os.path.basename(__file__))
     return res
-
-
-def save_results(res, path: str, argv) -> None:
-    """``res`` as JSON at ``path`` (atomically), with when, where and how it was measured."""
-    import datetime
-    import platform
-    import subprocess
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    rec = dict(res, run={"script": os.path.basename(__file__),
-                         "argv": list(sys.argv[1:] if argv is None else argv),
-                         "utc": datetime.datetime.now(datetime.timezone.utc)
-                         .strftime("%Y-%m-%dT%H:%M:%SZ"),
-                         "git_commit": commit, "cpus": os.cpu_count(),
-                         "load_average_at_end": list(os.getloadavg()),
-                         "python": platform.python_version()})
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rec, f, indent=1, sort_keys=True, default=float)
-        f.write("\n")
-    os.replace(tmp, path)
-    print("results written to %s" % path)
 
 
 if __name__ == "__main__":

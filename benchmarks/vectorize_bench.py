@@ -43,12 +43,13 @@ from xml.sax.saxutils import escape
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks import common  # noqa: E402
 
 SHARED = os.environ.get("LDABEAM_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
 NEWS20 = os.path.join(SHARED, "data", "20news-bydate", "20news-bydate.tar.gz")
 SAMPLE = os.path.join(REPO, "data", "enwiki-sample-206pages.xml.bz2")
-# characters XML 1.0 forbids (a few posts contain form feeds / escape codes)
 RESULTS_JSON = os.path.join(REPO, "benchmarks", "results", "vectorize_bench.json")
+# characters XML 1.0 forbids (a few posts contain form feeds / escape codes)
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f]")
 
 
@@ -164,38 +165,12 @@ def main(argv=None):
                  "" if same else "  [counts differ from gensim!]"))
     res["limit"] = args.limit
     if args.json:
-        save_results(res, args.json, argv)
+        common.save_results(res, args.json, argv, os.path.basename(__file__))
     if args.keep:
         print("dump and outputs kept in %s" % tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
-
-
-def save_results(res, path: str, argv) -> None:
-    """``res`` as JSON at ``path`` (atomically), with when, where and how it was measured."""
-    import datetime
-    import platform
-    import subprocess
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    rec = dict(res, run={"script": os.path.basename(__file__),
-                         "argv": list(sys.argv[1:] if argv is None else argv),
-                         "utc": datetime.datetime.now(datetime.timezone.utc)
-                         .strftime("%Y-%m-%dT%H:%M:%SZ"),
-                         "git_commit": commit, "cpus": os.cpu_count(),
-                         "load_average_at_end": list(os.getloadavg()),
-                         "python": platform.python_version()})
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rec, f, indent=1, sort_keys=True, default=float)
-        f.write("\n")
-    os.replace(tmp, path)
-    print("results written to %s" % path)
 
 
 if __name__ == "__main__":
