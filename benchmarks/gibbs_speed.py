@@ -43,19 +43,26 @@ print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - 
 """
 
 
-def load_corpus(cache):
+def load_corpus(cache, max_docs=0):
+    """The corpus (cached in ``cache``). ``max_docs``: only that many posts, evenly spaced over
+    the tar's (sorted) posts, none held out (smoke tests); a cache of another size is rebuilt."""
     from lda_core.docbatch import DocBatch
     if os.path.exists(cache):
         d = np.load(cache)
-        return DocBatch.from_csr(__import__("scipy.sparse").sparse.csr_matrix(
-            (d["counts"], d["word_ids"], d["indptr"])))
+        if (int(d["max_docs"]) if "max_docs" in d else 0) == max_docs:
+            return DocBatch.from_csr(__import__("scipy.sparse").sparse.csr_matrix(
+                (d["counts"], d["word_ids"], d["indptr"])))
     from paper_canini import read_posts, to_batch
-    batch, vocab = to_batch(read_posts(None))
-    rng = np.random.default_rng(0)
-    keep = np.sort(rng.permutation(len(batch.doc_ids))[1000:])
-    batch = batch.take(keep)
+    if max_docs:
+        batch, vocab = to_batch(read_posts(None, max_docs=max_docs))
+    else:
+        batch, vocab = to_batch(read_posts(None))
+        rng = np.random.default_rng(0)
+        keep = np.sort(rng.permutation(len(batch.doc_ids))[1000:])
+        batch = batch.take(keep)
+    extra = {"max_docs": max_docs} if max_docs else {}
     np.savez(cache, indptr=batch.indptr, word_ids=batch.word_ids, counts=batch.counts,
-             n_words=len(vocab))
+             n_words=len(vocab), **extra)
     return batch
 
 
@@ -67,9 +74,12 @@ def main(argv=None):
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(),
                                                     "ldabeam_20news_speed.npz"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gibbs_speed.json"))
+    ap.add_argument("--max-docs", type=int, default=0,
+                    help="only N posts, evenly spaced over the groups, none held out (smoke "
+                         "tests; default: all but 1,000 held out)")
     a = ap.parse_args(argv)
     from lda_core.gibbs import CollapsedGibbs
-    batch = load_corpus(a.cache)
+    batch = load_corpus(a.cache, a.max_docs)
     V = int(batch.word_ids.max()) + 1
     n_tok = int(batch.counts.sum())
     print("20 Newsgroups: %d documents, V=%d, %d tokens, K=%d, %d sweeps"

@@ -46,8 +46,17 @@ TAR = os.environ.get("LDABEAM_NEWS20_TAR", os.path.join(
     "20news-bydate.tar.gz"))
 
 
-def read_posts(groups=None, tar_path=TAR):
-    """[(split, group, name, tokens)] in tar order, for the given groups (None = all)."""
+def evenly_spaced(items, n):
+    """``n`` of ``items`` evenly spaced (all of them when n is 0 or not smaller)."""
+    if not n or n >= len(items):
+        return list(items)
+    step = len(items) / float(n)
+    return [items[int(i * step)] for i in range(n)]
+
+
+def read_posts(groups=None, tar_path=TAR, max_docs=0):
+    """[(split, group, name, tokens)] sorted by (split, group, name), for the given groups
+    (None = all); ``max_docs``: that many of them, evenly spaced (tokenised after the choice)."""
     from gensim.parsing.preprocessing import STOPWORDS
     from gensim.utils import simple_preprocess
     out = []
@@ -64,10 +73,10 @@ def read_posts(groups=None, tar_path=TAR):
             t = tf.extractfile(m).read().decode("latin-1")
             if "\n\n" in t:
                 t = t.split("\n\n", 1)[1]
-            out.append((split, group, name,
-                        [w for w in simple_preprocess(t) if w not in STOPWORDS]))
+            out.append((split, group, name, t))
     out.sort(key=lambda r: (r[0], r[1], r[2]))
-    return out
+    return [(split, group, name, [w for w in simple_preprocess(t) if w not in STOPWORDS])
+            for split, group, name, t in evenly_spaced(out, max_docs)]
 
 
 def to_batch(posts, min_df=5, max_df_frac=0.5):
@@ -99,9 +108,11 @@ PF_SETTINGS = {3: dict(ess_threshold=20.0, n_rejuv=30), 20: dict(ess_threshold=1
 ALGOS = ["o-lda", "incremental-gibbs", "particle-filter"]
 
 
-def build_dataset(name, min_df=5, max_df_frac=0.5):
+def build_dataset(name, min_df=5, max_df_frac=0.5, max_docs=0):
+    """``max_docs``: keep that many of the dataset's posts, evenly spaced over its (sorted)
+    posts so every group stays in, before the vocabulary is built (smoke tests; 0: all)."""
     groups = DATASETS[name]
-    posts = read_posts(groups)
+    posts = read_posts(groups, max_docs=max_docs if groups is not None else 0)
     if groups is None:          # subset-20: 100 posts per group, chosen with a fixed seed
         rng = np.random.default_rng(20)
         by = collections.defaultdict(list)
@@ -111,6 +122,7 @@ def build_dataset(name, min_df=5, max_df_frac=0.5):
         for g in sorted(by):
             idx = rng.choice(len(by[g]), 100, replace=False)
             posts += [by[g][i] for i in sorted(idx)]
+        posts = evenly_spaced(posts, max_docs)
     return to_batch(posts, min_df=min_df, max_df_frac=max_df_frac)
 
 
@@ -271,6 +283,9 @@ def main(argv=None):
     ap.add_argument("--init-sweeps", type=int, default=200)
     ap.add_argument("--batch-sweeps", type=int, default=300)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--max-docs", type=int, default=0,
+                    help="use N posts of each dataset, evenly spaced over its groups (smoke "
+                         "tests; default: all)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--tag", default="canini")
     ap.add_argument("--summarise", nargs="+", metavar="TRACES_CSV",
@@ -300,7 +315,7 @@ def main(argv=None):
     tasks = []
     for ds in args.datasets:
         t = time.time()
-        batch, vocab = build_dataset(ds)
+        batch, vocab = build_dataset(ds, max_docs=args.max_docs)
         print("%s: %d documents, V=%d, %d tokens, %d groups (%.1f s to read)"
               % (ds, len(batch.doc_ids), len(vocab), int(batch.counts.sum()),
                  len(set(batch.labels)), time.time() - t), flush=True)

@@ -161,11 +161,14 @@ def main(argv=None):
                          if "lambda_density" in rec else ""), flush=True)
                 pf.write_csv(os.path.join(a.out, "paper_mimno_speed.csv"), speed_rows)
         sg = {r["K"]: r for r in speed_rows if r["algorithm"] == "sparse-gibbs-vb"}
-        if 1000 in sg and 2000 in sg:
-            r = sg[2000]["cpu_s_per_1000_docs"] / sg[1000]["cpu_s_per_1000_docs"]
-            rw = sg[2000]["wall_s_per_1000_docs"] / sg[1000]["wall_s_per_1000_docs"]
-            print("# sparse Gibbs-VB time ratio K=2000 / K=1000: %.2f CPU, %.2f wall "
-                  "(expected <= 2: sub-linear in K)" % (r, rw), flush=True)
+        if len(sg) >= 2:
+            # the two largest K measured (K=2000 / K=1000 by default, the paper's pair)
+            k1, k2 = sorted(sg)[-2:]
+            r = sg[k2]["cpu_s_per_1000_docs"] / sg[k1]["cpu_s_per_1000_docs"]
+            rw = sg[k2]["wall_s_per_1000_docs"] / sg[k1]["wall_s_per_1000_docs"]
+            print("# sparse Gibbs-VB time ratio K=%d / K=%d: %.2f CPU, %.2f wall "
+                  "(expected <= %.3g: sub-linear in K)" % (k2, k1, r, rw, k2 / float(k1)),
+                  flush=True)
     plot(quality, topics, speed_rows, os.path.join(a.out, "paper_mimno.png"))
     return 0
 

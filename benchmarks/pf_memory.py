@@ -75,6 +75,9 @@ def main(argv=None):
     ap.add_argument("--rejuv", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dataset", default="diff-3")
+    ap.add_argument("--max-docs", type=int, default=0,
+                    help="use N posts of the dataset, evenly spaced over its groups (smoke "
+                         "tests; default: all)")
     ap.add_argument("--worker", choices=["tree", "naive"])
     ap.add_argument("--data")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "pf_memory.json"))
@@ -83,7 +86,7 @@ def main(argv=None):
         print(json.dumps(worker(a.worker, a.data, a.particles, a.ess, a.rejuv, a.seed)))
         return 0
     from paper_canini import build_dataset
-    batch, vocab = build_dataset(a.dataset)
+    batch, vocab = build_dataset(a.dataset, max_docs=a.max_docs)
     perm = np.random.default_rng(1000 + a.seed).permutation(len(batch.doc_ids))
     stream = batch.take(perm)
     K = len(set(batch.labels))
