@@ -1,0 +1,340 @@
+"""Every benchmark script under benchmarks/ run end to end, small, so none breaks unnoticed.
+
+Each script runs in a subprocess (as a user runs it) with its smallest arguments, on a subset of
+20 Newsgroups prepared here (``prepare_20news.py --limit``) in a temporary
+``LDABEAM_BENCH_CACHE``, writing its results to a temporary path: the committed files in
+benchmarks/results/ and the default cache are never written (checked). Each test asserts that
+the script exits 0 and parses the ratios / fields it is meant to report, checking that they are
+finite numbers. No timing is asserted: the sizes are far too small for the numbers to mean
+anything, only that they are produced. Peers that are not project dependencies (tomotopy,
+Vowpal Wabbit) are absent in the project venv; the scripts report that, and the tests check
+the report. Needs ../shared/data (20 Newsgroups, KOS) and ../shared/bench (the harness); skips
+with the reason when they are absent.
+"""
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",       # as tests/conftest.py finds it
+                             os.path.join(os.path.dirname(REPO), "shared", "data"))
+BENCH = os.path.join(REPO, "benchmarks")
+RESULTS = os.path.join(BENCH, "results")
+SHARED = os.path.dirname(SHARED_DATA)
+HARNESS = os.path.join(SHARED, "bench", "bench_peers.py")
+SUBSET_POSTS = 1500          # of 18,846: 1,344 training and 149 held-out documents
+NUMBER = r"(-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
+
+
+def finite(x, what=""):
+    """``x`` as a float, asserting it is a finite number."""
+    assert x is not None and x != "", "%s: no value" % what
+    v = float(x)
+    assert math.isfinite(v), "%s: %r is not finite" % (what, x)
+    return v
+
+
+def grab(pattern, text, what=None):
+    """The numbers of the first line matching ``pattern`` (NUMBER groups), all finite."""
+    m = re.search(pattern, text)
+    assert m, "no line matching %r in the output:\n%s" % (pattern, text[-3000:])
+    vals = [finite(g, what or pattern) for g in m.groups()]
+    return vals[0] if len(vals) == 1 else vals
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _digest(folder):
+    out = {}
+    for root, _, files in os.walk(folder):
+        for n in files:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def bench_env(news20_tar, tmp_path_factory):
+    """Environment for the scripts: a temporary bench cache, the shared data, no peers.
+    (``news20_tar``, tests/conftest.py, skips with the reason when the corpus is absent.)"""
+    tar = news20_tar
+    if not os.path.exists(HARNESS):
+        pytest.skip("the bench harness %s is absent (../shared/bench)" % HARNESS)
+    root = tmp_path_factory.mktemp("bench")
+    env = dict(os.environ)
+    for k in ("LDABEAM_VW_PYTHON",):             # peers come only from the project venv
+        env.pop(k, None)
+    env.update(LDABEAM_BENCH_CACHE=str(root / "cache"), LDABEAM_SHARED=SHARED,
+               LDABEAM_SHARED_DATA=SHARED_DATA, LDABEAM_NEWS20_TAR=tar, MPLBACKEND="Agg",
+               PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
+    results_before = _digest(RESULTS)
+    default_cache = os.path.join(BENCH, ".cache")
+    cache_before = sorted(os.listdir(default_cache)) if os.path.isdir(default_cache) else None
+    yield {"env": env, "root": root, "cache": root / "cache" / "20news"}
+    assert _digest(RESULTS) == results_before, "a smoke run wrote into benchmarks/results/"
+    assert (sorted(os.listdir(default_cache)) if os.path.isdir(default_cache)
+            else None) == cache_before, "a smoke run wrote into benchmarks/.cache/"
+
+
+def run(env, script, *args, timeout=900, expect_rc=0):
+    """``python benchmarks/SCRIPT ARGS`` in a subprocess; its stdout + stderr."""
+    cmd = [sys.executable, os.path.join(BENCH, script)] + [str(a) for a in args]
+    p = subprocess.run(cmd, cwd=REPO, env=env["env"], capture_output=True, text=True,
+                       timeout=timeout)
+    out = p.stdout + "\n" + p.stderr
+    assert p.returncode == expect_rc, "%s exited %d (expected %d):\n%s" % (
+        " ".join(cmd), p.returncode, expect_rc, out[-4000:])
+    return p.stdout, out
+
+
+@pytest.fixture(scope="module")
+def news20(bench_env):
+    """The 20 Newsgroups subset prepared by prepare_20news.py (its smoke test)."""
+    out, _ = run(bench_env, "prepare_20news.py", "--limit", SUBSET_POSTS)
+    n_train, mtok, V, n_test = grab(
+        r"20 Newsgroups prepared in .*: %s training documents, %s M tokens, V = %s, %s "
+        r"held-out documents" % (NUMBER, NUMBER, NUMBER, NUMBER), out)
+    assert n_train + n_test <= SUBSET_POSTS and n_train > 1000 and n_test > 100
+    assert mtok > 0 and V > 1000
+    return bench_env
+
+
+def test_prepare_20news(news20):
+    cache = news20["cache"]
+    with open(cache / "subset.json") as f:
+        assert json.load(f) == {"limit": SUBSET_POSTS}
+    with open(cache / "bench" / "meta.json") as f:
+        meta = json.load(f)
+    assert meta["n_train"] > 1000 and meta["V"] > 1000
+    # a second run reuses the cache; another size or the full corpus there is refused, and a
+    # subset is never written to the default cache (each refused before any work)
+    out, _ = run(news20, "prepare_20news.py", "--limit", SUBSET_POSTS, timeout=120)
+    assert "%d training documents" % meta["n_train"] in out
+    _, err = run(news20, "prepare_20news.py", "--limit", 10, expect_rc=1, timeout=120)
+    assert "holds a subset of %d posts" % SUBSET_POSTS in err
+    _, err = run(news20, "prepare_20news.py", "--limit", 10, "--cache",
+                 os.path.join(BENCH, ".cache", "20news"), expect_rc=1, timeout=120)
+    assert "never written to the default cache" in err
+
+
+def test_estep_bench(news20, tmp_path):
+    js = tmp_path / "estep.json"
+    out, _ = run(news20, "estep_bench.py", "--corpus", "20news", "--topics", 10, "--dtypes",
+                 "float32", "--minibatch", 64, "--batches", 3, "--train-steps", 2, "--rounds", 1,
+                 "--json", js)
+    cpu, wall = grab(r"K=10 +float32 .*ratio CPU %sx +wall %sx" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    (r,) = rec["results"]
+    for k in ("ratio_cpu", "ratio_wall", "ratio_cpu_without_elogbeta", "ours_nnz_per_cpu_s",
+              "gensim_nnz_per_cpu_s", "mean_iterations"):
+        assert finite(r[k], k) > 0
+    assert r["ratio_cpu"] == pytest.approx(cpu, rel=0.01)
+    # both E-steps start from the same gamma: the statistics must agree
+    assert finite(r["sstats_max_rel_diff"]) < 1e-2
+    assert rec["run"]["script"] == "estep_bench.py"
+
+
+def test_train_bench(news20, tmp_path):
+    """Ours and the gensim peers (project dependencies); Vowpal Wabbit is not one: reported
+    as not measured unless it imports."""
+    res = tmp_path / "train.jsonl"
+    out, _ = run(news20, "train_bench.py", "--results", res)
+    ours, harness, _ = grab(r"ours: %s by our evaluator, %s by bench_peers.py evaluate "
+                            r"\(difference %s\)" % (NUMBER, NUMBER, NUMBER), out)
+    assert ours == pytest.approx(harness, abs=1e-3)     # our evaluator = the harness's
+    grab(r"quality: ours %s vs target >= %s: (?:met|NOT met)" % (NUMBER, NUMBER), out)
+    grab(r"speed: gensim LdaModel / ours = %sx wall; CPU seconds %sx" % (NUMBER, NUMBER), out)
+    grab(r"speed: gensim LdaMulticore\(workers=2\) / ours = %sx wall .*CPU seconds %sx"
+         % (NUMBER, NUMBER), out)
+    assert ("Vowpal Wabbit: not measured" in out
+            or re.search(r"speed: Vowpal Wabbit --lda / ours = %sx" % NUMBER, out))
+    with open(res) as f:
+        recs = [json.loads(l) for l in f]
+    assert len(recs) >= 3
+    for r in recs:
+        finite(r["train_s"], r["system"])
+        finite(r["heldout_ll_per_token"], r["system"])
+        finite(r["peak_rss_mb"], r["system"])
+
+
+def test_beam_train_bench(news20, tmp_path):
+    js = tmp_path / "beam.json"
+    out, _ = run(news20, "beam_train_bench.py", "--minibatch", 256, "--json", js)
+    grab(r"S=256 \(\d+ steps\): in-process trainer %s s wall" % NUMBER, out)
+    grab(r"beam in-process .*docs/s ratio %s .*CPU ratio %s" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rows = json.load(f)["results"]
+    assert [r["runner"] for r in rows] == ["beam in-process", "beam 2 workers"]
+    for r in rows:
+        assert finite(r["ratio"]) > 0 and finite(r["docs_per_s"]) > 0
+        assert finite(r["max_rel_diff"]) < 1e-5           # the trainers agree
+
+
+def test_vectorize_bench(bench_env, tmp_path):
+    js = tmp_path / "vectorize.json"
+    out, _ = run(bench_env, "vectorize_bench.py", "--limit", 200, "--json", js)
+    grab(r"gensim WikiCorpus\(processes=2\): %s docs" % NUMBER, out)
+    for name in ("in-process", r"multi_processing x2"):
+        grab(r"ldabeam vectorize %s: .* ratio vs gensim %s \(vs gensim's first pass alone %s\)"
+             % (name, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["limit"] == 200
+    for name in ("ldabeam in-process", "ldabeam multi_processing x2"):
+        r = rec[name]
+        for k in ("ratio_vs_gensim", "ratio_vs_gensim_pass1", "cpu_ratio_vs_gensim"):
+            assert finite(r[k], k) > 0
+        assert r["same_output_size"], r          # the same documents, tokens and vocabulary
+
+
+def test_memory_bench(news20):
+    out, _ = run(news20, "memory_bench.py", "--times", 2)
+    one = grab(r"\| 20 Newsgroups train \| %s \|" % NUMBER, out)
+    two = grab(r"\| the same x2 \| %s \|" % NUMBER, out)
+    assert two == 2 * one
+    assert finite(grab(r"peak RSS ratio x2 / x1 = %s" % NUMBER, out)) > 0
+
+
+def test_scale_bench(news20, tmp_path):
+    path = tmp_path / "scale.csv"
+    out, _ = run(news20, "scale_bench.py", "--sizes", "1000,2000", "--news-times", "1,2",
+                 "--csv", path, "--synthetic-dir", tmp_path / "synthetic")
+    rows = read_csv(path)
+    assert [(r["corpus"], r["scale"]) for r in rows] == [
+        ("synthetic-lda", "1000"), ("synthetic-lda", "2000"), ("20newsgroups", "x1"),
+        ("20newsgroups", "x2")]
+    numeric = ["documents", "wall_s", "train_s", "cpu_s", "docs_per_s", "docs_per_cpu_s",
+               "incr_docs_per_cpu_s", "startup_cpu_s", "estep_iterations_per_doc",
+               "incr_doc_iterations_per_cpu_s", "peak_rss_mb"]
+    for r in rows:
+        for k in numeric:
+            finite(r[k], "%s %s %s" % (r["corpus"], r["scale"], k))
+    for label in ("synthetic-lda", "20newsgroups"):
+        grab(r"%s: .* documents: throughput ratio \(largest/smallest\): per CPU second after "
+             r"start-up %s .*; peak RSS ratio %s" % (label, NUMBER, NUMBER), out)
+        grab(r"%s: E-step iterations per document %s -> %s .* ratio %s"
+             % (label, NUMBER, NUMBER, NUMBER), out)
+
+
+def test_sklearn_bench(news20, tmp_path):
+    js = tmp_path / "sklearn.json"
+    out, _ = run(news20, "sklearn_bench.py", "--topics", 20, "--seeds", 1, "--json", js)
+    grab(r"over 1 seed\(s\): speed-up \(scikit-learn time / ours\) %sx wall, %sx CPU"
+         % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    for k in ("speedup_cpu", "speedup_wall", "speedup_cpu_seed0", "score_difference"):
+        finite(rec[k], k)
+    for s in rec["summary"].values():
+        finite(s["mean_completion_ll_per_token"])
+
+
+def test_paper_foulds(news20, tmp_path):
+    algos = "scvb0,online-vb"
+    run(news20, "paper_foulds.py", "--corpora", "20news,kos", "--passes", "20news=1,kos=1",
+        "--K", 10, "--batch", 20, "--eval-points", 2, "--algorithms", algos, "--out", tmp_path)
+    summ = {r["corpus"]: r for r in read_csv(tmp_path / "paper_foulds_summary.csv")}
+    assert set(summ) == {"20news", "kos"}
+    for r in summ.values():
+        for a in algos.split(","):
+            finite(r["final_ll_" + a], a)
+            assert finite(r["wall_s_" + a], a) > 0
+        if r["scvb0_wall_s_to_vb_final"]:     # empty when SCVB0 never reached it: a result
+            assert finite(r["wall_ratio_scvb0_over_vb"]) > 0
+    assert finite(summ["20news"]["estep_ratio_cpu"]) > 0
+    curves = read_csv(tmp_path / "paper_foulds_curves.csv")
+    assert {r["algorithm"] for r in curves} == set(algos.split(","))
+    assert os.path.getsize(tmp_path / "paper_foulds.png") > 0
+    # the E-step-only mode
+    out, _ = run(news20, "paper_foulds.py", "--estep-only", "--K", 10, "--batch", 20,
+                 "--out", tmp_path)
+    for th in (1, 2):
+        grab(r"# E-step K=10, %d thread\(s\): .* ratio %s CPU, %s wall" % (th, NUMBER, NUMBER),
+             out)
+    assert len(read_csv(tmp_path / "paper_foulds_estep.csv")) == 2
+
+
+def test_paper_mimno(news20, tmp_path):
+    out, _ = run(news20, "paper_mimno.py", "--K", 10, "--passes", 1, "--speed-K", "10,20",
+                 "--speed-vb-K", "10", "--warm-docs", 200, "--time-docs", 100, "--models",
+                 "sparse-gibbs-vb,online-vb,online-vb-5iter", "--out", tmp_path)
+    grab(r"# sparse Gibbs-VB time ratio K=20 / K=10: %s CPU, %s wall" % (NUMBER, NUMBER), out)
+    q = read_csv(tmp_path / "paper_mimno_quality.csv")
+    assert [r["algorithm"] for r in q] == ["sparse-gibbs-vb", "online-vb", "online-vb-5iter"]
+    for r in q:
+        finite(r["heldout_ll_per_token"])
+        finite(r["umass_mean_sum"])
+    sp = read_csv(tmp_path / "paper_mimno_speed.csv")
+    assert len(sp) == 3
+    for r in sp:
+        assert finite(r["cpu_s_per_1000_docs"]) > 0
+    assert os.path.getsize(tmp_path / "paper_mimno.png") > 0
+
+
+def test_paper_canini(bench_env, tmp_path):
+    out, _ = run(bench_env, "paper_canini.py", "--datasets", "diff-3", "--seeds", 1,
+                 "--particles", 20, "--trace-points", 2, "--init-sweeps", 5, "--batch-sweeps",
+                 5, "--jobs", 1, "--max-docs", 200, "--out", tmp_path)
+    assert re.search(r"diff-3: 200 documents", out), out[-2000:]
+    summ = {r["algorithm"]: r for r in read_csv(tmp_path / "canini_summary.csv")}
+    assert set(summ) == {"o-lda", "incremental-gibbs", "particle-filter", "batch-gibbs"}
+    for r in summ.values():
+        for k in ("nmi_seen_mean", "nmi_heldout_mean"):
+            assert 0 <= finite(r[k], k) <= 1
+        assert finite(r["time_x_olda"], "time_x_olda") > 0
+    assert os.path.getsize(tmp_path / "canini_traces.png") > 0
+
+
+def test_pf_memory(bench_env, tmp_path):
+    js = tmp_path / "pf.json"
+    out, _ = run(bench_env, "pf_memory.py", "--particles", 20, "--ess", 5, "--rejuv", 5,
+                 "--max-docs", 200, "--out", js)
+    grab(r"identical assignments: True; CPU naive/tree = %s" % NUMBER, out)
+    with open(js) as f:
+        s = json.load(f)["summary"]
+    assert s["identical_assignments"] is True
+    for k in ("cpu_ratio_naive_over_tree", "store_mb_tree", "store_mb_naive",
+              "peak_rss_mb_tree", "peak_rss_mb_naive"):
+        assert finite(s[k], k) > 0
+
+
+def test_gibbs_speed(bench_env, tmp_path):
+    """tomotopy is not a project dependency: the script reports against the README figure."""
+    js = tmp_path / "gibbs.json"
+    out, _ = run(bench_env, "gibbs_speed.py", "--topics", 10, "--sweeps", 2, "--max-docs", 500,
+                 "--cache", tmp_path / "corpus.npz", "--tomotopy-python",
+                 tmp_path / "no-such-python", "--out", js)
+    grab(r"tomotopy not available; vs the README's 5.9 M tokens/s: %s" % NUMBER, out)
+    with open(js) as f:
+        rec = json.load(f)
+    for k in ("ours_1", "ours_2"):
+        assert finite(rec[k]["tokens_per_s"], k) > 0
+    finite(rec["ratio_2_vs_readme_5.9M"])
+
+
+def test_time_to_quality(news20, tmp_path):
+    """tomotopy absent: SCVB0's time to the target alone (a target it reaches in one pass)."""
+    out, _ = run(news20, "time_to_quality.py", "--max-passes", 1, "--evals-per-pass", 1,
+                 "--batch", 100, "--threads", 1, "--target", -100, "--tomotopy-iters", 5,
+                 "--peers-python", tmp_path / "no-such-python", "--out", tmp_path)
+    tomotopy = "# tomotopy is ABSENT" not in out
+    (s,) = read_csv(tmp_path / "time_to_quality_summary.csv")
+    assert s["scvb0_reached"] == "True"
+    assert finite(s["scvb0_train_wall_s"]) > 0 and finite(s["scvb0_train_cpu_s"]) >= 0
+    finite(s["scvb0_ll"])
+    if tomotopy:
+        finite(s["ratio_wall_scvb0_over_tomotopy"])
