@@ -12,6 +12,17 @@ replaced), and only then rewrites ``LATEST`` atomically (temporary file, fsync, 
 pointer is the commit point: a checkpoint directory newer than the one ``LATEST`` names was
 never committed (the run died between the two renames) and is not used.
 
+On an object store (a file layer with ``atomic_dir_rename = False``, e.g. ``gs://`` through
+``pipelines.object_store_files``) nothing can be renamed: every file of a checkpoint is
+written under its final, unique name ``step-<9 digits>-<12 hex digits>/`` (``state.json``
+last), and then the ``LATEST`` object (one upload: readers see the old or the new one) is
+written naming it. That pointer is again the commit point: a directory it does not name at
+the same or a newer step -- a checkpoint being written, or one of a run that died before its
+pointer -- is never used (a warning names it), and another directory of the step just
+committed (an earlier attempt at that step) is deleted after the pointer is written, as the
+local rename replaces it. Readers accept both name forms everywhere, so a model directory
+copied from an object store to a local disk (``gsutil cp -r``) reads the same.
+
 ``latest()`` loads the checkpoint ``LATEST`` names. If it is missing, partial or corrupt
 (no state.json, a truncated .npy, a bad checksum, ...), a WARNING naming it and the reason
 is logged and the next older checkpoint is tried, and so on. It returns ``None`` when the
@@ -19,24 +30,27 @@ store holds no checkpoint at all, and raises :class:`lda_core.state.StateFormatE
 checkpoints exist but none of them is valid (so a resume never silently restarts from
 scratch over a damaged model directory).
 
-Only local paths are handled here; the pipelines layer wraps ``gs://`` model directories by
-passing a replacement for :class:`lda_core.state.LocalFiles`.
+File operations go through a file layer (:func:`lda_core.state.files_for` of the model
+directory unless one is passed): local here, Beam ``FileSystems`` for URLs once
+``pipelines.object_store_files`` is imported.
 """
 from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from lda_core.state import LOCAL_FILES, LocalFiles, StateFormatError, TopicState
+from lda_core.state import LocalFiles, StateFormatError, TopicState, files_for
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 POINTER = "LATEST"
-_NAME = re.compile(r"^step-(\d{9,})$")
+# step-<step, 9+ digits>, and on object stores -<unique suffix> (see module docstring)
+_NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
 
 
 class Checkpoint(NamedTuple):
@@ -76,6 +90,7 @@ class CheckpointStore:
 
     ``keep_last``: keep only this many newest checkpoints after each publish (``None`` keeps
     all); the one just published and the one ``LATEST`` names are never deleted.
+    ``files``: the file layer (default :func:`lda_core.state.files_for` ``(model_dir)``).
     """
 
     def __init__(self, model_dir: str, keep_last: Optional[int] = None,
@@ -85,16 +100,28 @@ class CheckpointStore:
                              % (keep_last,))
         self.model_dir = model_dir
         self.keep_last = None if keep_last is None else int(keep_last)
-        self.files = files or LOCAL_FILES
+        self.files = files or files_for(model_dir)
         self.root = self.files.join(model_dir, CHECKPOINTS)
+        # no atomic directory rename (object stores): unique names, committed by LATEST
+        self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
 
     # -- listing --------------------------------------------------------------------------
     def path(self, step: int) -> str:
+        """The directory of the checkpoint of ``step``: the one LATEST names if it is at that
+        step, else the (newest-named) listed one; ``step-<9 digits>`` when there is none."""
+        if self.unique_names:
+            name = self.pointer_name()
+            if name is not None and _step_of(name) == int(step):
+                return self.files.join(self.root, name)
+            same = [c for c in self.list_checkpoints() if c.step == int(step)]
+            if same:
+                return same[-1].path
         return self.files.join(self.root, checkpoint_name(step))
 
     def list_checkpoints(self) -> List[Checkpoint]:
         """Published checkpoint directories, sorted by step (temporary directories excluded;
-        their validity is not checked here)."""
+        their validity is not checked here). On object stores a directory being written is
+        listed too: only LATEST tells what was committed (see :meth:`latest_checkpoint`)."""
         if not self.files.isdir(self.root):
             return []
         out = []
@@ -102,13 +129,14 @@ class CheckpointStore:
             m = _NAME.match(name)
             if m:
                 p = self.files.join(self.root, name)
-                if self.files.isdir(p):
+                # on object stores every listed prefix is a "directory" (one request saved)
+                if self.unique_names or self.files.isdir(p):
                     out.append(Checkpoint(int(m.group(1)), p))
         out.sort()
         return out
 
-    def pointer(self) -> Optional[int]:
-        """The step ``LATEST`` names, or None if there is no (readable) pointer."""
+    def pointer_name(self) -> Optional[str]:
+        """The checkpoint name ``LATEST`` holds, or None if there is no (readable) pointer."""
         p = self.files.join(self.root, POINTER)
         if not self.files.exists(p):
             return None
@@ -123,7 +151,17 @@ class CheckpointStore:
             logger.warning("checkpoint pointer %s holds %r, not a checkpoint name; scanning "
                            "checkpoints", p, text[:80])
             return None
-        return int(m.group(1))
+        return text
+
+    def pointer(self) -> Optional[int]:
+        """The step ``LATEST`` names, or None if there is no (readable) pointer."""
+        name = self.pointer_name()
+        return None if name is None else _step_of(name)
+
+    def pointer_path(self) -> Optional[str]:
+        """The checkpoint directory ``LATEST`` names, or None."""
+        name = self.pointer_name()
+        return None if name is None else self.files.join(self.root, name)
 
     # -- reading --------------------------------------------------------------------------
     def load(self, step: int) -> TopicState:
@@ -138,27 +176,30 @@ class CheckpointStore:
     def latest_checkpoint(self):
         """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None."""
         ckpts = self.list_checkpoints()
-        ptr = self.pointer()
+        name = self.pointer_name()
+        ptr = None if name is None else _step_of(name)
         if ptr is None:
             if ckpts:
                 logger.warning("no LATEST pointer in %s; trying the %d checkpoint directories "
                                "newest first", self.root, len(ckpts))
             candidates = ckpts[::-1]
         else:
-            newer = [c for c in ckpts if c.step > ptr]
+            named = [c for c in ckpts if self.files.basename(c.path) == name]
+            newer = [c for c in ckpts if c.step > ptr or (
+                c.step == ptr and self.files.basename(c.path) != name)]
             if newer:
                 logger.warning("ignoring %d checkpoint(s) newer than LATEST (%s) in %s: never "
-                               "committed (%s)", len(newer), checkpoint_name(ptr), self.root,
+                               "committed (%s)", len(newer), name, self.root,
                                ", ".join(self.files.basename(c.path) for c in newer))
-            candidates = [c for c in ckpts if c.step <= ptr][::-1]
-            if not candidates or candidates[0].step != ptr:
+            candidates = named + [c for c in ckpts if c.step < ptr][::-1]
+            if not named:
                 logger.warning("checkpoint %s named by LATEST is missing; falling back to the "
-                               "newest previous checkpoint", self.path(ptr))
+                               "newest previous checkpoint", self.files.join(self.root, name))
         if not candidates:
             if ptr is not None or ckpts:
                 raise StateFormatError("no valid checkpoint in %s (LATEST names %s, which is "
                                        "missing, and there is no older one)"
-                                       % (self.root, checkpoint_name(ptr)))
+                                       % (self.root, name))
             return None
         failures = []
         for c in candidates:
@@ -182,6 +223,10 @@ class CheckpointStore:
                                                                   "; ".join(failures)))
 
     # -- writing --------------------------------------------------------------------------
+    def _new_name(self, step: int) -> str:
+        name = checkpoint_name(step)
+        return "%s-%s" % (name, uuid.uuid4().hex[:12]) if self.unique_names else name
+
     def publish(self, state: TopicState, check_finite: bool = True) -> str:
         """Write ``state`` as the checkpoint of ``state.step``, then point LATEST at it.
 
@@ -191,26 +236,37 @@ class CheckpointStore:
         checkpoint stays the latest (-inf is allowed: log-weights of dead particles)."""
         if check_finite:
             check_state_finite(state)
-        path = self.path(state.step)
+        name = self._new_name(state.step)
+        path = self.files.join(self.root, name)
         state.save(path, files=self.files)
         self.files.write_atomic(self.files.join(self.root, POINTER),
-                                (checkpoint_name(state.step) + "\n").encode("utf-8"))
+                                (name + "\n").encode("utf-8"))
         logger.info("published checkpoint %s (step %d, %d documents seen)",
                     path, state.step, state.docs_seen)
+        if self.unique_names:
+            # earlier attempts at this step (a run that died before its pointer): replaced,
+            # as the local rename replaces a directory of the same name
+            for c in self.list_checkpoints():
+                if c.step == state.step and self.files.basename(c.path) != name:
+                    self.files.remove_tree(c.path)
         if self.keep_last is not None:
-            self.prune(keep_last=self.keep_last, protect=state.step)
+            self.prune(keep_last=self.keep_last, protect=state.step, protect_name=name)
         return path
 
-    def prune(self, keep_last: int, protect: Optional[int] = None) -> List[str]:
+    def prune(self, keep_last: int, protect: Optional[int] = None,
+              protect_name: Optional[str] = None) -> List[str]:
         """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
-        nor the one LATEST names. Returns the deleted paths."""
+        (a step; ``protect_name``: only that directory of the step) nor the one LATEST names.
+        Returns the deleted paths."""
         if keep_last < 1:
             raise ValueError("keep_last must be >= 1, got %r" % (keep_last,))
-        keep = {protect, self.pointer()}
+        ptr = self.pointer_name()
         ckpts = self.list_checkpoints()
         deleted = []
         for c in ckpts[:-keep_last] if len(ckpts) > keep_last else []:
-            if c.step in keep:
+            base = self.files.basename(c.path)
+            if base == ptr or base == protect_name or (
+                    protect_name is None and c.step == protect):
                 continue
             self.files.remove_tree(c.path)
             deleted.append(c.path)
@@ -218,3 +274,7 @@ class CheckpointStore:
             logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
                         keep_last)
         return deleted
+
+
+def _step_of(name: str) -> int:
+    return int(_NAME.match(name).group(1))

@@ -17,10 +17,16 @@ the file name and both values.
 atomic rename, so a reader never sees a half-written state. If the target already exists it
 is renamed aside, the new directory renamed in, and the old one removed.
 
-Only local paths are handled here (``lda_core`` has no Beam import). All file operations go
-through a small :class:`LocalFiles` object; the pipelines layer passes a replacement (e.g. one
-backed by ``apache_beam.io.filesystems`` for ``gs://``), where publication is done by writing
-the directory's objects first and a pointer object last (see ``lda_core.checkpoint``).
+``lda_core`` has no Beam import: every file operation goes through a small *file layer*
+object (:class:`LocalFiles` for local paths). :func:`files_for` picks the layer of a path;
+other layers are registered by scheme with :func:`register_files` -- the pipelines layer
+registers one backed by ``apache_beam.io.filesystems`` for every URL scheme (``gs://``,
+``s3://``, ...: :mod:`pipelines.object_store_files`). A layer that cannot rename a directory
+atomically (``atomic_dir_rename = False``) gets every file written under its final name with
+``state.json`` (which holds the sha256 of every array) last; publication is then the job of a
+pointer object written last (see ``lda_core.checkpoint``), and a reader that finds a
+``state.json`` whose checksums verify has the complete state.
+
 The format is documented for users in ``docs/model-format.md``.
 """
 from __future__ import annotations
@@ -35,7 +41,7 @@ import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -59,12 +65,22 @@ class StateFormatError(ValueError):
 class LocalFiles:
     """Local-disk file operations used by :class:`TopicState` and the checkpoint store.
 
-    A wrapper for another file system implements the same methods. Handles returned by
-    ``open_read`` must support ``read``, ``readinto``, ``seek`` and ``tell``; those of
-    ``open_write`` ``write`` (both are used as context managers). ``publish_dir`` must make
-    ``tmp`` visible under ``final`` all at once (or the store must publish via a pointer that
-    is written last, which is what :class:`lda_core.checkpoint.CheckpointStore` does anyway).
+    A layer for another file system implements the same methods (and is registered with
+    :func:`register_files`). Handles returned by ``open_read`` must support ``read``,
+    ``readinto``, ``seek`` and ``tell``; those of ``open_write`` ``write`` (both are used as
+    context managers). Two capabilities are declared as class attributes (a layer without them
+    is taken to have both):
+
+    * ``atomic_dir_rename``: ``publish_dir`` makes ``tmp`` visible under ``final`` all at
+      once. When False (object stores), ``make_temp_dir(final)`` returns ``final`` itself,
+      ``publish_dir`` does nothing, and the checkpoint store gives every checkpoint a unique
+      name and commits it with the ``LATEST`` pointer written last;
+    * ``can_append``: the run log appends to its file (when False it rewrites the whole
+      object at flush points, see :mod:`lda_core.run_log`).
     """
+
+    atomic_dir_rename = True
+    can_append = True
 
     def join(self, *parts: str) -> str:
         return os.path.join(*parts)
@@ -151,6 +167,17 @@ class LocalFiles:
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
+    def remove_file(self, path: str) -> None:
+        """Delete one file; a missing file is not an error."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
 
 _RENAMEAT2 = []
 
@@ -190,6 +217,48 @@ def _fsync_dir(path: str) -> None:
 
 
 LOCAL_FILES = LocalFiles()
+
+# scheme ("gs", "s3", ...; "*" for every scheme) -> file layer, or a factory returning one
+_REGISTRY: Dict[str, Any] = {}
+_SCHEME = re.compile(r"^([A-Za-z][-A-Za-z0-9+.]*)://")
+
+
+def path_scheme(path: str) -> Optional[str]:
+    """The URL scheme of ``path`` (``"gs"`` for ``gs://b/x``), None for a local path
+    (``file://`` URLs count as local, as in ``pipelines.dataset.is_remote``)."""
+    m = _SCHEME.match(str(path))
+    if m is None or m.group(1).lower() == "file":
+        return None
+    return m.group(1).lower()
+
+
+def register_files(scheme: str, layer: Union[Any, Callable[[], Any]],
+                   replace: bool = True) -> None:
+    """Use ``layer`` (a file layer, or a no-argument factory of one) for paths of ``scheme``
+    (``"*"``: every URL scheme without a layer of its own). ``lda_core`` registers none:
+    ``pipelines.object_store_files`` registers the Beam ``FileSystems`` one."""
+    key = scheme.lower()
+    if replace or key not in _REGISTRY:
+        _REGISTRY[key] = layer
+
+
+def files_for(path: str):
+    """The file layer for ``path``: :data:`LOCAL_FILES` for a local path, else the layer
+    registered for its scheme (ValueError naming the path when there is none, so a URL is
+    never treated as a local file name such as a folder called ``gs:``)."""
+    scheme = path_scheme(path)
+    if scheme is None:
+        return LOCAL_FILES
+    layer = _REGISTRY.get(scheme, _REGISTRY.get("*"))
+    if layer is None:
+        raise ValueError("%s is a %s:// URL but no file layer is registered for it (lda_core "
+                         "handles local paths; importing pipelines.object_store_files "
+                         "registers Apache Beam's FileSystems for every scheme)"
+                         % (path, scheme))
+    if isinstance(layer, type) or (callable(layer) and not hasattr(layer, "open_read")):
+        layer = layer()
+        _REGISTRY[scheme if scheme in _REGISTRY else "*"] = layer
+    return layer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,8 +523,11 @@ class TopicState:
         """Write the complete state under a temporary name, then publish it as ``directory``.
 
         The JSON is serialised first (so a non-JSON-able value fails before anything is
-        written); the temporary directory is removed if anything fails."""
-        files = files or LOCAL_FILES
+        written); the temporary directory is removed if anything fails. ``files``: the file
+        layer (default :func:`files_for` ``(directory)``); on a layer without atomic directory
+        rename (object stores) the files are written under ``directory`` itself, ``state.json``
+        last."""
+        files = files or files_for(directory)
         if self.version != STATE_FORMAT_VERSION:
             raise ValueError("cannot save a state of format version %s; this ldabeam writes "
                              "version %d" % (self.version, STATE_FORMAT_VERSION))
@@ -490,7 +562,7 @@ class TopicState:
 
         Raises FileNotFoundError if ``directory`` does not exist and :class:`StateFormatError`
         (a ValueError) saying precisely what is wrong otherwise."""
-        files = files or LOCAL_FILES
+        files = files or files_for(directory)
         if not files.isdir(directory):
             raise FileNotFoundError("no topic state at %s (directory does not exist)"
                                     % directory)
@@ -531,7 +603,7 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
 
     The format version is checked before any other field, so a state written by another
     version of ldabeam gets the version message, not a confusing field error."""
-    files = files or LOCAL_FILES
+    files = files or files_for(directory)
     path = files.join(directory, STATE_FILE)
     if not files.exists(path):
         raise StateFormatError("%s has no %s (an incomplete state, or not a topic state)"
