@@ -38,14 +38,17 @@ the latest published checkpoint and ends with the state an uninterrupted run end
 Batch collapsed Gibbs (``gibbs``) runs as one window: the DoFn reads every training document
 (shard file order, as the in-process CLI path), runs the sweeps and publishes one checkpoint.
 
-The model directory must be a local path or a file system every worker mounts (the DoFn
-publishes the checkpoint itself); object-store URLs are refused.
+The model directory may be a local path, a file system every worker mounts, or an object-store
+URL (``gs://``, ``s3://``, ... through Beam's ``FileSystems``): the DoFn publishes the
+checkpoint itself through :class:`lda_core.checkpoint.CheckpointStore`, which on an object
+store writes the checkpoint under a unique name and commits it with the ``LATEST`` object
+written last; the run's scratch folder (initial state, per-window results) is then
+``MODEL_DIR/.beam-scratch``.
 """
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -70,8 +73,13 @@ _LIVE: Dict[str, Any] = {}
 _LIVE_LOCK = threading.Lock()
 
 
+def _norm(path: str) -> str:
+    """A path to compare: absolute locally, the URL itself (no trailing /) on object stores."""
+    return path.rstrip("/") if beam_state.is_remote(path) else os.path.abspath(path)
+
+
 def _live_key(run_key: str, path: str) -> str:
-    return "%s|%s" % (run_key, os.path.abspath(path))
+    return "%s|%s" % (run_key, _norm(path))
 
 
 def _put_live(key: str, algo) -> None:
@@ -131,8 +139,8 @@ def _load_start(window: SequentialWindow):
     from lda_core.trainer import resume_position
     if window.start_is_checkpoint:
         store = CheckpointStore(window.model_dir)
-        ptr = store.pointer()
-        if ptr is None or os.path.abspath(store.path(ptr)) != os.path.abspath(window.start_path):
+        ptr = store.pointer_path()
+        if ptr is None or _norm(ptr) != _norm(window.start_path):
             raise RuntimeError("the latest checkpoint of %s is no longer %s (another run wrote "
                                "into the model directory?)" % (window.model_dir,
                                                               window.start_path))
@@ -295,10 +303,6 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     from pipelines.shard_stream import shard_row_counts
     if not model_dir:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
-    if dataset.is_remote(model_dir):
-        raise ValueError("the sequential samplers publish their checkpoints from the worker: "
-                         "the model directory must be a local or mounted path, not %s"
-                         % model_dir)
     if not is_sequential(algorithm):
         raise ValueError("%s is a local/global-step algorithm: its Beam trainer is "
                          "pipelines.beam_train" % getattr(algorithm, "name", algorithm))
@@ -384,7 +388,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
     scratch = os.path.join(scratch_root, "seq-" + run_key)
-    os.makedirs(scratch, exist_ok=True)
+    beam_state.make_dirs(scratch)
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
         start_path = os.path.join(scratch, "initial")
@@ -511,11 +515,12 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     finally:
         if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
             print("", file=sys.stderr)
-        shutil.rmtree(scratch, ignore_errors=True)
-        try:
-            os.rmdir(scratch_root)          # only when no other run's folder is in it
-        except OSError:
-            pass
+        beam_state.remove_tree(scratch)
+        if not beam_state.is_remote(scratch_root):
+            try:
+                os.rmdir(scratch_root)      # only when no other run's folder is in it
+            except OSError:
+                pass
         _drop_live(run_key)
     if last_ckpt is None:
         found = checkpoint_store.list_checkpoints()

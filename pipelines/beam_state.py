@@ -16,6 +16,11 @@ published checkpoint or a scratch state of the window). Workers resolve it with
    bundle of that process reuses it until a newer version is asked for (then the old one is
    released: one state per process, bounded memory).
 
+States, scratch files and JSON hand-overs may live on an object store (``gs://`` ...; the
+Beam trainer's scratch folder is then ``MODEL_DIR/.beam-scratch``): the helpers below go
+through the ``lda_core`` file layer of the path (:mod:`pipelines.object_store_files`), so a
+worker reads what the driver wrote through Beam's ``FileSystems``.
+
 The E-step derives its inputs (exp(E[log β]) for the words of each piece) from that one copy;
 nothing is recomputed per document. The state objects here are treated as read-only: the
 global step works on a private copy (:func:`private_copy`).
@@ -23,6 +28,7 @@ global step works on a private copy (:func:`private_copy`).
 from __future__ import annotations
 
 import copy
+import io
 import json
 import logging
 import os
@@ -32,6 +38,10 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 from apache_beam.utils import shared
+
+from pipelines import object_store_files
+
+object_store_files.register()
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +127,12 @@ def save_scratch(algorithm, path: str) -> str:
     if _META in arrays:
         raise ValueError("array name %r is reserved" % _META)
     arrays[_META] = np.frombuffer(json.dumps(_jsonable(meta)).encode("utf-8"), np.uint8)
+    if is_remote(path):
+        # one object upload: it appears whole (no rename on object stores)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        object_store_files.files_for(path).write_atomic(path, buf.getvalue())
+        return path
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
         with open(tmp, "wb") as f:
@@ -130,7 +146,8 @@ def save_scratch(algorithm, path: str) -> str:
 
 def load_scratch(path: str):
     from lda_core.state import TopicState
-    with np.load(path, allow_pickle=False) as z:
+    src = io.BytesIO(read_bytes(path)) if is_remote(path) else path
+    with np.load(src, allow_pickle=False) as z:
         meta = json.loads(bytes(z[_META]).decode("utf-8"))
         arrays = {k: z[k] for k in z.files if k != _META}
     return TopicState(arrays=arrays, **meta)
@@ -188,7 +205,51 @@ def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
+    if is_remote(path):
+        fs = object_store_files.files_for(path)
+        if not fs.exists(path):
+            return None
+        return json.loads(fs.read_bytes(path).decode("utf-8"))
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+# -- scratch folders on a local disk or an object store (lda_core file layer of the path) ---
+
+def is_remote(path: Optional[str]) -> bool:
+    """True for a URL (``gs://``, ``s3://``, ...; not ``file://``)."""
+    from lda_core.state import path_scheme
+    return path is not None and path_scheme(path) is not None
+
+
+def read_bytes(path: str) -> bytes:
+    return object_store_files.files_for(path).read_bytes(path)
+
+
+def make_dirs(path: str) -> None:
+    """``os.makedirs(exist_ok=True)`` locally; nothing on an object store."""
+    object_store_files.files_for(path).makedirs(path)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder and everything in it, if present (errors ignored)."""
+    object_store_files.files_for(path).remove_tree(path)
+
+
+def remove_file(path: str) -> None:
+    """Remove one file, if present (errors ignored)."""
+    try:
+        object_store_files.files_for(path).remove_file(path)
+    except OSError:
+        pass
+
+
+def list_names(path: str):
+    """Names in a folder (``[]`` when it does not exist)."""
+    fs = object_store_files.files_for(path)
+    try:
+        return fs.listdir(path) if fs.isdir(path) else []
+    except OSError:
+        return []

@@ -324,17 +324,14 @@ class GlobalStepFn(LeanDoFn):
             # above): free their scratch files now rather than at the end of the window
             # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
             _remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
-            for name in os.listdir(self.scratch):
+            for name in beam_state.list_names(self.scratch):
                 if name.startswith("stats-%09d-" % self.position):
                     _remove_quietly(os.path.join(self.scratch, name))
         yield new
 
 
 def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    beam_state.remove_file(path)
 
 
 class InProcessStepFn(LeanDoFn):
@@ -587,19 +584,16 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
 
     Local runners: a folder in shared memory (``/dev/shm``) named after the model directory --
     every worker is on this machine, and a 24 MB state is written there without disk
-    write-back. Remote runners: ``MODEL_DIR/.beam-scratch`` (the model directory must then be
-    on a file system every worker mounts). A killed run's folder is removed unread by the
-    next run on the same model directory."""
+    write-back. Remote runners, and any model directory on an object store (``gs://`` ...):
+    ``MODEL_DIR/.beam-scratch`` (read and written through Beam's ``FileSystems`` there). A
+    killed run's folder is removed unread by the next run on the same model directory."""
     import hashlib
     from pipelines import dataset
     tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
     if scratch_dir:
         return os.path.join(scratch_dir, "ldabeam-scratch-%s" % tag)
     if dataset.is_remote(model_dir):
-        raise ValueError("the Beam trainer keeps the states inside a window under a local or "
-                         "shared-mount path; %s is an object-store URL: pass a shared "
-                         "scratch directory (scratch_dir=...) or a mounted model directory"
-                         % model_dir)
+        return dataset.join(model_dir, SCRATCH_DIR)
     if cfg.local and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         return os.path.join("/dev/shm", "ldabeam-scratch-%s" % tag)
     return os.path.join(model_dir, SCRATCH_DIR)
@@ -680,11 +674,10 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    if os.path.isdir(scratch_root):       # left by a killed run: never read, just removed
-        shutil.rmtree(scratch_root, ignore_errors=True)
+    beam_state.remove_tree(scratch_root)  # left by a killed run: never read, just removed
     scratch = None if cfg.in_process else os.path.join(scratch_root, run_key)
     if scratch is not None:
-        os.makedirs(scratch, exist_ok=True)
+        beam_state.make_dirs(scratch)
 
     if run_log is not None:
         run_log.write(dict(event="start", wall_time=t_start, start_step=position,
@@ -805,7 +798,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
             print("", file=sys.stderr)
         if scratch is not None:
-            shutil.rmtree(scratch_root, ignore_errors=True)
+            beam_state.remove_tree(scratch_root)
         beam_state.drop_local(run_key + "/")
     if last_ckpt is None and checkpoint_store is not None and steps_run == 0:
         found = checkpoint_store.list_checkpoints()
@@ -831,6 +824,9 @@ def _strip_runner(argv: List[str]) -> Optional[str]:
 
 
 def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
+    if keep is None and beam_state.is_remote(scratch):
+        beam_state.remove_tree(scratch)      # objects: no folder to keep
+        return
     for name in os.listdir(scratch):
         p = os.path.join(scratch, name)
         if keep is not None and os.path.abspath(p) == os.path.abspath(keep):
@@ -860,7 +856,8 @@ def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
         for j, sp in enumerate(steps):
             ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
                 sp, run_key, scratch, n_threads, deterministic, fanout,
-                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"), spill=cfg.local)
+                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
+                spill=cfg.local and not beam_state.is_remote(scratch))
 
     counters = _run_pipeline(cfg, build)
     infos, error = [], None
@@ -902,7 +899,8 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             (tasks
              | "Statistics" >> MinibatchStatistics(
                  view, n_threads, deterministic, fanout,
-                 spill_dir=scratch if cfg.local else None)
+                 spill_dir=scratch if cfg.local and not beam_state.is_remote(scratch)
+                 else None)
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
         c = _run_pipeline(cfg, build)
@@ -913,8 +911,7 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             stats = beam_state.get_local_info(key)
         else:
             path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
-            with open(path, "rb") as f:
-                stats = decode_stats(f.read())
+            stats = decode_stats(beam_state.read_bytes(path))
         nxt = algo          # the pipeline has finished reading it (its readers use a copy)
         t0 = time.time()
         try:

@@ -15,7 +15,9 @@ metadata under ``ldabeam.vocab_hash`` so a trainer can refuse shards vectorised 
 vocabulary (gensim's ``filter_extremes`` renumbers ids silently; we detect it).
 
 This module uses pyarrow and Beam's ``FileSystems`` for paths that are not local (``gs://``,
-``s3://``); it contains no pipeline.
+``s3://``); it contains no pipeline. Importing it also registers the Beam-backed file layer of
+``lda_core`` (:mod:`pipelines.object_store_files`), so topic states, checkpoints and run logs
+under a URL go through ``FileSystems`` too.
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lda_core.docbatch import DocBatch
+from pipelines import object_store_files
+
+object_store_files.register()
 
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.tsv"
@@ -59,6 +64,12 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def files_for(path: str):
+    """The ``lda_core`` file layer of ``path``: local files, or Beam ``FileSystems`` for a URL
+    (what ``CheckpointStore``, ``TopicState`` and ``RunLog`` use when given none)."""
+    return object_store_files.files_for(path)
+
+
 def join(base: str, *parts: str) -> str:
     if is_remote(base):
         return "/".join([base.rstrip("/")] + [p.strip("/") for p in parts])
@@ -70,6 +81,33 @@ def exists(path: str) -> bool:
         from apache_beam.io.filesystems import FileSystems
         return FileSystems.exists(path)
     return os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    """A local directory, or a URL prefix holding at least one object."""
+    if is_remote(path):
+        return files_for(path).isdir(path)
+    return os.path.isdir(path)
+
+
+def absolute(path: str) -> str:
+    """``os.path.abspath`` for a local path; a URL as it is (without a trailing ``/``)."""
+    return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
+
+
+def parent(path: str) -> str:
+    """The folder holding ``path`` (absolute locally; a URL stays a URL)."""
+    if is_remote(path):
+        return path.rstrip("/").rsplit("/", 1)[0]
+    return os.path.dirname(os.path.abspath(path))
+
+
+def model_dir_of(model: str) -> str:
+    """MODEL_DIR of ``--model``: the model directory itself, or the one a checkpoint
+    directory (``MODEL_DIR/checkpoints/step-...``, recognised by its state.json) belongs to."""
+    if exists(join(model, "state.json")):
+        return parent(parent(model))
+    return absolute(model)
 
 
 def open_read(path: str):

@@ -474,13 +474,12 @@ def _remove_model(model_dir: str) -> None:
     """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
     from lda_core.checkpoint import CHECKPOINTS
     from lda_core.run_log import RUN_LOG_FILE
-    if not os.path.isdir(model_dir):
+    files = dataset.files_for(model_dir)      # local, or Beam FileSystems for a URL
+    if not files.isdir(model_dir):
         return
-    shutil.rmtree(os.path.join(model_dir, CHECKPOINTS), ignore_errors=True)
+    files.remove_tree(files.join(model_dir, CHECKPOINTS))
     for name in (RUN_LOG_FILE, dataset.VOCAB_FILE):
-        p = os.path.join(model_dir, name)
-        if os.path.exists(p):
-            os.unlink(p)
+        files.remove_file(files.join(model_dir, name))
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
 
@@ -529,7 +528,7 @@ def run(args, beam_argv) -> int:
             raise ValueError("--resume: no checkpoint in %s to resume from" % args.output)
         state.validate(algorithm=args.algorithm, n_topics=args.topics, n_words=len(vocab),
                        vocab_hash=shard_hash)
-    elif os.path.isdir(args.output) and store.list_checkpoints() and not args.overwrite:
+    elif store.files.isdir(args.output) and store.list_checkpoints() and not args.overwrite:
         raise ValueError("%s already holds checkpoints; pass --resume to continue that run, "
                          "--overwrite to replace it, or choose another --output" % args.output)
     elif args.topics is None:
@@ -632,17 +631,18 @@ def run(args, beam_argv) -> int:
 
     if args.overwrite and not args.resume:
         _remove_model(args.output)
-    os.makedirs(args.output, exist_ok=True)
-    dst_vocab = os.path.join(args.output, dataset.VOCAB_FILE)
-    if not os.path.exists(dst_vocab):
-        if dataset.is_remote(vocab_path):
+    if not dataset.is_remote(args.output):    # an object store has no folders to create
+        os.makedirs(args.output, exist_ok=True)
+    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
+    if not dataset.exists(dst_vocab):
+        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
             vocab.write(dst_vocab)
         else:
             shutil.copyfile(vocab_path, dst_vocab + ".tmp")
             os.replace(dst_vocab + ".tmp", dst_vocab)
 
     from lda_core.run_log import RUN_LOG_FILE, RunLog
-    run_log = RunLog(os.path.join(args.output, RUN_LOG_FILE))
+    run_log = RunLog(dataset.join(args.output, RUN_LOG_FILE))
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
