@@ -126,21 +126,21 @@ def resolve_model(model: str) -> ModelRef:
     names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
     from lda_core.checkpoint import CheckpointStore
     from lda_core.state import TopicState
-    if not os.path.isdir(model):
+    if not dataset.isdir(model):      # local, or an object-store URL (gs://, s3://, ...)
         raise FileNotFoundError("model directory %s does not exist" % model)
-    if os.path.exists(os.path.join(model, "state.json")):
-        path = os.path.abspath(model)
+    if dataset.exists(dataset.join(model, "state.json")):
+        path = dataset.absolute(model)
         state = TopicState.load(path)
-        model_dir = os.path.dirname(os.path.dirname(path))
+        model_dir = dataset.model_dir_of(path)
     else:
         found = CheckpointStore(model).latest_checkpoint()
         if found is None:
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))
-        path, state = os.path.abspath(found[0].path), found[1]
-        model_dir = os.path.abspath(model)
-    vpath = os.path.join(model_dir, dataset.VOCAB_FILE)
-    if os.path.exists(vpath):
+        path, state = dataset.absolute(found[0].path), found[1]
+        model_dir = dataset.absolute(model)
+    vpath = dataset.join(model_dir, dataset.VOCAB_FILE)
+    if dataset.exists(vpath):
         vocab = dataset.Vocabulary.read(vpath)
         if state.vocab_hash and vocab.hash != state.vocab_hash:
             raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
@@ -154,8 +154,8 @@ def resolve_model(model: str) -> ModelRef:
 def training_shards(model_dir: str) -> Optional[str]:
     """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
     from lda_core.run_log import RUN_LOG_FILE, read_run_log
-    path = os.path.join(model_dir, RUN_LOG_FILE)
-    if not os.path.exists(path):
+    path = dataset.join(model_dir, RUN_LOG_FILE)
+    if not dataset.exists(path):
         return None
     for rec in read_run_log(path, "start")[::-1]:
         s = (rec.get("run") or {}).get("shards")

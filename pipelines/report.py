@@ -55,18 +55,18 @@ METRIC_NAMES = {"completion_ll_per_token": "held-out document completion (log li
 # ----------------------------------------------------------------------------- labels
 
 def labels_path(model_dir: str) -> str:
-    return os.path.join(model_dir, LABELS_FILE)
+    return dataset.join(model_dir, LABELS_FILE)
 
 
 def read_labels(model_dir: str) -> Dict[int, str]:
     """{topic: label} from MODEL_DIR/topic_labels.json ({} when absent)."""
     path = labels_path(model_dir)
-    if not os.path.exists(path):
+    if not dataset.exists(path):       # local, or an object-store URL
         return {}
-    with open(path, encoding="utf-8") as f:
+    with dataset.open_read(path) as f:
         try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
+            raw = json.loads(f.read().decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError("%s is not JSON: %s" % (path, e))
     if not isinstance(raw, dict):
         raise ValueError("%s must be a JSON object {\"topic\": \"label\"}" % path)
@@ -93,9 +93,7 @@ def write_labels(model_dir: str, labels: Dict[int, str], n_topics: int) -> str:
 # ----------------------------------------------------------------------------- data
 
 def model_dir_of(model: str) -> str:
-    if os.path.exists(os.path.join(model, "state.json")):
-        return os.path.dirname(os.path.dirname(os.path.abspath(model)))
-    return os.path.abspath(model)
+    return dataset.model_dir_of(model)
 
 
 def heldout_curve(records: List[Dict[str, Any]]) -> Dict[str, List]:
@@ -148,8 +146,8 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     mdir = model_dir_of(model)
     tokens = vocab.tokens if vocab is not None else None
     K = state.n_topics
-    log_path = os.path.join(mdir, RUN_LOG_FILE)
-    records = read_run_log(log_path) if os.path.exists(log_path) else []
+    log_path = dataset.join(mdir, RUN_LOG_FILE)
+    records = read_run_log(log_path) if dataset.exists(log_path) else []
     starts = [r for r in records if r.get("event") == "start"]
     ends = [r for r in records if r.get("event") == "end"]
     curve = heldout_curve(records)
@@ -378,7 +376,7 @@ def write_report(model: str, output: str, template: Optional[str] = None,
                                 % template)
     data = gather(model, **kw)
     page = render(data, template)
-    d = os.path.dirname(os.path.abspath(output))
-    os.makedirs(d, exist_ok=True)
+    if not dataset.is_remote(output):     # a URL is written through Beam's FileSystems
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     dataset.write_bytes_atomic(output, page.encode("utf-8"))
     return data

@@ -55,11 +55,11 @@ def load_model(model: str):
     from lda_core.state import TopicState
     if not model:
         raise ValueError("--model MODEL_DIR is required")
-    if not os.path.isdir(model):
+    if not dataset.isdir(model):        # local, or an object-store URL (gs://, s3://, ...)
         raise FileNotFoundError("model directory %s does not exist" % model)
-    if os.path.exists(os.path.join(model, "state.json")):
+    if dataset.exists(dataset.join(model, "state.json")):
         state = TopicState.load(model)
-        vdir = os.path.dirname(os.path.dirname(os.path.abspath(model)))
+        vdir = dataset.model_dir_of(model)
     else:
         state = CheckpointStore(model).latest()
         if state is None:
@@ -67,8 +67,8 @@ def load_model(model: str):
                                     "--output %s`)" % (model, model))
         vdir = model
     vocab = None
-    vpath = os.path.join(vdir, dataset.VOCAB_FILE)
-    if os.path.exists(vpath):
+    vpath = dataset.join(vdir, dataset.VOCAB_FILE)
+    if dataset.exists(vpath):
         vocab = dataset.Vocabulary.read(vpath)
         if state.vocab_hash and vocab.hash != state.vocab_hash:
             raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
@@ -119,8 +119,7 @@ def _run_other(args) -> int:
                          "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                          "installed, pyldavis.html)" % args.output)
     from pipelines.infer import training_shards
-    model_dir = args.model if not os.path.exists(os.path.join(args.model, "state.json")) \
-        else os.path.dirname(os.path.dirname(os.path.abspath(args.model)))
+    model_dir = dataset.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir)
     if not shards:
         raise ValueError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
@@ -129,7 +128,7 @@ def _run_other(args) -> int:
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
-                                  info={"model": os.path.abspath(args.model),
+                                  info={"model": dataset.absolute(args.model),
                                         "algorithm": state.algorithm, "step": state.step,
                                         "shards": shards})
     print("wrote %s: pyLDAvis prepared data for %d documents (%s)%s"

@@ -6,7 +6,7 @@ See :mod:`pipelines.report` for what the page shows.
 """
 from __future__ import annotations
 
-import os
+from pipelines import dataset
 
 
 def add_arguments(p) -> None:
@@ -49,6 +49,6 @@ def run(args, beam_argv) -> int:
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,
                         template=args.template)
     print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
-          % (os.path.abspath(args.output), data["algorithm"], data["n_topics"], data["step"],
+          % (dataset.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
              len(data["evolution"]["checkpoints"])))
     return 0
