@@ -12,15 +12,19 @@ deterministic, the chain ends with the same model as one uninterrupted run.
                    already exists (the corpus is vectorised once)
     plan_train     reads MODEL/checkpoints/LATEST: resume=true and max-steps = LATEST +
                    steps_per_run, or a fresh model (resume=false, topics=K)
-    train          Flex Template ldabeam-train with those parameters
-    evaluate       ldabeam evaluate on the Airflow worker (model and held-out shards copied
-                   from GCS), metrics JSON to GCS
-    report         ldabeam report (HTML) to GCS
+    train          Flex Template ldabeam-train with those parameters; the model directory is
+                   on GCS (checkpoints under unique names committed by the LATEST object,
+                   written last; docs/model-format.md)
+    evaluate       ldabeam evaluate on the Airflow worker, reading the model and the held-out
+                   shards straight from GCS; metrics JSON to GCS
+    report         ldabeam report, reading the model from GCS and writing the HTML there
 
 Set the Airflow Variables ``ldabeam_project``, ``ldabeam_region``, ``ldabeam_bucket`` and
 ``ldabeam_image`` (the worker image of templates/dataflow/Dockerfile), build the templates as
-templates/dataflow/README.md shows, and install ``ldabeam`` (pip install this repository) and
-the Google provider (``apache-airflow-providers-google``) on the Airflow workers.
+templates/dataflow/README.md shows, and install ``ldabeam`` with its GCS extra (``pip install
+'.[gcp,report]'`` from this repository: evaluate and report read ``gs://`` through Beam's
+FileSystems) and the Google provider (``apache-airflow-providers-google``) on the Airflow
+workers.
 
 This file only compiles where Airflow is absent (tests/test_templates.py checks that, and that
 every ldabeam option named here exists in the CLI).
@@ -76,18 +80,15 @@ ENVIRONMENT = {
     "maxWorkers": 16,
 }
 
+# evaluate and report read the model (its LATEST checkpoint, vocabulary and run log) and the
+# shards in place on GCS; the dataset's heldout split is the default of --shards DATASET
 EVALUATE_COMMAND = (
-    "set -euo pipefail; W=$(mktemp -d); "
-    "gsutil -m -q rsync -r " + MODEL + " $W/model && "
-    "gsutil -m -q rsync -r " + DATASET + "/heldout $W/heldout && "
-    "ldabeam evaluate --model $W/model --shards $W/heldout --train-shards none "
-    "--max-docs 5000 > $W/metrics.json && "
-    "gsutil -q cp $W/metrics.json " + REPORTS + "/metrics.json; rm -rf $W")
+    "set -euo pipefail; W=$(mktemp -d); M=" + MODEL + "; D=" + DATASET + "; R=" + REPORTS + "; "
+    "ldabeam evaluate --model $M --shards $D --train-shards none --max-docs 5000 "
+    "> $W/metrics.json && gsutil -q cp $W/metrics.json $R/metrics.json; rm -rf $W")
 REPORT_COMMAND = (
-    "set -euo pipefail; W=$(mktemp -d); "
-    "gsutil -m -q rsync -r " + MODEL + " $W/model && "
-    "ldabeam report --model $W/model --output $W/report.html && "
-    "gsutil -q cp $W/report.html " + REPORTS + "/report.html; rm -rf $W")
+    "set -euo pipefail; M=" + MODEL + "; R=" + REPORTS + "; "
+    "ldabeam report --model $M --output $R/report.html")
 
 
 def _split(uri: str):
@@ -108,8 +109,10 @@ def plan_train(**context) -> dict:
     latest = path + "/checkpoints/LATEST"
     if not hook.exists(bucket, latest):
         return {"resume": "false", "max_steps": str(STEPS_PER_RUN)}
-    name = hook.download(bucket, latest).decode("utf-8").strip()     # e.g. step-000001234
-    step = int(name.rsplit("-", 1)[1])
+    # e.g. step-000001234-3f9c0a1b2c4d (on object stores every checkpoint name carries a
+    # unique suffix; a local model's is step-000001234)
+    name = hook.download(bucket, latest).decode("utf-8").strip()
+    step = int(name.split("-")[1])
     return {"resume": "true", "max_steps": str(step + STEPS_PER_RUN)}
 
 
