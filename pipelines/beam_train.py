@@ -23,17 +23,20 @@ Inside a window, for minibatch ``t`` (all composite transforms below)::
                                            state t stored (in memory for the in-process runner,
                                            else a scratch directory beside the checkpoints)
 
-*Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are chained in
-one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
+With the in-process runner (one worker, one piece per minibatch) the window is instead one
+fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
+there). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
+chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
 minibatch* (``unroll=False``): each pipeline stops after the combine, and the driver applies
 the global step itself (for very large minibatches, or runners where a deep graph is a
 problem). Both give the same states as the in-process trainer: the Beam code contains no
 maths; the local step, the merge and the global step are the ``lda_core`` ones.
 
 The trade-off (numbers in docs/beam-training.md): each pipeline run costs a start-up
-(~0.45 s in-process, ~3.3 s with worker processes) and each chained step its stages (~60 ms
-of CPU in-process, ~0.5 s with two worker processes); a window of M minibatches costs one
-start-up, and a crash loses at most one window of work.
+(~0.3-0.45 s in-process, ~3.3-6 s with worker processes) and, with worker processes, each
+chained step ~0.2 s of stage scheduling plus the state hand-over; a window costs one
+start-up, and a crash loses at most one window of work. Windows are therefore sized in
+documents (:func:`default_window`).
 
 Resume: the run continues from the latest published checkpoint; a run killed mid-window
 loses only that window, and because every step is deterministic (per-document random draws
