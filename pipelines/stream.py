@@ -275,7 +275,8 @@ def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
         st = TopicState.load(path)
         return _Held(algorithm_class(st.algorithm).from_state(st))
 
-    algo = _SHARED.acquire(load, tag="%s@%d" % (os.path.abspath(model_dir), step)).algorithm
+    from pipelines import dataset
+    algo = _SHARED.acquire(load, tag="%s@%d" % (dataset.absolute(model_dir), step)).algorithm
     if n_threads is not None and hasattr(algo, "n_threads"):
         algo.n_threads = int(n_threads)
     return algo
@@ -516,18 +517,17 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
-    import shutil
     from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from pipelines import dataset
     store = CheckpointStore(model_dir, keep_last=keep_last)
     state = store.latest()
-    model_vocab = os.path.join(model_dir, dataset.VOCAB_FILE)
+    model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
     if state is not None:
         if topics is not None and topics != state.n_topics:
             raise ValueError("--topics %d differs from the model's K=%d" % (topics,
                                                                              state.n_topics))
-        if not os.path.exists(model_vocab):
+        if not dataset.exists(model_vocab):
             raise FileNotFoundError("%s has checkpoints but no vocab.tsv" % model_dir)
         vocab = dataset.Vocabulary.read(model_vocab)
         state.validate(n_words=len(vocab), vocab_hash=vocab.hash)
@@ -544,10 +544,11 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
         raise ValueError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
-    os.makedirs(model_dir, exist_ok=True)
-    if not os.path.exists(model_vocab):
-        shutil.copyfile(vocab_path, model_vocab + ".tmp")
-        os.replace(model_vocab + ".tmp", model_vocab)
+    if not dataset.is_remote(model_dir):
+        os.makedirs(model_dir, exist_ok=True)
+    if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
+        with dataset.open_read(vocab_path) as f:
+            dataset.write_bytes_atomic(model_vocab, f.read())
     state = algo.to_state()
     state.info = dict(state.info or {}, trainer=dict(minibatches_done=0, docs_seen=0,
                                                      wall_time=time.time()),
@@ -637,9 +638,9 @@ def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_l
     finally:
         _COLLECTED.pop(key, None)
     if dead:
-        from pipelines.dataset import write_bytes_atomic
+        from pipelines.dataset import join, write_bytes_atomic
         name = "deadletter-local-%s.jsonl" % time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        write_bytes_atomic(os.path.join(deadletter_dir, name),
+        write_bytes_atomic(join(deadletter_dir, name),
                            "".join(_dead_json(d) + "\n" for d in dead).encode("utf-8"))
     return len(steps)
 

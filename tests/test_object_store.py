@@ -403,3 +403,17 @@ def test_beam_stream_sampler_with_a_model_on_an_object_store(store_root, ds, cap
     assert [c.step for c in CheckpointStore(md).list_checkpoints()][-2:] == [5, 6]
     _same_state(CheckpointStore(md).latest(), CheckpointStore(ref).latest())
     assert not any(".beam-scratch" in o for o in _objects(md))
+
+
+def test_streaming_job_starts_and_continues_a_model_on_an_object_store(store_root, ds):
+    """The streaming job's model directory may be a URL too: its first checkpoint (step 0)
+    and the fixed vocabulary are written to the store, and a second start continues it."""
+    from pipelines import stream
+    md = store_root + "/streamed"
+    vocab = os.path.join(ds, dataset.VOCAB_FILE)
+    algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, batch_size=50)
+    assert mv == md + "/" + dataset.VOCAB_FILE and dataset.exists(mv)
+    assert CheckpointStore(md).pointer() == 0
+    again, _ = stream.initial_checkpoint(md, topics=None, vocab_path=None)
+    assert again.n_topics == 4 and again.step == 0
+    _same_state(CheckpointStore(md).latest(), algo.to_state())
