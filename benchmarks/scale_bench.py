@@ -24,6 +24,26 @@ the throughput compared across sizes and used by the projection), the steady-sta
 CPU seconds are then work rather than threads spinning on the loaded machine, and the rate
 is per core.
 
+``--fixed-iter N`` adds a measurement that takes the algorithm's convergence out of the
+comparison. Every size is trained twice more with a fixed E-step: exactly N iterations per
+document (``--max-iter N``; the child sets the convergence threshold to 0 -- the CLI and
+``OnlineVB`` refuse ``--tol 0`` -- so no document stops early, and the measured iterations
+per document, reported, equal N), and exactly 1. The work per document is then the same at
+every size, so documents per CPU second at N iterations (``fixed_docs_per_cpu_s``: this is
+the rate to compare across sizes for "throughput flat") must be flat unless something in the
+system degrades with the corpus size. Steady state throughout: CPU seconds of the child from
+the end of step 2 to the end of the last step, timed inside the child, so neither start-up
+nor the final write counts. From the two passes, CPU per document = overhead + per iteration
+x iterations: ``cpu_us_per_doc_iteration`` and ``cpu_us_per_doc_overhead`` (the CPU a
+document costs whatever its iterations: in the E-step its gamma initialisation, its share of
+exp(E[log beta]) for the minibatch's words, the statistics and the bound; outside it,
+``other_cpu_us_per_doc``, the global step, shard reading and the trainer's bookkeeping, per
+document). The normal run's steady CPU per document (``steady_cpu_us_per_doc``) is compared
+with the model at its iterations per document (``model_cpu_us_per_doc``). Also
+``fixed_docs_per_s`` (wall, the same steps) and ``fixed_peak_rss_mb``. The overhead is why
+the normal run's rate per document-iteration falls on the larger corpora, whose documents
+need fewer iterations, even when both costs are flat.
+
 Targets: throughput flat (largest / smallest within +-15%) and peak RSS growing < 20% from the
 smallest to the largest size. The machine is shared and loaded, so the wall-clock rate moves
 with the other jobs; the CPU-second rate is the steadier of the two and is the one the
@@ -33,6 +53,7 @@ so a partial run still leaves its numbers).
 
     python benchmarks/scale_bench.py                    # everything (~30-60 min here)
     python benchmarks/scale_bench.py --sizes 20000,80000 --news-times 1,4   # quicker
+    python benchmarks/scale_bench.py --fixed-iter 20    # plus the fixed-work columns
 """
 from __future__ import annotations
 
@@ -44,6 +65,8 @@ import shutil
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 
@@ -53,6 +76,11 @@ FIELDS = ["corpus", "scale", "documents", "tokens", "vocabulary", "shards", "wal
           "incr_docs_per_cpu_s", "startup_cpu_s", "estep_iterations_per_doc",
           "incr_doc_iterations_per_cpu_s", "tokens_per_cpu_s",
           "peak_rss_mb", "threads", "load_avg_1m", "started_utc"]
+# with --fixed-iter N (appended to FIELDS; the default CSV is unchanged)
+FIXED_FIELDS = ["fixed_iter", "fixed_iterations_per_doc", "fixed_docs_per_cpu_s",
+                "fixed_docs_per_s", "fixed_peak_rss_mb", "cpu_us_per_doc_iteration",
+                "cpu_us_per_doc_overhead", "other_cpu_us_per_doc", "steady_cpu_us_per_doc",
+                "model_cpu_us_per_doc"]
 
 
 def synthetic_dataset(root: str, n_docs: int, doc_length: float, seed: int) -> str:
@@ -110,28 +138,117 @@ def startup_run(shards: str, model: str, threads=None) -> dict:
 
 
 ITERATIONS_FILE = "scale_bench_iterations.json"
+STEPS_FILE = "scale_bench_steps.json"
 
 
-def child_main(argv) -> int:
+def child_main(argv, zero_tol: bool = False) -> int:
     """``scale_bench.py --child LDABEAM ARGS...``: run ``ldabeam`` exactly as the CLI does,
     counting the E-step iterations of every global step (``stats.n_iterations``: the E-step
-    cost is proportional to them) into MODEL/ITERATIONS_FILE."""
+    cost is proportional to them) into MODEL/ITERATIONS_FILE, and per global step into
+    MODEL/STEPS_FILE: this process's CPU seconds at the step's end, the CPU seconds of its
+    E-step (``OnlineVB._estep``) and of the global step, its documents and E-step iterations.
+    ``zero_tol`` (``--child-zero-tol``): every E-step runs with convergence threshold 0, i.e.
+    exactly ``--max-iter`` iterations per document (the threshold is a strict ``<``; the
+    state's own ``tol`` is restored after each call, so checkpoints are unchanged)."""
     from lda_core.online_vb import OnlineVB
     from pipelines.cli import main
     total = {"iterations": 0, "docs": 0}
+    steps = {k: [] for k in ("cpu_end", "estep_cpu", "global_cpu", "docs", "iterations")}
+    cur = {"estep_cpu": 0.0}
     step = OnlineVB.global_step
+    estep = OnlineVB._estep
+
+    def timed_estep(self, *a, **kw):
+        tol = self.tol
+        if zero_tol:
+            self.tol = 0.0
+        c0 = time.process_time()
+        try:
+            out = estep(self, *a, **kw)
+        finally:
+            cur["estep_cpu"] += time.process_time() - c0
+            self.tol = tol
+        return out
 
     def counting(self, stats):
         total["iterations"] += int(stats.n_iterations)
         total["docs"] += int(stats.n_docs)
-        return step(self, stats)
+        c0 = time.process_time()
+        info = step(self, stats)
+        c1 = time.process_time()
+        for k, v in (("cpu_end", c1), ("estep_cpu", cur["estep_cpu"]), ("global_cpu", c1 - c0),
+                     ("docs", int(stats.n_docs)), ("iterations", int(stats.n_iterations))):
+            steps[k].append(v)
+        cur["estep_cpu"] = 0.0
+        return info
 
     OnlineVB.global_step = counting
+    OnlineVB._estep = timed_estep
     rc = main(argv)
     model = argv[argv.index("--output") + 1]
     with open(os.path.join(model, ITERATIONS_FILE), "w") as f:
         json.dump(total, f)
+    with open(os.path.join(model, STEPS_FILE), "w") as f:
+        json.dump(steps, f)
     return rc
+
+
+def steady_breakdown(model: str, skip: int = STARTUP_STEPS) -> dict:
+    """From MODEL/STEPS_FILE, the steps after the first ``skip`` (start-up and the final write
+    left out): documents, E-step iterations, CPU seconds (whole steps), of which the E-step's
+    (``OnlineVB._estep``) and the global step's."""
+    with open(os.path.join(model, STEPS_FILE)) as f:
+        s = {k: np.asarray(v, dtype=np.float64) for k, v in json.load(f).items()}
+    n = len(s["docs"])
+    if n < skip + 2:
+        raise SystemExit("%d steps in %s: too few for a steady state after %d (a larger "
+                         "corpus is needed)" % (n, model, skip))
+    return dict(steps=n - skip, docs=float(s["docs"][skip:].sum()),
+                iterations=float(s["iterations"][skip:].sum()),
+                cpu=float(s["cpu_end"][-1] - s["cpu_end"][skip - 1]),
+                estep_cpu=float(s["estep_cpu"][skip:].sum()),
+                global_cpu=float(s["global_cpu"][skip:].sum()))
+
+
+def fixed_work_run(shards: str, model: str, threads, n_iter: int) -> dict:
+    """One pass with every document's E-step running exactly ``n_iter`` iterations: the
+    steady breakdown, the steady wall rate (run log, the same steps) and the peak RSS."""
+    shutil.rmtree(model, ignore_errors=True)
+    cmd = _train_cmd(shards, model, threads, zero_tol=True) + ["--max-iter", n_iter]
+    _, rss, _ = common.run_child_peak_rss(cmd)
+    b = steady_breakdown(model)
+    _, steps = _end_record(model)
+    k0, k1 = steps[STARTUP_STEPS - 1], steps[-1]
+    shutil.rmtree(model, ignore_errors=True)
+    b["wall_rate"] = (k1[1] - k0[1]) / (k1[2] - k0[2]) if k1[2] > k0[2] else ""
+    b["peak_rss_mb"] = rss
+    return b
+
+
+def fixed_work_columns(free: dict, shards: str, model: str, threads, n_iter: int) -> dict:
+    """The --fixed-iter columns: passes with exactly ``n_iter`` and exactly 1 E-step
+    iteration per document; CPU per document = overhead + per_iteration x iterations, solved
+    from the two (the same documents and steps); the normal run (``free``, its steady
+    breakdown) modelled with them."""
+    full = fixed_work_run(shards, model, threads, n_iter)
+    one = fixed_work_run(shards, model, threads, 1)
+    per_doc_n = full["cpu"] / full["docs"]
+    per_doc_1 = one["cpu"] / one["docs"]
+    it_n = full["iterations"] / full["docs"]
+    it_1 = one["iterations"] / one["docs"]
+    per_it = (per_doc_n - per_doc_1) / (it_n - it_1)
+    overhead = per_doc_1 - per_it * it_1
+    it_free = free["iterations"] / free["docs"]
+    return dict(
+        fixed_iter=n_iter, fixed_iterations_per_doc=round(it_n, 3),
+        fixed_docs_per_cpu_s=round(1.0 / per_doc_n, 1),
+        fixed_docs_per_s=round(full["wall_rate"], 1) if full["wall_rate"] else "",
+        fixed_peak_rss_mb=round(full["peak_rss_mb"], 1),
+        cpu_us_per_doc_iteration=round(1e6 * per_it, 3),
+        cpu_us_per_doc_overhead=round(1e6 * overhead, 2),
+        other_cpu_us_per_doc=round(1e6 * (full["cpu"] - full["estep_cpu"]) / full["docs"], 2),
+        steady_cpu_us_per_doc=round(1e6 * free["cpu"] / free["docs"], 2),
+        model_cpu_us_per_doc=round(1e6 * (overhead + per_it * it_free), 2))
 
 
 def _iterations(model: str) -> dict:
@@ -139,8 +256,9 @@ def _iterations(model: str) -> dict:
         return json.load(f)
 
 
-def _train_cmd(shards: str, model: str, threads=None):
-    cmd = [common.PYTHON, os.path.abspath(__file__), "--child"] + common.LDABEAM[3:] + [
+def _train_cmd(shards: str, model: str, threads=None, zero_tol: bool = False):
+    cmd = [common.PYTHON, os.path.abspath(__file__),
+           "--child-zero-tol" if zero_tol else "--child"] + common.LDABEAM[3:] + [
         "--log-level", "WARNING", "train", "--shards", shards, "--output", model,
         "--topics", common.K, "--alpha", common.ALPHA, "--eta", common.ETA,
         "--minibatch", common.BATCH, "--kappa", common.KAPPA, "--tau0", common.TAU0,
@@ -151,8 +269,9 @@ def _train_cmd(shards: str, model: str, threads=None):
     return cmd
 
 
-def train_once(shards: str, model: str, threads=None) -> dict:
-    """One pass in a child; wall, peak RSS and the trainer's own seconds."""
+def train_once(shards: str, model: str, threads=None, fixed_iter: int = 0) -> dict:
+    """One pass in a child; wall, peak RSS and the trainer's own seconds (with
+    ``fixed_iter``, also the CPU breakdown and the fixed-work pass)."""
     from pipelines import dataset
     before = startup_run(shards, model, threads)
     shutil.rmtree(model, ignore_errors=True)
@@ -162,7 +281,9 @@ def train_once(shards: str, model: str, threads=None) -> dict:
     wall, rss, _ = common.run_child_peak_rss(cmd)
     end, steps = _end_record(model)
     iters = _iterations(model)["iterations"]
+    free = steady_breakdown(model) if fixed_iter else None
     shutil.rmtree(model, ignore_errors=True)
+    extra = fixed_work_columns(free, shards, model, threads, fixed_iter) if fixed_iter else {}
     # the start-up measured before and after the full run, the cheaper one: a numba
     # recompile (another process touching lda_core's sources invalidates the cache) must
     # not be counted as start-up
@@ -200,7 +321,7 @@ def train_once(shards: str, model: str, threads=None) -> dict:
                     / max(1e-9, end["cpu_seconds"] - start["cpu"]), 0),
                 tokens_per_cpu_s=round(tokens / end["cpu_seconds"], 0) if tokens else "",
                 peak_rss_mb=round(rss, 1), threads=threads or "", load_avg_1m=round(load, 2),
-                started_utc=started)
+                started_utc=started, **extra)
 
 
 def report(rows, label: str) -> None:
@@ -229,12 +350,36 @@ def report(rows, label: str) -> None:
           "second after start-up, ratio %.3f"
           % (label, float(a["estep_iterations_per_doc"]), float(b["estep_iterations_per_doc"]),
              thr_it))
+    if a.get("fixed_iter"):
+        r = lambda k: float(b[k]) / float(a[k])
+        fw = (r("fixed_docs_per_s") if a["fixed_docs_per_s"] and b["fixed_docs_per_s"]
+              else float("nan"))
+        print("%s: fixed E-step work (exactly %s iterations per document; measured %s -> %s): "
+              "documents per CPU second (steady state) ratio %.3f (target 0.85..1.15: %s); "
+              "wall %.3f; peak RSS ratio %.3f"
+              % (label, a["fixed_iter"], a["fixed_iterations_per_doc"],
+                 b["fixed_iterations_per_doc"], r("fixed_docs_per_cpu_s"),
+                 ok(r("fixed_docs_per_cpu_s")), fw, r("fixed_peak_rss_mb")))
+        print("%s: CPU per document = overhead + per iteration x iterations: per "
+              "document-iteration %.2f -> %.2f us (ratio %.3f), overhead per document %.1f -> "
+              "%.1f us (ratio %.3f; of which outside the E-step %.1f -> %.1f us); the normal "
+              "run's steady CPU per document %.1f -> %.1f us, modelled %.1f -> %.1f us (at "
+              "its iterations per document)"
+              % (label, float(a["cpu_us_per_doc_iteration"]),
+                 float(b["cpu_us_per_doc_iteration"]), r("cpu_us_per_doc_iteration"),
+                 float(a["cpu_us_per_doc_overhead"]), float(b["cpu_us_per_doc_overhead"]),
+                 r("cpu_us_per_doc_overhead"), float(a["other_cpu_us_per_doc"]),
+                 float(b["other_cpu_us_per_doc"]), float(a["steady_cpu_us_per_doc"]),
+                 float(b["steady_cpu_us_per_doc"]), float(a["model_cpu_us_per_doc"]),
+                 float(b["model_cpu_us_per_doc"])))
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--child"]:
         return child_main(argv[1:])
+    if argv[:1] == ["--child-zero-tol"]:
+        return child_main(argv[1:], zero_tol=True)
     p = common.base_parser(__doc__)
     p.add_argument("--sizes", default="20000,80000,320000",
                    help="synthetic corpus sizes (documents), comma-separated ('' to skip)")
@@ -250,12 +395,20 @@ def main(argv=None):
                                                  "scale_bench.csv"))
     p.add_argument("--keep-data", action="store_true",
                    help="keep the generated synthetic corpora (they are large)")
+    p.add_argument("--fixed-iter", type=int, default=0,
+                   help="also train every size with exactly N E-step iterations per document "
+                        "(the same work per document at every size) and split the CPU "
+                        "seconds; adds the columns %s (default 0: off)"
+                        % ", ".join(FIXED_FIELDS))
     a = p.parse_args(argv)
+    if a.fixed_iter == 1 or a.fixed_iter < 0:
+        p.error("--fixed-iter must be 0 (off) or >= 2 (it is compared with 1 iteration)")
+    fields = FIELDS + (FIXED_FIELDS if a.fixed_iter else [])
     sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     times = [int(x) for x in a.news_times.split(",") if x.strip()]
     os.makedirs(os.path.dirname(os.path.abspath(a.csv)), exist_ok=True)
     with open(a.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
+        w = csv.DictWriter(f, fields)
         w.writeheader()
     print("# %s, %s, %d cores; K=%d S=%d one pass, in-process trainer"
           % (platform.node(), platform.python_version(), os.cpu_count() or 1, common.K,
@@ -266,7 +419,7 @@ def main(argv=None):
     def emit(row):
         rows.append(row)
         with open(a.csv, "a", newline="") as f:
-            csv.DictWriter(f, FIELDS).writerow(row)
+            csv.DictWriter(f, fields).writerow(row)
         print("| %s | %s | %d docs | train %.1f s, CPU %.1f s (start-up %.1f) | %.0f docs/s "
               "(steady %s), %.0f docs/CPU-s, %.0f after start-up | peak RSS %.0f MB | "
               "load %.1f |"
@@ -274,6 +427,15 @@ def main(argv=None):
                  row["startup_cpu_s"], row["docs_per_s"], row["steady_docs_per_s"],
                  row["docs_per_cpu_s"], row["incr_docs_per_cpu_s"], row["peak_rss_mb"],
                  row["load_avg_1m"]), flush=True)
+        if a.fixed_iter:
+            print("|   fixed work: %s E-step iterations/doc (measured %s) | %.0f docs/CPU-s, "
+                  "%s docs/s (steady) | peak RSS %.0f MB | CPU per document %.1f us overhead "
+                  "+ %.2f us per iteration; normal run %.1f us per document, modelled %.1f |"
+                  % (row["fixed_iter"], row["fixed_iterations_per_doc"],
+                     row["fixed_docs_per_cpu_s"], row["fixed_docs_per_s"],
+                     row["fixed_peak_rss_mb"], row["cpu_us_per_doc_overhead"],
+                     row["cpu_us_per_doc_iteration"], row["steady_cpu_us_per_doc"],
+                     row["model_cpu_us_per_doc"]), flush=True)
 
     # one throw-away run first: compiles the numba kernels if the cache is stale, so no
     # measured run pays for compiling
@@ -282,13 +444,13 @@ def main(argv=None):
     shutil.rmtree(warm, ignore_errors=True)
     for n in sizes:
         ds = synthetic_dataset(a.synthetic_dir, n, a.doc_length, a.seed)
-        r = train_once(ds, model, a.threads)
+        r = train_once(ds, model, a.threads, a.fixed_iter)
         emit(dict(r, corpus="synthetic-lda", scale=n))
         if not a.keep_data:
             shutil.rmtree(ds, ignore_errors=True)
     for t in times:
         ds = news_dataset(a.cache, t)
-        r = train_once(ds, model, a.threads)
+        r = train_once(ds, model, a.threads, a.fixed_iter)
         emit(dict(r, corpus="20newsgroups", scale="x%d" % t))
     print()
     report(rows, "synthetic-lda")

@@ -2,21 +2,25 @@
 
 Each script runs in a subprocess (as a user runs it) with its smallest arguments, on a subset of
 20 Newsgroups prepared here (``prepare_20news.py --limit``) in a temporary
-``LDABEAM_BENCH_CACHE``, writing its results to a temporary path: the committed files in
-benchmarks/results/ and the default cache are never written (checked). Each test asserts that
-the script exits 0 and parses the ratios / fields it is meant to report, checking that they are
-finite numbers. No timing is asserted: the sizes are far too small for the numbers to mean
+``LDABEAM_BENCH_CACHE``, writing its results to a temporary path given by its options. The
+scripts run from a copy of benchmarks/*.py in a temporary tree (their default results folder
+and cache are beside their own file), so the committed files in benchmarks/results/ cannot be
+written even by a script that ignored its options, nor be mistaken for ours when another run
+on the machine writes them; the copy's results folder and default cache must stay absent
+(checked). Each test asserts that the script exits 0 and parses the ratios / fields it is
+meant to report, checking that they are finite numbers. No timing is asserted: the sizes are far too small for the numbers to mean
 anything, only that they are produced. Peers that are not project dependencies (tomotopy,
 Vowpal Wabbit) are absent in the project venv; the scripts report that, and the tests check
 the report. Needs ../shared/data (20 Newsgroups, KOS) and ../shared/bench (the harness); skips
 with the reason when they are absent.
 """
 import csv
-import hashlib
+import glob
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -28,7 +32,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",       # as tests/conftest.py finds it
                              os.path.join(os.path.dirname(REPO), "shared", "data"))
 BENCH = os.path.join(REPO, "benchmarks")
-RESULTS = os.path.join(BENCH, "results")
 SHARED = os.path.dirname(SHARED_DATA)
 HARNESS = os.path.join(SHARED, "bench", "bench_peers.py")
 SUBSET_POSTS = 1500          # of 18,846: 1,344 training and 149 held-out documents
@@ -56,44 +59,39 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def _digest(folder):
-    out = {}
-    for root, _, files in os.walk(folder):
-        for n in files:
-            p = os.path.join(root, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 @pytest.fixture(scope="module")
 def bench_env(news20_tar, tmp_path_factory):
-    """Environment for the scripts: a temporary bench cache, the shared data, no peers.
-    (``news20_tar``, tests/conftest.py, skips with the reason when the corpus is absent.)"""
+    """Environment for the scripts: a copy of benchmarks/*.py in a temporary tree (with data/
+    linked: vectorize_bench reads the bundled sample beside it), a temporary bench cache, the
+    shared data, no peers. (``news20_tar``, tests/conftest.py, skips with the reason when the
+    corpus is absent.)"""
     tar = news20_tar
     if not os.path.exists(HARNESS):
         pytest.skip("the bench harness %s is absent (../shared/bench)" % HARNESS)
     root = tmp_path_factory.mktemp("bench")
+    bench = root / "tree" / "benchmarks"
+    bench.mkdir(parents=True)
+    for f in glob.glob(os.path.join(BENCH, "*.py")):
+        shutil.copy2(f, bench)
+    os.symlink(os.path.join(REPO, "data"), root / "tree" / "data")
     env = dict(os.environ)
     for k in ("LDABEAM_VW_PYTHON",):             # peers come only from the project venv
         env.pop(k, None)
     env.update(LDABEAM_BENCH_CACHE=str(root / "cache"), LDABEAM_SHARED=SHARED,
                LDABEAM_SHARED_DATA=SHARED_DATA, LDABEAM_NEWS20_TAR=tar, MPLBACKEND="Agg",
                PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
-    results_before = _digest(RESULTS)
-    default_cache = os.path.join(BENCH, ".cache")
-    cache_before = sorted(os.listdir(default_cache)) if os.path.isdir(default_cache) else None
-    yield {"env": env, "root": root, "cache": root / "cache" / "20news"}
-    assert _digest(RESULTS) == results_before, "a smoke run wrote into benchmarks/results/"
-    assert (sorted(os.listdir(default_cache)) if os.path.isdir(default_cache)
-            else None) == cache_before, "a smoke run wrote into benchmarks/.cache/"
+    yield {"env": env, "root": root, "bench": bench, "cache": root / "cache" / "20news"}
+    assert not os.path.exists(bench / "results"), (
+        "a smoke run wrote into its default results folder: %s"
+        % os.listdir(bench / "results"))
+    assert not os.path.exists(bench / ".cache"), "a smoke run wrote into its default cache"
 
 
 def run(env, script, *args, timeout=900, expect_rc=0):
-    """``python benchmarks/SCRIPT ARGS`` in a subprocess; its stdout + stderr."""
-    cmd = [sys.executable, os.path.join(BENCH, script)] + [str(a) for a in args]
-    p = subprocess.run(cmd, cwd=REPO, env=env["env"], capture_output=True, text=True,
-                       timeout=timeout)
+    """``python benchmarks/SCRIPT ARGS`` (the copy) in a subprocess; (stdout, stdout + stderr)."""
+    cmd = [sys.executable, str(env["bench"] / script)] + [str(a) for a in args]
+    p = subprocess.run(cmd, cwd=str(env["root"]), env=env["env"], capture_output=True,
+                       text=True, timeout=timeout)
     out = p.stdout + "\n" + p.stderr
     assert p.returncode == expect_rc, "%s exited %d (expected %d):\n%s" % (
         " ".join(cmd), p.returncode, expect_rc, out[-4000:])
@@ -126,7 +124,7 @@ def test_prepare_20news(news20):
     _, err = run(news20, "prepare_20news.py", "--limit", 10, expect_rc=1, timeout=120)
     assert "holds a subset of %d posts" % SUBSET_POSTS in err
     _, err = run(news20, "prepare_20news.py", "--limit", 10, "--cache",
-                 os.path.join(BENCH, ".cache", "20news"), expect_rc=1, timeout=120)
+                 news20["bench"] / ".cache" / "20news", expect_rc=1, timeout=120)
     assert "never written to the default cache" in err
 
 
@@ -210,9 +208,11 @@ def test_memory_bench(news20):
 
 
 def test_scale_bench(news20, tmp_path):
+    """With the fixed-work measurement (--fixed-iter): every document runs exactly N E-step
+    iterations in those passes, and the CPU split and model columns are filled."""
     path = tmp_path / "scale.csv"
     out, _ = run(news20, "scale_bench.py", "--sizes", "1000,2000", "--news-times", "1,2",
-                 "--csv", path, "--synthetic-dir", tmp_path / "synthetic")
+                 "--fixed-iter", 5, "--csv", path, "--synthetic-dir", tmp_path / "synthetic")
     rows = read_csv(path)
     assert [(r["corpus"], r["scale"]) for r in rows] == [
         ("synthetic-lda", "1000"), ("synthetic-lda", "2000"), ("20newsgroups", "x1"),
@@ -220,14 +220,25 @@ def test_scale_bench(news20, tmp_path):
     numeric = ["documents", "wall_s", "train_s", "cpu_s", "docs_per_s", "docs_per_cpu_s",
                "incr_docs_per_cpu_s", "startup_cpu_s", "estep_iterations_per_doc",
                "incr_doc_iterations_per_cpu_s", "peak_rss_mb"]
+    numeric += ["fixed_docs_per_cpu_s", "fixed_docs_per_s", "fixed_peak_rss_mb",
+                "cpu_us_per_doc_iteration", "cpu_us_per_doc_overhead", "other_cpu_us_per_doc",
+                "steady_cpu_us_per_doc", "model_cpu_us_per_doc"]
     for r in rows:
         for k in numeric:
             finite(r[k], "%s %s %s" % (r["corpus"], r["scale"], k))
+        assert int(r["fixed_iter"]) == 5
+        assert float(r["fixed_iterations_per_doc"]) == 5.0      # exactly, no early stop
     for label in ("synthetic-lda", "20newsgroups"):
         grab(r"%s: .* documents: throughput ratio \(largest/smallest\): per CPU second after "
              r"start-up %s .*; peak RSS ratio %s" % (label, NUMBER, NUMBER), out)
         grab(r"%s: E-step iterations per document %s -> %s .* ratio %s"
              % (label, NUMBER, NUMBER, NUMBER), out)
+        grab(r"%s: fixed E-step work \(exactly 5 iterations per document; measured %s -> %s\): "
+             r"documents per CPU second \(steady state\) ratio %s .*; wall %s; peak RSS ratio %s"
+             % (label, NUMBER, NUMBER, NUMBER, NUMBER, NUMBER), out)
+        grab(r"%s: CPU per document = overhead \+ per iteration x iterations: per "
+             r"document-iteration %s -> %s us \(ratio %s\), overhead per document %s -> %s us"
+             % (label, NUMBER, NUMBER, NUMBER, NUMBER, NUMBER), out)
 
 
 def test_sklearn_bench(news20, tmp_path):
