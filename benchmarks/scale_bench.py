@@ -39,7 +39,8 @@ document costs whatever its iterations: in the E-step its gamma initialisation, 
 exp(E[log beta]) for the minibatch's words, the statistics and the bound; outside it,
 ``other_cpu_us_per_doc``, the global step, shard reading and the trainer's bookkeeping, per
 document). The normal run's steady CPU per document (``steady_cpu_us_per_doc``) is compared
-with the model at its iterations per document (``model_cpu_us_per_doc``). Also
+with the model at its iterations (``model_cpu_us_per_doc``; weighted by the documents'
+distinct words, as an iteration over a long document costs more). Also
 ``fixed_docs_per_s`` (wall, the same steps) and ``fixed_peak_rss_mb``. The overhead is why
 the normal run's rate per document-iteration falls on the larger corpora, whose documents
 need fewer iterations, even when both costs are flat.
@@ -146,15 +147,18 @@ def child_main(argv, zero_tol: bool = False) -> int:
     counting the E-step iterations of every global step (``stats.n_iterations``: the E-step
     cost is proportional to them) into MODEL/ITERATIONS_FILE, and per global step into
     MODEL/STEPS_FILE: this process's CPU seconds at the step's end, the CPU seconds of its
-    E-step (``OnlineVB._estep``) and of the global step, its documents and E-step iterations.
+    E-step (``OnlineVB._estep``) and of the global step, its documents, E-step iterations and
+    non-zero-iterations (a document's iterations times its distinct words, summed: an
+    iteration's cost is proportional to the document's distinct words).
     ``zero_tol`` (``--child-zero-tol``): every E-step runs with convergence threshold 0, i.e.
     exactly ``--max-iter`` iterations per document (the threshold is a strict ``<``; the
     state's own ``tol`` is restored after each call, so checkpoints are unchanged)."""
     from lda_core.online_vb import OnlineVB
     from pipelines.cli import main
     total = {"iterations": 0, "docs": 0}
-    steps = {k: [] for k in ("cpu_end", "estep_cpu", "global_cpu", "docs", "iterations")}
-    cur = {"estep_cpu": 0.0}
+    steps = {k: [] for k in ("cpu_end", "estep_cpu", "global_cpu", "docs", "iterations",
+                             "nnz_iterations")}
+    cur = {"estep_cpu": 0.0, "nnz_iterations": 0}
     step = OnlineVB.global_step
     estep = OnlineVB._estep
 
@@ -168,6 +172,9 @@ def child_main(argv, zero_tol: bool = False) -> int:
         finally:
             cur["estep_cpu"] += time.process_time() - c0
             self.tol = tol
+        res, ne = out[0], out[2]
+        cur["nnz_iterations"] += int(np.dot(res.iterations.astype(np.int64),
+                                            np.diff(ne.indptr).astype(np.int64)))
         return out
 
     def counting(self, stats):
@@ -177,9 +184,10 @@ def child_main(argv, zero_tol: bool = False) -> int:
         info = step(self, stats)
         c1 = time.process_time()
         for k, v in (("cpu_end", c1), ("estep_cpu", cur["estep_cpu"]), ("global_cpu", c1 - c0),
-                     ("docs", int(stats.n_docs)), ("iterations", int(stats.n_iterations))):
+                     ("docs", int(stats.n_docs)), ("iterations", int(stats.n_iterations)),
+                     ("nnz_iterations", cur["nnz_iterations"])):
             steps[k].append(v)
-        cur["estep_cpu"] = 0.0
+        cur.update(estep_cpu=0.0, nnz_iterations=0)
         return info
 
     OnlineVB.global_step = counting
@@ -205,6 +213,7 @@ def steady_breakdown(model: str, skip: int = STARTUP_STEPS) -> dict:
                          "corpus is needed)" % (n, model, skip))
     return dict(steps=n - skip, docs=float(s["docs"][skip:].sum()),
                 iterations=float(s["iterations"][skip:].sum()),
+                nnz_iterations=float(s["nnz_iterations"][skip:].sum()),
                 cpu=float(s["cpu_end"][-1] - s["cpu_end"][skip - 1]),
                 estep_cpu=float(s["estep_cpu"][skip:].sum()),
                 global_cpu=float(s["global_cpu"][skip:].sum()))
@@ -229,7 +238,8 @@ def fixed_work_columns(free: dict, shards: str, model: str, threads, n_iter: int
     """The --fixed-iter columns: passes with exactly ``n_iter`` and exactly 1 E-step
     iteration per document; CPU per document = overhead + per_iteration x iterations, solved
     from the two (the same documents and steps); the normal run (``free``, its steady
-    breakdown) modelled with them."""
+    breakdown) modelled with them, its iterations weighted by the documents' distinct words
+    (a long document's iteration costs more, and long documents converge in fewer)."""
     full = fixed_work_run(shards, model, threads, n_iter)
     one = fixed_work_run(shards, model, threads, 1)
     per_doc_n = full["cpu"] / full["docs"]
@@ -238,7 +248,8 @@ def fixed_work_columns(free: dict, shards: str, model: str, threads, n_iter: int
     it_1 = one["iterations"] / one["docs"]
     per_it = (per_doc_n - per_doc_1) / (it_n - it_1)
     overhead = per_doc_1 - per_it * it_1
-    it_free = free["iterations"] / free["docs"]
+    # the same per non-zero-iteration (in the fixed passes those are N and 1 x non-zeros)
+    per_nnz_it = ((full["cpu"] - one["cpu"]) / (full["nnz_iterations"] - one["nnz_iterations"]))
     return dict(
         fixed_iter=n_iter, fixed_iterations_per_doc=round(it_n, 3),
         fixed_docs_per_cpu_s=round(1.0 / per_doc_n, 1),
@@ -248,7 +259,8 @@ def fixed_work_columns(free: dict, shards: str, model: str, threads, n_iter: int
         cpu_us_per_doc_overhead=round(1e6 * overhead, 2),
         other_cpu_us_per_doc=round(1e6 * (full["cpu"] - full["estep_cpu"]) / full["docs"], 2),
         steady_cpu_us_per_doc=round(1e6 * free["cpu"] / free["docs"], 2),
-        model_cpu_us_per_doc=round(1e6 * (overhead + per_it * it_free), 2))
+        model_cpu_us_per_doc=round(1e6 * (overhead + per_nnz_it * free["nnz_iterations"]
+                                          / free["docs"]), 2))
 
 
 def _iterations(model: str) -> dict:
@@ -364,7 +376,7 @@ def report(rows, label: str) -> None:
               "document-iteration %.2f -> %.2f us (ratio %.3f), overhead per document %.1f -> "
               "%.1f us (ratio %.3f; of which outside the E-step %.1f -> %.1f us); the normal "
               "run's steady CPU per document %.1f -> %.1f us, modelled %.1f -> %.1f us (at "
-              "its iterations per document)"
+              "its own iterations)"
               % (label, float(a["cpu_us_per_doc_iteration"]),
                  float(b["cpu_us_per_doc_iteration"]), r("cpu_us_per_doc_iteration"),
                  float(a["cpu_us_per_doc_overhead"]), float(b["cpu_us_per_doc_overhead"]),
