@@ -76,8 +76,11 @@ def train_peer(cache: str, system: str, python: str, workers: int = 1, seed: int
 
 def has_vw(python: str) -> bool:
     import subprocess
-    return subprocess.run([python, "-c", "from vowpalwabbit import pyvw"],
-                          capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c", "from vowpalwabbit import pyvw"],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):     # e.g. --vw-python names no interpreter
+        return False
 
 
 def evaluate_all(cache: str, results) -> None:
