@@ -45,6 +45,7 @@ bit for bit, as an uninterrupted one.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -616,7 +617,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
           beam_argv: Sequence[str] = (), runner: Optional[str] = None,
           pieces_per_minibatch: Optional[int] = None, n_threads: Optional[int] = None,
           deterministic_combine: bool = True, fanout: Optional[int] = None,
-          progress: bool = True, scratch_dir: Optional[str] = None) -> BeamTrainResult:
+          progress: bool = True, scratch_dir: Optional[str] = None,
+          detach: bool = False):
     """Train ``algorithm`` (a :class:`~lda_core.algorithm.StochasticAlgorithm` at its current
     position) on ``shard_files`` in windows of Beam pipeline runs (module docstring).
 
@@ -631,7 +633,16 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     algorithm's setting in-process; cores / workers with worker processes).
     ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
     ``scratch_dir``: where states inside a window are exchanged between worker processes
-    (default: :func:`default_scratch_root`).
+    (default: :func:`default_scratch_root`). ``heldout``: a
+    :class:`lda_core.trainer.HeldOut`, or a :class:`HeldOutShards` (read when evaluated).
+
+    ``detach``: run exactly one window (the next ``M`` minibatches from the algorithm's
+    position, or from the latest checkpoint with ``resume``) and return a
+    :class:`SubmittedWindow` as soon as its pipeline is submitted, without waiting
+    (Dataflow Flex Templates). The pipeline itself then publishes the checkpoint, evaluates,
+    appends the window's run-log records and removes its scratch folder, in a last DoFn
+    (:class:`FinishWindowFn`); see "Detached windows" in docs/beam-training.md. Returns a
+    :class:`BeamTrainResult` otherwise.
     """
     from lda_core.ordering import n_batches
     from lda_core.trainer import evaluate, resume_position
@@ -648,6 +659,10 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg, batch_size))
     unroll = True if unroll is None else bool(unroll)
+    if detach and not unroll:
+        raise ValueError("--detach runs the window as one unrolled pipeline that publishes "
+                         "its own checkpoint; --no-unroll applies the global steps on the "
+                         "driver, which a detached launch does not wait for")
     # in-process the numba kernel already uses every core on a whole minibatch: one piece
     # (no merge at all); with worker processes two pieces per worker balance the load
     pieces = int(pieces_per_minibatch or (1 if cfg.in_process else 2 * cfg.num_workers))
@@ -674,6 +689,16 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     B = n_batches(D, batch_size)
     total = int(passes) * B
     stop = total if max_steps is None else min(total, int(max_steps))
+    if detach:
+        return _submit_window(
+            cfg, algorithm, files, sizes, model_dir, position=position, stop=stop,
+            total=total, M=M, pieces=pieces, seed=seed, batch_size=batch_size,
+            heldout=heldout, eval_every=eval_every, checkpoint_store=checkpoint_store,
+            checkpoint_every=checkpoint_every, run_log=run_log, max_steps=max_steps,
+            run_info=run_info, n_threads=n_threads, deterministic=deterministic_combine,
+            fanout=fanout, scratch_dir=scratch_dir, t_start=t_start)
+    if isinstance(heldout, HeldOutShards):
+        heldout = heldout.load()
 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
@@ -683,13 +708,9 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         beam_state.make_dirs(scratch)
 
     if run_log is not None:
-        run_log.write(dict(event="start", wall_time=t_start, start_step=position,
-                           algorithm=algorithm.name, n_topics=algorithm.n_topics,
-                           n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
-                           eval_every=eval_every, checkpoint_every=checkpoint_every,
-                           run=dict(run_info or {}, runner=cfg.describe(),
-                                    minibatches_per_window=M, unroll=unroll,
-                                    pieces_per_minibatch=pieces)))
+        run_log.write(_start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                                    checkpoint_every, run_info, cfg.describe(), M, unroll,
+                                    pieces))
     logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
                 cfg.describe(), B, batch_size, D, position, stop, M,
@@ -717,15 +738,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         return StateRef(key, path, pos)
 
     def publish(algo, pos) -> str:
-        state = algo.to_state()
-        info = dict(state.info or {})
-        info["trainer"] = dict(minibatches_done=pos,
-                               docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                               wall_time=time.time(), runner=cfg.describe())
-        if run_info:
-            info["run"] = run_info
-        state.info = info
-        return checkpoint_store.publish(state)
+        return _publish(checkpoint_store, algo, pos, cfg.describe(), run_info)
 
     try:
         while position < stop:
@@ -785,9 +798,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                          int(getattr(algorithm, "docs_seen", 0) or 0), score, eta),
                       end="", file=sys.stderr, flush=True)
             if error is not None:
-                msg = ("minibatch %d could not be applied: %s; training stopped, the last good "
-                       "checkpoint (%s) stays the latest" % (error[0], error[1],
-                                                              last_ckpt or "none written"))
+                msg = _error_message(error, last_ckpt)
                 logger.error(msg)
                 if run_log is not None:
                     run_log.write(dict(event="error", step=error[0], message=msg,
@@ -808,17 +819,309 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         last_ckpt = found[-1].path if found else None
     elapsed = time.time() - t_start
     if run_log is not None:
-        run_log.write(dict(event="end", step=position,
-                           docs_seen=int(getattr(algorithm, "docs_seen", 0) or 0),
-                           steps_run=steps_run, elapsed=elapsed, metrics=metrics,
-                           checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
-                           beam_metrics=counters_total))
+        run_log.write(_end_record(position, algorithm, steps_run, elapsed, metrics, last_ckpt,
+                                  windows, counters_total))
     logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s", position,
                 steps_run, windows, elapsed, "" if not metrics else ": " + ", ".join(
                     "%s=%.4f" % (k, v) for k, v in metrics.items()))
     return BeamTrainResult(algorithm, position, int(getattr(algorithm, "docs_seen", 0) or 0),
                            steps_run, elapsed, dict(metrics), last_ckpt, None, windows,
                            counters_total)
+
+
+# ------------------------------------------------------------------------------ detached windows
+
+@dataclass(frozen=True)
+class HeldOutShards:
+    """Held-out documents named by their shards (``max_docs`` first ones, vocabulary hash
+    checked), read where they are evaluated -- a detached window's last DoFn reads them in
+    the worker instead of carrying the documents in the graph. ``load()`` gives the
+    :class:`lda_core.trainer.HeldOut` the driver would build (None when it is empty)."""
+    files: Tuple[str, ...]
+    vocab_hash: Optional[str]
+    max_docs: Optional[int]
+    seed: int = 0
+
+    def load(self):
+        from lda_core.trainer import HeldOut
+        from pipelines.shard_stream import read_docs
+        held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
+                                            max_docs=self.max_docs), seed=self.seed)
+        return held if held.docs.n_docs else None
+
+
+@dataclass
+class SubmittedWindow:
+    """What ``train(..., detach=True)`` returns: the submitted window and its job.
+
+    ``result``: the runner's ``PipelineResult`` (``result.wait_until_finish()`` waits for the
+    job), None when nothing was submitted (``start == total``: training already complete).
+    ``start``/``stop``: positions (minibatches of the seeded order) before and after the
+    window if every step succeeds; ``total``: where training stops (passes or max_steps).
+    ``runs_here``: the runner runs the job inside this process (the DirectRunner: ``run()``
+    returned only when the job was done; :mod:`pipelines.detached`)."""
+    result: Any
+    runner: str
+    model_dir: str
+    start: int
+    stop: int
+    total: int
+    run_key: Optional[str] = None
+    runs_here: bool = False
+
+    def wait(self) -> Optional[str]:
+        """Wait for the job (no-op when none was submitted); returns its final state."""
+        if self.result is None:
+            return None
+        return self.result.wait_until_finish()
+
+
+@dataclass
+class WindowFinish:
+    """Everything the last DoFn of a detached window needs (a few kB in the graph)."""
+    model_dir: str
+    keep_last: Optional[int]
+    run_log_path: Optional[str]
+    run_key: str
+    run_dir: str                    # the run's scratch folder (removed at the end)
+    scratch: Optional[str]          # where the steps' states and infos are (None: in memory)
+    start_ref: StateRef
+    steps: List[StepPlan]           # the window's steps, without their read tasks
+    eval_every: int
+    heldout: Any                    # HeldOutShards, a HeldOut, or None
+    runner: str
+    run_info: Optional[Dict[str, Any]]
+    start_record: Dict[str, Any]
+    t_start: float
+
+
+class FinishWindowFn(LeanDoFn):
+    """The last transform of a detached window: what the driver of a waiting run does after
+    the window's pipeline, done inside the job (the driver has returned long ago).
+
+    Runs once (main input: one element), after the window's last global step (its state
+    reference is a side input, so Beam runs this only when the window is done). Collects the
+    steps' infos and the last good state (:func:`_collect_window`); evaluates on the held-out
+    documents (read here) when a multiple of ``eval_every`` was reached in the window or, as
+    at the end of a waiting run, when the window ends the launch unevaluated; publishes the
+    checkpoint through :class:`lda_core.checkpoint.CheckpointStore` (the object-store layer
+    for URLs), with the trainer info the driver writes; appends the window's run-log records
+    (start, one per step, end -- or error) in one write (:func:`_append_records`); removes the
+    run's scratch folder. A step that failed publishes the steps before it, logs the error
+    and fails the job (BeamTrainingError).
+
+    A retried bundle does not publish or log twice: a window whose ``end`` record is already
+    in the run log is done; a checkpoint is not published again when LATEST already records
+    this window's position (or a later one: another run continued the model)."""
+
+    def __init__(self, spec: WindowFinish):
+        self.spec = spec
+
+    def process(self, _, final_ref):
+        f = self.spec
+        seen = _window_in_log(f.run_log_path, f.run_key)
+        if seen is not None:
+            kind, msg = seen
+            logger.info("window %s is already in the run log (%s): a retried bundle",
+                        f.run_key, kind)
+            if kind == "error":
+                raise BeamTrainingError(msg)
+            return
+        from lda_core.checkpoint import CheckpointStore
+        from lda_core.trainer import evaluate
+        infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
+        done = len(infos)
+        position = f.start_ref.position + done
+        records = _Records()
+        records.write(f.start_record)
+        metrics: Dict[str, float] = {}
+        rec_metrics = None
+        last_eval_pos = -1
+        last_ckpt = None
+        heldout = None
+        if f.heldout is not None and done:
+            heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
+        if heldout is not None and done and f.eval_every and (
+                position // f.eval_every > (position - done) // f.eval_every):
+            te = time.time()
+            metrics = evaluate(algo, heldout)
+            metrics["eval_seconds"] = time.time() - te
+            last_eval_pos = position
+            rec_metrics = metrics
+        if done:
+            store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
+            last_ckpt = _publish_once(store, algo, position, f.runner, f.run_info)
+        _log_steps(records, f.steps[:done], infos, rec_metrics, last_ckpt, f.t_start)
+        msg = None
+        if error is not None:
+            msg = _error_message(error, last_ckpt)
+            logger.error(msg)
+            records.write(dict(event="error", step=error[0], message=msg,
+                               wall_time=time.time(), run_key=f.run_key))
+        else:
+            if heldout is not None and last_eval_pos != position:
+                te = time.time()
+                metrics = evaluate(algo, heldout)
+                metrics["eval_seconds"] = time.time() - te
+            # Beam's counters are complete only after wait_until_finish(), which a detached
+            # launch never calls: see the job in the runner's console instead
+            end = _end_record(position, algo, done, time.time() - f.t_start, metrics,
+                              last_ckpt, 1, None)
+            end["run_key"] = f.run_key
+            records.write(end)
+        if f.run_log_path is not None:
+            _append_records(f.run_log_path, records.items)
+        beam_state.drop_local(f.run_key + "/")
+        beam_state.remove_tree(f.run_dir)
+        logger.info("detached window %s: steps %d..%d published as %s%s", f.run_key,
+                    f.start_ref.position, position, last_ckpt or "nothing",
+                    "" if not metrics else ": " + ", ".join(
+                        "%s=%.4f" % (k, v) for k, v in sorted(metrics.items())))
+        if msg is not None:
+            raise BeamTrainingError(msg)
+        yield position
+
+
+class _Records:
+    """A run-log stand-in that keeps the records (written together at the end)."""
+
+    def __init__(self):
+        self.items: List[Dict[str, Any]] = []
+
+    def write(self, record: Dict[str, Any]) -> None:
+        self.items.append(record)
+
+
+def _append_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
+    """Append ``records`` to the run log ``path`` in one write, in the format of
+    :class:`lda_core.run_log.RunLog` (one sorted-key JSON object per line): appended to a
+    local file; on an object store (no append) the object is read, the lines added and the
+    whole object rewritten in one upload (one writer per window at a time)."""
+    from lda_core.run_log import _jsonable
+    from lda_core.state import files_for
+    data = "".join(json.dumps(_jsonable(r), sort_keys=True, allow_nan=False) + "\n"
+                   for r in records).encode("utf-8")
+    files = files_for(path)
+    if getattr(files, "can_append", True):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "ab") as fh:
+            fh.write(data)
+        return
+    old = b""
+    if files.exists(path):
+        with files.open_read(path) as fh:
+            old = fh.read()
+        if old and not old.endswith(b"\n"):
+            old = old[:old.rfind(b"\n") + 1]     # never a partial line in the middle
+    files.write_atomic(path, old + data)
+
+
+def _window_in_log(path: Optional[str], run_key: str):
+    """``("end", None)`` / ``("error", message)`` when the run log already holds the window
+    ``run_key``'s last record, else None."""
+    from lda_core.run_log import read_run_log, run_log_exists
+    if path is None or not run_log_exists(path):
+        return None
+    for rec in read_run_log(path):
+        if rec.get("run_key") == run_key and rec.get("event") in ("end", "error"):
+            return rec["event"], rec.get("message")
+    return None
+
+
+def _published_position(store) -> Optional[int]:
+    """The position (minibatches done) of the checkpoint LATEST names, from its state.json
+    alone (no array is read), or None."""
+    path = store.pointer_path()
+    if path is None:
+        return None
+    try:
+        with store.files.open_read(store.files.join(path, "state.json")) as fh:
+            meta = json.loads(fh.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    trainer = (meta.get("info") or {}).get("trainer") or {}
+    try:
+        return int(trainer.get("minibatches_done", meta.get("step")))
+    except (TypeError, ValueError):
+        return None
+
+
+def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]:
+    """:func:`_publish`, unless LATEST already records position ``pos`` (a retried bundle:
+    its path is returned) or a later one (another run went on: nothing is published, so
+    LATEST never moves back)."""
+    done = _published_position(store)
+    if done is not None and done >= pos:
+        path = store.pointer_path()
+        if done == pos:
+            logger.info("checkpoint at position %d already published (%s)", pos, path)
+            return path
+        logger.warning("LATEST (%s) is at position %d, past this window's %d: another run "
+                       "continued the model; this window's state is not published", path,
+                       done, pos)
+        return None
+    return _publish(store, algo, pos, runner, run_info)
+
+
+def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
+                   pieces, seed, batch_size, heldout, eval_every, checkpoint_store,
+                   checkpoint_every, run_log, max_steps, run_info, n_threads, deterministic,
+                   fanout, scratch_dir, t_start) -> SubmittedWindow:
+    """``train(..., detach=True)``: plan the next window, put its start state in the run's
+    scratch folder, build the window's pipeline with :class:`FinishWindowFn` at the end and
+    submit it without waiting."""
+    from pipelines import detached
+    runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
+    if position >= stop:
+        logger.info("training is complete: position %d of %d (%s); no window to submit",
+                    position, stop, "--max-steps" if stop < total else "every pass done")
+        return SubmittedWindow(None, cfg.describe(), model_dir, position, position, stop,
+                               None, runs_here)
+    run_key = uuid.uuid4().hex[:12]
+    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    # left by a killed run: never read, just removed (launches on one model do not overlap)
+    beam_state.remove_tree(scratch_root)
+    run_dir = os.path.join(scratch_root, run_key)
+    beam_state.make_dirs(run_dir)
+    scratch = None if cfg.in_process else run_dir
+    w_stop = min(stop, position + M)
+    steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
+                       stop=w_stop, pieces_per_minibatch=pieces)
+    # the window's start state where every worker can read it (the job cannot reach the
+    # driver's memory: the driver is gone by then)
+    start_path = os.path.join(run_dir, "state-%09d.npz" % position)
+    beam_state.save_scratch(algorithm, start_path)
+    start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
+    start_record = _start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                                 checkpoint_every, run_info, cfg.describe(), M, True, pieces)
+    start_record["run"]["detached"] = True
+    start_record["run_key"] = run_key
+    start_record["window"] = [position, w_stop]
+    spec = WindowFinish(
+        model_dir=model_dir, keep_last=getattr(checkpoint_store, "keep_last", None),
+        run_log_path=getattr(run_log, "path", None), run_key=run_key, run_dir=run_dir,
+        scratch=scratch, start_ref=start_ref,
+        steps=[StepPlan(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
+               for sp in steps],
+        eval_every=int(eval_every or 0), heldout=heldout, runner=cfg.describe(),
+        run_info=run_info, start_record=start_record, t_start=t_start)
+
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    final = _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads,
+                          deterministic, fanout)
+    (p | "FinishStart" >> beam.Create([None], reshuffle=False)
+     | "FinishWindow" >> beam.ParDo(FinishWindowFn(spec),
+                                    beam.pvalue.AsSingleton(final, default_value=None)))
+    logger.info("Beam trainer, detached: %s, steps %d..%d of %d (window %s), %d piece(s) per "
+                "minibatch; the job publishes the checkpoint and the run log",
+                cfg.describe(), position, w_stop, stop, run_key, pieces)
+    try:
+        result = p.run()
+    finally:
+        if runs_here and cfg.in_process:
+            beam_state.drop_local(run_key + "/")
+    return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
+                           run_key, runs_here)
 
 
 def _strip_runner(argv: List[str]) -> Optional[str]:
@@ -843,26 +1146,44 @@ def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
                 pass
 
 
+def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout):
+    """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
+    final state's reference (empty when a step failed)."""
+    ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
+    if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
+        # in-process: one fused chain of whole steps (InProcessStepFn)
+        for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
+            ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
+                InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
+        return ref
+    tasks = p | "Tasks" >> WindowTasks(steps)
+    for j, sp in enumerate(steps):
+        ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
+            sp, run_key, scratch, n_threads, deterministic, fanout,
+            in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
+            spill=cfg.local and not beam_state.is_remote(scratch))
+    return ref
+
+
 def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
                   scratch: Optional[str], n_threads, deterministic, fanout):
     """One pipeline for the whole window; returns (infos, final algorithm, error, counters)."""
 
     def build(p):
-        ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
-        if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
-            # in-process: one fused chain of whole steps (InProcessStepFn)
-            for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
-                ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
-                    InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
-            return
-        tasks = p | "Tasks" >> WindowTasks(steps)
-        for j, sp in enumerate(steps):
-            ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
-                sp, run_key, scratch, n_threads, deterministic, fanout,
-                in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
-                spill=cfg.local and not beam_state.is_remote(scratch))
+        _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
+                      fanout)
 
     counters = _run_pipeline(cfg, build)
+    infos, algo, error = _collect_window(steps, start_ref, run_key, scratch)
+    return infos, algo, error, counters
+
+
+def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
+                    scratch: Optional[str]):
+    """After an unrolled window: the global steps' infos up to the first missing or failed
+    one, the state after the last good step (None if none) and the error ``(step, message)``
+    or None. Run by the driver, or (``--detach``) by the window's last DoFn."""
     infos, error = [], None
     last_key = start_ref.key
     for sp in steps:
@@ -877,13 +1198,13 @@ def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
         infos.append(info)
         last_key = key
     if not infos:
-        return infos, None, error, counters
+        return infos, None, error
     if scratch is None:
         algo = beam_state.get_local(last_key)
     else:
         algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d.npz"
                                                       % (steps[len(infos) - 1].position + 1)))
-    return infos, algo, error, counters
+    return infos, algo, error
 
 
 def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
@@ -930,6 +1251,46 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
         algo = nxt
         ref = state_ref(algo, sp.position + 1)
     return infos, (algo if infos else None), error, counters
+
+
+def _publish(checkpoint_store, algo, pos: int, runner: str,
+             run_info: Optional[Dict[str, Any]]) -> str:
+    """Publish ``algo`` (after ``pos`` minibatches of the order) as a checkpoint, with the
+    trainer's info (position, documents seen, runner, run settings)."""
+    state = algo.to_state()
+    info = dict(state.info or {})
+    info["trainer"] = dict(minibatches_done=pos,
+                           docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
+                           wall_time=time.time(), runner=runner)
+    if run_info:
+        info["run"] = run_info
+    state.info = info
+    return checkpoint_store.publish(state)
+
+
+def _start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                  checkpoint_every, run_info, runner: str, M, unroll, pieces) -> Dict[str, Any]:
+    return dict(event="start", wall_time=t_start, start_step=position,
+                algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
+                eval_every=eval_every, checkpoint_every=checkpoint_every,
+                run=dict(run_info or {}, runner=runner, minibatches_per_window=M,
+                         unroll=unroll, pieces_per_minibatch=pieces))
+
+
+def _end_record(position, algorithm, steps_run, elapsed, metrics, last_ckpt, windows,
+                beam_metrics) -> Dict[str, Any]:
+    return dict(event="end", step=position,
+                docs_seen=int(getattr(algorithm, "docs_seen", 0) or 0),
+                steps_run=steps_run, elapsed=elapsed, metrics=metrics,
+                checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
+                beam_metrics=beam_metrics)
+
+
+def _error_message(error, last_ckpt: Optional[str]) -> str:
+    return ("minibatch %d could not be applied: %s; training stopped, the last good "
+            "checkpoint (%s) stays the latest" % (error[0], error[1],
+                                                   last_ckpt or "none written"))
 
 
 def _log_steps(run_log, steps: List[StepPlan], infos: List[Dict[str, Any]],

@@ -407,10 +407,9 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                                     opts.output))
 
 
-def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
-    """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
-    Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
-    from pipelines.vectorize import pipeline_options
+def _checked(opts: InferOptions):
+    """Every check that can fail before Beam (model, vocabulary hashes, inputs, output);
+    prepares the output. Returns (ModelRef, StateRef)."""
     opts.validate()
     ref = resolve_model(opts.model)
     if opts.shards:   # fail now, before creating the output
@@ -421,9 +420,35 @@ def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
                                    path=ref.state_path, position=ref.step)
     logger.info("infer: %s (step %d, K=%d) on %s -> %s", ref.algorithm, ref.step, ref.n_topics,
                 opts.shards or ", ".join(opts.inputs), opts.output)
+    return ref, beam_ref
+
+
+def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
+    Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
+    from pipelines.vectorize import pipeline_options
+    ref, beam_ref = _checked(opts)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, ref, beam_ref)
-    with dataset.open_read(dataset.join(opts.output, SUMMARY_FILE)) as f:
+    return read_summary(opts.output)
+
+
+def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):
+    """``--detach``: the same checks and pipeline as :func:`infer`, submitted without waiting;
+    returns the ``PipelineResult``. The pipeline writes OUTPUT/summary.json in its last step,
+    so the summary appearing means the job has finished (the DirectRunner returns from
+    ``run()`` only when the job is done: :mod:`pipelines.detached`)."""
+    from pipelines.vectorize import pipeline_options
+    ref, beam_ref = _checked(opts)
+    p = beam.Pipeline(options=pipeline_options(beam_argv))
+    # graph-time checks (shards, raw-text inputs) run here, before the job is submitted
+    build_pipeline(p, opts, ref, beam_ref)
+    return p.run()
+
+
+def read_summary(output: str) -> Dict[str, Any]:
+    """OUTPUT/summary.json of a finished inference job."""
+    with dataset.open_read(dataset.join(output, SUMMARY_FILE)) as f:
         return json.loads(f.read().decode("utf-8"))
 
 
@@ -438,5 +463,5 @@ def read_theta(output: str):
     return t.take(pa.array(idx))
 
 
-__all__ = ["InferOptions", "infer", "infer_gamma", "theta_table", "resolve_model",
+__all__ = ["InferOptions", "infer", "submit", "read_summary", "infer_gamma", "theta_table", "resolve_model",
            "training_shards", "read_theta", "output_schema"]

@@ -867,8 +867,9 @@ def _load_stopwords(spec):
     return load_stopwords(spec)
 
 
-def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
-    """Run the pipeline to completion; returns the manifest."""
+def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
+    """Every check that can fail before Beam (options, inputs, fixed vocabulary, output);
+    prepares the output directory. Returns the resolved inputs."""
     opts.validate()
     inputs = resolve_inputs(opts)
     if opts.vocab and inputs[0][1] not in BOW_FORMATS:
@@ -876,9 +877,27 @@ def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
     _prepare_output(opts.output, opts.overwrite)
     logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
                 ", ".join(sorted({f for _, f in inputs})), opts.output)
+    return inputs
+
+
+def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
+    """Run the pipeline to completion; returns the manifest."""
+    inputs = _checked_inputs(opts)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, inputs)
     return dataset.read_manifest(opts.output)
+
+
+def submit(opts: VectorizeOptions, beam_argv: Sequence[str] = ()):
+    """``--detach``: the same checks and pipeline as :func:`vectorize`, submitted without
+    waiting; returns the ``PipelineResult``. The pipeline writes OUTPUT/manifest.json in its
+    last step, so the manifest appearing means the job has finished. (Runners that run the
+    job in this process -- the DirectRunner -- return from ``run()`` only when it is done:
+    :mod:`pipelines.detached`.)"""
+    inputs = _checked_inputs(opts)
+    p = beam.Pipeline(options=pipeline_options(beam_argv))
+    build_pipeline(p, opts, inputs)
+    return p.run()
 
 
 def summary(manifest: dict, output: str) -> str:

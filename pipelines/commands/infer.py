@@ -37,16 +37,44 @@ def add_arguments(p) -> None:
     g.add_argument("--write-gamma", action="store_true",
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+    g = p.add_argument_group("runner")
+    g.add_argument("--detach", action="store_true",
+                   help="submit the pipeline and return without waiting for it (Dataflow Flex "
+                        "Templates); the job writes summary.json in DIR as its last step. "
+                        "Runners that run the job in this process (DirectRunner, "
+                        "PortableRunner with LOOPBACK workers) are still waited for")
+
+
+LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
 
 
 def run(args, beam_argv) -> int:
+    global LAST_SUBMITTED
     from pipelines.infer import InferOptions, infer
     opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
                         inputs=list(args.input or []), input_format=args.input_format,
                         split=args.split, batch_size=args.batch_size, top_n=args.top_n,
                         gamma_seed=args.gamma_seed, write_gamma=args.write_gamma,
                         overwrite=args.overwrite, threads=args.threads)
-    s = infer(opts, beam_argv)
+    if getattr(args, "detach", False):
+        from pipelines import detached
+        from pipelines.infer import SUMMARY_FILE, read_summary, submit
+        from pipelines.vectorize import pipeline_options
+        runner = detached.runner_of_options(pipeline_options(beam_argv))
+        result = submit(opts, beam_argv)
+        LAST_SUBMITTED = result
+        if not detached.job_runs_here(runner, beam_argv):
+            print("submitted: %s" % detached.describe(result, runner))
+            print("results are written to %s; %s/%s appears when the job has finished "
+                  "(check the job in the runner's console)" % (args.output, args.output,
+                                                               SUMMARY_FILE))
+            return 0
+        result.wait_until_finish()
+        print("--detach: the %s runs the job in this process, so it was waited for (%s)"
+              % (runner, detached.describe(result, runner)))
+        s = read_summary(args.output)
+    else:
+        s = infer(opts, beam_argv)
     line = ("inferred %d documents (%d tokens) with %s step %d, K=%d -> %s (%d file(s))"
             % (s["documents"], s["tokens"], s["algorithm"], s["step"], s["n_topics"],
                args.output, len(s["files"])))

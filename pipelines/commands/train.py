@@ -298,6 +298,14 @@ def add_arguments(p) -> None:
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
                         "(default: the Beam trainer's choice)")
+    g.add_argument("--detach", action="store_true",
+                   help="Beam runners, local/global-step algorithms: submit ONE window "
+                        "(--minibatches-per-window minibatches from the start, or with "
+                        "--resume from the latest checkpoint) and return without waiting "
+                        "(Dataflow Flex Templates); the job itself publishes the checkpoint, "
+                        "evaluates and appends the window's run-log records. Chain windows "
+                        "by launching again with --resume. Runners that run the job in this "
+                        "process (DirectRunner) are still waited for")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -490,6 +498,7 @@ def _run_params(state) -> Dict[str, Any]:
 # ------------------------------------------------------------------------------------ command
 
 def run(args, beam_argv) -> int:
+    global LAST_SUBMITTED
     from lda_core.checkpoint import CheckpointStore
     t_setup = time.time()
     if not args.output:
@@ -594,6 +603,19 @@ def run(args, beam_argv) -> int:
         if algorithm == "gibbs" and args.minibatches_per_window is not None:
             raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
                              "sweeps run in one window)")
+    if getattr(args, "detach", False):
+        if inprocess:
+            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
+                             "PortableRunner, DirectRunner): the in-process trainer has no "
+                             "job to submit")
+        if sequential:
+            raise ValueError("--detach is not available for algorithm %s: the stream-order "
+                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
+                             "and logs from the driver; run it without --detach" % algorithm)
+        if args.unroll is False:
+            raise ValueError("--detach runs each window as one unrolled pipeline that "
+                             "publishes its own checkpoint; --no-unroll applies the global "
+                             "steps on the driver")
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -622,7 +644,12 @@ def run(args, beam_argv) -> int:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
     heldout = None
-    if heldout_files is not None:
+    detach = bool(getattr(args, "detach", False))
+    if heldout_files is not None and detach:
+        # read in the job, where the window is evaluated (hash checked above)
+        from pipelines.beam_train import HeldOutShards
+        heldout = HeldOutShards(tuple(heldout_files), shard_hash, args.heldout_max_docs, seed)
+    elif heldout_files is not None:
         from lda_core.trainer import HeldOut
         heldout = HeldOut.from_batch(read_docs(heldout_files, shard_hash,
                                                max_docs=args.heldout_max_docs), seed=seed)
@@ -675,11 +702,46 @@ def run(args, beam_argv) -> int:
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
                 beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
-                progress=not args.no_progress)
+                progress=not args.no_progress, detach=detach)
     finally:
         run_log.close()
+    if detach:
+        LAST_SUBMITTED = res
+        _print_detached(args, algorithm, algo, stream, res)
+        return 0
     _print_summary(args, algorithm, algo, stream, res)
     return 0
+
+
+LAST_SUBMITTED = None   # --detach: the SubmittedWindow of the last launch (for callers)
+
+
+def _print_detached(args, algorithm, algo, stream, sub) -> None:
+    """What a detached launch did: the window it submitted, where its results will be."""
+    out = sys.stdout
+    if sub.result is None:
+        print("training is complete: position %d of %d (%s); no job submitted"
+              % (sub.start, sub.total, "--max-steps reached" if args.max_steps is not None
+                 and sub.total == args.max_steps else "every pass done"), file=out)
+        print("  model: %s" % args.output, file=out)
+        return
+    from pipelines import detached
+    print("%s %s: K=%d, V=%d, D=%d documents, minibatch %d; window of minibatches %d..%d "
+          "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
+                               algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
+                               sub.start, sub.stop, sub.total, sub.run_key), file=out)
+    if sub.runs_here:
+        sub.wait()
+        print("  --detach: the %s runs the job in this process, so it was waited for (%s)"
+              % (args.runner, detached.describe(sub.result, sub.runner)), file=out)
+    else:
+        print("  job: %s" % detached.describe(sub.result, sub.runner), file=out)
+        print("  when the job ends it has published the checkpoint of position %d "
+              "(%s/checkpoints/LATEST) and appended the window to %s/run_log.jsonl; then "
+              "launch again with --resume%s" % (sub.stop, args.output, args.output,
+                                                "" if sub.stop < sub.total
+                                                else " (this is the last window)"), file=out)
+    print("  model: %s (vocab.tsv, checkpoints/, run_log.jsonl)" % args.output, file=out)
 
 
 def _print_summary(args, algorithm, algo, stream, res) -> None:

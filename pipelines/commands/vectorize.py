@@ -133,6 +133,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "redistributed, so the pages of one large dump are parsed on every "
                          "worker)")
 
+    rn = p.add_argument_group("runner")
+    rn.add_argument("--detach", action="store_true",
+                    help="submit the pipeline and return without waiting for it (Dataflow Flex "
+                         "Templates); the job writes manifest.json in SHARD_DIR as its last "
+                         "step. Runners that run the job in this process (DirectRunner, "
+                         "PortableRunner with LOOPBACK workers) are still waited for")
+
 
 def options_from_args(args):
     from pipelines.vectorize import VectorizeOptions
@@ -153,11 +160,37 @@ def options_from_args(args):
         overwrite=args.overwrite, reshuffle=args.reshuffle)
 
 
+LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
+
+
 def run(args, beam_argv) -> int:
     if not args.output:
         raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
     from pipelines.vectorize import summary, vectorize
     opts = options_from_args(args)
+    if getattr(args, "detach", False):
+        return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
+    return 0
+
+
+def _run_detached(opts, beam_argv) -> int:
+    global LAST_SUBMITTED
+    from pipelines import dataset, detached
+    from pipelines.vectorize import pipeline_options, submit, summary
+    runner = detached.runner_of_options(pipeline_options(beam_argv))
+    result = submit(opts, beam_argv)
+    LAST_SUBMITTED = result
+    manifest = dataset.join(opts.output, dataset.MANIFEST_FILE)
+    if detached.job_runs_here(runner, beam_argv):
+        result.wait_until_finish()
+        print("--detach: the %s runs the job in this process, so it was waited for "
+              "(%s)" % (runner, detached.describe(result, runner)))
+        print(summary(dataset.read_manifest(opts.output), opts.output))
+        return 0
+    print("submitted: %s" % detached.describe(result, runner))
+    print("the dataset is written to %s; %s appears when the job has finished (check the "
+          "job in the runner's console, or: ldabeam train --shards %s ...)"
+          % (opts.output, manifest, opts.output))
     return 0
