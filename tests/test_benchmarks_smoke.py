@@ -296,6 +296,22 @@ def test_paper_mimno(news20, tmp_path):
     assert os.path.getsize(tmp_path / "paper_mimno.png") > 0
 
 
+def test_paper_speh(news20, tmp_path):
+    out, _ = run(news20, "paper_speh.py", "--sizes", "300,600", "--sweeps", 6,
+                 "--vb-passes", 2, "--out", tmp_path)
+    rows = read_csv(tmp_path / "paper_speh.csv")
+    assert sorted({(r["algorithm"], int(r["train_docs"])) for r in rows}) == sorted(
+        (a, n) for a in ("online-vb", "batch-vb", "gibbs") for n in (300, 600))
+    for r in rows:
+        assert finite(r["train_wall_s"]) > 0 and finite(r["completion_perplexity"]) > 1
+        if r["algorithm"] != "gibbs":
+            finite(r["per_word_bound"])
+    for n in (300, 600):
+        grab(r"N=%d: online VB %s faster than batch VB and %s faster than Gibbs"
+             % (n, NUMBER + "x", NUMBER + "x"), out)
+    assert os.path.getsize(tmp_path / "paper_speh.png") > 0
+
+
 def test_paper_canini(bench_env, tmp_path):
     out, _ = run(bench_env, "paper_canini.py", "--datasets", "diff-3", "--seeds", 1,
                  "--particles", 20, "--trace-points", 2, "--init-sweeps", 5, "--batch-sweeps",
