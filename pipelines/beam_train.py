@@ -42,6 +42,12 @@ Resume: the run continues from the latest published checkpoint; a run killed mid
 loses only that window, and because every step is deterministic (per-document random draws
 from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
 bit for bit, as an uninterrupted one.
+
+Detached (``detach=True``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
+must return soon after ``run()``): exactly one window is submitted and the call returns
+without waiting; the window's pipeline ends in :class:`FinishWindowFn`, which publishes the
+checkpoint, evaluates, appends the window's run-log records and removes the scratch, as the
+driver does after a waiting window (docs/beam-training.md, "Detached windows").
 """
 from __future__ import annotations
 

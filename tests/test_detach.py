@@ -411,3 +411,58 @@ def test_detached_infer_to_an_object_store(ds, waiting_run, store_root, capsys):
     infer_cmd.LAST_SUBMITTED.wait_until_finish()
     s = json.loads(files_for(out_dir + "/summary.json").read_bytes(out_dir + "/summary.json"))
     assert s["documents"] == 60 and len(s["files"]) >= 1
+
+
+# ------------------------------------------------------------------ a job that outlives the launch
+
+@pytest.mark.slow
+def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys):
+    """PortableRunner against the SDK's job service with an EXTERNAL worker pool: the job
+    runs outside the submitting process, so ``ldabeam train --detach`` returns as soon as it
+    is submitted (no checkpoint yet), and the job then publishes the window's checkpoint and
+    run-log records itself -- equal, bit for bit, to the waiting Beam trainer with the same
+    pieces (2 per minibatch)."""
+    import time
+    from test_beam_portable import PY, _job_service, _Service
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(PY) + os.pathsep + env.get("PATH", "")
+    md = str(tmp_path / "model")
+    args = [a for a in ARGS if a not in ("--runner", "DirectRunner")]
+    with _job_service(tmp_path) as js, \
+            _Service([PY, "-m", "apache_beam.runners.worker.worker_pool_main",
+                      "--service_port={port}"], str(tmp_path / "pool.log"), env=env) as pool:
+        train_cmd.LAST_SUBMITTED = None
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", md, "--detach",
+                               "--runner", "PortableRunner",
+                               "--job_endpoint=localhost:%d" % js.port,
+                               "--environment_type=EXTERNAL",
+                               "--environment_config=localhost:%d" % pool.port, *args)
+        assert rc == 0, err
+        at_return = CheckpointStore(md).pointer()
+        sub = train_cmd.LAST_SUBMITTED
+        assert not sub.runs_here and "job: PortableRunner job" in out
+        assert "launch again with --resume" in out
+        t0 = time.time()
+        assert str(sub.wait()).endswith("DONE")
+        waited = time.time() - t0
+    assert at_return is None, "the launch waited for its job"
+    assert CheckpointStore(md).pointer() == 5
+    steps = read_run_log(os.path.join(md, "run_log.jsonl"), "step")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
+    assert waited > 0
+    from pipelines import beam_train
+    from pipelines.commands.train import build_algorithm
+    files = dataset.resolve_shards(ds)
+    vh = dataset.check_vocab_hash(files, None)
+    got = CheckpointStore(md).latest()
+    algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64",
+                                                                  "alpha": 0.1, "eta": 0.01},
+                           batch_size=50, corpus_size=dataset.count_documents(files), seed=2,
+                           vocab_hash=vh)
+    res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, batch_size=50,
+                           passes=2, max_steps=5, beam_argv=["--runner=DirectRunner"],
+                           pieces_per_minibatch=2, progress=False)
+    ref = res.algorithm.to_state()
+    assert (got.step, got.docs_seen, got.rng) == (ref.step, ref.docs_seen, ref.rng)
+    for k, v in got.arrays.items():
+        assert v.tobytes() == ref.arrays[k].tobytes(), k

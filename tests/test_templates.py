@@ -1,5 +1,6 @@
 """templates/: Flex Template metadata names exactly the CLI options (required ones required),
-the launcher turns template strings into CLI arguments the parsers accept, the Dockerfile
+the launcher turns template strings into CLI arguments the parsers accept and runs the
+template commands detached (one training window per launch), the Dockerfile
 bakes the numba cache, the Airflow DAG compiles without Airflow and names only existing
 options, and the Cloud Scheduler body launches the train template with real options."""
 import argparse
@@ -157,6 +158,43 @@ def test_launcher_defaults_the_runner_to_dataflow():
     assert launch.with_runner("topics", ["--model=m"]) == ["--model=m"]
 
 
+def test_launcher_runs_the_template_commands_detached():
+    """A Flex Template launch must return soon after submitting its job: --detach is added
+    unless the launch sets the detach parameter (true or false) itself."""
+    for command in ("vectorize", "train", "infer"):
+        assert launch.with_detach(command, ["--output=gs://b/x"]) == [
+            "--output=gs://b/x", "--detach"]
+        for given in ("--detach=false", "--detach=true", "--detach"):
+            assert launch.with_detach(command, [given, "--x=1"]) == [given, "--x=1"]
+        flags = launch.flag_options(command)
+        assert launch.normalise(launch.with_detach(command, ["--detach=false"]), flags) == []
+        assert launch.normalise(launch.with_detach(command, []), flags) == ["--detach"]
+    assert launch.with_detach("topics", ["--model=m"]) == ["--model=m"]
+
+
+def test_launcher_trains_one_window_per_launch(tmp_path, monkeypatch, capsys):
+    """LDABEAM_COMMAND=train through the launcher (DirectRunner named, so nothing goes to
+    Dataflow): each launch trains one window and returns; detach=false trains to the end."""
+    from lda_core.checkpoint import CheckpointStore
+    from pipelines import synthetic
+    ds = str(tmp_path / "ds")
+    synthetic.write_dataset(synthetic.SyntheticSpec(n_docs=500, n_words=60, n_topics=3,
+                                                    doc_length=20.0), ds)
+    monkeypatch.setenv("LDABEAM_COMMAND", "train")
+    common = ["--shards=%s" % ds, "--minibatch=100", "--runner=DirectRunner",
+              "--minibatches-per-window=2", "--no-progress=true", "--heldout=none"]
+    m = str(tmp_path / "m")
+    assert launch.main(["--output=%s" % m, "--topics=3"] + common) == 0
+    assert "window of minibatches 0..2 (of 5)" in capsys.readouterr().out
+    assert CheckpointStore(m).pointer() == 2
+    assert launch.main(["--output=%s" % m, "--resume=true"] + common) == 0
+    assert CheckpointStore(m).pointer() == 4
+    w = str(tmp_path / "w")
+    assert launch.main(["--output=%s" % w, "--topics=3", "--detach=false"] + common) == 0
+    assert "step 5 (5 this run)" in capsys.readouterr().out
+    assert [c.step for c in CheckpointStore(w).list_checkpoints()][-1] == 5
+
+
 def test_launcher_converts_flags_and_passes_beam_options():
     flags = launch.flag_options("train")
     out = launch.normalise(["--resume=true", "--unroll=false", "--no-progress=false",
@@ -251,8 +289,13 @@ def test_airflow_dag_compiles_and_names_existing_options():
     for name, command in (("VECTORIZE_PARAMETERS", "vectorize"), ("TRAIN_PARAMETERS", "train")):
         keys = [k.value for k in consts[name].keys]
         check_options(command, keys)
-    assert "resume" in [k.value for k in consts["TRAIN_PARAMETERS"].keys]
-    assert "max-steps" in [k.value for k in consts["TRAIN_PARAMETERS"].keys]
+    train = {k.value: v for k, v in zip(consts["TRAIN_PARAMETERS"].keys,
+                                        consts["TRAIN_PARAMETERS"].values)}
+    # one detached window per run, resuming from LATEST; no --max-steps (the window and
+    # --passes bound each launch and the whole chain)
+    assert "resume" in train and "max-steps" not in train
+    assert isinstance(train["detach"], ast.Constant) and train["detach"].value == "true"
+    assert "minibatches-per-window" in train
     seen = set()
     for name in ("EVALUATE_COMMAND", "REPORT_COMMAND"):
         text = " ".join(_strings(consts[name]))
@@ -268,7 +311,14 @@ def test_airflow_dag_compiles_and_names_existing_options():
     assert "check >> vectorize >> plan >> train >> evaluate >> report" in src
     ops = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
            and isinstance(n.func, ast.Name)}
-    assert {"DataflowStartFlexTemplateOperator", "BashOperator", "PythonOperator"} <= ops
+    assert {"DataflowStartFlexTemplateOperator", "BashOperator", "ShortCircuitOperator"} <= ops
+    # the launcher returns after submitting: the operator itself waits for the Dataflow job
+    flex = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == "DataflowStartFlexTemplateOperator"]
+    assert flex and all(any(k.arg == "wait_until_finished" and isinstance(k.value, ast.Constant)
+                            and k.value.value is True for k in n.keywords) for n in flex)
+    # plan_train reads the position from LATEST's state.json the way the trainer records it
+    assert "minibatches_done" in src and "state.json" in src
 
 
 def test_cloud_scheduler_body_launches_the_train_template():
@@ -277,12 +327,12 @@ def test_cloud_scheduler_body_launches_the_train_template():
     lp = body["launchParameter"]
     assert lp["containerSpecGcsPath"].endswith("/ldabeam-train.json")
     params = lp["parameters"]
-    assert params["resume"] == "true"
+    assert params["resume"] == "true" and params["detach"] == "true"
     opts = check_options("train", list(params))
     args = launch.normalise(["--%s=%s" % kv for kv in params.items()],
                             launch.flag_options("train"))
     parsed, rest = command_parser("train").parse_known_args(args)
-    assert parsed.resume is True and rest == [] and opts is not None
+    assert parsed.resume is True and parsed.detach is True and rest == [] and opts is not None
     readme = open(os.path.join(TEMPLATES, "cloud_scheduler", "README.md")).read()
     assert "flexTemplates:launch" in readme and "gcloud scheduler jobs create http" in readme
 

@@ -1,23 +1,36 @@
-"""Apache Airflow DAG: vectorize -> train (resuming from the latest checkpoint) -> evaluate ->
-report, as one scheduled batch job on Dataflow (the ldabeam Flex Templates of
-templates/dataflow/).
+"""Apache Airflow DAG: vectorize -> train (one more window, resuming from the latest
+checkpoint) -> evaluate -> report, as one scheduled batch job on Dataflow (the ldabeam Flex
+Templates of templates/dataflow/).
 
-Why a chain of launches: a Flex Template job must return after ``run()``, so one launch is one
-pipeline run. Each scheduled run continues the model from its latest checkpoint for at most
-``steps_per_run`` more global steps (``--resume --max-steps``), so a long training is spread
-over successive runs and a failed run loses at most one launch of work; because every step is
-deterministic, the chain ends with the same model as one uninterrupted run.
+Why a chain of launches: a Flex Template launcher must return soon after submitting its job
+(Dataflow fails a launch that waits: "Your launch takes too long to finish"), so the
+templates run detached (``detach=true``, also the launcher's default): one train launch
+submits exactly ONE window -- ``minibatches-per-window`` minibatches from the checkpoint
+``LATEST`` names -- and returns; the window's job publishes its checkpoint, evaluates and
+appends its run-log records itself, in its last step. The train task is the Dataflow job:
+``DataflowStartFlexTemplateOperator(wait_until_finished=True)`` launches the template and
+then waits for the *job* it submitted (not for the launcher), so evaluate and report see the
+window's checkpoint. Each scheduled run advances the model by one window; a failed run loses
+at most that window, and because every step is deterministic the chain ends with the same
+model, bit for bit, as one uninterrupted run with the same window size.
 
     vectorize      Flex Template ldabeam-vectorize, skipped when the dataset's manifest.json
-                   already exists (the corpus is vectorised once)
-    plan_train     reads MODEL/checkpoints/LATEST: resume=true and max-steps = LATEST +
-                   steps_per_run, or a fresh model (resume=false, topics=K)
-    train          Flex Template ldabeam-train with those parameters; the model directory is
-                   on GCS (checkpoints under unique names committed by the LATEST object,
-                   written last; docs/model-format.md)
+                   already exists (the corpus is vectorised once); the operator waits for
+                   the job, whose last step writes manifest.json
+    plan_train     reads MODEL/checkpoints/LATEST (and that checkpoint's state.json): a fresh
+                   model (resume=false, topics=K), the next window (resume=true), or -- when
+                   the latest checkpoint already completes every pass -- skips train
+    train          Flex Template ldabeam-train with those parameters: one window; the model
+                   directory is on GCS (checkpoints under unique names committed by the
+                   LATEST object, written last; docs/model-format.md)
     evaluate       ldabeam evaluate on the Airflow worker, reading the model and the held-out
-                   shards straight from GCS; metrics JSON to GCS
+                   shards straight from GCS; metrics JSON to GCS (also when train was
+                   skipped)
     report         ldabeam report, reading the model from GCS and writing the HTML there
+
+Runs never overlap (``max_active_runs=1``, and each run waits for its jobs): two windows of
+one model must not run at once (each launch clears the model's scratch folder and the run
+log is rewritten by one writer at a time).
 
 Set the Airflow Variables ``ldabeam_project``, ``ldabeam_region``, ``ldabeam_bucket`` and
 ``ldabeam_image`` (the worker image of templates/dataflow/Dockerfile), build the templates as
@@ -32,11 +45,12 @@ every ldabeam option named here exists in the CLI).
 from __future__ import annotations
 
 import datetime
+import json
 
 from airflow import DAG
 from airflow.models import Variable
 from airflow.operators.bash import BashOperator
-from airflow.operators.python import PythonOperator, ShortCircuitOperator
+from airflow.operators.python import ShortCircuitOperator
 from airflow.providers.google.cloud.hooks.gcs import GCSHook
 from airflow.providers.google.cloud.operators.dataflow import DataflowStartFlexTemplateOperator
 
@@ -50,7 +64,7 @@ MODEL = "gs://" + BUCKET + "/ldabeam/model"
 REPORTS = "gs://" + BUCKET + "/ldabeam/reports/{{ ds }}"
 
 TOPICS = 100
-STEPS_PER_RUN = 2000
+STEPS_PER_RUN = 2000        # minibatches per scheduled run: one detached window
 
 # Flex Template parameters: names are exactly the ldabeam options (templates/dataflow/metadata_*)
 VECTORIZE_PARAMETERS = {
@@ -70,8 +84,8 @@ TRAIN_PARAMETERS = {
     "checkpoint-every": "100",
     "minibatches-per-window": str(STEPS_PER_RUN),
     "threads": "1",
+    "detach": "true",           # one window per launch (the launcher's default, said here)
     "resume": "{{ ti.xcom_pull(task_ids='plan_train')['resume'] }}",
-    "max-steps": "{{ ti.xcom_pull(task_ids='plan_train')['max_steps'] }}",
 }
 ENVIRONMENT = {
     "tempLocation": "gs://" + BUCKET + "/tmp",
@@ -102,21 +116,34 @@ def dataset_missing(**context) -> bool:
     return not GCSHook().exists(bucket, path + "/manifest.json")
 
 
-def plan_train(**context) -> dict:
-    """resume / max-steps for this run from MODEL/checkpoints/LATEST."""
+def plan_train(**context):
+    """ShortCircuit: this run's train parameters from MODEL/checkpoints/LATEST -- a fresh
+    model, the next window, or False (train is skipped; evaluate and report still run) when
+    the latest checkpoint has done every minibatch of every pass."""
     bucket, path = _split(context["templates_dict"]["model"])
     hook = GCSHook()
     latest = path + "/checkpoints/LATEST"
     if not hook.exists(bucket, latest):
-        return {"resume": "false", "max_steps": str(STEPS_PER_RUN)}
+        return {"resume": "false"}
     # e.g. step-000001234-3f9c0a1b2c4d (on object stores every checkpoint name carries a
-    # unique suffix; a local model's is step-000001234)
+    # unique suffix); its state.json records the position and the run's settings
     name = hook.download(bucket, latest).decode("utf-8").strip()
-    step = int(name.split("-")[1])
-    return {"resume": "true", "max_steps": str(step + STEPS_PER_RUN)}
+    meta = json.loads(hook.download(bucket, "%s/checkpoints/%s/state.json" % (path, name)))
+    info = meta.get("info") or {}
+    done = int((info.get("trainer") or {}).get("minibatches_done", meta["step"]))
+    run = info.get("run") or {}
+    if run.get("n_docs") and run.get("minibatch") and run.get("passes"):
+        per_pass = -(-int(run["n_docs"]) // int(run["minibatch"]))
+        if done >= int(run["passes"]) * per_pass:
+            print("training complete: %s is at minibatch %d of %d" % (
+                name, done, int(run["passes"]) * per_pass))
+            return False
+    return {"resume": "true"}
 
 
 def _flex(task_id: str, template: str, parameters: dict, trigger_rule: str = "all_success"):
+    # wait_until_finished: the task lasts as long as the Dataflow job the (detached) launcher
+    # submitted, so the next task sees what the job wrote (manifest.json, the checkpoint)
     return DataflowStartFlexTemplateOperator(
         task_id=task_id,
         project_id=PROJECT,
@@ -134,7 +161,7 @@ def _flex(task_id: str, template: str, parameters: dict, trigger_rule: str = "al
 
 with DAG(
     dag_id="ldabeam_train",
-    description="vectorize -> train (resume) -> evaluate -> report on Dataflow",
+    description="vectorize -> train (one more window) -> evaluate -> report on Dataflow",
     schedule="@daily",
     start_date=datetime.datetime(2026, 1, 1),
     catchup=False,
@@ -146,11 +173,13 @@ with DAG(
         task_id="dataset_missing", python_callable=dataset_missing,
         templates_dict={"dataset": DATASET}, ignore_downstream_trigger_rules=False)
     vectorize = _flex("vectorize", "vectorize", VECTORIZE_PARAMETERS)
-    plan = PythonOperator(task_id="plan_train", python_callable=plan_train,
-                          templates_dict={"model": MODEL},
-                          trigger_rule="none_failed")     # runs when vectorize was skipped
+    plan = ShortCircuitOperator(
+        task_id="plan_train", python_callable=plan_train, templates_dict={"model": MODEL},
+        ignore_downstream_trigger_rules=False,   # False skips train only
+        trigger_rule="none_failed")              # runs when vectorize was skipped
     train = _flex("train", "train", TRAIN_PARAMETERS)
-    evaluate = BashOperator(task_id="evaluate", bash_command=EVALUATE_COMMAND)
+    evaluate = BashOperator(task_id="evaluate", bash_command=EVALUATE_COMMAND,
+                            trigger_rule="none_failed")    # also when train was skipped
     report = BashOperator(task_id="report", bash_command=REPORT_COMMAND)
 
     check >> vectorize >> plan >> train >> evaluate >> report

@@ -15,6 +15,16 @@ own argparse definitions, and leaves every other argument untouched.
 The template commands run on Dataflow: without a ``--runner`` argument :func:`with_runner`
 adds ``--runner=DataflowRunner`` (``ldabeam train``'s own default is the in-process trainer
 and Beam's the DirectRunner, either of which would run the job inside the launcher VM).
+
+They run *detached*: a Flex Template launch must finish soon after the job is submitted
+(Dataflow fails a launcher that waits for its job with "Timeout in polling result file ...
+Your launch takes too long to finish"), so :func:`with_detach` adds ``--detach`` unless the
+launch gives the ``detach`` parameter itself (``detach=false`` turns it off, e.g. for a
+launch that must wait). Detached, ``vectorize`` and ``infer`` return after submitting their
+pipeline (which writes manifest.json / summary.json last), and ``train`` submits exactly one
+window (``minibatches-per-window`` minibatches from the latest checkpoint with
+``resume=true``) whose job publishes the checkpoint and the run log itself
+(docs/beam-training.md, "Detached windows").
 """
 from __future__ import annotations
 
@@ -73,10 +83,19 @@ def with_runner(command: str, argv: List[str]) -> List[str]:
     return list(argv)
 
 
+def with_detach(command: str, argv: List[str]) -> List[str]:
+    """``argv`` plus ``--detach`` for a template command whose launch does not set the
+    ``detach`` parameter (before :func:`normalise`, so ``--detach=false`` is respected)."""
+    if command in TEMPLATE_COMMANDS and not any(
+            a == "--detach" or a.startswith("--detach=") for a in argv):
+        return list(argv) + ["--detach"]
+    return list(argv)
+
+
 def main(argv=None) -> int:
     command = os.environ.get("LDABEAM_COMMAND", "")
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = with_runner(command, normalise(argv, flag_options(command)))
+    args = with_runner(command, normalise(with_detach(command, argv), flag_options(command)))
     from pipelines.cli import main as cli_main
     return cli_main([command] + args)
 
