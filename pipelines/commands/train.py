@@ -2,12 +2,17 @@
 
     ldabeam train --shards SHARD_DIR --output MODEL_DIR --topics K [--algorithm online-vb]
                   [--minibatch S] [--passes N] [--seed N] [--resume] [--runner inprocess]
+                  [--runner BEAM_RUNNER [--detach]]
 
 The model directory receives ``vocab.tsv`` (copied from the dataset, so topics print as
 words), ``checkpoints/`` (one complete topic state per published step, ``LATEST`` pointer) and
 ``run_log.jsonl`` (one JSON record per global step). Everything the command can check is
 checked before any training work: the output option, the shard set, the vocabulary hash of
 every shard (against the model's when resuming), and a resumed checkpoint's algorithm, K and V.
+
+``--detach`` (Beam runners; Dataflow Flex Templates): one window is submitted and the command
+returns; the job publishes the checkpoint and appends the run log itself
+(:mod:`pipelines.beam_train`, docs/beam-training.md "Detached windows").
 
 Algorithm settings (``ALGO_OPTIONS``: option -> constructor keyword) default to the algorithm's
 own, ``--minibatch`` included (SCVB0 and sparse Gibbs-VB: 100, their papers'; online VB 256).
@@ -669,7 +674,11 @@ def run(args, beam_argv) -> int:
             os.replace(dst_vocab + ".tmp", dst_vocab)
 
     from lda_core.run_log import RUN_LOG_FILE, RunLog
-    run_log = RunLog(dataset.join(args.output, RUN_LOG_FILE))
+    if detach:
+        # the window's job appends the records; the launcher neither opens nor reads the log
+        run_log = _RunLogPath(dataset.join(args.output, RUN_LOG_FILE))
+    else:
+        run_log = RunLog(dataset.join(args.output, RUN_LOG_FILE))
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
@@ -714,6 +723,19 @@ def run(args, beam_argv) -> int:
 
 
 LAST_SUBMITTED = None   # --detach: the SubmittedWindow of the last launch (for callers)
+
+
+class _RunLogPath:
+    """--detach: where the run log is (the job writes it; nothing to write or close here)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, record) -> None:   # pragma: no cover - the detached driver logs nothing
+        raise RuntimeError("a detached launch writes no run-log record itself")
+
+    def close(self) -> None:
+        pass
 
 
 def _print_detached(args, algorithm, algo, stream, sub) -> None:
