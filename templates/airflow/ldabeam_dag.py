@@ -132,11 +132,11 @@ def plan_train(**context):
     info = meta.get("info") or {}
     done = int((info.get("trainer") or {}).get("minibatches_done", meta["step"]))
     run = info.get("run") or {}
-    if run.get("n_docs") and run.get("minibatch") and run.get("passes"):
-        per_pass = -(-int(run["n_docs"]) // int(run["minibatch"]))
-        if done >= int(run["passes"]) * per_pass:
-            print("training complete: %s is at minibatch %d of %d" % (
-                name, done, int(run["passes"]) * per_pass))
+    if run.get("n_docs") and run.get("minibatch"):
+        # the passes this DAG asks for (raising them continues a finished model)
+        total = int(TRAIN_PARAMETERS["passes"]) * -(-int(run["n_docs"]) // int(run["minibatch"]))
+        if done >= total:
+            print("training complete: %s is at minibatch %d of %d" % (name, done, total))
             return False
     return {"resume": "true"}
 
