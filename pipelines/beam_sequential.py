@@ -61,12 +61,11 @@ from apache_beam.metrics import Metrics
 
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
-from pipelines.beam_train import (BeamTrainResult, BeamTrainingError, default_scratch_root,
-                                  plan_steps, read_task)
+from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult, BeamTrainingError,
+                                  _query_counters, default_scratch_root, plan_steps,
+                                  read_task)
 
 logger = logging.getLogger(__name__)
-
-METRICS_NAMESPACE = "ldabeam"
 
 # sampler objects handed between windows inside one process: key -> sampler
 _LIVE: Dict[str, Any] = {}
@@ -266,20 +265,6 @@ def _concat(batches):
 
 
 # ------------------------------------------------------------------------------ driver
-
-def _query_counters(result) -> Dict[str, int]:
-    out: Dict[str, int] = {}
-    try:
-        res = result.metrics().query()
-    except Exception as e:  # pragma: no cover - runner-specific
-        logger.debug("metrics unavailable: %s", e)
-        return out
-    for c in res.get("counters", []):
-        if c.key.metric.namespace == METRICS_NAMESPACE:
-            v = c.committed if c.committed is not None else c.attempted
-            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(v or 0)
-    return out
-
 
 def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, Any],
                                                                       Dict[str, int]]:
