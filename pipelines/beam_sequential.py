@@ -63,7 +63,7 @@ from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult, BeamTrainingError,
                                   _query_counters, default_scratch_root, plan_steps,
-                                  read_task)
+                                  read_task, resume_from_latest)
 
 logger = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     whole remaining stream when ``checkpoint_every`` is 0."""
     from lda_core.checkpoint import CheckpointStore
     from lda_core.ordering import n_batches
-    from lda_core.trainer import evaluate, resume_position
+    from lda_core.trainer import evaluate
     t_start = time.time()
     files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
     gibbs = getattr(algorithm, "name", "") == "gibbs"
@@ -349,17 +349,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         if gibbs:
             raise ValueError("resume is not available for the batch Gibbs sampler (gibbs); "
                              "train again with more sweeps")
-        found = checkpoint_store.latest_checkpoint()
-        if found is not None:
-            ck, state = found
-            state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
-                           n_words=algorithm.n_words, vocab_hash=vh)
-            if state.step != getattr(algorithm, "step", state.step):
-                from lda_core.algorithm import algorithm_class
-                algorithm = algorithm_class(state.algorithm).from_state(state)
-            position = resume_position(state)
-            start_ckpt = ck.path
-            logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
+        algorithm, position, start_ckpt = resume_from_latest(checkpoint_store, algorithm, vh,
+                                                             position)
     D = int(sum(sizes))
     total = int(passes) if gibbs else n_batches(D, batch_size)
     stop = total if max_steps is None or gibbs else min(total, int(max_steps))

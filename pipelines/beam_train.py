@@ -588,6 +588,26 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     return files, sizes, vh
 
 
+def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
+    """(algorithm, position, checkpoint path) to continue from: the latest valid checkpoint
+    of ``checkpoint_store`` (validated against ``algorithm``'s name, K, V and the shards'
+    vocabulary hash; its state replaces ``algorithm`` when the steps differ), or the inputs
+    unchanged (path None) when there is none."""
+    from lda_core.trainer import resume_position
+    found = checkpoint_store.latest_checkpoint()
+    if found is None:
+        return algorithm, position, None
+    ck, state = found
+    state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
+                   n_words=algorithm.n_words, vocab_hash=vocab_hash)
+    if state.step != getattr(algorithm, "step", state.step):
+        from lda_core.algorithm import algorithm_class
+        algorithm = algorithm_class(state.algorithm).from_state(state)
+    position = resume_position(state)
+    logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
+    return algorithm, position, ck.path
+
+
 def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
     """Where the states of the steps inside a window go when workers are other processes.
@@ -651,7 +671,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     :class:`BeamTrainResult` otherwise.
     """
     from lda_core.ordering import n_batches
-    from lda_core.trainer import evaluate, resume_position
+    from lda_core.trainer import evaluate
     t_start = time.time()
     for name, v in (("passes", passes), ("batch_size", batch_size)):
         if int(v) < 1:
@@ -681,16 +701,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     # --- position ----------------------------------------------------------------------------
     position = int(getattr(algorithm, "step", 0) or 0)
     if resume:
-        found = checkpoint_store.latest_checkpoint()
-        if found is not None:
-            ck, state = found
-            state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
-                           n_words=algorithm.n_words, vocab_hash=vh)
-            if state.step != getattr(algorithm, "step", state.step):
-                from lda_core.algorithm import algorithm_class
-                algorithm = algorithm_class(state.algorithm).from_state(state)
-            position = resume_position(state)
-            logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
+        algorithm, position, _ = resume_from_latest(checkpoint_store, algorithm, vh, position)
     D = int(sum(sizes))
     B = n_batches(D, batch_size)
     total = int(passes) * B
