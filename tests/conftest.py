@@ -1,4 +1,5 @@
-"""Shared fixtures: the real corpora in ../shared/data and the bundled Wikipedia sample."""
+"""Shared fixtures: the real corpora in ../shared/data, the bundled Wikipedia sample and the fake
+object store (fakegs://) of the object-store tests."""
 import os
 
 import pytest
@@ -38,3 +39,25 @@ def nips_paths():
 @pytest.fixture(scope="session")
 def news20_tar():
     return shared_path("20news-bydate", "20news-bydate.tar.gz")
+
+
+@pytest.fixture
+def store_root(tmp_path, monkeypatch):
+    """The fake object store ``fakegs://bucket`` (tests/fake_object_store.py) backed by
+    tmp_path/objects. Renames are refused (nothing may rely on them on an object store) and the
+    working directory is an empty folder that must stay empty, so a URL mistaken for a local
+    path (a folder named 'fakegs:') shows."""
+    import fake_object_store as fos
+    root = tmp_path / "objects"
+    root.mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.setenv(fos.ROOT_ENV, str(root))
+    monkeypatch.setenv(fos.LOG_ENV, str(tmp_path / "ops.log"))
+    monkeypatch.chdir(cwd)
+
+    def no_rename(self, src, dst):
+        raise AssertionError("rename on an object store: %s -> %s" % (src, dst))
+    monkeypatch.setattr(fos.FakeObjectStore, "rename", no_rename)
+    yield "fakegs://bucket"
+    assert os.listdir(str(cwd)) == [], "something was written locally: %s" % os.listdir(str(cwd))

@@ -236,23 +236,6 @@ def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_
 
 # ------------------------------------------------------------------ train, object store
 
-@pytest.fixture
-def store_root(tmp_path, monkeypatch):
-    """The fake object store backed by tmp_path/objects (renames refused: nothing may rely on
-    them on an object store); the working directory stays empty."""
-    root = tmp_path / "objects"
-    root.mkdir()
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.setenv(fos.ROOT_ENV, str(root))
-    monkeypatch.setenv(fos.LOG_ENV, str(tmp_path / "ops.log"))
-    monkeypatch.chdir(cwd)
-
-    def no_rename(self, src, dst):
-        raise AssertionError("rename on an object store: %s -> %s" % (src, dst))
-    monkeypatch.setattr(fos.FakeObjectStore, "rename", no_rename)
-    yield "fakegs://bucket"
-    assert os.listdir(str(cwd)) == [], "something was written locally: %s" % os.listdir(str(cwd))
 
 
 def _objects(url):

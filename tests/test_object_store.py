@@ -33,23 +33,6 @@ from test_cli_train import make_dataset
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def store_root(tmp_path, monkeypatch):
-    """The fake object store backed by tmp_path/objects; the working directory is an empty
-    folder, so a URL mistaken for a local path (a folder named 'fakegs:') would show."""
-    root = tmp_path / "objects"
-    root.mkdir()
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.setenv(fos.ROOT_ENV, str(root))
-    monkeypatch.setenv(fos.LOG_ENV, str(tmp_path / "ops.log"))
-    monkeypatch.chdir(cwd)
-    # nothing may rely on renaming on an object store (the fake refuses directories anyway)
-    def no_rename(self, src, dst):
-        raise AssertionError("rename on an object store: %s -> %s" % (src, dst))
-    monkeypatch.setattr(fos.FakeObjectStore, "rename", no_rename)
-    yield "fakegs://bucket"
-    assert os.listdir(str(cwd)) == [], "something was written locally: %s" % os.listdir(str(cwd))
 
 
 def _objects(root_url):
