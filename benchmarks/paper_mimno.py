@@ -108,13 +108,20 @@ def main(argv=None):
                     help="redraw paper_mimno.png from the CSV files in --out")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    if a.plot_only:
+    def saved(name):
+        """The rows of a CSV written by an earlier run ([] if there is none), so that a run
+        with --skip-quality or --skip-speed still plots the other half."""
         import csv
-        rd = lambda n: [{k: (float(v) if k in ("umass", "cpu_s_per_1000_docs") else
-                             (int(v) if k in ("K", "topic") else v)) for k, v in r.items()}
-                        for r in csv.DictReader(open(os.path.join(a.out, n)))]
-        plot(rd("paper_mimno_quality.csv"), rd("paper_mimno_topics.csv"),
-             rd("paper_mimno_speed.csv"), os.path.join(a.out, "paper_mimno.png"))
+        path = os.path.join(a.out, name)
+        if not os.path.exists(path):
+            return []
+        return [{k: (float(v) if k in ("umass", "cpu_s_per_1000_docs") else
+                     (int(v) if k in ("K", "topic") else v)) for k, v in r.items()}
+                for r in csv.DictReader(open(path))]
+
+    if a.plot_only:
+        plot(saved("paper_mimno_quality.csv"), saved("paper_mimno_topics.csv"),
+             saved("paper_mimno_speed.csv"), os.path.join(a.out, "paper_mimno.png"))
         return 0
     from lda_core.evaluation import document_completion, umass_coherence
     train, ha, hb, V = pf.load("20news")
@@ -169,6 +176,10 @@ def main(argv=None):
             print("# sparse Gibbs-VB time ratio K=%d / K=%d: %.2f CPU, %.2f wall "
                   "(expected <= %.3g: sub-linear in K)" % (k2, k1, r, rw, k2 / float(k1)),
                   flush=True)
+    if a.skip_quality:
+        quality, topics = saved("paper_mimno_quality.csv"), saved("paper_mimno_topics.csv")
+    if a.skip_speed:
+        speed_rows = saved("paper_mimno_speed.csv")
     plot(quality, topics, speed_rows, os.path.join(a.out, "paper_mimno.png"))
     return 0
 
