@@ -67,6 +67,9 @@ def main(argv=None):
     p = common.base_parser(__doc__)
     p.add_argument("--times", type=int, default=4)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
+                                                  "memory_bench.json"),
+                   help="write the results here ('': do not write)")
     a = p.parse_args(argv)
     from benchmarks.prepare_20news import prepare
     prepare(a.cache)
@@ -86,6 +89,10 @@ def main(argv=None):
                                                   many["peak_rss_mb"]))
     print("peak RSS ratio x%d / x1 = %.3f (target <= 1.20: %s)"
           % (a.times, ratio, "met" if ratio <= 1.2 else "NOT met"))
+    if a.json:
+        common.save_results({"x1": one, "x%d" % a.times: many, "times": a.times,
+                             "peak_rss_ratio": ratio, "target": "<= 1.20",
+                             "met": bool(ratio <= 1.2)}, a.json, argv)
 
 
 if __name__ == "__main__":

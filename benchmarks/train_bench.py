@@ -107,6 +107,9 @@ def main(argv=None):
     p.add_argument("--vw-python", default=os.environ.get("LDABEAM_VW_PYTHON", sys.executable),
                    help="a Python interpreter where `vowpalwabbit` imports (a separate venv)")
     p.add_argument("--results", default=None, help="append the records (JSON lines) here")
+    p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
+                                                  "train_bench.json"),
+                   help="write this run's records and ratios here ('': do not write)")
     a = p.parse_args(argv)
     from benchmarks.prepare_20news import prepare
     meta = prepare(a.cache)
@@ -150,6 +153,10 @@ def main(argv=None):
             return "; CPU seconds %.2fx" % (r["train_cpu_s"] / ours["train_cpu_s"])
         return ""
     byname = {r["system"].split("(")[0]: r for r in results}
+    ratios = {name: {"wall": r["train_s"] / ours["train_s"],
+                     "cpu": (r["train_cpu_s"] / ours["train_cpu_s"]
+                             if r.get("train_cpu_s") and ours.get("train_cpu_s") else None)}
+              for name, r in byname.items() if r is not ours}
     if "gensim_lda" in byname:
         g = byname["gensim_lda"]
         print("quality: ours %.4f vs gensim LdaModel %.4f (same split, same evaluator): %s"
@@ -168,6 +175,11 @@ def main(argv=None):
               % (r["train_s"] / ours["train_s"], cpu_ratio(r)))
     if vw_note:
         print(vw_note)
+    if a.json:
+        common.save_results({"systems": [{k: v for k, v in r.items() if k != "phi"}
+                                         for r in results],
+                             "peer_over_ours": ratios,
+                             "quality_target_ll": common.TARGET_LL}, a.json, argv)
     if a.results:
         with open(a.results, "a") as f:
             for r in results:

@@ -150,7 +150,8 @@ def test_train_bench(news20, tmp_path):
     """Ours and the gensim peers (project dependencies); Vowpal Wabbit is not one: reported
     as not measured unless it imports."""
     res = tmp_path / "train.jsonl"
-    out, _ = run(news20, "train_bench.py", "--results", res)
+    js = tmp_path / "train.json"
+    out, _ = run(news20, "train_bench.py", "--results", res, "--json", js)
     ours, harness, _ = grab(r"ours: %s by our evaluator, %s by bench_peers.py evaluate "
                             r"\(difference %s\)" % (NUMBER, NUMBER, NUMBER), out)
     assert ours == pytest.approx(harness, abs=1e-3)     # our evaluator = the harness's
@@ -167,6 +168,11 @@ def test_train_bench(news20, tmp_path):
         finite(r["train_s"], r["system"])
         finite(r["heldout_ll_per_token"], r["system"])
         finite(r["peak_rss_mb"], r["system"])
+    with open(js) as f:
+        rec = json.load(f)
+    assert [r["system"] for r in rec["systems"]] == [r["system"] for r in recs]
+    assert finite(rec["peer_over_ours"]["gensim_multicore"]["wall"]) > 0
+    assert rec["run"]["script"] == "train_bench.py"
 
 
 def test_beam_train_bench(news20, tmp_path):
@@ -199,12 +205,18 @@ def test_vectorize_bench(bench_env, tmp_path):
         assert r["same_output_size"], r          # the same documents, tokens and vocabulary
 
 
-def test_memory_bench(news20):
-    out, _ = run(news20, "memory_bench.py", "--times", 2)
+def test_memory_bench(news20, tmp_path):
+    js = tmp_path / "memory.json"
+    out, _ = run(news20, "memory_bench.py", "--times", 2, "--json", js)
     one = grab(r"\| 20 Newsgroups train \| %s \|" % NUMBER, out)
     two = grab(r"\| the same x2 \| %s \|" % NUMBER, out)
     assert two == 2 * one
-    assert finite(grab(r"peak RSS ratio x2 / x1 = %s" % NUMBER, out)) > 0
+    ratio = finite(grab(r"peak RSS ratio x2 / x1 = %s" % NUMBER, out))
+    assert ratio > 0
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["peak_rss_ratio"] == pytest.approx(ratio, rel=1e-3)
+    assert rec["x2"]["docs"] == 2 * rec["x1"]["docs"]
 
 
 def test_scale_bench(news20, tmp_path):
