@@ -62,8 +62,8 @@ from apache_beam.metrics import Metrics
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult, BeamTrainingError,
-                                  _query_counters, default_scratch_root, plan_steps,
-                                  read_task, resume_from_latest)
+                                  _query_counters, check_shards, default_scratch_root,
+                                  plan_steps, read_task, resume_from_latest)
 
 logger = logging.getLogger(__name__)
 
@@ -284,21 +284,12 @@ def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, 
 
 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
-    from pipelines import dataset
-    from pipelines.shard_stream import shard_row_counts
     if not model_dir:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
     if not is_sequential(algorithm):
         raise ValueError("%s is a local/global-step algorithm: its Beam trainer is "
                          "pipelines.beam_train" % getattr(algorithm, "name", algorithm))
-    files = list(files)
-    if not files:
-        raise FileNotFoundError("no shard files to train on (empty shard set)")
-    vh = dataset.check_vocab_hash(files, getattr(algorithm, "vocab_hash", None))
-    sizes = shard_row_counts(files)
-    if sum(sizes) == 0:
-        raise ValueError("the shards %s hold no documents" % ", ".join(files[:3]))
-    return files, sizes, vh
+    return check_shards(algorithm, files)
 
 
 def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,

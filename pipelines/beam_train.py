@@ -70,6 +70,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core.algorithm import SuffStats
 from lda_core.docbatch import DocBatch
+from lda_core.trainer import TrainResult
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_stats import (StatsCombineFn, decode_stats, encode_stats, spill_stats)
@@ -521,16 +522,9 @@ class WindowTasks(beam.PTransform):
 # ------------------------------------------------------------------------------ driver
 
 @dataclass
-class BeamTrainResult:
-    """Same fields as :class:`lda_core.trainer.TrainResult` (the CLI prints either)."""
-    algorithm: Any
-    step: int
-    docs_seen: int
-    steps_run: int
-    elapsed: float
-    metrics: Dict[str, float] = field(default_factory=dict)
-    checkpoint: Optional[str] = None
-    converged: Optional[bool] = None
+class BeamTrainResult(TrainResult):
+    """:class:`lda_core.trainer.TrainResult` plus the windows run and the Beam counters (the
+    CLI prints either)."""
     windows: int = 0
     beam_metrics: Dict[str, int] = field(default_factory=dict)
 
@@ -566,8 +560,6 @@ def _run_pipeline(cfg: RunnerConfig, build) -> Dict[str, int]:
 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     from lda_core.algorithm import StochasticAlgorithm
-    from pipelines import dataset
-    from pipelines.shard_stream import shard_row_counts
     if not model_dir:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
     if not isinstance(algorithm, StochasticAlgorithm):
@@ -578,6 +570,14 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
         raise ValueError("%s applies one global step per pass; the Beam trainer runs "
                          "minibatch algorithms only: use --runner inprocess"
                          % getattr(algorithm, "name", type(algorithm).__name__))
+    return check_shards(algorithm, files)
+
+
+def check_shards(algorithm, files: Sequence[str]):
+    """(files, documents per file, vocabulary hash) of a non-empty shard set whose vocabulary
+    is ``algorithm``'s; a clear error before any work otherwise (both Beam trainers)."""
+    from pipelines import dataset
+    from pipelines.shard_stream import shard_row_counts
     files = list(files)
     if not files:
         raise FileNotFoundError("no shard files to train on (empty shard set)")
