@@ -1,41 +1,18 @@
 """The VB E-step: fast digamma, seeded γ initialisation, numba kernel vs numpy reference vs
 gensim ``LdaModel.inference`` on real KOS documents."""
-import gzip
 
 import numpy as np
 import pytest
 from scipy.special import psi
 
 from lda_core import estep_vb as E
-from lda_core.docbatch import DocBatch
 from lda_core.online_vb import OnlineVB
-
-
-def read_uci(path, n_docs):
-    """The first ``n_docs`` documents of a UCI docword file as a DocBatch (ids 0-based)."""
-    with gzip.open(path, "rt") as f:
-        D, W, _ = (int(f.readline()) for _ in range(3))
-        rows, cur, ids, cts = [], None, [], []
-        for line in f:
-            d, w, c = (int(x) for x in line.split())
-            if d != cur:
-                if cur is not None:
-                    rows.append((ids, cts))
-                    if len(rows) == n_docs:
-                        break
-                cur, ids, cts = d, [], []
-            ids.append(w - 1)
-            cts.append(c)
-        else:
-            rows.append((ids, cts))
-    order = [np.argsort(i) for i, _ in rows]
-    rows = [(np.asarray(i)[o], np.asarray(c)[o]) for (i, c), o in zip(rows, order)]
-    return DocBatch.from_rows(rows, doc_ids=["kos%d" % i for i in range(len(rows))]), W
+from uci_slices import uci_docbatch
 
 
 @pytest.fixture(scope="module")
 def kos(kos_paths):
-    return read_uci(kos_paths[0], 300)
+    return uci_docbatch(kos_paths[0], 300)
 
 
 @pytest.fixture(scope="module")

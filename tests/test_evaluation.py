@@ -1,5 +1,4 @@
 """The shared evaluation metrics, checked against the peer benchmark harness and sklearn."""
-import gzip
 import importlib.util
 import os
 import re
@@ -11,6 +10,7 @@ import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core import evaluation as ev
+from uci_slices import uci_csr, uci_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(os.path.dirname(REPO), "shared", "bench", "bench_peers.py")
@@ -25,26 +25,6 @@ def bp():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def read_uci(docword, vocab_path, max_docs):
-    """The first ``max_docs`` documents of a UCI docword file as a CSR matrix + vocabulary."""
-    rows, cols, vals = [], [], []
-    with gzip.open(docword, "rt") as f:
-        D, W, _ = int(f.readline()), int(f.readline()), int(f.readline())
-        for line in f:
-            d, w, c = line.split()
-            if int(d) > max_docs:
-                break
-            rows.append(int(d) - 1)
-            cols.append(int(w) - 1)
-            vals.append(float(c))
-    X = sp.csr_matrix((vals, (rows, cols)), shape=(min(D, max_docs), W))
-    X.sum_duplicates()
-    X.sort_indices()
-    with open(vocab_path) as f:
-        vocab = [l.strip() for l in f][:W]
-    return X, vocab
 
 
 def read_20ng(tar_path, per_group=25, min_df=3):
@@ -96,7 +76,8 @@ def fit_phi(X, K, seed=0, iters=5, eta=0.01):
 
 @pytest.fixture(scope="module")
 def kos(kos_paths):
-    X, vocab = read_uci(*kos_paths, max_docs=1500)
+    X, V = uci_csr(kos_paths[0], 1500)
+    vocab = uci_vocab(kos_paths[1], V)
     return X, vocab
 
 
@@ -114,7 +95,7 @@ def test_split_halves_equals_the_harness(bp, kos, nips_paths):
         a, b = ev.split_halves(DocBatch.from_csr(test), seed)
         assert (a.to_csr(X.shape[1]) != Xa).nnz == 0
         assert (b.to_csr(X.shape[1]) != Xb).nnz == 0
-    Xn, _ = read_uci(*nips_paths, max_docs=60)
+    Xn, _ = uci_csr(nips_paths[0], 60)
     Xa, Xb = bp.split_halves(Xn, np.random.RandomState(11))
     a, b = ev.split_halves(DocBatch.from_csr(Xn), 11)
     assert (a.to_csr(Xn.shape[1]) != Xa).nnz == 0 and (b.to_csr(Xn.shape[1]) != Xb).nnz == 0

@@ -1,6 +1,5 @@
 """Online and batch VB: settings, split invariance, the VBStats accumulator, lazily scaled λ,
 refusal of non-finite statistics, resume bit for bit, ELBO monotonicity, planted topics."""
-import gzip
 import pickle
 
 import numpy as np
@@ -12,32 +11,12 @@ from lda_core.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
 from lda_core.online_vb import BatchVB, OnlineVB
 from lda_core.vb_stats import VBStats
-
-
-def read_uci(path, n_docs):
-    """The first ``n_docs`` documents of a UCI docword file as a DocBatch (ids 0-based)."""
-    with gzip.open(path, "rt") as f:
-        D, W, _ = (int(f.readline()) for _ in range(3))
-        rows, cur, ids, cts = [], None, [], []
-        for line in f:
-            d, w, c = (int(x) for x in line.split())
-            if d != cur:
-                if cur is not None:
-                    rows.append((ids, cts))
-                    if len(rows) == n_docs:
-                        break
-                cur, ids, cts = d, [], []
-            ids.append(w - 1)
-            cts.append(c)
-        else:
-            rows.append((ids, cts))
-    rows = [(np.asarray(i)[np.argsort(i)], np.asarray(c)[np.argsort(i)]) for i, c in rows]
-    return DocBatch.from_rows(rows, doc_ids=["kos%d" % i for i in range(len(rows))]), W
+from uci_slices import uci_docbatch
 
 
 @pytest.fixture(scope="module")
 def kos(kos_paths):
-    return read_uci(kos_paths[0], 400)
+    return uci_docbatch(kos_paths[0], 400)
 
 
 def planted_corpus(K=5, V=250, D=800, doc_len=100, seed=0, doc_alpha=0.05):

@@ -1,5 +1,4 @@
 """SCVB0 (lda_core.scvb0) against small numpy references, plus the sparse accumulators."""
-import gzip
 import pickle
 
 import numpy as np
@@ -10,6 +9,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.scvb0 import SCVB0, SCVB0Stats
 from lda_core.scvb0_kernel import scvb0_estep
 from lda_core.sparse_stats import RowBlock, SparseTriplets
+from uci_slices import uci_docbatch
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -37,22 +37,6 @@ def match_topics(phi, truth):
     sim = b @ a.T
     r, c = linear_sum_assignment(-sim)
     return sim[r, c]
-
-
-def read_uci_slice(path, max_docs):
-    rows = {}
-    with gzip.open(path, "rt") as f:
-        D, W, _ = int(f.readline()), int(f.readline()), int(f.readline())
-        for line in f:
-            d, w, c = map(int, line.split())
-            if d > max_docs:
-                break
-            rows.setdefault(d - 1, []).append((w - 1, c))
-    out = []
-    for d in range(max_docs):
-        r = sorted(rows.get(d, []))
-        out.append(([w for w, _ in r], [c for _, c in r]))
-    return DocBatch.from_rows(out, doc_ids=["kos%d" % d for d in range(max_docs)]), W
 
 
 def reference_doc(word_rows, counts, tile, alpha, passes, s, tau, kappa, order=None):
@@ -237,7 +221,7 @@ def test_word_ids_outside_vocabulary_and_empty_documents():
 
 def test_real_kos_slice_beats_unigram(kos_paths):
     from lda_core.evaluation import document_completion, split_halves, unigram_baseline
-    batch, V = read_uci_slice(kos_paths[0], 600)
+    batch, V = uci_docbatch(kos_paths[0], 600)
     train, held = batch.take(range(500)), batch.take(range(500, 600)).non_empty()
     a, b = split_halves(held, 0)
     m = SCVB0(20, V, corpus_tokens=train.n_tokens, seed=0)

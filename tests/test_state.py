@@ -1,5 +1,4 @@
 """TopicState: bit-for-bit round trip, atomic publication, precise errors for damaged states."""
-import gzip
 import json
 import os
 
@@ -9,30 +8,15 @@ import pytest
 from lda_core.state import (STATE_FORMAT_VERSION, StateFormatError, TopicState,
                             read_state_json)
 from pipelines.dataset import vocab_hash
-
-
-def read_uci_slice(docword, vocab_path, max_docs):
-    """The first ``max_docs`` documents of a UCI docword file as a dense-free triple list."""
-    rows, cols, vals = [], [], []
-    with gzip.open(docword, "rt") as f:
-        D, W, _ = int(f.readline()), int(f.readline()), int(f.readline())
-        for line in f:
-            d, w, c = map(int, line.split())
-            if d > max_docs:
-                break
-            rows.append(d - 1)
-            cols.append(w - 1)
-            vals.append(c)
-    with open(vocab_path) as f:
-        vocab = [l.strip() for l in f][:W]
-    return np.array(rows), np.array(cols), np.array(vals), W, vocab
+from uci_slices import uci_triples, uci_vocab
 
 
 @pytest.fixture(scope="module")
 def kos_state(kos_paths):
     """A realistic online-VB-like state from 300 KOS documents: lambda = eta + counts
     assigned to K topics by document, plus the schedule and an RNG state."""
-    rows, cols, vals, V, vocab = read_uci_slice(*kos_paths, max_docs=300)
+    rows, cols, vals, _, V = uci_triples(kos_paths[0], 300)
+    vocab = uci_vocab(kos_paths[1], V)
     K = 20
     rng = np.random.default_rng(7)
     topic_of_doc = rng.integers(0, K, rows.max() + 1)
