@@ -242,7 +242,9 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         return float(self._bound(X))
 
     def _sync(self):
-        raise NotImplementedError
+        """Copy the fitted algorithm's state to the public attributes (``components_``,
+        ``n_batch_iter_`` ...). Abstract: :class:`OnlineLDA` and :class:`SCVB0LDA` define it."""
+        raise NotImplementedError("%s must define _sync" % type(self).__name__)
 
 
 class OnlineLDA(_LDABase):
