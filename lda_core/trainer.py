@@ -129,6 +129,15 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict
     return out
 
 
+def timed_evaluate(algorithm, heldout: HeldOut) -> Dict[str, float]:
+    """:func:`evaluate`, plus the seconds it took as ``eval_seconds`` (what every trainer logs
+    with an evaluation)."""
+    te = time.time()
+    metrics = evaluate(algorithm, heldout)
+    metrics["eval_seconds"] = time.time() - te
+    return metrics
+
+
 def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
     if hasattr(minibatches, "iter_from"):
         it = minibatches.iter_from(start_step)
@@ -253,9 +262,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
         nonlocal last_metrics, last_eval_step
         if heldout is None or last_eval_step == step:
             return None
-        te = time.time()
-        last_metrics = evaluate(algorithm, heldout)
-        last_metrics["eval_seconds"] = time.time() - te
+        last_metrics = timed_evaluate(algorithm, heldout)
         last_eval_step = step
         return last_metrics
 

@@ -308,7 +308,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     whole remaining stream when ``checkpoint_every`` is 0."""
     from lda_core.checkpoint import CheckpointStore
     from lda_core.ordering import n_batches
-    from lda_core.trainer import evaluate
+    from lda_core.trainer import timed_evaluate
     t_start = time.time()
     files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
     gibbs = getattr(algorithm, "name", "") == "gibbs"
@@ -412,10 +412,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         return known[path]
 
     def heldout_metrics(path: str) -> Dict[str, float]:
-        te = time.time()
-        m = evaluate(materialise(path), heldout)
-        m["eval_seconds"] = time.time() - te
-        return m
+        return timed_evaluate(materialise(path), heldout)
 
     try:
         if gibbs:

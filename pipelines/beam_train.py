@@ -70,7 +70,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core.algorithm import SuffStats
 from lda_core.docbatch import DocBatch
-from lda_core.trainer import TrainResult
+from lda_core.trainer import TrainResult, timed_evaluate
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_stats import (StatsCombineFn, decode_stats, encode_stats, spill_stats)
@@ -671,7 +671,6 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     :class:`BeamTrainResult` otherwise.
     """
     from lda_core.ordering import n_batches
-    from lda_core.trainer import evaluate
     t_start = time.time()
     for name, v in (("passes", passes), ("batch_size", batch_size)):
         if int(v) < 1:
@@ -783,11 +782,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
             w_time = time.time() - w_start
             # evaluation (once per window, when a multiple of eval_every was reached)
             rec_metrics = None
-            if heldout is not None and done and eval_every and (
-                    position // eval_every > (position - done) // eval_every):
-                te = time.time()
-                metrics = evaluate(algorithm, heldout)
-                metrics["eval_seconds"] = time.time() - te
+            if heldout is not None and _eval_due(position, done, eval_every):
+                metrics = timed_evaluate(algorithm, heldout)
                 last_eval_pos = position
                 rec_metrics = metrics
             if done:
@@ -822,9 +818,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                                        wall_time=time.time()))
                 raise BeamTrainingError(msg)
         if heldout is not None and last_eval_pos != position:
-            te = time.time()
-            metrics = evaluate(algorithm, heldout)
-            metrics["eval_seconds"] = time.time() - te
+            metrics = timed_evaluate(algorithm, heldout)
     finally:
         if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
             print("", file=sys.stderr)
@@ -945,7 +939,6 @@ class FinishWindowFn(LeanDoFn):
                 raise BeamTrainingError(msg)
             return
         from lda_core.checkpoint import CheckpointStore
-        from lda_core.trainer import evaluate
         infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         done = len(infos)
         position = f.start_ref.position + done
@@ -958,11 +951,8 @@ class FinishWindowFn(LeanDoFn):
         heldout = None
         if f.heldout is not None and done:
             heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
-        if heldout is not None and done and f.eval_every and (
-                position // f.eval_every > (position - done) // f.eval_every):
-            te = time.time()
-            metrics = evaluate(algo, heldout)
-            metrics["eval_seconds"] = time.time() - te
+        if heldout is not None and _eval_due(position, done, f.eval_every):
+            metrics = timed_evaluate(algo, heldout)
             last_eval_pos = position
             rec_metrics = metrics
         if done:
@@ -977,9 +967,7 @@ class FinishWindowFn(LeanDoFn):
                                wall_time=time.time(), run_key=f.run_key))
         else:
             if heldout is not None and last_eval_pos != position:
-                te = time.time()
-                metrics = evaluate(algo, heldout)
-                metrics["eval_seconds"] = time.time() - te
+                metrics = timed_evaluate(algo, heldout)
             # Beam's counters are complete only after wait_until_finish(), which a detached
             # launch never calls: see the job in the runner's console instead
             end = _end_record(position, algo, done, time.time() - f.t_start, metrics,
@@ -1061,6 +1049,13 @@ def _published_position(store) -> Optional[int]:
         return int(trainer.get("minibatches_done", meta.get("step")))
     except (TypeError, ValueError):
         return None
+
+
+def _eval_due(position: int, done: int, eval_every: int) -> bool:
+    """Whether a window that ran ``done`` steps up to ``position`` passed a multiple of
+    ``eval_every`` (the window is evaluated once, at its end, then)."""
+    return bool(done and eval_every and
+                position // eval_every > (position - done) // eval_every)
 
 
 def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]:
