@@ -23,6 +23,16 @@ LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner",
                  "SwitchingDirectRunner", "PrismRunner")
 
 
+def add_detach_option(group, last_write: str) -> None:
+    """``--detach`` of a command whose job writes ``last_write`` (e.g. "summary.json in DIR")
+    as its last step (vectorize, infer; train explains its windows itself)."""
+    group.add_argument("--detach", action="store_true",
+                       help="submit the pipeline and return without waiting for it (Dataflow "
+                            "Flex Templates); the job writes %s as its last step. Runners "
+                            "that run the job in this process (DirectRunner, PortableRunner "
+                            "with LOOPBACK workers) are still waited for" % last_write)
+
+
 def _runner_name(runner) -> str:
     if runner is None:
         return "DirectRunner"

@@ -7,6 +7,8 @@ The pipeline is :mod:`pipelines.infer` (same E-step code and frozen state as tra
 """
 from __future__ import annotations
 
+from pipelines import detached
+
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("model, documents, output")
@@ -38,11 +40,7 @@ def add_arguments(p) -> None:
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
     g = p.add_argument_group("runner")
-    g.add_argument("--detach", action="store_true",
-                   help="submit the pipeline and return without waiting for it (Dataflow Flex "
-                        "Templates); the job writes summary.json in DIR as its last step. "
-                        "Runners that run the job in this process (DirectRunner, "
-                        "PortableRunner with LOOPBACK workers) are still waited for")
+    detached.add_detach_option(g, "summary.json in DIR")
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
@@ -57,7 +55,6 @@ def run(args, beam_argv) -> int:
                         gamma_seed=args.gamma_seed, write_gamma=args.write_gamma,
                         overwrite=args.overwrite, threads=args.threads)
     if getattr(args, "detach", False):
-        from pipelines import detached
         from pipelines.infer import SUMMARY_FILE, read_summary, submit
         from pipelines.vectorize import pipeline_options
         runner = detached.runner_of_options(pipeline_options(beam_argv))

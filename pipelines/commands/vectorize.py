@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from pipelines import detached
+
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
 
 
@@ -134,11 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "worker)")
 
     rn = p.add_argument_group("runner")
-    rn.add_argument("--detach", action="store_true",
-                    help="submit the pipeline and return without waiting for it (Dataflow Flex "
-                         "Templates); the job writes manifest.json in SHARD_DIR as its last "
-                         "step. Runners that run the job in this process (DirectRunner, "
-                         "PortableRunner with LOOPBACK workers) are still waited for")
+    detached.add_detach_option(rn, "manifest.json in SHARD_DIR")
 
 
 def options_from_args(args):
@@ -177,7 +175,7 @@ def run(args, beam_argv) -> int:
 
 def _run_detached(opts, beam_argv) -> int:
     global LAST_SUBMITTED
-    from pipelines import dataset, detached
+    from pipelines import dataset
     from pipelines.vectorize import pipeline_options, submit, summary
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
