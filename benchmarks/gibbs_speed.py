@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import common  # noqa: E402  (benchmarks/common.py)
 
 TOMOTOPY_SCRIPT = r"""
 import json, sys, time, numpy as np, tomotopy as tp
@@ -127,11 +128,8 @@ def main(argv=None):
               % res["ratio_2_vs_readme_5.9M"])
     res["load_avg_end"] = os.getloadavg()[0]
     res["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
-    print("wrote", a.out, "(load average %.1f -> %.1f)" % (res["load_avg_start"],
-                                                           res["load_avg_end"]))
+    common.save_results(res, a.out, argv, os.path.basename(__file__))
+    print("load average %.1f -> %.1f" % (res["load_avg_start"], res["load_avg_end"]))
     return 0
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import common  # noqa: E402  (benchmarks/common.py)
 
 
 def worker(store, data_path, particles, ess, n_rejuv, seed):
@@ -127,10 +128,7 @@ def main(argv=None):
           "vs %.1f MB (naive); peak RSS %.0f vs %.0f MB"
           % (same, res["summary"]["cpu_ratio_naive_over_tree"], t["store_mb"], n["store_mb"],
              res["tree"]["peak_rss_mb"], res["naive"]["peak_rss_mb"]))
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
-    print("wrote", a.out)
+    common.save_results(res, a.out, argv, os.path.basename(__file__))
     return 0 if same else 1
 
 
