@@ -38,6 +38,7 @@ import numpy as np
 
 from lda_core.algorithm import StochasticAlgorithm, SuffStats
 from lda_core.docbatch import DocBatch
+from lda_core.estep_vb import local_ids
 from lda_core.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
 from lda_core.sparse_stats import RowBlock
 
@@ -192,7 +193,7 @@ class SCVB0(StochasticAlgorithm):
 
     def _run(self, batch: DocBatch, passes: int, accumulate: bool, tag: str):
         check_batch_words(batch, self.n_words)
-        uniq, inv = np.unique(batch.word_ids, return_inverse=True)
+        uniq, inv = local_ids(batch.word_ids, self.n_words)
         uniq = uniq.astype(np.int32)
         tile = lazy_tile(uniq, self._ntilde, float(self._pi), self.nz, self.eta,
                          float(self.n_words))

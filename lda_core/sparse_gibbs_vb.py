@@ -37,6 +37,7 @@ from scipy.special import digamma
 
 from lda_core.algorithm import StochasticAlgorithm, SuffStats
 from lda_core.docbatch import DocBatch
+from lda_core.estep_vb import local_ids
 from lda_core.scvb0 import _num, check_batch_words
 from lda_core.scvb0_kernel import doc_seeds
 from lda_core.schedules import rho as schedule_rho
@@ -145,7 +146,7 @@ class SparseGibbsVB(StochasticAlgorithm):
 
     def _tile(self, batch: DocBatch):
         check_batch_words(batch, self.n_words)
-        uniq, inv = np.unique(batch.word_ids, return_inverse=True)
+        uniq, inv = local_ids(batch.word_ids, self.n_words)
         uniq = uniq.astype(np.int64)
         u_indptr, u_topics, u_vals = gather_rows(uniq, self._indptr, self._topics, self._vals)
         # c_k = exp(-ψ(Vη + Σ_v λ^N_kv)); coef_kw = (exp(ψ(η + λ^N_kw)) - exp(ψ(η)))·c_k
