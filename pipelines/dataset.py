@@ -26,7 +26,6 @@ import hashlib
 import io
 import json
 import os
-import uuid
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence
 
@@ -128,29 +127,10 @@ def match(pattern: str) -> List[str]:
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` so that a reader sees either nothing or the whole file.
-
-    Locally: write a temporary sibling, fsync, then ``os.replace``. On object stores a single
-    object write is already atomic (the object appears only when the upload completes).
-    """
-    if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
-        with FileSystems.create(path, mime_type="application/octet-stream",
-                                compression_type="uncompressed") as f:
-            f.write(data)
-        return
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, ".%s.tmp-%s" % (os.path.basename(path), uuid.uuid4().hex))
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write ``data`` so that a reader sees either nothing or the whole file: the file layer's
+    ``write_atomic`` (locally a temporary sibling, fsync, ``os.replace`` and an fsync of the
+    folder; on object stores one upload, which appears only when it completes)."""
+    files_for(path).write_atomic(path, data)
 
 
 # ----------------------------------------------------------------------------- vocabulary
