@@ -205,15 +205,11 @@ def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
-    if is_remote(path):
-        fs = object_store_files.files_for(path)
-        if not fs.exists(path):
-            return None
-        return json.loads(fs.read_bytes(path).decode("utf-8"))
-    if not os.path.exists(path):
+    """The JSON object at ``path`` (local or an object store), or None when it does not exist."""
+    fs = object_store_files.files_for(path)
+    if not fs.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(fs.read_bytes(path).decode("utf-8"))
 
 
 # -- scratch folders on a local disk or an object store (lda_core file layer of the path) ---
