@@ -37,6 +37,18 @@ REF_GENSIM_LL = -8.347      # gensim LdaModel in the harness's reference table
 TARGET_LL = -8.37           # issue 3: no worse than -8.35 - 0.02
 
 
+def protocol_train_args(shards: str, model: str, threads=None) -> list:
+    """``ldabeam train`` arguments for one pass of online VB with the protocol above, no
+    held-out evaluation and one checkpoint at the end (what the training benchmarks time)."""
+    args = ["--shards", shards, "--output", model, "--topics", K, "--alpha", ALPHA,
+            "--eta", ETA, "--minibatch", BATCH, "--kappa", KAPPA, "--tau0", TAU0,
+            "--passes", 1, "--heldout", "none", "--eval-every", 0, "--checkpoint-every", 0,
+            "--no-progress"]
+    if threads:
+        args += ["--threads", threads]
+    return args
+
+
 def bench_module():
     """``../shared/bench/bench_peers.py`` imported as a module (its evaluator and systems)."""
     if not os.path.exists(BENCH_PEERS):

@@ -49,14 +49,8 @@ def write_repeated(src: str, dst: str, times: int) -> None:
 
 def train_peak(shards: str, model: str, threads=None):
     shutil.rmtree(model, ignore_errors=True)
-    cmd = common.LDABEAM + [
-        "--log-level", "WARNING", "train", "--shards", shards, "--output", model,
-        "--topics", common.K, "--alpha", common.ALPHA, "--eta", common.ETA,
-        "--minibatch", common.BATCH, "--kappa", common.KAPPA, "--tau0", common.TAU0,
-        "--passes", 1, "--heldout", "none", "--eval-every", 0, "--checkpoint-every", 0,
-        "--no-progress"]
-    if threads:
-        cmd += ["--threads", threads]
+    cmd = (common.LDABEAM + ["--log-level", "WARNING", "train"]
+           + common.protocol_train_args(shards, model, threads))
     wall, rss, _ = common.run_child_peak_rss(cmd)
     from pipelines import dataset
     n = dataset.count_documents(dataset.resolve_shards(shards))

@@ -269,16 +269,10 @@ def _iterations(model: str) -> dict:
 
 
 def _train_cmd(shards: str, model: str, threads=None, zero_tol: bool = False):
-    cmd = [common.PYTHON, os.path.abspath(__file__),
-           "--child-zero-tol" if zero_tol else "--child"] + common.LDABEAM[3:] + [
-        "--log-level", "WARNING", "train", "--shards", shards, "--output", model,
-        "--topics", common.K, "--alpha", common.ALPHA, "--eta", common.ETA,
-        "--minibatch", common.BATCH, "--kappa", common.KAPPA, "--tau0", common.TAU0,
-        "--passes", 1, "--heldout", "none", "--eval-every", 0, "--checkpoint-every", 0,
-        "--no-progress"]
-    if threads:
-        cmd += ["--threads", threads]
-    return cmd
+    return ([common.PYTHON, os.path.abspath(__file__),
+             "--child-zero-tol" if zero_tol else "--child"] + common.LDABEAM[3:]
+            + ["--log-level", "WARNING", "train"]
+            + common.protocol_train_args(shards, model, threads))
 
 
 def train_once(shards: str, model: str, threads=None, fixed_iter: int = 0) -> dict:

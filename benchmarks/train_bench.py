@@ -36,14 +36,9 @@ from benchmarks import common  # noqa: E402
 def train_ours(cache: str, seed: int = 0, dtype: str = "float32", threads=None) -> dict:
     model = os.path.join(cache, "model_ours")
     shutil.rmtree(model, ignore_errors=True)
-    cmd = common.LDABEAM + [
-        "--log-level", "WARNING", "train", "--shards", os.path.join(cache, "ds_train"),
-        "--output", model, "--topics", common.K, "--alpha", common.ALPHA, "--eta", common.ETA,
-        "--minibatch", common.BATCH, "--kappa", common.KAPPA, "--tau0", common.TAU0,
-        "--passes", 1, "--seed", seed, "--dtype", dtype, "--heldout", "none",
-        "--eval-every", 0, "--checkpoint-every", 0, "--no-progress"]
-    if threads:
-        cmd += ["--threads", threads]
+    cmd = (common.LDABEAM + ["--log-level", "WARNING", "train"]
+           + common.protocol_train_args(os.path.join(cache, "ds_train"), model, threads)
+           + ["--seed", seed, "--dtype", dtype])
     wall, rss, out = common.run_child_peak_rss(cmd)
     from lda_core.run_log import read_run_log
     end = read_run_log(os.path.join(model, "run_log.jsonl"), "end")[-1]
