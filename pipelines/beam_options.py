@@ -142,3 +142,16 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
         cfg.num_workers = max(1, int(nw)) if nw else 2
         argv.insert(0, "--runner=%s" % runner)
     return cfg
+
+
+def pipeline_options(beam_argv: Sequence[str] = ()):
+    """Beam options for a one-shot job (vectorize, infer) with the runner set explicitly:
+    the in-process DirectRunner unless ``--runner`` / ``--direct_running_mode`` are given (the
+    unnamed default would first try to download the Prism runner)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    argv = list(beam_argv or [])
+    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
+        argv.append("--runner=DirectRunner")
+    if not any(a.startswith("--direct_running_mode") for a in argv):
+        argv.append("--direct_running_mode=in_memory")
+    return PipelineOptions(argv)

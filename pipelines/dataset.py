@@ -303,9 +303,12 @@ def table_bytes(table: pa.Table, vocab_hash_value: str, compression: str = "zstd
     return buf.getvalue()
 
 
-def write_shard(path: str, table: pa.Table, vocab_hash_value: str) -> None:
-    """Write one shard atomically (a reader never sees a half-written shard)."""
-    write_bytes_atomic(path, table_bytes(table, vocab_hash_value))
+def write_shard(path: str, table: pa.Table, vocab_hash_value: str) -> str:
+    """Write one shard atomically (a reader never sees a half-written shard); returns the
+    sha256 of the file (recorded in the manifest, checked by :func:`verify`)."""
+    data = table_bytes(table, vocab_hash_value)
+    write_bytes_atomic(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def _parquet_file(path: str) -> pq.ParquetFile:
@@ -381,3 +384,124 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
 def read_docbatch(files: Sequence[str]) -> DocBatch:
     """All documents of ``files`` as one batch (for held-out sets and small corpora)."""
     return DocBatch.concat(list(iter_shard_batches(files, batch_size=65536)))
+
+
+# ----------------------------------------------------------------------------- verification
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open_read(path) as f:
+        for _ in range(1 << 62):
+            block = f.read(1 << 22)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_dataset_dir(path: str) -> bool:
+    """True for a directory laid out as a dataset (``manifest.json`` or a ``train/``)."""
+    return exists(join(path, MANIFEST_FILE)) or exists(join(path, TRAIN_SPLIT))
+
+
+def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
+    """Check a dataset directory against its ``manifest.json`` before any work: every shard
+    it lists is there with its row count (Parquet footer) and, when recorded, its sha256; no
+    shard sits in a split folder without being listed. Returns ``{"shards": n, "documents":
+    d}`` (``None`` for a path that is not a dataset directory -- a folder of shards or a glob
+    -- which has no manifest to check against).
+
+    Raises ``ValueError`` naming the dataset and the first problem: no manifest (a dataset
+    still being written, or whose job failed), a missing / extra / truncated / changed shard.
+    """
+    if not is_dataset_dir(path):
+        return None
+    mpath = join(path, MANIFEST_FILE)
+    if not exists(mpath):
+        raise ValueError("dataset %s has no %s: it is still being written (or the job writing "
+                         "it failed before the end); wait for `ldabeam vectorize` to finish, "
+                         "or re-run it" % (path, MANIFEST_FILE))
+    try:
+        manifest = read_manifest(path)
+        splits = manifest["splits"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError("dataset %s: %s is not a readable dataset manifest (%s); re-run "
+                         "`ldabeam vectorize`" % (path, MANIFEST_FILE, e)) from e
+    n_shards = n_docs = 0
+    for split in (TRAIN_SPLIT, HELDOUT_SPLIT):
+        listed = (splits.get(split) or {}).get("shards") or []
+        names = set()
+        for entry in listed:
+            f = join(path, entry["file"])
+            names.add(entry["file"].rsplit("/", 1)[-1])
+            if not exists(f):
+                raise ValueError("dataset %s is incomplete: shard %s listed in %s is missing; "
+                                 "re-run `ldabeam vectorize`" % (path, entry["file"],
+                                                                   MANIFEST_FILE))
+            try:
+                rows = _parquet_file(f).metadata.num_rows
+            except Exception as e:   # truncated / not Parquet
+                raise ValueError("dataset %s: shard %s cannot be read (%s); re-run `ldabeam "
+                                 "vectorize`" % (path, entry["file"], e)) from e
+            if rows != entry.get("documents", rows):
+                raise ValueError("dataset %s: shard %s holds %d documents but %s says %d; "
+                                 "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
+                                                                 MANIFEST_FILE,
+                                                                 entry["documents"]))
+            if check_hashes and entry.get("sha256") and _file_sha256(f) != entry["sha256"]:
+                raise ValueError("dataset %s: shard %s differs from the one %s lists (sha256 "
+                                 "mismatch); re-run `ldabeam vectorize`"
+                                 % (path, entry["file"], MANIFEST_FILE))
+            n_shards += 1
+            n_docs += rows
+        extra = sorted(p.replace("\\", "/").rsplit("/", 1)[-1]
+                       for p in match(join(path, split, "*.parquet")))
+        extra = [e for e in extra if e not in names]
+        if extra:
+            raise ValueError("dataset %s: %s/%s is not listed in %s (left from another run?); "
+                             "remove it or re-run `ldabeam vectorize --overwrite`"
+                             % (path, split, extra[0], MANIFEST_FILE))
+    return {"shards": n_shards, "documents": n_docs}
+
+
+# ----------------------------------------------------------------------------- tokenizer settings
+
+#: settings of a dataset's manifest that decide how raw text becomes tokens and documents
+TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
+                  "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
+                  "label_field", "title_field", "strip_headers")
+TOKENIZER_FILE = "tokenizer.json"   # in a model directory: the settings of its training data
+
+
+def tokenizer_settings(shards: str) -> Optional[dict]:
+    """The tokenizer and reader settings of the dataset ``shards`` (a dataset directory or
+    one of its split folders) from its manifest; None when there is no vectorize manifest."""
+    for d in (shards, parent(shards.rstrip("/"))):
+        if d and exists(join(d, MANIFEST_FILE)):
+            try:
+                settings = read_manifest(d).get("settings")
+            except (OSError, ValueError):
+                return None
+            if not isinstance(settings, dict) or "lowercase" not in settings:
+                return None      # not written by vectorize (e.g. a synthetic corpus)
+            return {k: settings[k] for k in TOKENIZER_KEYS if k in settings}
+    return None
+
+
+def record_tokenizer(shards: str, model_dir: str) -> Optional[dict]:
+    """Copy the training data's tokenizer settings to ``MODEL_DIR/tokenizer.json`` so that the
+    model is self-describing (``ldabeam infer --input RAW`` tokenizes as training did)."""
+    settings = tokenizer_settings(shards)   # None (null): not a vectorize dataset
+    write_bytes_atomic(join(model_dir, TOKENIZER_FILE),
+                       (json.dumps({"source": shards, "settings": settings}, indent=2,
+                                   sort_keys=True) + "\n").encode("utf-8"))
+    return settings
+
+
+def read_tokenizer(model_dir: str) -> Optional[dict]:
+    """The settings :func:`record_tokenizer` wrote, or None."""
+    path = join(model_dir, TOKENIZER_FILE)
+    if not exists(path):
+        return None
+    with open_read(path) as f:
+        return json.loads(f.read().decode("utf-8")).get("settings")

@@ -18,15 +18,18 @@ without a VB E-step (SCVB0, samplers) use their ``infer``.
 
 θ_d = γ_d / Σ_k γ_dk (E_q[θ_d]); documents with no known word get α / Σα.
 
-Raw text input (``inputs``) is tokenized and mapped through the model's fixed vocabulary by the
-vectorize pipeline's own transforms (same tokenizer settings as the training dataset when its
-manifest can be found); unknown tokens are dropped and counted (``oov_tokens_dropped``) and
-documents with no known token are counted (``empty_after_vocabulary``) and not written.
+Raw text input (``inputs`` in any vectorize text format -- files, tables, BigQuery) is read,
+tokenized and mapped through the model's fixed vocabulary by the vectorize pipeline's own
+transforms, with the model's tokenizer settings (``MODEL_DIR/tokenizer.json``, written by
+``ldabeam train`` from the dataset's manifest; else the manifest of the dataset its run log
+names); unknown tokens are dropped and counted (``oov_tokens_dropped``) and documents with no
+known token are counted (``empty_after_vocabulary``) and not written.
 
 Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
 (list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight
 float32>>, the ``top_n`` largest), ``n_tokens`` (int32) [, ``gamma`` list<float64> with
-``write_gamma``], and ``OUTPUT/summary.json`` (counts, model step, vocabulary hash).
+``write_gamma``], and ``OUTPUT/summary.json`` (counts, model step, vocabulary hash); with
+``write_csv`` also ``OUTPUT/part-*.csv`` (:func:`theta_csv`).
 File names are fixed by the input (shard index and piece index, or a hash of the documents'
 ids for raw text), so a retried bundle rewrites the same file.
 """
@@ -49,6 +52,7 @@ from apache_beam.pvalue import AsList, AsSingleton
 
 from lda_core.docbatch import DocBatch
 from pipelines import beam_state, dataset
+from pipelines.beam_options import pipeline_options
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +84,10 @@ class InferOptions:
     shards: Optional[str] = None                 # dataset dir / shard dir / glob
     inputs: List[str] = field(default_factory=list)   # raw text (vectorize formats)
     input_format: str = "auto"
+    query: Optional[str] = None                  # raw text from a BigQuery query
+    reader: Dict[str, Any] = field(default_factory=dict)   # id/text/... fields, encoding:
+    #                                              None or absent = as the training data
+    write_csv: bool = False                      # also OUTPUT/part-*.csv
     split: str = dataset.TRAIN_SPLIT             # split of a dataset directory
     batch_size: int = 1024                       # documents per E-step piece
     top_n: int = 3
@@ -93,8 +101,9 @@ class InferOptions:
             raise ValueError("--model MODEL_DIR is required")
         if not self.output:
             raise ValueError("--output DIR is required")
-        if bool(self.shards) == bool(self.inputs):
-            raise ValueError("give exactly one of --shards SHARD_DIR or --input PATH (raw text)")
+        if bool(self.shards) == bool(self.inputs or self.query):
+            raise ValueError("give exactly one of --shards SHARD_DIR or --input PATH / --query "
+                             "SQL (raw text)")
         if not 1 <= self.batch_size <= 1_000_000:
             raise ValueError("batch_size=%r is outside the allowed range [1, 1000000]"
                              % self.batch_size)
@@ -213,6 +222,27 @@ def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
     return pa.Table.from_arrays(cols, schema=output_schema(with_gamma))
 
 
+def theta_csv(table: pa.Table) -> bytes:
+    """The rows of :func:`theta_table` as CSV (UTF-8, header): doc_id, title, n_tokens,
+    top_topic, top_topics (``topic:weight`` separated by ``;``), theta_0 ... theta_{K-1}
+    (float32 printed with 9 significant digits, enough to read back the same float32)."""
+    import csv
+    import io
+    theta = table.column("theta").to_pylist()
+    K = len(theta[0]) if theta else 0
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["doc_id", "title", "n_tokens", "top_topic", "top_topics"]
+               + ["theta_%d" % k for k in range(K)])
+    cols = [table.column(c).to_pylist() for c in ("doc_id", "title", "n_tokens", "top_topic",
+                                                   "top_topics")]
+    for i in range(table.num_rows):
+        tops = ";".join("%d:%.9g" % (t["topic"], t["weight"]) for t in cols[4][i])
+        w.writerow([cols[0][i], "" if cols[1][i] is None else cols[1][i], cols[2][i],
+                    cols[3][i], tops] + ["%.9g" % v for v in theta[i]])
+    return buf.getvalue().encode("utf-8")
+
+
 def _write_table(path: str, table: pa.Table, meta: Dict[str, str]) -> None:
     import io
     import pyarrow.parquet as pq
@@ -257,8 +287,9 @@ class _InferFn(beam.DoFn):
     piece's counts for the summary."""
 
     def __init__(self, ref, output: str, gamma_seed: str, top_n: int, write_gamma: bool,
-                 threads: Optional[int], meta: Dict[str, str]):
+                 threads: Optional[int], meta: Dict[str, str], write_csv: bool = False):
         self._ref = ref
+        self._csv = write_csv
         self._output = output
         self._gamma_seed = gamma_seed
         self._top_n = top_n
@@ -277,6 +308,9 @@ class _InferFn(beam.DoFn):
         table = theta_table(batch, gamma, self._top_n, self._write_gamma)
         path = dataset.join(self._output, name + ".parquet")
         _write_table(path, table, self._meta)
+        if self._csv:
+            dataset.write_bytes_atomic(dataset.join(self._output, name + ".csv"),
+                                       theta_csv(table))
         self._docs.inc(batch.n_docs)
         yield {"file": name + ".parquet", "documents": batch.n_docs,
                "tokens": batch.n_tokens, "empty": int(np.count_nonzero(batch.doc_lengths == 0))}
@@ -312,7 +346,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     """Refuse to mix with earlier results (unless ``overwrite``: they are deleted). A remote
     output (gs://, s3://, ...) is checked through Beam's FileSystems."""
     if dataset.is_remote(output):
-        old = dataset.match(dataset.join(output, "*.parquet"))
+        old = dataset.match(dataset.join(output, "*.parquet")) + \
+            dataset.match(dataset.join(output, "*.csv"))
         if dataset.exists(dataset.join(output, SUMMARY_FILE)):
             old.append(dataset.join(output, SUMMARY_FILE))
         if old and not overwrite:
@@ -323,7 +358,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
             FileSystems.delete(old)
         return
     if os.path.isdir(output):
-        old = [f for f in os.listdir(output) if f.endswith(".parquet") or f == SUMMARY_FILE]
+        old = [f for f in os.listdir(output)
+               if f.endswith((".parquet", ".csv")) or f == SUMMARY_FILE]
         if old and not overwrite:
             raise ValueError("output directory %s already holds inference results (%d files); "
                              "use --overwrite to replace them" % (output, len(old)))
@@ -332,23 +368,27 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     os.makedirs(output, exist_ok=True)
 
 
+def model_tokenizer(ref: ModelRef) -> Optional[dict]:
+    """The tokenizer settings the model was trained with: MODEL_DIR/tokenizer.json, else the
+    manifest of the dataset its run log names; None when neither is found."""
+    settings = dataset.read_tokenizer(ref.model_dir)
+    if settings is None:
+        shards = training_shards(ref.model_dir)
+        if shards:
+            settings = dataset.tokenizer_settings(shards)
+    return settings
+
+
 def _text_options(opts: InferOptions, ref: ModelRef):
-    """VectorizeOptions for raw text: the training dataset's tokenizer settings when its
-    manifest is found (run log -> shards -> manifest.json), the vectorize defaults otherwise."""
+    """VectorizeOptions for raw text: the model's tokenizer settings (:func:`model_tokenizer`;
+    the vectorize defaults when unknown), with the reader options given to infer on top."""
     from pipelines.vectorize import VectorizeOptions
-    settings = {}
-    shards = training_shards(ref.model_dir)
-    if shards:
-        try:
-            settings = dataset.read_manifest(shards).get("settings", {}) or {}
-        except (OSError, ValueError):
-            settings = {}
-    keys = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
-            "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
-            "label_field", "title_field", "strip_headers")
-    kw = {k: settings[k] for k in keys if k in settings}
+    settings = model_tokenizer(ref) or {}
+    kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS if k in settings}
+    kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
-                          format=opts.input_format, vocab=ref.vocab_path, **kw)
+                          format=opts.input_format, vocab=ref.vocab_path, query=opts.query,
+                          **kw)
     return vo, bool(settings)
 
 
@@ -383,10 +423,8 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                     tokenizer_from_training_manifest=from_manifest)
         cfg = vo.tokenizer_config(vz._load_stopwords(vo.stopwords))
         min_tokens = {i: vo.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
-        items, _dead, st = (p | "Inputs" >> beam.Create([(i, pth, f) for i, (pth, f)
-                                                         in enumerate(inputs)])
-                            | "ReadText" >> vz.ReadWorkItems(vo.reader_options()))
-        stats_parts.append(st)
+        items, _dead, st = vz.read_text_items(p, vo, inputs)
+        stats_parts.extend(st)
         rows, _vs, _dead2, st2 = items | "Tokenize" >> vz.TokenizeDocuments(
             cfg, min_tokens, fixed_vocab=vo.vocab,
             paths={i: pth for i, (pth, _) in enumerate(inputs)})
@@ -396,7 +434,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                   | "ToPiece" >> beam.Map(_rows_to_piece))
     results = pieces | "Infer" >> beam.ParDo(_InferFn(
         beam_ref, opts.output, opts.gamma_seed, opts.top_n, opts.write_gamma, opts.threads,
-        meta))
+        meta, opts.write_csv))
     if stats_parts:
         stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
                  | "SumStats" >> beam.CombinePerKey(sum) | "StatsDict" >> beam.combiners.ToDict())
@@ -419,14 +457,14 @@ def _checked(opts: InferOptions):
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
                                    path=ref.state_path, position=ref.step)
     logger.info("infer: %s (step %d, K=%d) on %s -> %s", ref.algorithm, ref.step, ref.n_topics,
-                opts.shards or ", ".join(opts.inputs), opts.output)
+                opts.shards or ", ".join(opts.inputs + ([opts.query] if opts.query else [])),
+                opts.output)
     return ref, beam_ref
 
 
 def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
     """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
     Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
-    from pipelines.vectorize import pipeline_options
     ref, beam_ref = _checked(opts)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, ref, beam_ref)
@@ -438,7 +476,6 @@ def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):
     returns the ``PipelineResult``. The pipeline writes OUTPUT/summary.json in its last step,
     so the summary appearing means the job has finished (the DirectRunner returns from
     ``run()`` only when the job is done: :mod:`pipelines.detached`)."""
-    from pipelines.vectorize import pipeline_options
     ref, beam_ref = _checked(opts)
     p = beam.Pipeline(options=pipeline_options(beam_argv))
     # graph-time checks (shards, raw-text inputs) run here, before the job is submitted

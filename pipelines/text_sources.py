@@ -25,11 +25,17 @@ Formats (see docs/input-formats.md for the user documentation):
   ``<archive basename>/<member name>`` (for an archive member).
 * ``lines`` -- one document per non-blank line; ``doc_id`` = ``<file basename>:<line number>``.
 * ``jsonl`` -- one JSON object per line; configurable id / text / label / title fields.
+* ``csv``, ``tsv``, ``parquet``, ``arrow`` -- tables, one document per row: see
+  :mod:`pipelines.table_sources`.
 * ``uci``, ``ldac``, ``mm`` -- bag-of-words corpora: see :mod:`pipelines.bow_sources`.
+
+``encoding_errors="replace"`` puts U+FFFD for each undecodable byte sequence and counts them
+(:attr:`RawDocument.replaced_chars`); ``"strict"`` makes such a record a DeadLetter.
 """
 from __future__ import annotations
 
 import bz2
+import codecs
 import glob
 import gzip
 import json
@@ -38,6 +44,7 @@ import lzma
 import os
 import re
 import tarfile
+import threading
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -45,8 +52,10 @@ from xml.etree import ElementTree as ET
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm")
-TEXT_FORMATS = ("wiki", "text", "lines", "jsonl")
+FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow", "uci",
+           "ldac", "mm")
+TABLE_FORMATS = ("csv", "tsv", "parquet", "arrow")
+TEXT_FORMATS = ("wiki", "text", "lines", "jsonl") + TABLE_FORMATS
 BOW_FORMATS = ("uci", "ldac", "mm")
 
 #: MediaWiki namespaces whose titles gensim's WikiCorpus drops (gensim IGNORED_NAMESPACES).
@@ -62,6 +71,8 @@ MEDIAWIKI_NS_PREFIX = b"http://www.mediawiki.org/xml/export-"
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 _TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
+TABLE_SUFFIXES = {"csv": (".csv",), "tsv": (".tsv", ".tab"), "parquet": (".parquet", ".pq"),
+                  "arrow": (".arrow", ".feather", ".ipc")}
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -79,6 +90,7 @@ class RawDocument:
     label: Optional[str]
     source: str
     position: str
+    replaced_chars: int = 0     # U+FFFD put for undecodable bytes (encoding_errors="replace")
 
 
 @dataclass
@@ -248,6 +260,9 @@ def detect_format(path: str) -> Optional[str]:
         return "wiki"   # also Wikimedia's split dumps: enwiki-...-pages-articles1.xml-p1p41242.bz2
     if stem.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
+    for fmt, suffixes in TABLE_SUFFIXES.items():
+        if stem.endswith(suffixes):
+            return fmt
     if stem.startswith("docword."):
         return "uci"
     if stem.endswith((".mm", ".mtx")):
@@ -357,6 +372,9 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
     seen = set()
     for pattern in patterns:
         paths = _expand_remote(pattern) if is_remote(pattern) else _expand_local(pattern)
+        if fmt in ("auto",) + TABLE_FORMATS:
+            from pipelines import table_sources
+            paths = table_sources.drop_table_metadata(paths)
         if not paths:
             raise InputError("input %s matches no file (expected an existing file, directory "
                              "or glob)" % pattern)
@@ -371,8 +389,8 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
                     raise InputError(
                         "cannot determine the format of input %s from its name; expected "
                         ".xml[.bz2|.gz] (wiki), .txt / no extension / .tar.gz (text), .jsonl "
-                        "(jsonl), docword.*.txt (uci), .mm (mm), .lda-c (ldac), or give "
-                        "--format" % p)
+                        "(jsonl), .csv / .tsv / .parquet / .arrow (tables), docword.*.txt "
+                        "(uci), .mm (mm), .lda-c (ldac), or give --format" % p)
             out.append((p, f))
     return out
 
@@ -649,10 +667,43 @@ def _read_wiki(path: str, namespaces=("0",), max_doc_bytes=DEFAULT_MAX_DOC_BYTES
 
 # ----------------------------------------------------------------------------- text files
 
+_REPLACED = threading.local()
+COUNTING_REPLACE = "ldabeam.replace"
+
+
+def _counting_replace(err):
+    """The ``replace`` error handler (one U+FFFD per undecodable sequence) that also counts
+    the replacements of this thread (:func:`replaced_so_far`)."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
+    return "\ufffd", err.end
+
+
+codecs.register_error(COUNTING_REPLACE, _counting_replace)
+
+
+def replaced_so_far() -> int:
+    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
+    return getattr(_REPLACED, "n", 0)
+
+
+def error_handler(errors: str) -> str:
+    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
+    return COUNTING_REPLACE if errors == "replace" else errors
+
+
+def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:
+    """``(text, replaced characters)``; raises UnicodeDecodeError under ``strict``."""
+    before = replaced_so_far()
+    text = data.decode(encoding, error_handler(errors))
+    return text, replaced_so_far() - before
+
+
 def _decode(data: bytes, encoding: str, errors: str, source: str, position: str
-            ) -> Union[str, DeadLetter]:
+            ) -> Union[Tuple[str, int], DeadLetter]:
     try:
-        return data.decode(encoding, errors)
+        return decode_counted(data, encoding, errors)
     except UnicodeDecodeError as e:
         return DeadLetter(source, position, "cannot decode as %s: %s" % (encoding, e),
                           _snippet(data))
@@ -668,15 +719,16 @@ def strip_email_headers(text: str) -> str:
 
 def _text_doc(data: bytes, doc_id: str, label: Optional[str], source: str, position: str,
               encoding: str, encoding_errors: str, strip_headers: bool, keep_empty: bool):
-    text = _decode(data, encoding, encoding_errors, source, position)
-    if isinstance(text, DeadLetter):
-        return text
+    decoded = _decode(data, encoding, encoding_errors, source, position)
+    if isinstance(decoded, DeadLetter):
+        return decoded
+    text, replaced = decoded
     if strip_headers:
         text = strip_email_headers(text)
     if not keep_empty and not text.strip():
         return DeadLetter(source, position, "empty document", "")
     return RawDocument(doc_id=doc_id, text=text, title=None, label=label, source=source,
-                       position=position)
+                       position=position, replaced_chars=replaced)
 
 
 def _parent_name(name: str) -> Optional[str]:
@@ -789,11 +841,12 @@ def _read_lines(path: str, encoding="utf-8", encoding_errors="strict",
         if not line.strip():
             continue   # blank lines separate nothing and are skipped
         position = "line %d" % lineno
-        text = _decode(line, encoding, encoding_errors, path, position)
-        if isinstance(text, DeadLetter):
-            yield text
+        decoded = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(decoded, DeadLetter):
+            yield decoded
             continue
-        yield RawDocument("%s:%d" % (base, lineno), text, None, None, path, position)
+        yield RawDocument("%s:%d" % (base, lineno), decoded[0], None, None, path, position,
+                          decoded[1])
 
 
 def _get_field(obj: dict, name: Optional[str]):
@@ -821,10 +874,11 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
         if not line.strip():
             continue
         position = "line %d" % lineno
-        text = _decode(line, encoding, encoding_errors, path, position)
-        if isinstance(text, DeadLetter):
-            yield text
+        decoded = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(decoded, DeadLetter):
+            yield decoded
             continue
+        text, replaced = decoded
         try:
             obj = json.loads(text)
         except ValueError as e:
@@ -848,10 +902,16 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
         label = _get_field(obj, label_field)
         title = _get_field(obj, title_field)
         yield RawDocument(doc_id, body, None if title is None else str(title),
-                          None if label is None else str(label), path, position)
+                          None if label is None else str(label), path, position, replaced)
+
+
+def _read_table(path: str, fmt: str, **options):
+    from pipelines import table_sources
+    return table_sources.read_table(path, fmt, **options)
 
 
 _READERS = {"wiki": _read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
+_READERS.update({f: (lambda path, _f=f, **o: _read_table(path, _f, **o)) for f in TABLE_FORMATS})
 
 
 def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument, DeadLetter]]:

@@ -22,8 +22,8 @@ Stages (one composite ``PTransform`` each)::
   counted. Bag-of-words inputs (``uci``, ``ldac``, ``mm``) keep their vocabulary and its
   order unless a pruning option is given explicitly.
 
-The ``run(argv)`` entry point is the ``ldabeam vectorize`` command
-(:mod:`pipelines.commands.vectorize`).
+The ``ldabeam vectorize`` command (:mod:`pipelines.commands.vectorize`) parses the options
+and calls :func:`vectorize` / :func:`submit`.
 """
 from __future__ import annotations
 
@@ -39,13 +39,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import dataset
+from pipelines.beam_options import pipeline_options
 from pipelines.tokenize import TokenizerConfig, tokenize
 from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
                                   bow_prune, record_to_vocabulary)
@@ -57,13 +57,16 @@ STATS = "stats"
 DEAD = "dead"
 VOCAB_STATS = "vocab_stats"
 BOW_FORMATS = ("uci", "ldac", "mm")
-TEXT_FORMATS = ("wiki", "text", "lines", "jsonl")
+TEXT_FORMATS = ("wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow")
+BIGQUERY_FORMAT = "bigquery"     # --input bq://PROJECT.DATASET.TABLE or --query
+QUERY_INPUT = "bq-query"         # the input name of --query
 DOCS_PER_SHARD = 20000           # automatic shard count: ceil(documents / DOCS_PER_SHARD)
 MAX_SHARDS = 100000
 WIKI_MIN_ARTICLE_TOKENS = 50     # gensim.corpora.wikicorpus.ARTICLE_MIN_WORDS
 DEADLETTER_FILE = "deadletter.jsonl"
 MAX_SNIPPET = 200
 PREFLIGHT_INPUTS = 20            # inputs opened before the pipeline starts
+MAX_LISTED_INPUTS = 10000        # more input files: the manifest summarises them (input_summary)
 
 # A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
 # (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
@@ -93,19 +96,20 @@ class VectorizeOptions:
     max_token_len: int = 15
     min_article_tokens: Optional[int] = None   # None: 50 for wiki dumps (gensim), else 1
     encoding: str = "utf-8"
-    encoding_errors: str = "strict"
+    encoding_errors: str = "replace"          # replaced characters are counted in the manifest
     id_field: str = "id"
     text_field: str = "text"
     label_field: Optional[str] = "label"
     title_field: Optional[str] = "title"
     strip_headers: bool = False
+    query: Optional[str] = None                # BigQuery standard SQL, read as one input
     overwrite: bool = False
     reshuffle: bool = True
 
     def validate(self) -> None:
         if not self.output:
             raise ValueError("--output is required: the dataset directory to write")
-        if not self.inputs:
+        if not self.inputs and not self.query:
             raise ValueError("no --input given")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
@@ -295,6 +299,8 @@ class _ReadWorkItemsFn(_CountingDoFn):
                         self._count("dead_letters")
                         yield TaggedOutput(DEAD, _deadletter_dict(item))
                         continue
+                    if item.replaced_chars:
+                        self._count("replaced_characters", item.replaced_chars)
                     yield ("doc", idx, seq, item.doc_id, item.title, item.label, item.text)
                     seq += 1
         except Exception as e:  # a whole input failing mid-way must not lose the others
@@ -535,10 +541,11 @@ class _WriteShardFn(beam.DoFn):
         rows = [r for _, r in items]
         table = rows_to_table(rows)
         name = dataset.shard_name(index, n)
-        dataset.write_shard(dataset.join(self._output, split, name), table, vocab_hash_value)
+        sha = dataset.write_shard(dataset.join(self._output, split, name), table,
+                                  vocab_hash_value)
         Metrics.counter(NAMESPACE, "shards_written").inc()
         yield {"split": split, "file": "%s/%s" % (split, name), "index": index, "n_shards": n,
-               "documents": len(rows), "tokens": int(sum(r[5] for r in rows))}
+               "documents": len(rows), "tokens": int(sum(r[5] for r in rows)), "sha256": sha}
 
 
 def _write_vocabulary(record: dict, output: str) -> dict:
@@ -572,10 +579,10 @@ def _finish(_, stats, shards, vocab_info, dead_info, settings, output):
         for i in range(n):
             if i not in present:
                 name = dataset.shard_name(i, n)
-                dataset.write_shard(dataset.join(output, split, name), empty_table,
-                                    vocab_info["hash"])
+                sha = dataset.write_shard(dataset.join(output, split, name), empty_table,
+                                          vocab_info["hash"])
                 lst.append({"split": split, "file": "%s/%s" % (split, name), "index": i,
-                            "n_shards": n, "documents": 0, "tokens": 0})
+                            "n_shards": n, "documents": 0, "tokens": 0, "sha256": sha})
         lst.sort(key=lambda s: s["index"])
     split_info = {}
     for split in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
@@ -583,7 +590,8 @@ def _finish(_, stats, shards, vocab_info, dead_info, settings, output):
         split_info[split] = {"documents": sum(s["documents"] for s in lst),
                              "tokens": sum(s["tokens"] for s in lst),
                              "shards": [{"file": s["file"], "documents": s["documents"],
-                                         "tokens": s["tokens"]} for s in lst]}
+                                         "tokens": s["tokens"], "sha256": s["sha256"]}
+                                        for s in lst]}
     stats = dict(stats)
     settings = dict(settings)
     kept = sum(v["documents"] for v in split_info.values())
@@ -598,11 +606,13 @@ def _finish(_, stats, shards, vocab_info, dead_info, settings, output):
         "skipped_pages": stats.get("skipped_pages", 0),
         "dead_letters": dead_info["count"],
         "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
+        "replaced_characters": stats.get("replaced_characters", 0),
     }
     manifest = {
         "tool": "ldabeam vectorize",
         "format_version": dataset.FORMAT_VERSION,
         "inputs": settings.pop("_inputs"),
+        "input_summary": settings.pop("_input_summary"),
         "settings": settings,
         "counts": counts,
         "tokens": {"total": sum(v["tokens"] for v in split_info.values()),
@@ -714,8 +724,23 @@ def _settings_dict(opts: VectorizeOptions, inputs, vocab_source: str,
         s.pop(k)
     s["vocabulary_source"] = vocab_source
     s["pruning"] = pruning
-    s["_inputs"] = [{"path": p, "format": f} for p, f in inputs]
+    s["_input_summary"] = input_summary(inputs, opts.inputs)
+    s["_inputs"] = ([{"path": p, "format": f} for p, f in inputs]
+                    if len(inputs) <= MAX_LISTED_INPUTS else None)
     return s
+
+
+def input_summary(inputs: Sequence[Tuple[str, str]], patterns: Sequence[str]) -> dict:
+    """What the inputs were, in constant size: the number of files, the patterns given, the
+    files per format, and the sha256 of the sorted newline-joined listing ``path\tformat``
+    (the manifest lists every file only up to MAX_LISTED_INPUTS of them)."""
+    h = hashlib.sha256()
+    formats = collections.Counter()
+    for p, f in sorted(inputs):
+        h.update(("%s\t%s\n" % (p, f)).encode("utf-8"))
+        formats[f] += 1
+    return {"count": len(inputs), "patterns": list(patterns), "formats": dict(formats),
+            "listing_sha256": h.hexdigest(), "listed": len(inputs) <= MAX_LISTED_INPUTS}
 
 
 def _prepare_output(output: str, overwrite: bool) -> None:
@@ -739,25 +764,25 @@ def _prepare_output(output: str, overwrite: bool) -> None:
             os.unlink(manifest)
 
 
-def pipeline_options(beam_argv: Sequence[str]) -> PipelineOptions:
-    """Beam options with the runner set explicitly (DirectRunner, in-process by default; the
-    unnamed default would first try to download the Prism runner)."""
-    argv = list(beam_argv or [])
-    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
-        argv.append("--runner=DirectRunner")
-    if not any(a.startswith("--direct_running_mode") for a in argv):
-        argv.append("--direct_running_mode=in_memory")
-    return PipelineOptions(argv)
-
-
 def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     """Expand the input globs; fail at once (InputError / ValueError naming it) on an unusable
     input or an unsupported mix."""
+    from pipelines import table_sources
     from pipelines import text_sources as ts
     if opts.format not in ts.FORMATS:
         raise ValueError("unsupported --format %r (expected one of %s)"
                          % (opts.format, ", ".join(ts.FORMATS)))
-    inputs = ts.expand_inputs(opts.inputs, opts.format)
+    bq = [i for i in opts.inputs if table_sources.is_bigquery(i)]
+    if opts.query:
+        bq.append(QUERY_INPUT)
+    files = [i for i in opts.inputs if not table_sources.is_bigquery(i)]
+    for spec in bq:
+        if spec != QUERY_INPUT:
+            table_sources.bigquery_table(spec)        # ValueError naming a malformed spec
+    if bq:
+        table_sources.require_bigquery()
+    inputs = ts.expand_inputs(files, opts.format) if files else []
+    inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
         raise ValueError("the inputs %s match no file" % ", ".join(opts.inputs))
     fmts = {f for _, f in inputs}
@@ -766,7 +791,9 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
             raise ValueError("bag-of-words input (%s) must be a single corpus file, got %d "
                              "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
                                              ", ".join(p for p, _ in inputs)))
-    for path, fmt in inputs[:PREFLIGHT_INPUTS]:
+    if fmts & set(BOW_FORMATS) and BIGQUERY_FORMAT in fmts:
+        raise ValueError("a bag-of-words corpus cannot be mixed with BigQuery input")
+    for path, fmt in [i for i in inputs if i[1] != BIGQUERY_FORMAT][:PREFLIGHT_INPUTS]:
         preflight(path, fmt, opts.reader_options(), opts.vocab)
     return inputs
 
@@ -818,11 +845,9 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
     else:
         cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
         min_tokens = {i: opts.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
-        items, dead, st = (p | "Inputs" >> beam.Create([(i, path, f) for i, (path, f)
-                                                        in enumerate(inputs)])
-                           | "Read" >> ReadWorkItems(opts.reader_options(), opts.reshuffle))
-        stats_parts.append(st)
-        dead_parts.append(dead)
+        items, dead, st = read_text_items(p, opts, inputs)
+        stats_parts.extend(st)
+        dead_parts.extend(dead)
         docs, vstats, dead, st = items | "Tokenize" >> TokenizeDocuments(
             cfg, min_tokens, fixed_vocab=opts.vocab,
             paths={i: path for i, (path, _) in enumerate(inputs)})
@@ -860,6 +885,34 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
             | "Manifest" >> beam.Map(_finish, AsSingleton(stats), AsList(shards),
                                      AsSingleton(vocab_info), AsSingleton(dead_info),
                                      settings, output))
+
+
+def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
+    """The work items of text inputs -- files through :class:`ReadWorkItems`, BigQuery tables
+    and queries through Beam's BigQuery source -- as ``(items, [dead letters], [stats])``."""
+    files = [(i, path, f) for i, (path, f) in enumerate(inputs) if f != BIGQUERY_FORMAT]
+    items, dead, stats = [], [], []
+    if files:
+        it, dl, st = (p | "Inputs" >> beam.Create(files)
+                      | "Read" >> ReadWorkItems(opts.reader_options(), opts.reshuffle))
+        items.append(it)
+        dead.append(dl)
+        stats.append(st)
+    for i, (path, f) in enumerate(inputs):
+        if f != BIGQUERY_FORMAT:
+            continue
+        from pipelines import table_sources
+        src = table_sources.ReadBigQueryDocuments(
+            i, table=None if path == QUERY_INPUT else path,
+            query=opts.query if path == QUERY_INPUT else None, id_field=opts.id_field,
+            text_field=opts.text_field, title_field=opts.title_field,
+            label_field=opts.label_field)
+        res = p | ("BigQuery%d" % i) >> src.transform()
+        items.append(res.items)
+        dead.append(res.dead)
+    if len(items) == 1:
+        return items[0], dead, stats
+    return tuple(items) | "AllItems" >> beam.Flatten(), dead, stats
 
 
 def _load_stopwords(spec):
@@ -910,9 +963,11 @@ def summary(manifest: dict, output: str) -> str:
         % (c["documents_read"], c["documents_kept"], c["train_documents"],
            c["heldout_documents"], c["empty_documents"], c["too_short"],
            c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
-        "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d"
+        "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d; undecodable "
+        "characters replaced: %d"
         % (manifest["tokens"]["total"], manifest["tokens"]["train"],
-           manifest["tokens"]["heldout"], c["oov_tokens_dropped"]),
+           manifest["tokens"]["heldout"], c["oov_tokens_dropped"],
+           c.get("replaced_characters", 0)),
         "vocabulary: V = %d, hash %s" % (v["size"], v["hash"]),
         "output: %s (%d train shard(s), %d heldout shard(s)%s)"
         % (output, len(s["train"]["shards"]), len(s["heldout"]["shards"]),
@@ -920,19 +975,3 @@ def summary(manifest: dict, output: str) -> str:
            if manifest["deadletter"]["files"] else ""),
     ]
     return "\n".join(lines)
-
-
-def run(argv=None) -> int:
-    """``python -m pipelines.vectorize ...``: the same as ``ldabeam vectorize ...``."""
-    import argparse
-    from pipelines.commands import vectorize as cmd
-    parser = argparse.ArgumentParser(prog="ldabeam vectorize")
-    cmd.add_arguments(parser)
-    args, beam_argv = parser.parse_known_args(argv)
-    return cmd.run(args, beam_argv)
-
-
-if __name__ == "__main__":
-    import sys
-    logging.basicConfig(level=logging.INFO)
-    sys.exit(run())

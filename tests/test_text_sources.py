@@ -184,8 +184,8 @@ def test_non_dump_and_missing_inputs_raise_at_once(tmp_path):
         read_documents(str(tmp_path / "missing.xml"), "wiki")
     with pytest.raises(InputError, match=r"missing\*\.txt matches no file"):
         expand_inputs([str(tmp_path / "missing*.txt")])
-    with pytest.raises(InputError, match="unknown input format 'csv'"):
-        expand_inputs([str(p)], "csv")
+    with pytest.raises(InputError, match="unknown input format 'xlsx'"):
+        expand_inputs([str(p)], "xlsx")
     with pytest.raises(InputError, match="bag-of-words"):
         read_documents(str(p), "uci")
 
@@ -277,7 +277,7 @@ def test_text_directory_glob_file_url_and_bad_records(tmp_path):
 
 
 def test_unknown_extension_needs_a_format(tmp_path, wiki_sample):
-    p = tmp_path / "table.csv"
+    p = tmp_path / "table.xlsx"
     p.write_text("a,b\n")
     sniffed = tmp_path / "sniff"
     sniffed.mkdir()
@@ -285,15 +285,19 @@ def test_unknown_extension_needs_a_format(tmp_path, wiki_sample):
     (sniffed / "corpus.dat").write_text("%%MatrixMarket matrix coordinate real general\n1 1 1\n")
     (sniffed / "docs.log").write_text('{"text": "a"}\n')
     assert [f for _, f in expand_inputs([str(sniffed)])] == ["mm", "jsonl", "wiki"]
-    with pytest.raises(InputError, match=r"table\.csv.*give --format"):
+    with pytest.raises(InputError, match=r"table\.xlsx.*give --format"):
         expand_inputs([str(tmp_path)])
     assert expand_inputs([str(p)], "lines") == [(str(p), "lines")]
     assert [detect_format(n) for n in ["x.xml.bz2", "enwiki-multistream.xml.bz2", "a.jsonl.gz",
                                        "docword.kos.txt.gz", "c.mm", "c.lda-c", "c.tgz", "60804",
-                                       "notes.txt", "x.parquet",
+                                       "notes.txt", "x.xlsx",
                                        "enwiki-20240601-pages-articles1.xml-p1p41242.bz2"]] == [
         "wiki", "wiki", "jsonl", "uci", "mm", "ldac", "text", "text", "text", None, "wiki"]
-    assert set(FORMATS) == {"auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm"}
+    assert set(FORMATS) == {"auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm",
+                            "csv", "tsv", "parquet", "arrow"}
+    assert [detect_format(n) for n in ["a.csv", "a.csv.gz", "a.tsv", "part-0.snappy.parquet",
+                                       "data-00000-of-00001.arrow", "x.feather"]] == [
+        "csv", "csv", "tsv", "parquet", "arrow", "arrow"]
 
 
 def test_lines(tmp_path):

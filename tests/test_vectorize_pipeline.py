@@ -330,7 +330,7 @@ def test_bad_inputs_go_to_dead_letters_and_good_documents_survive(wiki_sample, t
     (t / "good.txt").write_text(articles[0][:3000])
     out = tmp_path / "ds"
     m = vz.vectorize(_opts([str(d / "*.xml*"), str(t)], out, no_below=1, no_above=1.0,
-                           min_article_tokens=0), IN_PROCESS)
+                           min_article_tokens=0, encoding_errors="strict"), IN_PROCESS)
     dead = [json.loads(l) for l in open(out / "deadletter" / "deadletter.jsonl")]
     errors = {os.path.basename(x["source"]): x["error"] for x in dead}
     assert "malformed <page>" in errors["malformed.xml"]

@@ -1,13 +1,17 @@
 """``ldabeam infer``: per-document topic proportions of a trained model, written as Parquet.
 
     ldabeam infer --model MODEL_DIR --shards SHARD_DIR --output DIR [BEAM OPTIONS]
-    ldabeam infer --model MODEL_DIR --input PATH_OR_GLOB... [--format F] --output DIR
+    ldabeam infer --model MODEL_DIR --input PATH_OR_GLOB... [--format F] --output DIR [--csv]
 
 The pipeline is :mod:`pipelines.infer` (same E-step code and frozen state as training).
 """
 from __future__ import annotations
 
 from pipelines import detached
+from pipelines.commands.vectorize import INPUT_FORMATS, add_field_arguments
+
+READER_OPTIONS = ("id_field", "text_field", "title_field", "label_field", "encoding",
+                  "encoding_errors")
 
 
 def add_arguments(p) -> None:
@@ -19,16 +23,30 @@ def add_arguments(p) -> None:
                    help="documents to infer: a dataset directory (its --split), a directory "
                         "of shards or a glob; vectorised with the model's vocabulary")
     g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
-                   help="raw text instead of --shards (vectorised with the model's fixed "
-                        "vocabulary; unknown words are ignored and counted)")
+                   help="raw text instead of --shards, in any `ldabeam vectorize` format "
+                        "(files, tables, bq://PROJECT.DATASET.TABLE), tokenized with the "
+                        "model's own settings and vocabulary; unknown words are ignored and "
+                        "counted")
+    g.add_argument("--query", default=None, metavar="SQL",
+                   help="raw text from a BigQuery query (needs pip install 'ldabeam[gcp]')")
     g.add_argument("--format", dest="input_format", default="auto",
-                   help="format of --input: auto, wiki, text, lines, jsonl")
+                   choices=[f for f in INPUT_FORMATS if f not in ("uci", "ldac", "mm")],
+                   help="format of --input")
     g.add_argument("--split", default="train", choices=["train", "heldout"],
                    help="split of a dataset directory given as --shards")
     g.add_argument("--output", metavar="DIR", default=None,
                    help="directory for part-*.parquet and summary.json (required)")
     g.add_argument("--overwrite", action="store_true",
                    help="replace inference results already in --output")
+    g.add_argument("--csv", dest="write_csv", action="store_true",
+                   help="also write part-*.csv (doc_id, title, n_tokens, top_topic, top_topics, "
+                        "theta_0 ... theta_K-1)")
+    g = p.add_argument_group("raw text readers (default: as the model's training data)")
+    add_field_arguments(g, defaults=False)
+    g.add_argument("--encoding", default=None, help="text encoding of --input")
+    g.add_argument("--encoding-errors", default=None, choices=["strict", "replace", "ignore"],
+                   help="replace: undecodable bytes become U+FFFD (counted); strict: such a "
+                        "record is skipped and counted as a dead letter")
     g = p.add_argument_group("inference")
     g.add_argument("--top-n", type=int, default=3, help="topics listed in top_topics")
     g.add_argument("--batch-size", type=int, default=1024,
@@ -51,12 +69,14 @@ def run(args, beam_argv) -> int:
     from pipelines.infer import InferOptions, infer
     opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
                         inputs=list(args.input or []), input_format=args.input_format,
+                        query=args.query, write_csv=args.write_csv,
+                        reader={k: getattr(args, k) for k in READER_OPTIONS},
                         split=args.split, batch_size=args.batch_size, top_n=args.top_n,
                         gamma_seed=args.gamma_seed, write_gamma=args.write_gamma,
                         overwrite=args.overwrite, threads=args.threads)
     if getattr(args, "detach", False):
         from pipelines.infer import SUMMARY_FILE, read_summary, submit
-        from pipelines.vectorize import pipeline_options
+        from pipelines.beam_options import pipeline_options
         runner = detached.runner_of_options(pipeline_options(beam_argv))
         result = submit(opts, beam_argv)
         LAST_SUBMITTED = result

@@ -524,6 +524,7 @@ def run(args, beam_argv) -> int:
             raise ValueError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
 
     # --- data: shards, vocabulary and its hash (cheap: Parquet footers only) ---------------
+    dataset.verify(args.shards)       # the dataset is complete: manifest, shards, rows, hashes
     files = dataset.resolve_shards(args.shards)
     shard_hash = dataset.check_vocab_hash(files, None)
     vocab_path = find_vocab(args.shards, args.vocab)
@@ -672,6 +673,7 @@ def run(args, beam_argv) -> int:
         else:
             shutil.copyfile(vocab_path, dst_vocab + ".tmp")
             os.replace(dst_vocab + ".tmp", dst_vocab)
+    dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
     from lda_core.run_log import RUN_LOG_FILE, RunLog
     if detach:

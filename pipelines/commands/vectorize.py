@@ -1,5 +1,6 @@
-"""``ldabeam vectorize``: raw text / Wikipedia dumps / bag-of-words files -> vocabulary +
-Parquet shards (see ``docs/vectorize.md`` and :mod:`pipelines.vectorize`).
+"""``ldabeam vectorize``: raw text / Wikipedia dumps / tables (CSV, Parquet, Arrow, BigQuery) /
+bag-of-words files -> vocabulary + Parquet shards (see ``docs/vectorize.md``,
+``docs/input-formats.md`` and :mod:`pipelines.vectorize`).
 
 Options this command does not define go to Beam as pipeline options, e.g.
 ``--direct_running_mode=multi_processing --direct_num_workers=2`` or ``--runner ...``.
@@ -12,6 +13,8 @@ import os
 from pipelines import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
+INPUT_FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow",
+                 "uci", "ldac", "mm")
 
 
 def bundled_sample() -> str:
@@ -57,11 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("input and output")
     io.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB",
                     default=_shown_in_help(p, input=None),
-                    help="files, directories, globs or URLs (gs://, s3://); compressed or not "
+                    help="files, directories, globs or URLs (gs://, s3://); compressed or not; "
+                         "bq://PROJECT.DATASET.TABLE for a BigQuery table "
                          "(default: the bundled Wikipedia sample, %s)" % BUNDLED_SAMPLE)
-    io.add_argument("--format", default="auto",
-                    choices=["auto", "wiki", "text", "lines", "jsonl", "uci", "ldac", "mm"],
+    io.add_argument("--format", default="auto", choices=list(INPUT_FORMATS),
                     help="input format (auto: from the file names / contents)")
+    io.add_argument("--query", default=_shown_in_help(p, query=None), metavar="SQL",
+                    help="BigQuery standard SQL whose rows are the documents (columns named by "
+                         "--id-field / --text-field / ...); needs pip install 'ldabeam[gcp]'")
     io.add_argument("--output", metavar="SHARD_DIR", default=_shown_in_help(p, output=None),
                     help="dataset directory to write (train/, heldout/, vocab.tsv, "
                          "manifest.json, deadletter/); required")
@@ -119,15 +125,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     rd = p.add_argument_group("readers")
     rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
-    rd.add_argument("--encoding-errors", default="strict",
+    rd.add_argument("--encoding-errors", default="replace",
                     choices=["strict", "replace", "ignore"],
-                    help="strict: a record with invalid bytes goes to the dead letters")
+                    help="replace: an undecodable byte becomes U+FFFD (counted in the "
+                         "manifest as replaced_characters); strict: a record with invalid "
+                         "bytes goes to the dead letters")
     rd.add_argument("--strip-headers", action="store_true",
                     help="drop e-mail headers up to the first blank line (20 Newsgroups)")
-    rd.add_argument("--id-field", default="id", help="JSON Lines: document id field")
-    rd.add_argument("--text-field", default="text", help="JSON Lines: text field")
-    rd.add_argument("--label-field", default="label", help="JSON Lines: label field")
-    rd.add_argument("--title-field", default="title", help="JSON Lines: title field")
+    add_field_arguments(rd)
     rd.add_argument("--no-reshuffle", dest="reshuffle", action="store_false",
                     default=_shown_in_help(p, reshuffle=True),
                     help="do not redistribute documents between reading and tokenizing "
@@ -139,10 +144,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     detached.add_detach_option(rn, "manifest.json in SHARD_DIR")
 
 
+def add_field_arguments(group, defaults: bool = True) -> None:
+    """The field / column options of JSON Lines and tables (also used by ``ldabeam infer``,
+    where ``defaults=False`` means "as the model's training data")."""
+    d = (lambda v: v) if defaults else (lambda v: None)
+    group.add_argument("--id-field", default=d("id"),
+                       help="JSON Lines / tables: document id field or column")
+    group.add_argument("--text-field", default=d("text"),
+                       help="JSON Lines / tables: text field; tables: several columns "
+                            "separated by commas are joined (title,body)")
+    group.add_argument("--label-field", default=d("label"),
+                       help="JSON Lines / tables: label field or column")
+    group.add_argument("--title-field", default=d("title"),
+                       help="JSON Lines / tables: title field or column")
+
+
 def options_from_args(args):
     from pipelines.vectorize import VectorizeOptions
     inputs = list(args.input or [])
-    if not inputs:
+    if not inputs and not getattr(args, "query", None):
         inputs = [bundled_sample()]
     keep_tokens = tuple(t.strip() for t in (args.keep_tokens or "").split(",") if t.strip())
     return VectorizeOptions(
@@ -155,7 +175,7 @@ def options_from_args(args):
         encoding=args.encoding, encoding_errors=args.encoding_errors,
         id_field=args.id_field, text_field=args.text_field, label_field=args.label_field,
         title_field=args.title_field, strip_headers=args.strip_headers,
-        overwrite=args.overwrite, reshuffle=args.reshuffle)
+        query=getattr(args, "query", None), overwrite=args.overwrite, reshuffle=args.reshuffle)
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
@@ -176,7 +196,8 @@ def run(args, beam_argv) -> int:
 def _run_detached(opts, beam_argv) -> int:
     global LAST_SUBMITTED
     from pipelines import dataset
-    from pipelines.vectorize import pipeline_options, submit, summary
+    from pipelines.beam_options import pipeline_options
+    from pipelines.vectorize import submit, summary
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
     LAST_SUBMITTED = result
@@ -192,3 +213,22 @@ def _run_detached(opts, beam_argv) -> int:
           "job in the runner's console, or: ldabeam train --shards %s ...)"
           % (opts.output, manifest, opts.output))
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m pipelines.commands.vectorize ...`` (the same as ``ldabeam vectorize ...``)."""
+    import logging
+    import sys
+    logging.basicConfig(level=logging.INFO)
+    parser = argparse.ArgumentParser(prog="ldabeam vectorize")
+    add_arguments(parser)
+    args, beam_argv = parser.parse_known_args(argv)
+    try:
+        return run(args, beam_argv)
+    except (ValueError, FileNotFoundError) as e:
+        print("ldabeam vectorize: error: %s" % e, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
