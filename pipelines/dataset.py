@@ -409,7 +409,7 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
     it lists is there with its row count (Parquet footer) and, when recorded, its sha256; no
     shard sits in a split folder without being listed. Returns ``{"shards": n, "documents":
     d}`` (``None`` for a path that is not a dataset directory -- a folder of shards or a glob
-    -- which has no manifest to check against).
+    -- or whose manifest lists no shards: nothing to check against).
 
     Raises ``ValueError`` naming the dataset and the first problem: no manifest (a dataset
     still being written, or whose job failed), a missing / extra / truncated / changed shard.
@@ -423,10 +423,12 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
                          "or re-run it" % (path, MANIFEST_FILE))
     try:
         manifest = read_manifest(path)
-        splits = manifest["splits"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError("dataset %s: %s is not a readable dataset manifest (%s); re-run "
-                         "`ldabeam vectorize`" % (path, MANIFEST_FILE, e)) from e
+    except ValueError as e:
+        raise ValueError("dataset %s: %s is not valid JSON (%s); re-run `ldabeam vectorize`"
+                         % (path, MANIFEST_FILE, e)) from e
+    splits = manifest.get("splits") if isinstance(manifest, dict) else None
+    if not isinstance(splits, dict):
+        return None        # a manifest without a shard listing: nothing to check against
     n_shards = n_docs = 0
     for split in (TRAIN_SPLIT, HELDOUT_SPLIT):
         listed = (splits.get(split) or {}).get("shards") or []
