@@ -905,13 +905,16 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
                           None if label is None else str(label), path, position, replaced)
 
 
-def _read_table(path: str, fmt: str, **options):
-    from pipelines import table_sources
-    return table_sources.read_table(path, fmt, **options)
+def _table_reader(fmt: str):
+    """The reader of one table format (:func:`pipelines.table_sources.read_table`)."""
+    def read(path: str, **options):
+        from pipelines import table_sources
+        return table_sources.read_table(path, fmt, **options)
+    return read
 
 
 _READERS = {"wiki": _read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
-_READERS.update({f: (lambda path, _f=f, **o: _read_table(path, _f, **o)) for f in TABLE_FORMATS})
+_READERS.update({f: _table_reader(f) for f in TABLE_FORMATS})
 
 
 def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument, DeadLetter]]:
@@ -924,7 +927,9 @@ def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument
     ``lines``/``jsonl`` are always skipped). ``text``: ``strip_headers=False`` (drop e-mail
     headers up to the first blank line). ``jsonl``: ``id_field="id"``, ``text_field="text"``,
     ``label_field="label"``, ``title_field="title"`` (dots reach nested objects; a missing
-    id becomes ``<basename>:<line>``). ``wiki``: ``namespaces=("0",)``.
+    id becomes ``<basename>:<line>``). ``wiki``: ``namespaces=("0",)``. Tables (``csv``,
+    ``tsv``, ``parquet``, ``arrow``): the same field options name columns
+    (:mod:`pipelines.table_sources`).
 
     Raises InputError at once (before yielding) for an unknown format, a bag-of-words format
     (use :mod:`pipelines.bow_sources`), a missing file, or a non-dump given as ``wiki``.

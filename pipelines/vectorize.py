@@ -44,7 +44,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines import dataset
+from pipelines import dataset, text_sources
 from pipelines.beam_options import pipeline_options
 from pipelines.tokenize import TokenizerConfig, tokenize
 from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
@@ -56,8 +56,8 @@ NAMESPACE = "ldabeam.vectorize"
 STATS = "stats"
 DEAD = "dead"
 VOCAB_STATS = "vocab_stats"
-BOW_FORMATS = ("uci", "ldac", "mm")
-TEXT_FORMATS = ("wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow")
+BOW_FORMATS = text_sources.BOW_FORMATS
+TEXT_FORMATS = text_sources.TEXT_FORMATS
 BIGQUERY_FORMAT = "bigquery"     # --input bq://PROJECT.DATASET.TABLE or --query
 QUERY_INPUT = "bq-query"         # the input name of --query
 DOCS_PER_SHARD = 20000           # automatic shard count: ceil(documents / DOCS_PER_SHARD)

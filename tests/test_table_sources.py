@@ -399,3 +399,32 @@ def test_infer_raw_parquet_and_arrow_use_the_models_settings(posts, tmp_path):
         assert s["documents_read"] == table.num_rows and s["dead_letters"] == 0
     a, b = read_theta(str(outs["pq"])), read_theta(str(outs["hf"]))
     assert a.column("theta").to_pylist() == b.column("theta").to_pylist()
+
+
+def test_tables_on_an_object_store(posts, reference, store_root, tmp_path):
+    """gs:// / s3:// paths go through Beam's FileSystems: the same tables on the fake object
+    store (tests/fake_object_store.py) give the same rows as local files."""
+    from apache_beam.io.filesystems import FileSystems
+    _, ref_rows = reference
+    local = tmp_path / "local"
+    local.mkdir()
+    _write_csv(local / "posts.csv.gz", posts[:120])
+    table = _table(posts[120:])
+    pq.write_table(table.slice(0, 60), local / "a.parquet")
+    pq.write_table(table.slice(60), local / "b.parquet")
+    _write_hf_save_to_disk(str(local / "hf"), table)
+    for rel in ["posts.csv.gz", "a.parquet", "b.parquet", "hf/data-00000-of-00001.arrow",
+                "hf/state.json", "hf/dataset_info.json"]:
+        with FileSystems.create("%s/in/%s" % (store_root, rel),
+                                compression_type="uncompressed") as f:
+            f.write((local / rel).read_bytes())
+    expanded = ts.expand_inputs([store_root + "/in/*.csv.gz", store_root + "/in/*.parquet",
+                                 store_root + "/in/hf"])
+    assert [(p.rsplit("/", 1)[-1], f) for p, f in expanded] == [
+        ("posts.csv.gz", "csv"), ("a.parquet", "parquet"), ("b.parquet", "parquet"),
+        ("data-00000-of-00001.arrow", "arrow")]
+    docs = [d for p, f in expanded for d in ts.read_documents(p, f, text_field="title,body")]
+    assert all(isinstance(d, ts.RawDocument) for d in docs)
+    by_id = {d.doc_id: d for d in docs}
+    assert len(docs) == len(posts) + 120 and set(by_id) == set(ref_rows)
+    assert by_id[posts[0][0]].text == posts[0][2] + "\n" + posts[0][3]
