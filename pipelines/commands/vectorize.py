@@ -217,17 +217,9 @@ def _run_detached(opts, beam_argv) -> int:
 
 def main(argv=None) -> int:
     """``python -m pipelines.commands.vectorize ...`` (the same as ``ldabeam vectorize ...``)."""
-    import logging
     import sys
-    logging.basicConfig(level=logging.INFO)
-    parser = argparse.ArgumentParser(prog="ldabeam vectorize")
-    add_arguments(parser)
-    args, beam_argv = parser.parse_known_args(argv)
-    try:
-        return run(args, beam_argv)
-    except (ValueError, FileNotFoundError) as e:
-        print("ldabeam vectorize: error: %s" % e, file=sys.stderr)
-        return 2
+    from pipelines.cli import main as cli_main
+    return cli_main(["vectorize"] + list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
