@@ -10,9 +10,11 @@ the BigQuery input.
 
 * ``csv`` / ``tsv`` -- a header row, then one record per row, read with Python's ``csv``
   module (quoted fields, embedded newlines and doubled quotes as RFC 4180; ``tsv`` is the same
-  with a tab delimiter). Decoded line by line in ``encoding`` (a UTF-8 byte-order mark is
-  dropped), so under ``encoding_errors="strict"`` only the record holding an undecodable line
-  is a dead letter. Compressed files (``.csv.gz`` ...) as every text input.
+  with a tab delimiter); a UTF-8 byte-order mark is dropped. Under ``encoding_errors="strict"``
+  the file is decoded line by line, so only the record holding an undecodable line is a dead
+  letter; otherwise it is decoded as one stream in blocks (replacements counted; a count goes
+  with the row being read when its block was decoded). Compressed
+  files (``.csv.gz`` ...) as every text input.
 * ``parquet`` -- read one record batch at a time (``pyarrow.parquet.ParquetFile
   .iter_batches``, only the named columns): memory is bounded by the batch, never the table.
 * ``arrow`` -- Arrow IPC, stream or file format (``.arrow``, ``.feather``), one record batch
@@ -204,11 +206,12 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
     consts = partition_values(path)
     stream = ts.open_decompressed(path)
     try:
-        if _ascii_compatible(encoding):
+        if encoding_errors == "strict" and _ascii_compatible(encoding):
             feed = _LineFeed(stream, encoding, encoding_errors, max_doc_bytes, path)
-        else:   # UTF-16 / UTF-32: lines cannot be cut in bytes; decode the whole stream
+        else:   # decoded as one stream (faster; UTF-16 / UTF-32 lines cannot be cut in bytes)
             feed = None
-            text = io.TextIOWrapper(stream, encoding=encoding,
+            utf8 = encoding.replace("_", "-").lower() in ("utf-8", "utf8")
+            text = io.TextIOWrapper(stream, encoding="utf-8-sig" if utf8 else encoding,
                                     errors=ts.error_handler(encoding_errors), newline="")
         limit = max(csv.field_size_limit(), max_doc_bytes)
         csv.field_size_limit(limit)
