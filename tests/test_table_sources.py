@@ -381,7 +381,8 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
     assert [int(r["top_topic"]) for r in rows] == a.column("top_topic").to_pylist()
 
 
-def test_infer_raw_parquet_and_arrow_use_the_models_settings(posts, tmp_path):
+def test_infer_raw_parquet_arrow_and_bigquery_use_the_models_settings(posts, tmp_path,
+                                                                     monkeypatch):
     train_posts = posts[:200]
     src = tmp_path / "train.jsonl"
     _write_jsonl(src, train_posts)
@@ -397,8 +398,20 @@ def test_infer_raw_parquet_and_arrow_use_the_models_settings(posts, tmp_path):
         outs[name] = tmp_path / name
         s = infer(InferOptions(model=str(model), inputs=[str(inp)], output=str(outs[name])))
         assert s["documents_read"] == table.num_rows and s["dead_letters"] == 0
-    a, b = read_theta(str(outs["pq"])), read_theta(str(outs["hf"]))
+    # a BigQuery query (its source replaced by a stand-in, as in the vectorize test)
+    monkeypatch.setattr(table_sources, "require_bigquery", lambda: None)
+    monkeypatch.setattr(table_sources, "_bigquery_transform", lambda: _FakeReadFromBigQuery)
+    _FakeReadFromBigQuery.calls, _FakeReadFromBigQuery.rows = [], table.to_pylist()
+    outs["bq"] = tmp_path / "bq"
+    s = infer(InferOptions(model=str(model), query="SELECT * FROM news.new",
+                           output=str(outs["bq"])))
+    assert _FakeReadFromBigQuery.calls == [dict(query="SELECT * FROM news.new",
+                                                use_standard_sql=True)]
+    assert s["documents"] == table.num_rows
+    a, b, c = (read_theta(str(outs[k])) for k in ("pq", "hf", "bq"))
     assert a.column("theta").to_pylist() == b.column("theta").to_pylist()
+    assert a.column("doc_id").to_pylist() == c.column("doc_id").to_pylist()
+    assert a.column("theta").to_pylist() == c.column("theta").to_pylist()
 
 
 def test_tables_on_an_object_store(posts, reference, store_root, tmp_path):
