@@ -46,7 +46,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import dataset
-from pipelines.tokenize import TokenizerConfig, tokenize
+from pipelines.tokenize import BatchCounts, TokenizerConfig, count_batch
 from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
                                   bow_prune, record_to_vocabulary)
 
@@ -64,6 +64,8 @@ WIKI_MIN_ARTICLE_TOKENS = 50     # gensim.corpora.wikicorpus.ARTICLE_MIN_WORDS
 DEADLETTER_FILE = "deadletter.jsonl"
 MAX_SNIPPET = 200
 PREFLIGHT_INPUTS = 20            # inputs opened before the pipeline starts
+BATCH_ITEMS = 2000               # work items (documents / pages) per batch
+BATCH_CHARS = 1 << 21            # ... or characters of text / page XML per batch
 
 # A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
 # (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
@@ -177,29 +179,6 @@ def auto_num_shards(n_docs: int, requested: int = 0) -> int:
     return max(1, min(MAX_SHARDS, int(math.ceil(n_docs / float(DOCS_PER_SHARD)))))
 
 
-def token_counts_to_row(doc_id, title, label, token_counts, index: Dict[str, int]):
-    """Map ``(token, count)`` pairs through ``index``; returns ``(row or None, dropped tokens)``
-    where ``row`` is ``None`` when no token is in the vocabulary."""
-    ids = []
-    cnts = []
-    dropped = 0
-    for tok, n in token_counts:
-        i = index.get(tok)
-        if i is None:
-            dropped += n
-        else:
-            ids.append(i)
-            cnts.append(n)
-    if not ids:
-        return None, dropped
-    w = np.asarray(ids, np.int32)
-    c = np.asarray(cnts, np.int32)
-    order = np.argsort(w, kind="stable")
-    w = w[order]
-    c = c[order]
-    return (doc_id, title, label, w.tobytes(), c.tobytes(), int(c.sum())), dropped
-
-
 def arrays_to_row(doc_id, title, label, word_ids: np.ndarray, counts: np.ndarray) -> Row:
     w = np.ascontiguousarray(word_ids, np.int32)
     c = np.ascontiguousarray(counts, np.int32)
@@ -265,17 +244,35 @@ class _CountingDoFn(beam.DoFn):
 
 
 class _ReadWorkItemsFn(_CountingDoFn):
-    """``(input index, path, format)`` -> work items, read sequentially from one input.
+    """``(input index, path, format)`` -> batches of work items, read sequentially from one
+    input.
 
     Work items: ``("page", input, seq, source, position, xml)`` for a dump page, or
     ``("doc", input, seq, doc_id, title, label, text)`` for a text document. ``seq`` numbers
     items in file order (it fixes gensim's id order for tokens first seen in a document).
+    Items travel as ``("batch", [item, ...])`` of consecutive items of one input (at most
+    ``BATCH_ITEMS`` items or ``BATCH_CHARS`` characters), so the per-element cost of the
+    runner is paid per batch, not per document.
     """
 
     def __init__(self, reader_options: dict):
         self._reader_options = reader_options
 
     def process(self, element):
+        batch, size = [], 0
+        for out in self._items(element):
+            if isinstance(out, TaggedOutput):
+                yield out
+                continue
+            batch.append(out)
+            size += len(out[-1])
+            if len(batch) >= BATCH_ITEMS or size >= BATCH_CHARS:
+                yield ("batch", batch)
+                batch, size = [], 0
+        if batch:
+            yield ("batch", batch)
+
+    def _items(self, element):
         from pipelines import text_sources as ts
         idx, path, fmt = element
         seq = 0
@@ -305,13 +302,71 @@ class _ReadWorkItemsFn(_CountingDoFn):
                                       "snippet": ""})
 
 
+def _work_items(element) -> list:
+    """The work items of a ``("batch", items)`` element (or of a single work item)."""
+    return element[1] if element[0] == "batch" else [element]
+
+
+def _subset_counts(bc: BatchCounts, keep: np.ndarray) -> BatchCounts:
+    """The bags of words of the documents where ``keep`` is True (same token list)."""
+    per_doc = np.diff(bc.ptr)
+    pair_keep = np.repeat(keep, per_doc)
+    ptr = np.zeros(int(keep.sum()) + 1, np.int64)
+    np.cumsum(per_doc[keep], out=ptr[1:])
+    return BatchCounts(bc.tokens, ptr, bc.ids[pair_keep], bc.counts[pair_keep])
+
+
+def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index: Dict[str, int]):
+    """Rows of a batch of documents through a vocabulary ``index`` (token -> id).
+
+    ``metas[d]`` ends with ``(doc_id, title, label)`` of document ``d``. Returns ``(rows,
+    dropped tokens, documents left empty)``: a row's ids ascend; a document with no token in
+    the vocabulary has no row.
+    """
+    n = bc.n_docs
+    gmap = np.fromiter((index.get(t, -1) for t in bc.tokens), np.int64, len(bc.tokens))
+    g = gmap[bc.ids]
+    doc = np.repeat(np.arange(n), np.diff(bc.ptr))
+    known = g >= 0
+    dropped = int(bc.counts[~known].sum())
+    g, c, doc = g[known], bc.counts[known], doc[known]
+    order = np.lexsort((g, doc))
+    g = g[order].astype(np.int32)
+    c = c[order].astype(np.int32)
+    doc = doc[order]
+    ptr = np.searchsorted(doc, np.arange(n + 1)).tolist()
+    totals = np.bincount(doc, weights=c, minlength=n).astype(np.int64).tolist()
+    wb, cb = g.tobytes(), c.tobytes()
+    rows, empty = [], 0
+    for d in range(n):
+        a, b = ptr[d], ptr[d + 1]
+        if a == b:
+            empty += 1
+            continue
+        doc_id, title, label = metas[d][-3:]
+        rows.append((doc_id, title, label, wb[4 * a:4 * b], cb[4 * a:4 * b], totals[d]))
+    return rows, dropped, empty
+
+
+def tokenized_docs(element):
+    """``(input, seq, doc_id, title, label, ((token, count), ...))`` for every document of a
+    tokenized batch (the main output of :class:`TokenizeDocuments`)."""
+    metas, tokens, ptr, ids, counts = element
+    bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
+                     np.frombuffer(counts, np.int64))
+    for d, meta in enumerate(metas):
+        yield tuple(meta) + (bc.doc_counts(d),)
+
+
 class _TokenizeFn(_CountingDoFn):
-    """Work item -> ``(input, seq, doc_id, title, label, ((token, count), ...))``.
+    """Batch of work items -> ``(metas, tokens, ptr, ids, counts)``: the kept documents'
+    ``(input, seq, doc_id, title, label)`` and their bags of words over the batch's token
+    list (:class:`~pipelines.tokenize.BatchCounts` as bytes; :func:`tokenized_docs` unpacks).
 
     Parses dump pages (markup stripped, redirects / other namespaces skipped), tokenizes, and
     drops documents with fewer than the minimum number of tokens. Accumulates the vocabulary
     statistics per bundle (``vocab_stats`` output) when ``collect_vocab``.
-    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows instead.
+    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows, one per document.
     """
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
@@ -332,59 +387,78 @@ class _TokenizeFn(_CountingDoFn):
         super().start_bundle()
         self._acc = TokenStatsAccumulator()
 
-    def process(self, item):
-        try:
-            for out in self._process(item):
-                yield out
-        except Exception as e:   # an unexpected failure on one document must not stop the job
-            idx = item[1]
-            position = item[4] if item[0] == "page" else "doc %s" % item[3]
-            logger.warning("document %s of input %s failed: %r", position, idx, e)
-            self._count("dead_letters")
-            yield TaggedOutput(DEAD, {"source": self._paths.get(idx, "input %d" % idx),
-                                      "position": position,
-                                      "error": "%s: %s" % (type(e).__name__, e),
-                                      "snippet": ""})
+    def _dead(self, idx, position, e):
+        logger.warning("document %s of input %s failed: %r", position, idx, e)
+        self._count("dead_letters")
+        return TaggedOutput(DEAD, {"source": self._paths.get(idx, "input %d" % idx),
+                                   "position": position,
+                                   "error": "%s: %s" % (type(e).__name__, e), "snippet": ""})
 
-    def _process(self, item):
+    def process(self, element):
         from pipelines import text_sources as ts
-        kind = item[0]
-        if kind == "page":
-            _, idx, seq, source, position, xml = item
-            doc = ts.parse_wiki_page(xml, source, position)
-            if doc is None:
-                self._count("skipped_pages")
-                return
-            if isinstance(doc, ts.DeadLetter):
-                self._count("dead_letters")
-                yield TaggedOutput(DEAD, _deadletter_dict(doc))
-                return
-            doc_id, title, label, text = doc.doc_id, doc.title, doc.label, doc.text
-        else:
-            _, idx, seq, doc_id, title, label, text = item
-        self._count("documents_read")
-        tokens = tokenize(text, self._cfg)
-        if not tokens:
-            self._count("empty_documents")
+        metas, texts, where = [], [], []
+        for item in _work_items(element):
+            position = item[4] if item[0] == "page" else "doc %s" % item[3]
+            try:
+                if item[0] == "page":
+                    _, idx, seq, source, position, xml = item
+                    doc = ts.parse_wiki_page(xml, source, position)
+                    if doc is None:
+                        self._count("skipped_pages")
+                        continue
+                    if isinstance(doc, ts.DeadLetter):
+                        self._count("dead_letters")
+                        yield TaggedOutput(DEAD, _deadletter_dict(doc))
+                        continue
+                    meta, text = (idx, seq, doc.doc_id, doc.title, doc.label), doc.text
+                else:
+                    _, idx, seq, doc_id, title, label, text = item
+                    meta = (idx, seq, doc_id, title, label)
+            except Exception as e:  # an unexpected failure on one document must not stop the job
+                yield self._dead(item[1], position, e)
+                continue
+            metas.append(meta)
+            texts.append(text)
+            where.append(position)
+        if not metas:
             return
-        if len(tokens) < self._min_tokens.get(idx, 1):
-            self._count("too_short")
+        self._count("documents_read", len(metas))
+        try:
+            outs = list(self._tokenized(metas, texts))
+        except Exception:   # find the failing document(s): one at a time
+            outs = []
+            for meta, text, position in zip(metas, texts, where):
+                try:
+                    outs.extend(self._tokenized([meta], [text]))
+                except Exception as e:
+                    outs.append(self._dead(meta[0], position, e))
+        for out in outs:
+            yield out
+
+    def _tokenized(self, metas, texts):
+        bc = count_batch(texts, self._cfg)
+        lengths = bc.doc_lengths()
+        mins = np.fromiter((self._min_tokens.get(m[0], 1) for m in metas), np.int64, len(metas))
+        empty = lengths == 0
+        short = ~empty & (lengths < mins)
+        keep = ~(empty | short)
+        self._count("empty_documents", int(empty.sum()))
+        self._count("too_short", int(short.sum()))
+        if not keep.any():
             return
-        counts = collections.Counter(tokens)
+        kept = [m for m, k in zip(metas, keep.tolist()) if k]
+        bc = _subset_counts(bc, keep) if not keep.all() else bc
         if self._index is not None:
-            row, dropped = token_counts_to_row(doc_id, title, label, counts.items(),
-                                               self._index)
+            rows, dropped, n_empty = counts_to_rows(kept, bc, self._index)
             self._count("oov_tokens_dropped", dropped)
-            if row is None:
-                self._count("empty_after_pruning")
-                return
-            yield row
+            self._count("empty_after_pruning", n_empty)
+            yield from rows
             return
-        tc = tuple(counts.items())
         if self._collect_vocab:
-            self._count("vocab_documents")
-            self._acc.add(tc, (idx, seq))
-        yield (idx, seq, doc_id, title, label, tc)
+            self._count("vocab_documents", len(kept))
+            doc = np.repeat(np.arange(bc.n_docs), np.diff(bc.ptr))
+            self._acc.add_batch(bc.tokens, bc.ids, bc.counts, doc, [m[:2] for m in kept])
+        yield (kept, bc.tokens, bc.ptr.tobytes(), bc.ids.tobytes(), bc.counts.tobytes())
 
     def finish_bundle(self):
         for out in super().finish_bundle():
@@ -396,23 +470,23 @@ class _TokenizeFn(_CountingDoFn):
 
 
 class _ApplyVocabularyFn(_CountingDoFn):
-    """Token counts + the vocabulary record (side input) -> rows; OOV tokens dropped."""
+    """Tokenized batches + the vocabulary record (side input) -> rows; OOV tokens dropped."""
 
     def __init__(self):
         self._index = None
         self._record_id = None
 
-    def process(self, doc, vocab_record):
+    def process(self, element, vocab_record):
         if self._index is None or self._record_id != id(vocab_record):
             self._index = {t: i for i, t in enumerate(vocab_record["tokens"])}
             self._record_id = id(vocab_record)
-        _, _, doc_id, title, label, tc = doc
-        row, dropped = token_counts_to_row(doc_id, title, label, tc, self._index)
+        metas, tokens, ptr, ids, counts = element
+        bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
+                         np.frombuffer(counts, np.int64))
+        rows, dropped, n_empty = counts_to_rows(metas, bc, self._index)
         self._count("oov_tokens_dropped", dropped)
-        if row is None:
-            self._count("empty_after_pruning")
-            return
-        yield row
+        self._count("empty_after_pruning", n_empty)
+        yield from rows
 
 
 class _ReadBowFn(_CountingDoFn):

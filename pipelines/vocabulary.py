@@ -109,7 +109,36 @@ class TokenStatsAccumulator:
                 s[1] += n
                 if first < s[2]:
                     s[2] = first
-        
+
+    def add_batch(self, tokens: Sequence[str], ids: np.ndarray, counts: np.ndarray,
+                  doc: np.ndarray, firsts: Sequence[Tuple[int, int]]) -> None:
+        """Add a batch of documents at once: pair ``k`` says document ``doc[k]`` holds token
+        ``tokens[ids[k]]`` ``counts[k]`` times (one pair per document and token; ``doc``
+        ascending); ``firsts[d]`` is document ``d``'s position. The same statistics as
+        :meth:`add` called document after document, with one Python step per distinct
+        token of the batch instead of one per token of every document."""
+        if len(ids) == 0:
+            return
+        u = len(tokens)
+        df = np.bincount(ids, minlength=u)
+        cf = np.bincount(ids, weights=counts, minlength=u).astype(np.int64)
+        # pairs are in document order, so a token's first pair is in its earliest document
+        present, first_pair = np.unique(ids, return_index=True)
+        first_doc = doc[first_pair]
+        stats = self._stats
+        for t, d, c, fd in zip(present.tolist(), df[present].tolist(), cf[present].tolist(),
+                               first_doc.tolist()):
+            tok = tokens[t]
+            first = firsts[fd]
+            s = stats.get(tok)
+            if s is None:
+                stats[tok] = [d, c, first]
+            else:
+                s[0] += d
+                s[1] += c
+                if first < s[2]:
+                    s[2] = first
+
     def __len__(self) -> int:
         return len(self._stats)
 
