@@ -258,12 +258,13 @@ def tokenize_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT):
 class BatchCounts:
     """Bags of words of a batch of documents, as flat arrays.
 
-    ``tokens`` lists the distinct tokens of the batch (local ids are positions in it);
+    ``tokens`` (an Arrow string array) holds the distinct tokens of the batch (local ids are
+    positions in it);
     document ``d``'s words are ``ids[ptr[d]:ptr[d+1]]`` (ascending local ids) with
     ``counts[ptr[d]:ptr[d+1]]``. Stop words are already removed.
     """
 
-    tokens: List[str]
+    tokens: "object"   # pyarrow large_string array
     ptr: "object"      # int64 numpy, n_docs + 1
     ids: "object"      # int64 numpy
     counts: "object"   # int64 numpy
@@ -281,9 +282,8 @@ class BatchCounts:
     def doc_counts(self, d: int):
         """``((token, count), ...)`` of document ``d``, in ascending local id order."""
         a, b = self.ptr[d], self.ptr[d + 1]
-        toks = self.tokens
-        return tuple((toks[i], int(c)) for i, c in zip(self.ids[a:b].tolist(),
-                                                        self.counts[a:b].tolist()))
+        toks = self.tokens.take(self.ids[a:b]).to_pylist()
+        return tuple(zip(toks, self.counts[a:b].tolist()))
 
 
 def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCounts:
@@ -296,7 +296,7 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
     tokens, doc = tokenize_batch(texts, cfg)
     if len(tokens) == 0:
         z = np.zeros(0, np.int64)
-        return BatchCounts([], np.zeros(n + 1, np.int64), z, z)
+        return BatchCounts(tokens, np.zeros(n + 1, np.int64), z, z)
     enc = tokens.dictionary_encode()
     dictionary = enc.dictionary
     local = enc.indices.to_numpy().astype(np.int64)
@@ -310,8 +310,7 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
         keep = ~stop[ids]
         ids, pair_doc, counts = ids[keep], pair_doc[keep], counts[keep]
     ptr = np.searchsorted(pair_doc, np.arange(n + 1))
-    return BatchCounts(dictionary.to_pylist(), ptr.astype(np.int64), ids,
-                       counts.astype(np.int64))
+    return BatchCounts(dictionary, ptr.astype(np.int64), ids, counts.astype(np.int64))
 
 
 def load_stopwords(spec: Optional[str]) -> frozenset:

@@ -316,15 +316,22 @@ def _subset_counts(bc: BatchCounts, keep: np.ndarray) -> BatchCounts:
     return BatchCounts(bc.tokens, ptr, bc.ids[pair_keep], bc.counts[pair_keep])
 
 
-def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index: Dict[str, int]):
-    """Rows of a batch of documents through a vocabulary ``index`` (token -> id).
+def vocabulary_lookup(tokens: Sequence[str]):
+    """The ``index`` argument of :func:`counts_to_rows` for a vocabulary in id order."""
+    import pyarrow as pa
+    return pa.array(list(tokens), pa.large_string())
+
+
+def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
+    """Rows of a batch of documents through a vocabulary (:func:`vocabulary_lookup`).
 
     ``metas[d]`` ends with ``(doc_id, title, label)`` of document ``d``. Returns ``(rows,
     dropped tokens, documents left empty)``: a row's ids ascend; a document with no token in
     the vocabulary has no row.
     """
+    import pyarrow.compute as pc
     n = bc.n_docs
-    gmap = np.fromiter((index.get(t, -1) for t in bc.tokens), np.int64, len(bc.tokens))
+    gmap = pc.index_in(bc.tokens, value_set=index).fill_null(-1).to_numpy().astype(np.int64)
     g = gmap[bc.ids]
     doc = np.repeat(np.arange(n), np.diff(bc.ptr))
     known = g >= 0
@@ -381,7 +388,7 @@ class _TokenizeFn(_CountingDoFn):
 
     def setup(self):
         if self._fixed_vocab:
-            self._index = dataset.Vocabulary.read(self._fixed_vocab).index
+            self._index = vocabulary_lookup(dataset.Vocabulary.read(self._fixed_vocab).tokens)
 
     def start_bundle(self):
         super().start_bundle()
@@ -464,7 +471,7 @@ class _TokenizeFn(_CountingDoFn):
         for out in super().finish_bundle():
             yield out
         if self._collect_vocab:
-            for kv in self._acc.items():
+            for kv in self._acc.packed():
                 yield TaggedOutput(VOCAB_STATS, _windowed(kv))
             self._acc.clear()
 
@@ -478,7 +485,7 @@ class _ApplyVocabularyFn(_CountingDoFn):
 
     def process(self, element, vocab_record):
         if self._index is None or self._record_id != id(vocab_record):
-            self._index = {t: i for i, t in enumerate(vocab_record["tokens"])}
+            self._index = vocabulary_lookup(vocab_record["tokens"])
             self._record_id = id(vocab_record)
         metas, tokens, ptr, ids, counts = element
         bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),

@@ -9,6 +9,7 @@ import tarfile
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -18,7 +19,7 @@ from pipelines import dataset
 from pipelines import vectorize as vz
 from pipelines.cli import main as cli_main
 from pipelines.tokenize import TokenizerConfig
-from pipelines.vocabulary import merge_token_stats
+from pipelines.vocabulary import merge_token_stats, unpack_stats
 
 IN_PROCESS = ["--runner=FnApiRunner"]
 
@@ -69,14 +70,15 @@ def _batch(docs):
             ids.append(local[t])
             counts.append(c)
         ptr.append(len(ids))
-    return vz.BatchCounts(tokens, np.array(ptr, np.int64), np.array(ids, np.int64),
-                          np.array(counts, np.int64))
+    return vz.BatchCounts(pa.array(tokens, pa.large_string()), np.array(ptr, np.int64),
+                          np.array(ids, np.int64), np.array(counts, np.int64))
 
 
 def test_counts_to_rows_sorts_ids_and_counts_dropped():
     metas = [(0, 0, "d", "t", None), (0, 1, "e", None, None)]
     rows, dropped, empty = vz.counts_to_rows(
-        metas, _batch([[("b", 2), ("zz", 5), ("a", 1)], [("q", 1)]]), {"a": 3, "b": 0})
+        metas, _batch([[("b", 2), ("zz", 5), ("a", 1)], [("q", 1)]]),
+        vz.vocabulary_lookup(["b", "x", "y", "a"]))
     assert dropped == 5 + 1 and empty == 1 and len(rows) == 1
     row = rows[0]
     assert row[:3] == ("d", "t", None)
@@ -108,7 +110,8 @@ def test_tokenize_transform_counts_and_vocab_stats():
                     | beam.Map(lambda d: (d[2], sorted(d[5]))), equal_to([
             ("d0", [("hello", 2), ("world", 1)]), ("d1", [("peace", 1), ("world", 1)])]),
             label="docs")
-        assert_that(vstats | beam.CombinePerKey(merge_token_stats),
+        assert_that(vstats | beam.FlatMap(lambda kv: unpack_stats(kv[1]))
+                    | beam.CombinePerKey(merge_token_stats),
                     equal_to([("hello", (1, 2, (0, 0))), ("world", (2, 2, (0, 0))),
                               ("peace", (1, 1, (0, 1)))]), label="vocab")
         assert_that(stats | beam.CombinePerKey(sum), equal_to([

@@ -135,7 +135,7 @@ def test_build_vocabulary_transform(news_docs):
             for t in docs[i]:
                 c[t] = c.get(t, 0) + 1
             acc.add(c.items(), (0, i))
-        partials.extend(acc.items())
+        partials.extend(acc.packed())
     d = _gensim(docs, s)
     expected = {"tokens": [d[i] for i in range(len(d))],
                 "df": [d.dfs[i] for i in range(len(d))],
