@@ -477,7 +477,8 @@ class _TokenizeFn(_CountingDoFn):
 
 
 class _ApplyVocabularyFn(_CountingDoFn):
-    """Tokenized batches + the vocabulary record (side input) -> rows; OOV tokens dropped."""
+    """Tokenized batches + the vocabulary record (side input) -> lists of rows (one per
+    batch); OOV tokens dropped."""
 
     def __init__(self):
         self._index = None
@@ -493,7 +494,8 @@ class _ApplyVocabularyFn(_CountingDoFn):
         rows, dropped, n_empty = counts_to_rows(metas, bc, self._index)
         self._count("oov_tokens_dropped", dropped)
         self._count("empty_after_pruning", n_empty)
-        yield from rows
+        if rows:
+            yield rows
 
 
 class _ReadBowFn(_CountingDoFn):
@@ -590,29 +592,44 @@ class _RemapBowFn(_CountingDoFn):
         yield arrays_to_row(doc_id, title, label, nw[keep], c[keep])  # remap keeps order
 
 
-def _key_by_split(row: Row, holdout_fraction: float, seed: int):
-    u, order = doc_hash(row[0], seed)
-    split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
-    return split, (order, row)
+def as_rows(element) -> List[Row]:
+    """The rows of an element of a rows PCollection: a list of rows, or one row."""
+    return element if isinstance(element, list) else [element]
+
+
+def _key_by_split(element, holdout_fraction: float, seed: int):
+    """Rows (a list, or one row) -> ``(split, [(order, row), ...])`` per split present."""
+    by_split: Dict[str, list] = {}
+    for row in as_rows(element):
+        u, order = doc_hash(row[0], seed)
+        split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+        by_split.setdefault(split, []).append((order, row))
+    return sorted(by_split.items())
 
 
 def _assign_shard(kv, split_counts, num_shards: int, heldout_shards: int):
-    split, (order, row) = kv
+    """``(split, [(order, row), ...])`` -> ``((split, index, n), [(order, row), ...])`` per
+    shard present."""
+    split, items = kv
     requested = num_shards if split == dataset.TRAIN_SPLIT else heldout_shards
     n = auto_num_shards(split_counts.get(split, 0), requested)
-    return (split, order % n, n), (order, row)
+    by_shard: Dict[int, list] = {}
+    for item in items:
+        by_shard.setdefault(item[0] % n, []).append(item)
+    return [((split, index, n), lst) for index, lst in sorted(by_shard.items())]
 
 
 class _WriteShardFn(beam.DoFn):
-    """``((split, index, n_shards), [(order, row), ...])`` -> one Parquet shard, rows sorted by
-    ``(order, doc_id)``; emits the shard's entry for the manifest."""
+    """``((split, index, n_shards), [[(order, row), ...], ...])`` -> one Parquet shard, rows
+    sorted by ``(order, doc_id)``; emits the shard's entry for the manifest."""
 
     def __init__(self, output: str):
         self._output = output
 
     def process(self, kv, vocab_hash_value):
-        (split, index, n), items = kv
-        items = sorted(items, key=lambda it: (it[0], it[1][0]))
+        (split, index, n), pieces = kv
+        items = sorted((it for piece in pieces for it in piece),
+                       key=lambda it: (it[0], it[1][0]))
         rows = [r for _, r in items]
         table = rows_to_table(rows)
         name = dataset.shard_name(index, n)
@@ -736,7 +753,8 @@ class TokenizeDocuments(beam.PTransform):
 
 
 class ApplyVocabulary(beam.PTransform):
-    """Token-count documents + a vocabulary record -> rows (OOV dropped, empties counted)."""
+    """Tokenized batches + a vocabulary record -> lists of rows (OOV dropped, empties
+    counted)."""
 
     def __init__(self, vocab_record):
         super().__init__()
@@ -749,7 +767,8 @@ class ApplyVocabulary(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Rows -> Parquet shards under ``output/{train,heldout}``; emits one dict per shard."""
+    """Rows (elements: a row or a list of rows) -> Parquet shards under
+    ``output/{train,heldout}``; emits one dict per shard."""
 
     def __init__(self, output: str, vocab_hash_value, holdout_fraction: float, seed: int,
                  num_shards: int = 0, heldout_shards: int = 0):
@@ -762,12 +781,12 @@ class WriteShards(beam.PTransform):
         self._heldout_shards = heldout_shards
 
     def expand(self, rows):
-        keyed = rows | "Split" >> beam.Map(_key_by_split, self._fraction, self._seed)
-        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], 1))
+        keyed = rows | "Split" >> beam.FlatMap(_key_by_split, self._fraction, self._seed)
+        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
                         | "CountSplits" >> beam.CombinePerKey(sum))
         return (keyed
-                | "AssignShard" >> beam.Map(_assign_shard, AsDict(split_counts),
-                                            self._num_shards, self._heldout_shards)
+                | "AssignShard" >> beam.FlatMap(_assign_shard, AsDict(split_counts),
+                                                self._num_shards, self._heldout_shards)
                 | "GroupShards" >> beam.GroupByKey()
                 | "Write" >> beam.ParDo(_WriteShardFn(self._output), AsSingleton(self._hash)))
 

@@ -126,7 +126,8 @@ def test_apply_vocabulary_transform():
     with TestPipeline(runner="FnApiRunner") as p:
         vocab = p | "V" >> beam.Create([{"tokens": ["y", "x"], "df": [1, 1], "cf": [1, 2]}])
         rows, stats = p | beam.Create(docs) | vz.ApplyVocabulary(vocab)
-        assert_that(rows | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
+        assert_that(rows | beam.FlatMap(vz.as_rows)
+                    | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
                                                np.frombuffer(r[4], np.int32).tolist())),
                     equal_to([("a", [0, 1], [1, 2])]), label="rows")
         assert_that(stats | beam.CombinePerKey(sum), equal_to([
