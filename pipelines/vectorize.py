@@ -337,7 +337,7 @@ def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
     known = g >= 0
     dropped = int(bc.counts[~known].sum())
     g, c, doc = g[known], bc.counts[known], doc[known]
-    order = np.lexsort((g, doc))
+    order = np.argsort((doc << 31) | g)       # by document, then id (ids < 2**31)
     g = g[order].astype(np.int32)
     c = c[order].astype(np.int32)
     doc = doc[order]
