@@ -22,7 +22,8 @@ document is tokenized by a single ``re.findall`` over the lower-cased text with 
 Python work (except the optional stop-word filter, a set lookup per token). De-accenting is
 skipped for pure-ASCII text (nothing to remove) and otherwise done by one ``str.translate``;
 pure-ASCII text (most of English Wikipedia's articles) is matched with an equivalent ASCII
-character-set regex, which is faster.
+character-set regex, which is faster. The pipeline tokenizes and counts whole batches of
+documents with :func:`count_batch` (same tokens, no Python object per token for ASCII text).
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ Stages (one composite ``PTransform`` each)::
 
 * A dump (or tar archive, or text file) is read sequentially by one DoFn that only cuts it
   into pages / documents; a ``Reshuffle`` then spreads the parsing, markup stripping and
-  tokenizing over the workers.
+  tokenizing over the workers. Documents travel in batches (``BATCH_ITEMS`` /
+  ``BATCH_CHARS``) from the reader to the shard writer, each batch tokenized and counted at
+  once (:func:`pipelines.tokenize.count_batch`).
 * Counts for the manifest are exact: each DoFn sums its counts per bundle and emits them in
   ``finish_bundle`` as a small PCollection (a retried bundle's outputs are discarded as a
   whole), summed with ``CombinePerKey``; Beam metrics carry the same numbers for monitoring.
