@@ -61,6 +61,7 @@ BOW_FORMATS = ("uci", "ldac", "mm")
 #: MediaWiki namespaces whose titles gensim's WikiCorpus drops (gensim IGNORED_NAMESPACES).
 IGNORED_NAMESPACES = ("Wikipedia", "Category", "File", "Portal", "Template", "MediaWiki",
                       "User", "Help", "Book", "Draft", "WikiProject", "Special", "Talk")
+_IGNORED_PREFIXES = tuple(p + ":" for p in IGNORED_NAMESPACES)
 #: gensim WikiCorpus.ARTICLE_MIN_WORDS: articles with fewer tokens are dropped by WikiCorpus.
 ARTICLE_MIN_TOKENS = 50
 
@@ -523,7 +524,7 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
     if elem.find("redirect") is not None:
         return None
     title = elem.findtext("title")
-    if title and any(title.startswith(p + ":") for p in IGNORED_NAMESPACES):
+    if title and title.startswith(_IGNORED_PREFIXES):
         return None
     text = elem.findtext("revision/text") or ""
     if text[:9].upper() == "#REDIRECT":

@@ -22,7 +22,8 @@ document is tokenized by a single ``re.findall`` over the lower-cased text with 
 Python work (except the optional stop-word filter, a set lookup per token). De-accenting is
 skipped for pure-ASCII text (nothing to remove) and otherwise done by one ``str.translate``;
 pure-ASCII text (most of English Wikipedia's articles) is matched with an equivalent ASCII
-character-set regex, which is faster.
+character-set regex, which is faster. The pipeline tokenizes and counts whole batches of
+documents with :func:`count_batch` (same tokens, no Python object per token for ASCII text).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -144,15 +145,173 @@ def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
         return []
     if cfg.lowercase:
         text = text.lower()
-    is_ascii = text.isascii()
-    if cfg.deaccent and not is_ascii:
-        text = deaccent(text)
-        is_ascii = text.isascii()
-    tokens = token_pattern(cfg.min_len, cfg.max_len, is_ascii).findall(text)
+    tokens = _tokens_of_cased(text, cfg)
     if cfg.stopwords:
         sw = cfg.stopwords
         tokens = [t for t in tokens if t not in sw]
     return tokens
+
+
+def _tokens_of_cased(text: str, cfg: TokenizerConfig) -> List[str]:
+    """Tokens of text already lower-cased (if ``cfg.lowercase``); stop words not removed."""
+    is_ascii = text.isascii()
+    if cfg.deaccent and not is_ascii:
+        text = deaccent(text)
+        is_ascii = text.isascii()
+    return token_pattern(cfg.min_len, cfg.max_len, is_ascii).findall(text)
+
+
+# ----------------------------------------------------------------------------- batches
+#
+# A batch of documents is tokenized into one Arrow string array of tokens (in document order)
+# plus the document index of every token, then counted with numpy: no Python object per token
+# for ASCII documents. ASCII text (after lower-casing) is tokenized by byte-class arithmetic
+# on the concatenated bytes: in ASCII, ``[^\W\d]`` is exactly ``[A-Za-z_]``, so a token is a
+# maximal run of bytes of that class, kept when its length is in ``[min_len, max_len]`` and
+# its first byte is not ``_`` -- the same rule as :func:`token_pattern`. Other documents go
+# through :func:`tokenize` itself (de-accenting, Unicode classes), so every document gets the
+# tokens :func:`tokenize` gives it.
+
+_SEP = "\n"    # joins ASCII documents; not a word character, so no token spans two documents
+
+
+@functools.lru_cache(maxsize=4)
+def _word_bytes(lowercase: bool):
+    """256-entry table: True for the ASCII word bytes a token may hold."""
+    import numpy as np
+    table = np.zeros(256, np.bool_)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    chars = letters + "_" + ("" if lowercase else letters.upper())
+    table[np.frombuffer(chars.encode("ascii"), np.uint8)] = True
+    return table
+
+
+def _ascii_tokens(texts: Sequence[str], cfg: TokenizerConfig):
+    """Tokens of pure-ASCII (already cased) texts: ``(Arrow large_string array, int64 array of
+    the index in ``texts`` of each token's document)``, tokens in document order."""
+    import numpy as np
+    import pyarrow as pa
+    if not texts:
+        return pa.array([], pa.large_string()), np.zeros(0, np.int64)
+    data = np.frombuffer(_SEP.join(texts).encode("ascii"), np.uint8)
+    inside = np.zeros(len(data) + 2, np.int8)
+    inside[1:-1] = _word_bytes(cfg.lowercase)[data]
+    edges = np.flatnonzero(np.diff(inside))        # alternately run starts and run ends
+    starts = edges[0::2]
+    lengths = edges[1::2] - starts
+    keep = (lengths >= cfg.min_len) & (lengths <= cfg.max_len)
+    keep &= data[np.minimum(starts, len(data) - 1)] != ord("_")
+    starts = starts[keep]
+    lengths = lengths[keep]
+    # the bytes of the kept tokens, in order: mark [start, start + length) and compress
+    delta = np.zeros(len(data) + 1, np.int8)
+    delta[starts] = 1
+    delta[starts + lengths] = -1
+    chars = data[np.cumsum(delta[:-1], dtype=np.int8).view(np.bool_)]
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets),
+                                              pa.py_buffer(chars))
+    doc_starts = np.zeros(len(texts), np.int64)
+    np.cumsum(np.fromiter((len(t) + 1 for t in texts), np.int64, len(texts))[:-1],
+              out=doc_starts[1:])
+    return tokens, np.searchsorted(doc_starts, starts, "right") - 1
+
+
+def tokenize_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT):
+    """Tokens of many documents at once, stop words *not* removed.
+
+    Returns ``(tokens, doc)``: an Arrow ``large_string`` array holding, document after
+    document, exactly the tokens :func:`tokenize` gives each text under ``cfg`` without its
+    stop-word filter, and ``doc`` (int64 numpy) the index in ``texts`` of each token's
+    document. Tokens of one document keep their order.
+    """
+    import numpy as np
+    import pyarrow as pa
+    ascii_idx, ascii_texts, other_idx, other_tokens = [], [], [], []
+    for i, text in enumerate(texts):
+        if not text:
+            continue
+        if cfg.lowercase:
+            text = text.lower()
+        if text.isascii():
+            ascii_idx.append(i)
+            ascii_texts.append(text)
+        else:
+            toks = _tokens_of_cased(text, cfg)
+            if toks:
+                other_idx.append(i)
+                other_tokens.append(toks)
+    tokens, doc = _ascii_tokens(ascii_texts, cfg)
+    doc = np.asarray(ascii_idx, np.int64)[doc] if len(doc) else doc
+    if other_tokens:
+        flat = [t for toks in other_tokens for t in toks]
+        tokens = pa.concat_arrays([tokens, pa.array(flat, pa.large_string())])
+        lens = np.fromiter((len(t) for t in other_tokens), np.int64, len(other_tokens))
+        doc = np.concatenate([doc, np.repeat(np.asarray(other_idx, np.int64), lens)])
+        order = np.argsort(doc, kind="stable")       # document order, token order kept
+        tokens = tokens.take(pa.array(order))
+        doc = doc[order]
+    return tokens, doc
+
+
+@dataclass
+class BatchCounts:
+    """Bags of words of a batch of documents, as flat arrays.
+
+    ``tokens`` (an Arrow string array) holds the distinct tokens of the batch (local ids are
+    positions in it);
+    document ``d``'s words are ``ids[ptr[d]:ptr[d+1]]`` (ascending local ids) with
+    ``counts[ptr[d]:ptr[d+1]]``. Stop words are already removed.
+    """
+
+    tokens: "object"   # pyarrow large_string array
+    ptr: "object"      # int64 numpy, n_docs + 1
+    ids: "object"      # int64 numpy
+    counts: "object"   # int64 numpy
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.ptr) - 1
+
+    def doc_lengths(self):
+        """Tokens per document (int64 numpy)."""
+        import numpy as np
+        doc = np.repeat(np.arange(self.n_docs), np.diff(self.ptr))
+        return np.bincount(doc, weights=self.counts, minlength=self.n_docs).astype(np.int64)
+
+    def doc_counts(self, d: int):
+        """``((token, count), ...)`` of document ``d``, in ascending local id order."""
+        a, b = self.ptr[d], self.ptr[d + 1]
+        toks = self.tokens.take(self.ids[a:b]).to_pylist()
+        return tuple(zip(toks, self.counts[a:b].tolist()))
+
+
+def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCounts:
+    """Token counts of every text (the bag of words of :func:`tokenize`), computed for the
+    whole batch with Arrow's hash dictionary and numpy."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    n = len(texts)
+    tokens, doc = tokenize_batch(texts, cfg)
+    if len(tokens) == 0:
+        z = np.zeros(0, np.int64)
+        return BatchCounts(tokens, np.zeros(n + 1, np.int64), z, z)
+    enc = tokens.dictionary_encode()
+    dictionary = enc.dictionary
+    local = enc.indices.to_numpy().astype(np.int64)
+    u = len(dictionary)
+    keys, counts = np.unique(doc * u + local, return_counts=True)
+    ids = keys % u
+    pair_doc = keys // u
+    if cfg.stopwords:
+        stop = pc.is_in(dictionary, value_set=pa.array(sorted(cfg.stopwords),
+                                                        dictionary.type)).to_numpy(False)
+        keep = ~stop[ids]
+        ids, pair_doc, counts = ids[keep], pair_doc[keep], counts[keep]
+    ptr = np.searchsorted(pair_doc, np.arange(n + 1))
+    return BatchCounts(dictionary, ptr.astype(np.int64), ids, counts.astype(np.int64))
 
 
 def load_stopwords(spec: Optional[str]) -> frozenset:

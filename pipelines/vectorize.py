@@ -10,7 +10,9 @@ Stages (one composite ``PTransform`` each)::
 
 * A dump (or tar archive, or text file) is read sequentially by one DoFn that only cuts it
   into pages / documents; a ``Reshuffle`` then spreads the parsing, markup stripping and
-  tokenizing over the workers.
+  tokenizing over the workers. Documents travel in batches (``BATCH_ITEMS`` /
+  ``BATCH_CHARS``) from the reader to the shard writer, each batch tokenized and counted at
+  once (:func:`pipelines.tokenize.count_batch`).
 * Counts for the manifest are exact: each DoFn sums its counts per bundle and emits them in
   ``finish_bundle`` as a small PCollection (a retried bundle's outputs are discarded as a
   whole), summed with ``CombinePerKey``; Beam metrics carry the same numbers for monitoring.
@@ -33,7 +35,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -46,7 +48,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import dataset, text_sources
 from pipelines.beam_options import pipeline_options
-from pipelines.tokenize import TokenizerConfig, tokenize
+from pipelines.tokenize import BatchCounts, TokenizerConfig, count_batch
 from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
                                   bow_prune, record_to_vocabulary)
 
@@ -67,6 +69,8 @@ DEADLETTER_FILE = "deadletter.jsonl"
 MAX_SNIPPET = 200
 PREFLIGHT_INPUTS = 20            # inputs opened before the pipeline starts
 MAX_LISTED_INPUTS = 10000        # more input files: the manifest summarises them (input_summary)
+BATCH_ITEMS = 2000               # work items (documents / pages) per batch
+BATCH_CHARS = 1 << 21            # ... or characters of text / page XML per batch
 
 # A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
 # (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
@@ -181,29 +185,6 @@ def auto_num_shards(n_docs: int, requested: int = 0) -> int:
     return max(1, min(MAX_SHARDS, int(math.ceil(n_docs / float(DOCS_PER_SHARD)))))
 
 
-def token_counts_to_row(doc_id, title, label, token_counts, index: Dict[str, int]):
-    """Map ``(token, count)`` pairs through ``index``; returns ``(row or None, dropped tokens)``
-    where ``row`` is ``None`` when no token is in the vocabulary."""
-    ids = []
-    cnts = []
-    dropped = 0
-    for tok, n in token_counts:
-        i = index.get(tok)
-        if i is None:
-            dropped += n
-        else:
-            ids.append(i)
-            cnts.append(n)
-    if not ids:
-        return None, dropped
-    w = np.asarray(ids, np.int32)
-    c = np.asarray(cnts, np.int32)
-    order = np.argsort(w, kind="stable")
-    w = w[order]
-    c = c[order]
-    return (doc_id, title, label, w.tobytes(), c.tobytes(), int(c.sum())), dropped
-
-
 def arrays_to_row(doc_id, title, label, word_ids: np.ndarray, counts: np.ndarray) -> Row:
     w = np.ascontiguousarray(word_ids, np.int32)
     c = np.ascontiguousarray(counts, np.int32)
@@ -269,17 +250,35 @@ class _CountingDoFn(beam.DoFn):
 
 
 class _ReadWorkItemsFn(_CountingDoFn):
-    """``(input index, path, format)`` -> work items, read sequentially from one input.
+    """``(input index, path, format)`` -> batches of work items, read sequentially from one
+    input.
 
     Work items: ``("page", input, seq, source, position, xml)`` for a dump page, or
     ``("doc", input, seq, doc_id, title, label, text)`` for a text document. ``seq`` numbers
     items in file order (it fixes gensim's id order for tokens first seen in a document).
+    Items travel as ``("batch", [item, ...])`` of consecutive items of one input (at most
+    ``BATCH_ITEMS`` items or ``BATCH_CHARS`` characters), so the per-element cost of the
+    runner is paid per batch, not per document.
     """
 
     def __init__(self, reader_options: dict):
         self._reader_options = reader_options
 
     def process(self, element):
+        batch, size = [], 0
+        for out in self._items(element):
+            if isinstance(out, TaggedOutput):
+                yield out
+                continue
+            batch.append(out)
+            size += len(out[-1])
+            if len(batch) >= BATCH_ITEMS or size >= BATCH_CHARS:
+                yield ("batch", batch)
+                batch, size = [], 0
+        if batch:
+            yield ("batch", batch)
+
+    def _items(self, element):
         from pipelines import text_sources as ts
         idx, path, fmt = element
         seq = 0
@@ -311,13 +310,78 @@ class _ReadWorkItemsFn(_CountingDoFn):
                                       "snippet": ""})
 
 
+def _work_items(element) -> list:
+    """The work items of a ``("batch", items)`` element (or of a single work item)."""
+    return element[1] if element[0] == "batch" else [element]
+
+
+def _subset_counts(bc: BatchCounts, keep: np.ndarray) -> BatchCounts:
+    """The bags of words of the documents where ``keep`` is True (same token list)."""
+    per_doc = np.diff(bc.ptr)
+    pair_keep = np.repeat(keep, per_doc)
+    ptr = np.zeros(int(keep.sum()) + 1, np.int64)
+    np.cumsum(per_doc[keep], out=ptr[1:])
+    return BatchCounts(bc.tokens, ptr, bc.ids[pair_keep], bc.counts[pair_keep])
+
+
+def vocabulary_lookup(tokens: Sequence[str]):
+    """The ``index`` argument of :func:`counts_to_rows` for a vocabulary in id order."""
+    import pyarrow as pa
+    return pa.array(list(tokens), pa.large_string())
+
+
+def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
+    """Rows of a batch of documents through a vocabulary (:func:`vocabulary_lookup`).
+
+    ``metas[d]`` ends with ``(doc_id, title, label)`` of document ``d``. Returns ``(rows,
+    dropped tokens, documents left empty)``: a row's ids ascend; a document with no token in
+    the vocabulary has no row.
+    """
+    import pyarrow.compute as pc
+    n = bc.n_docs
+    gmap = pc.index_in(bc.tokens, value_set=index).fill_null(-1).to_numpy().astype(np.int64)
+    g = gmap[bc.ids]
+    doc = np.repeat(np.arange(n), np.diff(bc.ptr))
+    known = g >= 0
+    dropped = int(bc.counts[~known].sum())
+    g, c, doc = g[known], bc.counts[known], doc[known]
+    order = np.argsort((doc << 31) | g)       # by document, then id (ids < 2**31)
+    g = g[order].astype(np.int32)
+    c = c[order].astype(np.int32)
+    doc = doc[order]
+    ptr = np.searchsorted(doc, np.arange(n + 1)).tolist()
+    totals = np.bincount(doc, weights=c, minlength=n).astype(np.int64).tolist()
+    wb, cb = g.tobytes(), c.tobytes()
+    rows, empty = [], 0
+    for d in range(n):
+        a, b = ptr[d], ptr[d + 1]
+        if a == b:
+            empty += 1
+            continue
+        doc_id, title, label = metas[d][-3:]
+        rows.append((doc_id, title, label, wb[4 * a:4 * b], cb[4 * a:4 * b], totals[d]))
+    return rows, dropped, empty
+
+
+def tokenized_docs(element):
+    """``(input, seq, doc_id, title, label, ((token, count), ...))`` for every document of a
+    tokenized batch (the main output of :class:`TokenizeDocuments`)."""
+    metas, tokens, ptr, ids, counts = element
+    bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
+                     np.frombuffer(counts, np.int64))
+    for d, meta in enumerate(metas):
+        yield tuple(meta) + (bc.doc_counts(d),)
+
+
 class _TokenizeFn(_CountingDoFn):
-    """Work item -> ``(input, seq, doc_id, title, label, ((token, count), ...))``.
+    """Batch of work items -> ``(metas, tokens, ptr, ids, counts)``: the kept documents'
+    ``(input, seq, doc_id, title, label)`` and their bags of words over the batch's token
+    list (:class:`~pipelines.tokenize.BatchCounts` as bytes; :func:`tokenized_docs` unpacks).
 
     Parses dump pages (markup stripped, redirects / other namespaces skipped), tokenizes, and
     drops documents with fewer than the minimum number of tokens. Accumulates the vocabulary
     statistics per bundle (``vocab_stats`` output) when ``collect_vocab``.
-    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows instead.
+    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows, one per document.
     """
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
@@ -332,93 +396,114 @@ class _TokenizeFn(_CountingDoFn):
 
     def setup(self):
         if self._fixed_vocab:
-            self._index = dataset.Vocabulary.read(self._fixed_vocab).index
+            self._index = vocabulary_lookup(dataset.Vocabulary.read(self._fixed_vocab).tokens)
 
     def start_bundle(self):
         super().start_bundle()
         self._acc = TokenStatsAccumulator()
 
-    def process(self, item):
-        try:
-            for out in self._process(item):
-                yield out
-        except Exception as e:   # an unexpected failure on one document must not stop the job
-            idx = item[1]
-            position = item[4] if item[0] == "page" else "doc %s" % item[3]
-            logger.warning("document %s of input %s failed: %r", position, idx, e)
-            self._count("dead_letters")
-            yield TaggedOutput(DEAD, {"source": self._paths.get(idx, "input %d" % idx),
-                                      "position": position,
-                                      "error": "%s: %s" % (type(e).__name__, e),
-                                      "snippet": ""})
+    def _dead(self, idx, position, e):
+        logger.warning("document %s of input %s failed: %r", position, idx, e)
+        self._count("dead_letters")
+        return TaggedOutput(DEAD, {"source": self._paths.get(idx, "input %d" % idx),
+                                   "position": position,
+                                   "error": "%s: %s" % (type(e).__name__, e), "snippet": ""})
 
-    def _process(self, item):
+    def process(self, element):
         from pipelines import text_sources as ts
-        kind = item[0]
-        if kind == "page":
-            _, idx, seq, source, position, xml = item
-            doc = ts.parse_wiki_page(xml, source, position)
-            if doc is None:
-                self._count("skipped_pages")
-                return
-            if isinstance(doc, ts.DeadLetter):
-                self._count("dead_letters")
-                yield TaggedOutput(DEAD, _deadletter_dict(doc))
-                return
-            doc_id, title, label, text = doc.doc_id, doc.title, doc.label, doc.text
-        else:
-            _, idx, seq, doc_id, title, label, text = item
-        self._count("documents_read")
-        tokens = tokenize(text, self._cfg)
-        if not tokens:
-            self._count("empty_documents")
+        metas, texts, where = [], [], []
+        for item in _work_items(element):
+            position = item[4] if item[0] == "page" else "doc %s" % item[3]
+            try:
+                if item[0] == "page":
+                    _, idx, seq, source, position, xml = item
+                    doc = ts.parse_wiki_page(xml, source, position)
+                    if doc is None:
+                        self._count("skipped_pages")
+                        continue
+                    if isinstance(doc, ts.DeadLetter):
+                        self._count("dead_letters")
+                        yield TaggedOutput(DEAD, _deadletter_dict(doc))
+                        continue
+                    meta, text = (idx, seq, doc.doc_id, doc.title, doc.label), doc.text
+                else:
+                    _, idx, seq, doc_id, title, label, text = item
+                    meta = (idx, seq, doc_id, title, label)
+            except Exception as e:  # an unexpected failure on one document must not stop the job
+                yield self._dead(item[1], position, e)
+                continue
+            metas.append(meta)
+            texts.append(text)
+            where.append(position)
+        if not metas:
             return
-        if len(tokens) < self._min_tokens.get(idx, 1):
-            self._count("too_short")
+        self._count("documents_read", len(metas))
+        try:
+            outs = list(self._tokenized(metas, texts))
+        except Exception:   # find the failing document(s): one at a time
+            outs = []
+            for meta, text, position in zip(metas, texts, where):
+                try:
+                    outs.extend(self._tokenized([meta], [text]))
+                except Exception as e:
+                    outs.append(self._dead(meta[0], position, e))
+        for out in outs:
+            yield out
+
+    def _tokenized(self, metas, texts):
+        bc = count_batch(texts, self._cfg)
+        lengths = bc.doc_lengths()
+        mins = np.fromiter((self._min_tokens.get(m[0], 1) for m in metas), np.int64, len(metas))
+        empty = lengths == 0
+        short = ~empty & (lengths < mins)
+        keep = ~(empty | short)
+        self._count("empty_documents", int(empty.sum()))
+        self._count("too_short", int(short.sum()))
+        if not keep.any():
             return
-        counts = collections.Counter(tokens)
+        kept = [m for m, k in zip(metas, keep.tolist()) if k]
+        bc = _subset_counts(bc, keep) if not keep.all() else bc
         if self._index is not None:
-            row, dropped = token_counts_to_row(doc_id, title, label, counts.items(),
-                                               self._index)
+            rows, dropped, n_empty = counts_to_rows(kept, bc, self._index)
             self._count("oov_tokens_dropped", dropped)
-            if row is None:
-                self._count("empty_after_pruning")
-                return
-            yield row
+            self._count("empty_after_pruning", n_empty)
+            yield from rows
             return
-        tc = tuple(counts.items())
         if self._collect_vocab:
-            self._count("vocab_documents")
-            self._acc.add(tc, (idx, seq))
-        yield (idx, seq, doc_id, title, label, tc)
+            self._count("vocab_documents", len(kept))
+            doc = np.repeat(np.arange(bc.n_docs), np.diff(bc.ptr))
+            self._acc.add_batch(bc.tokens, bc.ids, bc.counts, doc, [m[:2] for m in kept])
+        yield (kept, bc.tokens, bc.ptr.tobytes(), bc.ids.tobytes(), bc.counts.tobytes())
 
     def finish_bundle(self):
         for out in super().finish_bundle():
             yield out
         if self._collect_vocab:
-            for kv in self._acc.items():
+            for kv in self._acc.packed():
                 yield TaggedOutput(VOCAB_STATS, _windowed(kv))
             self._acc.clear()
 
 
 class _ApplyVocabularyFn(_CountingDoFn):
-    """Token counts + the vocabulary record (side input) -> rows; OOV tokens dropped."""
+    """Tokenized batches + the vocabulary record (side input) -> lists of rows (one per
+    batch); OOV tokens dropped."""
 
     def __init__(self):
         self._index = None
         self._record_id = None
 
-    def process(self, doc, vocab_record):
+    def process(self, element, vocab_record):
         if self._index is None or self._record_id != id(vocab_record):
-            self._index = {t: i for i, t in enumerate(vocab_record["tokens"])}
+            self._index = vocabulary_lookup(vocab_record["tokens"])
             self._record_id = id(vocab_record)
-        _, _, doc_id, title, label, tc = doc
-        row, dropped = token_counts_to_row(doc_id, title, label, tc, self._index)
+        metas, tokens, ptr, ids, counts = element
+        bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
+                         np.frombuffer(counts, np.int64))
+        rows, dropped, n_empty = counts_to_rows(metas, bc, self._index)
         self._count("oov_tokens_dropped", dropped)
-        if row is None:
-            self._count("empty_after_pruning")
-            return
-        yield row
+        self._count("empty_after_pruning", n_empty)
+        if rows:
+            yield rows
 
 
 class _ReadBowFn(_CountingDoFn):
@@ -515,29 +600,44 @@ class _RemapBowFn(_CountingDoFn):
         yield arrays_to_row(doc_id, title, label, nw[keep], c[keep])  # remap keeps order
 
 
-def _key_by_split(row: Row, holdout_fraction: float, seed: int):
-    u, order = doc_hash(row[0], seed)
-    split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
-    return split, (order, row)
+def as_rows(element) -> List[Row]:
+    """The rows of an element of a rows PCollection: a list of rows, or one row."""
+    return element if isinstance(element, list) else [element]
+
+
+def _key_by_split(element, holdout_fraction: float, seed: int):
+    """Rows (a list, or one row) -> ``(split, [(order, row), ...])`` per split present."""
+    by_split: Dict[str, list] = {}
+    for row in as_rows(element):
+        u, order = doc_hash(row[0], seed)
+        split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+        by_split.setdefault(split, []).append((order, row))
+    return sorted(by_split.items())
 
 
 def _assign_shard(kv, split_counts, num_shards: int, heldout_shards: int):
-    split, (order, row) = kv
+    """``(split, [(order, row), ...])`` -> ``((split, index, n), [(order, row), ...])`` per
+    shard present."""
+    split, items = kv
     requested = num_shards if split == dataset.TRAIN_SPLIT else heldout_shards
     n = auto_num_shards(split_counts.get(split, 0), requested)
-    return (split, order % n, n), (order, row)
+    by_shard: Dict[int, list] = {}
+    for item in items:
+        by_shard.setdefault(item[0] % n, []).append(item)
+    return [((split, index, n), lst) for index, lst in sorted(by_shard.items())]
 
 
 class _WriteShardFn(beam.DoFn):
-    """``((split, index, n_shards), [(order, row), ...])`` -> one Parquet shard, rows sorted by
-    ``(order, doc_id)``; emits the shard's entry for the manifest."""
+    """``((split, index, n_shards), [[(order, row), ...], ...])`` -> one Parquet shard, rows
+    sorted by ``(order, doc_id)``; emits the shard's entry for the manifest."""
 
     def __init__(self, output: str):
         self._output = output
 
     def process(self, kv, vocab_hash_value):
-        (split, index, n), items = kv
-        items = sorted(items, key=lambda it: (it[0], it[1][0]))
+        (split, index, n), pieces = kv
+        items = sorted((it for piece in pieces for it in piece),
+                       key=lambda it: (it[0], it[1][0]))
         rows = [r for _, r in items]
         table = rows_to_table(rows)
         name = dataset.shard_name(index, n)
@@ -665,7 +765,8 @@ class TokenizeDocuments(beam.PTransform):
 
 
 class ApplyVocabulary(beam.PTransform):
-    """Token-count documents + a vocabulary record -> rows (OOV dropped, empties counted)."""
+    """Tokenized batches + a vocabulary record -> lists of rows (OOV dropped, empties
+    counted)."""
 
     def __init__(self, vocab_record):
         super().__init__()
@@ -678,7 +779,8 @@ class ApplyVocabulary(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Rows -> Parquet shards under ``output/{train,heldout}``; emits one dict per shard."""
+    """Rows (elements: a row or a list of rows) -> Parquet shards under
+    ``output/{train,heldout}``; emits one dict per shard."""
 
     def __init__(self, output: str, vocab_hash_value, holdout_fraction: float, seed: int,
                  num_shards: int = 0, heldout_shards: int = 0):
@@ -691,12 +793,12 @@ class WriteShards(beam.PTransform):
         self._heldout_shards = heldout_shards
 
     def expand(self, rows):
-        keyed = rows | "Split" >> beam.Map(_key_by_split, self._fraction, self._seed)
-        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], 1))
+        keyed = rows | "Split" >> beam.FlatMap(_key_by_split, self._fraction, self._seed)
+        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
                         | "CountSplits" >> beam.CombinePerKey(sum))
         return (keyed
-                | "AssignShard" >> beam.Map(_assign_shard, AsDict(split_counts),
-                                            self._num_shards, self._heldout_shards)
+                | "AssignShard" >> beam.FlatMap(_assign_shard, AsDict(split_counts),
+                                                self._num_shards, self._heldout_shards)
                 | "GroupShards" >> beam.GroupByKey()
                 | "Write" >> beam.ParDo(_WriteShardFn(self._output), AsSingleton(self._hash)))
 

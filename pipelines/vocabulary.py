@@ -3,9 +3,11 @@
 Statistics. For every token the pipeline collects its document frequency ``df`` (number of
 documents containing it), corpus frequency ``cf`` (total occurrences) and ``first``, the
 position of the first document that contains it (``(input index, document index within the
-input)``). Tokenizing DoFns pre-aggregate these per bundle (:class:`TokenStatsAccumulator`);
-:class:`BuildVocabulary` merges them with ``CombinePerKey`` (:func:`merge_token_stats`: sums
-and a min, so associative and commutative) and applies :func:`filter_extremes` once.
+input)``). Tokenizing DoFns pre-aggregate these per bundle (:class:`TokenStatsAccumulator`)
+and send them packed, in a few parts keyed by a hash of the token; :class:`BuildVocabulary`
+merges the parts with ``CombinePerKey`` (:func:`merge_packed_stats`: per token sums and a
+min, as :func:`merge_token_stats`, so associative and commutative) and applies
+:func:`filter_extremes` once.
 
 Pruning (:func:`filter_extremes`) has exactly the semantics of gensim
 ``Dictionary.filter_extremes(no_below, no_above, keep_n, keep_tokens)`` applied to a
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -91,34 +93,168 @@ def merge_token_stats(values: Iterable[TokenStats]) -> TokenStats:
     return df, cf, first
 
 
+STATS_PARTS = 16   # vocabulary statistics travel in this many parts per bundle
+_DOC_BITS = 40     # first = (input, document) is carried as input << 40 | document
+
+
+def _first_key(f_input, f_doc) -> np.ndarray:
+    """(input, document) positions as one int64 each, ordered as the tuples."""
+    f_input = np.asarray(f_input, np.int64)
+    f_doc = np.asarray(f_doc, np.int64)
+    if len(f_doc) and (f_doc.max() >= 1 << _DOC_BITS or f_input.max() >= 1 << (62 - _DOC_BITS)
+                       or min(f_doc.min(), f_input.min()) < 0):
+        raise ValueError("document positions must be below (2**%d inputs, 2**%d documents "
+                         "per input)" % (62 - _DOC_BITS, _DOC_BITS))
+    return (f_input << _DOC_BITS) | f_doc
+
+
+def _first_of_key(key: int) -> Tuple[int, int]:
+    return key >> _DOC_BITS, key & ((1 << _DOC_BITS) - 1)
+
+
+def _part_of(tokens, n_parts: int) -> np.ndarray:
+    """A part number per token that depends only on its UTF-8 bytes (the same on every
+    worker, unlike Python's salted ``hash``): a polynomial hash of the bytes, in numpy."""
+    import pyarrow as pa
+    tokens = tokens.cast(pa.large_string())
+    n = len(tokens)
+    offsets = np.frombuffer(tokens.buffers()[1], np.int64)[tokens.offset:tokens.offset + n + 1]
+    data = np.frombuffer(tokens.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    rel = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0],
+                                                         np.diff(offsets))
+    h = data.astype(np.int64) * ((rel * 2654435761 + 97) % 1000003)
+    sums = np.zeros(n, np.int64)
+    nonempty = np.diff(offsets) > 0
+    if nonempty.any():
+        sums[nonempty] = np.add.reduceat(h, (offsets[:-1] - offsets[0])[nonempty])
+    return (sums + np.diff(offsets)) % n_parts
+
+
 class TokenStatsAccumulator:
-    """Per-bundle partial statistics, framework-free: ``add`` one document's unique tokens,
-    ``items()`` gives ``(token, (df, cf, first))`` pairs to feed ``CombinePerKey``."""
+    """Partial statistics (one bundle's, or merged), framework-free and columnar: the tokens
+    as an Arrow string array with int64 ``df``, ``cf`` and ``first`` keys, merged with Arrow's
+    hash dictionary and numpy (no Python step per token). :meth:`packed` gives the parts to
+    feed ``CombinePerKey(merge_packed_stats)``; :meth:`items` the ``(token, (df, cf,
+    first))`` pairs."""
 
     def __init__(self):
-        self._stats: Dict[str, list] = {}
+        self._chunks: list = []
 
     def add(self, token_counts: Iterable[Tuple[str, int]], first: Tuple[int, int]) -> None:
-        stats = self._stats
-        for tok, n in token_counts:
-            s = stats.get(tok)
-            if s is None:
-                stats[tok] = [1, n, first]
-            else:
-                s[0] += 1
-                s[1] += n
-                if first < s[2]:
-                    s[2] = first
-        
+        """Add one document: its ``(token, count)`` pairs (distinct tokens)."""
+        import pyarrow as pa
+        pairs = list(token_counts)
+        n = len(pairs)
+        if n:
+            self._chunks.append((pa.array([t for t, _ in pairs], pa.large_string()),
+                                 np.ones(n, np.int64), np.array([c for _, c in pairs], np.int64),
+                                 np.full(n, _first_key([first[0]], [first[1]])[0], np.int64)))
+
+    def add_batch(self, tokens, ids: np.ndarray, counts: np.ndarray,
+                  doc: np.ndarray, firsts: Sequence[Tuple[int, int]]) -> None:
+        """Add a batch of documents at once: pair ``k`` says document ``doc[k]`` holds token
+        ``tokens[ids[k]]`` ``counts[k]`` times (one pair per document and token; ``doc``
+        ascending); ``firsts[d]`` is document ``d``'s position. The same statistics as
+        :meth:`add` called document after document."""
+        import pyarrow as pa
+        if len(ids) == 0:
+            return
+        if not isinstance(tokens, pa.Array):
+            tokens = pa.array(list(tokens), pa.large_string())
+        u = len(tokens)
+        df = np.bincount(ids, minlength=u)
+        cf = np.bincount(ids, weights=counts, minlength=u).astype(np.int64)
+        # pairs are in document order, so a token's first pair is in its earliest document
+        present, first_pair = np.unique(ids, return_index=True)
+        keys = _first_key([f[0] for f in firsts], [f[1] for f in firsts])
+        self._chunks.append((tokens.take(pa.array(present)), df[present], cf[present],
+                             keys[doc[first_pair]]))
+
+    def add_packed(self, packed) -> None:
+        """Add statistics in the form :meth:`packed` gives them."""
+        tokens, df, cf, first = packed
+        self._chunks.append((tokens, np.frombuffer(df, np.int64), np.frombuffer(cf, np.int64),
+                             np.frombuffer(first, np.int64)))
+
+    def _merged(self):
+        """The statistics as one chunk of distinct tokens (merging the chunks if needed)."""
+        import pyarrow as pa
+        if len(self._chunks) > 1:
+            tokens = pa.concat_arrays([c[0].cast(pa.large_string()) for c in self._chunks])
+            enc = tokens.dictionary_encode()
+            ids = enc.indices.to_numpy().astype(np.int64)
+            u = len(enc.dictionary)
+            df = np.bincount(ids, np.concatenate([c[1] for c in self._chunks]), u)
+            cf = np.bincount(ids, np.concatenate([c[2] for c in self._chunks]), u)
+            order = np.argsort(ids, kind="stable")
+            starts = np.searchsorted(ids[order], np.arange(u))
+            first = np.minimum.reduceat(np.concatenate([c[3] for c in self._chunks])[order],
+                                        starts)
+            self._chunks = [(enc.dictionary, df.astype(np.int64), cf.astype(np.int64),
+                             first.astype(np.int64))]
+        if not self._chunks:
+            return pa.array([], pa.large_string()), np.zeros(0, np.int64), \
+                np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return self._chunks[0]
+
+    def packed(self, n_parts: int = STATS_PARTS):
+        """``(part, (tokens, df, cf, first))`` for each of up to ``n_parts`` parts (tokens an
+        Arrow array, numbers int64 bytes, ``first`` as ``input << 40 | document``): the
+        statistics travel as a few elements per bundle, and a token's part depends only on
+        the token, so ``CombinePerKey(merge_packed_stats)`` merges each token in one place."""
+        import pyarrow as pa
+        tokens, df, cf, first = self._merged()
+        if not len(tokens):
+            return
+        part = _part_of(tokens, n_parts)
+        for k in np.unique(part).tolist():
+            sel = np.flatnonzero(part == k)
+            yield k, (tokens.take(pa.array(sel)), df[sel].tobytes(), cf[sel].tobytes(),
+                      first[sel].tobytes())
+
     def __len__(self) -> int:
-        return len(self._stats)
+        return len(self._merged()[0])
 
     def items(self):
-        for tok, (df, cf, first) in self._stats.items():
-            yield tok, (df, cf, first)
+        tokens, df, cf, first = self._merged()
+        for tok, d, c, f in zip(tokens.to_pylist(), df.tolist(), cf.tolist(), first.tolist()):
+            yield tok, (d, c, _first_of_key(f))
+
+    def candidates(self, no_below: int, keep_tokens: frozenset
+                   ) -> List[Tuple[str, int, int, Tuple[int, int]]]:
+        """``(token, df, cf, first)`` of the tokens with ``df >= no_below`` or listed in
+        ``keep_tokens`` (the others can never be kept)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        tokens, df, cf, first = self._merged()
+        sel = df >= no_below
+        if keep_tokens:
+            sel |= pc.is_in(tokens, value_set=pa.array(sorted(keep_tokens),
+                                                       tokens.type)).to_numpy(False)
+        sel = np.flatnonzero(sel)
+        return [(t, d, c, _first_of_key(f)) for t, d, c, f in
+                zip(tokens.take(pa.array(sel)).to_pylist(), df[sel].tolist(), cf[sel].tolist(),
+                    first[sel].tolist())]
 
     def clear(self) -> None:
-        self._stats = {}
+        self._chunks = []
+
+
+def merge_packed_stats(values) -> tuple:
+    """Merge packed statistics of one part (a ``CombinePerKey`` function: per token sums and
+    the earliest ``first``, as :func:`merge_token_stats`; associative and commutative)."""
+    acc = TokenStatsAccumulator()
+    for v in values:
+        acc.add_packed(v)
+    tokens, df, cf, first = acc._merged()
+    return tokens, df.tobytes(), cf.tobytes(), first.tobytes()
+
+
+def unpack_stats(packed) -> Iterable[Tuple[str, TokenStats]]:
+    """``(token, (df, cf, first))`` for every token of packed statistics."""
+    acc = TokenStatsAccumulator()
+    acc.add_packed(packed)
+    return acc.items()
 
 
 def gensim_order_key(entry) -> tuple:
@@ -171,18 +307,21 @@ def record_to_vocabulary(record: dict) -> Vocabulary:
                       np.asarray(record["cf"], np.int64))
 
 
-def _may_be_kept(kv, no_below: int, keep_tokens: frozenset) -> bool:
-    return kv[1][0] >= no_below or kv[0] in keep_tokens
+def _candidates(kv, no_below: int, keep_tokens: frozenset) -> List[Tuple[str, int, int, tuple]]:
+    """``(token, df, cf, first)`` of one merged part's tokens that may be kept."""
+    acc = TokenStatsAccumulator()
+    acc.add_packed(kv[1])
+    return acc.candidates(no_below, keep_tokens)
 
 
-def _flatten_stats(kv) -> Tuple[str, int, int, tuple]:
-    tok, (df, cf, first) = kv
-    return tok, df, cf, tuple(first)
+def _prune_parts(parts, num_docs, settings: PruneSettings) -> dict:
+    return _kept_to_record([e for part in parts for e in part], num_docs, settings)
 
 
 class BuildVocabulary(beam.PTransform):
-    """``(token, (df, cf, first))`` partials + a singleton document count -> one vocabulary
-    record ``{"tokens", "df", "cf", "num_docs"}`` (tokens in id order).
+    """``(part, packed statistics)`` partials (:meth:`TokenStatsAccumulator.packed`) + a
+    singleton document count -> one vocabulary record ``{"tokens", "df", "cf", "num_docs"}``
+    (tokens in id order).
 
     Tokens below ``no_below`` are dropped before the global gather, so only candidate tokens
     travel to the single worker that applies :func:`filter_extremes`.
@@ -197,11 +336,10 @@ class BuildVocabulary(beam.PTransform):
     def expand(self, partials):
         s = self._settings
         return (partials
-                | "MergeStats" >> beam.CombinePerKey(merge_token_stats)
-                | "DropRare" >> beam.Filter(_may_be_kept, s.no_below, frozenset(s.keep_tokens))
-                | "Flatten" >> beam.Map(_flatten_stats)
+                | "MergeStats" >> beam.CombinePerKey(merge_packed_stats)
+                | "Candidates" >> beam.Map(_candidates, s.no_below, frozenset(s.keep_tokens))
                 | "Gather" >> beam.combiners.ToList()
-                | "Prune" >> beam.Map(_kept_to_record, beam.pvalue.AsSingleton(self._num_docs),
+                | "Prune" >> beam.Map(_prune_parts, beam.pvalue.AsSingleton(self._num_docs),
                                       s))
 
 

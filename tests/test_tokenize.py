@@ -120,3 +120,70 @@ def test_validate_names_the_field(kwargs, field):
 def test_empty_and_whitespace():
     assert tokenize("") == []
     assert tokenize("  \n\t 12 34 ") == []
+
+
+# ----------------------------------------------------------------------------- batches
+
+BATCH_CONFIGS = [DEFAULT, TokenizerConfig(deaccent=False),
+                 TokenizerConfig(lowercase=False, min_len=1, max_len=4),
+                 TokenizerConfig(min_len=3, max_len=8, stopwords=frozenset(["the", "and", "cafe"]))]
+
+EDGE_TEXTS = [
+    "", "   ", "\n", "x", "ab", "_ab ab_ a_b __ _", "a1b2cc 300 tisíc_ x2y", "don't can't o'neil",
+    "Café naïve ÉCOLE Zürich straße señor déjà", "\u212a\u212b Kelvin \u0130stanbul",
+    "ΣΑΣ σας Ǆemal ǅemal", "abcdefghijklmnop abcdefghijklmno " + "z" * 40,
+    "Привет мир, это тест", "日本語のテキスト and english", "tab\tsep\x00nul\x7fdel",
+    "mixed ascii words then ünïcödé then ascii again", "\u00a0nbsp\u2009thin space",
+]
+
+
+def _reference_batch(texts, cfg):
+    from collections import Counter
+    per_doc = [tokenize(t, cfg) for t in texts]
+    return per_doc, [Counter(toks) for toks in per_doc]
+
+
+def _check_batch(texts, cfg):
+    from pipelines.tokenize import count_batch, tokenize_batch
+    per_doc, counters = _reference_batch(texts, cfg)
+    bc = count_batch(texts, cfg)
+    assert bc.n_docs == len(texts)
+    for d, c in enumerate(counters):
+        assert dict(bc.doc_counts(d)) == dict(c), repr(texts[d][:80])
+    assert bc.doc_lengths().tolist() == [len(t) for t in per_doc]
+    if not cfg.stopwords:      # tokenize_batch keeps stop words; with none it is tokenize
+        tokens, doc = tokenize_batch(texts, cfg)
+        assert tokens.to_pylist() == [w for toks in per_doc for w in toks]
+        assert doc.tolist() == [i for i, toks in enumerate(per_doc) for _ in toks]
+    return sum(len(t) for t in per_doc)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS)
+def test_batch_tokenizer_equals_tokenize_on_edge_cases_and_random_unicode(cfg):
+    _check_batch(EDGE_TEXTS, cfg)
+    _check_batch(list(random_texts(400, seed=7)) + EDGE_TEXTS, cfg)
+    for text in EDGE_TEXTS:                      # one document alone, ASCII or not
+        _check_batch([text], cfg)
+    _check_batch([], cfg)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS)
+def test_batch_tokenizer_equals_tokenize_on_real_text(news20_tar, wiki_sample, cfg):
+    """Token for token on 20 Newsgroups posts (raw, headers included: e-mail addresses,
+    numbers, underscores, apostrophes, a few Latin-1 accented letters) and on the bundled
+    sample's articles after markup stripping."""
+    import tarfile
+    from pipelines import text_sources as ts
+    texts = []
+    with tarfile.open(news20_tar, "r|gz") as tar:
+        for m in tar:
+            if m.isfile():
+                texts.append(tar.extractfile(m).read().decode("latin-1"))
+            if len(texts) == 800:
+                break
+    assert any(not t.isascii() for t in texts)
+    pages = [d.text for d in ts.read_documents(wiki_sample, "wiki")
+             if isinstance(d, ts.RawDocument)]
+    assert len(pages) > 100 and any(not t.isascii() for t in pages)
+    n = _check_batch(texts + pages, cfg)
+    assert n > 60000

@@ -9,6 +9,7 @@ import tarfile
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -18,7 +19,7 @@ from pipelines import dataset
 from pipelines import vectorize as vz
 from pipelines.cli import main as cli_main
 from pipelines.tokenize import TokenizerConfig
-from pipelines.vocabulary import merge_token_stats
+from pipelines.vocabulary import merge_token_stats, unpack_stats
 
 IN_PROCESS = ["--runner=FnApiRunner"]
 
@@ -59,14 +60,31 @@ def test_doc_hash_is_stable_and_split_is_near_fraction():
     assert 3700 < n < 4300
 
 
-def test_token_counts_to_row_sorts_ids_and_counts_dropped():
-    row, dropped = vz.token_counts_to_row("d", "t", None, [("b", 2), ("zz", 5), ("a", 1)],
-                                          {"a": 3, "b": 0})
-    assert dropped == 5
+def _batch(docs):
+    """BatchCounts of documents given as [(token, count), ...] lists."""
+    tokens = sorted({t for d in docs for t, _ in d})
+    local = {t: i for i, t in enumerate(tokens)}
+    ptr, ids, counts = [0], [], []
+    for d in docs:
+        for t, c in sorted(d, key=lambda tc: local[tc[0]]):
+            ids.append(local[t])
+            counts.append(c)
+        ptr.append(len(ids))
+    return vz.BatchCounts(pa.array(tokens, pa.large_string()), np.array(ptr, np.int64),
+                          np.array(ids, np.int64), np.array(counts, np.int64))
+
+
+def test_counts_to_rows_sorts_ids_and_counts_dropped():
+    metas = [(0, 0, "d", "t", None), (0, 1, "e", None, None)]
+    rows, dropped, empty = vz.counts_to_rows(
+        metas, _batch([[("b", 2), ("zz", 5), ("a", 1)], [("q", 1)]]),
+        vz.vocabulary_lookup(["b", "x", "y", "a"]))
+    assert dropped == 5 + 1 and empty == 1 and len(rows) == 1
+    row = rows[0]
+    assert row[:3] == ("d", "t", None)
     assert np.frombuffer(row[3], np.int32).tolist() == [0, 3]
     assert np.frombuffer(row[4], np.int32).tolist() == [2, 1]
     assert row[5] == 3
-    assert vz.token_counts_to_row("d", None, None, [("q", 1)], {"a": 0}) == (None, 1)
 
 
 def test_rows_to_table_round_trip():
@@ -88,10 +106,12 @@ def test_tokenize_transform_counts_and_vocab_stats():
     with TestPipeline(runner="FnApiRunner") as p:
         docs, vstats, dead, stats = (p | beam.Create(items)
                                      | vz.TokenizeDocuments(TokenizerConfig(), {0: 1, 1: 2}))
-        assert_that(docs | beam.Map(lambda d: (d[2], sorted(d[5]))), equal_to([
+        assert_that(docs | beam.FlatMap(vz.tokenized_docs)
+                    | beam.Map(lambda d: (d[2], sorted(d[5]))), equal_to([
             ("d0", [("hello", 2), ("world", 1)]), ("d1", [("peace", 1), ("world", 1)])]),
             label="docs")
-        assert_that(vstats | beam.CombinePerKey(merge_token_stats),
+        assert_that(vstats | beam.FlatMap(lambda kv: unpack_stats(kv[1]))
+                    | beam.CombinePerKey(merge_token_stats),
                     equal_to([("hello", (1, 2, (0, 0))), ("world", (2, 2, (0, 0))),
                               ("peace", (1, 1, (0, 1)))]), label="vocab")
         assert_that(stats | beam.CombinePerKey(sum), equal_to([
@@ -100,12 +120,14 @@ def test_tokenize_transform_counts_and_vocab_stats():
 
 
 def test_apply_vocabulary_transform():
-    docs = [(0, 0, "a", None, None, (("x", 2), ("y", 1))),
-            (0, 1, "b", None, None, (("q", 3),))]
+    b = _batch([[("x", 2), ("y", 1)], [("q", 3)]])
+    docs = [([(0, 0, "a", None, None), (0, 1, "b", None, None)], b.tokens, b.ptr.tobytes(),
+             b.ids.tobytes(), b.counts.tobytes())]
     with TestPipeline(runner="FnApiRunner") as p:
         vocab = p | "V" >> beam.Create([{"tokens": ["y", "x"], "df": [1, 1], "cf": [1, 2]}])
         rows, stats = p | beam.Create(docs) | vz.ApplyVocabulary(vocab)
-        assert_that(rows | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
+        assert_that(rows | beam.FlatMap(vz.as_rows)
+                    | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
                                                np.frombuffer(r[4], np.int32).tolist())),
                     equal_to([("a", [0, 1], [1, 2])]), label="rows")
         assert_that(stats | beam.CombinePerKey(sum), equal_to([
@@ -404,23 +426,27 @@ def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
     assert m["tokens"]["total"] == 0
 
 
-def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch):
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch, batched):
     import pipelines.vectorize as mod
-    real = mod.tokenize
+    real = mod.count_batch
 
-    def flaky(text, cfg):
-        if "boom" in text:
+    def flaky(texts, cfg):
+        if any("boom" in text for text in texts):
             raise RuntimeError("tokenizer exploded")
-        return real(text, cfg)
+        return real(texts, cfg)
 
-    monkeypatch.setattr(mod, "tokenize", flaky)
+    monkeypatch.setattr(mod, "count_batch", flaky)
     items = [("doc", 0, 0, "ok", None, None, "fine words here"),
              ("doc", 0, 1, "bad", None, None, "boom goes the text")]
+    if batched:   # as ReadWorkItems sends them: the good document of the batch is kept
+        items = [("batch", items)]
     with TestPipeline(runner="FnApiRunner") as p:
         docs, _, dead, _ = (p | beam.Create(items)
                             | vz.TokenizeDocuments(TokenizerConfig(), {0: 1},
                                                    paths={0: "in.txt"}))
-        assert_that(docs | beam.Map(lambda d: d[2]), equal_to(["ok"]), label="docs")
+        assert_that(docs | beam.FlatMap(vz.tokenized_docs) | beam.Map(lambda d: d[2]),
+                    equal_to(["ok"]), label="docs")
         assert_that(dead | beam.Map(lambda d: (d["source"], d["position"], d["error"])),
                     equal_to([("in.txt", "doc bad", "RuntimeError: tokenizer exploded")]),
                     label="dead")

@@ -13,7 +13,8 @@ from gensim.corpora import Dictionary
 
 from pipelines.tokenize import tokenize
 from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
-                                  bow_prune, filter_extremes, merge_token_stats)
+                                  bow_prune, filter_extremes, merge_token_stats,
+                                  unpack_stats)
 
 SETTINGS = [
     PruneSettings(no_below=2, no_above=0.5, keep_n=None),
@@ -135,7 +136,7 @@ def test_build_vocabulary_transform(news_docs):
             for t in docs[i]:
                 c[t] = c.get(t, 0) + 1
             acc.add(c.items(), (0, i))
-        partials.extend(acc.items())
+        partials.extend(acc.packed())
     d = _gensim(docs, s)
     expected = {"tokens": [d[i] for i in range(len(d))],
                 "df": [d.dfs[i] for i in range(len(d))],
@@ -157,3 +158,54 @@ def test_bow_prune_keeps_file_order():
     assert vocab.tokens == ["w0", "w2"]
     assert remap.tolist() == [0, -1, 1, -1, -1, -1]
     assert vocab.df.tolist() == [5, 3]
+
+
+def _batch_stats(texts, batch_size, seed=0, n_parts=16):
+    """(token, df, cf, first) from count_batch + add_batch over batches, packed in parts and
+    merged part by part in a random order (as the pipeline does)."""
+    from pipelines.tokenize import count_batch
+    from pipelines.vocabulary import merge_packed_stats
+    rng = random.Random(seed)
+    packed = {}
+    for lo in range(0, len(texts), batch_size):
+        bc = count_batch(texts[lo:lo + batch_size])
+        doc = np.repeat(np.arange(bc.n_docs), np.diff(bc.ptr))
+        acc = TokenStatsAccumulator()
+        acc.add_batch(bc.tokens, bc.ids, bc.counts, doc, [(0, lo + d) for d in range(bc.n_docs)])
+        for k, p in acc.packed(n_parts):
+            packed.setdefault(k, []).append(p)
+    out = []
+    for k, parts in packed.items():
+        rng.shuffle(parts)
+        merged = merge_packed_stats(parts[:1])
+        for p in parts[1:]:                        # merge in steps, as a combiner may
+            merged = merge_packed_stats([merged, p])
+        out.extend((t, df, cf, first) for t, (df, cf, first) in unpack_stats(merged))
+    return out
+
+
+def test_batched_and_packed_statistics_equal_per_document_ones(news20_tar):
+    texts = []
+    with tarfile.open(news20_tar, "r:gz") as tar:
+        for m in tar:
+            if m.isfile():
+                texts.append(tar.extractfile(m).read().decode("latin-1"))
+            if len(texts) == 300:
+                break
+    expected = sorted(_stats([tokenize(t) for t in texts], chunks=1))
+    for batch_size, n_parts in [(300, 1), (37, 16), (1, 5)]:
+        got = _batch_stats(texts, batch_size, seed=batch_size, n_parts=n_parts)
+        assert len({t for t, *_ in got}) == len(got)       # each token merged in one part
+        assert sorted(got) == expected
+
+
+def test_token_part_depends_only_on_the_token():
+    import pyarrow as pa
+    from pipelines.vocabulary import _part_of
+    words = ["alpha", "beta", "", "ünï", "x" * 300, "beta", "alpha"]
+    a = pa.array(words, pa.large_string())
+    parts = _part_of(a, 16).tolist()
+    assert parts[0] == parts[6] and parts[1] == parts[5]
+    assert _part_of(a.slice(4), 16).tolist() == parts[4:]          # offsets of a slice
+    assert _part_of(pa.array(words[::-1], pa.string()), 16).tolist() == parts[::-1]
+    assert all(0 <= p < 16 for p in parts)
