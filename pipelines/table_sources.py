@@ -461,7 +461,8 @@ def require_bigquery() -> None:
 
 def _bigquery_rows_to_items(row: dict, idx: int, cols_spec: dict, source: str):
     """A BigQuery row (dict) -> a vectorize work item ``("doc", idx, seq, ...)`` or a dead
-    letter (tagged). ``seq`` is a hash of the id: BigQuery rows have no order."""
+    letter (tagged). ``seq`` is a 40-bit hash of the id (BigQuery rows have no order; the
+    vocabulary's first-seen positions hold 40 bits per input)."""
     import hashlib
     from apache_beam.pvalue import TaggedOutput
     cols = Columns(**cols_spec)
@@ -472,7 +473,7 @@ def _bigquery_rows_to_items(row: dict, idx: int, cols_spec: dict, source: str):
         return [TaggedOutput("dead", doc.to_json())]
     if not doc_id:
         doc_id = "bq:" + hashlib.blake2b(doc.text.encode("utf-8"), digest_size=8).hexdigest()
-    seq = int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=7).digest(),
+    seq = int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=5).digest(),
                          "big")
     return [("doc", idx, seq, doc_id, doc.title, doc.label, doc.text)]
 
