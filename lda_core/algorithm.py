@@ -11,6 +11,12 @@ Two families:
 * :class:`SequentialSampler` — collapsed Gibbs, o-LDA, incremental Gibbs, particle filter:
   documents are consumed in stream order by one worker.
 
+Capabilities are declared on the class, never guessed from a name: ``sequential`` (consumes
+documents in stream order with ``process``; a :class:`SequentialSampler`),
+``accumulates_passes`` (one global step per pass over the corpus: batch VB) and
+``whole_corpus`` (holds the whole corpus and sweeps it: batch collapsed Gibbs, trained with
+``fit``). Runners ask :mod:`lda_core.session` (``is_sequential`` ...).
+
 Both expose ``topic_word()`` (K x V, rows sum to 1) for the shared evaluator in
 ``lda_core.evaluation`` and convert to/from :class:`lda_core.state.TopicState` for checkpoints.
 """
@@ -49,6 +55,9 @@ class StochasticAlgorithm(abc.ABC):
     """Local/global-step algorithms (see module docstring)."""
 
     name: ClassVar[str]
+    sequential: ClassVar[bool] = False
+    accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
+    whole_corpus: ClassVar[bool] = False
     n_topics: int
     n_words: int
     step: int          # global steps applied so far (t)
@@ -88,6 +97,9 @@ class SequentialSampler(abc.ABC):
     """Stream-order samplers (see module docstring)."""
 
     name: ClassVar[str]
+    sequential: ClassVar[bool] = True
+    accumulates_passes: ClassVar[bool] = False
+    whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
     n_topics: int
     n_words: int
     docs_seen: int

@@ -53,10 +53,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
-import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -70,7 +68,9 @@ from apache_beam.metrics import Metrics
 
 from lda_core.algorithm import SuffStats
 from lda_core.docbatch import DocBatch
-from lda_core.trainer import TrainResult, timed_evaluate
+from lda_core import session as _session
+from lda_core.session import Session, TrainingError
+from lda_core.trainer import TrainResult
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_stats import (StatsCombineFn, decode_stats, encode_stats, spill_stats)
@@ -276,22 +276,11 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
     still read it). The step's log info, or its error, is stored under the new version's key
     for the driver; None when the step failed (the rest of the window then does nothing)."""
     key = "%s/%d" % (run_key, position + 1)
-    t0 = time.time()
-    try:
-        info = dict(algo.global_step(stats) or {})
-    except (ValueError, FloatingPointError, ArithmeticError) as e:
-        _store_info(scratch, key, {"error": str(e), "position": position + 1})
-        logger.error("global step at position %d failed: %s", position, e)
+    info = _global_step(algo, stats, position, n_docs)
+    if "error" in info:
+        _store_info(scratch, key, info)
+        logger.error("global step at position %d failed: %s", position, info["error"])
         return None
-    bad = [k for k in ("rho", "mean_change") if not _finite(info.get(k))]
-    if bad:
-        _store_info(scratch, key, {"error": "the step produced non-finite %s"
-                                   % ", ".join(bad), "position": position + 1})
-        return None
-    info["global_step_seconds"] = time.time() - t0
-    info["docs_in_minibatch"] = n_docs
-    info["docs_seen"] = int(getattr(algo, "docs_seen", 0) or 0)
-    info["position"] = position + 1
     if scratch is None:
         beam_state.put_local(key, algo)
         new = StateRef(key, None, position + 1)
@@ -302,6 +291,20 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
         beam_state.offer(new, algo)
     _store_info(scratch, key, info)
     return new
+
+
+def _global_step(algo, stats: SuffStats, position: int, n_docs: int) -> Dict[str, Any]:
+    """The validated global step (:func:`lda_core.session.apply_step`) from ``position``:
+    its info with the driver's bookkeeping, or ``{"error": reason, "position": ...}``."""
+    t0 = time.time()
+    info, err = _session.apply_step(algo.global_step, stats)
+    if err is not None:
+        return {"error": err, "position": position + 1}
+    info["global_step_seconds"] = time.time() - t0
+    info["docs_in_minibatch"] = n_docs
+    info["docs_seen"] = _session.docs_seen(algo)
+    info["position"] = position + 1
+    return info
 
 
 class GlobalStepFn(LeanDoFn):
@@ -395,13 +398,6 @@ def _group_steps(steps: Sequence[StepPlan], docs_per_group: int) -> List[List[St
         groups[-1].append(sp)
         docs += sp.n_docs
     return groups
-
-
-def _finite(v) -> bool:
-    try:
-        return v is None or math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return True
 
 
 def _info_path(scratch: str, key: str) -> str:
@@ -527,10 +523,6 @@ class BeamTrainResult(TrainResult):
     CLI prints either)."""
     windows: int = 0
     beam_metrics: Dict[str, int] = field(default_factory=dict)
-
-
-class BeamTrainingError(ValueError):
-    """A window failed (e.g. non-finite statistics); the last good checkpoint stays latest."""
 
 
 def _query_counters(result) -> Dict[str, int]:
@@ -723,19 +715,15 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     if scratch is not None:
         beam_state.make_dirs(scratch)
 
-    if run_log is not None:
-        run_log.write(_start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                                    checkpoint_every, run_info, cfg.describe(), M, unroll,
-                                    pieces))
+    ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
+                  runner=cfg.describe(), run_info=run_info, heldout=heldout,
+                  eval_every=eval_every, progress=progress, t_start=t_start)
+    ses.write(_start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                            checkpoint_every, run_info, cfg.describe(), M, unroll, pieces))
     logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
                 cfg.describe(), B, batch_size, D, position, stop, M,
                 "unrolled" if unroll else "one pipeline per minibatch", pieces)
-
-    metrics: Dict[str, float] = {}
-    last_eval_pos = -1
-    last_ckpt: Optional[str] = None
-    steps_run = 0
     windows = 0
     counters_total: Dict[str, int] = {}
     n_windows = max(1, -(-(stop - position) // M))
@@ -753,16 +741,13 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
         beam_state.save_scratch(algo, path)
         return StateRef(key, path, pos)
 
-    def publish(algo, pos) -> str:
-        return _publish(checkpoint_store, algo, pos, cfg.describe(), run_info)
-
     try:
-        while position < stop:
+        while ses.position < stop:
             w_start = time.time()
-            w_stop = min(stop, position + M)
-            steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
-                               stop=w_stop, pieces_per_minibatch=pieces)
-            start_ref = state_ref(algorithm, position)
+            steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size,
+                               start=ses.position, stop=min(stop, ses.position + M),
+                               pieces_per_minibatch=pieces)
+            start_ref = state_ref(algorithm, ses.position)
             if unroll:
                 infos, new_algo, error, counters = _run_unrolled(cfg, steps, start_ref,
                                                                  run_key, scratch, n_threads,
@@ -773,71 +758,48 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                     deterministic_combine, fanout, state_ref)
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
-            done = len(infos)
-            if done:
+            if infos:
                 algorithm = new_algo
-                position += done
-                steps_run += done
             windows += 1
-            w_time = time.time() - w_start
-            # evaluation (once per window, when a multiple of eval_every was reached)
-            rec_metrics = None
-            if heldout is not None and _eval_due(position, done, eval_every):
-                metrics = timed_evaluate(algorithm, heldout)
-                last_eval_pos = position
-                rec_metrics = metrics
-            if done:
-                last_ckpt = publish(algorithm, position)
-            _log_steps(run_log, steps[:done], infos, rec_metrics, last_ckpt, t_start)
-            if scratch is not None:
-                _clean_scratch(scratch, keep=None)
-            else:
-                beam_state.drop_local(run_key + "/")
-            remaining = stop - position
-            rate = steps_run / max(1e-9, time.time() - t_start)
-            eta = remaining / rate if rate > 0 else float("nan")
-            score = ""
-            if metrics:
-                score = " completion_ll/token=%.4f" % metrics.get("completion_ll_per_token",
-                                                                  float("nan"))
-            logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s "
-                        "ETA %.0f s", windows, n_windows, position - done, position,
-                        sum(s.n_docs for s in steps[:done]), w_time,
-                        ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
-                        int(getattr(algorithm, "docs_seen", 0) or 0), score, eta)
-            if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
-                print("\rwindow %d/%d  step %d/%d  docs %d%s  ETA %.0fs   "
-                      % (windows, n_windows, position, stop,
-                         int(getattr(algorithm, "docs_seen", 0) or 0), score, eta),
-                      end="", file=sys.stderr, flush=True)
-            if error is not None:
-                msg = _error_message(error, last_ckpt)
-                logger.error(msg)
-                if run_log is not None:
-                    run_log.write(dict(event="error", step=error[0], message=msg,
-                                       wall_time=time.time()))
-                raise BeamTrainingError(msg)
-        if heldout is not None and last_eval_pos != position:
-            metrics = timed_evaluate(algorithm, heldout)
+            try:
+                after_window(ses, algorithm, steps, infos, error, ses.publish)
+            finally:
+                if scratch is not None:
+                    _clean_scratch(scratch, keep=None)
+                else:
+                    beam_state.drop_local(run_key + "/")
+            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
+                        time.time() - w_start, _session.docs_seen(algorithm))
+        ses.evaluate(algorithm)
     finally:
-        if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
-            print("", file=sys.stderr)
+        ses.close_progress()
         if scratch is not None:
             beam_state.remove_tree(scratch_root)
         beam_state.drop_local(run_key + "/")
-    if last_ckpt is None and checkpoint_store is not None and steps_run == 0:
-        found = checkpoint_store.list_checkpoints()
-        last_ckpt = found[-1].path if found else None
-    elapsed = time.time() - t_start
-    if run_log is not None:
-        run_log.write(_end_record(position, algorithm, steps_run, elapsed, metrics, last_ckpt,
-                                  windows, counters_total))
-    logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s", position,
-                steps_run, windows, elapsed, "" if not metrics else ": " + ", ".join(
-                    "%s=%.4f" % (k, v) for k, v in metrics.items()))
-    return BeamTrainResult(algorithm, position, int(getattr(algorithm, "docs_seen", 0) or 0),
-                           steps_run, elapsed, dict(metrics), last_ckpt, None, windows,
-                           counters_total)
+    end = ses.end(_session.docs_seen(algorithm), windows=windows, beam_metrics=counters_total)
+    logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s",
+                ses.position, ses.steps_run, windows, end["elapsed"],
+                "" if not ses.metrics else ": " + ", ".join(
+                    "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
+    return BeamTrainResult(algorithm, ses.position, _session.docs_seen(algorithm),
+                           ses.steps_run, end["elapsed"], dict(ses.metrics),
+                           end["checkpoint"], None, windows, counters_total)
+
+
+def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],
+                counters: Dict[str, int], stop: int, seconds: float, n_docs_seen: int):
+    """The INFO line and the progress line after a window."""
+    done = len(steps)
+    rate = ses.steps_run / max(1e-9, time.time() - ses.t_start)
+    eta = (stop - ses.position) / rate if rate > 0 else float("nan")
+    score = _session.score_text(ses.metrics)
+    logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
+                windows, n_windows, ses.position - done, ses.position,
+                sum(s.n_docs for s in steps), seconds,
+                ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
+                n_docs_seen, score, eta)
+    ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
+             % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))
 
 
 # ------------------------------------------------------------------------------ detached windows
@@ -919,7 +881,7 @@ class FinishWindowFn(LeanDoFn):
     for URLs), with the trainer info the driver writes; appends the window's run-log records
     (start, one per step, end -- or error) in one write (:func:`_append_records`); removes the
     run's scratch folder. A step that failed publishes the steps before it, logs the error
-    and fails the job (BeamTrainingError).
+    and fails the job (TrainingError).
 
     A retried bundle does not publish or log twice: a window whose ``end`` record is already
     in the run log is done; a checkpoint is not published again when LATEST already records
@@ -936,55 +898,40 @@ class FinishWindowFn(LeanDoFn):
             logger.info("window %s is already in the run log (%s): a retried bundle",
                         f.run_key, kind)
             if kind == "error":
-                raise BeamTrainingError(msg)
+                raise TrainingError(msg)
             return
         from lda_core.checkpoint import CheckpointStore
         infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
-        done = len(infos)
-        position = f.start_ref.position + done
         records = _Records()
         records.write(f.start_record)
-        metrics: Dict[str, float] = {}
-        rec_metrics = None
-        last_eval_pos = -1
-        last_ckpt = None
         heldout = None
-        if f.heldout is not None and done:
+        if f.heldout is not None and infos:
             heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
-        if heldout is not None and _eval_due(position, done, f.eval_every):
-            metrics = timed_evaluate(algo, heldout)
-            last_eval_pos = position
-            rec_metrics = metrics
-        if done:
-            store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
-            last_ckpt = _publish_once(store, algo, position, f.runner, f.run_info)
-        _log_steps(records, f.steps[:done], infos, rec_metrics, last_ckpt, f.t_start)
+        store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
+        ses = Session(position=f.start_ref.position, run_log=records, checkpoint_store=store,
+                      runner=f.runner, run_info=f.run_info, heldout=heldout,
+                      eval_every=f.eval_every, t_start=f.t_start)
         msg = None
-        if error is not None:
-            msg = _error_message(error, last_ckpt)
-            logger.error(msg)
-            records.write(dict(event="error", step=error[0], message=msg,
-                               wall_time=time.time(), run_key=f.run_key))
-        else:
-            if heldout is not None and last_eval_pos != position:
-                metrics = timed_evaluate(algo, heldout)
+        try:
+            after_window(ses, algo, f.steps, infos, error,
+                         lambda a, pos: _publish_once(ses, a, pos), run_key=f.run_key)
+            ses.evaluate(algo)
             # Beam's counters are complete only after wait_until_finish(), which a detached
             # launch never calls: see the job in the runner's console instead
-            end = _end_record(position, algo, done, time.time() - f.t_start, metrics,
-                              last_ckpt, 1, None)
-            end["run_key"] = f.run_key
-            records.write(end)
+            ses.end(_session.docs_seen(algo), windows=1, beam_metrics=None, run_key=f.run_key)
+        except TrainingError as e:
+            msg = str(e)
         if f.run_log_path is not None:
             _append_records(f.run_log_path, records.items)
         beam_state.drop_local(f.run_key + "/")
         beam_state.remove_tree(f.run_dir)
         logger.info("detached window %s: steps %d..%d published as %s%s", f.run_key,
-                    f.start_ref.position, position, last_ckpt or "nothing",
-                    "" if not metrics else ": " + ", ".join(
-                        "%s=%.4f" % (k, v) for k, v in sorted(metrics.items())))
+                    f.start_ref.position, ses.position, ses.last_checkpoint or "nothing",
+                    "" if not ses.metrics else ": " + ", ".join(
+                        "%s=%.4f" % (k, v) for k, v in sorted(ses.metrics.items())))
         if msg is not None:
-            raise BeamTrainingError(msg)
-        yield position
+            raise TrainingError(msg)
+        yield ses.position
 
 
 class _Records:
@@ -1051,28 +998,23 @@ def _published_position(store) -> Optional[int]:
         return None
 
 
-def _eval_due(position: int, done: int, eval_every: int) -> bool:
-    """Whether a window that ran ``done`` steps up to ``position`` passed a multiple of
-    ``eval_every`` (the window is evaluated once, at its end, then)."""
-    return bool(done and eval_every and
-                position // eval_every > (position - done) // eval_every)
-
-
-def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]:
-    """:func:`_publish`, unless LATEST already records position ``pos`` (a retried bundle:
+def _publish_once(ses: Session, algo, pos: int) -> Optional[str]:
+    """``ses.publish``, unless LATEST already records position ``pos`` (a retried bundle:
     its path is returned) or a later one (another run went on: nothing is published, so
     LATEST never moves back)."""
+    store = ses.store
     done = _published_position(store)
     if done is not None and done >= pos:
         path = store.pointer_path()
         if done == pos:
             logger.info("checkpoint at position %d already published (%s)", pos, path)
+            ses.last_checkpoint = path
             return path
         logger.warning("LATEST (%s) is at position %d, past this window's %d: another run "
                        "continued the model; this window's state is not published", path,
                        done, pos)
         return None
-    return _publish(store, algo, pos, runner, run_info)
+    return ses.publish(algo, pos)
 
 
 def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
@@ -1248,95 +1190,39 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
         else:
             path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
             stats = decode_stats(beam_state.read_bytes(path))
-        nxt = algo          # the pipeline has finished reading it (its readers use a copy)
-        t0 = time.time()
-        try:
-            info = dict(nxt.global_step(stats) or {})
-        except (ValueError, FloatingPointError, ArithmeticError) as e:
-            error = (sp.position + 1, str(e))
+        # the pipeline has finished reading ``algo`` (its readers use a copy)
+        info = _global_step(algo, stats, sp.position, sp.n_docs)
+        if "error" in info:
+            error = (sp.position + 1, info["error"])
             break
-        info["global_step_seconds"] = time.time() - t0
-        info["docs_in_minibatch"] = sp.n_docs
-        info["docs_seen"] = int(getattr(nxt, "docs_seen", 0) or 0)
-        info["position"] = sp.position + 1
         infos.append(info)
-        algo = nxt
         ref = state_ref(algo, sp.position + 1)
     return infos, (algo if infos else None), error, counters
 
 
-def _publish(checkpoint_store, algo, pos: int, runner: str,
-             run_info: Optional[Dict[str, Any]]) -> str:
-    """Publish ``algo`` (after ``pos`` minibatches of the order) as a checkpoint, with the
-    trainer's info (position, documents seen, runner, run settings)."""
-    state = algo.to_state()
-    info = dict(state.info or {})
-    info["trainer"] = dict(minibatches_done=pos,
-                           docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                           wall_time=time.time(), runner=runner)
-    if run_info:
-        info["run"] = run_info
-    state.info = info
-    return checkpoint_store.publish(state)
-
-
 def _start_record(t_start, position, algorithm, max_steps, total, eval_every,
                   checkpoint_every, run_info, runner: str, M, unroll, pieces) -> Dict[str, Any]:
-    return dict(event="start", wall_time=t_start, start_step=position,
-                algorithm=algorithm.name, n_topics=algorithm.n_topics,
-                n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
-                eval_every=eval_every, checkpoint_every=checkpoint_every,
-                run=dict(run_info or {}, runner=runner, minibatches_per_window=M,
-                         unroll=unroll, pieces_per_minibatch=pieces))
+    return _session.start_record(
+        position, algorithm, max_steps=max_steps, total_steps=total, eval_every=eval_every,
+        checkpoint_every=checkpoint_every, wall_time=t_start,
+        run=dict(run_info or {}, runner=runner, minibatches_per_window=M, unroll=unroll,
+                 pieces_per_minibatch=pieces))
 
 
-def _end_record(position, algorithm, steps_run, elapsed, metrics, last_ckpt, windows,
-                beam_metrics) -> Dict[str, Any]:
-    return dict(event="end", step=position,
-                docs_seen=int(getattr(algorithm, "docs_seen", 0) or 0),
-                steps_run=steps_run, elapsed=elapsed, metrics=metrics,
-                checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
-                beam_metrics=beam_metrics)
-
-
-def _error_message(error, last_ckpt: Optional[str]) -> str:
-    return ("minibatch %d could not be applied: %s; training stopped, the last good "
-            "checkpoint (%s) stays the latest" % (error[0], error[1],
-                                                   last_ckpt or "none written"))
-
-
-def _log_steps(run_log, steps: List[StepPlan], infos: List[Dict[str, Any]],
-               metrics: Optional[Dict[str, float]], ckpt: Optional[str], t_start: float):
-    """One run-log record per global step (the in-process trainer's format)."""
-    now = time.time()
-    for i, (sp, info) in enumerate(zip(steps, infos)):
-        last = i == len(infos) - 1
-        rec = dict(event="step", step=sp.position + 1, t=info.get("t", sp.position + 1),
-                   pass_index=sp.pass_index, batch=sp.batch_index,
-                   docs_seen=info.get("docs_seen"), docs=info.get("docs", sp.n_docs),
-                   tokens=info.get("tokens"), empty=info.get("empty"),
-                   capped=info.get("capped"), rho=info.get("rho"),
-                   mean_change=info.get("mean_change"))
-        for k in ("elbo", "bound", "alpha", "eta", "skipped"):
-            if k in info and np.ndim(info[k]) == 0:
-                rec[k] = info[k]
-        logger.info("step t=%d pass=%d batch=%d rho=%s docs=%s docs_seen=%s mean_change=%s",
-                    sp.position + 1, sp.pass_index, sp.batch_index, _fmt(info.get("rho")),
-                    rec["docs"], rec["docs_seen"], _fmt(info.get("mean_change")))
-        if last and metrics:
-            rec["metrics"] = metrics
-        if last and ckpt:
-            rec["checkpoint"] = ckpt
-        rec["wall_time"] = now
-        rec["elapsed"] = now - t_start
-        if run_log is not None:
-            run_log.write(rec)
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    try:
-        return "%.4g" % float(v)
-    except (TypeError, ValueError):
-        return str(v)
+def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict[str, Any]],
+                 error, publish, **error_fields) -> Optional[Dict[str, float]]:
+    """What follows a window, wherever it runs (the waiting driver, or a detached window's
+    last DoFn): move the session past the ``len(infos)`` steps applied, evaluate when a
+    multiple of ``eval_every`` was passed, publish the state (``publish(algo, position)``),
+    log the step records; then, when a step failed (``error = (step, reason)``), log the
+    error and raise :class:`TrainingError`. Returns the evaluation, if any."""
+    done = len(infos)
+    ses.applied(done)
+    metrics = ses.evaluate(algo, done=done) if done else None
+    ckpt = publish(algo, ses.position) if done else None
+    ses.log_steps(_session.records_for([(sp.position, sp.pass_index, sp.batch_index,
+                                         sp.n_docs) for sp in steps[:done]], infos),
+                  metrics, ckpt)
+    if error is not None:
+        ses.fail(error[0], error[1], **error_fields)
+    return metrics
