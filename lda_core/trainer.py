@@ -325,3 +325,24 @@ class _PassLoop:
         if self.pending is not None:
             logger.warning("the minibatch stream ended in the middle of a pass (%d documents "
                            "of statistics not applied)", self.pending_docs)
+
+
+def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Optional[str]:
+    """Train a ``whole_corpus`` sampler (batch collapsed Gibbs): every training document in
+    memory, ``sweeps`` sweeps (the first ``algorithm.burn_in`` not averaged into φ), then one
+    checkpoint at position ``sweeps``, published through the session. The one code path of
+    both runners (in-process, and the Beam window's DoFn)."""
+    if not _session.whole_corpus(algorithm):
+        raise ValueError("%s is not trained on the whole corpus at once"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    if sweeps <= algorithm.burn_in:
+        logger.warning("%s: %d sweeps <= burn-in %d: no sweep is averaged, the topics are the "
+                       "last sample's (raise --passes or lower the burn-in)", algorithm.name,
+                       sweeps, algorithm.burn_in)
+    else:
+        logger.info("%s: %d documents in memory, %d sweeps, the first %d burn-in, phi "
+                    "averaged over the last %d", algorithm.name, docs.n_docs, sweeps,
+                    algorithm.burn_in, sweeps - algorithm.burn_in)
+    algorithm.fit(docs, sweeps=int(sweeps))
+    ses.applied(int(sweeps))
+    return ses.publish(algorithm)

@@ -441,46 +441,29 @@ def _accepted(cls) -> Dict[str, Any]:
 def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
     """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
     sweeps (``--passes``) of which the first ``algo.burn_in`` (the sampler's default unless
-    given) are not averaged into φ, one checkpoint at the end."""
-    from lda_core.trainer import TrainResult, evaluate
+    given) are not averaged into φ, one checkpoint at the end
+    (:func:`lda_core.trainer.fit_whole_corpus`, as on Beam)."""
+    from lda_core.session import Session
+    from lda_core.trainer import TrainResult, fit_whole_corpus
     from pipelines.shard_stream import read_docs
-    t0 = time.time()
-    run_log.write(dict(event="start", wall_time=t0, algorithm=algo.name, sweeps=sweeps,
-                       burn_in=algo.burn_in, run=run_info))
-    _log_gibbs_plan(algo, sweeps)
+    ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
+                  vocab_hash=shard_hash)
+    ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
     docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
-    logger.info("collapsed Gibbs: %d documents in memory, %d sweeps", docs.n_docs, sweeps)
-    algo.fit(docs, sweeps=sweeps)
-    metrics = evaluate(algo, heldout) if heldout is not None else {}
-    state = algo.to_state()
-    if not state.vocab_hash:
-        state.vocab_hash = shard_hash
-    state.info = dict(state.info or {}, run=run_info,
-                      trainer=dict(minibatches_done=sweeps, docs_seen=algo.docs_seen))
-    ckpt = store.publish(state)
-    elapsed = time.time() - t0
-    run_log.write(dict(event="end", step=sweeps, docs_seen=algo.docs_seen, elapsed=elapsed,
-                       metrics=metrics, checkpoint=ckpt, wall_time=time.time()))
-    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
+    ckpt = fit_whole_corpus(algo, docs, sweeps, ses)
+    ses.evaluate(algo)
+    end = ses.end(algo.docs_seen)
+    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, end["elapsed"], dict(ses.metrics),
+                       ckpt)
 
 
-def _is_sequential_algorithm(name: str) -> bool:
-    """True for the stream-order samplers (gibbs, o-lda, incremental-gibbs, particle-filter)."""
-    from lda_core.algorithm import SequentialSampler, algorithm_class
+def _capability(name: str, what: str) -> bool:
+    """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithm)."""
+    from lda_core.algorithm import algorithm_class
     try:
-        return issubclass(algorithm_class(name), SequentialSampler)
+        return bool(getattr(algorithm_class(name), what, False))
     except ValueError:
         return False
-
-
-def _log_gibbs_plan(algo, sweeps: int) -> None:
-    if sweeps <= algo.burn_in:
-        logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the topics are "
-                       "the last sample's (raise --passes or lower the burn-in)", sweeps,
-                       algo.burn_in)
-    else:
-        logger.info("gibbs: %d sweeps, the first %d burn-in, phi averaged over the last %d",
-                    sweeps, algo.burn_in, sweeps - algo.burn_in)
 
 
 def _remove_model(model_dir: str) -> None:
@@ -566,12 +549,14 @@ def run(args, beam_argv) -> int:
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
-    if algorithm == "gibbs" and state is not None:
+    whole_corpus = _capability(algorithm, "whole_corpus")
+    accumulates = _capability(algorithm, "accumulates_passes")
+    if whole_corpus and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
     passes = int(args.passes if args.passes is not None else prev.get(
-        "passes", {"batch-vb": BATCH_MAX_PASSES, "gibbs": GIBBS_SWEEPS}.get(algorithm, 1)))
-    if algorithm == "gibbs" and args.burn_in is not None and args.burn_in >= passes:
+        "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
+    if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
                          "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
 
@@ -593,7 +578,7 @@ def run(args, beam_argv) -> int:
     if inprocess and beam_argv:
         raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
-    sequential = _is_sequential_algorithm(algorithm)
+    sequential = _capability(algorithm, "sequential")
     if not inprocess:
         # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
         # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
@@ -605,7 +590,7 @@ def run(args, beam_argv) -> int:
             raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
                              "sampler runs each window as one DoFn)"
                              % ("" if args.unroll else "no-", algorithm))
-        if algorithm == "gibbs" and args.minibatches_per_window is not None:
+        if whole_corpus and args.minibatches_per_window is not None:
             raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
                              "sweeps run in one window)")
     if getattr(args, "detach", False):
@@ -642,10 +627,9 @@ def run(args, beam_argv) -> int:
 
     from lda_core.trainer import resume_position
     start = resume_position(state) if state is not None else 0
-    if algorithm == "batch-vb":
+    if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
-    if (algorithm != "gibbs" and hasattr(algo, "process") and not hasattr(algo, "local_step")
-            and passes > 1):
+    if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
     heldout = None
@@ -692,7 +676,7 @@ def run(args, beam_argv) -> int:
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
                 beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
-        elif algorithm == "gibbs":
+        elif whole_corpus:
             res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
                                run_info)
         elif inprocess:
