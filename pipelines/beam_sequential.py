@@ -317,8 +317,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    scratch = os.path.join(scratch_root, "seq-" + run_key)
-    beam_state.make_dirs(scratch)
+    scratch = beam_state.new_scratch(scratch_root)
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
         start_path = os.path.join(scratch, "initial")
@@ -412,11 +411,6 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     finally:
         ses.close_progress()
         beam_state.remove_tree(scratch)
-        if not beam_state.is_remote(scratch_root):
-            try:
-                os.rmdir(scratch_root)      # only when no other run's folder is in it
-            except OSError:
-                pass
         _drop_live(run_key)
     end = ses.end(_session.docs_seen(final), windows=windows, beam_metrics=counters_total)
     logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",

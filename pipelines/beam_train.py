@@ -604,11 +604,12 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
     """Where the states of the steps inside a window go when workers are other processes.
 
-    Local runners: a folder in shared memory (``/dev/shm``) named after the model directory --
-    every worker is on this machine, and a 24 MB state is written there without disk
-    write-back. Remote runners, and any model directory on an object store (``gs://`` ...):
-    ``MODEL_DIR/.beam-scratch`` (read and written through Beam's ``FileSystems`` there). A
-    killed run's folder is removed unread by the next run on the same model directory."""
+    Local runners: shared memory (``/dev/shm``) -- every worker is on this machine, and a 24 MB
+    state is written there without disk write-back. Remote runners, and any model directory
+    on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
+    Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
+    fresh and private beside it (:func:`pipelines.beam_state.new_scratch`). A killed run's
+    folder is removed unread by the next run on the same model directory."""
     import hashlib
     from pipelines import dataset
     tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
@@ -710,10 +711,10 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    beam_state.remove_tree(scratch_root)  # left by a killed run: never read, just removed
-    scratch = None if cfg.in_process else os.path.join(scratch_root, run_key)
-    if scratch is not None:
-        beam_state.make_dirs(scratch)
+    scratch = None
+    if not cfg.in_process:
+        beam_state.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
+        scratch = beam_state.new_scratch(scratch_root)
 
     ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
                   runner=cfg.describe(), run_info=run_info, heldout=heldout,
@@ -774,7 +775,9 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     finally:
         ses.close_progress()
         if scratch is not None:
-            beam_state.remove_tree(scratch_root)
+            beam_state.remove_tree(scratch)
+            if beam_state.is_remote(scratch_root):
+                beam_state.remove_tree(scratch_root)
         beam_state.drop_local(run_key + "/")
     end = ses.end(_session.docs_seen(algorithm), windows=windows, beam_metrics=counters_total)
     logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s",
@@ -914,7 +917,8 @@ class FinishWindowFn(LeanDoFn):
         msg = None
         try:
             after_window(ses, algo, f.steps, infos, error,
-                         lambda a, pos: _publish_once(ses, a, pos), run_key=f.run_key)
+                         lambda a, pos: _publish_once(store, a, pos, f.runner, f.run_info),
+                         run_key=f.run_key)
             ses.evaluate(algo)
             # Beam's counters are complete only after wait_until_finish(), which a detached
             # launch never calls: see the job in the runner's console instead
@@ -998,23 +1002,21 @@ def _published_position(store) -> Optional[int]:
         return None
 
 
-def _publish_once(ses: Session, algo, pos: int) -> Optional[str]:
-    """``ses.publish``, unless LATEST already records position ``pos`` (a retried bundle:
-    its path is returned) or a later one (another run went on: nothing is published, so
-    LATEST never moves back)."""
-    store = ses.store
+def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]:
+    """:meth:`lda_core.session.Session.publish`, unless LATEST already records position
+    ``pos`` (a retried bundle: its path is returned) or a later one (another run went on:
+    nothing is published, so LATEST never moves back)."""
     done = _published_position(store)
     if done is not None and done >= pos:
         path = store.pointer_path()
         if done == pos:
             logger.info("checkpoint at position %d already published (%s)", pos, path)
-            ses.last_checkpoint = path
             return path
         logger.warning("LATEST (%s) is at position %d, past this window's %d: another run "
                        "continued the model; this window's state is not published", path,
                        done, pos)
         return None
-    return ses.publish(algo, pos)
+    return Session(checkpoint_store=store, runner=runner, run_info=run_info).publish(algo, pos)
 
 
 def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
@@ -1034,9 +1036,8 @@ def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, t
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
     # left by a killed run: never read, just removed (launches on one model do not overlap)
-    beam_state.remove_tree(scratch_root)
-    run_dir = os.path.join(scratch_root, run_key)
-    beam_state.make_dirs(run_dir)
+    beam_state.remove_stale_scratch(scratch_root)
+    run_dir = beam_state.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
     w_stop = min(stop, position + M)
     steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
@@ -1220,6 +1221,8 @@ def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict
     ses.applied(done)
     metrics = ses.evaluate(algo, done=done) if done else None
     ckpt = publish(algo, ses.position) if done else None
+    if ckpt:
+        ses.last_checkpoint = ckpt
     ses.log_steps(_session.records_for([(sp.position, sp.pass_index, sp.batch_index,
                                          sp.n_docs) for sp in steps[:done]], infos),
                   metrics, ckpt)

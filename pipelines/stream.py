@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import os
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -53,7 +54,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder, VarIntCoder
+from apache_beam.coders import Coder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.timeutil import TimeDomain
@@ -62,7 +63,9 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
 from apache_beam.utils import shared
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from lda_core import session as _session
 from lda_core.docbatch import DocBatch
+from lda_core.session import TrainingError
 
 logger = logging.getLogger(__name__)
 
@@ -307,6 +310,40 @@ class EStepLatestFn(beam.DoFn):
 ORDERS = ("watermark", "arrival")
 
 
+class WindowResultCoder(Coder):
+    """Data-only coder of a buffered window result ``(window end µs, DocBatch, statistics or
+    None, step used or None)``: the documents as arrays (:func:`lda_core.algorithm.pack_arrays`)
+    and the statistics through :func:`pipelines.beam_stats.encode_stats` -- no pickle in the
+    job's state."""
+
+    _MAGIC = b"LDAWIN01"
+
+    def encode(self, value) -> bytes:
+        from lda_core.algorithm import pack_arrays
+        from pipelines.beam_stats import encode_stats
+        wend, batch, stats, used = value
+        stats_b = b"" if stats is None else encode_stats(stats)
+        head = pack_arrays(self._MAGIC, dict(wend=int(wend), used=used,
+                                             doc_ids=list(batch.doc_ids),
+                                             has_stats=stats is not None),
+                           [("indptr", "<i8", batch.indptr), ("word_ids", "<i4", batch.word_ids),
+                            ("counts", "<i4", batch.counts)])
+        return struct.pack("<Q", len(head)) + head + stats_b
+
+    def decode(self, data: bytes):
+        from lda_core.algorithm import unpack_arrays
+        from pipelines.beam_stats import decode_stats
+        (n,) = struct.unpack("<Q", data[:8])
+        h, a = unpack_arrays(self._MAGIC, data[8:8 + n])
+        batch = DocBatch(tuple(h["doc_ids"]), a["indptr"], a["word_ids"], a["counts"])
+        stats = decode_stats(data[8 + n:]) if h["has_stats"] else None
+        used = None if h["used"] is None else int(h["used"])
+        return int(h["wend"]), batch, stats, used
+
+    def is_deterministic(self) -> bool:
+        return False
+
+
 class ApplyGlobalStepFn(beam.DoFn):
     """The single-key stateful step (module docstring): windows applied in order, one
     checkpoint published per window; emits ``{"step", "checkpoint", "window_end", ...}``.
@@ -318,7 +355,7 @@ class ApplyGlobalStepFn(beam.DoFn):
     ``fileio.MatchContinuously`` (a splittable DoFn) so event-time timers never fire there;
     windows of a stream that arrives slower than it is processed still come in order."""
 
-    BUFFER = BagStateSpec("buffer", PickleCoder())
+    BUFFER = BagStateSpec("buffer", WindowResultCoder())
     APPLIED = ReadModifyWriteStateSpec("applied_step", VarIntCoder())
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
 
@@ -384,23 +421,21 @@ class ApplyGlobalStepFn(beam.DoFn):
             if self.corpus_size != -1 and hasattr(algo, "corpus_size"):
                 algo.corpus_size = self.corpus_size
             t0 = time.time()
-            info = dict(algo.global_step(stats) or {})
+            before = int(algo.step)
+            info, err = _session.apply_step(algo.global_step, stats)
+            if err is not None:
+                # the window is refused and the job fails; this worker's copy may hold the
+                # refused step, so the next attempt reloads the latest checkpoint
+                self.algo = None
+                raise TrainingError(_session.error_message(
+                    before + 1, err, self.store.pointer_path(), " (window ending %s)" % wend))
             if info.get("skipped"):
                 continue
-            bad = [k for k in ("rho", "mean_change") if k in info and info[k] is not None
-                   and not math.isfinite(float(info[k]))]
-            if bad:
-                raise ValueError("window ending %s: the step produced non-finite %s"
-                                 % (wend, ", ".join(bad)))
-            state = algo.to_state()
-            sinfo = dict(state.info or {})
-            sinfo["trainer"] = dict(minibatches_done=int(algo.step),
-                                    docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                                    wall_time=time.time())
-            sinfo["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
-                                   estep_recomputed=bool(recomputed), estep_state_step=used,
-                                   rho=info.get("rho"), global_step_seconds=time.time() - t0)
-            state.info = sinfo
+            state = _session.stamp(algo.to_state(), int(algo.step), _session.docs_seen(algo))
+            state.info["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
+                                        estep_recomputed=bool(recomputed),
+                                        estep_state_step=used, rho=info.get("rho"),
+                                        global_step_seconds=time.time() - t0)
             path = self.store.publish(state)
             applied.write(int(algo.step))
             self.steps.inc()
@@ -517,30 +552,28 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
-    from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from pipelines import dataset
+    from pipelines.model_dir import open_model
     store = CheckpointStore(model_dir, keep_last=keep_last)
-    state = store.latest()
     model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
-    if state is not None:
-        if topics is not None and topics != state.n_topics:
+    if store.latest_checkpoint() is not None:
+        m = open_model(model_dir)
+        if topics is not None and topics != m.state.n_topics:
             raise ValueError("--topics %d differs from the model's K=%d" % (topics,
-                                                                             state.n_topics))
-        if not dataset.exists(model_vocab):
+                                                                             m.state.n_topics))
+        if m.vocab is None:
             raise FileNotFoundError("%s has checkpoints but no vocab.tsv" % model_dir)
-        vocab = dataset.Vocabulary.read(model_vocab)
-        state.validate(n_words=len(vocab), vocab_hash=vocab.hash)
-        return algorithm_class(state.algorithm).from_state(state), model_vocab
+        return m.algorithm(), model_vocab
     if topics is None or vocab_path is None:
         raise ValueError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
     vocab = dataset.Vocabulary.read(vocab_path)
-    from pipelines.commands.train import build_algorithm
+    from pipelines.algorithm_options import build_algorithm
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
-    if not hasattr(algo, "local_step"):
+    if _session.is_sequential(algo):
         raise ValueError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
@@ -549,10 +582,8 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
         with dataset.open_read(vocab_path) as f:
             dataset.write_bytes_atomic(model_vocab, f.read())
-    state = algo.to_state()
-    state.info = dict(state.info or {}, trainer=dict(minibatches_done=0, docs_seen=0,
-                                                     wall_time=time.time()),
-                      stream=dict(initial=True))
+    state = _session.stamp(algo.to_state(), 0, 0)
+    state.info["stream"] = dict(initial=True)
     store.publish(state)
     return algo, model_vocab
 

@@ -39,7 +39,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -739,15 +738,7 @@ def _prepare_output(output: str, overwrite: bool) -> None:
             os.unlink(manifest)
 
 
-def pipeline_options(beam_argv: Sequence[str]) -> PipelineOptions:
-    """Beam options with the runner set explicitly (DirectRunner, in-process by default; the
-    unnamed default would first try to download the Prism runner)."""
-    argv = list(beam_argv or [])
-    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
-        argv.append("--runner=DirectRunner")
-    if not any(a.startswith("--direct_running_mode") for a in argv):
-        argv.append("--direct_running_mode=in_memory")
-    return PipelineOptions(argv)
+from pipelines.beam_options import pipeline_options  # noqa: E402,F401 (the one builder)
 
 
 def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
