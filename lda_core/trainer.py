@@ -41,7 +41,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 

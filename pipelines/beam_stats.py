@@ -36,7 +36,6 @@ loads it when it merges (``extract_output``), in the same piece order.
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
