@@ -12,7 +12,8 @@ step (t, ρ, documents, mean change of λ, score when evaluated), a tqdm progres
 :mod:`lda_core.evaluation` (document completion; the per-word bound of paper eq. 16 when the
 algorithm has one), a checkpoint every ``checkpoint_every`` steps and at the end (published
 atomically by :class:`lda_core.checkpoint.CheckpointStore`), and a JSON-lines run log
-(:mod:`lda_core.run_log`).
+(:mod:`lda_core.run_log`) -- the bookkeeping of :class:`lda_core.session.Session`, shared with
+every other runner; this module supplies only the loop.
 
 Resume: the trainer starts at the algorithm's position (``algorithm.step`` global steps
 applied, or ``start_step``) and asks the minibatch source for the minibatches from there on
@@ -21,11 +22,11 @@ steps bit for bit. A source without ``iter_from`` is a plain iterable from step 
 minibatches already applied are read and dropped.
 
 A global step that raises (the VB global step refuses non-finite statistics and leaves the
-state untouched) or that reports a non-finite change stops the run with
-:class:`TrainingError`; nothing is published for it, so the last good checkpoint stays the
+state untouched) or whose info holds a non-finite ``rho``, ``mean_change``, ``elbo`` or
+``score`` (:func:`lda_core.session.apply_step`) stops the run with :class:`TrainingError`; nothing is published for it, so the last good checkpoint stays the
 latest.
 
-Batch VB (``algorithm.accumulate_passes`` true, e.g. ``BatchVB``: S = D, ρ = 1) goes through
+Batch VB (``algorithm.accumulates_passes`` true, e.g. ``BatchVB``: S = D, ρ = 1) goes through
 the same loop: the statistics of all minibatches of a pass are merged (float64 sums, bounded
 memory: one minibatch of documents at a time) and applied as one global step per pass; the run
 stops when the relative change of the ELBO (``info["elbo"]``) falls below ``rel_tol`` (1e-5).
@@ -159,6 +160,16 @@ def _progress(progress: bool, total: Optional[int], initial: int):
                 leave=True)
 
 
+def _check_settings(eval_every, checkpoint_every, max_steps, rel_tol) -> None:
+    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+        if int(v) < 0:
+            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
+    if max_steps is not None and int(max_steps) < 0:
+        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
+    if not (rel_tol > 0):
+        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
+
+
 def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None,
           eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
           run_log=None, progress: bool = True, max_steps: Optional[int] = None,
@@ -173,13 +184,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
     recorded in the run log's start record and in each checkpoint's ``info["run"]``.
     """
-    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
-        if int(v) < 0:
-            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
-    if max_steps is not None and int(max_steps) < 0:
-        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
-    if not (rel_tol > 0):
-        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
+    _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
     accumulate = _session.accumulates_passes(algorithm)
     bpp = getattr(minibatches, "batches_per_pass", None)
     if accumulate and not bpp:

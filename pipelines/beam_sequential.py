@@ -256,24 +256,8 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     return check_shards(algorithm, files)
 
 
-def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
-          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
-          heldout=None, eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
-          run_log=None, resume: bool = False, max_steps: Optional[int] = None,
-          run_info: Optional[Dict[str, Any]] = None, beam_argv: Sequence[str] = (),
-          runner: Optional[str] = None, progress: bool = True,
-          scratch_dir: Optional[str] = None) -> BeamTrainResult:
-    """Train the stream-order sampler ``algorithm`` on ``shard_files`` in windows, each one
-    Beam pipeline with a single DoFn (module docstring). Same arguments as
-    :func:`pipelines.beam_train.train` where they apply; ``passes`` must be 1 (each document
-    is consumed once), except for batch Gibbs (``gibbs``), where it is the number of sweeps.
-
-    ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
-    whole remaining stream when ``checkpoint_every`` is 0."""
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.ordering import n_batches
-    t_start = time.time()
-    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
+def _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
+                    eval_every) -> None:
     gibbs = _session.whole_corpus(algorithm)
     for name, v in (("passes", passes), ("batch_size", batch_size)):
         if int(v) < 1:
@@ -290,6 +274,30 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                              % (minibatches_per_window,))
     if int(checkpoint_every) < 0 or int(eval_every) < 0:
         raise ValueError("checkpoint_every and eval_every must be >= 0")
+
+
+def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
+          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
+          heldout=None, eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
+          run_log=None, resume: bool = False, max_steps: Optional[int] = None,
+          run_info: Optional[Dict[str, Any]] = None, beam_argv: Sequence[str] = (),
+          runner: Optional[str] = None, progress: bool = True,
+          scratch_dir: Optional[str] = None) -> BeamTrainResult:
+    """Train the stream-order sampler ``algorithm`` on ``shard_files`` in windows, each one
+    Beam pipeline with a single DoFn (module docstring). Same arguments as
+    :func:`pipelines.beam_train.train` where they apply; ``passes`` must be 1 (each document
+    is consumed once), except for batch Gibbs (``gibbs``), where it is the number of sweeps.
+
+    ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
+    whole remaining stream when ``checkpoint_every`` is 0."""
+    # long by its set-up (position, window size, start state); the loop is _SeqRun's
+    from lda_core.checkpoint import CheckpointStore
+    from lda_core.ordering import n_batches
+    t_start = time.time()
+    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
+    gibbs = _session.whole_corpus(algorithm)
+    _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
+                    eval_every)
     argv = list(beam_argv or ())
     cfg = runner_config(runner, argv)      # a --runner in argv is used when runner is None
     if checkpoint_store is None:
@@ -321,11 +329,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
         start_path = os.path.join(scratch, "initial")
-        st = algorithm.to_state()
-        if not st.vocab_hash:
-            st.vocab_hash = vh
-        st.info = dict(st.info or {}, trainer=dict(minibatches_done=position))
-        st.save(start_path)
+        _session.stamp(algorithm.to_state(), position, _session.docs_seen(algorithm),
+                       vocab_hash=vh).save(start_path)
     else:
         start_path = start_ckpt
     if cfg.in_process:
@@ -348,66 +353,17 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                 batch_size=int(batch_size), vocab_hash=vh, runner=cfg.describe(),
                 run_info=dict(run_info or {}))
 
-    counters_total: Dict[str, int] = {}
-    windows = 0
-    head_path, head_is_ckpt = start_path, start_ckpt is not None   # where the next window starts
-    known = {start_path: algorithm}    # the driver's copies, loaded only when needed
-
-    def materialise(path: str):
-        """The sampler published at ``path`` (handed over in memory in-process, else loaded
-        from the checkpoint: for evaluation and the result only)."""
-        if path not in known:
-            live = _peek_live(_live_key(run_key, path))
-            if live is None:
-                from lda_core.algorithm import algorithm_class
-                from lda_core.state import TopicState
-                state = TopicState.load(path)
-                live = algorithm_class(state.algorithm).from_state(state)
-            known.clear()
-            known[path] = live
-        return known[path]
-
+    run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})
+    windows, counters_total = 0, {}
     try:
         if gibbs:
-            window = SequentialWindow(start_path=start_path, start_is_checkpoint=False,
-                                      position=0, stop=int(passes),
-                                      result_path=os.path.join(scratch, "result-gibbs.json"),
-                                      sweeps=int(passes), **base)
-            out, counters_total = _run_window(cfg, window)
-            windows = 1
-            ses.applied(int(passes))
-            ses.last_checkpoint = head_path = out["checkpoint"]
-        while not gibbs and ses.position < stop:
-            w_start = time.time()
-            window = SequentialWindow(
-                start_path=head_path, start_is_checkpoint=head_is_ckpt, position=ses.position,
-                stop=min(stop, ses.position + M),
-                result_path=os.path.join(scratch, "result-%09d.json" % ses.position), **base)
-            out, counters = _run_window(cfg, window)
-            windows += 1
-            for k, v in counters.items():
-                counters_total[k] = counters_total.get(k, 0) + v
-            if out.get("error"):
-                ses.fail(*out["error"])
-            infos = out["infos"]
-            done = len(infos)
-            if not done:       # pragma: no cover - a window always holds >= 1 minibatch
-                break
-            ses.applied(done)
-            ses.last_checkpoint = head_path = out["checkpoint"]
-            head_is_ckpt = True
-            metrics = (ses.evaluate(materialise(head_path), done=done) if heldout is not None
-                       else None)
-            ses.log_steps(infos, metrics, head_path)
-            logger.info("window %d: minibatches %d..%d (%.1f s in the DoFn, %.1f s in all) "
-                        "docs_seen=%d%s", windows, ses.position - done, ses.position,
-                        out.get("seconds", float("nan")), time.time() - w_start,
-                        int(infos[-1].get("docs_seen") or 0), _session.score_text(metrics))
-            ses.show("window %d  minibatch %d/%d%s" % (windows, ses.position, stop,
-                                                      _session.score_text(metrics)))
+            head_path, windows, counters_total = run.gibbs_window(ses, int(passes), start_path)
+        else:
+            head_path, windows, counters_total = run.stream_windows(ses, start_path,
+                                                                   start_ckpt is not None)
         if heldout is not None:
-            ses.evaluate(materialise(head_path))
-        final = materialise(head_path)
+            ses.evaluate(run.materialise(head_path))
+        final = run.materialise(head_path)
     finally:
         ses.close_progress()
         beam_state.remove_tree(scratch)
@@ -420,3 +376,76 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     return BeamTrainResult(final, ses.position, _session.docs_seen(final), ses.steps_run,
                            end["elapsed"], dict(ses.metrics), end["checkpoint"], None,
                            windows, counters_total)
+
+
+@dataclass
+class _SeqRun:
+    """A run's fixed settings, its loop over windows and the driver's copy of the sampler."""
+    cfg: RunnerConfig
+    base: Dict[str, Any]            # the SequentialWindow fields every window shares
+    scratch: str
+    run_key: str
+    stop: int
+    M: int
+    known: Dict[str, Any]           # checkpoint path -> sampler (the latest one only)
+
+    def materialise(self, path: str):
+        """The sampler published at ``path`` (handed over in memory in-process, else loaded
+        from the checkpoint: for evaluation and the result only)."""
+        if path not in self.known:
+            live = _peek_live(_live_key(self.run_key, path))
+            if live is None:
+                from lda_core.algorithm import algorithm_class
+                from lda_core.state import TopicState
+                state = TopicState.load(path)
+                live = algorithm_class(state.algorithm).from_state(state)
+            self.known.clear()
+            self.known[path] = live
+        return self.known[path]
+
+    def gibbs_window(self, ses: Session, sweeps: int, start_path: str):
+        """Batch Gibbs: all its sweeps in one window. Returns (checkpoint, 1, counters)."""
+        window = SequentialWindow(start_path=start_path, start_is_checkpoint=False,
+                                  position=0, stop=sweeps,
+                                  result_path=os.path.join(self.scratch, "result-gibbs.json"),
+                                  sweeps=sweeps, **self.base)
+        out, counters = _run_window(self.cfg, window)
+        ses.applied(sweeps)
+        ses.last_checkpoint = out["checkpoint"]
+        return out["checkpoint"], 1, counters
+
+    def stream_windows(self, ses: Session, head_path: str, head_is_ckpt: bool):
+        """Window after window until ``stop``; each publishes its checkpoint in the DoFn and
+        the session logs, evaluates, or fails. Returns (last checkpoint, windows, counters)."""
+        counters_total: Dict[str, int] = {}
+        windows = 0
+        while ses.position < self.stop:
+            w_start = time.time()
+            window = SequentialWindow(
+                start_path=head_path, start_is_checkpoint=head_is_ckpt, position=ses.position,
+                stop=min(self.stop, ses.position + self.M),
+                result_path=os.path.join(self.scratch, "result-%09d.json" % ses.position),
+                **self.base)
+            out, counters = _run_window(self.cfg, window)
+            windows += 1
+            for k, v in counters.items():
+                counters_total[k] = counters_total.get(k, 0) + v
+            if out.get("error"):
+                ses.fail(*out["error"])
+            infos = out["infos"]
+            done = len(infos)
+            if not done:       # pragma: no cover - a window always holds >= 1 minibatch
+                break
+            ses.applied(done)
+            ses.last_checkpoint = head_path = out["checkpoint"]
+            head_is_ckpt = True
+            metrics = (ses.evaluate(self.materialise(head_path), done=done)
+                       if ses.heldout is not None else None)
+            ses.log_steps(infos, metrics, head_path)
+            logger.info("window %d: minibatches %d..%d (%.1f s in the DoFn, %.1f s in all) "
+                        "docs_seen=%d%s", windows, ses.position - done, ses.position,
+                        out.get("seconds", float("nan")), time.time() - w_start,
+                        int(infos[-1].get("docs_seen") or 0), _session.score_text(metrics))
+            ses.show("window %d  minibatch %d/%d%s" % (windows, ses.position, self.stop,
+                                                      _session.score_text(metrics)))
+        return head_path, windows, counters_total

@@ -130,7 +130,7 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
         raise ValueError("the Beam trainer runs local/global-step algorithms; %s is a "
                          "stream-order sampler: use --runner inprocess"
                          % getattr(algorithm, "name", type(algorithm).__name__))
-    if getattr(algorithm, "accumulate_passes", getattr(algorithm, "name", "") == "batch-vb"):
+    if _session.accumulates_passes(algorithm):
         raise ValueError("%s applies one global step per pass; the Beam trainer runs "
                          "minibatch algorithms only: use --runner inprocess"
                          % getattr(algorithm, "name", type(algorithm).__name__))
@@ -194,6 +194,21 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
     return os.path.join(model_dir, SCRATCH_DIR)
 
 
+def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
+                    detach: bool) -> None:
+    for name, v in (("passes", passes), ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise ValueError("%s must be >= 1, got %r" % (name, v))
+    if minibatches_per_window is not None and not (1 <= int(minibatches_per_window)
+                                                   <= MAX_WINDOW):
+        raise ValueError("minibatches_per_window must be in [1, %d], got %r"
+                         % (MAX_WINDOW, minibatches_per_window))
+    if detach and not unroll:
+        raise ValueError("--detach runs the window as one unrolled pipeline that publishes "
+                         "its own checkpoint; --no-unroll applies the global steps on the "
+                         "driver, which a detached launch does not wait for")
+
+
 def default_window(cfg: RunnerConfig, batch_size: int) -> int:
     """Minibatches per window when not given (see DOCS_PER_WINDOW_*)."""
     docs = DOCS_PER_WINDOW_IN_PROCESS if cfg.in_process else DOCS_PER_WINDOW_WORKERS
@@ -235,24 +250,15 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     (:class:`FinishWindowFn`); see "Detached windows" in docs/beam-training.md. Returns a
     :class:`BeamTrainResult` otherwise.
     """
+    # long by its documented parameters; the body is set-up, then _WindowRun.windows
     from lda_core.ordering import n_batches
     t_start = time.time()
-    for name, v in (("passes", passes), ("batch_size", batch_size)):
-        if int(v) < 1:
-            raise ValueError("%s must be >= 1, got %r" % (name, v))
-    if minibatches_per_window is not None and not (1 <= int(minibatches_per_window)
-                                                   <= MAX_WINDOW):
-        raise ValueError("minibatches_per_window must be in [1, %d], got %r"
-                         % (MAX_WINDOW, minibatches_per_window))
+    unroll = True if unroll is None else bool(unroll)
+    _check_settings(passes, batch_size, minibatches_per_window, unroll, detach)
     files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
     argv = list(beam_argv or ())
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg, batch_size))
-    unroll = True if unroll is None else bool(unroll)
-    if detach and not unroll:
-        raise ValueError("--detach runs the window as one unrolled pipeline that publishes "
-                         "its own checkpoint; --no-unroll applies the global steps on the "
-                         "driver, which a detached launch does not wait for")
     # in-process the numba kernel already uses every core on a whole minibatch: one piece
     # (no merge at all); with worker processes two pieces per worker balance the load
     pieces = int(pieces_per_minibatch or (1 if cfg.in_process else 2 * cfg.num_workers))
@@ -297,52 +303,11 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
                 cfg.describe(), B, batch_size, D, position, stop, M,
                 "unrolled" if unroll else "one pipeline per minibatch", pieces)
-    windows = 0
-    counters_total: Dict[str, int] = {}
-    n_windows = max(1, -(-(stop - position) // M))
-
-    def state_ref(algo, pos) -> StateRef:
-        key = "%s/%d" % (run_key, pos)
-        if scratch is None:
-            # the window's steps update this copy in place (GlobalStepFn); the driver's
-            # object stays the last published state until the window has succeeded
-            beam_state.put_local(key, beam_state.private_copy(algo))
-            return StateRef(key, None, pos)
-        # a scratch copy even when the state was just published as a checkpoint: workers
-        # load it in tens of ms, a checkpoint directory (sha256 of every array) took ~1.2 s
-        path = os.path.join(scratch, "state-%09d.npz" % pos)
-        beam_state.save_scratch(algo, path)
-        return StateRef(key, path, pos)
-
+    run = _WindowRun(cfg, files, sizes, int(seed), int(batch_size), pieces, M, stop, unroll,
+                     n_threads, deterministic_combine, fanout, run_key, scratch)
+    windows, counters_total = 0, {}
     try:
-        while ses.position < stop:
-            w_start = time.time()
-            steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size,
-                               start=ses.position, stop=min(stop, ses.position + M),
-                               pieces_per_minibatch=pieces)
-            start_ref = state_ref(algorithm, ses.position)
-            if unroll:
-                infos, new_algo, error, counters = _run_unrolled(cfg, steps, start_ref,
-                                                                 run_key, scratch, n_threads,
-                                                                 deterministic_combine, fanout)
-            else:
-                infos, new_algo, error, counters = _run_stepwise(
-                    cfg, steps, algorithm, start_ref, run_key, scratch, n_threads,
-                    deterministic_combine, fanout, state_ref)
-            for k, v in counters.items():
-                counters_total[k] = counters_total.get(k, 0) + v
-            if infos:
-                algorithm = new_algo
-            windows += 1
-            try:
-                after_window(ses, algorithm, steps, infos, error, ses.publish)
-            finally:
-                if scratch is not None:
-                    _clean_scratch(scratch, keep=None)
-                else:
-                    beam_state.drop_local(run_key + "/")
-            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
-                        time.time() - w_start, _session.docs_seen(algorithm))
+        algorithm, windows, counters_total = run.windows(algorithm, ses)
         ses.evaluate(algorithm)
     finally:
         ses.close_progress()
@@ -359,6 +324,75 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     return BeamTrainResult(algorithm, ses.position, _session.docs_seen(algorithm),
                            ses.steps_run, end["elapsed"], dict(ses.metrics),
                            end["checkpoint"], None, windows, counters_total)
+
+
+@dataclass
+class _WindowRun:
+    """A waiting run's fixed settings, and its loop over windows."""
+    cfg: RunnerConfig
+    files: List[str]
+    sizes: List[int]
+    seed: int
+    batch_size: int
+    pieces: int
+    M: int
+    stop: int
+    unroll: bool
+    n_threads: Optional[int]
+    deterministic: bool
+    fanout: Optional[int]
+    run_key: str
+    scratch: Optional[str]
+
+    def state_ref(self, algo, pos) -> StateRef:
+        key = "%s/%d" % (self.run_key, pos)
+        if self.scratch is None:
+            # the window's steps update this copy in place (GlobalStepFn); the driver's
+            # object stays the last published state until the window has succeeded
+            beam_state.put_local(key, beam_state.private_copy(algo))
+            return StateRef(key, None, pos)
+        # a scratch copy even when the state was just published as a checkpoint: workers
+        # load it in tens of ms, a checkpoint directory (sha256 of every array) took ~1.2 s
+        path = os.path.join(self.scratch, "state-%09d.npz" % pos)
+        beam_state.save_scratch(algo, path)
+        return StateRef(key, path, pos)
+
+    def windows(self, algorithm, ses: Session):
+        """Window after window until ``stop``: run the window's pipeline(s), then
+        :func:`after_window`. Returns (final algorithm, windows run, Beam counters)."""
+        counters_total: Dict[str, int] = {}
+        windows = 0
+        n_windows = max(1, -(-(self.stop - ses.position) // self.M))
+        while ses.position < self.stop:
+            w_start = time.time()
+            steps = plan_steps(self.files, self.sizes, seed=self.seed,
+                               batch_size=self.batch_size, start=ses.position,
+                               stop=min(self.stop, ses.position + self.M),
+                               pieces_per_minibatch=self.pieces)
+            start_ref = self.state_ref(algorithm, ses.position)
+            if self.unroll:
+                infos, new_algo, error, counters = _run_unrolled(
+                    self.cfg, steps, start_ref, self.run_key, self.scratch, self.n_threads,
+                    self.deterministic, self.fanout)
+            else:
+                infos, new_algo, error, counters = _run_stepwise(
+                    self.cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
+                    self.n_threads, self.deterministic, self.fanout, self.state_ref)
+            for k, v in counters.items():
+                counters_total[k] = counters_total.get(k, 0) + v
+            if infos:
+                algorithm = new_algo
+            windows += 1
+            try:
+                after_window(ses, algorithm, steps, infos, error, ses.publish)
+            finally:
+                if self.scratch is not None:
+                    _clean_scratch(self.scratch, keep=None)
+                else:
+                    beam_state.drop_local(self.run_key + "/")
+            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, self.stop,
+                        time.time() - w_start, _session.docs_seen(algorithm))
+        return algorithm, windows, counters_total
 
 
 def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],

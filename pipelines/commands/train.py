@@ -81,6 +81,7 @@ def _algorithm_help() -> str:
 
 
 def add_arguments(p) -> None:
+    # long because it declares every option of `ldabeam train`, one argparse call each
     g = p.add_argument_group("data and model")
     g.add_argument("--shards", metavar="SHARD_DIR",
                    help="dataset directory written by `ldabeam vectorize` (its train split), a "
@@ -320,10 +321,8 @@ def _run_params(state) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ command
 
-def run(args, beam_argv) -> int:
-    global LAST_SUBMITTED
-    from lda_core.checkpoint import CheckpointStore
-    t_setup = time.time()
+def _check_args(args) -> None:
+    """The options' own ranges, before anything is read."""
     if not args.output:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
     if not args.shards:
@@ -340,6 +339,79 @@ def run(args, beam_argv) -> int:
         v = getattr(args, name, None)
         if v is not None and v < 0:
             raise ValueError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
+
+
+def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequential: bool,
+                          whole_corpus: bool) -> None:
+    """The runner options that do not fit the runner or the algorithm, before any work."""
+    if inprocess and beam_argv:
+        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
+                         "Beam --runner)" % " ".join(beam_argv))
+    if not inprocess:
+        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
+        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
+        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
+        if importlib.util.find_spec(module) is None:
+            raise ValueError("--runner %s needs %s, which is not in this installation; use "
+                             "--runner inprocess" % (args.runner, module))
+        if sequential and args.unroll is not None:
+            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
+                             "sampler runs each window as one DoFn)"
+                             % ("" if args.unroll else "no-", algorithm))
+        if whole_corpus and args.minibatches_per_window is not None:
+            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
+                             "sweeps run in one window)")
+    if getattr(args, "detach", False):
+        if inprocess:
+            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
+                             "PortableRunner, DirectRunner): the in-process trainer has no "
+                             "job to submit")
+        if sequential:
+            raise ValueError("--detach is not available for algorithm %s: the stream-order "
+                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
+                             "and logs from the driver; run it without --detach" % algorithm)
+        if args.unroll is False:
+            raise ValueError("--detach runs each window as one unrolled pipeline that "
+                             "publishes its own checkpoint; --no-unroll applies the global "
+                             "steps on the driver")
+
+
+def _heldout(files, shard_hash, max_docs, seed: int, detach: bool):
+    """The held-out set to evaluate on: named by its shards for a detached window (read in
+    the job, where the window is evaluated), else read now; None when there is none."""
+    if files is None:
+        return None
+    if detach:
+        from pipelines.beam_train import HeldOutShards
+        return HeldOutShards(tuple(files), shard_hash, max_docs, seed)
+    from lda_core.trainer import HeldOut
+    from pipelines.shard_stream import read_docs
+    heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
+    return heldout if heldout.docs.n_docs else None
+
+
+def _prepare_output(args, vocab_path: str, vocab) -> None:
+    """The model directory (emptied with --overwrite) with the dataset's vocab.tsv in it."""
+    if args.overwrite and not args.resume:
+        _remove_model(args.output)
+    if not dataset.is_remote(args.output):    # an object store has no folders to create
+        os.makedirs(args.output, exist_ok=True)
+    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
+    if not dataset.exists(dst_vocab):
+        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
+            vocab.write(dst_vocab)
+        else:
+            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
+            os.replace(dst_vocab + ".tmp", dst_vocab)
+
+
+def run(args, beam_argv) -> int:
+    # long because it is the command's steps in order (checks, data, algorithm, output,
+    # runner hand-over, summary); each step is a helper or a check with its own message
+    global LAST_SUBMITTED
+    from lda_core.checkpoint import CheckpointStore
+    t_setup = time.time()
+    _check_args(args)
 
     # --- data: shards, vocabulary and its hash (cheap: Parquet footers only) ---------------
     files = dataset.resolve_shards(args.shards)
@@ -410,37 +482,8 @@ def run(args, beam_argv) -> int:
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    if inprocess and beam_argv:
-        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
-                         "Beam --runner)" % " ".join(beam_argv))
     sequential = _capability(algorithm, "sequential")
-    if not inprocess:
-        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
-        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
-        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
-        if importlib.util.find_spec(module) is None:
-            raise ValueError("--runner %s needs %s, which is not in this installation; use "
-                             "--runner inprocess" % (args.runner, module))
-        if sequential and args.unroll is not None:
-            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
-                             "sampler runs each window as one DoFn)"
-                             % ("" if args.unroll else "no-", algorithm))
-        if whole_corpus and args.minibatches_per_window is not None:
-            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
-                             "sweeps run in one window)")
-    if getattr(args, "detach", False):
-        if inprocess:
-            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
-                             "PortableRunner, DirectRunner): the in-process trainer has no "
-                             "job to submit")
-        if sequential:
-            raise ValueError("--detach is not available for algorithm %s: the stream-order "
-                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
-                             "and logs from the driver; run it without --detach" % algorithm)
-        if args.unroll is False:
-            raise ValueError("--detach runs each window as one unrolled pipeline that "
-                             "publishes its own checkpoint; --no-unroll applies the global "
-                             "steps on the driver")
+    _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -467,30 +510,9 @@ def run(args, beam_argv) -> int:
     if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
-    heldout = None
     detach = bool(getattr(args, "detach", False))
-    if heldout_files is not None and detach:
-        # read in the job, where the window is evaluated (hash checked above)
-        from pipelines.beam_train import HeldOutShards
-        heldout = HeldOutShards(tuple(heldout_files), shard_hash, args.heldout_max_docs, seed)
-    elif heldout_files is not None:
-        from lda_core.trainer import HeldOut
-        heldout = HeldOut.from_batch(read_docs(heldout_files, shard_hash,
-                                               max_docs=args.heldout_max_docs), seed=seed)
-        if heldout.docs.n_docs == 0:
-            heldout = None
-
-    if args.overwrite and not args.resume:
-        _remove_model(args.output)
-    if not dataset.is_remote(args.output):    # an object store has no folders to create
-        os.makedirs(args.output, exist_ok=True)
-    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
-    if not dataset.exists(dst_vocab):
-        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
-            vocab.write(dst_vocab)
-        else:
-            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
-            os.replace(dst_vocab + ".tmp", dst_vocab)
+    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
+    _prepare_output(args, vocab_path, vocab)
 
     from lda_core.run_log import RUN_LOG_FILE, RunLog
     if detach:
