@@ -226,7 +226,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
             rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
                                        n_docs=mb.batch.n_docs,
                                        n_docs_seen=_session.docs_seen(algorithm),
-                                       t=getattr(algorithm, "step", step))
+                                       t=getattr(algorithm, "step", step),
+                                       extra_scalars=loop.sequential)
             loop.note(rec)
             metrics = ses.evaluate(algorithm, done=1)
             ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
@@ -285,6 +286,8 @@ class _StepLoop:
 
 
 class _PassLoop:
+    sequential = False
+
     """Batch VB: the statistics of all minibatches of a pass are merged (float64 sums, one
     minibatch of documents in memory at a time) and applied as one global step per pass; the
     step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
