@@ -286,13 +286,13 @@ class _StepLoop:
 
 
 class _PassLoop:
-    sequential = False
-
     """Batch VB: the statistics of all minibatches of a pass are merged (float64 sums, one
     minibatch of documents in memory at a time) and applied as one global step per pass; the
     step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
     lags one pass but costs no extra pass over the corpus). Stops when the relative ELBO
     change falls below ``rel_tol``."""
+
+    sequential = False
 
     def __init__(self, algorithm, batches_per_pass: int, rel_tol: float):
         self.algorithm, self.bpp, self.rel_tol = algorithm, int(batches_per_pass), rel_tol
