@@ -122,7 +122,8 @@ class FinishWindowFn(LeanDoFn):
                 raise TrainingError(msg)
             return
         from lda_core.checkpoint import CheckpointStore
-        from pipelines.beam_train import _collect_window, after_window
+        from pipelines.beam_train import after_window
+        from pipelines.beam_window import _collect_window
         infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         records = _Records()
         records.write(f.start_record)
@@ -246,7 +247,8 @@ def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, t
     scratch folder, build the window's pipeline with :class:`FinishWindowFn` at the end and
     submit it without waiting."""
     from pipelines import detached
-    from pipelines.beam_train import _build_window, _start_record, default_scratch_root
+    from pipelines.beam_train import _start_record, default_scratch_root
+    from pipelines.beam_window import _build_window
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
     if position >= stop:
         logger.info("training is complete: position %d of %d (%s); no window to submit",
