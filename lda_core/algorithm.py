@@ -11,6 +11,12 @@ Two families:
 * :class:`SequentialSampler` — collapsed Gibbs, o-LDA, incremental Gibbs, particle filter:
   documents are consumed in stream order by one worker.
 
+Capabilities are declared on the class, never guessed from a name: ``sequential`` (consumes
+documents in stream order with ``process``; a :class:`SequentialSampler`),
+``accumulates_passes`` (one global step per pass over the corpus: batch VB) and
+``whole_corpus`` (holds the whole corpus and sweeps it: batch collapsed Gibbs, trained with
+``fit``). Runners ask :mod:`lda_core.session` (``is_sequential`` ...).
+
 Both expose ``topic_word()`` (K x V, rows sum to 1) for the shared evaluator in
 ``lda_core.evaluation`` and convert to/from :class:`lda_core.state.TopicState` for checkpoints.
 """
@@ -18,7 +24,10 @@ from __future__ import annotations
 
 import abc
 import importlib
-from typing import Any, ClassVar, Dict
+import json
+import struct
+import zlib
+from typing import Any, ClassVar, Dict, Sequence, Tuple
 
 import numpy as np
 
@@ -28,12 +37,16 @@ from lda_core.docbatch import DocBatch
 class SuffStats(abc.ABC):
     """A framework-free accumulator of a local step's statistics (create/add/merge/extract).
 
-    ``merge`` must be associative and commutative up to float rounding (sums in float64), and
-    the object must pickle (Beam ships accumulators between workers). Counters every
-    algorithm reports: ``n_docs``, ``n_tokens``, ``n_empty`` (skipped documents),
-    ``n_iterations`` (E-step iterations summed over documents), ``n_capped`` (documents that hit
-    the iteration cap)."""
+    ``merge`` must be associative and commutative up to float rounding (sums in float64).
+    Statistics travel between workers and through scratch files as data only:
+    ``to_bytes`` / ``from_bytes`` (plain little-endian arrays, a JSON header and a CRC-32 of
+    the payload; :func:`pack_arrays`), never pickled. Counters every algorithm reports
+    (:data:`COUNTERS`, added by :meth:`merge_counters`): ``n_docs``, ``n_tokens``,
+    ``n_empty`` (skipped documents), ``n_iterations`` (E-step iterations summed over
+    documents), ``n_capped`` (documents that hit the iteration cap)."""
 
+    COUNTERS: ClassVar[Tuple[str, ...]] = ("n_docs", "n_tokens", "n_empty", "n_iterations",
+                                           "n_capped")
     n_docs: int = 0
     n_tokens: int = 0
     n_empty: int = 0
@@ -44,11 +57,87 @@ class SuffStats(abc.ABC):
     def merge(self, other: "SuffStats") -> "SuffStats":
         """Add ``other`` into ``self`` and return ``self``."""
 
+    def merge_counters(self, other: "SuffStats") -> None:
+        """Add ``other``'s :data:`COUNTERS` into ``self`` (every ``merge`` calls this)."""
+        for c in self.COUNTERS:
+            setattr(self, c, int(getattr(self, c)) + int(getattr(other, c)))
+
+    def counters(self) -> Dict[str, int]:
+        return {c: int(getattr(self, c)) for c in self.COUNTERS}
+
+    @abc.abstractmethod
+    def to_bytes(self) -> bytes:
+        """The statistics as data (no pickle); :meth:`from_bytes` is the inverse."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_bytes(cls, data: bytes) -> "SuffStats":
+        ...
+
+
+def pack_arrays(magic: bytes, header: Dict[str, Any],
+                arrays: Sequence[Tuple[str, str, np.ndarray]]) -> bytes:
+    """``magic | u32 header length | JSON header | arrays`` with the arrays' names, dtypes
+    (little-endian, e.g. ``"<f8"``), shapes and a CRC-32 of their bytes in the header."""
+    blobs, spec = [], []
+    for name, dt, a in arrays:
+        a = np.ascontiguousarray(a, dtype=dt)
+        spec.append([name, dt, list(a.shape)])
+        blobs.append(a.tobytes())
+    crc = 0
+    for b in blobs:
+        crc = zlib.crc32(b, crc)
+    h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
+    return b"".join([magic, struct.pack("<I", len(h)), h] + blobs)
+
+
+_DTYPES = ("<i4", "<i8", "<f4", "<f8")
+
+
+def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """Inverse of :func:`pack_arrays`: (header, arrays); ValueError naming what is wrong for
+    a truncated, damaged or foreign byte string (sizes checked before any allocation)."""
+    mv = memoryview(data)
+    if bytes(mv[:len(magic)]) != magic:
+        raise ValueError("not a %s statistics byte string (bad magic)" % magic.decode())
+    pos = len(magic) + 4
+    if len(mv) < pos:
+        raise ValueError("truncated statistics byte string")
+    (hlen,) = struct.unpack("<I", mv[len(magic):pos])
+    if pos + hlen > len(mv):
+        raise ValueError("truncated statistics byte string (header)")
+    try:
+        header = json.loads(bytes(mv[pos:pos + hlen]).decode("utf-8"))
+        spec = [(str(n), str(dt), [int(x) for x in shape]) for n, dt, shape in header["arrays"]]
+        crc_want = int(header["crc32"])
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise ValueError("damaged statistics header: %s" % e) from None
+    pos += hlen
+    arrays: Dict[str, np.ndarray] = {}
+    crc = 0
+    for name, dt, shape in spec:
+        if dt not in _DTYPES or any(x < 0 for x in shape):
+            raise ValueError("damaged statistics header: array %s %s %s" % (name, dt, shape))
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        if pos + n > len(mv):
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        crc = zlib.crc32(mv[pos:pos + n], crc)
+        arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(shape).copy()
+        pos += n
+    if pos != len(mv):
+        raise ValueError("statistics byte string has %d trailing bytes" % (len(mv) - pos))
+    if crc != crc_want:
+        raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
+    return header, arrays
+
 
 class StochasticAlgorithm(abc.ABC):
     """Local/global-step algorithms (see module docstring)."""
 
     name: ClassVar[str]
+    sequential: ClassVar[bool] = False
+    accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
+    whole_corpus: ClassVar[bool] = False
     n_topics: int
     n_words: int
     step: int          # global steps applied so far (t)
@@ -88,6 +177,9 @@ class SequentialSampler(abc.ABC):
     """Stream-order samplers (see module docstring)."""
 
     name: ClassVar[str]
+    sequential: ClassVar[bool] = True
+    accumulates_passes: ClassVar[bool] = False
+    whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
     n_topics: int
     n_words: int
     docs_seen: int

@@ -176,6 +176,7 @@ class CollapsedGibbs(SequentialSampler):
     """
 
     name = "gibbs"
+    whole_corpus = True            # trained by fit(all documents, sweeps), not process()
 
     def __init__(self, n_topics: int, n_words: int, alpha: float = 0.1, eta: float = 0.01,
                  burn_in: int = DEFAULT_BURN_IN, n_parts: int = 1, seed: int = 0,

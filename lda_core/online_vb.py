@@ -442,6 +442,7 @@ class BatchVB(OnlineVB):
     ``optimize_alpha``/``optimize_eta`` the ELBO is no longer guaranteed to increase."""
 
     name = "batch-vb"
+    accumulates_passes = True      # the trainers apply one global step per pass
 
     def _rho_and_scale(self, stats: VBStats):
         return 1.0, 1.0

@@ -63,11 +63,3 @@ class PowerSchedule:
 
     def __call__(self, t: float) -> float:
         return rho(t, self.tau0, self.kappa, self.scale)
-
-
-def decay_product(t0: int, t1: int, tau0: float, kappa: float, scale: float = 1.0) -> float:
-    """``prod_{t=t0}^{t1-1} (1 - rho_t)``: how much a quantity decays over steps t0..t1-1."""
-    out = 1.0
-    for t in range(int(t0), int(t1)):
-        out *= 1.0 - rho(t, tau0, kappa, scale)
-    return out

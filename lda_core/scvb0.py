@@ -36,7 +36,7 @@ from typing import Any, Dict, Optional
 import numba
 import numpy as np
 
-from lda_core.algorithm import StochasticAlgorithm, SuffStats
+from lda_core.algorithm import StochasticAlgorithm, SuffStats, pack_arrays, unpack_arrays
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
 from lda_core.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
@@ -99,9 +99,25 @@ class SCVB0Stats(SuffStats):
                              % (type(other).__name__, self.n_topics))
         self.block.merge(other.block)
         self.nz = self.nz + other.nz
-        for c in ("n_docs", "n_tokens", "n_empty", "n_iterations", "n_capped"):
-            setattr(self, c, getattr(self, c) + getattr(other, c))
+        self.merge_counters(other)
         return self
+
+    def to_bytes(self) -> bytes:
+        return pack_arrays(b"LDASCVB1", dict(self.counters(), n_topics=int(self.n_topics)),
+                           [("rows", "<i4", self.block.rows), ("values", "<f8", self.block.values),
+                            ("nz", "<f8", self.nz)])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SCVB0Stats":
+        h, a = unpack_arrays(b"LDASCVB1", data)
+        try:
+            K = int(h["n_topics"])
+            if a["values"].shape != (len(a["rows"]), K) or a["nz"].shape != (K,):
+                raise ValueError("array shapes do not match K=%d" % K)
+            return cls(K, RowBlock(K, a["rows"], a["values"]), a["nz"],
+                       **{c: int(h[c]) for c in cls.COUNTERS})
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged SCVB0 statistics: %s" % e) from None
 
 
 class SCVB0(StochasticAlgorithm):

@@ -35,7 +35,7 @@ import numba
 import numpy as np
 from scipy.special import digamma
 
-from lda_core.algorithm import StochasticAlgorithm, SuffStats
+from lda_core.algorithm import StochasticAlgorithm, SuffStats, pack_arrays, unpack_arrays
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
 from lda_core.scvb0 import _num, check_batch_words
@@ -71,9 +71,26 @@ class SparseGibbsStats(SuffStats):
             raise ValueError("cannot merge %r into sparse Gibbs statistics of %d topics"
                              % (other, self.n_topics))
         self.triplets.merge(other.triplets)
-        for c in ("n_docs", "n_tokens", "n_empty", "n_iterations", "n_capped"):
-            setattr(self, c, getattr(self, c) + getattr(other, c))
+        self.merge_counters(other)
         return self
+
+    def to_bytes(self) -> bytes:
+        return pack_arrays(b"LDASGVB1", dict(self.counters(), n_topics=int(self.n_topics),
+                                             samples=int(self.samples)),
+                           [("keys", "<i8", self.triplets.keys),
+                            ("values", "<f8", self.triplets.values)])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SparseGibbsStats":
+        h, a = unpack_arrays(b"LDASGVB1", data)
+        try:
+            K, keys = int(h["n_topics"]), a["keys"]
+            if len(keys) > 1 and np.any(np.diff(keys) <= 0):
+                raise ValueError("triplet keys are not sorted and unique")
+            return cls(K, int(h["samples"]), SparseTriplets(K, keys, a["values"]),
+                       **{c: int(h[c]) for c in cls.COUNTERS})
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged sparse Gibbs statistics: %s" % e) from None
 
 
 class SparseGibbsVB(StochasticAlgorithm):

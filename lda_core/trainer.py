@@ -12,7 +12,8 @@ step (t, ρ, documents, mean change of λ, score when evaluated), a tqdm progres
 :mod:`lda_core.evaluation` (document completion; the per-word bound of paper eq. 16 when the
 algorithm has one), a checkpoint every ``checkpoint_every`` steps and at the end (published
 atomically by :class:`lda_core.checkpoint.CheckpointStore`), and a JSON-lines run log
-(:mod:`lda_core.run_log`).
+(:mod:`lda_core.run_log`) -- the bookkeeping of :class:`lda_core.session.Session`, shared with
+every other runner; this module supplies only the loop.
 
 Resume: the trainer starts at the algorithm's position (``algorithm.step`` global steps
 applied, or ``start_step``) and asks the minibatch source for the minibatches from there on
@@ -21,11 +22,11 @@ steps bit for bit. A source without ``iter_from`` is a plain iterable from step 
 minibatches already applied are read and dropped.
 
 A global step that raises (the VB global step refuses non-finite statistics and leaves the
-state untouched) or that reports a non-finite change stops the run with
-:class:`TrainingError`; nothing is published for it, so the last good checkpoint stays the
+state untouched) or whose info holds a non-finite ``rho``, ``mean_change``, ``elbo`` or
+``score`` (:func:`lda_core.session.apply_step`) stops the run with :class:`TrainingError`; nothing is published for it, so the last good checkpoint stays the
 latest.
 
-Batch VB (``algorithm.accumulate_passes`` true, e.g. ``BatchVB``: S = D, ρ = 1) goes through
+Batch VB (``algorithm.accumulates_passes`` true, e.g. ``BatchVB``: S = D, ρ = 1) goes through
 the same loop: the statistics of all minibatches of a pass are merged (float64 sums, bounded
 memory: one minibatch of documents at a time) and applied as one global step per pass; the run
 stops when the relative change of the ELBO (``info["elbo"]``) falls below ``rel_tol`` (1e-5).
@@ -41,17 +42,15 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core import session as _session
 from lda_core.docbatch import DocBatch
+from lda_core.session import Session, TrainingError, resume_position  # noqa: F401 (API)
 
 logger = logging.getLogger(__name__)
-
-
-class TrainingError(ValueError):
-    """A minibatch could not be applied (e.g. non-finite statistics); the run stopped."""
 
 
 class Minibatch(NamedTuple):
@@ -81,11 +80,6 @@ class HeldOut:
         a, b = split_halves(two, seed)
         return cls(docs, a, b, seed)
 
-    @classmethod
-    def from_halves(cls, docs: DocBatch, first: DocBatch, second: DocBatch) -> "HeldOut":
-        """A split made elsewhere (e.g. the bench harness's test_a / test_b)."""
-        return cls(docs.non_empty(), first, second, -1)
-
 
 @dataclass
 class TrainResult:
@@ -97,17 +91,6 @@ class TrainResult:
     metrics: Dict[str, float] = field(default_factory=dict)
     checkpoint: Optional[str] = None
     converged: Optional[bool] = None
-
-
-def algorithm_alpha(algorithm) -> Any:
-    """The document-topic prior used by the document-completion evaluator (scalar or K-vector)."""
-    a = getattr(algorithm, "alpha", None)
-    if callable(a):
-        a = a()
-    if a is None:
-        a = 1.0 / algorithm.n_topics
-    a = np.asarray(a, dtype=np.float64)
-    return float(a) if a.ndim == 0 or a.size == 1 else a
 
 
 def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict[str, float]:
@@ -160,14 +143,6 @@ def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
         yield mb
 
 
-def resume_position(state) -> int:
-    """Minibatches of the seeded order already consumed by the run that wrote ``state``
-    (``info["trainer"]["minibatches_done"]``; ``state.step`` for states written elsewhere).
-    It differs from ``state.step`` only when a minibatch held no non-empty document."""
-    tr = (state.info or {}).get("trainer") or {}
-    return int(tr.get("minibatches_done", state.step))
-
-
 def _position(algorithm, start_step: Optional[int]) -> int:
     if start_step is not None:
         return int(start_step)
@@ -185,11 +160,14 @@ def _progress(progress: bool, total: Optional[int], initial: int):
                 leave=True)
 
 
-def _finite(v) -> bool:
-    try:
-        return v is None or math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return True
+def _check_settings(eval_every, checkpoint_every, max_steps, rel_tol) -> None:
+    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+        if int(v) < 0:
+            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
+    if max_steps is not None and int(max_steps) < 0:
+        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
+    if not (rel_tol > 0):
+        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
 
 
 def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None,
@@ -206,88 +184,20 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
     recorded in the run log's start record and in each checkpoint's ``info["run"]``.
     """
-    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
-        if int(v) < 0:
-            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
-    if max_steps is not None and int(max_steps) < 0:
-        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
-    if not (rel_tol > 0):
-        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
-    sequential = hasattr(algorithm, "process") and not hasattr(algorithm, "local_step")
-    accumulate = bool(getattr(algorithm, "accumulate_passes",
-                              getattr(algorithm, "name", None) == "batch-vb"))
-    step = _position(algorithm, start_step)
-    steps_run = 0
-    last_metrics: Dict[str, float] = {}
-    last_ckpt: Optional[str] = None
-    last_ckpt_step = -1
-    last_eval_step = -1
-    converged: Optional[bool] = None
-    prev_elbo: Optional[float] = None
-    t_start = time.time()
-    c_start = time.process_time()
-    if run_log is not None:
-        run_log.write(dict(event="start", wall_time=t_start, start_step=step,
-                           algorithm=getattr(algorithm, "name", type(algorithm).__name__),
-                           n_topics=getattr(algorithm, "n_topics", None),
-                           n_words=getattr(algorithm, "n_words", None),
-                           max_steps=max_steps, total_steps=total_steps, eval_every=eval_every,
-                           checkpoint_every=checkpoint_every, run=run_info or {}))
-    bar = _progress(progress, total_steps if max_steps is None else
-                    (min(total_steps, max_steps) if total_steps else max_steps), step)
-
-    def docs_seen():
-        return int(getattr(algorithm, "docs_seen", 0) or 0)
-
-    def publish():
-        nonlocal last_ckpt, last_ckpt_step
-        if checkpoint_store is None or last_ckpt_step == step:
-            return None
-        state = algorithm.to_state()
-        if sequential and not state.step:
-            state.step = step   # checkpoints are named by step
-        if not state.vocab_hash and run_info and run_info.get("vocab_hash"):
-            state.vocab_hash = run_info["vocab_hash"]   # algorithms that do not keep it
-        info = dict(state.info or {})
-        info["trainer"] = dict(minibatches_done=step, docs_seen=docs_seen(),
-                               wall_time=time.time())
-        if run_info:
-            info["run"] = run_info
-        state.info = info
-        last_ckpt = checkpoint_store.publish(state)
-        last_ckpt_step = step
-        return last_ckpt
-
-    def do_eval():
-        nonlocal last_metrics, last_eval_step
-        if heldout is None or last_eval_step == step:
-            return None
-        last_metrics = timed_evaluate(algorithm, heldout)
-        last_eval_step = step
-        return last_metrics
-
-    def fail(mb: Minibatch, err: str):
-        msg = ("minibatch %d (pass %d, batch %d, %d documents) could not be applied: %s; "
-               "training stopped, the last good checkpoint (%s) stays the latest"
-               % (mb.step + 1, mb.pass_index, mb.batch_index, mb.batch.n_docs, err,
-                  last_ckpt or _latest_path(checkpoint_store) or "none written"))
-        logger.error(msg)
-        if run_log is not None:
-            run_log.write(dict(event="error", step=mb.step + 1, pass_index=mb.pass_index,
-                               batch=mb.batch_index, message=msg, wall_time=time.time()))
-        if bar is not None:
-            bar.close()
-        raise TrainingError(msg)
-
-    elbo_before = None
-    pending = None  # batch VB: statistics merged over the current pass
-    pending_docs = 0
+    _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
+    accumulate = _session.accumulates_passes(algorithm)
     bpp = getattr(minibatches, "batches_per_pass", None)
     if accumulate and not bpp:
         raise ValueError("%s applies one global step per pass: give a minibatch source with "
                          "`batches_per_pass` and `iter_from` (e.g. pipelines.shard_stream)"
                          % getattr(algorithm, "name", type(algorithm).__name__))
-    stream = _iterate(minibatches, step * bpp if accumulate else step)
+    ses = Session(position=_position(algorithm, start_step), run_log=run_log,
+                  checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
+                  eval_every=eval_every, vocab_hash=(run_info or {}).get("vocab_hash"))
+    ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
+              checkpoint_every=checkpoint_every, run=run_info)
+    bar = _progress(progress, total_steps if max_steps is None else
+                    (min(total_steps, max_steps) if total_steps else max_steps), ses.position)
     redirect = contextlib.ExitStack()
     if bar is not None:   # log lines above the bar instead of through it
         try:
@@ -295,125 +205,152 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
             redirect.enter_context(logging_redirect_tqdm())
         except ImportError:  # pragma: no cover
             pass
+    loop = _PassLoop(algorithm, bpp, rel_tol) if accumulate else _StepLoop(algorithm)
+    stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
     try:
-        for mb in stream:
-            if accumulate:
-                # one global step per pass: mb.pass_index is the step it contributes to
-                if max_steps is not None and step >= max_steps:
-                    break
-                st = algorithm.local_step(mb.batch)
-                pending = st if pending is None else pending.merge(st)
-                pending_docs += mb.batch.n_docs
-                if mb.batch_index != bpp - 1:
-                    continue
-                stats, pending, pending_docs = pending, None, 0
-                # ELBO of the state *before* this step (γ fit by this pass's E-step): the
-                # sequence lags one pass but costs no extra pass over the corpus
-                if hasattr(algorithm, "topic_term") and hasattr(stats, "score"):
-                    elbo_before = float(stats.score) + float(algorithm.topic_term())
-            elif max_steps is not None and step >= max_steps:
+        def stop() -> bool:
+            return max_steps is not None and ses.position >= max_steps
+
+        for mb, stats in loop.steps(stream, stop):
+            if stop():
                 break
-            else:
-                stats = None if sequential else algorithm.local_step(mb.batch)
-            try:
-                if sequential:
-                    info = algorithm.process(mb.batch) or {}
-                else:
-                    info = algorithm.global_step(stats) or {}
-            except (ValueError, FloatingPointError, ArithmeticError) as e:
-                fail(mb, str(e))
-            if accumulate and elbo_before is not None:
-                info["elbo"] = elbo_before
-            bad = [k for k in ("rho", "mean_change", "elbo", "score") if not _finite(info.get(k))]
-            if bad:
-                fail(mb, "the step produced non-finite %s" % ", ".join(bad))
-            step += 1   # minibatches consumed (== t unless a minibatch was all empty)
-            steps_run += 1
-            rec = dict(event="step", step=step, t=getattr(algorithm, "step", step),
-                       pass_index=mb.pass_index, batch=mb.batch_index,
-                       docs_seen=docs_seen(), docs=info.get("docs", mb.batch.n_docs),
-                       tokens=info.get("tokens"), empty=info.get("empty", info.get("n_empty")),
-                       capped=info.get("capped", info.get("n_capped")), rho=info.get("rho"),
-                       mean_change=info.get("mean_change"))
-            for k in ("elbo", "bound", "alpha", "eta", "skipped"):
-                if k in info and np.ndim(info[k]) == 0:
-                    rec[k] = info[k]
-            if accumulate and info.get("elbo") is not None:
-                elbo = float(info["elbo"])
-                rec["elbo"] = elbo
-                if prev_elbo is not None:
-                    rel = abs(elbo - prev_elbo) / max(abs(prev_elbo), 1e-300)
-                    rec["elbo_rel_change"] = rel
-                    converged = rel < rel_tol
-                prev_elbo = elbo
-            if heldout is not None and eval_every and step % eval_every == 0:
-                rec["metrics"] = do_eval()
-            if checkpoint_every and step % checkpoint_every == 0:
-                rec["checkpoint"] = publish()
-            rec["wall_time"] = time.time()
-            rec["elapsed"] = rec["wall_time"] - t_start
-            score = ""
-            if rec.get("metrics"):
-                m = rec["metrics"]
-                score = " completion_ll/token=%.4f" % m["completion_ll_per_token"]
-                if "per_word_bound" in m:
-                    score += " per_word_bound=%.4f" % m["per_word_bound"]
-            logger.info("step t=%d pass=%d batch=%d rho=%s docs=%s docs_seen=%d "
-                        "mean_change=%s%s", step, mb.pass_index, mb.batch_index,
-                        _fmt(info.get("rho")), rec["docs"], rec["docs_seen"],
-                        _fmt(info.get("mean_change")), score)
-            if run_log is not None:
-                run_log.write(rec)
+            info, err = loop.apply(mb, stats)
+            if err is not None:
+                if bar is not None:
+                    bar.close()
+                ses.fail(mb.step + 1, err, " (pass %d, batch %d, %d documents)"
+                         % (mb.pass_index, mb.batch_index, mb.batch.n_docs),
+                         pass_index=mb.pass_index, batch=mb.batch_index)
+            ses.applied(1)      # minibatches consumed (== t unless one was all empty)
+            step = ses.position
+            rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
+                                       n_docs=mb.batch.n_docs,
+                                       n_docs_seen=_session.docs_seen(algorithm),
+                                       t=getattr(algorithm, "step", step),
+                                       extra_scalars=loop.sequential)
+            loop.note(rec)
+            metrics = ses.evaluate(algorithm, done=1)
+            ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
+                    else None)
+            ses.log_steps([rec], metrics, ckpt)
             if bar is not None:
                 bar.update(1)
-                if score:
-                    bar.set_postfix_str(score.strip())
-            if converged:
+                if metrics:
+                    bar.set_postfix_str(_session.score_text(metrics).strip())
+            if loop.converged:
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
                             rec["elbo_rel_change"], rel_tol)
                 break
-        if pending is not None:
-            logger.warning("the minibatch stream ended in the middle of a pass (%d documents "
-                           "of statistics not applied)", pending_docs)
+        loop.finish()
     finally:
         redirect.close()
         if bar is not None:
             bar.close()
-    if heldout is not None:
-        do_eval()
+    ses.evaluate(algorithm)
     # nothing changed in a run that applied no step: do not republish the same state
-    ckpt = (publish() if steps_run or last_ckpt is None and _latest_path(checkpoint_store)
-            is None else None) or last_ckpt or _latest_path(checkpoint_store)
-    elapsed = time.time() - t_start
-    if run_log is not None:
-        run_log.write(dict(event="end", step=step, docs_seen=docs_seen(), steps_run=steps_run,
-                           elapsed=elapsed, cpu_seconds=time.process_time() - c_start, metrics=last_metrics, checkpoint=ckpt,
-                           converged=converged, wall_time=time.time()))
-    logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", step,
-                steps_run, elapsed,
-                "" if not last_metrics else ": " + ", ".join(
-                    "%s=%.4f" % (k, v) for k, v in last_metrics.items()))
-    return TrainResult(algorithm, step, docs_seen(), steps_run, elapsed, dict(last_metrics),
-                       ckpt, converged)
+    if ses.steps_run or ses.latest_path() is None:
+        ses.publish(algorithm)
+    end = ses.end(_session.docs_seen(algorithm),
+                  cpu_seconds=time.process_time() - ses.c_start, converged=loop.converged)
+    logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", ses.position,
+                ses.steps_run, end["elapsed"],
+                "" if not ses.metrics else ": " + ", ".join(
+                    "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
+    return TrainResult(algorithm, ses.position, _session.docs_seen(algorithm), ses.steps_run,
+                       end["elapsed"], dict(ses.metrics), end["checkpoint"], loop.converged)
 
 
-def _latest_path(store) -> Optional[str]:
-    if store is None:
-        return None
-    try:
-        if hasattr(store, "pointer"):
-            p = store.pointer()
-            return store.path(p) if p is not None else None
-        ckpts = store.list_checkpoints()
-        return ckpts[-1].path if ckpts else None
-    except Exception:  # pragma: no cover - only used in messages
-        return None
+class _StepLoop:
+    """One global step (or ``process`` call) per minibatch."""
+    converged: Optional[bool] = None
+
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        self.sequential = _session.is_sequential(algorithm)
+
+    def steps(self, stream, stop):
+        for mb in stream:
+            yield mb, None
+
+    def apply(self, mb: Minibatch, stats):
+        if self.sequential:
+            return _session.apply_step(self.algorithm.process, mb.batch)
+        return _session.apply_step(self.algorithm.global_step,
+                                   self.algorithm.local_step(mb.batch))
+
+    def note(self, rec) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    try:
-        return "%.4g" % float(v)
-    except (TypeError, ValueError):
-        return str(v)
+class _PassLoop:
+    """Batch VB: the statistics of all minibatches of a pass are merged (float64 sums, one
+    minibatch of documents in memory at a time) and applied as one global step per pass; the
+    step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
+    lags one pass but costs no extra pass over the corpus). Stops when the relative ELBO
+    change falls below ``rel_tol``."""
+
+    sequential = False
+
+    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float):
+        self.algorithm, self.bpp, self.rel_tol = algorithm, int(batches_per_pass), rel_tol
+        self.pending = None
+        self.pending_docs = 0
+        self.prev_elbo: Optional[float] = None
+        self.converged: Optional[bool] = None
+
+    def steps(self, stream, stop):
+        for mb in stream:
+            if stop():
+                return
+            st = self.algorithm.local_step(mb.batch)
+            self.pending = st if self.pending is None else self.pending.merge(st)
+            self.pending_docs += mb.batch.n_docs
+            if mb.batch_index != self.bpp - 1:
+                continue
+            stats, self.pending, self.pending_docs = self.pending, None, 0
+            yield mb, stats
+
+    def apply(self, mb: Minibatch, stats):
+        extra = None
+        if hasattr(self.algorithm, "topic_term") and hasattr(stats, "score"):
+            extra = {"elbo": float(stats.score) + float(self.algorithm.topic_term())}
+        return _session.apply_step(self.algorithm.global_step, stats, extra=extra)
+
+    def note(self, rec) -> None:
+        if rec.get("elbo") is None:
+            return
+        elbo = float(rec["elbo"])
+        if self.prev_elbo is not None:
+            rel = abs(elbo - self.prev_elbo) / max(abs(self.prev_elbo), 1e-300)
+            rec["elbo_rel_change"] = rel
+            self.converged = rel < self.rel_tol
+        self.prev_elbo = elbo
+
+    def finish(self) -> None:
+        if self.pending is not None:
+            logger.warning("the minibatch stream ended in the middle of a pass (%d documents "
+                           "of statistics not applied)", self.pending_docs)
+
+
+def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Optional[str]:
+    """Train a ``whole_corpus`` sampler (batch collapsed Gibbs): every training document in
+    memory, ``sweeps`` sweeps (the first ``algorithm.burn_in`` not averaged into φ), then one
+    checkpoint at position ``sweeps``, published through the session. The one code path of
+    both runners (in-process, and the Beam window's DoFn)."""
+    if not _session.whole_corpus(algorithm):
+        raise ValueError("%s is not trained on the whole corpus at once"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    if sweeps <= algorithm.burn_in:
+        logger.warning("%s: %d sweeps <= burn-in %d: no sweep is averaged, the topics are the "
+                       "last sample's (raise --passes or lower the burn-in)", algorithm.name,
+                       sweeps, algorithm.burn_in)
+    else:
+        logger.info("%s: %d documents in memory, %d sweeps, the first %d burn-in, phi "
+                    "averaged over the last %d", algorithm.name, docs.n_docs, sweeps,
+                    algorithm.burn_in, sweeps - algorithm.burn_in)
+    algorithm.fit(docs, sweeps=int(sweeps))
+    ses.applied(int(sweeps))
+    return ses.publish(algorithm)

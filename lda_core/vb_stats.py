@@ -20,18 +20,16 @@ raw little-endian bytes; no pickle, no ``np.save``) for a Beam coder.
 """
 from __future__ import annotations
 
-import json
 import math
-import struct
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
-from lda_core.algorithm import SuffStats
+from lda_core.algorithm import SuffStats, pack_arrays, unpack_arrays
 
 DENSE_FRACTION = 0.5
-_MAGIC = b"LDAVBS01"
+_MAGIC = b"LDAVBS02"
 
 
 @dataclass
@@ -141,11 +139,7 @@ class VBStats(SuffStats):
             if other.dense and not self.dense:
                 self._densify()
             self.add_block(other.word_ids, other.sstats)
-        self.n_docs += other.n_docs
-        self.n_tokens += other.n_tokens
-        self.n_empty += other.n_empty
-        self.n_iterations += other.n_iterations
-        self.n_capped += other.n_capped
+        self.merge_counters(other)
         self.score += other.score
         self.sum_elogtheta = self.sum_elogtheta + other.sum_elogtheta
         if self.step < 0:
@@ -184,50 +178,27 @@ class VBStats(SuffStats):
     _ARRAYS = (("word_ids", "<i4"), ("sstats", "<f8"), ("sum_elogtheta", "<f8"), ("gamma", "<f8"))
 
     def to_bytes(self) -> bytes:
-        """``MAGIC | u32 header length | JSON header | raw array bytes`` (little-endian)."""
-        header = {"n_topics": int(self.n_topics), "n_words": int(self.n_words),
-                  "dense": bool(self.dense), "n_docs": int(self.n_docs),
-                  "n_tokens": int(self.n_tokens), "n_empty": int(self.n_empty),
-                  "n_iterations": int(self.n_iterations), "n_capped": int(self.n_capped),
-                  "score": repr(float(self.score)), "step": int(self.step),
-                  "gamma_doc_ids": None if self.gamma is None else list(self.gamma_doc_ids),
-                  "arrays": []}
-        blobs = []
-        for name, dt in self._ARRAYS:
-            a = getattr(self, name)
-            if a is None:
-                continue
-            a = np.ascontiguousarray(a, dtype=dt)
-            header["arrays"].append([name, list(a.shape)])
-            blobs.append(a.tobytes())
-        h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        return b"".join([_MAGIC, struct.pack("<I", len(h)), h] + blobs)
+        """Data only (:func:`lda_core.algorithm.pack_arrays`): counters, score and step in
+        the header, the arrays raw little-endian, a CRC-32 of them."""
+        header = dict(self.counters(), n_topics=int(self.n_topics), n_words=int(self.n_words),
+                      dense=bool(self.dense), score=repr(float(self.score)),
+                      step=int(self.step),
+                      gamma_doc_ids=None if self.gamma is None else list(self.gamma_doc_ids))
+        return pack_arrays(_MAGIC, header, [(name, dt, getattr(self, name))
+                                            for name, dt in self._ARRAYS
+                                            if getattr(self, name) is not None])
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "VBStats":
-        mv = memoryview(b)
-        if bytes(mv[:len(_MAGIC)]) != _MAGIC:
-            raise ValueError("not a VBStats byte string (bad magic)")
-        (hlen,) = struct.unpack("<I", mv[len(_MAGIC):len(_MAGIC) + 4])
-        pos = len(_MAGIC) + 4
-        header = json.loads(bytes(mv[pos:pos + hlen]).decode("utf-8"))
-        pos += hlen
-        dtypes = dict(cls._ARRAYS)
-        arrays = {}
-        for name, shape in header["arrays"]:
-            dt = np.dtype(dtypes[name])
-            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-            if pos + n > len(mv):
-                raise ValueError("truncated VBStats byte string (array %s)" % name)
-            arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(shape).copy()
-            pos += n
-        if pos != len(mv):
-            raise ValueError("VBStats byte string has %d trailing bytes" % (len(mv) - pos))
-        gids = header["gamma_doc_ids"]
-        return cls(n_topics=header["n_topics"], n_words=header["n_words"],
-                   word_ids=arrays["word_ids"], sstats=arrays["sstats"], dense=header["dense"],
-                   n_docs=header["n_docs"], n_tokens=header["n_tokens"],
-                   n_empty=header["n_empty"], n_iterations=header["n_iterations"],
-                   n_capped=header["n_capped"], score=float(header["score"]),
-                   sum_elogtheta=arrays["sum_elogtheta"], step=header["step"],
-                   gamma=arrays.get("gamma"), gamma_doc_ids=None if gids is None else tuple(gids))
+        header, arrays = unpack_arrays(_MAGIC, b)
+        try:
+            gids = header["gamma_doc_ids"]
+            return cls(n_topics=int(header["n_topics"]), n_words=int(header["n_words"]),
+                       word_ids=arrays["word_ids"], sstats=arrays["sstats"],
+                       dense=bool(header["dense"]), score=float(header["score"]),
+                       sum_elogtheta=arrays["sum_elogtheta"], step=int(header["step"]),
+                       gamma=arrays.get("gamma"),
+                       gamma_doc_ids=None if gids is None else tuple(gids),
+                       **{c: int(header[c]) for c in cls.COUNTERS})
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged VBStats byte string: %s" % e) from None

@@ -91,6 +91,25 @@ class RunnerConfig:
         return self.runner
 
 
+def pipeline_options(beam_argv: Sequence[str] = (), *, in_memory: bool = True,
+                     streaming: bool = False):
+    """Beam ``PipelineOptions`` from command-line Beam options, with the runner set explicitly
+    (the DirectRunner when none is given: the unnamed default would first try to download the
+    Prism runner) and, unless ``in_memory`` is False, the DirectRunner's in-process mode when
+    no running mode is given. ``streaming`` sets ``StandardOptions.streaming``. The one
+    builder of options for pipelines other than the trainer's (:class:`RunnerConfig`)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    argv = list(beam_argv or [])
+    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
+        argv.append("--runner=DirectRunner")
+    if in_memory and not any(a.startswith("--direct_running_mode") for a in argv):
+        argv.append("--direct_running_mode=in_memory")
+    opts = PipelineOptions(argv)
+    if streaming:
+        opts.view_as(StandardOptions).streaming = True
+    return opts
+
+
 def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -> RunnerConfig:
     """Normalise a runner name and Beam options (see module docstring). Raises ``ValueError``
     for an unknown runner or a PortableRunner without ``--job_endpoint``."""
@@ -142,16 +161,3 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
         cfg.num_workers = max(1, int(nw)) if nw else 2
         argv.insert(0, "--runner=%s" % runner)
     return cfg
-
-
-def pipeline_options(beam_argv: Sequence[str] = ()):
-    """Beam options for a one-shot job (vectorize, infer) with the runner set explicitly:
-    the in-process DirectRunner unless ``--runner`` / ``--direct_running_mode`` are given (the
-    unnamed default would first try to download the Prism runner)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-    argv = list(beam_argv or [])
-    if not any(a == "--runner" or a.startswith("--runner=") for a in argv):
-        argv.append("--runner=DirectRunner")
-    if not any(a.startswith("--direct_running_mode") for a in argv):
-        argv.append("--direct_running_mode=in_memory")
-    return PipelineOptions(argv)

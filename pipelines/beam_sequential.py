@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -61,7 +60,9 @@ from apache_beam.metrics import Metrics
 
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
-from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult, BeamTrainingError,
+from lda_core import session as _session
+from lda_core.session import Session, TrainingError
+from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult,
                                   _query_counters, check_shards, default_scratch_root,
                                   plan_steps, read_task, resume_from_latest)
 
@@ -100,11 +101,6 @@ def _drop_live(run_key: str) -> None:
     with _LIVE_LOCK:
         for k in [k for k in _LIVE if k.startswith(run_key + "|")]:
             del _LIVE[k]
-
-
-def is_sequential(algorithm) -> bool:
-    """True for the stream-order samplers (``process``, no ``local_step``)."""
-    return hasattr(algorithm, "process") and not hasattr(algorithm, "local_step")
 
 
 # ------------------------------------------------------------------------------ the element
@@ -154,31 +150,14 @@ def _load_start(window: SequentialWindow):
     return algorithm_class(state.algorithm).from_state(state)
 
 
-def _publish(algo, window: SequentialWindow, position: int) -> str:
+def _session_in_worker(window: SequentialWindow, position: int) -> Session:
+    """The window's session inside the DoFn: it publishes; the driver logs."""
     from lda_core.checkpoint import CheckpointStore
-    state = algo.to_state()
-    if not state.step:
-        state.step = position        # checkpoints are named by step
-    if not state.vocab_hash and window.vocab_hash:
-        state.vocab_hash = window.vocab_hash
-    info = dict(state.info or {})
-    info["trainer"] = dict(minibatches_done=position,
-                           docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                           wall_time=time.time(), runner=window.runner)
-    if window.run_info:
-        info["run"] = dict(window.run_info)
-    state.info = info
-    return CheckpointStore(window.model_dir, keep_last=window.keep_last).publish(state)
-
-
-def _scalar_info(info: Dict[str, Any]) -> Dict[str, Any]:
-    out = {}
-    for k, v in (info or {}).items():
-        if isinstance(v, (bool, int, float, str)) or v is None:
-            out[k] = v
-        elif hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
-            out[k] = v.item()
-    return out
+    return Session(position=position,
+                   checkpoint_store=CheckpointStore(window.model_dir,
+                                                    keep_last=window.keep_last),
+                   runner=window.runner, run_info=window.run_info,
+                   vocab_hash=window.vocab_hash)
 
 
 class SequentialWindowFn(beam.DoFn):
@@ -209,17 +188,14 @@ class SequentialWindowFn(beam.DoFn):
         for sp in steps:
             batch = read_task(sp.tasks[0]) if len(sp.tasks) == 1 else \
                 _concat([read_task(t) for t in sp.tasks])
-            try:
-                info = dict(algo.process(batch) or {})
-            except (ValueError, FloatingPointError, ArithmeticError) as e:
-                error = [sp.position + 1, str(e)]
+            info, err = _session.apply_step(algo.process, batch)
+            if err is not None:
+                error = [sp.position + 1, err]
                 break
-            rec = _scalar_info(info)
-            rec.update(step=sp.position + 1, pass_index=sp.pass_index, batch=sp.batch_index,
-                       docs=info.get("docs", batch.n_docs),
-                       docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                       t=int(getattr(algo, "step", sp.position + 1) or 0))
-            infos.append(rec)
+            infos.append(_session.step_record(
+                sp.position + 1, sp.pass_index, sp.batch_index, info, n_docs=batch.n_docs,
+                n_docs_seen=_session.docs_seen(algo),
+                t=int(getattr(algo, "step", sp.position + 1) or 0), extra_scalars=True))
             self.docs.inc(int(batch.n_docs))
             self.tokens.inc(int(info.get("tokens") or 0))
             self.minibatches.inc()
@@ -229,34 +205,22 @@ class SequentialWindowFn(beam.DoFn):
             # a step that raised may have changed the sampler half-way: nothing of a failed
             # window is published, the previous checkpoint stays the latest
             pos = window.position + len(infos)
-            path = _publish(algo, window, pos)
+            path = _session_in_worker(window, window.position).publish(algo, pos)
             _put_live(_live_key(window.run_key, path), algo)
             out.update(checkpoint=path, position=pos)
         return out
 
     def _gibbs(self, algo, window: SequentialWindow) -> Dict[str, Any]:
+        from lda_core.trainer import fit_whole_corpus
         from pipelines.shard_stream import read_docs
         docs = read_docs(list(window.files), window.vocab_hash,
                          columns=("doc_id", "word_ids", "counts"))
-        algo.fit(docs, sweeps=window.sweeps)
+        path = fit_whole_corpus(algo, docs, window.sweeps, _session_in_worker(window, 0))
         self.docs.inc(int(docs.n_docs))
         self.tokens.inc(int(docs.n_tokens) * window.sweeps)
-        path = _publish_gibbs(algo, window)
         _put_live(_live_key(window.run_key, path), algo)
         return {"infos": [], "error": None, "checkpoint": path, "position": window.sweeps,
                 "docs_seen": int(algo.docs_seen)}
-
-
-def _publish_gibbs(algo, window: SequentialWindow) -> str:
-    """As ``ldabeam train --algorithm gibbs`` in-process: one checkpoint after the sweeps."""
-    from lda_core.checkpoint import CheckpointStore
-    state = algo.to_state()
-    if not state.vocab_hash:
-        state.vocab_hash = window.vocab_hash
-    state.info = dict(state.info or {}, run=dict(window.run_info),
-                      trainer=dict(minibatches_done=window.sweeps, docs_seen=algo.docs_seen,
-                                   runner=window.runner))
-    return CheckpointStore(window.model_dir, keep_last=window.keep_last).publish(state)
 
 
 def _concat(batches):
@@ -278,7 +242,7 @@ def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, 
     counters = _query_counters(result)
     out = beam_state.read_json(window.result_path)
     if out is None:
-        raise BeamTrainingError("the window starting at minibatch %d produced no result "
+        raise TrainingError("the window starting at minibatch %d produced no result "
                                 "(the sampler's DoFn did not run)" % window.position)
     return out, counters
 
@@ -286,10 +250,30 @@ def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     if not model_dir:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
-    if not is_sequential(algorithm):
+    if not _session.is_sequential(algorithm):
         raise ValueError("%s is a local/global-step algorithm: its Beam trainer is "
                          "pipelines.beam_train" % getattr(algorithm, "name", algorithm))
     return check_shards(algorithm, files)
+
+
+def _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
+                    eval_every) -> None:
+    gibbs = _session.whole_corpus(algorithm)
+    for name, v in (("passes", passes), ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise ValueError("%s must be >= 1, got %r" % (name, v))
+    if not gibbs and int(passes) != 1:
+        raise ValueError("%s consumes the documents as a stream, each once: passes must be 1 "
+                         "(got %d)" % (algorithm.name, passes))
+    if minibatches_per_window is not None:
+        if gibbs:
+            raise ValueError("minibatches_per_window does not apply to algorithm gibbs (its "
+                             "sweeps run as one window)")
+        if int(minibatches_per_window) < 1:
+            raise ValueError("minibatches_per_window must be >= 1, got %r"
+                             % (minibatches_per_window,))
+    if int(checkpoint_every) < 0 or int(eval_every) < 0:
+        raise ValueError("checkpoint_every and eval_every must be >= 0")
 
 
 def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
@@ -306,27 +290,14 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
     whole remaining stream when ``checkpoint_every`` is 0."""
+    # long by its set-up (position, window size, start state); the loop is _SeqRun's
     from lda_core.checkpoint import CheckpointStore
     from lda_core.ordering import n_batches
-    from lda_core.trainer import timed_evaluate
     t_start = time.time()
     files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
-    gibbs = getattr(algorithm, "name", "") == "gibbs"
-    for name, v in (("passes", passes), ("batch_size", batch_size)):
-        if int(v) < 1:
-            raise ValueError("%s must be >= 1, got %r" % (name, v))
-    if not gibbs and int(passes) != 1:
-        raise ValueError("%s consumes the documents as a stream, each once: passes must be 1 "
-                         "(got %d)" % (algorithm.name, passes))
-    if minibatches_per_window is not None:
-        if gibbs:
-            raise ValueError("minibatches_per_window does not apply to algorithm gibbs (its "
-                             "sweeps run as one window)")
-        if int(minibatches_per_window) < 1:
-            raise ValueError("minibatches_per_window must be >= 1, got %r"
-                             % (minibatches_per_window,))
-    if int(checkpoint_every) < 0 or int(eval_every) < 0:
-        raise ValueError("checkpoint_every and eval_every must be >= 0")
+    gibbs = _session.whole_corpus(algorithm)
+    _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
+                    eval_every)
     argv = list(beam_argv or ())
     cfg = runner_config(runner, argv)      # a --runner in argv is used when runner is None
     if checkpoint_store is None:
@@ -354,31 +325,25 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    scratch = os.path.join(scratch_root, "seq-" + run_key)
-    beam_state.make_dirs(scratch)
+    scratch = beam_state.new_scratch(scratch_root)
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
         start_path = os.path.join(scratch, "initial")
-        st = algorithm.to_state()
-        if not st.vocab_hash:
-            st.vocab_hash = vh
-        st.info = dict(st.info or {}, trainer=dict(minibatches_done=position))
-        st.save(start_path)
+        _session.stamp(algorithm.to_state(), position, _session.docs_seen(algorithm),
+                       vocab_hash=vh).save(start_path)
     else:
         start_path = start_ckpt
     if cfg.in_process:
         _put_live(_live_key(run_key, start_path), algorithm)
 
-    if run_log is not None:
-        run_log.write(dict(event="start", wall_time=t_start, start_step=position,
-                           algorithm=algorithm.name, n_topics=algorithm.n_topics,
-                           n_words=algorithm.n_words, max_steps=max_steps, total_steps=total,
-                           eval_every=eval_every, checkpoint_every=checkpoint_every,
-                           sweeps=passes if gibbs else None,
-                           burn_in=getattr(algorithm, "burn_in", None) if gibbs else None,
-                           run=dict(run_info or {}, runner=cfg.describe(),
-                                    minibatches_per_window=None if gibbs else M,
-                                    single_worker=True)))
+    ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
+                  runner=cfg.describe(), run_info=run_info, heldout=heldout,
+                  eval_every=eval_every, progress=progress, t_start=t_start)
+    ses.start(algorithm, max_steps=max_steps, total_steps=total,
+              checkpoint_every=checkpoint_every, sweeps=passes if gibbs else None,
+              burn_in=getattr(algorithm, "burn_in", None) if gibbs else None,
+              run=dict(run_info or {}, runner=cfg.describe(),
+                       minibatches_per_window=None if gibbs else M, single_worker=True))
     logger.info("Beam sequential sampler %s: %s, %s", algorithm.name, cfg.describe(),
                 "%d sweeps in one window" % passes if gibbs else
                 "minibatches %d..%d of %d documents in windows of %d" % (position, stop,
@@ -388,141 +353,99 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                 batch_size=int(batch_size), vocab_hash=vh, runner=cfg.describe(),
                 run_info=dict(run_info or {}))
 
-    metrics: Dict[str, float] = {}
-    counters_total: Dict[str, int] = {}
-    last_ckpt: Optional[str] = None
-    last_eval_pos = -1
-    steps_run = 0
-    windows = 0
-    head_path, head_is_ckpt = start_path, start_ckpt is not None   # where the next window starts
-    known = {start_path: algorithm}    # the driver's copies, loaded only when needed
+    run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})
+    windows, counters_total = 0, {}
+    try:
+        if gibbs:
+            head_path, windows, counters_total = run.gibbs_window(ses, int(passes), start_path)
+        else:
+            head_path, windows, counters_total = run.stream_windows(ses, start_path,
+                                                                   start_ckpt is not None)
+        if heldout is not None:
+            ses.evaluate(run.materialise(head_path))
+        final = run.materialise(head_path)
+    finally:
+        ses.close_progress()
+        beam_state.remove_tree(scratch)
+        _drop_live(run_key)
+    end = ses.end(_session.docs_seen(final), windows=windows, beam_metrics=counters_total)
+    logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",
+                "sweep" if gibbs else "minibatch", ses.position, ses.steps_run, windows,
+                end["elapsed"], "" if not ses.metrics else ": " + ", ".join(
+                    "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
+    return BeamTrainResult(final, ses.position, _session.docs_seen(final), ses.steps_run,
+                           end["elapsed"], dict(ses.metrics), end["checkpoint"], None,
+                           windows, counters_total)
 
-    def materialise(path: str):
+
+@dataclass
+class _SeqRun:
+    """A run's fixed settings, its loop over windows and the driver's copy of the sampler."""
+    cfg: RunnerConfig
+    base: Dict[str, Any]            # the SequentialWindow fields every window shares
+    scratch: str
+    run_key: str
+    stop: int
+    M: int
+    known: Dict[str, Any]           # checkpoint path -> sampler (the latest one only)
+
+    def materialise(self, path: str):
         """The sampler published at ``path`` (handed over in memory in-process, else loaded
         from the checkpoint: for evaluation and the result only)."""
-        if path not in known:
-            live = _peek_live(_live_key(run_key, path))
+        if path not in self.known:
+            live = _peek_live(_live_key(self.run_key, path))
             if live is None:
                 from lda_core.algorithm import algorithm_class
                 from lda_core.state import TopicState
                 state = TopicState.load(path)
                 live = algorithm_class(state.algorithm).from_state(state)
-            known.clear()
-            known[path] = live
-        return known[path]
+            self.known.clear()
+            self.known[path] = live
+        return self.known[path]
 
-    def heldout_metrics(path: str) -> Dict[str, float]:
-        return timed_evaluate(materialise(path), heldout)
+    def gibbs_window(self, ses: Session, sweeps: int, start_path: str):
+        """Batch Gibbs: all its sweeps in one window. Returns (checkpoint, 1, counters)."""
+        window = SequentialWindow(start_path=start_path, start_is_checkpoint=False,
+                                  position=0, stop=sweeps,
+                                  result_path=os.path.join(self.scratch, "result-gibbs.json"),
+                                  sweeps=sweeps, **self.base)
+        out, counters = _run_window(self.cfg, window)
+        ses.applied(sweeps)
+        ses.last_checkpoint = out["checkpoint"]
+        return out["checkpoint"], 1, counters
 
-    try:
-        if gibbs:
-            if getattr(algorithm, "burn_in", 0) >= passes:
-                logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the "
-                               "topics are the last sample's", passes, algorithm.burn_in)
-            window = SequentialWindow(start_path=start_path, start_is_checkpoint=False,
-                                      position=0, stop=int(passes),
-                                      result_path=os.path.join(scratch, "result-gibbs.json"),
-                                      sweeps=int(passes), **base)
-            out, counters_total = _run_window(cfg, window)
-            windows, steps_run, position = 1, int(passes), int(passes)
-            last_ckpt = head_path = out["checkpoint"]
-            if heldout is not None:
-                metrics = heldout_metrics(last_ckpt)
-                last_eval_pos = position
-        while not gibbs and position < stop:
+    def stream_windows(self, ses: Session, head_path: str, head_is_ckpt: bool):
+        """Window after window until ``stop``; each publishes its checkpoint in the DoFn and
+        the session logs, evaluates, or fails. Returns (last checkpoint, windows, counters)."""
+        counters_total: Dict[str, int] = {}
+        windows = 0
+        while ses.position < self.stop:
             w_start = time.time()
             window = SequentialWindow(
-                start_path=head_path, start_is_checkpoint=head_is_ckpt, position=position,
-                stop=min(stop, position + M),
-                result_path=os.path.join(scratch, "result-%09d.json" % position), **base)
-            out, counters = _run_window(cfg, window)
+                start_path=head_path, start_is_checkpoint=head_is_ckpt, position=ses.position,
+                stop=min(self.stop, ses.position + self.M),
+                result_path=os.path.join(self.scratch, "result-%09d.json" % ses.position),
+                **self.base)
+            out, counters = _run_window(self.cfg, window)
             windows += 1
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
             if out.get("error"):
-                err_step, err_msg = out["error"]
-                msg = ("minibatch %d could not be applied: %s; training stopped, the last good "
-                       "checkpoint (%s) stays the latest"
-                       % (err_step, err_msg, last_ckpt or start_ckpt or "none written"))
-                logger.error(msg)
-                if run_log is not None:
-                    run_log.write(dict(event="error", step=err_step, message=msg,
-                                       wall_time=time.time()))
-                raise BeamTrainingError(msg)
+                ses.fail(*out["error"])
             infos = out["infos"]
             done = len(infos)
             if not done:       # pragma: no cover - a window always holds >= 1 minibatch
                 break
-            position = int(out["position"])
-            steps_run += done
-            last_ckpt = head_path = out["checkpoint"]
+            ses.applied(done)
+            ses.last_checkpoint = head_path = out["checkpoint"]
             head_is_ckpt = True
-            rec_metrics = None
-            if heldout is not None and eval_every and (
-                    position // eval_every > (position - done) // eval_every):
-                metrics = rec_metrics = heldout_metrics(last_ckpt)
-                last_eval_pos = position
-            _log_steps(run_log, infos, rec_metrics, last_ckpt, t_start)
-            score = ""
-            if rec_metrics:
-                score = " completion_ll/token=%.4f" % rec_metrics["completion_ll_per_token"]
+            metrics = (ses.evaluate(self.materialise(head_path), done=done)
+                       if ses.heldout is not None else None)
+            ses.log_steps(infos, metrics, head_path)
             logger.info("window %d: minibatches %d..%d (%.1f s in the DoFn, %.1f s in all) "
-                        "docs_seen=%d%s", windows, position - done, position,
+                        "docs_seen=%d%s", windows, ses.position - done, ses.position,
                         out.get("seconds", float("nan")), time.time() - w_start,
-                        int(infos[-1].get("docs_seen") or 0), score)
-            if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
-                print("\rwindow %d  minibatch %d/%d%s   " % (windows, position, stop, score),
-                      end="", file=sys.stderr, flush=True)
-        if heldout is not None and last_eval_pos != position:
-            metrics = heldout_metrics(head_path)
-        final = materialise(head_path)
-    finally:
-        if progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
-            print("", file=sys.stderr)
-        beam_state.remove_tree(scratch)
-        if not beam_state.is_remote(scratch_root):
-            try:
-                os.rmdir(scratch_root)      # only when no other run's folder is in it
-            except OSError:
-                pass
-        _drop_live(run_key)
-    if last_ckpt is None:
-        found = checkpoint_store.list_checkpoints()
-        last_ckpt = found[-1].path if found else None
-    elapsed = time.time() - t_start
-    docs_seen = int(getattr(final, "docs_seen", 0) or 0)
-    if run_log is not None:
-        run_log.write(dict(event="end", step=position, docs_seen=docs_seen,
-                           steps_run=steps_run, elapsed=elapsed, metrics=metrics,
-                           checkpoint=last_ckpt, wall_time=time.time(), windows=windows,
-                           beam_metrics=counters_total))
-    logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",
-                "sweep" if gibbs else "minibatch", position, steps_run, windows, elapsed,
-                "" if not metrics else ": " + ", ".join("%s=%.4f" % (k, v)
-                                                        for k, v in metrics.items()))
-    return BeamTrainResult(final, position, docs_seen, steps_run, elapsed, dict(metrics),
-                           last_ckpt, None, windows, counters_total)
-
-
-_STEP_KEYS = ("step", "t", "pass_index", "batch", "docs_seen", "docs", "tokens")
-
-
-def _log_steps(run_log, infos: List[Dict[str, Any]], metrics: Optional[Dict[str, float]],
-               ckpt: Optional[str], t_start: float) -> None:
-    """One run-log record per minibatch (the in-process trainer's format, plus the sampler's
-    scalar info such as the particle filter's resamples and ESS)."""
-    if run_log is None:
-        return
-    now = time.time()
-    for i, info in enumerate(infos):
-        rec = dict(event="step")
-        rec.update({k: info.get(k) for k in _STEP_KEYS})
-        rec.update({k: v for k, v in info.items() if k not in _STEP_KEYS})
-        if i == len(infos) - 1:
-            if metrics:
-                rec["metrics"] = metrics
-            if ckpt:
-                rec["checkpoint"] = ckpt
-        rec["wall_time"] = now
-        rec["elapsed"] = now - t_start
-        run_log.write(rec)
+                        int(infos[-1].get("docs_seen") or 0), _session.score_text(metrics))
+            ses.show("window %d  minibatch %d/%d%s" % (windows, ses.position, self.stop,
+                                                      _session.score_text(metrics)))
+        return head_path, windows, counters_total

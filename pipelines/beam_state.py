@@ -187,17 +187,6 @@ def private_copy(algorithm):
     return copy.deepcopy(algorithm)
 
 
-def save_state(algorithm, path: str, info: Optional[Dict[str, Any]] = None) -> str:
-    """Write ``algorithm``'s TopicState to ``path`` (atomically published directory)."""
-    state = algorithm.to_state()
-    if info:
-        merged = dict(state.info or {})
-        merged.update(info)
-        state.info = merged
-    state.save(path)
-    return path
-
-
 def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
     from lda_core.run_log import _jsonable
     from pipelines.dataset import write_bytes_atomic
@@ -214,10 +203,7 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
 
 # -- scratch folders on a local disk or an object store (lda_core file layer of the path) ---
 
-def is_remote(path: Optional[str]) -> bool:
-    """True for a URL (``gs://``, ``s3://``, ...; not ``file://``)."""
-    from lda_core.state import path_scheme
-    return path is not None and path_scheme(path) is not None
+is_remote = object_store_files.is_remote
 
 
 def read_bytes(path: str) -> bytes:
@@ -249,3 +235,61 @@ def list_names(path: str):
         return fs.listdir(path) if fs.isdir(path) else []
     except OSError:
         return []
+
+
+# ------------------------------------------------------------------------------ scratch folders
+
+def new_scratch(root: str) -> str:
+    """A fresh folder for one run's scratch files (states, statistics, infos).
+
+    Locally (``/dev/shm`` or a folder beside the model): created by ``tempfile.mkdtemp``
+    under ``root``'s parent with ``root``'s name and an unpredictable suffix -- it cannot
+    exist before (no other user can prepare it), mode 0700 -- and checked to be a real folder
+    owned by this user before anything is written into it (:func:`check_private`). On an object
+    store: ``root/<random id>`` (the bucket's permissions apply)."""
+    if is_remote(root):
+        path = root.rstrip("/") + "/" + uuid.uuid4().hex
+        make_dirs(path)
+        return path
+    import tempfile
+    parent, prefix = os.path.split(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    path = tempfile.mkdtemp(prefix=prefix + "-", dir=parent)
+    check_private(path)
+    return path
+
+
+def check_private(path: str) -> None:
+    """PermissionError unless ``path`` is a folder (not a link) owned by this user that no
+    one else can read or write."""
+    import stat
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PermissionError("scratch folder %s is not a private folder of this user (owner "
+                              "uid %d, mode %o): refusing to use it" % (path, st.st_uid,
+                                                                       st.st_mode & 0o7777))
+
+
+def remove_stale_scratch(root: str) -> None:
+    """Remove, unread, the scratch folders a killed run on the same model left (those of
+    :func:`new_scratch` for ``root`` that this user owns; other users' are not touched)."""
+    if is_remote(root):
+        remove_tree(root)
+        return
+    import shutil
+    import stat
+    parent, prefix = os.path.split(os.path.abspath(root))
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix + "-"):
+            continue
+        p = os.path.join(parent, name)
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(p, ignore_errors=True)

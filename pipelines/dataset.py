@@ -59,8 +59,7 @@ SHARD_SCHEMA = pa.schema([
 
 # ----------------------------------------------------------------------------- paths
 
-def is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+is_remote = object_store_files.is_remote
 
 
 def files_for(path: str):

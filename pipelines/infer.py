@@ -133,31 +133,11 @@ class ModelRef:
 def resolve_model(model: str) -> ModelRef:
     """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
     names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.state import TopicState
-    if not dataset.isdir(model):      # local, or an object-store URL (gs://, s3://, ...)
-        raise FileNotFoundError("model directory %s does not exist" % model)
-    if dataset.exists(dataset.join(model, "state.json")):
-        path = dataset.absolute(model)
-        state = TopicState.load(path)
-        model_dir = dataset.model_dir_of(path)
-    else:
-        found = CheckpointStore(model).latest_checkpoint()
-        if found is None:
-            raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
-                                    "--output %s`)" % (model, model))
-        path, state = dataset.absolute(found[0].path), found[1]
-        model_dir = dataset.absolute(model)
-    vpath = dataset.join(model_dir, dataset.VOCAB_FILE)
-    if dataset.exists(vpath):
-        vocab = dataset.Vocabulary.read(vpath)
-        if state.vocab_hash and vocab.hash != state.vocab_hash:
-            raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
-                             % (vpath, vocab.hash, state.vocab_hash))
-    else:
-        vpath = None
-    return ModelRef(path, state.algorithm, state.n_topics, state.n_words, state.step,
-                    state.vocab_hash, vpath, model_dir)
+    from pipelines.model_dir import open_model
+    m = open_model(model)
+    st = m.state
+    return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
+                    m.vocab_path, m.model_dir)
 
 
 def training_shards(model_dir: str) -> Optional[str]:

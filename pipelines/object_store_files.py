@@ -38,6 +38,13 @@ logger = logging.getLogger(__name__)
 _MIME = "application/octet-stream"
 
 
+def is_remote(path) -> bool:
+    """True for a URL handled by Beam ``FileSystems`` (``gs://``, ``s3://``, ...); a local
+    path or a ``file://`` URL is not. The one test every module uses."""
+    from lda_core.state import path_scheme
+    return path is not None and path_scheme(path) is not None
+
+
 def _fs():
     from apache_beam.io.filesystems import FileSystems
     return FileSystems

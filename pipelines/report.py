@@ -139,7 +139,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     """Everything the page shows, as JSON-able data (see module docstring)."""
     from lda_core.evaluation import top_words, umass_coherence
     from lda_core.run_log import RUN_LOG_FILE, read_run_log
-    from pipelines.commands.export import load_model
+    from pipelines.model_dir import load_model
     from pipelines.exports import sample_docs
     from pipelines.infer import training_shards
     algo, state, vocab = load_model(model)

@@ -14,7 +14,6 @@ import logging
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from lda_core.docbatch import DocBatch
 from lda_core.ordering import PassPlan, locate_step, n_batches, plan_pass
@@ -26,10 +25,7 @@ logger = logging.getLogger(__name__)
 TRAIN_COLUMNS = ("doc_id", "word_ids", "counts")
 
 
-def _parquet_file(path: str) -> pq.ParquetFile:
-    if dataset.is_remote(path):
-        return pq.ParquetFile(dataset.open_read(path))
-    return pq.ParquetFile(path)
+_parquet_file = dataset._parquet_file     # one Parquet opener (local path or URL)
 
 
 def shard_row_counts(files: Sequence[str]) -> List[int]:

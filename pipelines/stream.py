@@ -48,20 +48,16 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
-                                              TimerSpec, on_timer)
-from apache_beam.utils import shared
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from lda_core import session as _session
 from lda_core.docbatch import DocBatch
 
 logger = logging.getLogger(__name__)
@@ -247,169 +243,8 @@ class SplitLateFn(beam.DoFn):
         yield int(w.max_timestamp().micros), docs
 
 
-# ----------------------------------------------------------------------------- state access
-
-class _Held:
-    def __init__(self, algorithm):
-        self.algorithm = algorithm
-
-
-_SHARED = shared.Shared()
-
-
-def latest_step(model_dir: str) -> Optional[int]:
-    from lda_core.checkpoint import CheckpointStore
-    return CheckpointStore(model_dir).pointer()
-
-
-def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
-    """The algorithm of checkpoint ``step`` of ``model_dir``, one copy per process and step
-    (read-only: callers that modify it take a deep copy)."""
-    from lda_core.algorithm import algorithm_class
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.state import TopicState
-
-    def load():
-        path = CheckpointStore(model_dir).path(step)
-        logger.info("stream: loading checkpoint %s (pid %d)", path, os.getpid())
-        st = TopicState.load(path)
-        return _Held(algorithm_class(st.algorithm).from_state(st))
-
-    from pipelines import dataset
-    algo = _SHARED.acquire(load, tag="%s@%d" % (dataset.absolute(model_dir), step)).algorithm
-    if n_threads is not None and hasattr(algo, "n_threads"):
-        algo.n_threads = int(n_threads)
-    return algo
-
-
-class EStepLatestFn(beam.DoFn):
-    """``(window max timestamp µs, docs)`` -> ``(0, (window, docs, stats, step used))``: the
-    local step against the newest published checkpoint (may be stale; see module docstring)."""
-
-    def __init__(self, model_dir: str, n_threads: Optional[int] = None):
-        self.model_dir, self.n_threads = model_dir, n_threads
-        self.docs = Metrics.counter(NS, "documents")
-        self.tokens = Metrics.counter(NS, "tokens")
-
-    def process(self, element):
-        wend, docs = element
-        batch = docs_to_batch(docs)
-        step = latest_step(self.model_dir)
-        stats = None
-        if step is not None:
-            algo = load_step(self.model_dir, step, self.n_threads)
-            stats = algo.local_step(batch)
-            self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
-            self.tokens.inc(int(stats.n_tokens))
-        yield 0, (wend, batch, stats, step)
-
-
-ORDERS = ("watermark", "arrival")
-
-
-class ApplyGlobalStepFn(beam.DoFn):
-    """The single-key stateful step (module docstring): windows applied in order, one
-    checkpoint published per window; emits ``{"step", "checkpoint", "window_end", ...}``.
-
-    ``order="watermark"`` (default): window results are buffered and applied in window order
-    when the watermark passes their end (an event-time timer), so the order never depends on
-    which E-step finished first. ``order="arrival"``: each window result is applied when it
-    arrives -- for the local FnApiRunner, whose watermark does not advance past
-    ``fileio.MatchContinuously`` (a splittable DoFn) so event-time timers never fire there;
-    windows of a stream that arrives slower than it is processed still come in order."""
-
-    BUFFER = BagStateSpec("buffer", PickleCoder())
-    APPLIED = ReadModifyWriteStateSpec("applied_step", VarIntCoder())
-    FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
-
-    def __init__(self, model_dir: str, keep_last: Optional[int] = None,
-                 n_threads: Optional[int] = None, corpus_size: Optional[int] = -1,
-                 order: str = "watermark"):
-        if order not in ORDERS:
-            raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
-        self.order = order
-        self.model_dir, self.keep_last, self.n_threads = model_dir, keep_last, n_threads
-        self.corpus_size = corpus_size
-        self.recomputed = Metrics.counter(NS, "stale_estep_recomputed")
-        self.steps = Metrics.counter(NS, "global_steps")
-        self.algo = None
-
-    def setup(self):
-        from lda_core.checkpoint import CheckpointStore
-        self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
-
-    def _current(self, applied: Optional[int]):
-        """The algorithm at the step recorded in Beam state (reloaded if this worker's copy
-        is not that step: a restarted or moved key)."""
-        import copy
-        want = applied if applied is not None else self.store.pointer()
-        if want is None:
-            raise RuntimeError("no checkpoint in %s to continue from" % self.model_dir)
-        if self.algo is None or int(getattr(self.algo, "step", -1)) != int(want):
-            self.algo = copy.deepcopy(load_step(self.model_dir, int(want)))
-            if self.n_threads is not None and hasattr(self.algo, "n_threads"):
-                self.algo.n_threads = int(self.n_threads)
-        return self.algo
-
-    def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER),
-                applied=beam.DoFn.StateParam(APPLIED),
-                flush=beam.DoFn.TimerParam(FLUSH), ts=beam.DoFn.TimestampParam):
-        if self.order == "arrival":
-            yield from self._apply([kv[1]], applied)
-            return
-        buffer.add(kv[1])
-        flush.set(ts)
-
-    @on_timer(FLUSH)
-    def on_flush(self, buffer=beam.DoFn.StateParam(BUFFER),
-                 applied=beam.DoFn.StateParam(APPLIED), ts=beam.DoFn.TimestampParam):
-        now = ts.micros
-        items = sorted(buffer.read(), key=lambda x: x[0])
-        due = [x for x in items if x[0] <= now]
-        if not due:
-            return
-        buffer.clear()
-        for x in items:
-            if x[0] > now:
-                buffer.add(x)
-        yield from self._apply(due, applied)
-
-    def _apply(self, due, applied):
-        algo = self._current(applied.read())
-        for wend, batch, stats, used in due:
-            recomputed = used is None or int(used) != int(algo.step)
-            if recomputed:
-                self.recomputed.inc()
-                stats = algo.local_step(batch)
-            if self.corpus_size != -1 and hasattr(algo, "corpus_size"):
-                algo.corpus_size = self.corpus_size
-            t0 = time.time()
-            info = dict(algo.global_step(stats) or {})
-            if info.get("skipped"):
-                continue
-            bad = [k for k in ("rho", "mean_change") if k in info and info[k] is not None
-                   and not math.isfinite(float(info[k]))]
-            if bad:
-                raise ValueError("window ending %s: the step produced non-finite %s"
-                                 % (wend, ", ".join(bad)))
-            state = algo.to_state()
-            sinfo = dict(state.info or {})
-            sinfo["trainer"] = dict(minibatches_done=int(algo.step),
-                                    docs_seen=int(getattr(algo, "docs_seen", 0) or 0),
-                                    wall_time=time.time())
-            sinfo["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
-                                   estep_recomputed=bool(recomputed), estep_state_step=used,
-                                   rho=info.get("rho"), global_step_seconds=time.time() - t0)
-            state.info = sinfo
-            path = self.store.publish(state)
-            applied.write(int(algo.step))
-            self.steps.inc()
-            logger.info("stream: window ending %s: %d documents, step %d, rho=%.4g%s -> %s",
-                        window.Timestamp(micros=wend).to_utc_datetime().isoformat(),
-                        batch.n_docs, algo.step, float(info.get("rho", float("nan"))),
-                        " (E-step recomputed)" if recomputed else "", path)
-            yield {"step": int(algo.step), "checkpoint": path, "window_end_micros": int(wend),
-                   "docs": int(batch.n_docs), "estep_recomputed": bool(recomputed)}
+from pipelines.stream_step import (  # noqa: E402,F401 (the job's training half)
+    ORDERS, ApplyGlobalStepFn, EStepLatestFn, WindowResultCoder, latest_step, load_step)
 
 
 # ----------------------------------------------------------------------------- transforms
@@ -517,30 +352,28 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
-    from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from pipelines import dataset
+    from pipelines.model_dir import open_model
     store = CheckpointStore(model_dir, keep_last=keep_last)
-    state = store.latest()
     model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
-    if state is not None:
-        if topics is not None and topics != state.n_topics:
+    if store.latest_checkpoint() is not None:
+        m = open_model(model_dir)
+        if topics is not None and topics != m.state.n_topics:
             raise ValueError("--topics %d differs from the model's K=%d" % (topics,
-                                                                             state.n_topics))
-        if not dataset.exists(model_vocab):
+                                                                             m.state.n_topics))
+        if m.vocab is None:
             raise FileNotFoundError("%s has checkpoints but no vocab.tsv" % model_dir)
-        vocab = dataset.Vocabulary.read(model_vocab)
-        state.validate(n_words=len(vocab), vocab_hash=vocab.hash)
-        return algorithm_class(state.algorithm).from_state(state), model_vocab
+        return m.algorithm(), model_vocab
     if topics is None or vocab_path is None:
         raise ValueError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
     vocab = dataset.Vocabulary.read(vocab_path)
-    from pipelines.commands.train import build_algorithm
+    from pipelines.algorithm_options import build_algorithm
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
-    if not hasattr(algo, "local_step"):
+    if _session.is_sequential(algo):
         raise ValueError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
@@ -549,10 +382,8 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
         with dataset.open_read(vocab_path) as f:
             dataset.write_bytes_atomic(model_vocab, f.read())
-    state = algo.to_state()
-    state.info = dict(state.info or {}, trainer=dict(minibatches_done=0, docs_seen=0,
-                                                     wall_time=time.time()),
-                      stream=dict(initial=True))
+    state = _session.stamp(algo.to_state(), 0, 0)
+    state.info["stream"] = dict(initial=True)
     store.publish(state)
     return algo, model_vocab
 

@@ -255,7 +255,7 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
         flush(dataset.HELDOUT_SPLIT, 1)
 
     vocab.write(os.path.join(output, dataset.VOCAB_FILE))
-    from pipelines.commands.export import write_npy_atomic
+    from pipelines.exports import write_npy_atomic
     write_npy_atomic(os.path.join(output, PLANTED_TOPICS_FILE), beta)
     manifest = {
         "tool": "ldabeam synth (pipelines.synthetic)",

@@ -122,9 +122,7 @@ def _local(path: str) -> str:
     return path
 
 
-def is_remote(path: str) -> bool:
-    """True for URLs handled by Beam FileSystems (``gs://``, ``s3://``, ...), not ``file://``."""
-    return "://" in path and not path.startswith("file://")
+from pipelines.object_store_files import is_remote  # noqa: E402 (the one URL test)
 
 
 def _filesystems():

@@ -156,10 +156,10 @@ class _FailAt:
 
 
 def test_a_failing_minibatch_stops_and_keeps_the_last_good_checkpoint(kos_seq, tmp_path):
-    from pipelines.beam_train import BeamTrainingError
+    from lda_core.session import TrainingError
     files, vh, V = _files(kos_seq)
     md = str(tmp_path / "m")
-    with pytest.raises(BeamTrainingError, match="minibatch 5 could not be applied: refused"):
+    with pytest.raises(TrainingError, match="minibatch 5 could not be applied: refused"):
         _beam(kos_seq, md, "o-lda", algo=_FailAt(_new("o-lda", V), 5),
               minibatches_per_window=3)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]

@@ -418,7 +418,7 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     algo, files = new_vb(kos_small)
     bad = FailingVB.from_state(algo.to_state())
     md = str(tmp_path / "m")
-    with pytest.raises(beam_train.BeamTrainingError, match="minibatch 4 .*non-finite"):
+    with pytest.raises(beam_train.TrainingError, match="minibatch 4 .*non-finite"):
         beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
                          beam_argv=["--runner=DirectRunner"], progress=False)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]

@@ -58,7 +58,7 @@ def _is_dataset(path: str) -> bool:
 def run(args, beam_argv) -> int:
     from lda_core import evaluation
     from lda_core.trainer import HeldOut, evaluate
-    from pipelines.commands.export import load_model
+    from pipelines.model_dir import load_model
     from pipelines.shard_stream import read_docs
     if not args.shards:
         raise ValueError("--shards HELDOUT_DIR is required")

@@ -15,14 +15,14 @@ in :mod:`pipelines.exports`.
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
-from typing import Optional, Tuple
 
 import numpy as np
 
 from pipelines import dataset
+from pipelines.exports import write_npy_atomic  # noqa: F401 (used by the command)
+from pipelines.model_dir import load_model  # noqa: F401 (the command API)
 
 logger = logging.getLogger(__name__)
 
@@ -44,46 +44,6 @@ def add_arguments(p) -> None:
                         "training shards named in the model's run log)")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
-
-
-def load_model(model: str):
-    """``(algorithm, state, vocabulary or None)`` of MODEL_DIR's latest checkpoint (or of a
-    checkpoint directory). The vocabulary is MODEL_DIR/vocab.tsv when present; its hash must
-    equal the state's."""
-    from lda_core.algorithm import algorithm_class
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.state import TopicState
-    if not model:
-        raise ValueError("--model MODEL_DIR is required")
-    if not dataset.isdir(model):        # local, or an object-store URL (gs://, s3://, ...)
-        raise FileNotFoundError("model directory %s does not exist" % model)
-    if dataset.exists(dataset.join(model, "state.json")):
-        state = TopicState.load(model)
-        vdir = dataset.model_dir_of(model)
-    else:
-        state = CheckpointStore(model).latest()
-        if state is None:
-            raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
-                                    "--output %s`)" % (model, model))
-        vdir = model
-    vocab = None
-    vpath = dataset.join(vdir, dataset.VOCAB_FILE)
-    if dataset.exists(vpath):
-        vocab = dataset.Vocabulary.read(vpath)
-        if state.vocab_hash and vocab.hash != state.vocab_hash:
-            raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
-                             % (vpath, vocab.hash, state.vocab_hash))
-        if len(vocab) != state.n_words:
-            raise ValueError("%s has %d words but the model has V=%d"
-                             % (vpath, len(vocab), state.n_words))
-    algo = algorithm_class(state.algorithm).from_state(state)
-    return algo, state, vocab
-
-
-def write_npy_atomic(path: str, arr: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    dataset.write_bytes_atomic(path, buf.getvalue())
 
 
 def run(args, beam_argv) -> int:

@@ -150,15 +150,12 @@ LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "")
 
 def run(args, beam_argv) -> int:
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import StandardOptions
     from pipelines import stream
+    from pipelines.beam_options import pipeline_options
     setup = prepare(args)
     algo = setup.algo
-    argv = list(beam_argv)
-    if not any(a.startswith("--runner") for a in argv):
-        argv.append("--runner=DirectRunner")
-    opts = PipelineOptions(argv)
-    opts.view_as(StandardOptions).streaming = True
+    opts = pipeline_options(beam_argv, in_memory=False, streaming=True)
     logger.info("stream: %s K=%d V=%d from step %d, windows of %g s, dead letters -> %s",
                 algo.name, algo.n_topics, algo.n_words, algo.step, args.window_seconds,
                 setup.dead_dir)

@@ -52,7 +52,7 @@ def _update_labels(args, state) -> None:
 
 def run(args, beam_argv) -> int:
     from lda_core.evaluation import top_words
-    from pipelines.commands.export import load_model
+    from pipelines.model_dir import load_model
     from pipelines.report import model_dir_of, read_labels
     if args.top < 1:
         raise ValueError("--top must be >= 1, got %d" % args.top)

@@ -23,7 +23,6 @@ is the algorithm's ValueError (parameter and allowed range), prefixed with the o
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import logging
@@ -34,83 +33,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 from pipelines import dataset
+from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
+from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
+    ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
+    GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
+    build_algorithm, default_minibatch)
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_ALGORITHM = "online-vb"
-BATCH_MAX_PASSES = 100   # batch-vb: cap on iterations (it stops at a relative ELBO change < tol)
-GIBBS_SWEEPS = 100       # gibbs: --passes is the number of sweeps over the corpus in memory
-
-# where each algorithm comes from (shown in --help)
-PAPERS = {
-    "online-vb": "Hoffman, Blei & Bach 2010, Online learning for LDA",
-    "batch-vb": "Hoffman, Blei & Bach 2010 (batch case: S = D, rho = 1; Blei, Ng & Jordan 2003)",
-    "scvb0": "Foulds, Boyles, DuBois, Smyth & Welling 2013, Stochastic collapsed VB",
-    "sparse-gibbs-vb": "Mimno, Hoffman & Blei 2012, Sparse stochastic inference",
-    "gibbs": "Griffiths & Steyvers 2004, Finding scientific topics (collapsed Gibbs)",
-    "o-lda": "Canini, Shi & Griffiths 2009, Online inference of topics",
-    "incremental-gibbs": "Canini, Shi & Griffiths 2009, Online inference of topics",
-    "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
-}
-
-DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_size default
-# online-vb's --minibatch when a Beam runner has worker processes (multi_processing, portable,
-# Dataflow, Flink): each step costs those runners ~0.2-0.5 s of stage scheduling and state
-# hand-over whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s best size)
-# keeps that small next to the E-step. In-process runners keep the algorithm's own default.
-BEAM_WORKERS_MINIBATCH = 4096
-
-# command-line option (dest) -> constructor keyword of the algorithm classes. An option given
-# for an algorithm whose class does not take the keyword (or that NOT_APPLICABLE lists) is an
-# error naming the option and the algorithm.
-ALGO_OPTIONS = {
-    "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
-    "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
-    "optimize_eta": "optimize_eta",
-    # scvb0 / sparse-gibbs-vb / gibbs
-    "burn_in": "burn_in", "samples": "samples",
-    "topic_step_scale": "s_phi", "topic_step_tau": "tau_phi", "topic_step_kappa": "kappa_phi",
-    "doc_step_scale": "s_theta", "doc_step_tau": "tau_theta", "doc_step_kappa": "kappa_theta",
-    "gibbs_parts": "n_parts",
-    # stream-order samplers
-    "particles": "n_particles", "ess_threshold": "ess_threshold", "rejuvenation": "n_rejuv",
-    "rejuvenation_schedule": "schedule", "rejuvenation_decay": "decay_scale",
-    "init_docs": "init_docs", "init_fraction": "init_fraction", "init_sweeps": "init_sweeps",
-}
-# keywords a class accepts (through a shared base) that mean nothing for that algorithm
-NOT_APPLICABLE = {
-    "batch-vb": {"kappa": "batch VB takes full steps (rho = 1)",
-                 "tau0": "batch VB takes full steps (rho = 1)"},
-    "o-lda": {k: "o-LDA samples every token once and never revisits it (rejuvenation is "
-                 "incremental-gibbs / particle-filter)"
-              for k in ("n_rejuv", "schedule", "decay_scale")},
-}
-# a pointer to the right option when a familiar one does not apply
-HINTS = {
-    ("scvb0", "kappa"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
-                        "--topic-step-kappa/--topic-step-tau/--topic-step-scale and "
-                        "--doc-step-kappa/--doc-step-tau/--doc-step-scale",
-    ("scvb0", "tau0"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
-                       "--topic-step-tau/--topic-step-kappa/--topic-step-scale and "
-                       "--doc-step-tau/--doc-step-kappa/--doc-step-scale",
-    ("gibbs", "threads"): "batch Gibbs runs AD-LDA on --gibbs-parts threads",
-}
-_HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
-           "n_threads", "n_docs_total", "corpus_tokens"}
-
-
-def _default(name: str, kw: str, fallback=None):
-    """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
-    class is not importable or has none)."""
-    try:
-        from lda_core.algorithm import algorithm_class
-        p = _accepted(algorithm_class(name)).get(kw)
-    except Exception:
-        return fallback
-    if p is None or p.default is inspect.Parameter.empty:
-        return fallback
-    return p.default
-
 
 def _beam_workers(args, beam_argv) -> bool:
     """True when --runner is a Beam runner whose workers are other processes."""
@@ -122,198 +51,6 @@ def _beam_workers(args, beam_argv) -> bool:
     except ValueError:
         return False      # an unknown runner is reported later, with its own message
 
-
-def default_minibatch(name: str) -> int:
-    """``--minibatch`` when not given: the class's own ``batch_size`` default (SCVB0 and
-    sparse Gibbs-VB: 100, the papers'), else ``DEFAULT_MINIBATCH`` (256)."""
-    v = _default(name, "batch_size")
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 \
-        else DEFAULT_MINIBATCH
-
-
-def _minibatch_defaults_help() -> str:
-    from lda_core.algorithm import available_algorithms
-    try:
-        names = available_algorithms()
-    except Exception:  # pragma: no cover
-        names = []
-    own = ["%s %d" % (n, default_minibatch(n)) for n in names
-           if _default(n, "batch_size") is not None]
-    return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
-
-
-def _algorithm_help() -> str:
-    from lda_core.algorithm import available_algorithms, algorithm_class
-    parts = []
-    for name in available_algorithms():
-        defaults = ""
-        try:
-            cls = algorithm_class(name)
-            kv = ["%s=%s" % (p.name, p.default) for p in _accepted(cls).values()
-                  if p.name not in _HIDDEN and not p.name.startswith("_")
-                  and p.default is not inspect.Parameter.empty]
-            defaults = "; defaults " + ", ".join(kv) if kv else ""
-        except Exception as e:  # a half-installed algorithm must not break --help
-            defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
-        parts.append("%s [%s%s]" % (name, PAPERS.get(name, "?"), defaults))
-    return "; ".join(parts) or "none installed"
-
-
-def add_arguments(p) -> None:
-    g = p.add_argument_group("data and model")
-    g.add_argument("--shards", metavar="SHARD_DIR",
-                   help="dataset directory written by `ldabeam vectorize` (its train split), a "
-                        "directory of .parquet shards, or a glob (required)")
-    g.add_argument("--output", metavar="MODEL_DIR",
-                   help="model directory: vocab.tsv, checkpoints/, run_log.jsonl (required)")
-    g.add_argument("--vocab", metavar="VOCAB_TSV", default=None,
-                   help="vocabulary file when SHARD_DIR is not a dataset directory "
-                        "(default: SHARD_DIR/vocab.tsv or its parent's)")
-    g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
-                   help="number of topics (required unless --resume)")
-    g.add_argument("--algorithm", default=None,
-                   help="training algorithm (default %s; with --resume: the checkpoint's). "
-                        "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
-    g.add_argument("--overwrite", action="store_true",
-                   help="replace a model already in MODEL_DIR (its checkpoints/, run_log.jsonl "
-                        "and vocab.tsv are removed once every check has passed)")
-    g.add_argument("--resume", action="store_true",
-                   help="continue from the latest checkpoint in MODEL_DIR (same order, same "
-                        "result as an uninterrupted run)")
-    g = p.add_argument_group("schedule")
-    g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
-                   help="documents per minibatch (unset: the algorithm's own default -- %s; "
-                        "online-vb on a Beam runner with worker processes: %d; "
-                        "batch-vb: documents read at a time, the step still uses all D; the "
-                        "stream samplers: documents per process() call; with --resume: the "
-                        "checkpoint's)" % (_minibatch_defaults_help(), BEAM_WORKERS_MINIBATCH))
-    g.add_argument("--passes", type=int, default=None,
-                   help="passes over the corpus (default 1; batch-vb: maximum iterations, "
-                        "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
-                        % (BATCH_MAX_PASSES, GIBBS_SWEEPS))
-    g.add_argument("--seed", type=int, default=None,
-                   help="seed of the minibatch order and of every random draw (default 0)")
-    g.add_argument("--rel-tol", type=float, default=1e-5,
-                   help="batch-vb: stop when the relative ELBO change falls below this")
-    g.add_argument("--max-steps", type=int, default=None,
-                   help="stop when the global step reaches this number (absolute, so a "
-                        "resumed run stops where an uninterrupted one would)")
-    g = p.add_argument_group(
-        "algorithm settings (unset: the algorithm's own default; an option the chosen "
-        "algorithm does not use is an error)")
-    g.add_argument("--kappa", type=float, default=None,
-                   help="learning-rate decay, rho_t = (tau0 + t)^-kappa, kappa in (0.5, 1] "
-                        "(online-vb, sparse-gibbs-vb; scvb0: --topic-step-kappa)")
-    g.add_argument("--tau0", type=float, default=None,
-                   help="learning-rate delay tau0 >= 0 (online-vb, sparse-gibbs-vb; scvb0: "
-                        "--topic-step-tau)")
-    g.add_argument("--alpha", type=float, default=None, help="document-topic prior (> 0)")
-    g.add_argument("--eta", type=float, default=None, help="topic-word prior (> 0)")
-    g.add_argument("--max-iter", type=int, default=None,
-                   help="cap on E-step iterations per document")
-    g.add_argument("--tol", type=float, default=None,
-                   help="E-step convergence threshold (mean absolute change of gamma)")
-    g.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                   help="E-step floating point type (sums are always float64)")
-    g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
-    g.add_argument("--optimize-alpha", action="store_true", default=None,
-                   help="online Newton updates of alpha")
-    g.add_argument("--optimize-eta", action="store_true", default=None,
-                   help="online Newton updates of eta")
-    g.add_argument("--burn-in", type=int, default=None, metavar="N",
-                   help="scvb0: burn-in passes over each document before the pass that "
-                        "accumulates statistics, in [0, 1000] (default %s); sparse-gibbs-vb: "
-                        "burn-in Gibbs sweeps per document B, in [0, 1000] (default %s); "
-                        "gibbs: sweeps before phi is averaged, in [0, --passes - 1] "
-                        "(default %s)" % (_default("scvb0", "burn_in", "?"),
-                                          _default("sparse-gibbs-vb", "burn_in", "?"),
-                                          _default("gibbs", "burn_in", "?")))
-    g.add_argument("--samples", type=int, default=None, metavar="S",
-                   help="sparse-gibbs-vb: kept Gibbs sweeps per document S, in [1, 1000] "
-                        "(default %s)" % _default("sparse-gibbs-vb", "samples", "?"))
-    for which, sfx, what in (
-            ("topic", "phi", "the topic statistics N^Phi, N^Z (t = minibatch index)"),
-            ("doc", "theta", "the per-document statistics N^Theta (t = updates within the "
-                             "document)")):
-        g.add_argument("--%s-step-scale" % which, type=float, default=None, metavar="S",
-                       help="scvb0: s > 0 of the step size rho = s/(tau + t)^kappa for %s "
-                            "(default %s)" % (what, _default("scvb0", "s_" + sfx, "?")))
-        g.add_argument("--%s-step-tau" % which, type=float, default=None, metavar="TAU",
-                       help="scvb0: tau >= 0 of that schedule (default %s)"
-                            % _default("scvb0", "tau_" + sfx, "?"))
-        g.add_argument("--%s-step-kappa" % which, type=float, default=None, metavar="KAPPA",
-                       help="scvb0: kappa in (0.5, 1] of that schedule (default %s)"
-                            % _default("scvb0", "kappa_" + sfx, "?"))
-    g.add_argument("--gibbs-parts", type=int, default=None, metavar="N",
-                   help="gibbs: document blocks per sweep, in [1, 4096]; 1 = the exact "
-                        "sequential sampler, N > 1 = AD-LDA on N threads (the result depends "
-                        "on N; default %s)" % _default("gibbs", "n_parts", "?"))
-    g = p.add_argument_group("stream-order samplers (o-lda, incremental-gibbs, particle-filter)")
-    g.add_argument("--init-fraction", type=float, default=None, metavar="F",
-                   help="fraction in [0, 1] of the training documents in the batch-Gibbs "
-                        "prefix (o-lda default 0.1; incremental-gibbs and particle-filter: "
-                        "no prefix unless given)")
-    g.add_argument("--init-docs", type=int, default=None, metavar="N",
-                   help="the batch-Gibbs prefix as a number of documents (instead of "
-                        "--init-fraction)")
-    g.add_argument("--init-sweeps", type=int, default=None, metavar="N",
-                   help="batch-Gibbs sweeps over the prefix (default %s)"
-                        % _default("o-lda", "init_sweeps", "?"))
-    g.add_argument("--rejuvenation", type=int, default=None, metavar="R",
-                   help="|R(i)| in [0, 100000], earlier positions resampled "
-                        "(incremental-gibbs: after every token, default 4; particle-filter: "
-                        "per particle after each resampling, default %s)"
-                        % _default("particle-filter", "n_rejuv", "?"))
-    g.add_argument("--rejuvenation-schedule", choices=["uniform", "decay"], default=None,
-                   help="how R(i) is drawn: uniform over all earlier positions, or decayed "
-                        "towards recent ones (default uniform)")
-    g.add_argument("--rejuvenation-decay", type=float, default=None, metavar="TOKENS",
-                   help="with --rejuvenation-schedule decay: mean distance back, in tokens "
-                        "(default 1000)")
-    g.add_argument("--particles", type=int, default=None, metavar="P",
-                   help="particle-filter: number of particles, in [1, 100000] (default %s)"
-                        % _default("particle-filter", "n_particles", "?"))
-    g.add_argument("--ess-threshold", type=float, default=None, metavar="X",
-                   help="particle-filter: resample when the effective sample size 1/sum(w^2) "
-                        "falls to X or below, X in (0, P] (default %s)"
-                        % _default("particle-filter", "ess_threshold", "?"))
-    g = p.add_argument_group("evaluation, checkpoints, logging")
-    g.add_argument("--heldout", default="auto", metavar="SHARD_DIR_OR_SPLIT",
-                   help="held-out documents for evaluation: 'auto' (the dataset's heldout split "
-                        "if it has one), 'none', a split name of the dataset, or a shard path")
-    g.add_argument("--heldout-max-docs", type=int, default=2000,
-                   help="evaluate on at most this many held-out documents")
-    g.add_argument("--eval-every", type=int, default=50,
-                   help="evaluate every N global steps (0: only at the end)")
-    g.add_argument("--checkpoint-every", type=int, default=100,
-                   help="publish a checkpoint every N global steps (0: only at the end)")
-    g.add_argument("--keep-checkpoints", type=int, default=3,
-                   help="keep the N newest checkpoints (0: keep all)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group("runner")
-    g.add_argument("--runner", default="inprocess",
-                   help="inprocess (this process, numba threads), or a Beam runner "
-                        "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...): "
-                        "pipelines.beam_train for the local/global-step algorithms, "
-                        "pipelines.beam_sequential (one single-worker DoFn per window) for "
-                        "gibbs, o-lda, incremental-gibbs and particle-filter")
-    g.add_argument("--minibatches-per-window", type=int, default=None,
-                   help="Beam runners: minibatches per pipeline run (stream samplers: "
-                        "default --checkpoint-every, one checkpoint per window)")
-    g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
-                   help="Beam runners: chain the window's minibatches inside one pipeline "
-                        "(default: the Beam trainer's choice)")
-    g.add_argument("--detach", action="store_true",
-                   help="Beam runners, local/global-step algorithms: submit ONE window "
-                        "(--minibatches-per-window minibatches from the start, or with "
-                        "--resume from the latest checkpoint) and return without waiting "
-                        "(Dataflow Flex Templates); the job itself publishes the checkpoint, "
-                        "evaluates and appends the window's run-log records. Chain windows "
-                        "by launching again with --resume. Runners that run the job in this "
-                        "process (DirectRunner) are still waited for")
-
-
-# ------------------------------------------------------------------------------------ helpers
 
 def find_vocab(shards: str, explicit: Optional[str]) -> str:
     """The vocab.tsv that belongs to SHARD_DIR."""
@@ -352,135 +89,32 @@ def resolve_heldout(shards: str, heldout: str) -> Optional[List[str]]:
     return dataset.resolve_shards(heldout, split=dataset.HELDOUT_SPLIT)
 
 
-def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[str, Any],
-                    batch_size: int, corpus_size: int, seed: int, vocab_hash: str,
-                    corpus_tokens=None):
-    """Construct algorithm ``name``; ``settings`` (option dest -> value, None = not given)
-    are passed when the class accepts them, and an explicitly given one it does not accept is
-    an error naming the option."""
-    from lda_core.algorithm import algorithm_class
-    cls = algorithm_class(name)
-    params = _accepted(cls)
-    var_kw = False
-    kw: Dict[str, Any] = {}
-    base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
-                vocab_hash=vocab_hash)
-    if "n_docs_total" in params:          # the stream-order samplers' name for D
-        base["n_docs_total"] = corpus_size
-    if "corpus_tokens" in params and corpus_tokens is not None:
-        base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
-    for k, v in base.items():
-        if k in params or var_kw:
-            kw[k] = v
-    given = {dest: v for dest, v in settings.items() if v is not None}
-    for dest, v in given.items():
-        kwname = ALGO_OPTIONS[dest]
-        why = NOT_APPLICABLE.get(name, {}).get(kwname)
-        if (kwname not in params and not var_kw) or why:
-            hint = why or HINTS.get((name, dest))
-            raise ValueError("--%s does not apply to algorithm %s%s"
-                             % (_opt(dest), name, " (%s)" % hint if hint else ""))
-        kw[kwname] = v
-    _check_combinations(name, given, kw)
-    try:
-        return cls(n_topics, n_words, **kw)
-    except ValueError as e:
-        raise _name_option(e, given) from None
-
-
-def _opt(dest: str) -> str:
-    return dest.replace("_", "-")
-
-
-def _check_combinations(name: str, given: Dict[str, Any], kw: Dict[str, Any]) -> None:
-    """Options that only mean something together (errors name them)."""
-    if "init_docs" in given and "init_fraction" in given:
-        raise ValueError("--init-docs and --init-fraction both size the batch prefix of %s: "
-                         "give one of them" % name)
-    if "rejuvenation_decay" in given and given.get("rejuvenation_schedule") != "decay":
-        raise ValueError("--rejuvenation-decay applies only with --rejuvenation-schedule decay "
-                         "(algorithm %s)" % name)
-    if "init_sweeps" in given and name != "o-lda" and not (
-            given.get("init_docs") or given.get("init_fraction")):
-        raise ValueError("--init-sweeps does not apply to algorithm %s without a batch prefix "
-                         "(give --init-docs or --init-fraction)" % name)
-
-
-def _name_option(err: ValueError, given: Dict[str, Any]) -> ValueError:
-    """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
-    command-line option that set that keyword."""
-    import re
-    msg = str(err)
-    best = None
-    for dest, v in given.items():
-        m = re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(ALGO_OPTIONS[dest]),
-                      msg)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), dest, v)
-    if best is None:
-        return err
-    return ValueError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
-
-
-def _accepted(cls) -> Dict[str, Any]:
-    """Keyword parameters of ``cls.__init__``, following ``**kw`` into the bases' __init__."""
-    out: Dict[str, Any] = {}
-    for c in cls.__mro__:
-        init = c.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        for name, p in params.items():
-            if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-                out.setdefault(name, p)
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return out
-
-
 def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
     """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
     sweeps (``--passes``) of which the first ``algo.burn_in`` (the sampler's default unless
-    given) are not averaged into φ, one checkpoint at the end."""
-    from lda_core.trainer import TrainResult, evaluate
+    given) are not averaged into φ, one checkpoint at the end
+    (:func:`lda_core.trainer.fit_whole_corpus`, as on Beam)."""
+    from lda_core.session import Session
+    from lda_core.trainer import TrainResult, fit_whole_corpus
     from pipelines.shard_stream import read_docs
-    t0 = time.time()
-    run_log.write(dict(event="start", wall_time=t0, algorithm=algo.name, sweeps=sweeps,
-                       burn_in=algo.burn_in, run=run_info))
-    _log_gibbs_plan(algo, sweeps)
+    ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
+                  vocab_hash=shard_hash)
+    ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
     docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
-    logger.info("collapsed Gibbs: %d documents in memory, %d sweeps", docs.n_docs, sweeps)
-    algo.fit(docs, sweeps=sweeps)
-    metrics = evaluate(algo, heldout) if heldout is not None else {}
-    state = algo.to_state()
-    if not state.vocab_hash:
-        state.vocab_hash = shard_hash
-    state.info = dict(state.info or {}, run=run_info,
-                      trainer=dict(minibatches_done=sweeps, docs_seen=algo.docs_seen))
-    ckpt = store.publish(state)
-    elapsed = time.time() - t0
-    run_log.write(dict(event="end", step=sweeps, docs_seen=algo.docs_seen, elapsed=elapsed,
-                       metrics=metrics, checkpoint=ckpt, wall_time=time.time()))
-    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, elapsed, metrics, ckpt)
+    ckpt = fit_whole_corpus(algo, docs, sweeps, ses)
+    ses.evaluate(algo)
+    end = ses.end(algo.docs_seen)
+    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, end["elapsed"], dict(ses.metrics),
+                       ckpt)
 
 
-def _is_sequential_algorithm(name: str) -> bool:
-    """True for the stream-order samplers (gibbs, o-lda, incremental-gibbs, particle-filter)."""
-    from lda_core.algorithm import SequentialSampler, algorithm_class
+def _capability(name: str, what: str) -> bool:
+    """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithm)."""
+    from lda_core.algorithm import algorithm_class
     try:
-        return issubclass(algorithm_class(name), SequentialSampler)
+        return bool(getattr(algorithm_class(name), what, False))
     except ValueError:
         return False
-
-
-def _log_gibbs_plan(algo, sweeps: int) -> None:
-    if sweeps <= algo.burn_in:
-        logger.warning("gibbs: %d sweeps <= burn-in %d: no sweep is averaged, the topics are "
-                       "the last sample's (raise --passes or lower the burn-in)", sweeps,
-                       algo.burn_in)
-    else:
-        logger.info("gibbs: %d sweeps, the first %d burn-in, phi averaged over the last %d",
-                    sweeps, algo.burn_in, sweeps - algo.burn_in)
 
 
 def _remove_model(model_dir: str) -> None:
@@ -502,10 +136,8 @@ def _run_params(state) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ command
 
-def run(args, beam_argv) -> int:
-    global LAST_SUBMITTED
-    from lda_core.checkpoint import CheckpointStore
-    t_setup = time.time()
+def _check_args(args) -> None:
+    """The options' own ranges, before anything is read."""
     if not args.output:
         raise ValueError("--output MODEL_DIR is required (the model directory to write)")
     if not args.shards:
@@ -522,6 +154,79 @@ def run(args, beam_argv) -> int:
         v = getattr(args, name, None)
         if v is not None and v < 0:
             raise ValueError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
+
+
+def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequential: bool,
+                          whole_corpus: bool) -> None:
+    """The runner options that do not fit the runner or the algorithm, before any work."""
+    if inprocess and beam_argv:
+        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
+                         "Beam --runner)" % " ".join(beam_argv))
+    if not inprocess:
+        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
+        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
+        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
+        if importlib.util.find_spec(module) is None:
+            raise ValueError("--runner %s needs %s, which is not in this installation; use "
+                             "--runner inprocess" % (args.runner, module))
+        if sequential and args.unroll is not None:
+            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
+                             "sampler runs each window as one DoFn)"
+                             % ("" if args.unroll else "no-", algorithm))
+        if whole_corpus and args.minibatches_per_window is not None:
+            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
+                             "sweeps run in one window)")
+    if getattr(args, "detach", False):
+        if inprocess:
+            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
+                             "PortableRunner, DirectRunner): the in-process trainer has no "
+                             "job to submit")
+        if sequential:
+            raise ValueError("--detach is not available for algorithm %s: the stream-order "
+                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
+                             "and logs from the driver; run it without --detach" % algorithm)
+        if args.unroll is False:
+            raise ValueError("--detach runs each window as one unrolled pipeline that "
+                             "publishes its own checkpoint; --no-unroll applies the global "
+                             "steps on the driver")
+
+
+def _heldout(files, shard_hash, max_docs, seed: int, detach: bool):
+    """The held-out set to evaluate on: named by its shards for a detached window (read in
+    the job, where the window is evaluated), else read now; None when there is none."""
+    if files is None:
+        return None
+    if detach:
+        from pipelines.beam_train import HeldOutShards
+        return HeldOutShards(tuple(files), shard_hash, max_docs, seed)
+    from lda_core.trainer import HeldOut
+    from pipelines.shard_stream import read_docs
+    heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
+    return heldout if heldout.docs.n_docs else None
+
+
+def _prepare_output(args, vocab_path: str, vocab) -> None:
+    """The model directory (emptied with --overwrite) with the dataset's vocab.tsv in it."""
+    if args.overwrite and not args.resume:
+        _remove_model(args.output)
+    if not dataset.is_remote(args.output):    # an object store has no folders to create
+        os.makedirs(args.output, exist_ok=True)
+    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
+    if not dataset.exists(dst_vocab):
+        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
+            vocab.write(dst_vocab)
+        else:
+            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
+            os.replace(dst_vocab + ".tmp", dst_vocab)
+
+
+def run(args, beam_argv) -> int:
+    # long because it is the command's steps in order (checks, data, algorithm, output,
+    # runner hand-over, summary); each step is a helper or a check with its own message
+    global LAST_SUBMITTED
+    from lda_core.checkpoint import CheckpointStore
+    t_setup = time.time()
+    _check_args(args)
 
     # --- data: shards, vocabulary and its hash (cheap: Parquet footers only) ---------------
     dataset.verify(args.shards)       # the dataset is complete: manifest, shards, rows, hashes
@@ -567,12 +272,14 @@ def run(args, beam_argv) -> int:
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
-    if algorithm == "gibbs" and state is not None:
+    whole_corpus = _capability(algorithm, "whole_corpus")
+    accumulates = _capability(algorithm, "accumulates_passes")
+    if whole_corpus and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
     passes = int(args.passes if args.passes is not None else prev.get(
-        "passes", {"batch-vb": BATCH_MAX_PASSES, "gibbs": GIBBS_SWEEPS}.get(algorithm, 1)))
-    if algorithm == "gibbs" and args.burn_in is not None and args.burn_in >= passes:
+        "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
+    if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
                          "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
 
@@ -591,37 +298,8 @@ def run(args, beam_argv) -> int:
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    if inprocess and beam_argv:
-        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
-                         "Beam --runner)" % " ".join(beam_argv))
-    sequential = _is_sequential_algorithm(algorithm)
-    if not inprocess:
-        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
-        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
-        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
-        if importlib.util.find_spec(module) is None:
-            raise ValueError("--runner %s needs %s, which is not in this installation; use "
-                             "--runner inprocess" % (args.runner, module))
-        if sequential and args.unroll is not None:
-            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
-                             "sampler runs each window as one DoFn)"
-                             % ("" if args.unroll else "no-", algorithm))
-        if algorithm == "gibbs" and args.minibatches_per_window is not None:
-            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
-                             "sweeps run in one window)")
-    if getattr(args, "detach", False):
-        if inprocess:
-            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
-                             "PortableRunner, DirectRunner): the in-process trainer has no "
-                             "job to submit")
-        if sequential:
-            raise ValueError("--detach is not available for algorithm %s: the stream-order "
-                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
-                             "and logs from the driver; run it without --detach" % algorithm)
-        if args.unroll is False:
-            raise ValueError("--detach runs each window as one unrolled pipeline that "
-                             "publishes its own checkpoint; --no-unroll applies the global "
-                             "steps on the driver")
+    sequential = _capability(algorithm, "sequential")
+    _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -643,36 +321,14 @@ def run(args, beam_argv) -> int:
 
     from lda_core.trainer import resume_position
     start = resume_position(state) if state is not None else 0
-    if algorithm == "batch-vb":
+    if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
-    if (algorithm != "gibbs" and hasattr(algo, "process") and not hasattr(algo, "local_step")
-            and passes > 1):
+    if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
-    heldout = None
     detach = bool(getattr(args, "detach", False))
-    if heldout_files is not None and detach:
-        # read in the job, where the window is evaluated (hash checked above)
-        from pipelines.beam_train import HeldOutShards
-        heldout = HeldOutShards(tuple(heldout_files), shard_hash, args.heldout_max_docs, seed)
-    elif heldout_files is not None:
-        from lda_core.trainer import HeldOut
-        heldout = HeldOut.from_batch(read_docs(heldout_files, shard_hash,
-                                               max_docs=args.heldout_max_docs), seed=seed)
-        if heldout.docs.n_docs == 0:
-            heldout = None
-
-    if args.overwrite and not args.resume:
-        _remove_model(args.output)
-    if not dataset.is_remote(args.output):    # an object store has no folders to create
-        os.makedirs(args.output, exist_ok=True)
-    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
-    if not dataset.exists(dst_vocab):
-        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
-            vocab.write(dst_vocab)
-        else:
-            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
-            os.replace(dst_vocab + ".tmp", dst_vocab)
+    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
+    _prepare_output(args, vocab_path, vocab)
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
     from lda_core.run_log import RUN_LOG_FILE, RunLog
@@ -694,7 +350,7 @@ def run(args, beam_argv) -> int:
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
                 beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
-        elif algorithm == "gibbs":
+        elif whole_corpus:
             res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
                                run_info)
         elif inprocess:

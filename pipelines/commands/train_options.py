@@ -1,0 +1,197 @@
+"""The options of ``ldabeam train`` (argparse declarations and their help texts); the
+command itself is :mod:`pipelines.commands.train`."""
+from __future__ import annotations
+
+import argparse
+import inspect
+
+from pipelines.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
+                                         DEFAULT_ALGORITHM, DEFAULT_MINIBATCH, GIBBS_SWEEPS,
+                                         PAPERS, _HIDDEN, _accepted, _default,
+                                         default_minibatch)
+
+
+def _minibatch_defaults_help() -> str:
+    from lda_core.algorithm import available_algorithms
+    try:
+        names = available_algorithms()
+    except Exception:  # pragma: no cover
+        names = []
+    own = ["%s %d" % (n, default_minibatch(n)) for n in names
+           if _default(n, "batch_size") is not None]
+    return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
+
+
+def _algorithm_help() -> str:
+    from lda_core.algorithm import available_algorithms, algorithm_class
+    parts = []
+    for name in available_algorithms():
+        defaults = ""
+        try:
+            cls = algorithm_class(name)
+            kv = ["%s=%s" % (p.name, p.default) for p in _accepted(cls).values()
+                  if p.name not in _HIDDEN and not p.name.startswith("_")
+                  and p.default is not inspect.Parameter.empty]
+            defaults = "; defaults " + ", ".join(kv) if kv else ""
+        except Exception as e:  # a half-installed algorithm must not break --help
+            defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
+        parts.append("%s [%s%s]" % (name, PAPERS.get(name, "?"), defaults))
+    return "; ".join(parts) or "none installed"
+
+
+def add_arguments(p) -> None:
+    # long because it declares every option of `ldabeam train`, one argparse call each
+    g = p.add_argument_group("data and model")
+    g.add_argument("--shards", metavar="SHARD_DIR",
+                   help="dataset directory written by `ldabeam vectorize` (its train split), a "
+                        "directory of .parquet shards, or a glob (required)")
+    g.add_argument("--output", metavar="MODEL_DIR",
+                   help="model directory: vocab.tsv, checkpoints/, run_log.jsonl (required)")
+    g.add_argument("--vocab", metavar="VOCAB_TSV", default=None,
+                   help="vocabulary file when SHARD_DIR is not a dataset directory "
+                        "(default: SHARD_DIR/vocab.tsv or its parent's)")
+    g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
+                   help="number of topics (required unless --resume)")
+    g.add_argument("--algorithm", default=None,
+                   help="training algorithm (default %s; with --resume: the checkpoint's). "
+                        "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace a model already in MODEL_DIR (its checkpoints/, run_log.jsonl "
+                        "and vocab.tsv are removed once every check has passed)")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in MODEL_DIR (same order, same "
+                        "result as an uninterrupted run)")
+    g = p.add_argument_group("schedule")
+    g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
+                   help="documents per minibatch (unset: the algorithm's own default -- %s; "
+                        "online-vb on a Beam runner with worker processes: %d; "
+                        "batch-vb: documents read at a time, the step still uses all D; the "
+                        "stream samplers: documents per process() call; with --resume: the "
+                        "checkpoint's)" % (_minibatch_defaults_help(), BEAM_WORKERS_MINIBATCH))
+    g.add_argument("--passes", type=int, default=None,
+                   help="passes over the corpus (default 1; batch-vb: maximum iterations, "
+                        "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
+                        % (BATCH_MAX_PASSES, GIBBS_SWEEPS))
+    g.add_argument("--seed", type=int, default=None,
+                   help="seed of the minibatch order and of every random draw (default 0)")
+    g.add_argument("--rel-tol", type=float, default=1e-5,
+                   help="batch-vb: stop when the relative ELBO change falls below this")
+    g.add_argument("--max-steps", type=int, default=None,
+                   help="stop when the global step reaches this number (absolute, so a "
+                        "resumed run stops where an uninterrupted one would)")
+    g = p.add_argument_group(
+        "algorithm settings (unset: the algorithm's own default; an option the chosen "
+        "algorithm does not use is an error)")
+    g.add_argument("--kappa", type=float, default=None,
+                   help="learning-rate decay, rho_t = (tau0 + t)^-kappa, kappa in (0.5, 1] "
+                        "(online-vb, sparse-gibbs-vb; scvb0: --topic-step-kappa)")
+    g.add_argument("--tau0", type=float, default=None,
+                   help="learning-rate delay tau0 >= 0 (online-vb, sparse-gibbs-vb; scvb0: "
+                        "--topic-step-tau)")
+    g.add_argument("--alpha", type=float, default=None, help="document-topic prior (> 0)")
+    g.add_argument("--eta", type=float, default=None, help="topic-word prior (> 0)")
+    g.add_argument("--max-iter", type=int, default=None,
+                   help="cap on E-step iterations per document")
+    g.add_argument("--tol", type=float, default=None,
+                   help="E-step convergence threshold (mean absolute change of gamma)")
+    g.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                   help="E-step floating point type (sums are always float64)")
+    g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
+    g.add_argument("--optimize-alpha", action="store_true", default=None,
+                   help="online Newton updates of alpha")
+    g.add_argument("--optimize-eta", action="store_true", default=None,
+                   help="online Newton updates of eta")
+    g.add_argument("--burn-in", type=int, default=None, metavar="N",
+                   help="scvb0: burn-in passes over each document before the pass that "
+                        "accumulates statistics, in [0, 1000] (default %s); sparse-gibbs-vb: "
+                        "burn-in Gibbs sweeps per document B, in [0, 1000] (default %s); "
+                        "gibbs: sweeps before phi is averaged, in [0, --passes - 1] "
+                        "(default %s)" % (_default("scvb0", "burn_in", "?"),
+                                          _default("sparse-gibbs-vb", "burn_in", "?"),
+                                          _default("gibbs", "burn_in", "?")))
+    g.add_argument("--samples", type=int, default=None, metavar="S",
+                   help="sparse-gibbs-vb: kept Gibbs sweeps per document S, in [1, 1000] "
+                        "(default %s)" % _default("sparse-gibbs-vb", "samples", "?"))
+    for which, sfx, what in (
+            ("topic", "phi", "the topic statistics N^Phi, N^Z (t = minibatch index)"),
+            ("doc", "theta", "the per-document statistics N^Theta (t = updates within the "
+                             "document)")):
+        g.add_argument("--%s-step-scale" % which, type=float, default=None, metavar="S",
+                       help="scvb0: s > 0 of the step size rho = s/(tau + t)^kappa for %s "
+                            "(default %s)" % (what, _default("scvb0", "s_" + sfx, "?")))
+        g.add_argument("--%s-step-tau" % which, type=float, default=None, metavar="TAU",
+                       help="scvb0: tau >= 0 of that schedule (default %s)"
+                            % _default("scvb0", "tau_" + sfx, "?"))
+        g.add_argument("--%s-step-kappa" % which, type=float, default=None, metavar="KAPPA",
+                       help="scvb0: kappa in (0.5, 1] of that schedule (default %s)"
+                            % _default("scvb0", "kappa_" + sfx, "?"))
+    g.add_argument("--gibbs-parts", type=int, default=None, metavar="N",
+                   help="gibbs: document blocks per sweep, in [1, 4096]; 1 = the exact "
+                        "sequential sampler, N > 1 = AD-LDA on N threads (the result depends "
+                        "on N; default %s)" % _default("gibbs", "n_parts", "?"))
+    g = p.add_argument_group("stream-order samplers (o-lda, incremental-gibbs, particle-filter)")
+    g.add_argument("--init-fraction", type=float, default=None, metavar="F",
+                   help="fraction in [0, 1] of the training documents in the batch-Gibbs "
+                        "prefix (o-lda default 0.1; incremental-gibbs and particle-filter: "
+                        "no prefix unless given)")
+    g.add_argument("--init-docs", type=int, default=None, metavar="N",
+                   help="the batch-Gibbs prefix as a number of documents (instead of "
+                        "--init-fraction)")
+    g.add_argument("--init-sweeps", type=int, default=None, metavar="N",
+                   help="batch-Gibbs sweeps over the prefix (default %s)"
+                        % _default("o-lda", "init_sweeps", "?"))
+    g.add_argument("--rejuvenation", type=int, default=None, metavar="R",
+                   help="|R(i)| in [0, 100000], earlier positions resampled "
+                        "(incremental-gibbs: after every token, default 4; particle-filter: "
+                        "per particle after each resampling, default %s)"
+                        % _default("particle-filter", "n_rejuv", "?"))
+    g.add_argument("--rejuvenation-schedule", choices=["uniform", "decay"], default=None,
+                   help="how R(i) is drawn: uniform over all earlier positions, or decayed "
+                        "towards recent ones (default uniform)")
+    g.add_argument("--rejuvenation-decay", type=float, default=None, metavar="TOKENS",
+                   help="with --rejuvenation-schedule decay: mean distance back, in tokens "
+                        "(default 1000)")
+    g.add_argument("--particles", type=int, default=None, metavar="P",
+                   help="particle-filter: number of particles, in [1, 100000] (default %s)"
+                        % _default("particle-filter", "n_particles", "?"))
+    g.add_argument("--ess-threshold", type=float, default=None, metavar="X",
+                   help="particle-filter: resample when the effective sample size 1/sum(w^2) "
+                        "falls to X or below, X in (0, P] (default %s)"
+                        % _default("particle-filter", "ess_threshold", "?"))
+    g = p.add_argument_group("evaluation, checkpoints, logging")
+    g.add_argument("--heldout", default="auto", metavar="SHARD_DIR_OR_SPLIT",
+                   help="held-out documents for evaluation: 'auto' (the dataset's heldout split "
+                        "if it has one), 'none', a split name of the dataset, or a shard path")
+    g.add_argument("--heldout-max-docs", type=int, default=2000,
+                   help="evaluate on at most this many held-out documents")
+    g.add_argument("--eval-every", type=int, default=50,
+                   help="evaluate every N global steps (0: only at the end)")
+    g.add_argument("--checkpoint-every", type=int, default=100,
+                   help="publish a checkpoint every N global steps (0: only at the end)")
+    g.add_argument("--keep-checkpoints", type=int, default=3,
+                   help="keep the N newest checkpoints (0: keep all)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("runner")
+    g.add_argument("--runner", default="inprocess",
+                   help="inprocess (this process, numba threads), or a Beam runner "
+                        "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...): "
+                        "pipelines.beam_train for the local/global-step algorithms, "
+                        "pipelines.beam_sequential (one single-worker DoFn per window) for "
+                        "gibbs, o-lda, incremental-gibbs and particle-filter")
+    g.add_argument("--minibatches-per-window", type=int, default=None,
+                   help="Beam runners: minibatches per pipeline run (stream samplers: "
+                        "default --checkpoint-every, one checkpoint per window)")
+    g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
+                   help="Beam runners: chain the window's minibatches inside one pipeline "
+                        "(default: the Beam trainer's choice)")
+    g.add_argument("--detach", action="store_true",
+                   help="Beam runners, local/global-step algorithms: submit ONE window "
+                        "(--minibatches-per-window minibatches from the start, or with "
+                        "--resume from the latest checkpoint) and return without waiting "
+                        "(Dataflow Flex Templates); the job itself publishes the checkpoint, "
+                        "evaluates and appends the window's run-log records. Chain windows "
+                        "by launching again with --resume. Runners that run the job in this "
+                        "process (DirectRunner) are still waited for")
+
+
+# ------------------------------------------------------------------------------------ helpers
