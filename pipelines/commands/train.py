@@ -37,6 +37,9 @@ from pipelines import dataset
 
 logger = logging.getLogger(__name__)
 
+# the model directory this command writes, held under a lease while it runs, and the inputs
+# it must neither contain nor lie inside (pipelines.cli, lda_core.lease)
+MODEL_DIR = ("output", ("shards", "vocab"))
 DEFAULT_ALGORITHM = "online-vb"
 BATCH_MAX_PASSES = 100   # batch-vb: cap on iterations (it stops at a relative ELBO change < tol)
 GIBBS_SWEEPS = 100       # gibbs: --passes is the number of sweeps over the corpus in memory
