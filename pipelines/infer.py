@@ -133,7 +133,7 @@ def resolve_model(model: str) -> ModelRef:
         state = TopicState.load(path)
         model_dir = dataset.model_dir_of(path)
     else:
-        found = CheckpointStore(model).latest_checkpoint()
+        found = CheckpointStore(model, check_algorithm=True).latest_checkpoint()
         if found is None:
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))

@@ -520,7 +520,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from pipelines import dataset
-    store = CheckpointStore(model_dir, keep_last=keep_last)
+    store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
     state = store.latest()
     model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
     if state is not None:

@@ -61,7 +61,7 @@ def load_model(model: str):
         state = TopicState.load(model)
         vdir = dataset.model_dir_of(model)
     else:
-        state = CheckpointStore(model).latest()
+        state = CheckpointStore(model, check_algorithm=True).latest()
         if state is None:
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))

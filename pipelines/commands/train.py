@@ -537,7 +537,7 @@ def run(args, beam_argv) -> int:
 
     # --- model directory: fresh or resumed ---------------------------------------------------
     keep = args.keep_checkpoints or None
-    store = CheckpointStore(args.output, keep_last=keep)
+    store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
     if args.resume:
         state = store.latest()
