@@ -200,3 +200,113 @@ def test_lease_on_the_object_store(store_root):
     assert not files.exists(files.join(model, LEASE_FILE))
     b = ModelLease(model, "b", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
     b.release()
+
+
+# ----------------------------------------------------------------------- the run log
+def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_path, ds,
+                                                                              capsys, caplog):
+    model = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, "--max-steps", 2,
+                           *TRAIN)
+    assert rc == 0, err
+    log = os.path.join(model, RUN_LOG_FILE)
+    with open(log, "a") as f:
+        f.write('{"event": "step", "step": 3, "docs')          # killed mid-record
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, "--resume",
+                           "--no-progress")
+    assert rc == 0, err
+    damaged = []
+    from lda_core.run_log import iter_run_log
+    recs = list(iter_run_log(log, damaged=damaged))
+    assert damaged == [] and open(log, "rb").read().endswith(b"\n")
+    assert [r["step"] for r in recs if r["event"] == "step"] == list(range(1, 6))
+    # a damaged line in the middle (edited, invalid UTF-8, not an object): skipped and counted
+    lines = open(log, "rb").read().split(b"\n")
+    lines[1:1] = [b"\xff\xfe not json", b"[1, 2]", b"{" * 5000]
+    open(log, "wb").write(b"\n".join(lines))
+    damaged = []
+    assert list(iter_run_log(log, damaged=damaged)) == recs
+    assert damaged == [2, 3, 4]
+    rc, out, err = ldabeam(capsys, "report", "--model", model, "--output",
+                           tmp_path / "r.html", "--max-docs", 50)
+    assert rc == 0, err
+    assert "skipped 3 damaged line(s) (line 2, 3, 4)" in caplog.text
+    from pipelines.infer import training_shards
+    assert training_shards(model) == os.path.abspath(ds)
+    rc, out, err = ldabeam(capsys, "export", "--model", model, "--output",
+                           tmp_path / "export")                      # the training shards
+    assert rc == 0, err
+
+
+def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, store_root):
+    from lda_core.run_log import append_records, repair_tail
+    p = str(tmp_path / "log.jsonl")
+    open(p, "w").write('{"event": "start"}\n{"event": "end"}')        # only the newline lost
+    repair_tail(p)
+    assert open(p).read() == '{"event": "start"}\n{"event": "end"}\n'
+    with RunLog(p) as log:
+        log.write({"event": "step", "step": 1})
+    assert [r["event"] for r in read_run_log(p)] == ["start", "end", "step"]
+    url = "fakegs://bucket/m/run_log.jsonl"
+    from pipelines import object_store_files
+    files = object_store_files.files_for(url)
+    files.write_atomic(url, b'{"event": "start"}\n{"event": "st')
+    append_records(url, [{"event": "step", "step": 1}])
+    assert [r["event"] for r in read_run_log(url)] == ["start", "step"]
+
+
+# ----------------------------------------------------------------------- output leftovers
+def test_leftovers_without_checkpoints_do_not_break_topics_or_infer(tmp_path, ds, kos_paths,
+                                                                   capsys, caplog):
+    other = make_dataset(str(tmp_path / "other"), kos_paths, n_train=60, n_held=10,
+                         n_shards=1, vocab_edit=True)
+    model = str(tmp_path / "m")
+    os.makedirs(model)
+    import shutil
+    shutil.copy(os.path.join(other, "vocab.tsv"), os.path.join(model, "vocab.tsv"))
+    with open(os.path.join(model, RUN_LOG_FILE), "w") as f:
+        f.write(json.dumps({"event": "start", "shards": other}) + "\n")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    assert "leftover of another vocabulary" in caplog.text
+    rc, out, err = ldabeam(capsys, "topics", "--model", model, "--top", 3)
+    assert rc == 0, err
+    rc, out, err = ldabeam(capsys, "infer", "--model", model, "--shards", ds, "--output",
+                           tmp_path / "theta", "--batch-size", 64)
+    assert rc == 0, err
+    starts = read_run_log(os.path.join(model, RUN_LOG_FILE), "start")
+    assert len(starts) == 1 and starts[0]["run"]["shards"] == os.path.abspath(ds)
+
+
+# ----------------------------------------------------------------------- damaged state.json
+def _damage(path, how):
+    p = os.path.join(path, "state.json")
+    meta = json.load(open(p))
+    if how == "nested":
+        text = json.dumps(meta)[:-1] + ', "x": ' + "[" * 100000 + "]" * 100000 + "}"
+    elif how == "huge-sizes":
+        meta["n_topics"] = 10 ** 9
+        text = json.dumps(meta)
+    elif how == "missing-param":
+        meta["params"].pop("kappa")
+        text = json.dumps(meta)
+    else:
+        meta["params"]["tau0"] = "sixty-four"
+        text = json.dumps(meta)
+    open(p, "w").write(text)
+
+
+@pytest.mark.parametrize("how", ["nested", "huge-sizes", "missing-param", "wrong-type"])
+def test_damaged_state_json_falls_back_to_the_previous_checkpoint(tmp_path, ds, capsys, caplog,
+                                                                  how):
+    model = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    store = CheckpointStore(model, check_algorithm=True)
+    newest = store.list_checkpoints()[-1]
+    _damage(newest.path, how)
+    rc, out, err = ldabeam(capsys, "topics", "--model", model, "--top", 3)
+    assert rc == 0, err
+    assert "damaged checkpoint, using the previous one" in caplog.text
+    assert newest.path in caplog.text and "Traceback" not in err
+    assert store.latest().step < newest.step
