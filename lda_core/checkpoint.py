@@ -36,6 +36,7 @@ directory unless one is passed): local here, Beam ``FileSystems`` for URLs once
 """
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import uuid
@@ -43,6 +44,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.faults import fault_point
 from lda_core.state import LocalFiles, StateFormatError, TopicState, files_for
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,10 @@ CHECKPOINTS = "checkpoints"
 POINTER = "LATEST"
 # step-<step, 9+ digits>, and on object stores -<unique suffix> (see module docstring)
 _NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
+
+
+class DiskFullError(ValueError):
+    """A checkpoint could not be written for lack of space (nothing was published)."""
 
 
 class Checkpoint(NamedTuple):
@@ -263,9 +269,18 @@ class CheckpointStore:
             check_state_finite(state)
         name = self._new_name(state.step)
         path = self.files.join(self.root, name)
-        state.save(path, files=self.files)
-        self.files.write_atomic(self.files.join(self.root, POINTER),
-                                (name + "\n").encode("utf-8"))
+        try:
+            state.save(path, files=self.files)
+            fault_point("publish-written")
+            self.files.write_atomic(self.files.join(self.root, POINTER),
+                                    (name + "\n").encode("utf-8"))
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError("the disk is full: checkpoint step %d could not be written to "
+                                "%s (%s); the previous checkpoint stays the latest -- free "
+                                "space, then --resume" % (state.step, path, e.strerror)) from e
+        fault_point("publish-pointer")
         logger.info("published checkpoint %s (step %d, %d documents seen)",
                     path, state.step, state.docs_seen)
         if self.unique_names:
@@ -295,6 +310,7 @@ class CheckpointStore:
                 continue
             self.files.remove_tree(c.path)
             deleted.append(c.path)
+            fault_point("prune")
         if deleted:
             logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
                         keep_last)

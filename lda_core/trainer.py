@@ -46,6 +46,7 @@ from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -315,6 +316,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                 break
             else:
                 stats = None if sequential else algorithm.local_step(mb.batch)
+            fault_point("estep")
             try:
                 if sequential:
                     info = algorithm.process(mb.batch) or {}
