@@ -310,3 +310,25 @@ def test_damaged_state_json_falls_back_to_the_previous_checkpoint(tmp_path, ds, 
     assert "damaged checkpoint, using the previous one" in caplog.text
     assert newest.path in caplog.text and "Traceback" not in err
     assert store.latest().step < newest.step
+
+
+def test_stream_takes_the_lease_too(tmp_path, capsys):
+    model = str(tmp_path / "m")
+    with ModelLease(model, "a trainer", heartbeat_seconds=0):
+        one_line_error(capsys, ["stream", "--model", model, "--input-glob",
+                                str(tmp_path / "in" / "*.json")], "is being written by a trainer")
+
+
+def test_sizes_without_an_array_behind_them_are_checked_before_allocation(tmp_path):
+    from lda_core.gibbs import CollapsedGibbs
+    from lda_core.state import StateFormatError, read_state_json
+    g = CollapsedGibbs(4, 50, seed=1)
+    g.process(DocBatch.from_rows([([1, 3, 7], [1, 2, 1]), ([0, 49], [2, 2])]))
+    path = str(tmp_path / "g")
+    g.to_state().save(path)
+    meta = json.load(open(os.path.join(path, "state.json")))
+    meta.update(n_topics=100000, n_words=100000)     # V x K + D x K counts to allocate
+    json.dump(meta, open(os.path.join(path, "state.json"), "w"))
+    with pytest.raises(StateFormatError, match="ask for 10000200000 values but the arrays "
+                                               "hold only"):
+        read_state_json(path)
