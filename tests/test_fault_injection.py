@@ -6,14 +6,12 @@ run log has no damaged line. ENOSPC while a checkpoint is written (a small tmpfs
 previous checkpoint stays the latest and the error says the disk is full.
 
 The full sweep (>= 50 kills) is marked slow; one kill per point runs in the quick suite."""
-import errno
 import os
 import random
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest

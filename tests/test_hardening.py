@@ -7,31 +7,14 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from lda_core.checkpoint import CheckpointStore
 from lda_core.docbatch import DocBatch
 from lda_core.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
 from lda_core.run_log import RUN_LOG_FILE, RunLog, read_run_log
-from pipelines import cli
 
-from test_cli_train import COMMON, make_dataset
-
-
-def ldabeam(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(capsys, argv, match):
-    rc, out, err = ldabeam(capsys, *argv)
-    assert rc == 2, (rc, out, err)
-    lines = [l for l in err.strip().split("\n") if l and "WARNING" not in l]
-    assert len(lines) == 1, err
-    assert match in lines[0], lines[0]
-    return lines[0]
+from test_cli_train import COMMON, _one_line_error as one_line_error, ldabeam, make_dataset
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +97,10 @@ def test_output_that_is_a_regular_file_is_one_clear_error(tmp_path, ds, capsys):
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path, ds, capsys):
     model = str(tmp_path / "m")
     with ModelLease(model, "test holder", heartbeat_seconds=0):
-        line = one_line_error(capsys, ["train", "--shards", ds, "--output", model] + TRAIN,
-                              "is being written by test holder")
-        assert "pid %d" % os.getpid() in line
+        one_line_error(capsys, ["train", "--shards", ds, "--output", model] + TRAIN,
+                       "is being written by test holder")
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+        assert rc == 2 and "pid %d on host" % os.getpid() in err
         assert not CheckpointStore(model).list_checkpoints()
     # released: now the run goes through and leaves no lease behind
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
