@@ -124,7 +124,9 @@ def _normalized_phi_T(phi) -> np.ndarray:
 
 
 def _check_words(batch: DocBatch, V: int, name: str) -> None:
-    batch.check_vocab(V, "the model's vocabulary (%s)" % name)
+    if batch.nnz and batch.max_word_id() >= V:
+        raise ValueError("%s has word id %d but phi has only V=%d words"
+                         % (name, batch.max_word_id(), V))
 
 
 # ---------------------------------------------------------------------------------------------
