@@ -36,6 +36,7 @@ directory unless one is passed): local here, Beam ``FileSystems`` for URLs once
 """
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import uuid
@@ -43,6 +44,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.faults import fault_point
 from lda_core.state import LocalFiles, StateFormatError, TopicState, files_for
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,10 @@ CHECKPOINTS = "checkpoints"
 POINTER = "LATEST"
 # step-<step, 9+ digits>, and on object stores -<unique suffix> (see module docstring)
 _NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
+
+
+class DiskFullError(ValueError):
+    """A checkpoint could not be written for lack of space (nothing was published)."""
 
 
 class Checkpoint(NamedTuple):
@@ -85,16 +91,37 @@ def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
                          "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
 
 
+def check_loadable(state: TopicState, where: str) -> None:
+    """StateFormatError when the algorithm of ``state`` cannot be built from it (a missing
+    parameter, arrays that disagree with each other, ...: an edited or damaged checkpoint),
+    so :meth:`CheckpointStore.latest_checkpoint` falls back to the previous checkpoint
+    instead of every reader failing later. An algorithm not installed here is not checked."""
+    from lda_core.algorithm import algorithm_class
+    try:
+        cls = algorithm_class(state.algorithm)
+    except ValueError:
+        return
+    try:
+        cls.from_state(state)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, MemoryError,
+            RecursionError) as e:
+        raise StateFormatError("%s: damaged checkpoint, %s cannot be built from it (%s: %s)"
+                               % (where, state.algorithm, type(e).__name__, e))
+
+
 class CheckpointStore:
     """Checkpoints of one model directory (see module docstring).
 
     ``keep_last``: keep only this many newest checkpoints after each publish (``None`` keeps
     all); the one just published and the one ``LATEST`` names are never deleted.
     ``files``: the file layer (default :func:`lda_core.state.files_for` ``(model_dir)``).
+    ``check_algorithm``: :meth:`latest_checkpoint` also builds the algorithm from each
+    candidate (:func:`check_loadable`), so an edited or damaged checkpoint that passes the
+    format checks still falls back to the previous one (what the commands use).
     """
 
     def __init__(self, model_dir: str, keep_last: Optional[int] = None,
-                 files: Optional[LocalFiles] = None):
+                 files: Optional[LocalFiles] = None, check_algorithm: bool = False):
         if keep_last is not None and (isinstance(keep_last, bool) or int(keep_last) < 1):
             raise ValueError("keep_last must be None (keep all) or an integer >= 1, got %r"
                              % (keep_last,))
@@ -102,6 +129,7 @@ class CheckpointStore:
         self.keep_last = None if keep_last is None else int(keep_last)
         self.files = files or files_for(model_dir)
         self.root = self.files.join(model_dir, CHECKPOINTS)
+        self.check_algorithm = bool(check_algorithm)
         # no atomic directory rename (object stores): unique names, committed by LATEST
         self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
 
@@ -205,8 +233,11 @@ class CheckpointStore:
         for c in candidates:
             try:
                 state = TopicState.load(c.path, files=self.files)
+                if self.check_algorithm:
+                    check_loadable(state, c.path)
             except (StateFormatError, OSError) as e:
-                logger.warning("skipping checkpoint %s: %s", c.path, e)
+                logger.warning("skipping checkpoint %s (damaged checkpoint, using the previous "
+                               "one): %s", c.path, e)
                 failures.append("%s (%s)" % (self.files.basename(c.path), e))
                 continue
             if state.step != c.step:
@@ -238,9 +269,18 @@ class CheckpointStore:
             check_state_finite(state)
         name = self._new_name(state.step)
         path = self.files.join(self.root, name)
-        state.save(path, files=self.files)
-        self.files.write_atomic(self.files.join(self.root, POINTER),
-                                (name + "\n").encode("utf-8"))
+        try:
+            state.save(path, files=self.files)
+            fault_point("publish-written")
+            self.files.write_atomic(self.files.join(self.root, POINTER),
+                                    (name + "\n").encode("utf-8"))
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError("the disk is full: checkpoint step %d could not be written to "
+                                "%s (%s); the previous checkpoint stays the latest -- free "
+                                "space, then --resume" % (state.step, path, e.strerror)) from e
+        fault_point("publish-pointer")
         logger.info("published checkpoint %s (step %d, %d documents seen)",
                     path, state.step, state.docs_seen)
         if self.unique_names:
@@ -270,6 +310,7 @@ class CheckpointStore:
                 continue
             self.files.remove_tree(c.path)
             deleted.append(c.path)
+            fault_point("prune")
         if deleted:
             logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
                         keep_last)

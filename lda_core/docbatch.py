@@ -47,7 +47,10 @@ class DocBatch:
         if len(indptr) > 1 and np.any(np.diff(indptr) < 0):
             raise ValueError("indptr must be non-decreasing")
         if len(counts) and counts.min() <= 0:
-            raise ValueError("counts must be positive integers (found %d)" % counts.min())
+            pos = int(np.argmax(counts <= 0))
+            raise ValueError("counts must be positive integers: document %r has count %d"
+                             % (self._doc_at(pos), counts[pos]))
+        self._check_word_order()
         for name in ("titles", "labels"):
             v = getattr(self, name)
             if v is not None:
@@ -56,6 +59,40 @@ class DocBatch:
                 if len(v) != len(self.doc_ids):
                     raise ValueError("%s has %d entries for %d documents"
                                      % (name, len(v), len(self.doc_ids)))
+
+    def _doc_at(self, pos: int) -> str:
+        """The id of the document holding non-zero ``pos``."""
+        return self.doc_ids[int(np.searchsorted(self.indptr, pos, side="right")) - 1]
+
+    def _check_word_order(self) -> None:
+        """Word ids are >= 0 and, within each document, strictly increasing (sorted, unique):
+        the kernels index arrays with them unchecked (numba does not bounds-check)."""
+        w = self.word_ids
+        if not len(w):
+            return
+        if w.min() < 0:
+            pos = int(np.argmax(w < 0))
+            raise ValueError("document %r has a negative word id %d (word ids must lie in "
+                             "[0, V))" % (self._doc_at(pos), w[pos]))
+        bad = np.diff(w) <= 0
+        starts = self.indptr[1:-1]
+        starts = starts[(starts > 0) & (starts < len(w))]
+        bad[starts - 1] = False            # a new document may start lower
+        if bad.any():
+            pos = int(np.argmax(bad)) + 1
+            raise ValueError("document %r has word ids that are not sorted and unique (%d "
+                             "follows %d)" % (self._doc_at(pos), w[pos], w[pos - 1]))
+
+    def check_vocab(self, n_words: int, what: str = "the vocabulary") -> None:
+        """ValueError naming the document when a word id is >= ``n_words`` (negative, unsorted
+        and repeated ids are refused at construction)."""
+        if len(self.word_ids):
+            top = int(self.word_ids.max())
+            if top >= n_words:
+                pos = int(np.argmax(self.word_ids >= n_words))
+                raise ValueError("document %r has word id %d, outside %s of %d words (was it "
+                                 "vectorised with another vocabulary?)"
+                                 % (self._doc_at(pos), top, what, n_words))
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -139,9 +176,7 @@ class DocBatch:
         return self if len(keep) == self.n_docs else self.take(keep)
 
     def to_csr(self, n_words: int, dtype=np.float64) -> sp.csr_matrix:
-        if self.nnz and self.max_word_id() >= n_words:
-            raise ValueError("word id %d is outside a vocabulary of %d words"
-                             % (self.max_word_id(), n_words))
+        self.check_vocab(n_words)
         return sp.csr_matrix((self.counts.astype(dtype), self.word_ids, self.indptr),
                              shape=(self.n_docs, n_words))
 

@@ -236,9 +236,7 @@ class OnlineVB(StochasticAlgorithm):
         if not isinstance(batch, DocBatch):
             raise TypeError("local_step needs a DocBatch, got %s" % type(batch).__name__)
         K, V = self.n_topics, self.n_words
-        if batch.nnz and batch.max_word_id() >= V:
-            raise ValueError("word id %d is outside the vocabulary of %d words (was the batch "
-                             "vectorised with another vocabulary?)" % (batch.max_word_id(), V))
+        batch.check_vocab(V)
         res, keep, ne, uniq = self._estep(batch, gamma0, max_iter, salt)
         n_empty = batch.n_docs - ne.n_docs
         stats = VBStats(n_topics=K, n_words=V, word_ids=uniq.astype(np.int32),

@@ -13,7 +13,12 @@ Record kinds (key ``event``):
 * ``"error"``  — a step that was refused (e.g. non-finite statistics) and the message.
 
 Values are made JSON-able (numpy scalars -> Python numbers; NaN/inf -> null). A resumed run
-appends to the same file; a reader ignores a truncated last line (a run killed mid-write).
+appends to the same file. A run killed mid-write can leave a torn last line: every writer
+repairs it before appending (:func:`repair_tail`: a complete record that lost only its newline
+is kept, a partial one is cut off -- it belongs to a step after the last checkpoint, which the
+resumed run logs again), and every reader skips and counts a line that is not a JSON object
+(a warning names the lines) instead of failing, so a damaged log never makes the model
+unreadable.
 
 On an object store (``gs://``, ``s3://``, ...: a file layer with ``can_append = False``, see
 :mod:`lda_core.state` and ``pipelines.object_store_files``) an object cannot be appended to,
@@ -38,6 +43,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
+from lda_core.faults import armed, die
 from lda_core.state import LocalFiles, files_for
 
 logger = logging.getLogger(__name__)
@@ -83,15 +89,11 @@ class RunLog:
             self._data = bytearray()
             if self.files.exists(path):
                 with self.files.open_read(path) as f:
-                    old = f.read()
-                if old and not old.endswith(b"\n"):
-                    # cannot happen with whole-object writes; a copied-in partial line would
-                    # otherwise end up in the middle of the log
-                    old = old[:old.rfind(b"\n") + 1]
-                self._data += old
+                    self._data += _complete_lines(f.read())
             return
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
+        repair_tail(path)
         self._f = open(path, "a", encoding="utf-8")
 
     def write(self, record: Dict[str, Any]) -> None:
@@ -104,6 +106,10 @@ class RunLog:
             if record.get("event") in ("start", "end", "error") or record.get("checkpoint"):
                 self.flush()
             return
+        if armed("runlog"):
+            self._f.write(line[:len(line) // 2])
+            self._f.flush()
+            die()
         self._f.write(line + "\n")
         self._f.flush()
         if self.fsync:
@@ -135,34 +141,113 @@ class RunLog:
         self.close()
 
 
+def _parses(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line.decode("utf-8")), dict)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+
+
+def _complete_lines(data: bytes) -> bytes:
+    """``data`` ending at a line end: a torn last line is cut off, a complete record that only
+    lost its newline gets one."""
+    if not data or data.endswith(b"\n"):
+        return data
+    cut = data.rfind(b"\n") + 1
+    if _parses(data[cut:]):
+        return data + b"\n"
+    logger.warning("run log: dropping a torn last line of %d bytes (a run killed while "
+                   "writing it)", len(data) - cut)
+    return data[:cut]
+
+
+def repair_tail(path: str, chunk: int = 1 << 16) -> None:
+    """Make the local run log ``path`` end at a line end before appending (see
+    :func:`_complete_lines`); reads only the last line."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return
+        pos, tail = end, b""
+        while pos > 0 and b"\n" not in tail:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            tail = f.read(step) + tail
+        start = pos + tail.rfind(b"\n") + 1
+        fixed = _complete_lines(tail[tail.rfind(b"\n") + 1:])
+        f.seek(start)
+        f.truncate()
+        f.write(fixed)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def append_records(path: str, records, files=None) -> None:
+    """Append ``records`` to the run log ``path`` in one write (a torn last line repaired
+    first): appended to a local file; on an object store (no append) the object is read, the
+    lines added and the whole object rewritten in one upload."""
+    files = files or files_for(path)
+    data = "".join(json.dumps(_jsonable(r), sort_keys=True, allow_nan=False) + "\n"
+                   for r in records).encode("utf-8")
+    if getattr(files, "can_append", True):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        repair_tail(path)
+        with open(path, "ab") as fh:
+            fh.write(data)
+        return
+    old = b""
+    if files.exists(path):
+        with files.open_read(path) as fh:
+            old = _complete_lines(fh.read())
+    files.write_atomic(path, old + data)
+
+
 def run_log_exists(path: str, files=None) -> bool:
     """True when the run log ``path`` (local or, through its file layer, an object) exists."""
     return (files or files_for(path)).exists(path)
 
 
-def iter_run_log(path: str, files=None) -> Iterator[Dict[str, Any]]:
-    """Records of a run log in file order; a truncated (unparsable) last line is skipped with a
-    warning, an unparsable line elsewhere raises ValueError naming the line. ``files``: the
-    file layer (default :func:`lda_core.state.files_for` ``(path)``)."""
+def iter_run_log(path: str, files=None, damaged: Optional[List[int]] = None
+                 ) -> Iterator[Dict[str, Any]]:
+    """Records of a run log in file order. A line that is not a JSON object (torn by a kill,
+    edited, invalid UTF-8) is skipped: its number is appended to ``damaged`` when given and a
+    warning names the skipped lines. ``files``: the file layer (default
+    :func:`lda_core.state.files_for` ``(path)``)."""
     files = files or files_for(path)
     if isinstance(files, LocalFiles):
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        with open(path, "rb") as f:
+            raw = f.read()
     else:
         with files.open_read(path) as f:
-            lines = f.read().decode("utf-8").split("\n")
-    if lines and lines[-1] == "":
+            raw = f.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
         lines.pop()
+    bad = []
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except json.JSONDecodeError as e:
-            if n == len(lines):
-                logger.warning("run log %s: ignoring a truncated last line %d", path, n)
-                return
-            raise ValueError("run log %s line %d is not JSON: %s" % (path, n, e))
+            rec = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            rec = None
+        if not isinstance(rec, dict):
+            bad.append(n)
+            continue
+        yield rec
+    if bad:
+        logger.warning("run log %s: skipped %d damaged line(s) (line %s)", path, len(bad),
+                       ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else ""))
+        if damaged is not None:
+            damaged.extend(bad)
 
 
 def read_run_log(path: str, event: Optional[str] = None, files=None) -> List[Dict[str, Any]]:

@@ -618,6 +618,8 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise StateFormatError("%s is not valid JSON (%s)" % (path, e))
+    except RecursionError:
+        raise StateFormatError("%s is nested too deeply to be a topic state" % path)
     if not isinstance(meta, dict):
         raise StateFormatError("%s: expected a JSON object, got %s" % (path, type(meta).__name__))
     if meta.get("format") != FORMAT_NAME:
@@ -642,4 +644,48 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
                                % (path, meta.get("rng")))
     meta.setdefault("vocab_hash", None)
     meta.setdefault("rng", None)
+    _check_declared_sizes(path, meta)
     return meta
+
+
+# Sizes an algorithm allocates from state.json (V x K topic-word counts, P x D x K particle
+# document counts) that no array backs are allowed up to this many values, or this many
+# times the values the arrays hold: an edited state.json cannot make a reader allocate
+# terabytes before anything else is checked.
+MAX_UNBACKED_VALUES = 1 << 28
+UNBACKED_FACTOR = 64
+
+
+def _check_declared_sizes(path: str, meta: Dict[str, Any]) -> None:
+    """StateFormatError when state.json's K, V (and P, D) disagree with its arrays' shapes.
+
+    Arrays whose shape is fixed by K and V are checked exactly (``ntilde`` V x K, ``nz`` /
+    ``topic_totals`` / ``alpha`` K, ``indptr`` V + 1); the work sizes allocated from them
+    (V x K and, for particle filters, P x D x K) must stay within the bound above."""
+    K, V = max(meta["n_topics"], 0), max(meta["n_words"], 0)   # < 1: refused when built
+    shapes = {}
+    held = 0
+    for name, e in meta["arrays"].items():
+        shape = e.get("shape") if isinstance(e, dict) else None
+        if isinstance(shape, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                           and x >= 0 for x in shape):
+            shapes[name] = tuple(shape)
+            n = 1
+            for x in shape:
+                n *= x
+            held += n
+    expect = {"ntilde": (V, K), "nz": (K,), "topic_totals": (K,), "alpha": (K,),
+              "indptr": (V + 1,)}
+    for name, want in expect.items():
+        if name in shapes and shapes[name] != want:
+            raise StateFormatError("%s: array %s has shape %s but n_topics=%d, n_words=%d need "
+                                   "%s" % (path, name, shapes[name], K, V, want))
+    P = meta["params"].get("n_particles", 1)
+    P = P if isinstance(P, int) and not isinstance(P, bool) and P >= 1 else 1
+    D = shapes["doc_ptr"][0] - 1 if len(shapes.get("doc_ptr", ())) == 1 else 0
+    need = V * K + P * max(D, 0) * K
+    if need > max(MAX_UNBACKED_VALUES, UNBACKED_FACTOR * held):
+        raise StateFormatError("%s: n_topics=%d, n_words=%d%s ask for %d values but the arrays "
+                               "hold only %d: the sizes were edited or damaged"
+                               % (path, K, V, ", n_particles=%d" % P if P > 1 else "", need,
+                                  held))

@@ -49,6 +49,7 @@ import numpy as np
 from lda_core import session as _session
 from lda_core.docbatch import DocBatch
 from lda_core.session import Session, TrainingError, resume_position  # noqa: F401 (API)
+from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
         for mb, stats in loop.steps(stream, stop):
             if stop():
                 break
+            fault_point("estep")     # a test's kill point: the E-step is done, nothing applied
             info, err = loop.apply(mb, stats)
             if err is not None:
                 if bar is not None:

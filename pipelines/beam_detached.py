@@ -169,27 +169,10 @@ class _Records:
 
 
 def _append_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
-    """Append ``records`` to the run log ``path`` in one write, in the format of
-    :class:`lda_core.run_log.RunLog` (one sorted-key JSON object per line): appended to a
-    local file; on an object store (no append) the object is read, the lines added and the
-    whole object rewritten in one upload (one writer per window at a time)."""
-    from lda_core.run_log import _jsonable
-    from lda_core.state import files_for
-    data = "".join(json.dumps(_jsonable(r), sort_keys=True, allow_nan=False) + "\n"
-                   for r in records).encode("utf-8")
-    files = files_for(path)
-    if getattr(files, "can_append", True):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "ab") as fh:
-            fh.write(data)
-        return
-    old = b""
-    if files.exists(path):
-        with files.open_read(path) as fh:
-            old = fh.read()
-        if old and not old.endswith(b"\n"):
-            old = old[:old.rfind(b"\n") + 1]     # never a partial line in the middle
-    files.write_atomic(path, old + data)
+    """Append ``records`` to the run log ``path`` in one write (one writer per window at a
+    time): :func:`lda_core.run_log.append_records`."""
+    from lda_core.run_log import append_records
+    append_records(path, records)
 
 
 def _window_in_log(path: Optional[str], run_key: str):

@@ -56,6 +56,8 @@ BowItem = Union[Tuple[str, np.ndarray, np.ndarray], DeadLetter]
 
 def _pack(ids: List[int], counts: List[int]) -> Tuple[np.ndarray, np.ndarray]:
     """Sorted unique int32 ids with summed int32 counts."""
+    if any(x > np.iinfo(np.int32).max for x in counts):
+        raise ValueError("a count exceeds int32")    # before int64 conversion can overflow
     w = np.asarray(ids, dtype=np.int64)
     c = np.asarray(counts, dtype=np.int64)
     if len(w) > 1 and np.any(w[1:] <= w[:-1]):
@@ -405,7 +407,8 @@ class _Grouper:
                 w = np.concatenate(self.wparts + [np.asarray(self.ids, np.int64)])
                 c = np.concatenate(self.cparts + [np.asarray(self.cnts, np.int64)])
                 out.append(_emit(self.cur, w, c, self.path))
-            self.done.add(self.cur)
+            if 1 <= self.cur <= self.n_docs:     # an out-of-range id is dead, not remembered
+                self.done.add(self.cur)
         self.cur, self.ids, self.cnts, self.wparts, self.cparts, self.bad = \
             None, [], [], [], [], None
         return out

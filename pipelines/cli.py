@@ -7,6 +7,7 @@ passed through to Beam as pipeline options (``--runner``, ``--direct_num_workers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
@@ -56,6 +57,21 @@ def build_parser(commands=None) -> argparse.ArgumentParser:
     return parser
 
 
+def _model_dir_lease(module, args):
+    """The lease of the model directory a writing command declares with ``MODEL_DIR = (option,
+    input options)`` (``lda_core.lease``: one writer per model, never over its input); a
+    no-op for readers."""
+    spec = getattr(module, "MODEL_DIR", None)
+    model_dir = getattr(args, spec[0], None) if spec else None
+    if not model_dir:
+        return contextlib.nullcontext()
+    from lda_core.lease import hold_model_dir
+    from pipelines import dataset
+    return hold_model_dir(model_dir, "ldabeam " + args.command,
+                          inputs=[getattr(args, a, None) for a in spec[1]],
+                          files=dataset.files_for(model_dir))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = available_commands()
@@ -71,7 +87,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         logging.getLogger("apache_beam").setLevel(logging.WARNING)
     module = importlib.import_module(args._module)
     try:
-        return int(module.run(args, beam_argv) or 0)
+        with _model_dir_lease(module, args):
+            return int(module.run(args, beam_argv) or 0)
     except (ValueError, FileNotFoundError) as e:
         # User errors: one clear line, no traceback (use --log-level DEBUG for the trace).
         logging.getLogger("ldabeam").debug("error", exc_info=True)

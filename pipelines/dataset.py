@@ -377,7 +377,11 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
         pf = _parquet_file(f)
         present = [c for c in cols if c in pf.schema_arrow.names]
         for rb in pf.iter_batches(batch_size=batch_size, columns=present):
-            yield table_to_docbatch(rb)
+            try:
+                batch = table_to_docbatch(rb)
+            except ValueError as e:          # e.g. a negative or repeated word id
+                raise ValueError("shard %s: %s" % (f, e)) from None
+            yield batch
 
 
 def read_docbatch(files: Sequence[str]) -> DocBatch:

@@ -41,7 +41,7 @@ def open_model(model: str) -> OpenedModel:
         state = TopicState.load(path)
         model_dir = dataset.model_dir_of(path)
     else:
-        found = CheckpointStore(model).latest_checkpoint()
+        found = CheckpointStore(model, check_algorithm=True).latest_checkpoint()
         if found is None:
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))

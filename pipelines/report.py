@@ -114,7 +114,7 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
     from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from lda_core.evaluation import top_words
-    store = CheckpointStore(model_dir)
+    store = CheckpointStore(model_dir, check_algorithm=True)
     ckpts = [c for c in store.list_checkpoints() if until_step is None or c.step <= until_step]
     if len(ckpts) > max_checkpoints:
         idx = np.unique(np.linspace(0, len(ckpts) - 1, max_checkpoints).round().astype(int))

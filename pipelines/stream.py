@@ -120,12 +120,17 @@ def parse_document(raw, index: Optional[Dict[str, int]], cfg: ParseConfig,
         obj = json.loads(raw)
     except ValueError as e:
         return None, dead_letter("stream", "not JSON: %s" % e, raw), 0
+    except RecursionError:
+        return None, dead_letter("stream", "not JSON: nested too deeply", raw), 0
     if not isinstance(obj, dict):
         return None, dead_letter("stream", "not a JSON object", raw), 0
     did = obj.get(cfg.id_field, obj.get("id"))
     if did is None or (isinstance(did, str) and not did.strip()) or isinstance(did, (dict, list)):
         return None, dead_letter("stream", "no document id (field %r)" % cfg.id_field, raw), 0
-    did = str(did)
+    try:
+        did = str(did)
+    except ValueError as e:        # an integer id of more digits than str() converts
+        return None, dead_letter("stream", "document id cannot be read: %s" % e, raw), 0
     src = "doc %s" % did
     V = cfg.n_words
     if "word_ids" in obj or "counts" in obj:
@@ -137,8 +142,11 @@ def parse_document(raw, index: Optional[Dict[str, int]], cfg: ParseConfig,
             return None, dead_letter(src, "%d words exceed %d" % (len(w), MAX_DOC_WORDS)), 0
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in w + c):
             return None, dead_letter(src, "word_ids and counts must be integers", raw), 0
-        w = np.asarray(w, np.int64)
-        c = np.asarray(c, np.int64)
+        try:
+            w = np.asarray(w, np.int64)
+            c = np.asarray(c, np.int64)
+        except OverflowError:
+            return None, dead_letter(src, "word id or count outside int64", raw), 0
         if len(w) and (w.min() < 0 or w.max() >= V):
             return None, dead_letter(src, "word id outside the vocabulary [0, %d)" % V, raw), 0
         if len(c) and (c.min() <= 0 or c.max() > 2 ** 31 - 1):
@@ -355,7 +363,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     from lda_core.checkpoint import CheckpointStore
     from pipelines import dataset
     from pipelines.model_dir import open_model
-    store = CheckpointStore(model_dir, keep_last=keep_last)
+    store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
     model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
     if store.latest_checkpoint() is not None:
         m = open_model(model_dir)

@@ -883,6 +883,9 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
         except ValueError as e:
             yield DeadLetter(path, position, "invalid JSON: %s" % e, _snippet(text))
             continue
+        except RecursionError:
+            yield DeadLetter(path, position, "invalid JSON: nested too deeply", _snippet(text))
+            continue
         if not isinstance(obj, dict):
             yield DeadLetter(path, position, "JSON line is a %s, expected an object"
                              % type(obj).__name__, _snippet(text))
@@ -896,12 +899,19 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
         if not keep_empty and not body.strip():
             yield DeadLetter(path, position, "empty document", _snippet(text))
             continue
-        doc_id = _get_field(obj, id_field)
-        doc_id = "%s:%d" % (base, lineno) if doc_id is None or doc_id == "" else str(doc_id)
-        label = _get_field(obj, label_field)
-        title = _get_field(obj, title_field)
-        yield RawDocument(doc_id, body, None if title is None else str(title),
-                          None if label is None else str(label), path, position, replaced)
+        try:    # str() of a huge number or a deeply nested value can fail: one dead letter
+            doc_id = _get_field(obj, id_field)
+            doc_id = ("%s:%d" % (base, lineno) if doc_id is None or doc_id == ""
+                      else str(doc_id))
+            label = _get_field(obj, label_field)
+            title = _get_field(obj, title_field)
+            title = None if title is None else str(title)
+            label = None if label is None else str(label)
+        except (ValueError, OverflowError, TypeError, RecursionError) as e:
+            yield DeadLetter(path, position, "id, title or label cannot be read: %s: %s"
+                             % (type(e).__name__, e), _snippet(text))
+            continue
+        yield RawDocument(doc_id, body, title, label, path, position, replaced)
 
 
 def _table_reader(fmt: str):

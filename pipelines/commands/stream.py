@@ -18,6 +18,9 @@ from typing import Any, Optional
 
 logger = logging.getLogger(__name__)
 
+# the model directory this command writes, held under a lease while it runs (pipelines.cli)
+MODEL_DIR = ("model", ())
+
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("model")

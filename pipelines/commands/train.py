@@ -41,6 +41,9 @@ from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
 
 logger = logging.getLogger(__name__)
 
+# the model directory this command writes, held under a lease while it runs, and the inputs
+# it must neither contain nor lie inside (pipelines.cli, lda_core.lease)
+MODEL_DIR = ("output", ("shards", "vocab"))
 def _beam_workers(args, beam_argv) -> bool:
     """True when --runner is a Beam runner whose workers are other processes."""
     if args.runner.lower() in ("inprocess", "in-process", "local"):
@@ -130,6 +133,30 @@ def _remove_model(model_dir: str) -> None:
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
 
+def _clear_leftovers(model_dir: str, vocab) -> None:
+    """A fresh run in a directory without checkpoints: a ``vocab.tsv`` of another vocabulary
+    and the run log of an earlier run that never checkpointed are leftovers that would make
+    ``topics`` / ``infer`` read the wrong words or runs; both are replaced (a warning names
+    them)."""
+    from lda_core.run_log import RUN_LOG_FILE
+    files = dataset.files_for(model_dir)
+    old_vocab = files.join(model_dir, dataset.VOCAB_FILE)
+    if files.exists(old_vocab):
+        try:
+            same = dataset.Vocabulary.read(old_vocab).hash == vocab.hash
+        except (ValueError, OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            logger.warning("%s is a leftover of another vocabulary; replacing it with the "
+                           "dataset's", old_vocab)
+            files.remove_file(old_vocab)
+    log = files.join(model_dir, RUN_LOG_FILE)
+    if files.exists(log):
+        logger.warning("%s is the log of an earlier run that left no checkpoint; starting a "
+                       "new one", log)
+        files.remove_file(log)
+
+
 def _run_params(state) -> Dict[str, Any]:
     return dict((state.info or {}).get("run") or {})
 
@@ -209,6 +236,8 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
     """The model directory (emptied with --overwrite) with the dataset's vocab.tsv in it."""
     if args.overwrite and not args.resume:
         _remove_model(args.output)
+    elif not args.resume:
+        _clear_leftovers(args.output, vocab)
     if not dataset.is_remote(args.output):    # an object store has no folders to create
         os.makedirs(args.output, exist_ok=True)
     dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
@@ -240,7 +269,7 @@ def run(args, beam_argv) -> int:
 
     # --- model directory: fresh or resumed ---------------------------------------------------
     keep = args.keep_checkpoints or None
-    store = CheckpointStore(args.output, keep_last=keep)
+    store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
     if args.resume:
         state = store.latest()

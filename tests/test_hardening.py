@@ -1,0 +1,318 @@
+"""Hostile input, crashes and concurrent writers: word ids checked once in DocBatch, one writer
+per model directory (lease), no model over its own input, torn run-log lines, damaged
+state.json, leftovers in an output directory."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lda_core.checkpoint import CheckpointStore
+from lda_core.docbatch import DocBatch
+from lda_core.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
+from lda_core.run_log import RUN_LOG_FILE, RunLog, read_run_log
+
+from test_cli_train import COMMON, _one_line_error as one_line_error, ldabeam, make_dataset
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory, kos_paths):
+    return make_dataset(str(tmp_path_factory.mktemp("hardds") / "ds"), kos_paths,
+                        n_train=300, n_held=60, n_shards=2)
+
+
+TRAIN = ["--passes", 1, "--checkpoint-every", 2, "--eval-every", 0] + COMMON
+
+
+# ----------------------------------------------------------------------- word ids in DocBatch
+@pytest.mark.parametrize("rows, match", [
+    ([([1, 2], [1, 1]), ([0, -3], [1, 1])], "negative word id -3"),
+    ([([1, 2], [1, 1]), ([5, 4], [1, 1])], "not sorted and unique (4 follows 5)"),
+    ([([1, 1], [1, 1])], "not sorted and unique (1 follows 1)"),
+    ([([1, 2], [1, 0])], "has count 0"),
+])
+def test_docbatch_refuses_bad_word_ids_naming_the_document(rows, match):
+    with pytest.raises(ValueError, match=r"document '\d'.*") as e:
+        DocBatch.from_rows(rows)
+    assert match in str(e.value)
+
+
+def test_a_new_document_may_start_with_a_lower_id_and_empty_documents_pass():
+    b = DocBatch.from_rows([([3, 7], [1, 2]), ([], []), ([0, 1], [1, 1]), ([2], [4])])
+    assert b.n_docs == 4 and b.nnz == 5
+
+
+def test_local_step_refuses_negative_and_too_large_ids():
+    from lda_core.online_vb import OnlineVB
+    m = OnlineVB(4, 10, seed=1)
+    with pytest.raises(ValueError, match="negative word id"):
+        m.local_step(DocBatch.from_rows([([-3, 2], [1, 1])]))
+    with pytest.raises(ValueError, match="document '0' has word id 10, outside"):
+        m.local_step(DocBatch.from_rows([([2, 10], [1, 1])]))
+
+
+def test_a_shard_with_a_negative_word_id_is_refused_naming_shard_and_document(tmp_path):
+    import pyarrow as pa
+    from pipelines import dataset
+    t = pa.table({"doc_id": ["a", "b"], "title": [None, None],
+                  "word_ids": pa.array([[0, 1], [2, -3]], pa.list_(pa.int32())),
+                  "counts": pa.array([[1, 1], [1, 1]], pa.list_(pa.int32())),
+                  "n_tokens": pa.array([2, 2], pa.int32())})
+    p = str(tmp_path / "part-00000-of-00001.parquet")
+    dataset.write_shard(p, t, "h" * 64)
+    with pytest.raises(ValueError) as e:
+        list(dataset.iter_shard_batches([p]))
+    assert "'b'" in str(e.value) and "part-00000-of-00001.parquet" in str(e.value)
+
+
+# ----------------------------------------------------------------------- output vs. input
+def test_output_equal_to_containing_or_inside_the_input_is_refused(tmp_path, ds, capsys):
+    for out in (ds, os.path.dirname(ds), os.path.join(ds, "train", "model")):
+        one_line_error(capsys, ["train", "--shards", ds, "--output", out, "--overwrite"]
+                       + TRAIN, "choose a model directory outside the dataset")
+    assert os.path.exists(os.path.join(ds, "vocab.tsv"))
+    assert not os.path.exists(os.path.join(ds, LEASE_FILE))
+    # through a symlink too
+    link = str(tmp_path / "link")
+    os.symlink(ds, link)
+    one_line_error(capsys, ["train", "--shards", link, "--output", ds, "--overwrite"] + TRAIN,
+                   "is the input")
+    assert os.path.exists(os.path.join(ds, "vocab.tsv"))
+    check_output_location(str(tmp_path / "model"), [ds, None])      # disjoint: fine
+    with pytest.raises(ValueError, match="contains the input"):
+        check_output_location("gs://b/m", ["gs://b/m/ds/train/*.parquet"])
+
+
+def test_output_that_is_a_regular_file_is_one_clear_error(tmp_path, ds, capsys):
+    f = tmp_path / "model"
+    f.write_text("not a model")
+    one_line_error(capsys, ["train", "--shards", ds, "--output", f] + TRAIN,
+                   "is a regular file, not a model directory")
+    assert f.read_text() == "not a model"
+
+
+# ----------------------------------------------------------------------- the lease
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path, ds, capsys):
+    model = str(tmp_path / "m")
+    with ModelLease(model, "test holder", heartbeat_seconds=0):
+        one_line_error(capsys, ["train", "--shards", ds, "--output", model] + TRAIN,
+                       "is being written by test holder")
+        rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+        assert rc == 2 and "pid %d on host" % os.getpid() in err
+        assert not CheckpointStore(model).list_checkpoints()
+    # released: now the run goes through and leaves no lease behind
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    assert not os.path.exists(os.path.join(model, LEASE_FILE))
+
+
+def test_two_leases_one_winner_and_release_only_removes_ones_own(tmp_path):
+    model = str(tmp_path / "m")
+    a = ModelLease(model, "a", heartbeat_seconds=0).acquire()
+    with pytest.raises(LeaseHeld, match="being written by a by"):
+        ModelLease(model, "b", heartbeat_seconds=0).acquire()
+    a.release()
+    b = ModelLease(model, "b", heartbeat_seconds=0).acquire()
+    a.release()                                   # not held any more: a no-op
+    assert json.load(open(os.path.join(model, LEASE_FILE)))["owner"].startswith("b by")
+    b.release()
+    assert not os.path.exists(os.path.join(model, LEASE_FILE))
+
+
+def test_a_stale_lease_of_a_dead_process_is_taken_over(tmp_path, ds, capsys):
+    model = str(tmp_path / "m")
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    os.makedirs(model)
+    lease = ModelLease(model, "dead trainer", heartbeat_seconds=0)
+    rec = dict(lease.record, pid=p.pid)
+    with open(os.path.join(model, LEASE_FILE), "w") as f:
+        json.dump(rec, f)
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    assert CheckpointStore(model).latest() is not None
+
+
+def test_stale_by_heartbeat_on_another_host_and_torn_lease(tmp_path):
+    model = str(tmp_path / "m")
+    os.makedirs(model)
+    path = os.path.join(model, LEASE_FILE)
+    old = ModelLease(model, "far away", heartbeat_seconds=0)
+    fresh = dict(old.record, host="another-host", heartbeat=time.time())
+    with open(path, "w") as f:
+        json.dump(fresh, f)
+    with pytest.raises(LeaseHeld, match="another-host"):
+        ModelLease(model, "me", heartbeat_seconds=0).acquire()
+    with open(path, "w") as f:
+        json.dump(dict(fresh, heartbeat=time.time() - 3600), f)
+    ModelLease(model, "me", heartbeat_seconds=0, stale_seconds=60).acquire().release()
+    # a lease file torn by a kill while it was created: stale once old enough
+    with open(path, "w") as f:
+        f.write('{"own')
+    with pytest.raises(LeaseHeld):
+        ModelLease(model, "me", heartbeat_seconds=0, stale_seconds=60).acquire()
+    os.utime(path, (time.time() - 120, time.time() - 120))
+    ModelLease(model, "me", heartbeat_seconds=0, stale_seconds=60).acquire().release()
+
+
+def test_heartbeat_refreshes_and_notices_a_takeover(tmp_path):
+    model = str(tmp_path / "m")
+    a = ModelLease(model, "a", heartbeat_seconds=0).acquire()
+    t0 = a.record["heartbeat"]
+    time.sleep(0.01)
+    a.heartbeat()
+    rec = json.load(open(os.path.join(model, LEASE_FILE)))
+    assert rec["heartbeat"] > t0 and rec["token"] == a.record["token"]
+    with open(os.path.join(model, LEASE_FILE), "w") as f:
+        json.dump(dict(rec, token="other"), f)
+    a.heartbeat()
+    assert a.lost
+    a.release()
+    assert os.path.exists(os.path.join(model, LEASE_FILE))     # not ours: left alone
+
+
+def test_lease_on_the_object_store(store_root):
+    from pipelines import object_store_files
+    model = "fakegs://bucket/models/m"
+    files = object_store_files.files_for(model)
+    a = ModelLease(model, "a", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
+    with pytest.raises(LeaseHeld, match="being written by a by"):
+        ModelLease(model, "b", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
+    a.release()
+    assert not files.exists(files.join(model, LEASE_FILE))
+    b = ModelLease(model, "b", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
+    b.release()
+
+
+# ----------------------------------------------------------------------- the run log
+def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_path, ds,
+                                                                              capsys, caplog):
+    model = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, "--max-steps", 2,
+                           *TRAIN)
+    assert rc == 0, err
+    log = os.path.join(model, RUN_LOG_FILE)
+    with open(log, "a") as f:
+        f.write('{"event": "step", "step": 3, "docs')          # killed mid-record
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, "--resume",
+                           "--no-progress")
+    assert rc == 0, err
+    damaged = []
+    from lda_core.run_log import iter_run_log
+    recs = list(iter_run_log(log, damaged=damaged))
+    assert damaged == [] and open(log, "rb").read().endswith(b"\n")
+    assert [r["step"] for r in recs if r["event"] == "step"] == list(range(1, 6))
+    # a damaged line in the middle (edited, invalid UTF-8, not an object): skipped and counted
+    lines = open(log, "rb").read().split(b"\n")
+    lines[1:1] = [b"\xff\xfe not json", b"[1, 2]", b"{" * 5000]
+    open(log, "wb").write(b"\n".join(lines))
+    damaged = []
+    assert list(iter_run_log(log, damaged=damaged)) == recs
+    assert damaged == [2, 3, 4]
+    rc, out, err = ldabeam(capsys, "report", "--model", model, "--output",
+                           tmp_path / "r.html", "--max-docs", 50)
+    assert rc == 0, err
+    assert "skipped 3 damaged line(s) (line 2, 3, 4)" in caplog.text
+    from pipelines.infer import training_shards
+    assert training_shards(model) == os.path.abspath(ds)
+    rc, out, err = ldabeam(capsys, "export", "--model", model, "--output",
+                           tmp_path / "export")                      # the training shards
+    assert rc == 0, err
+
+
+def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, store_root):
+    from lda_core.run_log import append_records, repair_tail
+    p = str(tmp_path / "log.jsonl")
+    open(p, "w").write('{"event": "start"}\n{"event": "end"}')        # only the newline lost
+    repair_tail(p)
+    assert open(p).read() == '{"event": "start"}\n{"event": "end"}\n'
+    with RunLog(p) as log:
+        log.write({"event": "step", "step": 1})
+    assert [r["event"] for r in read_run_log(p)] == ["start", "end", "step"]
+    url = "fakegs://bucket/m/run_log.jsonl"
+    from pipelines import object_store_files
+    files = object_store_files.files_for(url)
+    files.write_atomic(url, b'{"event": "start"}\n{"event": "st')
+    append_records(url, [{"event": "step", "step": 1}])
+    assert [r["event"] for r in read_run_log(url)] == ["start", "step"]
+
+
+# ----------------------------------------------------------------------- output leftovers
+def test_leftovers_without_checkpoints_do_not_break_topics_or_infer(tmp_path, ds, kos_paths,
+                                                                   capsys, caplog):
+    other = make_dataset(str(tmp_path / "other"), kos_paths, n_train=60, n_held=10,
+                         n_shards=1, vocab_edit=True)
+    model = str(tmp_path / "m")
+    os.makedirs(model)
+    import shutil
+    shutil.copy(os.path.join(other, "vocab.tsv"), os.path.join(model, "vocab.tsv"))
+    with open(os.path.join(model, RUN_LOG_FILE), "w") as f:
+        f.write(json.dumps({"event": "start", "shards": other}) + "\n")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    assert "leftover of another vocabulary" in caplog.text
+    rc, out, err = ldabeam(capsys, "topics", "--model", model, "--top", 3)
+    assert rc == 0, err
+    rc, out, err = ldabeam(capsys, "infer", "--model", model, "--shards", ds, "--output",
+                           tmp_path / "theta", "--batch-size", 64)
+    assert rc == 0, err
+    starts = read_run_log(os.path.join(model, RUN_LOG_FILE), "start")
+    assert len(starts) == 1 and starts[0]["run"]["shards"] == os.path.abspath(ds)
+
+
+# ----------------------------------------------------------------------- damaged state.json
+def _damage(path, how):
+    p = os.path.join(path, "state.json")
+    meta = json.load(open(p))
+    if how == "nested":
+        text = json.dumps(meta)[:-1] + ', "x": ' + "[" * 100000 + "]" * 100000 + "}"
+    elif how == "huge-sizes":
+        meta["n_topics"] = 10 ** 9
+        text = json.dumps(meta)
+    elif how == "missing-param":
+        meta["params"].pop("kappa")
+        text = json.dumps(meta)
+    else:
+        meta["params"]["tau0"] = "sixty-four"
+        text = json.dumps(meta)
+    open(p, "w").write(text)
+
+
+@pytest.mark.parametrize("how", ["nested", "huge-sizes", "missing-param", "wrong-type"])
+def test_damaged_state_json_falls_back_to_the_previous_checkpoint(tmp_path, ds, capsys, caplog,
+                                                                  how):
+    model = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", model, *TRAIN)
+    assert rc == 0, err
+    store = CheckpointStore(model, check_algorithm=True)
+    newest = store.list_checkpoints()[-1]
+    _damage(newest.path, how)
+    rc, out, err = ldabeam(capsys, "topics", "--model", model, "--top", 3)
+    assert rc == 0, err
+    assert "damaged checkpoint, using the previous one" in caplog.text
+    assert newest.path in caplog.text and "Traceback" not in err
+    assert store.latest().step < newest.step
+
+
+def test_stream_takes_the_lease_too(tmp_path, capsys):
+    model = str(tmp_path / "m")
+    with ModelLease(model, "a trainer", heartbeat_seconds=0):
+        one_line_error(capsys, ["stream", "--model", model, "--input-glob",
+                                str(tmp_path / "in" / "*.json")], "is being written by a trainer")
+
+
+def test_sizes_without_an_array_behind_them_are_checked_before_allocation(tmp_path):
+    from lda_core.gibbs import CollapsedGibbs
+    from lda_core.state import StateFormatError, read_state_json
+    g = CollapsedGibbs(4, 50, seed=1)
+    g.process(DocBatch.from_rows([([1, 3, 7], [1, 2, 1]), ([0, 49], [2, 2])]))
+    path = str(tmp_path / "g")
+    g.to_state().save(path)
+    meta = json.load(open(os.path.join(path, "state.json")))
+    meta.update(n_topics=100000, n_words=100000)     # V x K + D x K counts to allocate
+    json.dump(meta, open(os.path.join(path, "state.json"), "w"))
+    with pytest.raises(StateFormatError, match="ask for 10000200000 values but the arrays "
+                                               "hold only"):
+        read_state_json(path)
