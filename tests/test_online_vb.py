@@ -207,7 +207,7 @@ def test_lazy_lambda_equals_eager_update(kos, monkeypatch, renorm_pi):
     monkeypatch.setattr(online_vb, "RENORM_PI", renorm_pi)      # 0.3: fold π in every few steps
     batch, V = kos
     m = OnlineVB(12, V, alpha=0.1, eta=0.02, tau0=1.0, kappa=0.6, corpus_size=4000,
-                 dtype="float64")
+                 dtype="float64", reseed=0.0)          # the paper's update alone
     lam = m.lambda_()
     for i in range(0, 400, 40):
         st = m.local_step(batch.take(range(i, i + 40)))

@@ -9,6 +9,10 @@
   perplexity estimate;
 * UMass coherence of the top words (``umass_mean_sum`` per topic, ``umass_mean_pair`` per
   pair) on the training shards (``--train-shards``, or the dataset's train split);
+* topic health on a seeded sample of 2,000 of those training documents
+  (``lda_core.evaluation.topic_health``): ``dead_topics`` (share of the tokens below 0.1/K),
+  ``effective_topics`` (exp entropy of the shares), ``npmi`` (document co-occurrence NPMI of
+  the top 10 words), ``topic_diversity``, and per topic ``topic_shares``, ``npmi_per_topic``;
 * ``nmi`` with ``--labels``: normalised mutual information between the documents' labels and
   their most probable topic.
 
@@ -101,6 +105,8 @@ def run(args, beam_argv) -> int:
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
+        health = evaluation.topic_health(phi, ref, seed=args.seed)
+        out.update(health)
     if args.labels:
         labels = heldout.docs.labels
         if labels is None or all(l is None for l in labels):
