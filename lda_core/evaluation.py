@@ -9,6 +9,11 @@ so it judges any algorithm (and any other system's exported matrix) the same way
   half of each held-out document's tokens, the second half is scored. Same protocol and
   numbers as ``../shared/bench/bench_peers.py`` (``split_halves`` + ``heldout_completion``).
 * :func:`umass_coherence` — UMass topic coherence (Mimno et al. 2011) of the top words.
+* :func:`topic_usage` (each topic's share of a seeded sample of documents; dead and effective
+  topics), :func:`npmi_coherence`, :func:`topic_diversity` — the harness's definitions and
+  numbers; :func:`topic_health` bundles them (trainer log, ``ldabeam evaluate``, the report).
+* :func:`left_to_right` — the left-to-right held-out estimate of log p(w_d) (Wallach et al.
+  2009), seeded particles over a bounded sample of documents.
 * :func:`top_words`, :func:`normalized_mutual_information`, :func:`unigram_baseline`.
 * :func:`evaluate_model` — all of the above that apply, in one call, plus the algorithm's own
   per-word perplexity *bound* (Hoffman et al. 2010 eq. 16, implemented in
@@ -480,6 +485,103 @@ def health_scalars(phi, docs, seed: int = 0) -> Dict[str, float]:
     evaluation steps): ``dead_topics``, ``effective_topics``, ``npmi``, ``topic_diversity``."""
     h = topic_health(phi, docs, seed=seed)
     return {k: h[k] for k in ("dead_topics", "effective_topics", "npmi", "topic_diversity")}
+
+
+# ---------------------------------------------------------------------------------------------
+# left-to-right held-out estimate (Wallach, Murray, Salakhutdinov & Mimno 2009, Algorithm 3)
+# ---------------------------------------------------------------------------------------------
+_L2R_KERNEL = []
+
+
+def _get_l2r_kernel():
+    if not _L2R_KERNEL:
+        from numba import njit
+
+        @njit(cache=True)
+        def kernel(phiT, words, alpha, R, seed, out_p):   # pragma: no cover (compiled)
+            """out_p[n] = (1/R) Σ_r p(w_n | w_<n, z^r_<n) for one document's token sequence."""
+            np.random.seed(seed)
+            N = words.shape[0]
+            K = phiT.shape[1]
+            z = np.zeros((R, N), np.int64)
+            nk = np.zeros((R, K))
+            p = np.empty(K)
+            for n in range(N):
+                total = 0.0
+                for r in range(R):
+                    for m in range(n):                 # resample the earlier tokens once
+                        k0 = z[r, m]
+                        nk[r, k0] -= 1.0
+                        w = words[m]
+                        acc = 0.0
+                        for k in range(K):
+                            acc += (nk[r, k] + alpha) * phiT[w, k]
+                            p[k] = acc
+                        u = np.random.random() * acc
+                        k1 = 0
+                        while k1 < K - 1 and p[k1] <= u:
+                            k1 += 1
+                        z[r, m] = k1
+                        nk[r, k1] += 1.0
+                    w = words[n]
+                    acc = 0.0
+                    for k in range(K):
+                        acc += (nk[r, k] + alpha) * phiT[w, k]
+                        p[k] = acc
+                    total += acc / (n + K * alpha)
+                    u = np.random.random() * acc
+                    k1 = 0
+                    while k1 < K - 1 and p[k1] <= u:
+                        k1 += 1
+                    z[r, n] = k1
+                    nk[r, k1] += 1.0
+                out_p[n] = total / R
+        _L2R_KERNEL.append(kernel)
+    return _L2R_KERNEL[0]
+
+
+def left_to_right(phi, batch: DocBatch, alpha: float = PROTOCOL_ALPHA, particles: int = 20,
+                  max_docs: int = 200, seed: int = 0) -> Dict[str, Any]:
+    """Held-out log p(w_d | φ, α) by the left-to-right particle algorithm (Wallach et al. 2009,
+    Algorithm 3, the estimator of their and Mimno et al.'s comparisons)::
+
+        p(w_n | w_<n) ≈ (1/R) Σ_r Σ_k φ_k,w_n (N^r_k,<n + α) / (n − 1 + Kα)
+
+    where each of the R particles re-samples the topics of the earlier tokens once (collapsed
+    Gibbs given φ) before scoring w_n, then samples z_n; log p(w_d) = Σ_n log p(w_n | w_<n).
+    A bag of words has no order: each document's tokens are put in a seeded random order.
+    Cost O(R·N_d²·K) per document, bounded by scoring a seeded sample of at most ``max_docs``
+    documents. Returns ``ll_per_token`` (Σ_d log p(w_d) / Σ_d N_d), ``log_p`` per scored
+    document, ``n_tokens``, ``n_docs``, ``doc_index`` (positions in ``batch``)."""
+    phi = _check_phi(phi)
+    batch = _as_batch(batch, "batch")
+    K, V = phi.shape
+    _check_words(batch, V, "the documents")
+    if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) \
+            or particles < 1:
+        raise ValueError("particles must be an integer >= 1, got %r" % (particles,))
+    if not alpha > 0:
+        raise ValueError("alpha must be > 0, got %r" % (alpha,))
+    phiT = _normalized_phi_T(phi)
+    rng = np.random.RandomState(seed)
+    idx = np.sort(rng.permutation(batch.n_docs)[:max_docs])
+    idx = idx[batch.doc_lengths[idx] > 0]
+    if len(idx) == 0:
+        raise ValueError("left_to_right needs at least one non-empty document")
+    kernel = _get_l2r_kernel()
+    log_p = np.zeros(len(idx))
+    n_tok = 0
+    for j, d in enumerate(idx):
+        w, c = batch.doc(int(d))
+        words = np.repeat(w.astype(np.int64), c)
+        doc_seed = int(rng.randint(0, 2 ** 31 - 1))
+        words = words[np.random.RandomState(doc_seed).permutation(len(words))]
+        out = np.empty(len(words))
+        kernel(phiT, words, float(alpha), int(particles), doc_seed, out)
+        log_p[j] = float(np.log(out).sum())
+        n_tok += len(words)
+    return {"ll_per_token": float(log_p.sum() / n_tok), "log_p": log_p, "n_tokens": int(n_tok),
+            "n_docs": int(len(idx)), "doc_index": idx}
 
 
 def top_words(phi, vocab_tokens: Optional[Sequence[str]] = None, n: int = 10

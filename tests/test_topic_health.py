@@ -162,3 +162,45 @@ def test_coherence_matches_gensim_coherence_model(kos_csr):
     got = ev.npmi_coherence(phi, X, topn=10)["per_topic"]
     assert np.allclose(got, cm.get_coherence_per_topic(), atol=1e-6)
     assert np.all(np.abs(got) > 1e-3)                 # not vacuous
+
+
+def _exact_log_p(phi, words, alpha):
+    """log p(w) by enumerating every topic assignment (Dirichlet-multinomial over z)."""
+    import itertools
+    from scipy.special import gammaln
+    K = phi.shape[0]
+    phi = phi / phi.sum(1, keepdims=True)
+    total = 0.0
+    for z in itertools.product(range(K), repeat=len(words)):
+        nk = np.bincount(z, minlength=K)
+        prior = (gammaln(K * alpha) - gammaln(len(words) + K * alpha)
+                 + np.sum(gammaln(nk + alpha) - gammaln(alpha)))
+        total += np.exp(prior + sum(np.log(phi[k, w]) for k, w in zip(z, words)))
+    return np.log(total)
+
+
+def test_left_to_right_matches_exact_enumeration_on_tiny_documents():
+    rng = np.random.default_rng(0)
+    K, V = 3, 6
+    phi = rng.gamma(0.5, 1.0, (K, V)) + 1e-3
+    docs = [([0, 2, 5], [1, 2, 1]), ([1, 3], [2, 2]), ([4], [3])]
+    batch = DocBatch.from_rows(docs)
+    got = ev.left_to_right(phi, batch, alpha=0.5, particles=2000, seed=1)
+    exact = [_exact_log_p(phi, np.repeat(w, c), 0.5) for w, c in docs]
+    assert got["n_docs"] == 3 and got["n_tokens"] == 11
+    assert np.allclose(got["log_p"], exact, atol=0.03), (got["log_p"], exact)
+    # seeded: the same numbers again; another seed differs slightly
+    assert np.array_equal(ev.left_to_right(phi, batch, alpha=0.5, particles=2000,
+                                           seed=1)["log_p"], got["log_p"])
+    one = ev.left_to_right(phi, DocBatch.from_rows([([4], [1])]), alpha=0.5, particles=1)
+    # a one-token document needs no particles: p(w) = Σ_k φ_kw / K exactly
+    p = phi / phi.sum(1, keepdims=True)
+    assert np.isclose(one["log_p"][0], np.log(p[:, 4].mean()), rtol=1e-12)
+
+
+def test_kappa_one_half_is_accepted_with_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="lda_core.online_vb"):
+        m = OnlineVB(4, 10, kappa=0.5)
+    assert m.kappa == 0.5 and "convergence guarantee" in caplog.text
+    with pytest.raises(ValueError, match="kappa"):
+        OnlineVB(4, 10, kappa=0.49)
