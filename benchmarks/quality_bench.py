@@ -195,11 +195,13 @@ def run_small(a, bench, name, K) -> dict:
 
 def print_summary(s: dict) -> None:
     print("\n%s, K = %d" % (s["corpus"], s["K"]))
-    print("| system | passes | held-out LL/token (sd) | dead | effective | NPMI | diversity |")
-    print("|---|---|---|---|---|---|---|")
+    print("| system | seeds | passes | held-out LL/token (sd) | dead | effective | NPMI | "
+          "diversity |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, m in s["systems"].items():
-        print("| %s | %.1f | %.4f (%.4f) | %.1f | %.1f | %.3f | %.3f |" % (
-            name, m["passes"], m["heldout_ll_per_token"], m["ll_std"], m["dead_topics"],
+        print("| %s | %d | %.1f | %.4f (%.4f) | %.1f | %.1f | %.3f | %.3f |" % (
+            name, m["seeds"], m["passes"], m["heldout_ll_per_token"], m["ll_std"],
+            m["dead_topics"],
             m["effective_topics"], m["npmi"], m["topic_diversity"]))
     for k, v in s.items():
         if k.startswith("speedup"):
@@ -251,10 +253,15 @@ def main(argv=None):
     p.add_argument("--min-gain", type=float, default=0.005,
                    help="stop when a pass improves the held-out LL/token by less than this")
     p.add_argument("--skip-peers", action="store_true")
+    p.add_argument("--summarise", metavar="LOG", nargs="+", default=None,
+                   help="train nothing: summarise the JSON records printed by earlier runs "
+                        "of this script (e.g. a run stopped before its last seed)")
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
                                                   "quality_bench.json"))
     a = p.parse_args(argv)
     a.algorithms = [x for x in a.algorithms.split(",") if x]
+    if a.summarise:
+        return summarise_logs(a)
     bench = common.bench_module()
     summaries = []
     for corpus in [c for c in a.corpora.split(",") if c]:
@@ -267,6 +274,23 @@ def main(argv=None):
             raise SystemExit("unknown corpus %r (choose from 20news, %s)"
                              % (corpus, ", ".join(SMALL)))
         print_summary(summaries[-1])
+    report_targets(summaries, a, argv)
+
+
+def summarise_logs(a) -> None:
+    rows = []
+    for path in a.summarise:
+        with open(path) as f:
+            rows += [json.loads(line) for line in f if line.startswith("{\"corpus\"")]
+    summaries = []
+    for corpus, K in sorted({(r["corpus"], r["K"]) for r in rows}):
+        ref = "gensim LdaMulticore" if corpus == "20news" else None
+        summaries.append(summarise(rows, corpus, K, ratio_ref=ref))
+        print_summary(summaries[-1])
+    report_targets(summaries, a, None, records=rows)
+
+
+def report_targets(summaries, a, argv, records=None) -> None:
     tg = targets(summaries)
     print("\n| target | ours | met |\n|---|---|---|")
     for name, v, met in tg:
@@ -274,9 +298,11 @@ def main(argv=None):
     with open("/proc/loadavg") as f:
         print("load average at the end: %s (2 cores, shared)" % f.read().split()[0])
     if a.json:
-        common.save_results({"summaries": summaries,
-                             "targets": [{"target": n, "value": v, "met": bool(m)}
-                                         for n, v, m in tg]}, a.json, argv)
+        res = {"summaries": summaries,
+               "targets": [{"target": n, "value": v, "met": bool(m)} for n, v, m in tg]}
+        if records is not None:
+            res["records"] = records
+        common.save_results(res, a.json, argv)
 
 
 if __name__ == "__main__":
