@@ -498,6 +498,20 @@ def _get_l2r_kernel():
         from numba import njit
 
         @njit(cache=True)
+        def draw(nk_r, phiT, w, alpha, p):   # pragma: no cover (compiled)
+            """Sample k ∝ (N_k + α) φ_kw; returns (k, Σ_k (N_k + α) φ_kw)."""
+            K = p.shape[0]
+            acc = 0.0
+            for k in range(K):
+                acc += (nk_r[k] + alpha) * phiT[w, k]
+                p[k] = acc
+            u = np.random.random() * acc
+            k1 = 0
+            while k1 < K - 1 and p[k1] <= u:
+                k1 += 1
+            return k1, acc
+
+        @njit(cache=True)
         def kernel(phiT, words, alpha, R, seed, out_p):   # pragma: no cover (compiled)
             """out_p[n] = (1/R) Σ_r p(w_n | w_<n, z^r_<n) for one document's token sequence."""
             np.random.seed(seed)
@@ -510,29 +524,12 @@ def _get_l2r_kernel():
                 total = 0.0
                 for r in range(R):
                     for m in range(n):                 # resample the earlier tokens once
-                        k0 = z[r, m]
-                        nk[r, k0] -= 1.0
-                        w = words[m]
-                        acc = 0.0
-                        for k in range(K):
-                            acc += (nk[r, k] + alpha) * phiT[w, k]
-                            p[k] = acc
-                        u = np.random.random() * acc
-                        k1 = 0
-                        while k1 < K - 1 and p[k1] <= u:
-                            k1 += 1
+                        nk[r, z[r, m]] -= 1.0
+                        k1, _ = draw(nk[r], phiT, words[m], alpha, p)
                         z[r, m] = k1
                         nk[r, k1] += 1.0
-                    w = words[n]
-                    acc = 0.0
-                    for k in range(K):
-                        acc += (nk[r, k] + alpha) * phiT[w, k]
-                        p[k] = acc
+                    k1, acc = draw(nk[r], phiT, words[n], alpha, p)
                     total += acc / (n + K * alpha)
-                    u = np.random.random() * acc
-                    k1 = 0
-                    while k1 < K - 1 and p[k1] <= u:
-                        k1 += 1
                     z[r, n] = k1
                     nk[r, k1] += 1.0
                 out_p[n] = total / R

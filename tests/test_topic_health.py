@@ -1,29 +1,15 @@
 """Topic health: usage, NPMI and diversity against the harness and gensim, and the re-seeding
 of collapsed topics in online/batch VB (a planted corpus, exact resume)."""
-import importlib.util
 import os
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from lda_core import evaluation as ev
 from lda_core.docbatch import DocBatch
 from lda_core.online_vb import BatchVB, OnlineVB
+from test_evaluation import bp  # noqa: F401  (the harness, imported as a module)
 from uci_slices import uci_csr, uci_vocab
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HARNESS = os.path.join(os.path.dirname(REPO), "shared", "bench", "bench_peers.py")
-
-
-@pytest.fixture(scope="module")
-def bp():
-    if not os.path.exists(HARNESS):
-        pytest.skip("benchmark harness %s is absent" % HARNESS)
-    spec = importlib.util.spec_from_file_location("bench_peers", HARNESS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
