@@ -38,7 +38,7 @@ K = 100 on 20 Newsgroups after one pass, in gensim too). After each global step,
 m_k = Σ_w sstats_wk the minibatch's tokens assigned to topic k, every topic with
 m_k / Σ_j m_j < r/K is re-seeded by splitting the topic j with the largest remaining m_j:
 
-      u_w ~ Beta(½, ½) (w = 1..V, drawn from (seed, step, k)),
+      u_w ~ Beta(½, ½) = sin²(π U_w / 2), U_w uniform (w = 1..V, drawn from (seed, step, k)),
       Ñ_·k ← u ⊙ Ñ_·j,   Ñ_·j ← (1 − u) ⊙ Ñ_·j,   m_j ← m_j / 2,  m_k ← m_j
 
 (λ_·j's data part is shared between j and k; the dead topic's old column is dropped). The
@@ -117,6 +117,21 @@ def _apply_row_update(ntilde, ids, s, coef, delta_colsum):
             d = coef * s[i, k]
             ntilde[w, k] = ntilde[w, k] + d
             delta_colsum[k] += d
+
+
+@njit(cache=True, error_model="numpy")
+def _split_column(ntilde, j, k, u):
+    """Ñ_·k ← u ⊙ Ñ_·j, Ñ_·j ← (1 − u) ⊙ Ñ_·j in one pass over the rows; (Σ Ñ_·k, Σ Ñ_·j)."""
+    sk = 0.0
+    sj = 0.0
+    for w in range(ntilde.shape[0]):
+        c = ntilde[w, j]
+        a = u[w] * c
+        ntilde[w, k] = a
+        ntilde[w, j] = c - a
+        sk += a
+        sj += c - a
+    return sk, sj
 
 
 class OnlineVB(StochasticAlgorithm):
@@ -399,12 +414,10 @@ class OnlineVB(StochasticAlgorithm):
         for k in dead:
             j = int(np.argmax(share))
             rng = np.random.default_rng([self.seed, self.step, int(k), 0x5EED])
-            u = rng.beta(0.5, 0.5, self.n_words)
-            col = self._ntilde[:, j].copy()
-            self._ntilde[:, k] = u * col
-            self._ntilde[:, j] = col - self._ntilde[:, k]
-            self._ntilde_colsum[k] = self._ntilde[:, k].sum()
-            self._ntilde_colsum[j] = self._ntilde[:, j].sum()
+            # Beta(1/2, 1/2) is the arcsine law: sin²(πU/2) with U uniform
+            u = np.sin(0.5 * np.pi * rng.random(self.n_words)) ** 2
+            self._ntilde_colsum[k], self._ntilde_colsum[j] = _split_column(self._ntilde, j,
+                                                                           int(k), u)
             share[k] = share[j] = share[j] / 2.0
         return int(len(dead))
 
