@@ -91,8 +91,14 @@ def summarise(rows, corpus, K, ratio_ref=None) -> dict:
         out["systems"][name] = m
     s = out["systems"]
     if ratio_ref and ratio_ref in s and "ours online-vb" in s:
-        out["speedup_vs_" + ratio_ref.replace(" ", "_")] = (s[ratio_ref]["train_s"]
-                                                           / s["ours online-vb"]["train_s"])
+        # paired by seed (the two ran back to back, under about the same machine load)
+        t = {(r["system"], r["seed"]): r["train_s"] for r in rows
+             if r["corpus"] == corpus and r["K"] == K}
+        ratios = [t[(ratio_ref, sd)] / t[("ours online-vb", sd)] for (name, sd) in t
+                  if name == ratio_ref and ("ours online-vb", sd) in t]
+        key = "speedup_vs_" + ratio_ref.replace(" ", "_")
+        out[key] = float(np.mean(ratios))
+        out[key + "_per_seed"] = [float(x) for x in ratios]
     return out
 
 
@@ -204,8 +210,9 @@ def print_summary(s: dict) -> None:
             m["dead_topics"],
             m["effective_topics"], m["npmi"], m["topic_diversity"]))
     for k, v in s.items():
-        if k.startswith("speedup"):
-            print("%s = %.2fx (wall)" % (k, v))
+        if k.startswith("speedup") and not k.endswith("per_seed"):
+            print("%s = %.2fx (wall, mean of the per-seed ratios %s)"
+                  % (k, v, ", ".join("%.2f" % x for x in s[k + "_per_seed"])))
 
 
 def targets(summaries) -> list:
