@@ -134,6 +134,34 @@ def _split_column(ntilde, j, k, u):
     return sk, sj
 
 
+def split_dead_topics(ntilde: np.ndarray, mass: np.ndarray, reseed: float, seed: int,
+                      step: int):
+    """Re-seed collapsed topics of a word-major V x K count-like matrix in place (module
+    docstring, "Re-seeding"): every topic k whose share of ``mass`` (this minibatch's tokens
+    per topic) is below ``reseed``/K takes the fraction u ~ Beta(1/2, 1/2) of each word of the
+    topic j with the largest remaining share, drawn from (seed, step, k) so that every runner
+    agrees. Returns [(k, j, Σ_w column k, Σ_w column j)] in the order applied."""
+    K = ntilde.shape[1]
+    total = float(mass.sum())
+    if reseed <= 0 or K < 2 or total <= 0:
+        return []
+    share = np.asarray(mass, np.float64) / total
+    dead = np.nonzero(share < reseed / K)[0]
+    if len(dead) == 0 or len(dead) == K:
+        return []
+    share = share.copy()
+    out = []
+    for k in dead:
+        j = int(np.argmax(share))
+        rng = np.random.default_rng([int(seed), int(step), int(k), 0x5EED])
+        # Beta(1/2, 1/2) is the arcsine law: sin²(πU/2) with U uniform
+        u = np.sin(0.5 * np.pi * rng.random(ntilde.shape[0])) ** 2
+        sk, sj = _split_column(ntilde, j, int(k), u)
+        out.append((int(k), j, sk, sj))
+        share[k] = share[j] = share[j] / 2.0
+    return out
+
+
 class OnlineVB(StochasticAlgorithm):
     """Online variational Bayes for LDA (see module docstring for the equations and defaults).
 
@@ -400,26 +428,11 @@ class OnlineVB(StochasticAlgorithm):
 
     def _reseed_dead(self, mass: np.ndarray) -> int:
         """Split the busiest topic into every topic whose share of this minibatch's tokens is
-        below ``reseed``/K (module docstring, "Re-seeding"); returns how many were re-seeded.
-        The split fractions are drawn from (seed, step, topic), so every runner agrees."""
-        K = self.n_topics
-        total = float(mass.sum())
-        if self.reseed <= 0 or K < 2 or total <= 0:
-            return 0
-        share = mass / total
-        dead = np.nonzero(share < self.reseed / K)[0]
-        if len(dead) == 0 or len(dead) == K:
-            return 0
-        share = share.copy()
-        for k in dead:
-            j = int(np.argmax(share))
-            rng = np.random.default_rng([self.seed, self.step, int(k), 0x5EED])
-            # Beta(1/2, 1/2) is the arcsine law: sin²(πU/2) with U uniform
-            u = np.sin(0.5 * np.pi * rng.random(self.n_words)) ** 2
-            self._ntilde_colsum[k], self._ntilde_colsum[j] = _split_column(self._ntilde, j,
-                                                                           int(k), u)
-            share[k] = share[j] = share[j] / 2.0
-        return int(len(dead))
+        below ``reseed``/K (module docstring, "Re-seeding"); returns how many were re-seeded."""
+        splits = split_dead_topics(self._ntilde, mass, self.reseed, self.seed, self.step)
+        for k, j, sk, sj in splits:
+            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
+        return len(splits)
 
     # -- inference & evaluation -------------------------------------------------------------
     def infer(self, batch: DocBatch) -> np.ndarray:
