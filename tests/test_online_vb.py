@@ -11,6 +11,7 @@ from lda_core.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
 from lda_core.online_vb import BatchVB, OnlineVB
 from lda_core.vb_stats import VBStats
+from test_topic_health import run_and_resume
 from uci_slices import uci_docbatch
 
 
@@ -220,20 +221,10 @@ def test_lazy_lambda_equals_eager_update(kos, monkeypatch, renorm_pi):
 
 
 def test_resume_is_bit_for_bit(kos, tmp_path):
-    from lda_core.state import TopicState
     batch, V = kos
     steps = [batch.take(range(i, i + 50)) for i in range(0, 400, 50)]
     kw = dict(alpha=0.1, eta=0.05, corpus_size=3430, seed=9, optimize_alpha=True)
-    full = OnlineVB(10, V, **kw)
-    for b in steps:
-        full.global_step(full.local_step(b))
-    half = OnlineVB(10, V, **kw)
-    for b in steps[:4]:
-        half.global_step(half.local_step(b))
-    half.to_state().save(str(tmp_path / "ck"))
-    resumed = OnlineVB.from_state(TopicState.load(str(tmp_path / "ck")))
-    for b in steps[4:]:
-        resumed.global_step(resumed.local_step(b))
+    full, resumed, _ = run_and_resume(lambda: OnlineVB(10, V, **kw), steps, 4, tmp_path)
     a, b = full.to_state(), resumed.to_state()
     assert a.step == b.step == 8 and a.docs_seen == b.docs_seen == 400
     for k in a.arrays:

@@ -34,6 +34,23 @@ def planted(K=10, W=30, D=600, N=60, seed=0):
     return DocBatch.from_rows(rows), K * W
 
 
+def run_and_resume(make, steps, cut, tmp_path, apply=None):
+    """(the run of ``steps`` in one go, the run of steps[:cut], saved, loaded and continued
+    with steps[cut:]) for the algorithm ``make()``; ``apply(m, batch)`` does one step."""
+    from lda_core.state import TopicState
+    apply = apply or (lambda m, b: m.global_step(m.local_step(b)))
+    full = make()
+    infos = [apply(full, b) for b in steps]
+    half = make()
+    for b in steps[:cut]:
+        apply(half, b)
+    half.to_state().save(str(tmp_path / "ck"))
+    resumed = type(half).from_state(TopicState.load(str(tmp_path / "ck")))
+    for b in steps[cut:]:
+        apply(resumed, b)
+    return full, resumed, infos
+
+
 def train(batch, V, K, seed, reseed=None, passes=3, S=50):
     kw = {} if reseed is None else {"reseed": reseed}      # None: the default
     m = OnlineVB(K, V, alpha=0.1, eta=0.01, batch_size=S, corpus_size=batch.n_docs, seed=seed,
@@ -55,27 +72,29 @@ def test_planted_topics_die_without_reseeding_and_live_with_it():
 
 
 def test_reseeding_resumes_bit_for_bit_and_is_split_independent(tmp_path):
-    from lda_core.state import TopicState
     batch, V = planted()
     steps = [batch.take(range(s, s + 50)) for s in range(0, 600, 50)]
-    full = OnlineVB(10, V, alpha=0.1, eta=0.01, corpus_size=600, seed=1)
-    reseeded = 0
+
+    def split_step(m, b):
+        # the statistics of a minibatch split in two (what Beam workers send), merged
+        return m.global_step(m.local_step(b.take(range(0, 20))).merge(
+            m.local_step(b.take(range(20, 50)))))
+
+    full, _, infos = run_and_resume(
+        lambda: OnlineVB(10, V, alpha=0.1, eta=0.01, corpus_size=600, seed=1), steps, 6,
+        tmp_path, apply=split_step)
+    assert sum(i["reseeded"] for i in infos) > 0     # the path under test was taken
+    one = OnlineVB(10, V, alpha=0.1, eta=0.01, corpus_size=600, seed=1)
     for b in steps:
-        reseeded += full.global_step(full.local_step(b))["reseeded"]
-    assert reseeded > 0                              # the path under test was taken
-    half = OnlineVB(10, V, alpha=0.1, eta=0.01, corpus_size=600, seed=1)
-    for b in steps[:6]:
-        half.global_step(half.local_step(b))
-    half.to_state().save(str(tmp_path / "ck"))
-    resumed = OnlineVB.from_state(TopicState.load(str(tmp_path / "ck")))
-    for b in steps[6:]:
-        # the statistics of a minibatch split in two (what Beam workers send) merged
-        st = resumed.local_step(b.take(range(0, 20))).merge(resumed.local_step(b.take(range(20, 50))))
-        resumed.global_step(st)
-    a, b = full.to_state(), resumed.to_state()
+        one.global_step(one.local_step(b))
+    _, resumed, _ = run_and_resume(
+        lambda: OnlineVB(10, V, alpha=0.1, eta=0.01, corpus_size=600, seed=1), steps, 6,
+        tmp_path)
+    a, b, c = one.to_state(), resumed.to_state(), full.to_state()
     assert a.params["reseed"] == b.params["reseed"] == 0.02
     for k in a.arrays:
-        assert np.allclose(a.arrays[k], b.arrays[k], rtol=1e-9, atol=0), k
+        assert np.array_equal(a.arrays[k], b.arrays[k]), k          # resume: bit for bit
+        assert np.allclose(a.arrays[k], c.arrays[k], rtol=1e-9, atol=0), k   # split + merge
 
 
 def test_reseed_conserves_mass_and_batch_vb_keeps_all_topics():
@@ -194,20 +213,11 @@ def test_kappa_one_half_is_accepted_with_a_warning(caplog):
 
 def test_scvb0_reseeding_resumes_bit_for_bit(tmp_path):
     from lda_core.scvb0 import SCVB0
-    from lda_core.state import TopicState
     batch, V = planted(K=20)
     steps = [batch.take(range(s, s + 50)) for s in range(0, 600, 50)] * 2
     kw = dict(alpha=0.1, eta=0.01, seed=0, batch_size=50, corpus_tokens=batch.n_tokens)
-    full = SCVB0(20, V, **kw)
-    reseeded = sum(full.global_step(full.local_step(b))["reseeded"] for b in steps)
-    assert reseeded >= 1                             # the path under test was taken
-    half = SCVB0(20, V, **kw)
-    for b in steps[:5]:
-        half.global_step(half.local_step(b))
-    half.to_state().save(str(tmp_path / "ck"))
-    resumed = SCVB0.from_state(TopicState.load(str(tmp_path / "ck")))
-    for b in steps[5:]:
-        resumed.global_step(resumed.local_step(b))
+    full, resumed, infos = run_and_resume(lambda: SCVB0(20, V, **kw), steps, 5, tmp_path)
+    assert sum(i["reseeded"] for i in infos) >= 1    # the path under test was taken
     a, b = full.to_state(), resumed.to_state()
     assert a.params["reseed"] == 0.02
     for k in a.arrays:
