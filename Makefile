@@ -30,7 +30,8 @@ demo: $(STAMP)
 	@echo
 	@echo "Demo results are in $(abspath $(DEMO))/: shards in shards/, the model and its"
 	@echo "checkpoints in model/, the training log in model/run_log.jsonl, and the HTML"
-	@echo "report in $(abspath $(DEMO))/report.html"
+	@echo "report in $(abspath $(DEMO))/report.html (its Topic health section: each topic's"
+	@echo "share of the tokens and NPMI; dead_topics / effective_topics / npmi are printed above)"
 
 test: $(STAMP)
 	$(PY) -m pytest -ra --timeout=1800 tests

@@ -9,6 +9,11 @@ so it judges any algorithm (and any other system's exported matrix) the same way
   half of each held-out document's tokens, the second half is scored. Same protocol and
   numbers as ``../shared/bench/bench_peers.py`` (``split_halves`` + ``heldout_completion``).
 * :func:`umass_coherence` — UMass topic coherence (Mimno et al. 2011) of the top words.
+* :func:`topic_usage` (each topic's share of a seeded sample of documents; dead and effective
+  topics), :func:`npmi_coherence`, :func:`topic_diversity` — the harness's definitions and
+  numbers; :func:`topic_health` bundles them (trainer log, ``ldabeam evaluate``, the report).
+* :func:`left_to_right` — the left-to-right held-out estimate of log p(w_d) (Wallach et al.
+  2009), seeded particles over a bounded sample of documents.
 * :func:`top_words`, :func:`normalized_mutual_information`, :func:`unigram_baseline`.
 * :func:`evaluate_model` — all of the above that apply, in one call, plus the algorithm's own
   per-word perplexity *bound* (Hoffman et al. 2010 eq. 16, implemented in
@@ -265,6 +270,50 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
 # ---------------------------------------------------------------------------------------------
 # coherence, top words
 # ---------------------------------------------------------------------------------------------
+def _binary_docs_T(batch_or_csr, V: int) -> sp.csr_matrix:
+    """The reference documents as a binary V x D CSR matrix (word -> documents containing it)."""
+    if sp.issparse(batch_or_csr):
+        X = sp.csr_matrix(batch_or_csr)
+        if X.shape[1] != V:
+            raise ValueError("the reference matrix has %d columns but phi has V=%d"
+                             % (X.shape[1], V))
+        X.eliminate_zeros()
+        X.sum_duplicates()
+        X = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
+    else:
+        ref = _as_batch(batch_or_csr, "batch_or_csr")
+        _check_words(ref, V, "the reference documents")
+        X = sp.csr_matrix((np.ones(ref.nnz), ref.word_ids, ref.indptr), shape=(ref.n_docs, V))
+    return X.T.tocsr()
+
+
+def _top_indices(phi: np.ndarray, topn: int) -> np.ndarray:
+    """K x topn word ids of each topic's top words (``np.argsort(-phi)``, as the harness)."""
+    K = phi.shape[0]
+    top = np.empty((K, topn), np.int64)
+    for s in range(0, K, _ROW_CHUNK):
+        top[s:s + _ROW_CHUNK] = np.argsort(-phi[s:s + _ROW_CHUNK], axis=1)[:, :topn]
+    return top
+
+
+def _pair_cooccurrences(XT: sp.csr_matrix, top: np.ndarray, topic_chunk: int = 256):
+    """For chunks of ``topic_chunk`` topics: (first topic, co, wm, wl) with ``co`` the
+    co-document counts of the chunk's distinct top words and ``co[wm, wl]`` (chunk x pairs)
+    the counts of each topic's pairs (l < m, m outer and l inner: the harness's order)."""
+    topn = top.shape[1]
+    m_idx, l_idx = np.tril_indices(topn, -1)           # pairs l < m, m = 1..topn-1
+    order = np.lexsort((l_idx, m_idx))
+    m_idx, l_idx = m_idx[order], l_idx[order]
+    step = max(1, int(topic_chunk))
+    for s in range(0, top.shape[0], step):
+        t = top[s:s + step]
+        u, inv = np.unique(t.ravel(), return_inverse=True)
+        inv = inv.reshape(t.shape)
+        M = XT[u]
+        co = (M @ M.T).toarray()                       # |u| x |u| co-document counts
+        yield s, co, inv[:, m_idx], inv[:, l_idx]
+
+
 def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1.0,
                     topic_chunk: int = 256) -> Dict[str, Any]:
     """UMass coherence (Mimno, Wallach, Talley, Leenders & McCallum 2011) of each topic.
@@ -291,36 +340,13 @@ def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1
     K, V = phi.shape
     if topn > V:
         raise ValueError("topn=%d is larger than the vocabulary (V=%d)" % (topn, V))
-    if sp.issparse(batch_or_csr):
-        X = sp.csr_matrix(batch_or_csr)
-        if X.shape[1] != V:
-            raise ValueError("the reference matrix has %d columns but phi has V=%d"
-                             % (X.shape[1], V))
-        X.eliminate_zeros()
-        X.sum_duplicates()
-        X = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
-    else:
-        ref = _as_batch(batch_or_csr, "batch_or_csr")
-        _check_words(ref, V, "the reference documents")
-        X = sp.csr_matrix((np.ones(ref.nnz), ref.word_ids, ref.indptr), shape=(ref.n_docs, V))
-    XT = X.T.tocsr()                                   # V x D, binary
-    top = np.empty((K, topn), np.int64)                # the harness's argsort, by chunks
-    for s in range(0, K, _ROW_CHUNK):
-        top[s:s + _ROW_CHUNK] = np.argsort(-phi[s:s + _ROW_CHUNK], axis=1)[:, :topn]
-    m_idx, l_idx = np.tril_indices(topn, -1)           # pairs l < m, m = 1..topn-1
-    order = np.lexsort((l_idx, m_idx))                 # m outer, l inner (the harness's order)
-    m_idx, l_idx = m_idx[order], l_idx[order]
+    XT = _binary_docs_T(batch_or_csr, V)               # V x D, binary
+    top = _top_indices(phi, topn)
     per_topic = np.zeros(K)
-    for s in range(0, K, max(1, int(topic_chunk))):
-        t = top[s:s + topic_chunk]
-        u, inv = np.unique(t.ravel(), return_inverse=True)
-        inv = inv.reshape(t.shape)
-        M = XT[u]
-        co = (M @ M.T).toarray()                       # |u| x |u| co-document counts
-        wm, wl = inv[:, m_idx], inv[:, l_idx]
+    for s, co, wm, wl in _pair_cooccurrences(XT, top, topic_chunk):
         with np.errstate(divide="ignore"):
             vals = np.log((co[wm, wl] + eps) / co[wl, wl])
-        per_topic[s:s + len(t)] = vals.sum(1)
+        per_topic[s:s + len(wm)] = vals.sum(1)
     if not np.all(np.isfinite(per_topic)):
         bad = np.nonzero(~np.isfinite(per_topic))[0]
         logger.warning("UMass coherence is infinite for %d topic(s) (e.g. topic %d): a top word "
@@ -329,6 +355,230 @@ def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1
     mean_sum = float(per_topic.mean())
     return {"per_topic": per_topic, "mean_sum": mean_sum, "mean_pair": mean_sum / npairs,
             "top": top}
+
+
+def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: int = 256
+                   ) -> Dict[str, Any]:
+    """Document co-occurrence NPMI (Bouma 2009; Aletras & Stevenson 2013) of each topic's top
+    ``topn`` words on the reference documents (usually the training documents)::
+
+        NPMI(w, w') = log(p(w, w') / (p(w) p(w'))) / −log p(w, w')
+
+    with p the fraction of documents containing the word(s); a pair that never co-occurs
+    scores −1, a pair in every document 1. ``per_topic`` is the mean over the topn·(topn−1)/2
+    pairs, ``mean`` the mean over topics (the harness's ``npmi``). gensim's ``c_npmi`` with a
+    sliding window longer than every document is the same quantity (up to its ε = 1e-12)."""
+    phi = _check_topn(phi, topn)
+    K, V = phi.shape
+    XT = _binary_docs_T(batch_or_csr, V)
+    D = XT.shape[1]
+    if D == 0:
+        raise ValueError("NPMI needs at least one reference document")
+    top = _top_indices(phi, topn)
+    per_topic = np.zeros(K)
+    for s, co, wm, wl in _pair_cooccurrences(XT, top, topic_chunk):
+        co = co / D
+        pj = co[wm, wl]
+        pm, pl = co[wm, wm], co[wl, wl]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.log(pj / (pm * pl)) / -np.log(pj)
+        v = np.where(pj <= 0, -1.0, np.where(pj >= 1, 1.0, v))
+        per_topic[s:s + len(pj)] = v.mean(1)
+    return {"per_topic": per_topic, "mean": float(per_topic.mean()), "top": top}
+
+
+def topic_diversity(phi, topn: int = 25) -> float:
+    """Topic diversity (Dieng, Ruiz & Blei 2020): distinct words among all topics' top
+    ``topn`` words / (topn·K); 1 when no two topics share a top word."""
+    phi = _check_topn(phi, topn)
+    top = _top_indices(phi, topn)
+    return float(len(np.unique(top)) / top.size)
+
+
+def _check_topn(phi, topn) -> np.ndarray:
+    if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)) or topn < 2:
+        raise ValueError("topn must be an integer >= 2, got %r" % (topn,))
+    phi = _check_phi(phi)
+    if topn > phi.shape[1]:
+        raise ValueError("topn=%d is larger than the vocabulary (V=%d)" % (topn, phi.shape[1]))
+    return phi
+
+
+#: documents sampled for topic usage, and its fixed-point iterations (the harness's values)
+USAGE_DOCS = 2000
+USAGE_ITERS = 50
+
+
+def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int = USAGE_DOCS,
+                iters: int = USAGE_ITERS, seed: int = 0) -> Dict[str, Any]:
+    """Each topic's share of the tokens of a seeded sample of (training) documents.
+
+    ``max_docs`` documents are drawn without replacement (``RandomState(seed).permutation``,
+    as the harness; all when there are fewer), θ_d is fit by the document-completion fixed
+    point (``iters`` iterations from uniform), and every token's responsibility
+    θ_dk φ_kw / Σ_j θ_dj φ_jw is summed per topic. Returns ``shares`` (K, sum 1), ``dead``
+    (topics with a share below 0.1/K, a tenth of uniform), ``effective`` (exp of the
+    entropy of the shares: K when all are used equally) and ``n_docs``. Memory is bounded by
+    the sample, whatever the size of the documents given."""
+    phi = _check_phi(phi)
+    K, V = phi.shape
+    if sp.issparse(batch_or_csr):
+        X = sp.csr_matrix(batch_or_csr)
+        D = X.shape[0]
+        rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
+        sample = DocBatch.from_csr(X[rows])
+    else:
+        batch = _as_batch(batch_or_csr, "batch_or_csr")
+        D = batch.n_docs
+        rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
+        sample = batch.take(rows)
+    _check_words(sample, V, "the documents")
+    if sample.n_tokens == 0:
+        raise ValueError("topic usage needs documents with at least one token")
+    phiT = _normalized_phi_T(phi)
+    doc = np.repeat(np.arange(sample.n_docs), np.diff(sample.indptr))
+    w, n = sample.word_ids.astype(np.int64), sample.counts.astype(np.float64)
+    A = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V))
+    coo = A.tocoo()
+    r, c, n = coo.row, coo.col, coo.data
+    theta = np.full((A.shape[0], K), 1.0 / K)
+    for _ in range(int(iters)):
+        denom = np.einsum("ik,ik->i", theta[r], phiT[c])
+        R = sp.csr_matrix((n / denom, (r, c)), shape=A.shape)
+        theta = alpha + theta * (R @ phiT)
+        theta /= theta.sum(1, keepdims=True)
+    resp = theta[r] * phiT[c]
+    resp /= resp.sum(1, keepdims=True)
+    use = (resp * n[:, None]).sum(0)
+    shares = use / use.sum()
+    nz = shares[shares > 0]
+    return {"shares": shares, "dead": int((shares < 0.1 / K).sum()),
+            "effective": float(np.exp(-(nz * np.log(nz)).sum())), "n_docs": int(sample.n_docs)}
+
+
+def topic_health(phi, train_docs, alpha: float = PROTOCOL_ALPHA, seed: int = 0,
+                 topn: int = PROTOCOL_TOPN) -> Dict[str, Any]:
+    """Topic usage, NPMI and diversity in one call (what the trainer logs, ``ldabeam
+    evaluate`` prints and the report plots): ``dead_topics``, ``effective_topics``, ``npmi``,
+    ``topic_diversity``, ``topic_shares`` and ``npmi_per_topic`` (lists). NPMI is computed
+    on the same seeded sample of documents as the usage (bounded cost on any corpus); on the
+    whole corpus when it has no more than ``USAGE_DOCS`` documents."""
+    phi = _check_phi(phi)
+    use = topic_usage(phi, train_docs, alpha=alpha, seed=seed)
+    if sp.issparse(train_docs):
+        X = sp.csr_matrix(train_docs)
+    else:
+        b = _as_batch(train_docs, "train_docs")
+        X = sp.csr_matrix((b.counts, b.word_ids, b.indptr), shape=(b.n_docs, phi.shape[1]))
+    if X.shape[0] > USAGE_DOCS:
+        X = X[np.sort(np.random.RandomState(seed).permutation(X.shape[0])[:USAGE_DOCS])]
+    npmi = npmi_coherence(phi, X, topn=topn)
+    return {"dead_topics": use["dead"], "effective_topics": use["effective"],
+            "npmi": npmi["mean"], "topic_diversity": topic_diversity(phi),
+            "topic_shares": [float(x) for x in use["shares"]],
+            "npmi_per_topic": [float(x) for x in npmi["per_topic"]],
+            "health_docs": use["n_docs"]}
+
+
+def health_scalars(phi, docs, seed: int = 0) -> Dict[str, float]:
+    """:func:`topic_health` without the per-topic lists (what the trainer logs at its
+    evaluation steps): ``dead_topics``, ``effective_topics``, ``npmi``, ``topic_diversity``."""
+    h = topic_health(phi, docs, seed=seed)
+    return {k: h[k] for k in ("dead_topics", "effective_topics", "npmi", "topic_diversity")}
+
+
+# ---------------------------------------------------------------------------------------------
+# left-to-right held-out estimate (Wallach, Murray, Salakhutdinov & Mimno 2009, Algorithm 3)
+# ---------------------------------------------------------------------------------------------
+_L2R_KERNEL = []
+
+
+def _get_l2r_kernel():
+    if not _L2R_KERNEL:
+        from numba import njit
+
+        @njit(cache=True)
+        def draw(nk_r, phiT, w, alpha, p):   # pragma: no cover (compiled)
+            """Sample k ∝ (N_k + α) φ_kw; returns (k, Σ_k (N_k + α) φ_kw)."""
+            K = p.shape[0]
+            acc = 0.0
+            for k in range(K):
+                acc += (nk_r[k] + alpha) * phiT[w, k]
+                p[k] = acc
+            u = np.random.random() * acc
+            k1 = 0
+            while k1 < K - 1 and p[k1] <= u:
+                k1 += 1
+            return k1, acc
+
+        @njit(cache=True)
+        def kernel(phiT, words, alpha, R, seed, out_p):   # pragma: no cover (compiled)
+            """out_p[n] = (1/R) Σ_r p(w_n | w_<n, z^r_<n) for one document's token sequence."""
+            np.random.seed(seed)
+            N = words.shape[0]
+            K = phiT.shape[1]
+            z = np.zeros((R, N), np.int64)
+            nk = np.zeros((R, K))
+            p = np.empty(K)
+            for n in range(N):
+                total = 0.0
+                for r in range(R):
+                    for m in range(n):                 # resample the earlier tokens once
+                        nk[r, z[r, m]] -= 1.0
+                        k1, _ = draw(nk[r], phiT, words[m], alpha, p)
+                        z[r, m] = k1
+                        nk[r, k1] += 1.0
+                    k1, acc = draw(nk[r], phiT, words[n], alpha, p)
+                    total += acc / (n + K * alpha)
+                    z[r, n] = k1
+                    nk[r, k1] += 1.0
+                out_p[n] = total / R
+        _L2R_KERNEL.append(kernel)
+    return _L2R_KERNEL[0]
+
+
+def left_to_right(phi, batch: DocBatch, alpha: float = PROTOCOL_ALPHA, particles: int = 20,
+                  max_docs: int = 200, seed: int = 0) -> Dict[str, Any]:
+    """Held-out log p(w_d | φ, α) by the left-to-right particle algorithm (Wallach et al. 2009,
+    Algorithm 3, the estimator of their and Mimno et al.'s comparisons)::
+
+        p(w_n | w_<n) ≈ (1/R) Σ_r Σ_k φ_k,w_n (N^r_k,<n + α) / (n − 1 + Kα)
+
+    where each of the R particles re-samples the topics of the earlier tokens once (collapsed
+    Gibbs given φ) before scoring w_n, then samples z_n; log p(w_d) = Σ_n log p(w_n | w_<n).
+    A bag of words has no order: each document's tokens are put in a seeded random order.
+    Cost O(R·N_d²·K) per document, bounded by scoring a seeded sample of at most ``max_docs``
+    documents. Returns ``ll_per_token`` (Σ_d log p(w_d) / Σ_d N_d), ``log_p`` per scored
+    document, ``n_tokens``, ``n_docs``, ``doc_index`` (positions in ``batch``)."""
+    phi = _check_phi(phi)
+    batch = _as_batch(batch, "batch")
+    K, V = phi.shape
+    _check_words(batch, V, "the documents")
+    if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) \
+            or particles < 1:
+        raise ValueError("particles must be an integer >= 1, got %r" % (particles,))
+    if not alpha > 0:
+        raise ValueError("alpha must be > 0, got %r" % (alpha,))
+    phiT = _normalized_phi_T(phi)
+    rng = np.random.RandomState(seed)
+    idx = np.sort(rng.permutation(batch.n_docs)[:max_docs])
+    idx = idx[batch.doc_lengths[idx] > 0]
+    if len(idx) == 0:
+        raise ValueError("left_to_right needs at least one non-empty document")
+    kernel = _get_l2r_kernel()
+    log_p = np.zeros(len(idx))
+    n_tok = 0
+    for j, d in enumerate(idx):
+        w, c = batch.doc(int(d))
+        words = np.repeat(w.astype(np.int64), c)
+        doc_seed = int(rng.randint(0, 2 ** 31 - 1))
+        words = words[np.random.RandomState(doc_seed).permutation(len(words))]
+        out = np.empty(len(words))
+        kernel(phiT, words, float(alpha), int(particles), doc_seed, out)
+        log_p[j] = float(np.log(out).sum())
+        n_tok += len(words)
+    return {"ll_per_token": float(log_p.sum() / n_tok), "log_p": log_p, "n_tokens": int(n_tok),
+            "n_docs": int(len(idx)), "doc_index": idx}
 
 
 def top_words(phi, vocab_tokens: Optional[Sequence[str]] = None, n: int = 10

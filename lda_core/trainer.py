@@ -98,14 +98,17 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict
     """Held-out metrics of the current state (does not modify it): document completion
     (log-likelihood per token of the second halves, θ fit on the first halves with the
     protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
-    as in ``../shared/bench``) and, when the algorithm defines it, the per-word bound of
-    paper eq. 16 (a bound, not a perplexity)."""
-    from lda_core.evaluation import PROTOCOL_ALPHA, document_completion
+    as in ``../shared/bench``), topic health on the held-out documents (dead and effective
+    topics, NPMI: ``lda_core.evaluation.health_scalars``) and, when the algorithm defines
+    it, the per-word bound of paper eq. 16 (a bound, not a perplexity)."""
+    from lda_core.evaluation import PROTOCOL_ALPHA, document_completion, health_scalars
     out: Dict[str, float] = {}
     alpha = PROTOCOL_ALPHA if alpha is None else float(alpha)
-    dc = document_completion(algorithm.topic_word(), heldout.first, heldout.second, alpha=alpha)
+    phi = algorithm.topic_word()
+    dc = document_completion(phi, heldout.first, heldout.second, alpha=alpha)
     out["completion_ll_per_token"] = float(dc["ll_per_token"])
     out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))
+    out.update(health_scalars(phi, heldout.docs))
     if hasattr(algorithm, "per_word_bound"):
         b = float(algorithm.per_word_bound(heldout.docs))
         out["per_word_bound"] = b

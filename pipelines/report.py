@@ -12,7 +12,12 @@ Gathered from MODEL_DIR alone (plus documents from shards for the parts that nee
   by ``ldabeam topics --label``), its size — the share of the sample's tokens,
   size_k = Σ_d N_d θ_dk / Σ_d N_d, θ by the model's ``infer`` — and its UMass coherence
   (Mimno et al. 2011; ``lda_core.evaluation.umass_coherence`` over the sample, top 10 words);
-* example documents per topic (largest θ_dk in the sample, at least 1%) with their titles.
+* example documents per topic (largest θ_dk in the sample, at least 1%) with their titles;
+* topic health (``lda_core.evaluation.topic_health`` over the sample): each topic's share of
+  the tokens and its NPMI, dead topics (share below 0.1/K) and junk topics (NPMI below 0)
+  flagged, the effective number of topics and the topic diversity; when the sample's
+  documents carry labels, a label × topic table (documents by most probable topic) and the
+  NMI between the two.
 
 Plots are matplotlib PNGs embedded as base64 ``data:`` URIs; the numbers behind them are also
 embedded as JSON (``<script type="application/json" id="report-data">``), so the page needs no
@@ -186,8 +191,10 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
                              if theta[i, k] >= MIN_EXAMPLE_SHARE]
         data["sample"] = {"shards": shards, "documents": int(docs.n_docs),
                           "tokens": int(docs.n_tokens)}
+        data["health"] = health_data(phi, docs, theta)
     else:
         data["sample"] = None
+        data["health"] = None
     if evolution_topics is None:
         order = np.argsort(-size) if size is not None else np.arange(K)
         evolution_topics = [int(k) for k in order[:n_evolution]]
@@ -197,6 +204,28 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics),
                                         until_step=int(state.step))
     return data
+
+
+def health_data(phi, docs, theta) -> Dict[str, Any]:
+    """Topic health of the sample (module docstring); ``theta`` is the model's inference of
+    ``docs`` (for the label × topic table)."""
+    from lda_core.evaluation import normalized_mutual_information, topic_health
+    h = topic_health(phi, docs)
+    K = phi.shape[0]
+    h["dead"] = [k for k in range(K) if h["topic_shares"][k] < 0.1 / K]
+    h["junk"] = [k for k in range(K) if h["npmi_per_topic"][k] < 0]
+    labels = docs.labels
+    if labels is not None and any(l is not None for l in labels):
+        keep = [i for i, l in enumerate(labels) if l is not None]
+        pred = np.asarray(theta).argmax(axis=1)[keep]
+        names = sorted({labels[i] for i in keep})
+        table = np.zeros((len(names), K), np.int64)
+        for i, k in zip(keep, pred):
+            table[names.index(labels[i]), k] += 1
+        h["labels"] = {"names": names, "counts": table.tolist(),
+                       "nmi": float(normalized_mutual_information(
+                           [labels[i] for i in keep], pred.tolist()))}
+    return h
 
 
 # ----------------------------------------------------------------------------- plots
@@ -253,6 +282,32 @@ def plot_topics(topics: List[Dict[str, Any]]) -> Optional[str]:
     for ax in axes:
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle("Topic size and coherence")
+    return _png(fig)
+
+
+def plot_health(h: Optional[Dict[str, Any]]) -> Optional[str]:
+    if not h:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    K = len(h["topic_shares"])
+    ks = np.arange(K)
+    share = 100 * np.asarray(h["topic_shares"])
+    npmi = np.asarray(h["npmi_per_topic"])
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.09 * K + 3), 5), sharex=True)
+    axes[0].bar(ks, share, color=["#c44e52" if k in h["dead"] else "#4c72b0" for k in ks])
+    axes[0].axhline(100 * 0.1 / K, color="#c44e52", lw=0.8, ls="--", label="dead below 0.1/K")
+    axes[0].set_ylabel("share of tokens (%)")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(ks, npmi, color=["#c44e52" if k in h["junk"] else "#55a868" for k in ks])
+    axes[1].axhline(0, color="#333", lw=0.6)
+    axes[1].set_ylabel("NPMI (top 10)")
+    axes[1].set_xlabel("topic")
+    for ax in axes:
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Topic health: %d dead, %.1f effective of %d, mean NPMI %.3f"
+                 % (h["dead_topics"], h["effective_topics"], K, h["npmi"]))
     return _png(fig)
 
 
@@ -325,6 +380,31 @@ def _topics_html(topics) -> str:
     return "\n".join(out)
 
 
+def _health_html(h: Optional[Dict[str, Any]]) -> str:
+    if not h:
+        return "<p>No documents given (--shards): topic health omitted.</p>"
+    rows = [("dead topics (share < 0.1/K)", "%d %s" % (h["dead_topics"], h["dead"] or "")),
+            ("junk topics (NPMI < 0)", "%d %s" % (len(h["junk"]), h["junk"] or "")),
+            ("effective topics", "%.1f" % h["effective_topics"]),
+            ("mean NPMI (top 10)", "%.3f" % h["npmi"]),
+            ("topic diversity (top 25)", "%.3f" % h["topic_diversity"])]
+    out = ['<table class="summary" id="health">' + "".join(
+        '<tr><th>%s</th><td class="num">%s</td></tr>' % (_e(k), _e(v)) for k, v in rows)
+        + "</table>", _img(plot_health(h), "topic share and NPMI per topic", "plot-health")]
+    lab = h.get("labels")
+    if lab:
+        K = len(h["topic_shares"])
+        used = [k for k in range(K) if any(r[k] for r in lab["counts"])]
+        head = "".join("<th>%d</th>" % k for k in used)
+        body = "".join("<tr><th>%s</th>%s</tr>" % (_e(n), "".join(
+            '<td class="num">%d</td>' % r[k] for k in used))
+            for n, r in zip(lab["names"], lab["counts"]))
+        out.append('<h3>Labels × topics (documents by most probable topic), NMI %.3f</h3>'
+                   '<table id="labels"><tr><th>label</th>%s</tr>%s</table>'
+                   % (lab["nmi"], head, body))
+    return "\n".join(out)
+
+
 def _img(uri: Optional[str], alt: str, ident: str) -> str:
     if uri is None:
         return "<p>(no data for this plot)</p>"
@@ -343,7 +423,7 @@ def render(data: Dict[str, Any], template: str = TEMPLATE) -> str:
     except (KeyError, ValueError) as e:
         raise ValueError("report template %s: bad or unknown placeholder %s (known: title, "
                          "model, generated, summary_rows, heldout_plot, heldout_rows, "
-                         "evolution, topics_plot, topic_rows, sample, data_json)"
+                         "evolution, topics_plot, topic_rows, health, sample, data_json)"
                          % (template, e))
 
 
@@ -361,6 +441,7 @@ def _substitute(tpl, data, payload, sample) -> str:
         topics_plot=_img(plot_topics(data["topics"]), "topic size and coherence",
                          "plot-topics"),
         topic_rows=_topics_html(data["topics"]),
+        health=_health_html(data.get("health")),
         sample=_e("%d documents (%d tokens) of %s" % (sample["documents"], sample["tokens"],
                                                       sample["shards"]) if sample else
                   "no documents given (--shards): sizes, coherence and examples omitted"),

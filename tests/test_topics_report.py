@@ -100,13 +100,33 @@ def test_report_is_self_contained_with_real_plots(report):
     assert "<link" not in page and not re.search(r"<script[^>]*\bsrc=", page)
     assert not re.search(r'(href|src)="(https?:)?//', page)
     pngs = _data_uris(page)
-    assert len(pngs) == 2                          # held-out curve, topic size/coherence
+    assert len(pngs) == 3          # held-out curve, topic size/coherence, topic health
     for b in pngs:
         raw = base64.b64decode(b)
         assert raw[:8] == b"\x89PNG\r\n\x1a\n"
         img = mpimg.imread(io.BytesIO(raw), format="png")
         assert img.shape[0] > 150 and img.shape[1] > 300
         assert img[..., :3].std() > 0.05           # not a blank canvas
+
+
+def test_report_topic_health_and_labels(report):
+    from lda_core.evaluation import topic_health
+    from pipelines.exports import sample_docs
+    from pipelines import dataset
+    ds, m, _, page, data = report
+    h, K = data["health"], len(data["topics"])
+    algo, state, _ = _model(m)
+    docs = sample_docs(dataset.resolve_shards(data["sample"]["shards"]), 400).non_empty()
+    assert docs.n_docs == data["sample"]["documents"]        # the report's sample
+    ref = topic_health(algo.topic_word(), docs)
+    assert h["topic_shares"] == ref["topic_shares"] and h["npmi"] == ref["npmi"]
+    assert h["dead"] == [k for k in range(K) if h["topic_shares"][k] < 0.1 / K]
+    assert h["junk"] == [k for k in range(K) if h["npmi_per_topic"][k] < 0]
+    assert 'id="health"' in page and 'id="plot-health"' in page
+    # the posts carry their newsgroup as label: a label x topic table with NMI
+    lab = h["labels"]
+    assert len(lab["names"]) > 1 and sum(map(sum, lab["counts"])) == docs.n_docs
+    assert 0 <= lab["nmi"] <= 1 and 'id="labels"' in page
 
 
 def test_report_numbers_are_the_run_logs(report):

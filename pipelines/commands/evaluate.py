@@ -9,6 +9,12 @@
   perplexity estimate;
 * UMass coherence of the top words (``umass_mean_sum`` per topic, ``umass_mean_pair`` per
   pair) on the training shards (``--train-shards``, or the dataset's train split);
+* topic health on a seeded sample of 2,000 of those training documents
+  (``lda_core.evaluation.topic_health``): ``dead_topics`` (share of the tokens below 0.1/K),
+  ``effective_topics`` (exp entropy of the shares), ``npmi`` (document co-occurrence NPMI of
+  the top 10 words), ``topic_diversity`` (``ldabeam report`` shows them per topic);
+* ``left_to_right_ll_per_token`` with ``--left-to-right-docs N``: the left-to-right estimate
+  of log p(w_d) per token (Wallach et al. 2009) on a seeded sample of N held-out documents;
 * ``nmi`` with ``--labels``: normalised mutual information between the documents' labels and
   their most probable topic.
 
@@ -48,6 +54,12 @@ def add_arguments(p) -> None:
                    help="UMass co-occurrence counts from at most this many training documents")
     p.add_argument("--top", type=int, default=10, help="top words per topic for coherence")
     p.add_argument("--seed", type=int, default=0, help="seed of the document-completion split")
+    p.add_argument("--left-to-right-docs", type=int, default=0, metavar="N",
+                   help="also estimate log p(w_d) by the left-to-right algorithm (Wallach et "
+                        "al. 2009) on a seeded sample of N held-out documents (cost grows "
+                        "with the square of their length; 0 = skip)")
+    p.add_argument("--particles", type=int, default=20,
+                   help="particles of the left-to-right estimate")
 
 
 def _is_dataset(path: str) -> bool:
@@ -62,6 +74,8 @@ def run(args, beam_argv) -> int:
     from pipelines.shard_stream import read_docs
     if not args.shards:
         raise ValueError("--shards HELDOUT_DIR is required")
+    if args.left_to_right_docs < 0 or args.particles < 1:
+        raise ValueError("--left-to-right-docs must be >= 0 and --particles >= 1")
     for name in ("max_docs", "coherence_max_docs", "top"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -101,6 +115,12 @@ def run(args, beam_argv) -> int:
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
+        out.update(evaluation.health_scalars(phi, ref, seed=args.seed))
+    if args.left_to_right_docs:
+        l2r = evaluation.left_to_right(phi, heldout.docs, particles=args.particles,
+                                       max_docs=args.left_to_right_docs, seed=args.seed)
+        out["left_to_right_ll_per_token"] = l2r["ll_per_token"]
+        out["left_to_right_docs"] = l2r["n_docs"]
     if args.labels:
         labels = heldout.docs.labels
         if labels is None or all(l is None for l in labels):
