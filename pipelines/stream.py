@@ -264,8 +264,9 @@ class StreamTrain(beam.PTransform):
     def __init__(self, model_dir: str, parse: ParseConfig, window_seconds: float,
                  allowed_lateness: float = 86400.0, keep_last: Optional[int] = None,
                  n_threads: Optional[int] = None, corpus_size: Optional[int] = -1,
-                 order: str = "watermark"):
+                 order: str = "watermark", files: Optional[Dict[str, int]] = None):
         super().__init__()
+        self.files = files
         if order not in ORDERS:
             raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
         self.order = order
@@ -298,7 +299,7 @@ class StreamTrain(beam.PTransform):
                  | "GlobalWindow" >> beam.WindowInto(window.GlobalWindows())
                  | "GlobalStep" >> beam.ParDo(ApplyGlobalStepFn(
                      self.model_dir, self.keep_last, self.n_threads, self.corpus_size,
-                     self.order))
+                     self.order, self.files))
                  .with_input_types(Tuple[int, Any]))
         # the two dead-letter streams have different windowings; Flatten needs one
         dead = ((parsed[DEAD] | "DeadParsedGlobal" >> beam.WindowInto(window.GlobalWindows()),
@@ -404,56 +405,124 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
                         keep_last: Optional[int] = None, n_threads: Optional[int] = None,
                         corpus_size: Optional[int] = -1, clock=time.time,
                         sleep=time.sleep) -> int:
-    """``--input-glob`` on this machine: poll the directory every ``poll_seconds``; a new
-    file's lines arrive at the time it is first seen; as soon as a window of
+    """``--input-glob`` on this machine: poll the directory every ``poll_seconds``; the new
+    complete lines of a file arrive at the time they are first seen; as soon as a window of
     ``window_seconds`` has closed, its documents go through :class:`StreamTrain` in a
     bounded pipeline of its own on the FnApiRunner (one checkpoint per window, as on a
     streaming runner). Runs ``stop_after`` seconds (then the open window is applied too), or until
     interrupted. Returns the number of checkpoints published.
 
+    Exactly once across restarts: each window's checkpoint records the input position after
+    that window (``info["stream"]["files"]``: file -> bytes applied), published atomically
+    with the state. A restarted driver reads the position of the newest checkpoint and
+    continues after it: files applied are not read again, files that grew are read from their
+    recorded offset, and a window never reuses the end of the last applied window. (A window
+    with no valid document publishes no checkpoint; its lines are read again after a restart,
+    as dead letters again.) A line is read once it ends with a newline, or once the file has
+    not grown for a poll.
+
     Why not ``fileio.MatchContinuously`` here: the local runners cannot run it as a stream
     (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
     only the files present at its first listings). On Dataflow / Flink the pipeline of
     :class:`ReadJsonFilesContinuously` is used instead."""
-    from pipelines import dataset
-    seen = set()
-    pending: List[Tuple[float, str]] = []
+    from lda_core.checkpoint import CheckpointStore
+    from pipelines.stream_step import applied_record
+    step = CheckpointStore(model_dir).pointer()
+    record = applied_record(model_dir, step) if step is not None else {}
+    offsets: Dict[str, int] = {str(k): int(v) for k, v in (record.get("files") or {}).items()}
+    sizes: Dict[str, int] = {}            # size at the previous poll (a stable partial line)
+    # the first window index free after the newest checkpoint's window
+    last_end = record.get("window_end_micros")
+    next_w = (0 if last_end is None
+              else int(math.floor((int(last_end) + 1) / 1e6 / window_seconds - 1e-9)) + 1)
+    # pending reads: (window index, arrival time, file, start offset, end offset, lines)
+    pending: List[Tuple[int, float, str, int, int, List[str]]] = []
     published = 0
     t_stop = None if stop_after is None else clock() + float(stop_after)
     max_polls = 10 ** 12 if stop_after is None else int(stop_after / poll_seconds) + 2
     for _ in range(max_polls):
         now = clock()
-        for path in dataset.match(pattern):
-            if path in seen:
-                continue
-            seen.add(path)
-            with dataset.open_read(path) as f:
-                lines = [l.strip() for l in f.read().decode("utf-8", "replace").splitlines()]
-            pending += [(now, l) for l in lines if l]
-            logger.info("stream: %s: %d documents arrived", path, len([l for l in lines if l]))
         done = t_stop is not None and now >= t_stop
-        closed = [x for x in pending
-                  if done or math.floor(x[0] / window_seconds) * window_seconds
-                  + window_seconds <= now]
-        if closed:
-            pending = [x for x in pending if x not in closed] if not done else []
-            # one bounded pipeline per window, in window order (the FnApiRunner does not
-            # fire the event-time timer of the last window of a bounded run, so the step is
-            # applied on arrival -- which is window order here by construction)
-            by_window: Dict[int, List[Tuple[float, str]]] = {}
-            for x in closed:
-                by_window.setdefault(int(math.floor(x[0] / window_seconds)), []).append(x)
-            for w in sorted(by_window):
-                published += _run_bounded(by_window[w], model_dir, parse, window_seconds,
-                                          deadletter_dir, keep_last, n_threads, corpus_size)
+        for path in _match(pattern):
+            start = offsets.get(path, 0)
+            got = _read_new_lines(path, start, sizes, done)
+            if got is None:
+                continue
+            end, lines = got
+            offsets[path] = end
+            w = max(int(math.floor(now / window_seconds)), next_w)
+            pending.append((w, now, path, start, end, lines))
+            logger.info("stream: %s: %d documents arrived", path, len(lines))
+        closed: Dict[int, list] = {}
+        still: list = []
+        for x in pending:                 # one pass: linear in the pending reads
+            if done or (x[0] + 1) * window_seconds <= now:
+                closed.setdefault(x[0], []).append(x)
+            else:
+                still.append(x)
+        pending = still
+        # one bounded pipeline per window, in window order (the FnApiRunner does not fire
+        # the event-time timer of the last window of a bounded run, so the step is applied on
+        # arrival -- which is window order here by construction)
+        for w in sorted(closed):
+            reads = closed[w]
+            later = [x for v in sorted(closed) if v > w for x in closed[v]] + pending
+            position = _position_after(later, offsets)
+            t0 = w * window_seconds
+            items = [(min(max(t, t0), t0 + window_seconds * 0.999), line)
+                     for _, t, _, _, _, lines in reads for line in lines]
+            if items:
+                published += _run_bounded(items, model_dir, parse, window_seconds,
+                                          deadletter_dir, keep_last, n_threads, corpus_size,
+                                          position)
+            next_w = max(next_w, w + 1)
         if done:
             break
         sleep(poll_seconds)
     return published
 
 
+def _match(pattern: str) -> List[str]:
+    from pipelines import dataset
+    return sorted(dataset.match(pattern))
+
+
+def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],
+                    take_partial: bool) -> Optional[Tuple[int, List[str]]]:
+    """The non-empty lines of ``path`` after byte ``offset``: ``(new offset, lines)``, or None
+    if there is nothing new. A last line without a newline is taken only when the file has not
+    grown since the previous poll (or ``take_partial``)."""
+    from pipelines import dataset
+    with dataset.open_read(path) as f:
+        if offset:
+            f.seek(offset)
+        data = f.read()
+    size = offset + len(data)
+    stable = sizes.get(path) == size
+    sizes[path] = size
+    if not data:
+        return None
+    cut = data.rfind(b"\n") + 1
+    if cut < len(data) and (take_partial or stable):
+        cut = len(data)
+    if cut == 0:
+        return None
+    lines = [l.strip() for l in data[:cut].decode("utf-8", "replace").splitlines()]
+    return offset + cut, [l for l in lines if l]
+
+
+def _position_after(pending, offsets: Dict[str, int]) -> Dict[str, int]:
+    """Bytes of each file applied once the windows before ``pending`` are: everything read
+    so far except the reads still pending for a later window (a file's reads are in order,
+    so its position is the start of its first pending read)."""
+    pos = dict(offsets)
+    for x in pending:
+        pos[x[2]] = min(pos[x[2]], x[3])
+    return pos
+
+
 def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_last,
-                 n_threads, corpus_size) -> int:
+                 n_threads, corpus_size, files=None) -> int:
     import uuid
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     key = uuid.uuid4().hex
@@ -470,7 +539,8 @@ def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_l
                                                   for t, l in items])
                    | "Train" >> StreamTrain(model_dir, parse, window_seconds, 3600.0,
                                             keep_last=keep_last, n_threads=n_threads,
-                                            corpus_size=corpus_size, order="arrival"))
+                                            corpus_size=corpus_size, order="arrival",
+                                            files=files))
             out["steps"] | "CollectSteps" >> beam.Map(_collect, key, "steps")
             out[DEAD] | "CollectDead" >> beam.Map(_collect, key, DEAD)
         steps, dead = _COLLECTED[key]["steps"], _COLLECTED[key][DEAD]

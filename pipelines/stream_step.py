@@ -31,8 +31,9 @@ NS = "ldabeam"
 # ----------------------------------------------------------------------------- state access
 
 class _Held:
-    def __init__(self, algorithm):
+    def __init__(self, algorithm, info=None):
         self.algorithm = algorithm
+        self.info = info or {}
 
 
 _SHARED = shared.Shared()
@@ -43,9 +44,8 @@ def latest_step(model_dir: str) -> Optional[int]:
     return CheckpointStore(model_dir).pointer()
 
 
-def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
-    """The algorithm of checkpoint ``step`` of ``model_dir``, one copy per process and step
-    (read-only: callers that modify it take a deep copy)."""
+def _held(model_dir: str, step: int) -> _Held:
+    """Checkpoint ``step`` of ``model_dir`` (algorithm and info), loaded once per process."""
     from lda_core.algorithm import algorithm_class
     from lda_core.checkpoint import CheckpointStore
     from lda_core.state import TopicState
@@ -54,13 +54,61 @@ def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
         path = CheckpointStore(model_dir).path(step)
         logger.info("stream: loading checkpoint %s (pid %d)", path, os.getpid())
         st = TopicState.load(path)
-        return _Held(algorithm_class(st.algorithm).from_state(st))
+        return _Held(algorithm_class(st.algorithm).from_state(st), st.info)
 
     from pipelines import dataset
-    algo = _SHARED.acquire(load, tag="%s@%d" % (dataset.absolute(model_dir), step)).algorithm
+    return _SHARED.acquire(load, tag="%s@%d" % (dataset.absolute(model_dir), step))
+
+
+def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
+    """The algorithm of checkpoint ``step`` of ``model_dir``, one copy per process and step
+    (read-only: callers that modify it take a deep copy)."""
+    algo = _held(model_dir, step).algorithm
     if n_threads is not None and hasattr(algo, "n_threads"):
         algo.n_threads = int(n_threads)
     return algo
+
+
+def applied_record(model_dir: str, step: int) -> dict:
+    """``info["stream"]`` of checkpoint ``step``: what the stream has applied up to it (see
+    :func:`next_record`); empty for a checkpoint not written by the stream."""
+    return dict(_held(model_dir, step).info.get("stream") or {})
+
+
+# What a checkpoint records of the stream applied so far (``info["stream"]``), so that a
+# restarted job, a retried bundle or a re-delivered message applies nothing twice:
+#   windows   the last MAX_WINDOWS applied windows as [window end µs, documents, sha256 of
+#             their sorted doc ids]: a window delivered again with the same documents is
+#             skipped whole, however large it is;
+#   doc_ids   the ids of the last MAX_DOC_IDS applied documents: a document delivered again
+#             (a Pub/Sub message redelivered into a later window, a restarted job's
+#             unacknowledged messages) is dropped from its window. Doc ids identify documents.
+#   files     the directory driver's position: input file -> bytes applied (see
+#             pipelines.stream.run_local_directory), carried forward by every checkpoint.
+MAX_WINDOWS = 1024
+MAX_DOC_IDS = 20_000
+
+
+def window_digest(doc_ids) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for d in sorted(doc_ids):
+        h.update(d.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
+
+
+def next_record(prev: dict, wend: int, delivered, applied_ids, files=None) -> dict:
+    """The applied record after window ``wend`` (delivered with documents ``delivered``, of
+    which ``applied_ids`` were new and applied) on top of ``prev``; bounded by MAX_WINDOWS
+    and MAX_DOC_IDS."""
+    ids = list(prev.get("doc_ids") or []) + list(applied_ids)
+    wins = list(prev.get("windows") or []) + [[int(wend), len(delivered),
+                                               window_digest(delivered)]]
+    out = dict(windows=wins[-MAX_WINDOWS:], doc_ids=ids[-MAX_DOC_IDS:])
+    files = prev.get("files") if files is None else files
+    if files:
+        out["files"] = dict(files)
+    return out
 
 
 class EStepLatestFn(beam.DoFn):
@@ -140,31 +188,47 @@ class ApplyGlobalStepFn(beam.DoFn):
 
     def __init__(self, model_dir: str, keep_last: Optional[int] = None,
                  n_threads: Optional[int] = None, corpus_size: Optional[int] = -1,
-                 order: str = "watermark"):
+                 order: str = "watermark", files: Optional[dict] = None):
         if order not in ORDERS:
             raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
         self.order = order
         self.model_dir, self.keep_last, self.n_threads = model_dir, keep_last, n_threads
         self.corpus_size = corpus_size
+        # the directory driver's input position after this job's (single) window
+        self.files = files
         self.recomputed = Metrics.counter(NS, "stale_estep_recomputed")
         self.steps = Metrics.counter(NS, "global_steps")
+        self.again_windows = Metrics.counter(NS, "stream_windows_already_applied")
+        self.again_docs = Metrics.counter(NS, "stream_documents_already_applied")
         self.algo = None
+        self.record = None
 
     def setup(self):
         from lda_core.checkpoint import CheckpointStore
         self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
 
     def _current(self, applied: Optional[int]):
-        """The algorithm at the step recorded in Beam state (reloaded if this worker's copy
-        is not that step: a restarted or moved key)."""
+        """The algorithm to continue from: the newest published checkpoint, or the step in
+        Beam state if that is newer (reloaded if this worker's copy is not that step: a
+        restarted or moved key).
+
+        The newest checkpoint, not the step in Beam state: a bundle that published step N+1
+        and then failed before its Beam state was committed is retried with the state still
+        saying N; with ``--keep-checkpoints 1`` step N is already pruned. Continuing from
+        N+1 instead needs no pruned checkpoint -- the store always keeps its newest -- and the
+        windows N+1 recorded as applied (``info["stream"]``, :func:`next_record`) are skipped
+        by :meth:`_apply`, so the retry publishes nothing twice."""
         import copy
-        want = applied if applied is not None else self.store.pointer()
-        if want is None:
+        pointer = self.store.pointer()
+        cands = [x for x in (applied, pointer) if x is not None]
+        if not cands:
             raise RuntimeError("no checkpoint in %s to continue from" % self.model_dir)
-        if self.algo is None or int(getattr(self.algo, "step", -1)) != int(want):
-            self.algo = copy.deepcopy(load_step(self.model_dir, int(want)))
+        want = max(int(x) for x in cands)
+        if self.algo is None or int(getattr(self.algo, "step", -1)) != want:
+            self.algo = copy.deepcopy(load_step(self.model_dir, want))
             if self.n_threads is not None and hasattr(self.algo, "n_threads"):
                 self.algo.n_threads = int(self.n_threads)
+            self.record = applied_record(self.model_dir, want)
         return self.algo
 
     def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER),
@@ -190,10 +254,33 @@ class ApplyGlobalStepFn(beam.DoFn):
                 buffer.add(x)
         yield from self._apply(due, applied)
 
+    def _unapplied(self, batch: DocBatch, wend: int) -> Optional[DocBatch]:
+        """``batch`` without what the current checkpoint records as applied: None if the
+        window itself was applied (same end, same documents), else its documents whose ids
+        are not among the recently applied ones."""
+        digest = window_digest(batch.doc_ids)
+        for w in self.record.get("windows") or []:
+            if int(w[0]) == int(wend) and w[2] == digest:
+                self.again_windows.inc()
+                return None
+        seen = set(self.record.get("doc_ids") or [])
+        keep = [i for i, d in enumerate(batch.doc_ids) if d not in seen]
+        if len(keep) < batch.n_docs:
+            self.again_docs.inc(batch.n_docs - len(keep))
+            import numpy as np
+            batch = batch.take(np.asarray(keep, np.int64))
+        return batch if batch.n_docs else None
+
     def _apply(self, due, applied):
         algo = self._current(applied.read())
         for wend, batch, stats, used in due:
-            recomputed = used is None or int(used) != int(algo.step)
+            fresh = self._unapplied(batch, wend)
+            if fresh is None:
+                logger.info("stream: window ending %s already applied (checkpoint %d); "
+                            "skipped", wend, algo.step)
+                continue
+            recomputed = used is None or int(used) != int(algo.step) or fresh is not batch
+            delivered, batch = batch.doc_ids, fresh
             if recomputed:
                 self.recomputed.inc()
                 stats = algo.local_step(batch)
@@ -211,11 +298,13 @@ class ApplyGlobalStepFn(beam.DoFn):
             if info.get("skipped"):
                 continue
             state = _session.stamp(algo.to_state(), int(algo.step), _session.docs_seen(algo))
+            record = next_record(self.record, wend, delivered, batch.doc_ids, self.files)
             state.info["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
                                         estep_recomputed=bool(recomputed),
                                         estep_state_step=used, rho=info.get("rho"),
-                                        global_step_seconds=time.time() - t0)
+                                        global_step_seconds=time.time() - t0, **record)
             path = self.store.publish(state)
+            self.record = record
             applied.write(int(algo.step))
             self.steps.inc()
             logger.info("stream: window ending %s: %d documents, step %d, rho=%.4g%s -> %s",
