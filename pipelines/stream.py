@@ -37,8 +37,11 @@ stream setting, D grows without bound); a configured D keeps Hoffman's D/S scali
 The topic state lives in the checkpoint store, not in Beam state: the stateful DoFn keeps the
 algorithm object in memory (one per worker) and in Beam state only the step it has applied; a
 restarted worker reloads that step's checkpoint. Checkpoints are published (atomically, see
-:mod:`lda_core.checkpoint`) before the Beam state is committed, so a retried bundle republishes
-the same step with the same content.
+:mod:`lda_core.checkpoint`) before the Beam state is committed; each records what the stream
+has applied (recent windows and doc ids, the directory driver's file offsets:
+:func:`pipelines.stream_step.next_record`), and the step continues from the newest checkpoint
+and skips what it records -- so a retried bundle, a re-delivered window or a restarted job
+applies nothing twice.
 """
 from __future__ import annotations
 
