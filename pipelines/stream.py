@@ -446,8 +446,10 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     for _ in range(max_polls):
         now = clock()
         done = t_stop is not None and now >= t_stop
-        for path in _match(pattern):
+        for path, size in _match(pattern):
             start = offsets.get(path, 0)
+            if size == start:             # nothing new: the file is not opened
+                continue
             got = _read_new_lines(path, start, sizes, done)
             if got is None:
                 continue
@@ -485,9 +487,20 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     return published
 
 
-def _match(pattern: str) -> List[str]:
+def _match(pattern: str) -> List[Tuple[str, int]]:
+    """``(path, size in bytes)`` of the files matching ``pattern``, sorted by path."""
     from pipelines import dataset
-    return sorted(dataset.match(pattern))
+    if dataset.is_remote(pattern):
+        from apache_beam.io.filesystems import FileSystems
+        res = FileSystems.match([pattern])[0]
+        return sorted((m.path, int(m.size_in_bytes)) for m in res.metadata_list)
+    out = []
+    for path in dataset.match(pattern):
+        try:
+            out.append((path, os.path.getsize(path)))
+        except OSError:            # removed between the listing and the stat
+            continue
+    return out
 
 
 def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],
