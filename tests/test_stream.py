@@ -150,6 +150,25 @@ def test_docs_to_batch_orders_and_deduplicates():
     assert batch.doc_ids == ("a", "b") and batch.indptr.tolist() == [0, 2, 3]
 
 
+class Cell:
+    """A Beam state cell (bag or value) for calling the stateful DoFn directly."""
+
+    def __init__(self, v=None):
+        self.v = v
+
+    def add(self, x):
+        self.v.append(x)
+
+    def read(self):
+        return list(self.v) if isinstance(self.v, list) else self.v
+
+    def clear(self):
+        self.v = []
+
+    def write(self, x):
+        self.v = x
+
+
 def test_stale_estep_is_recomputed(tmp_path, corpus):
     """A window whose E-step read an older checkpoint is recomputed against the current state
     (so the result never depends on how fast the checkpoints were published)."""
@@ -157,28 +176,10 @@ def test_stale_estep_is_recomputed(tmp_path, corpus):
     model, vpath, algo0 = _model(tmp_path, vocab, corpus_size=1000)
     fn = stream.ApplyGlobalStepFn(model)
     fn.setup()
-
-    class Cell:
-        def __init__(self):
-            self.v = []
-
-        def add(self, x):
-            self.v.append(x)
-
-        def read(self):
-            return list(self.v) if isinstance(self.v, list) else self.v
-
-        def clear(self):
-            self.v = []
-
-        def write(self, x):
-            self.v = x
-
     mb1 = batch.take(np.arange(0, 40))
     mb2 = batch.take(np.arange(40, 80))
     stale = algo0.local_step(mb2)                     # computed against step 0, used at step 1
-    buf, applied = Cell(), Cell()
-    applied.v = None
+    buf, applied = Cell([]), Cell(None)
     buf.add((1, mb1, algo0.local_step(mb1), 0))
     buf.add((2, mb2, stale, 0))
     out = list(fn.on_flush(buffer=buf, applied=applied, ts=window.Timestamp(micros=5)))

@@ -12,6 +12,7 @@ from lda_core.online_vb import OnlineVB
 from pipelines import dataset, stream
 from pipelines.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from test_beam_train import read_kos
+from test_stream import Cell
 
 K = 6
 
@@ -139,25 +140,6 @@ def test_restart_inside_the_last_applied_window_opens_the_next_one(tmp_path, kos
     np.testing.assert_array_equal(OnlineVB.from_state(st).lambda_(), ref.lambda_())
 
 
-class _Cell:
-    """A Beam state cell for calling the stateful DoFn directly."""
-
-    def __init__(self, v=None):
-        self.v = v
-
-    def add(self, x):
-        self.v.append(x)
-
-    def read(self):
-        return list(self.v) if isinstance(self.v, list) else self.v
-
-    def clear(self):
-        self.v = []
-
-    def write(self, x):
-        self.v = x
-
-
 def test_retried_window_is_not_applied_twice_with_keep_checkpoints_1(tmp_path, kos):
     """A bundle that published step 1 and failed before its Beam state was committed is
     retried with the state still saying step 0 -- pruned by --keep-checkpoints 1. The retry
@@ -170,18 +152,18 @@ def test_retried_window_is_not_applied_twice_with_keep_checkpoints_1(tmp_path, k
     mb1, mb2 = _window(batch, range(0, 60)), _window(batch, range(40, 120))
     fn = ApplyGlobalStepFn(model, keep_last=1)
     fn.setup()
-    out = list(fn.on_flush(buffer=_Cell([(10, mb1, algo0.local_step(mb1), 0)]),
-                           applied=_Cell(None), ts=_ts(10)))
+    out = list(fn.on_flush(buffer=Cell([(10, mb1, algo0.local_step(mb1), 0)]),
+                           applied=Cell(None), ts=_ts(10)))
     assert [r["step"] for r in out] == [1]
     assert [c.step for c in CheckpointStore(model).list_checkpoints()] == [1]
     retry = ApplyGlobalStepFn(model, keep_last=1)
     retry.setup()
-    applied = _Cell(0)                            # the failed bundle's state was not committed
-    out = list(retry.on_flush(buffer=_Cell([(10, mb1, algo0.local_step(mb1), 0)]),
+    applied = Cell(0)                            # the failed bundle's state was not committed
+    out = list(retry.on_flush(buffer=Cell([(10, mb1, algo0.local_step(mb1), 0)]),
                               applied=applied, ts=_ts(10)))
     assert out == [] and CheckpointStore(model).pointer() == 1
     # documents 40..59 redelivered into the next window: only 60..119 are new
-    out = list(retry.on_flush(buffer=_Cell([(20, mb2, None, None)]), applied=applied,
+    out = list(retry.on_flush(buffer=Cell([(20, mb2, None, None)]), applied=applied,
                               ts=_ts(20)))
     assert [(r["step"], r["docs"]) for r in out] == [(2, 60)] and applied.v == 2
     ref = _reference(algo0, batch, [range(0, 60), range(60, 120)])
