@@ -1,7 +1,7 @@
 """``ldabeam train``: train a topic model on shards, with checkpoints, resume and a run log.
 
     ldabeam train --shards SHARD_DIR --output MODEL_DIR --topics K [--algorithm online-vb]
-                  [--minibatch S] [--passes N] [--seed N] [--resume] [--runner inprocess]
+                  [--minibatch S] [--passes N|auto] [--seed N] [--resume] [--runner inprocess]
                   [--runner BEAM_RUNNER [--detach]]
 
 The model directory receives ``vocab.tsv`` (copied from the dataset, so topics print as
