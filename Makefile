@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/ldabeam vectorize --output $(DEMO)/shards --overwrite \
 	    --holdout-fraction 0.1 --no-below 2 --no-above 0.5
 	$(VENV)/bin/ldabeam train --shards $(DEMO)/shards --output $(DEMO)/model --overwrite \
-	    --topics 20 --passes 20 --minibatch 32 --keep-checkpoints 0 \
+	    --algorithm scvb0 --topics 20 --passes 20 --minibatch 32 --keep-checkpoints 0 \
 	    --eval-every 8 --checkpoint-every 8
 	$(VENV)/bin/ldabeam topics --model $(DEMO)/model --top 8
 	$(VENV)/bin/ldabeam evaluate --model $(DEMO)/model --shards $(DEMO)/shards

@@ -140,7 +140,9 @@ def train_in_process(name, data, K, seed, max_passes, min_gain, bench, passes=No
     batches = [DocBatch.from_csr(Xs[s:s + common.BATCH],
                                  doc_ids=[str(i) for i in order[s:s + common.BATCH]])
                for s in range(0, D, common.BATCH)]
+    from lda_core.session import PassStop
     alg = make_algorithm(name, K, X, seed)
+    rule = PassStop(min_gain, max_passes)     # the rule of `ldabeam train --passes auto`
     best, best_phi, used, elapsed, hist = -np.inf, None, 0, 0.0, []
     for p in range(passes or max_passes):
         t0 = time.perf_counter()
@@ -153,11 +155,10 @@ def train_in_process(name, data, K, seed, max_passes, min_gain, bench, passes=No
         phi = alg.topic_word()
         ll, _ = bench.heldout_completion(phi, data["Xa"], data["Xb"])
         hist.append(float(ll))
-        if passes is None and ll < best + min_gain:
-            if ll > best:
-                best, best_phi, used = ll, phi, p + 1
+        if ll > best or passes is not None:   # fixed passes: the last pass's topics
+            best, best_phi, used = ll, phi, p + 1
+        if passes is None and rule.add(ll):
             break
-        best, best_phi, used = ll, phi, p + 1
     return best_phi, used, elapsed, hist
 
 

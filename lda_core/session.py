@@ -13,7 +13,8 @@ hands the session the infos and the new state. The session owns the rest, in one
 * the **validation** of every step (:data:`CHECKED`: the step refused with an exception, or a
   non-finite ``rho``, ``mean_change``, ``elbo`` or ``score``) and the **one error type**,
   :class:`TrainingError`, with one message (:func:`error_message`);
-* the **evaluation cadence** (:func:`eval_due`) and the held-out evaluation;
+* the **evaluation cadence** (:func:`eval_due`), the held-out evaluation and the
+  ``--passes auto`` stopping rule (:class:`PassStop`);
 * the **checkpoint stamp** (:func:`stamp`) and :meth:`Session.publish`;
 * the **run-log records** (:func:`start_record`, :func:`step_record`, :func:`error_record`,
   :func:`end_record`) and the one-line step log;
@@ -116,6 +117,61 @@ def eval_due(position: int, done: int, eval_every: int) -> bool:
     (evaluated once, after them)."""
     return bool(done and eval_every and
                 position // eval_every > (position - done) // eval_every)
+
+
+# --passes auto: a pass must raise the held-out document-completion LL/token by this much
+AUTO_MIN_GAIN = 0.005
+AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
+
+
+class PassStop:
+    """The ``--passes auto`` rule: the held-out score (document completion, LL/token) is
+    evaluated at the end of every pass; training stops after the first pass that raises the
+    best earlier score by less than ``min_gain`` nats/token, or after ``max_passes`` passes.
+    The decision is a function of ``scores`` alone (deterministic), and ``scores`` travel in
+    the checkpoints' run info (:meth:`to_info`, :meth:`from_info`), so a resumed run applies
+    the same rule to the same history."""
+
+    def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
+                 scores: Sequence[float] = ()):
+        if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
+            raise ValueError("passes auto: min_gain must be a finite number >= 0, got %r"
+                             % (min_gain,))
+        if int(max_passes) < 1:
+            raise ValueError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
+        self.min_gain = float(min_gain)
+        self.max_passes = int(max_passes)
+        self.scores: List[float] = [float(x) for x in scores]
+
+    @property
+    def stopped(self) -> bool:
+        n = len(self.scores)
+        if n >= self.max_passes:
+            return True
+        return n >= 2 and self.scores[-1] < max(self.scores[:-1]) + self.min_gain
+
+    def reason(self) -> str:
+        if not self.stopped:
+            return ""
+        if len(self.scores) >= 2 and self.scores[-1] < max(self.scores[:-1]) + self.min_gain:
+            return ("pass %d gained %.4g nats/token over the best earlier pass (< %g)"
+                    % (len(self.scores), self.scores[-1] - max(self.scores[:-1]),
+                       self.min_gain))
+        return "the cap of %d passes was reached" % self.max_passes
+
+    def add(self, score: float) -> bool:
+        """Record the held-out score at the end of the next pass; whether to stop now."""
+        self.scores.append(float(score))
+        return self.stopped
+
+    def to_info(self) -> Dict[str, Any]:
+        return dict(min_gain=self.min_gain, max_passes=self.max_passes,
+                    scores=list(self.scores), stopped=self.stopped)
+
+    @classmethod
+    def from_info(cls, info: Dict[str, Any]) -> "PassStop":
+        return cls(info.get("min_gain", AUTO_MIN_GAIN),
+                   info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()))
 
 
 def docs_seen(algorithm) -> int:

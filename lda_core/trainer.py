@@ -178,7 +178,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
           eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
           run_log=None, progress: bool = True, max_steps: Optional[int] = None,
           total_steps: Optional[int] = None, start_step: Optional[int] = None,
-          rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None) -> TrainResult:
+          rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None,
+          pass_stop: Optional[_session.PassStop] = None) -> TrainResult:
     """Run the training loop (see module docstring).
 
     ``minibatches``: a source with ``iter_from(step)`` (e.g. ``pipelines.shard_stream``) or an
@@ -187,10 +188,17 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     ``max_steps`` ends where an uninterrupted one would); ``total_steps`` only sizes the
     progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
     recorded in the run log's start record and in each checkpoint's ``info["run"]``.
+    ``pass_stop`` (``--passes auto``, :class:`lda_core.session.PassStop`): evaluate at the end
+    of every pass and stop when the rule says so; its history is kept in
+    ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of each pass end.
     """
     _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
     accumulate = _session.accumulates_passes(algorithm)
     bpp = getattr(minibatches, "batches_per_pass", None)
+    run_info = dict(run_info or {})
+    if pass_stop is not None:
+        check_pass_stop(algorithm, heldout, bpp, accumulate)
+        run_info[AUTO_KEY] = pass_stop.to_info()
     if accumulate and not bpp:
         raise ValueError("%s applies one global step per pass: give a minibatch source with "
                          "`batches_per_pass` and `iter_from` (e.g. pipelines.shard_stream)"
@@ -213,7 +221,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
     try:
         def stop() -> bool:
-            return max_steps is not None and ses.position >= max_steps
+            return ((max_steps is not None and ses.position >= max_steps)
+                    or (pass_stop is not None and pass_stop.stopped))
 
         for mb, stats in loop.steps(stream, stop):
             if stop():
@@ -235,6 +244,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                                        extra_scalars=loop.sequential)
             loop.note(rec)
             metrics = ses.evaluate(algorithm, done=1)
+            if pass_stop is not None and step % bpp == 0:
+                metrics = _pass_end(ses, algorithm, pass_stop, rec) or metrics
             ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
                     else None)
             ses.log_steps([rec], metrics, ckpt)
@@ -242,6 +253,10 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                 bar.update(1)
                 if metrics:
                     bar.set_postfix_str(_session.score_text(metrics).strip())
+            if pass_stop is not None and pass_stop.stopped:
+                logger.info("passes auto: stopping after pass %d: %s", len(pass_stop.scores),
+                            pass_stop.reason())
+                break
             if loop.converged:
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
                             rec["elbo_rel_change"], rel_tol)
@@ -263,6 +278,32 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                     "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
     return TrainResult(algorithm, ses.position, _session.docs_seen(algorithm), ses.steps_run,
                        end["elapsed"], dict(ses.metrics), end["checkpoint"], loop.converged)
+
+
+AUTO_KEY = "passes_auto"   # run info / step record key of the --passes auto rule's state
+
+
+def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    if heldout is None:
+        raise ValueError("passes auto stops when the held-out score stops improving: it needs "
+                         "held-out documents (--heldout)")
+    if (accumulate or not bpp or _session.is_sequential(algorithm)
+            or _session.whole_corpus(algorithm)):
+        raise ValueError("passes auto needs an algorithm that makes several minibatch steps "
+                         "per pass (online-vb, scvb0, sparse-gibbs-vb); %s: give --passes N"
+                         % name)
+
+
+def _pass_end(ses: Session, algorithm, pass_stop, rec) -> Optional[Dict[str, float]]:
+    """``--passes auto`` at the end of a pass: evaluate (unless the cadence just did), feed the
+    score to the rule, and record its state in the step record and the run info the next
+    checkpoint carries. Returns the metrics it evaluated, if any."""
+    metrics = ses.evaluate(algorithm)
+    pass_stop.add(ses.metrics["completion_ll_per_token"])
+    ses.run_info = dict(ses.run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
+    rec[AUTO_KEY] = pass_stop.to_info()
+    return metrics
 
 
 class _StepLoop:

@@ -1,7 +1,7 @@
 """``ldabeam train``: train a topic model on shards, with checkpoints, resume and a run log.
 
     ldabeam train --shards SHARD_DIR --output MODEL_DIR --topics K [--algorithm online-vb]
-                  [--minibatch S] [--passes N] [--seed N] [--resume] [--runner inprocess]
+                  [--minibatch S] [--passes N|auto] [--seed N] [--resume] [--runner inprocess]
                   [--runner BEAM_RUNNER [--detach]]
 
 The model directory receives ``vocab.tsv`` (copied from the dataset, so topics print as
@@ -173,7 +173,7 @@ def _check_args(args) -> None:
     for name in ("topics", "minibatch", "passes", "max_iter", "threads",
                  "heldout_max_docs", "minibatches_per_window"):
         v = getattr(args, name, None)
-        if v is not None and v < 1:
+        if v is not None and v != "auto" and v < 1:
             raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
     if not args.rel_tol > 0:
         raise ValueError("--rel-tol must be > 0, got %r" % args.rel_tol)
@@ -306,8 +306,10 @@ def run(args, beam_argv) -> int:
     if whole_corpus and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
-    passes = int(args.passes if args.passes is not None else prev.get(
-        "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
+    pass_stop = _pass_stop(args.passes, prev)
+    passes = pass_stop.max_passes if pass_stop is not None else int(
+        args.passes if args.passes is not None else prev.get(
+            "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
     if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
                          "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
@@ -329,6 +331,9 @@ def run(args, beam_argv) -> int:
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
     sequential = _capability(algorithm, "sequential")
     _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
+    if pass_stop is not None and not inprocess:
+        raise ValueError("--passes auto runs on the in-process runner only; give --passes N "
+                         "with --runner %s" % args.runner)
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -357,6 +362,9 @@ def run(args, beam_argv) -> int:
                          "1 (got %d)" % (algorithm, passes))
     detach = bool(getattr(args, "detach", False))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
+    if pass_stop is not None:
+        from lda_core.trainer import check_pass_stop
+        check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
@@ -388,7 +396,8 @@ def run(args, beam_argv) -> int:
                         checkpoint_store=store, checkpoint_every=args.checkpoint_every,
                         run_log=run_log, progress=not args.no_progress,
                         max_steps=args.max_steps, total_steps=stream.total_steps,
-                        start_step=start, rel_tol=args.rel_tol, run_info=run_info)
+                        start_step=start, rel_tol=args.rel_tol, run_info=run_info,
+                        pass_stop=pass_stop)
         else:
             beam_train = importlib.import_module("pipelines.beam_train")
             res = beam_train.train(
@@ -405,8 +414,19 @@ def run(args, beam_argv) -> int:
         LAST_SUBMITTED = res
         _print_detached(args, algorithm, algo, stream, res)
         return 0
-    _print_summary(args, algorithm, algo, stream, res)
+    _print_summary(args, algorithm, algo, stream, res, pass_stop)
     return 0
+
+
+def _pass_stop(passes, prev: Dict[str, Any]):
+    """The ``--passes auto`` rule of this run, or None: a fresh one for ``--passes auto``,
+    the checkpoint's (with its history of pass scores) when a resumed auto run is continued
+    without ``--passes`` or with ``--passes auto``."""
+    from lda_core.session import PassStop
+    from lda_core.trainer import AUTO_KEY
+    if passes == "auto" or (passes is None and AUTO_KEY in prev):
+        return PassStop.from_info(prev[AUTO_KEY]) if AUTO_KEY in prev else PassStop()
+    return None
 
 
 LAST_SUBMITTED = None   # --detach: the SubmittedWindow of the last launch (for callers)
@@ -453,12 +473,16 @@ def _print_detached(args, algorithm, algo, stream, sub) -> None:
     print("  model: %s (vocab.tsv, checkpoints/, run_log.jsonl)" % args.output, file=out)
 
 
-def _print_summary(args, algorithm, algo, stream, res) -> None:
+def _print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
     step = getattr(res, "step", getattr(algo, "step", None))
     out = sys.stdout
     print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %d passes planned"
           % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
              stream.passes), file=out)
+    if pass_stop is not None:
+        print("  --passes auto: %s after %d passes (held-out LL/token by pass: %s)"
+              % (pass_stop.reason() or "not stopped", len(pass_stop.scores),
+                 ", ".join("%.4f" % x for x in pass_stop.scores)), file=out)
     if res is not None and hasattr(res, "elapsed"):
         print("  step %s (%d this run), %d documents seen, %.1f s"
               % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)

@@ -5,10 +5,23 @@ from __future__ import annotations
 import argparse
 import inspect
 
+from lda_core.session import AUTO_MAX_PASSES, AUTO_MIN_GAIN
+
 from pipelines.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                          DEFAULT_ALGORITHM, DEFAULT_MINIBATCH, GIBBS_SWEEPS,
                                          PAPERS, _HIDDEN, _accepted, _default,
                                          default_minibatch)
+
+
+def passes_arg(text: str):
+    """``--passes``: a positive number of passes, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number of passes or 'auto', got %r"
+                                         % text) from None
 
 
 def _minibatch_defaults_help() -> str:
@@ -68,10 +81,14 @@ def add_arguments(p) -> None:
                         "batch-vb: documents read at a time, the step still uses all D; the "
                         "stream samplers: documents per process() call; with --resume: the "
                         "checkpoint's)" % (_minibatch_defaults_help(), BEAM_WORKERS_MINIBATCH))
-    g.add_argument("--passes", type=int, default=None,
+    g.add_argument("--passes", type=passes_arg, default=None, metavar="N|auto",
                    help="passes over the corpus (default 1; batch-vb: maximum iterations, "
-                        "default %d; gibbs: sweeps over the corpus held in memory, default %d)"
-                        % (BATCH_MAX_PASSES, GIBBS_SWEEPS))
+                        "default %d; gibbs: sweeps over the corpus held in memory, default %d). "
+                        "'auto' (in-process runner; online-vb, scvb0, sparse-gibbs-vb): "
+                        "evaluate on the held-out documents at the end of every pass and stop "
+                        "after the first pass that raises the best score by less than %g "
+                        "nats/token, at most %d passes; --resume continues the same rule"
+                        % (BATCH_MAX_PASSES, GIBBS_SWEEPS, AUTO_MIN_GAIN, AUTO_MAX_PASSES))
     g.add_argument("--seed", type=int, default=None,
                    help="seed of the minibatch order and of every random draw (default 0)")
     g.add_argument("--rel-tol", type=float, default=1e-5,
