@@ -27,7 +27,7 @@ import importlib
 import json
 import struct
 import zlib
-from typing import Any, ClassVar, Dict, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -131,6 +131,14 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     return header, arrays
 
 
+def nonfinite(**values) -> Optional[str]:
+    """``"a, b"``: the names of ``values`` (numbers or arrays, summed in float64) that are or
+    contain NaN or ±inf; None when all are finite."""
+    bad = [k for k, v in values.items()
+           if not np.isfinite(np.sum(np.asarray(v), dtype=np.float64))]
+    return ", ".join(bad) or None
+
+
 class StochasticAlgorithm(abc.ABC):
     """Local/global-step algorithms (see module docstring)."""
 
@@ -154,6 +162,13 @@ class StochasticAlgorithm(abc.ABC):
     @abc.abstractmethod
     def global_step(self, stats: SuffStats) -> Dict[str, Any]:
         """Apply summed statistics of one minibatch; returns log info (t, rho, docs, change)."""
+
+    def nonfinite_state(self) -> Optional[str]:
+        """The parts of the global state that hold a non-finite value after a step (e.g.
+        ``"λ"``), or None. Runs after every step, so it reads only what is cheap: the lazily
+        kept sums and scale factors, which are non-finite iff an entry is. Default: the
+        state cannot become non-finite (integer counts)."""
+        return None
 
     @abc.abstractmethod
     def topic_word(self) -> np.ndarray:
@@ -187,6 +202,13 @@ class SequentialSampler(abc.ABC):
     @abc.abstractmethod
     def process(self, batch: DocBatch) -> Dict[str, Any]:
         """Consume the next documents of the stream, in order; returns log info."""
+
+    def nonfinite_state(self) -> Optional[str]:
+        """The parts of the global state that hold a non-finite value after a step (e.g.
+        ``"λ"``), or None. Runs after every step, so it reads only what is cheap: the lazily
+        kept sums and scale factors, which are non-finite iff an entry is. Default: the
+        state cannot become non-finite (integer counts)."""
+        return None
 
     @abc.abstractmethod
     def topic_word(self) -> np.ndarray:

@@ -31,7 +31,6 @@ o-LDA step); ``sweep(n)`` / ``fit(batch, sweeps, burn_in)`` do the batch work.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any, Dict, Optional
 
@@ -40,28 +39,13 @@ import numpy as np
 from lda_core import gibbs_kernel as gk
 from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
+from lda_core.params import check_int, check_positive
 
 logger = logging.getLogger(__name__)
 
 MAX_SWEEPS = 1_000_000
 DEFAULT_BURN_IN = 50      # sweeps discarded before φ is averaged (half the CLI's 100 sweeps)
 _RNG_KIND = "SplitMix64"
-
-
-def check_positive(name, value, allow_zero=False):
-    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool) \
-            or not math.isfinite(float(value)) or (value < 0 if allow_zero else value <= 0):
-        raise ValueError("%s must be a finite number %s 0, got %r"
-                         % (name, ">=" if allow_zero else ">", value))
-    return value
-
-
-def check_int(name, value, lo, hi=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo \
-            or (hi is not None and value > hi):
-        raise ValueError("%s must be an integer in [%s, %s], got %r"
-                         % (name, lo, "inf" if hi is None else hi, value))
-    return int(value)
 
 
 def rng_to_json(state: int) -> dict:

@@ -36,9 +36,10 @@ import numpy as np
 from lda_core import gibbs_kernel as gk
 from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positive, grow_rows,
+from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, grow_rows,
                             infer_theta, phi_from_counts, restore_tokens, rng_from_json,
                             rng_to_json, check_counts)
+from lda_core.params import check_int, check_positive
 
 logger = logging.getLogger(__name__)
 

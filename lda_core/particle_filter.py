@@ -34,9 +34,10 @@ import numpy as np
 from lda_core import gibbs_kernel as gk
 from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positive, grow_rows,
+from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, grow_rows,
                             infer_theta, rng_from_json, rng_to_json)
 from lda_core.online_samplers import prefix_from_arrays, prefix_to_arrays, resolve_init_docs
+from lda_core.params import check_int, check_positive
 from lda_core.particle_tree import STORES, slot_mapping
 
 logger = logging.getLogger(__name__)
