@@ -48,6 +48,7 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
     inside page text, which is XML-escaped), so splitting costs almost nothing; each page is
     then parsed on its own by :func:`parse_wiki_page`.
     """
+    # one streaming loop over the decompressed bytes: each dead-letter case is a branch of it
     stream = open_decompressed(path)
     f = ChunkReader(stream)
     try:
