@@ -53,26 +53,25 @@ def _poison_stats(monkeypatch):
     monkeypatch.setattr(OnlineVB, "local_step", local_step)
 
 
-def _poison_info(monkeypatch):
+def _after_global_step(monkeypatch, change):
+    """OnlineVB's global step, with ``change(algo, info) -> info`` applied after minibatch 3."""
     real = OnlineVB.global_step
 
     def global_step(self, stats):
         info = real(self, stats)
-        if self.step == BAD_T + 1:
-            info = dict(info, score=float("inf"))
-        return info
+        return change(self, info) if self.step == BAD_T + 1 else info
     monkeypatch.setattr(OnlineVB, "global_step", global_step)
+
+
+def _poison_info(monkeypatch):
+    _after_global_step(monkeypatch, lambda algo, info: dict(info, score=float("inf")))
 
 
 def _poison_state(monkeypatch):
-    real = OnlineVB.global_step
-
-    def global_step(self, stats):
-        info = real(self, stats)
-        if self.step == BAD_T + 1:
-            self._pi = float("nan")          # every λ entry is a + π Ñ
+    def nan_scale(algo, info):
+        algo._pi = float("nan")          # every λ entry is a + π Ñ
         return info
-    monkeypatch.setattr(OnlineVB, "global_step", global_step)
+    _after_global_step(monkeypatch, nan_scale)
 
 
 POISONS = {"stats": _poison_stats, "info": _poison_info, "state": _poison_state}
