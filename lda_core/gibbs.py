@@ -148,7 +148,20 @@ def phi_from_counts(nwk: np.ndarray, nk: np.ndarray, eta: float) -> np.ndarray:
     return (nwk.T.astype(np.float64) + eta) / (nk.astype(np.float64)[:, None] + V * eta)
 
 
-class CollapsedGibbs(SequentialSampler):
+class CountsSampler(SequentialSampler):
+    """A collapsed sampler keeping the counts n_kw, n_k, n_dk of its assignments z over a
+    :class:`TokenCorpus` (batch Gibbs, o-LDA, incremental Gibbs)."""
+
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        return infer_theta(batch, self.topic_word(), self.alpha)
+
+    def check_invariants(self):
+        """Raise RuntimeError unless n_kw, n_k, n_dk are exactly the counts of z."""
+        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
+                     self.ndk[:self.corpus.n_docs])
+
+
+class CollapsedGibbs(CountsSampler):
     """Batch collapsed Gibbs sampler (see module docstring).
 
     Parameters: ``n_topics`` K ≥ 1, ``n_words`` V ≥ 1, ``alpha`` > 0, ``eta`` > 0,
@@ -296,14 +309,6 @@ class CollapsedGibbs(SequentialSampler):
     @property
     def assignments(self) -> np.ndarray:
         return self.z[:self.corpus.n_tokens]
-
-    def infer(self, batch: DocBatch) -> np.ndarray:
-        return infer_theta(batch, self.topic_word(), self.alpha)
-
-    def check_invariants(self):
-        """Raise RuntimeError unless n_kw, n_k, n_dk are exactly the counts of z."""
-        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
-                     self.ndk[:self.corpus.n_docs])
 
     # -- checkpoints ----------------------------------------------------------------------
     def to_state(self):

@@ -34,9 +34,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from lda_core import gibbs_kernel as gk
-from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_counts, grow_rows, infer_theta,
+from lda_core.gibbs import (CollapsedGibbs, CountsSampler, TokenCorpus, grow_rows,
                             phi_from_counts, restore_tokens, rng_from_json, rng_to_json)
 from lda_core.params import check_int, check_positive
 
@@ -117,7 +116,7 @@ def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
     return 0
 
 
-class _OnlineGibbs(SequentialSampler):
+class _OnlineGibbs(CountsSampler):
     """Shared machinery: one chain, tokens in stream order, optional batch prefix."""
 
     name = "online"
@@ -224,13 +223,6 @@ class _OnlineGibbs(SequentialSampler):
     def doc_topic_counts(self) -> np.ndarray:
         """n_dk of the documents seen (in stream order)."""
         return self.ndk[:self.corpus.n_docs]
-
-    def infer(self, batch: DocBatch) -> np.ndarray:
-        return infer_theta(batch, self.topic_word(), self.alpha)
-
-    def check_invariants(self):
-        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
-                     self.ndk[:self.corpus.n_docs])
 
     # -- checkpoints ----------------------------------------------------------------------
     def _params(self):
