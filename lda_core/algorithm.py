@@ -27,7 +27,7 @@ import importlib
 import json
 import struct
 import zlib
-from typing import Any, ClassVar, Dict, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -131,29 +131,33 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     return header, arrays
 
 
-class StochasticAlgorithm(abc.ABC):
-    """Local/global-step algorithms (see module docstring)."""
+def nonfinite(**values) -> Optional[str]:
+    """``"a, b"``: the names of ``values`` (numbers or arrays, summed in float64) that are or
+    contain NaN or ±inf; None when all are finite."""
+    bad = [k for k, v in values.items()
+           if not np.isfinite(np.sum(np.asarray(v), dtype=np.float64))]
+    return ", ".join(bad) or None
+
+
+class TopicModel(abc.ABC):
+    """What both algorithm interfaces share: the capabilities every runner asks about, the
+    model (``topic_word``, ``infer``), the state (``to_state`` / ``from_state``) and the state
+    check the session runs after every step."""
 
     name: ClassVar[str]
     sequential: ClassVar[bool] = False
     accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
-    whole_corpus: ClassVar[bool] = False
+    whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
     n_topics: int
     n_words: int
-    step: int          # global steps applied so far (t)
     docs_seen: int
 
-    @abc.abstractmethod
-    def empty_stats(self) -> SuffStats:
-        """The identity element of ``SuffStats.merge`` for this state."""
-
-    @abc.abstractmethod
-    def local_step(self, batch: DocBatch, **kw) -> SuffStats:
-        """E-step over ``batch`` with the global state frozen (does not modify ``self``)."""
-
-    @abc.abstractmethod
-    def global_step(self, stats: SuffStats) -> Dict[str, Any]:
-        """Apply summed statistics of one minibatch; returns log info (t, rho, docs, change)."""
+    def nonfinite_state(self) -> Optional[str]:
+        """The parts of the global state that hold a non-finite value after a step (e.g.
+        ``"λ"``), or None. Runs after every step, so it reads only what is cheap: the lazily
+        kept sums and scale factors, which are non-finite iff an entry is. Default: the
+        state cannot become non-finite (integer counts)."""
+        return None
 
     @abc.abstractmethod
     def topic_word(self) -> np.ndarray:
@@ -169,41 +173,36 @@ class StochasticAlgorithm(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_state(cls, state) -> "StochasticAlgorithm":
+    def from_state(cls, state) -> "TopicModel":
         ...
 
 
-class SequentialSampler(abc.ABC):
+class StochasticAlgorithm(TopicModel):
+    """Local/global-step algorithms (see module docstring)."""
+
+    step: int          # global steps applied so far (t)
+
+    @abc.abstractmethod
+    def empty_stats(self) -> SuffStats:
+        """The identity element of ``SuffStats.merge`` for this state."""
+
+    @abc.abstractmethod
+    def local_step(self, batch: DocBatch, **kw) -> SuffStats:
+        """E-step over ``batch`` with the global state frozen (does not modify ``self``)."""
+
+    @abc.abstractmethod
+    def global_step(self, stats: SuffStats) -> Dict[str, Any]:
+        """Apply summed statistics of one minibatch; returns log info (t, rho, docs, change)."""
+
+
+class SequentialSampler(TopicModel):
     """Stream-order samplers (see module docstring)."""
 
-    name: ClassVar[str]
     sequential: ClassVar[bool] = True
-    accumulates_passes: ClassVar[bool] = False
-    whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
-    n_topics: int
-    n_words: int
-    docs_seen: int
 
     @abc.abstractmethod
     def process(self, batch: DocBatch) -> Dict[str, Any]:
         """Consume the next documents of the stream, in order; returns log info."""
-
-    @abc.abstractmethod
-    def topic_word(self) -> np.ndarray:
-        ...
-
-    @abc.abstractmethod
-    def infer(self, batch: DocBatch) -> np.ndarray:
-        ...
-
-    @abc.abstractmethod
-    def to_state(self):
-        ...
-
-    @classmethod
-    @abc.abstractmethod
-    def from_state(cls, state) -> "SequentialSampler":
-        ...
 
 
 # name used on the command line and in checkpoints -> "module:Class" (imported lazily)

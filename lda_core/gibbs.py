@@ -31,7 +31,6 @@ o-LDA step); ``sweep(n)`` / ``fit(batch, sweeps, burn_in)`` do the batch work.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any, Dict, Optional
 
@@ -40,28 +39,13 @@ import numpy as np
 from lda_core import gibbs_kernel as gk
 from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
+from lda_core.params import check_int, check_positive
 
 logger = logging.getLogger(__name__)
 
 MAX_SWEEPS = 1_000_000
 DEFAULT_BURN_IN = 50      # sweeps discarded before φ is averaged (half the CLI's 100 sweeps)
 _RNG_KIND = "SplitMix64"
-
-
-def check_positive(name, value, allow_zero=False):
-    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool) \
-            or not math.isfinite(float(value)) or (value < 0 if allow_zero else value <= 0):
-        raise ValueError("%s must be a finite number %s 0, got %r"
-                         % (name, ">=" if allow_zero else ">", value))
-    return value
-
-
-def check_int(name, value, lo, hi=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo \
-            or (hi is not None and value > hi):
-        raise ValueError("%s must be an integer in [%s, %s], got %r"
-                         % (name, lo, "inf" if hi is None else hi, value))
-    return int(value)
 
 
 def rng_to_json(state: int) -> dict:
@@ -164,7 +148,20 @@ def phi_from_counts(nwk: np.ndarray, nk: np.ndarray, eta: float) -> np.ndarray:
     return (nwk.T.astype(np.float64) + eta) / (nk.astype(np.float64)[:, None] + V * eta)
 
 
-class CollapsedGibbs(SequentialSampler):
+class CountsSampler(SequentialSampler):
+    """A collapsed sampler keeping the counts n_kw, n_k, n_dk of its assignments z over a
+    :class:`TokenCorpus` (batch Gibbs, o-LDA, incremental Gibbs)."""
+
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        return infer_theta(batch, self.topic_word(), self.alpha)
+
+    def check_invariants(self):
+        """Raise RuntimeError unless n_kw, n_k, n_dk are exactly the counts of z."""
+        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
+                     self.ndk[:self.corpus.n_docs])
+
+
+class CollapsedGibbs(CountsSampler):
     """Batch collapsed Gibbs sampler (see module docstring).
 
     Parameters: ``n_topics`` K ≥ 1, ``n_words`` V ≥ 1, ``alpha`` > 0, ``eta`` > 0,
@@ -312,14 +309,6 @@ class CollapsedGibbs(SequentialSampler):
     @property
     def assignments(self) -> np.ndarray:
         return self.z[:self.corpus.n_tokens]
-
-    def infer(self, batch: DocBatch) -> np.ndarray:
-        return infer_theta(batch, self.topic_word(), self.alpha)
-
-    def check_invariants(self):
-        """Raise RuntimeError unless n_kw, n_k, n_dk are exactly the counts of z."""
-        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
-                     self.ndk[:self.corpus.n_docs])
 
     # -- checkpoints ----------------------------------------------------------------------
     def to_state(self):

@@ -191,6 +191,7 @@ def _gibbs_docs(docs, doc_ptr, tok_w, z, nwk, nk, ndk, alpha, beta, vbeta, seed,
     bucket q = Σ_k n_wk c_k costs O(topics of w), not O(K). The smoothing+document bucket
     η Σ_k c_k is a running sum; it is searched over all K topics, but is chosen rarely
     (probability η Σc / (η Σc + q))."""
+    # one numba loop over documents and tokens: every step updates the shared running sums
     K = nk.shape[0]
     c = np.empty(K)
     inv = np.empty(K)

@@ -34,11 +34,10 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from lda_core import gibbs_kernel as gk
-from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positive, grow_rows,
-                            infer_theta, phi_from_counts, restore_tokens, rng_from_json,
-                            rng_to_json, check_counts)
+from lda_core.gibbs import (CollapsedGibbs, CountsSampler, TokenCorpus, grow_rows,
+                            phi_from_counts, restore_tokens, rng_from_json, rng_to_json)
+from lda_core.params import check_int, check_positive
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +80,25 @@ def prefix_from_arrays(arrays, n_words: int, init_docs: int):
     return [b], n
 
 
+def add_initial_sample(sampler, batch: DocBatch, z: Optional[np.ndarray]):
+    """Add the batch prefix ``batch`` to the (still empty) ``sampler.corpus`` and return
+    ``(t1, z)``: its number of tokens and its topic assignments -- ``z`` as given, checked, or
+    if None those of ``sampler.init_sweeps`` sweeps of batch Gibbs with the sampler's seed."""
+    if sampler.corpus.n_docs:
+        raise ValueError("initialise() must come before any document is processed")
+    if z is None:
+        g = CollapsedGibbs(sampler.n_topics, sampler.n_words, alpha=sampler.alpha,
+                           eta=sampler.eta, seed=sampler.seed)
+        g.fit(batch, sweeps=sampler.init_sweeps)
+        z = g.assignments
+    _, t1, _ = sampler.corpus.add(batch)
+    z = np.asarray(z)
+    if len(z) != t1 or (len(z) and (z.min() < 0 or z.max() >= sampler.n_topics)):
+        raise ValueError("initial assignments must be %d topics in [0, %d)"
+                         % (t1, sampler.n_topics))
+    return t1, z
+
+
 def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
     """Number of prefix documents for the batch phase."""
     if init_docs is not None:
@@ -98,7 +116,7 @@ def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
     return 0
 
 
-class _OnlineGibbs(SequentialSampler):
+class _OnlineGibbs(CountsSampler):
     """Shared machinery: one chain, tokens in stream order, optional batch prefix."""
 
     name = "online"
@@ -149,18 +167,7 @@ class _OnlineGibbs(SequentialSampler):
         """Start from ``batch`` with assignments ``z`` (token order of
         :class:`~lda_core.gibbs.CollapsedGibbs` with the same seed), or, if ``z`` is None, from
         ``init_sweeps`` sweeps of batch Gibbs on it."""
-        if self.corpus.n_docs:
-            raise ValueError("initialise() must come before any document is processed")
-        if z is None:
-            g = CollapsedGibbs(self.n_topics, self.n_words, alpha=self.alpha, eta=self.eta,
-                               seed=self.seed)
-            g.fit(batch, sweeps=self.init_sweeps)
-            z = g.assignments
-        t0, t1, d0 = self.corpus.add(batch)
-        z = np.asarray(z)
-        if len(z) != t1 or (len(z) and (z.min() < 0 or z.max() >= self.n_topics)):
-            raise ValueError("initial assignments must be %d topics in [0, %d)"
-                             % (t1, self.n_topics))
+        t1, z = add_initial_sample(self, batch, z)
         self.z = grow_rows(self.z, t1)
         self.z[:t1] = z
         self.nwk, self.nk, ndk = gk.counts_from_z(self.corpus.tok_w, self.corpus.tok_d,
@@ -216,13 +223,6 @@ class _OnlineGibbs(SequentialSampler):
     def doc_topic_counts(self) -> np.ndarray:
         """n_dk of the documents seen (in stream order)."""
         return self.ndk[:self.corpus.n_docs]
-
-    def infer(self, batch: DocBatch) -> np.ndarray:
-        return infer_theta(batch, self.topic_word(), self.alpha)
-
-    def check_invariants(self):
-        check_counts(self.corpus.tok_w, self.corpus.tok_d, self.assignments, self.nwk, self.nk,
-                     self.ndk[:self.corpus.n_docs])
 
     # -- checkpoints ----------------------------------------------------------------------
     def _params(self):

@@ -62,8 +62,9 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core import estep_vb, hyperparams, schedules
-from lda_core.algorithm import StochasticAlgorithm
+from lda_core.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
+from lda_core.params import check_choice, check_int, check_number, check_positive, is_number
 from lda_core.vb_stats import VBStats
 
 logger = logging.getLogger(__name__)
@@ -71,24 +72,6 @@ logger = logging.getLogger(__name__)
 RENORM_PI = 1e-30          # fold the lazy scale π into Ñ when it gets smaller than this
 _DTYPES = ("float32", "float64")
 _KERNELS = ("numba", "numpy")
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-
-
-def _check_int(name, value, lo, hi=None):
-    if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) \
-            or value < lo or (hi is not None and value > hi):
-        rng = "[%d, inf)" % lo if hi is None else "[%d, %d]" % (lo, hi)
-        raise ValueError("%s=%r is outside the allowed range %s (an integer)" % (name, value, rng))
-    return int(value)
-
-
-def _check_pos(name, value):
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError("%s=%r is outside the allowed range (0, inf)" % (name, value))
-    return float(value)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})
@@ -176,22 +159,23 @@ class OnlineVB(StochasticAlgorithm):
                  optimize_alpha: bool = False, optimize_eta: bool = False,
                  vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
                  kernel: str = "numba", reseed: float = 0.02, _init_lambda: bool = True):
-        self.n_topics = K = _check_int("n_topics", n_topics, 1)
-        self.n_words = V = _check_int("n_words", n_words, 1)
+        self.n_topics = K = check_int("n_topics", n_topics, 1)
+        self.n_words = V = check_int("n_words", n_words, 1)
         if alpha is None:
             alpha = 1.0 / K
-        if _is_number(alpha):
-            self.alpha = np.full(K, _check_pos("alpha", alpha), np.float64)
+        if is_number(alpha):
+            self.alpha = np.full(K, check_positive("alpha", alpha), np.float64)
         else:
             a = np.asarray(alpha, dtype=np.float64)
             if a.shape != (K,):
                 raise ValueError("alpha must be a positive number or %d positive numbers, got "
                                  "shape %s" % (K, a.shape))
             if not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise ValueError("alpha=%r is outside the allowed range (0, inf)" % (a.min(),))
+                raise ValueError("alpha must be finite numbers in (0, inf), got min %r"
+                                 % (a.min(),))
             self.alpha = a.copy()
-        self.eta = _check_pos("eta", 1.0 / K if eta is None else eta)
-        if _is_number(kappa) and kappa == 0.5:
+        self.eta = check_positive("eta", 1.0 / K if eta is None else eta)
+        if is_number(kappa) and kappa == 0.5:
             # Hoffman et al.'s best runs (and gensim's decay=0.5) use it; the convergence
             # proof (Robbins-Monro: Σρ² < ∞) needs κ > 0.5
             schedules.check_schedule(tau0, kappa, strict_kappa=False)
@@ -200,30 +184,22 @@ class OnlineVB(StochasticAlgorithm):
         else:
             schedules.check_schedule(tau0, kappa)
         self.kappa, self.tau0 = float(kappa), float(tau0)
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.corpus_size = None if corpus_size is None else _check_int("corpus_size",
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.corpus_size = None if corpus_size is None else check_int("corpus_size",
                                                                        corpus_size, 1)
-        self.seed = _check_int("seed", seed, 0)
-        self.max_iter = _check_int("max_iter", max_iter, 1, 100000)
-        if not _is_number(tol) or not math.isfinite(tol) or tol <= 0:
-            raise ValueError("tol=%r is outside the allowed range (0, inf)" % (tol,))
-        self.tol = float(tol)
-        if dtype not in _DTYPES:
-            raise ValueError("dtype=%r is not allowed; choose one of %s" % (dtype, _DTYPES))
-        self.dtype = str(dtype)
+        self.seed = check_int("seed", seed, 0)
+        self.max_iter = check_int("max_iter", max_iter, 1, 100000)
+        self.tol = check_positive("tol", tol)
+        self.dtype = str(check_choice("dtype", dtype, _DTYPES))
         self.optimize_alpha = bool(optimize_alpha)
         self.optimize_eta = bool(optimize_eta)
         self.vocab_hash = vocab_hash
         if n_threads is not None:
             import numba
-            n_threads = _check_int("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS)
+            n_threads = check_int("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS)
         self.n_threads = n_threads
-        if kernel not in _KERNELS:
-            raise ValueError("kernel=%r is not allowed; choose one of %s" % (kernel, _KERNELS))
-        self.kernel = kernel
-        if not _is_number(reseed) or not 0 <= reseed < 1:
-            raise ValueError("reseed=%r is outside the allowed range [0, 1)" % (reseed,))
-        self.reseed = float(reseed)
+        self.kernel = check_choice("kernel", kernel, _KERNELS)
+        self.reseed = check_number("reseed", reseed, 0, 1, hi_open=True)
         self.step = 0
         self.docs_seen = 0
         if _init_lambda:
@@ -234,6 +210,11 @@ class OnlineVB(StochasticAlgorithm):
             self._pi = 1.0
 
     # -- λ views ----------------------------------------------------------------------------
+    def nonfinite_state(self) -> Optional[str]:
+        """λ's column sums (``V a + π Σ_w Ñ_w``; the Ñ column sums are kept through every
+        update, so they are non-finite iff a touched entry is), α and η."""
+        return nonfinite(**{"λ": self._colsum(), "alpha": self.alpha, "eta": self.eta})
+
     def _colsum(self) -> np.ndarray:
         """c_k = Σ_v λ_vk = V a + π Σ_v Ñ_vk."""
         return self.n_words * self._a + self._pi * self._ntilde_colsum
@@ -566,9 +547,8 @@ class BatchVB(OnlineVB):
         from the better of its previous γ and a fresh draw (:meth:`_best_start`), so the ELBO
         does not decrease. Returns
         ``{"elbo": [per pass], "passes", "converged"}``; ``callback(pass, info)`` if given."""
-        max_passes = _check_int("max_passes", max_passes, 1)
-        if not _is_number(rel_tol) or not rel_tol > 0:
-            raise ValueError("rel_tol=%r is outside the allowed range (0, inf)" % (rel_tol,))
+        max_passes = check_int("max_passes", max_passes, 1)
+        rel_tol = check_positive("rel_tol", rel_tol)
         batches = [batches] if isinstance(batches, DocBatch) else list(batches)
         gammas = [None] * len(batches)
         history = []

@@ -34,9 +34,10 @@ import numpy as np
 from lda_core import gibbs_kernel as gk
 from lda_core.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, TokenCorpus, check_int, check_positive, grow_rows,
-                            infer_theta, rng_from_json, rng_to_json)
-from lda_core.online_samplers import prefix_from_arrays, prefix_to_arrays, resolve_init_docs
+from lda_core.gibbs import TokenCorpus, grow_rows, infer_theta, rng_from_json, rng_to_json
+from lda_core.online_samplers import (add_initial_sample, prefix_from_arrays, prefix_to_arrays,
+                                      resolve_init_docs)
+from lda_core.params import check_int, check_positive
 from lda_core.particle_tree import STORES, slot_mapping
 
 logger = logging.getLogger(__name__)
@@ -106,18 +107,7 @@ class ParticleFilter(SequentialSampler):
         """All particles start from ``batch`` with assignments ``z`` (token order of a
         :class:`~lda_core.gibbs.CollapsedGibbs` with the same seed; None: ``init_sweeps``
         sweeps of batch Gibbs). The shared start is the root of the particle tree."""
-        if self.corpus.n_docs:
-            raise ValueError("initialise() must come before any document is processed")
-        if z is None:
-            g = CollapsedGibbs(self.n_topics, self.n_words, alpha=self.alpha, eta=self.eta,
-                               seed=self.seed)
-            g.fit(batch, sweeps=self.init_sweeps)
-            z = g.assignments
-        t0, t1, d0 = self.corpus.add(batch)
-        z = np.asarray(z)
-        if len(z) != t1 or (len(z) and (z.min() < 0 or z.max() >= self.n_topics)):
-            raise ValueError("initial assignments must be %d topics in [0, %d)"
-                             % (t1, self.n_topics))
+        _, z = add_initial_sample(self, batch, z)
         nwk, nk, ndk = gk.counts_from_z(self.corpus.tok_w, self.corpus.tok_d, z, self.n_words,
                                         self.corpus.n_docs, self.n_topics)
         self.nwk[:] = nwk[None]

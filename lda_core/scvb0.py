@@ -43,35 +43,18 @@ from typing import Any, Dict, Optional
 import numba
 import numpy as np
 
-from lda_core.algorithm import StochasticAlgorithm, SuffStats, pack_arrays, unpack_arrays
+from lda_core.algorithm import (StochasticAlgorithm, SuffStats, nonfinite, pack_arrays,
+                                unpack_arrays)
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
 from lda_core.online_vb import split_dead_topics
 from lda_core.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
+from lda_core.params import check_number
 from lda_core.sparse_stats import RowBlock
 
 logger = logging.getLogger(__name__)
 
 _INIT_TAG = 0x53435642  # "SCVB": keeps the initialisation stream apart from other seed uses
-
-
-def _num(name, v, lo=None, hi=None, lo_open=False, hi_open=False, integer=False):
-    """ValueError naming the parameter unless v is a finite number in the given range."""
-    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-    if ok:
-        ok = math.isfinite(float(v))
-    if ok and integer:
-        ok = float(v) == int(v)
-    if ok and lo is not None:
-        ok = v > lo if lo_open else v >= lo
-    if ok and hi is not None:
-        ok = v < hi if hi_open else v <= hi
-    if not ok:
-        rng = "%s%s, %s%s" % ("(" if lo_open else "[", "-inf" if lo is None else lo,
-                              "inf" if hi is None else hi, ")" if hi_open or hi is None else "]")
-        raise ValueError("%s=%r is outside the allowed range %s%s"
-                         % (name, v, rng, " (an integer)" if integer else ""))
-    return int(v) if integer else float(v)
 
 
 def check_batch_words(batch: DocBatch, n_words: int) -> None:
@@ -132,6 +115,7 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
 
     def __init__(self, n_topics: int, n_words: int, *, alpha: float = 0.1, eta: float = 0.01,
                  batch_size: int = 100, corpus_tokens: Optional[int] = None, seed: int = 0,
@@ -159,27 +143,27 @@ class SCVB0(StochasticAlgorithm):
                    burn_in, s_phi, tau_phi, kappa_phi, s_theta, tau_theta, kappa_theta, dtype,
                    vocab_hash, infer_passes, shuffle_tokens, renorm_below, init_scale=0.1,
                    n_threads=None, reseed=0.02):
-        self.init_scale = _num("init_scale", init_scale, 0, None, lo_open=True)
-        self.reseed = _num("reseed", reseed, 0, 1, hi_open=True)
-        self.n_topics = _num("n_topics", n_topics, 1, 1 << 20, integer=True)
-        self.n_words = _num("n_words", n_words, 1, 1 << 31, integer=True)
-        self.alpha = _num("alpha", alpha, 0, None, lo_open=True)
-        self.eta = _num("eta", eta, 0, None, lo_open=True)
-        self.batch_size = _num("batch_size", batch_size, 1, None, integer=True)
+        self.init_scale = check_number("init_scale", init_scale, 0, None, lo_open=True)
+        self.reseed = check_number("reseed", reseed, 0, 1, hi_open=True)
+        self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
+        self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
+        self.alpha = check_number("alpha", alpha, 0, None, lo_open=True)
+        self.eta = check_number("eta", eta, 0, None, lo_open=True)
+        self.batch_size = check_number("batch_size", batch_size, 1, None, integer=True)
         self.corpus_tokens = (None if corpus_tokens is None
-                              else _num("corpus_tokens", corpus_tokens, 1, None, integer=True))
-        self.seed = _num("seed", seed, 0, 2 ** 63 - 1, integer=True)
-        self.burn_in = _num("burn_in", burn_in, 0, 1000, integer=True)
-        self.s_phi = _num("s_phi", s_phi, 0, None, lo_open=True)
-        self.tau_phi = _num("tau_phi", tau_phi, 0, None)
-        self.kappa_phi = _num("kappa_phi", kappa_phi, 0.5, 1.0, lo_open=True)
-        self.s_theta = _num("s_theta", s_theta, 0, None, lo_open=True)
-        self.tau_theta = _num("tau_theta", tau_theta, 0, None)
-        self.kappa_theta = _num("kappa_theta", kappa_theta, 0.5, 1.0, lo_open=True)
-        self.infer_passes = _num("infer_passes", infer_passes, 1, 10000, integer=True)
-        self.renorm_below = _num("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
+                              else check_number("corpus_tokens", corpus_tokens, 1, None, integer=True))
+        self.seed = check_number("seed", seed, 0, 2 ** 63 - 1, integer=True)
+        self.burn_in = check_number("burn_in", burn_in, 0, 1000, integer=True)
+        self.s_phi = check_number("s_phi", s_phi, 0, None, lo_open=True)
+        self.tau_phi = check_number("tau_phi", tau_phi, 0, None)
+        self.kappa_phi = check_number("kappa_phi", kappa_phi, 0.5, 1.0, lo_open=True)
+        self.s_theta = check_number("s_theta", s_theta, 0, None, lo_open=True)
+        self.tau_theta = check_number("tau_theta", tau_theta, 0, None)
+        self.kappa_theta = check_number("kappa_theta", kappa_theta, 0.5, 1.0, lo_open=True)
+        self.infer_passes = check_number("infer_passes", infer_passes, 1, 10000, integer=True)
+        self.renorm_below = check_number("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
         if n_threads is not None:
-            n_threads = _num("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
+            n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
                              integer=True)
         self.n_threads = n_threads
         try:
@@ -278,6 +262,7 @@ class SCVB0(StochasticAlgorithm):
             # N^Φ_rows += ρ N̂^Φ  <=>  Ñ_rows += ρ (C/|M|) Σmγ / π
             lazy_add_rows(self._ntilde, stats.block.rows, stats.block.values,
                           rho * scale / self._pi)
+            self._touched_rows = stats.block.rows
             self.nz = self.nz + rho * scale * stats.nz
             if self._pi < self.renorm_below:
                 logger.info("scvb0: renormalising the lazy scale factor (pi=%.3g) at t=%d",
@@ -301,6 +286,13 @@ class SCVB0(StochasticAlgorithm):
                     stats.n_tokens)
         return info
 
+    def nonfinite_state(self) -> Optional[str]:
+        """N^Z, the lazy scale π and the rows of N^Φ the last step touched (no other entry
+        changed; re-seeding only splits finite values)."""
+        rows = self._touched_rows
+        return nonfinite(**{"N^Z": self.nz, "pi": self._pi,
+                            "N^Φ": self._ntilde[rows] if rows is not None else 0.0})
+
     def topic_word(self) -> np.ndarray:
         """φ_kw = (N^Φ_wk + η)/(N^Z_k + Vη), K x V float64 (rows renormalised to sum to 1)."""
         phi = (self._pi * self._ntilde.T.astype(np.float64)) + self.eta
@@ -309,7 +301,7 @@ class SCVB0(StochasticAlgorithm):
 
     def infer(self, batch: DocBatch, passes: Optional[int] = None) -> np.ndarray:
         """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes."""
-        passes = self.infer_passes if passes is None else _num("passes", passes, 1, 10000,
+        passes = self.infer_passes if passes is None else check_number("passes", passes, 1, 10000,
                                                                integer=True)
         _, ntheta, _, _ = self._run(batch, passes, False, "scvb0-infer")
         theta = ntheta + self.alpha

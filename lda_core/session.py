@@ -10,8 +10,9 @@ hands the session the infos and the new state. The session owns the rest, in one
   the algorithm's global step ``t`` unless a minibatch held no non-empty document). A
   checkpoint records it as ``info["trainer"]["minibatches_done"]``
   (:func:`resume_position` reads it back);
-* the **validation** of every step (:data:`CHECKED`: the step refused with an exception, or a
-  non-finite ``rho``, ``mean_change``, ``elbo`` or ``score``) and the **one error type**,
+* the **validation** of every step (:data:`CHECKED`: the step refused with an exception, a
+  non-finite ``rho``, ``mean_change``, ``elbo`` or ``score``, or a non-finite value in the new
+  state, :func:`check_state`) and the **one error type**,
   :class:`TrainingError`, with one message (:func:`error_message`);
 * the **evaluation cadence** (:func:`eval_due`), the held-out evaluation and the
   ``--passes auto`` stopping rule (:class:`PassStop`);
@@ -84,15 +85,23 @@ def apply_step(fn: Callable[..., Optional[Dict[str, Any]]], *args,
                                                                  Optional[str]]:
     """Run one step ``fn(*args)`` (``algorithm.global_step(stats)``, ``sampler.process(batch)``)
     and validate it: ``(info, None)``, or ``(None, reason)`` when the step raised one of
-    :data:`REFUSALS` or its info (updated with ``extra``) holds a non-finite checked value."""
+    :data:`REFUSALS`, its info (updated with ``extra``) holds a non-finite checked value, or
+    the algorithm whose method ``fn`` is holds a non-finite state (:func:`check_state`)."""
     try:
         info = dict(fn(*args) or {})
     except REFUSALS as e:
         return None, str(e)
     if extra:
         info.update(extra)
-    err = check_info(info)
+    err = check_info(info) or check_state(getattr(fn, "__self__", None))
     return (None, err) if err else (info, None)
+
+
+def check_state(algorithm) -> Optional[str]:
+    """Why the global state ``algorithm`` holds after a step must be refused (a non-finite
+    value: :meth:`nonfinite_state` of the algorithm interfaces), or None. Only reads."""
+    bad = algorithm.nonfinite_state() if hasattr(algorithm, "nonfinite_state") else None
+    return "the step left non-finite values in the state (%s)" % bad if bad else None
 
 
 def error_message(step: int, reason: str, last_checkpoint: Optional[str],

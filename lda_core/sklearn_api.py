@@ -241,6 +241,22 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         X = self._check_fitted_shape(X, "score")
         return float(self._bound(X))
 
+    def _partial_steps(self, X, first: bool):
+        """The rest of ``partial_fit`` after the model exists: one local + global step per
+        ``batch_size`` rows of ``X`` (document keys continue the count of documents seen)."""
+        if not first and X.shape[1] != self.components_.shape[1]:
+            raise ValueError("X has %d features, but %s is expecting %d features as input"
+                             % (X.shape[1], type(self).__name__, self.components_.shape[1]))
+        algo = self.algorithm_
+        base = algo.docs_seen
+        n, S = X.shape[0], int(self.batch_size)
+        for s in range(0, n, S):
+            e = min(n, s + S)
+            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
+            algo.global_step(algo.local_step(b))
+        self._sync()
+        return self
+
     def _sync(self):
         """Copy the fitted algorithm's state to the public attributes (``components_``,
         ``n_batch_iter_`` ...). Abstract: :class:`OnlineLDA` and :class:`SCVB0LDA` define it."""
@@ -365,18 +381,7 @@ class OnlineLDA(_LDABase):
             if self.learning_method != "online":
                 raise ValueError("partial_fit needs learning_method='online'")
             self._new_algorithm(X.shape[1], int(self.total_samples))
-        elif X.shape[1] != self.components_.shape[1]:
-            raise ValueError("X has %d features, but %s is expecting %d features as input"
-                             % (X.shape[1], type(self).__name__, self.components_.shape[1]))
-        algo = self.algorithm_
-        base = algo.docs_seen
-        n, S = X.shape[0], int(self.batch_size)
-        for s in range(0, n, S):
-            e = min(n, s + S)
-            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
-            algo.global_step(algo.local_step(b))
-        self._sync()
-        return self
+        return self._partial_steps(X, first)
 
     def _gamma(self, X):
         st = self.algorithm_.local_step(self._to_batch(X, _row_keys(X)), return_gamma=True,
@@ -454,18 +459,7 @@ class SCVB0LDA(_LDABase):
         if first:
             mean_len = max(1.0, float(X.sum()) / X.shape[0])
             self._new_algorithm(X.shape[1], int(self.total_samples * mean_len))
-        elif X.shape[1] != self.components_.shape[1]:
-            raise ValueError("X has %d features, but %s is expecting %d features as input"
-                             % (X.shape[1], type(self).__name__, self.components_.shape[1]))
-        algo = self.algorithm_
-        base = algo.docs_seen
-        n, S = X.shape[0], int(self.batch_size)
-        for s in range(0, n, S):
-            e = min(n, s + S)
-            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
-            algo.global_step(algo.local_step(b))
-        self._sync()
-        return self
+        return self._partial_steps(X, first)
 
     def _gamma(self, X):
         return np.asarray(self.algorithm_.infer(self._to_batch(X, _row_keys(X))), np.float64)

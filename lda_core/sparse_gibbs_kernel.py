@@ -233,6 +233,7 @@ def sgvb_estep(indptr, local_ids, counts, u_indptr, u_topics, u_coef, ck, e0, al
                burn_in, samples, seeds, random_init, n_chunks, accumulate, want_theta):
     """Gibbs sweeps over a minibatch; returns (keys u·K+k sorted, counts summed over kept
     sweeps, θ-counts n x K (mean N_dk over kept sweeps) or 0 x K, sweeps per document)."""
+    # one numba kernel: sizing the per-chunk hash tables, then the parallel sweeps over chunks
     n_docs = indptr.shape[0] - 1
     K = ck.shape[0]
     s_cum = np.cumsum(alpha * e0 * ck)

@@ -35,10 +35,12 @@ import numba
 import numpy as np
 from scipy.special import digamma
 
-from lda_core.algorithm import StochasticAlgorithm, SuffStats, pack_arrays, unpack_arrays
+from lda_core.algorithm import (StochasticAlgorithm, SuffStats, nonfinite, pack_arrays,
+                                unpack_arrays)
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
-from lda_core.scvb0 import _num, check_batch_words
+from lda_core.params import check_number
+from lda_core.scvb0 import check_batch_words
 from lda_core.scvb0_kernel import doc_seeds
 from lda_core.schedules import rho as schedule_rho
 from lda_core.sparse_gibbs_kernel import gather_rows, merge_into_csr, sgvb_estep
@@ -105,27 +107,27 @@ class SparseGibbsVB(StochasticAlgorithm):
                  n_threads: Optional[int] = None, random_init: bool = False,
                  renorm_below: float = 1e-8, infer_burn_in: Optional[int] = None,
                  infer_samples: Optional[int] = None):
-        self.n_topics = _num("n_topics", n_topics, 1, 1 << 20, integer=True)
-        self.n_words = _num("n_words", n_words, 1, 1 << 31, integer=True)
+        self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
+        self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
         if self.n_topics * self.n_words >= 2 ** 62:
             raise ValueError("n_topics*n_words=%d is too large" % (self.n_topics * self.n_words))
-        self.alpha = _num("alpha", alpha, 0, None, lo_open=True)
-        self.eta = _num("eta", eta, 0, None, lo_open=True)
-        self.kappa = _num("kappa", kappa, 0.5, 1.0, lo_open=True)
-        self.tau0 = _num("tau0", tau0, 0, None)
-        self.batch_size = _num("batch_size", batch_size, 1, None, integer=True)
+        self.alpha = check_number("alpha", alpha, 0, None, lo_open=True)
+        self.eta = check_number("eta", eta, 0, None, lo_open=True)
+        self.kappa = check_number("kappa", kappa, 0.5, 1.0, lo_open=True)
+        self.tau0 = check_number("tau0", tau0, 0, None)
+        self.batch_size = check_number("batch_size", batch_size, 1, None, integer=True)
         self.corpus_size = (None if corpus_size is None
-                            else _num("corpus_size", corpus_size, 1, None, integer=True))
-        self.burn_in = _num("burn_in", burn_in, 0, 1000, integer=True)
-        self.samples = _num("samples", samples, 1, 1000, integer=True)
-        self.seed = _num("seed", seed, 0, 2 ** 63 - 1, integer=True)
-        self.renorm_below = _num("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
+                            else check_number("corpus_size", corpus_size, 1, None, integer=True))
+        self.burn_in = check_number("burn_in", burn_in, 0, 1000, integer=True)
+        self.samples = check_number("samples", samples, 1, 1000, integer=True)
+        self.seed = check_number("seed", seed, 0, 2 ** 63 - 1, integer=True)
+        self.renorm_below = check_number("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
         self.infer_burn_in = (self.burn_in if infer_burn_in is None
-                              else _num("infer_burn_in", infer_burn_in, 0, 1000, integer=True))
+                              else check_number("infer_burn_in", infer_burn_in, 0, 1000, integer=True))
         self.infer_samples = (max(self.samples, 5) if infer_samples is None
-                              else _num("infer_samples", infer_samples, 1, 1000, integer=True))
+                              else check_number("infer_samples", infer_samples, 1, 1000, integer=True))
         if n_threads is not None:
-            n_threads = _num("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
+            n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
                              integer=True)
         self.n_threads = n_threads
         self.random_init = bool(random_init)
@@ -253,6 +255,12 @@ class SparseGibbsVB(StochasticAlgorithm):
         logger.info("sparse-gibbs-vb step t=%d rho=%.4g docs=%d nnz=%d", t, rho, stats.n_docs,
                     self.nnz)
         return info
+
+    def nonfinite_state(self) -> Optional[str]:
+        """The topic totals, the lazy scale π and the stored λ^N values (every global step
+        rewrites them all, so summing them costs no more than the step)."""
+        return nonfinite(**{"topic totals": self.topic_totals, "pi": self._pi,
+                            "λ^N": self._vals})
 
     def topic_word(self) -> np.ndarray:
         """E_q[β] = λ_k / Σ_v λ_kv with λ = η + λ^N, K x V float64 (rows sum to 1)."""

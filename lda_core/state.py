@@ -331,6 +331,7 @@ def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]
 
     Nothing is allocated from the declared shape until the file is known to hold exactly that
     many bytes; the sha256 of the whole file is compared at the end."""
+    # long by its checks, one per way a file can disagree with state.json, each its own message
     if not isinstance(meta, dict):
         raise StateFormatError("state.json: entry of array %r is not an object" % name)
     fname = meta.get("file")

@@ -185,6 +185,8 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
 
     The last ``heldout_docs`` documents go to ``heldout/`` (one shard). Shards hold
     ``docs_per_shard`` documents (a multiple of ``CHUNK_DOCS`` is cheapest)."""
+    # long by its argument checks, the chunked write loop and the manifest, which share the
+    # pending shard and the token counts
     spec.validate()
     if isinstance(docs_per_shard, bool) or not 1 <= int(docs_per_shard) <= MAX_DOCS:
         raise ValueError("docs_per_shard=%r is outside the allowed range [1, %d]"

@@ -1,13 +1,15 @@
 """The training session (lda_core.session): every runner refuses the same bad step the same way.
 
-The same two injections go into each runner -- the in-process trainer, the Beam trainer
+The same injections go into each runner -- the in-process trainer, the Beam trainer
 unrolled and one pipeline per minibatch, a detached window, the sequential samplers' Beam
-window and the streaming job's global step:
+window (two of them) and the streaming job's global step:
 
 * non-finite statistics (the E-step of minibatch 3 returns NaN; the VB global step refuses
-  them), and
+  them),
 * a step whose log info holds a non-finite checked value (``score`` = inf), which only the
-  session's check catches.
+  session's check catches, and
+* a step that leaves a non-finite value in the new state (the lazy scale of λ becomes NaN)
+  with a clean info, which only the session's state check catches.
 
 Each time: :class:`lda_core.session.TrainingError` "minibatch 3 ... could not be applied:
 ... non-finite ...", and the latest checkpoint is the one before that minibatch.
@@ -51,18 +53,28 @@ def _poison_stats(monkeypatch):
     monkeypatch.setattr(OnlineVB, "local_step", local_step)
 
 
-def _poison_info(monkeypatch):
+def _after_global_step(monkeypatch, change):
+    """OnlineVB's global step, with ``change(algo, info) -> info`` applied after minibatch 3."""
     real = OnlineVB.global_step
 
     def global_step(self, stats):
         info = real(self, stats)
-        if self.step == BAD_T + 1:
-            info = dict(info, score=float("inf"))
-        return info
+        return change(self, info) if self.step == BAD_T + 1 else info
     monkeypatch.setattr(OnlineVB, "global_step", global_step)
 
 
-POISONS = {"stats": _poison_stats, "info": _poison_info}
+def _poison_info(monkeypatch):
+    _after_global_step(monkeypatch, lambda algo, info: dict(info, score=float("inf")))
+
+
+def _poison_state(monkeypatch):
+    def nan_scale(algo, info):
+        algo._pi = float("nan")          # every λ entry is a + π Ñ
+        return info
+    _after_global_step(monkeypatch, nan_scale)
+
+
+POISONS = {"stats": _poison_stats, "info": _poison_info, "state": _poison_state}
 
 
 def _latest_position(md):
@@ -198,15 +210,39 @@ def test_check_info_and_apply_step():
 
 # ------------------------------------------------------------------ statistics as data
 
+def test_check_state_names_the_non_finite_part_of_each_state(kos_paths):
+    from lda_core.session import check_state
+    for st in _stats_of_each(kos_paths):
+        algo = st.algo
+        info, err = apply_step(algo.global_step, st)
+        assert err is None and check_state(algo) is None, err
+        name, attr = {"online-vb": ("λ", "_ntilde_colsum"), "scvb0": ("N^Φ", "_ntilde"),
+                      "sparse-gibbs-vb": ("λ^N", "_vals")}[algo.name]
+        arr = getattr(algo, attr)
+        saved = arr.copy()
+        flat = arr.reshape(-1) if attr != "_ntilde" else arr[algo._touched_rows[-1]]
+        flat[-1] = np.inf
+        assert apply_step(lambda: {})[1] is None          # a plain function: info check only
+        assert check_state(algo) == ("the step left non-finite values in the state (%s)"
+                                     % name)
+        arr[...] = saved
+        assert check_state(algo) is None
+
+
 def _stats_of_each(kos_paths):
     from lda_core.scvb0 import SCVB0
     from lda_core.sparse_gibbs_vb import SparseGibbsVB
     from test_beam_train import read_kos
     batch, tokens = read_kos(kos_paths[0], kos_paths[1], 40)
     V = len(tokens)
-    return [OnlineVB(4, V, batch_size=40, corpus_size=400, seed=1).local_step(batch),
-            SCVB0(4, V, batch_size=40, corpus_tokens=40000, seed=1).local_step(batch),
-            SparseGibbsVB(4, V, batch_size=40, corpus_size=400, seed=1).local_step(batch)]
+    out = []
+    for algo in [OnlineVB(4, V, batch_size=40, corpus_size=400, seed=1),
+                 SCVB0(4, V, batch_size=40, corpus_tokens=40000, seed=1),
+                 SparseGibbsVB(4, V, batch_size=40, corpus_size=400, seed=1)]:
+        st = algo.local_step(batch)
+        st.algo = algo
+        out.append(st)
+    return out
 
 
 def test_every_algorithms_statistics_round_trip_as_data(kos_paths):

@@ -57,6 +57,7 @@ def _shown_in_help(p: argparse.ArgumentParser, **defaults) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # long because it declares every option of `ldabeam vectorize`, one argparse call each
     io = p.add_argument_group("input and output")
     io.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB",
                     default=_shown_in_help(p, input=None),
