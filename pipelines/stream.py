@@ -38,10 +38,10 @@ The topic state lives in the checkpoint store, not in Beam state: the stateful D
 algorithm object in memory (one per worker) and in Beam state only the step it has applied; a
 restarted worker reloads that step's checkpoint. Checkpoints are published (atomically, see
 :mod:`lda_core.checkpoint`) before the Beam state is committed; each records what the stream
-has applied (recent windows and doc ids, the directory driver's file offsets:
+has applied (recent windows and doc ids, the bytes applied of each input file:
 :func:`pipelines.stream_step.next_record`), and the step continues from the newest checkpoint
-and skips what it records -- so a retried bundle, a re-delivered window or a restarted job
-applies nothing twice.
+and skips what it records, and a restarted job reads each file after its recorded bytes --
+so a retried bundle, a re-delivered window or a restarted job applies nothing twice.
 """
 from __future__ import annotations
 
