@@ -343,7 +343,7 @@ class ReadJsonFilesContinuously(beam.PTransform):
         self.pattern, self.interval, self.stop_after = pattern, interval, stop_after
         self.applied: Dict[str, int] = {}
         if model_dir is not None:
-            from pipelines.stream_step import applied_record, latest_step
+            from pipelines.stream_step import applied_record
             step = latest_step(model_dir)
             if step is not None:
                 self.applied = {str(k): int(v) for k, v in

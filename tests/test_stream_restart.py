@@ -12,7 +12,7 @@ from lda_core.online_vb import OnlineVB
 from pipelines import dataset, stream
 from pipelines.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from test_beam_train import read_kos
-from test_stream import Cell
+from test_stream import Cell, run_file_route
 
 K = 6
 
@@ -192,22 +192,6 @@ def test_applied_record_is_bounded():
     json.dumps(rec)                                                 # state.json-able
 
 
-def _file_route(model, inbox, dead):
-    """One job of the MatchContinuously route (``ldabeam stream --input-glob`` as built for a
-    streaming runner) on the FnApiRunner over the files present (one day-long window, the
-    step applied on arrival: test_stream.test_file_route_runs_on_the_fn_api_runner)."""
-    import apache_beam as beam
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from pipelines.commands import stream as cmd
-    from test_stream import _cmd_args, _streaming_options
-    args = _cmd_args(["--model", model, "--input-glob", str(inbox / "*.jsonl"),
-                      "--poll-seconds", "1", "--stop-after", "2", "--window-seconds", "86400",
-                      "--order", "arrival", "--deadletter", dead])
-    setup = cmd.prepare(args)
-    with beam.Pipeline(runner=FnApiRunner(), options=_streaming_options()) as p:
-        cmd.build_pipeline(p, args, setup)
-
-
 def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offset(
         tmp_path, kos, monkeypatch):
     """A new job of the MatchContinuously route lists the whole inbox again. Each document
@@ -227,7 +211,7 @@ def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offs
     (inbox / "a.jsonl").write_text("\n".join(_lines(batch, 0, 30) + ["nope"]
                                              + _lines(batch, 30, 60)) + "\n")
     (inbox / "b.jsonl").write_text("\n".join(_lines(batch, 60, 100)) + "\n")
-    _file_route(model, inbox, dead)
+    run_file_route(model, inbox, dead)
     st = CheckpointStore(model).latest()
     assert st.step == 1 and st.docs_seen == 100
     assert st.info["stream"]["files"] == {str(inbox / f): (inbox / f).stat().st_size
@@ -236,9 +220,9 @@ def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offs
     with open(inbox / "b.jsonl", "a") as f:
         f.write("\n".join(_lines(batch, 100, 130)) + "\n")
     (inbox / "c.jsonl").write_text("\n".join(_lines(batch, 130, 200)) + "\n")
-    _file_route(model, inbox, dead)
+    run_file_route(model, inbox, dead)
     # a third job: nothing new, nothing applied
-    _file_route(model, inbox, dead)
+    run_file_route(model, inbox, dead)
     st = CheckpointStore(model).latest()
     got = OnlineVB.from_state(st)
     ref = _reference(algo0, batch, [range(0, 100), range(100, 200)])
