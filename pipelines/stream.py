@@ -38,10 +38,10 @@ The topic state lives in the checkpoint store, not in Beam state: the stateful D
 algorithm object in memory (one per worker) and in Beam state only the step it has applied; a
 restarted worker reloads that step's checkpoint. Checkpoints are published (atomically, see
 :mod:`lda_core.checkpoint`) before the Beam state is committed; each records what the stream
-has applied (recent windows and doc ids, the directory driver's file offsets:
+has applied (recent windows and doc ids, the bytes applied of each input file:
 :func:`pipelines.stream_step.next_record`), and the step continues from the newest checkpoint
-and skips what it records -- so a retried bundle, a re-delivered window or a restarted job
-applies nothing twice.
+and skips what it records, and a restarted job reads each file after its recorded bytes --
+so a retried bundle, a re-delivered window or a restarted job applies nothing twice.
 """
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ MAX_DOC_WORDS = 1_000_000               # unique words per document (checked bef
 MAX_SNIPPET = 200
 
 # A parsed document travelling between transforms: (doc_id, word ids int32 bytes, counts
-# int32 bytes) -- raw bytes are cheap to encode (DESIGN.md §5).
-Doc = Tuple[str, bytes, bytes]
+# int32 bytes) -- raw bytes are cheap to encode (DESIGN.md §5) -- and, for a document read
+# from a file, (file, byte offset of its line's end): the window's applied input position.
+Doc = Tuple[Any, ...]
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -192,8 +193,18 @@ def docs_to_batch(docs: Iterable[Doc]) -> DocBatch:
     for d in docs:
         seen.setdefault(d[0], d)
     ordered = [seen[k] for k in sorted(seen)]
-    rows = [(np.frombuffer(w, np.int32), np.frombuffer(c, np.int32)) for _, w, c in ordered]
+    rows = [(np.frombuffer(d[1], np.int32), np.frombuffer(d[2], np.int32)) for d in ordered]
     return DocBatch.from_rows(rows, doc_ids=[d[0] for d in ordered])
+
+
+def files_read(docs: Iterable[Doc]) -> Dict[str, int]:
+    """file -> byte offset after the last of ``docs`` read from it (documents of a file
+    source carry their position; others carry none)."""
+    out: Dict[str, int] = {}
+    for d in docs:
+        if len(d) > 3:
+            out[d[3]] = max(out.get(d[3], 0), int(d[4]))
+    return out
 
 
 class ParseDocumentsFn(beam.DoFn):
@@ -219,6 +230,9 @@ class ParseDocumentsFn(beam.DoFn):
                                          max_len=self.cfg.max_token_len)
 
     def process(self, raw):
+        pos = ()
+        if isinstance(raw, tuple):            # (line, file, byte offset of the line's end)
+            raw, pos = raw[0], tuple(raw[1:])
         doc, dead, oov = parse_document(raw, self.index, self.cfg, self.tokenizer)
         if oov:
             self.oov.inc(oov)
@@ -227,7 +241,7 @@ class ParseDocumentsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD, dead)
         else:
             self.parsed.inc()
-            yield doc
+            yield doc + pos
 
 
 class SplitLateFn(beam.DoFn):
@@ -312,14 +326,28 @@ class StreamTrain(beam.PTransform):
 
 
 class ReadJsonFilesContinuously(beam.PTransform):
-    """Files arriving under a glob -> their JSON lines, timestamped by arrival (processing
-    time of the match). ``fileio.MatchContinuously`` polls every ``interval`` seconds and
-    emits each new file once."""
+    """Files arriving under a glob -> ``(JSON line, file, byte offset of the line's end)``,
+    timestamped by arrival (processing time of the match). ``fileio.MatchContinuously`` polls
+    every ``interval`` seconds and emits each new file once.
+
+    Its listing is per job: a new job (a restart) matches every file of the inbox again. With
+    ``model_dir``, the input position recorded by that model's newest checkpoint
+    (``info["stream"]["files"]``: file -> bytes applied, written by the global step from the
+    positions its documents carry) is read when the pipeline is built, and each file is read
+    from there: what a previous job applied is not read again, however many documents the
+    inbox holds."""
 
     def __init__(self, pattern: str, interval: float = 10.0,
-                 stop_after: Optional[float] = None):
+                 stop_after: Optional[float] = None, model_dir: Optional[str] = None):
         super().__init__()
         self.pattern, self.interval, self.stop_after = pattern, interval, stop_after
+        self.applied: Dict[str, int] = {}
+        if model_dir is not None:
+            from pipelines.stream_step import applied_record
+            step = latest_step(model_dir)
+            if step is not None:
+                self.applied = {str(k): int(v) for k, v in
+                                (applied_record(model_dir, step).get("files") or {}).items()}
 
     def expand(self, p):
         from apache_beam.io import fileio
@@ -331,15 +359,22 @@ class ReadJsonFilesContinuously(beam.PTransform):
                                                       start_timestamp=start,
                                                       stop_timestamp=stop)
                 | "Open" >> fileio.ReadMatches()
-                | "Lines" >> beam.FlatMap(_file_lines))
+                | "Lines" >> beam.FlatMap(_file_lines, self.applied))
 
 
-def _file_lines(readable_file):
+def _file_lines(readable_file, applied: Optional[Dict[str, int]] = None):
+    """``(line, file, byte offset after it)`` of the non-empty lines of ``readable_file``
+    after the ``applied[file]`` bytes already applied."""
+    path = readable_file.metadata.path
+    pos = int((applied or {}).get(path, 0))
     with readable_file.open() as f:
+        if pos:
+            f.seek(pos)
         for line in f:
+            pos += len(line)
             line = line.strip()
             if line:
-                yield line
+                yield line, path, pos
 
 
 def _dead_json(d) -> str:

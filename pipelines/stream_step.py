@@ -83,8 +83,10 @@ def applied_record(model_dir: str, step: int) -> dict:
 #   doc_ids   the ids of the last MAX_DOC_IDS applied documents: a document delivered again
 #             (a Pub/Sub message redelivered into a later window, a restarted job's
 #             unacknowledged messages) is dropped from its window. Doc ids identify documents.
-#   files     the directory driver's position: input file -> bytes applied (see
-#             pipelines.stream.run_local_directory), carried forward by every checkpoint.
+#   files     the input position: input file -> bytes applied (the directory driver's, see
+#             pipelines.stream.run_local_directory; on a streaming runner the positions the
+#             documents of pipelines.stream.ReadJsonFilesContinuously carry), carried
+#             forward by every checkpoint and read back by a restarted job.
 MAX_WINDOWS = 1024
 MAX_DOC_IDS = 20_000
 
@@ -97,23 +99,28 @@ def window_digest(doc_ids) -> str:
     return h.hexdigest()
 
 
-def next_record(prev: dict, wend: int, delivered, applied_ids, files=None) -> dict:
+def next_record(prev: dict, wend: int, delivered, applied_ids, files=None,
+                read=None) -> dict:
     """The applied record after window ``wend`` (delivered with documents ``delivered``, of
     which ``applied_ids`` were new and applied) on top of ``prev``; bounded by MAX_WINDOWS
-    and MAX_DOC_IDS."""
+    and MAX_DOC_IDS. ``files`` replaces the input position (the directory driver's), ``read``
+    (file -> bytes read by the window's documents) advances it."""
     ids = list(prev.get("doc_ids") or []) + list(applied_ids)
     wins = list(prev.get("windows") or []) + [[int(wend), len(delivered),
                                                window_digest(delivered)]]
     out = dict(windows=wins[-MAX_WINDOWS:], doc_ids=ids[-MAX_DOC_IDS:])
-    files = prev.get("files") if files is None else files
+    files = dict((prev.get("files") or {}) if files is None else files)
+    for f, end in (read or {}).items():
+        files[f] = max(int(files.get(f, 0)), int(end))
     if files:
         out["files"] = dict(files)
     return out
 
 
 class EStepLatestFn(beam.DoFn):
-    """``(window max timestamp µs, docs)`` -> ``(0, (window, docs, stats, step used))``: the
-    local step against the newest published checkpoint (may be stale; see module docstring)."""
+    """``(window max timestamp µs, docs)`` -> ``(0, (window, docs, stats, step used, files
+    read))``: the local step against the newest published checkpoint (may be stale; see
+    module docstring); files read: :func:`pipelines.stream.files_read` of the documents."""
 
     def __init__(self, model_dir: str, n_threads: Optional[int] = None):
         self.model_dir, self.n_threads = model_dir, n_threads
@@ -122,7 +129,8 @@ class EStepLatestFn(beam.DoFn):
 
     def process(self, element):
         wend, docs = element
-        from pipelines.stream import docs_to_batch
+        from pipelines.stream import docs_to_batch, files_read
+        docs = list(docs)
         batch = docs_to_batch(docs)
         step = latest_step(self.model_dir)
         stats = None
@@ -131,7 +139,7 @@ class EStepLatestFn(beam.DoFn):
             stats = algo.local_step(batch)
             self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
             self.tokens.inc(int(stats.n_tokens))
-        yield 0, (wend, batch, stats, step)
+        yield 0, (wend, batch, stats, step, files_read(docs))
 
 
 ORDERS = ("watermark", "arrival")
@@ -139,7 +147,7 @@ ORDERS = ("watermark", "arrival")
 
 class WindowResultCoder(Coder):
     """Data-only coder of a buffered window result ``(window end µs, DocBatch, statistics or
-    None, step used or None)``: the documents as arrays (:func:`lda_core.algorithm.pack_arrays`)
+    None, step used or None, files read)``: the documents as arrays (:func:`lda_core.algorithm.pack_arrays`)
     and the statistics through :func:`pipelines.beam_stats.encode_stats` -- no pickle in the
     job's state."""
 
@@ -148,11 +156,12 @@ class WindowResultCoder(Coder):
     def encode(self, value) -> bytes:
         from lda_core.algorithm import pack_arrays
         from pipelines.beam_stats import encode_stats
-        wend, batch, stats, used = value
+        wend, batch, stats, used = value[:4]
+        read = dict(value[4]) if len(value) > 4 else {}
         stats_b = b"" if stats is None else encode_stats(stats)
         head = pack_arrays(self._MAGIC, dict(wend=int(wend), used=used,
                                              doc_ids=list(batch.doc_ids),
-                                             has_stats=stats is not None),
+                                             has_stats=stats is not None, files=read),
                            [("indptr", "<i8", batch.indptr), ("word_ids", "<i4", batch.word_ids),
                             ("counts", "<i4", batch.counts)])
         return struct.pack("<Q", len(head)) + head + stats_b
@@ -165,7 +174,8 @@ class WindowResultCoder(Coder):
         batch = DocBatch(tuple(h["doc_ids"]), a["indptr"], a["word_ids"], a["counts"])
         stats = decode_stats(data[8 + n:]) if h["has_stats"] else None
         used = None if h["used"] is None else int(h["used"])
-        return int(h["wend"]), batch, stats, used
+        read = {str(k): int(v) for k, v in (h.get("files") or {}).items()}
+        return int(h["wend"]), batch, stats, used, read
 
     def is_deterministic(self) -> bool:
         return False
@@ -273,7 +283,9 @@ class ApplyGlobalStepFn(beam.DoFn):
 
     def _apply(self, due, applied):
         algo = self._current(applied.read())
-        for wend, batch, stats, used in due:
+        for x in due:
+            wend, batch, stats, used = x[:4]
+            read = x[4] if len(x) > 4 else None
             fresh = self._unapplied(batch, wend)
             if fresh is None:
                 logger.info("stream: window ending %s already applied (checkpoint %d); "
@@ -298,7 +310,8 @@ class ApplyGlobalStepFn(beam.DoFn):
             if info.get("skipped"):
                 continue
             state = _session.stamp(algo.to_state(), int(algo.step), _session.docs_seen(algo))
-            record = next_record(self.record, wend, delivered, batch.doc_ids, self.files)
+            record = next_record(self.record, wend, delivered, batch.doc_ids, self.files,
+                                 read)
             state.info["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
                                         estep_recomputed=bool(recomputed),
                                         estep_state_step=used, rho=info.get("rho"),

@@ -412,14 +412,26 @@ def test_file_route_graph_for_streaming_runners(tmp_path, corpus, monkeypatch, c
     assert mc.transform.stop_ts == MAX_TIMESTAMP          # no --stop-after: watch forever
 
 
+def run_file_route(model, inbox, dead):
+    """One job of the MatchContinuously route (``ldabeam stream --input-glob`` as built for a
+    streaming runner) on the FnApiRunner over the ``*.jsonl`` files present in ``inbox``: one
+    day-long window, the step applied on arrival."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from pipelines.commands import stream as cmd
+    args = _cmd_args(["--model", model, "--input-glob", str(inbox / "*.jsonl"),
+                      "--poll-seconds", "1", "--stop-after", "2", "--window-seconds", "86400",
+                      "--order", "arrival", "--deadletter", dead])
+    setup = cmd.prepare(args)
+    with beam.Pipeline(runner=FnApiRunner(), options=_streaming_options()) as p:
+        cmd.build_pipeline(p, args, setup)
+
+
 def test_file_route_runs_on_the_fn_api_runner(tmp_path, corpus):
     """The MatchContinuously route itself, run on the FnApiRunner over files present before
     the run (the local runners cannot watch for later files: docs/cluster.md), with the step
     applied on arrival (--order arrival; a bounded local run never fires the last window's
     event-time timer): one window of every document, its checkpoint equal to the in-process
     trainer's, the malformed line a dead letter written by the pipeline's own writer."""
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from pipelines.commands import stream as cmd
     batch, vocab = corpus
     model, _, algo0 = _model(tmp_path, vocab)
     inbox = tmp_path / "inbox"
@@ -428,12 +440,7 @@ def test_file_route_runs_on_the_fn_api_runner(tmp_path, corpus):
     (inbox / "b.jsonl").write_text("\n".join(_messages(batch, vocab, 50, 90) + ["nope"]) + "\n")
     (inbox / "ignored.txt").write_text("not matched\n")
     dead = str(tmp_path / "dead")
-    args = _cmd_args(["--model", model, "--input-glob", str(inbox / "*.jsonl"),
-                      "--poll-seconds", "1", "--stop-after", "2", "--window-seconds", "86400",
-                      "--order", "arrival", "--deadletter", dead])
-    setup = cmd.prepare(args)
-    with beam.Pipeline(runner=FnApiRunner(), options=_streaming_options()) as p:
-        cmd.build_pipeline(p, args, setup)
+    run_file_route(model, inbox, dead)
     got = OnlineVB.from_state(CheckpointStore(model).latest())
     ref = OnlineVB.from_state(algo0.to_state())
     idx = np.arange(0, 90)

@@ -12,7 +12,7 @@ from lda_core.online_vb import OnlineVB
 from pipelines import dataset, stream
 from pipelines.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from test_beam_train import read_kos
-from test_stream import Cell
+from test_stream import Cell, run_file_route
 
 K = 6
 
@@ -190,3 +190,63 @@ def test_applied_record_is_bounded():
     assert [w[0] for w in rec["windows"]] == [0, 1, 2] and rec["files"] == {"f": 2}
     assert next_record(rec, 3, [], [])["files"] == {"f": 2}         # carried forward
     json.dumps(rec)                                                 # state.json-able
+
+
+def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offset(
+        tmp_path, kos, monkeypatch):
+    """A new job of the MatchContinuously route lists the whole inbox again. Each document
+    carries (file, end of its line) and the checkpoint records the bytes of each file
+    applied; the new job reads every file from there, so nothing is applied twice however
+    many documents the inbox holds -- here more than the doc ids the checkpoint keeps
+    (MAX_DOC_IDS scaled down to 20). Before, the restart trained the 80 documents of a and b
+    beyond the last 20 ids again (docs_seen 280, not 200) and dead-lettered "nope" again."""
+    import os
+    from pipelines import stream_step
+    monkeypatch.setattr(stream_step, "MAX_DOC_IDS", 20)
+    batch, vocab = kos
+    model, mv, algo0 = _model(tmp_path, vocab)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    dead = str(tmp_path / "dead")
+    (inbox / "a.jsonl").write_text("\n".join(_lines(batch, 0, 30) + ["nope"]
+                                             + _lines(batch, 30, 60)) + "\n")
+    (inbox / "b.jsonl").write_text("\n".join(_lines(batch, 60, 100)) + "\n")
+    run_file_route(model, inbox, dead)
+    st = CheckpointStore(model).latest()
+    assert st.step == 1 and st.docs_seen == 100
+    assert st.info["stream"]["files"] == {str(inbox / f): (inbox / f).stat().st_size
+                                          for f in ("a.jsonl", "b.jsonl")}
+    # the second job: b grew, c arrived
+    with open(inbox / "b.jsonl", "a") as f:
+        f.write("\n".join(_lines(batch, 100, 130)) + "\n")
+    (inbox / "c.jsonl").write_text("\n".join(_lines(batch, 130, 200)) + "\n")
+    run_file_route(model, inbox, dead)
+    # a third job: nothing new, nothing applied
+    run_file_route(model, inbox, dead)
+    st = CheckpointStore(model).latest()
+    got = OnlineVB.from_state(st)
+    ref = _reference(algo0, batch, [range(0, 100), range(100, 200)])
+    assert got.step == ref.step == 2 and got.docs_seen == ref.docs_seen == 200
+    np.testing.assert_array_equal(got.lambda_(), ref.lambda_())
+    assert st.info["stream"]["files"] == {str(inbox / f): (inbox / f).stat().st_size
+                                          for f in ("a.jsonl", "b.jsonl", "c.jsonl")}
+    letters = [json.loads(l) for root, _, files in os.walk(dead) for f in files
+               if not f.startswith(".") for l in open(os.path.join(root, f))]
+    assert [d["snippet"] for d in letters] == ["nope"]
+
+
+def test_window_result_carries_the_files_read(kos):
+    """The buffered window result keeps the positions its documents were read to (data-only
+    coder), and the record advances each file to the furthest position applied."""
+    from pipelines.stream_step import WindowResultCoder
+    batch, _ = kos
+    mb = _window(batch, range(0, 5))
+    c = WindowResultCoder()
+    got = c.decode(c.encode((7, mb, None, None, {"/in/a.jsonl": 120})))
+    assert got[0] == 7 and got[4] == {"/in/a.jsonl": 120}
+    assert got[1].doc_ids == mb.doc_ids
+    rec = next_record({"files": {"/in/a.jsonl": 200, "/in/b.jsonl": 5}}, 7, [], [],
+                      read={"/in/a.jsonl": 120, "/in/c.jsonl": 9})
+    assert rec["files"] == {"/in/a.jsonl": 200, "/in/b.jsonl": 5, "/in/c.jsonl": 9}
+    assert stream.files_read([("d1", b"", b"", "/f", 10), ("d2", b"", b"", "/f", 30),
+                              ("d3", b"", b"")]) == {"/f": 30}

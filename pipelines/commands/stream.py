@@ -134,7 +134,8 @@ def build_pipeline(p, args, setup: Setup):
     if args.input_glob:
         raw = p | "Files" >> stream.ReadJsonFilesContinuously(args.input_glob,
                                                               args.poll_seconds,
-                                                              args.stop_after)
+                                                              args.stop_after,
+                                                              model_dir=args.model)
     else:
         from apache_beam.io.gcp import pubsub
         raw = p | "PubSub" >> pubsub.ReadFromPubSub(topic=args.topic,
