@@ -44,6 +44,11 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
     DeadLetter at the point of failure and stops (pages before it are kept). Raises
     InputError if the file is missing, cannot be decompressed at all, or is not a dump.
 
+    A damaged page is one DeadLetter and the reader resynchronises at the next ``<page>``:
+    a page whose ``</page>`` is missing or garbled (or whose XML is cut short) ends where
+    the next ``<page>`` starts, and a ``</page>`` met outside any page (the page's start tag
+    was destroyed) marks the text before it as a page without a start.
+
     Pages are found with ``bytes.find`` on the decompressed stream (``<page>`` cannot occur
     inside page text, which is XML-escaped), so splitting costs almost nothing; each page is
     then parsed on its own by :func:`parse_wiki_page`.
@@ -72,8 +77,26 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                     continue
             else:
                 start = buf.find(b"<page>", pos)
+                orphan = buf.find(b"</page>", pos, start if start >= 0 else len(buf))
+                if orphan >= 0:
+                    n_pages += 1
+                    yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + orphan),
+                                     "</page> without a <page> start tag (damaged page start); "
+                                     "the text before it is skipped",
+                                     _snippet(buf[max(pos, orphan - 400):orphan + 7]))
+                    pos, end_from = orphan + 7, -1
+                    continue
                 if start >= 0:
                     end = buf.find(b"</page>", max(start + 6, end_from))
+                    nxt = buf.find(b"<page>", max(start + 6, end_from), end if end >= 0 else len(buf))
+                    if nxt >= 0:
+                        n_pages += 1
+                        yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + start),
+                                         "<page> without a </page> end tag before the next "
+                                         "<page> (damaged or truncated page); skipped",
+                                         _snippet(buf[start:min(nxt, start + 400)]))
+                        pos, end_from = nxt, -1
+                        continue
                     if end >= 0:
                         end += 7
                         n_pages += 1

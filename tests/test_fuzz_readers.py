@@ -194,30 +194,76 @@ def test_fuzz_text_and_tar(tmp_path):
         count("tar")
 
 
+def _damage_tags(xml, rng, lo, hi):
+    """Destroy the ``</page>`` end tag (or the ``<page>`` start tag) of the page xml[lo:hi]."""
+    tag = b"<page>" if rng.random() < 0.5 else b"</page>"
+    at = xml.find(tag, lo, hi) if tag == b"<page>" else xml.rfind(tag, lo, hi)
+    how = rng.randrange(3)
+    if how == 0:                                                # delete the tag
+        return xml[:at] + xml[at + len(tag):]
+    if how == 1 or tag == b"<page>":                            # garble one byte of it
+        b = bytearray(xml)
+        i = at + rng.randrange(1, len(tag) - 1)
+        b[i] ^= 1 << rng.randrange(5)
+        return bytes(b)
+    return xml[:rng.randrange(lo + 7, at)] + xml[at + 7:]       # the page's XML cut short
+
+
 def test_fuzz_wiki_dump(tmp_path):
     rng = random.Random(SEED + 3)
     xml = _wiki_xml()
     clean = [d for d in _docs(_write(tmp_path / "clean.xml", xml), "wiki")
              if isinstance(d, RawDocument)]
     assert len(clean) > 5
+    page_titles = [d.title for d in clean]
     starts = [m for m in range(len(xml)) if xml.startswith(b"<page>", m)]
     for case in range(CASES["wiki"]):
-        # mutate inside one page: every other page's article still comes out
+        # damage one page (its text, its end tag or its start tag): every other page's
+        # article still comes out, and a damaged article is a dead letter
         k = rng.randrange(1, len(starts) - 1)
         lo, hi = starts[k], starts[k + 1]
-        end = xml.rfind(b"</page>", lo, hi)     # the page's end tag stays (see reliability.md)
-        data = mutate(xml, rng, lo, end, newline_ok=False)
+        kind = case % 3
+        if kind == 0:
+            data = mutate(xml, rng, lo, xml.rfind(b"</page>", lo, hi), newline_ok=False)
+        elif kind == 1:
+            data = mutate(xml, rng, lo, hi, newline_ok=False)
+        else:
+            data = _damage_tags(xml, rng, lo, hi)
         items = _docs(_write(tmp_path / ("w%d.xml" % case), data), "wiki")
         if items is None:
             count("wiki")
             continue
         got = {d.title for d in items if isinstance(d, RawDocument)}
-        page_titles = [d.title for d in clean]
         inside = xml[lo:hi]
         lost = [t for t in page_titles if t not in got
                 and ("<title>%s</title>" % t).encode() not in inside]
-        assert not lost, (case, lost[:3])
+        assert not lost, (case, kind, lost[:3])
+        dead = [d for d in items if isinstance(d, DeadLetter)]
+        assert len(dead) <= 1, (case, kind, dead)
+        if kind == 2:
+            damaged = [t for t in page_titles if ("<title>%s</title>" % t).encode() in inside]
+            assert not damaged or (damaged[0] not in got and len(dead) == 1), (case, damaged)
         count("wiki")
+
+
+def test_wiki_reader_resyncs_after_a_destroyed_end_or_start_tag(tmp_path):
+    xml = _wiki_xml()
+    clean = [d for d in _docs(_write(tmp_path / "clean.xml", xml), "wiki")
+             if isinstance(d, RawDocument)]
+    victim = clean[1]
+    t = xml.find(("<title>%s</title>" % victim.title).encode())
+    lo, hi = xml.rfind(b"<page>", 0, t), xml.find(b"</page>", t)
+    for name, data in [("end", xml[:hi] + xml[hi + 7:]),
+                       ("start", xml[:lo] + b"<pgae>" + xml[lo + 6:]),
+                       ("cut", xml[:(t + hi) // 2] + xml[hi + 7:])]:
+        path = _write(tmp_path / ("%s.xml" % name), data)
+        items = list(read_documents(path, "wiki"))
+        dead = [d for d in items if isinstance(d, DeadLetter)]
+        docs = [d for d in items if isinstance(d, RawDocument)]
+        assert [d.title for d in docs] == [d.title for d in clean if d is not victim], name
+        assert len(dead) == 1 and dead[0].source == path, (name, dead)
+        assert dead[0].position.startswith("page %s @ byte " % victim.position.split()[1]), \
+            (name, dead[0].position, victim.position)
 
 
 def _write(p, data):

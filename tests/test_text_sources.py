@@ -158,6 +158,31 @@ def test_malformed_and_undecodable_pages_are_dead_letters(tmp_path, wiki_xml, wi
     assert [d.doc_id for d in docs] == [d.doc_id for d in wiki_docs[2:]]
 
 
+@pytest.mark.parametrize("block", [97, 4099])
+def test_damaged_pages_resync_at_the_next_page_across_read_blocks(
+        tmp_path, monkeypatch, wiki_xml, wiki_docs, block):
+    # small read blocks put tags across block boundaries; every 5th article loses its end
+    # tag, start tag or the end of its XML: each is one dead letter, the others all stay
+    path = str(tmp_path / "dump.xml")
+    pathlib.Path(path).write_bytes(wiki_xml)
+    intact = list(iter_wiki_page_chunks(path))
+    monkeypatch.setattr(ts, "READ_BLOCK", block)
+    assert list(iter_wiki_page_chunks(path)) == intact
+    victims = wiki_docs[1::5]
+    bad = wiki_xml
+    for i, v in enumerate(reversed(victims)):
+        t = bad.find(("<title>%s</title>" % v.title).encode())
+        lo, hi = bad.rfind(b"<page>", 0, t), bad.find(b"</page>", t)
+        bad = [bad[:hi] + bad[hi + 7:], bad[:lo] + b"<Page>" + bad[lo + 6:],
+               bad[:(t + hi) // 2] + bad[hi + 7:]][i % 3]
+    path = str(tmp_path / "damaged.xml.bz2")
+    pathlib.Path(path).write_bytes(bz2.compress(bad))
+    docs, dead = split(list(read_documents(path, "wiki")))
+    assert [d.doc_id for d in docs] == [d.doc_id for d in wiki_docs if d not in victims]
+    assert [d.position.split()[:2] for d in dead] == [v.position.split()[:2] for v in victims]
+    assert all(d.source == path for d in dead)
+
+
 def test_oversized_page_is_skipped(tmp_path, wiki_xml, wiki_docs):
     path = str(tmp_path / "dump.xml")
     pathlib.Path(path).write_bytes(wiki_xml)
