@@ -166,7 +166,8 @@ def test_damaged_pages_resync_at_the_next_page_across_read_blocks(
     path = str(tmp_path / "dump.xml")
     pathlib.Path(path).write_bytes(wiki_xml)
     intact = list(iter_wiki_page_chunks(path))
-    monkeypatch.setattr(ts, "READ_BLOCK", block)
+    from pipelines import wiki_source
+    monkeypatch.setattr(wiki_source, "READ_BLOCK", block)    # where the page splitter reads it
     assert list(iter_wiki_page_chunks(path)) == intact
     victims = wiki_docs[1::5]
     bad = wiki_xml
