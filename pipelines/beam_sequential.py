@@ -62,9 +62,11 @@ from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from lda_core import session as _session
 from lda_core.session import Session, TrainingError
-from pipelines.beam_train import (METRICS_NAMESPACE, BeamTrainResult,
-                                  _query_counters, check_shards, default_scratch_root,
-                                  plan_steps, read_task, resume_from_latest)
+from pipelines.beam_plan import plan_steps, read_task
+from pipelines.beam_steps import METRICS_NAMESPACE
+from pipelines.beam_train import (BeamTrainResult, check_shards, default_scratch_root,
+                                  resume_from_latest)
+from pipelines.beam_window import _query_counters
 
 logger = logging.getLogger(__name__)
 

@@ -60,20 +60,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core import session as _session
-from lda_core.session import Session, TrainingError  # noqa: F401 (the trainers' one error)
+from lda_core.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
 from lda_core.trainer import TrainResult
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_state import StateRef
-from pipelines.beam_plan import (ReadTask, StepPlan, _read_shard_cached,  # noqa: F401 (API)
-                                 _split_rows, plan_steps, read_task)
-from pipelines.beam_window import (  # noqa: F401 (API)
-    _build_window, _collect_window, _query_counters, _run_pipeline, _run_stepwise,
-    _run_unrolled)
-from pipelines.beam_steps import (  # noqa: F401 (API)
-    IN_PROCESS_DOCS_PER_TRANSFORM, METRICS_NAMESPACE, EStepFn, GlobalStepFn, InProcessStepFn,
-    LeanDoFn, MinibatchStatistics, TrainStep, WindowTasks, WriteStatsFn, _global_step,
-    _group_steps, _load_info, _spill_path, apply_global_step)
+from pipelines.beam_plan import StepPlan, plan_steps
+from pipelines.beam_window import _run_stepwise, _run_unrolled
 
 logger = logging.getLogger(__name__)
 
@@ -439,6 +432,5 @@ def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict
 
 
 # the detached windows' half (it uses the driver's after-window hook above)
-from pipelines.beam_detached import (  # noqa: E402,F401 (API)
-    FinishWindowFn, HeldOutShards, SubmittedWindow, WindowFinish, _append_records,
-    _publish_once, _published_position, _Records, _submit_window, _window_in_log)
+from pipelines.beam_detached import (  # noqa: E402,F401 (SubmittedWindow: what train returns)
+    HeldOutShards, SubmittedWindow, _submit_window)

@@ -151,7 +151,8 @@ def test_unrolled_in_process_equals_inprocess_trainer(kos_small, tmp_path):
 def test_in_process_steps_are_grouped_by_documents():
     """In-process, consecutive minibatches share one transform until it holds
     IN_PROCESS_DOCS_PER_TRANSFORM documents (Beam's cost per transform is fixed)."""
-    from pipelines.beam_train import StepPlan, _group_steps
+    from pipelines.beam_plan import StepPlan
+    from pipelines.beam_steps import _group_steps
     steps = [StepPlan(i, 0, i, 100) for i in range(10)]
     groups = _group_steps(steps, 250)
     assert [[sp.position for sp in g] for g in groups] == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
@@ -210,7 +211,7 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
 
 def test_plan_steps_matches_shard_stream_order(kos_small):
     from pipelines import dataset
-    from pipelines.beam_train import plan_steps, read_task
+    from pipelines.beam_plan import plan_steps, read_task
     from pipelines.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
     sizes = shard_row_counts(files)
@@ -314,7 +315,7 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
     from pipelines import beam_state
     from pipelines.beam_stats import spill_stats
-    from pipelines.beam_train import GlobalStepFn, _spill_path
+    from pipelines.beam_steps import GlobalStepFn, _spill_path
     from pipelines.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")

@@ -219,19 +219,19 @@ def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes
 
 def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_path):
     """A retried bundle of the last DoFn finds its checkpoint already published."""
-    from pipelines import beam_train
+    from pipelines import beam_detached
     from pipelines.commands.train import build_algorithm
     algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
     store = CheckpointStore(str(tmp_path / "m"))
-    first = beam_train._publish_once(store, algo, 0, "DirectRunner", {"x": 1})
-    assert beam_train._publish_once(store, algo, 0, "DirectRunner", {"x": 1}) == first
+    first = beam_detached._publish_once(store, algo, 0, "DirectRunner", {"x": 1})
+    assert beam_detached._publish_once(store, algo, 0, "DirectRunner", {"x": 1}) == first
     assert [c.step for c in store.list_checkpoints()] == [0]
     st = store.latest()
     st.info = dict(st.info, trainer=dict(st.info["trainer"], minibatches_done=5))
     store.publish(st)                       # someone else is at position 5
-    assert beam_train._publish_once(store, algo, 3, "DirectRunner", None) is None
-    assert beam_train._published_position(store) == 5
+    assert beam_detached._publish_once(store, algo, 3, "DirectRunner", None) is None
+    assert beam_detached._published_position(store) == 5
 
 
 # ------------------------------------------------------------------ train, object store
