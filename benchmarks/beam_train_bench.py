@@ -1,22 +1,40 @@
 #!/usr/bin/env python3
-"""Beam trainer throughput vs the in-process trainer (issue 4), 20 Newsgroups, K=100, one pass.
+"""Beam trainer throughput and per-step cost breakdown vs the in-process trainer.
 
-On 20 Newsgroups prepared as in ../shared/bench/README.md (``benchmarks/prepare_20news.py``;
-17,784 training documents, V = 29,403), with the protocol's settings (K=100, α=0.1, η=0.01,
-κ=0.7, τ0=64), for each minibatch size S given: one pass of
+Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs D --words V
+--topics K`` (default D = 200,000, V = 8,000, K = 100; written once into ``--data``). Online
+VB (K = 100, α=0.1, η=0.01, κ=0.7, τ0=64), minibatch S (default 4,096), one pass, in one
+process, one after the other:
 
-1. the in-process trainer (``lda_core.trainer.train``: numba threads, the reference);
-2. the Beam trainer on the DirectRunner in-process (``in_memory``), default window settings;
-3. the Beam trainer on the DirectRunner with 2 worker processes (``multi_processing``),
-   default window settings;
+1. ``in-process``: the in-process trainer (``lda_core.trainer.train``, numba threads: the
+   reference);
+2. ``beam-in-process``: the Beam trainer on the DirectRunner in-process (``in_memory``);
+3. ``beam-workers-2``: the Beam trainer on the DirectRunner with 2 worker processes
+   (``multi_processing``);
+4. ``portable-pool`` (``--portable``): the PortableRunner with a local job service and an
+   external worker pool (docs/cluster.md §2), both started and stopped by this script.
 
-and prints documents/second of each, the ratios Beam / in-process (target >= 0.70; printed,
-not asserted), wall and CPU seconds (CPU: ``time.process_time`` of this process plus the
-reaped worker processes' ``RUSAGE_CHILDREN``), and the max relative difference of the final λ
-against the in-process run (the trainers must agree). numba is warmed up first so no run pays
-the compile. The machine is shared and noisy: compare ratios from one run.
+For each it prints documents/second and the ratio to the in-process trainer (from this one
+run: the machine is shared; the load average is printed and saved), wall and CPU seconds (CPU:
+``time.process_time`` of this process plus the reaped worker processes' ``RUSAGE_CHILDREN``;
+the portable pool's workers are not children of this process and are not counted), the
+breakdown per step summed from the run log's ``timing`` records
+(:func:`lda_core.session.timing_record`: E-step, state delivery, statistics
+encode/combine/decode, global step, publish, pipeline start-up, and the remainder), and the
+final λ against the in-process run (bit-identical, or the max relative difference).
 
-    python benchmarks/beam_train_bench.py [--minibatch 256,2048] [--skip-workers]
+``--big``: one more row, ``beam-workers-2`` on a K = 1,000, V = 100,000 synthetic corpus
+(``--big-docs`` documents) with the peak RSS of each worker process (``VmHWM`` of the
+driver's child processes, sampled while the run lasts) against the state size.
+
+Rows go to ``benchmarks/results/beam_train_bench.json`` (``benchmarks.common.save_results``)
+with the keys the cluster model reads (``runner``, ``K``, ``V``, ``S``, ``docs``, ``steps``,
+``wall_s``, ``cpu_s``, ``docs_per_s_ratio``, ``estep_s``, ``global_step_s``,
+``per_step_overhead_s``, ``state_bytes``, ``stats_bytes_per_step``, ``breakdown``,
+``final_state``).
+
+    python benchmarks/beam_train_bench.py [--docs 200000] [--minibatch 4096] [--portable]
+                                          [--skip-workers] [--big [--big-docs 20000]]
 """
 from __future__ import annotations
 
@@ -24,8 +42,10 @@ import logging
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -33,91 +53,262 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 
+RUNNERS = {
+    "beam-in-process": ["--runner=DirectRunner", "--direct_running_mode=in_memory"],
+    "beam-workers-2": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                       "--direct_num_workers=2"],
+}
+
 
 def _cpu():
     ch = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + ch.ru_utime + ch.ru_stime
 
 
-def _algo(files, V, D, S, vh):
+def synth(out: str, docs: int, words: int, topics: int) -> str:
+    """The synthetic dataset ``out`` (written by ``pipelines.commands.synth`` when absent)."""
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        common.run([common.PYTHON, "-m", "pipelines.commands.synth", "--output", out,
+                    "--docs", str(docs), "--words", str(words), "--topics", str(topics),
+                    "--overwrite"], quiet=True)
+    return out
+
+
+def _algo(K, V, D, S, vh):
     from lda_core.online_vb import OnlineVB
-    return OnlineVB(common.K, V, alpha=common.ALPHA, eta=common.ETA, kappa=common.KAPPA,
+    return OnlineVB(K, V, alpha=common.ALPHA, eta=common.ETA, kappa=common.KAPPA,
                     tau0=common.TAU0, batch_size=S, corpus_size=D, seed=0, vocab_hash=vh)
+
+
+def state_bytes(algo) -> int:
+    return int(sum(np.asarray(a).nbytes for a in algo.to_state().arrays.values()))
+
+
+class ChildPeak:
+    """Peak resident memory (``VmHWM``) of each child process of this one, sampled every
+    ``every`` s while it runs (worker processes exit with the pipeline)."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.peaks = every, {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _children(self):
+        me = str(os.getpid())
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = f.read().rsplit(")", 1)[1].split()[1]
+                if ppid != me:
+                    continue
+                with open("/proc/%s/status" % pid) as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            yield int(pid), int(line.split()[1]) * 1024
+            except (OSError, IndexError, ValueError):
+                continue
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            for pid, hwm in self._children():
+                self.peaks[pid] = max(self.peaks.get(pid, 0), hwm)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def breakdown(run_log_path: str):
+    """Phase seconds per step and bytes, summed over the run's ``timing`` records."""
+    from lda_core.run_log import read_run_log
+    from lda_core.session import sum_timing
+    return sum_timing(read_run_log(run_log_path, "timing"))
+
+
+def compare(a, ref) -> str:
+    lam, la = ref.lambda_(), a.lambda_()
+    if np.array_equal(lam, la):
+        return "bit-identical"
+    return "max rel diff %.1e" % float(np.max(np.abs(la - lam) / lam))
+
+
+def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **extra):
+    steps = max(1, int(timing.get("steps") or algo.step))
+    per = timing.get("per_step", {})
+    est, gst = per.get("estep", 0.0), per.get("global_step", 0.0)
+    row = dict(runner=name, K=K, V=V, S=S, docs=D, steps=steps, wall_s=wall, cpu_s=cpu,
+               docs_per_s=D / wall, docs_per_s_ratio=(ref_wall / wall) if ref_wall else None,
+               estep_s=est, global_step_s=gst,
+               per_step_overhead_s=wall / steps - est - gst,
+               state_bytes=state_bytes(algo),
+               stats_bytes_per_step=timing.get("bytes_per_step", {}).get("stats", 0.0),
+               state_delivery_bytes_per_step=timing.get("bytes_per_step", {}).get("state", 0.0),
+               breakdown=per, final_state=(compare(algo, ref_algo) if ref_algo is not None
+                                           else "reference"),
+               load_average=load)
+    row.update(extra)
+    return row
+
+
+def _print_row(r):
+    print("  %-16s %6.1f s wall %6.1f s CPU %7.0f docs/s ratio %s  overhead/step %.3f s  "
+          "final %s" % (r["runner"], r["wall_s"], r["cpu_s"], r["docs_per_s"],
+                        "-" if r["docs_per_s_ratio"] is None else "%.2f" % r["docs_per_s_ratio"],
+                        r["per_step_overhead_s"], r["final_state"]))
+    print("      per step: " + ", ".join("%s %.3f" % kv for kv in sorted(r["breakdown"].items())))
+
+
+def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None):
+    from lda_core.run_log import RunLog
+    from pipelines import beam_train
+    md = os.path.join(tmp, name)
+    os.makedirs(md, exist_ok=True)
+    log_path = os.path.join(md, "run_log.jsonl")
+    a = _algo(K, V, D, S, vh)
+    c0, t0 = _cpu(), time.time()
+    with RunLog(log_path) as rl:
+        r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
+                             minibatches_per_window=window, beam_argv=bargv, progress=False,
+                             run_log=rl)
+    wall, cpu = time.time() - t0, _cpu() - c0
+    return wall, cpu, r.algorithm, breakdown(log_path)
+
+
+def portable_pool():
+    """(job endpoint args, [processes]): a local job service and an external worker pool."""
+    import socket
+
+    def port():
+        s = socket.socket()
+        s.bind(("localhost", 0))
+        p = s.getsockname()[1]
+        s.close()
+        return p
+
+    jp, wp = port(), port()
+    env = dict(os.environ, PATH=os.path.dirname(common.PYTHON) + os.pathsep
+               + os.environ.get("PATH", ""), PYTHONPATH=common.REPO)
+    procs = [subprocess.Popen([common.PYTHON, "-m",
+                               "apache_beam.runners.portability.local_job_service_main",
+                               "--port", str(jp)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL),
+             subprocess.Popen([common.PYTHON, "-m",
+                               "apache_beam.runners.worker.worker_pool_main",
+                               "--service_port=%d" % wp], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    time.sleep(4)
+    return ["--runner=PortableRunner", "--job_endpoint=localhost:%d" % jp,
+            "--environment_type=EXTERNAL", "--environment_config=localhost:%d" % wp], procs
 
 
 def main(argv=None):
     p = common.base_parser(__doc__)
-    p.add_argument("--minibatch", default="256,4096",
-                   help="comma-separated minibatch sizes S to measure")
-    p.add_argument("--skip-workers", action="store_true",
-                   help="skip the 2-worker-process runs")
+    p.add_argument("--data", default=os.path.join(common.CACHE, "synth"),
+                   help="folder for the synthetic datasets (written once)")
+    p.add_argument("--docs", type=int, default=200000, help="documents (smaller: quick run)")
+    p.add_argument("--words", type=int, default=8000)
+    p.add_argument("--topics", type=int, default=100)
+    p.add_argument("--minibatch", type=int, default=4096, help="minibatch size S")
+    p.add_argument("--window", type=int, default=None,
+                   help="minibatches per window (default: the Beam trainer's default)")
+    p.add_argument("--skip-workers", action="store_true", help="skip the worker-process run")
+    p.add_argument("--portable", action="store_true",
+                   help="also run the PortableRunner with an external worker pool")
+    p.add_argument("--big", action="store_true",
+                   help="also train K=1000, V=100000 on 2 worker processes (memory per worker)")
+    p.add_argument("--big-docs", type=int, default=20000)
+    p.add_argument("--big-minibatch", type=int, default=4096)
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
                                                   "beam_train_bench.json"),
                    help="write the results here ('' not at all)")
-    p.add_argument("--window", type=int, default=None,
-                   help="minibatches per window (default: the Beam trainer's default)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from benchmarks.prepare_20news import prepare
+    from lda_core.run_log import RunLog
     from lda_core.trainer import train as inprocess_train
-    from pipelines import beam_train, dataset
+    from pipelines import dataset
     from pipelines.shard_stream import ShardStream, read_shard
 
-    prepare(args.cache)
-    ds = os.path.join(args.cache, "ds_train")
+    K, V, S = args.topics, args.words, args.minibatch
+    ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.docs, V, K)), args.docs, V, K)
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(ds))
     D = dataset.count_documents(files)
-    print("20 Newsgroups: D=%d V=%d K=%d, %d shard(s)" % (D, V, common.K, len(files)))
-    warm = _algo(files, V, D, 64, vh)
+    warm = _algo(K, V, D, 64, vh)
     warm.local_step(read_shard(files[0]).take(range(64)))     # numba compile / cache load
+    print("synthetic corpus: D=%d V=%d K=%d S=%d, %d shard(s); load average %s"
+          % (D, V, K, S, len(files), "%.2f %.2f %.2f" % os.getloadavg()))
     tmp = tempfile.mkdtemp(prefix="beam-bench-")
     rows = []
     try:
-        for S in [int(s) for s in args.minibatch.split(",") if s.strip()]:
-            res = {}
-            algo = _algo(files, V, D, S, vh)
-            stream = ShardStream(files, batch_size=S, seed=0, passes=1)
-            c0, t0 = _cpu(), time.time()
-            inprocess_train(algo, stream, progress=False)
-            res["inprocess"] = (time.time() - t0, _cpu() - c0, algo)
-            runs = [("beam in-process", ["--runner=DirectRunner",
-                                         "--direct_running_mode=in_memory"])]
-            if not args.skip_workers:
-                runs.append(("beam 2 workers", ["--runner=DirectRunner",
-                                                "--direct_running_mode=multi_processing",
-                                                "--direct_num_workers=2"]))
-            for name, bargv in runs:
-                md = os.path.join(tmp, "%s-%d" % (name.replace(" ", "_"), S))
-                a = _algo(files, V, D, S, vh)
-                c0, t0 = _cpu(), time.time()
-                r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
-                                     minibatches_per_window=args.window, beam_argv=bargv,
-                                     progress=False)
-                res[name] = (time.time() - t0, _cpu() - c0, r.algorithm, r.windows)
-                shutil.rmtree(md, ignore_errors=True)
-            ref_wall, ref_cpu, ref_algo = res["inprocess"]
-            lam = ref_algo.lambda_()
-            print("\nS=%d (%d steps): in-process trainer %.1f s wall, %.1f s CPU, %.0f docs/s"
-                  % (S, ref_algo.step, ref_wall, ref_cpu, D / ref_wall))
-            for name in [n for n, _ in runs]:
-                wall, cpu, a, windows = res[name]
-                diff = float(np.max(np.abs(a.lambda_() - lam) / lam))
-                ratio = ref_wall / wall
-                print("  %-16s %5.1f s wall, %5.1f s CPU, %6.0f docs/s, %d window(s): "
-                      "docs/s ratio %.2f (target >= 0.70), CPU ratio %.2f, max rel diff of "
-                      "lambda %.1e" % (name, wall, cpu, D / wall, windows, ratio,
-                                       ref_cpu / max(cpu, 1e-9), diff))
-                rows.append(dict(S=S, runner=name, wall=wall, cpu=cpu, docs_per_s=D / wall,
-                                 ratio=ratio, inprocess_wall=ref_wall, windows=windows,
-                                 max_rel_diff=diff))
+        algo = _algo(K, V, D, S, vh)
+        stream = ShardStream(files, batch_size=S, seed=0, passes=1)
+        log_path = os.path.join(tmp, "inprocess_run_log.jsonl")
+        c0, t0 = _cpu(), time.time()
+        with RunLog(log_path) as rl:
+            inprocess_train(algo, stream, progress=False, run_log=rl)
+        ref_wall, ref_cpu = time.time() - t0, _cpu() - c0
+        ref = algo
+        rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,
+                         breakdown(log_path), algo, None, os.getloadavg()))
+        _print_row(rows[-1])
+        names = ["beam-in-process"] + ([] if args.skip_workers else ["beam-workers-2"])
+        for name in names:
+            wall, cpu, a, timing = run_beam(name, RUNNERS[name], files, K, V, D, S, vh, tmp,
+                                            args.window)
+            rows.append(_row(name, K, V, S, D, wall, cpu, ref_wall, timing, a, ref,
+                             os.getloadavg()))
+            _print_row(rows[-1])
+        if args.portable:
+            bargv, procs = portable_pool()
+            try:
+                wall, cpu, a, timing = run_beam("portable-pool", bargv, files, K, V, D, S, vh,
+                                                tmp, args.window)
+            finally:
+                for pr in procs:
+                    pr.terminate()
+                    pr.wait(10)
+            rows.append(_row("portable-pool", K, V, S, D, wall, cpu, ref_wall, timing, a, ref,
+                             os.getloadavg(), cpu_note="driver only"))
+            _print_row(rows[-1])
+        if args.big:
+            rows.append(big_run(args, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     common.print_json(rows)
     if args.json:
         common.save_results(rows, args.json, argv, os.path.basename(__file__))
+
+
+def big_run(args, tmp):
+    """K = 1,000, V = 100,000 on 2 worker processes: peak RSS per worker vs the state."""
+    from pipelines import dataset
+    K, V, S = 1000, 100000, args.big_minibatch
+    ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.big_docs, V, K)), args.big_docs,
+               V, K)
+    files = dataset.resolve_shards(ds)
+    vh = dataset.check_vocab_hash(files, None)
+    D = dataset.count_documents(files)
+    with ChildPeak() as peak:
+        wall, cpu, a, timing = run_beam("big", RUNNERS["beam-workers-2"], files, K, V, D, S, vh,
+                                        tmp)
+    sb = state_bytes(a)
+    peaks = sorted(peak.peaks.values(), reverse=True)
+    row = _row("beam-workers-2", K, V, S, D, wall, cpu, None, timing, a, None, os.getloadavg(),
+               worker_peak_rss_bytes=peaks, worker_peak_over_state=(peaks[0] / sb) if peaks
+               else None)
+    row["final_state"] = "not compared (no in-process run)"
+    _print_row(row)
+    print("      state %.0f MB; peak RSS of the worker processes: %s (max %.2f x state)"
+          % (sb / 1e6, ", ".join("%.0f MB" % (x / 1e6) for x in peaks),
+             row["worker_peak_over_state"] or float("nan")))
+    return row
 
 
 if __name__ == "__main__":

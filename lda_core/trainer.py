@@ -270,6 +270,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     # nothing changed in a run that applied no step: do not republish the same state
     if ses.steps_run or ses.latest_path() is None:
         ses.publish(algorithm)
+    if getattr(loop, "times", None) is not None and ses.steps_run:
+        ses.write(loop.times.record(ses.steps_run, time.time() - ses.t_start))
     end = ses.end(_session.docs_seen(algorithm),
                   cpu_seconds=time.process_time() - ses.c_start, converged=loop.converged)
     logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", ses.position,
@@ -313,6 +315,7 @@ class _StepLoop:
     def __init__(self, algorithm):
         self.algorithm = algorithm
         self.sequential = _session.is_sequential(algorithm)
+        self.times = _session.PhaseTimes()
 
     def steps(self, stream, stop):
         for mb in stream:
@@ -321,8 +324,9 @@ class _StepLoop:
     def apply(self, mb: Minibatch, stats):
         if self.sequential:
             return _session.apply_step(self.algorithm.process, mb.batch)
-        return _session.apply_step(self.algorithm.global_step,
-                                   self.algorithm.local_step(mb.batch))
+        stats = self.times.timed("estep", self.algorithm.local_step, mb.batch)
+        return self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
+                                stats)
 
     def note(self, rec) -> None:
         pass

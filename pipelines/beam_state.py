@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -169,11 +170,23 @@ def acquire(ref: StateRef, n_threads: Optional[int] = None):
 
         def load():
             logger.info("loading state %s from %s (pid %d)", ref.key, ref.path, os.getpid())
-            return _Held(load_algorithm(ref.path))
+            from pipelines import beam_cost
+            t0 = time.perf_counter()
+            held = _Held(load_algorithm(ref.path))
+            beam_cost.report("state_delivery", time.perf_counter() - t0, _size(ref.path))
+            return held
 
         algo = _HANDLE.acquire(load, tag=ref.key).algorithm
     _set_threads(algo, n_threads)
     return algo
+
+
+def _size(path: str) -> Optional[int]:
+    """Bytes of a state file (None for a directory or an object)."""
+    try:
+        return os.path.getsize(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
 
 
 def offer(ref: StateRef, algorithm) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import time
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import apache_beam as beam
@@ -139,14 +140,24 @@ def stats_nbytes(stats) -> int:
     return total
 
 
+def _costed(phase: str, fn, arg):
+    """``fn(arg)``, its seconds (and the encoded bytes) reported as ``phase``'s cost."""
+    from pipelines import beam_cost
+    t0 = time.perf_counter()
+    out = fn(arg)
+    beam_cost.report(phase, time.perf_counter() - t0,
+                     len(out) if phase == "stats_encode" else None)
+    return out
+
+
 class SuffStatsCoder(Coder):
     """Raw-bytes coder for any :class:`SuffStats` (``to_bytes``, see module doc)."""
 
     def encode(self, value) -> bytes:
-        return encode_stats(value)
+        return _costed("stats_encode", encode_stats, value)
 
     def decode(self, data: bytes):
-        return decode_stats(data)
+        return _costed("stats_decode", decode_stats, data)
 
     def estimate_size(self, value) -> int:
         return stats_nbytes(value)
@@ -183,6 +194,13 @@ class StatsAccumulatorCoder(Coder):
     """Raw-bytes coder for :class:`StatsAccumulator` (length-prefixed encoded pieces)."""
 
     def encode(self, acc: StatsAccumulator) -> bytes:
+        return _costed("stats_encode", self._encode, acc)
+
+    def decode(self, data: bytes) -> StatsAccumulator:
+        return _costed("stats_decode", self._decode, data)
+
+    @staticmethod
+    def _encode(acc: StatsAccumulator) -> bytes:
         parts = []
         items = list(acc.pieces.items())
         if acc.total is not None:
@@ -194,7 +212,8 @@ class StatsAccumulatorCoder(Coder):
             parts.append(b)
         return b"".join(parts)
 
-    def decode(self, data: bytes) -> StatsAccumulator:
+    @staticmethod
+    def _decode(data: bytes) -> StatsAccumulator:
         data = memoryview(data)
         (n,) = struct.unpack("<I", data[:4])
         off = 4
@@ -273,20 +292,26 @@ class StatsCombineFn(beam.CombineFn):
         return acc
 
     def extract_output(self, acc: StatsAccumulator) -> Optional[SuffStats]:
-        total = unspill(acc.total)
-        for pid in sorted(acc.pieces):          # canonical order -> bundling-independent sums
-            st = unspill(acc.pieces[pid])
-            total = st if total is None else total.merge(st)
-        return total
+        return merge_in_order(acc.pieces, acc.total)
 
     def get_accumulator_coder(self):
         return StatsAccumulatorCoder()
 
 
-def merge_in_order(pieces: Dict[int, Any]) -> Optional[SuffStats]:
-    """What :class:`StatsCombineFn` computes, without Beam (tests, the in-process check)."""
-    total = None
+def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optional[SuffStats]:
+    """``total`` (if any) merged with the pieces in piece-id order (canonical order:
+    bundling-independent sums): what :class:`StatsCombineFn` outputs. Loading spilled pieces
+    and merging are reported as the ``stats_decode`` / ``stats_combine`` costs."""
+    from pipelines import beam_cost
+    t0 = time.perf_counter()
+    total = unspill(total)
+    t_dec, t_merge = time.perf_counter() - t0, 0.0
     for pid in sorted(pieces):
+        t1 = time.perf_counter()
         st = unspill(pieces[pid])
+        t2 = time.perf_counter()
         total = st if total is None else total.merge(st)
+        t_dec, t_merge = t_dec + t2 - t1, t_merge + time.perf_counter() - t2
+    beam_cost.report("stats_decode", t_dec)
+    beam_cost.report("stats_combine", t_merge)
     return total

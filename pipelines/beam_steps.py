@@ -16,7 +16,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core import session as _session
 from lda_core.algorithm import SuffStats
-from pipelines import beam_state
+from pipelines import beam_cost, beam_state
 from pipelines.beam_state import StateRef
 from pipelines.beam_stats import StatsCombineFn, encode_stats, spill_stats
 
@@ -85,10 +85,16 @@ class EStepFn(LeanDoFn):
         if ref is None:           # an earlier step of this window failed: nothing to do
             return
         algo = beam_state.acquire(ref, self.n_threads)
-        stats = algo.local_step(read_task(task))
+        beam_cost.mark(beam_cost.FIRST_ESTEP)
+        with beam_cost.timed("read"):
+            batch = read_task(task)
+        with beam_cost.timed("estep"):
+            stats = algo.local_step(batch)
         self.metrics.report(stats)
         if self.spill_dir is not None:
+            t0 = time.perf_counter()
             stats = spill_stats(stats, _spill_path(self.spill_dir, position, task.piece))
+            beam_cost.report("stats_encode", time.perf_counter() - t0, stats.nbytes)
         yield position, (task.piece, stats)
 
 
@@ -108,11 +114,14 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
         beam_state.put_local(key, algo)
         new = StateRef(key, None, position + 1)
     else:
+        t0 = time.perf_counter()
         path = os.path.join(scratch, "state-%09d.npz" % (position + 1))
         beam_state.save_scratch(algo, path)
         new = StateRef(key, path, position + 1)
         beam_state.offer(new, algo)
+        beam_cost.report("publish", time.perf_counter() - t0)
     _store_info(scratch, key, info)
+    beam_cost.mark(beam_cost.LAST_STEP)
     return new
 
 
@@ -124,6 +133,7 @@ def _global_step(algo, stats: SuffStats, position: int, n_docs: int) -> Dict[str
     if err is not None:
         return {"error": err, "position": position + 1}
     info["global_step_seconds"] = time.time() - t0
+    beam_cost.report("global_step", info["global_step_seconds"])
     info["docs_in_minibatch"] = n_docs
     info["docs_seen"] = _session.docs_seen(algo)
     info["position"] = position + 1
@@ -196,9 +206,13 @@ class InProcessStepFn(LeanDoFn):
 
     def process(self, ref: StateRef):
         algo = beam_state.acquire(ref, self.n_threads)
+        beam_cost.mark(beam_cost.FIRST_ESTEP)
         new = ref
         for sp in self.steps:
-            stats = algo.local_step(read_task(sp.tasks[0]))
+            with beam_cost.timed("read"):
+                batch = read_task(sp.tasks[0])
+            with beam_cost.timed("estep"):
+                stats = algo.local_step(batch)
             self.metrics.report(stats)
             new = apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
             if new is None:

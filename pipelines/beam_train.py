@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core import session as _session
-from lda_core.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
+from lda_core.session import PhaseTimes, Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
 from lda_core.trainer import TrainResult
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
@@ -337,23 +337,27 @@ class _WindowRun:
                                batch_size=self.batch_size, start=ses.position,
                                stop=min(self.stop, ses.position + self.M),
                                pieces_per_minibatch=self.pieces)
-            start_ref = self.state_ref(algorithm, ses.position)
+            times = PhaseTimes()
+            start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
             if self.unroll:
                 infos, new_algo, error, counters = _run_unrolled(
                     self.cfg, steps, start_ref, self.run_key, self.scratch, self.n_threads,
-                    self.deterministic, self.fanout)
+                    self.deterministic, self.fanout, times)
             else:
                 infos, new_algo, error, counters = _run_stepwise(
                     self.cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
-                    self.n_threads, self.deterministic, self.fanout, self.state_ref)
+                    self.n_threads, self.deterministic, self.fanout, self.state_ref, times)
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
             if infos:
                 algorithm = new_algo
             windows += 1
             try:
-                after_window(ses, algorithm, steps, infos, error, ses.publish)
+                after_window(ses, algorithm, steps, infos, error,
+                             lambda a, pos: times.timed("checkpoint", ses.publish, a, pos))
             finally:
+                ses.write(times.record(len(infos), time.time() - w_start, window=windows,
+                                       runner=self.cfg.describe()))
                 if self.scratch is not None:
                     _clean_scratch(self.scratch, keep=None)
                 else:

@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
-from pipelines import beam_state
+from lda_core.session import PhaseTimes
+from pipelines import beam_cost, beam_state
 from pipelines.beam_options import RunnerConfig
 from pipelines.beam_plan import StepPlan
 from pipelines.beam_state import StateRef
@@ -36,14 +37,22 @@ def _query_counters(result) -> Dict[str, int]:
     return out
 
 
-def _run_pipeline(cfg: RunnerConfig, build) -> Dict[str, int]:
+def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None
+                  ) -> Dict[str, int]:
+    """Build and run one pipeline; its Beam counters. The per-phase costs the workers
+    reported (:mod:`pipelines.beam_cost`) are added to ``times``."""
     t0 = time.time()
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     build(p)
     t1 = time.time()
     result = p.run()
     result.wait_until_finish()      # metrics are complete only after this
-    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, time.time() - t1)
+    t2 = time.time()
+    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1)
+    if times is not None:
+        w = beam_cost.window_times(beam_cost.query(result), t0, t1, t2)
+        for phase, sec in w.seconds.items():
+            times.add(phase, sec, w.nbytes.get(phase))
     return _query_counters(result)
 
 
@@ -68,14 +77,15 @@ def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: s
 
 
 def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
-                  scratch: Optional[str], n_threads, deterministic, fanout):
+                  scratch: Optional[str], n_threads, deterministic, fanout,
+                  times: Optional[PhaseTimes] = None):
     """One pipeline for the whole window; returns (infos, final algorithm, error, counters)."""
 
     def build(p):
         _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
                       fanout)
 
-    counters = _run_pipeline(cfg, build)
+    counters = _run_pipeline(cfg, build, times)
     infos, algo, error = _collect_window(steps, start_ref, run_key, scratch)
     return infos, algo, error, counters
 
@@ -109,7 +119,8 @@ def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str
 
 
 def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
-                  scratch: Optional[str], n_threads, deterministic, fanout, state_ref):
+                  scratch: Optional[str], n_threads, deterministic, fanout, state_ref,
+                  times: Optional[PhaseTimes] = None):
     """One pipeline per minibatch, the global step on the driver."""
     infos: List[Dict[str, Any]] = []
     counters: Dict[str, int] = {}
@@ -128,7 +139,7 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
                  else None)
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
-        c = _run_pipeline(cfg, build)
+        c = _run_pipeline(cfg, build, times)
         for k, v in c.items():
             counters[k] = counters.get(k, 0) + v
         key = "%s/stats-%d" % (run_key, sp.position)
@@ -143,5 +154,9 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             error = (sp.position + 1, info["error"])
             break
         infos.append(info)
+        t0 = time.perf_counter()
         ref = state_ref(algo, sp.position + 1)
+        if times is not None:
+            times.add("global_step", info["global_step_seconds"])
+            times.add("publish", time.perf_counter() - t0)
     return infos, (algo if infos else None), error, counters
