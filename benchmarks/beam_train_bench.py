@@ -10,7 +10,10 @@ process, one after the other:
    reference);
 2. ``beam-in-process``: the Beam trainer on the DirectRunner in-process (``in_memory``);
 3. ``beam-workers-2``: the Beam trainer on the DirectRunner with 2 worker processes
-   (``multi_processing``);
+   (``multi_processing``): one stage per step, each worker advancing its own copy of the
+   state (:mod:`pipelines.beam_chain`); and ``beam-workers-2-two-stage``, the same with the
+   two stages per step remote runners run (E-step; combine and global step in one worker,
+   state handed to the others as a file);
 4. ``portable-pool`` (``--portable``): the PortableRunner with a local job service and an
    external worker pool (docs/cluster.md §2), both started and stopped by this script.
 
@@ -53,10 +56,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 
+WORKERS_2 = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+             "--direct_num_workers=2"]
 RUNNERS = {
     "beam-in-process": ["--runner=DirectRunner", "--direct_running_mode=in_memory"],
-    "beam-workers-2": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
-                       "--direct_num_workers=2"],
+    "beam-workers-2": WORKERS_2,
+    # the same with two stages per step (E-step; combine + global step in one worker, which
+    # hands the new state to the others as a file): what remote runners run
+    "beam-workers-2-two-stage": WORKERS_2,
 }
 
 
@@ -140,17 +147,23 @@ def compare(a, ref) -> str:
 
 def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **extra):
     steps = max(1, int(timing.get("steps") or algo.step))
-    per = timing.get("per_step", {})
-    est, gst = per.get("estep", 0.0), per.get("global_step", 0.0)
+    per = dict(timing.get("per_step", {}))
+    workers = int(timing.get("workers") or 1)
+    # wall shares: seconds summed over the workers / the workers running them at once
+    parallel = set(timing.get("parallel") or ())
+    est, gst = (per.get(k, 0.0) / (workers if k in parallel else 1)
+                for k in ("estep", "global_step"))
+    attributed = sum(v / (workers if k in parallel else 1) for k, v in per.items())
+    per["unattributed"] = wall / steps - attributed
     row = dict(runner=name, K=K, V=V, S=S, docs=D, steps=steps, wall_s=wall, cpu_s=cpu,
                docs_per_s=D / wall, docs_per_s_ratio=(ref_wall / wall) if ref_wall else None,
                estep_s=est, global_step_s=gst,
                per_step_overhead_s=wall / steps - est - gst,
                state_bytes=state_bytes(algo),
-               stats_bytes_per_step=timing.get("bytes_per_step", {}).get("stats", 0.0),
-               state_delivery_bytes_per_step=timing.get("bytes_per_step", {}).get("state", 0.0),
-               breakdown=per, final_state=(compare(algo, ref_algo) if ref_algo is not None
-                                           else "reference"),
+               stats_bytes_per_step=timing.get("bytes_per_step", {}).get("stats_encode", 0.0),
+               state_delivery_bytes_per_step=timing.get("bytes_per_step", {}).get("state_delivery", 0.0),
+               workers=workers, breakdown=per,
+               final_state=compare(algo, ref_algo) if ref_algo is not None else "reference",
                load_average=load)
     row.update(extra)
     return row
@@ -166,7 +179,8 @@ def _print_row(r):
 
 def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None):
     from lda_core.run_log import RunLog
-    from pipelines import beam_train
+    from pipelines import beam_train, beam_window
+    beam_window.CHAINED_STEPS = not name.endswith("-two-stage")
     md = os.path.join(tmp, name)
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
@@ -257,7 +271,8 @@ def main(argv=None):
         rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,
                          breakdown(log_path), algo, None, os.getloadavg()))
         _print_row(rows[-1])
-        names = ["beam-in-process"] + ([] if args.skip_workers else ["beam-workers-2"])
+        names = ["beam-in-process"] + ([] if args.skip_workers else
+                                       ["beam-workers-2", "beam-workers-2-two-stage"])
         for name in names:
             wall, cpu, a, timing = run_beam(name, RUNNERS[name], files, K, V, D, S, vh, tmp,
                                             args.window)

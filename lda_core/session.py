@@ -325,7 +325,9 @@ def timing_record(steps: int, wall: float, seconds: Dict[str, float],
                   nbytes: Dict[str, int], **extra) -> Dict[str, Any]:
     """The run-log record of the cost of ``steps`` steps that took ``wall`` seconds: seconds
     and bytes per phase (:data:`TIMING_PHASES`), summed over the steps (and over the workers
-    for the phases run in workers). One per window on Beam, one per run in-process."""
+    for the phases run in workers; ``extra`` may say how many ``workers`` ran them and which
+    phases ran on all of them at once, ``parallel``).
+    One per window on Beam, one per run in-process."""
     rec = dict(event="timing", steps=int(steps), wall=float(wall),
                seconds={k: float(v) for k, v in sorted(seconds.items())},
                bytes={k: int(v) for k, v in sorted(nbytes.items())})
@@ -336,9 +338,13 @@ def timing_record(steps: int, wall: float, seconds: Dict[str, float],
 
 def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     """``timing`` records summed: steps, wall, seconds and bytes per phase, and both per step
-    (``per_step``, ``bytes_per_step``)."""
-    steps, wall, sec, nb = 0, 0.0, {}, {}
+    (``per_step``, ``bytes_per_step``); ``workers``: the most worker processes a record ran
+    its E-steps on, and ``parallel`` the phases they all ran at once (their seconds overlap
+    in wall time)."""
+    steps, wall, sec, nb, workers, parallel = 0, 0.0, {}, {}, 1, set()
     for r in records:
+        workers = max(workers, int(r.get("workers") or 1))
+        parallel.update(r.get("parallel") or ())
         steps += int(r.get("steps") or 0)
         wall += float(r.get("wall") or 0.0)
         for k, v in (r.get("seconds") or {}).items():
@@ -346,7 +352,8 @@ def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
         for k, v in (r.get("bytes") or {}).items():
             nb[k] = nb.get(k, 0) + int(v)
     n = max(1, steps)
-    return dict(steps=steps, wall=wall, seconds=sec, bytes=nb,
+    return dict(steps=steps, wall=wall, seconds=sec, bytes=nb, workers=workers,
+                parallel=sorted(parallel),
                 per_step={k: v / n for k, v in sec.items()},
                 bytes_per_step={k: v / n for k, v in nb.items()})
 

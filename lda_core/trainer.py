@@ -318,7 +318,11 @@ class _StepLoop:
         self.times = _session.PhaseTimes()
 
     def steps(self, stream, stop):
-        for mb in stream:
+        it = iter(stream)
+        while True:
+            mb = self.times.timed("read", next, it, None)
+            if mb is None:
+                return
             yield mb, None
 
     def apply(self, mb: Minibatch, stats):

@@ -66,7 +66,8 @@ from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
 from pipelines.beam_state import StateRef
 from pipelines.beam_plan import StepPlan, plan_steps
-from pipelines.beam_window import _run_stepwise, _run_unrolled
+from pipelines.beam_chain import PARALLEL_PHASES
+from pipelines.beam_window import _run_stepwise, _run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +326,16 @@ class _WindowRun:
         beam_state.save_scratch(algo, path)
         return StateRef(key, path, pos)
 
+    def parallel_phases(self) -> List[str]:
+        """The phases every worker runs at once for each step (their seconds, summed over
+        the workers in the timing records, overlap in wall time)."""
+        if self.cfg.in_process:
+            return []
+        if self.unroll and chained(self.cfg, self.scratch) and self.deterministic \
+                and not self.fanout:
+            return list(PARALLEL_PHASES)
+        return ["read", "estep", "stats_encode"]
+
     def windows(self, algorithm, ses: Session):
         """Window after window until ``stop``: run the window's pipeline(s), then
         :func:`after_window`. Returns (final algorithm, windows run, Beam counters)."""
@@ -357,7 +368,9 @@ class _WindowRun:
                              lambda a, pos: times.timed("checkpoint", ses.publish, a, pos))
             finally:
                 ses.write(times.record(len(infos), time.time() - w_start, window=windows,
-                                       runner=self.cfg.describe()))
+                                       runner=self.cfg.describe(),
+                                       workers=self.cfg.num_workers,
+                                       parallel=self.parallel_phases()))
                 if self.scratch is not None:
                     _clean_scratch(self.scratch, keep=None)
                 else:

@@ -12,6 +12,7 @@ import apache_beam as beam
 
 from lda_core.session import PhaseTimes
 from pipelines import beam_cost, beam_state
+from pipelines.beam_chain import build_chain
 from pipelines.beam_options import RunnerConfig
 from pipelines.beam_plan import StepPlan
 from pipelines.beam_state import StateRef
@@ -68,12 +69,29 @@ def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: s
                 InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
         return ref
     tasks = p | "Tasks" >> WindowTasks(steps)
+    if chained(cfg, scratch) and deterministic and not fanout:
+        # worker processes on this machine: one stage per step, each worker advancing its
+        # own copy of the state (pipelines.beam_chain)
+        return build_chain(p, tasks, steps, ref, run_key, scratch, n_threads)
     for j, sp in enumerate(steps):
         ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
             sp, run_key, scratch, n_threads, deterministic, fanout,
             in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
             spill=cfg.local and not beam_state.is_remote(scratch))
     return ref
+
+
+# False: every unrolled window runs its steps as two stages (E-step; combine + global step
+# in one worker), as remote runners do -- the reference the benchmark compares against
+CHAINED_STEPS = True
+
+
+def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
+    """Whether an unrolled window runs as one stage per step (:mod:`pipelines.beam_chain`):
+    worker processes on this machine with a local scratch folder, where statistics pieces
+    are spilled to files every worker reads (and the combine is the deterministic one)."""
+    return (CHAINED_STEPS and scratch is not None and cfg.local
+            and not beam_state.is_remote(scratch))
 
 
 def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
