@@ -468,7 +468,11 @@ class OnlineVB(StochasticAlgorithm):
                           step=self.step, docs_seen=self.docs_seen)
 
     @classmethod
-    def from_state(cls, state, n_threads: Optional[int] = None, kernel: str = "numba"):
+    def from_state(cls, state, n_threads: Optional[int] = None, kernel: str = "numba",
+                   take: bool = False):
+        """The algorithm of ``state``. ``take``: use the state's float64 C-ordered λ array
+        itself instead of a copy (the caller gives the state up: no second V x K array while
+        a big model loads)."""
         if state.algorithm != cls.name:
             raise ValueError("state is for algorithm %r, not %r" % (state.algorithm, cls.name))
         p = state.params
@@ -488,7 +492,9 @@ class OnlineVB(StochasticAlgorithm):
                   optimize_eta=p.get("optimize_eta", False), vocab_hash=state.vocab_hash,
                   n_threads=n_threads, kernel=kernel, reseed=p.get("reseed", 0.0),
                   _init_lambda=False)
-        obj._ntilde = np.array(state.arrays["ntilde"], dtype=np.float64, order="C", copy=True)
+        obj._ntilde = (np.ascontiguousarray(state.arrays["ntilde"], dtype=np.float64) if take
+                       else np.array(state.arrays["ntilde"], dtype=np.float64, order="C",
+                                     copy=True))
         obj._ntilde_colsum = np.array(state.arrays["ntilde_colsum"], np.float64, copy=True)
         obj._a, obj._pi = float(scal[0]), float(scal[1])
         obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)

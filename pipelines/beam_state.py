@@ -28,6 +28,7 @@ global step works on a private copy (:func:`private_copy`).
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 import json
 import logging
@@ -108,7 +109,12 @@ def load_algorithm(path: str):
     else:
         from lda_core.state import TopicState
         state = TopicState.load(path)
-    return algorithm_class(state.algorithm).from_state(state)
+    cls = algorithm_class(state.algorithm)
+    if "take" in inspect.signature(cls.from_state).parameters:
+        # the arrays just read are this call's own: no second copy of λ (a worker's peak
+        # memory while it loads a big model)
+        return cls.from_state(state, take=True)
+    return cls.from_state(state)
 
 
 def save_scratch(algorithm, path: str) -> str:

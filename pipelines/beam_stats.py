@@ -60,11 +60,23 @@ class SpilledStats(NamedTuple):
 
 
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
-    """Write ``stats`` (encoded) to ``path`` atomically; returns the reference."""
-    from pipelines.dataset import write_bytes_atomic
-    data = encode_stats(stats)
-    write_bytes_atomic(path, data)
-    return SpilledStats(path, len(data))
+    """Write ``stats`` (encoded: :func:`encode_stats`) to the local scratch file ``path``,
+    published by a rename; returns the reference. The header and the body are written one
+    after the other (no third copy of a large block in memory); not fsynced: a scratch file
+    lives only while its window runs."""
+    import os
+    import uuid
+    head, body = _encode_parts(stats)
+    tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            f.write(body)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return SpilledStats(path, len(head) + len(body))
 
 
 def unspill(stats):
@@ -94,10 +106,16 @@ def encode_stats(stats: SuffStats) -> bytes:
     -> its path."""
     if isinstance(stats, SpilledStats):
         return _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
+    head, body = _encode_parts(stats)
+    return head + body
+
+
+def _encode_parts(stats: SuffStats) -> Tuple[bytes, bytes]:
+    """(header naming the class, the class's ``to_bytes``) of :func:`encode_stats`."""
     if not isinstance(stats, SuffStats):
         raise TypeError("cannot encode %s: not a SuffStats" % type(stats).__name__)
     cls = _class_path(stats).encode()
-    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls + stats.to_bytes()
+    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls, stats.to_bytes()
 
 
 def decode_stats(data: bytes) -> SuffStats:
