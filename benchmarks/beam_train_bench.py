@@ -237,6 +237,8 @@ def main(argv=None):
                    help="also run the PortableRunner with an external worker pool")
     p.add_argument("--big", action="store_true",
                    help="also train K=1000, V=100000 on 2 worker processes (memory per worker)")
+    p.add_argument("--big-only", action="store_true",
+                   help="only the --big run (its row alone in --json)")
     p.add_argument("--big-docs", type=int, default=4096)
     p.add_argument("--big-minibatch", type=int, default=1024)
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
@@ -249,6 +251,15 @@ def main(argv=None):
     from pipelines import dataset
     from pipelines.shard_stream import ShardStream, read_shard
 
+    if args.big_only:
+        tmp = tempfile.mkdtemp(prefix="beam-bench-")
+        try:
+            rows = [big_run(args, tmp)]
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if args.json:
+            common.save_results(rows, args.json, argv, os.path.basename(__file__))
+        return
     K, V, S = args.topics, args.words, args.minibatch
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.docs, V, K)), args.docs, V, K)
     files = dataset.resolve_shards(ds)

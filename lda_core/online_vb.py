@@ -456,11 +456,14 @@ class OnlineVB(StochasticAlgorithm):
                 "optimize_eta": self.optimize_eta, "reseed": self.reseed, "lambda_a": self._a, "lambda_pi": self._pi,
                 "lambda_form": "lambda[w,k] = a + pi * ntilde[w,k] (word-major)"}
 
-    def to_state(self):
+    def to_state(self, copy: bool = True):
         """A :class:`lda_core.state.TopicState` with every array needed to resume bit for bit:
-        ``ntilde`` (V x K), ``ntilde_colsum`` (K), ``alpha`` (K), ``scalars`` = [a, π, η]."""
+        ``ntilde`` (V x K), ``ntilde_colsum`` (K), ``alpha`` (K), ``scalars`` = [a, π, η].
+        ``copy=False``: ``ntilde`` is the algorithm's own array, not a copy (for a caller that
+        writes the state out at once: no second V x K array of a big model)."""
         from lda_core.state import TopicState
-        arrays = {"ntilde": self._ntilde.copy(), "ntilde_colsum": self._ntilde_colsum.copy(),
+        arrays = {"ntilde": self._ntilde.copy() if copy else self._ntilde,
+                  "ntilde_colsum": self._ntilde_colsum.copy(),
                   "alpha": self.alpha.copy(),
                   "scalars": np.array([self._a, self._pi, self.eta], np.float64)}
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,

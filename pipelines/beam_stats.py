@@ -125,7 +125,7 @@ def decode_stats(data: bytes) -> SuffStats:
     if magic == _MAGIC_BYTES:
         (n,) = struct.unpack("<H", data[2:4])
         cls = _load_class(bytes(data[4:4 + n]).decode())
-        return cls.from_bytes(bytes(data[4 + n:]))
+        return cls.from_bytes(data[4 + n:])      # a view: no copy of a large block
     if magic == _MAGIC_SPILLED:
         (nb,) = struct.unpack("<q", data[2:10])
         return SpilledStats(bytes(data[10:]).decode(), nb)
