@@ -92,8 +92,9 @@ def state_bytes(algo) -> int:
 
 
 class ChildPeak:
-    """Peak resident memory (``VmHWM``) of each child process of this one, sampled every
-    ``every`` s while it runs (worker processes exit with the pipeline)."""
+    """Peak resident memory (``VmHWM``) of each descendant process of this one (the SDK
+    worker processes and whatever starts them), sampled every ``every`` s while it runs
+    (worker processes exit with the pipeline)."""
 
     def __init__(self, every: float = 0.2):
         self.every, self.peaks = every, {}
@@ -101,15 +102,20 @@ class ChildPeak:
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _children(self):
-        me = str(os.getpid())
+        parent = {}
         for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % pid) as f:
-                    ppid = f.read().rsplit(")", 1)[1].split()[1]
-                if ppid != me:
+            if pid.isdigit():
+                try:
+                    with open("/proc/%s/stat" % pid) as f:
+                        parent[pid] = f.read().rsplit(")", 1)[1].split()[1]
+                except (OSError, IndexError):
                     continue
+        mine, frontier = set(), {str(os.getpid())}
+        while frontier:
+            frontier = {p for p, pp in parent.items() if pp in frontier} - mine
+            mine |= frontier
+        for pid in mine:
+            try:
                 with open("/proc/%s/status" % pid) as f:
                     for line in f:
                         if line.startswith("VmHWM:"):

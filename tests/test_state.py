@@ -328,7 +328,7 @@ def test_constructor_checks(kw, match):
 
 @pytest.mark.parametrize("exchange", [True, False])
 def test_replace_with_and_without_an_atomic_exchange(kos_state, tmp_path, monkeypatch, exchange):
-    import lda_core.state as st
+    import lda_core.files as st
     used = []
     real = st._rename_exchange
 
