@@ -34,11 +34,11 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from pipelines import beam_cost, beam_state
-from pipelines.beam_plan import StepPlan, read_task
+from pipelines.beam_plan import StepPlan
 from pipelines.beam_state import StateRef
-from pipelines.beam_stats import merge_in_order, spill_stats
+from pipelines.beam_stats import merge_in_order
 from pipelines.beam_steps import (LeanDoFn, _StepMetrics, _global_step, _remove_quietly,
-                                  _spill_path, _store_info)
+                                  _store_info, piece_statistics)
 
 logger = logging.getLogger("pipelines.beam_train")
 
@@ -134,16 +134,7 @@ class ChainedEStepFn(LeanDoFn):
                        task.piece == 0, self.n_threads)
         if algo is None:
             return
-        beam_cost.mark(beam_cost.FIRST_ESTEP)
-        with beam_cost.timed("read"):
-            batch = read_task(task)
-        with beam_cost.timed("estep"):
-            stats = algo.local_step(batch)
-        self.metrics.report(stats)
-        t0 = time.perf_counter()
-        spilled = spill_stats(stats, _spill_path(self.scratch, position, task.piece))
-        beam_cost.report("stats_encode", time.perf_counter() - t0, spilled.nbytes)
-        yield task.piece, spilled
+        yield task.piece, piece_statistics(algo, task, self.metrics, self.scratch)
 
 
 class ChainedFinishFn(LeanDoFn):

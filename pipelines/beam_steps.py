@@ -85,17 +85,26 @@ class EStepFn(LeanDoFn):
         if ref is None:           # an earlier step of this window failed: nothing to do
             return
         algo = beam_state.acquire(ref, self.n_threads)
-        beam_cost.mark(beam_cost.FIRST_ESTEP)
-        with beam_cost.timed("read"):
-            batch = read_task(task)
-        with beam_cost.timed("estep"):
-            stats = algo.local_step(batch)
-        self.metrics.report(stats)
-        if self.spill_dir is not None:
-            t0 = time.perf_counter()
-            stats = spill_stats(stats, _spill_path(self.spill_dir, position, task.piece))
-            beam_cost.report("stats_encode", time.perf_counter() - t0, stats.nbytes)
-        yield position, (task.piece, stats)
+        yield position, (task.piece, piece_statistics(algo, task, self.metrics,
+                                                      self.spill_dir))
+
+
+def piece_statistics(algo, task, metrics: "_StepMetrics", spill_dir: Optional[str]):
+    """The E-step of one piece (read, ``local_step``, Beam counters and costs): its
+    statistics, or with ``spill_dir`` the :class:`~pipelines.beam_stats.SpilledStats`
+    reference of the file they were written to."""
+    beam_cost.mark(beam_cost.FIRST_ESTEP)
+    with beam_cost.timed("read"):
+        batch = read_task(task)
+    with beam_cost.timed("estep"):
+        stats = algo.local_step(batch)
+    metrics.report(stats)
+    if spill_dir is None:
+        return stats
+    t0 = time.perf_counter()
+    spilled = spill_stats(stats, _spill_path(spill_dir, task.position, task.piece))
+    beam_cost.report("stats_encode", time.perf_counter() - t0, spilled.nbytes)
+    return spilled
 
 
 def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_docs: int,
