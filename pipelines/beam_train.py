@@ -25,7 +25,9 @@ Inside a window, for minibatch ``t`` (all composite transforms below)::
 
 With the in-process runner (one worker, one piece per minibatch) the window is instead one
 fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
-there). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
+there); with worker processes on this machine each step is one stage in which every worker
+advances its own copy of the state (:mod:`pipelines.beam_chain`). Each window logs the cost
+of its steps by phase in a ``timing`` run-log record (:mod:`pipelines.beam_cost`). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
 chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
 minibatch* (``unroll=False``): each pipeline stops after the combine, and the driver applies
 the global step itself (for very large minibatches, or runners where a deep graph is a
