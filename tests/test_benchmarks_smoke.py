@@ -175,17 +175,25 @@ def test_train_bench(news20, tmp_path):
     assert rec["run"]["script"] == "train_bench.py"
 
 
-def test_beam_train_bench(news20, tmp_path):
+def test_beam_train_bench(bench_env, tmp_path):
     js = tmp_path / "beam.json"
-    out, _ = run(news20, "beam_train_bench.py", "--minibatch", 256, "--json", js)
-    grab(r"S=256 \(\d+ steps\): in-process trainer %s s wall" % NUMBER, out)
-    grab(r"beam in-process .*docs/s ratio %s .*CPU ratio %s" % (NUMBER, NUMBER), out)
+    out, _ = run(bench_env, "beam_train_bench.py", "--docs", 3000, "--minibatch", 512,
+                 "--json", js)
+    grab(r"beam-in-process .*docs/s ratio %s" % NUMBER, out)
     with open(js) as f:
         rows = json.load(f)["results"]
-    assert [r["runner"] for r in rows] == ["beam in-process", "beam 2 workers"]
+    assert [r["runner"] for r in rows] == ["in-process", "beam-in-process", "beam-workers-2",
+                                           "beam-workers-2-two-stage"]
     for r in rows:
-        assert finite(r["ratio"]) > 0 and finite(r["docs_per_s"]) > 0
-        assert finite(r["max_rel_diff"]) < 1e-5           # the trainers agree
+        assert (r["K"], r["V"], r["S"], r["docs"], r["steps"]) == (100, 8000, 512, 3000, 6)
+        assert finite(r["docs_per_s_ratio"]) > 0 and finite(r["per_step_overhead_s"])
+        assert r["breakdown"]["estep"] > 0 and r["breakdown"]["global_step"] > 0
+        assert r["state_bytes"] == 8000 * 100 * 8 + 2 * 100 * 8 + 3 * 8
+    assert rows[1]["final_state"] == "bit-identical"      # one piece per minibatch in-process
+    for r in rows[2:]:                                    # the trainers agree
+        assert r["final_state"] == "bit-identical" or \
+            float(r["final_state"].split()[-1]) < 1e-5
+        assert r["stats_bytes_per_step"] > 0 and "stats_decode" in r["breakdown"]
 
 
 def test_vectorize_bench(bench_env, tmp_path):
