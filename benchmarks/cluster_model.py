@@ -1,0 +1,570 @@
+#!/usr/bin/env python3
+"""Cost model of a training run on Dataflow / Flink, fed by the constants the benchmarks measured.
+
+Every number the model uses is either read from a results file of another benchmark script
+(each printed with the file, row and run it came from), measured here on the bundled
+Wikipedia sample or on the code itself (a state's and a statistics block's bytes), or a cloud
+constant stated as an assumption in ``CLOUD`` below. When a results file lacks a key written
+by its newer script, the older file's value is used and the output says "from the older run".
+
+The model of one training step of online VB on W workers of c vCPUs each::
+
+    E-step      = ceil(S / (W c)) x t_doc              documents are the unit spread over cores
+                  t_doc = nnz/doc x iterations x CPU-s per (non-zero x iteration) at K
+    delivery    = bytes each worker reads per step / bandwidth   (the whole state when the
+                  runner reloads it every step, else the combined statistics)
+    combine     = W x partial bytes / bandwidth        combiner-lifted: one reducer receives a
+                  partial per worker (``--combine tree``: ceil(log2 W) x partial bytes)
+                  partial bytes = min(V, ceil(S/W) x nnz/doc) x K x bytes per statistic
+    global step = measured global step x (K V) / (K0 V0)   serial
+    overhead    = the runner's measured per-step overhead  serial, assumed independent of W
+    step        = E-step + delivery + combine + global step + overhead
+
+    train     = windows x job start + steps x step        steps = ceil(D/S); one pipeline per
+                                                           window of ceil(docs per window / S)
+    vectorize = job start + D x vectorize CPU-s per document / (W c)
+    cost      = W x (c x $/vCPU-h + GB x $/GB-h) x (train + vectorize) hours
+
+Run (a): the 3.3 M-article Wikipedia run of Hoffman et al. (K = 100, V = 7,995), documents
+shaped like the bundled sample's articles under a 7,995-word vocabulary; run (b): 100 M
+documents at K = 1,000, V = 100,000, shaped like the documents the E-step benchmark timed.
+Both for W = 1, 2, 4, ..., 256; speed-up against W is plotted (matplotlib) or tabulated (CSV).
+
+    python benchmarks/cluster_model.py [--minibatch 4096] [--combine lifted|tree]
+        [--estep-json F] [--beam-json F] [--vectorize-json F] [--json OUT] [--plot OUT.png]
+"""
+from __future__ import annotations
+
+import argparse
+import bz2
+import csv
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common  # noqa: E402
+
+RESULTS = os.path.join(common.REPO, "benchmarks", "results")
+SAMPLE = os.path.join(common.REPO, "data", "enwiki-sample-206pages.xml.bz2")
+WORKERS = [2 ** i for i in range(9)]                 # 1 .. 256
+
+# Cloud constants: assumptions, not measurements (replace them with your own).
+CLOUD = {
+    "machine_type": "n2-standard-4",
+    "vcpus_per_worker": 4,                # 1 vCPU there taken as 1 CPU of the benchmark machine
+    "memory_gb_per_worker": 16.0,
+    "price_per_vcpu_hour": 0.056,         # Dataflow batch list price, us-central1
+    "price_per_gb_hour": 0.003557,        # (disks, Shuffle and storage extra)
+    "job_start_s": 240.0,                 # a Dataflow job's worker VMs booting, per pipeline
+    "network_bytes_per_s": 250e6,         # per worker, object-store reads/writes (2 Gbit/s)
+}
+
+# The two runs projected. nnz/doc, iterations and vectorize cost per document are filled in
+# from the measurements (``run_shapes``).
+RUN_A = {"name": "(a) Wikipedia, 3.3 M articles, K=100", "D": 3_300_000, "K": 100, "V": 7995}
+RUN_B = {"name": "(b) 100 M documents, K=1,000, V=100,000", "D": 100_000_000, "K": 1000,
+         "V": 100_000}
+
+
+# ------------------------------------------------------------------------- the model
+def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted") -> dict:
+    """Seconds of each part of one training step on ``W`` workers (module docstring)."""
+    K, V = run["K"], run["V"]
+    cores = W * cloud["vcpus_per_worker"]
+    bw = cloud["network_bytes_per_s"]
+    t_doc = run["nnz_per_doc"] * run["iterations"] * c["estep_s_per_nnz_iter"][K]
+    partial = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
+    combined = min(V, S * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
+    state = K * V * c["state_bytes_per_value"]
+    if combine == "tree":
+        combine_s = math.ceil(math.log2(W)) * partial / bw if W > 1 else partial / bw
+    elif combine == "lifted":
+        combine_s = W * partial / bw
+    else:
+        raise ValueError("combine must be 'lifted' or 'tree', got %r" % (combine,))
+    return {
+        "estep": math.ceil(S / cores) * t_doc,
+        "delivery": (state if c["state_reloaded_per_step"] else combined) / bw,
+        "combine": combine_s,
+        "global_step": c["global_step_s"] * (K * V) / c["global_step_kv"],
+        "overhead": c["per_step_overhead_s"],
+    }
+
+
+def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted") -> dict:
+    """Wall seconds and dollars of vectorize + one training pass of ``run`` on ``W`` workers."""
+    parts = step_parts(c, cloud, run, W, S, combine)
+    step = sum(parts.values())
+    steps = math.ceil(run["D"] / S)
+    per_window = min(c["max_window"], max(1, math.ceil(c["docs_per_window"] / S)))
+    windows = math.ceil(steps / per_window)
+    cores = W * cloud["vcpus_per_worker"]
+    train = windows * cloud["job_start_s"] + steps * step
+    vectorize = cloud["job_start_s"] + run["D"] * run["vectorize_cpu_s_per_doc"] / cores
+    total = train + vectorize
+    per_hour = W * (cloud["vcpus_per_worker"] * cloud["price_per_vcpu_hour"]
+                    + cloud["memory_gb_per_worker"] * cloud["price_per_gb_hour"])
+    return {"workers": W, "S": S, "steps": steps, "windows": windows, "step_s": step,
+            "parts_s": parts, "train_s": train, "vectorize_s": vectorize, "total_s": total,
+            "cost_usd": per_hour * total / 3600.0}
+
+
+def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted") -> float:
+    """The part of the total that no number of workers shortens (Amdahl's serial part): job
+    starts, and per step the global step, the overhead and the state delivery (each worker
+    reads it whatever W). The E-step and vectorize shrink with W; the combine is not counted
+    (it grows with W), so this is a lower bound of every W's total."""
+    p = project(c, cloud, run, 1, S, combine)
+    parts = p["parts_s"]
+    per_step = parts["global_step"] + parts["overhead"] + parts["delivery"]
+    return (p["windows"] + 1) * cloud["job_start_s"] + p["steps"] * per_step
+
+
+def sweep(c: dict, cloud: dict, run: dict, S: int, workers=WORKERS,
+          combine: str = "lifted") -> List[dict]:
+    """``project`` for every W, with the speed-up over W = 1 and the Amdahl limit."""
+    rows = [project(c, cloud, run, W, S, combine) for W in workers]
+    base = project(c, cloud, run, 1, S, combine)["total_s"]
+    limit = base / serial_s(c, cloud, run, S, combine)
+    for r in rows:
+        r["speedup"] = base / r["total_s"]
+        r["amdahl_limit"] = limit
+    return rows
+
+
+def flattening_point(rows: List[dict], gain: float = 1.10) -> Optional[int]:
+    """The first W whose doubling gains less than ``gain`` in speed-up (None: never)."""
+    for a, b in zip(rows, rows[1:]):
+        if b["speedup"] < gain * a["speedup"]:
+            return a["workers"]
+    return None
+
+
+def busy_minibatch(c: dict, cloud: dict, run: dict, W: int, share: float,
+                   combine: str = "lifted") -> Optional[int]:
+    """The smallest power-of-two S (256 .. min(2^22, D)) whose step spends at least ``share``
+    of its time in the E-step on ``W`` workers (None: none does)."""
+    for e in range(8, 23):
+        if 2 ** e > run["D"]:
+            break
+        parts = step_parts(c, cloud, run, W, 2 ** e, combine)
+        if parts["estep"] >= share * sum(parts.values()):
+            return 2 ** e
+    return None
+
+
+# ------------------------------------------------------------------- the measurements
+def _load(path: str) -> dict:
+    if not os.path.exists(path):
+        raise SystemExit("%s is absent: run %s first (or pass its path)"
+                         % (path, os.path.basename(path).replace(".json", ".py")))
+    with open(path) as f:
+        return json.load(f)
+
+
+def _run_tag(doc: dict, path: str) -> str:
+    run = doc.get("run", {})
+    return "%s (run %s, commit %s, load %s)" % (
+        os.path.relpath(path, common.REPO), run.get("utc", "?"), run.get("git_commit", "?"),
+        "%.1f" % run["load_average_at_end"][0] if run.get("load_average_at_end") else "?")
+
+
+def estep_constants(path: str, c: dict, src: dict) -> None:
+    """CPU-s per (non-zero x iteration), iterations and the documents' shape, per K (float32
+    rows: the E-step's default dtype)."""
+    doc = _load(path)
+    tag = _run_tag(doc, path)
+    c["estep_s_per_nnz_iter"], c["estep_rows"] = {}, {}
+    for r in doc["results"]:
+        if r.get("dtype") != "float32":
+            continue
+        K = int(r["K"])
+        c["estep_s_per_nnz_iter"][K] = r["ours_cpu_s"] / (r["nnz"] * r["mean_iterations"])
+        row = {"iterations": r["mean_iterations"]}
+        if "docs" in r and "tokens" in r:
+            row.update(nnz_per_doc=r["nnz"] / r["docs"], tokens_per_doc=r["tokens"] / r["docs"])
+            how = tag
+        else:
+            how = tag + ", from the older run (no docs/tokens keys)"
+        c["estep_rows"][K] = row
+        src["estep K=%d" % K] = ("%.3g CPU-ns per non-zero x iteration, %.1f iterations/doc "
+                                 "[ours_cpu_s / (nnz x mean_iterations)]: %s"
+                                 % (c["estep_s_per_nnz_iter"][K] * 1e9, r["mean_iterations"],
+                                    how))
+        if "flops_per_s" in r and "peak_fraction" in r:
+            src["estep K=%d" % K] += "; %.0f %% of float32 peak" % (100 * r["peak_fraction"])
+    if not c["estep_s_per_nnz_iter"]:
+        raise SystemExit("%s has no float32 rows" % path)
+
+
+def _beam_row(rows: List[dict]) -> dict:
+    """The row for a cluster: an external worker pool if measured, else worker processes."""
+    for name in ("portable-pool", "beam-workers-2", "beam 2 workers"):
+        cand = [r for r in rows if r.get("runner") == name]
+        if cand:
+            return max(cand, key=lambda r: r.get("S", 0))
+    raise SystemExit("beam_train_bench.json has no worker-process row")
+
+
+def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float:
+    """Seconds of one online-VB global step at (K, V) with every word touched (the fastest of
+    ``repeats``): the fallback when no results file has the global step."""
+    from lda_core.online_vb import OnlineVB
+    from lda_core.vb_stats import VBStats
+    rng = np.random.default_rng(0)
+    algo = OnlineVB(K, V, batch_size=4096, corpus_size=1_000_000, seed=0)
+    best = float("inf")
+    for _ in range(repeats):
+        stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
+                        sstats=rng.random((V, K)), n_docs=4096, n_tokens=600_000)
+        t0 = time.perf_counter()
+        algo.global_step(stats)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
+    """Bytes per topic-word value of the online-VB state's arrays and of a dense statistics
+    block as encoded for the combine, measured on the code at a small (K, V)."""
+    from lda_core.online_vb import OnlineVB
+    from lda_core.vb_stats import VBStats
+    state = OnlineVB(K, V, seed=0).to_state()
+    state_bytes = sum(np.asarray(a).nbytes for a in state.arrays.values())
+    stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
+                    sstats=np.ones((V, K)), n_docs=1, n_tokens=1)
+    return {"state": state_bytes / (K * V), "stats": len(stats.to_bytes()) / (K * V)}
+
+
+def beam_constants(path: str, c: dict, src: dict) -> None:
+    """Per-step overhead of the runner closest to a cluster, the global step, bytes."""
+    doc = _load(path)
+    tag = _run_tag(doc, path)
+    rows = doc["results"] if isinstance(doc.get("results"), list) else doc.get("rows", [])
+    r = _beam_row(rows)
+    c["runner"] = r["runner"]
+    if "per_step_overhead_s" in r:
+        c["per_step_overhead_s"] = r["per_step_overhead_s"]
+        src["per-step overhead"] = "%s, runner %r, S=%d: %s" % (
+            "%.3f s" % r["per_step_overhead_s"], r["runner"], r["S"], tag)
+    else:   # the older file: Beam wall minus the in-process trainer's wall, per step
+        D = round(r["docs_per_s"] * r["wall"])
+        steps = math.ceil(D / r["S"])
+        c["per_step_overhead_s"] = (r["wall"] - r["inprocess_wall"]) / steps
+        src["per-step overhead"] = (
+            "%.3f s = (wall - in-process wall) / %d steps, runner %r, S=%d (includes the "
+            "workers' start-up): %s, from the older run" % (
+                c["per_step_overhead_s"], steps, r["runner"], r["S"], tag))
+    gs = _global_step_from_rows(rows)
+    if gs is not None:
+        c["global_step_s"], c["global_step_kv"], how = gs
+        src["global step"] = "%.4f s at K x V = %d (%s): %s" % (
+            c["global_step_s"], c["global_step_kv"], how, tag)
+    else:
+        c["global_step_s"], c["global_step_kv"] = measured_global_step(), 100 * 8000
+        src["global step"] = ("%.4f s at K=100, V=8,000, every word touched: measured here "
+                              "(no results file has it)" % c["global_step_s"])
+    per_value = measured_bytes_per_value()
+    c["state_bytes_per_value"] = per_value["state"]
+    c["stats_bytes_per_value"] = per_value["stats"]
+    src["state bytes"] = ("%.2f bytes per topic-word value: measured on OnlineVB(K=20, V=500)"
+                          ".to_state()" % per_value["state"])
+    if r.get("state_bytes") and r.get("K") and r.get("V"):
+        src["state bytes"] += "; the bench's run: %.2f (%d bytes at K=%d, V=%d)" % (
+            r["state_bytes"] / (r["K"] * r["V"]), r["state_bytes"], r["K"], r["V"])
+    src["statistics bytes"] = ("%.2f bytes per topic-word value of a dense block: measured on "
+                               "VBStats.to_bytes()" % per_value["stats"])
+    if r.get("stats_bytes_per_step") and r.get("K") and r.get("V"):
+        src["statistics bytes"] += "; the bench's run: %d bytes per step at K=%d, V=%d" % (
+            r["stats_bytes_per_step"], r["K"], r["V"])
+    c["state_reloaded_per_step"] = not r.get("state_shipped_once", False)
+    src["state delivery"] = ("the runner ships the state once per worker (%s)" % tag
+                             if not c["state_reloaded_per_step"] else
+                             "every worker reads the whole state each step (the runner's "
+                             "behaviour: docs/beam-training.md, 'States inside a window')")
+
+
+def _global_step_from_rows(rows: List[dict]):
+    """(seconds per global step, K x V, how) from the largest-K x V row that has it."""
+    have = [r for r in rows if r.get("global_step_s") is not None and r.get("K") and r.get("V")
+            and r.get("steps")]
+    if not have:
+        return None
+    r = max(have, key=lambda r: r["K"] * r["V"])
+    per_step = (r.get("breakdown") or {}).get("global_step")
+    how = "breakdown['global_step'], runner %r" % r["runner"]
+    if per_step is None:
+        per_step = r["global_step_s"] / r["steps"]
+        how = "global_step_s / steps, runner %r" % r["runner"]
+    return per_step, r["K"] * r["V"], how
+
+
+def sample_stats(src: dict) -> dict:
+    """Shape of the bundled sample's articles under a Hoffman-sized vocabulary: ``ldabeam
+    vectorize`` of data/ with the 7,995 most frequent words (gensim stop words removed, words
+    in >= 2 articles); non-zeros and tokens per kept article from its shards, and the dump's
+    decompressed and compressed bytes per kept article (redirects and skipped pages included)."""
+    import pyarrow.parquet as pq
+    with tempfile.TemporaryDirectory(prefix="cluster-model-") as tmp:
+        out = os.path.join(tmp, "sample")
+        common.run(common.LDABEAM + ["vectorize", "--input", SAMPLE, "--output", out,
+                                     "--keep-n", 7995, "--no-below", 2, "--stopwords", "gensim"],
+                   quiet=True)
+        with open(os.path.join(out, "manifest.json")) as f:
+            man = json.load(f)
+        nnz = tokens = docs = 0
+        for sh in man["splits"]["train"]["shards"]:
+            t = pq.read_table(os.path.join(out, sh["file"]), columns=["word_ids", "n_tokens"])
+            nnz += sum(len(w) for w in t.column("word_ids").to_pylist())
+            tokens += int(np.sum(t.column("n_tokens").to_numpy()))
+            docs += t.num_rows
+    with bz2.open(SAMPLE, "rb") as f:
+        raw = sum(len(b) for b in iter(lambda: f.read(1 << 20), b""))
+    s = {"docs": docs, "pages_skipped": man["counts"]["skipped_pages"],
+         "V": man["vocabulary"]["size"], "nnz_per_doc": nnz / docs,
+         "tokens_per_doc": tokens / docs, "mb_per_doc": raw / 1e6 / docs,
+         "file_mb_per_doc": os.path.getsize(SAMPLE) / 1e6 / docs}
+    src["Wikipedia article shape"] = (
+        "%.0f non-zeros and %.0f tokens per article, %.1f KB of XML (%.1f KB bz2) per kept "
+        "article: ldabeam vectorize of data/%s (%d articles kept, %d pages skipped, V=%d: the "
+        "7,995 most frequent words, gensim stop words removed), measured here"
+        % (s["nnz_per_doc"], s["tokens_per_doc"], s["mb_per_doc"] * 1e3,
+           s["file_mb_per_doc"] * 1e3, os.path.basename(SAMPLE), docs, s["pages_skipped"],
+           s["V"]))
+    return s
+
+
+def vectorize_constants(path: str, src: dict) -> dict:
+    """CPU-s per MB of input (decompressed) for a dump and for JSON lines, in-process, and the
+    JSON-lines input's MB per document."""
+    doc = _load(path)
+    tag = _run_tag(doc, path)
+    out = {}
+    rows = doc.get("results") if isinstance(doc.get("results"), list) else None
+    for fmt, names in (("wiki", ("xml.bz2", "wiki")), ("jsonl", ("jsonl",))):
+        new = [r for r in rows or [] if r.get("format") in names
+               and r.get("runner") == "in-process" and r.get("mb_per_cpu_s")]
+        old = (doc.get("throughput") or {}).get(fmt) or {}
+        if new:
+            r = max(new, key=lambda r: r.get("mb", 0))
+            out[fmt] = 1.0 / r["mb_per_cpu_s"]
+            src["vectorize %s" % fmt] = "%.2f MB/CPU-s in-process (%.0f MB): %s" % (
+                r["mb_per_cpu_s"], r.get("mb", float("nan")), tag)
+            if r.get("docs") and r.get("mb"):
+                out[fmt + "_mb_per_doc"] = r["mb"] / r["docs"]
+        elif old.get("in-process"):
+            out[fmt] = 1.0 / old["in-process"]["mb_per_cpu_s"]
+            src["vectorize %s" % fmt] = ("%.2f MB/CPU-s in-process (%.0f MB): %s, from the "
+                                         "older run" % (old["in-process"]["mb_per_cpu_s"],
+                                                        old["input_mb"], tag))
+        else:
+            raise SystemExit("%s has no in-process %s throughput" % (path, fmt))
+        if fmt + "_mb_per_doc" not in out and old.get("in-process"):
+            out[fmt + "_mb_per_doc"] = old["input_mb"] / old["in-process"]["docs"]
+            src["vectorize %s" % fmt] += "; %.2f KB per document: %s, from the older run" % (
+                out[fmt + "_mb_per_doc"] * 1e3, tag)
+    return out
+
+
+def load_constants(args) -> tuple:
+    """(constants, the two runs with their document shapes, sources)."""
+    src: Dict[str, str] = {}
+    c: dict = {}
+    estep_constants(args.estep_json, c, src)
+    beam_constants(args.beam_json, c, src)
+    vec = vectorize_constants(args.vectorize_json, src)
+    c["docs_per_window"], c["max_window"] = window_settings(src)
+    sample = sample_stats(src)
+    runs = []
+    for base in (RUN_A, RUN_B):
+        run = dict(base)
+        K = run["K"]
+        if K not in c["estep_s_per_nnz_iter"]:
+            raise SystemExit("%s has no float32 row at K=%d" % (args.estep_json, K))
+        run["iterations"] = c["estep_rows"][K]["iterations"]
+        if base is RUN_A:
+            run["nnz_per_doc"] = sample["nnz_per_doc"]
+            run["vectorize_cpu_s_per_doc"] = sample["mb_per_doc"] * vec["wiki"]
+            run["shape"] = "the bundled sample's articles (vectorize: wiki MB/CPU-s)"
+        else:
+            bench = c["estep_rows"][K]
+            run["nnz_per_doc"] = bench.get("nnz_per_doc") or _older_nnz_per_doc(args, K, src)
+            run["vectorize_cpu_s_per_doc"] = vec["jsonl_mb_per_doc"] * vec["jsonl"]
+            run["shape"] = ("the E-step benchmark's documents (20 Newsgroups posts; vectorize: "
+                            "JSON lines MB/CPU-s and KB per post)")
+        run["t_doc_s"] = run["nnz_per_doc"] * run["iterations"] * c["estep_s_per_nnz_iter"][K]
+        runs.append(run)
+    return c, runs, src
+
+
+def _older_nnz_per_doc(args, K: int, src: dict) -> float:
+    """Non-zeros per document of the older E-step file, which has no ``docs`` key: its
+    arguments were the script's defaults (``--minibatch 256 --batches 8``: 2,048 documents)."""
+    doc = _load(args.estep_json)
+    r = [r for r in doc["results"] if r.get("dtype") == "float32" and int(r["K"]) == K][0]
+    argv = doc.get("run", {}).get("argv", [])
+    if argv:
+        raise SystemExit("%s has no 'docs' key and was run with arguments %s: cannot tell how "
+                         "many documents it timed; rerun benchmarks/estep_bench.py"
+                         % (args.estep_json, argv))
+    src["estep K=%d" % K] += "; %.1f non-zeros per document = nnz / 2,048 documents (the " \
+                             "script's default --minibatch 256 --batches 8)" % (r["nnz"] / 2048)
+    return r["nnz"] / 2048
+
+
+def window_settings(src: dict) -> tuple:
+    """Documents per window with worker processes / a cluster, and the cap on minibatches per
+    window: the Beam trainer's own defaults."""
+    from pipelines import beam_train
+    src["windows"] = ("%d documents per window (at most %d minibatches): "
+                      "pipelines.beam_train.DOCS_PER_WINDOW_WORKERS / MAX_WINDOW; one pipeline "
+                      "(a Dataflow job) per window" % (beam_train.DOCS_PER_WINDOW_WORKERS,
+                                                       beam_train.MAX_WINDOW))
+    return beam_train.DOCS_PER_WINDOW_WORKERS, beam_train.MAX_WINDOW
+
+
+# ------------------------------------------------------------------------ reporting
+def _hms(s: float) -> str:
+    return "%.1f h" % (s / 3600) if s >= 3 * 3600 else "%.1f min" % (s / 60)
+
+
+def print_run(c: dict, run: dict, rows: List[dict]) -> None:
+    print("\n%s: D=%s, K=%d, V=%s, S=%d; per document %.0f non-zeros x %.1f iterations = "
+          "%.2f CPU-ms of E-step, %.2f CPU-ms of vectorize (%s)"
+          % (run["name"], format(run["D"], ","), run["K"], format(run["V"], ","), rows[0]["S"],
+             run["nnz_per_doc"], run["iterations"], run["t_doc_s"] * 1e3,
+             run["vectorize_cpu_s_per_doc"] * 1e3, run["shape"]))
+    print("%7s %6s %7s | %9s %9s %9s %9s %9s %8s | %10s %10s %10s %9s %8s"
+          % ("workers", "steps", "windows", "E-step s", "deliver s", "combine s", "global s",
+             "overhd s", "step s", "train", "vectorize", "total", "cost $", "speed-up"))
+    for r in rows:
+        p = r["parts_s"]
+        print("%7d %6d %7d | %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f | %10s %10s %10s %9.2f %8.2f"
+              % (r["workers"], r["steps"], r["windows"], p["estep"], p["delivery"],
+                 p["combine"], p["global_step"], p["overhead"], r["step_s"], _hms(r["train_s"]),
+                 _hms(r["vectorize_s"]), _hms(r["total_s"]), r["cost_usd"], r["speedup"]))
+    state = run["K"] * run["V"] * c["state_bytes_per_value"]
+    print("State %.0f MB per copy (2 copies: %.1f %% of a %.0f GB worker); statistics %.0f KB "
+          "per document before merging" % (state / 1e6, 200 * state / 1e9
+                                           / CLOUD["memory_gb_per_worker"],
+                                           CLOUD["memory_gb_per_worker"],
+                                           run["nnz_per_doc"] * run["K"]
+                                           * c["stats_bytes_per_value"] / 1e3))
+    flat = flattening_point(rows)
+    print("Amdahl limit of the speed-up (job starts + per step global step, overhead and state "
+          "delivery stay serial): %.1f; speed-up flattens (doubling W gains < 10 %%) from W = %s"
+          % (rows[0]["amdahl_limit"], flat if flat else "never within 256"))
+
+
+def what_ifs(c: dict, run: dict, S: int) -> List[dict]:
+    """The same constants with the data movement changed: a tree combine (Beam's ``fanout``),
+    then also the state shipped once per worker (workers apply the global step to their own
+    copy from the combined statistics). Printed: best W, its speed-up and cost, 256 workers."""
+    out = []
+    print("What if (same measured constants, S=%d): %-44s %6s %9s %9s %9s %10s"
+          % (S, "", "best W", "speed-up", "total", "cost $", "at W=256"))
+    for label, combine, reload in (("as measured (lifted combine, state every step)",
+                                    "lifted", c["state_reloaded_per_step"]),
+                                   ("tree combine", "tree", c["state_reloaded_per_step"]),
+                                   ("tree combine + state shipped once", "tree", False)):
+        cc = dict(c, state_reloaded_per_step=reload)
+        rows = sweep(cc, CLOUD, run, S, combine=combine)
+        best = max(rows, key=lambda r: r["speedup"])
+        busy = busy_minibatch(cc, CLOUD, run, 256, 0.5, combine)
+        out.append({"what": label, "best_workers": best["workers"],
+                    "best_speedup": best["speedup"], "best_total_s": best["total_s"],
+                    "best_cost_usd": best["cost_usd"], "speedup_at_256": rows[-1]["speedup"],
+                    "amdahl_limit": rows[0]["amdahl_limit"], "busy_minibatch_at_256": busy})
+        print("  %-65s %6d %9.2f %9s %9.2f %10.2f   (Amdahl %.1f; E-step >= 50 %% of a step "
+              "at 256 workers from S = %s)"
+              % (label, best["workers"], best["speedup"], _hms(best["total_s"]),
+                 best["cost_usd"], rows[-1]["speedup"], rows[0]["amdahl_limit"], busy))
+    return out
+
+
+def plot(results: List[dict], path: str) -> str:
+    """Speed-up against workers for each run: a PNG if matplotlib is installed, else a CSV."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        path = os.path.splitext(path)[0] + ".csv"
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["run", "workers", "speedup", "amdahl_limit"])
+            for res in results:
+                for r in res["rows"]:
+                    w.writerow([res["run"]["name"], r["workers"], r["speedup"],
+                                r["amdahl_limit"]])
+        return path
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ws = np.array(WORKERS)
+    ax.plot(ws, ws, color="0.7", ls=":", label="ideal")
+    for res, color in zip(results, ("C0", "C1")):
+        rows = res["rows"]
+        ax.plot(ws, [r["speedup"] for r in rows], "o-", color=color, label=res["run"]["name"])
+        ax.axhline(rows[0]["amdahl_limit"], color=color, ls="--", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("workers (%s, %d vCPU each)" % (CLOUD["machine_type"],
+                                                  CLOUD["vcpus_per_worker"]))
+    ax.set_ylabel("speed-up of vectorize + one training pass vs 1 worker")
+    ax.set_title("Projected speed-up (dashed: Amdahl limit)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--minibatch", type=int, default=4096,
+                    help="minibatch size S (default: the worker runners' default, 4096)")
+    ap.add_argument("--combine", choices=["lifted", "tree"], default="lifted",
+                    help="how the partial statistics reach the global step (default: lifted, "
+                         "Beam's CombinePerKey: one reducer receives one partial per worker)")
+    ap.add_argument("--estep-json", default=os.path.join(RESULTS, "estep_bench.json"))
+    ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
+    ap.add_argument("--vectorize-json", default=os.path.join(RESULTS, "vectorize_bench.json"))
+    ap.add_argument("--json", default=os.path.join(RESULTS, "cluster_model.json"),
+                    help="write the tables here ('' not at all)")
+    ap.add_argument("--plot", default=os.path.join(RESULTS, "cluster_model.png"),
+                    help="speed-up plot (a CSV beside it without matplotlib; '' none)")
+    args = ap.parse_args(argv)
+    c, runs, src = load_constants(args)
+    print("Cloud constants (assumptions): %s" % json.dumps(CLOUD))
+    print("Measured constants and where they come from:")
+    for k, v in src.items():
+        print("  %-24s %s" % (k + ":", v))
+    results = []
+    for run in runs:
+        rows = sweep(c, CLOUD, run, args.minibatch, combine=args.combine)
+        print_run(c, run, rows)
+        busy = {"%d%%" % (100 * share): busy_minibatch(c, CLOUD, run, 256, share, args.combine)
+                for share in (0.5, 0.9)}
+        print("At 256 workers the E-step is >= 50 %% of a step from S = %s, >= 90 %% from S = %s"
+              % (busy["50%"], busy["90%"]))
+        whatif = what_ifs(c, run, args.minibatch)
+        results.append({"run": run, "rows": rows, "busy_minibatch_at_256": busy,
+                        "flattens_from_workers": flattening_point(rows), "what_if": whatif})
+    if args.plot:
+        print("speed-up plot: %s" % plot(results, args.plot))
+    if args.json:
+        common.save_results({"cloud": CLOUD, "constants": c, "sources": src,
+                             "combine": args.combine, "minibatch": args.minibatch,
+                             "runs": results}, args.json, argv, os.path.basename(__file__))
+
+
+if __name__ == "__main__":
+    main()
