@@ -204,13 +204,43 @@ def estep_constants(path: str, c: dict, src: dict) -> None:
         raise SystemExit("%s has no float32 rows" % path)
 
 
+# phases of a window, not of a step: the model charges a job start per window instead
+WINDOW_PHASES = ("pipeline_build", "pipeline_start", "pipeline_finish", "checkpoint")
+
+
 def _beam_row(rows: List[dict]) -> dict:
-    """The row for a cluster: an external worker pool if measured, else worker processes."""
+    """The row for a cluster: an external worker pool if measured, else worker processes; of
+    that runner's rows the smallest model (the K = 100 run, not the big-model one), then the
+    largest minibatch."""
     for name in ("portable-pool", "beam-workers-2", "beam 2 workers"):
         cand = [r for r in rows if r.get("runner") == name]
         if cand:
-            return max(cand, key=lambda r: r.get("S", 0))
+            return min(cand, key=lambda r: (r.get("K", 0) * r.get("V", 0), -r.get("S", 0)))
     raise SystemExit("beam_train_bench.json has no worker-process row")
+
+
+def _overhead(r: dict, tag: str, src: dict) -> float:
+    """Serial seconds per step besides the E-step and the global step: the bench's
+    ``per_step_overhead_s`` less the window's start/finish share (``WINDOW_PHASES``, charged
+    as the job start instead); the older file: Beam's wall minus the in-process trainer's."""
+    if "per_step_overhead_s" in r:
+        per = r.get("breakdown") or {}
+        window = sum(per.get(k, 0.0) for k in WINDOW_PHASES)
+        v = r["per_step_overhead_s"] - window
+        src["per-step overhead"] = (
+            "%.3f s = per_step_overhead_s %.3f - window start/finish %.3f (%s), runner %r, "
+            "K=%d, V=%d, S=%d; breakdown per step: %s: %s" % (
+                v, r["per_step_overhead_s"], window, "+".join(WINDOW_PHASES), r["runner"],
+                r["K"], r["V"], r["S"],
+                ", ".join("%s %.3f" % kv for kv in sorted(per.items())), tag))
+        return v
+    D = round(r["docs_per_s"] * r["wall"])
+    steps = math.ceil(D / r["S"])
+    v = (r["wall"] - r["inprocess_wall"]) / steps
+    src["per-step overhead"] = (
+        "%.3f s = (wall - in-process wall) / %d steps, runner %r, S=%d (includes the workers' "
+        "start-up): %s, from the older run" % (v, steps, r["runner"], r["S"], tag))
+    return v
 
 
 def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float:
@@ -249,18 +279,7 @@ def beam_constants(path: str, c: dict, src: dict) -> None:
     rows = doc["results"] if isinstance(doc.get("results"), list) else doc.get("rows", [])
     r = _beam_row(rows)
     c["runner"] = r["runner"]
-    if "per_step_overhead_s" in r:
-        c["per_step_overhead_s"] = r["per_step_overhead_s"]
-        src["per-step overhead"] = "%s, runner %r, S=%d: %s" % (
-            "%.3f s" % r["per_step_overhead_s"], r["runner"], r["S"], tag)
-    else:   # the older file: Beam wall minus the in-process trainer's wall, per step
-        D = round(r["docs_per_s"] * r["wall"])
-        steps = math.ceil(D / r["S"])
-        c["per_step_overhead_s"] = (r["wall"] - r["inprocess_wall"]) / steps
-        src["per-step overhead"] = (
-            "%.3f s = (wall - in-process wall) / %d steps, runner %r, S=%d (includes the "
-            "workers' start-up): %s, from the older run" % (
-                c["per_step_overhead_s"], steps, r["runner"], r["S"], tag))
+    c["per_step_overhead_s"] = _overhead(r, tag, src)
     gs = _global_step_from_rows(rows)
     if gs is not None:
         c["global_step_s"], c["global_step_kv"], how = gs
@@ -283,15 +302,27 @@ def beam_constants(path: str, c: dict, src: dict) -> None:
     if r.get("stats_bytes_per_step") and r.get("K") and r.get("V"):
         src["statistics bytes"] += "; the bench's run: %d bytes per step at K=%d, V=%d" % (
             r["stats_bytes_per_step"], r["K"], r["V"])
-    c["state_reloaded_per_step"] = not r.get("state_shipped_once", False)
-    src["state delivery"] = ("the runner ships the state once per worker (%s)" % tag
-                             if not c["state_reloaded_per_step"] else
-                             "every worker reads the whole state each step (the runner's "
-                             "behaviour: docs/beam-training.md, 'States inside a window')")
+    c["state_reloaded_per_step"], src["state delivery"] = _state_delivery(r, tag)
+
+
+def _state_delivery(r: dict, tag: str) -> tuple:
+    """(does every worker read the whole state each step?, how we know): from the bench's
+    state bytes delivered per step (summed over workers) against the state's bytes."""
+    if r.get("state_delivery_bytes_per_step") is None or not r.get("state_bytes"):
+        return True, ("every worker reads the whole state each step (the runner's behaviour: "
+                      "docs/beam-training.md, 'States inside a window'; the older run has no "
+                      "bytes delivered)")
+    ratio = r["state_delivery_bytes_per_step"] / r["state_bytes"]
+    how = ("%.2f state sizes delivered per step (summed over workers), runner %r: %s"
+           % (ratio, r["runner"], tag))
+    if ratio >= 0.5:
+        return True, "every worker reads the whole state each step: " + how
+    return False, "the state is shipped once per worker, then the statistics: " + how
 
 
 def _global_step_from_rows(rows: List[dict]):
-    """(seconds per global step, K x V, how) from the largest-K x V row that has it."""
+    """(seconds per global step, K x V, how) from the largest-K x V row that has it
+    (``global_step_s`` is per step, as ``breakdown['global_step']``)."""
     have = [r for r in rows if r.get("global_step_s") is not None and r.get("K") and r.get("V")
             and r.get("steps")]
     if not have:
@@ -300,8 +331,8 @@ def _global_step_from_rows(rows: List[dict]):
     per_step = (r.get("breakdown") or {}).get("global_step")
     how = "breakdown['global_step'], runner %r" % r["runner"]
     if per_step is None:
-        per_step = r["global_step_s"] / r["steps"]
-        how = "global_step_s / steps, runner %r" % r["runner"]
+        per_step = r["global_step_s"]
+        how = "global_step_s, runner %r" % r["runner"]
     return per_step, r["K"] * r["V"], how
 
 
@@ -381,6 +412,7 @@ def load_constants(args) -> tuple:
     vec = vectorize_constants(args.vectorize_json, src)
     c["docs_per_window"], c["max_window"] = window_settings(src)
     sample = sample_stats(src)
+    union_bound_check(src)
     runs = []
     for base in (RUN_A, RUN_B):
         run = dict(base)
@@ -416,6 +448,28 @@ def _older_nnz_per_doc(args, K: int, src: dict) -> float:
     src["estep K=%d" % K] += "; %.1f non-zeros per document = nnz / 2,048 documents (the " \
                              "script's default --minibatch 256 --batches 8)" % (r["nnz"] / 2048)
     return r["nnz"] / 2048
+
+
+def union_bound_check(src: dict, sizes=(16, 256, 4096)) -> None:
+    """How far the model's bound on the words a partial touches, min(V, n x nnz/doc), is
+    above the distinct words of n random documents of the E-step benchmark's corpus (20
+    Newsgroups as prepared by benchmarks/prepare_20news.py; skipped when absent)."""
+    import scipy.sparse as sp
+    path = os.path.join(common.CACHE, "20news", "bench", "train.npz")
+    if not os.path.exists(path):
+        src["statistics words"] = "bound min(V, n x nnz/doc) not checked: %s absent" % path
+        return
+    X = sp.load_npz(path).tocsr()
+    X = X[np.diff(X.indptr) > 0]
+    D, V = X.shape
+    rng = np.random.default_rng(0)
+    out = []
+    for n in sizes:
+        u = len(np.unique(X[rng.permutation(D)[:n]].indices))
+        out.append("n=%d: %d words, bound/measured %.2f" % (n, u, min(V, n * X.nnz / D) / u))
+    src["statistics words"] = ("the bound min(V, n x nnz/doc) on the words of n documents' "
+                               "statistics, against 20 Newsgroups (V=%d, %s): %s"
+                               % (V, path, "; ".join(out)))
 
 
 def window_settings(src: dict) -> tuple:
@@ -462,29 +516,70 @@ def print_run(c: dict, run: dict, rows: List[dict]) -> None:
           % (rows[0]["amdahl_limit"], flat if flat else "never within 256"))
 
 
+def variants(c: dict) -> List[tuple]:
+    """(label, constants, combine): the runner as measured, then cumulatively changed where
+    the data moves -- the fewest pipelines (``--minibatches-per-window`` at its cap, so a
+    Dataflow job boots its workers fewer times), a tree combine (Beam's hot-key ``fanout``),
+    and the state shipped once per worker (workers apply the global step to their own copy
+    from the combined statistics). Each uses the same measured constants."""
+    fewest = dict(c, docs_per_window=10 ** 15)
+    return [("as measured (defaults)", c, "lifted"),
+            ("+ windows of %d minibatches" % c["max_window"], fewest, "lifted"),
+            ("+ tree combine", fewest, "tree"),
+            ("+ state shipped once", dict(fewest, state_reloaded_per_step=False), "tree")]
+
+
+def _best(rows: List[dict]) -> dict:
+    return max(rows, key=lambda r: r["speedup"])
+
+
 def what_ifs(c: dict, run: dict, S: int) -> List[dict]:
-    """The same constants with the data movement changed: a tree combine (Beam's ``fanout``),
-    then also the state shipped once per worker (workers apply the global step to their own
-    copy from the combined statistics). Printed: best W, its speed-up and cost, 256 workers."""
+    """Best W (fastest total), its speed-up, wall and cost, and the speed-up at 256 workers
+    for each of :func:`variants`."""
     out = []
-    print("What if (same measured constants, S=%d): %-44s %6s %9s %9s %9s %10s"
-          % (S, "", "best W", "speed-up", "total", "cost $", "at W=256"))
-    for label, combine, reload in (("as measured (lifted combine, state every step)",
-                                    "lifted", c["state_reloaded_per_step"]),
-                                   ("tree combine", "tree", c["state_reloaded_per_step"]),
-                                   ("tree combine + state shipped once", "tree", False)):
-        cc = dict(c, state_reloaded_per_step=reload)
+    print("What if (S=%d) %-36s %7s %6s %9s %10s %9s %9s %8s"
+          % (S, "", "windows", "best W", "speed-up", "total", "cost $", "at W=256", "Amdahl"))
+    for label, cc, combine in variants(c):
         rows = sweep(cc, CLOUD, run, S, combine=combine)
-        best = max(rows, key=lambda r: r["speedup"])
-        busy = busy_minibatch(cc, CLOUD, run, 256, 0.5, combine)
-        out.append({"what": label, "best_workers": best["workers"],
+        best = _best(rows)
+        out.append({"what": label, "windows": best["windows"], "best_workers": best["workers"],
                     "best_speedup": best["speedup"], "best_total_s": best["total_s"],
                     "best_cost_usd": best["cost_usd"], "speedup_at_256": rows[-1]["speedup"],
-                    "amdahl_limit": rows[0]["amdahl_limit"], "busy_minibatch_at_256": busy})
-        print("  %-65s %6d %9.2f %9s %9.2f %10.2f   (Amdahl %.1f; E-step >= 50 %% of a step "
-              "at 256 workers from S = %s)"
-              % (label, best["workers"], best["speedup"], _hms(best["total_s"]),
-                 best["cost_usd"], rows[-1]["speedup"], rows[0]["amdahl_limit"], busy))
+                    "total_at_256_s": rows[-1]["total_s"], "cost_at_256_usd": rows[-1]["cost_usd"],
+                    "amdahl_limit": rows[0]["amdahl_limit"],
+                    "busy_minibatch_at_256": busy_minibatch(cc, CLOUD, run, 256, 0.5, combine)})
+        print("  %-50s %7d %6d %9.2f %10s %9.2f %9.2f %8.1f"
+              % (label, best["windows"], best["workers"], best["speedup"],
+                 _hms(best["total_s"]), best["cost_usd"], rows[-1]["speedup"],
+                 rows[0]["amdahl_limit"]))
+    return out
+
+
+def minibatch_table(c: dict, run: dict, sizes=(1024, 4096, 16384, 65536, 262144)) -> List[dict]:
+    """For each minibatch size S, as measured and with every change of :func:`variants`: the
+    best W with its speed-up, wall and cost, and the E-step's share of a step at 256 workers."""
+    first, last = variants(c)[0], variants(c)[-1]
+    print("Minibatch size S: %s | all changes above" % first[0])
+    print("%8s %6s | %6s %9s %10s %9s %10s | %6s %9s %10s %9s %10s"
+          % ("S", "steps", "best W", "speed-up", "total", "cost $", "E-step@256",
+             "best W", "speed-up", "total", "cost $", "E-step@256"))
+    out = []
+    for S in [s for s in sizes if s <= run["D"]]:
+        line = {"S": S, "steps": math.ceil(run["D"] / S)}
+        cells = []
+        for key, (_, cc, combine) in (("measured", first), ("all_changes", last)):
+            rows = sweep(cc, CLOUD, run, S, combine=combine)
+            best = _best(rows)
+            p256 = rows[-1]["parts_s"]
+            share = p256["estep"] / sum(p256.values())
+            line[key] = {"best_workers": best["workers"], "speedup": best["speedup"],
+                         "total_s": best["total_s"], "cost_usd": best["cost_usd"],
+                         "estep_share_at_256": share}
+            cells.append("%6d %9.2f %10s %9.2f %9.1f%%" % (best["workers"], best["speedup"],
+                                                           _hms(best["total_s"]),
+                                                           best["cost_usd"], 100 * share))
+        print("%8d %6d | %s | %s" % (S, line["steps"], cells[0], cells[1]))
+        out.append(line)
     return out
 
 
@@ -534,6 +629,12 @@ def main(argv=None):
     ap.add_argument("--combine", choices=["lifted", "tree"], default="lifted",
                     help="how the partial statistics reach the global step (default: lifted, "
                          "Beam's CombinePerKey: one reducer receives one partial per worker)")
+    ap.add_argument("--job-start", type=float, default=None,
+                    help="seconds to start one pipeline's workers (default %.0f: Dataflow "
+                         "booting VMs; a standing Flink cluster needs only the job submission)"
+                    % CLOUD["job_start_s"])
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="bytes/s per worker (default %.3g)" % CLOUD["network_bytes_per_s"])
     ap.add_argument("--estep-json", default=os.path.join(RESULTS, "estep_bench.json"))
     ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
     ap.add_argument("--vectorize-json", default=os.path.join(RESULTS, "vectorize_bench.json"))
@@ -542,6 +643,10 @@ def main(argv=None):
     ap.add_argument("--plot", default=os.path.join(RESULTS, "cluster_model.png"),
                     help="speed-up plot (a CSV beside it without matplotlib; '' none)")
     args = ap.parse_args(argv)
+    if args.job_start is not None:
+        CLOUD["job_start_s"] = args.job_start
+    if args.bandwidth is not None:
+        CLOUD["network_bytes_per_s"] = args.bandwidth
     c, runs, src = load_constants(args)
     print("Cloud constants (assumptions): %s" % json.dumps(CLOUD))
     print("Measured constants and where they come from:")
@@ -556,8 +661,10 @@ def main(argv=None):
         print("At 256 workers the E-step is >= 50 %% of a step from S = %s, >= 90 %% from S = %s"
               % (busy["50%"], busy["90%"]))
         whatif = what_ifs(c, run, args.minibatch)
+        by_s = minibatch_table(c, run)
         results.append({"run": run, "rows": rows, "busy_minibatch_at_256": busy,
-                        "flattens_from_workers": flattening_point(rows), "what_if": whatif})
+                        "flattens_from_workers": flattening_point(rows), "what_if": whatif,
+                        "by_minibatch": by_s})
     if args.plot:
         print("speed-up plot: %s" % plot(results, args.plot))
     if args.json:

@@ -119,7 +119,7 @@ def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
             {"runner": "beam-in-process", "K": 10, "V": 80, "S": 4096, "steps": 5,
              "global_step_s": 0.5}]
     assert cm._global_step_from_rows(rows)[:2] == (0.08, 800000)
-    assert cm._global_step_from_rows(rows[1:])[:2] == (0.1, 800)
+    assert cm._global_step_from_rows(rows[1:])[:2] == (0.5, 800)
     assert cm._global_step_from_rows([{"runner": "x"}]) is None
 
     old = {"throughput": {f: {"input_mb": 10.0, "in-process": {"mb_per_cpu_s": 5.0,
@@ -146,3 +146,28 @@ def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
 def test_a_missing_results_file_names_the_script(tmp_path):
     with pytest.raises(SystemExit, match="estep_bench.py"):
         cm.estep_constants(str(tmp_path / "estep_bench.json"), {}, {})
+
+
+def test_beam_row_overhead_and_state_delivery():
+    rows = [{"runner": "beam-workers-2", "K": 1000, "V": 100000, "S": 4096},
+            {"runner": "beam-workers-2", "K": 100, "V": 8000, "S": 4096,
+             "per_step_overhead_s": 0.30, "state_bytes": 6_400_000,
+             "state_delivery_bytes_per_step": 12_800_000,
+             "breakdown": {"pipeline_start": 0.10, "checkpoint": 0.02, "estep": 1.0}},
+            {"runner": "beam-in-process", "K": 100, "V": 8000, "S": 4096}]
+    r = cm._beam_row(rows)
+    assert r is rows[1]                                        # the K = 100 worker row
+    src = {}
+    assert cm._overhead(r, "tag", src) == pytest.approx(0.30 - 0.10 - 0.02)
+    assert "older run" not in src["per-step overhead"]
+    assert cm._state_delivery(r, "tag")[0] is True             # 2 workers x the state
+    once = dict(r, state_delivery_bytes_per_step=400_000)
+    assert cm._state_delivery(once, "tag")[0] is False
+    old = {"runner": "beam 2 workers", "S": 4096, "wall": 7.0, "inprocess_wall": 2.0,
+           "docs_per_s": 17784 / 7.0}
+    src = {}
+    assert cm._overhead(old, "tag", src) == pytest.approx(5.0 / 5)   # 5 steps of 4,096
+    assert "older run" in src["per-step overhead"]
+    assert cm._state_delivery(old, "tag")[0] is True
+    with pytest.raises(SystemExit, match="no worker-process row"):
+        cm._beam_row(rows[2:])
