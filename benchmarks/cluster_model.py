@@ -593,25 +593,33 @@ def plot(results: List[dict], path: str) -> str:
         path = os.path.splitext(path)[0] + ".csv"
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["run", "workers", "speedup", "amdahl_limit"])
+            w.writerow(["run", "variant", "workers", "speedup", "amdahl_limit"])
             for res in results:
-                for r in res["rows"]:
-                    w.writerow([res["run"]["name"], r["workers"], r["speedup"],
-                                r["amdahl_limit"]])
+                for key in ("rows", "rows_all_changes"):
+                    for r in res[key]:
+                        w.writerow([res["run"]["name"], key, r["workers"], r["speedup"],
+                                    r["amdahl_limit"]])
         return path
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     ws = np.array(WORKERS)
     ax.plot(ws, ws, color="0.7", ls=":", label="ideal")
     for res, color in zip(results, ("C0", "C1")):
-        rows = res["rows"]
-        ax.plot(ws, [r["speedup"] for r in rows], "o-", color=color, label=res["run"]["name"])
-        ax.axhline(rows[0]["amdahl_limit"], color=color, ls="--", lw=0.8)
+        rows, alt = res["rows"], res["rows_all_changes"]
+        ax.plot(ws, [r["speedup"] for r in rows], "o-", color=color,
+                label=res["run"]["name"] + ": as measured")
+        ax.plot(ws, [r["speedup"] for r in alt], "s--", color=color, ms=4, lw=1,
+                label="... fewest windows, tree combine, state once")
+        ax.axhline(rows[0]["amdahl_limit"], color=color, ls=":", lw=0.8)
+        ax.axhline(alt[0]["amdahl_limit"], color=color, ls="-.", lw=0.6)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("workers (%s, %d vCPU each)" % (CLOUD["machine_type"],
                                                   CLOUD["vcpus_per_worker"]))
     ax.set_ylabel("speed-up of vectorize + one training pass vs 1 worker")
-    ax.set_title("Projected speed-up (dashed: Amdahl limit)", fontsize=10)
+    ax.set_title("Projected speed-up, S = %d (horizontal lines: Amdahl limits)"
+                 % results[0]["rows"][0]["S"], fontsize=10)
+    ax.set_xticks(ws)
+    ax.set_xticklabels([str(w) for w in ws])
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
@@ -662,7 +670,10 @@ def main(argv=None):
               % (busy["50%"], busy["90%"]))
         whatif = what_ifs(c, run, args.minibatch)
         by_s = minibatch_table(c, run)
+        label, cc, combine = variants(c)[-1]
         results.append({"run": run, "rows": rows, "busy_minibatch_at_256": busy,
+                        "rows_all_changes": sweep(cc, CLOUD, run, args.minibatch,
+                                                  combine=combine),
                         "flattens_from_workers": flattening_point(rows), "what_if": whatif,
                         "by_minibatch": by_s})
     if args.plot:
