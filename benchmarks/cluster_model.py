@@ -14,7 +14,10 @@ The model of one training step of online VB on W workers of c vCPUs each::
     delivery    = bytes each worker reads per step / bandwidth   (the whole state when the
                   runner reloads it every step, else the combined statistics)
     combine     = W x partial bytes / bandwidth        combiner-lifted: one reducer receives a
-                  partial per worker (``--combine tree``: ceil(log2 W) x partial bytes)
+                  partial per worker (``--combine tree``: ceil(log2 W) x partial bytes;
+                  ``--combine sharded``, a design not built: statistics keyed by word block,
+                  partial bytes once, the global step spread over W, each worker reading only
+                  its words' rows of the state)
                   partial bytes = min(V, ceil(S/W) x nnz/doc) x K x bytes per statistic
     global step = measured global step x (K V) / (K0 V0)   serial
     overhead    = the runner's measured per-step overhead  serial, assumed independent of W
@@ -30,7 +33,7 @@ shaped like the bundled sample's articles under a 7,995-word vocabulary; run (b)
 documents at K = 1,000, V = 100,000, shaped like the documents the E-step benchmark timed.
 Both for W = 1, 2, 4, ..., 256; speed-up against W is plotted (matplotlib) or tabulated (CSV).
 
-    python benchmarks/cluster_model.py [--minibatch 4096] [--combine lifted|tree]
+    python benchmarks/cluster_model.py [--minibatch 4096] [--combine lifted|tree|sharded]
         [--estep-json F] [--beam-json F] [--vectorize-json F] [--json OUT] [--plot OUT.png]
 """
 from __future__ import annotations
@@ -83,17 +86,26 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
     partial = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
     combined = min(V, S * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
     state = K * V * c["state_bytes_per_value"]
+    global_step = c["global_step_s"] * (K * V) / c["global_step_kv"]
+    delivery = (state if c["state_reloaded_per_step"] else combined) / bw
     if combine == "tree":
         combine_s = math.ceil(math.log2(W)) * partial / bw if W > 1 else partial / bw
     elif combine == "lifted":
         combine_s = W * partial / bw
+    elif combine == "sharded":
+        # keyed by word block: every worker sends 1/W of its partial to each of W reducers,
+        # which apply the global step to their rows; a worker then reads only its words' rows
+        combine_s = partial / bw
+        global_step /= W
+        delivery = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K \
+            * c["state_bytes_per_value"] / bw
     else:
-        raise ValueError("combine must be 'lifted' or 'tree', got %r" % (combine,))
+        raise ValueError("combine must be 'lifted', 'tree' or 'sharded', got %r" % (combine,))
     return {
         "estep": math.ceil(S / cores) * t_doc,
-        "delivery": (state if c["state_reloaded_per_step"] else combined) / bw,
+        "delivery": delivery,
         "combine": combine_s,
-        "global_step": c["global_step_s"] * (K * V) / c["global_step_kv"],
+        "global_step": global_step,
         "overhead": c["per_step_overhead_s"],
     }
 
@@ -117,13 +129,13 @@ def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lif
 
 
 def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted") -> float:
-    """The part of the total that no number of workers shortens (Amdahl's serial part): job
-    starts, and per step the global step, the overhead and the state delivery (each worker
-    reads it whatever W). The E-step and vectorize shrink with W; the combine is not counted
-    (it grows with W), so this is a lower bound of every W's total."""
+    """What no number of workers shortens (Amdahl's serial part, a lower bound of every W's
+    total): the job starts, and per step the parts at W -> infinity -- one document's E-step
+    per core, the state delivery, the global step (spread over W only when sharded) and the
+    overhead; the combine is left out (it is >= 0 and, lifted, grows with W)."""
     p = project(c, cloud, run, 1, S, combine)
-    parts = p["parts_s"]
-    per_step = parts["global_step"] + parts["overhead"] + parts["delivery"]
+    parts = step_parts(c, cloud, run, 2 ** 40, S, combine)
+    per_step = sum(v for k, v in parts.items() if k != "combine")
     return (p["windows"] + 1) * cloud["job_start_s"] + p["steps"] * per_step
 
 
@@ -169,10 +181,17 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
+def _results_name(path: str) -> str:
+    """``benchmarks/results/NAME`` for a results file of any checkout, else the path."""
+    path = os.path.abspath(path)
+    i = path.find(os.path.join("benchmarks", "results", ""))
+    return path[i:] if i >= 0 else path
+
+
 def _run_tag(doc: dict, path: str) -> str:
     run = doc.get("run", {})
     return "%s (run %s, commit %s, load %s)" % (
-        os.path.relpath(path, common.REPO), run.get("utc", "?"), run.get("git_commit", "?"),
+        _results_name(path), run.get("utc", "?"), run.get("git_commit", "?"),
         "%.1f" % run["load_average_at_end"][0] if run.get("load_average_at_end") else "?")
 
 
@@ -526,7 +545,8 @@ def variants(c: dict) -> List[tuple]:
     return [("as measured (defaults)", c, "lifted"),
             ("+ windows of %d minibatches" % c["max_window"], fewest, "lifted"),
             ("+ tree combine", fewest, "tree"),
-            ("+ state shipped once", dict(fewest, state_reloaded_per_step=False), "tree")]
+            ("+ state shipped once", dict(fewest, state_reloaded_per_step=False), "tree"),
+            ("+ sharded by word (a design, not built)", fewest, "sharded")]
 
 
 def _best(rows: List[dict]) -> dict:
@@ -559,7 +579,7 @@ def minibatch_table(c: dict, run: dict, sizes=(1024, 4096, 16384, 65536, 262144)
     """For each minibatch size S, as measured and with every change of :func:`variants`: the
     best W with its speed-up, wall and cost, and the E-step's share of a step at 256 workers."""
     first, last = variants(c)[0], variants(c)[-1]
-    print("Minibatch size S: %s | all changes above" % first[0])
+    print("Minibatch size S: %s | %s and every change before it" % (first[0], last[0]))
     print("%8s %6s | %6s %9s %10s %9s %10s | %6s %9s %10s %9s %10s"
           % ("S", "steps", "best W", "speed-up", "total", "cost $", "E-step@256",
              "best W", "speed-up", "total", "cost $", "E-step@256"))
@@ -581,6 +601,52 @@ def minibatch_table(c: dict, run: dict, sizes=(1024, 4096, 16384, 65536, 262144)
         print("%8d %6d | %s | %s" % (S, line["steps"], cells[0], cells[1]))
         out.append(line)
     return out
+
+
+def markdown(results: List[dict]) -> str:
+    """The tables of the run as Markdown (docs/cluster.md section 8 quotes them)."""
+    out = []
+    for res in results:
+        run = res["run"]
+        out.append("**%s**, S = %d: %d steps; per document %.0f non-zeros x %.1f iterations = "
+                   "%.2f CPU-ms of E-step, %.2f CPU-ms of vectorize.\n"
+                   % (run["name"], res["rows"][0]["S"], res["rows"][0]["steps"],
+                      run["nnz_per_doc"], run["iterations"], run["t_doc_s"] * 1e3,
+                      run["vectorize_cpu_s_per_doc"] * 1e3))
+        out.append("| workers | windows | E-step s | state s | combine s | global step s | "
+                   "overhead s | step s | train | vectorize | total | cost | speed-up |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in res["rows"]:
+            p = r["parts_s"]
+            out.append("| %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %s | %s | %s | "
+                       "$%.2f | %.2f |" % (r["workers"], r["windows"], p["estep"],
+                                           p["delivery"], p["combine"], p["global_step"],
+                                           p["overhead"], r["step_s"], _hms(r["train_s"]),
+                                           _hms(r["vectorize_s"]), _hms(r["total_s"]),
+                                           r["cost_usd"], r["speedup"]))
+        out.append("\nAmdahl limit %.1f; flattens (doubling W gains < 10 %%) from W = %s.\n"
+                   % (res["rows"][0]["amdahl_limit"], res["flattens_from_workers"]))
+        out.append("| what if (S = %d) | windows | best W | speed-up | total | cost | "
+                   "speed-up at 256 | Amdahl limit |" % res["rows"][0]["S"])
+        out.append("|---|---|---|---|---|---|---|---|")
+        for w in res["what_if"]:
+            out.append("| %s | %d | %d | %.2f | %s | $%.2f | %.2f | %.1f |"
+                       % (w["what"], w["windows"], w["best_workers"], w["best_speedup"],
+                          _hms(w["best_total_s"]), w["best_cost_usd"], w["speedup_at_256"],
+                          w["amdahl_limit"]))
+        out.append("\n| S | steps | as measured: best W | speed-up | total | cost | "
+                   "all changes incl. the sharded design: best W | speed-up | total | cost | E-step share of a step "
+                   "at 256 workers |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for line in res["by_minibatch"]:
+            m, a = line["measured"], line["all_changes"]
+            out.append("| %s | %s | %d | %.2f | %s | $%.2f | %d | %.2f | %s | $%.2f | %.1f %% |"
+                       % (format(line["S"], ","), format(line["steps"], ","),
+                          m["best_workers"], m["speedup"], _hms(m["total_s"]), m["cost_usd"],
+                          a["best_workers"], a["speedup"], _hms(a["total_s"]), a["cost_usd"],
+                          100 * a["estep_share_at_256"]))
+        out.append("")
+    return "\n".join(out)
 
 
 def plot(results: List[dict], path: str) -> str:
@@ -634,7 +700,7 @@ def main(argv=None):
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--minibatch", type=int, default=4096,
                     help="minibatch size S (default: the worker runners' default, 4096)")
-    ap.add_argument("--combine", choices=["lifted", "tree"], default="lifted",
+    ap.add_argument("--combine", choices=["lifted", "tree", "sharded"], default="lifted",
                     help="how the partial statistics reach the global step (default: lifted, "
                          "Beam's CombinePerKey: one reducer receives one partial per worker)")
     ap.add_argument("--job-start", type=float, default=None,
@@ -650,6 +716,7 @@ def main(argv=None):
                     help="write the tables here ('' not at all)")
     ap.add_argument("--plot", default=os.path.join(RESULTS, "cluster_model.png"),
                     help="speed-up plot (a CSV beside it without matplotlib; '' none)")
+    ap.add_argument("--markdown", default="", help="also write the tables as Markdown here")
     args = ap.parse_args(argv)
     if args.job_start is not None:
         CLOUD["job_start_s"] = args.job_start
@@ -678,6 +745,10 @@ def main(argv=None):
                         "by_minibatch": by_s})
     if args.plot:
         print("speed-up plot: %s" % plot(results, args.plot))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(results))
+        print("Markdown tables: %s" % args.markdown)
     if args.json:
         common.save_results({"cloud": CLOUD, "constants": c, "sources": src,
                              "combine": args.combine, "minibatch": args.minibatch,

@@ -53,7 +53,7 @@ def test_estep_work_is_conserved_and_spread_by_documents():
     assert cm.step_parts(C, CLOUD, RUN, 256, S)["estep"] == pytest.approx(t_doc)
 
 
-@pytest.mark.parametrize("combine", ["lifted", "tree"])
+@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded"])
 def test_speedup_is_bounded_by_the_amdahl_limit(combine):
     rows = cm.sweep(C, CLOUD, RUN, S, combine=combine)
     assert rows[0]["workers"] == 1 and rows[0]["speedup"] == pytest.approx(1.0)
@@ -67,7 +67,8 @@ def test_speedup_is_bounded_by_the_amdahl_limit(combine):
 def test_speedup_is_monotone_when_the_combine_does_not_grow():
     cheap = dict(C, stats_bytes_per_value=0.0)                # nothing to combine
     for series in (cm.sweep(cheap, CLOUD, RUN, S, combine="tree"),
-                   cm.sweep(cheap, CLOUD, RUN, S, combine="lifted")):
+                   cm.sweep(cheap, CLOUD, RUN, S, combine="lifted"),
+                   cm.sweep(C, CLOUD, RUN, S, combine="sharded")):
         ups = [r["speedup"] for r in series]
         assert all(b >= a * (1 - 1e-12) for a, b in zip(ups, ups[1:]))
 
@@ -85,6 +86,14 @@ def test_state_shipped_once_delivers_the_combined_statistics():
     once = dict(C, state_reloaded_per_step=False)
     parts = cm.step_parts(once, CLOUD, RUN, 4, S)
     assert parts["delivery"] == pytest.approx(min(100, S * 5) * 10 * 8 / 1e6)
+
+
+def test_sharded_moves_each_workers_words_once_and_spreads_the_global_step():
+    parts = cm.step_parts(C, CLOUD, RUN, 10, S, "sharded")
+    words = min(100, 10 * 5)                                  # 10 documents per worker
+    assert parts["combine"] == pytest.approx(words * 10 * 8 / 1e6)
+    assert parts["delivery"] == pytest.approx(words * 10 * 8 / 1e6)
+    assert parts["global_step"] == pytest.approx(0.01 * 1000 / 500 / 10)
 
 
 def test_flattening_point_and_busy_minibatch():
