@@ -406,7 +406,7 @@ def vectorize_constants(path: str, src: dict) -> dict:
             out[fmt] = 1.0 / r["mb_per_cpu_s"]
             src["vectorize %s" % fmt] = "%.2f MB/CPU-s in-process (%.0f MB): %s" % (
                 r["mb_per_cpu_s"], r.get("mb", float("nan")), tag)
-            if r.get("docs") and r.get("mb"):
+            if fmt == "jsonl" and r.get("docs") and r.get("mb"):
                 out[fmt + "_mb_per_doc"] = r["mb"] / r["docs"]
         elif old.get("in-process"):
             out[fmt] = 1.0 / old["in-process"]["mb_per_cpu_s"]
@@ -415,7 +415,7 @@ def vectorize_constants(path: str, src: dict) -> dict:
                                                         old["input_mb"], tag))
         else:
             raise SystemExit("%s has no in-process %s throughput" % (path, fmt))
-        if fmt + "_mb_per_doc" not in out and old.get("in-process"):
+        if fmt == "jsonl" and fmt + "_mb_per_doc" not in out and old.get("in-process"):
             out[fmt + "_mb_per_doc"] = old["input_mb"] / old["in-process"]["docs"]
             src["vectorize %s" % fmt] += "; %.2f KB per document: %s, from the older run" % (
                 out[fmt + "_mb_per_doc"] * 1e3, tag)
@@ -627,16 +627,19 @@ def markdown(results: List[dict]) -> str:
         out.append("\nAmdahl limit %.1f; flattens (doubling W gains < 10 %%) from W = %s.\n"
                    % (res["rows"][0]["amdahl_limit"], res["flattens_from_workers"]))
         out.append("| what if (S = %d) | windows | best W | speed-up | total | cost | "
-                   "speed-up at 256 | Amdahl limit |" % res["rows"][0]["S"])
-        out.append("|---|---|---|---|---|---|---|---|")
+                   "speed-up at 256 | Amdahl limit | S for E-step >= 50 %% at 256 |"
+                   % res["rows"][0]["S"])
+        out.append("|---|---|---|---|---|---|---|---|---|")
         for w in res["what_if"]:
-            out.append("| %s | %d | %d | %.2f | %s | $%.2f | %.2f | %.1f |"
+            busy = w["busy_minibatch_at_256"]
+            out.append("| %s | %d | %d | %.2f | %s | $%.2f | %.2f | %.1f | %s |"
                        % (w["what"], w["windows"], w["best_workers"], w["best_speedup"],
                           _hms(w["best_total_s"]), w["best_cost_usd"], w["speedup_at_256"],
-                          w["amdahl_limit"]))
+                          w["amdahl_limit"], format(busy, ",") if busy else
+                          "none <= min(D, 2^22)"))
         out.append("\n| S | steps | as measured: best W | speed-up | total | cost | "
-                   "all changes incl. the sharded design: best W | speed-up | total | cost | E-step share of a step "
-                   "at 256 workers |")
+                   "all changes incl. the sharded design: best W | speed-up | total | cost | "
+                   "E-step share of a step at 256 workers |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for line in res["by_minibatch"]:
             m, a = line["measured"], line["all_changes"]
