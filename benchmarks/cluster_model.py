@@ -151,6 +151,18 @@ def sweep(c: dict, cloud: dict, run: dict, S: int, workers=WORKERS,
     return rows
 
 
+def time_shares(r: dict, job_start_s: float) -> Dict[str, float]:
+    """Where the total of one ``project`` row goes, as fractions: job starts, vectorize work,
+    E-step, bytes moved (state delivery + combine), global step + overhead."""
+    p, n = r["parts_s"], r["steps"]
+    parts = {"job starts": (r["windows"] + 1) * job_start_s,
+             "vectorize": r["vectorize_s"] - job_start_s,
+             "E-step": n * p["estep"],
+             "bytes moved": n * (p["delivery"] + p["combine"]),
+             "global step + overhead": n * (p["global_step"] + p["overhead"])}
+    return {k: v / r["total_s"] for k, v in parts.items()}
+
+
 def flattening_point(rows: List[dict], gain: float = 1.10) -> Optional[int]:
     """The first W whose doubling gains less than ``gain`` in speed-up (None: never)."""
     for a, b in zip(rows, rows[1:]):
@@ -624,8 +636,16 @@ def markdown(results: List[dict]) -> str:
                                            p["overhead"], r["step_s"], _hms(r["train_s"]),
                                            _hms(r["vectorize_s"]), _hms(r["total_s"]),
                                            r["cost_usd"], r["speedup"]))
-        out.append("\nAmdahl limit %.1f; flattens (doubling W gains < 10 %%) from W = %s.\n"
-                   % (res["rows"][0]["amdahl_limit"], res["flattens_from_workers"]))
+        out.append("\nAmdahl limit %.1f; flattens (doubling W gains < 10 %%) from W = %s. "
+                   "Where the total goes:" % (res["rows"][0]["amdahl_limit"],
+                                              res["flattens_from_workers"]))
+        best = _best(res["rows"])
+        for r in sorted({id(x): x for x in (res["rows"][0], best, res["rows"][-1])}.values(),
+                        key=lambda x: x["workers"]):
+            out.append("W = %d: %s." % (r["workers"], ", ".join(
+                "%s %.0f %%" % (k, 100 * v) for k, v in time_shares(r, CLOUD["job_start_s"])
+                .items())) + ("  " if r is not res["rows"][-1] else ""))
+        out.append("")
         out.append("| what if (S = %d) | windows | best W | speed-up | total | cost | "
                    "speed-up at 256 | Amdahl limit | S for E-step >= 50 %% at 256 |"
                    % res["rows"][0]["S"])

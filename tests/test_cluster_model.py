@@ -180,3 +180,11 @@ def test_beam_row_overhead_and_state_delivery():
     assert cm._state_delivery(old, "tag")[0] is True
     with pytest.raises(SystemExit, match="no worker-process row"):
         cm._beam_row(rows[2:])
+
+
+def test_time_shares_add_up_to_the_total():
+    for W in (1, 8, 256):
+        r = cm.project(C, CLOUD, RUN, W, S)
+        shares = cm.time_shares(r, CLOUD["job_start_s"])
+        assert sum(shares.values()) == pytest.approx(1.0)
+        assert all(v >= 0 for v in shares.values())
