@@ -499,8 +499,9 @@ def union_bound_check(src: dict, sizes=(16, 256, 4096)) -> None:
         u = len(np.unique(X[rng.permutation(D)[:n]].indices))
         out.append("n=%d: %d words, bound/measured %.2f" % (n, u, min(V, n * X.nnz / D) / u))
     src["statistics words"] = ("the bound min(V, n x nnz/doc) on the words of n documents' "
-                               "statistics, against 20 Newsgroups (V=%d, %s): %s"
-                               % (V, path, "; ".join(out)))
+                               "statistics, against n random 20 Newsgroups posts (V=%d, as "
+                               "benchmarks/prepare_20news.py prepares them): %s"
+                               % (V, "; ".join(out)))
 
 
 def window_settings(src: dict) -> tuple:
