@@ -34,7 +34,8 @@ documents at K = 1,000, V = 100,000, shaped like the documents the E-step benchm
 Both for W = 1, 2, 4, ..., 256; speed-up against W is plotted (matplotlib) or tabulated (CSV).
 
     python benchmarks/cluster_model.py [--minibatch 4096] [--combine lifted|tree|sharded]
-        [--estep-json F] [--beam-json F] [--vectorize-json F] [--json OUT] [--plot OUT.png]
+        [--job-start SECONDS] [--bandwidth BYTES_PER_S] [--estep-json F] [--beam-json F]
+        [--vectorize-json F] [--json OUT] [--plot OUT.png] [--markdown OUT.md]
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ CLOUD = {
     "network_bytes_per_s": 250e6,         # per worker, object-store reads/writes (2 Gbit/s)
 }
 
-# The two runs projected. nnz/doc, iterations and vectorize cost per document are filled in
-# from the measurements (``run_shapes``).
+# The two runs projected; non-zeros per document, iterations and vectorize CPU per document
+# are filled in from the measurements (``load_constants``).
 RUN_A = {"name": "(a) Wikipedia, 3.3 M articles, K=100", "D": 3_300_000, "K": 100, "V": 7995}
 RUN_B = {"name": "(b) 100 M documents, K=1,000, V=100,000", "D": 100_000_000, "K": 1000,
          "V": 100_000}
