@@ -218,18 +218,22 @@ def estep_constants(path: str, c: dict, src: dict) -> None:
         if r.get("dtype") != "float32":
             continue
         K = int(r["K"])
-        c["estep_s_per_nnz_iter"][K] = r["ours_cpu_s"] / (r["nnz"] * r["mean_iterations"])
-        row = {"iterations": r["mean_iterations"]}
+        # iterations per non-zero (each document's weighted by its non-zeros) when measured:
+        # the work is sum_d nnz_d x iterations_d
+        its = r.get("nnz_weighted_iterations") or r["mean_iterations"]
+        c["estep_s_per_nnz_iter"][K] = r["ours_cpu_s"] / (r["nnz"] * its)
+        row = {"iterations": its}
         if "docs" in r and "tokens" in r:
             row.update(nnz_per_doc=r["nnz"] / r["docs"], tokens_per_doc=r["tokens"] / r["docs"])
             how = tag
         else:
             how = tag + ", from the older run (no docs/tokens keys)"
         c["estep_rows"][K] = row
-        src["estep K=%d" % K] = ("%.3g CPU-ns per non-zero x iteration, %.1f iterations/doc "
-                                 "[ours_cpu_s / (nnz x mean_iterations)]: %s"
-                                 % (c["estep_s_per_nnz_iter"][K] * 1e9, r["mean_iterations"],
-                                    how))
+        key = "nnz_weighted_iterations" if r.get("nnz_weighted_iterations") else \
+            "mean_iterations"
+        src["estep K=%d" % K] = ("%.3g CPU-ns per non-zero x iteration, %.1f iterations "
+                                 "[ours_cpu_s / (nnz x %s)]: %s"
+                                 % (c["estep_s_per_nnz_iter"][K] * 1e9, its, key, how))
         if "flops_per_s" in r and "peak_fraction" in r:
             src["estep K=%d" % K] += "; %.0f %% of float32 peak" % (100 * r["peak_fraction"])
     if not c["estep_s_per_nnz_iter"]:
@@ -240,11 +244,16 @@ def estep_constants(path: str, c: dict, src: dict) -> None:
 WINDOW_PHASES = ("pipeline_build", "pipeline_start", "pipeline_finish", "checkpoint")
 
 
+# the runners closest to a cluster first: an external worker pool, then worker processes
+# running the two stages per step that remote runners run, then any worker processes
+CLUSTER_RUNNERS = ("portable-pool", "beam-workers-2-two-stage", "beam-workers-2",
+                   "beam 2 workers")
+
+
 def _beam_row(rows: List[dict]) -> dict:
-    """The row for a cluster: an external worker pool if measured, else worker processes; of
-    that runner's rows the smallest model (the K = 100 run, not the big-model one), then the
-    largest minibatch."""
-    for name in ("portable-pool", "beam-workers-2", "beam 2 workers"):
+    """The row for a cluster (``CLUSTER_RUNNERS`` in order); of that runner's rows the
+    smallest model (the K = 100 run, not the big-model one), then the largest minibatch."""
+    for name in CLUSTER_RUNNERS:
         cand = [r for r in rows if r.get("runner") == name]
         if cand:
             return min(cand, key=lambda r: (r.get("K", 0) * r.get("V", 0), -r.get("S", 0)))
@@ -354,18 +363,13 @@ def _state_delivery(r: dict, tag: str) -> tuple:
 
 def _global_step_from_rows(rows: List[dict]):
     """(seconds per global step, K x V, how) from the largest-K x V row that has it
-    (``global_step_s`` is per step, as ``breakdown['global_step']``)."""
+    (``global_step_s``: wall seconds per step; the ``breakdown`` sums them over workers)."""
     have = [r for r in rows if r.get("global_step_s") is not None and r.get("K") and r.get("V")
             and r.get("steps")]
     if not have:
         return None
     r = max(have, key=lambda r: r["K"] * r["V"])
-    per_step = (r.get("breakdown") or {}).get("global_step")
-    how = "breakdown['global_step'], runner %r" % r["runner"]
-    if per_step is None:
-        per_step = r["global_step_s"]
-        how = "global_step_s, runner %r" % r["runner"]
-    return per_step, r["K"] * r["V"], how
+    return r["global_step_s"], r["K"] * r["V"], "global_step_s, runner %r" % r["runner"]
 
 
 def sample_stats(src: dict) -> dict:
@@ -409,16 +413,19 @@ def vectorize_constants(path: str, src: dict) -> dict:
     doc = _load(path)
     tag = _run_tag(doc, path)
     out = {}
-    rows = doc.get("results") if isinstance(doc.get("results"), list) else None
+    rows = [r for key in ("rows", "results") if isinstance(doc.get(key), list)
+            for r in doc[key]]
     for fmt, names in (("wiki", ("xml.bz2", "wiki")), ("jsonl", ("jsonl",))):
-        new = [r for r in rows or [] if r.get("format") in names
+        new = [r for r in rows if r.get("format") in names
                and r.get("runner") == "in-process" and r.get("mb_per_cpu_s")]
         old = (doc.get("throughput") or {}).get(fmt) or {}
         if new:
             r = max(new, key=lambda r: r.get("mb", 0))
-            out[fmt] = 1.0 / r["mb_per_cpu_s"]
-            src["vectorize %s" % fmt] = "%.2f MB/CPU-s in-process (%.0f MB): %s" % (
-                r["mb_per_cpu_s"], r.get("mb", float("nan")), tag)
+            # steady state (start-up left out: a cluster worker pays it once, in the job start)
+            key = "steady_mb_per_cpu_s" if r.get("steady_mb_per_cpu_s") else "mb_per_cpu_s"
+            out[fmt] = 1.0 / r[key]
+            src["vectorize %s" % fmt] = "%.2f MB/CPU-s in-process (%s, %.0f MB): %s" % (
+                r[key], key, r.get("mb", float("nan")), tag)
             if fmt == "jsonl" and r.get("docs") and r.get("mb"):
                 out[fmt + "_mb_per_doc"] = r["mb"] / r["docs"]
         elif old.get("in-process"):

@@ -112,14 +112,16 @@ def test_flattening_point_and_busy_minibatch():
 
 def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
     est = {"results": [{"K": 10, "dtype": "float32", "nnz": 1000, "mean_iterations": 20.0,
-                        "ours_cpu_s": 0.02, "docs": 50, "tokens": 4000},
+                        "nnz_weighted_iterations": 25.0, "ours_cpu_s": 0.02, "docs": 50,
+                        "tokens": 4000},
                        {"K": 10, "dtype": "float64", "nnz": 1000, "mean_iterations": 20.0,
                         "ours_cpu_s": 0.04}], "run": {}}
     path = tmp_path / "estep.json"
     path.write_text(json.dumps(est))
     c, src = {}, {}
     cm.estep_constants(str(path), c, src)
-    assert c["estep_s_per_nnz_iter"] == {10: pytest.approx(0.02 / (1000 * 20.0))}
+    assert c["estep_s_per_nnz_iter"] == {10: pytest.approx(0.02 / (1000 * 25.0))}
+    assert c["estep_rows"][10]["iterations"] == 25.0
     assert c["estep_rows"][10]["nnz_per_doc"] == 20.0
     assert "older run" not in src["estep K=10"]
 
@@ -127,7 +129,7 @@ def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
              "global_step_s": 0.5, "breakdown": {"global_step": 0.08}},
             {"runner": "beam-in-process", "K": 10, "V": 80, "S": 4096, "steps": 5,
              "global_step_s": 0.5}]
-    assert cm._global_step_from_rows(rows)[:2] == (0.08, 800000)
+    assert cm._global_step_from_rows(rows)[:2] == (0.5, 800000)
     assert cm._global_step_from_rows(rows[1:])[:2] == (0.5, 800)
     assert cm._global_step_from_rows([{"runner": "x"}]) is None
 
@@ -140,10 +142,13 @@ def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
     v = cm.vectorize_constants(str(path), src)
     assert v["wiki"] == pytest.approx(0.2) and v["jsonl_mb_per_doc"] == pytest.approx(0.1)
     assert "older run" in src["vectorize wiki"]
-    new = {"results": [{"format": "xml.bz2", "runner": "in-process", "mb": 100.0,
-                        "cpu_s": 10.0, "mb_per_cpu_s": 10.0, "docs": 1000},
-                       {"format": "jsonl", "runner": "in-process", "mb": 100.0,
-                        "cpu_s": 5.0, "mb_per_cpu_s": 20.0, "docs": 500}], "run": {}}
+    new = {"rows": [{"format": "wiki", "runner": "in-process", "mb": 100.0,
+                     "cpu_s": 20.0, "mb_per_cpu_s": 5.0, "steady_mb_per_cpu_s": 10.0,
+                     "docs": 1000},
+                    {"format": "jsonl", "runner": "in-process", "mb": 100.0,
+                     "cpu_s": 5.0, "mb_per_cpu_s": 20.0, "docs": 500},
+                    {"format": "jsonl", "runner": "multi_processing x2", "mb": 100.0,
+                     "cpu_s": 50.0, "mb_per_cpu_s": 2.0, "docs": 500}], "run": {}}
     path.write_text(json.dumps(new))
     src = {}
     v = cm.vectorize_constants(str(path), src)
@@ -159,13 +164,15 @@ def test_a_missing_results_file_names_the_script(tmp_path):
 
 def test_beam_row_overhead_and_state_delivery():
     rows = [{"runner": "beam-workers-2", "K": 1000, "V": 100000, "S": 4096},
-            {"runner": "beam-workers-2", "K": 100, "V": 8000, "S": 4096,
+            {"runner": "beam-workers-2", "K": 100, "V": 8000, "S": 4096},
+            {"runner": "beam-workers-2-two-stage", "K": 100, "V": 8000, "S": 4096,
              "per_step_overhead_s": 0.30, "state_bytes": 6_400_000,
              "state_delivery_bytes_per_step": 12_800_000,
              "breakdown": {"pipeline_start": 0.10, "checkpoint": 0.02, "estep": 1.0}},
             {"runner": "beam-in-process", "K": 100, "V": 8000, "S": 4096}]
     r = cm._beam_row(rows)
-    assert r is rows[1]                                        # the K = 100 worker row
+    assert r is rows[2]                       # the two-stage steps remote runners run, K = 100
+    assert cm._beam_row(rows[:2] + rows[3:]) is rows[1]
     src = {}
     assert cm._overhead(r, "tag", src) == pytest.approx(0.30 - 0.10 - 0.02)
     assert "older run" not in src["per-step overhead"]
@@ -179,7 +186,7 @@ def test_beam_row_overhead_and_state_delivery():
     assert "older run" in src["per-step overhead"]
     assert cm._state_delivery(old, "tag")[0] is True
     with pytest.raises(SystemExit, match="no worker-process row"):
-        cm._beam_row(rows[2:])
+        cm._beam_row(rows[3:])
 
 
 def test_time_shares_add_up_to_the_total():
