@@ -344,6 +344,13 @@ def beam_constants(path: str, c: dict, src: dict) -> None:
         src["statistics bytes"] += "; the bench's run: %d bytes per step at K=%d, V=%d" % (
             r["stats_bytes_per_step"], r["K"], r["V"])
     c["state_reloaded_per_step"], src["state delivery"] = _state_delivery(r, tag)
+    big = [x for x in rows if x.get("worker_peak_rss_bytes") and x.get("state_bytes")]
+    if big:
+        b = max(big, key=lambda x: x["K"] * x["V"])
+        src["worker memory"] = ("peak RSS of a worker process %.2f x the state (%.0f MB) at "
+                                "K=%d, V=%d, runner %r: %s" % (
+                                    max(b["worker_peak_rss_bytes"]) / b["state_bytes"],
+                                    b["state_bytes"] / 1e6, b["K"], b["V"], b["runner"], tag))
 
 
 def _state_delivery(r: dict, tag: str) -> tuple:
@@ -551,8 +558,9 @@ def print_run(c: dict, run: dict, rows: List[dict]) -> None:
                                            run["nnz_per_doc"] * run["K"]
                                            * c["stats_bytes_per_value"] / 1e3))
     flat = flattening_point(rows)
-    print("Amdahl limit of the speed-up (job starts + per step global step, overhead and state "
-          "delivery stay serial): %.1f; speed-up flattens (doubling W gains < 10 %%) from W = %s"
+    print("Amdahl limit of the speed-up (what no W shortens: job starts; per step one "
+          "document's E-step, the state, the global step, the overhead): %.1f; speed-up "
+          "flattens (doubling W gains < 10 %%) from W = %s"
           % (rows[0]["amdahl_limit"], flat if flat else "never within 256"))
 
 
