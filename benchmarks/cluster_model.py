@@ -87,8 +87,10 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
     partial = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
     combined = min(V, S * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
     state = K * V * c["state_bytes_per_value"]
-    global_step = c["global_step_s"] * (K * V) / c["global_step_kv"]
-    delivery = (state if c["state_reloaded_per_step"] else combined) / bw
+    kv0, g0 = min(c["global_step_points"], key=lambda p: abs(math.log(p[0] / (K * V))))
+    global_step = g0 * (K * V) / kv0
+    # written once by the global step's worker, then read by every worker (in parallel)
+    delivery = 2 * (state if c["state_reloaded_per_step"] else combined) / bw
     if combine == "tree":
         combine_s = math.ceil(math.log2(W)) * partial / bw if W > 1 else partial / bw
     elif combine == "lifted":
@@ -98,8 +100,8 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
         # which apply the global step to their rows; a worker then reads only its words' rows
         combine_s = partial / bw
         global_step /= W
-        delivery = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K \
-            * c["state_bytes_per_value"] / bw
+        delivery = (state / W + min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K
+                    * c["state_bytes_per_value"]) / bw
     else:
         raise ValueError("combine must be 'lifted', 'tree' or 'sharded', got %r" % (combine,))
     return {
@@ -244,9 +246,10 @@ def estep_constants(path: str, c: dict, src: dict) -> None:
 WINDOW_PHASES = ("pipeline_build", "pipeline_start", "pipeline_finish", "checkpoint")
 
 
-# the runners closest to a cluster first: an external worker pool, then worker processes
-# running the two stages per step that remote runners run, then any worker processes
-CLUSTER_RUNNERS = ("portable-pool", "beam-workers-2-two-stage", "beam-workers-2",
+# the runners closest to a cluster first: worker processes running the two stages per step
+# that remote runners run (local runs chain one stage per step through files every worker
+# reads: pipelines.beam_window.chained), then an external worker pool, then any workers
+CLUSTER_RUNNERS = ("beam-workers-2-two-stage", "portable-pool", "beam-workers-2",
                    "beam 2 workers")
 
 
@@ -321,15 +324,16 @@ def beam_constants(path: str, c: dict, src: dict) -> None:
     r = _beam_row(rows)
     c["runner"] = r["runner"]
     c["per_step_overhead_s"] = _overhead(r, tag, src)
-    gs = _global_step_from_rows(rows)
-    if gs is not None:
-        c["global_step_s"], c["global_step_kv"], how = gs
-        src["global step"] = "%.4f s at K x V = %d (%s): %s" % (
-            c["global_step_s"], c["global_step_kv"], how, tag)
+    points = _global_step_from_rows(rows)
+    if points:
+        c["global_step_points"] = [[kv, sec] for kv, sec, _ in points]
+        src["global step"] = "; ".join("%.4f s at K x V = %s (%s)" % (sec, format(kv, ","), how)
+                                       for kv, sec, how in points) + ": " + tag
     else:
-        c["global_step_s"], c["global_step_kv"] = measured_global_step(), 100 * 8000
+        c["global_step_points"] = [[100 * 8000, measured_global_step()]]
         src["global step"] = ("%.4f s at K=100, V=8,000, every word touched: measured here "
-                              "(no results file has it)" % c["global_step_s"])
+                              "(no results file has it)" % c["global_step_points"][0][1])
+    src["global step"] += "; scaled by K x V from the point nearest in K x V"
     per_value = measured_bytes_per_value()
     c["state_bytes_per_value"] = per_value["state"]
     c["stats_bytes_per_value"] = per_value["stats"]
@@ -368,15 +372,17 @@ def _state_delivery(r: dict, tag: str) -> tuple:
     return False, "the state is shipped once per worker, then the statistics: " + how
 
 
-def _global_step_from_rows(rows: List[dict]):
-    """(seconds per global step, K x V, how) from the largest-K x V row that has it
-    (``global_step_s``: wall seconds per step; the ``breakdown`` sums them over workers)."""
-    have = [r for r in rows if r.get("global_step_s") is not None and r.get("K") and r.get("V")
-            and r.get("steps")]
-    if not have:
-        return None
-    r = max(have, key=lambda r: r["K"] * r["V"])
-    return r["global_step_s"], r["K"] * r["V"], "global_step_s, runner %r" % r["runner"]
+def _global_step_from_rows(rows: List[dict]) -> List[tuple]:
+    """[(K x V, seconds per global step, how)], one per K x V measured, from the row of the
+    runner nearest a cluster (``CLUSTER_RUNNERS`` order, then any) (``global_step_s``: wall
+    seconds per step; the ``breakdown`` sums them over workers)."""
+    have = [r for r in rows if r.get("global_step_s") is not None and r.get("K") and r.get("V")]
+    rank = {n: i for i, n in enumerate(CLUSTER_RUNNERS)}
+    out = {}
+    for r in sorted(have, key=lambda r: -rank.get(r["runner"], len(rank))):
+        out[r["K"] * r["V"]] = (r["K"] * r["V"], r["global_step_s"],
+                                "global_step_s, runner %r" % r["runner"])
+    return [out[kv] for kv in sorted(out)]
 
 
 def sample_stats(src: dict) -> dict:

@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import cluster_model as cm  # noqa: E402
 
-C = {"estep_s_per_nnz_iter": {10: 1e-6}, "global_step_s": 0.01, "global_step_kv": 10 * 50,
+C = {"estep_s_per_nnz_iter": {10: 1e-6}, "global_step_points": [[10 * 50, 0.01], [10 ** 8, 50.0]],
      "per_step_overhead_s": 0.05, "state_bytes_per_value": 8.0, "stats_bytes_per_value": 8.0,
      "state_reloaded_per_step": True, "docs_per_window": 1000, "max_window": 100}
 CLOUD = {"machine_type": "test", "vcpus_per_worker": 2, "memory_gb_per_worker": 4.0,
@@ -26,9 +26,9 @@ def test_one_worker_is_the_serial_sum_of_the_parts():
     r = cm.project(C, CLOUD, RUN, 1, S)
     t_doc = 5 * 10 * 1e-6
     estep = 50 * t_doc                       # 100 documents on 2 cores
-    delivery = 10 * 100 * 8 / 1e6            # the whole state, every step
+    delivery = 2 * 10 * 100 * 8 / 1e6        # the whole state written and read, every step
     combine = min(100, 100 * 5) * 10 * 8 / 1e6
-    global_step = 0.01 * (10 * 100) / (10 * 50)
+    global_step = 0.01 * (10 * 100) / (10 * 50)       # from the nearest point in K x V
     step = estep + delivery + combine + global_step + 0.05
     assert r["parts_s"] == pytest.approx({"estep": estep, "delivery": delivery,
                                           "combine": combine, "global_step": global_step,
@@ -85,14 +85,14 @@ def test_lifted_combine_grows_with_workers_and_tree_does_not_exceed_it():
 def test_state_shipped_once_delivers_the_combined_statistics():
     once = dict(C, state_reloaded_per_step=False)
     parts = cm.step_parts(once, CLOUD, RUN, 4, S)
-    assert parts["delivery"] == pytest.approx(min(100, S * 5) * 10 * 8 / 1e6)
+    assert parts["delivery"] == pytest.approx(2 * min(100, S * 5) * 10 * 8 / 1e6)
 
 
 def test_sharded_moves_each_workers_words_once_and_spreads_the_global_step():
     parts = cm.step_parts(C, CLOUD, RUN, 10, S, "sharded")
     words = min(100, 10 * 5)                                  # 10 documents per worker
     assert parts["combine"] == pytest.approx(words * 10 * 8 / 1e6)
-    assert parts["delivery"] == pytest.approx(words * 10 * 8 / 1e6)
+    assert parts["delivery"] == pytest.approx((100 / 10 + words) * 10 * 8 / 1e6)
     assert parts["global_step"] == pytest.approx(0.01 * 1000 / 500 / 10)
 
 
@@ -129,9 +129,11 @@ def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
              "global_step_s": 0.5, "breakdown": {"global_step": 0.08}},
             {"runner": "beam-in-process", "K": 10, "V": 80, "S": 4096, "steps": 5,
              "global_step_s": 0.5}]
-    assert cm._global_step_from_rows(rows)[:2] == (0.5, 800000)
-    assert cm._global_step_from_rows(rows[1:])[:2] == (0.5, 800)
-    assert cm._global_step_from_rows([{"runner": "x"}]) is None
+    assert [p[:2] for p in cm._global_step_from_rows(rows)] == [(800, 0.5), (800000, 0.5)]
+    rows[0]["runner"] = "beam-workers-2-two-stage"
+    rows.insert(0, dict(rows[0], runner="in-process", global_step_s=0.1))
+    assert [p[:2] for p in cm._global_step_from_rows(rows)] == [(800, 0.5), (800000, 0.5)]
+    assert cm._global_step_from_rows([{"runner": "x"}]) == []
 
     old = {"throughput": {f: {"input_mb": 10.0, "in-process": {"mb_per_cpu_s": 5.0,
                                                                "docs": 100}}
