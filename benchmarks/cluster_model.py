@@ -584,8 +584,11 @@ def variants(c: dict) -> List[tuple]:
             ("+ sharded by word (a design, not built)", fewest, "sharded")]
 
 
-def _best(rows: List[dict]) -> dict:
-    return max(rows, key=lambda r: r["speedup"])
+def _best(rows: List[dict], within: float = 0.95) -> dict:
+    """The fewest workers whose speed-up is within 5 % of the fastest W's (beyond it more
+    workers cost more for little)."""
+    top = max(r["speedup"] for r in rows)
+    return min((r for r in rows if r["speedup"] >= within * top), key=lambda r: r["workers"])
 
 
 def what_ifs(c: dict, run: dict, S: int) -> List[dict]:

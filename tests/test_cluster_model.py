@@ -197,3 +197,11 @@ def test_time_shares_add_up_to_the_total():
         shares = cm.time_shares(r, CLOUD["job_start_s"])
         assert sum(shares.values()) == pytest.approx(1.0)
         assert all(v >= 0 for v in shares.values())
+
+
+def test_best_is_the_fewest_workers_within_5_percent_of_the_fastest():
+    rows = [{"workers": w, "speedup": s} for w, s in ((1, 1.0), (2, 1.9), (4, 3.0), (8, 3.1),
+                                                      (16, 3.12), (32, 2.0))]
+    assert cm._best(rows)["workers"] == 4
+    flat = [{"workers": w, "speedup": 1.0 + 0.001 * w} for w in (1, 2, 4)]
+    assert cm._best(flat)["workers"] == 1
