@@ -723,7 +723,7 @@ def plot(results: List[dict], path: str) -> str:
         ax.plot(ws, [r["speedup"] for r in rows], "o-", color=color,
                 label=res["run"]["name"] + ": as measured")
         ax.plot(ws, [r["speedup"] for r in alt], "s--", color=color, ms=4, lw=1,
-                label="... fewest windows, tree combine, state once")
+                label="... fewest windows, tree combine, state once, sharded (a design)")
         ax.axhline(rows[0]["amdahl_limit"], color=color, ls=":", lw=0.8)
         ax.axhline(alt[0]["amdahl_limit"], color=color, ls="-.", lw=0.6)
     ax.set_xscale("log", base=2)
