@@ -205,3 +205,31 @@ def test_best_is_the_fewest_workers_within_5_percent_of_the_fastest():
     assert cm._best(rows)["workers"] == 4
     flat = [{"workers": w, "speedup": 1.0 + 0.001 * w} for w in (1, 2, 4)]
     assert cm._best(flat)["workers"] == 1
+
+
+@pytest.mark.slow
+def test_the_script_end_to_end(tmp_path):
+    """``python benchmarks/cluster_model.py`` on the committed results files: both runs for
+    1-256 workers, the plot, the Markdown tables, every constant with its source."""
+    import subprocess
+    out_json, png, md = tmp_path / "m.json", tmp_path / "m.png", tmp_path / "m.md"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "cluster_model.py"),
+                        "--json", str(out_json), "--plot", str(png), "--markdown", str(md)],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out_json.read_text())
+    assert [r["run"]["D"] for r in res["runs"]] == [3_300_000, 100_000_000]
+    for run in res["runs"]:
+        rows = run["rows"]
+        assert [r["workers"] for r in rows] == cm.WORKERS
+        assert rows[0]["speedup"] == pytest.approx(1.0)
+        assert all(0 < r["speedup"] <= r["amdahl_limit"] * (1 + 1e-9) for r in rows)
+        assert all(math.isfinite(r["cost_usd"]) and r["cost_usd"] > 0 for r in rows)
+    for key in ("estep K=100", "estep K=1000", "per-step overhead", "global step",
+                "vectorize wiki", "vectorize jsonl", "Wikipedia article shape"):
+        assert res["sources"][key]
+    assert png.exists() or (tmp_path / "m.csv").exists()
+    tables = md.read_text()
+    assert tables.count("\n| 1 | ") == 2 and tables.count("\n| 256 | ") == 2
