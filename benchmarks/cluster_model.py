@@ -348,6 +348,11 @@ def beam_constants(path: str, c: dict, src: dict) -> None:
         src["statistics bytes"] += "; the bench's run: %d bytes per step at K=%d, V=%d" % (
             r["stats_bytes_per_step"], r["K"], r["V"])
     c["state_reloaded_per_step"], src["state delivery"] = _state_delivery(r, tag)
+    worker_memory(rows, tag, src)
+
+
+def worker_memory(rows: List[dict], tag: str, src: dict) -> None:
+    """The largest model's measured worker peak RSS against its state, when a row has it."""
     big = [x for x in rows if x.get("worker_peak_rss_bytes") and x.get("state_bytes")]
     if big:
         b = max(big, key=lambda x: x["K"] * x["V"])
@@ -461,6 +466,9 @@ def load_constants(args) -> tuple:
     c: dict = {}
     estep_constants(args.estep_json, c, src)
     beam_constants(args.beam_json, c, src)
+    if args.beam_big_json and os.path.exists(args.beam_big_json):
+        doc = _load(args.beam_big_json)
+        worker_memory(doc.get("results") or [], _run_tag(doc, args.beam_big_json), src)
     vec = vectorize_constants(args.vectorize_json, src)
     c["docs_per_window"], c["max_window"] = window_settings(src)
     sample = sample_stats(src)
@@ -760,6 +768,8 @@ def main(argv=None):
                     help="bytes/s per worker (default %.3g)" % CLOUD["network_bytes_per_s"])
     ap.add_argument("--estep-json", default=os.path.join(RESULTS, "estep_bench.json"))
     ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
+    ap.add_argument("--beam-big-json", default=os.path.join(RESULTS, "beam_train_bench_big.json"),
+                    help="the big-model run's results, if kept apart (worker memory only)")
     ap.add_argument("--vectorize-json", default=os.path.join(RESULTS, "vectorize_bench.json"))
     ap.add_argument("--json", default=os.path.join(RESULTS, "cluster_model.json"),
                     help="write the tables here ('' not at all)")
