@@ -11,7 +11,8 @@ The model of one training step of online VB on W workers of c vCPUs each::
 
     E-step      = ceil(S / (W c)) x t_doc              documents are the unit spread over cores
                   t_doc = nnz/doc x iterations x CPU-s per (non-zero x iteration) at K
-    delivery    = bytes each worker reads per step / bandwidth   (the whole state when the
+    delivery    = 2 x bytes / bandwidth                written once by the global step's
+                  worker, then read by every worker at once (the whole state when the
                   runner reloads it every step, else the combined statistics)
     combine     = W x partial bytes / bandwidth        combiner-lifted: one reducer receives a
                   partial per worker (``--combine tree``: ceil(log2 W) x partial bytes;
