@@ -1,0 +1,235 @@
+"""The cluster cost model's arithmetic (benchmarks/cluster_model.py) on a small fixed set of
+constants, and its reading of results files in the older and the newer layouts."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from benchmarks import cluster_model as cm  # noqa: E402
+
+C = {"estep_s_per_nnz_iter": {10: 1e-6}, "global_step_points": [[10 * 50, 0.01], [10 ** 8, 50.0]],
+     "per_step_overhead_s": 0.05, "state_bytes_per_value": 8.0, "stats_bytes_per_value": 8.0,
+     "state_reloaded_per_step": True, "docs_per_window": 1000, "max_window": 100}
+CLOUD = {"machine_type": "test", "vcpus_per_worker": 2, "memory_gb_per_worker": 4.0,
+         "price_per_vcpu_hour": 0.1, "price_per_gb_hour": 0.01, "job_start_s": 10.0,
+         "network_bytes_per_s": 1e6}
+RUN = {"name": "test", "D": 10_000, "K": 10, "V": 100, "nnz_per_doc": 5, "iterations": 10,
+       "vectorize_cpu_s_per_doc": 1e-3}
+S = 100
+
+
+def test_one_worker_is_the_serial_sum_of_the_parts():
+    r = cm.project(C, CLOUD, RUN, 1, S)
+    t_doc = 5 * 10 * 1e-6
+    estep = 50 * t_doc                       # 100 documents on 2 cores
+    delivery = 2 * 10 * 100 * 8 / 1e6        # the whole state written and read, every step
+    combine = min(100, 100 * 5) * 10 * 8 / 1e6
+    global_step = 0.01 * (10 * 100) / (10 * 50)       # from the nearest point in K x V
+    step = estep + delivery + combine + global_step + 0.05
+    assert r["parts_s"] == pytest.approx({"estep": estep, "delivery": delivery,
+                                          "combine": combine, "global_step": global_step,
+                                          "overhead": 0.05})
+    assert r["step_s"] == pytest.approx(step)
+    assert r["steps"] == 100 and r["windows"] == 10          # 10 minibatches per window
+    assert r["train_s"] == pytest.approx(10 * 10.0 + 100 * step)
+    assert r["vectorize_s"] == pytest.approx(10.0 + 10_000 * 1e-3 / 2)
+    assert r["total_s"] == pytest.approx(r["train_s"] + r["vectorize_s"])
+    assert r["cost_usd"] == pytest.approx((2 * 0.1 + 4 * 0.01) * r["total_s"] / 3600)
+
+
+def test_estep_work_is_conserved_and_spread_by_documents():
+    t_doc = 5 * 10 * 1e-6
+    for W in cm.WORKERS:
+        e = cm.step_parts(C, CLOUD, RUN, W, S)["estep"]
+        cores = 2 * W
+        assert e * cores >= S * t_doc * (1 - 1e-12)          # no work disappears
+        assert e == pytest.approx(math.ceil(S / cores) * t_doc)
+    # past one document per core, more workers no longer shorten the E-step
+    assert cm.step_parts(C, CLOUD, RUN, 64, S)["estep"] == pytest.approx(t_doc)
+    assert cm.step_parts(C, CLOUD, RUN, 256, S)["estep"] == pytest.approx(t_doc)
+
+
+@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded"])
+def test_speedup_is_bounded_by_the_amdahl_limit(combine):
+    rows = cm.sweep(C, CLOUD, RUN, S, combine=combine)
+    assert rows[0]["workers"] == 1 and rows[0]["speedup"] == pytest.approx(1.0)
+    limit = rows[0]["amdahl_limit"]
+    assert limit > 1
+    for r in rows:
+        assert r["speedup"] <= limit * (1 + 1e-12)
+        assert r["amdahl_limit"] == limit
+
+
+def test_speedup_is_monotone_when_the_combine_does_not_grow():
+    cheap = dict(C, stats_bytes_per_value=0.0)                # nothing to combine
+    for series in (cm.sweep(cheap, CLOUD, RUN, S, combine="tree"),
+                   cm.sweep(cheap, CLOUD, RUN, S, combine="lifted"),
+                   cm.sweep(C, CLOUD, RUN, S, combine="sharded")):
+        ups = [r["speedup"] for r in series]
+        assert all(b >= a * (1 - 1e-12) for a, b in zip(ups, ups[1:]))
+
+
+def test_lifted_combine_grows_with_workers_and_tree_does_not_exceed_it():
+    for W in cm.WORKERS:
+        lifted = cm.step_parts(C, CLOUD, RUN, W, S, "lifted")["combine"]
+        tree = cm.step_parts(C, CLOUD, RUN, W, S, "tree")["combine"]
+        assert tree <= lifted * (1 + 1e-12)
+    with pytest.raises(ValueError, match="combine must be"):
+        cm.step_parts(C, CLOUD, RUN, 2, S, "ring")
+
+
+def test_state_shipped_once_delivers_the_combined_statistics():
+    once = dict(C, state_reloaded_per_step=False)
+    parts = cm.step_parts(once, CLOUD, RUN, 4, S)
+    assert parts["delivery"] == pytest.approx(2 * min(100, S * 5) * 10 * 8 / 1e6)
+
+
+def test_sharded_moves_each_workers_words_once_and_spreads_the_global_step():
+    parts = cm.step_parts(C, CLOUD, RUN, 10, S, "sharded")
+    words = min(100, 10 * 5)                                  # 10 documents per worker
+    assert parts["combine"] == pytest.approx(words * 10 * 8 / 1e6)
+    assert parts["delivery"] == pytest.approx((100 / 10 + words) * 10 * 8 / 1e6)
+    assert parts["global_step"] == pytest.approx(0.01 * 1000 / 500 / 10)
+
+
+def test_flattening_point_and_busy_minibatch():
+    rows = [{"workers": w, "speedup": s} for w, s in ((1, 1.0), (2, 1.9), (4, 2.0), (8, 2.01))]
+    assert cm.flattening_point(rows) == 2
+    assert cm.flattening_point(rows[:2]) is None
+    big = dict(RUN, D=10 ** 7)
+    S_busy = cm.busy_minibatch(C, CLOUD, big, 4, 0.5)
+    parts = cm.step_parts(C, CLOUD, big, 4, S_busy)
+    assert parts["estep"] >= 0.5 * sum(parts.values())
+    smaller = cm.step_parts(C, CLOUD, big, 4, S_busy // 2)
+    assert S_busy > 256 and smaller["estep"] < 0.5 * sum(smaller.values())
+    assert cm.busy_minibatch(C, CLOUD, RUN, 4, 0.5) is None      # would need S > D
+    assert cm.busy_minibatch(C, CLOUD, big, 4, 0.999999) is None
+
+
+def test_reads_the_older_and_the_newer_result_layouts(tmp_path):
+    est = {"results": [{"K": 10, "dtype": "float32", "nnz": 1000, "mean_iterations": 20.0,
+                        "nnz_weighted_iterations": 25.0, "ours_cpu_s": 0.02, "docs": 50,
+                        "tokens": 4000},
+                       {"K": 10, "dtype": "float64", "nnz": 1000, "mean_iterations": 20.0,
+                        "ours_cpu_s": 0.04}], "run": {}}
+    path = tmp_path / "estep.json"
+    path.write_text(json.dumps(est))
+    c, src = {}, {}
+    cm.estep_constants(str(path), c, src)
+    assert c["estep_s_per_nnz_iter"] == {10: pytest.approx(0.02 / (1000 * 25.0))}
+    assert c["estep_rows"][10]["iterations"] == 25.0
+    assert c["estep_rows"][10]["nnz_per_doc"] == 20.0
+    assert "older run" not in src["estep K=10"]
+
+    rows = [{"runner": "beam-workers-2", "K": 100, "V": 8000, "S": 4096, "steps": 5,
+             "global_step_s": 0.5, "breakdown": {"global_step": 0.08}},
+            {"runner": "beam-in-process", "K": 10, "V": 80, "S": 4096, "steps": 5,
+             "global_step_s": 0.5}]
+    assert [p[:2] for p in cm._global_step_from_rows(rows)] == [(800, 0.5), (800000, 0.5)]
+    rows[0]["runner"] = "beam-workers-2-two-stage"
+    rows.insert(0, dict(rows[0], runner="in-process", global_step_s=0.1))
+    assert [p[:2] for p in cm._global_step_from_rows(rows)] == [(800, 0.5), (800000, 0.5)]
+    assert cm._global_step_from_rows([{"runner": "x"}]) == []
+
+    old = {"throughput": {f: {"input_mb": 10.0, "in-process": {"mb_per_cpu_s": 5.0,
+                                                               "docs": 100}}
+                          for f in ("wiki", "jsonl")}, "run": {}}
+    path = tmp_path / "vec.json"
+    path.write_text(json.dumps(old))
+    src = {}
+    v = cm.vectorize_constants(str(path), src)
+    assert v["wiki"] == pytest.approx(0.2) and v["jsonl_mb_per_doc"] == pytest.approx(0.1)
+    assert "older run" in src["vectorize wiki"]
+    new = {"rows": [{"format": "wiki", "runner": "in-process", "mb": 100.0,
+                     "cpu_s": 20.0, "mb_per_cpu_s": 5.0, "steady_mb_per_cpu_s": 10.0,
+                     "docs": 1000},
+                    {"format": "jsonl", "runner": "in-process", "mb": 100.0,
+                     "cpu_s": 5.0, "mb_per_cpu_s": 20.0, "docs": 500},
+                    {"format": "jsonl", "runner": "multi_processing x2", "mb": 100.0,
+                     "cpu_s": 50.0, "mb_per_cpu_s": 2.0, "docs": 500}], "run": {}}
+    path.write_text(json.dumps(new))
+    src = {}
+    v = cm.vectorize_constants(str(path), src)
+    assert v["wiki"] == pytest.approx(0.1) and v["jsonl"] == pytest.approx(0.05)
+    assert v["jsonl_mb_per_doc"] == pytest.approx(0.2)
+    assert "older run" not in src["vectorize jsonl"]
+
+
+def test_a_missing_results_file_names_the_script(tmp_path):
+    with pytest.raises(SystemExit, match="estep_bench.py"):
+        cm.estep_constants(str(tmp_path / "estep_bench.json"), {}, {})
+
+
+def test_beam_row_overhead_and_state_delivery():
+    rows = [{"runner": "beam-workers-2", "K": 1000, "V": 100000, "S": 4096},
+            {"runner": "beam-workers-2", "K": 100, "V": 8000, "S": 4096},
+            {"runner": "beam-workers-2-two-stage", "K": 100, "V": 8000, "S": 4096,
+             "per_step_overhead_s": 0.30, "state_bytes": 6_400_000,
+             "state_delivery_bytes_per_step": 12_800_000,
+             "breakdown": {"pipeline_start": 0.10, "checkpoint": 0.02, "estep": 1.0}},
+            {"runner": "beam-in-process", "K": 100, "V": 8000, "S": 4096}]
+    r = cm._beam_row(rows)
+    assert r is rows[2]                       # the two-stage steps remote runners run, K = 100
+    assert cm._beam_row(rows[:2] + rows[3:]) is rows[1]
+    src = {}
+    assert cm._overhead(r, "tag", src) == pytest.approx(0.30 - 0.10 - 0.02)
+    assert "older run" not in src["per-step overhead"]
+    assert cm._state_delivery(r, "tag")[0] is True             # 2 workers x the state
+    once = dict(r, state_delivery_bytes_per_step=400_000)
+    assert cm._state_delivery(once, "tag")[0] is False
+    old = {"runner": "beam 2 workers", "S": 4096, "wall": 7.0, "inprocess_wall": 2.0,
+           "docs_per_s": 17784 / 7.0}
+    src = {}
+    assert cm._overhead(old, "tag", src) == pytest.approx(5.0 / 5)   # 5 steps of 4,096
+    assert "older run" in src["per-step overhead"]
+    assert cm._state_delivery(old, "tag")[0] is True
+    with pytest.raises(SystemExit, match="no worker-process row"):
+        cm._beam_row(rows[3:])
+
+
+def test_time_shares_add_up_to_the_total():
+    for W in (1, 8, 256):
+        r = cm.project(C, CLOUD, RUN, W, S)
+        shares = cm.time_shares(r, CLOUD["job_start_s"])
+        assert sum(shares.values()) == pytest.approx(1.0)
+        assert all(v >= 0 for v in shares.values())
+
+
+def test_best_is_the_fewest_workers_within_5_percent_of_the_fastest():
+    rows = [{"workers": w, "speedup": s} for w, s in ((1, 1.0), (2, 1.9), (4, 3.0), (8, 3.1),
+                                                      (16, 3.12), (32, 2.0))]
+    assert cm._best(rows)["workers"] == 4
+    flat = [{"workers": w, "speedup": 1.0 + 0.001 * w} for w in (1, 2, 4)]
+    assert cm._best(flat)["workers"] == 1
+
+
+@pytest.mark.slow
+def test_the_script_end_to_end(tmp_path):
+    """``python benchmarks/cluster_model.py`` on the committed results files: both runs for
+    1-256 workers, the plot, the Markdown tables, every constant with its source."""
+    import subprocess
+    out_json, png, md = tmp_path / "m.json", tmp_path / "m.png", tmp_path / "m.md"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "cluster_model.py"),
+                        "--json", str(out_json), "--plot", str(png), "--markdown", str(md)],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out_json.read_text())
+    assert [r["run"]["D"] for r in res["runs"]] == [3_300_000, 100_000_000]
+    for run in res["runs"]:
+        rows = run["rows"]
+        assert [r["workers"] for r in rows] == cm.WORKERS
+        assert rows[0]["speedup"] == pytest.approx(1.0)
+        assert all(0 < r["speedup"] <= r["amdahl_limit"] * (1 + 1e-9) for r in rows)
+        assert all(math.isfinite(r["cost_usd"]) and r["cost_usd"] > 0 for r in rows)
+    for key in ("estep K=100", "estep K=1000", "per-step overhead", "global step",
+                "vectorize wiki", "vectorize jsonl", "Wikipedia article shape"):
+        assert res["sources"][key]
+    assert png.exists() or (tmp_path / "m.csv").exists()
+    tables = md.read_text()
+    assert tables.count("\n| 1 | ") == 2 and tables.count("\n| 256 | ") == 2
