@@ -36,7 +36,6 @@ the proportion of their columns. On NIPS (K = 100, 10 passes) it took dead topic
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Optional
 
