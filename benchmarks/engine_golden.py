@@ -117,7 +117,7 @@ def run_stream(tmp):
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import window
-    from pipelines import stream, synthetic
+    from pipelines import stream, stream_parse, synthetic
     from test_stream import _messages, _model, V, K, W
     spec = synthetic.SyntheticSpec(n_docs=320, n_words=V, n_topics=K, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)
@@ -134,7 +134,7 @@ def run_stream(tmp):
                               for j, m in enumerate(msgs)])
         ts = ts.advance_watermark_to(w * W + W)
     ts = ts.advance_watermark_to_infinity()
-    parse = stream.ParseConfig(vocab_path=vpath, n_words=V)
+    parse = stream_parse.ParseConfig(vocab_path=vpath, n_words=V)
     opts = PipelineOptions()
     opts.view_as(StandardOptions).streaming = True
     with beam.Pipeline(runner=BundleBasedDirectRunner(), options=opts) as p:

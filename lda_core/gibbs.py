@@ -152,6 +152,19 @@ class CountsSampler(SequentialSampler):
     """A collapsed sampler keeping the counts n_kw, n_k, n_dk of its assignments z over a
     :class:`TokenCorpus` (batch Gibbs, o-LDA, incremental Gibbs)."""
 
+    def __init__(self, n_topics: int, n_words: int, alpha: float, eta: float, seed: int):
+        """The parameters every counts sampler checks, and empty counts over an empty corpus."""
+        self.n_topics = check_int("n_topics", n_topics, 1, 32767)
+        self.n_words = check_int("n_words", n_words, 1)
+        self.alpha = float(check_positive("alpha", alpha))
+        self.eta = float(check_positive("eta", eta))
+        self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
+        self.corpus = TokenCorpus(self.n_words, self.seed)
+        self.z = np.zeros(1024, np.int16)
+        self.nwk = np.zeros((self.n_words, self.n_topics), np.int32)
+        self.nk = np.zeros(self.n_topics, np.int64)
+        self.ndk = np.zeros((16, self.n_topics), np.int32)
+
     def infer(self, batch: DocBatch) -> np.ndarray:
         return infer_theta(batch, self.topic_word(), self.alpha)
 
@@ -181,18 +194,9 @@ class CollapsedGibbs(CountsSampler):
         if init not in ("random", "sequential"):
             raise ValueError("init must be 'random' or 'sequential', got %r" % (init,))
         self.init = init
-        self.n_topics = check_int("n_topics", n_topics, 1, 32767)
-        self.n_words = check_int("n_words", n_words, 1)
-        self.alpha = float(check_positive("alpha", alpha))
-        self.eta = float(check_positive("eta", eta))
+        super().__init__(n_topics, n_words, alpha, eta, seed)
         self.burn_in = check_int("burn_in", burn_in, 0, MAX_SWEEPS)
         self.n_parts = check_int("n_parts", n_parts, 1, 4096)
-        self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
-        self.corpus = TokenCorpus(self.n_words, self.seed)
-        self.z = np.zeros(1024, np.int16)
-        self.nwk = np.zeros((self.n_words, self.n_topics), np.int32)
-        self.nk = np.zeros(self.n_topics, np.int64)
-        self.ndk = np.zeros((16, self.n_topics), np.int32)
         self.sweeps_done = 0
         self.step = 0             # process() calls applied (batches consumed, for the trainer)
         self.phi_sum = None       # Σ over kept sweeps of φ (K x V float64)

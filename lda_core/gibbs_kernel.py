@@ -24,6 +24,14 @@ so the normaliser is ``β Σ_k c_k`` (a running sum, O(1) per token) plus the do
 Randomness: a SplitMix64 generator whose whole state is one uint64. Batch Gibbs derives one stream
 per (seed, sweep, document) so a sweep's result does not depend on how documents are split over
 threads; the online samplers carry a single stream (saved in checkpoints for exact resume).
+
+Why one module of ~600 lines: the kernels share the inline generator (``rng_uniform``,
+``rng_below``, ``stream_seed``) and the bucket draw (``_draw_bucket``), and every sampler's
+checkpoints resume bit for bit only while all of them draw exactly alike. The variants --
+per-document sweeps (serial and AD-LDA), tokens in stream order with rejuvenation, particles
+with weights, fold-in of held-out documents -- differ in the loop around the draw and in the
+count layout (one chain: ``nwk`` V x K; particles: P x V x K), so each is written out for its
+layout in numba and kept here, next to the primitives it must agree with.
 """
 from __future__ import annotations
 
@@ -306,15 +314,10 @@ def gibbs_sweep_adlda(part_ptr, part_docs, doc_ptr, tok_w, z, nwk, nk, ndk, alph
 # online samplers: o-LDA (n_rejuv = 0) and incremental Gibbs
 # ------------------------------------------------------------------------------------------
 @njit(inline="always")
-def _resample_token(j, tok_w, tok_d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s):
-    """Resample z_j from its full conditional given all other assignments (rejuvenation)."""
+def _sample_token(j, w, d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s):
+    """Draw z_j (word w, document d) from the conditional given the counts, which do not hold
+    token j, then count it. ``c`` is scratch of K; returns the generator state."""
     K = nk.shape[0]
-    w = tok_w[j]
-    d = tok_d[j]
-    k0 = z[j]
-    nwk[w, k0] -= 1
-    nk[k0] -= 1
-    ndk[d, k0] -= 1
     sumc = 0.0
     for k in range(K):
         c[k] = (ndk[d, k] + alpha) / (nk[k] + vbeta)
@@ -326,6 +329,18 @@ def _resample_token(j, tok_w, tok_d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s):
     nk[k1] += 1
     ndk[d, k1] += 1
     return s
+
+
+@njit(inline="always")
+def _resample_token(j, tok_w, tok_d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s):
+    """Resample z_j from its full conditional given all other assignments (rejuvenation)."""
+    w = tok_w[j]
+    d = tok_d[j]
+    k0 = z[j]
+    nwk[w, k0] -= 1
+    nk[k0] -= 1
+    ndk[d, k0] -= 1
+    return _sample_token(j, w, d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s)
 
 
 @njit(inline="always")
@@ -350,18 +365,7 @@ def online_add(tok_w, tok_d, z, start, end, nwk, nk, ndk, alpha, beta, vbeta,
     c = np.empty(K)
     s = rng[0]
     for i in range(start, end):
-        w = tok_w[i]
-        d = tok_d[i]
-        sumc = 0.0
-        for k in range(K):
-            c[k] = (ndk[d, k] + alpha) / (nk[k] + vbeta)
-            sumc += c[k]
-        s, u = rng_uniform(s)
-        k1 = _draw_bucket(nwk[w], c, sumc, beta, u, K)
-        z[i] = k1
-        nwk[w, k1] += 1
-        nk[k1] += 1
-        ndk[d, k1] += 1
+        s = _sample_token(i, tok_w[i], tok_d[i], z, nwk, nk, ndk, alpha, beta, vbeta, c, s)
         for _ in range(n_rejuv):
             s, j = pick_rejuvenation(s, i + 1, decay_scale)
             s = _resample_token(j, tok_w, tok_d, z, nwk, nk, ndk, alpha, beta, vbeta, c, s)

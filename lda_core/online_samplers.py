@@ -35,8 +35,8 @@ import numpy as np
 
 from lda_core import gibbs_kernel as gk
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import (CollapsedGibbs, CountsSampler, TokenCorpus, grow_rows,
-                            phi_from_counts, restore_tokens, rng_from_json, rng_to_json)
+from lda_core.gibbs import (CollapsedGibbs, CountsSampler, grow_rows, phi_from_counts,
+                            restore_tokens, rng_from_json, rng_to_json)
 from lda_core.params import check_int, check_positive
 
 logger = logging.getLogger(__name__)
@@ -128,10 +128,7 @@ class _OnlineGibbs(CountsSampler):
                  decay_scale: float = 1000.0, init_docs: Optional[int] = None,
                  init_fraction: Optional[float] = 0.1, n_docs_total: Optional[int] = None,
                  init_sweeps: int = 100, seed: int = 0):
-        self.n_topics = check_int("n_topics", n_topics, 1, 32767)
-        self.n_words = check_int("n_words", n_words, 1)
-        self.alpha = float(check_positive("alpha", alpha))
-        self.eta = float(check_positive("eta", eta))
+        super().__init__(n_topics, n_words, alpha, eta, seed)
         self.n_rejuv = check_int("n_rejuv", self._default_rejuv if n_rejuv is None else n_rejuv,
                                  0, 100000)
         if schedule not in ("uniform", "decay"):
@@ -141,12 +138,6 @@ class _OnlineGibbs(CountsSampler):
         self.init_docs = resolve_init_docs(init_docs, init_fraction, n_docs_total,
                                            self._requires_prefix)
         self.init_sweeps = check_int("init_sweeps", init_sweeps, 0, 10 ** 6)
-        self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
-        self.corpus = TokenCorpus(self.n_words, self.seed)
-        self.z = np.zeros(1024, np.int16)
-        self.nwk = np.zeros((self.n_words, self.n_topics), np.int32)
-        self.nk = np.zeros(self.n_topics, np.int64)
-        self.ndk = np.zeros((16, self.n_topics), np.int32)
         self.rng = np.array([gk.seed_state(self.seed, 7, 0)], np.uint64)
         self.initialised = self.init_docs == 0
         self._pending = []          # prefix documents buffered until init_docs are seen

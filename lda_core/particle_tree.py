@@ -112,10 +112,7 @@ def _table_len_sum(tables, alive):
 
 @njit(cache=True)
 def _flatten(tables, alive):
-    n_ent = 0
-    for n in range(len(tables)):
-        if alive[n]:
-            n_ent += len(tables[n])
+    n_ent = _table_len_sum(tables, alive)
     node = np.empty(n_ent, np.int64)
     key = np.empty(n_ent, np.int64)
     val = np.empty(n_ent, np.int64)

@@ -36,21 +36,19 @@ the proportion of their columns. On NIPS (K = 100, 10 passes) it took dead topic
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Optional
 
 import numba
 import numpy as np
 
-from lda_core.algorithm import (StochasticAlgorithm, SuffStats, nonfinite, pack_arrays,
-                                unpack_arrays)
+from lda_core.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
 from lda_core.online_vb import split_dead_topics
 from lda_core.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
 from lda_core.params import check_number
-from lda_core.sparse_stats import RowBlock
+from lda_core.sparse_stats import RowBlock, TopicStats
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +62,16 @@ def check_batch_words(batch: DocBatch, n_words: int) -> None:
 
 
 @dataclass
-class SCVB0Stats(SuffStats):
+class SCVB0Stats(TopicStats):
     """Minibatch statistics: Σ m·γ per word (RowBlock), its topic totals, and counters.
 
     Unscaled sums; the global step multiplies by C/|M| with |M| = ``n_tokens``."""
 
-    n_topics: int = 0
+    MAGIC: ClassVar[bytes] = b"LDASCVB1"
+    LABEL: ClassVar[str] = "SCVB0"
+
     block: Optional[RowBlock] = None
     nz: Optional[np.ndarray] = None
-    n_docs: int = 0
-    n_tokens: int = 0
-    n_empty: int = 0
-    n_iterations: int = 0
-    n_capped: int = 0
 
     def __post_init__(self):
         if self.block is None:
@@ -85,30 +80,23 @@ class SCVB0Stats(SuffStats):
             self.nz = np.zeros(self.n_topics, np.float64)
 
     def merge(self, other: "SCVB0Stats") -> "SCVB0Stats":
-        if not isinstance(other, SCVB0Stats) or other.n_topics != self.n_topics:
-            raise ValueError("cannot merge %r into SCVB0 statistics of %d topics"
-                             % (type(other).__name__, self.n_topics))
+        self.check_mergeable(other)
         self.block.merge(other.block)
         self.nz = self.nz + other.nz
         self.merge_counters(other)
         return self
 
     def to_bytes(self) -> bytes:
-        return pack_arrays(b"LDASCVB1", dict(self.counters(), n_topics=int(self.n_topics)),
-                           [("rows", "<i4", self.block.rows), ("values", "<f8", self.block.values),
-                            ("nz", "<f8", self.nz)])
+        return self.pack([("rows", "<i4", self.block.rows), ("values", "<f8", self.block.values),
+                          ("nz", "<f8", self.nz)])
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SCVB0Stats":
-        h, a = unpack_arrays(b"LDASCVB1", data)
-        try:
-            K = int(h["n_topics"])
+        def build(K, a):
             if a["values"].shape != (len(a["rows"]), K) or a["nz"].shape != (K,):
                 raise ValueError("array shapes do not match K=%d" % K)
-            return cls(K, RowBlock(K, a["rows"], a["values"]), a["nz"],
-                       **{c: int(h[c]) for c in cls.COUNTERS})
-        except (KeyError, TypeError) as e:
-            raise ValueError("damaged SCVB0 statistics: %s" % e) from None
+            return {"block": RowBlock(K, a["rows"], a["values"]), "nz": a["nz"]}
+        return cls.unpack(data, build)
 
 
 class SCVB0(StochasticAlgorithm):
@@ -224,14 +212,14 @@ class SCVB0(StochasticAlgorithm):
 
     # -- StochasticAlgorithm --------------------------------------------------------------
     def empty_stats(self) -> SCVB0Stats:
-        return SCVB0Stats(self.n_topics)
+        return SCVB0Stats(n_topics=self.n_topics)
 
     def local_step(self, batch: DocBatch, **kw) -> SCVB0Stats:
         """Burn-in + 1 passes per document with N^Φ, N^Z frozen; returns Σ m·γ per word."""
         uniq, _, acc, updates = self._run(batch, self.burn_in + 1, True, "scvb0")
         lens = batch.doc_lengths
-        return SCVB0Stats(self.n_topics, RowBlock(self.n_topics, uniq, acc), acc.sum(0),
-                          n_docs=batch.n_docs, n_tokens=int(lens.sum()),
+        return SCVB0Stats(n_topics=self.n_topics, block=RowBlock(self.n_topics, uniq, acc),
+                          nz=acc.sum(0), n_docs=batch.n_docs, n_tokens=int(lens.sum()),
                           n_empty=int((lens == 0).sum()), n_iterations=int(updates.sum()),
                           n_capped=0)
 

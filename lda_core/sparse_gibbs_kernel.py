@@ -151,6 +151,18 @@ def _draw(u, ndk, nzl, nnz, r, u_indptr, u_topics, u_coef, ck, e0, alpha, s_cum,
     return a
 
 
+@numba.njit(cache=True, inline="always")
+def _add_topic(k, ndk, nzl, pos, nnz):
+    """One more token of topic ``k`` in the document; a topic new to it joins the list
+    ``nzl[:nnz]`` of its non-zero topics (``pos[k]`` its place). Returns the list's length."""
+    ndk[k] += 1
+    if ndk[k] == 1:
+        pos[k] = nnz
+        nzl[nnz] = k
+        nnz += 1
+    return nnz
+
+
 @numba.njit(cache=True)
 def gibbs_doc(toks, z, ndk, nzl, pos, u_indptr, u_topics, u_coef, ck, e0, alpha, s_cum,
               s_tot, burn_in, samples, seed, random_init, hk, hv, accumulate, theta_row, qbuf):
@@ -171,11 +183,7 @@ def gibbs_doc(toks, z, ndk, nzl, pos, u_indptr, u_topics, u_coef, ck, e0, alpha,
         else:   # sequential initialisation: the conditional given the tokens before i
             k = _draw(toks[i], ndk, nzl, nnz, r, u_indptr, u_topics, u_coef, ck, e0, alpha,
                       s_cum, s_tot, qbuf)
-        ndk[k] += 1
-        if ndk[k] == 1:
-            pos[k] = nnz
-            nzl[nnz] = k
-            nnz += 1
+        nnz = _add_topic(k, ndk, nzl, pos, nnz)
         r += e0 * ck[k]
         z[i] = k
     inv_s = 1.0 / samples
@@ -198,11 +206,7 @@ def gibbs_doc(toks, z, ndk, nzl, pos, u_indptr, u_topics, u_coef, ck, e0, alpha,
                 nnz -= 1
             k = _draw(toks[i], ndk, nzl, nnz, r, u_indptr, u_topics, u_coef, ck, e0, alpha,
                       s_cum, s_tot, qbuf)
-            ndk[k] += 1
-            if ndk[k] == 1:
-                pos[k] = nnz
-                nzl[nnz] = k
-                nnz += 1
+            nnz = _add_topic(k, ndk, nzl, pos, nnz)
             r += e0 * ck[k]
             z[i] = k
             if keep and accumulate:

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numba
 import numpy as np
 from scipy.special import digamma
 
-from lda_core.algorithm import (StochasticAlgorithm, SuffStats, nonfinite, pack_arrays,
-                                unpack_arrays)
+from lda_core.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.estep_vb import local_ids
 from lda_core.params import check_number
@@ -44,55 +43,45 @@ from lda_core.scvb0 import check_batch_words
 from lda_core.scvb0_kernel import doc_seeds
 from lda_core.schedules import rho as schedule_rho
 from lda_core.sparse_gibbs_kernel import gather_rows, merge_into_csr, sgvb_estep
-from lda_core.sparse_stats import SparseTriplets
+from lda_core.sparse_stats import SparseTriplets, TopicStats
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SparseGibbsStats(SuffStats):
+class SparseGibbsStats(TopicStats):
     """Sampled statistics: Σ over documents and kept sweeps of #{z = k, w} (integer counts in
     float64, as SparseTriplets keyed by word·K + topic), ``samples`` S, and the counters."""
 
-    n_topics: int = 0
+    MAGIC: ClassVar[bytes] = b"LDASGVB1"
+    LABEL: ClassVar[str] = "sparse Gibbs"
+    SAME: ClassVar[Tuple[str, ...]] = ("samples",)
+
     samples: int = 1
     triplets: Optional[SparseTriplets] = None
-    n_docs: int = 0
-    n_tokens: int = 0
-    n_empty: int = 0
-    n_iterations: int = 0
-    n_capped: int = 0
 
     def __post_init__(self):
         if self.triplets is None:
             self.triplets = SparseTriplets(self.n_topics)
 
     def merge(self, other: "SparseGibbsStats") -> "SparseGibbsStats":
-        if (not isinstance(other, SparseGibbsStats) or other.n_topics != self.n_topics
-                or other.samples != self.samples):
-            raise ValueError("cannot merge %r into sparse Gibbs statistics of %d topics"
-                             % (other, self.n_topics))
+        self.check_mergeable(other)
         self.triplets.merge(other.triplets)
         self.merge_counters(other)
         return self
 
     def to_bytes(self) -> bytes:
-        return pack_arrays(b"LDASGVB1", dict(self.counters(), n_topics=int(self.n_topics),
-                                             samples=int(self.samples)),
-                           [("keys", "<i8", self.triplets.keys),
-                            ("values", "<f8", self.triplets.values)])
+        return self.pack([("keys", "<i8", self.triplets.keys),
+                          ("values", "<f8", self.triplets.values)])
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SparseGibbsStats":
-        h, a = unpack_arrays(b"LDASGVB1", data)
-        try:
-            K, keys = int(h["n_topics"]), a["keys"]
+        def build(K, a):
+            keys = a["keys"]
             if len(keys) > 1 and np.any(np.diff(keys) <= 0):
                 raise ValueError("triplet keys are not sorted and unique")
-            return cls(K, int(h["samples"]), SparseTriplets(K, keys, a["values"]),
-                       **{c: int(h[c]) for c in cls.COUNTERS})
-        except (KeyError, TypeError) as e:
-            raise ValueError("damaged sparse Gibbs statistics: %s" % e) from None
+            return {"triplets": SparseTriplets(K, keys, a["values"])}
+        return cls.unpack(data, build)
 
 
 class SparseGibbsVB(StochasticAlgorithm):
@@ -195,7 +184,7 @@ class SparseGibbsVB(StochasticAlgorithm):
 
     # -- StochasticAlgorithm --------------------------------------------------------------
     def empty_stats(self) -> SparseGibbsStats:
-        return SparseGibbsStats(self.n_topics, self.samples)
+        return SparseGibbsStats(n_topics=self.n_topics, samples=self.samples)
 
     def local_step(self, batch: DocBatch, **kw) -> SparseGibbsStats:
         """B + S sweeps per document with λ frozen; kept-sweep counts per (word, topic)."""
@@ -204,8 +193,8 @@ class SparseGibbsVB(StochasticAlgorithm):
         K = self.n_topics
         gkeys = uniq[keys // K] * K + keys % K          # local word index -> word id (monotone)
         lens = batch.doc_lengths
-        return SparseGibbsStats(K, self.samples, SparseTriplets(K, gkeys, vals),
-                                n_docs=batch.n_docs, n_tokens=int(lens.sum()),
+        return SparseGibbsStats(n_topics=K, samples=self.samples,
+                                triplets=SparseTriplets(K, gkeys, vals), n_docs=batch.n_docs, n_tokens=int(lens.sum()),
                                 n_empty=int((lens == 0).sum()), n_iterations=int(sweeps.sum()),
                                 n_capped=0)
 

@@ -1,8 +1,9 @@
 """Sparse accumulators of word-topic statistics for the combine step (SCVB0, sparse Gibbs-VB).
 
-Two forms, both with an associative and commutative ``merge`` (sums in float64), picklable,
-and with a compact ``to_bytes``/``from_bytes`` form (a small JSON header followed by the raw
-little-endian arrays) so a Beam coder can ship them without the pickle overhead:
+Two forms, both with an associative and commutative ``merge`` (sums in float64) and a
+``to_bytes``/``from_bytes`` form in the one statistics frame of ``lda_core.algorithm``
+(:func:`~lda_core.algorithm.pack_arrays`: a JSON header, raw little-endian arrays, a CRC-32;
+pickling goes through it too):
 
 * :class:`RowBlock` — a block of dense rows: sorted unique word ids ``rows`` (int32, U) and
   ``values`` (U x K float64). SCVB0's statistics are dense over topics (every γ has K
@@ -11,15 +12,19 @@ little-endian arrays) so a Beam coder can ship them without the pickle overhead:
   ``word * K + topic`` and a float64 value. Sparse Gibbs-VB's sampled statistics have only a
   handful of topics per word; merging two sorted key arrays is one linear pass (numba), never
   a sort of the concatenation.
+
+:class:`TopicStats` is what the two algorithms' statistics share: the topic count and the
+common counters as fields, the merge check and the byte frame around their arrays.
 """
 from __future__ import annotations
 
-import json
-import struct
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 
 import numba
 import numpy as np
+
+from lda_core.algorithm import SuffStats, pack_arrays, unpack_arrays
 
 _MAGIC_ROWS = b"LDBR"
 _MAGIC_TRIP = b"LDBT"
@@ -61,29 +66,14 @@ def merge_sorted_keys(k1, v1, k2, v2):
     return keys[:n].copy(), vals[:n].copy()
 
 
-def _pack(magic: bytes, header: dict, arrays) -> bytes:
-    h = json.dumps(header, sort_keys=True).encode()
-    parts = [magic, struct.pack("<I", len(h)), h]
-    for a in arrays:
-        parts.append(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    return b"".join(parts)
-
-
-def _unpack(magic: bytes, data: bytes) -> Tuple[dict, int]:
-    if len(data) < 8 or data[:4] != magic:
-        raise ValueError("not a %s block (bad magic %r)" % (magic.decode(), bytes(data[:4])))
-    (hl,) = struct.unpack("<I", data[4:8])
-    if 8 + hl > len(data):
-        raise ValueError("truncated %s block header" % magic.decode())
-    return json.loads(bytes(data[8:8 + hl]).decode()), 8 + hl
-
-
-def _take(data, off, dtype, n):
-    nb = np.dtype(dtype).itemsize * n
-    if off + nb > len(data):
-        raise ValueError("truncated block: need %d bytes at offset %d, have %d"
-                         % (nb, off, len(data)))
-    return np.frombuffer(data, dtype=dtype, count=n, offset=off).copy(), off + nb
+def _header_topics(header: Dict[str, Any], what: str) -> int:
+    try:
+        K = int(header["K"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError("damaged %s header: %s" % (what, e)) from None
+    if K <= 0:
+        raise ValueError("damaged %s header: K=%d" % (what, K))
+    return K
 
 
 class RowBlock:
@@ -134,18 +124,17 @@ class RowBlock:
         return self.rows.nbytes + self.values.nbytes
 
     def to_bytes(self) -> bytes:
-        return _pack(_MAGIC_ROWS, {"K": self.n_topics, "U": len(self.rows)},
-                     [self.rows, self.values])
+        return pack_arrays(_MAGIC_ROWS, {"K": self.n_topics},
+                           [("rows", "<i4", self.rows), ("values", "<f8", self.values)])
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "RowBlock":
-        h, off = _unpack(_MAGIC_ROWS, data)
-        K, U = int(h["K"]), int(h["U"])
-        if K <= 0 or U < 0:
-            raise ValueError("bad RowBlock header %r" % h)
-        rows, off = _take(data, off, "<i4", U)
-        vals, off = _take(data, off, "<f8", U * K)
-        return cls(K, rows.astype(np.int32), vals.reshape(U, K).astype(np.float64))
+        h, a = unpack_arrays(_MAGIC_ROWS, data)
+        K = _header_topics(h, "RowBlock")
+        if a["values"].shape != (len(a["rows"]), K):
+            raise ValueError("damaged RowBlock: values %s for %d rows of K=%d"
+                             % (a["values"].shape, len(a["rows"]), K))
+        return cls(K, a["rows"], a["values"])
 
     def __getstate__(self):
         return self.to_bytes()
@@ -223,20 +212,16 @@ class SparseTriplets:
         return self.keys.nbytes + self.values.nbytes
 
     def to_bytes(self) -> bytes:
-        return _pack(_MAGIC_TRIP, {"K": self.n_topics, "n": len(self.keys)},
-                     [self.keys, self.values])
+        return pack_arrays(_MAGIC_TRIP, {"K": self.n_topics},
+                           [("keys", "<i8", self.keys), ("values", "<f8", self.values)])
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SparseTriplets":
-        h, off = _unpack(_MAGIC_TRIP, data)
-        K, n = int(h["K"]), int(h["n"])
-        if K <= 0 or n < 0:
-            raise ValueError("bad SparseTriplets header %r" % h)
-        keys, off = _take(data, off, "<i8", n)
-        vals, off = _take(data, off, "<f8", n)
-        if n > 1 and np.any(np.diff(keys) <= 0):
+        h, a = unpack_arrays(_MAGIC_TRIP, data)
+        K, keys = _header_topics(h, "SparseTriplets"), a["keys"]
+        if len(keys) > 1 and np.any(np.diff(keys) <= 0):
             raise ValueError("SparseTriplets keys are not sorted and unique")
-        return cls(K, keys.astype(np.int64), vals.astype(np.float64))
+        return cls(K, keys, a["values"])
 
     def __getstate__(self):
         return self.to_bytes()
@@ -247,3 +232,48 @@ class SparseTriplets:
 
     def __repr__(self):
         return "SparseTriplets(K=%d, nnz=%d)" % (self.n_topics, len(self.keys))
+
+
+@dataclass
+class TopicStats(SuffStats):
+    """Base of SCVB0's and sparse Gibbs-VB's minibatch statistics: ``n_topics`` and the
+    common counters as dataclass fields (subclasses add theirs after them, so construct
+    with keywords), the merge compatibility check and the byte frame (``MAGIC``; the header
+    holds the counters, ``n_topics`` and the subclass's ``SAME`` fields)."""
+
+    MAGIC: ClassVar[bytes] = b""
+    LABEL: ClassVar[str] = ""                # "SCVB0" in messages
+    SAME: ClassVar[Tuple[str, ...]] = ()     # scalar fields two mergeable statistics share
+
+    n_topics: int = 0
+    n_docs: int = 0
+    n_tokens: int = 0
+    n_empty: int = 0
+    n_iterations: int = 0
+    n_capped: int = 0
+
+    def check_mergeable(self, other: SuffStats) -> None:
+        """ValueError unless ``other`` is the same kind of statistics with the same K (and
+        the same ``SAME`` fields)."""
+        if not (isinstance(other, type(self)) and other.n_topics == self.n_topics
+                and all(getattr(other, f) == getattr(self, f) for f in self.SAME)):
+            raise ValueError("cannot merge %r into %s statistics of %d topics"
+                             % (type(other).__name__, self.LABEL, self.n_topics))
+
+    def pack(self, arrays: Sequence[Tuple[str, str, np.ndarray]]) -> bytes:
+        """The frame of ``to_bytes``: counters, ``n_topics`` and ``SAME`` in the header."""
+        header = dict(self.counters(), n_topics=int(self.n_topics))
+        header.update((f, int(getattr(self, f))) for f in self.SAME)
+        return pack_arrays(self.MAGIC, header, arrays)
+
+    @classmethod
+    def unpack(cls, data: bytes, build) -> "TopicStats":
+        """Inverse of :meth:`pack`: ``build(K, arrays)`` returns the subclass's own fields
+        (ValueError for shapes that do not fit); any damage is a ValueError."""
+        h, a = unpack_arrays(cls.MAGIC, data)
+        try:
+            K = int(h["n_topics"])
+            fields = dict(build(K, a), **{f: int(h[f]) for f in cls.SAME + cls.COUNTERS})
+            return cls(n_topics=K, **fields)
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged %s statistics: %s" % (cls.LABEL, e)) from None

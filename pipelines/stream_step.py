@@ -120,7 +120,7 @@ def next_record(prev: dict, wend: int, delivered, applied_ids, files=None,
 class EStepLatestFn(beam.DoFn):
     """``(window max timestamp µs, docs)`` -> ``(0, (window, docs, stats, step used, files
     read))``: the local step against the newest published checkpoint (may be stale; see
-    module docstring); files read: :func:`pipelines.stream.files_read` of the documents."""
+    module docstring); files read: :func:`pipelines.stream_parse.files_read` of the documents."""
 
     def __init__(self, model_dir: str, n_threads: Optional[int] = None):
         self.model_dir, self.n_threads = model_dir, n_threads
@@ -129,7 +129,7 @@ class EStepLatestFn(beam.DoFn):
 
     def process(self, element):
         wend, docs = element
-        from pipelines.stream import docs_to_batch, files_read
+        from pipelines.stream_parse import docs_to_batch, files_read
         docs = list(docs)
         batch = docs_to_batch(docs)
         step = latest_step(self.model_dir)

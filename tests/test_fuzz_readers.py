@@ -432,7 +432,7 @@ def test_fuzz_run_log(tmp_path):
 
 # ----------------------------------------------------------------------------- stream messages
 def test_fuzz_stream_messages():
-    from pipelines.stream import ParseConfig, parse_document
+    from pipelines.stream_parse import ParseConfig, parse_document
     rng = random.Random(SEED + 8)
     texts = _real_texts(10)
     words = sorted({w for t in texts for w in t.lower().split() if w.isalpha()})[:500]

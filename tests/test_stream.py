@@ -17,7 +17,7 @@ from apache_beam.transforms import window
 from lda_core.checkpoint import CheckpointStore
 from lda_core.online_vb import OnlineVB
 from lda_core.state import TopicState
-from pipelines import dataset, stream, synthetic
+from pipelines import dataset, stream, stream_parse, synthetic
 
 V, K, W = 300, 5, 60.0      # vocabulary, topics, window seconds
 
@@ -87,7 +87,7 @@ def test_stream_checkpoints_equal_the_in_process_trainer(tmp_path, corpus):
             ts = ts.add_elements([window.TimestampedValue(json.dumps(
                 {"doc_id": "late-doc", "word_ids": [1, 2], "counts": [1, 1]}), 5)])
     ts = ts.advance_watermark_to_infinity()
-    parse = stream.ParseConfig(vocab_path=vpath, n_words=V)
+    parse = stream_parse.ParseConfig(vocab_path=vpath, n_words=V)
 
     def build(p):
         out = p | ts | stream.StreamTrain(model, parse, W, allowed_lateness=3600)
@@ -121,15 +121,15 @@ def test_stream_checkpoints_equal_the_in_process_trainer(tmp_path, corpus):
 
 def test_parse_document_cases(corpus):
     _, vocab = corpus
-    cfg = stream.ParseConfig(vocab_path="unused", n_words=V)
+    cfg = stream_parse.ParseConfig(vocab_path="unused", n_words=V)
     idx = vocab.index
     t = vocab.tokens
-    doc, dead, oov = stream.parse_document(json.dumps(
+    doc, dead, oov = stream_parse.parse_document(json.dumps(
         {"doc_id": 7, "text": "%s %s Zzz %s" % (t[5], t[2], t[5].upper())}), idx, cfg)
     assert dead is None and oov == 1 and doc[0] == "7"
     assert np.frombuffer(doc[1], np.int32).tolist() == [2, 5]
     assert np.frombuffer(doc[2], np.int32).tolist() == [1, 2]
-    doc, dead, _ = stream.parse_document(b'{"id": "a", "word_ids": [9, 3, 9], "counts": [1, 2, 4]}',
+    doc, dead, _ = stream_parse.parse_document(b'{"id": "a", "word_ids": [9, 3, 9], "counts": [1, 2, 4]}',
                                          idx, cfg)
     assert np.frombuffer(doc[1], np.int32).tolist() == [3, 9]
     assert np.frombuffer(doc[2], np.int32).tolist() == [2, 5]
@@ -139,14 +139,14 @@ def test_parse_document_cases(corpus):
                      ('{"doc_id": "a", "word_ids": [1.5], "counts": [1]}', "integers"),
                      ('{"doc_id": "a", "word_ids": [], "counts": []}', "no words"),
                      ('{"doc_id": "a"}', "neither"), (b"\xff\xfe", "not UTF-8")]:
-        doc, dead, _ = stream.parse_document(raw, idx, cfg)
+        doc, dead, _ = stream_parse.parse_document(raw, idx, cfg)
         assert doc is None and err in dead["error"], (raw, dead)
 
 
 def test_docs_to_batch_orders_and_deduplicates():
     a = ("b", np.array([1], np.int32).tobytes(), np.array([2], np.int32).tobytes())
     b = ("a", np.array([0, 4], np.int32).tobytes(), np.array([1, 1], np.int32).tobytes())
-    batch = stream.docs_to_batch([a, b, a])
+    batch = stream_parse.docs_to_batch([a, b, a])
     assert batch.doc_ids == ("a", "b") and batch.indptr.tolist() == [0, 2, 3]
 
 
@@ -233,7 +233,7 @@ def test_local_directory_driver_applies_each_window_in_order(tmp_path, corpus):
         drop()
 
     drop()
-    parse = stream.ParseConfig(vocab_path=vpath, n_words=V)
+    parse = stream_parse.ParseConfig(vocab_path=vpath, n_words=V)
     n = stream.run_local_directory(str(inbox / "*.jsonl"), model, parse, window_seconds=10.0,
                                    poll_seconds=4.0, stop_after=30.0,
                                    deadletter_dir=str(tmp_path / "dead"),

@@ -9,7 +9,7 @@ import pytest
 
 from lda_core.checkpoint import CheckpointStore
 from lda_core.online_vb import OnlineVB
-from pipelines import dataset, stream
+from pipelines import dataset, stream, stream_parse
 from pipelines.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from test_beam_train import read_kos
 from test_stream import Cell, run_file_route
@@ -56,7 +56,7 @@ def _drive(model, mv, inbox, dead, t0, stop_after, drops):
     if 0 in drops:
         drops[0]()
     return stream.run_local_directory(
-        str(inbox / "*.jsonl"), model, stream.ParseConfig(vocab_path=mv, n_words=len(
+        str(inbox / "*.jsonl"), model, stream_parse.ParseConfig(vocab_path=mv, n_words=len(
             dataset.Vocabulary.read(mv))),
         window_seconds=10.0, poll_seconds=4.0, stop_after=stop_after, deadletter_dir=dead,
         clock=lambda: clock["t"], sleep=sleep)
@@ -248,5 +248,5 @@ def test_window_result_carries_the_files_read(kos):
     rec = next_record({"files": {"/in/a.jsonl": 200, "/in/b.jsonl": 5}}, 7, [], [],
                       read={"/in/a.jsonl": 120, "/in/c.jsonl": 9})
     assert rec["files"] == {"/in/a.jsonl": 200, "/in/b.jsonl": 5, "/in/c.jsonl": 9}
-    assert stream.files_read([("d1", b"", b"", "/f", 10), ("d2", b"", b"", "/f", 30),
+    assert stream_parse.files_read([("d1", b"", b"", "/f", 10), ("d2", b"", b"", "/f", 30),
                               ("d3", b"", b"")]) == {"/f": 30}

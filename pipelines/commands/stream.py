@@ -88,7 +88,7 @@ class Setup:
     """What every route needs, from the options: the model to continue (published as step 0
     if fresh), how to parse documents, where dead letters go."""
     algo: Any
-    parse: Any                  # pipelines.stream.ParseConfig
+    parse: Any                  # pipelines.stream_parse.ParseConfig
     dead_dir: str
     keep: Optional[int]         # checkpoints kept (None: all)
     corpus_size: Optional[int]  # -1: the model's own D; None: the stream setting; else D
@@ -96,7 +96,7 @@ class Setup:
 
 def prepare(args) -> Setup:
     """Check the options and load (or create) the model; raises ValueError on bad options."""
-    from pipelines import stream
+    from pipelines import stream, stream_parse
     if not args.model:
         raise ValueError("--model MODEL_DIR is required")
     sources = [s for s in (args.subscription, args.topic, args.input_glob) if s]
@@ -119,7 +119,7 @@ def prepare(args) -> Setup:
         batch_size=args.minibatch, corpus_size=args.corpus_size or None, seed=args.seed,
         settings=settings, keep_last=keep)
     corpus_size = -1 if args.corpus_size is None else (args.corpus_size or None)
-    parse = stream.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,
+    parse = stream_parse.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,
                                id_field=args.id_field, text_field=args.text_field)
     dead_dir = args.deadletter or (args.model.rstrip("/") + "/deadletter")
     return Setup(algo, parse, dead_dir, keep, corpus_size)
