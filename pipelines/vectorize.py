@@ -330,6 +330,26 @@ def vocabulary_lookup(tokens: Sequence[str]):
     return pa.array(list(tokens), pa.large_string())
 
 
+def packed_vocabulary(record: dict) -> Tuple[bytes, bytes]:
+    """A vocabulary record's tokens as two byte strings (Arrow ``large_string`` offsets and
+    data): the side input of :class:`ApplyVocabulary`. The runner's side-input cache measures
+    a cached value by walking its objects once per bundle; two ``bytes`` cost nothing to walk,
+    a list of tens of thousands of strings costs as much as tokenizing megabytes of text."""
+    arr = vocabulary_lookup(record["tokens"])
+    _, offsets, data = arr.buffers()
+    n = len(arr)
+    return (offsets.to_pybytes()[:8 * (n + 1)],
+            data.to_pybytes()[:int(np.frombuffer(offsets, np.int64, n + 1)[-1])] if data else b"")
+
+
+def unpacked_vocabulary(packed: Tuple[bytes, bytes]):
+    """The :func:`vocabulary_lookup` index of a :func:`packed_vocabulary` value."""
+    import pyarrow as pa
+    offsets, data = packed
+    return pa.LargeStringArray.from_buffers(len(offsets) // 8 - 1, pa.py_buffer(offsets),
+                                            pa.py_buffer(data))
+
+
 def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
     """Rows of a batch of documents through a vocabulary (:func:`vocabulary_lookup`).
 
@@ -485,17 +505,17 @@ class _TokenizeFn(_CountingDoFn):
 
 
 class _ApplyVocabularyFn(_CountingDoFn):
-    """Tokenized batches + the vocabulary record (side input) -> lists of rows (one per
-    batch); OOV tokens dropped."""
+    """Tokenized batches + the vocabulary's tokens (side input, :func:`packed_vocabulary`)
+    -> lists of rows (one per batch); OOV tokens dropped."""
 
     def __init__(self):
         self._index = None
         self._record_id = None
 
-    def process(self, element, vocab_record):
-        if self._index is None or self._record_id != id(vocab_record):
-            self._index = vocabulary_lookup(vocab_record["tokens"])
-            self._record_id = id(vocab_record)
+    def process(self, element, packed_vocab):
+        if self._index is None or self._record_id != id(packed_vocab):
+            self._index = unpacked_vocabulary(packed_vocab)
+            self._record_id = id(packed_vocab)
         metas, tokens, ptr, ids, counts = element
         bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
                          np.frombuffer(counts, np.int64))
@@ -773,7 +793,8 @@ class ApplyVocabulary(beam.PTransform):
         self._vocab = vocab_record
 
     def expand(self, docs):
-        res = docs | "ToIds" >> beam.ParDo(_ApplyVocabularyFn(), AsSingleton(self._vocab)) \
+        packed = self._vocab | "PackVocab" >> beam.Map(packed_vocabulary)
+        res = docs | "ToIds" >> beam.ParDo(_ApplyVocabularyFn(), AsSingleton(packed)) \
             .with_outputs(STATS, main="rows")
         return res.rows, res[STATS]
 
