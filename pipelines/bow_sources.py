@@ -40,7 +40,7 @@ from typing import Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from pipelines.text_sources import (DECOMPRESS_ERRORS, ChunkReader, DeadLetter, InputError,
-                                    _snippet, compression_of, open_decompressed)
+                                    _snippet, compression_of, iter_lines, open_decompressed)
 
 logger = logging.getLogger(__name__)
 
@@ -69,28 +69,6 @@ def _pack(ids: List[int], counts: List[int]) -> Tuple[np.ndarray, np.ndarray]:
     if len(c) and c.max() > np.iinfo(np.int32).max:
         raise ValueError("a count exceeds int32")
     return w.astype(np.int32), c.astype(np.int32)
-
-
-def _lines(path: str):
-    """(line number from 1, stripped bytes line), raising a _Broken marker on decompress error."""
-    f = open_decompressed(path)
-    try:
-        lineno = 0
-        for _ in range(1 << 62):
-            try:
-                line = f.readline(MAX_LINE_BYTES + 1)
-            except DECOMPRESS_ERRORS as e:
-                yield lineno + 1, _Broken(str(e))
-                return
-            if not line:
-                return
-            lineno += 1
-            if len(line) > MAX_LINE_BYTES:
-                yield lineno, _Broken("line longer than %d bytes" % MAX_LINE_BYTES)
-                return
-            yield lineno, line.strip()
-    finally:
-        f.close()
 
 
 class _Broken:
@@ -596,13 +574,12 @@ def _iter_mm(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
 
 
 def _iter_ldac(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
-    lines = _lines(path)
     limit = vocab_size if vocab_size is not None else MAX_VOCAB
-    for lineno, line in lines:
-        if isinstance(line, _Broken):
-            yield DeadLetter(path, "line %d" % lineno, "cannot read further: %s; documents "
-                             "after this point are lost" % line.error)
+    for lineno, line in iter_lines(path, MAX_LINE_BYTES, skip_long=False):
+        if isinstance(line, DeadLetter):
+            yield line
             return
+        line = line.strip()
         if not line:
             continue
         parts = line.split()
