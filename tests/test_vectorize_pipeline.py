@@ -452,3 +452,31 @@ def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch, bat
         assert_that(dead | beam.Map(lambda d: (d["source"], d["position"], d["error"])),
                     equal_to([("in.txt", "doc bad", "RuntimeError: tokenizer exploded")]),
                     label="dead")
+
+
+def test_sample_dataset_is_unchanged(wiki_sample, tmp_path):
+    """The bundled sample vectorised with fixed settings gives exactly the dataset it gave
+    before the batch / side-input / module changes of the ingest path: the vocabulary hash,
+    the counts and a digest of every shard's rows (their content, not the Parquet bytes)."""
+    import glob
+    import hashlib
+    import json
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([wiki_sample], out, holdout_fraction=0.1, no_below=2, no_above=0.5,
+                           num_shards=2), IN_PROCESS)
+    h = hashlib.sha256()
+    for split in ("train", "heldout"):
+        for f in sorted(glob.glob(str(out / split / "*.parquet"))):
+            t = pq.read_table(f)
+            h.update(("%s/%s\n" % (split, os.path.basename(f))).encode())
+            for c in ("doc_id", "title", "label", "word_ids", "counts", "n_tokens"):
+                h.update(json.dumps(t.column(c).to_pylist()).encode())
+    assert m["vocabulary"]["hash"] == \
+        "5743178d6fddbccbbfb46e58d03b68a9ef1128ef8d6d5d94de30a971f36081a5"
+    assert m["vocabulary"]["size"] == 13864
+    assert m["counts"] == {"dead_letters": 0, "documents_kept": 106, "documents_read": 106,
+                           "empty_after_pruning": 0, "empty_documents": 0,
+                           "heldout_documents": 7, "oov_tokens_dropped": 238174,
+                           "replaced_characters": 0, "skipped_pages": 100, "too_short": 0,
+                           "train_documents": 99}
+    assert h.hexdigest() == "15e69c8c74bb2542100ced2e37c40c33a5c302e1b2f554fe282f45f8b2935fc7"
