@@ -325,9 +325,9 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
 
 def spreads_work(options) -> bool:
     """False for the DirectRunner in this process with one worker (the default local run):
-    there is no other worker to spread inputs and documents to, and the two reshuffles would
-    only encode, group and decode every document's text (a quarter of the CPU of a JSON-lines
-    run). The output is the same either way."""
+    there is no other worker to spread inputs and documents to, so the two reshuffles would
+    only pass every document's text through the runner's grouping. The output is the same
+    either way."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
     runner = options.view_as(StandardOptions).runner
     direct = options.view_as(DirectOptions)
