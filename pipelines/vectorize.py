@@ -24,6 +24,10 @@ Stages (one composite ``PTransform`` each)::
   counted. Bag-of-words inputs (``uci``, ``ldac``, ``mm``) keep their vocabulary and its
   order unless a pruning option is given explicitly.
 
+This module holds the options, the input checks and the job's assembly
+(:func:`build_pipeline`); the steps are in :mod:`pipelines.vectorize_steps` (reading,
+tokenizing, applying the vocabulary), :mod:`pipelines.vectorize_output` (split, shards, dead
+letters, vocabulary file, manifest) and :mod:`pipelines.vectorize_bow` (bag-of-words inputs).
 The ``ldabeam vectorize`` command (:mod:`pipelines.commands.vectorize`) parses the options
 and calls :func:`vectorize` / :func:`submit`.
 """
