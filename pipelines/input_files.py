@@ -16,7 +16,7 @@ import os
 import re
 import zlib
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +164,47 @@ def open_decompressed(path: str):
 # gzip.BadGzipFile is an OSError; bz2 raises OSError("Invalid data stream"); truncated
 # streams raise EOFError; lzma raises LZMAError.
 DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+def iter_lines(path: str, max_line_bytes: int, skip_long: bool = True
+               ) -> Iterator[Tuple[int, Union[bytes, DeadLetter]]]:
+    """``(line number from 1, line bytes without its newline)`` of a (compressed) file, never
+    holding more than ``max_line_bytes`` of one line.
+
+    A line longer than that yields ``(its number, DeadLetter)``; with ``skip_long`` the rest of
+    the line is skipped and reading goes on (one record per line: the other records are
+    good), without it the iteration ends there (a format whose lines are never that long: the
+    file is broken). A stream that fails to decompress yields a DeadLetter and ends the
+    iteration (the lines before it were yielded)."""
+    f = open_decompressed(path)
+    try:
+        lineno = 0
+        for _ in range(1 << 62):
+            try:
+                line = f.readline(max_line_bytes + 1)
+            except DECOMPRESS_ERRORS as e:
+                yield lineno + 1, DeadLetter(path, "line %d" % (lineno + 1), "compressed stream"
+                                             " is corrupt or truncated: %s; lines after this "
+                                             "point are lost" % e)
+                return
+            if not line:
+                return
+            lineno += 1
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                yield lineno, DeadLetter(path, "line %d" % lineno, "line longer than %d bytes%s"
+                                         % (max_line_bytes, "" if skip_long else
+                                            "; lines after this point are lost"),
+                                         _snippet(line))
+                if not skip_long:
+                    return
+                for _ in range(1 << 62):   # skip the rest of the line
+                    rest = f.readline(READ_BLOCK)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                continue
+            yield lineno, line.rstrip(b"\r\n")
+    finally:
+        f.close()
 
 
 class ChunkReader:

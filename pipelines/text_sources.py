@@ -47,7 +47,8 @@ from typing import Iterator, Optional, Tuple, Union
 from pipelines.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkReader, compression_of,
                                    DeadLetter, DECOMPRESS_ERRORS, DEFAULT_MAX_DOC_BYTES,
                                    detect_format, expand_inputs, FORMATS, InputError, is_remote,
-                                   is_tar_name, open_binary, open_decompressed, RawDocument,
+                                   is_tar_name, iter_lines, open_binary, open_decompressed,
+                                   RawDocument,
                                    READ_BLOCK, sniff_format, SNIPPET_CHARS, TABLE_FORMATS,
                                    TABLE_SUFFIXES, TEXT_FORMATS)  # noqa: F401
 from pipelines.wiki_source import (_read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
@@ -193,40 +194,10 @@ def _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty, max_do
         raw.close()
 
 
-def _iter_lines(path: str, max_line_bytes: int) -> Iterator[Tuple[int, Union[bytes, DeadLetter]]]:
-    """(line number from 1, line bytes without the newline) -- or a DeadLetter for a line that
-    is too long or a stream that fails to decompress (which ends the iteration)."""
-    f = open_decompressed(path)
-    try:
-        lineno = 0
-        for _ in range(1 << 62):
-            try:
-                line = f.readline(max_line_bytes + 1)
-            except DECOMPRESS_ERRORS as e:
-                yield lineno + 1, DeadLetter(path, "line %d" % (lineno + 1), "compressed stream"
-                                             " is corrupt or truncated: %s; lines after this "
-                                             "point are lost" % e)
-                return
-            if not line:
-                return
-            lineno += 1
-            if len(line) > max_line_bytes and not line.endswith(b"\n"):
-                yield lineno, DeadLetter(path, "line %d" % lineno, "line longer than "
-                                         "max_doc_bytes=%d" % max_line_bytes, _snippet(line))
-                for _ in range(1 << 62):   # skip the rest of the line
-                    rest = f.readline(READ_BLOCK)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-                continue
-            yield lineno, line.rstrip(b"\r\n")
-    finally:
-        f.close()
-
-
 def _read_lines(path: str, encoding="utf-8", encoding_errors="strict",
                 max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
     base = os.path.basename(path.rstrip("/"))
-    for lineno, line in _iter_lines(path, max_doc_bytes):
+    for lineno, line in iter_lines(path, max_doc_bytes):
         if isinstance(line, DeadLetter):
             yield line
             continue
@@ -259,7 +230,7 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
                 text_field="text", label_field="label", title_field="title",
                 keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
     base = os.path.basename(path.rstrip("/"))
-    for lineno, line in _iter_lines(path, max_doc_bytes):
+    for lineno, line in iter_lines(path, max_doc_bytes):
         if isinstance(line, DeadLetter):
             yield line
             continue

@@ -224,6 +224,14 @@ class TokenStatsAccumulator:
                    ) -> List[Tuple[str, int, int, Tuple[int, int]]]:
         """``(token, df, cf, first)`` of the tokens with ``df >= no_below`` or listed in
         ``keep_tokens`` (the others can never be kept)."""
+        acc = TokenStatsAccumulator()
+        acc.add_packed(self.packed_candidates(no_below, keep_tokens))
+        return [(t, d, c, f) for t, (d, c, f) in acc.items()]
+
+    def packed_candidates(self, no_below: int, keep_tokens: frozenset) -> tuple:
+        """:meth:`candidates` packed as :func:`merge_packed_stats` packs (an Arrow array and
+        three byte strings): cheap to send, and cheap for the runner to measure when it
+        caches the gathered candidates as a side input."""
         import pyarrow as pa
         import pyarrow.compute as pc
         tokens, df, cf, first = self._merged()
@@ -232,9 +240,8 @@ class TokenStatsAccumulator:
             sel |= pc.is_in(tokens, value_set=pa.array(sorted(keep_tokens),
                                                        tokens.type)).to_numpy(False)
         sel = np.flatnonzero(sel)
-        return [(t, d, c, _first_of_key(f)) for t, d, c, f in
-                zip(tokens.take(pa.array(sel)).to_pylist(), df[sel].tolist(), cf[sel].tolist(),
-                    first[sel].tolist())]
+        return (tokens.take(pa.array(sel)), df[sel].tobytes(), cf[sel].tobytes(),
+                first[sel].tobytes())
 
     def clear(self) -> None:
         self._chunks = []
@@ -307,15 +314,16 @@ def record_to_vocabulary(record: dict) -> Vocabulary:
                       np.asarray(record["cf"], np.int64))
 
 
-def _candidates(kv, no_below: int, keep_tokens: frozenset) -> List[Tuple[str, int, int, tuple]]:
-    """``(token, df, cf, first)`` of one merged part's tokens that may be kept."""
+def _candidates(kv, no_below: int, keep_tokens: frozenset) -> tuple:
+    """The packed statistics of one merged part's tokens that may be kept."""
     acc = TokenStatsAccumulator()
     acc.add_packed(kv[1])
-    return acc.candidates(no_below, keep_tokens)
+    return acc.packed_candidates(no_below, keep_tokens)
 
 
 def _prune_parts(parts, num_docs, settings: PruneSettings) -> dict:
-    return _kept_to_record([e for part in parts for e in part], num_docs, settings)
+    stats = [(t, d, c, f) for part in parts for t, (d, c, f) in unpack_stats(part)]
+    return _kept_to_record(stats, num_docs, settings)
 
 
 class BuildVocabulary(beam.PTransform):

@@ -203,7 +203,7 @@ def test_block_parser_equals_line_parser(tmp_path, monkeypatch, kos_paths):
     """numpy block parsing and line-by-line parsing give the same documents and dead letters,
     also when blocks are small and some of them hold bad lines (mixed paths, documents
     spanning blocks)."""
-    from pipelines import bow_sources
+    from pipelines import bow_triples
     docword, _ = kos_paths
     lines = gzip.decompress(pathlib.Path(docword).read_bytes()).decode().split("\n")
     lines[500] = lines[500].split()[0] + " 1 x"   # a bad count -> its document is a dead letter
@@ -211,9 +211,9 @@ def test_block_parser_equals_line_parser(tmp_path, monkeypatch, kos_paths):
     lines.insert(20000, "")         # blank line
     lines.insert(30000, "5 1 1")    # document 5 again, inside another -> both dead letters
     path = write_lines(tmp_path / "docword.mixed.txt.gz", lines, gz=True)
-    monkeypatch.setattr(bow_sources, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(bow_triples, "BLOCK_BYTES", 4096)
     fast = list(iter_bow_documents(path, "uci", 6906))
-    monkeypatch.setattr(bow_sources, "_parse_triples_block", lambda block, allow_float: None)
+    monkeypatch.setattr(bow_triples, "_parse_triples_block", lambda block, allow_float: None)
     slow = list(iter_bow_documents(path, "uci", 6906))
     assert len(fast) == len(slow) > 3000
     for a, b in zip(fast, slow):

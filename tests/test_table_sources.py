@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import dataset, table_sources
+from pipelines import bigquery_source, dataset
 from pipelines import text_sources as ts
 from pipelines import vectorize as vz
 from pipelines.cli import main as cli_main
@@ -261,8 +261,8 @@ def test_bigquery_table_and_query_through_beams_source(posts, reference, tmp_pat
     stand-in at the point the pipeline takes it from, so everything after it runs."""
     ref_manifest, ref_rows = reference
     reference_dir = ref_manifest["_dir"]
-    monkeypatch.setattr(table_sources, "require_bigquery", lambda: None)
-    monkeypatch.setattr(table_sources, "_bigquery_transform", lambda: _FakeReadFromBigQuery)
+    monkeypatch.setattr(bigquery_source, "require_bigquery", lambda: None)
+    monkeypatch.setattr(bigquery_source, "_bigquery_transform", lambda: _FakeReadFromBigQuery)
     _FakeReadFromBigQuery.calls = []
     _FakeReadFromBigQuery.rows = [{"id": p[0], "label": p[1], "title": p[2],
                                    "text": p[2] + "\n" + p[3]} for p in posts]
@@ -399,8 +399,8 @@ def test_infer_raw_parquet_arrow_and_bigquery_use_the_models_settings(posts, tmp
         s = infer(InferOptions(model=str(model), inputs=[str(inp)], output=str(outs[name])))
         assert s["documents_read"] == table.num_rows and s["dead_letters"] == 0
     # a BigQuery query (its source replaced by a stand-in, as in the vectorize test)
-    monkeypatch.setattr(table_sources, "require_bigquery", lambda: None)
-    monkeypatch.setattr(table_sources, "_bigquery_transform", lambda: _FakeReadFromBigQuery)
+    monkeypatch.setattr(bigquery_source, "require_bigquery", lambda: None)
+    monkeypatch.setattr(bigquery_source, "_bigquery_transform", lambda: _FakeReadFromBigQuery)
     _FakeReadFromBigQuery.calls, _FakeReadFromBigQuery.rows = [], table.to_pylist()
     outs["bq"] = tmp_path / "bq"
     s = infer(InferOptions(model=str(model), query="SELECT * FROM news.new",

@@ -17,8 +17,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines import dataset
 from pipelines import vectorize as vz
+from pipelines import vectorize_output as vzo
+from pipelines import vectorize_steps as vzs
 from pipelines.cli import main as cli_main
-from pipelines.tokenize import TokenizerConfig
+from pipelines.tokenize import BatchCounts, TokenizerConfig
 from pipelines.vocabulary import merge_token_stats, unpack_stats
 
 IN_PROCESS = ["--runner=FnApiRunner"]
@@ -51,12 +53,12 @@ def _all_rows(out):
 # ----------------------------------------------------------------------------- helpers
 
 def test_doc_hash_is_stable_and_split_is_near_fraction():
-    assert vz.doc_hash("12", 0) == vz.doc_hash("12", 0)
-    assert vz.doc_hash("12", 0) != vz.doc_hash("12", 1)
+    assert vzo.doc_hash("12", 0) == vzo.doc_hash("12", 0)
+    assert vzo.doc_hash("12", 0) != vzo.doc_hash("12", 1)
     # a fixed value: the split must never change between versions/platforms
-    u, order = vz.doc_hash("Anarchism", 0)
+    u, order = vzo.doc_hash("Anarchism", 0)
     assert (round(u, 12), order) == (0.831694856558, 9524379588825707308)
-    n = sum(vz.split_of(str(i), 0.2) == "heldout" for i in range(20000))
+    n = sum(vzo.split_of(str(i), 0.2) == "heldout" for i in range(20000))
     assert 3700 < n < 4300
 
 
@@ -70,15 +72,15 @@ def _batch(docs):
             ids.append(local[t])
             counts.append(c)
         ptr.append(len(ids))
-    return vz.BatchCounts(pa.array(tokens, pa.large_string()), np.array(ptr, np.int64),
+    return BatchCounts(pa.array(tokens, pa.large_string()), np.array(ptr, np.int64),
                           np.array(ids, np.int64), np.array(counts, np.int64))
 
 
 def test_counts_to_rows_sorts_ids_and_counts_dropped():
     metas = [(0, 0, "d", "t", None), (0, 1, "e", None, None)]
-    rows, dropped, empty = vz.counts_to_rows(
+    rows, dropped, empty = vzs.counts_to_rows(
         metas, _batch([[("b", 2), ("zz", 5), ("a", 1)], [("q", 1)]]),
-        vz.vocabulary_lookup(["b", "x", "y", "a"]))
+        vzs.vocabulary_lookup(["b", "x", "y", "a"]))
     assert dropped == 5 + 1 and empty == 1 and len(rows) == 1
     row = rows[0]
     assert row[:3] == ("d", "t", None)
@@ -88,12 +90,12 @@ def test_counts_to_rows_sorts_ids_and_counts_dropped():
 
 
 def test_rows_to_table_round_trip():
-    rows = [vz.arrays_to_row("a", "T", "L", np.array([1, 4]), np.array([2, 1])),
-            vz.arrays_to_row("b", None, None, np.array([0]), np.array([7]))]
-    b = dataset.table_to_docbatch(vz.rows_to_table(rows))
+    rows = [vzo.arrays_to_row("a", "T", "L", np.array([1, 4]), np.array([2, 1])),
+            vzo.arrays_to_row("b", None, None, np.array([0]), np.array([7]))]
+    b = dataset.table_to_docbatch(vzo.rows_to_table(rows))
     assert b.doc_ids == ("a", "b") and b.titles == ("T", None) and b.labels == ("L", None)
     assert b.word_ids.tolist() == [1, 4, 0] and b.counts.tolist() == [2, 1, 7]
-    assert vz.rows_to_table([]).num_rows == 0
+    assert vzo.rows_to_table([]).num_rows == 0
 
 
 # ----------------------------------------------------------------------------- transforms
@@ -105,8 +107,8 @@ def test_tokenize_transform_counts_and_vocab_stats():
              ("doc", 1, 0, "e0", "T", None, "tiny")]               # below min tokens
     with TestPipeline(runner="FnApiRunner") as p:
         docs, vstats, dead, stats = (p | beam.Create(items)
-                                     | vz.TokenizeDocuments(TokenizerConfig(), {0: 1, 1: 2}))
-        assert_that(docs | beam.FlatMap(vz.tokenized_docs)
+                                     | vzs.TokenizeDocuments(TokenizerConfig(), {0: 1, 1: 2}))
+        assert_that(docs | beam.FlatMap(vzs.tokenized_docs)
                     | beam.Map(lambda d: (d[2], sorted(d[5]))), equal_to([
             ("d0", [("hello", 2), ("world", 1)]), ("d1", [("peace", 1), ("world", 1)])]),
             label="docs")
@@ -125,8 +127,8 @@ def test_apply_vocabulary_transform():
              b.ids.tobytes(), b.counts.tobytes())]
     with TestPipeline(runner="FnApiRunner") as p:
         vocab = p | "V" >> beam.Create([{"tokens": ["y", "x"], "df": [1, 1], "cf": [1, 2]}])
-        rows, stats = p | beam.Create(docs) | vz.ApplyVocabulary(vocab)
-        assert_that(rows | beam.FlatMap(vz.as_rows)
+        rows, stats = p | beam.Create(docs) | vzs.ApplyVocabulary(vocab)
+        assert_that(rows | beam.FlatMap(vzo.as_rows)
                     | beam.Map(lambda r: (r[0], np.frombuffer(r[3], np.int32).tolist(),
                                                np.frombuffer(r[4], np.int32).tolist())),
                     equal_to([("a", [0, 1], [1, 2])]), label="rows")
@@ -135,11 +137,11 @@ def test_apply_vocabulary_transform():
 
 
 def test_write_shards_transform_is_sorted_and_split(tmp_path):
-    rows = [vz.arrays_to_row("doc%d" % i, None, None, np.array([i % 5]), np.array([1 + i % 3]))
+    rows = [vzo.arrays_to_row("doc%d" % i, None, None, np.array([i % 5]), np.array([1 + i % 3]))
             for i in range(200)]
     with TestPipeline(runner="FnApiRunner") as p:
         h = p | "H" >> beam.Create(["abc"])
-        shards = p | beam.Create(rows) | vz.WriteShards(str(tmp_path), h, 0.25, 0,
+        shards = p | beam.Create(rows) | vzo.WriteShards(str(tmp_path), h, 0.25, 0,
                                                         num_shards=3, heldout_shards=2)
         assert_that(shards | beam.Map(lambda s: (s["split"], s["n_shards"])),
                     equal_to([("train", 3)] * 3 + [("heldout", 2)] * 2))
@@ -148,12 +150,12 @@ def test_write_shards_transform_is_sorted_and_split(tmp_path):
         for f in dataset.resolve_shards(str(tmp_path), split):
             assert dataset.shard_vocab_hash(f) == "abc"
             ids = pq.read_table(f).column("doc_id").to_pylist()
-            keys = [vz.doc_hash(d, 0)[1] for d in ids]
+            keys = [vzo.doc_hash(d, 0)[1] for d in ids]
             assert keys == sorted(keys)
             for d in ids:
                 got[d] = split
     assert len(got) == 200
-    assert all(s == vz.split_of(d, 0.25, 0) for d, s in got.items())
+    assert all(s == vzo.split_of(d, 0.25, 0) for d, s in got.items())
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -204,7 +206,7 @@ def test_make_demo_cli_and_fixed_vocabulary(wiki_sample, tmp_path, capsys):
     m = dataset.read_manifest(str(out))
     assert m["counts"]["train_documents"] + m["counts"]["heldout_documents"] == 106
     assert m["counts"]["heldout_documents"] == sum(
-        vz.split_of(d, 0.1) == "heldout" for d in _all_rows(out))
+        vzo.split_of(d, 0.1) == "heldout" for d in _all_rows(out))
     assert 0 < m["counts"]["heldout_documents"] < 25
     # the same text against the fixed vocabulary gives the same rows, no corpus-wide pass
     out2 = tmp_path / "fixed"
@@ -428,7 +430,7 @@ def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch, batched):
-    import pipelines.vectorize as mod
+    import pipelines.vectorize_steps as mod
     real = mod.count_batch
 
     def flaky(texts, cfg):
@@ -443,10 +445,38 @@ def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch, bat
         items = [("batch", items)]
     with TestPipeline(runner="FnApiRunner") as p:
         docs, _, dead, _ = (p | beam.Create(items)
-                            | vz.TokenizeDocuments(TokenizerConfig(), {0: 1},
+                            | vzs.TokenizeDocuments(TokenizerConfig(), {0: 1},
                                                    paths={0: "in.txt"}))
-        assert_that(docs | beam.FlatMap(vz.tokenized_docs) | beam.Map(lambda d: d[2]),
+        assert_that(docs | beam.FlatMap(vzs.tokenized_docs) | beam.Map(lambda d: d[2]),
                     equal_to(["ok"]), label="docs")
         assert_that(dead | beam.Map(lambda d: (d["source"], d["position"], d["error"])),
                     equal_to([("in.txt", "doc bad", "RuntimeError: tokenizer exploded")]),
                     label="dead")
+
+
+def test_sample_dataset_is_unchanged(wiki_sample, tmp_path):
+    """The bundled sample vectorised with fixed settings gives exactly the dataset it gave
+    before the batch / side-input / module changes of the ingest path: the vocabulary hash,
+    the counts and a digest of every shard's rows (their content, not the Parquet bytes)."""
+    import glob
+    import hashlib
+    import json
+    out = tmp_path / "ds"
+    m = vz.vectorize(_opts([wiki_sample], out, holdout_fraction=0.1, no_below=2, no_above=0.5,
+                           num_shards=2), IN_PROCESS)
+    h = hashlib.sha256()
+    for split in ("train", "heldout"):
+        for f in sorted(glob.glob(str(out / split / "*.parquet"))):
+            t = pq.read_table(f)
+            h.update(("%s/%s\n" % (split, os.path.basename(f))).encode())
+            for c in ("doc_id", "title", "label", "word_ids", "counts", "n_tokens"):
+                h.update(json.dumps(t.column(c).to_pylist()).encode())
+    assert m["vocabulary"]["hash"] == \
+        "5743178d6fddbccbbfb46e58d03b68a9ef1128ef8d6d5d94de30a971f36081a5"
+    assert m["vocabulary"]["size"] == 13864
+    assert m["counts"] == {"dead_letters": 0, "documents_kept": 106, "documents_read": 106,
+                           "empty_after_pruning": 0, "empty_documents": 0,
+                           "heldout_documents": 7, "oov_tokens_dropped": 238174,
+                           "replaced_characters": 0, "skipped_pages": 100, "too_short": 0,
+                           "train_documents": 99}
+    assert h.hexdigest() == "15e69c8c74bb2542100ced2e37c40c33a5c302e1b2f554fe282f45f8b2935fc7"

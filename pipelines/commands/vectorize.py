@@ -137,9 +137,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rd.add_argument("--no-reshuffle", dest="reshuffle", action="store_false",
                     default=_shown_in_help(p, reshuffle=True),
                     help="do not redistribute documents between reading and tokenizing "
-                         "(faster with a single in-process worker; default: they are "
-                         "redistributed, so the pages of one large dump are parsed on every "
-                         "worker)")
+                         "(default: they are redistributed, so the pages of one large dump "
+                         "are parsed on every worker; never with the in-process "
+                         "DirectRunner's single worker, where there is nowhere to spread "
+                         "them)")
 
     rn = p.add_argument_group("runner")
     detached.add_detach_option(rn, "manifest.json in SHARD_DIR")
