@@ -142,6 +142,31 @@ def _write_deadletters(records: list, output: str) -> dict:
     return {"count": len(records), "files": files}
 
 
+class LostDocumentsError(RuntimeError):
+    """Documents were read but neither written nor counted as dropped."""
+
+
+def check_accounted(counts, output: str) -> None:
+    """Refuse to publish a manifest when documents went missing between reading and writing.
+
+    Every document read is kept, counted as dropped (empty, too short, empty after pruning) or
+    dead-lettered; dead letters also count records that failed before they were read as
+    documents, so they bound the identity from above. A shortfall means rows were lost on the
+    way to the shards: the dataset is left without its manifest (so ``dataset.verify`` refuses
+    it as incomplete) instead of being published short.
+    """
+    accounted = (counts["documents_kept"] + counts["empty_documents"] + counts["too_short"]
+                 + counts["empty_after_pruning"])
+    read = counts["documents_read"]
+    if accounted > read or read > accounted + counts["dead_letters"]:
+        raise LostDocumentsError(
+            "vectorize: %s: %d documents read but %d kept + %d dropped + at most %d dead letters; "
+            "rows were lost before the shards were written, so no manifest was published -- "
+            "rerun the vectorize (into an empty --output)"
+            % (output, read, counts["documents_kept"], accounted - counts["documents_kept"],
+               counts["dead_letters"]))
+
+
 def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
     """Write empty shards for indices that got no documents, then the manifest."""
     splits = {}
@@ -183,6 +208,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
         "replaced_characters": stats.get("replaced_characters", 0),
     }
+    check_accounted(counts, output)
     manifest = {
         "tool": "ldabeam vectorize",
         "format_version": dataset.FORMAT_VERSION,

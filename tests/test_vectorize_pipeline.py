@@ -480,3 +480,32 @@ def test_sample_dataset_is_unchanged(wiki_sample, tmp_path):
                            "replaced_characters": 0, "skipped_pages": 100, "too_short": 0,
                            "train_documents": 99}
     assert h.hexdigest() == "15e69c8c74bb2542100ced2e37c40c33a5c302e1b2f554fe282f45f8b2935fc7"
+
+
+def test_rows_lost_before_the_shards_fail_the_run_without_a_manifest(wiki_sample, tmp_path,
+                                                                   monkeypatch):
+    """Every document read is kept, counted as dropped or dead-lettered; a run that loses rows
+    between reading and writing publishes no manifest (so the dataset is refused as incomplete)
+    instead of a short dataset that looks whole."""
+    out = tmp_path / "ok"
+    m = vz.vectorize(_opts([wiki_sample], out, holdout_fraction=0.1), IN_PROCESS)
+    c = m["counts"]
+    vzo.check_accounted(c, str(out))   # a normal run balances
+    assert c["documents_read"] == (c["documents_kept"] + c["empty_documents"] + c["too_short"]
+                                   + c["empty_after_pruning"])
+    with pytest.raises(vzo.LostDocumentsError, match="rows were lost"):
+        vzo.check_accounted(dict(c, documents_kept=c["documents_kept"] - 1), str(out))
+
+    real_key_by_split = vzo._key_by_split
+
+    def lose_every_tenth(element, fraction, seed):
+        rows = [r for r in vzo.as_rows(element) if int(vzo.doc_hash(r[0], 0)[1]) % 10]
+        return real_key_by_split(rows, fraction, seed)
+
+    monkeypatch.setattr(vzo, "_key_by_split", lose_every_tenth)
+    lossy = tmp_path / "lossy"
+    with pytest.raises(Exception, match="rows were lost"):
+        vz.vectorize(_opts([wiki_sample], lossy, holdout_fraction=0.1), IN_PROCESS)
+    assert not os.path.exists(os.path.join(str(lossy), dataset.MANIFEST_FILE))
+    with pytest.raises(Exception):
+        dataset.verify(str(lossy))
