@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -714,13 +715,31 @@ def word_major_index(indptr, lids, n_u):
 CHUNKS_PER_THREAD = 4
 
 
+class _PhaseClock:
+    """Adds the process CPU seconds since the last lap to ``timings[name]`` (no-op without a
+    dict)."""
+
+    def __init__(self, timings: Optional[dict]):
+        self.timings = timings
+        self.t = time.process_time() if timings is not None else 0.0
+
+    def lap(self, name: str) -> None:
+        if self.timings is not None:
+            t = time.process_time()
+            self.timings[name] = self.timings.get(name, 0.0) + t - self.t
+            self.t = t
+
+
 def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
           alpha: np.ndarray, gamma0: np.ndarray, max_iter: int = 100, tol: float = 1e-3,
-          n_chunks: Optional[int] = None) -> EStepResult:
+          n_chunks: Optional[int] = None, timings: Optional[dict] = None) -> EStepResult:
     """The numba E-step (see module docstring). ``lids`` index the rows of ``eb`` (U x K, its
     dtype sets the compute precision); ``gamma0`` (n x K) is the initial γ (not modified).
-    The result does not depend on ``n_chunks`` or the thread count (bit for bit)."""
+    The result does not depend on ``n_chunks`` or the thread count (bit for bit).
+    ``timings``, if given, gets the process CPU seconds of the phases added to its keys
+    ``fixed_point``, ``bound`` and ``statistics`` (benchmarks/estep_bench.py)."""
     import numba
+    clock = _PhaseClock(timings)
     eb = np.ascontiguousarray(eb)
     dt = eb.dtype
     indptr = np.ascontiguousarray(indptr, np.int64)
@@ -744,12 +763,15 @@ def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
     if n:
         _estep_kernel(indptr, lids, cts, eb, alpha.astype(dt), gamma, chunks, int(max_iter),
                       float(tol), eps, et, p, iters, conv)
+        clock.lap("fixed_point")
         _doc_scores(indptr, cts, p, gamma, alpha, alpha_const, elogt, scores)
+        clock.lap("bound")
     # word-major index of the non-zeros (documents in increasing order within a word)
     wptr, wpos, wdoc = word_major_index(indptr, lids, U)
     sstats = np.empty((U, K), np.float64)
     if U:
         _word_sstats(wptr, wdoc, wpos, cts, p, et, eb, sstats)
+    clock.lap("statistics")
     return EStepResult(gamma, sstats, iters, conv, scores, elogt.sum(axis=0))
 
 
