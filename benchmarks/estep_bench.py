@@ -52,6 +52,7 @@ sys.path.insert(0, REPO)
 
 from lda_core import estep_vb  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
+from lda_core.gamma_init import doc_keys, init_gamma  # noqa: E402
 from lda_core.online_vb import OnlineVB  # noqa: E402
 
 SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",
@@ -180,7 +181,7 @@ def run(args):
                      tol=args.tol)
         for i in range(0, n_train, S):        # a λ with real structure
             m.global_step(m.local_step(train.take(range(i, min(i + S, n_train)))))
-        g0s = [estep_vb.init_gamma(estep_vb.doc_keys(b.doc_ids, 0, 0), K) for b in bench]
+        g0s = [init_gamma(doc_keys(b.doc_ids, 0, 0), K) for b in bench]
         for dtype in args.dtypes:
             m.dtype = dtype
             m.local_step(bench[0], gamma0=g0s[0])           # compile / load the cache

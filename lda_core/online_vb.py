@@ -62,6 +62,8 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core import estep_vb, hyperparams, schedules
+from lda_core.exp_elog_beta import exp_elog_beta_rows
+from lda_core.gamma_init import doc_keys, init_gamma
 from lda_core.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.params import check_choice, check_int, check_number, check_positive, is_number
@@ -231,7 +233,7 @@ class OnlineVB(StochasticAlgorithm):
 
     def exp_elog_beta(self, word_ids: np.ndarray) -> np.ndarray:
         """exp(E[log β]) for the rows ``word_ids`` (sorted unique), U x K in ``self.dtype``."""
-        return estep_vb.exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
+        return exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
                                            self._colsum(), dtype=self.dtype)
 
     def elog_beta_dense(self) -> np.ndarray:
@@ -265,8 +267,7 @@ class OnlineVB(StochasticAlgorithm):
                 raise ValueError("gamma0 must be finite and positive")
             g0 = gamma0[keep]
         else:
-            g0 = estep_vb.init_gamma(estep_vb.doc_keys(ne.doc_ids, self.seed, self.step, salt),
-                                     K)
+            g0 = init_gamma(doc_keys(ne.doc_ids, self.seed, self.step, salt), K)
         uniq, lids = estep_vb.local_ids(ne.word_ids, self.n_words)
         eb = self.exp_elog_beta(uniq)
         if self.kernel == "numba":
