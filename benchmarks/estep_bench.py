@@ -52,7 +52,7 @@ sys.path.insert(0, REPO)
 
 from lda_core import estep_vb  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
-from lda_core.gamma_init import doc_keys, init_gamma  # noqa: E402
+from lda_core.vb_gamma_init import doc_keys, init_gamma  # noqa: E402
 from lda_core.online_vb import OnlineVB  # noqa: E402
 
 SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",
@@ -152,6 +152,112 @@ class FixedDraw:
         return self.g0
 
 
+def _time_setting(m, bench, g0s, dtype, V, K, n_rounds):
+    """Time gensim's and our E-step on the same minibatches and initial γ (fastest of
+    ``n_rounds`` per side): (timings, FLOPs, our iterations, max relative sstats difference)."""
+    m.dtype = dtype
+    m.local_step(bench[0], gamma0=g0s[0])           # compile / load the cache
+    # the E-step alone (given exp(E[log beta]) of the minibatch's words), as local_step
+    # calls it; lids and B are made outside the timed part
+    direct = []
+    for b in bench:
+        uniq, lids = estep_vb.local_ids(b.word_ids, V)
+        direct.append((lids, m.exp_elog_beta(uniq)))
+    flops = 0
+    g = gensim_model(m, dtype)
+    draw = FixedDraw()
+    g.random_state = draw
+    maxrel = 0.0
+    its_o = 0
+    chunks = [[list(zip(b.doc(i)[0].tolist(), b.doc(i)[1].tolist()))
+               for i in range(b.n_docs)] for b in bench]
+    rounds = []
+    for rnd in range(n_rounds):
+        # the same minibatches, ours and gensim's alternating; per side the fastest
+        # round is kept (the machine is shared: other jobs only ever add time)
+        t = {"ours_cpu": 0.0, "ours_wall": 0.0, "gensim_cpu": 0.0,
+             "gensim_wall": 0.0, "eb_cpu": 0.0, "estep_cpu": 0.0, "estep_wall": 0.0,
+             "fixed_point": 0.0, "bound": 0.0, "statistics": 0.0}
+        for b, g0, chunk, (lids, eb) in zip(bench, g0s, chunks, direct):
+            draw.g0 = g0.astype(dtype)
+            c0, w0 = time.process_time(), time.perf_counter()
+            _, gs = g.inference(chunk, collect_sstats=True)
+            t["gensim_cpu"] += time.process_time() - c0
+            t["gensim_wall"] += time.perf_counter() - w0
+            c0, w0 = time.process_time(), time.perf_counter()
+            st = m.local_step(b, gamma0=g0)
+            t["ours_cpu"] += time.process_time() - c0
+            t["ours_wall"] += time.perf_counter() - w0
+            c0 = time.process_time()          # its exp(E[log beta]) part, timed apart
+            m.exp_elog_beta(np.unique(b.word_ids))
+            t["eb_cpu"] += time.process_time() - c0
+            c0, w0 = time.process_time(), time.perf_counter()
+            res = estep_vb.estep(b.indptr, lids, b.counts, eb, m.alpha, g0, m.max_iter,
+                                 m.tol, timings=t)
+            t["estep_cpu"] += time.process_time() - c0
+            t["estep_wall"] += time.perf_counter() - w0
+            if rnd == 0:
+                flops += flops_per_nnz_iter(K) * int(
+                    np.dot(res.iterations.astype(np.int64), np.diff(b.indptr)))
+                ours = np.zeros((K, V))
+                ours[:, st.word_ids] = st.sstats.T
+                maxrel = max(maxrel,
+                             float(np.abs(ours - gs).max() / np.abs(gs).max()))
+                its_o += st.n_iterations
+        rounds.append(t)
+    t = {k: min(r[k] for r in rounds) for k in rounds[0]}
+    return t, flops, its_o, maxrel
+
+
+def _record(args, K, dtype, bench, t, flops, its_o, maxrel, p):
+    """The result row of one (K, dtype) setting, printed; ``p`` is the dtype's peak."""
+    nnz = sum(b.nnz for b in bench)
+    r = {"corpus": args.corpus, "K": K, "dtype": dtype, "nnz": nnz,
+         "ours_nnz_per_cpu_s": nnz / t["ours_cpu"],
+         "gensim_nnz_per_cpu_s": nnz / t["gensim_cpu"],
+         "ratio_cpu": t["gensim_cpu"] / t["ours_cpu"],
+         "ratio_wall": t["gensim_wall"] / t["ours_wall"],
+         "ratio_cpu_without_elogbeta": t["gensim_cpu"] / max(1e-9, t["ours_cpu"]
+                                                             - t["eb_cpu"]),
+         "ours_cpu_s": t["ours_cpu"], "ours_wall_s": t["ours_wall"],
+         "gensim_cpu_s": t["gensim_cpu"], "gensim_wall_s": t["gensim_wall"],
+         "mean_iterations": its_o / sum(b.n_docs for b in bench),
+         "sstats_max_rel_diff": maxrel,
+         "docs": sum(b.n_docs for b in bench), "tokens": sum(b.n_tokens for b in bench),
+         "flops_per_nnz_iter": flops_per_nnz_iter(K), "flops": flops,
+         "nnz_weighted_iterations": flops / flops_per_nnz_iter(K) / nnz,
+         "estep_cpu_s": t["estep_cpu"], "estep_wall_s": t["estep_wall"],
+         "fixed_point_cpu_s": t["fixed_point"], "bound_cpu_s": t["bound"],
+         "statistics_cpu_s": t["statistics"]}
+    r.update({"flops_per_s": flops / t["estep_cpu"],
+              "peak_flops_per_s": p["core_peak_flops_per_s"],
+              "machine_peak_flops_per_s": p["machine_peak_flops_per_s"],
+              "peak": p})
+    r["peak_fraction"] = r["flops_per_s"] / r["peak_flops_per_s"]
+    r["peak_fraction_fixed_point"] = (flops / t["fixed_point"]
+                                      / r["peak_flops_per_s"])
+    r["peak_fraction_local_step"] = flops / t["ours_cpu"] / r["peak_flops_per_s"]
+    r["peak_fraction_wall_machine"] = (flops / t["estep_wall"]
+                                       / r["machine_peak_flops_per_s"])
+    print("K=%-5d %-7s ours %9.0f nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  gensim %9.0f "
+          "nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  ratio CPU %.2fx  wall %.2fx  "
+          "(CPU without our exp(E[log beta]) part, %.2f s: %.2fx)  "
+          "[%.1f it/doc, sstats max rel diff %.1e]"
+          % (K, dtype, r["ours_nnz_per_cpu_s"], t["ours_cpu"], t["ours_wall"],
+             r["gensim_nnz_per_cpu_s"], t["gensim_cpu"], t["gensim_wall"],
+             r["ratio_cpu"], r["ratio_wall"], t["eb_cpu"],
+             r["ratio_cpu_without_elogbeta"], r["mean_iterations"], maxrel), flush=True)
+    print("K=%-5d %-7s E-step %.1f GFLOP per CPU-s (%d FLOPs per non-zero and "
+          "iteration, %.1f iterations per non-zero) = %.1f%% of one core's peak; "
+          "fixed point alone %.1f%%, whole local_step %.1f%%; wall vs %d cores' peak "
+          "%.1f%%" % (K, dtype, r["flops_per_s"] / 1e9, r["flops_per_nnz_iter"],
+                      r["nnz_weighted_iterations"], 100 * r["peak_fraction"],
+                      100 * r["peak_fraction_fixed_point"],
+                      100 * r["peak_fraction_local_step"], p["cores"],
+                      100 * r["peak_fraction_wall_machine"]), flush=True)
+    return r
+
+
 def run(args):
     batch, V = load_corpus(args.corpus)
     S = args.minibatch
@@ -172,7 +278,8 @@ def run(args):
                                     pk["machine_peak_flops_per_s"] / 1e9), flush=True)
     print("corpus %s: %d documents, V=%d; %d minibatches of %d documents, %d non-zeros, "
           "%d tokens; threads=%s" % (args.corpus, batch.n_docs, V, len(bench), S, nnz,
-                                     sum(b.n_tokens for b in bench), args.threads or "numba default"),
+                                     sum(b.n_tokens for b in bench),
+                                     args.threads or "numba default"),
           flush=True)
     results = []
     for K in args.topics:
@@ -183,103 +290,9 @@ def run(args):
             m.global_step(m.local_step(train.take(range(i, min(i + S, n_train)))))
         g0s = [init_gamma(doc_keys(b.doc_ids, 0, 0), K) for b in bench]
         for dtype in args.dtypes:
-            m.dtype = dtype
-            m.local_step(bench[0], gamma0=g0s[0])           # compile / load the cache
-            # the E-step alone (given exp(E[log beta]) of the minibatch's words), as local_step
-            # calls it; lids and B are made outside the timed part
-            direct = []
-            for b in bench:
-                uniq, lids = estep_vb.local_ids(b.word_ids, V)
-                direct.append((lids, m.exp_elog_beta(uniq)))
-            flops = 0
-            g = gensim_model(m, dtype)
-            draw = FixedDraw()
-            g.random_state = draw
-            maxrel = 0.0
-            its_o = its_g = 0
-            chunks = [[list(zip(b.doc(i)[0].tolist(), b.doc(i)[1].tolist()))
-                       for i in range(b.n_docs)] for b in bench]
-            rounds = []
-            for rnd in range(args.rounds):
-                # the same minibatches, ours and gensim's alternating; per side the fastest
-                # round is kept (the machine is shared: other jobs only ever add time)
-                t = {"ours_cpu": 0.0, "ours_wall": 0.0, "gensim_cpu": 0.0,
-                     "gensim_wall": 0.0, "eb_cpu": 0.0, "estep_cpu": 0.0, "estep_wall": 0.0,
-                     "fixed_point": 0.0, "bound": 0.0, "statistics": 0.0}
-                for b, g0, chunk, (lids, eb) in zip(bench, g0s, chunks, direct):
-                    draw.g0 = g0.astype(dtype)
-                    c0, w0 = time.process_time(), time.perf_counter()
-                    _, gs = g.inference(chunk, collect_sstats=True)
-                    t["gensim_cpu"] += time.process_time() - c0
-                    t["gensim_wall"] += time.perf_counter() - w0
-                    c0, w0 = time.process_time(), time.perf_counter()
-                    st = m.local_step(b, gamma0=g0)
-                    t["ours_cpu"] += time.process_time() - c0
-                    t["ours_wall"] += time.perf_counter() - w0
-                    c0 = time.process_time()          # its exp(E[log beta]) part, timed apart
-                    m.exp_elog_beta(np.unique(b.word_ids))
-                    t["eb_cpu"] += time.process_time() - c0
-                    c0, w0 = time.process_time(), time.perf_counter()
-                    res = estep_vb.estep(b.indptr, lids, b.counts, eb, m.alpha, g0, m.max_iter,
-                                         m.tol, timings=t)
-                    t["estep_cpu"] += time.process_time() - c0
-                    t["estep_wall"] += time.perf_counter() - w0
-                    if rnd == 0:
-                        flops += flops_per_nnz_iter(K) * int(
-                            np.dot(res.iterations.astype(np.int64), np.diff(b.indptr)))
-                    if rnd == 0:
-                        ours = np.zeros((K, V))
-                        ours[:, st.word_ids] = st.sstats.T
-                        maxrel = max(maxrel,
-                                     float(np.abs(ours - gs).max() / np.abs(gs).max()))
-                        its_o += st.n_iterations
-                rounds.append(t)
-            t = {k: min(r[k] for r in rounds) for k in rounds[0]}
-            r = {"corpus": args.corpus, "K": K, "dtype": dtype, "nnz": nnz,
-                 "ours_nnz_per_cpu_s": nnz / t["ours_cpu"],
-                 "gensim_nnz_per_cpu_s": nnz / t["gensim_cpu"],
-                 "ratio_cpu": t["gensim_cpu"] / t["ours_cpu"],
-                 "ratio_wall": t["gensim_wall"] / t["ours_wall"],
-                 "ratio_cpu_without_elogbeta": t["gensim_cpu"] / max(1e-9, t["ours_cpu"]
-                                                                     - t["eb_cpu"]),
-                 "ours_cpu_s": t["ours_cpu"], "ours_wall_s": t["ours_wall"],
-                 "gensim_cpu_s": t["gensim_cpu"], "gensim_wall_s": t["gensim_wall"],
-                 "mean_iterations": its_o / sum(b.n_docs for b in bench),
-                 "sstats_max_rel_diff": maxrel,
-                 "docs": sum(b.n_docs for b in bench), "tokens": sum(b.n_tokens for b in bench),
-                 "flops_per_nnz_iter": flops_per_nnz_iter(K), "flops": flops,
-                 "nnz_weighted_iterations": flops / flops_per_nnz_iter(K) / nnz,
-                 "estep_cpu_s": t["estep_cpu"], "estep_wall_s": t["estep_wall"],
-                 "fixed_point_cpu_s": t["fixed_point"], "bound_cpu_s": t["bound"],
-                 "statistics_cpu_s": t["statistics"]}
-            p = peak[dtype]
-            r.update({"flops_per_s": flops / t["estep_cpu"],
-                      "peak_flops_per_s": p["core_peak_flops_per_s"],
-                      "machine_peak_flops_per_s": p["machine_peak_flops_per_s"],
-                      "peak": p})
-            r["peak_fraction"] = r["flops_per_s"] / r["peak_flops_per_s"]
-            r["peak_fraction_fixed_point"] = (flops / t["fixed_point"]
-                                              / r["peak_flops_per_s"])
-            r["peak_fraction_local_step"] = flops / t["ours_cpu"] / r["peak_flops_per_s"]
-            r["peak_fraction_wall_machine"] = (flops / t["estep_wall"]
-                                               / r["machine_peak_flops_per_s"])
-            results.append(r)
-            print("K=%-5d %-7s ours %9.0f nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  gensim %9.0f "
-                  "nnz/CPU-s (%.2f CPU-s, %.2f wall-s)  ratio CPU %.2fx  wall %.2fx  "
-                  "(CPU without our exp(E[log beta]) part, %.2f s: %.2fx)  "
-                  "[%.1f it/doc, sstats max rel diff %.1e]"
-                  % (K, dtype, r["ours_nnz_per_cpu_s"], t["ours_cpu"], t["ours_wall"],
-                     r["gensim_nnz_per_cpu_s"], t["gensim_cpu"], t["gensim_wall"],
-                     r["ratio_cpu"], r["ratio_wall"], t["eb_cpu"],
-                     r["ratio_cpu_without_elogbeta"], r["mean_iterations"], maxrel), flush=True)
-            print("K=%-5d %-7s E-step %.1f GFLOP per CPU-s (%d FLOPs per non-zero and "
-                  "iteration, %.1f iterations per non-zero) = %.1f%% of one core's peak; "
-                  "fixed point alone %.1f%%, whole local_step %.1f%%; wall vs %d cores' peak "
-                  "%.1f%%" % (K, dtype, r["flops_per_s"] / 1e9, r["flops_per_nnz_iter"],
-                              r["nnz_weighted_iterations"], 100 * r["peak_fraction"],
-                              100 * r["peak_fraction_fixed_point"],
-                              100 * r["peak_fraction_local_step"], p["cores"],
-                              100 * r["peak_fraction_wall_machine"]), flush=True)
+            t, flops, its_o, maxrel = _time_setting(m, bench, g0s, dtype, V, K, args.rounds)
+            results.append(_record(args, K, dtype, bench, t, flops, its_o, maxrel,
+                                   peak[dtype]))
     return results
 
 

@@ -21,8 +21,8 @@ chunks per thread), copies each document's rows of B into a small local tile, an
 n_dw / phinorm_dw; a second parallel pass over the batch's words then sums the statistics in
 float64, documents in a fixed order — so the result is the same bit for bit whatever the
 thread count or chunking, and no per-thread U x K buffer is needed. exp(E[log θ]) comes from
-``lda_core.digamma_kernels`` (no log, at most one exp per value), B from
-``lda_core.exp_elog_beta``, the initial γ from ``lda_core.gamma_init``. ``numba`` compiles
+``lda_core.vb_digamma`` (no log, at most one exp per value), B from
+``lda_core.vb_exp_elog_beta``, the initial γ from ``lda_core.vb_gamma_init``. ``numba`` compiles
 once and caches the machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA_CACHE_DIR``
 (see ``lda_core.numba_config``).
 
@@ -42,9 +42,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from lda_core import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
-from lda_core.digamma_kernels import (_F_ZERO, _exp_digamma_for, digamma,  # noqa: E402
+from lda_core.vb_digamma import (_F_ZERO, _exp_digamma_for, digamma,  # noqa: E402
                                       exp_digamma_f32_vec)
-from lda_core.exp_elog_beta import _tiny  # noqa: E402
+from lda_core.vb_exp_elog_beta import _tiny  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from scipy.special import gammaln, psi  # noqa: E402
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lda_core import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
-from lda_core.digamma_kernels import exp_digamma, exp_digamma_f32_vec  # noqa: E402
+from lda_core.vb_digamma import exp_digamma, exp_digamma_f32_vec  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from scipy.special import psi  # noqa: E402
 
