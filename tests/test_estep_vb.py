@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.special import psi
 
-from lda_core import vb_digamma as DK
 from lda_core import estep_vb as E
+from lda_core import vb_digamma as DK
 from lda_core import vb_gamma_init as GI
 from lda_core.online_vb import OnlineVB
 from uci_slices import uci_docbatch
@@ -186,3 +186,18 @@ def test_index_helpers_equal_numpy(kos):
     # empty batch
     u0, l0 = E.local_ids(np.zeros(0, np.int32), V)
     assert len(u0) == 0 and len(l0) == 0
+
+
+def test_estep_phase_timings_leave_the_result_unchanged(kos, kos_model):
+    """``timings`` only records CPU seconds per phase (what estep_bench divides the FLOPs by)."""
+    batch, _ = kos
+    b = batch.take(range(40))
+    uniq, lids, g0 = _inputs(kos_model, b)
+    eb = kos_model.exp_elog_beta(uniq).astype("float32")
+    plain = E.estep(b.indptr, lids, b.counts, eb, kos_model.alpha, g0)
+    timings = {"fixed_point": 1.0}
+    timed = E.estep(b.indptr, lids, b.counts, eb, kos_model.alpha, g0, timings=timings)
+    assert sorted(timings) == ["bound", "fixed_point", "statistics"]
+    assert timings["fixed_point"] >= 1.0 and min(timings.values()) >= 0.0   # added to
+    for a, c in zip(plain, timed):
+        assert np.array_equal(a, c)
