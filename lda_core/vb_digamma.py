@@ -20,6 +20,22 @@ from numba.extending import intrinsic  # noqa: E402
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _six_reciprocals(x):
+    """Σ_{i=0}^{5} 1/(x + i) as one fraction (one division instead of six), float64: the
+    recurrence ψ(x) = ψ(x + 6) − Σ_{i<6} 1/(x + i) used below 6."""
+    x1 = x + 1.0
+    x2 = x + 2.0
+    x3 = x + 3.0
+    x4 = x + 4.0
+    x5 = x + 5.0
+    p01 = x * x1
+    p23 = x2 * x3
+    p45 = x4 * x5
+    num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
+    return num / (p01 * p23 * p45)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def digamma(x):
     """ψ(x) for x > 0 (NaN for x ≤ 0 or NaN), absolute error < 2e-13, no loop.
 
@@ -30,16 +46,7 @@ def digamma(x):
         return np.nan
     r = 0.0
     if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        r = -num / (p01 * p23 * p45)
+        r = -_six_reciprocals(x)
         x = x + 6.0
     inv = 1.0 / x
     f = inv * inv
@@ -73,16 +80,7 @@ def exp_digamma(x):
         return 0.0
     f = 1.0
     if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        f = math.exp(-num / (p01 * p23 * p45))
+        f = math.exp(-_six_reciprocals(x))
         x = x + 6.0
     inv = 1.0 / x
     q = inv * inv
@@ -105,16 +103,7 @@ def exp_digamma_f32(x):
         return 0.0
     f = 1.0
     if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        f = np.float64(math.exp(np.float32(-num / (p01 * p23 * p45))))
+        f = np.float64(math.exp(np.float32(-_six_reciprocals(x))))
         x = x + 6.0
     inv = 1.0 / x
     q = inv * inv
