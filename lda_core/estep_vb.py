@@ -20,382 +20,33 @@ chunks per thread), copies each document's rows of B into a small local tile, an
 ``eb.dtype`` (float32 or float64). It keeps each document's final exp(E[log θ_d]) and
 n_dw / phinorm_dw; a second parallel pass over the batch's words then sums the statistics in
 float64, documents in a fixed order — so the result is the same bit for bit whatever the
-thread count or chunking, and no per-thread U x K buffer is needed. exp(E[log θ]) and
-exp(E[log β]) come from :func:`exp_digamma` (no log, at most one exp per value; in float32
-from :func:`exp_digamma_f32` / :func:`exp_digamma_f32_vec`). ``numba`` compiles once and caches the
-machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA_CACHE_DIR`` (see
-``lda_core.numba_config``).
+thread count or chunking, and no per-thread U x K buffer is needed. exp(E[log θ]) comes from
+``lda_core.vb_digamma`` (no log, at most one exp per value), B from
+``lda_core.vb_exp_elog_beta``, the initial γ from ``lda_core.vb_gamma_init``. ``numba`` compiles
+once and caches the machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA_CACHE_DIR``
+(see ``lda_core.numba_config``).
 
-γ initialisation: gensim draws Gamma(100, 1/100); :func:`init_gamma` does the same from a
-counter-based generator (splitmix64 + Marsaglia–Tsang) keyed by a 64-bit key per document
-(:func:`doc_keys` hashes (seed, step, doc id)), so the draws do not depend on how documents
-are split across workers.
+Cost: 4 K FLOPs per non-zero and iteration (a dot product and an axpy over the K topics);
+docs/algorithms.md ("The VB E-step kernel") gives the measured fraction of the CPU's peak and
+why the two passes stay separate.
+
+The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled) are
+kept together with the kernel that inlines them: LLVM vectorises them only as inlined there.
 """
 from __future__ import annotations
 
-import hashlib
 import math
-from typing import NamedTuple, Optional, Sequence
+import time
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from lda_core import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
-from numba import njit, prange, types  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
-from scipy.special import gammaln, psi
-
-_U64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_U64_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_U64_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-GAMMA_INIT_SHAPE = 100.0           # gensim: random_state.gamma(100., 1. / 100., ...)
-GAMMA_INIT_SCALE = 1.0 / 100.0
-
-
-# ---------------------------------------------------------------------------------------------
-# scalar helpers
-# ---------------------------------------------------------------------------------------------
-@njit(cache=True, inline="always", error_model="numpy")
-def digamma(x):
-    """ψ(x) for x > 0 (NaN for x ≤ 0 or NaN), absolute error < 2e-13, no loop.
-
-    For x < 6 the recurrence ψ(x) = ψ(x + 6) − Σ_{i=0}^{5} 1/(x + i) is applied once, with the
-    six reciprocals summed as one fraction (one division instead of six); then the asymptotic
-    series ψ(y) = ln y − 1/(2y) − Σ_n B_2n / (2n y^2n) through y^-14 at y ≥ 6."""
-    if not (x > 0.0):
-        return np.nan
-    r = 0.0
-    if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        r = -num / (p01 * p23 * p45)
-        x = x + 6.0
-    inv = 1.0 / x
-    f = inv * inv
-    t = f * (-1.0 / 12.0 + f * (1.0 / 120.0 + f * (-1.0 / 252.0 + f * (1.0 / 240.0 + f * (
-        -1.0 / 132.0 + f * (691.0 / 32760.0 + f * (-1.0 / 12.0)))))))
-    return r + math.log(x) - 0.5 * inv + t
-
-
-@njit(cache=True, error_model="numpy")
-def digamma_array(x):
-    """Elementwise :func:`digamma` (float64), for tests and small arrays."""
-    out = np.empty(x.size, np.float64)
-    xf = x.ravel()
-    for i in range(x.size):
-        out[i] = digamma(np.float64(xf[i]))
-    return out.reshape(x.shape)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def exp_digamma(x):
-    """exp(ψ(x)) for x > 0 without computing a log (0 for x ≤ 0, NaN for NaN).
-
-    At y ≥ 6, exp(ψ(y)) = y·exp(u) with u = −1/(2y) − Σ_n B_2n/(2n y^2n), |u| < 0.086, and
-    exp(u) by its Taylor polynomial of degree 9 (relative error < 1e-16): no libm call. Below 6
-    the recurrence gives exp(ψ(x)) = exp(ψ(x + 6))·exp(−Σ_{i=0}^{5} 1/(x + i)): one exp.
-    Relative error < 1e-13; used for exp(E[log θ]) and exp(E[log β]), where ψ itself is not
-    needed (exp(ψ(a) − ψ(b)) = exp_digamma(a) / exp_digamma(b))."""
-    if x != x:
-        return np.nan
-    if not (x > 0.0):
-        return 0.0
-    f = 1.0
-    if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        f = math.exp(-num / (p01 * p23 * p45))
-        x = x + 6.0
-    inv = 1.0 / x
-    q = inv * inv
-    u = -0.5 * inv + q * (-1.0 / 12.0 + q * (1.0 / 120.0 + q * (-1.0 / 252.0 + q * (
-        1.0 / 240.0 + q * (-1.0 / 132.0 + q * (691.0 / 32760.0 + q * (-1.0 / 12.0)))))))
-    e = 1.0 + u * (1.0 + u * (1.0 / 2.0 + u * (1.0 / 6.0 + u * (1.0 / 24.0 + u * (
-        1.0 / 120.0 + u * (1.0 / 720.0 + u * (1.0 / 5040.0 + u * (1.0 / 40320.0 + u * (
-            1.0 / 362880.0)))))))))
-    return f * x * e
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def exp_digamma_f32(x):
-    """:func:`exp_digamma` for the float32 E-step: the one exp in single precision (``expf``,
-    about twice as fast here) and shorter series; relative error < 1e-5, below what a float32
-    E-step resolves (gensim's float32 E-step computes ψ and exp in float32 too)."""
-    if x != x:
-        return np.nan
-    if not (x > 0.0):
-        return 0.0
-    f = 1.0
-    if x < 6.0:
-        x1 = x + 1.0
-        x2 = x + 2.0
-        x3 = x + 3.0
-        x4 = x + 4.0
-        x5 = x + 5.0
-        p01 = x * x1
-        p23 = x2 * x3
-        p45 = x4 * x5
-        num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-        f = np.float64(math.exp(np.float32(-num / (p01 * p23 * p45))))
-        x = x + 6.0
-    inv = 1.0 / x
-    q = inv * inv
-    u = -0.5 * inv + q * (-1.0 / 12.0 + q * (1.0 / 120.0 + q * (-1.0 / 252.0 + q * (
-        1.0 / 240.0))))
-    e = 1.0 + u * (1.0 + u * (0.5 + u * (1.0 / 6.0 + u * (1.0 / 24.0 + u * (
-        1.0 / 120.0 + u * (1.0 / 720.0))))))
-    return f * x * e
-
-
-# float32 constants of exp_digamma_f32_vec (a float64 literal would promote the arithmetic)
-_F32 = np.float32
-_F_ONE, _F_HALF, _F_SIX, _F_ZERO = _F32(1.0), _F32(0.5), _F32(6.0), _F32(0.0)
-_F_TWO, _F_THREE, _F_FOUR, _F_FIVE = _F32(2.0), _F32(3.0), _F32(4.0), _F32(5.0)
-_F_LOG2E = _F32(1.4426950408889634)
-_F_TMAX = _F32(125.0)           # 2^-125: still a normal float32, far below _tiny (1e-18)
-_F_TFLUSH = _F32(100.0)         # exp(-R) below 2^-100 ~ 8e-31 is returned as exactly 0: the
-#                                 callers flush such values anyway, and multiplying them by
-#                                 a normaliser first would make subnormal numbers (slow)
-_F_B1, _F_B2, _F_B3, _F_B4 = _F32(-1.0 / 12.0), _F32(1.0 / 120.0), _F32(-1.0 / 252.0), \
-    _F32(1.0 / 240.0)
-_F_E2, _F_E3, _F_E4, _F_E5 = _F32(1.0 / 2.0), _F32(1.0 / 6.0), _F32(1.0 / 24.0), \
-    _F32(1.0 / 120.0)
-# 2^-f = exp(-f ln 2) on [-1/2, 1/2]: Taylor polynomial of degree 7 (relative error < 2e-9)
-_F_T0, _F_T1, _F_T2, _F_T3, _F_T4, _F_T5, _F_T6, _F_T7 = (
-    _F32((-math.log(2.0)) ** i / math.factorial(i)) for i in range(8))
-_I_127, _I_23 = np.int32(127), np.int32(23)
-
-
-@intrinsic
-def _f32_from_bits(typingctx, bits):
-    """The float32 whose IEEE bits are the int32 ``bits`` (an LLVM bitcast: vectorises)."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-    return sig, codegen
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def exp_digamma_f32_vec(x):
-    """exp(ψ(x)) for the float32 E-step, in float32 arithmetic without branches or libm calls,
-    so that a loop over it vectorises (8 lanes with AVX2; measured ~2 ns per value against
-    ~15 ns for :func:`exp_digamma_f32`). x > 0 assumed (float32).
-
-    As :func:`exp_digamma`: below 6 the recurrence exp(ψ(x)) = exp(ψ(x+6))·exp(−R) with
-    R = Σ_{i<6} 1/(x+i) (one division); exp(−R) = 2^−t, t = R·log2(e) capped at 125, as
-    2^−(t−n) by a polynomial times 2^−n built from its exponent bits (n = round(t));
-    exp(ψ(y)) = y·exp(u) at y ≥ 6 by series. Relative error < 3.5e-7·(1 + |ψ(x)|) -- that of
-    ψ rounded to float32, as in gensim's float32 E-step -- wherever the value is above 1e-28;
-    values below ~5e-30 are returned as exactly 0 (the E-step stores values below 1e-18 as 0
-    anyway, see :func:`_tiny`; a subnormal intermediate would cost ~100 cycles)."""
-    x1 = x + _F_ONE
-    x2 = x + _F_TWO
-    x3 = x + _F_THREE
-    x4 = x + _F_FOUR
-    x5 = x + _F_FIVE
-    p01 = x * x1
-    p23 = x2 * x3
-    p45 = x4 * x5
-    num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
-    small = x < _F_SIX
-    t = num / (p01 * p23 * p45) * _F_LOG2E
-    t = t if small else _F_ZERO
-    t = t if t < _F_TMAX else _F_TMAX
-    n = np.int32(t + _F_HALF)                   # round(t), in [0, 125]
-    f = t - _F32(n)                             # in [-1/2, 1/2]
-    s = _F_T0 + f * (_F_T1 + f * (_F_T2 + f * (_F_T3 + f * (_F_T4 + f * (_F_T5 + f * (
-        _F_T6 + f * _F_T7))))))
-    s = s * _f32_from_bits((_I_127 - n) << _I_23)     # 2^-n, exactly
-    s = s if t < _F_TFLUSH else _F_ZERO
-    y = x + _F_SIX if small else x
-    inv = _F_ONE / y
-    q = inv * inv
-    u = -_F_HALF * inv + q * (_F_B1 + q * (_F_B2 + q * (_F_B3 + q * _F_B4)))
-    e = _F_ONE + u * (_F_ONE + u * (_F_E2 + u * (_F_E3 + u * (_F_E4 + u * _F_E5))))
-    return s * y * e
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _exp_digamma_for(arr, x):
-    """exp(ψ(x)) at the precision of ``arr``'s dtype."""
-    if arr.itemsize == 4:
-        return exp_digamma_f32(x)
-    return exp_digamma(x)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _exp_digamma_rows_for(arr, x):
-    """As :func:`_exp_digamma_for` in loops that should vectorise: in float32 the branch-free
-    float32 version (:func:`exp_digamma_f32_vec`)."""
-    if arr.itemsize == 4:
-        return exp_digamma_f32_vec(np.float32(x))
-    return exp_digamma(x)
-
-
-@njit(cache=True, error_model="numpy")
-def exp_digamma_array(x, single=0):
-    """Elementwise :func:`exp_digamma` (``single`` 1: :func:`exp_digamma_f32`, 2:
-    :func:`exp_digamma_f32_vec`), for tests."""
-    out = np.empty(x.size, np.float64)
-    xf = x.ravel()
-    for i in range(x.size):
-        v = np.float64(xf[i])
-        if single == 1:
-            out[i] = exp_digamma_f32(v)
-        elif single == 2:
-            out[i] = exp_digamma_f32_vec(np.float32(v))
-        else:
-            out[i] = exp_digamma(v)
-    return out.reshape(x.shape)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _splitmix(state):
-    state = state + _U64_GOLDEN
-    z = state
-    z = (z ^ (z >> _S30)) * _U64_M1
-    z = (z ^ (z >> _S27)) * _U64_M2
-    z = z ^ (z >> _S31)
-    return state, z
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _uniform(z):
-    """A uint64 -> uniform double in (0, 1)."""
-    return (np.float64(z >> _S11) + 0.5) * (1.0 / 9007199254740992.0)
-
-
-@njit(cache=True, error_model="numpy")
-def _gamma_draws(key, shape, scale, out):
-    """``out[:] ~ Gamma(shape, scale)`` (shape ≥ 1) from the counter-based stream ``key``
-    (Marsaglia & Tsang 2000 with Box–Muller normals; each draw's rejection loop is capped)."""
-    d = shape - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    state = key
-    for i in range(out.shape[0]):
-        val = shape * scale                      # fallback if the (capped) loop never accepts
-        for _ in range(64):
-            state, z1 = _splitmix(state)
-            state, z2 = _splitmix(state)
-            state, z3 = _splitmix(state)
-            u1 = _uniform(z1)
-            u2 = _uniform(z2)
-            x = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-            v = 1.0 + c * x
-            if v <= 0.0:
-                continue
-            v = v * v * v
-            u = _uniform(z3)
-            if math.log(u) < 0.5 * x * x + d - d * v + d * math.log(v):
-                val = d * v * scale
-                break
-        out[i] = val
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def _init_gamma_kernel(keys, out):
-    """Row d from the stream keys[d] alone: documents in parallel, same draws."""
-    for d in prange(out.shape[0]):
-        _gamma_draws(keys[d], GAMMA_INIT_SHAPE, GAMMA_INIT_SCALE, out[d])
-
-
-def doc_keys(doc_ids: Sequence[str], seed: int, step: int, salt: str = "gamma") -> np.ndarray:
-    """Stable 64-bit keys, one per document: blake2b(salt, seed, step, doc id)."""
-    pre = ("%s:%d:%d:" % (salt, int(seed), int(step))).encode("utf-8")
-    keys = np.empty(len(doc_ids), np.uint64)
-    for i, d in enumerate(doc_ids):
-        keys[i] = int.from_bytes(hashlib.blake2b(pre + str(d).encode("utf-8"),
-                                                 digest_size=8).digest(), "little")
-    return keys
-
-
-def init_gamma(keys: np.ndarray, n_topics: int, dtype="float64") -> np.ndarray:
-    """Initial γ (n x K) ~ Gamma(100, 1/100), row d drawn from the stream ``keys[d]``."""
-    out = np.empty((len(keys), int(n_topics)), np.float64)
-    _init_gamma_kernel(np.ascontiguousarray(keys, dtype=np.uint64), out)
-    return out.astype(dtype, copy=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# exp(E[log beta]) for a set of word rows of the lazily scaled lambda = a + pi * Ntilde
-# ---------------------------------------------------------------------------------------------
-@njit(cache=True, inline="always", error_model="numpy")
-def _tiny(arr):
-    """Values below this are stored as 0 in ``arr`` (1e-18 for float32, 1e-150 for float64):
-    (1) subnormal numbers are read as 0 on a thread with the DAZ/FTZ flags set and not on
-    another, which made results depend on the thread that handled a document or word; (2) the
-    E-step multiplies two stored values (exp(E[log θ]) x exp(E[log β])): with both above the
-    square root of the smallest normal number the product is never subnormal, and subnormal
-    arithmetic costs ~100 cycles an operation here -- on a well-trained model (most λ_kw near
-    η, so most exp(E[log β_kw]) tiny) that had made the E-step ~20% and exp(E[log β]) ~2x
-    slower per document. Such values are far below the ε (1.2e-7 in float32) that every
-    phinorm includes: flushing them changes γ and the statistics by less than float32's own
-    rounding."""
-    return 1e-18 if arr.itemsize == 4 else 1e-150
-
-
-@njit(cache=True, error_model="numpy")
-def _exp_elog_beta_block(ntilde, rows, i0, i1, a, pi, inv_exp_psi_colsum, out):
-    """Rows i0..i1-1: out[i, k] = exp(ψ(a + π ñ[rows[i], k])) / exp(ψ(Σ_v λ_vk)). A function of
-    its own, called per block of rows from the prange, so that LLVM vectorises the loops over
-    k (it does not inside a prange body)."""
-    K = ntilde.shape[1]
-    tiny = out.dtype.type(_tiny(out))
-    zero = out.dtype.type(0.0)
-    for i in range(i0, i1):
-        w = rows[i]
-        orow = out[i]
-        if out.itemsize == 4:   # decided outside the k loops, or they do not vectorise
-            # λ (float64) to float32 in a loop of its own: converting inside the exp loop
-            # halved its speed (3.5 vs 7 ns per value here)
-            for k in range(K):
-                orow[k] = a + pi * ntilde[w, k]
-            for k in range(K):
-                v = exp_digamma_f32_vec(orow[k]) * inv_exp_psi_colsum[k]
-                orow[k] = v if v >= tiny else zero
-        else:
-            for k in range(K):
-                v = exp_digamma(a + pi * ntilde[w, k]) * inv_exp_psi_colsum[k]
-                orow[k] = v if v >= tiny else zero
-
-
-_ROWS_PER_BLOCK = 64
-
-
-@njit(parallel=True, cache=True, error_model="numpy")
-def _exp_elog_beta_rows(ntilde, rows, a, pi, inv_exp_psi_colsum, out):
-    """``inv_exp_psi_colsum`` has ``out``'s dtype (float32 lanes stay float32)."""
-    n = rows.shape[0]
-    nb = (n + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-    for b in prange(nb):
-        i0 = b * _ROWS_PER_BLOCK
-        _exp_elog_beta_block(ntilde, rows, i0, min(n, i0 + _ROWS_PER_BLOCK), a, pi,
-                             inv_exp_psi_colsum, out)
-
-
-def exp_elog_beta_rows(ntilde: np.ndarray, rows: np.ndarray, a: float, pi: float,
-                       colsum: np.ndarray, dtype="float32") -> np.ndarray:
-    """B[i, k] = exp(ψ(λ_{rows[i],k}) − ψ(Σ_v λ_vk)) with λ = a + π·Ñ (word-major), U x K."""
-    out = np.empty((len(rows), ntilde.shape[1]), dtype=dtype)
-    inv = np.exp(-psi(np.asarray(colsum, np.float64))).astype(out.dtype)
-    _exp_elog_beta_rows(ntilde, np.ascontiguousarray(rows, dtype=np.int64), float(a), float(pi),
-                        inv, out)
-    return out
+from lda_core.vb_digamma import (_F_ZERO, _exp_digamma_for, digamma,  # noqa: E402
+                                      exp_digamma_f32_vec)
+from lda_core.vb_exp_elog_beta import _tiny  # noqa: E402
+from numba import njit, prange  # noqa: E402
+from scipy.special import gammaln, psi  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -714,13 +365,31 @@ def word_major_index(indptr, lids, n_u):
 CHUNKS_PER_THREAD = 4
 
 
+class _PhaseClock:
+    """Adds the process CPU seconds since the last lap to ``timings[name]`` (no-op without a
+    dict)."""
+
+    def __init__(self, timings: Optional[dict]):
+        self.timings = timings
+        self.t = time.process_time() if timings is not None else 0.0
+
+    def lap(self, name: str) -> None:
+        if self.timings is not None:
+            t = time.process_time()
+            self.timings[name] = self.timings.get(name, 0.0) + t - self.t
+            self.t = t
+
+
 def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
           alpha: np.ndarray, gamma0: np.ndarray, max_iter: int = 100, tol: float = 1e-3,
-          n_chunks: Optional[int] = None) -> EStepResult:
+          n_chunks: Optional[int] = None, timings: Optional[dict] = None) -> EStepResult:
     """The numba E-step (see module docstring). ``lids`` index the rows of ``eb`` (U x K, its
     dtype sets the compute precision); ``gamma0`` (n x K) is the initial γ (not modified).
-    The result does not depend on ``n_chunks`` or the thread count (bit for bit)."""
+    The result does not depend on ``n_chunks`` or the thread count (bit for bit).
+    ``timings``, if given, gets the process CPU seconds of the phases added to its keys
+    ``fixed_point``, ``bound`` and ``statistics`` (benchmarks/estep_bench.py)."""
     import numba
+    clock = _PhaseClock(timings)
     eb = np.ascontiguousarray(eb)
     dt = eb.dtype
     indptr = np.ascontiguousarray(indptr, np.int64)
@@ -744,12 +413,15 @@ def estep(indptr: np.ndarray, lids: np.ndarray, cts: np.ndarray, eb: np.ndarray,
     if n:
         _estep_kernel(indptr, lids, cts, eb, alpha.astype(dt), gamma, chunks, int(max_iter),
                       float(tol), eps, et, p, iters, conv)
+        clock.lap("fixed_point")
         _doc_scores(indptr, cts, p, gamma, alpha, alpha_const, elogt, scores)
+        clock.lap("bound")
     # word-major index of the non-zeros (documents in increasing order within a word)
     wptr, wpos, wdoc = word_major_index(indptr, lids, U)
     sstats = np.empty((U, K), np.float64)
     if U:
         _word_sstats(wptr, wdoc, wpos, cts, p, et, eb, sstats)
+    clock.lap("statistics")
     return EStepResult(gamma, sstats, iters, conv, scores, elogt.sum(axis=0))
 
 

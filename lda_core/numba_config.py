@@ -1,4 +1,4 @@
-"""Thread count and compile cache of the numba kernels (``lda_core.estep_vb``).
+"""Thread count and compile cache of the numba kernels (``lda_core.estep_vb`` and its helpers).
 
 * Compile cache: every kernel is compiled with ``cache=True``, so a process pays the compile
   (a few seconds) only the first time on a machine; later processes load the machine code from
@@ -12,7 +12,7 @@
   chunking (bit for bit): the statistics are summed word by word in a fixed order.
 * Idle threads: numba's default OpenMP layer (GNU libgomp) spin-waits between parallel
   regions, which on a busy machine showed up as ~30% more process CPU time for the same E-step.
-  Importing this module (``lda_core.estep_vb`` does) sets ``OMP_WAIT_POLICY=PASSIVE`` unless
+  Importing this module (``lda_core.estep_vb`` and the other kernel modules do) sets ``OMP_WAIT_POLICY=PASSIVE`` unless
   the environment already sets it; it only takes effect if libgomp was not loaded before
   (set it in the environment to be sure, or use ``NUMBA_THREADING_LAYER=workqueue``).
 """

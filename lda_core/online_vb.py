@@ -10,14 +10,11 @@ The two halves every runner drives (see ``lda_core.algorithm``):
       ρ_t = min(1, (τ0 + t)^−κ),  t = global steps already applied (0 for the first)
       λ ← (1 − ρ_t) λ + ρ_t (η + (D/S) sstats)                      (paper eq. 6–7)
 
-Lazily scaled λ (no dense K×V work per step). λ is stored word-major as
-      λ_wk = a + π · Ñ_wk        (Ñ: V×K float64; a, π scalars; c_k = Σ_v λ_vk kept as
-                                  c_k = V a + π Σ_v Ñ_vk with Σ_v Ñ_vk maintained incrementally)
-and a global step is
-      a ← (1 − ρ) a + ρ η,   π ← (1 − ρ) π,   Ñ_w ← Ñ_w + ρ (D/S) sstats_w / π  (touched rows only)
-which equals the dense update exactly in real arithmetic. When π falls below ``RENORM_PI``
-(always when ρ = 1, i.e. batch VB) it is folded into Ñ (Ñ ← π Ñ, π ← 1) before the rows are
-added. exp(E[log β_kw]) = exp(ψ(λ_wk) − ψ(c_k)) is computed only for the next batch's words.
+Lazily scaled λ (no dense K×V work per step): λ_wk = a + π · Ñ_wk, word-major (Ñ: V×K
+float64; a, π scalars; Σ_v Ñ_vk maintained incrementally); a global step rescales a and π and
+adds to the minibatch's rows of Ñ only (``lda_core.vb_lazy_lambda``: the update and when π is
+folded into Ñ). exp(E[log β_kw]) = exp(ψ(λ_wk) − ψ(c_k)), c_k = Σ_v λ_vk, is computed only for
+the next batch's words.
 
 Defaults: α = η = 1/K (symmetric) unless given — the same default as gensim's ``'symmetric'``
 α and ``eta=None``; κ = 0.7, τ0 = 64 (the benchmark protocol's settings; the paper's best were
@@ -62,44 +59,18 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core import estep_vb, hyperparams, schedules
+from lda_core.vb_exp_elog_beta import exp_elog_beta_rows
+from lda_core.vb_gamma_init import doc_keys, init_gamma
 from lda_core.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.params import check_choice, check_int, check_number, check_positive, is_number
+from lda_core.vb_lazy_lambda import lazy_lambda_update
 from lda_core.vb_stats import VBStats
 
 logger = logging.getLogger(__name__)
 
-RENORM_PI = 1e-30          # fold the lazy scale π into Ñ when it gets smaller than this
 _DTYPES = ("float32", "float64")
 _KERNELS = ("numba", "numpy")
-
-
-@njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})
-def _check_row_update(ntilde, ids, s, coef, a, pi, new_a, new_pi):
-    """Σ |λ_new − λ_old| over the touched rows for Ñ_w ← Ñ_w + coef·s_w, λ = a + π Ñ. Reads
-    only. A new value that is not finite makes the sum NaN or inf (no branch, so the loop
-    vectorises; reassociating the sum is allowed, NaN and inf keep their meaning)."""
-    total = 0.0
-    K = s.shape[1]
-    for i in range(ids.shape[0]):
-        w = ids[i]
-        for k in range(K):
-            old = ntilde[w, k]
-            new = old + coef * s[i, k]
-            total += abs((new_a + new_pi * new) - (a + pi * old))
-    return total
-
-
-@njit(cache=True, error_model="numpy")
-def _apply_row_update(ntilde, ids, s, coef, delta_colsum):
-    """Ñ_w ← Ñ_w + coef·s_w for the touched rows; delta_colsum_k = Σ_w coef·s_wk."""
-    K = s.shape[1]
-    for i in range(ids.shape[0]):
-        w = ids[i]
-        for k in range(K):
-            d = coef * s[i, k]
-            ntilde[w, k] = ntilde[w, k] + d
-            delta_colsum[k] += d
 
 
 @njit(cache=True, error_model="numpy")
@@ -231,7 +202,7 @@ class OnlineVB(StochasticAlgorithm):
 
     def exp_elog_beta(self, word_ids: np.ndarray) -> np.ndarray:
         """exp(E[log β]) for the rows ``word_ids`` (sorted unique), U x K in ``self.dtype``."""
-        return estep_vb.exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
+        return exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
                                            self._colsum(), dtype=self.dtype)
 
     def elog_beta_dense(self) -> np.ndarray:
@@ -265,8 +236,7 @@ class OnlineVB(StochasticAlgorithm):
                 raise ValueError("gamma0 must be finite and positive")
             g0 = gamma0[keep]
         else:
-            g0 = estep_vb.init_gamma(estep_vb.doc_keys(ne.doc_ids, self.seed, self.step, salt),
-                                     K)
+            g0 = init_gamma(doc_keys(ne.doc_ids, self.seed, self.step, salt), K)
         uniq, lids = estep_vb.local_ids(ne.word_ids, self.n_words)
         eb = self.exp_elog_beta(uniq)
         if self.kernel == "numba":
@@ -347,44 +317,9 @@ class OnlineVB(StochasticAlgorithm):
         if self.optimize_alpha:
             new_alpha = hyperparams.newton_dirichlet_step(self.alpha, stats.n_docs,
                                                           stats.sum_elogtheta, rho)
-        # candidate values first (nothing is modified until they are known to be finite)
-        new_a = (1.0 - rho) * self._a + rho * self.eta
-        new_pi = (1.0 - rho) * self._pi
-        renorm = new_pi < RENORM_PI
-        fold = new_pi if renorm else 1.0
-        pi_after = 1.0 if renorm else new_pi
-        coef = rho * scale / pi_after
-        if not math.isfinite(new_a):
-            raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                             "(rho=%g, D/S=%g); the state is left unchanged" % (self.step, rho,
-                                                                              scale))
-        if renorm:
-            old_rows = self._ntilde[ids]
-            new_rows = old_rows * fold + coef * s
-            if not np.all(np.isfinite(new_rows)):
-                raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                                 "(rho=%g, D/S=%g); the state is left unchanged"
-                                 % (self.step, rho, scale))
-            lam_old = self._a + self._pi * old_rows
-            self._ntilde *= fold
-            self._ntilde[ids] = new_rows
-            self._ntilde_colsum = self._ntilde.sum(axis=0)
-            lam_new = new_a + pi_after * new_rows
-            mean_change = float(np.mean(np.abs(lam_new - lam_old))) if len(ids) else 0.0
-        else:
-            # one numba pass checks that every new value is finite (nothing is written
-            # otherwise) and the mean |Δλ|; a second writes the rows and the column sums (the
-            # numpy form made U x K temporaries and was ~40% of a K = 100, S = 256 pass)
-            delta_colsum = np.zeros(self.n_topics, np.float64)
-            total = _check_row_update(self._ntilde, ids, s, coef, self._a, self._pi, new_a,
-                                      pi_after)
-            if not math.isfinite(total):
-                raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                                 "(rho=%g, D/S=%g); the state is left unchanged"
-                                 % (self.step, rho, scale))
-            _apply_row_update(self._ntilde, ids, s, coef, delta_colsum)
-            self._ntilde_colsum = self._ntilde_colsum + delta_colsum
-            mean_change = total / s.size if len(ids) else 0.0
+        self._ntilde_colsum, new_a, pi_after, mean_change = lazy_lambda_update(
+            self._ntilde, self._ntilde_colsum, self._a, self._pi, ids, s, rho, scale, self.eta,
+            self.step)
         self._a, self._pi = new_a, pi_after
         self.alpha = new_alpha
         reseeded = self._reseed_dead(s.sum(axis=0))

@@ -141,6 +141,15 @@ def test_estep_bench(news20, tmp_path):
               "gensim_nnz_per_cpu_s", "mean_iterations"):
         assert finite(r[k], k) > 0
     assert r["ratio_cpu"] == pytest.approx(cpu, rel=0.01)
+    # the FLOP rate: 4 K FLOPs per non-zero and iteration, against one core's peak
+    frac = grab(r"K=10 +float32 E-step .* = %s%% of one core's peak" % NUMBER, out)
+    assert r["flops_per_nnz_iter"] == 40
+    assert r["docs"] == 3 * 64 and r["tokens"] > r["nnz"] > 0
+    assert r["flops"] == 40 * round(r["nnz_weighted_iterations"] * r["nnz"])
+    for k in ("flops_per_s", "peak_flops_per_s", "peak_fraction", "estep_cpu_s"):
+        assert finite(r[k], k) > 0
+    assert r["peak_fraction"] == pytest.approx(r["flops_per_s"] / r["peak_flops_per_s"])
+    assert 100 * r["peak_fraction"] == pytest.approx(frac, abs=0.06)
     # both E-steps start from the same gamma: the statistics must agree
     assert finite(r["sstats_max_rel_diff"]) < 1e-2
     assert rec["run"]["script"] == "estep_bench.py"

@@ -6,6 +6,8 @@ import pytest
 from scipy.special import psi
 
 from lda_core import estep_vb as E
+from lda_core import vb_digamma as DK
+from lda_core import vb_gamma_init as GI
 from lda_core.online_vb import OnlineVB
 from uci_slices import uci_docbatch
 
@@ -30,33 +32,33 @@ def kos_model(kos):
 def _inputs(m, batch, seed=0):
     uniq = np.unique(batch.word_ids)
     lids = np.searchsorted(uniq, batch.word_ids)
-    g0 = E.init_gamma(E.doc_keys(batch.doc_ids, seed, 0), m.n_topics)
+    g0 = GI.init_gamma(GI.doc_keys(batch.doc_ids, seed, 0), m.n_topics)
     return uniq, lids, g0
 
 
 def test_digamma_matches_scipy():
     x = np.concatenate([np.logspace(-10, 12, 3000), np.linspace(0.001, 40, 4000),
                         [1.4616321449683622, 1.0, 2.0, 5.999999, 6.0, 6.000001]])
-    ours, ref = E.digamma_array(x), psi(x)
+    ours, ref = DK.digamma_array(x), psi(x)
     assert np.max(np.abs(ours - ref) / np.maximum(1.0, np.abs(ref))) < 1e-12
-    assert np.isnan(E.digamma_array(np.array([0.0, -1.0, np.nan]))).all()
+    assert np.isnan(DK.digamma_array(np.array([0.0, -1.0, np.nan]))).all()
     # exp(ψ(x)) without a log: relative 1e-12 wherever it is a normal double
-    ed, ref = E.exp_digamma_array(x), np.exp(psi(x))
+    ed, ref = DK.exp_digamma_array(x), np.exp(psi(x))
     ok = ref > 1e-290
     assert ok.sum() > 5000
     assert np.max(np.abs(ed[ok] - ref[ok]) / ref[ok]) < 1e-12
     assert np.all(ed[~ok] < 1e-280)
-    out = E.exp_digamma_array(np.array([0.0, -1.0, np.nan]))
+    out = DK.exp_digamma_array(np.array([0.0, -1.0, np.nan]))
     assert out[0] == 0 and out[1] == 0 and np.isnan(out[2])
     # the float32 E-step's versions: relative 1e-5 where float32 has normal numbers (the
     # libm one); the vectorised one in float32 arithmetic is as accurate as exp of ψ rounded
     # to float32: relative error within 5e-7 (1 + |ψ(x)|)
     ok = ref > 1e-30
-    ed32 = E.exp_digamma_array(x, 1)
+    ed32 = DK.exp_digamma_array(x, 1)
     assert np.max(np.abs(ed32[ok] - ref[ok]) / ref[ok]) < 1e-5
     # (values below ~5e-30 come back as exactly 0: the E-step flushes far larger ones anyway)
     ok = ref > 1e-28
-    ed32 = E.exp_digamma_array(x, 2)
+    ed32 = DK.exp_digamma_array(x, 2)
     rel = np.abs(ed32[ok] - ref[ok]) / ref[ok]
     assert np.max(rel / (1.0 + np.abs(psi(x[ok])))) < 5e-7
     assert np.max(rel[np.abs(psi(x[ok])) < 5]) < 2e-6
@@ -65,13 +67,13 @@ def test_digamma_matches_scipy():
 
 def test_gamma_init_is_seeded_per_document():
     ids = ["a", "b", "c", "d"]
-    g = E.init_gamma(E.doc_keys(ids, 7, 3), 10)
+    g = GI.init_gamma(GI.doc_keys(ids, 7, 3), 10)
     # the same document gets the same draw whatever batch it is in and in whatever order
-    g2 = E.init_gamma(E.doc_keys(["d", "b"], 7, 3), 10)
+    g2 = GI.init_gamma(GI.doc_keys(["d", "b"], 7, 3), 10)
     assert np.array_equal(g2, g[[3, 1]])
-    assert not np.array_equal(E.init_gamma(E.doc_keys(ids, 8, 3), 10), g)   # seed matters
-    assert not np.array_equal(E.init_gamma(E.doc_keys(ids, 7, 4), 10), g)   # step matters
-    big = E.init_gamma(E.doc_keys(["d%d" % i for i in range(3000)], 0, 0), 20)
+    assert not np.array_equal(GI.init_gamma(GI.doc_keys(ids, 8, 3), 10), g)   # seed matters
+    assert not np.array_equal(GI.init_gamma(GI.doc_keys(ids, 7, 4), 10), g)   # step matters
+    big = GI.init_gamma(GI.doc_keys(["d%d" % i for i in range(3000)], 0, 0), 20)
     assert abs(big.mean() - 1.0) < 0.005 and abs(big.var() - 0.01) < 0.001   # Gamma(100, 1/100)
     assert big.min() > 0
 
@@ -148,7 +150,7 @@ def test_estep_matches_gensim_inference(kos, kos_model, dtype, tol):
                                gamma_threshold=1e-3, dtype=np.dtype(dtype))
     g.state.sstats = (lam - m.eta).astype(dtype)
     g.sync_state()
-    g0 = E.init_gamma(E.doc_keys(batch.doc_ids, 11, 0), K)
+    g0 = GI.init_gamma(GI.doc_keys(batch.doc_ids, 11, 0), K)
 
     class FixedDraw:                      # hand gensim our initial γ
         def gamma(self, shape, scale, size):
@@ -184,3 +186,18 @@ def test_index_helpers_equal_numpy(kos):
     # empty batch
     u0, l0 = E.local_ids(np.zeros(0, np.int32), V)
     assert len(u0) == 0 and len(l0) == 0
+
+
+def test_estep_phase_timings_leave_the_result_unchanged(kos, kos_model):
+    """``timings`` only records CPU seconds per phase (what estep_bench divides the FLOPs by)."""
+    batch, _ = kos
+    b = batch.take(range(40))
+    uniq, lids, g0 = _inputs(kos_model, b)
+    eb = kos_model.exp_elog_beta(uniq).astype("float32")
+    plain = E.estep(b.indptr, lids, b.counts, eb, kos_model.alpha, g0)
+    timings = {"fixed_point": 1.0}
+    timed = E.estep(b.indptr, lids, b.counts, eb, kos_model.alpha, g0, timings=timings)
+    assert sorted(timings) == ["bound", "fixed_point", "statistics"]
+    assert timings["fixed_point"] >= 1.0 and min(timings.values()) >= 0.0   # added to
+    for a, c in zip(plain, timed):
+        assert np.array_equal(a, c)

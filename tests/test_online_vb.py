@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from lda_core import hyperparams, online_vb, schedules
+from lda_core import hyperparams, schedules, vb_lazy_lambda
 from lda_core.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
 from lda_core.online_vb import BatchVB, OnlineVB
@@ -202,10 +202,10 @@ def test_non_finite_statistics_are_refused_and_state_untouched(kos):
     assert info["t"] == 1 and info["docs"] == 50 and np.isfinite(info["mean_change"])
 
 
-@pytest.mark.parametrize("renorm_pi", [online_vb.RENORM_PI, 0.3])
+@pytest.mark.parametrize("renorm_pi", [vb_lazy_lambda.RENORM_PI, 0.3])
 def test_lazy_lambda_equals_eager_update(kos, monkeypatch, renorm_pi):
     """λ = a + π Ñ with row-only updates equals the dense λ ← (1−ρ)λ + ρ(η + D/S sstats)."""
-    monkeypatch.setattr(online_vb, "RENORM_PI", renorm_pi)      # 0.3: fold π in every few steps
+    monkeypatch.setattr(vb_lazy_lambda, "RENORM_PI", renorm_pi)      # 0.3: fold π in every few steps
     batch, V = kos
     m = OnlineVB(12, V, alpha=0.1, eta=0.02, tau0=1.0, kappa=0.6, corpus_size=4000,
                  dtype="float64", reseed=0.0)          # the paper's update alone
