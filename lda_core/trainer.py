@@ -48,7 +48,8 @@ import numpy as np
 
 from lda_core import session as _session
 from lda_core.docbatch import DocBatch
-from lda_core.session import Session, TrainingError, resume_position  # noqa: F401 (API)
+from lda_core.session import (  # noqa: F401 (API)
+    AUTO_KEY, Session, TrainingError, resume_position)
 from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -198,16 +199,16 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     run_info = dict(run_info or {})
     if pass_stop is not None:
         check_pass_stop(algorithm, heldout, bpp, accumulate)
-        run_info[AUTO_KEY] = pass_stop.to_info()
     if accumulate and not bpp:
         raise ValueError("%s applies one global step per pass: give a minibatch source with "
                          "`batches_per_pass` and `iter_from` (e.g. pipelines.shard_stream)"
                          % getattr(algorithm, "name", type(algorithm).__name__))
     ses = Session(position=_position(algorithm, start_step), run_log=run_log,
                   checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, vocab_hash=(run_info or {}).get("vocab_hash"))
+                  eval_every=eval_every, vocab_hash=(run_info or {}).get("vocab_hash"),
+                  pass_stop=pass_stop, batches_per_pass=bpp if pass_stop is not None else 0)
     ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
-              checkpoint_every=checkpoint_every, run=run_info)
+              checkpoint_every=checkpoint_every, run=ses.run_info)
     bar = _progress(progress, total_steps if max_steps is None else
                     (min(total_steps, max_steps) if total_steps else max_steps), ses.position)
     redirect = contextlib.ExitStack()
@@ -222,7 +223,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     try:
         def stop() -> bool:
             return ((max_steps is not None and ses.position >= max_steps)
-                    or (pass_stop is not None and pass_stop.stopped))
+                    or ses.passes_stopped)
 
         for mb, stats in loop.steps(stream, stop):
             if stop():
@@ -244,8 +245,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                                        extra_scalars=loop.sequential)
             loop.note(rec)
             metrics = ses.evaluate(algorithm, done=1)
-            if pass_stop is not None and step % bpp == 0:
-                metrics = _pass_end(ses, algorithm, pass_stop, rec) or metrics
+            metrics = ses.pass_end(algorithm, rec) or metrics
             ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
                     else None)
             ses.log_steps([rec], metrics, ckpt)
@@ -253,9 +253,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                 bar.update(1)
                 if metrics:
                     bar.set_postfix_str(_session.score_text(metrics).strip())
-            if pass_stop is not None and pass_stop.stopped:
-                logger.info("passes auto: stopping after pass %d: %s", len(pass_stop.scores),
-                            pass_stop.reason())
+            if ses.passes_stopped:
                 break
             if loop.converged:
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
@@ -280,7 +278,6 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                        end["elapsed"], dict(ses.metrics), end["checkpoint"], loop.converged)
 
 
-AUTO_KEY = "passes_auto"   # run info / step record key of the --passes auto rule's state
 
 
 def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
@@ -293,17 +290,6 @@ def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
         raise ValueError("passes auto needs an algorithm that makes several minibatch steps "
                          "per pass (online-vb, scvb0, sparse-gibbs-vb); %s: give --passes N"
                          % name)
-
-
-def _pass_end(ses: Session, algorithm, pass_stop, rec) -> Optional[Dict[str, float]]:
-    """``--passes auto`` at the end of a pass: evaluate (unless the cadence just did), feed the
-    score to the rule, and record its state in the step record and the run info the next
-    checkpoint carries. Returns the metrics it evaluated, if any."""
-    metrics = ses.evaluate(algorithm)
-    pass_stop.add(ses.metrics["completion_ll_per_token"])
-    ses.run_info = dict(ses.run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
-    rec[AUTO_KEY] = pass_stop.to_info()
-    return metrics
 
 
 class _StepLoop:

@@ -37,7 +37,7 @@ from pipelines.commands.train_options import add_arguments  # noqa: F401 (the co
 from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    build_algorithm, default_minibatch)
+    build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _check_args(args) -> None:
     if not args.shards:
         raise ValueError("--shards SHARD_DIR is required (a dataset written by "
                          "`ldabeam vectorize`)")
-    for name in ("topics", "minibatch", "passes", "max_iter", "threads",
+    for name in ("topics", "minibatch", "passes", "passes_patience", "max_iter", "threads",
                  "heldout_max_docs", "minibatches_per_window"):
         v = getattr(args, name, None)
         if v is not None and v != "auto" and v < 1:
@@ -306,9 +306,21 @@ def run(args, beam_argv) -> int:
     if whole_corpus and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
-    pass_stop = _pass_stop(args.passes, prev)
+    sequential = _capability(algorithm, "sequential")
+    detach = bool(getattr(args, "detach", False))
+    heldout_files = resolve_heldout(args.shards, args.heldout)
+    if heldout_files is not None:
+        dataset.check_vocab_hash(heldout_files, shard_hash)
+    requested = args.passes
+    if requested is None and state is None and not (whole_corpus or accumulates or sequential):
+        requested = default_passes(algorithm, heldout_files is not None, detach)
+        logger.info("--passes not given: %s for %s (%s)", requested, algorithm,
+                    "stop when the held-out score stops improving" if requested == "auto"
+                    else "no held-out set to stop on" if heldout_files is None
+                    else "--detach" if detach else "its default")
+    pass_stop = _pass_stop(requested, prev, args.passes_patience)
     passes = pass_stop.max_passes if pass_stop is not None else int(
-        args.passes if args.passes is not None else prev.get(
+        requested if requested is not None else prev.get(
             "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
     if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
@@ -317,9 +329,6 @@ def run(args, beam_argv) -> int:
     from pipelines.shard_stream import ShardStream, read_docs
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash)
-    heldout_files = resolve_heldout(args.shards, args.heldout)
-    if heldout_files is not None:
-        dataset.check_vocab_hash(heldout_files, shard_hash)
 
     settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
@@ -329,11 +338,10 @@ def run(args, beam_argv) -> int:
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    sequential = _capability(algorithm, "sequential")
     _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
-    if pass_stop is not None and not inprocess:
-        raise ValueError("--passes auto runs on the in-process runner only; give --passes N "
-                         "with --runner %s" % args.runner)
+    if pass_stop is not None and detach:
+        raise ValueError("--passes auto does not apply with --detach (each window is a "
+                         "separate launch that cannot stop the chain); give --passes N")
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -360,7 +368,6 @@ def run(args, beam_argv) -> int:
     if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
-    detach = bool(getattr(args, "detach", False))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
     if pass_stop is not None:
         from lda_core.trainer import check_pass_stop
@@ -407,7 +414,7 @@ def run(args, beam_argv) -> int:
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
                 beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
-                progress=not args.no_progress, detach=detach)
+                progress=not args.no_progress, detach=detach, pass_stop=pass_stop)
     finally:
         run_log.close()
     if detach:
@@ -418,15 +425,23 @@ def run(args, beam_argv) -> int:
     return 0
 
 
-def _pass_stop(passes, prev: Dict[str, Any]):
-    """The ``--passes auto`` rule of this run, or None: a fresh one for ``--passes auto``,
-    the checkpoint's (with its history of pass scores) when a resumed auto run is continued
-    without ``--passes`` or with ``--passes auto``."""
-    from lda_core.session import PassStop
-    from lda_core.trainer import AUTO_KEY
-    if passes == "auto" or (passes is None and AUTO_KEY in prev):
-        return PassStop.from_info(prev[AUTO_KEY]) if AUTO_KEY in prev else PassStop()
-    return None
+def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
+    """The ``--passes auto`` rule of this run, or None: a fresh one for ``--passes auto``
+    (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
+    scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
+    auto``."""
+    from lda_core.session import AUTO_KEY, AUTO_PATIENCE, PassStop
+    if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
+        if patience is not None:
+            raise ValueError("--passes-patience applies only with --passes auto")
+        return None
+    if AUTO_KEY not in prev:
+        return PassStop(patience=AUTO_PATIENCE if patience is None else patience)
+    rule = PassStop.from_info(prev[AUTO_KEY])
+    if patience is not None and patience != rule.patience:
+        raise ValueError("--passes-patience %d differs from the checkpoint's %d: a resumed "
+                         "run continues the same rule" % (patience, rule.patience))
+    return rule
 
 
 LAST_SUBMITTED = None   # --detach: the SubmittedWindow of the last launch (for callers)
