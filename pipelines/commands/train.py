@@ -218,17 +218,22 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
                              "steps on the driver")
 
 
-def _heldout(files, shard_hash, max_docs, seed: int, detach: bool):
+def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     """The held-out set to evaluate on: named by its shards for a detached window (read in
-    the job, where the window is evaluated), else read now; None when there is none."""
+    the job, where the window is evaluated; no topic health there), else read now with the
+    sample of ``train_files`` topic health is measured on (pipelines.doc_sample); None when
+    there is none."""
     if files is None:
         return None
     if detach:
         from pipelines.beam_train import HeldOutShards
         return HeldOutShards(tuple(files), shard_hash, max_docs, seed)
     from lda_core.trainer import HeldOut
+    from pipelines.doc_sample import sample_documents
     from pipelines.shard_stream import read_docs
     heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
+    heldout.health = sample_documents(train_files, shard_hash, seed=seed,
+                                      columns=("doc_id", "word_ids", "counts"))
     return heldout if heldout.docs.n_docs else None
 
 
@@ -368,7 +373,7 @@ def run(args, beam_argv) -> int:
     if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
-    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
+    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
         from lda_core.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
