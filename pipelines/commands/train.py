@@ -304,6 +304,12 @@ def run(args, beam_argv) -> int:
         minibatch = BEAM_WORKERS_MINIBATCH
         logger.info("--minibatch not given: %d for online-vb on a Beam runner with worker "
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
+    if minibatch is None and algorithm != "online-vb" and _beam_workers(args, beam_argv):
+        logger.warning("--minibatch not given: %d, %s's own; on a Beam runner with worker "
+                       "processes every step costs ~0.2-0.5 s of scheduling "
+                       "(docs/beam-training.md): give a larger --minibatch, or --algorithm "
+                       "online-vb (S = %d there)", default_minibatch(algorithm), algorithm,
+                       BEAM_WORKERS_MINIBATCH)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
     whole_corpus = _capability(algorithm, "whole_corpus")
