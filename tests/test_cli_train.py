@@ -432,3 +432,20 @@ def test_options_that_do_not_apply_or_are_out_of_range_are_one_clear_error(tmp_p
         if name in have:
             _one_line_error(capsys, base + [name] + opts, match)
     assert not os.path.exists(os.path.join(m, "checkpoints"))
+
+
+def test_trainer_and_evaluate_report_one_topic_health(tmp_path, ds, capsys):
+    """Topic health has one definition on one document set (a seeded sample of training
+    documents): the trainer's last evaluation and `ldabeam evaluate` give the same numbers
+    for the same model (seed 0 for both)."""
+    m = str(tmp_path / "m")
+    args = [a if a != 4 else 0 for a in COMMON]          # --seed 0, evaluate's default
+    assert ldabeam(capsys, "train", "--shards", ds, "--output", m, "--eval-every", 0,
+                   *args)[0] == 0
+    logged = read_run_log(os.path.join(m, "run_log.jsonl"), "end")[-1]["metrics"]
+    rc, out, err = ldabeam(capsys, "evaluate", "--model", m, "--shards", ds)
+    assert rc == 0, err
+    ev = json.loads(out)
+    assert ev["health_docs"] == 500                       # every training document (< 2000)
+    for k in ("dead_topics", "effective_topics", "npmi", "topic_diversity"):
+        assert ev[k] == pytest.approx(logged[k], rel=1e-9, abs=1e-12), k
