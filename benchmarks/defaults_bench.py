@@ -82,7 +82,8 @@ def train(ds: str, model: str, K: int, extra, max_minutes: float) -> dict:
     shutil.rmtree(model, ignore_errors=True)
     cmd = common.LDABEAM + ["--log-level", "WARNING", "train", "--shards", ds, "--output",
                             model, "--topics", str(K), "--no-progress"] + list(extra)
-    env = dict(os.environ, PYTHONPATH=common.REPO)
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", common.REPO)
     child = subprocess.Popen(cmd, cwd=common.REPO, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, start_new_session=True)
     capped = False
