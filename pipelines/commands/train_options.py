@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
                    help="number of topics (required unless --resume)")
     g.add_argument("--algorithm", default=None,
                    help="training algorithm (default %s: it reached better held-out scores "
-                        "sooner than online-vb on every corpus measured, docs/training.md; "
+                        "sooner than online-vb on every real corpus measured, "
+                        "docs/training.md; "
                         "with --resume: the checkpoint's). "
                         "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
     g.add_argument("--overwrite", action="store_true",
