@@ -15,7 +15,9 @@ Two parts (``--corpora``):
   LdaModel and LdaMulticore(workers=2) are trained by the harness's own ``_child`` (exact
   harness arguments); one record per seed, the means over ``--seeds`` are compared:
   dead ≤ 5, LL ≥ gensim LdaModel's, NPMI ≥ gensim's, LdaMulticore / ours wall ≥ 5.
-* ``kos``, ``nips`` (``../shared/data``, split by ``bench_peers.py prepare``, seed 0) at each
+* ``kos``, ``nips``, ``reuters`` (``../shared/data``; Reuters-21578 converted from its SGML
+  by :func:`reuters_to_uci` with the harness's ``text2uci.py``; split by ``bench_peers.py
+  prepare``, seed 0) at each
   ``--K``: every VB-family algorithm and SCVB0 trained in this process (lda_core directly, the
   same minibatch order every pass, S = 256, the protocol's α, η, κ, τ0) for passes until the
   held-out score improves by less than ``--min-gain`` nats/token (at most ``--max-passes``);
@@ -38,7 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 
 SMALL = {"kos": ("uci-bow-kos", "docword.kos.txt.gz", "vocab.kos.txt"),
-         "nips": ("uci-bow-nips", "docword.nips.txt.gz", "vocab.nips.txt")}
+         "nips": ("uci-bow-nips", "docword.nips.txt.gz", "vocab.nips.txt"),
+         # converted from the SGML by reuters_to_uci (title + body of every <REUTERS> element)
+         "reuters": ("reuters21578", None, None)}
 IN_PROCESS = ("online-vb", "batch-vb", "sparse-gibbs-vb", "scvb0")
 
 
@@ -102,10 +106,44 @@ def summarise(rows, corpus, K, ratio_ref=None) -> dict:
     return out
 
 
+def reuters_to_uci(src: str, out: str) -> None:
+    """Reuters-21578 (``src``: the reut2-*.sgm files) as UCI docword.txt + vocab.txt: every
+    ``<REUTERS>`` element with a non-empty title or body is one document (title + body text,
+    SGML character references removed), written one file per document and converted by the
+    harness's own ``text2uci.py`` (its tokeniser, stop words, --min-df 5 --max-df-frac 0.5,
+    as for 20 Newsgroups)."""
+    import glob
+    import re
+    import tempfile
+    if os.path.exists(os.path.join(out, "vocab.txt")):
+        return
+    files = sorted(glob.glob(os.path.join(src, "reut2-*.sgm")))
+    if not files:
+        raise SystemExit("%s holds no reut2-*.sgm (see ../shared/data/MANIFEST.md)" % src)
+    field = lambda tag, text: " ".join(re.findall(r"<%s>(.*?)</%s>" % (tag, tag), text, re.S))
+    with tempfile.TemporaryDirectory() as tmp:
+        n = 0
+        for f in files:
+            with open(f, encoding="latin-1") as fh:
+                for el in re.findall(r"<REUTERS.*?</REUTERS>", fh.read(), re.S):
+                    text = re.sub(r"&#\d+;|&lt;|&gt;|&amp;", " ",
+                                  field("TITLE", el) + "\n" + field("BODY", el))
+                    if text.strip():
+                        with open(os.path.join(tmp, "%05d.txt" % n), "w") as o:
+                            o.write(text)
+                        n += 1
+        common.run([common.PYTHON, common.TEXT2UCI, "--root", tmp, "--out", out,
+                    "--min-df", 5, "--max-df-frac", 0.5])
+
+
 def prepare_small(bench, name: str, cache: str) -> str:
     sub, docword, vocab = SMALL[name]
     src = os.path.join(common.SHARED, "data", sub)
     out = os.path.join(cache, name)
+    if docword is None:       # reuters: converted to UCI first
+        src = os.path.join(cache, name + "-uci")
+        reuters_to_uci(os.path.join(common.SHARED, "data", sub), src)
+        docword, vocab = "docword.txt", "vocab.txt"
     if not os.path.exists(os.path.join(out, "test_b.npz")):
         if not os.path.exists(os.path.join(src, docword)):
             raise SystemExit("%s is absent (see ../shared/data/MANIFEST.md)" % src)
@@ -252,7 +290,7 @@ def targets(summaries) -> list:
 def main(argv=None):
     p = common.base_parser(__doc__)
     p.add_argument("--corpora", default="20news,kos,nips",
-                   help="comma-separated: 20news, kos, nips")
+                   help="comma-separated: 20news, kos, nips, reuters")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (means are reported)")
     p.add_argument("--K", default="50,100", help="topics for kos/nips (20news uses 100)")
     p.add_argument("--algorithms", default=",".join(IN_PROCESS),

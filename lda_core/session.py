@@ -131,41 +131,56 @@ def eval_due(position: int, done: int, eval_every: int) -> bool:
 # --passes auto: a pass must raise the held-out document-completion LL/token by this much
 AUTO_MIN_GAIN = 0.005
 AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
+AUTO_PATIENCE = 1        # ... and it stops after this many passes in a row that did not
+AUTO_KEY = "passes_auto"   # run info / step record key of the rule's state
 
 
 class PassStop:
     """The ``--passes auto`` rule: the held-out score (document completion, LL/token) is
-    evaluated at the end of every pass; training stops after the first pass that raises the
-    best earlier score by less than ``min_gain`` nats/token, or after ``max_passes`` passes.
-    The decision is a function of ``scores`` alone (deterministic), and ``scores`` travel in
-    the checkpoints' run info (:meth:`to_info`, :meth:`from_info`), so a resumed run applies
-    the same rule to the same history."""
+    evaluated at the end of every pass; a pass *improves* when its score is at least
+    ``min_gain`` nats/token above the best earlier pass's (the first pass always does).
+    Training stops after ``patience`` passes in a row that did not improve, or after
+    ``max_passes`` passes. The decision is a function of the settings and ``scores`` alone
+    (deterministic), and both travel in the checkpoints' run info (:meth:`to_info`,
+    :meth:`from_info`), so a resumed run applies the same rule to the same history."""
 
     def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
-                 scores: Sequence[float] = ()):
+                 scores: Sequence[float] = (), patience: int = AUTO_PATIENCE):
         if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
             raise ValueError("passes auto: min_gain must be a finite number >= 0, got %r"
                              % (min_gain,))
         if int(max_passes) < 1:
             raise ValueError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
+        if int(patience) < 1:
+            raise ValueError("passes auto: patience must be >= 1 (passes without a gain "
+                             "before stopping), got %r" % (patience,))
         self.min_gain = float(min_gain)
         self.max_passes = int(max_passes)
+        self.patience = int(patience)
         self.scores: List[float] = [float(x) for x in scores]
+
+    def _stale(self) -> int:
+        """Passes in a row, up to the last, that did not improve on the best before them."""
+        n = 0
+        for i in range(len(self.scores) - 1, 0, -1):
+            if self.scores[i] >= max(self.scores[:i]) + self.min_gain:
+                break
+            n += 1
+        return n
 
     @property
     def stopped(self) -> bool:
-        n = len(self.scores)
-        if n >= self.max_passes:
-            return True
-        return n >= 2 and self.scores[-1] < max(self.scores[:-1]) + self.min_gain
+        return len(self.scores) >= self.max_passes or self._stale() >= self.patience
 
     def reason(self) -> str:
         if not self.stopped:
             return ""
-        if len(self.scores) >= 2 and self.scores[-1] < max(self.scores[:-1]) + self.min_gain:
-            return ("pass %d gained %.4g nats/token over the best earlier pass (< %g)"
-                    % (len(self.scores), self.scores[-1] - max(self.scores[:-1]),
-                       self.min_gain))
+        n, stale = len(self.scores), self._stale()
+        if stale >= self.patience:
+            what = "pass %d" % n if stale == 1 else "passes %d-%d" % (n - stale + 1, n)
+            return ("%s gained < %g nats/token over the best earlier pass (the last: %.4g; "
+                    "patience %d)" % (what, self.min_gain,
+                                      self.scores[-1] - max(self.scores[:-1]), self.patience))
         return "the cap of %d passes was reached" % self.max_passes
 
     def add(self, score: float) -> bool:
@@ -175,12 +190,13 @@ class PassStop:
 
     def to_info(self) -> Dict[str, Any]:
         return dict(min_gain=self.min_gain, max_passes=self.max_passes,
-                    scores=list(self.scores), stopped=self.stopped)
+                    patience=self.patience, scores=list(self.scores), stopped=self.stopped)
 
     @classmethod
     def from_info(cls, info: Dict[str, Any]) -> "PassStop":
         return cls(info.get("min_gain", AUTO_MIN_GAIN),
-                   info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()))
+                   info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()),
+                   info.get("patience", AUTO_PATIENCE))
 
 
 def docs_seen(algorithm) -> int:
@@ -392,12 +408,14 @@ class Session:
     ``run_log``: anything with ``write(record)`` (a :class:`lda_core.run_log.RunLog`, or a
     list-like buffer for a detached window), or None. ``checkpoint_store``: where
     :meth:`publish` publishes (None: nothing is published). ``runner``: recorded in each
-    checkpoint's trainer info (None: not recorded)."""
+    checkpoint's trainer info (None: not recorded). ``pass_stop`` (``--passes auto``) with
+    ``batches_per_pass``: :meth:`pass_end` feeds it the held-out score at each pass end."""
 
     def __init__(self, *, position: int = 0, run_log=None, checkpoint_store=None,
                  runner: Optional[str] = None, run_info: Optional[Dict[str, Any]] = None,
                  heldout=None, eval_every: int = 0, vocab_hash: Optional[str] = None,
-                 progress: bool = False, t_start: Optional[float] = None):
+                 progress: bool = False, t_start: Optional[float] = None,
+                 pass_stop: Optional[PassStop] = None, batches_per_pass: int = 0):
         if int(eval_every) < 0:
             raise ValueError("eval_every must be >= 0 (0 = only at the end), got %r"
                              % (eval_every,))
@@ -417,6 +435,12 @@ class Session:
         self.last_checkpoint: Optional[str] = None
         self.last_published = -1
         self.progress = progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.pass_stop = pass_stop
+        self.batches_per_pass = int(batches_per_pass or 0)
+        if pass_stop is not None:
+            if self.batches_per_pass < 1:
+                raise ValueError("passes auto needs the number of minibatches per pass")
+            self.run_info = dict(run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
 
     # -- records
     def write(self, record: Dict[str, Any]) -> None:
@@ -479,6 +503,29 @@ class Session:
         self.metrics = timed_evaluate(algorithm, self.heldout)
         self.last_eval = self.position
         return self.metrics
+
+    def pass_end(self, algorithm, record: Optional[Dict[str, Any]] = None
+                 ) -> Optional[Dict[str, float]]:
+        """``--passes auto``, when the position is the end of a pass: evaluate (unless the
+        cadence just did), feed the score to the rule, and record its state in ``record``
+        (the pass end's step record) and in the run info the next checkpoint carries. Returns
+        the metrics it evaluated, if any."""
+        if (self.pass_stop is None or not self.position
+                or self.position % self.batches_per_pass):
+            return None
+        metrics = self.evaluate(algorithm)
+        self.pass_stop.add(self.metrics["completion_ll_per_token"])
+        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        if record is not None:
+            record[AUTO_KEY] = self.pass_stop.to_info()
+        if self.pass_stop.stopped:
+            logger.info("passes auto: stopping after pass %d: %s", len(self.pass_stop.scores),
+                        self.pass_stop.reason())
+        return metrics
+
+    @property
+    def passes_stopped(self) -> bool:
+        return self.pass_stop is not None and self.pass_stop.stopped
 
     # -- checkpoints
     def publish(self, algorithm, position: Optional[int] = None) -> Optional[str]:

@@ -48,7 +48,8 @@ import numpy as np
 
 from lda_core import session as _session
 from lda_core.docbatch import DocBatch
-from lda_core.session import Session, TrainingError, resume_position  # noqa: F401 (API)
+from lda_core.session import (  # noqa: F401 (API)
+    AUTO_KEY, Session, TrainingError, resume_position)
 from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -64,11 +65,15 @@ class Minibatch(NamedTuple):
 
 @dataclass
 class HeldOut:
-    """A held-out set prepared once: the documents and their document-completion halves."""
+    """A held-out set prepared once: the documents and their document-completion halves;
+    ``health``: the training documents topic health is measured on (``pipelines.doc_sample``:
+    one document set for the trainer, ``ldabeam evaluate`` and ``ldabeam report``), or None
+    (no topic health is logged)."""
     docs: DocBatch
     first: DocBatch
     second: DocBatch
     seed: int = 0
+    health: Optional[DocBatch] = None
 
     @classmethod
     def from_batch(cls, docs: DocBatch, seed: int = 0) -> "HeldOut":
@@ -98,8 +103,9 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict
     """Held-out metrics of the current state (does not modify it): document completion
     (log-likelihood per token of the second halves, θ fit on the first halves with the
     protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
-    as in ``../shared/bench``), topic health on the held-out documents (dead and effective
-    topics, NPMI: ``lda_core.evaluation.health_scalars``) and, when the algorithm defines
+    as in ``../shared/bench``), topic health on ``heldout.health`` (a sample of training
+    documents) when given (dead and effective topics, NPMI, topic diversity:
+    ``lda_core.evaluation.health_scalars``) and, when the algorithm defines
     it, the per-word bound of paper eq. 16 (a bound, not a perplexity)."""
     from lda_core.evaluation import PROTOCOL_ALPHA, document_completion, health_scalars
     out: Dict[str, float] = {}
@@ -108,7 +114,8 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict
     dc = document_completion(phi, heldout.first, heldout.second, alpha=alpha)
     out["completion_ll_per_token"] = float(dc["ll_per_token"])
     out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))
-    out.update(health_scalars(phi, heldout.docs))
+    if heldout.health is not None:
+        out.update(health_scalars(phi, heldout.health, seed=heldout.seed))
     if hasattr(algorithm, "per_word_bound"):
         b = float(algorithm.per_word_bound(heldout.docs))
         out["per_word_bound"] = b
@@ -198,74 +205,66 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     run_info = dict(run_info or {})
     if pass_stop is not None:
         check_pass_stop(algorithm, heldout, bpp, accumulate)
-        run_info[AUTO_KEY] = pass_stop.to_info()
     if accumulate and not bpp:
         raise ValueError("%s applies one global step per pass: give a minibatch source with "
                          "`batches_per_pass` and `iter_from` (e.g. pipelines.shard_stream)"
                          % getattr(algorithm, "name", type(algorithm).__name__))
     ses = Session(position=_position(algorithm, start_step), run_log=run_log,
                   checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, vocab_hash=(run_info or {}).get("vocab_hash"))
+                  eval_every=eval_every, vocab_hash=run_info.get("vocab_hash"),
+                  pass_stop=pass_stop, batches_per_pass=bpp if pass_stop is not None else 0)
     ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
-              checkpoint_every=checkpoint_every, run=run_info)
-    bar = _progress(progress, total_steps if max_steps is None else
-                    (min(total_steps, max_steps) if total_steps else max_steps), ses.position)
-    redirect = contextlib.ExitStack()
-    if bar is not None:   # log lines above the bar instead of through it
-        try:
-            from tqdm.contrib.logging import logging_redirect_tqdm
-            redirect.enter_context(logging_redirect_tqdm())
-        except ImportError:  # pragma: no cover
-            pass
+              checkpoint_every=checkpoint_every, run=ses.run_info)
     loop = _PassLoop(algorithm, bpp, rel_tol) if accumulate else _StepLoop(algorithm)
     stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
-    try:
-        def stop() -> bool:
-            return ((max_steps is not None and ses.position >= max_steps)
-                    or (pass_stop is not None and pass_stop.stopped))
 
+    def stop() -> bool:
+        return (max_steps is not None and ses.position >= max_steps) or ses.passes_stopped
+
+    with _ProgressBar(progress, total_steps if max_steps is None else
+                      (min(total_steps, max_steps) if total_steps else max_steps),
+                      ses.position) as bar:
         for mb, stats in loop.steps(stream, stop):
             if stop():
                 break
             fault_point("estep")     # a test's kill point: the E-step is done, nothing applied
-            info, err = loop.apply(mb, stats)
-            if err is not None:
-                if bar is not None:
-                    bar.close()
-                ses.fail(mb.step + 1, err, " (pass %d, batch %d, %d documents)"
-                         % (mb.pass_index, mb.batch_index, mb.batch.n_docs),
-                         pass_index=mb.pass_index, batch=mb.batch_index)
-            ses.applied(1)      # minibatches consumed (== t unless one was all empty)
-            step = ses.position
-            rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
-                                       n_docs=mb.batch.n_docs,
-                                       n_docs_seen=_session.docs_seen(algorithm),
-                                       t=getattr(algorithm, "step", step),
-                                       extra_scalars=loop.sequential)
-            loop.note(rec)
-            metrics = ses.evaluate(algorithm, done=1)
-            if pass_stop is not None and step % bpp == 0:
-                metrics = _pass_end(ses, algorithm, pass_stop, rec) or metrics
-            ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
-                    else None)
-            ses.log_steps([rec], metrics, ckpt)
-            if bar is not None:
-                bar.update(1)
-                if metrics:
-                    bar.set_postfix_str(_session.score_text(metrics).strip())
-            if pass_stop is not None and pass_stop.stopped:
-                logger.info("passes auto: stopping after pass %d: %s", len(pass_stop.scores),
-                            pass_stop.reason())
+            rec, metrics = _apply(ses, loop, algorithm, mb, stats, checkpoint_every, bar)
+            bar.update(metrics)
+            if ses.passes_stopped:
                 break
             if loop.converged:
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
                             rec["elbo_rel_change"], rel_tol)
                 break
         loop.finish()
-    finally:
-        redirect.close()
-        if bar is not None:
-            bar.close()
+    return _finish(ses, algorithm, loop.converged)
+
+
+def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every: int, bar):
+    """Apply one minibatch's step, then evaluate / feed --passes auto / publish / log as due.
+    Returns (its step record, the metrics evaluated after it or None)."""
+    info, err = loop.apply(mb, stats)
+    if err is not None:
+        bar.close()
+        ses.fail(mb.step + 1, err, " (pass %d, batch %d, %d documents)"
+                 % (mb.pass_index, mb.batch_index, mb.batch.n_docs),
+                 pass_index=mb.pass_index, batch=mb.batch_index)
+    ses.applied(1)      # minibatches consumed (== t unless one was all empty)
+    step = ses.position
+    rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
+                               n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
+                               t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
+    loop.note(rec)
+    metrics = ses.evaluate(algorithm, done=1)
+    metrics = ses.pass_end(algorithm, rec) or metrics
+    ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
+            else None)
+    ses.log_steps([rec], metrics, ckpt)
+    return rec, metrics
+
+
+def _finish(ses: Session, algorithm, converged) -> TrainResult:
+    """The final evaluation, checkpoint and end record of a run."""
     ses.evaluate(algorithm)
     # nothing changed in a run that applied no step: do not republish the same state
     if ses.steps_run or ses.latest_path() is None:
@@ -273,16 +272,46 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     if getattr(loop, "times", None) is not None and ses.steps_run:
         ses.write(loop.times.record(ses.steps_run, time.time() - ses.t_start))
     end = ses.end(_session.docs_seen(algorithm),
-                  cpu_seconds=time.process_time() - ses.c_start, converged=loop.converged)
+                  cpu_seconds=time.process_time() - ses.c_start, converged=converged)
     logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", ses.position,
                 ses.steps_run, end["elapsed"],
                 "" if not ses.metrics else ": " + ", ".join(
                     "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
     return TrainResult(algorithm, ses.position, _session.docs_seen(algorithm), ses.steps_run,
-                       end["elapsed"], dict(ses.metrics), end["checkpoint"], loop.converged)
+                       end["elapsed"], dict(ses.metrics), end["checkpoint"], converged)
 
 
-AUTO_KEY = "passes_auto"   # run info / step record key of the --passes auto rule's state
+class _ProgressBar:
+    """The tqdm bar of a run (only when stderr is a terminal and ``progress``), with log
+    lines printed above it instead of through it; a no-op otherwise."""
+
+    def __init__(self, progress: bool, total: Optional[int], initial: int):
+        self.bar = _progress(progress, total, initial)
+        self.redirect = contextlib.ExitStack()
+
+    def __enter__(self):
+        if self.bar is not None:
+            try:
+                from tqdm.contrib.logging import logging_redirect_tqdm
+                self.redirect.enter_context(logging_redirect_tqdm())
+            except ImportError:  # pragma: no cover
+                pass
+        return self
+
+    def update(self, metrics) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            if metrics:
+                self.bar.set_postfix_str(_session.score_text(metrics).strip())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __exit__(self, *exc):
+        self.redirect.close()
+        self.close()
+        return False
 
 
 def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
@@ -295,17 +324,6 @@ def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
         raise ValueError("passes auto needs an algorithm that makes several minibatch steps "
                          "per pass (online-vb, scvb0, sparse-gibbs-vb); %s: give --passes N"
                          % name)
-
-
-def _pass_end(ses: Session, algorithm, pass_stop, rec) -> Optional[Dict[str, float]]:
-    """``--passes auto`` at the end of a pass: evaluate (unless the cadence just did), feed the
-    score to the rule, and record its state in the step record and the run info the next
-    checkpoint carries. Returns the metrics it evaluated, if any."""
-    metrics = ses.evaluate(algorithm)
-    pass_stop.add(ses.metrics["completion_ll_per_token"])
-    ses.run_info = dict(ses.run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
-    rec[AUTO_KEY] = pass_stop.to_info()
-    return metrics
 
 
 class _StepLoop:

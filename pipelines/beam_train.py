@@ -195,7 +195,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
           pieces_per_minibatch: Optional[int] = None, n_threads: Optional[int] = None,
           deterministic_combine: bool = True, fanout: Optional[int] = None,
           progress: bool = True, scratch_dir: Optional[str] = None,
-          detach: bool = False):
+          detach: bool = False, pass_stop=None):
     """Train ``algorithm`` (a :class:`~lda_core.algorithm.StochasticAlgorithm` at its current
     position) on ``shard_files`` in windows of Beam pipeline runs (module docstring).
 
@@ -212,6 +212,9 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     ``scratch_dir``: where states inside a window are exchanged between worker processes
     (default: :func:`default_scratch_root`). ``heldout``: a
     :class:`lda_core.trainer.HeldOut`, or a :class:`HeldOutShards` (read when evaluated).
+    ``pass_stop`` (``--passes auto``, :class:`lda_core.session.PassStop`; not with
+    ``detach``): windows end at pass ends at the latest, where :func:`after_window` feeds the
+    held-out score to the rule, and the run stops when it says so.
 
     ``detach``: run exactly one window (the next ``M`` minibatches from the algorithm's
     position, or from the latest checkpoint with ``resume``) and return a
@@ -267,9 +270,10 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
                   runner=cfg.describe(), run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, progress=progress, t_start=t_start)
+                  eval_every=eval_every, progress=progress, t_start=t_start,
+                  pass_stop=pass_stop, batches_per_pass=B)
     ses.write(_start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                            checkpoint_every, run_info, cfg.describe(), M, unroll, pieces))
+                            checkpoint_every, ses.run_info, cfg.describe(), M, unroll, pieces))
     logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
                 cfg.describe(), B, batch_size, D, position, stop, M,
@@ -344,11 +348,13 @@ class _WindowRun:
         counters_total: Dict[str, int] = {}
         windows = 0
         n_windows = max(1, -(-(self.stop - ses.position) // self.M))
-        while ses.position < self.stop:
+        while ses.position < self.stop and not ses.passes_stopped:
             w_start = time.time()
+            end = min(self.stop, ses.position + self.M)
+            if ses.pass_stop is not None:    # --passes auto: windows end at pass ends
+                end = min(end, (ses.position // ses.batches_per_pass + 1) * ses.batches_per_pass)
             steps = plan_steps(self.files, self.sizes, seed=self.seed,
-                               batch_size=self.batch_size, start=ses.position,
-                               stop=min(self.stop, ses.position + self.M),
+                               batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=self.pieces)
             times = PhaseTimes()
             start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
@@ -434,17 +440,19 @@ def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict
     """What follows a window, wherever it runs (the waiting driver, or a detached window's
     last DoFn): move the session past the ``len(infos)`` steps applied, evaluate when a
     multiple of ``eval_every`` was passed, publish the state (``publish(algo, position)``),
-    log the step records; then, when a step failed (``error = (step, reason)``), log the
+    log the step records (``--passes auto``: at a pass end, the rule is fed its score before
+    the state is published); then, when a step failed (``error = (step, reason)``), log the
     error and raise :class:`TrainingError`. Returns the evaluation, if any."""
     done = len(infos)
     ses.applied(done)
+    recs = _session.records_for([(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
+                                 for sp in steps[:done]], infos)
     metrics = ses.evaluate(algo, done=done) if done else None
+    metrics = (ses.pass_end(algo, recs[-1]) if done else None) or metrics   # --passes auto
     ckpt = publish(algo, ses.position) if done else None
     if ckpt:
         ses.last_checkpoint = ckpt
-    ses.log_steps(_session.records_for([(sp.position, sp.pass_index, sp.batch_index,
-                                         sp.n_docs) for sp in steps[:done]], infos),
-                  metrics, ckpt)
+    ses.log_steps(recs, metrics, ckpt)
     if error is not None:
         ses.fail(error[0], error[1], **error_fields)
     return metrics

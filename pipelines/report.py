@@ -1,6 +1,8 @@
 """``ldabeam report``: one self-contained static HTML page about a trained model.
 
-Gathered from MODEL_DIR alone (plus documents from shards for the parts that need them):
+Gathered from MODEL_DIR alone (plus a seeded sample of documents from shards for the parts
+that need them: ``pipelines.doc_sample``, the training documents by default, so topic health
+is shown on the documents ``ldabeam evaluate`` and the trainer measure it on):
 
 * held-out score vs documents seen, from the run log's evaluated steps (Hoffman, Blei & Bach
   2010, Fig. 1 top: document-completion log likelihood per token and, when logged, the per-word
@@ -145,7 +147,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     from lda_core.evaluation import top_words, umass_coherence
     from lda_core.run_log import RUN_LOG_FILE, read_run_log
     from pipelines.model_dir import load_model
-    from pipelines.exports import sample_docs
+    from pipelines.doc_sample import sample_documents
     from pipelines.infer import training_shards
     algo, state, vocab = load_model(model)
     mdir = model_dir_of(model)
@@ -175,7 +177,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     if shards:
         files = dataset.resolve_shards(shards)
         dataset.check_vocab_hash(files, state.vocab_hash)
-        docs = sample_docs(files, max_docs).non_empty()
+        docs = sample_documents(files, max_docs=max_docs)
         theta = np.asarray(algo.infer(docs), np.float64)
         lens = docs.doc_lengths.astype(np.float64)
         size = (lens[:, None] * theta).sum(axis=0) / lens.sum()

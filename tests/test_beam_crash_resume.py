@@ -30,7 +30,7 @@ def kos_ds(kos_paths, tmp_path_factory):
 
 def _args(ds, md, *extra):
     return [PY, "-m", "pipelines.cli", "train", "--shards", ds, "--output", md, "--topics", "6",
-            "--minibatch", "30", "--seed", "3", "--dtype", "float64", "--runner",
+            "--algorithm", "online-vb", "--minibatch", "30", "--seed", "3", "--dtype", "float64", "--runner",
             "DirectRunner", "--unroll", "--minibatches-per-window", "2", "--eval-every", "0",
             "--heldout", "none", "--keep-checkpoints", "0", "--no-progress"] + list(extra)
 

@@ -440,7 +440,7 @@ def test_cli_bad_checkpoint_and_output(kos_small, tmp_path):
     and a missing --output, are one clear line (exit 2) before any work."""
     md = str(tmp_path / "m")
     r = _cli("train", "--shards", kos_small, "--output", md, "--topics", "5", "--minibatch",
-             "100", "--runner", "DirectRunner", "--unroll", "--max-steps", "2",
+             "100", "--algorithm", "online-vb", "--runner", "DirectRunner", "--unroll", "--max-steps", "2",
              "--eval-every", "0", "--heldout", "none")
     assert r.returncode == 0, r.stderr[-3000:]
     r = _cli("train", "--shards", kos_small, "--output", md, "--topics", "6", "--resume",

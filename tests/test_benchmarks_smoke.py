@@ -419,3 +419,47 @@ def test_quality_bench(news20, tmp_path):
     log.write_text(out)
     again, _ = run(news20, "quality_bench.py", "--summarise", log, "--json", tmp_path / "s.json")
     assert re.findall(r"\| target .*", again) and "20news dead topics" in again
+
+
+def test_defaults_bench(bench_env, tmp_path):
+    """The default command against online VB with --passes auto on the bundled sample: both
+    runs recorded with their evaluations, dead topics and the time ratio."""
+    js = tmp_path / "defaults.json"
+    out, _ = run(bench_env, "defaults_bench.py", "--corpora", "sample", "--work",
+                 tmp_path / "work", "--max-minutes", 5, "--json", js)
+    with open(js) as f:
+        rec = json.load(f)["records"]
+    runs = {r["config"]: r for r in rec if "config" in r}
+    assert set(runs) == {"default", "online-vb auto"}
+    assert runs["default"]["algorithm"] == "scvb0" and runs["default"]["minibatch"] == 100
+    assert runs["online-vb auto"]["algorithm"] == "online-vb"
+    for r in runs.values():
+        assert len(r["pass_scores"]) >= 2 and r["evaluations"]
+        assert r["best_ll"] == max(e[1] for e in r["evaluations"])
+        for k in ("dead_topics", "effective_topics", "npmi"):
+            finite(r[k], k)
+    summary = [r for r in rec if "config" not in r][0]
+    finite(summary["ll_gain"], "ll_gain")
+    assert "SUMMARY" in out
+
+
+def test_reuters_converter(bench_env, tmp_path):
+    """quality_bench's Reuters-21578 converter on one of the SGML files: one document per
+    <REUTERS> element with text, through the harness's text2uci."""
+    src = os.path.join(SHARED_DATA, "reuters21578", "reut2-000.sgm")
+    if not os.path.exists(src):
+        pytest.skip("Reuters-21578 is absent (%s)" % src)
+    sgm = tmp_path / "sgm"
+    sgm.mkdir()
+    shutil.copy(src, sgm)
+    code = ("import sys; sys.path.insert(0, %r); from benchmarks import quality_bench as q; "
+            "q.reuters_to_uci(%r, %r)" % (str(bench_env["bench"].parent), str(sgm),
+                                          str(tmp_path / "uci")))
+    p = subprocess.run([sys.executable, "-c", code], env=bench_env["env"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with open(tmp_path / "uci" / "docword.txt") as f:
+        D, V, nnz = (int(f.readline()) for _ in range(3))
+    n_elements = open(src, encoding="latin-1").read().count("<REUTERS ")
+    assert 900 <= D <= n_elements == 1000 and V > 500 and nnz > D
+    assert len(open(tmp_path / "uci" / "vocab.txt").read().split()) == V

@@ -73,8 +73,8 @@ def _final_arrays(model_dir):
     return st, {k: np.asarray(v) for k, v in st.arrays.items()}
 
 
-COMMON = ["--topics", 8, "--minibatch", 64, "--seed", 4, "--dtype", "float64",
-          "--alpha", 0.1, "--eta", 0.01, "--no-progress"]
+COMMON = ["--algorithm", "online-vb", "--topics", 8, "--minibatch", 64, "--seed", 4,
+          "--dtype", "float64", "--alpha", 0.1, "--eta", 0.01, "--no-progress"]
 
 
 def test_train_topics_evaluate_export(tmp_path, ds, capsys):
@@ -183,7 +183,7 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--topics", 0],
                     "--topics must be >= 1")
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--topics", 5,
-                             "--kappa", 0.4], "kappa")
+                             "--algorithm", "online-vb", "--kappa", 0.4], "kappa")
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--topics", 5,
                              "--runner", "FlinkRunner"] if importlib.util.find_spec(
         "pipelines.beam_train") is None else ["train", "--shards", ds, "--output", m],
@@ -216,7 +216,8 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
                              "--minibatch", 32], "--minibatch 32 differs")
     # --overwrite replaces the model (after the checks): a fresh run with other K
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--topics", 3,
-                           "--max-steps", 1, "--overwrite", "--no-progress")
+                           "--algorithm", "online-vb", "--max-steps", 1, "--overwrite",
+                           "--no-progress")
     assert rc == 0, err
     st = CheckpointStore(m).latest()
     assert (st.n_topics, st.step) == (3, 1)
@@ -258,7 +259,8 @@ def test_20news_quality_parity_with_gensim(news20_tar, tmp_path, capsys):
     assert (meta["n_train"], meta["V"], meta["n_test"]) == (17784, 29403, 1000)
     m = str(tmp_path / "model")
     rc, out, err = ldabeam(capsys, "train", "--shards", os.path.join(cache, "ds_train"),
-                           "--output", m, "--topics", 100, "--alpha", 0.1, "--eta", 0.01,
+                           "--output", m, "--topics", 100, "--algorithm", "online-vb", "--alpha", 0.1,
+                           "--eta", 0.01,
                            "--minibatch", 256, "--kappa", 0.7, "--tau0", 64, "--passes", 1,
                            "--heldout", "none", "--checkpoint-every", 0, "--no-progress")
     assert rc == 0, err
@@ -348,8 +350,8 @@ def test_minibatch_default_is_the_algorithms_own(tmp_path, ds, capsys):
     assert train_cmd._beam_workers(SimpleNamespace(runner="DataflowRunner"), [])
     m = str(tmp_path / "beam-in-process")
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--topics", 4,
-                           "--max-steps", 1, "--heldout", "none", "--no-progress",
-                           "--runner", "DirectRunner")
+                           "--algorithm", "online-vb", "--max-steps", 1, "--heldout", "none",
+                           "--no-progress", "--runner", "DirectRunner")
     assert rc == 0, err
     assert _state(m).info["run"]["minibatch"] == 256
 
@@ -430,3 +432,20 @@ def test_options_that_do_not_apply_or_are_out_of_range_are_one_clear_error(tmp_p
         if name in have:
             _one_line_error(capsys, base + [name] + opts, match)
     assert not os.path.exists(os.path.join(m, "checkpoints"))
+
+
+def test_trainer_and_evaluate_report_one_topic_health(tmp_path, ds, capsys):
+    """Topic health has one definition on one document set (a seeded sample of training
+    documents): the trainer's last evaluation and `ldabeam evaluate` give the same numbers
+    for the same model (seed 0 for both)."""
+    m = str(tmp_path / "m")
+    args = [a if a != 4 else 0 for a in COMMON]          # --seed 0, evaluate's default
+    assert ldabeam(capsys, "train", "--shards", ds, "--output", m, "--eval-every", 0,
+                   *args)[0] == 0
+    logged = read_run_log(os.path.join(m, "run_log.jsonl"), "end")[-1]["metrics"]
+    rc, out, err = ldabeam(capsys, "evaluate", "--model", m, "--shards", ds)
+    assert rc == 0, err
+    ev = json.loads(out)
+    assert ev["health_docs"] == 500                       # every training document (< 2000)
+    for k in ("dead_topics", "effective_topics", "npmi", "topic_diversity"):
+        assert ev[k] == pytest.approx(logged[k], rel=1e-9, abs=1e-12), k

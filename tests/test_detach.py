@@ -38,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 300 documents, S = 50: 6 minibatches per pass, 2 passes = 12 steps; windows of 5 -> 0..5,
 # 5..10, 10..12; held-out evaluation every 4 steps (inside each window)
-ARGS = ["--topics", 5, "--minibatch", 50, "--seed", 2, "--dtype", "float64", "--alpha", 0.1,
+ARGS = ["--algorithm", "online-vb", "--topics", 5, "--minibatch", 50, "--seed", 2, "--dtype", "float64", "--alpha", 0.1,
         "--eta", 0.01, "--no-progress", "--passes", 2, "--eval-every", 4,
         "--keep-checkpoints", 0, "--runner", "DirectRunner", "--minibatches-per-window", 5]
 RESUME = ["--no-progress", "--runner", "DirectRunner", "--minibatches-per-window", 5,

@@ -50,7 +50,7 @@ def news20_run(tmp_path_factory, tar_path):
     assert cli_main(["vectorize", "--input", src, "--format", "jsonl", "--output", ds,
                      "--holdout-fraction", "0.1"]) == 0
     assert cli_main(["train", "--shards", ds, "--output", model, "--topics", str(K),
-                     "--minibatch", "48", "--passes", "1", "--seed", "1", "--eval-every", "3",
+                     "--algorithm", "online-vb", "--minibatch", "48", "--passes", "1", "--seed", "1", "--eval-every", "3",
                      "--checkpoint-every", "3", "--keep-checkpoints", "20",
                      "--no-progress"]) == 0
     return ds, model

@@ -25,7 +25,7 @@ from test_cli_train import make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8                      # 240 documents, minibatches of 30, one pass
-BASE = ["--topics", "6", "--minibatch", "30", "--seed", "3", "--dtype", "float64",
+BASE = ["--algorithm", "online-vb", "--topics", "6", "--minibatch", "30", "--seed", "3", "--dtype", "float64",
         "--checkpoint-every", "1", "--keep-checkpoints", "2", "--eval-every", "0",
         "--heldout", "none", "--no-progress"]
 RUNNERS = {"inprocess": [],
@@ -167,6 +167,7 @@ def test_disk_full_while_a_checkpoint_is_written(ds, small_disk, capsys):
     # λ of K=6 x V=6906 float64 is 331 kB per checkpoint: the second or third one fills 1.2 MB
     md = os.path.join(small_disk, "m")
     argv = ["train", "--shards", ds, "--output", md, "--topics", 6, "--minibatch", 30,
+            "--algorithm", "online-vb",
             "--seed", 3, "--dtype", "float64", "--checkpoint-every", 1, "--eval-every", 0,
             "--heldout", "none", "--no-progress"]
     rc = cli.main([str(a) for a in argv])

@@ -198,7 +198,7 @@ def ldabeam(capsys, *argv):
     return rc, out, err
 
 
-ARGS = ["--topics", 5, "--minibatch", 50, "--seed", 2, "--dtype", "float64", "--alpha", 0.1,
+ARGS = ["--algorithm", "online-vb", "--topics", 5, "--minibatch", 50, "--seed", 2, "--dtype", "float64", "--alpha", 0.1,
         "--eta", 0.01, "--no-progress", "--passes", 2, "--checkpoint-every", 2,
         "--eval-every", 4, "--keep-checkpoints", 0]
 
@@ -338,7 +338,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
         [site, REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     md = store_root + "/mp"
     args = ["--shards", ds, "--topics", 5, "--minibatch", 100, "--seed", 2, "--dtype",
-            "float64", "--no-progress", "--eval-every", 0, "--heldout", "none",
+            "float64", "--algorithm", "online-vb", "--no-progress", "--eval-every", 0, "--heldout", "none",
             "--minibatches-per-window", 3, "--runner", "DirectRunner"]
     rc, out, err = ldabeam(capsys, "train", "--output", md, *args,
                            "--direct_running_mode=multi_processing", "--direct_num_workers=2")

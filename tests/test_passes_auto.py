@@ -94,11 +94,108 @@ def test_auto_resume_continues_the_same_rule(tmp_path, ds, capsys, stop):
         assert np.array_equal(a[k], b[k]), k
 
 
+def test_patience_rule():
+    r = PassStop(min_gain=0.01, max_passes=10, patience=2)
+    for x in (-8.0, -7.9, -7.895):        # pass 3 gained < 0.01: one stale pass, go on
+        assert not r.add(x)
+    assert not r.add(-7.7)                # pass 4 improved on the best: the count restarts
+    assert not r.add(-7.71)
+    assert r.add(-7.695)                  # passes 5-6 both < best + 0.01
+    assert "passes 5-6 gained" in r.reason() and "patience 2" in r.reason()
+    back = PassStop.from_info(r.to_info())
+    assert back.patience == 2 and back.stopped and back.scores == r.scores
+    with pytest.raises(ValueError, match="patience"):
+        PassStop(patience=0)
+
+
+def test_patience_runs_on_and_resume_keeps_it(tmp_path, ds, capsys):
+    one, two, part = (str(tmp_path / n) for n in ("one", "two", "part"))
+    args = ["--shards", ds, "--passes", "auto", "--eval-every", 0, "--checkpoint-every", 5]
+    assert ldabeam(capsys, "train", "--output", one, *args, *COMMON)[0] == 0
+    rc, out, err = ldabeam(capsys, "train", "--output", two, *args, *COMMON,
+                           "--passes-patience", 2)
+    assert rc == 0, err
+    s1 = CheckpointStore(one).latest().info["run"][AUTO_KEY]
+    s2 = CheckpointStore(two).latest().info["run"][AUTO_KEY]
+    assert s1["patience"] == 1 and s2["patience"] == 2
+    n1 = len(s1["scores"])
+    # the same passes up to the first stale one, then patience 2 goes on
+    assert s2["scores"][:n1] == s1["scores"] and len(s2["scores"]) > n1
+    assert PassStop.from_info(s2).stopped
+    # stopped mid-run, resumed: the checkpoint's patience continues (another is refused)
+    stop = BPP * n1 + 3
+    assert ldabeam(capsys, "train", "--output", part, "--max-steps", stop, *args, *COMMON,
+                   "--passes-patience", 2)[0] == 0
+    _one_line_error(capsys, ["train", "--output", part, "--shards", ds, "--resume",
+                             "--passes-patience", 3], "differs from the checkpoint's 2")
+    rc, out, err = ldabeam(capsys, "train", "--output", part, "--shards", ds, "--resume",
+                           "--no-progress")
+    assert rc == 0, err
+    sa, a = _final_arrays(two)
+    sb, b = _final_arrays(part)
+    assert sa.step == sb.step and sa.info["run"][AUTO_KEY] == sb.info["run"][AUTO_KEY]
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+def test_auto_on_the_beam_runner(tmp_path, ds, capsys):
+    """--passes auto on the Beam trainer (DirectRunner, windows of 5 minibatches): windows
+    end at pass ends, where the rule is fed the held-out score; the passes and their scores
+    are the in-process run's (the Beam E-step sums the same statistics in another order)."""
+    ref, beam = str(tmp_path / "ref"), str(tmp_path / "beam")
+    args = ["--shards", ds, "--passes", "auto", "--eval-every", 0] + COMMON
+    assert ldabeam(capsys, "train", "--output", ref, *args)[0] == 0
+    rc, out, err = ldabeam(capsys, "train", "--output", beam, *args, "--runner",
+                           "DirectRunner", "--minibatches-per-window", 5,
+                           "--keep-checkpoints", 0)
+    assert rc == 0, err
+    want = CheckpointStore(ref).latest().info["run"][AUTO_KEY]
+    got = CheckpointStore(beam).latest().info["run"][AUTO_KEY]
+    n = len(want["scores"])
+    assert len(got["scores"]) == n and got["stopped"]
+    assert np.allclose(got["scores"], want["scores"], rtol=0, atol=1e-4)
+    # one checkpoint per window; every pass end is a window end
+    steps = [c.step for c in CheckpointStore(beam).list_checkpoints()]
+    assert all(BPP * (i + 1) in steps for i in range(n)) and steps[-1] == BPP * n
+    assert "--passes auto: pass %d gained" % n in out
+    assert [r["step"] for r in _auto_records(beam)] == [BPP * (i + 1) for i in range(n)]
+
+
+def test_default_passes(tmp_path, ds, capsys):
+    """Nothing but --topics: scvb0 with --passes auto when there is a held-out set; one pass
+    without one; online-vb keeps one pass."""
+    if "scvb0" not in available_algorithms():
+        pytest.skip("scvb0 is not installed")
+    m = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--topics", 8,
+                           "--no-progress")
+    assert rc == 0, err
+    st = CheckpointStore(m).latest()
+    assert st.algorithm == "scvb0" and st.info["run"]["minibatch"] == 100
+    auto = st.info["run"][AUTO_KEY]
+    assert auto["stopped"] and auto["patience"] == 1 and len(auto["scores"]) >= 2
+    assert st.step == 5 * len(auto["scores"])          # 500 documents, S = 100
+    m1 = str(tmp_path / "m1")
+    assert ldabeam(capsys, "train", "--shards", ds, "--output", m1, "--topics", 8,
+                   "--heldout", "none", "--no-progress")[0] == 0
+    st = CheckpointStore(m1).latest()
+    assert st.step == 5 and AUTO_KEY not in st.info["run"]
+    m2 = str(tmp_path / "m2")
+    assert ldabeam(capsys, "train", "--shards", ds, "--output", m2, "--topics", 8,
+                   "--algorithm", "online-vb", "--no-progress")[0] == 0
+    st = CheckpointStore(m2).latest()
+    assert st.algorithm == "online-vb" and st.step == 2 and AUTO_KEY not in st.info["run"]
+
+
 def test_auto_refused_where_it_cannot_run(tmp_path, ds, capsys):
     m = str(tmp_path / "m")
     base = ["train", "--shards", ds, "--output", m, "--topics", 5, "--passes", "auto"]
-    _one_line_error(capsys, base + ["--runner", "DirectRunner"], "in-process runner only")
+    _one_line_error(capsys, base + ["--runner", "DirectRunner", "--detach"],
+                    "--passes auto does not apply with --detach")
     _one_line_error(capsys, base + ["--heldout", "none"], "held-out")
+    _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--topics", 5,
+                             "--passes", 3, "--passes-patience", 2],
+                    "--passes-patience applies only with --passes auto")
     if "batch-vb" in available_algorithms():
         _one_line_error(capsys, base + ["--algorithm", "batch-vb"], "batch-vb: give --passes N")
     with pytest.raises(SystemExit):     # argparse: usage and one error line

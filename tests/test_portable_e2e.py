@@ -53,7 +53,7 @@ def runs(portable, wiki_sample, tmp_path_factory):
         train_beam = [a for a in beam if not a.startswith("--runner")]
         runner = "DirectRunner" if name == "direct" else "PortableRunner"
         assert main(["train", "--shards", ds, "--output", model, "--topics", "8",
-                     "--minibatch", "40", "--passes", "2", "--seed", "3",
+                     "--algorithm", "online-vb", "--minibatch", "40", "--passes", "2", "--seed", "3",
                      "--heldout", "none", "--minibatches-per-window", "4", "--no-progress",
                      "--runner", runner] + train_beam) == 0
         out[name] = (ds, model)

@@ -127,7 +127,7 @@ def test_synth_command_writes_a_dataset_the_trainer_reads(tmp_path, capsys):
     assert synth.run(args, rest) == 0
     assert "D=600 (train 500, heldout 100)" in capsys.readouterr().out
     assert main(["train", "--shards", out, "--output", str(tmp_path / "m"), "--topics", "4",
-                 "--minibatch", "100", "--no-progress"]) == 0
+                 "--algorithm", "online-vb", "--minibatch", "100", "--no-progress"]) == 0
     assert os.path.isdir(str(tmp_path / "m" / "checkpoints"))
     args, rest = p.parse_known_args(["--output", out])
     with pytest.raises(ValueError, match="--docs D is required"):

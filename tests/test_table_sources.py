@@ -306,7 +306,7 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
     _vectorize([src], ds, num_shards=4)
     assert dataset.verify(str(ds)) == {"shards": 4, "documents": N_POSTS}
     train = ["train", "--shards", str(ds), "--output", str(tmp_path / "m"), "--topics", "3",
-             "--minibatch", "60", "--passes", "1", "--no-progress"]
+             "--algorithm", "online-vb", "--minibatch", "60", "--passes", "1", "--no-progress"]
     shard = ds / "train" / "part-00001-of-00004.parquet"
     data = shard.read_bytes()
     shard.unlink()
@@ -345,7 +345,7 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
                      "title,body", "--no-below", "2", "--no-lowercase", "--output",
                      str(ds)]) == 0
     assert cli_main(["train", "--shards", str(ds), "--output", str(model), "--topics", "4",
-                     "--minibatch", "50", "--passes", "1", "--seed", "2",
+                     "--algorithm", "online-vb", "--minibatch", "50", "--passes", "1", "--seed", "2",
                      "--no-progress"]) == 0
     tok = dataset.read_tokenizer(str(model))
     assert tok["text_field"] == "title,body" and tok["lowercase"] is False
@@ -389,7 +389,8 @@ def test_infer_raw_parquet_arrow_and_bigquery_use_the_models_settings(posts, tmp
     ds, model = tmp_path / "ds", tmp_path / "model"
     _vectorize([src], ds)
     assert cli_main(["train", "--shards", str(ds), "--output", str(model), "--topics", "3",
-                     "--minibatch", "50", "--passes", "1", "--no-progress"]) == 0
+                     "--algorithm", "online-vb", "--minibatch", "50", "--passes", "1",
+                     "--no-progress"]) == 0
     table = _table(posts[200:]).rename_columns(["id", "label", "title", "text"])
     pq.write_table(table, tmp_path / "new.parquet")
     _write_hf_save_to_disk(str(tmp_path / "hf"), table)

@@ -35,6 +35,9 @@ NOT_IN_TEMPLATE = {
                   "launcher VM",
         "no-unroll": "the 'unroll' parameter is both forms of --unroll/--no-unroll "
                      "(unroll=false becomes --no-unroll)",
+        "passes-patience": "it applies only with --passes auto, which the template's 'passes' "
+                           "(a number) does not offer: a detached launch cannot stop the "
+                           "chain of windows on the held-out score",
     },
     "infer": {},
 }
@@ -215,7 +218,7 @@ def test_launcher_runs_the_command(tmp_path, monkeypatch, capsys):
     synthetic.write_dataset(synthetic.SyntheticSpec(n_docs=300, n_words=80, n_topics=3,
                                                     doc_length=30.0), ds)
     assert main(["train", "--shards", ds, "--output", str(tmp_path / "m"), "--topics", "3",
-                 "--minibatch", "100", "--no-progress"]) == 0
+                 "--algorithm", "online-vb", "--minibatch", "100", "--no-progress"]) == 0
     capsys.readouterr()
     monkeypatch.setenv("LDABEAM_COMMAND", "topics")
     assert launch.main(["--model=%s" % (tmp_path / "m"), "--top=4"]) == 0

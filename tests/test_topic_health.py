@@ -152,7 +152,8 @@ def test_coherence_matches_gensim_coherence_model(kos_csr):
     phi = np.full((6, X.shape[1]), 1e-6)
     for k in range(6):
         phi[k, rng.choice(frequent, 10, replace=False)] = np.linspace(1.0, 0.5, 10)
-    top = ev._top_indices(phi, 10)
+    from lda_core.topic_quality import _top_indices
+    top = _top_indices(phi, 10)
     topics = [[vocab[w] for w in t] for t in top]
     bow = [dictionary.doc2bow(t) for t in texts]
     cm = CoherenceModel(topics=topics, corpus=bow, dictionary=dictionary, coherence="u_mass",

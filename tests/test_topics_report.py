@@ -111,12 +111,12 @@ def test_report_is_self_contained_with_real_plots(report):
 
 def test_report_topic_health_and_labels(report):
     from lda_core.evaluation import topic_health
-    from pipelines.exports import sample_docs
+    from pipelines.doc_sample import sample_documents
     from pipelines import dataset
     ds, m, _, page, data = report
     h, K = data["health"], len(data["topics"])
     algo, state, _ = _model(m)
-    docs = sample_docs(dataset.resolve_shards(data["sample"]["shards"]), 400).non_empty()
+    docs = sample_documents(dataset.resolve_shards(data["sample"]["shards"]), max_docs=400)
     assert docs.n_docs == data["sample"]["documents"]        # the report's sample
     ref = topic_health(algo.topic_word(), docs)
     assert h["topic_shares"] == ref["topic_shares"] and h["npmi"] == ref["npmi"]
@@ -158,7 +158,8 @@ def test_report_topics_evolution_and_examples(report):
     topics = data["topics"]
     assert len(topics) == K
     assert sum(t["size"] for t in topics) == pytest.approx(1.0, abs=1e-6)
-    docs = dataset.read_docbatch(dataset.resolve_shards(ds)).take(np.arange(400)).non_empty()
+    from pipelines.doc_sample import sample_documents
+    docs = sample_documents(dataset.resolve_shards(ds), max_docs=400)    # the report's sample
     coh = umass_coherence(phi, docs, topn=10)["per_topic"]
     np.testing.assert_allclose([t["coherence"] for t in topics], coh)
     assert html.escape("Topic <zero> & co") in page and "Topic <zero>" not in page

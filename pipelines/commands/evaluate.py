@@ -10,7 +10,9 @@
 * UMass coherence of the top words (``umass_mean_sum`` per topic, ``umass_mean_pair`` per
   pair) on the training shards (``--train-shards``, or the dataset's train split);
 * topic health on a seeded sample of 2,000 of those training documents
-  (``lda_core.evaluation.topic_health``): ``dead_topics`` (share of the tokens below 0.1/K),
+  (``pipelines.doc_sample``, ``--seed``: the documents the trainer logs it on and ``ldabeam
+  report`` plots it on; ``lda_core.evaluation.topic_health``): ``dead_topics`` (share of
+  the tokens below 0.1/K),
   ``effective_topics`` (exp entropy of the shares), ``npmi`` (document co-occurrence NPMI of
   the top 10 words), ``topic_diversity`` (``ldabeam report`` shows them per topic);
 * ``left_to_right_ll_per_token`` with ``--left-to-right-docs N``: the left-to-right estimate
@@ -70,6 +72,7 @@ def _is_dataset(path: str) -> bool:
 def run(args, beam_argv) -> int:
     from lda_core import evaluation
     from lda_core.trainer import HeldOut, evaluate
+    from pipelines.doc_sample import sample_documents
     from pipelines.model_dir import load_model
     from pipelines.shard_stream import read_docs
     if not args.shards:
@@ -115,7 +118,9 @@ def run(args, beam_argv) -> int:
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
-        out.update(evaluation.health_scalars(phi, ref, seed=args.seed))
+        health = sample_documents(train_files, state.vocab_hash, seed=args.seed)
+        out.update(evaluation.health_scalars(phi, health, seed=args.seed))
+        out["health_docs"] = int(health.n_docs)
     if args.left_to_right_docs:
         l2r = evaluation.left_to_right(phi, heldout.docs, particles=args.particles,
                                        max_docs=args.left_to_right_docs, seed=args.seed)

@@ -18,7 +18,9 @@ def add_arguments(p) -> None:
                    help="documents for topic sizes, coherence and examples (default: the "
                         "training shards named in the run log)")
     p.add_argument("--max-docs", type=int, default=2000,
-                   help="documents of --shards used (the first ones)")
+                   help="documents of --shards used: a seeded sample (pipelines.doc_sample; "
+                        "the documents `ldabeam evaluate` and the trainer measure topic "
+                        "health on)")
     p.add_argument("--top", type=int, default=10, help="top words per topic")
     p.add_argument("--examples", type=int, default=3, help="example documents per topic")
     p.add_argument("--template", metavar="HTML", default=None,

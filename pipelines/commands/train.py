@@ -37,7 +37,7 @@ from pipelines.commands.train_options import add_arguments  # noqa: F401 (the co
 from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    build_algorithm, default_minibatch)
+    build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _check_args(args) -> None:
     if not args.shards:
         raise ValueError("--shards SHARD_DIR is required (a dataset written by "
                          "`ldabeam vectorize`)")
-    for name in ("topics", "minibatch", "passes", "max_iter", "threads",
+    for name in ("topics", "minibatch", "passes", "passes_patience", "max_iter", "threads",
                  "heldout_max_docs", "minibatches_per_window"):
         v = getattr(args, name, None)
         if v is not None and v != "auto" and v < 1:
@@ -218,17 +218,22 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
                              "steps on the driver")
 
 
-def _heldout(files, shard_hash, max_docs, seed: int, detach: bool):
+def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     """The held-out set to evaluate on: named by its shards for a detached window (read in
-    the job, where the window is evaluated), else read now; None when there is none."""
+    the job, where the window is evaluated; no topic health there), else read now with the
+    sample of ``train_files`` topic health is measured on (pipelines.doc_sample); None when
+    there is none."""
     if files is None:
         return None
     if detach:
         from pipelines.beam_train import HeldOutShards
         return HeldOutShards(tuple(files), shard_hash, max_docs, seed)
     from lda_core.trainer import HeldOut
+    from pipelines.doc_sample import sample_documents
     from pipelines.shard_stream import read_docs
     heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
+    heldout.health = sample_documents(train_files, shard_hash, seed=seed,
+                                      columns=("doc_id", "word_ids", "counts"))
     return heldout if heldout.docs.n_docs else None
 
 
@@ -299,6 +304,12 @@ def run(args, beam_argv) -> int:
         minibatch = BEAM_WORKERS_MINIBATCH
         logger.info("--minibatch not given: %d for online-vb on a Beam runner with worker "
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
+    if minibatch is None and algorithm != "online-vb" and _beam_workers(args, beam_argv):
+        logger.warning("--minibatch not given: %d, %s's own; on a Beam runner with worker "
+                       "processes every step costs ~0.2-0.5 s of scheduling "
+                       "(docs/beam-training.md): give a larger --minibatch, or --algorithm "
+                       "online-vb (S = %d there)", default_minibatch(algorithm), algorithm,
+                       BEAM_WORKERS_MINIBATCH)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
     whole_corpus = _capability(algorithm, "whole_corpus")
@@ -306,9 +317,21 @@ def run(args, beam_argv) -> int:
     if whole_corpus and state is not None:
         raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
-    pass_stop = _pass_stop(args.passes, prev)
+    sequential = _capability(algorithm, "sequential")
+    detach = bool(getattr(args, "detach", False))
+    heldout_files = resolve_heldout(args.shards, args.heldout)
+    if heldout_files is not None:
+        dataset.check_vocab_hash(heldout_files, shard_hash)
+    requested = args.passes
+    if requested is None and state is None and not (whole_corpus or accumulates or sequential):
+        requested = default_passes(algorithm, heldout_files is not None, detach)
+        logger.info("--passes not given: %s for %s (%s)", requested, algorithm,
+                    "stop when the held-out score stops improving" if requested == "auto"
+                    else "no held-out set to stop on" if heldout_files is None
+                    else "--detach" if detach else "its default")
+    pass_stop = _pass_stop(requested, prev, args.passes_patience)
     passes = pass_stop.max_passes if pass_stop is not None else int(
-        args.passes if args.passes is not None else prev.get(
+        requested if requested is not None else prev.get(
             "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
     if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
@@ -317,9 +340,6 @@ def run(args, beam_argv) -> int:
     from pipelines.shard_stream import ShardStream, read_docs
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash)
-    heldout_files = resolve_heldout(args.shards, args.heldout)
-    if heldout_files is not None:
-        dataset.check_vocab_hash(heldout_files, shard_hash)
 
     settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
@@ -329,11 +349,10 @@ def run(args, beam_argv) -> int:
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    sequential = _capability(algorithm, "sequential")
     _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
-    if pass_stop is not None and not inprocess:
-        raise ValueError("--passes auto runs on the in-process runner only; give --passes N "
-                         "with --runner %s" % args.runner)
+    if pass_stop is not None and detach:
+        raise ValueError("--passes auto does not apply with --detach (each window is a "
+                         "separate launch that cannot stop the chain); give --passes N")
     # --- the algorithm: fresh or from the checkpoint ----------------------------------------
     if state is not None:
         from lda_core.algorithm import algorithm_class
@@ -360,8 +379,7 @@ def run(args, beam_argv) -> int:
     if sequential and not whole_corpus and passes > 1:
         raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
-    detach = bool(getattr(args, "detach", False))
-    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach)
+    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
         from lda_core.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
@@ -407,7 +425,7 @@ def run(args, beam_argv) -> int:
                 checkpoint_every=args.checkpoint_every, run_log=run_log,
                 resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
                 beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
-                progress=not args.no_progress, detach=detach)
+                progress=not args.no_progress, detach=detach, pass_stop=pass_stop)
     finally:
         run_log.close()
     if detach:
@@ -418,15 +436,23 @@ def run(args, beam_argv) -> int:
     return 0
 
 
-def _pass_stop(passes, prev: Dict[str, Any]):
-    """The ``--passes auto`` rule of this run, or None: a fresh one for ``--passes auto``,
-    the checkpoint's (with its history of pass scores) when a resumed auto run is continued
-    without ``--passes`` or with ``--passes auto``."""
-    from lda_core.session import PassStop
-    from lda_core.trainer import AUTO_KEY
-    if passes == "auto" or (passes is None and AUTO_KEY in prev):
-        return PassStop.from_info(prev[AUTO_KEY]) if AUTO_KEY in prev else PassStop()
-    return None
+def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
+    """The ``--passes auto`` rule of this run, or None: a fresh one for ``--passes auto``
+    (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
+    scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
+    auto``."""
+    from lda_core.session import AUTO_KEY, AUTO_PATIENCE, PassStop
+    if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
+        if patience is not None:
+            raise ValueError("--passes-patience applies only with --passes auto")
+        return None
+    if AUTO_KEY not in prev:
+        return PassStop(patience=AUTO_PATIENCE if patience is None else patience)
+    rule = PassStop.from_info(prev[AUTO_KEY])
+    if patience is not None and patience != rule.patience:
+        raise ValueError("--passes-patience %d differs from the checkpoint's %d: a resumed "
+                         "run continues the same rule" % (patience, rule.patience))
+    return rule
 
 
 LAST_SUBMITTED = None   # --detach: the SubmittedWindow of the last launch (for callers)
