@@ -237,7 +237,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                             rec["elbo_rel_change"], rel_tol)
                 break
         loop.finish()
-    return _finish(ses, algorithm, loop.converged)
+    return _finish(ses, algorithm, loop.converged, getattr(loop, "times", None))
 
 
 def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every: int, bar):
@@ -263,14 +263,15 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
     return rec, metrics
 
 
-def _finish(ses: Session, algorithm, converged) -> TrainResult:
-    """The final evaluation, checkpoint and end record of a run."""
+def _finish(ses: Session, algorithm, converged, times=None) -> TrainResult:
+    """The final evaluation, checkpoint, per-phase timing record (``times``) and end record of
+    a run."""
     ses.evaluate(algorithm)
     # nothing changed in a run that applied no step: do not republish the same state
     if ses.steps_run or ses.latest_path() is None:
         ses.publish(algorithm)
-    if getattr(loop, "times", None) is not None and ses.steps_run:
-        ses.write(loop.times.record(ses.steps_run, time.time() - ses.t_start))
+    if times is not None and ses.steps_run:
+        ses.write(times.record(ses.steps_run, time.time() - ses.t_start))
     end = ses.end(_session.docs_seen(algorithm),
                   cpu_seconds=time.process_time() - ses.c_start, converged=converged)
     logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", ses.position,
