@@ -22,7 +22,7 @@ run: the machine is shared; the load average is printed and saved), wall and CPU
 ``time.process_time`` of this process plus the reaped worker processes' ``RUSAGE_CHILDREN``;
 the portable pool's workers are not children of this process and are not counted), the
 breakdown per step summed from the run log's ``timing`` records
-(:func:`lda_core.session.timing_record`: E-step, state delivery, statistics
+(:func:`lda_core.phase_times.timing_record`: E-step, state delivery, statistics
 encode/combine/decode, global step, publish, pipeline start-up, and the remainder), and the
 final λ against the in-process run (bit-identical, or the max relative difference).
 

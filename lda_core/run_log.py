@@ -13,7 +13,7 @@ Record kinds (key ``event``):
 * ``"error"``  — a step that was refused (e.g. non-finite statistics) and the message.
 * ``"timing"`` — the cost of a run's (in-process) or a window's (Beam) steps by phase:
   ``steps``, ``wall``, ``seconds`` and ``bytes`` per phase, ``workers``, ``parallel``
-  (:func:`lda_core.session.timing_record`).
+  (:func:`lda_core.phase_times.timing_record`).
 
 Values are made JSON-able (numpy scalars -> Python numbers; NaN/inf -> null). A resumed run
 appends to the same file. A run killed mid-write can leave a torn last line: every writer

@@ -15,10 +15,10 @@ hands the session the infos and the new state. The session owns the rest, in one
   state, :func:`check_state`) and the **one error type**,
   :class:`TrainingError`, with one message (:func:`error_message`);
 * the **evaluation cadence** (:func:`eval_due`), the held-out evaluation and the
-  ``--passes auto`` stopping rule (:class:`PassStop`);
+  ``--passes auto`` stopping rule (:class:`lda_core.pass_stop.PassStop`);
 * the **checkpoint stamp** (:func:`stamp`) and :meth:`Session.publish`;
 * the **run-log records** (:func:`start_record`, :func:`step_record`, :func:`error_record`,
-  :func:`end_record`, the per-phase cost :func:`timing_record`) and the one-line step log;
+  :func:`end_record`, the per-phase cost :func:`lda_core.phase_times.timing_record`) and the one-line step log;
 * **progress** on a terminal.
 
 Framework-free: no Beam, no file I/O except through the checkpoint store and the run log the
@@ -128,75 +128,7 @@ def eval_due(position: int, done: int, eval_every: int) -> bool:
                 position // eval_every > (position - done) // eval_every)
 
 
-# --passes auto: a pass must raise the held-out document-completion LL/token by this much
-AUTO_MIN_GAIN = 0.005
-AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
-AUTO_PATIENCE = 1        # ... and it stops after this many passes in a row that did not
-AUTO_KEY = "passes_auto"   # run info / step record key of the rule's state
-
-
-class PassStop:
-    """The ``--passes auto`` rule: the held-out score (document completion, LL/token) is
-    evaluated at the end of every pass; a pass *improves* when its score is at least
-    ``min_gain`` nats/token above the best earlier pass's (the first pass always does).
-    Training stops after ``patience`` passes in a row that did not improve, or after
-    ``max_passes`` passes. The decision is a function of the settings and ``scores`` alone
-    (deterministic), and both travel in the checkpoints' run info (:meth:`to_info`,
-    :meth:`from_info`), so a resumed run applies the same rule to the same history."""
-
-    def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
-                 scores: Sequence[float] = (), patience: int = AUTO_PATIENCE):
-        if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
-            raise ValueError("passes auto: min_gain must be a finite number >= 0, got %r"
-                             % (min_gain,))
-        if int(max_passes) < 1:
-            raise ValueError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
-        if int(patience) < 1:
-            raise ValueError("passes auto: patience must be >= 1 (passes without a gain "
-                             "before stopping), got %r" % (patience,))
-        self.min_gain = float(min_gain)
-        self.max_passes = int(max_passes)
-        self.patience = int(patience)
-        self.scores: List[float] = [float(x) for x in scores]
-
-    def _stale(self) -> int:
-        """Passes in a row, up to the last, that did not improve on the best before them."""
-        n = 0
-        for i in range(len(self.scores) - 1, 0, -1):
-            if self.scores[i] >= max(self.scores[:i]) + self.min_gain:
-                break
-            n += 1
-        return n
-
-    @property
-    def stopped(self) -> bool:
-        return len(self.scores) >= self.max_passes or self._stale() >= self.patience
-
-    def reason(self) -> str:
-        if not self.stopped:
-            return ""
-        n, stale = len(self.scores), self._stale()
-        if stale >= self.patience:
-            what = "pass %d" % n if stale == 1 else "passes %d-%d" % (n - stale + 1, n)
-            return ("%s gained < %g nats/token over the best earlier pass (the last: %.4g; "
-                    "patience %d)" % (what, self.min_gain,
-                                      self.scores[-1] - max(self.scores[:-1]), self.patience))
-        return "the cap of %d passes was reached" % self.max_passes
-
-    def add(self, score: float) -> bool:
-        """Record the held-out score at the end of the next pass; whether to stop now."""
-        self.scores.append(float(score))
-        return self.stopped
-
-    def to_info(self) -> Dict[str, Any]:
-        return dict(min_gain=self.min_gain, max_passes=self.max_passes,
-                    patience=self.patience, scores=list(self.scores), stopped=self.stopped)
-
-    @classmethod
-    def from_info(cls, info: Dict[str, Any]) -> "PassStop":
-        return cls(info.get("min_gain", AUTO_MIN_GAIN),
-                   info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()),
-                   info.get("patience", AUTO_PATIENCE))
+from lda_core.pass_stop import AUTO_KEY, PassStop  # noqa: E402 (the session feeds the rule)
 
 
 def docs_seen(algorithm) -> int:
@@ -291,87 +223,6 @@ def end_record(position: int, n_docs_seen: int, steps_run: int, elapsed: float,
     rec.update(extra)
     rec["wall_time"] = time.time()
     return rec
-
-
-# the phases of a step whose cost every runner reports in its ``timing`` records (seconds;
-# ``*_bytes`` counts go to the record's ``bytes``). Worker-side phases are summed over the
-# workers; ``estep`` over the pieces of each minibatch.
-TIMING_PHASES = (
-    "pipeline_build",   # driver: building the window's pipeline graph
-    "pipeline_start",   # from run() to the first E-step of the window
-    "pipeline_finish",  # from the window's last global step to the end of run()
-    "state_delivery",   # workers loading a state version (file or object store)
-    "read",             # reading the minibatch's rows from the shards
-    "estep",            # local_step (the E-step)
-    "stats_encode",     # encoding (and spilling) the statistics of a piece
-    "stats_decode",     # decoding (loading) spilled or shipped statistics
-    "stats_combine",    # merging the pieces of a minibatch
-    "global_step",      # global_step (the M-step)
-    "publish",          # handing state t to the next step's readers (scratch file)
-    "checkpoint",       # driver: publishing the window's checkpoint
-)
-
-
-class PhaseTimes:
-    """Seconds (and bytes) per phase, summed over a run's or a window's steps
-    (:data:`TIMING_PHASES`); :meth:`record` is its ``timing`` run-log record."""
-
-    def __init__(self):
-        self.seconds: Dict[str, float] = {}
-        self.nbytes: Dict[str, int] = {}
-
-    def add(self, phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + float(seconds)
-        if nbytes is not None:
-            self.nbytes[phase] = self.nbytes.get(phase, 0) + int(nbytes)
-
-    def timed(self, phase: str, fn: Callable, *args):
-        """``fn(*args)``, its seconds added to ``phase``."""
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self.add(phase, time.perf_counter() - t0)
-
-    def record(self, steps: int, wall: float, **extra) -> Dict[str, Any]:
-        return timing_record(steps, wall, self.seconds, self.nbytes, **extra)
-
-
-def timing_record(steps: int, wall: float, seconds: Dict[str, float],
-                  nbytes: Dict[str, int], **extra) -> Dict[str, Any]:
-    """The run-log record of the cost of ``steps`` steps that took ``wall`` seconds: seconds
-    and bytes per phase (:data:`TIMING_PHASES`), summed over the steps (and over the workers
-    for the phases run in workers; ``extra`` may say how many ``workers`` ran them and which
-    phases ran on all of them at once, ``parallel``).
-    One per window on Beam, one per run in-process."""
-    rec = dict(event="timing", steps=int(steps), wall=float(wall),
-               seconds={k: float(v) for k, v in sorted(seconds.items())},
-               bytes={k: int(v) for k, v in sorted(nbytes.items())})
-    rec.update(extra)
-    rec["wall_time"] = time.time()
-    return rec
-
-
-def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
-    """``timing`` records summed: steps, wall, seconds and bytes per phase, and both per step
-    (``per_step``, ``bytes_per_step``); ``workers``: the most worker processes a record ran
-    its E-steps on, and ``parallel`` the phases they all ran at once (their seconds overlap
-    in wall time)."""
-    steps, wall, sec, nb, workers, parallel = 0, 0.0, {}, {}, 1, set()
-    for r in records:
-        workers = max(workers, int(r.get("workers") or 1))
-        parallel.update(r.get("parallel") or ())
-        steps += int(r.get("steps") or 0)
-        wall += float(r.get("wall") or 0.0)
-        for k, v in (r.get("seconds") or {}).items():
-            sec[k] = sec.get(k, 0.0) + float(v)
-        for k, v in (r.get("bytes") or {}).items():
-            nb[k] = nb.get(k, 0) + int(v)
-    n = max(1, steps)
-    return dict(steps=steps, wall=wall, seconds=sec, bytes=nb, workers=workers,
-                parallel=sorted(parallel),
-                per_step={k: v / n for k, v in sec.items()},
-                bytes_per_step={k: v / n for k, v in nb.items()})
 
 
 def fmt(v) -> str:

@@ -48,8 +48,10 @@ import numpy as np
 
 from lda_core import session as _session
 from lda_core.docbatch import DocBatch
+from lda_core.pass_stop import PassStop
+from lda_core.phase_times import PhaseTimes
 from lda_core.session import (  # noqa: F401 (API)
-    AUTO_KEY, Session, TrainingError, resume_position)
+    Session, TrainingError, resume_position)
 from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -186,7 +188,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
           run_log=None, progress: bool = True, max_steps: Optional[int] = None,
           total_steps: Optional[int] = None, start_step: Optional[int] = None,
           rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None,
-          pass_stop: Optional[_session.PassStop] = None) -> TrainResult:
+          pass_stop: Optional[PassStop] = None) -> TrainResult:
     """Run the training loop (see module docstring).
 
     ``minibatches``: a source with ``iter_from(step)`` (e.g. ``pipelines.shard_stream``) or an
@@ -195,7 +197,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     ``max_steps`` ends where an uninterrupted one would); ``total_steps`` only sizes the
     progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
     recorded in the run log's start record and in each checkpoint's ``info["run"]``.
-    ``pass_stop`` (``--passes auto``, :class:`lda_core.session.PassStop`): evaluate at the end
+    ``pass_stop`` (``--passes auto``, :class:`lda_core.pass_stop.PassStop`): evaluate at the end
     of every pass and stop when the rule says so; its history is kept in
     ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of each pass end.
     """
@@ -334,7 +336,7 @@ class _StepLoop:
     def __init__(self, algorithm):
         self.algorithm = algorithm
         self.sequential = _session.is_sequential(algorithm)
-        self.times = _session.PhaseTimes()
+        self.times = PhaseTimes()
 
     def steps(self, stream, stop):
         it = iter(stream)

@@ -1,13 +1,13 @@
 """Per-phase cost of the Beam trainer's steps, measured where the work runs.
 
 Workers (other processes, or other machines) report each phase of a step
-(:data:`lda_core.session.TIMING_PHASES`: state delivery, read, E-step, statistics
+(:data:`lda_core.phase_times.TIMING_PHASES`: state delivery, read, E-step, statistics
 encode/decode/combine, global step, publish) as Beam counters in namespace
 :data:`NAMESPACE`: ``<phase>_us`` (microseconds) and ``<phase>_bytes``. The first E-step
 start and the last global-step end of a window are distributions of Unix milliseconds
 (``first_estep_ms`` min, ``last_step_ms`` max), from which the driver derives the
 pipeline's start-up and finish. The driver reads them after ``wait_until_finish()`` and writes
-one ``timing`` record per window (:func:`window_times`, :func:`lda_core.session.timing_record`).
+one ``timing`` record per window (:func:`window_times`, :func:`lda_core.phase_times.timing_record`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 from apache_beam.metrics import Metrics
 
-from lda_core.session import PhaseTimes
+from lda_core.phase_times import PhaseTimes
 
 NAMESPACE = "ldabeam_cost"
 FIRST_ESTEP = "first_estep_ms"

@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core import session as _session
-from lda_core.session import PhaseTimes, Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
+from lda_core.phase_times import PhaseTimes
+from lda_core.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
 from lda_core.trainer import TrainResult
 from pipelines import beam_state
 from pipelines.beam_options import RunnerConfig, runner_config
@@ -212,7 +213,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     ``scratch_dir``: where states inside a window are exchanged between worker processes
     (default: :func:`default_scratch_root`). ``heldout``: a
     :class:`lda_core.trainer.HeldOut`, or a :class:`HeldOutShards` (read when evaluated).
-    ``pass_stop`` (``--passes auto``, :class:`lda_core.session.PassStop`; not with
+    ``pass_stop`` (``--passes auto``, :class:`lda_core.pass_stop.PassStop`; not with
     ``detach``): windows end at pass ends at the latest, where :func:`after_window` feeds the
     held-out score to the rule, and the run stops when it says so.
 

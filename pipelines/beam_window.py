@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
-from lda_core.session import PhaseTimes
+from lda_core.phase_times import PhaseTimes
 from pipelines import beam_cost, beam_state
 from pipelines.beam_chain import build_chain
 from pipelines.beam_options import RunnerConfig

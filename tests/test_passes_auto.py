@@ -9,8 +9,7 @@ import pytest
 from lda_core.algorithm import available_algorithms
 from lda_core.checkpoint import CheckpointStore
 from lda_core.run_log import read_run_log
-from lda_core.session import AUTO_MIN_GAIN, PassStop
-from lda_core.trainer import AUTO_KEY
+from lda_core.pass_stop import AUTO_KEY, AUTO_MIN_GAIN, PassStop
 from tests.test_cli_train import COMMON, _final_arrays, _one_line_error, ldabeam, make_dataset
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),

@@ -441,7 +441,7 @@ def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
     (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
     scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
     auto``."""
-    from lda_core.session import AUTO_KEY, AUTO_PATIENCE, PassStop
+    from lda_core.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
     if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
         if patience is not None:
             raise ValueError("--passes-patience applies only with --passes auto")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from lda_core.session import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
+from lda_core.pass_stop import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
 
 from pipelines.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                          AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
