@@ -74,51 +74,102 @@ class SuffStats(abc.ABC):
     def from_bytes(cls, data: bytes) -> "SuffStats":
         ...
 
+    def write_to(self, f) -> int:
+        """Write :meth:`to_bytes`'s bytes to the binary file ``f``; returns their number.
+        Classes with large arrays write them straight from their memory
+        (:func:`write_arrays`)."""
+        b = self.to_bytes()
+        f.write(b)
+        return len(b)
+
+    @classmethod
+    def read_from(cls, f, size: int) -> "SuffStats":
+        """Inverse of :meth:`write_to`: the statistics from the next ``size`` bytes of
+        ``f``."""
+        return cls.from_bytes(f.read(size))
+
+
+def _packed_prefix(magic: bytes, header: Dict[str, Any],
+                   arrays: Sequence[Tuple[str, str, np.ndarray]]
+                   ) -> Tuple[bytes, list]:
+    """(``magic | u32 header length | JSON header``, the arrays as contiguous little-endian
+    arrays) of :func:`pack_arrays`; the CRC-32 is taken over the arrays' own memory."""
+    out, spec, crc = [], [], 0
+    for name, dt, a in arrays:
+        a = np.ascontiguousarray(a, dtype=dt)
+        spec.append([name, dt, list(a.shape)])
+        crc = zlib.crc32(_raw(a), crc)
+        out.append(a)
+    h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
+    return magic + struct.pack("<I", len(h)) + h, out
+
+
+def _raw(a: np.ndarray) -> memoryview:
+    """The bytes of the contiguous array ``a`` as a flat memoryview (no copy)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
 
 def pack_arrays(magic: bytes, header: Dict[str, Any],
                 arrays: Sequence[Tuple[str, str, np.ndarray]]) -> bytes:
     """``magic | u32 header length | JSON header | arrays`` with the arrays' names, dtypes
     (little-endian, e.g. ``"<f8"``), shapes and a CRC-32 of their bytes in the header."""
-    blobs, spec = [], []
-    for name, dt, a in arrays:
-        a = np.ascontiguousarray(a, dtype=dt)
-        spec.append([name, dt, list(a.shape)])
-        blobs.append(a.tobytes())
-    crc = 0
-    for b in blobs:
-        crc = zlib.crc32(b, crc)
-    h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
-    return b"".join([magic, struct.pack("<I", len(h)), h] + blobs)
+    prefix, out = _packed_prefix(magic, header, arrays)
+    return b"".join([prefix] + [_raw(a) for a in out])
+
+
+def write_arrays(f, magic: bytes, header: Dict[str, Any],
+                 arrays: Sequence[Tuple[str, str, np.ndarray]]) -> int:
+    """Write :func:`pack_arrays`'s bytes to the binary file ``f`` straight from the arrays'
+    memory (no byte copy of a large block); returns the number of bytes written."""
+    prefix, out = _packed_prefix(magic, header, arrays)
+    f.write(prefix)
+    for a in out:
+        f.write(_raw(a))
+    return len(prefix) + sum(a.nbytes for a in out)
 
 
 _DTYPES = ("<i4", "<i8", "<f4", "<f8")
+
+
+def _parse_prefix(magic: bytes, head: bytes, size: int):
+    """(header length, header bytes needed) check of the first ``len(magic) + 4`` bytes."""
+    if bytes(head[:len(magic)]) != magic:
+        raise ValueError("not a %s statistics byte string (bad magic)" % magic.decode())
+    if len(head) < len(magic) + 4:
+        raise ValueError("truncated statistics byte string")
+    (hlen,) = struct.unpack("<I", head[len(magic):len(magic) + 4])
+    if len(magic) + 4 + hlen > size:
+        raise ValueError("truncated statistics byte string (header)")
+    return hlen
+
+
+def _parse_header(raw: bytes):
+    """(header, [(name, dtype, shape, nbytes)], crc) of a packed JSON header."""
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"))
+        spec = [(str(n), str(dt), [int(x) for x in shape]) for n, dt, shape in header["arrays"]]
+        crc_want = int(header["crc32"])
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise ValueError("damaged statistics header: %s" % e) from None
+    out = []
+    for name, dt, shape in spec:
+        if dt not in _DTYPES or any(x < 0 for x in shape):
+            raise ValueError("damaged statistics header: array %s %s %s" % (name, dt, shape))
+        out.append((name, dt, shape, int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize))
+    return header, out, crc_want
 
 
 def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """Inverse of :func:`pack_arrays`: (header, arrays); ValueError naming what is wrong for
     a truncated, damaged or foreign byte string (sizes checked before any allocation)."""
     mv = memoryview(data)
-    if bytes(mv[:len(magic)]) != magic:
-        raise ValueError("not a %s statistics byte string (bad magic)" % magic.decode())
+    hlen = _parse_prefix(magic, mv[:len(magic) + 4], len(mv))
     pos = len(magic) + 4
-    if len(mv) < pos:
-        raise ValueError("truncated statistics byte string")
-    (hlen,) = struct.unpack("<I", mv[len(magic):pos])
-    if pos + hlen > len(mv):
-        raise ValueError("truncated statistics byte string (header)")
-    try:
-        header = json.loads(bytes(mv[pos:pos + hlen]).decode("utf-8"))
-        spec = [(str(n), str(dt), [int(x) for x in shape]) for n, dt, shape in header["arrays"]]
-        crc_want = int(header["crc32"])
-    except (ValueError, TypeError, KeyError, RecursionError) as e:
-        raise ValueError("damaged statistics header: %s" % e) from None
+    header, spec, crc_want = _parse_header(mv[pos:pos + hlen])
     pos += hlen
     arrays: Dict[str, np.ndarray] = {}
     crc = 0
-    for name, dt, shape in spec:
-        if dt not in _DTYPES or any(x < 0 for x in shape):
-            raise ValueError("damaged statistics header: array %s %s %s" % (name, dt, shape))
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+    for name, dt, shape, n in spec:
         if pos + n > len(mv):
             raise ValueError("truncated statistics byte string (array %s)" % name)
         crc = zlib.crc32(mv[pos:pos + n], crc)
@@ -126,6 +177,36 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
         pos += n
     if pos != len(mv):
         raise ValueError("statistics byte string has %d trailing bytes" % (len(mv) - pos))
+    if crc != crc_want:
+        raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
+    return header, arrays
+
+
+def read_arrays(f, magic: bytes, size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """:func:`unpack_arrays` of the next ``size`` bytes of the binary file ``f``, each array
+    read straight into its own allocation (no file-bytes buffer, no second copy); the same
+    checks and errors."""
+    head = f.read(len(magic) + 4)
+    hlen = _parse_prefix(magic, head, size)
+    header, spec, crc_want = _parse_header(f.read(hlen))
+    pos = len(magic) + 4 + hlen
+    arrays: Dict[str, np.ndarray] = {}
+    crc = 0
+    for name, dt, shape, n in spec:
+        if pos + n > size:
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        a = np.empty(shape, dtype=dt)
+        buf, got = _raw(a), 0
+        while got < n:                   # a read(2) returns at most ~2 GB
+            k = f.readinto(buf[got:])
+            if not k:
+                raise ValueError("truncated statistics byte string (array %s)" % name)
+            got += k
+        crc = zlib.crc32(_raw(a), crc)
+        arrays[name] = a
+        pos += n
+    if pos != size:
+        raise ValueError("statistics byte string has %d trailing bytes" % (size - pos))
     if crc != crc_want:
         raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
     return header, arrays

@@ -26,7 +26,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from lda_core.algorithm import SuffStats, pack_arrays, unpack_arrays
+from lda_core.algorithm import (SuffStats, pack_arrays, read_arrays, unpack_arrays,
+                                write_arrays)
 
 DENSE_FRACTION = 0.5
 _MAGIC = b"LDAVBS02"
@@ -180,17 +181,32 @@ class VBStats(SuffStats):
     def to_bytes(self) -> bytes:
         """Data only (:func:`lda_core.algorithm.pack_arrays`): counters, score and step in
         the header, the arrays raw little-endian, a CRC-32 of them."""
+        return pack_arrays(_MAGIC, *self._packable())
+
+    def write_to(self, f) -> int:
+        """:meth:`to_bytes`'s bytes written straight from the arrays (no byte copy)."""
+        return write_arrays(f, _MAGIC, *self._packable())
+
+    def _packable(self):
         header = dict(self.counters(), n_topics=int(self.n_topics), n_words=int(self.n_words),
                       dense=bool(self.dense), score=repr(float(self.score)),
                       step=int(self.step),
                       gamma_doc_ids=None if self.gamma is None else list(self.gamma_doc_ids))
-        return pack_arrays(_MAGIC, header, [(name, dt, getattr(self, name))
-                                            for name, dt in self._ARRAYS
-                                            if getattr(self, name) is not None])
+        return header, [(name, dt, getattr(self, name)) for name, dt in self._ARRAYS
+                        if getattr(self, name) is not None]
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "VBStats":
-        header, arrays = unpack_arrays(_MAGIC, b)
+        return cls._from_unpacked(*unpack_arrays(_MAGIC, b))
+
+    @classmethod
+    def read_from(cls, f, size: int) -> "VBStats":
+        """:meth:`from_bytes` of the next ``size`` bytes of ``f``, each array read into its
+        own allocation (no file-bytes buffer)."""
+        return cls._from_unpacked(*read_arrays(f, _MAGIC, size))
+
+    @classmethod
+    def _from_unpacked(cls, header, arrays) -> "VBStats":
         try:
             gids = header["gamma_doc_ids"]
             return cls(n_topics=int(header["n_topics"]), n_words=int(header["n_words"]),

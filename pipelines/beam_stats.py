@@ -55,8 +55,18 @@ class SpilledStats(NamedTuple):
     nbytes: int
 
     def load(self) -> SuffStats:
+        """The statistics, each array read from the file straight into its own allocation
+        (the class's ``read_from``: no buffer of the file's bytes)."""
+        import os
         with open(self.path, "rb") as f:
-            return decode_stats(f.read())
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(4)
+            if bytes(head[:2]) != _MAGIC_BYTES or len(head) < 4:
+                raise ValueError("%s: not an encoded statistics file (header %r)"
+                                 % (self.path, bytes(head[:2])))
+            (n,) = struct.unpack("<H", head[2:4])
+            cls = _load_class(f.read(n).decode())
+            return cls.read_from(f, size - 4 - n)
 
 
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
@@ -66,17 +76,17 @@ def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
     lives only while its window runs."""
     import os
     import uuid
-    head, body = _encode_parts(stats)
+    head = _encode_head(stats)
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
         with open(tmp, "wb") as f:
             f.write(head)
-            f.write(body)
+            nbytes = len(head) + stats.write_to(f)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return SpilledStats(path, len(head) + len(body))
+    return SpilledStats(path, nbytes)
 
 
 def unspill(stats):
@@ -106,16 +116,15 @@ def encode_stats(stats: SuffStats) -> bytes:
     -> its path."""
     if isinstance(stats, SpilledStats):
         return _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
-    head, body = _encode_parts(stats)
-    return head + body
+    return _encode_head(stats) + stats.to_bytes()
 
 
-def _encode_parts(stats: SuffStats) -> Tuple[bytes, bytes]:
-    """(header naming the class, the class's ``to_bytes``) of :func:`encode_stats`."""
+def _encode_head(stats: SuffStats) -> bytes:
+    """The header of :func:`encode_stats` naming the class (its ``to_bytes`` follows)."""
     if not isinstance(stats, SuffStats):
         raise TypeError("cannot encode %s: not a SuffStats" % type(stats).__name__)
     cls = _class_path(stats).encode()
-    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls, stats.to_bytes()
+    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls
 
 
 def decode_stats(data: bytes) -> SuffStats:
@@ -329,6 +338,7 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
         st = unspill(pieces[pid])
         t2 = time.perf_counter()
         total = st if total is None else total.merge(st)
+        st = None                        # the piece is freed before the next one is read
         t_dec, t_merge = t_dec + t2 - t1, t_merge + time.perf_counter() - t2
     beam_cost.report("stats_decode", t_dec)
     beam_cost.report("stats_combine", t_merge)
