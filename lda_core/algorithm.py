@@ -88,6 +88,23 @@ class SuffStats(abc.ABC):
         ``f``."""
         return cls.from_bytes(f.read(size))
 
+    # Row-structured statistics (a block of rows per word) let a merge of many pieces size
+    # its sum once: ``reserve_rows`` with the union of the pieces' ``row_ids`` first, so
+    # each ``merge`` adds in place instead of reallocating the growing sum. The sums, their
+    # order and the resulting layout are those of merging without it.
+    def row_ids(self) -> Optional[np.ndarray]:
+        """Sorted ids of the rows these statistics hold; None when not row-structured."""
+        return None
+
+    @classmethod
+    def read_row_ids(cls, f, size: int) -> Optional[np.ndarray]:
+        """:meth:`row_ids` of the statistics :meth:`write_to` wrote to the next ``size``
+        bytes of ``f``, reading only as far as needed."""
+        return None
+
+    def reserve_rows(self, ids: np.ndarray) -> None:
+        """Make room (zero rows) for the sorted unique row ids ``ids``."""
+
 
 def _packed_prefix(magic: bytes, header: Dict[str, Any],
                    arrays: Sequence[Tuple[str, str, np.ndarray]]
@@ -182,10 +199,12 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     return header, arrays
 
 
-def read_arrays(f, magic: bytes, size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None
+                ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """:func:`unpack_arrays` of the next ``size`` bytes of the binary file ``f``, each array
     read straight into its own allocation (no file-bytes buffer, no second copy); the same
-    checks and errors."""
+    checks and errors. ``stop_after``: return once that array is read (the arrays before
+    it and it; the CRC, which covers all of them, is then not checked)."""
     head = f.read(len(magic) + 4)
     hlen = _parse_prefix(magic, head, size)
     header, spec, crc_want = _parse_header(f.read(hlen))
@@ -205,6 +224,8 @@ def read_arrays(f, magic: bytes, size: int) -> Tuple[Dict[str, Any], Dict[str, n
         crc = zlib.crc32(_raw(a), crc)
         arrays[name] = a
         pos += n
+        if name == stop_after:
+            return header, arrays
     if pos != size:
         raise ValueError("statistics byte string has %d trailing bytes" % (size - pos))
     if crc != crc_want:

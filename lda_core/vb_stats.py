@@ -30,6 +30,14 @@ from lda_core.algorithm import (SuffStats, pack_arrays, read_arrays, unpack_arra
                                 write_arrays)
 
 DENSE_FRACTION = 0.5
+
+
+def _is_subset(ids: np.ndarray, of: np.ndarray) -> bool:
+    """Whether every id of the sorted unique ``ids`` is in the sorted unique ``of``."""
+    if len(ids) > len(of):
+        return False
+    pos = np.searchsorted(of, ids)
+    return bool(np.all(pos < len(of)) and np.array_equal(of[np.minimum(pos, len(of) - 1)], ids))
 _MAGIC = b"LDAVBS02"
 
 
@@ -102,6 +110,8 @@ class VBStats(SuffStats):
             self.word_ids, self.sstats = word_ids.copy(), block.copy()
         elif np.array_equal(self.word_ids, word_ids):
             self.sstats += block
+        elif _is_subset(word_ids, self.word_ids):
+            self.sstats[np.searchsorted(self.word_ids, word_ids)] += block
         else:
             union = np.union1d(self.word_ids, word_ids).astype(np.int32)
             if len(union) > DENSE_FRACTION * self.n_words:
@@ -115,6 +125,28 @@ class VBStats(SuffStats):
         if len(self.word_ids) > DENSE_FRACTION * self.n_words:
             self._densify()
         return self
+
+    def row_ids(self) -> np.ndarray:
+        return self.word_ids
+
+    @classmethod
+    def read_row_ids(cls, f, size: int) -> np.ndarray:
+        return read_arrays(f, _MAGIC, size, stop_after="word_ids")[1]["word_ids"]
+
+    def reserve_rows(self, ids: np.ndarray) -> None:
+        """Zero rows for the word ids ``ids`` (sorted unique), dense past
+        :data:`DENSE_FRACTION` of V: the layout merging blocks of those rows would give."""
+        if self.dense or len(ids) == 0:
+            return
+        union = np.union1d(self.word_ids, ids).astype(np.int32)
+        if len(union) == len(self.word_ids):
+            return
+        if len(union) > DENSE_FRACTION * self.n_words:
+            self._densify()
+            return
+        out = np.zeros((len(union), self.n_topics), np.float64)
+        out[np.searchsorted(union, self.word_ids)] = self.sstats
+        self.word_ids, self.sstats = union, out
 
     def _densify(self) -> None:
         if self.dense:

@@ -57,6 +57,13 @@ class SpilledStats(NamedTuple):
     def load(self) -> SuffStats:
         """The statistics, each array read from the file straight into its own allocation
         (the class's ``read_from``: no buffer of the file's bytes)."""
+        return self._read(lambda cls, f, size: cls.read_from(f, size))
+
+    def row_ids(self):
+        """The statistics' ``row_ids`` (``SuffStats.read_row_ids``), read from the file."""
+        return self._read(lambda cls, f, size: cls.read_row_ids(f, size))
+
+    def _read(self, fn):
         import os
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -66,7 +73,7 @@ class SpilledStats(NamedTuple):
                                  % (self.path, bytes(head[:2])))
             (n,) = struct.unpack("<H", head[2:4])
             cls = _load_class(f.read(n).decode())
-            return cls.read_from(f, size - 4 - n)
+            return fn(cls, f, size - 4 - n)
 
 
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
@@ -332,14 +339,35 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     from pipelines import beam_cost
     t0 = time.perf_counter()
     total = unspill(total)
+    order = sorted(pieces)
+    if total is not None:
+        _reserve(total, [pieces[p] for p in order])
     t_dec, t_merge = time.perf_counter() - t0, 0.0
-    for pid in sorted(pieces):
+    for i, pid in enumerate(order):
         t1 = time.perf_counter()
         st = unspill(pieces[pid])
         t2 = time.perf_counter()
-        total = st if total is None else total.merge(st)
+        if total is None:
+            total = st
+            _reserve(total, [pieces[p] for p in order[i + 1:]])
+        else:
+            total = total.merge(st)
         st = None                        # the piece is freed before the next one is read
         t_dec, t_merge = t_dec + t2 - t1, t_merge + time.perf_counter() - t2
     beam_cost.report("stats_decode", t_dec)
     beam_cost.report("stats_combine", t_merge)
     return total
+
+
+def _reserve(total: SuffStats, rest) -> None:
+    """Size ``total`` once for the rows of the pieces ``rest`` still to be merged into it
+    (``SuffStats.reserve_rows``), so the sum is not reallocated as it grows."""
+    ids = []
+    for p in rest:
+        r = p.row_ids()
+        if r is None:
+            return
+        ids.append(r)
+    if ids:
+        import numpy as np
+        total.reserve_rows(np.unique(np.concatenate(ids)) if len(ids) > 1 else ids[0])
