@@ -105,6 +105,19 @@ class SuffStats(abc.ABC):
     def reserve_rows(self, ids: np.ndarray) -> None:
         """Make room (zero rows) for the sorted unique row ids ``ids``."""
 
+    @classmethod
+    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "SuffStats":
+        """:meth:`read_from` then :meth:`reserve_rows` ``(ids)``; row-structured classes
+        allocate the reserved layout first and add the rows as they are read."""
+        st = cls.read_from(f, size)
+        st.reserve_rows(ids)
+        return st
+
+    def merge_from(self, f, size: int) -> "SuffStats":
+        """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
+        of ``f``; row-structured classes add the rows as they are read."""
+        return self.merge(type(self).read_from(f, size))
+
 
 def _packed_prefix(magic: bytes, header: Dict[str, Any],
                    arrays: Sequence[Tuple[str, str, np.ndarray]]
@@ -199,12 +212,19 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     return header, arrays
 
 
-def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None
+_CHUNK_BYTES = 1 << 25
+
+
+def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
+                sinks: Optional[Dict[str, Any]] = None
                 ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """:func:`unpack_arrays` of the next ``size`` bytes of the binary file ``f``, each array
     read straight into its own allocation (no file-bytes buffer, no second copy); the same
     checks and errors. ``stop_after``: return once that array is read (the arrays before
-    it and it; the CRC, which covers all of them, is then not checked)."""
+    it and it; the CRC, which covers all of them, is then not checked). ``sinks``: arrays
+    not kept but handed in blocks of rows (~32 MB) to ``sinks[name](rows, first_row,
+    header, arrays_so_far)``, so a large array is consumed without ever being held whole (a CRC
+    failure is then reported after the sink has seen the rows)."""
     head = f.read(len(magic) + 4)
     hlen = _parse_prefix(magic, head, size)
     header, spec, crc_want = _parse_header(f.read(hlen))
@@ -214,13 +234,19 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None
     for name, dt, shape, n in spec:
         if pos + n > size:
             raise ValueError("truncated statistics byte string (array %s)" % name)
+        if sinks and name in sinks and shape:
+            row = n // shape[0] if shape[0] else 0
+            step = max(1, _CHUNK_BYTES // max(1, row))
+            block = np.empty([min(step, shape[0])] + shape[1:], dtype=dt)
+            for r0 in range(0, shape[0], step):
+                rows = block[:min(step, shape[0] - r0)]
+                _read_full(f, _raw(rows), name)
+                crc = zlib.crc32(_raw(rows), crc)
+                sinks[name](rows, r0, header, arrays)
+            pos += n
+            continue
         a = np.empty(shape, dtype=dt)
-        buf, got = _raw(a), 0
-        while got < n:                   # a read(2) returns at most ~2 GB
-            k = f.readinto(buf[got:])
-            if not k:
-                raise ValueError("truncated statistics byte string (array %s)" % name)
-            got += k
+        _read_full(f, _raw(a), name)
         crc = zlib.crc32(_raw(a), crc)
         arrays[name] = a
         pos += n
@@ -231,6 +257,16 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None
     if crc != crc_want:
         raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
     return header, arrays
+
+
+def _read_full(f, buf: memoryview, name: str) -> None:
+    """Fill ``buf`` from ``f`` (a read(2) returns at most ~2 GB at a time)."""
+    got = 0
+    while got < len(buf):
+        k = f.readinto(buf[got:])
+        if not k:
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        got += k
 
 
 def nonfinite(**values) -> Optional[str]:

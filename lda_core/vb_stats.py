@@ -126,6 +126,51 @@ class VBStats(SuffStats):
             self._densify()
         return self
 
+    def _check_mergeable(self, n_topics: int, n_words: int, step: int) -> None:
+        if n_topics != self.n_topics or n_words != self.n_words:
+            raise ValueError("cannot merge statistics of K=%d, V=%d into K=%d, V=%d"
+                             % (n_topics, n_words, self.n_topics, self.n_words))
+        if self.step >= 0 and step >= 0 and self.step != step:
+            raise ValueError("cannot merge statistics computed at global steps %d and %d"
+                             % (self.step, step))
+
+    def merge_from(self, f, size: int) -> "VBStats":
+        """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
+        of ``f``, their rows added into ``self`` as they are read (~32 MB at a time: the
+        piece is never held whole); the same sums and layout as ``merge(read_from(...))``."""
+        at = {}
+
+        def add_rows(rows, r0, header, arrays):
+            if not at:
+                self._check_mergeable(int(header["n_topics"]), int(header["n_words"]),
+                                      int(header["step"]))
+                wid = arrays["word_ids"]
+                if bool(header["dense"]):
+                    self._densify()
+                else:
+                    self.reserve_rows(wid)
+                at["pos"] = np.searchsorted(self.word_ids, wid)
+            self.sstats[at["pos"][r0:r0 + len(rows)]] += rows
+
+        header, arrays = read_arrays(f, _MAGIC, size, sinks={"sstats": add_rows})
+        if at and len(self.word_ids) > DENSE_FRACTION * self.n_words:
+            self._densify()
+        arrays["word_ids"] = np.zeros(0, np.int32)      # the rest: counters, score, ...
+        arrays["sstats"] = np.zeros((0, self.n_topics), np.float64)
+        return self.merge(self._from_unpacked(header, arrays))
+
+    @classmethod
+    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "VBStats":
+        start = f.tell()
+        header, arrays = read_arrays(f, _MAGIC, size, stop_after="word_ids")
+        f.seek(start)
+        try:
+            out = cls.empty(int(header["n_topics"]), int(header["n_words"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged VBStats byte string: %s" % e) from None
+        out.reserve_rows(np.union1d(arrays["word_ids"], ids).astype(np.int32))
+        return out.merge_from(f, size)
+
     def row_ids(self) -> np.ndarray:
         return self.word_ids
 
@@ -162,12 +207,7 @@ class VBStats(SuffStats):
         """Add ``other`` into ``self`` (union of word ids, float64 sums); returns ``self``."""
         if not isinstance(other, VBStats):
             raise TypeError("can only merge VBStats, got %s" % type(other).__name__)
-        if other.n_topics != self.n_topics or other.n_words != self.n_words:
-            raise ValueError("cannot merge statistics of K=%d, V=%d into K=%d, V=%d"
-                             % (other.n_topics, other.n_words, self.n_topics, self.n_words))
-        if self.step >= 0 and other.step >= 0 and self.step != other.step:
-            raise ValueError("cannot merge statistics computed at global steps %d and %d"
-                             % (self.step, other.step))
+        self._check_mergeable(other.n_topics, other.n_words, other.step)
         if len(other.word_ids):
             if other.dense and not self.dense:
                 self._densify()

@@ -59,6 +59,19 @@ class SpilledStats(NamedTuple):
         (the class's ``read_from``: no buffer of the file's bytes)."""
         return self._read(lambda cls, f, size: cls.read_from(f, size))
 
+    def merge_into(self, total: SuffStats) -> SuffStats:
+        """``total.merge(self.load())`` without loading the piece whole: the class's
+        ``merge_from`` adds it as it is read."""
+        def into(cls, f, size):
+            return (total.merge_from(f, size) if cls is type(total)
+                    else total.merge(cls.read_from(f, size)))
+        return self._read(into)
+
+    def load_reserved(self, ids) -> SuffStats:
+        """``load()`` then ``reserve_rows(ids)``, the reserved layout allocated first
+        (the class's ``read_reserved``)."""
+        return self._read(lambda cls, f, size: cls.read_reserved(f, size, ids))
+
     def row_ids(self):
         """The statistics' ``row_ids`` (``SuffStats.read_row_ids``), read from the file."""
         return self._read(lambda cls, f, size: cls.read_row_ids(f, size))
@@ -345,11 +358,22 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     t_dec, t_merge = time.perf_counter() - t0, 0.0
     for i, pid in enumerate(order):
         t1 = time.perf_counter()
-        st = unspill(pieces[pid])
+        st = pieces[pid]
+        if total is not None and isinstance(st, SpilledStats):
+            total = st.merge_into(total)   # read and added block by block: one cost
+            t_merge += time.perf_counter() - t1
+            continue
+        rest = _row_ids([pieces[p] for p in order[i + 1:]]) if total is None else None
+        if rest is not None and len(rest) and isinstance(st, SpilledStats):
+            total = st.load_reserved(rest)   # sized for all the pieces before it is filled
+            t_merge += time.perf_counter() - t1
+            continue
+        st = unspill(st)
         t2 = time.perf_counter()
         if total is None:
             total = st
-            _reserve(total, [pieces[p] for p in order[i + 1:]])
+            if rest is not None:
+                total.reserve_rows(rest)
         else:
             total = total.merge(st)
         st = None                        # the piece is freed before the next one is read
@@ -362,12 +386,18 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
 def _reserve(total: SuffStats, rest) -> None:
     """Size ``total`` once for the rows of the pieces ``rest`` still to be merged into it
     (``SuffStats.reserve_rows``), so the sum is not reallocated as it grows."""
+    ids = _row_ids(rest)
+    if ids is not None:
+        total.reserve_rows(ids)
+
+
+def _row_ids(pieces):
+    """The sorted union of the pieces' ``row_ids``; None if a piece is not row-structured."""
+    import numpy as np
     ids = []
-    for p in rest:
+    for p in pieces:
         r = p.row_ids()
         if r is None:
-            return
+            return None
         ids.append(r)
-    if ids:
-        import numpy as np
-        total.reserve_rows(np.unique(np.concatenate(ids)) if len(ids) > 1 else ids[0])
+    return np.unique(np.concatenate(ids)).astype(np.int32) if ids else np.zeros(0, np.int32)

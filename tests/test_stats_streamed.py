@@ -56,8 +56,10 @@ def test_write_to_read_from_round_trip_and_errors(tmp_path):
 
 
 @pytest.mark.parametrize("n_words", [30, 90, 260])   # stays sparse / crosses to dense / dense
-def test_reserved_merge_equals_sequential_merge(tmp_path, n_words):
+def test_reserved_merge_equals_sequential_merge(tmp_path, monkeypatch, n_words):
+    import lda_core.algorithm
     from pipelines.beam_stats import merge_in_order, spill_stats
+    monkeypatch.setattr(lda_core.algorithm, "_CHUNK_BYTES", 200)   # several row blocks
     rng = np.random.default_rng(n_words)
     V, K = 400, 6
     pieces = {i: _piece(rng, V, K, n_words) for i in range(4)}
@@ -72,3 +74,14 @@ def test_reserved_merge_equals_sequential_merge(tmp_path, n_words):
     # a running total given first: sized for all the pieces
     first = copy.deepcopy(pieces[0])
     _same(merge_in_order({i: spilled[i] for i in (1, 2, 3)}, first), ref)
+
+
+def test_streamed_merge_refuses_mismatched_pieces_before_adding(tmp_path):
+    from pipelines.beam_stats import merge_in_order, spill_stats
+    rng = np.random.default_rng(5)
+    a, b = _piece(rng, 300, 4, 40, step=3), _piece(rng, 300, 4, 40, step=4)
+    before = copy.deepcopy(a)
+    spilled = spill_stats(b, str(tmp_path / "b.bin"))
+    with pytest.raises(ValueError, match="global steps 3 and 4"):
+        merge_in_order({1: spilled}, a)
+    assert np.array_equal(a.to_dense(), before.to_dense())   # the sums untouched
