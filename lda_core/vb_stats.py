@@ -110,18 +110,13 @@ class VBStats(SuffStats):
             self.word_ids, self.sstats = word_ids.copy(), block.copy()
         elif np.array_equal(self.word_ids, word_ids):
             self.sstats += block
-        elif _is_subset(word_ids, self.word_ids):
-            self.sstats[np.searchsorted(self.word_ids, word_ids)] += block
         else:
-            union = np.union1d(self.word_ids, word_ids).astype(np.int32)
-            if len(union) > DENSE_FRACTION * self.n_words:
-                self._densify()
-                self.sstats[word_ids] += block
-                return self
-            out = np.zeros((len(union), self.n_topics), np.float64)
-            out[np.searchsorted(union, self.word_ids)] = self.sstats
-            out[np.searchsorted(union, word_ids)] += block
-            self.word_ids, self.sstats = union, out
+            if not _is_subset(word_ids, self.word_ids):
+                self.reserve_rows(word_ids)
+                if self.dense:
+                    self.sstats[word_ids] += block
+                    return self
+            self.sstats[np.searchsorted(self.word_ids, word_ids)] += block
         if len(self.word_ids) > DENSE_FRACTION * self.n_words:
             self._densify()
         return self
