@@ -247,10 +247,15 @@ def main(argv=None):
                    help="only the --big run (its row alone in --json)")
     p.add_argument("--big-docs", type=int, default=4096)
     p.add_argument("--big-minibatch", type=int, default=1024)
-    p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
-                                                  "beam_train_bench.json"),
-                   help="write the results here ('' not at all)")
+    p.add_argument("--json", default=None,
+                   help="write the results here ('' not at all; default "
+                        "benchmarks/results/beam_train_bench.json, with --big-only "
+                        "beam_train_bench_big.json)")
     args = p.parse_args(argv)
+    if args.json is None:
+        args.json = os.path.join(common.REPO, "benchmarks", "results",
+                                 "beam_train_bench_big.json" if args.big_only
+                                 else "beam_train_bench.json")
     logging.basicConfig(level=logging.WARNING)
     from lda_core.run_log import RunLog
     from lda_core.trainer import train as inprocess_train

@@ -26,9 +26,18 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from lda_core.algorithm import SuffStats, pack_arrays, unpack_arrays
+from lda_core.algorithm import (SuffStats, pack_arrays, read_arrays, unpack_arrays,
+                                write_arrays)
 
 DENSE_FRACTION = 0.5
+
+
+def _is_subset(ids: np.ndarray, of: np.ndarray) -> bool:
+    """Whether every id of the sorted unique ``ids`` is in the sorted unique ``of``."""
+    if len(ids) > len(of):
+        return False
+    pos = np.searchsorted(of, ids)
+    return bool(np.all(pos < len(of)) and np.array_equal(of[np.minimum(pos, len(of) - 1)], ids))
 _MAGIC = b"LDAVBS02"
 
 
@@ -102,18 +111,82 @@ class VBStats(SuffStats):
         elif np.array_equal(self.word_ids, word_ids):
             self.sstats += block
         else:
-            union = np.union1d(self.word_ids, word_ids).astype(np.int32)
-            if len(union) > DENSE_FRACTION * self.n_words:
-                self._densify()
-                self.sstats[word_ids] += block
-                return self
-            out = np.zeros((len(union), self.n_topics), np.float64)
-            out[np.searchsorted(union, self.word_ids)] = self.sstats
-            out[np.searchsorted(union, word_ids)] += block
-            self.word_ids, self.sstats = union, out
+            if not _is_subset(word_ids, self.word_ids):
+                self.reserve_rows(word_ids)
+                if self.dense:
+                    self.sstats[word_ids] += block
+                    return self
+            self.sstats[np.searchsorted(self.word_ids, word_ids)] += block
         if len(self.word_ids) > DENSE_FRACTION * self.n_words:
             self._densify()
         return self
+
+    def _check_mergeable(self, n_topics: int, n_words: int, step: int) -> None:
+        if n_topics != self.n_topics or n_words != self.n_words:
+            raise ValueError("cannot merge statistics of K=%d, V=%d into K=%d, V=%d"
+                             % (n_topics, n_words, self.n_topics, self.n_words))
+        if self.step >= 0 and step >= 0 and self.step != step:
+            raise ValueError("cannot merge statistics computed at global steps %d and %d"
+                             % (self.step, step))
+
+    def merge_from(self, f, size: int) -> "VBStats":
+        """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
+        of ``f``, their rows added into ``self`` as they are read (~32 MB at a time: the
+        piece is never held whole); the same sums and layout as ``merge(read_from(...))``."""
+        at = {}
+
+        def add_rows(rows, r0, header, arrays):
+            if not at:
+                self._check_mergeable(int(header["n_topics"]), int(header["n_words"]),
+                                      int(header["step"]))
+                wid = arrays["word_ids"]
+                if bool(header["dense"]):
+                    self._densify()
+                else:
+                    self.reserve_rows(wid)
+                at["pos"] = np.searchsorted(self.word_ids, wid)
+            self.sstats[at["pos"][r0:r0 + len(rows)]] += rows
+
+        header, arrays = read_arrays(f, _MAGIC, size, sinks={"sstats": add_rows})
+        if at and len(self.word_ids) > DENSE_FRACTION * self.n_words:
+            self._densify()
+        arrays["word_ids"] = np.zeros(0, np.int32)      # the rest: counters, score, ...
+        arrays["sstats"] = np.zeros((0, self.n_topics), np.float64)
+        return self.merge(self._from_unpacked(header, arrays))
+
+    @classmethod
+    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "VBStats":
+        start = f.tell()
+        header, arrays = read_arrays(f, _MAGIC, size, stop_after="word_ids")
+        f.seek(start)
+        try:
+            out = cls.empty(int(header["n_topics"]), int(header["n_words"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError("damaged VBStats byte string: %s" % e) from None
+        out.reserve_rows(np.union1d(arrays["word_ids"], ids).astype(np.int32))
+        return out.merge_from(f, size)
+
+    def row_ids(self) -> np.ndarray:
+        return self.word_ids
+
+    @classmethod
+    def read_row_ids(cls, f, size: int) -> np.ndarray:
+        return read_arrays(f, _MAGIC, size, stop_after="word_ids")[1]["word_ids"]
+
+    def reserve_rows(self, ids: np.ndarray) -> None:
+        """Zero rows for the word ids ``ids`` (sorted unique), dense past
+        :data:`DENSE_FRACTION` of V: the layout merging blocks of those rows would give."""
+        if self.dense or len(ids) == 0:
+            return
+        union = np.union1d(self.word_ids, ids).astype(np.int32)
+        if len(union) == len(self.word_ids):
+            return
+        if len(union) > DENSE_FRACTION * self.n_words:
+            self._densify()
+            return
+        out = np.zeros((len(union), self.n_topics), np.float64)
+        out[np.searchsorted(union, self.word_ids)] = self.sstats
+        self.word_ids, self.sstats = union, out
 
     def _densify(self) -> None:
         if self.dense:
@@ -129,12 +202,7 @@ class VBStats(SuffStats):
         """Add ``other`` into ``self`` (union of word ids, float64 sums); returns ``self``."""
         if not isinstance(other, VBStats):
             raise TypeError("can only merge VBStats, got %s" % type(other).__name__)
-        if other.n_topics != self.n_topics or other.n_words != self.n_words:
-            raise ValueError("cannot merge statistics of K=%d, V=%d into K=%d, V=%d"
-                             % (other.n_topics, other.n_words, self.n_topics, self.n_words))
-        if self.step >= 0 and other.step >= 0 and self.step != other.step:
-            raise ValueError("cannot merge statistics computed at global steps %d and %d"
-                             % (self.step, other.step))
+        self._check_mergeable(other.n_topics, other.n_words, other.step)
         if len(other.word_ids):
             if other.dense and not self.dense:
                 self._densify()
@@ -180,17 +248,32 @@ class VBStats(SuffStats):
     def to_bytes(self) -> bytes:
         """Data only (:func:`lda_core.algorithm.pack_arrays`): counters, score and step in
         the header, the arrays raw little-endian, a CRC-32 of them."""
+        return pack_arrays(_MAGIC, *self._packable())
+
+    def write_to(self, f) -> int:
+        """:meth:`to_bytes`'s bytes written straight from the arrays (no byte copy)."""
+        return write_arrays(f, _MAGIC, *self._packable())
+
+    def _packable(self):
         header = dict(self.counters(), n_topics=int(self.n_topics), n_words=int(self.n_words),
                       dense=bool(self.dense), score=repr(float(self.score)),
                       step=int(self.step),
                       gamma_doc_ids=None if self.gamma is None else list(self.gamma_doc_ids))
-        return pack_arrays(_MAGIC, header, [(name, dt, getattr(self, name))
-                                            for name, dt in self._ARRAYS
-                                            if getattr(self, name) is not None])
+        return header, [(name, dt, getattr(self, name)) for name, dt in self._ARRAYS
+                        if getattr(self, name) is not None]
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "VBStats":
-        header, arrays = unpack_arrays(_MAGIC, b)
+        return cls._from_unpacked(*unpack_arrays(_MAGIC, b))
+
+    @classmethod
+    def read_from(cls, f, size: int) -> "VBStats":
+        """:meth:`from_bytes` of the next ``size`` bytes of ``f``, each array read into its
+        own allocation (no file-bytes buffer)."""
+        return cls._from_unpacked(*read_arrays(f, _MAGIC, size))
+
+    @classmethod
+    def _from_unpacked(cls, header, arrays) -> "VBStats":
         try:
             gids = header["gamma_doc_ids"]
             return cls(n_topics=int(header["n_topics"]), n_words=int(header["n_words"]),

@@ -55,8 +55,38 @@ class SpilledStats(NamedTuple):
     nbytes: int
 
     def load(self) -> SuffStats:
+        """The statistics, each array read from the file straight into its own allocation
+        (the class's ``read_from``: no buffer of the file's bytes)."""
+        return self._read(lambda cls, f, size: cls.read_from(f, size))
+
+    def merge_into(self, total: SuffStats) -> SuffStats:
+        """``total.merge(self.load())`` without loading the piece whole: the class's
+        ``merge_from`` adds it as it is read."""
+        def into(cls, f, size):
+            return (total.merge_from(f, size) if cls is type(total)
+                    else total.merge(cls.read_from(f, size)))
+        return self._read(into)
+
+    def load_reserved(self, ids) -> SuffStats:
+        """``load()`` then ``reserve_rows(ids)``, the reserved layout allocated first
+        (the class's ``read_reserved``)."""
+        return self._read(lambda cls, f, size: cls.read_reserved(f, size, ids))
+
+    def row_ids(self):
+        """The statistics' ``row_ids`` (``SuffStats.read_row_ids``), read from the file."""
+        return self._read(lambda cls, f, size: cls.read_row_ids(f, size))
+
+    def _read(self, fn):
+        import os
         with open(self.path, "rb") as f:
-            return decode_stats(f.read())
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(4)
+            if bytes(head[:2]) != _MAGIC_BYTES or len(head) < 4:
+                raise ValueError("%s: not an encoded statistics file (header %r)"
+                                 % (self.path, bytes(head[:2])))
+            (n,) = struct.unpack("<H", head[2:4])
+            cls = _load_class(f.read(n).decode())
+            return fn(cls, f, size - 4 - n)
 
 
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
@@ -66,17 +96,17 @@ def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
     lives only while its window runs."""
     import os
     import uuid
-    head, body = _encode_parts(stats)
+    head = _encode_head(stats)
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
         with open(tmp, "wb") as f:
             f.write(head)
-            f.write(body)
+            nbytes = len(head) + stats.write_to(f)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return SpilledStats(path, len(head) + len(body))
+    return SpilledStats(path, nbytes)
 
 
 def unspill(stats):
@@ -106,16 +136,15 @@ def encode_stats(stats: SuffStats) -> bytes:
     -> its path."""
     if isinstance(stats, SpilledStats):
         return _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
-    head, body = _encode_parts(stats)
-    return head + body
+    return _encode_head(stats) + stats.to_bytes()
 
 
-def _encode_parts(stats: SuffStats) -> Tuple[bytes, bytes]:
-    """(header naming the class, the class's ``to_bytes``) of :func:`encode_stats`."""
+def _encode_head(stats: SuffStats) -> bytes:
+    """The header of :func:`encode_stats` naming the class (its ``to_bytes`` follows)."""
     if not isinstance(stats, SuffStats):
         raise TypeError("cannot encode %s: not a SuffStats" % type(stats).__name__)
     cls = _class_path(stats).encode()
-    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls, stats.to_bytes()
+    return _MAGIC_BYTES + struct.pack("<H", len(cls)) + cls
 
 
 def decode_stats(data: bytes) -> SuffStats:
@@ -323,13 +352,52 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     from pipelines import beam_cost
     t0 = time.perf_counter()
     total = unspill(total)
+    order = sorted(pieces)
+    if total is not None:
+        _reserve(total, [pieces[p] for p in order])
     t_dec, t_merge = time.perf_counter() - t0, 0.0
-    for pid in sorted(pieces):
+    for i, pid in enumerate(order):
         t1 = time.perf_counter()
-        st = unspill(pieces[pid])
+        st = pieces[pid]
+        if total is not None and isinstance(st, SpilledStats):
+            total = st.merge_into(total)   # read and added block by block: one cost
+            t_merge += time.perf_counter() - t1
+            continue
+        rest = _row_ids([pieces[p] for p in order[i + 1:]]) if total is None else None
+        if rest is not None and len(rest) and isinstance(st, SpilledStats):
+            total = st.load_reserved(rest)   # sized for all the pieces before it is filled
+            t_merge += time.perf_counter() - t1
+            continue
+        st = unspill(st)
         t2 = time.perf_counter()
-        total = st if total is None else total.merge(st)
+        if total is None:
+            total = st
+            if rest is not None:
+                total.reserve_rows(rest)
+        else:
+            total = total.merge(st)
+        st = None                        # the piece is freed before the next one is read
         t_dec, t_merge = t_dec + t2 - t1, t_merge + time.perf_counter() - t2
     beam_cost.report("stats_decode", t_dec)
     beam_cost.report("stats_combine", t_merge)
     return total
+
+
+def _reserve(total: SuffStats, rest) -> None:
+    """Size ``total`` once for the rows of the pieces ``rest`` still to be merged into it
+    (``SuffStats.reserve_rows``), so the sum is not reallocated as it grows."""
+    ids = _row_ids(rest)
+    if ids is not None:
+        total.reserve_rows(ids)
+
+
+def _row_ids(pieces):
+    """The sorted union of the pieces' ``row_ids``; None if a piece is not row-structured."""
+    import numpy as np
+    ids = []
+    for p in pieces:
+        r = p.row_ids()
+        if r is None:
+            return None
+        ids.append(r)
+    return np.unique(np.concatenate(ids)).astype(np.int32) if ids else np.zeros(0, np.int32)
