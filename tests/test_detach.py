@@ -267,7 +267,8 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     site = fos.worker_site_dir(str(tmp_path / "site"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [site, REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    args = ["--shards", ds, "--topics", 5, "--minibatch", 100, "--seed", 2, "--dtype",
+    args = ["--shards", ds, "--algorithm", "online-vb", "--topics", 5, "--minibatch", 100,
+            "--seed", 2, "--dtype",
             "float64", "--no-progress", "--eval-every", 2, "--minibatches-per-window", 2,
             "--runner", "DirectRunner", "--direct_running_mode=multi_processing",
             "--direct_num_workers=2", "--keep-checkpoints", 0]

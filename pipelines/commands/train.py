@@ -220,14 +220,14 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
 
 def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     """The held-out set to evaluate on: named by its shards for a detached window (read in
-    the job, where the window is evaluated; no topic health there), else read now with the
+    the job, where the window is evaluated, with the same topic-health sample), else read now with the
     sample of ``train_files`` topic health is measured on (pipelines.doc_sample); None when
     there is none."""
     if files is None:
         return None
     if detach:
         from pipelines.beam_train import HeldOutShards
-        return HeldOutShards(tuple(files), shard_hash, max_docs, seed)
+        return HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
     from lda_core.trainer import HeldOut
     from pipelines.doc_sample import sample_documents
     from pipelines.shard_stream import read_docs
