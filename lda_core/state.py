@@ -125,12 +125,9 @@ def _write_npy(files: LocalFiles, path: str, arr: np.ndarray) -> Dict[str, Any]:
             "shape": list(arr.shape), "sha256": w.sha.hexdigest(), "nbytes": int(arr.nbytes)}
 
 
-def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]) -> np.ndarray:
-    """Read one array after checking its JSON entry against the .npy header and file size.
-
-    Nothing is allocated from the declared shape until the file is known to hold exactly that
-    many bytes; the sha256 of the whole file is compared at the end."""
-    # long by its checks, one per way a file can disagree with state.json, each its own message
+def _check_entry(name: str, meta: Any):
+    """The file name, dtype, shape and sha256 of array ``name`` in state.json, each checked
+    (a plain file name ending in .npy, a data dtype, a list of sizes, a hex digest)."""
     if not isinstance(meta, dict):
         raise StateFormatError("state.json: entry of array %r is not an object" % name)
     fname = meta.get("file")
@@ -153,6 +150,15 @@ def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]
     sha = meta.get("sha256")
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise StateFormatError("state.json: array %r has an invalid sha256 %r" % (name, sha))
+    return fname, dtype, shape, sha
+
+
+def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]) -> np.ndarray:
+    """Read one array after checking its JSON entry against the .npy header and file size.
+
+    Nothing is allocated from the declared shape until the file is known to hold exactly that
+    many bytes; the sha256 of the whole file is compared at the end."""
+    fname, dtype, shape, sha = _check_entry(name, meta)
     nbytes = dtype.itemsize
     for s in shape:
         nbytes *= s

@@ -292,7 +292,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
 
     ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
     whole remaining stream when ``checkpoint_every`` is 0."""
-    # long by its set-up (position, window size, start state); the loop is _SeqRun's
+    # set-up here; the start state is _start_state, the windows _run_windows
     from lda_core.checkpoint import CheckpointStore
     from lda_core.ordering import n_batches
     t_start = time.time()
@@ -325,18 +325,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     else:
         M = max(1, stop - position)
 
-    run_key = uuid.uuid4().hex[:12]
-    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    scratch = beam_state.new_scratch(scratch_root)
-    if start_ckpt is None:
-        # the run's starting state, for the first window's DoFn (small for a fresh sampler)
-        start_path = os.path.join(scratch, "initial")
-        _session.stamp(algorithm.to_state(), position, _session.docs_seen(algorithm),
-                       vocab_hash=vh).save(start_path)
-    else:
-        start_path = start_ckpt
-    if cfg.in_process:
-        _put_live(_live_key(run_key, start_path), algorithm)
+    run_key, scratch, start_path = _start_state(algorithm, model_dir, cfg, scratch_dir,
+                                                start_ckpt, position, vh)
 
     ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
                   runner=cfg.describe(), run_info=run_info, heldout=heldout,
@@ -356,6 +346,31 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
                 run_info=dict(run_info or {}))
 
     run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})
+    return _run_windows(run, ses, heldout, gibbs, passes, start_path, start_ckpt, scratch,
+                        run_key)
+
+
+def _start_state(algorithm, model_dir, cfg, scratch_dir, start_ckpt, position, vh):
+    """The run's key, its scratch folder, and the path of its starting state (the resumed
+    checkpoint, or the fresh sampler saved in the scratch folder)."""
+    run_key = uuid.uuid4().hex[:12]
+    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    scratch = beam_state.new_scratch(scratch_root)
+    if start_ckpt is None:
+        # the run's starting state, for the first window's DoFn (small for a fresh sampler)
+        start_path = os.path.join(scratch, "initial")
+        _session.stamp(algorithm.to_state(), position, _session.docs_seen(algorithm),
+                       vocab_hash=vh).save(start_path)
+    else:
+        start_path = start_ckpt
+    if cfg.in_process:
+        _put_live(_live_key(run_key, start_path), algorithm)
+    return run_key, scratch, start_path
+
+
+def _run_windows(run, ses, heldout, gibbs, passes, start_path, start_ckpt, scratch, run_key):
+    """The windows of :func:`train` (one for batch Gibbs), the final evaluation and the
+    scratch clean-up; a :class:`BeamTrainResult`."""
     windows, counters_total = 0, {}
     try:
         if gibbs:

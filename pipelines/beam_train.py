@@ -225,7 +225,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     (:class:`FinishWindowFn`); see "Detached windows" in docs/beam-training.md. Returns a
     :class:`BeamTrainResult` otherwise.
     """
-    # long by its documented parameters; the body is set-up, then _WindowRun.windows
+    # set-up and position here; the waiting run is _run_windows
     from lda_core.ordering import n_batches
     t_start = time.time()
     unroll = True if unroll is None else bool(unroll)
@@ -259,6 +259,23 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
             checkpoint_every=checkpoint_every, run_log=run_log, max_steps=max_steps,
             run_info=run_info, n_threads=n_threads, deterministic=deterministic_combine,
             fanout=fanout, scratch_dir=scratch_dir, t_start=t_start)
+    return _run_windows(
+        cfg, algorithm, files, sizes, model_dir, position=position, stop=stop, total=total,
+        n_per_pass=B, n_docs=D, M=M, pieces=pieces, seed=seed, batch_size=batch_size,
+        unroll=unroll, heldout=heldout, eval_every=eval_every,
+        checkpoint_store=checkpoint_store, checkpoint_every=checkpoint_every, run_log=run_log,
+        max_steps=max_steps, run_info=run_info, n_threads=n_threads,
+        deterministic_combine=deterministic_combine, fanout=fanout, progress=progress,
+        scratch_dir=scratch_dir, pass_stop=pass_stop, t_start=t_start)
+
+
+def _run_windows(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, n_per_pass,
+                 n_docs, M, pieces, seed, batch_size, unroll, heldout, eval_every,
+                 checkpoint_store, checkpoint_every, run_log, max_steps, run_info, n_threads,
+                 deterministic_combine, fanout, progress, scratch_dir, pass_stop, t_start):
+    """The waiting run of :func:`train`: the session, the windows from ``position`` to
+    ``stop``, the final evaluation and the scratch clean-up; a :class:`BeamTrainResult`."""
+    B, D = n_per_pass, n_docs
     if isinstance(heldout, HeldOutShards):
         heldout = heldout.load()
 

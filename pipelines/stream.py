@@ -323,16 +323,8 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
     only the files present at its first listings). On Dataflow / Flink the pipeline of
     :class:`ReadJsonFilesContinuously` is used instead."""
-    from lda_core.checkpoint import CheckpointStore
-    from pipelines.stream_step import applied_record
-    step = CheckpointStore(model_dir).pointer()
-    record = applied_record(model_dir, step) if step is not None else {}
-    offsets: Dict[str, int] = {str(k): int(v) for k, v in (record.get("files") or {}).items()}
+    offsets, next_w = _start_position(model_dir, window_seconds)
     sizes: Dict[str, int] = {}            # size at the previous poll (a stable partial line)
-    # the first window index free after the newest checkpoint's window
-    last_end = record.get("window_end_micros")
-    next_w = (0 if last_end is None
-              else int(math.floor((int(last_end) + 1) / 1e6 / window_seconds - 1e-9)) + 1)
     # pending reads: (window index, arrival time, file, start offset, end offset, lines)
     pending: List[Tuple[int, float, str, int, int, List[str]]] = []
     published = 0
@@ -353,14 +345,7 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
             w = max(int(math.floor(now / window_seconds)), next_w)
             pending.append((w, now, path, start, end, lines))
             logger.info("stream: %s: %d documents arrived", path, len(lines))
-        closed: Dict[int, list] = {}
-        still: list = []
-        for x in pending:                 # one pass: linear in the pending reads
-            if done or (x[0] + 1) * window_seconds <= now:
-                closed.setdefault(x[0], []).append(x)
-            else:
-                still.append(x)
-        pending = still
+        closed, pending = _close_windows(pending, done, now, window_seconds)
         # one bounded pipeline per window, in window order (the FnApiRunner does not fire
         # the event-time timer of the last window of a bounded run, so the step is applied on
         # arrival -- which is window order here by construction)
@@ -380,6 +365,34 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
             break
         sleep(poll_seconds)
     return published
+
+
+def _start_position(model_dir: str, window_seconds: float):
+    """Where a (re)started driver continues: the input position recorded with the newest
+    checkpoint (file -> bytes applied) and the first window index free after its window."""
+    from lda_core.checkpoint import CheckpointStore
+    from pipelines.stream_step import applied_record
+    step = CheckpointStore(model_dir).pointer()
+    record = applied_record(model_dir, step) if step is not None else {}
+    offsets: Dict[str, int] = {str(k): int(v) for k, v in (record.get("files") or {}).items()}
+    # the first window index free after the newest checkpoint's window
+    last_end = record.get("window_end_micros")
+    next_w = (0 if last_end is None
+              else int(math.floor((int(last_end) + 1) / 1e6 / window_seconds - 1e-9)) + 1)
+    return offsets, next_w
+
+
+def _close_windows(pending: list, done: bool, now: float, window_seconds: float):
+    """The pending reads of the windows closed at ``now`` (all of them when ``done``), by
+    window index, and the reads still open; one pass, linear in the pending reads."""
+    closed: Dict[int, list] = {}
+    still: list = []
+    for x in pending:                 # one pass: linear in the pending reads
+        if done or (x[0] + 1) * window_seconds <= now:
+            closed.setdefault(x[0], []).append(x)
+        else:
+            still.append(x)
+    return closed, still
 
 
 def _match(pattern: str) -> List[Tuple[str, int]]:

@@ -185,26 +185,7 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
 
     The last ``heldout_docs`` documents go to ``heldout/`` (one shard). Shards hold
     ``docs_per_shard`` documents (a multiple of ``CHUNK_DOCS`` is cheapest)."""
-    # long by its argument checks, the chunked write loop and the manifest, which share the
-    # pending shard and the token counts
-    spec.validate()
-    if isinstance(docs_per_shard, bool) or not 1 <= int(docs_per_shard) <= MAX_DOCS:
-        raise ValueError("docs_per_shard=%r is outside the allowed range [1, %d]"
-                         % (docs_per_shard, MAX_DOCS))
-    if not 0 <= int(heldout_docs) < spec.n_docs:
-        raise ValueError("heldout_docs=%r is outside the allowed range [0, %d)"
-                         % (heldout_docs, spec.n_docs))
-    if dataset.is_remote(output):
-        raise ValueError("write_dataset writes local directories; copy the result to %s "
-                         "afterwards (gsutil -m cp -r)" % output)
-    if os.path.exists(os.path.join(output, dataset.MANIFEST_FILE)) or \
-            os.path.isdir(os.path.join(output, dataset.TRAIN_SPLIT)):
-        if not overwrite:
-            raise ValueError("output %s already holds a dataset; pass overwrite=True "
-                             "(--overwrite) to replace it" % output)
-        for d in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
-            shutil.rmtree(os.path.join(output, d), ignore_errors=True)
-    os.makedirs(output, exist_ok=True)
+    _prepare_output(spec, output, docs_per_shard, heldout_docs, overwrite)
     vocab = vocabulary(spec)
     vh = vocab.hash
     beta = planted_topics(spec)
@@ -259,7 +240,39 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
     vocab.write(os.path.join(output, dataset.VOCAB_FILE))
     from pipelines.exports import write_npy_atomic
     write_npy_atomic(os.path.join(output, PLANTED_TOPICS_FILE), beta)
-    manifest = {
+    manifest = _manifest(spec, n_train, int(heldout_docs), tokens, splits, vh)
+    dataset.write_manifest(output, manifest)
+    return manifest
+
+
+def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_docs,
+                    overwrite: bool) -> None:
+    """Check the arguments of :func:`write_dataset` and clear (with ``overwrite``) or create
+    the local output directory."""
+    spec.validate()
+    if isinstance(docs_per_shard, bool) or not 1 <= int(docs_per_shard) <= MAX_DOCS:
+        raise ValueError("docs_per_shard=%r is outside the allowed range [1, %d]"
+                         % (docs_per_shard, MAX_DOCS))
+    if not 0 <= int(heldout_docs) < spec.n_docs:
+        raise ValueError("heldout_docs=%r is outside the allowed range [0, %d)"
+                         % (heldout_docs, spec.n_docs))
+    if dataset.is_remote(output):
+        raise ValueError("write_dataset writes local directories; copy the result to %s "
+                         "afterwards (gsutil -m cp -r)" % output)
+    if os.path.exists(os.path.join(output, dataset.MANIFEST_FILE)) or \
+            os.path.isdir(os.path.join(output, dataset.TRAIN_SPLIT)):
+        if not overwrite:
+            raise ValueError("output %s already holds a dataset; pass overwrite=True "
+                             "(--overwrite) to replace it" % output)
+        for d in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
+            shutil.rmtree(os.path.join(output, d), ignore_errors=True)
+    os.makedirs(output, exist_ok=True)
+
+
+def _manifest(spec: SyntheticSpec, n_train: int, heldout_docs: int, tokens: dict,
+              splits: dict, vh: str) -> dict:
+    """The manifest of a written synthetic dataset (counts, tokens, vocabulary, shards)."""
+    return {
         "tool": "ldabeam synth (pipelines.synthetic)",
         "format_version": dataset.FORMAT_VERSION,
         "synthetic": dict(asdict(spec), chunk_docs=CHUNK_DOCS,
@@ -274,8 +287,6 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
         "splits": {s: {"documents": sum(x["documents"] for x in v),
                        "tokens": tokens[s], "shards": v} for s, v in splits.items()},
     }
-    dataset.write_manifest(output, manifest)
-    return manifest
 
 
 def _slice(batch: DocBatch, lo: int, hi: int) -> DocBatch:

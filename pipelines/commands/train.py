@@ -255,14 +255,83 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
 
 
 def run(args, beam_argv) -> int:
-    # long because it is the command's steps in order (checks, data, algorithm, output,
-    # runner hand-over, summary); each step is a helper or a check with its own message
+    """The command's steps in order: checks, data, model directory, run settings, algorithm,
+    output, runner hand-over, summary; each step is a helper or a check with its own message."""
     global LAST_SUBMITTED
-    from lda_core.checkpoint import CheckpointStore
     t_setup = time.time()
     _check_args(args)
+    files, shard_hash, vocab_path, vocab = _resolve_data(args)
+    store, state = _open_model_dir(args, vocab, shard_hash)
+    prev = _run_params(state) if state is not None else {}
+    algorithm, minibatch, seed = _resolve_order(args, beam_argv, state, prev)
+    whole_corpus = _capability(algorithm, "whole_corpus")
+    accumulates = _capability(algorithm, "accumulates_passes")
+    if whole_corpus and state is not None:
+        raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
+                         "train again with more --passes (sweeps)")
+    sequential = _capability(algorithm, "sequential")
+    detach = bool(getattr(args, "detach", False))
+    heldout_files = resolve_heldout(args.shards, args.heldout)
+    if heldout_files is not None:
+        dataset.check_vocab_hash(heldout_files, shard_hash)
+    pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
+                                        whole_corpus, accumulates, sequential)
 
-    # --- data: shards, vocabulary and its hash (cheap: Parquet footers only) ---------------
+    from pipelines.shard_stream import ShardStream
+    stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
+                         expected_vocab_hash=shard_hash)
+
+    settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
+    run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
+                    else args.shards, minibatch=minibatch, seed=seed, passes=passes,
+                    n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
+                    algorithm=algorithm, vocab_hash=shard_hash)
+
+    # --- runner dispatch ---------------------------------------------------------------------
+    inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
+    _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
+    if pass_stop is not None and detach:
+        raise ValueError("--passes auto does not apply with --detach (each window is a "
+                         "separate launch that cannot stop the chain); give --passes N")
+    algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
+                           stream, shard_hash)
+
+    from lda_core.trainer import resume_position
+    start = resume_position(state) if state is not None else 0
+    if accumulates:
+        start = None   # one step per pass: the algorithm's step is its position
+    if sequential and not whole_corpus and passes > 1:
+        raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
+                         "1 (got %d)" % (algorithm, passes))
+    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
+    if pass_stop is not None:
+        from lda_core.trainer import check_pass_stop
+        check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
+    _prepare_output(args, vocab_path, vocab)
+    dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
+
+    run_log = _open_run_log(args.output, detach)
+    logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
+                "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
+                passes, stream.total_steps, seed, len(files), time.time() - t_setup)
+    try:
+        res = _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout,
+                         run_info, shard_hash, passes, seed, minibatch, start, pass_stop,
+                         inprocess=inprocess, sequential=sequential,
+                         whole_corpus=whole_corpus, detach=detach)
+    finally:
+        run_log.close()
+    if detach:
+        LAST_SUBMITTED = res
+        _print_detached(args, algorithm, algo, stream, res)
+        return 0
+    _print_summary(args, algorithm, algo, stream, res, pass_stop)
+    return 0
+
+
+def _resolve_data(args):
+    """The shard files, their vocabulary hash, and the vocabulary that matches it (cheap:
+    Parquet footers only); the dataset is checked complete first."""
     dataset.verify(args.shards)       # the dataset is complete: manifest, shards, rows, hashes
     files = dataset.resolve_shards(args.shards)
     shard_hash = dataset.check_vocab_hash(files, None)
@@ -271,8 +340,12 @@ def run(args, beam_argv) -> int:
     if vocab.hash != shard_hash:
         raise ValueError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
+    return files, shard_hash, vocab_path, vocab
 
-    # --- model directory: fresh or resumed ---------------------------------------------------
+
+def _open_model_dir(args, vocab, shard_hash):
+    """The checkpoint store of --output and the state to resume (None for a fresh run)."""
+    from lda_core.checkpoint import CheckpointStore
     keep = args.keep_checkpoints or None
     store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
@@ -287,7 +360,12 @@ def run(args, beam_argv) -> int:
                          "--overwrite to replace it, or choose another --output" % args.output)
     elif args.topics is None:
         raise ValueError("--topics K is required")
-    prev = _run_params(state) if state is not None else {}
+    return store, state
+
+
+def _resolve_order(args, beam_argv, state, prev: Dict[str, Any]):
+    """The algorithm, minibatch size and seed: the options, else the checkpoint's (a resumed
+    run must keep the minibatch order), else the defaults for the runner."""
     algorithm = args.algorithm or (state.algorithm if state is not None else DEFAULT_ALGORITHM)
     minibatch, seed = args.minibatch, args.seed
     if state is not None:
@@ -312,16 +390,12 @@ def run(args, beam_argv) -> int:
                        BEAM_WORKERS_MINIBATCH)
     minibatch = int(minibatch if minibatch is not None else default_minibatch(algorithm))
     seed = int(seed if seed is not None else 0)
-    whole_corpus = _capability(algorithm, "whole_corpus")
-    accumulates = _capability(algorithm, "accumulates_passes")
-    if whole_corpus and state is not None:
-        raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
-                         "train again with more --passes (sweeps)")
-    sequential = _capability(algorithm, "sequential")
-    detach = bool(getattr(args, "detach", False))
-    heldout_files = resolve_heldout(args.shards, args.heldout)
-    if heldout_files is not None:
-        dataset.check_vocab_hash(heldout_files, shard_hash)
+    return algorithm, minibatch, seed
+
+
+def _resolve_passes(args, algorithm, state, prev, heldout_files, detach, whole_corpus,
+                    accumulates, sequential):
+    """The ``--passes auto`` rule (or None) and the number of passes of this run."""
     requested = args.passes
     if requested is None and state is None and not (whole_corpus or accumulates or sequential):
         requested = default_passes(algorithm, heldout_files is not None, detach)
@@ -336,24 +410,13 @@ def run(args, beam_argv) -> int:
     if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
         raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
                          "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
+    return pass_stop, passes
 
-    from pipelines.shard_stream import ShardStream, read_docs
-    stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
-                         expected_vocab_hash=shard_hash)
 
-    settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
-    run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
-                    else args.shards, minibatch=minibatch, seed=seed, passes=passes,
-                    n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
-                    algorithm=algorithm, vocab_hash=shard_hash)
-
-    # --- runner dispatch ---------------------------------------------------------------------
-    inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
-    if pass_stop is not None and detach:
-        raise ValueError("--passes auto does not apply with --detach (each window is a "
-                         "separate launch that cannot stop the chain); give --passes N")
-    # --- the algorithm: fresh or from the checkpoint ----------------------------------------
+def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, stream,
+                    shard_hash):
+    """The algorithm: from the checkpoint (its settings win over the options, with a warning
+    naming the ignored ones) or fresh from the options."""
     if state is not None:
         from lda_core.algorithm import algorithm_class
         given = [k for k, v in settings.items() if v is not None and k != "threads"]
@@ -367,73 +430,54 @@ def run(args, beam_argv) -> int:
         algo = cls.from_state(state, **kw)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
-    else:
-        algo = build_algorithm(algorithm, args.topics, len(vocab), settings=settings,
-                               batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
-                               vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
+        return algo
+    return build_algorithm(algorithm, args.topics, n_words, settings=settings,
+                           batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
+                           vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
 
-    from lda_core.trainer import resume_position
-    start = resume_position(state) if state is not None else 0
-    if accumulates:
-        start = None   # one step per pass: the algorithm's step is its position
-    if sequential and not whole_corpus and passes > 1:
-        raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
-                         "1 (got %d)" % (algorithm, passes))
-    heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
-    if pass_stop is not None:
-        from lda_core.trainer import check_pass_stop
-        check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
-    _prepare_output(args, vocab_path, vocab)
-    dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
+def _open_run_log(output: str, detach: bool):
+    """The run log of MODEL_DIR; with --detach the window's job appends the records, so the
+    launcher neither opens nor reads the log (only its path)."""
     from lda_core.run_log import RUN_LOG_FILE, RunLog
     if detach:
-        # the window's job appends the records; the launcher neither opens nor reads the log
-        run_log = _RunLogPath(dataset.join(args.output, RUN_LOG_FILE))
-    else:
-        run_log = RunLog(dataset.join(args.output, RUN_LOG_FILE))
-    logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
-                "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
-                passes, stream.total_steps, seed, len(files), time.time() - t_setup)
-    try:
-        if sequential and not inprocess:
-            beam_sequential = importlib.import_module("pipelines.beam_sequential")
-            res = beam_sequential.train(
-                algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
-                minibatches_per_window=args.minibatches_per_window, heldout=heldout,
-                eval_every=args.eval_every, checkpoint_store=store,
-                checkpoint_every=args.checkpoint_every, run_log=run_log,
-                resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
-                beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
-        elif whole_corpus:
-            res = _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log,
-                               run_info)
-        elif inprocess:
-            from lda_core.trainer import train
-            res = train(algo, stream, heldout=heldout, eval_every=args.eval_every,
-                        checkpoint_store=store, checkpoint_every=args.checkpoint_every,
-                        run_log=run_log, progress=not args.no_progress,
-                        max_steps=args.max_steps, total_steps=stream.total_steps,
-                        start_step=start, rel_tol=args.rel_tol, run_info=run_info,
-                        pass_stop=pass_stop)
-        else:
-            beam_train = importlib.import_module("pipelines.beam_train")
-            res = beam_train.train(
-                algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
-                minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
-                heldout=heldout, eval_every=args.eval_every, checkpoint_store=store,
-                checkpoint_every=args.checkpoint_every, run_log=run_log,
-                resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
-                beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
-                progress=not args.no_progress, detach=detach, pass_stop=pass_stop)
-    finally:
-        run_log.close()
-    if detach:
-        LAST_SUBMITTED = res
-        _print_detached(args, algorithm, algo, stream, res)
-        return 0
-    _print_summary(args, algorithm, algo, stream, res, pass_stop)
-    return 0
+        return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
+    return RunLog(dataset.join(output, RUN_LOG_FILE))
+
+
+def _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout, run_info,
+               shard_hash, passes, seed, minibatch, start, pass_stop, *, inprocess, sequential,
+               whole_corpus, detach):
+    """Train on the chosen path: the Beam sequential chain, the batch Gibbs sampler, the
+    in-process trainer, or the Beam windowed trainer (which may submit one detached window)."""
+    if sequential and not inprocess:
+        beam_sequential = importlib.import_module("pipelines.beam_sequential")
+        return beam_sequential.train(
+            algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
+            minibatches_per_window=args.minibatches_per_window, heldout=heldout,
+            eval_every=args.eval_every, checkpoint_store=store,
+            checkpoint_every=args.checkpoint_every, run_log=run_log,
+            resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
+            beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
+    if whole_corpus:
+        return _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log, run_info)
+    if inprocess:
+        from lda_core.trainer import train
+        return train(algo, stream, heldout=heldout, eval_every=args.eval_every,
+                     checkpoint_store=store, checkpoint_every=args.checkpoint_every,
+                     run_log=run_log, progress=not args.no_progress,
+                     max_steps=args.max_steps, total_steps=stream.total_steps,
+                     start_step=start, rel_tol=args.rel_tol, run_info=run_info,
+                     pass_stop=pass_stop)
+    beam_train = importlib.import_module("pipelines.beam_train")
+    return beam_train.train(
+        algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
+        minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
+        heldout=heldout, eval_every=args.eval_every, checkpoint_store=store,
+        checkpoint_every=args.checkpoint_every, run_log=run_log,
+        resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
+        beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
+        progress=not args.no_progress, detach=detach, pass_stop=pass_stop)
 
 
 def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
