@@ -140,7 +140,7 @@ class ChildPeak:
 def breakdown(run_log_path: str):
     """Phase seconds per step and bytes, summed over the run's ``timing`` records."""
     from lda_core.run_log import read_run_log
-    from lda_core.session import sum_timing
+    from lda_core.phase_times import sum_timing
     return sum_timing(read_run_log(run_log_path, "timing"))
 
 

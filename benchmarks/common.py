@@ -40,8 +40,8 @@ TARGET_LL = -8.37           # issue 3: no worse than -8.35 - 0.02
 def protocol_train_args(shards: str, model: str, threads=None) -> list:
     """``ldabeam train`` arguments for one pass of online VB with the protocol above, no
     held-out evaluation and one checkpoint at the end (what the training benchmarks time)."""
-    args = ["--shards", shards, "--output", model, "--topics", K, "--alpha", ALPHA,
-            "--eta", ETA, "--minibatch", BATCH, "--kappa", KAPPA, "--tau0", TAU0,
+    args = ["--shards", shards, "--output", model, "--algorithm", "online-vb", "--topics", K,
+            "--alpha", ALPHA, "--eta", ETA, "--minibatch", BATCH, "--kappa", KAPPA, "--tau0", TAU0,
             "--passes", 1, "--heldout", "none", "--eval-every", 0, "--checkpoint-every", 0,
             "--no-progress"]
     if threads:

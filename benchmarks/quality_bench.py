@@ -178,7 +178,7 @@ def train_in_process(name, data, K, seed, max_passes, min_gain, bench, passes=No
     batches = [DocBatch.from_csr(Xs[s:s + common.BATCH],
                                  doc_ids=[str(i) for i in order[s:s + common.BATCH]])
                for s in range(0, D, common.BATCH)]
-    from lda_core.session import PassStop
+    from lda_core.pass_stop import PassStop
     alg = make_algorithm(name, K, X, seed)
     rule = PassStop(min_gain, max_passes)     # the rule of `ldabeam train --passes auto`
     best, best_phi, used, elapsed, hist = -np.inf, None, 0, 0.0, []

@@ -207,19 +207,28 @@ def test_beam_train_bench(bench_env, tmp_path):
 
 def test_vectorize_bench(bench_env, tmp_path):
     js = tmp_path / "vectorize.json"
-    out, _ = run(bench_env, "vectorize_bench.py", "--limit", 200, "--json", js)
+    out, _ = run(bench_env, "vectorize_bench.py", "--limit", 200, "--copies", 1,
+                 "--table-copies", 1, "--json", js)
     grab(r"gensim WikiCorpus\(processes=2\): %s docs" % NUMBER, out)
     for name in ("in-process", r"multi_processing x2"):
-        grab(r"ldabeam vectorize %s: .* ratio vs gensim %s \(vs gensim's first pass alone %s\)"
+        grab(r"ldabeam vectorize %s: docs/s ratio vs gensim %s, CPU-time ratio %s"
              % (name, NUMBER, NUMBER), out)
     with open(js) as f:
         rec = json.load(f)
     assert rec["limit"] == 200
-    for name in ("ldabeam in-process", "ldabeam multi_processing x2"):
-        r = rec[name]
-        for k in ("ratio_vs_gensim", "ratio_vs_gensim_pass1", "cpu_ratio_vs_gensim"):
-            assert finite(r[k], k) > 0
-        assert r["same_output_size"], r          # the same documents, tokens and vocabulary
+    rows = rec["rows"]
+    assert {r["format"] for r in rows} == {"jsonl", "csv", "parquet", "wiki"}
+    assert {r["runner"] for r in rows} == {"in-process", "multi_processing x2"}
+    for r in rows:
+        assert finite(r["mb_per_cpu_s"], "mb_per_cpu_s") > 0 and r["target"] > 0
+        assert r["met"] == (r["mb_per_cpu_s"] >= r["target"])
+    # the same documents, tokens and vocabulary from both runners and both table formats
+    assert all(rec["same_output"]["same_across_runners"].values()), rec["same_output"]
+    assert all(rec["same_output"]["same_across_table_formats"].values()), rec["same_output"]
+    for r in rows:
+        if r["format"] == "wiki":
+            assert finite(r["ratio_vs_gensim"], "ratio_vs_gensim") > 0
+            assert r["same_output_size_as_gensim"], r
 
 
 def test_memory_bench(news20, tmp_path):
