@@ -28,12 +28,12 @@ import inspect
 import logging
 import os
 import shutil
-import sys
 import time
 from typing import Any, Dict, List, Optional
 
 from pipelines import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
+from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
@@ -323,9 +323,9 @@ def run(args, beam_argv) -> int:
         run_log.close()
     if detach:
         LAST_SUBMITTED = res
-        _print_detached(args, algorithm, algo, stream, res)
+        print_detached(args, algorithm, algo, stream, res)
         return 0
-    _print_summary(args, algorithm, algo, stream, res, pass_stop)
+    print_summary(args, algorithm, algo, stream, res, pass_stop)
     return 0
 
 
@@ -513,56 +513,3 @@ class _RunLogPath:
 
     def close(self) -> None:
         pass
-
-
-def _print_detached(args, algorithm, algo, stream, sub) -> None:
-    """What a detached launch did: the window it submitted, where its results will be."""
-    out = sys.stdout
-    if sub.result is None:
-        print("training is complete: position %d of %d (%s); no job submitted"
-              % (sub.start, sub.total, "--max-steps reached" if args.max_steps is not None
-                 and sub.total == args.max_steps else "every pass done"), file=out)
-        print("  model: %s" % args.output, file=out)
-        return
-    from pipelines import detached
-    print("%s %s: K=%d, V=%d, D=%d documents, minibatch %d; window of minibatches %d..%d "
-          "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
-                               algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
-                               sub.start, sub.stop, sub.total, sub.run_key), file=out)
-    if sub.runs_here:
-        sub.wait()
-        print("  --detach: the %s runs the job in this process, so it was waited for (%s)"
-              % (args.runner, detached.describe(sub.result, sub.runner)), file=out)
-    else:
-        print("  job: %s" % detached.describe(sub.result, sub.runner), file=out)
-        print("  when the job ends it has published the checkpoint of position %d "
-              "(%s/checkpoints/LATEST) and appended the window to %s/run_log.jsonl; then "
-              "launch again with --resume%s" % (sub.stop, args.output, args.output,
-                                                "" if sub.stop < sub.total
-                                                else " (this is the last window)"), file=out)
-    print("  model: %s (vocab.tsv, checkpoints/, run_log.jsonl)" % args.output, file=out)
-
-
-def _print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
-    step = getattr(res, "step", getattr(algo, "step", None))
-    out = sys.stdout
-    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %d passes planned"
-          % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
-             stream.passes), file=out)
-    if pass_stop is not None:
-        print("  --passes auto: %s after %d passes (held-out LL/token by pass: %s)"
-              % (pass_stop.reason() or "not stopped", len(pass_stop.scores),
-                 ", ".join("%.4f" % x for x in pass_stop.scores)), file=out)
-    if res is not None and hasattr(res, "elapsed"):
-        print("  step %s (%d this run), %d documents seen, %.1f s"
-              % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)
-        m = res.metrics or {}
-        if "completion_ll_per_token" in m:
-            print("  held-out document completion: %.4f log-likelihood/token (perplexity %.1f)"
-                  % (m["completion_ll_per_token"], m["completion_perplexity"]), file=out)
-        if "per_word_bound" in m:
-            print("  held-out per-word bound (eq. 16): %.4f (perplexity bound %.1f)"
-                  % (m["per_word_bound"], m["perplexity_bound"]), file=out)
-        if res.checkpoint:
-            print("  checkpoint: %s" % res.checkpoint, file=out)
-    print("  model: %s (vocab.tsv, checkpoints/, run_log.jsonl)" % args.output, file=out)
