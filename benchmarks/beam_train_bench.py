@@ -6,12 +6,12 @@ Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs 
 VB (K = 100, α=0.1, η=0.01, κ=0.7, τ0=64), minibatch S (default 4,096), one pass, in one
 process, one after the other:
 
-1. ``in-process``: the in-process trainer (``lda_core.trainer.train``, numba threads: the
+1. ``in-process``: the in-process trainer (``lda_core.training.trainer.train``, numba threads: the
    reference);
 2. ``beam-in-process``: the Beam trainer on the DirectRunner in-process (``in_memory``);
 3. ``beam-workers-2``: the Beam trainer on the DirectRunner with 2 worker processes
    (``multi_processing``): one stage per step, each worker advancing its own copy of the
-   state (:mod:`pipelines.beam_chain`); and ``beam-workers-2-two-stage``, the same with the
+   state (:mod:`pipelines.training.beam_chain`); and ``beam-workers-2-two-stage``, the same with the
    two stages per step remote runners run (E-step; combine and global step in one worker,
    state handed to the others as a file);
 4. ``portable-pool`` (``--portable``): the PortableRunner with a local job service and an
@@ -22,7 +22,7 @@ run: the machine is shared; the load average is printed and saved), wall and CPU
 ``time.process_time`` of this process plus the reaped worker processes' ``RUSAGE_CHILDREN``;
 the portable pool's workers are not children of this process and are not counted), the
 breakdown per step summed from the run log's ``timing`` records
-(:func:`lda_core.phase_times.timing_record`: E-step, state delivery, statistics
+(:func:`lda_core.training.phase_times.timing_record`: E-step, state delivery, statistics
 encode/combine/decode, global step, publish, pipeline start-up, and the remainder), and the
 final λ against the in-process run (bit-identical, or the max relative difference).
 
@@ -82,7 +82,7 @@ def synth(out: str, docs: int, words: int, topics: int) -> str:
 
 
 def _algo(K, V, D, S, vh):
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     return OnlineVB(K, V, alpha=common.ALPHA, eta=common.ETA, kappa=common.KAPPA,
                     tau0=common.TAU0, batch_size=S, corpus_size=D, seed=0, vocab_hash=vh)
 
@@ -139,8 +139,8 @@ class ChildPeak:
 
 def breakdown(run_log_path: str):
     """Phase seconds per step and bytes, summed over the run's ``timing`` records."""
-    from lda_core.run_log import read_run_log
-    from lda_core.phase_times import sum_timing
+    from lda_core.storage.run_log import read_run_log
+    from lda_core.training.phase_times import sum_timing
     return sum_timing(read_run_log(run_log_path, "timing"))
 
 
@@ -185,8 +185,8 @@ def _print_row(r):
 
 
 def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None):
-    from lda_core.run_log import RunLog
-    from pipelines import beam_train, beam_window
+    from lda_core.storage.run_log import RunLog
+    from pipelines.training import beam_train, beam_window
     beam_window.CHAINED_STEPS = not name.endswith("-two-stage")
     md = os.path.join(tmp, name)
     os.makedirs(md, exist_ok=True)
@@ -257,10 +257,10 @@ def main(argv=None):
                                  "beam_train_bench_big.json" if args.big_only
                                  else "beam_train_bench.json")
     logging.basicConfig(level=logging.WARNING)
-    from lda_core.run_log import RunLog
-    from lda_core.trainer import train as inprocess_train
-    from pipelines import dataset
-    from pipelines.shard_stream import ShardStream, read_shard
+    from lda_core.storage.run_log import RunLog
+    from lda_core.training.trainer import train as inprocess_train
+    from pipelines.ingest import dataset
+    from pipelines.training.shard_stream import ShardStream, read_shard
 
     if args.big_only:
         tmp = tempfile.mkdtemp(prefix="beam-bench-")
@@ -330,7 +330,7 @@ def main(argv=None):
 
 def big_run(args, tmp):
     """K = 1,000, V = 100,000 on 2 worker processes: peak RSS per worker vs the state."""
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     K, V, S = 1000, 100000, args.big_minibatch
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.big_docs, V, K)), args.big_docs,
                V, K)

@@ -249,7 +249,7 @@ WINDOW_PHASES = ("pipeline_build", "pipeline_start", "pipeline_finish", "checkpo
 
 # the runners closest to a cluster first: worker processes running the two stages per step
 # that remote runners run (local runs chain one stage per step through files every worker
-# reads: pipelines.beam_window.chained), then an external worker pool, then any workers
+# reads: pipelines.training.beam_window.chained), then an external worker pool, then any workers
 CLUSTER_RUNNERS = ("beam-workers-2-two-stage", "portable-pool", "beam-workers-2",
                    "beam 2 workers")
 
@@ -291,8 +291,8 @@ def _overhead(r: dict, tag: str, src: dict) -> float:
 def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float:
     """Seconds of one online-VB global step at (K, V) with every word touched (the fastest of
     ``repeats``): the fallback when no results file has the global step."""
-    from lda_core.online_vb import OnlineVB
-    from lda_core.vb_stats import VBStats
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.algorithms.vb_stats import VBStats
     rng = np.random.default_rng(0)
     algo = OnlineVB(K, V, batch_size=4096, corpus_size=1_000_000, seed=0)
     best = float("inf")
@@ -308,8 +308,8 @@ def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float
 def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
     """Bytes per topic-word value of the online-VB state's arrays and of a dense statistics
     block as encoded for the combine, measured on the code at a small (K, V)."""
-    from lda_core.online_vb import OnlineVB
-    from lda_core.vb_stats import VBStats
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.algorithms.vb_stats import VBStats
     state = OnlineVB(K, V, seed=0).to_state()
     state_bytes = sum(np.asarray(a).nbytes for a in state.arrays.values())
     stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
@@ -537,9 +537,9 @@ def union_bound_check(src: dict, sizes=(16, 256, 4096)) -> None:
 def window_settings(src: dict) -> tuple:
     """Documents per window with worker processes / a cluster, and the cap on minibatches per
     window: the Beam trainer's own defaults."""
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     src["windows"] = ("%d documents per window (at most %d minibatches): "
-                      "pipelines.beam_train.DOCS_PER_WINDOW_WORKERS / MAX_WINDOW; one pipeline "
+                      "pipelines.training.beam_train.DOCS_PER_WINDOW_WORKERS / MAX_WINDOW; one pipeline "
                       "(a Dataflow job) per window" % (beam_train.DOCS_PER_WINDOW_WORKERS,
                                                        beam_train.MAX_WINDOW))
     return beam_train.DOCS_PER_WINDOW_WORKERS, beam_train.MAX_WINDOW

@@ -15,7 +15,7 @@ From the run log: every held-out evaluation (document completion LL/token on the
 held-out documents, at every 50 steps and at every pass end) with the training seconds it
 came at; the best score and the seconds to reach it; the seconds the default needed to pass
 online VB's best. From ``ldabeam evaluate`` on the final checkpoint: dead and effective topics
-and NPMI on a seeded sample of training documents (``lda_core.evaluation``).
+and NPMI on a seeded sample of training documents (``lda_core.evaluation.metrics``).
 
 Corpora (``--corpora``): ``sample`` (the bundled Wikipedia sample, K = 20), ``kos``, ``nips``
 (UCI, K = 100), ``20news16`` (the prepared 20 Newsgroups training shards written 16 times,
@@ -78,7 +78,7 @@ def build(name: str, work: str, news_cache: str) -> str:
 
 def train(ds: str, model: str, K: int, extra, max_minutes: float) -> dict:
     """One ``ldabeam train`` child, stopped after ``max_minutes``; its evaluations."""
-    from lda_core.run_log import read_run_log
+    from lda_core.storage.run_log import read_run_log
     shutil.rmtree(model, ignore_errors=True)
     cmd = common.LDABEAM + ["--log-level", "WARNING", "train", "--shards", ds, "--output",
                             model, "--topics", str(K), "--no-progress"] + list(extra)

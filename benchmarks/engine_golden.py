@@ -68,8 +68,8 @@ def runs():
 
 
 def digest_store(md):
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.run_log import read_run_log
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.storage.run_log import read_run_log
     store = CheckpointStore(md)
     cks = {}
     for c in store.list_checkpoints():
@@ -117,7 +117,8 @@ def run_stream(tmp):
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import window
-    from pipelines import stream, stream_parse, synthetic
+    from pipelines.streaming import stream, stream_parse
+    from pipelines.ingest import synthetic
     from test_stream import _messages, _model, V, K, W
     spec = synthetic.SyntheticSpec(n_docs=320, n_words=V, n_topics=K, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)

@@ -28,7 +28,7 @@ acc_d += (n_dw / phinorm_dw) B_w, i.e. 2 multiply-adds per topic = ``4 K`` FLOPs
 (:func:`flops_per_nnz_iter`); the one division per non-zero and the per-document, per-topic
 exp(ψ(γ)) of each iteration are not counted (nor are the bound and the statistics, done
 once per document), so the count is a lower bound on the work done. FLOPs of a run =
-4 K · Σ_d iterations_d · nnz_d, divided by the CPU seconds of :func:`lda_core.estep_vb.estep`
+4 K · Σ_d iterations_d · nnz_d, divided by the CPU seconds of :func:`lda_core.algorithms.estep_vb.estep`
 (the E-step given the minibatch's exp(E[log β]) rows: fixed point + bound + statistics) --
 FLOPs per busy core-second -- against one core's float32 peak (:func:`cpu_peak`: clock × SIMD
 lanes × FMA units × 2). ``peak_fraction_fixed_point`` leaves out the bound and the statistics
@@ -50,10 +50,10 @@ import scipy.sparse as sp
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from lda_core import estep_vb  # noqa: E402
+from lda_core.algorithms import estep_vb  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
-from lda_core.vb_gamma_init import doc_keys, init_gamma  # noqa: E402
-from lda_core.online_vb import OnlineVB  # noqa: E402
+from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma  # noqa: E402
+from lda_core.algorithms.online_vb import OnlineVB  # noqa: E402
 
 SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",
                              os.path.join(os.path.dirname(REPO), "shared", "data"))

@@ -79,7 +79,7 @@ def main(argv=None):
                     help="only N posts, evenly spaced over the groups, none held out (smoke "
                          "tests; default: all but 1,000 held out)")
     a = ap.parse_args(argv)
-    from lda_core.gibbs import CollapsedGibbs
+    from lda_core.algorithms.gibbs import CollapsedGibbs
     batch = load_corpus(a.cache, a.max_docs)
     V = int(batch.word_ids.max()) + 1
     n_tok = int(batch.counts.sum())

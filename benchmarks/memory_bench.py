@@ -23,8 +23,8 @@ from benchmarks import common  # noqa: E402
 def write_repeated(src: str, dst: str, times: int) -> None:
     """Dataset ``dst`` = the train shards of ``src`` written ``times`` times (ids suffixed)."""
     from lda_core.docbatch import DocBatch
-    from pipelines import dataset
-    from pipelines.shard_stream import read_shard
+    from pipelines.ingest import dataset
+    from pipelines.training.shard_stream import read_shard
     if os.path.exists(os.path.join(dst, "manifest.json")):
         return
     shutil.rmtree(dst, ignore_errors=True)
@@ -53,7 +53,7 @@ def train_peak(shards: str, model: str, threads=None):
     cmd = (common.LDABEAM + ["--log-level", "WARNING", "train"]
            + common.protocol_train_args(shards, model, threads))
     wall, rss, _ = common.run_child_peak_rss(cmd)
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     n = dataset.count_documents(dataset.resolve_shards(shards))
     return dict(docs=n, wall_s=wall, peak_rss_mb=rss)
 

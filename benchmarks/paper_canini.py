@@ -127,7 +127,7 @@ def build_dataset(name, min_df=5, max_df_frac=0.5, max_docs=0):
 
 
 def _nmi(labels, clusters):
-    from lda_core.evaluation import normalized_mutual_information
+    from lda_core.evaluation.metrics import normalized_mutual_information
     return normalized_mutual_information(list(labels), list(clusters))
 
 
@@ -135,9 +135,9 @@ def run_one(task):
     """All algorithms on one (dataset, seed): returns a list of trace rows."""
     (name, batch, vocab_size, seed, args) = task
     sys.path.insert(0, os.path.dirname(HERE))
-    from lda_core.gibbs import CollapsedGibbs
-    from lda_core.online_samplers import IncrementalGibbs, OLDA
-    from lda_core.particle_filter import ParticleFilter
+    from lda_core.algorithms.gibbs import CollapsedGibbs
+    from lda_core.algorithms.online_samplers import IncrementalGibbs, OLDA
+    from lda_core.algorithms.particle_filter import ParticleFilter
     labels = np.array(batch.labels)
     K = len(set(labels))
     D = len(batch.doc_ids)

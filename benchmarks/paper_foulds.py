@@ -11,7 +11,7 @@ Protocol (the paper's settings where it gives them, ../shared/bench for the rest
 - online VB ("SVB" in the paper): α = 0.1, η = 0.01 and, as the paper also tried, the +0.5
   offsets α = 0.6, η = 0.51; schedule (64 + t)^-0.7 (the harness protocol: the paper's
   s/(τ+t)^κ with s = 10 cannot be expressed by OnlineVB's (τ0+t)^-κ), D = training documents;
-- score: document completion (``lda_core.evaluation.document_completion``, the harness's
+- score: document completion (``lda_core.evaluation.metrics.document_completion``, the harness's
   evaluator, α = 0.1, 100 iterations) on the held-out halves, every ``--eval-points`` along
   the run; the clock (wall and process CPU) counts training only, evaluation is excluded.
 
@@ -76,20 +76,20 @@ def load(name: str):
 
 
 def score(algo, a, b) -> float:
-    from lda_core.evaluation import document_completion
+    from lda_core.evaluation.metrics import document_completion
     return float(document_completion(algo.topic_word(), a, b)["ll_per_token"])
 
 
 def make(kind: str, V: int, train, K: int, batch: int, seed: int, threads):
     if kind == "scvb0":
-        from lda_core.scvb0 import SCVB0
+        from lda_core.algorithms.scvb0 import SCVB0
         return SCVB0(K, V, alpha=0.1, eta=0.01, batch_size=batch, corpus_tokens=train.n_tokens,
                      seed=seed, n_threads=threads)
     if kind == "sparse-gibbs-vb":
-        from lda_core.sparse_gibbs_vb import SparseGibbsVB
+        from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
         return SparseGibbsVB(K, V, batch_size=batch, corpus_size=train.n_docs, seed=seed,
                              n_threads=threads)
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     off = 0.5 if kind == "online-vb+0.5" else 0.0
     return OnlineVB(K, V, alpha=0.1 + off, eta=0.01 + off, kappa=0.7, tau0=64.0,
                     batch_size=batch, corpus_size=train.n_docs, seed=seed, n_threads=threads)

@@ -3,7 +3,7 @@
 
 1. Quality at K = 200 (paper Fig. 2): after the same number of passes (minibatches of 100
    documents, the same seeded order), the UMass coherence of every topic (top 10 words,
-   ε = 1, on the training documents: ``lda_core.evaluation.umass_coherence``), its mean, and
+   ε = 1, on the training documents: ``lda_core.evaluation.metrics.umass_coherence``), its mean, and
    the number of very poor topics, counted two ways: topics in the worst decile of the pooled
    per-topic coherences of all models of the run, and topics with C(k) < ``--poor`` (default
    -250, i.e. below ≈ -5.6 per word pair). Held-out document completion is reported too.
@@ -38,10 +38,10 @@ from benchmarks import paper_foulds as pf  # noqa: E402
 
 def make(kind, K, V, train, seed, threads):
     if kind == "sparse-gibbs-vb":
-        from lda_core.sparse_gibbs_vb import SparseGibbsVB
+        from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
         return SparseGibbsVB(K, V, batch_size=100, corpus_size=train.n_docs, seed=seed,
                              n_threads=threads)
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     eta = 0.5 if "eta0.5" in kind else 0.01
     # "-5iter": the paper's online-VB baseline, as many coordinate-ascent steps per document
     # as the sampler makes sweeps (B + S = 5, §4.2)
@@ -123,7 +123,7 @@ def main(argv=None):
         plot(saved("paper_mimno_quality.csv"), saved("paper_mimno_topics.csv"),
              saved("paper_mimno_speed.csv"), os.path.join(a.out, "paper_mimno.png"))
         return 0
-    from lda_core.evaluation import document_completion, umass_coherence
+    from lda_core.evaluation.metrics import document_completion, umass_coherence
     train, ha, hb, V = pf.load("20news")
     print("# 20news: %d training documents, V=%d" % (train.n_docs, V), flush=True)
     quality, topics = [], []

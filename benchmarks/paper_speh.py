@@ -20,7 +20,7 @@ permutation (``--sizes``, default 2000, 4000, 8000 and all 17,784), K = 100, α 
 * collapsed Gibbs: ``--sweeps`` sweeps (default 300; the paper ran 1000 without converging),
   φ averaged over the sweeps after the first half (burn-in), AD-LDA on 2 threads.
 
-Every model is judged by the same evaluator (``lda_core.evaluation.document_completion``, the
+Every model is judged by the same evaluator (``lda_core.evaluation.metrics.document_completion``, the
 harness's protocol: θ fit on one half of each held-out document, log-likelihood per token of
 the other half; perplexity = exp(−that)), and the VB models also by the per-word bound of
 Hoffman et al. eq. 16 (the paper's perplexity bound) on the whole held-out documents. Training
@@ -58,14 +58,14 @@ def _load():
 
 
 def _evaluate(algo, a, b, whole):
-    from lda_core.evaluation import document_completion
+    from lda_core.evaluation.metrics import document_completion
     ll = float(document_completion(algo.topic_word(), a, b, alpha=ALPHA)["ll_per_token"])
     bound = float(algo.per_word_bound(whole)) if hasattr(algo, "per_word_bound") else None
     return ll, bound
 
 
 def train_online_vb(train, V, seed, threads):
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     algo = OnlineVB(K, V, alpha=ALPHA, eta=ETA, kappa=common.KAPPA, tau0=common.TAU0,
                     batch_size=common.BATCH, corpus_size=train.n_docs, seed=seed,
                     n_threads=threads)
@@ -76,7 +76,7 @@ def train_online_vb(train, V, seed, threads):
 
 
 def train_batch_vb(train, V, seed, threads, max_passes):
-    from lda_core.online_vb import BatchVB
+    from lda_core.algorithms.online_vb import BatchVB
     algo = BatchVB(K, V, alpha=ALPHA, eta=ETA, corpus_size=train.n_docs, seed=seed,
                    n_threads=threads)
     chunks = [train.take(range(s, min(train.n_docs, s + 4096)))
@@ -86,7 +86,7 @@ def train_batch_vb(train, V, seed, threads, max_passes):
 
 
 def train_gibbs(train, V, seed, sweeps):
-    from lda_core.gibbs import CollapsedGibbs
+    from lda_core.algorithms.gibbs import CollapsedGibbs
     algo = CollapsedGibbs(K, V, alpha=ALPHA, eta=ETA, n_parts=2, seed=seed,
                           burn_in=sweeps // 2)
     algo.fit(train, sweeps=sweeps)

@@ -30,8 +30,8 @@ import common  # noqa: E402  (benchmarks/common.py)
 
 
 def worker(store, data_path, particles, ess, n_rejuv, seed):
-    from lda_core.gibbs import CollapsedGibbs
-    from lda_core.particle_filter import ParticleFilter
+    from lda_core.algorithms.gibbs import CollapsedGibbs
+    from lda_core.algorithms.particle_filter import ParticleFilter
     with open(data_path, "rb") as f:
         stream, V, K = pickle.load(f)
     D = len(stream.doc_ids)

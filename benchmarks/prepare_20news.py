@@ -132,7 +132,7 @@ def prepare(cache: str, force: bool = False, limit=None) -> dict:
 
 def check_vocab_order(cache: str) -> None:
     """The datasets' vocabulary must be the harness's vocab.txt in the same order."""
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     with open(os.path.join(cache, "bench", "vocab.txt")) as f:
         harness = [l.rstrip("\n") for l in f]
     if harness and harness[-1] == "":

@@ -155,8 +155,8 @@ def prepare_small(bench, name: str, cache: str) -> str:
 
 def make_algorithm(name: str, K: int, X, seed: int):
     """``name`` with the protocol's α, η (and κ, τ0, S for the online VB family); SCVB0 keeps
-    its own step-size schedules (lda_core.scvb0) and is given the corpus size in tokens."""
-    from lda_core.algorithm import algorithm_class
+    its own step-size schedules (lda_core.algorithms.scvb0) and is given the corpus size in tokens."""
+    from lda_core.algorithms.algorithm import algorithm_class
     D, V = X.shape
     kw = dict(alpha=common.ALPHA, eta=common.ETA, seed=seed, batch_size=common.BATCH)
     if name == "scvb0":
@@ -178,7 +178,7 @@ def train_in_process(name, data, K, seed, max_passes, min_gain, bench, passes=No
     batches = [DocBatch.from_csr(Xs[s:s + common.BATCH],
                                  doc_ids=[str(i) for i in order[s:s + common.BATCH]])
                for s in range(0, D, common.BATCH)]
-    from lda_core.pass_stop import PassStop
+    from lda_core.training.pass_stop import PassStop
     alg = make_algorithm(name, K, X, seed)
     rule = PassStop(min_gain, max_passes)     # the rule of `ldabeam train --passes auto`
     best, best_phi, used, elapsed, hist = -np.inf, None, 0, 0.0, []

@@ -5,7 +5,7 @@ Trains one pass of online VB (K=100, S=256, alpha=0.1, eta=0.01, kappa=0.7, tau0
 Newsgroups settings of ../shared/bench) with ``ldabeam train`` (the in-process runner, numba
 threads) in a child process on
 
-* synthetic corpora from the LDA generative model (:mod:`pipelines.synthetic`; V=8,000 like
+* synthetic corpora from the LDA generative model (:mod:`pipelines.ingest.synthetic`; V=8,000 like
   Hoffman et al.'s 7,995-word Wikipedia vocabulary, 100 planted topics, mean length 150
   tokens) of 20k, 80k and 320k documents, 20k documents per shard;
 * 20 Newsgroups prepared as the bench harness does (``benchmarks/prepare_20news.py``; 17,784
@@ -85,7 +85,7 @@ FIXED_FIELDS = ["fixed_iter", "fixed_iterations_per_doc", "fixed_docs_per_cpu_s"
 
 
 def synthetic_dataset(root: str, n_docs: int, doc_length: float, seed: int) -> str:
-    from pipelines import synthetic
+    from pipelines.ingest import synthetic
     out = os.path.join(root, "syn_%d_L%g_s%d" % (n_docs, doc_length, seed))
     if os.path.exists(os.path.join(out, "manifest.json")):
         return out
@@ -153,7 +153,7 @@ def child_main(argv, zero_tol: bool = False) -> int:
     ``zero_tol`` (``--child-zero-tol``): every E-step runs with convergence threshold 0, i.e.
     exactly ``--max-iter`` iterations per document (the threshold is a strict ``<``; the
     state's own ``tol`` is restored after each call, so checkpoints are unchanged)."""
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     from pipelines.cli import main
     total = {"iterations": 0, "docs": 0}
     steps = {k: [] for k in ("cpu_end", "estep_cpu", "global_cpu", "docs", "iterations",
@@ -278,7 +278,7 @@ def _train_cmd(shards: str, model: str, threads=None, zero_tol: bool = False):
 def train_once(shards: str, model: str, threads=None, fixed_iter: int = 0) -> dict:
     """One pass in a child; wall, peak RSS and the trainer's own seconds (with
     ``fixed_iter``, also the CPU breakdown and the fixed-work pass)."""
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     before = startup_run(shards, model, threads)
     shutil.rmtree(model, ignore_errors=True)
     cmd = _train_cmd(shards, model, threads)

@@ -6,7 +6,7 @@ Data: benchmarks/prepare_20news.py (the harness's train.npz and document-complet
 test_a/test_b of 1,000 held-out documents). Both estimators get the same parameters
 (n_components, doc_topic_prior, topic_word_prior, learning_decay, learning_offset, batch_size,
 max_iter, mean_change_tol, max_doc_update_iter, random_state) and the same CSR matrix; the
-score is the harness's document completion (``lda_core.evaluation.document_completion`` on
+score is the harness's document completion (``lda_core.evaluation.metrics.document_completion`` on
 φ = components_ / row sums, α = 0.1), higher is better. Times are measured in this one process
 (wall and process CPU seconds, all threads); the machine is shared, so the CPU ratio is the
 steadier number. Both run with random_state 0..SEEDS-1; the score compared is the mean over
@@ -56,7 +56,7 @@ def main(argv=None):
     if not os.path.exists(os.path.join(bench, "train.npz")):
         raise SystemExit("run benchmarks/prepare_20news.py first (%s missing)" % bench)
     from sklearn.decomposition import LatentDirichletAllocation
-    from lda_core.evaluation import document_completion
+    from lda_core.evaluation.metrics import document_completion
     from lda_core.sklearn_api import OnlineLDA
     X = sp.load_npz(os.path.join(bench, "train.npz")).tocsr().astype(np.float64)
     if a.max_docs:

@@ -14,7 +14,7 @@ after 100 Gibbs sweeps on 2 workers (-7.956 in ../shared/bench/README.md; the sc
    /tmp/peers/bin/pip install tomotopy numpy scipy``).
 2. SCVB0 (α = 0.1, η = 0.01, the paper's schedules, minibatches of ``--batch`` documents,
    2 numba threads) trains pass after pass on the same training split and is evaluated with
-   ``lda_core.evaluation.document_completion`` (the same protocol) every ``1/--evals-per-pass``
+   ``lda_core.evaluation.metrics.document_completion`` (the same protocol) every ``1/--evals-per-pass``
    pass; the clock counts training only (evaluations excluded, as the harness excludes
    tomotopy's). It stops at the first evaluation with LL/token >= target (or after
    ``--max-passes``).
@@ -97,7 +97,7 @@ def main(argv=None):
               "scipy" % python, flush=True)
 
     # SCVB0: warm the numba kernels (compile or load from cache) outside the clock
-    from lda_core.scvb0 import SCVB0
+    from lda_core.algorithms.scvb0 import SCVB0
     warm = SCVB0(100, V, corpus_tokens=train.n_tokens, n_threads=a.threads)
     warm.global_step(warm.local_step(train.take(range(10))))
     warm.infer(train.take(range(2)))

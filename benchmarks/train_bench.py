@@ -10,7 +10,7 @@ Settings of ../shared/bench/README.md: K=100, α=0.1, η=0.01, S=256, κ=0.7, τ
   harness's own ``bench_peers.py _child`` (exact harness arguments and timing) in child
   processes; VW only where ``vowpalwabbit`` imports (``--vw-python`` names an interpreter
   that has it, e.g. a separate venv: it is not a project dependency);
-* every topic-word matrix is judged by OUR evaluator (``lda_core.evaluation``
+* every topic-word matrix is judged by OUR evaluator (``lda_core.evaluation.metrics``
   document completion on the harness's fixed halves test_a / test_b, α = 0.1), and ours also
   by the harness itself (``ldabeam export --format phi-npy`` + ``bench_peers.py evaluate``),
   which must give the same number.
@@ -40,7 +40,7 @@ def train_ours(cache: str, seed: int = 0, dtype: str = "float32", threads=None) 
            + common.protocol_train_args(os.path.join(cache, "ds_train"), model, threads)
            + ["--seed", seed, "--dtype", dtype])
     wall, rss, out = common.run_child_peak_rss(cmd)
-    from lda_core.run_log import read_run_log
+    from lda_core.storage.run_log import read_run_log
     end = read_run_log(os.path.join(model, "run_log.jsonl"), "end")[-1]
     phi_path = os.path.join(cache, "phi_ours.npy")
     common.run(common.LDABEAM + ["--log-level", "WARNING", "export", "--model", model,
@@ -79,7 +79,7 @@ def has_vw(python: str) -> bool:
 
 
 def evaluate_all(cache: str, results) -> None:
-    from lda_core.evaluation import document_completion
+    from lda_core.evaluation.metrics import document_completion
     a = common.npz_docbatch(os.path.join(cache, "bench", "test_a.npz"))
     b = common.npz_docbatch(os.path.join(cache, "bench", "test_b.npz"))
     for r in results:

@@ -25,7 +25,7 @@ records) and ``steady_mb_per_cpu_s`` (MB / (CPU s - start-up)), the ratios to th
 and a digest of the output (vocabulary hash, shard sha256s, manifest counts).
 
 Ceilings, measured in the same process: ``bz2`` decompression of the dump alone, and the
-batch tokenizer (:func:`pipelines.tokenize.count_batch`) alone on the posts.
+batch tokenizer (:func:`pipelines.ingest.tokenize.count_batch`) alone on the posts.
 
 Same output: the digests of the JSON-lines, CSV and Parquet runs (same records) must be equal,
 and equal across runners; ``--baseline RESULTS.json`` (a results file of this script from an
@@ -150,7 +150,7 @@ def write_inputs(tmp: str, formats, records, copies: int, table_copies: int,
 
 def readable_formats() -> set:
     """The input formats this checkout's ``ldabeam vectorize`` reads."""
-    from pipelines import text_sources
+    from pipelines.ingest import text_sources
     return set(text_sources.FORMATS)
 
 
@@ -180,7 +180,7 @@ def ceiling_bz2(path: str) -> float:
 
 def ceiling_tokenizer(path: str) -> float:
     """MB/CPU-s of the batch tokenizer alone on the JSON-lines posts (in 2 MB batches)."""
-    from pipelines.tokenize import count_batch
+    from pipelines.ingest.tokenize import count_batch
     texts = [json.loads(line)["text"] for line in open(path, encoding="utf-8")]
     c0 = cpu_seconds()
     batch, size = [], 0
@@ -239,7 +239,7 @@ def digest(out: str) -> dict:
 
 
 def run_ldabeam(path: str, out: str, beam_argv, fmt: str = "wiki"):
-    from pipelines.vectorize import VectorizeOptions, vectorize
+    from pipelines.ingest.vectorize import VectorizeOptions, vectorize
     kw = dict(deaccent=False) if fmt == "wiki" else dict(format=fmt)
     opts = VectorizeOptions(inputs=[path], output=out, overwrite=True, **kw)
     c0 = cpu_seconds()

@@ -3,7 +3,7 @@
 This is the one in-memory document representation every algorithm in ``lda_core`` consumes:
 document ``i`` has the unique word ids ``word_ids[indptr[i]:indptr[i+1]]`` (sorted) with the
 counts ``counts[indptr[i]:indptr[i+1]]`` (> 0). It holds no vocabulary and does no I/O; the
-shard reader in ``pipelines.dataset`` builds it from Parquet record batches.
+shard reader in ``pipelines.ingest.dataset`` builds it from Parquet record batches.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ methods (``fit``, ``partial_fit``, ``transform``, ``fit_transform``, ``score``,
 ``perplexity``, ``get_params`` / ``set_params``) and fitted attributes (``components_``,
 ``exp_dirichlet_component_``, ``n_batch_iter_``, ``n_iter_``, ``n_features_in_``,
 ``bound_``, ``doc_topic_prior_``, ``topic_word_prior_``, ``random_state_``), on scipy sparse
-matrices or dense arrays of counts (documents x words). The maths is :mod:`lda_core.online_vb`
+matrices or dense arrays of counts (documents x words). The maths is :mod:`lda_core.algorithms.online_vb`
 (``algorithm_`` holds the fitted :class:`OnlineVB`).
 
 Mapping to the paper's notation (Hoffman et al. 2010), identical to scikit-learn's schedule:
@@ -23,7 +23,7 @@ documents, ``max_iter`` passes (``BatchVB``).
 Counts: the E-step works on integer counts; non-integer values are rounded to the nearest
 integer (entries that round to 0 are dropped). Negative values raise ValueError.
 
-Seeding: γ⁰ of a document is drawn from (seed, step, document key) (``lda_core.estep_vb``). In
+Seeding: γ⁰ of a document is drawn from (seed, step, document key) (``lda_core.algorithms.estep_vb``). In
 ``fit``/``partial_fit`` the key is the row's position in the call; in ``transform``/``score``
 it is a hash of the row's contents, so the θ of a document does not depend on which other
 rows are transformed with it. ``random_state`` (None, int or RandomState) gives the seed.
@@ -303,7 +303,7 @@ class OnlineLDA(_LDABase):
                              % (self.total_samples,))
 
     def _new_algorithm(self, n_features, corpus_size):
-        from lda_core.online_vb import BatchVB, OnlineVB
+        from lda_core.algorithms.online_vb import BatchVB, OnlineVB
         self._check_params()
         K = int(self.n_components)
         cls = BatchVB if self.learning_method == "batch" else OnlineVB
@@ -420,7 +420,7 @@ class SCVB0LDA(_LDABase):
         self.verbose = verbose
 
     def _new_algorithm(self, X_or_V, corpus_tokens):
-        from lda_core.scvb0 import SCVB0
+        from lda_core.algorithms.scvb0 import SCVB0
         self._check_params()
         K = int(self.n_components)
         algo = SCVB0(K, int(X_or_V), alpha=self.doc_topic_prior or 1.0 / K,

@@ -59,14 +59,14 @@ def build_parser(commands=None) -> argparse.ArgumentParser:
 
 def _model_dir_lease(module, args):
     """The lease of the model directory a writing command declares with ``MODEL_DIR = (option,
-    input options)`` (``lda_core.lease``: one writer per model, never over its input); a
+    input options)`` (``lda_core.storage.lease``: one writer per model, never over its input); a
     no-op for readers."""
     spec = getattr(module, "MODEL_DIR", None)
     model_dir = getattr(args, spec[0], None) if spec else None
     if not model_dir:
         return contextlib.nullcontext()
-    from lda_core.lease import hold_model_dir
-    from pipelines import dataset
+    from lda_core.storage.lease import hold_model_dir
+    from pipelines.ingest import dataset
     return hold_model_dir(model_dir, "ldabeam " + args.command,
                           inputs=[getattr(args, a, None) for a in spec[1]],
                           files=dataset.files_for(model_dir))

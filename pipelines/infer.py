@@ -3,12 +3,12 @@
     shards (or raw text)  ->  DocBatch pieces  ->  E-step with the frozen state  ->  Parquet
 
 The frozen state never enters the graph: every worker resolves the checkpoint directory once
-per process through :func:`pipelines.beam_state.acquire` (``Shared``; the same mechanism as the
+per process through :func:`pipelines.training.beam_state.acquire` (``Shared``; the same mechanism as the
 Beam trainer), and the E-step is the algorithm's own code — for online/batch VB exactly the
 trainer's ``local_step`` (numba kernel, same exp(E[log β]) rows, same dtype), so
 
     γ_d = E-step fixed point started from γ_d⁰ ~ Gamma(100, 1/100) drawn from the key
-          (seed, step, doc_id, salt)                                  (lda_core.estep_vb)
+          (seed, step, doc_id, salt)                                  (lda_core.algorithms.estep_vb)
 
 depends only on the document and the state, never on how the documents are split between
 workers. With ``gamma_seed="training"`` the salt is the trainer's ("gamma"), so inferring the
@@ -51,8 +51,9 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList, AsSingleton
 
 from lda_core.docbatch import DocBatch
-from pipelines import beam_state, dataset
-from pipelines.beam_options import pipeline_options
+from pipelines.training import beam_state
+from pipelines.ingest import dataset
+from pipelines.runtime.beam_options import pipeline_options
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class ModelRef:
 def resolve_model(model: str) -> ModelRef:
     """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
     names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
-    from pipelines.model_dir import open_model
+    from pipelines.runtime.model_dir import open_model
     m = open_model(model)
     st = m.state
     return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
@@ -142,7 +143,7 @@ def resolve_model(model: str) -> ModelRef:
 
 def training_shards(model_dir: str) -> Optional[str]:
     """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
-    from lda_core.run_log import RUN_LOG_FILE, read_run_log
+    from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
     path = dataset.join(model_dir, RUN_LOG_FILE)
     if not dataset.exists(path):
         return None
@@ -362,7 +363,7 @@ def model_tokenizer(ref: ModelRef) -> Optional[dict]:
 def _text_options(opts: InferOptions, ref: ModelRef):
     """VectorizeOptions for raw text: the model's tokenizer settings (:func:`model_tokenizer`;
     the vectorize defaults when unknown), with the reader options given to infer on top."""
-    from pipelines.vectorize import VectorizeOptions
+    from pipelines.ingest.vectorize import VectorizeOptions
     settings = model_tokenizer(ref) or {}
     kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS if k in settings}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
@@ -388,7 +389,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                   | "Read" >> beam.ParDo(_ReadPiecesFn(opts.batch_size))
                   | "SpreadPieces" >> beam.Reshuffle())
     else:
-        from pipelines import vectorize as vz
+        from pipelines.ingest import vectorize as vz
         if ref.vocab_path is None:
             raise FileNotFoundError("raw text needs the model's vocabulary, but %s has no %s"
                                     % (ref.model_dir, dataset.VOCAB_FILE))
@@ -455,7 +456,7 @@ def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):
     """``--detach``: the same checks and pipeline as :func:`infer`, submitted without waiting;
     returns the ``PipelineResult``. The pipeline writes OUTPUT/summary.json in its last step,
     so the summary appearing means the job has finished (the DirectRunner returns from
-    ``run()`` only when the job is done: :mod:`pipelines.detached`)."""
+    ``run()`` only when the job is done: :mod:`pipelines.training.detached`)."""
     ref, beam_ref = _checked(opts)
     p = beam.Pipeline(options=pipeline_options(beam_argv))
     # graph-time checks (shards, raw-text inputs) run here, before the job is submitted

@@ -47,7 +47,7 @@ def _run(ds, md, *extra):
 
 
 def _final_arrays(md):
-    from lda_core.checkpoint import CheckpointStore
+    from lda_core.storage.checkpoint import CheckpointStore
     st = CheckpointStore(md).latest()
     assert st.step == STEPS
     return st.arrays
@@ -77,7 +77,7 @@ def test_sigkill_mid_window_then_resume_is_identical(kos_ds, uninterrupted, tmp_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    from lda_core.checkpoint import CheckpointStore
+    from lda_core.storage.checkpoint import CheckpointStore
     st = CheckpointStore(md).latest()
     assert 0 < st.step < STEPS          # killed mid-run: only finished windows are published
     _run(kos_ds, md, "--resume")

@@ -1,8 +1,8 @@
-"""The Beam path of the stream-order samplers (pipelines.beam_sequential) on real KOS documents:
+"""The Beam path of the stream-order samplers (pipelines.training.beam_sequential) on real KOS documents:
 each window is one pipeline whose single element goes to one DoFn that loads the window's start
 state, runs the sampler over the minibatches in stream order and publishes the checkpoint.
 
-Equivalence: bit for bit the in-process trainer's state (lda_core.trainer.train over the same
+Equivalence: bit for bit the in-process trainer's state (lda_core.training.trainer.train over the same
 ShardStream order) for o-LDA and the particle filter, with the state handed between windows in
 memory and with every window loading its checkpoint; resume after a stop (inside the batch
 prefix too); the CLI's --runner DirectRunner for the samplers and batch Gibbs; a failing
@@ -13,9 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from lda_core.algorithm import algorithm_class
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import RunLog, read_run_log
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import RunLog, read_run_log
 
 from test_beam_train import make_kos_dataset
 
@@ -37,7 +37,7 @@ def kos_seq(kos_paths, tmp_path_factory):
 
 
 def _files(ds):
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     files = dataset.resolve_shards(ds)
     return files, dataset.check_vocab_hash(files, None), len(dataset.Vocabulary.read(ds))
 
@@ -47,8 +47,8 @@ def _new(name, V, K=5):
 
 
 def _inprocess(ds, name):
-    from lda_core.trainer import train
-    from pipelines.shard_stream import ShardStream
+    from lda_core.training.trainer import train
+    from pipelines.training.shard_stream import ShardStream
     files, vh, V = _files(ds)
     algo = _new(name, V)
     train(algo, ShardStream(files, batch_size=S, seed=3, passes=1), progress=False)
@@ -56,7 +56,7 @@ def _inprocess(ds, name):
 
 
 def _beam(ds, md, name, algo=None, **kw):
-    from pipelines import beam_sequential
+    from pipelines.training import beam_sequential
     files, vh, V = _files(ds)
     algo = algo if algo is not None else _new(name, V)
     return beam_sequential.train(algo, files, md, seed=3, batch_size=S, beam_argv=DIRECT,
@@ -102,7 +102,7 @@ def test_every_window_loading_its_checkpoint_gives_the_same_state(kos_seq, tmp_p
                                                                   monkeypatch):
     """No hand-over in memory (as with worker processes): each window's DoFn loads the
     checkpoint the previous one published."""
-    from pipelines import beam_sequential
+    from pipelines.training import beam_sequential
     monkeypatch.setattr(beam_sequential, "_put_live", lambda key, algo: None)
     ref = _inprocess(kos_seq, "particle-filter")
     res = _beam(kos_seq, str(tmp_path / "m"), "particle-filter", minibatches_per_window=2)
@@ -115,7 +115,7 @@ def test_worker_process_equals_inprocess_trainer(kos_seq, tmp_path):
     """The DoFn in a worker process (multi_processing DirectRunner): loads and publishes the
     checkpoints there; the driver reads the result."""
     ref = _inprocess(kos_seq, "o-lda")
-    from pipelines import beam_sequential
+    from pipelines.training import beam_sequential
     files, vh, V = _files(kos_seq)
     md = str(tmp_path / "m")
     res = beam_sequential.train(_new("o-lda", V), files, md, seed=3, batch_size=S,
@@ -156,7 +156,7 @@ class _FailAt:
 
 
 def test_a_failing_minibatch_stops_and_keeps_the_last_good_checkpoint(kos_seq, tmp_path):
-    from lda_core.session import TrainingError
+    from lda_core.training.session import TrainingError
     files, vh, V = _files(kos_seq)
     md = str(tmp_path / "m")
     with pytest.raises(TrainingError, match="minibatch 5 could not be applied: refused"):
@@ -166,7 +166,7 @@ def test_a_failing_minibatch_stops_and_keeps_the_last_good_checkpoint(kos_seq, t
 
 
 def test_bad_input(kos_seq, tmp_path):
-    from pipelines import beam_sequential
+    from pipelines.training import beam_sequential
     files, vh, V = _files(kos_seq)
     with pytest.raises(ValueError, match="passes must be 1"):
         _beam(kos_seq, str(tmp_path / "a"), "o-lda", passes=2)
@@ -175,7 +175,7 @@ def test_bad_input(kos_seq, tmp_path):
     with pytest.raises(ValueError, match="Unable to get filesystem"):
         beam_sequential.train(_new("o-lda", V), files, "nosuchfs://bucket/model",
                               beam_argv=DIRECT)
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     with pytest.raises(ValueError, match="beam_train"):
         beam_sequential.train(OnlineVB(3, V), files, str(tmp_path / "b"), beam_argv=DIRECT)
 

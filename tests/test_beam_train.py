@@ -1,7 +1,7 @@
-"""The Beam trainer (pipelines.beam_train) against the in-process trainer, on real KOS documents.
+"""The Beam trainer (pipelines.training.beam_train) against the in-process trainer, on real KOS documents.
 
 Equivalence: same seed, settings and minibatch order -> the same topics as
-``lda_core.trainer.train`` (max relative difference of λ <= 1e-5 with the float64 E-step; in
+``lda_core.training.trainer.train`` (max relative difference of λ <= 1e-5 with the float64 E-step; in
 practice ~1e-13: the only difference is the order of float64 sums over the pieces of a
 minibatch). float32 E-step: the per-document kernel computes the same float32 values in a
 piece as in the whole minibatch, so the Beam and in-process states agree to float64
@@ -56,7 +56,7 @@ def read_kos(docword_gz: str, vocab_txt: str, max_docs: int):
 
 def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
     """A dataset directory (vocab.tsv, manifest.json, train/*.parquet) like vectorize's."""
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     voc = dataset.Vocabulary(tokens)
     h = voc.hash
     os.makedirs(os.path.join(out, "train"), exist_ok=True)
@@ -76,8 +76,8 @@ def make_kos_dataset(kos_paths, out: str, n_docs: int, n_shards: int = 3) -> str
 
 
 def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
-    from lda_core.online_vb import OnlineVB
-    from pipelines import dataset
+    from lda_core.algorithms.online_vb import OnlineVB
+    from pipelines.ingest import dataset
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
     V = len(dataset.Vocabulary.read(dataset_dir))
@@ -88,8 +88,8 @@ def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
 
 
 def inprocess_reference(dataset_dir: str, *, passes=1, **kw):
-    from lda_core.trainer import train
-    from pipelines.shard_stream import ShardStream
+    from lda_core.training.trainer import train
+    from pipelines.training.shard_stream import ShardStream
     algo, files = new_vb(dataset_dir, **kw)
     stream = ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=passes)
     train(algo, stream, progress=False)
@@ -101,7 +101,7 @@ def max_rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def beam_run(dataset_dir, model_dir, *, passes=1, beam_argv=("--runner=DirectRunner",), **kw):
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     algo, files = new_vb(dataset_dir, **{k: kw.pop(k) for k in ("K", "S", "seed", "dtype")
                                           if k in kw})
     return beam_train.train(algo, files, model_dir, passes=passes, seed=algo.seed,
@@ -120,8 +120,8 @@ def kos_small(kos_paths, tmp_path_factory):
 def test_unrolled_in_process_equals_inprocess_trainer(kos_small, tmp_path):
     """Two passes (16 steps) in windows of 5 unrolled minibatches (the last one short, one
     window crossing the pass boundary) == the in-process trainer."""
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.run_log import RunLog, read_run_log
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.storage.run_log import RunLog, read_run_log
     ref = inprocess_reference(kos_small, passes=2)
     md = str(tmp_path / "m")
     log_path = str(tmp_path / "m" / "run_log.jsonl")
@@ -151,8 +151,8 @@ def test_unrolled_in_process_equals_inprocess_trainer(kos_small, tmp_path):
 def test_in_process_steps_are_grouped_by_documents():
     """In-process, consecutive minibatches share one transform until it holds
     IN_PROCESS_DOCS_PER_TRANSFORM documents (Beam's cost per transform is fixed)."""
-    from pipelines.beam_plan import StepPlan
-    from pipelines.beam_steps import _group_steps
+    from pipelines.training.beam_plan import StepPlan
+    from pipelines.training.beam_steps import _group_steps
     steps = [StepPlan(i, 0, i, 100) for i in range(10)]
     groups = _group_steps(steps, 250)
     assert [[sp.position for sp in g] for g in groups] == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
@@ -185,8 +185,8 @@ def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_pa
     assert res.algorithm.step == ref.step == 8
     assert res.beam_metrics["documents"] == 400
     assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
-    from pipelines.beam_options import runner_config
-    from pipelines.beam_train import default_scratch_root
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training.beam_train import default_scratch_root
     cfg = runner_config("DirectRunner", ["--direct_running_mode=multi_processing"])
     assert not os.path.exists(default_scratch_root(str(tmp_path / "m"), cfg))
 
@@ -196,8 +196,8 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
     full = beam_run(kos_small, str(tmp_path / "a"), minibatches_per_window=4).algorithm
     md = str(tmp_path / "b")
     beam_run(kos_small, md, minibatches_per_window=4, max_steps=3)
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.online_vb import OnlineVB
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.algorithms.online_vb import OnlineVB
     st = CheckpointStore(md).latest()
     assert st.step == 3
     res = beam_run(kos_small, md, minibatches_per_window=4, resume=True)
@@ -210,9 +210,9 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
 # ------------------------------------------------------------------ plan and combine
 
 def test_plan_steps_matches_shard_stream_order(kos_small):
-    from pipelines import dataset
-    from pipelines.beam_plan import plan_steps, read_task
-    from pipelines.shard_stream import ShardStream, shard_row_counts
+    from pipelines.ingest import dataset
+    from pipelines.training.beam_plan import plan_steps, read_task
+    from pipelines.training.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
     sizes = shard_row_counts(files)
     stream = ShardStream(files, batch_size=60, seed=5, passes=2)
@@ -236,9 +236,9 @@ def test_plan_steps_matches_shard_stream_order(kos_small):
 def test_stats_combine_is_order_independent_and_round_trips(kos_small):
     import apache_beam as beam
     from apache_beam.testing.util import assert_that
-    from pipelines.beam_stats import (StatsAccumulatorCoder, StatsCombineFn, decode_piece,
-                                      encode_piece, merge_in_order)
-    from pipelines.shard_stream import read_shard
+    from pipelines.training.beam_stats import (StatsAccumulatorCoder, StatsCombineFn, decode_piece,
+                                               encode_piece, merge_in_order)
+    from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -277,10 +277,10 @@ def test_stats_combine_is_order_independent_and_round_trips(kos_small):
 def test_spilled_pieces_merge_like_inline_ones(kos_small, tmp_path):
     """Pieces written to scratch files (local runners) combine to bit-identical statistics,
     in any split-and-merge order, and only the short references go through the coder."""
-    from pipelines.beam_stats import (SpilledStats, StatsAccumulatorCoder, StatsCombineFn,
-                                      decode_stats, encode_stats, merge_in_order,
-                                      spill_stats)
-    from pipelines.shard_stream import read_shard
+    from pipelines.training.beam_stats import (SpilledStats, StatsAccumulatorCoder, StatsCombineFn,
+                                               decode_stats, encode_stats, merge_in_order,
+                                               spill_stats)
+    from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -313,10 +313,10 @@ def test_spilled_pieces_merge_like_inline_ones(kos_small, tmp_path):
 def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     """With worker processes the global step of step t removes state t-1 and step t's spilled
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
-    from pipelines import beam_state
-    from pipelines.beam_stats import spill_stats
-    from pipelines.beam_steps import GlobalStepFn, _spill_path
-    from pipelines.shard_stream import read_shard
+    from pipelines.training import beam_state
+    from pipelines.training.beam_stats import spill_stats
+    from pipelines.training.beam_steps import GlobalStepFn, _spill_path
+    from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")
     os.makedirs(scratch)
@@ -325,7 +325,7 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     ref = beam_state.StateRef("run/0", prev, 0)
     batch = read_shard(files[0])
     st = spill_stats(algo.local_step(batch), _spill_path(scratch, 0, 0))
-    from pipelines.beam_stats import unspill
+    from pipelines.training.beam_stats import unspill
     fn = GlobalStepFn("run", 0, batch.n_docs, scratch, in_place=True)
     out = list(fn.process((0, unspill(st)), ref))
     assert len(out) == 1 and out[0].position == 1 and os.path.exists(out[0].path)
@@ -337,16 +337,16 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
 
 
 def test_chained_workers_advance_their_own_copy_bit_for_bit(kos_small, tmp_path):
-    """One stage per step (pipelines.beam_chain): a worker applies the previous step's global
+    """One stage per step (pipelines.training.beam_chain): a worker applies the previous step's global
     step to its own copy from the spilled pieces; the worker of piece 0 publishes the state
     and the info and frees step t-2; a worker whose copy is behind loads state t-1 from the
     scratch folder. Every copy equals the one-process global step of the merged pieces, bit
     for bit; refused statistics stop the chain with the error stored for the driver."""
-    from pipelines import beam_chain, beam_state
-    from pipelines.beam_plan import StepPlan
-    from pipelines.beam_stats import merge_in_order, spill_stats
-    from pipelines.beam_steps import _spill_path
-    from pipelines.shard_stream import read_shard
+    from pipelines.training import beam_chain, beam_state
+    from pipelines.training.beam_plan import StepPlan
+    from pipelines.training.beam_stats import merge_in_order, spill_stats
+    from pipelines.training.beam_steps import _spill_path
+    from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     scratch = str(tmp_path / "scratch")
@@ -394,7 +394,8 @@ def _check_one(got, expected):
 # ------------------------------------------------------------------ bad input
 
 def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
-    from pipelines import beam_train, dataset
+    from pipelines.training import beam_train
+    from pipelines.ingest import dataset
     algo, files = new_vb(kos_small)
     with pytest.raises(FileNotFoundError, match="empty shard set"):
         beam_train.train(algo, [], str(tmp_path / "m1"), beam_argv=["--runner=DirectRunner"])
@@ -414,7 +415,7 @@ def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
     for d in ("m1", "m2", "m3", "m4"):
         assert not os.path.exists(str(tmp_path / d / "checkpoints"))
     # resuming from a checkpoint of another K or algorithm
-    from lda_core.checkpoint import CheckpointStore
+    from lda_core.storage.checkpoint import CheckpointStore
     md = str(tmp_path / "m5")
     other_k, _ = new_vb(kos_small, K=5)
     CheckpointStore(md).publish(other_k.to_state())
@@ -456,9 +457,9 @@ def test_cli_bad_checkpoint_and_output(kos_small, tmp_path):
 def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path):
     """A global step that refuses its statistics (here: forced at t=3) ends the run with a
     clear error; the window's earlier steps are published, nothing after them."""
-    from lda_core.checkpoint import CheckpointStore
-    from lda_core.online_vb import OnlineVB
-    from pipelines import beam_train
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.algorithms.online_vb import OnlineVB
+    from pipelines.training import beam_train
 
     class FailingVB(OnlineVB):
         def global_step(self, stats):

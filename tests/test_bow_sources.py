@@ -6,8 +6,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from pipelines.bow_sources import iter_bow_documents, read_bow_vocab
-from pipelines.text_sources import DeadLetter, InputError, expand_inputs
+from pipelines.ingest.bow_sources import iter_bow_documents, read_bow_vocab
+from pipelines.ingest.text_sources import DeadLetter, InputError, expand_inputs
 
 
 def split(items):
@@ -203,7 +203,7 @@ def test_block_parser_equals_line_parser(tmp_path, monkeypatch, kos_paths):
     """numpy block parsing and line-by-line parsing give the same documents and dead letters,
     also when blocks are small and some of them hold bad lines (mixed paths, documents
     spanning blocks)."""
-    from pipelines import bow_triples
+    from pipelines.ingest import bow_triples
     docword, _ = kos_paths
     lines = gzip.decompress(pathlib.Path(docword).read_bytes()).decode().split("\n")
     lines[500] = lines[500].split()[0] + " 1 x"   # a bad count -> its document is a dead letter

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from lda_core.checkpoint import CheckpointStore, checkpoint_name
-from lda_core.state import StateFormatError, TopicState
+from lda_core.storage.checkpoint import CheckpointStore, checkpoint_name
+from lda_core.storage.state import StateFormatError, TopicState
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_latest_skips_a_corrupt_newest_checkpoint(nips_counts, tmp_path, caplog)
     for s in (1, 2, 3):
         store.publish(make_state(nips_counts, s))
     corrupt(store.path(3))
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         got = store.latest()
     assert got == make_state(nips_counts, 2)
     warn = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -88,7 +88,7 @@ def test_latest_skips_partial_checkpoints(nips_counts, tmp_path, caplog, damage)
         os.truncate(f, os.path.getsize(f) // 2)
     else:
         os.remove(os.path.join(p, "lambda.npy"))
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 4
     assert "skipping checkpoint %s" % p in caplog.text
 
@@ -110,7 +110,7 @@ def test_a_directory_newer_than_latest_is_not_committed(nips_counts, tmp_path, c
     store.publish(make_state(nips_counts, 5))
     # the run died between the directory rename and the pointer update
     make_state(nips_counts, 6).save(store.path(6))
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 5
     assert "newer than LATEST" in caplog.text and "step-000000006" in caplog.text
 
@@ -121,7 +121,7 @@ def test_latest_pointing_to_a_missing_checkpoint_falls_back(nips_counts, tmp_pat
     store.publish(make_state(nips_counts, 2))
     import shutil
     shutil.rmtree(store.path(2))
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 1
     assert "step-000000002 named by LATEST is missing" in caplog.text
 
@@ -131,7 +131,7 @@ def test_without_pointer_the_newest_valid_directory_is_used(nips_counts, tmp_pat
     store.publish(make_state(nips_counts, 1))
     store.publish(make_state(nips_counts, 2))
     os.remove(os.path.join(str(tmp_path), "checkpoints", "LATEST"))
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 2
     assert "no LATEST pointer" in caplog.text
     with open(os.path.join(str(tmp_path), "checkpoints", "LATEST"), "w") as f:
@@ -157,7 +157,7 @@ def test_step_in_json_must_match_the_directory(nips_counts, tmp_path, caplog):
     import shutil
     shutil.rmtree(store.path(2))
     shutil.copytree(store.path(1), store.path(2))      # a misplaced copy of step 1
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 1
     assert "state.json says step 1 but the directory is step-000000002" in caplog.text
 
@@ -206,7 +206,7 @@ def test_resume_round_trip_is_exact(nips_counts, tmp_path):
 
 class MemoryFiles:
     """An object-store-like file layer (flat keys, no directories, no atomic rename) that
-    replaces lda_core.state.LocalFiles: proves every file operation of the state and the
+    replaces lda_core.storage.state.LocalFiles: proves every file operation of the state and the
     store goes through the replaceable object (what the pipelines' gs:// wrapper relies on)."""
 
     def __init__(self):
@@ -282,7 +282,7 @@ def test_state_and_store_work_through_a_replacement_file_layer(nips_counts, tmp_
     assert store.latest() == make_state(nips_counts, 3)
     key = "gs://bucket/model/checkpoints/step-000000003/lambda.npy"
     fs.objects[key] = fs.objects[key][:-8]
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest().step == 2
     assert "step-000000003" in caplog.text and "truncated" in caplog.text
 

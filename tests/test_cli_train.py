@@ -7,12 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from lda_core.algorithm import available_algorithms
-from lda_core.checkpoint import CheckpointStore
+from lda_core.algorithms.algorithm import available_algorithms
+from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.docbatch import DocBatch
-from lda_core.run_log import read_run_log
-from pipelines import cli, dataset
-from pipelines.shard_stream import gather
+from lda_core.storage.run_log import read_run_log
+from pipelines import cli
+from pipelines.ingest import dataset
+from pipelines.training.shard_stream import gather
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),
                                 reason="online-vb is not installed")
@@ -135,8 +136,8 @@ def test_export_is_judged_like_the_harness(tmp_path, ds, capsys):
     rc, out, err = ldabeam(capsys, "evaluate", "--model", m, "--shards", ds,
                            "--train-shards", "none")
     ours = json.loads(out)["completion_ll_per_token"]
-    from lda_core.evaluation import split_halves
-    from pipelines.shard_stream import read_docs
+    from lda_core.evaluation.metrics import split_halves
+    from pipelines.training.shard_stream import read_docs
     held = read_docs(dataset.resolve_shards(ds, "heldout")).non_empty()
     a, b = split_halves(held.take(np.nonzero(held.doc_lengths >= 2)[0]), 0)
     V = np.load(phi_path).shape[1]
@@ -186,8 +187,8 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
                              "--algorithm", "online-vb", "--kappa", 0.4], "kappa")
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--topics", 5,
                              "--runner", "FlinkRunner"] if importlib.util.find_spec(
-        "pipelines.beam_train") is None else ["train", "--shards", ds, "--output", m],
-        "--runner FlinkRunner" if importlib.util.find_spec("pipelines.beam_train") is None
+        "pipelines.training.beam_train") is None else ["train", "--shards", ds, "--output", m],
+        "--runner FlinkRunner" if importlib.util.find_spec("pipelines.training.beam_train") is None
         else "--topics")
     _one_line_error(capsys, ["train", "--shards", ds, "--output", m, "--resume"],
                     "no checkpoint")
@@ -253,7 +254,7 @@ def test_20news_quality_parity_with_gensim(news20_tar, tmp_path, capsys):
     sys.path.insert(0, repo)
     from benchmarks import common
     from benchmarks.prepare_20news import prepare
-    from lda_core.evaluation import document_completion
+    from lda_core.evaluation.metrics import document_completion
     cache = os.path.join(common.CACHE, "20news")
     meta = prepare(cache)
     assert (meta["n_train"], meta["V"], meta["n_test"]) == (17784, 29403, 1000)

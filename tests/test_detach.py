@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 import fake_object_store as fos
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import read_run_log
-from lda_core.state import TopicState, files_for
-from pipelines import cli, dataset
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log
+from lda_core.storage.state import TopicState, files_for
+from pipelines import cli
+from pipelines.ingest import dataset
 from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
@@ -154,8 +155,8 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     assert all(s.runs_here and s.total == 12 for s in subs)
     _check_against_waiting(md, waiting_run)
     # nothing is left in the scratch folders of the runs
-    from pipelines.beam_options import runner_config
-    from pipelines.beam_train import default_scratch_root
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training.beam_train import default_scratch_root
     root = default_scratch_root(md, runner_config("DirectRunner", []))
     assert not os.path.exists(root) or os.listdir(root) == []
     # a launch after the last window submits nothing and says so
@@ -172,7 +173,7 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
 def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path):
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
@@ -191,7 +192,7 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
 
 def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes(
         ds, waiting_run, tmp_path, capsys, monkeypatch):
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     md = str(tmp_path / "model")
     _detached_launches(capsys, ds, md, n=1)
     real = OnlineVB.global_step
@@ -219,7 +220,7 @@ def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes
 
 def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_path):
     """A retried bundle of the last DoFn finds its checkpoint already published."""
-    from pipelines import beam_detached
+    from pipelines.training import beam_detached
     from pipelines.commands.train import build_algorithm
     algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
@@ -239,7 +240,7 @@ def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_
 
 
 def _objects(url):
-    from pipelines.object_store_files import ObjectStoreFiles
+    from pipelines.runtime.object_store_files import ObjectStoreFiles
     return [p[len(url) + 1:] for p in ObjectStoreFiles()._list(url)]
 
 
@@ -293,7 +294,7 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     ends = read_run_log(md + "/run_log.jsonl", "end")
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
@@ -434,7 +435,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     steps = read_run_log(os.path.join(md, "run_log.jsonl"), "step")
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)

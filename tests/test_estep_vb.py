@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from scipy.special import psi
 
-from lda_core import estep_vb as E
-from lda_core import vb_digamma as DK
-from lda_core import vb_gamma_init as GI
-from lda_core.online_vb import OnlineVB
+from lda_core.algorithms import estep_vb as E
+from lda_core.algorithms import vb_digamma as DK
+from lda_core.algorithms import vb_gamma_init as GI
+from lda_core.algorithms.online_vb import OnlineVB
 from uci_slices import uci_docbatch
 
 

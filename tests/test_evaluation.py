@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
-from lda_core import evaluation as ev
+from lda_core.evaluation import metrics as ev
 from uci_slices import uci_csr, uci_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

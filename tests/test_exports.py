@@ -8,7 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from pipelines import dataset
+from pipelines.ingest import dataset
 from pipelines.cli import main as cli_main
 
 K = 8
@@ -68,7 +68,7 @@ def _ours(model):
 
 def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
     from gensim.models import CoherenceModel, LdaModel
-    from lda_core.evaluation import top_words
+    from lda_core.evaluation.metrics import top_words
     ds, model = run20
     path = str(tmp_path / "g" / "lda.gensim")
     assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
@@ -96,7 +96,7 @@ def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
 
 
 def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
-    from pipelines.exports import load_pyldavis
+    from pipelines.reports.exports import load_pyldavis
     ds, model = run20
     out = str(tmp_path / "vis")
     assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,
@@ -117,7 +117,7 @@ def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
     tf = np.asarray(docs.to_csr(len(vocab)).sum(axis=0)).ravel()
     np.testing.assert_array_equal(d["term_frequency"], tf)
     # what the optional HTML page gets: only terms that occur, rows renormalised
-    from pipelines.exports import _seen_terms
+    from pipelines.reports.exports import _seen_terms
     seen = _seen_terms(d)
     assert 0 < len(seen["vocab"]) == np.count_nonzero(tf) < len(vocab)
     assert seen["term_frequency"].min() > 0
@@ -150,7 +150,7 @@ def test_pyldavis_html_page(run20, tmp_path):
     pytest.importorskip("pyLDAvis", reason="pyLDAvis is not installed (optional extra: pip "
                                            "install 'ldabeam[vis]'); the HTML branch of "
                                            "export --format pyldavis is not exercised")
-    from pipelines.exports import _seen_terms, load_pyldavis
+    from pipelines.reports.exports import _seen_terms, load_pyldavis
     ds, model = run20
     out = str(tmp_path / "vis")
     assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,

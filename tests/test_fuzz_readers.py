@@ -17,13 +17,13 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
+from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.docbatch import DocBatch
-from lda_core.run_log import iter_run_log
-from lda_core.state import StateFormatError, TopicState
-from pipelines import dataset
-from pipelines.bow_sources import iter_bow_documents
-from pipelines.text_sources import DeadLetter, InputError, RawDocument, read_documents
+from lda_core.storage.run_log import iter_run_log
+from lda_core.storage.state import StateFormatError, TopicState
+from pipelines.ingest import dataset
+from pipelines.ingest.bow_sources import iter_bow_documents
+from pipelines.ingest.text_sources import DeadLetter, InputError, RawDocument, read_documents
 
 from conftest import WIKI_SAMPLE, shared_path
 
@@ -357,7 +357,7 @@ def test_fuzz_shards(tmp_path):
 # ----------------------------------------------------------------------------- model files
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     d = str(tmp_path_factory.mktemp("fuzzmodel") / "m")
     store = CheckpointStore(d)
     m = OnlineVB(3, 20, seed=1, batch_size=4, corpus_size=8)
@@ -432,7 +432,7 @@ def test_fuzz_run_log(tmp_path):
 
 # ----------------------------------------------------------------------------- stream messages
 def test_fuzz_stream_messages():
-    from pipelines.stream_parse import ParseConfig, parse_document
+    from pipelines.streaming.stream_parse import ParseConfig, parse_document
     rng = random.Random(SEED + 8)
     texts = _real_texts(10)
     words = sorted({w for t in texts for w in t.lower().split() if w.isalpha()})[:500]

@@ -3,9 +3,9 @@ planted-topic recovery, AD-LDA determinism, exact resume."""
 import numpy as np
 import pytest
 
-from lda_core import gibbs_kernel as gk
+from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.docbatch import DocBatch
-from lda_core.gibbs import CollapsedGibbs, infer_theta
+from lda_core.algorithms.gibbs import CollapsedGibbs, infer_theta
 
 
 def planted_corpus(n_docs=300, K=4, words_per_topic=8, doc_len=50, seed=0):
@@ -105,7 +105,7 @@ def test_adlda_deterministic_and_single_part_is_sequential():
 
 
 def test_resume_exact(tmp_path):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, phi = planted_corpus(n_docs=100, seed=4)
     a = CollapsedGibbs(4, phi.shape[1], burn_in=3, n_parts=2, seed=5).fit(batch, sweeps=6)
     a.to_state().save(str(tmp_path / "s"))
@@ -121,7 +121,7 @@ def test_default_burn_in_discards_the_early_sweeps():
     """The chain starts from random assignments: by default the first 50 sweeps are not
     averaged into φ (before that φ is the current sample's); afterwards φ is the mean of the
     kept sweeps' estimates."""
-    from lda_core.gibbs import DEFAULT_BURN_IN, phi_from_counts
+    from lda_core.algorithms.gibbs import DEFAULT_BURN_IN, phi_from_counts
     batch, phi = planted_corpus(n_docs=60, seed=14)
     g = CollapsedGibbs(4, phi.shape[1], alpha=0.1, eta=0.01, seed=2)
     assert g.burn_in == DEFAULT_BURN_IN == 50

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
+from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.docbatch import DocBatch
-from lda_core.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
-from lda_core.run_log import RUN_LOG_FILE, RunLog, read_run_log
+from lda_core.storage.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
+from lda_core.storage.run_log import RUN_LOG_FILE, RunLog, read_run_log
 
 from test_cli_train import COMMON, _one_line_error as one_line_error, ldabeam, make_dataset
 
@@ -45,7 +45,7 @@ def test_a_new_document_may_start_with_a_lower_id_and_empty_documents_pass():
 
 
 def test_local_step_refuses_negative_and_too_large_ids():
-    from lda_core.online_vb import OnlineVB
+    from lda_core.algorithms.online_vb import OnlineVB
     m = OnlineVB(4, 10, seed=1)
     with pytest.raises(ValueError, match="negative word id"):
         m.local_step(DocBatch.from_rows([([-3, 2], [1, 1])]))
@@ -55,7 +55,7 @@ def test_local_step_refuses_negative_and_too_large_ids():
 
 def test_a_shard_with_a_negative_word_id_is_refused_naming_shard_and_document(tmp_path):
     import pyarrow as pa
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     t = pa.table({"doc_id": ["a", "b"], "title": [None, None],
                   "word_ids": pa.array([[0, 1], [2, -3]], pa.list_(pa.int32())),
                   "counts": pa.array([[1, 1], [1, 1]], pa.list_(pa.int32())),
@@ -174,7 +174,7 @@ def test_heartbeat_refreshes_and_notices_a_takeover(tmp_path):
 
 
 def test_lease_on_the_object_store(store_root):
-    from pipelines import object_store_files
+    from pipelines.runtime import object_store_files
     model = "fakegs://bucket/models/m"
     files = object_store_files.files_for(model)
     a = ModelLease(model, "a", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
@@ -200,7 +200,7 @@ def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_
                            "--no-progress")
     assert rc == 0, err
     damaged = []
-    from lda_core.run_log import iter_run_log
+    from lda_core.storage.run_log import iter_run_log
     recs = list(iter_run_log(log, damaged=damaged))
     assert damaged == [] and open(log, "rb").read().endswith(b"\n")
     assert [r["step"] for r in recs if r["event"] == "step"] == list(range(1, 6))
@@ -223,7 +223,7 @@ def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_
 
 
 def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, store_root):
-    from lda_core.run_log import append_records, repair_tail
+    from lda_core.storage.run_log import append_records, repair_tail
     p = str(tmp_path / "log.jsonl")
     open(p, "w").write('{"event": "start"}\n{"event": "end"}')        # only the newline lost
     repair_tail(p)
@@ -232,7 +232,7 @@ def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, 
         log.write({"event": "step", "step": 1})
     assert [r["event"] for r in read_run_log(p)] == ["start", "end", "step"]
     url = "fakegs://bucket/m/run_log.jsonl"
-    from pipelines import object_store_files
+    from pipelines.runtime import object_store_files
     files = object_store_files.files_for(url)
     files.write_atomic(url, b'{"event": "start"}\n{"event": "st')
     append_records(url, [{"event": "step", "step": 1}])
@@ -304,8 +304,8 @@ def test_stream_takes_the_lease_too(tmp_path, capsys):
 
 
 def test_sizes_without_an_array_behind_them_are_checked_before_allocation(tmp_path):
-    from lda_core.gibbs import CollapsedGibbs
-    from lda_core.state import StateFormatError, read_state_json
+    from lda_core.algorithms.gibbs import CollapsedGibbs
+    from lda_core.storage.state import StateFormatError, read_state_json
     g = CollapsedGibbs(4, 50, seed=1)
     g.process(DocBatch.from_rows([([1, 3, 7], [1, 2, 1]), ([0, 49], [2, 2])]))
     path = str(tmp_path / "g")

@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
-from lda_core.online_vb import OnlineVB
-from lda_core.trainer import train
-from pipelines import dataset
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.algorithms.online_vb import OnlineVB
+from lda_core.training.trainer import train
+from pipelines.ingest import dataset
 from pipelines.cli import main as cli_main
 from pipelines.infer import InferOptions, infer, read_theta
-from pipelines.tokenize import tokenize
-from pipelines.vectorize import VectorizeOptions, vectorize
+from pipelines.ingest.tokenize import tokenize
+from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 
 K = 6
 S = 25
@@ -103,7 +103,7 @@ def test_infer_columns_and_default_seed(trained, wiki_ds, tmp_path):
     tops = table.column("top_topics").to_pylist()
     assert all(len(t) == 2 and t[0]["weight"] >= t[1]["weight"] for t in tops)
     # same numbers as the algorithm's own infer() in this process (salt "infer")
-    from lda_core.checkpoint import CheckpointStore as CS
+    from lda_core.storage.checkpoint import CheckpointStore as CS
     algo = OnlineVB.from_state(CS(model).latest())
     order = np.argsort(np.asarray(docs.doc_ids, dtype=object), kind="stable")
     ref = algo.infer(docs)[order]
@@ -169,7 +169,7 @@ def test_vocabulary_mismatch_is_refused(trained, wiki_ds, tmp_path, capsys):
 
 def test_infer_scvb0_model_uses_its_own_infer(wiki_ds, tmp_path):
     """Algorithms without a VB E-step go through their ``infer`` (split-independent)."""
-    from lda_core.scvb0 import SCVB0
+    from lda_core.algorithms.scvb0 import SCVB0
     m = str(tmp_path / "scvb0")
     assert cli_main(["train", "--shards", wiki_ds, "--output", m, "--topics", "5",
                      "--algorithm", "scvb0", "--minibatch", "30", "--passes", "1",

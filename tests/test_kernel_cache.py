@@ -49,12 +49,12 @@ def _fingerprint(obj) -> dict:
 
 def _train_all(docword: str) -> dict:
     from lda_core.docbatch import DocBatch
-    from lda_core.gibbs import CollapsedGibbs
-    from lda_core.online_samplers import IncrementalGibbs
-    from lda_core.online_vb import OnlineVB
-    from lda_core.particle_filter import ParticleFilter
-    from lda_core.scvb0 import SCVB0
-    from lda_core.sparse_gibbs_vb import SparseGibbsVB
+    from lda_core.algorithms.gibbs import CollapsedGibbs
+    from lda_core.algorithms.online_samplers import IncrementalGibbs
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.algorithms.particle_filter import ParticleFilter
+    from lda_core.algorithms.scvb0 import SCVB0
+    from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
 
     rows, V = _kos_rows(docword, 240)
     batches = [DocBatch.from_rows(rows[i:i + 60], doc_ids=["kos%d" % j

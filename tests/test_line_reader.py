@@ -1,4 +1,4 @@
-"""The one line reader of the readers (``pipelines.input_files.iter_lines``): line numbers,
+"""The one line reader of the readers (``pipelines.ingest.input_files.iter_lines``): line numbers,
 over-long lines (skipped for one-record-per-line formats, the end for bag-of-words files) and
 broken compressed streams, on real text (lines of the bundled Wikipedia sample)."""
 import bz2
@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from pipelines.input_files import DeadLetter, iter_lines
+from pipelines.ingest.input_files import DeadLetter, iter_lines
 
 
 @pytest.fixture(scope="module")

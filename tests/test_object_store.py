@@ -2,7 +2,7 @@
 (tests/fake_object_store.py: objects appear only when their upload completes, no directories,
 no directory rename) stands for gs:// / s3://.
 
-* the file layer (pipelines.object_store_files) under the topic state, the checkpoint store and
+* the file layer (pipelines.runtime.object_store_files) under the topic state, the checkpoint store and
   the run log: unique checkpoint names committed by LATEST written last, never a rename;
 * a half-written checkpoint (files present but LATEST not naming it, a truncated array, no
   state.json yet) is never loaded: the previous one is used with a warning naming it;
@@ -22,11 +22,12 @@ import numpy as np
 import pytest
 
 import fake_object_store as fos
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import RunLog, read_run_log
-from lda_core.state import StateFormatError, TopicState
-from pipelines import cli, dataset
-from pipelines.object_store_files import ObjectStoreFiles
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import RunLog, read_run_log
+from lda_core.storage.state import StateFormatError, TopicState
+from pipelines import cli
+from pipelines.ingest import dataset
+from pipelines.runtime.object_store_files import ObjectStoreFiles
 
 from test_cli_train import make_dataset
 
@@ -104,7 +105,7 @@ def test_a_half_written_checkpoint_is_never_loaded(store_root, damage, caplog):
         elif damage == "no_state_json":
             fs.remove_file(bad + "/state.json")
         expect, words = 2, ("newer than LATEST", "never committed")
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         got = store.latest()
     assert got == make_state(expect)
     name = bad.rsplit("/", 1)[1]
@@ -125,7 +126,7 @@ def test_without_latest_only_a_complete_verified_state_is_used(store_root, caplo
     make_state(5).save(half, files=fs)
     fs.remove_file(half + "/state.json")            # the upload died before state.json
     store = CheckpointStore(md)
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         assert store.latest() == make_state(4)
     assert "no LATEST pointer" in caplog.text and "step-000000005-bbbbbbbbbbbb" in caplog.text
     fs.remove_tree(md + "/checkpoints/step-000000004-aaaaaaaaaaaa")
@@ -173,7 +174,7 @@ def test_run_log_on_an_object_store(store_root):
 
 
 def test_a_url_without_a_registered_layer_is_refused():
-    from lda_core.state import files_for, _REGISTRY
+    from lda_core.storage.state import files_for, _REGISTRY
     saved = dict(_REGISTRY)
     _REGISTRY.clear()
     try:
@@ -239,7 +240,7 @@ def test_cli_train_resume_and_read_commands(store_root, ds, local_reference, cap
     # an existing model is not overwritten silently
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", md, *ARGS)
     assert rc == 2 and "already holds checkpoints" in err
-    with caplog.at_level(logging.WARNING, logger="lda_core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lda_core.storage.checkpoint"):
         rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", md, "--resume",
                                "--no-progress", "--checkpoint-every", 2, "--eval-every", 4)
     assert rc == 0, err
@@ -309,8 +310,8 @@ def test_cli_infer_reads_a_model_on_an_object_store(store_root, ds, capsys, tmp_
 
 def test_beam_trainer_in_process_with_a_model_on_an_object_store(store_root, ds, capsys,
                                                                  local_reference):
-    from pipelines.beam_options import runner_config
-    from pipelines.beam_train import default_scratch_root
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training.beam_train import default_scratch_root
     md = store_root + "/beam"
     assert default_scratch_root(md, runner_config("DirectRunner", [])) == md + "/.beam-scratch"
     beam = ["--runner", "DirectRunner", "--minibatches-per-window", 3]
@@ -357,7 +358,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     # the in-process Beam trainer with the same pieces (2 workers -> 4 per minibatch) and
     # E-step threads (1 per worker on 2 cores) on a local model directory
     ref = str(tmp_path / "ref")
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
@@ -395,7 +396,7 @@ def test_beam_stream_sampler_with_a_model_on_an_object_store(store_root, ds, cap
 def test_streaming_job_starts_and_continues_a_model_on_an_object_store(store_root, ds):
     """The streaming job's model directory may be a URL too: its first checkpoint (step 0)
     and the fixed vocabulary are written to the store, and a second start continues it."""
-    from pipelines import stream
+    from pipelines.streaming import stream
     md = store_root + "/streamed"
     vocab = os.path.join(ds, dataset.VOCAB_FILE)
     algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, batch_size=50)

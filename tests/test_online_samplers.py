@@ -3,9 +3,9 @@ counts consistent, exact checkpoint/resume, parameter checks."""
 import numpy as np
 import pytest
 
-from lda_core.algorithm import algorithm_class
-from lda_core.gibbs import CollapsedGibbs
-from lda_core.online_samplers import OLDA, IncrementalGibbs
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.algorithms.gibbs import CollapsedGibbs
+from lda_core.algorithms.online_samplers import OLDA, IncrementalGibbs
 
 from test_gibbs import planted_corpus, recovered
 
@@ -14,7 +14,7 @@ def test_registry_names():
     assert algorithm_class("o-lda") is OLDA
     assert algorithm_class("incremental-gibbs") is IncrementalGibbs
     assert algorithm_class("gibbs") is CollapsedGibbs
-    from lda_core.particle_filter import ParticleFilter
+    from lda_core.algorithms.particle_filter import ParticleFilter
     assert algorithm_class("particle-filter") is ParticleFilter
 
 
@@ -74,7 +74,7 @@ def test_shared_initial_sample():
 
 @pytest.mark.parametrize("cls", [OLDA, IncrementalGibbs])
 def test_checkpoint_resume_exact(tmp_path, cls):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, phi = planted_corpus(n_docs=160, seed=13)
     K, V = phi.shape
     a = cls(K, V, init_docs=16, init_sweeps=5, seed=7)
@@ -105,7 +105,7 @@ def test_parameter_errors():
 def test_checkpoint_inside_the_batch_prefix(tmp_path, cls):
     """A checkpoint taken while the prefix is buffered holds the buffered documents; the
     resumed sampler runs the batch phase on the same prefix and ends identical."""
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, phi = planted_corpus(n_docs=120, seed=17)
     K, V = phi.shape
     a = cls(K, V, init_docs=30, init_sweeps=5, seed=2)

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from lda_core import hyperparams, schedules, vb_lazy_lambda
-from lda_core.algorithm import algorithm_class
+from lda_core.algorithms import hyperparams, vb_lazy_lambda
+from lda_core.training import schedules
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
-from lda_core.online_vb import BatchVB, OnlineVB
-from lda_core.vb_stats import VBStats
+from lda_core.algorithms.online_vb import BatchVB, OnlineVB
+from lda_core.algorithms.vb_stats import VBStats
 from test_topic_health import run_and_resume
 from uci_slices import uci_docbatch
 

@@ -1,11 +1,11 @@
-"""The seeded minibatch order (lda_core.ordering) and its shard stream (pipelines.shard_stream)."""
+"""The seeded minibatch order (lda_core.training.ordering) and its shard stream (pipelines.training.shard_stream)."""
 import numpy as np
 import pytest
 
 from lda_core.docbatch import DocBatch
-from lda_core.ordering import locate_step, n_batches, plan_pass
-from pipelines import dataset
-from pipelines.shard_stream import ShardStream, gather, read_shard
+from lda_core.training.ordering import locate_step, n_batches, plan_pass
+from pipelines.ingest import dataset
+from pipelines.training.shard_stream import ShardStream, gather, read_shard
 
 SIZES = [7, 0, 13, 5, 31, 1]
 

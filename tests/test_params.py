@@ -1,9 +1,9 @@
-"""The one parameter validator every algorithm uses (lda_core.params)."""
+"""The one parameter validator every algorithm uses (lda_core.algorithms.params)."""
 import numpy as np
 import pytest
 
-from lda_core.algorithm import ALGORITHMS, algorithm_class
-from lda_core.params import check_choice, check_int, check_number, check_positive
+from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
+from lda_core.algorithms.params import check_choice, check_int, check_number, check_positive
 
 
 def test_values_in_range_come_back_typed():

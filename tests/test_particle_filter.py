@@ -3,9 +3,9 @@ planted-topic recovery, exact checkpoint/resume, residual resampling."""
 import numpy as np
 import pytest
 
-from lda_core import gibbs_kernel as gk
-from lda_core.particle_filter import ParticleFilter
-from lda_core.particle_tree import NaiveStore, TreeStore, slot_mapping
+from lda_core.algorithms import gibbs_kernel as gk
+from lda_core.algorithms.particle_filter import ParticleFilter
+from lda_core.algorithms.particle_tree import NaiveStore, TreeStore, slot_mapping
 
 from test_gibbs import planted_corpus, recovered
 
@@ -102,7 +102,7 @@ def test_pf_recovers_planted_topics():
 
 @pytest.mark.parametrize("store", ["tree", "naive"])
 def test_pf_checkpoint_resume_exact(tmp_path, store):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, phi = planted_corpus(n_docs=150, seed=8)
     K, V = phi.shape
     kw = dict(alpha=0.1, eta=0.1, n_particles=10, ess_threshold=5, n_rejuv=4, init_docs=20,
@@ -124,7 +124,7 @@ def test_pf_checkpoint_resume_exact(tmp_path, store):
 
 
 def test_pf_checkpoint_inside_the_batch_prefix(tmp_path):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, phi = planted_corpus(n_docs=100, seed=12)
     K, V = phi.shape
     kw = dict(alpha=0.1, eta=0.1, n_particles=6, ess_threshold=3, n_rejuv=3, init_docs=25,

@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from lda_core.algorithm import available_algorithms
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import read_run_log
-from lda_core.pass_stop import AUTO_KEY, AUTO_MIN_GAIN, PassStop
+from lda_core.algorithms.algorithm import available_algorithms
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log
+from lda_core.training.pass_stop import AUTO_KEY, AUTO_MIN_GAIN, PassStop
 from tests.test_cli_train import COMMON, _final_arrays, _one_line_error, ldabeam, make_dataset
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),

@@ -61,7 +61,7 @@ def runs(portable, wiki_sample, tmp_path_factory):
 
 
 def test_vectorize_through_the_portable_runner_equals_direct(runs):
-    from pipelines import dataset
+    from pipelines.ingest import dataset
     (d1, _), (d2, _) = runs["direct"], runs["portable"]
     assert open(os.path.join(d1, "vocab.tsv"), "rb").read() == \
         open(os.path.join(d2, "vocab.tsv"), "rb").read()

@@ -1,4 +1,4 @@
-"""SCVB0 (lda_core.scvb0) against small numpy references, plus the sparse accumulators."""
+"""SCVB0 (lda_core.algorithms.scvb0) against small numpy references, plus the sparse accumulators."""
 import pickle
 
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from lda_core.docbatch import DocBatch
-from lda_core.scvb0 import SCVB0, SCVB0Stats
-from lda_core.scvb0_kernel import scvb0_estep
-from lda_core.sparse_stats import RowBlock, SparseTriplets
+from lda_core.algorithms.scvb0 import SCVB0, SCVB0Stats
+from lda_core.algorithms.scvb0_kernel import scvb0_estep
+from lda_core.algorithms.sparse_stats import RowBlock, SparseTriplets
 from uci_slices import uci_docbatch
 
 
@@ -161,7 +161,7 @@ def test_planted_topics_recovered():
 
 
 def test_checkpoint_resume_bit_for_bit(tmp_path):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, _ = planted_corpus(n_docs=100)
     steps = [batch.take(range(i * 20, (i + 1) * 20)) for i in range(5)]
 
@@ -220,7 +220,7 @@ def test_word_ids_outside_vocabulary_and_empty_documents():
 
 
 def test_real_kos_slice_beats_unigram(kos_paths):
-    from lda_core.evaluation import document_completion, split_halves, unigram_baseline
+    from lda_core.evaluation.metrics import document_completion, split_halves, unigram_baseline
     batch, V = uci_docbatch(kos_paths[0], 600)
     train, held = batch.take(range(500)), batch.take(range(500, 600)).non_empty()
     a, b = split_halves(held, 0)
@@ -271,10 +271,11 @@ def run_both_trainers(name, kos_paths, tmp_path, **kw):
     """The in-process trainer and the Beam trainer (DirectRunner, windows of 4 minibatches)
     on 400 KOS documents in 3 shards, from the same initial state and order."""
     from test_beam_train import make_kos_dataset
-    from lda_core.algorithm import algorithm_class
-    from lda_core.trainer import train
-    from pipelines import beam_train, dataset
-    from pipelines.shard_stream import ShardStream
+    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.training.trainer import train
+    from pipelines.training import beam_train
+    from pipelines.ingest import dataset
+    from pipelines.training.shard_stream import ShardStream
     ds = make_kos_dataset(kos_paths, str(tmp_path / "ds"), 400)
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)

@@ -1,4 +1,4 @@
-"""The training session (lda_core.session): every runner refuses the same bad step the same way.
+"""The training session (lda_core.training.session): every runner refuses the same bad step the same way.
 
 The same injections go into each runner -- the in-process trainer, the Beam trainer
 unrolled and one pipeline per minibatch, a detached window, the sequential samplers' Beam
@@ -11,7 +11,7 @@ window (two of them) and the streaming job's global step:
 * a step that leaves a non-finite value in the new state (the lazy scale of λ becomes NaN)
   with a clean info, which only the session's state check catches.
 
-Each time: :class:`lda_core.session.TrainingError` "minibatch 3 ... could not be applied:
+Each time: :class:`lda_core.training.session.TrainingError` "minibatch 3 ... could not be applied:
 ... non-finite ...", and the latest checkpoint is the one before that minibatch.
 Also: the statistics of every algorithm round-trip through ``to_bytes`` as data (a damaged
 byte string is refused; a pickle is never accepted), and the multi-process scratch folder is
@@ -25,9 +25,9 @@ import stat
 import numpy as np
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
-from lda_core.online_vb import OnlineVB
-from lda_core.session import CHECKED, TrainingError, apply_step, check_info, eval_due
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.algorithms.online_vb import OnlineVB
+from lda_core.training.session import CHECKED, TrainingError, apply_step, check_info, eval_due
 
 from test_beam_train import make_kos_dataset, new_vb
 
@@ -84,8 +84,8 @@ def _latest_position(md):
 
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_in_process_trainer_refuses(kos200, tmp_path, monkeypatch, poison):
-    from lda_core.trainer import train
-    from pipelines.shard_stream import ShardStream
+    from lda_core.training.trainer import train
+    from pipelines.training.shard_stream import ShardStream
     algo, files = new_vb(kos200)
     POISONS[poison](monkeypatch)
     md = str(tmp_path / "m")
@@ -98,7 +98,7 @@ def test_in_process_trainer_refuses(kos200, tmp_path, monkeypatch, poison):
 @pytest.mark.parametrize("poison", sorted(POISONS))
 @pytest.mark.parametrize("unroll", [True, False])
 def test_beam_trainer_refuses(kos200, tmp_path, monkeypatch, poison, unroll):
-    from pipelines import beam_train
+    from pipelines.training import beam_train
     algo, files = new_vb(kos200)
     POISONS[poison](monkeypatch)
     md = str(tmp_path / "m")
@@ -110,8 +110,8 @@ def test_beam_trainer_refuses(kos200, tmp_path, monkeypatch, poison, unroll):
 
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_detached_window_refuses(kos200, tmp_path, monkeypatch, poison):
-    from lda_core.run_log import RunLog, read_run_log
-    from pipelines import beam_train
+    from lda_core.storage.run_log import RunLog, read_run_log
+    from pipelines.training import beam_train
     algo, files = new_vb(kos200)
     md = str(tmp_path / "m")
     os.makedirs(md)
@@ -132,9 +132,10 @@ def test_detached_window_refuses(kos200, tmp_path, monkeypatch, poison):
 
 @pytest.mark.parametrize("poison", ["raises", "info"])
 def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
-    from lda_core.online_samplers import OLDA
-    from pipelines import beam_sequential, dataset
-    from pipelines.algorithm_options import build_algorithm
+    from lda_core.algorithms.online_samplers import OLDA
+    from pipelines.training import beam_sequential
+    from pipelines.ingest import dataset
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(kos200)
     V = len(dataset.Vocabulary.read(kos200))
     algo = build_algorithm("o-lda", 5, V, settings={}, batch_size=50, corpus_size=200, seed=1,
@@ -160,7 +161,8 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_stream_global_step_refuses(tmp_path, monkeypatch, poison):
     from apache_beam.transforms import window
-    from pipelines import stream, synthetic
+    from pipelines.streaming import stream
+    from pipelines.ingest import synthetic
     from test_stream import _model
     spec = synthetic.SyntheticSpec(n_docs=200, n_words=300, n_topics=5, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)
@@ -211,7 +213,7 @@ def test_check_info_and_apply_step():
 # ------------------------------------------------------------------ statistics as data
 
 def test_check_state_names_the_non_finite_part_of_each_state(kos_paths):
-    from lda_core.session import check_state
+    from lda_core.training.session import check_state
     for st in _stats_of_each(kos_paths):
         algo = st.algo
         info, err = apply_step(algo.global_step, st)
@@ -230,8 +232,8 @@ def test_check_state_names_the_non_finite_part_of_each_state(kos_paths):
 
 
 def _stats_of_each(kos_paths):
-    from lda_core.scvb0 import SCVB0
-    from lda_core.sparse_gibbs_vb import SparseGibbsVB
+    from lda_core.algorithms.scvb0 import SCVB0
+    from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
     from test_beam_train import read_kos
     batch, tokens = read_kos(kos_paths[0], kos_paths[1], 40)
     V = len(tokens)
@@ -246,7 +248,7 @@ def _stats_of_each(kos_paths):
 
 
 def test_every_algorithms_statistics_round_trip_as_data(kos_paths):
-    from pipelines.beam_stats import decode_stats, encode_stats
+    from pipelines.training.beam_stats import decode_stats, encode_stats
     for st in _stats_of_each(kos_paths):
         b = st.to_bytes()
         back = type(st).from_bytes(b)
@@ -265,7 +267,7 @@ def test_every_algorithms_statistics_round_trip_as_data(kos_paths):
 
 
 def test_a_pickle_or_a_foreign_class_is_never_decoded(kos_paths):
-    from pipelines.beam_stats import decode_stats
+    from pipelines.training.beam_stats import decode_stats
     st = _stats_of_each(kos_paths)[1]
     with pytest.raises(ValueError):
         decode_stats(b"SP" + pickle.dumps(st))
@@ -282,9 +284,9 @@ def test_a_pickle_or_a_foreign_class_is_never_decoded(kos_paths):
 def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     """A run's scratch folder is created fresh (a folder someone prepared at the old,
     predictable name is never used), mode 0700, owned by this user."""
-    from pipelines import beam_state
-    from pipelines.beam_options import runner_config
-    from pipelines.beam_train import default_scratch_root
+    from pipelines.training import beam_state
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training.beam_train import default_scratch_root
     md = str(tmp_path / "model")
     root = default_scratch_root(md, runner_config("DirectRunner", []),
                                 scratch_dir=str(tmp_path / "shm"))
@@ -311,7 +313,7 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
 def test_multi_process_run_uses_a_private_scratch_folder(kos200, tmp_path, monkeypatch):
     """The Beam trainer with worker processes: its scratch folder is one that
     ``new_scratch`` created (0700) and it is gone after the run."""
-    from pipelines import beam_state, beam_train
+    from pipelines.training import beam_state, beam_train
     made = []
     real = beam_state.new_scratch
 

@@ -1,4 +1,4 @@
-"""Sparse Gibbs-within-VB (lda_core.sparse_gibbs_vb) against small numpy references."""
+"""Sparse Gibbs-within-VB (lda_core.algorithms.sparse_gibbs_vb) against small numpy references."""
 import pickle
 
 import numba
@@ -8,8 +8,8 @@ from scipy.special import digamma
 from scipy.stats import chisquare
 
 from lda_core.docbatch import DocBatch
-from lda_core.sparse_gibbs_kernel import _draw, merge_into_csr
-from lda_core.sparse_gibbs_vb import SparseGibbsStats, SparseGibbsVB
+from lda_core.algorithms.sparse_gibbs_kernel import _draw, merge_into_csr
+from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsStats, SparseGibbsVB
 from test_scvb0 import match_topics, planted_corpus
 
 
@@ -135,7 +135,7 @@ def test_planted_topics_recovered():
 
 
 def test_checkpoint_resume_bit_for_bit(tmp_path):
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     batch, _ = planted_corpus(n_docs=100)
     steps = [batch.take(range(i * 20, (i + 1) * 20)) for i in range(5)]
 

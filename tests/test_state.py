@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from lda_core.state import (STATE_FORMAT_VERSION, StateFormatError, TopicState,
-                            read_state_json)
-from pipelines.dataset import vocab_hash
+from lda_core.storage.state import (STATE_FORMAT_VERSION, StateFormatError, TopicState,
+                                    read_state_json)
+from pipelines.ingest.dataset import vocab_hash
 from uci_slices import uci_triples, uci_vocab
 
 
@@ -84,7 +84,7 @@ def test_failed_save_keeps_the_old_state_and_removes_the_temporary(kos_state, tm
                                                                    monkeypatch):
     d = str(tmp_path / "s")
     kos_state.save(d)
-    import lda_core.state as st
+    import lda_core.storage.state as st
     real = st._write_npy
     calls = []
 
@@ -328,7 +328,7 @@ def test_constructor_checks(kw, match):
 
 @pytest.mark.parametrize("exchange", [True, False])
 def test_replace_with_and_without_an_atomic_exchange(kos_state, tmp_path, monkeypatch, exchange):
-    import lda_core.files as st
+    import lda_core.storage.files as st
     used = []
     real = st._rename_exchange
 

@@ -5,8 +5,8 @@ import copy
 import numpy as np
 import pytest
 
-from lda_core.algorithm import read_arrays, unpack_arrays
-from lda_core.vb_stats import VBStats
+from lda_core.algorithms.algorithm import read_arrays, unpack_arrays
+from lda_core.algorithms.vb_stats import VBStats
 
 
 def _piece(rng, V, K, n_words, step=3):
@@ -57,9 +57,9 @@ def test_write_to_read_from_round_trip_and_errors(tmp_path):
 
 @pytest.mark.parametrize("n_words", [30, 90, 260])   # stays sparse / crosses to dense / dense
 def test_reserved_merge_equals_sequential_merge(tmp_path, monkeypatch, n_words):
-    import lda_core.algorithm
-    from pipelines.beam_stats import merge_in_order, spill_stats
-    monkeypatch.setattr(lda_core.algorithm, "_CHUNK_BYTES", 200)   # several row blocks
+    import lda_core.algorithms.algorithm
+    from pipelines.training.beam_stats import merge_in_order, spill_stats
+    monkeypatch.setattr(lda_core.algorithms.algorithm, "_CHUNK_BYTES", 200)   # several row blocks
     rng = np.random.default_rng(n_words)
     V, K = 400, 6
     pieces = {i: _piece(rng, V, K, n_words) for i in range(4)}
@@ -77,7 +77,7 @@ def test_reserved_merge_equals_sequential_merge(tmp_path, monkeypatch, n_words):
 
 
 def test_streamed_merge_refuses_mismatched_pieces_before_adding(tmp_path):
-    from pipelines.beam_stats import merge_in_order, spill_stats
+    from pipelines.training.beam_stats import merge_in_order, spill_stats
     rng = np.random.default_rng(5)
     a, b = _piece(rng, 300, 4, 40, step=3), _piece(rng, 300, 4, 40, step=4)
     before = copy.deepcopy(a)

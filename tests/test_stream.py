@@ -1,4 +1,4 @@
-"""The streaming job (pipelines.stream) on the DirectRunner with TestStream: fed the same
+"""The streaming job (pipelines.streaming.stream) on the DirectRunner with TestStream: fed the same
 minibatches, its checkpoints equal the in-process trainer's bit for bit; malformed and late
 documents go to the dead letters; parsing against the model's fixed vocabulary."""
 import json
@@ -14,10 +14,11 @@ from apache_beam.testing.test_stream import TestStream as _TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 
-from lda_core.checkpoint import CheckpointStore
-from lda_core.online_vb import OnlineVB
-from lda_core.state import TopicState
-from pipelines import dataset, stream, stream_parse, synthetic
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.algorithms.online_vb import OnlineVB
+from lda_core.storage.state import TopicState
+from pipelines.ingest import dataset, synthetic
+from pipelines.streaming import stream, stream_parse
 
 V, K, W = 300, 5, 60.0      # vocabulary, topics, window seconds
 

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
-from lda_core.online_vb import OnlineVB
-from pipelines import dataset, stream, stream_parse
-from pipelines.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.algorithms.online_vb import OnlineVB
+from pipelines.ingest import dataset
+from pipelines.streaming import stream, stream_parse
+from pipelines.streaming.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from test_beam_train import read_kos
 from test_stream import Cell, run_file_route
 
@@ -201,7 +202,7 @@ def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offs
     (MAX_DOC_IDS scaled down to 20). Before, the restart trained the 80 documents of a and b
     beyond the last 20 ids again (docs_seen 280, not 200) and dead-lettered "nope" again."""
     import os
-    from pipelines import stream_step
+    from pipelines.streaming import stream_step
     monkeypatch.setattr(stream_step, "MAX_DOC_IDS", 20)
     batch, vocab = kos
     model, mv, algo0 = _model(tmp_path, vocab)
@@ -238,7 +239,7 @@ def test_restarted_match_continuously_job_reads_each_file_after_its_applied_offs
 def test_window_result_carries_the_files_read(kos):
     """The buffered window result keeps the positions its documents were read to (data-only
     coder), and the record advances each file to the furthest position applied."""
-    from pipelines.stream_step import WindowResultCoder
+    from pipelines.streaming.stream_step import WindowResultCoder
     batch, _ = kos
     mb = _window(batch, range(0, 5))
     c = WindowResultCoder()

@@ -1,4 +1,4 @@
-"""The synthetic corpus generator (pipelines.synthetic): seeded, independent of sharding, the
+"""The synthetic corpus generator (pipelines.ingest.synthetic): seeded, independent of sharding, the
 LDA generative model's statistics, planted topics recoverable, a dataset the trainer reads."""
 import argparse
 import os
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from lda_core.docbatch import DocBatch
-from pipelines import dataset, synthetic
-from pipelines.synthetic import SyntheticSpec
+from pipelines.ingest import dataset, synthetic
+from pipelines.ingest.synthetic import SyntheticSpec
 
 
 def _small(**kw):
@@ -97,9 +97,9 @@ def test_bad_parameters_name_themselves(kw, match):
 
 def test_online_vb_recovers_planted_topics(tmp_path):
     """Planted topics are recovered by the in-process trainer reading the written dataset."""
-    from lda_core.online_vb import OnlineVB
-    from lda_core.trainer import train
-    from pipelines.shard_stream import ShardStream
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.training.trainer import train
+    from pipelines.training.shard_stream import ShardStream
     spec = _small(n_docs=3000, doc_length=100.0)
     synthetic.write_dataset(spec, str(tmp_path / "ds"), docs_per_shard=1000)
     files = dataset.resolve_shards(str(tmp_path / "ds"))

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import bigquery_source, dataset
-from pipelines import text_sources as ts
-from pipelines import vectorize as vz
+from pipelines.ingest import bigquery_source, dataset
+from pipelines.ingest import text_sources as ts
+from pipelines.ingest import vectorize as vz
 from pipelines.cli import main as cli_main
 from pipelines.infer import InferOptions, infer, read_theta
 

@@ -130,7 +130,7 @@ def test_flex_template_metadata_matches_the_cli(command):
         action = opts["--" + p["name"]]
         choices = action.choices
         if p["name"] == "algorithm" and command == "train":
-            from lda_core.algorithm import ALGORITHMS
+            from lda_core.algorithms.algorithm import ALGORITHMS
             choices = list(ALGORITHMS)
         if choices:
             assert p.get("regexes") == ["^(%s)$" % "|".join(choices)], p["name"]
@@ -178,8 +178,8 @@ def test_launcher_runs_the_template_commands_detached():
 def test_launcher_trains_one_window_per_launch(tmp_path, monkeypatch, capsys):
     """LDABEAM_COMMAND=train through the launcher (DirectRunner named, so nothing goes to
     Dataflow): each launch trains one window and returns; detach=false trains to the end."""
-    from lda_core.checkpoint import CheckpointStore
-    from pipelines import synthetic
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines.ingest import synthetic
     ds = str(tmp_path / "ds")
     synthetic.write_dataset(synthetic.SyntheticSpec(n_docs=500, n_words=60, n_topics=3,
                                                     doc_length=20.0), ds)
@@ -212,7 +212,7 @@ def test_launcher_converts_flags_and_passes_beam_options():
 
 def test_launcher_runs_the_command(tmp_path, monkeypatch, capsys):
     """LDABEAM_COMMAND=topics on a model trained here: the launcher is the CLI."""
-    from pipelines import synthetic
+    from pipelines.ingest import synthetic
     from pipelines.cli import main
     ds = str(tmp_path / "ds")
     synthetic.write_dataset(synthetic.SyntheticSpec(n_docs=300, n_words=80, n_topics=3,

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from pipelines import text_sources as ts
-from pipelines.text_sources import (FORMATS, DeadLetter, InputError, RawDocument,
-                                    detect_format, expand_inputs, iter_wiki_page_chunks,
-                                    parse_wiki_page, read_documents)
-from pipelines.tokenize import TokenizerConfig, tokenize
+from pipelines.ingest import text_sources as ts
+from pipelines.ingest.text_sources import (FORMATS, DeadLetter, InputError, RawDocument,
+                                           detect_format, expand_inputs, iter_wiki_page_chunks,
+                                           parse_wiki_page, read_documents)
+from pipelines.ingest.tokenize import TokenizerConfig, tokenize
 
 # gensim WikiCorpus tokenizes with lower=True and no de-accenting, drops articles under 50 tokens
 GENSIM_WIKI_CFG = TokenizerConfig(deaccent=False)
@@ -166,7 +166,7 @@ def test_damaged_pages_resync_at_the_next_page_across_read_blocks(
     path = str(tmp_path / "dump.xml")
     pathlib.Path(path).write_bytes(wiki_xml)
     intact = list(iter_wiki_page_chunks(path))
-    from pipelines import wiki_source
+    from pipelines.ingest import wiki_source
     monkeypatch.setattr(wiki_source, "READ_BLOCK", block)    # where the page splitter reads it
     assert list(iter_wiki_page_chunks(path)) == intact
     victims = wiki_docs[1::5]

@@ -7,9 +7,9 @@ from gensim.parsing.preprocessing import STOPWORDS
 from gensim.utils import deaccent as gensim_deaccent
 from gensim.utils import tokenize as gensim_tokenize
 
-from pipelines.text_sources import InputError
-from pipelines.tokenize import (DEFAULT, TokenizerConfig, config_from_options, deaccent,
-                                load_stopwords, tokenize)
+from pipelines.ingest.text_sources import InputError
+from pipelines.ingest.tokenize import (DEFAULT, TokenizerConfig, config_from_options, deaccent,
+                                       load_stopwords, tokenize)
 
 
 def gensim_reference(text, cfg):
@@ -144,7 +144,7 @@ def _reference_batch(texts, cfg):
 
 
 def _check_batch(texts, cfg):
-    from pipelines.tokenize import count_batch, tokenize_batch
+    from pipelines.ingest.tokenize import count_batch, tokenize_batch
     per_doc, counters = _reference_batch(texts, cfg)
     bc = count_batch(texts, cfg)
     assert bc.n_docs == len(texts)
@@ -173,7 +173,7 @@ def test_batch_tokenizer_equals_tokenize_on_real_text(news20_tar, wiki_sample, c
     numbers, underscores, apostrophes, a few Latin-1 accented letters) and on the bundled
     sample's articles after markup stripping."""
     import tarfile
-    from pipelines import text_sources as ts
+    from pipelines.ingest import text_sources as ts
     texts = []
     with tarfile.open(news20_tar, "r|gz") as tar:
         for m in tar:

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from lda_core import evaluation as ev
+from lda_core.evaluation import metrics as ev
 from lda_core.docbatch import DocBatch
-from lda_core.online_vb import BatchVB, OnlineVB
+from lda_core.algorithms.online_vb import BatchVB, OnlineVB
 from test_evaluation import bp  # noqa: F401  (the harness, imported as a module)
 from uci_slices import uci_csr, uci_vocab
 
@@ -37,7 +37,7 @@ def planted(K=10, W=30, D=600, N=60, seed=0):
 def run_and_resume(make, steps, cut, tmp_path, apply=None):
     """(the run of ``steps`` in one go, the run of steps[:cut], saved, loaded and continued
     with steps[cut:]) for the algorithm ``make()``; ``apply(m, batch)`` does one step."""
-    from lda_core.state import TopicState
+    from lda_core.storage.state import TopicState
     apply = apply or (lambda m, b: m.global_step(m.local_step(b)))
     full = make()
     infos = [apply(full, b) for b in steps]
@@ -152,7 +152,7 @@ def test_coherence_matches_gensim_coherence_model(kos_csr):
     phi = np.full((6, X.shape[1]), 1e-6)
     for k in range(6):
         phi[k, rng.choice(frequent, 10, replace=False)] = np.linspace(1.0, 0.5, 10)
-    from lda_core.topic_quality import _top_indices
+    from lda_core.evaluation.topic_quality import _top_indices
     top = _top_indices(phi, 10)
     topics = [[vocab[w] for w in t] for t in top]
     bow = [dictionary.doc2bow(t) for t in texts]
@@ -205,7 +205,7 @@ def test_left_to_right_matches_exact_enumeration_on_tiny_documents():
 
 
 def test_kappa_one_half_is_accepted_with_a_warning(caplog):
-    with caplog.at_level("WARNING", logger="lda_core.online_vb"):
+    with caplog.at_level("WARNING", logger="lda_core.algorithms.online_vb"):
         m = OnlineVB(4, 10, kappa=0.5)
     assert m.kappa == 0.5 and "convergence guarantee" in caplog.text
     with pytest.raises(ValueError, match="kappa"):
@@ -213,7 +213,7 @@ def test_kappa_one_half_is_accepted_with_a_warning(caplog):
 
 
 def test_scvb0_reseeding_resumes_bit_for_bit(tmp_path):
-    from lda_core.scvb0 import SCVB0
+    from lda_core.algorithms.scvb0 import SCVB0
     batch, V = planted(K=20)
     steps = [batch.take(range(s, s + 50)) for s in range(0, 600, 50)] * 2
     kw = dict(alpha=0.1, eta=0.01, seed=0, batch_size=50, corpus_tokens=batch.n_tokens)

@@ -14,8 +14,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import read_run_log
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log
 from pipelines.cli import main as cli_main
 from test_exports import K, news20_run
 
@@ -110,9 +110,9 @@ def test_report_is_self_contained_with_real_plots(report):
 
 
 def test_report_topic_health_and_labels(report):
-    from lda_core.evaluation import topic_health
-    from pipelines.doc_sample import sample_documents
-    from pipelines import dataset
+    from lda_core.evaluation.metrics import topic_health
+    from pipelines.ingest.doc_sample import sample_documents
+    from pipelines.ingest import dataset
     ds, m, _, page, data = report
     h, K = data["health"], len(data["topics"])
     algo, state, _ = _model(m)
@@ -150,15 +150,15 @@ def test_report_numbers_are_the_run_logs(report):
 
 
 def test_report_topics_evolution_and_examples(report):
-    from lda_core.evaluation import umass_coherence
-    from pipelines import dataset
+    from lda_core.evaluation.metrics import umass_coherence
+    from pipelines.ingest import dataset
     ds, m, _, page, data = report
     algo, state, vocab = _model(m)
     phi = algo.topic_word()
     topics = data["topics"]
     assert len(topics) == K
     assert sum(t["size"] for t in topics) == pytest.approx(1.0, abs=1e-6)
-    from pipelines.doc_sample import sample_documents
+    from pipelines.ingest.doc_sample import sample_documents
     docs = sample_documents(dataset.resolve_shards(ds), max_docs=400)    # the report's sample
     coh = umass_coherence(phi, docs, topn=10)["per_topic"]
     np.testing.assert_allclose([t["coherence"] for t in topics], coh)

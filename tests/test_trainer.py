@@ -1,15 +1,15 @@
-"""The in-process trainer (lda_core.trainer) on real KOS documents streamed from shards."""
+"""The in-process trainer (lda_core.training.trainer) on real KOS documents streamed from shards."""
 import logging
 import os
 
 import numpy as np
 import pytest
 
-from lda_core.algorithm import algorithm_class, available_algorithms
-from lda_core.checkpoint import CheckpointStore
-from lda_core.run_log import RunLog, iter_run_log, read_run_log
-from lda_core.trainer import HeldOut, Minibatch, TrainingError, train
-from pipelines.shard_stream import ShardStream, read_docs
+from lda_core.algorithms.algorithm import algorithm_class, available_algorithms
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import RunLog, iter_run_log, read_run_log
+from lda_core.training.trainer import HeldOut, Minibatch, TrainingError, train
+from pipelines.training.shard_stream import ShardStream, read_docs
 
 from test_ordering import write_kos_shards
 

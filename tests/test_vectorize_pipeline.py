@@ -15,13 +15,13 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import dataset
-from pipelines import vectorize as vz
-from pipelines import vectorize_output as vzo
-from pipelines import vectorize_steps as vzs
+from pipelines.ingest import dataset
+from pipelines.ingest import vectorize as vz
+from pipelines.ingest import vectorize_output as vzo
+from pipelines.ingest import vectorize_steps as vzs
 from pipelines.cli import main as cli_main
-from pipelines.tokenize import BatchCounts, TokenizerConfig
-from pipelines.vocabulary import merge_token_stats, unpack_stats
+from pipelines.ingest.tokenize import BatchCounts, TokenizerConfig
+from pipelines.ingest.vocabulary import merge_token_stats, unpack_stats
 
 IN_PROCESS = ["--runner=FnApiRunner"]
 
@@ -430,7 +430,7 @@ def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_an_unexpected_failure_on_one_document_is_a_dead_letter(monkeypatch, batched):
-    import pipelines.vectorize_steps as mod
+    import pipelines.ingest.vectorize_steps as mod
     real = mod.count_batch
 
     def flaky(texts, cfg):

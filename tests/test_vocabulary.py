@@ -11,10 +11,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from gensim.corpora import Dictionary
 
-from pipelines.tokenize import tokenize
-from pipelines.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
-                                  bow_prune, filter_extremes, merge_token_stats,
-                                  unpack_stats)
+from pipelines.ingest.tokenize import tokenize
+from pipelines.ingest.vocabulary import (BuildVocabulary, PruneSettings, TokenStatsAccumulator,
+                                         bow_prune, filter_extremes, merge_token_stats,
+                                         unpack_stats)
 
 SETTINGS = [
     PruneSettings(no_below=2, no_above=0.5, keep_n=None),
@@ -163,8 +163,8 @@ def test_bow_prune_keeps_file_order():
 def _batch_stats(texts, batch_size, seed=0, n_parts=16):
     """(token, df, cf, first) from count_batch + add_batch over batches, packed in parts and
     merged part by part in a random order (as the pipeline does)."""
-    from pipelines.tokenize import count_batch
-    from pipelines.vocabulary import merge_packed_stats
+    from pipelines.ingest.tokenize import count_batch
+    from pipelines.ingest.vocabulary import merge_packed_stats
     rng = random.Random(seed)
     packed = {}
     for lo in range(0, len(texts), batch_size):
@@ -201,7 +201,7 @@ def test_batched_and_packed_statistics_equal_per_document_ones(news20_tar):
 
 def test_token_part_depends_only_on_the_token():
     import pyarrow as pa
-    from pipelines.vocabulary import _part_of
+    from pipelines.ingest.vocabulary import _part_of
     words = ["alpha", "beta", "", "ünï", "x" * 300, "beta", "alpha"]
     a = pa.array(words, pa.large_string())
     parts = _part_of(a, 16).tolist()

@@ -11,7 +11,7 @@ keep the vocabulary order). ``gensim`` saves a ``gensim.models.LdaModel`` with t
 α and η (``LdaModel.load(PATH)``); ``pyldavis`` writes pyLDAvis's prepared data for the first
 ``--max-docs`` documents of ``--shards`` (default: the training shards named in the run log),
 and the interactive page when the optional pyLDAvis package is installed. The export logic is
-in :mod:`pipelines.exports`.
+in :mod:`pipelines.reports.exports`.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import os
 
 import numpy as np
 
-from pipelines import dataset
-from pipelines.exports import write_npy_atomic  # noqa: F401 (used by the command)
-from pipelines.model_dir import load_model  # noqa: F401 (the command API)
+from pipelines.ingest import dataset
+from pipelines.reports.exports import write_npy_atomic  # noqa: F401 (used by the command)
+from pipelines.runtime.model_dir import load_model  # noqa: F401 (the command API)
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def run(args, beam_argv) -> int:
 
 
 def _run_other(args) -> int:
-    from pipelines import exports
+    from pipelines.reports import exports
     algo, state, vocab = load_model(args.model)
     if vocab is None:
         raise FileNotFoundError("--format %s needs the model's vocabulary (MODEL_DIR/%s)"

@@ -7,7 +7,7 @@ The pipeline is :mod:`pipelines.infer` (same E-step code and frozen state as tra
 """
 from __future__ import annotations
 
-from pipelines import detached
+from pipelines.training import detached
 from pipelines.commands.vectorize import INPUT_FORMATS, add_field_arguments
 
 READER_OPTIONS = ("id_field", "text_field", "title_field", "label_field", "encoding",
@@ -76,7 +76,7 @@ def run(args, beam_argv) -> int:
                         overwrite=args.overwrite, threads=args.threads)
     if getattr(args, "detach", False):
         from pipelines.infer import SUMMARY_FILE, read_summary, submit
-        from pipelines.beam_options import pipeline_options
+        from pipelines.runtime.beam_options import pipeline_options
         runner = detached.runner_of_options(pipeline_options(beam_argv))
         result = submit(opts, beam_argv)
         LAST_SUBMITTED = result

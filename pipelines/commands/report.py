@@ -2,11 +2,11 @@
 
     ldabeam report --model MODEL_DIR --output report.html [--shards SHARD_DIR]
 
-See :mod:`pipelines.report` for what the page shows.
+See :mod:`pipelines.reports.report` for what the page shows.
 """
 from __future__ import annotations
 
-from pipelines import dataset
+from pipelines.ingest import dataset
 
 
 def add_arguments(p) -> None:
@@ -18,7 +18,7 @@ def add_arguments(p) -> None:
                    help="documents for topic sizes, coherence and examples (default: the "
                         "training shards named in the run log)")
     p.add_argument("--max-docs", type=int, default=2000,
-                   help="documents of --shards used: a seeded sample (pipelines.doc_sample; "
+                   help="documents of --shards used: a seeded sample (pipelines.ingest.doc_sample; "
                         "the documents `ldabeam evaluate` and the trainer measure topic "
                         "health on)")
     p.add_argument("--top", type=int, default=10, help="top words per topic")
@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def run(args, beam_argv) -> int:
-    from pipelines.report import write_report
+    from pipelines.reports.report import write_report
     if not args.model:
         raise ValueError("--model MODEL_DIR is required")
     if not args.output:

@@ -8,7 +8,7 @@
 
 Each fixed window of arriving documents is one minibatch; one checkpoint is published per
 window into MODEL_DIR/checkpoints (``ldabeam topics --model MODEL_DIR`` shows the newest).
-See :mod:`pipelines.stream` for the graph and docs/cluster.md for running it.
+See :mod:`pipelines.streaming.stream` for the graph and docs/cluster.md for running it.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ class Setup:
     """What every route needs, from the options: the model to continue (published as step 0
     if fresh), how to parse documents, where dead letters go."""
     algo: Any
-    parse: Any                  # pipelines.stream_parse.ParseConfig
+    parse: Any                  # pipelines.streaming.stream_parse.ParseConfig
     dead_dir: str
     keep: Optional[int]         # checkpoints kept (None: all)
     corpus_size: Optional[int]  # -1: the model's own D; None: the stream setting; else D
@@ -100,7 +100,7 @@ class Setup:
 
 def prepare(args) -> Setup:
     """Check the options and load (or create) the model; raises ValueError on bad options."""
-    from pipelines import stream, stream_parse
+    from pipelines.streaming import stream, stream_parse
     if not args.model:
         raise ValueError("--model MODEL_DIR is required")
     sources = [s for s in (args.subscription, args.topic, args.input_glob) if s]
@@ -134,7 +134,7 @@ def build_pipeline(p, args, setup: Setup):
     arriving under ``--input-glob`` through ``fileio.MatchContinuously``) -> StreamTrain ->
     dead letters written under ``setup.dead_dir``. Returns StreamTrain's outputs. (The local
     runner's ``--input-glob`` route does not use it: see ``run``.)"""
-    from pipelines import stream
+    from pipelines.streaming import stream
     if args.input_glob:
         raw = p | "Files" >> stream.ReadJsonFilesContinuously(args.input_glob,
                                                               args.poll_seconds,
@@ -159,8 +159,8 @@ LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "")
 def run(args, beam_argv) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
-    from pipelines import stream
-    from pipelines.beam_options import pipeline_options
+    from pipelines.streaming import stream
+    from pipelines.runtime.beam_options import pipeline_options
     setup = prepare(args)
     algo = setup.algo
     opts = pipeline_options(beam_argv, in_memory=False, streaming=True)

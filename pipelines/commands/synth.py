@@ -5,11 +5,11 @@
 
 The result is an ordinary dataset directory (``ldabeam train --shards DIR`` reads it) plus
 ``planted_topics.npy``, the K x V topics the documents were drawn from. See
-:mod:`pipelines.synthetic` for the model and the seeding.
+:mod:`pipelines.ingest.synthetic` for the model and the seeding.
 """
 from __future__ import annotations
 
-from pipelines import synthetic
+from pipelines.ingest import synthetic
 
 
 def add_arguments(p) -> None:

@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def _update_labels(args, state) -> None:
-    from pipelines.report import model_dir_of, read_labels, write_labels
+    from pipelines.reports.report import model_dir_of, read_labels, write_labels
     mdir = model_dir_of(args.model)
     labels = read_labels(mdir)
     for k, text in args.label or []:
@@ -51,9 +51,9 @@ def _update_labels(args, state) -> None:
 
 
 def run(args, beam_argv) -> int:
-    from lda_core.evaluation import top_words
-    from pipelines.model_dir import load_model
-    from pipelines.report import model_dir_of, read_labels
+    from lda_core.evaluation.metrics import top_words
+    from pipelines.runtime.model_dir import load_model
+    from pipelines.reports.report import model_dir_of, read_labels
     if args.top < 1:
         raise ValueError("--top must be >= 1, got %d" % args.top)
     algo, state, vocab = load_model(args.model)
@@ -86,7 +86,7 @@ def run(args, beam_argv) -> int:
             print("topic %*d%s: %s" % (width, k, lab, words), file=out)
     text = out.getvalue()
     if args.output:
-        from pipelines.dataset import write_bytes_atomic
+        from pipelines.ingest.dataset import write_bytes_atomic
         write_bytes_atomic(args.output, text.encode("utf-8"))
         print("wrote %s (%s, %d topics)" % (args.output, args.format, len(tops)),
               file=sys.stderr)

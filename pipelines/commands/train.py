@@ -12,7 +12,7 @@ every shard (against the model's when resuming), and a resumed checkpoint's algo
 
 ``--detach`` (Beam runners; Dataflow Flex Templates): one window is submitted and the command
 returns; the job publishes the checkpoint and appends the run log itself
-(:mod:`pipelines.beam_train`, docs/beam-training.md "Detached windows").
+(:mod:`pipelines.training.beam_train`, docs/beam-training.md "Detached windows").
 
 Algorithm settings (``ALGO_OPTIONS``: option -> constructor keyword) default to the algorithm's
 own, ``--minibatch`` included (SCVB0 and sparse Gibbs-VB: 100, their papers'; online VB 256).
@@ -31,10 +31,10 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional
 
-from pipelines import dataset
+from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
-from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
+from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
     build_algorithm, default_minibatch, default_passes)
@@ -42,14 +42,14 @@ from pipelines.algorithm_options import (  # noqa: F401 (the command's API)
 logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs, and the inputs
-# it must neither contain nor lie inside (pipelines.cli, lda_core.lease)
+# it must neither contain nor lie inside (pipelines.cli, lda_core.storage.lease)
 MODEL_DIR = ("output", ("shards", "vocab"))
 def _beam_workers(args, beam_argv) -> bool:
     """True when --runner is a Beam runner whose workers are other processes."""
     if args.runner.lower() in ("inprocess", "in-process", "local"):
         return False
     try:
-        from pipelines.beam_options import runner_config
+        from pipelines.runtime.beam_options import runner_config
         return not runner_config(args.runner, list(beam_argv or ())).in_process
     except ValueError:
         return False      # an unknown runner is reported later, with its own message
@@ -96,10 +96,10 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
     sweeps (``--passes``) of which the first ``algo.burn_in`` (the sampler's default unless
     given) are not averaged into φ, one checkpoint at the end
-    (:func:`lda_core.trainer.fit_whole_corpus`, as on Beam)."""
-    from lda_core.session import Session
-    from lda_core.trainer import TrainResult, fit_whole_corpus
-    from pipelines.shard_stream import read_docs
+    (:func:`lda_core.training.trainer.fit_whole_corpus`, as on Beam)."""
+    from lda_core.training.session import Session
+    from lda_core.training.trainer import TrainResult, fit_whole_corpus
+    from pipelines.training.shard_stream import read_docs
     ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
                   vocab_hash=shard_hash)
     ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
@@ -112,8 +112,8 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
 
 
 def _capability(name: str, what: str) -> bool:
-    """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithm)."""
-    from lda_core.algorithm import algorithm_class
+    """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithms.algorithm)."""
+    from lda_core.algorithms.algorithm import algorithm_class
     try:
         return bool(getattr(algorithm_class(name), what, False))
     except ValueError:
@@ -122,8 +122,8 @@ def _capability(name: str, what: str) -> bool:
 
 def _remove_model(model_dir: str) -> None:
     """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
-    from lda_core.checkpoint import CHECKPOINTS
-    from lda_core.run_log import RUN_LOG_FILE
+    from lda_core.storage.checkpoint import CHECKPOINTS
+    from lda_core.storage.run_log import RUN_LOG_FILE
     files = dataset.files_for(model_dir)      # local, or Beam FileSystems for a URL
     if not files.isdir(model_dir):
         return
@@ -138,7 +138,7 @@ def _clear_leftovers(model_dir: str, vocab) -> None:
     and the run log of an earlier run that never checkpointed are leftovers that would make
     ``topics`` / ``infer`` read the wrong words or runs; both are replaced (a warning names
     them)."""
-    from lda_core.run_log import RUN_LOG_FILE
+    from lda_core.storage.run_log import RUN_LOG_FILE
     files = dataset.files_for(model_dir)
     old_vocab = files.join(model_dir, dataset.VOCAB_FILE)
     if files.exists(old_vocab):
@@ -190,9 +190,9 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
         raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
     if not inprocess:
-        # the stream-order samplers run as one DoFn per window (pipelines/beam_sequential.py);
-        # the local/global-step algorithms through the Beam trainer (pipelines/beam_train.py)
-        module = "pipelines.beam_sequential" if sequential else "pipelines.beam_train"
+        # the stream-order samplers run as one DoFn per window (pipelines/training/beam_sequential.py);
+        # the local/global-step algorithms through the Beam trainer (pipelines/training/beam_train.py)
+        module = "pipelines.training.beam_sequential" if sequential else "pipelines.training.beam_train"
         if importlib.util.find_spec(module) is None:
             raise ValueError("--runner %s needs %s, which is not in this installation; use "
                              "--runner inprocess" % (args.runner, module))
@@ -210,7 +210,7 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
                              "job to submit")
         if sequential:
             raise ValueError("--detach is not available for algorithm %s: the stream-order "
-                             "samplers' Beam path (pipelines/beam_sequential.py) publishes "
+                             "samplers' Beam path (pipelines/training/beam_sequential.py) publishes "
                              "and logs from the driver; run it without --detach" % algorithm)
         if args.unroll is False:
             raise ValueError("--detach runs each window as one unrolled pipeline that "
@@ -221,16 +221,16 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
 def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     """The held-out set to evaluate on: named by its shards for a detached window (read in
     the job, where the window is evaluated, with the same topic-health sample), else read now with the
-    sample of ``train_files`` topic health is measured on (pipelines.doc_sample); None when
+    sample of ``train_files`` topic health is measured on (pipelines.ingest.doc_sample); None when
     there is none."""
     if files is None:
         return None
     if detach:
-        from pipelines.beam_train import HeldOutShards
+        from pipelines.training.beam_train import HeldOutShards
         return HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
-    from lda_core.trainer import HeldOut
-    from pipelines.doc_sample import sample_documents
-    from pipelines.shard_stream import read_docs
+    from lda_core.training.trainer import HeldOut
+    from pipelines.ingest.doc_sample import sample_documents
+    from pipelines.training.shard_stream import read_docs
     heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
     heldout.health = sample_documents(train_files, shard_hash, seed=seed,
                                       columns=("doc_id", "word_ids", "counts"))
@@ -277,7 +277,7 @@ def run(args, beam_argv) -> int:
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
 
-    from pipelines.shard_stream import ShardStream
+    from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash)
 
@@ -296,7 +296,7 @@ def run(args, beam_argv) -> int:
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
 
-    from lda_core.trainer import resume_position
+    from lda_core.training.trainer import resume_position
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
@@ -305,7 +305,7 @@ def run(args, beam_argv) -> int:
                          "1 (got %d)" % (algorithm, passes))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
-        from lda_core.trainer import check_pass_stop
+        from lda_core.training.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
@@ -345,7 +345,7 @@ def _resolve_data(args):
 
 def _open_model_dir(args, vocab, shard_hash):
     """The checkpoint store of --output and the state to resume (None for a fresh run)."""
-    from lda_core.checkpoint import CheckpointStore
+    from lda_core.storage.checkpoint import CheckpointStore
     keep = args.keep_checkpoints or None
     store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
@@ -418,7 +418,7 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     """The algorithm: from the checkpoint (its settings win over the options, with a warning
     naming the ignored ones) or fresh from the options."""
     if state is not None:
-        from lda_core.algorithm import algorithm_class
+        from lda_core.algorithms.algorithm import algorithm_class
         given = [k for k, v in settings.items() if v is not None and k != "threads"]
         if given:
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
@@ -439,7 +439,7 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
 def _open_run_log(output: str, detach: bool):
     """The run log of MODEL_DIR; with --detach the window's job appends the records, so the
     launcher neither opens nor reads the log (only its path)."""
-    from lda_core.run_log import RUN_LOG_FILE, RunLog
+    from lda_core.storage.run_log import RUN_LOG_FILE, RunLog
     if detach:
         return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
     return RunLog(dataset.join(output, RUN_LOG_FILE))
@@ -451,7 +451,7 @@ def _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout, ru
     """Train on the chosen path: the Beam sequential chain, the batch Gibbs sampler, the
     in-process trainer, or the Beam windowed trainer (which may submit one detached window)."""
     if sequential and not inprocess:
-        beam_sequential = importlib.import_module("pipelines.beam_sequential")
+        beam_sequential = importlib.import_module("pipelines.training.beam_sequential")
         return beam_sequential.train(
             algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
             minibatches_per_window=args.minibatches_per_window, heldout=heldout,
@@ -462,14 +462,14 @@ def _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout, ru
     if whole_corpus:
         return _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log, run_info)
     if inprocess:
-        from lda_core.trainer import train
+        from lda_core.training.trainer import train
         return train(algo, stream, heldout=heldout, eval_every=args.eval_every,
                      checkpoint_store=store, checkpoint_every=args.checkpoint_every,
                      run_log=run_log, progress=not args.no_progress,
                      max_steps=args.max_steps, total_steps=stream.total_steps,
                      start_step=start, rel_tol=args.rel_tol, run_info=run_info,
                      pass_stop=pass_stop)
-    beam_train = importlib.import_module("pipelines.beam_train")
+    beam_train = importlib.import_module("pipelines.training.beam_train")
     return beam_train.train(
         algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
         minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
@@ -485,7 +485,7 @@ def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
     (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
     scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
     auto``."""
-    from lda_core.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
+    from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
     if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
         if patience is not None:
             raise ValueError("--passes-patience applies only with --passes auto")

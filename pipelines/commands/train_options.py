@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from lda_core.pass_stop import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
+from lda_core.training.pass_stop import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
 
-from pipelines.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
-                                         AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
-                                         DEFAULT_MINIBATCH, GIBBS_SWEEPS,
-                                         PAPERS, _HIDDEN, _accepted, _default,
-                                         default_minibatch)
+from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
+                                                  AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
+                                                  DEFAULT_MINIBATCH, GIBBS_SWEEPS, PAPERS, _HIDDEN,
+                                                  _accepted, _default, default_minibatch)
 
 
 def passes_arg(text: str):
@@ -26,7 +25,7 @@ def passes_arg(text: str):
 
 
 def _minibatch_defaults_help() -> str:
-    from lda_core.algorithm import available_algorithms
+    from lda_core.algorithms.algorithm import available_algorithms
     try:
         names = available_algorithms()
     except Exception:  # pragma: no cover
@@ -37,7 +36,7 @@ def _minibatch_defaults_help() -> str:
 
 
 def _algorithm_help() -> str:
-    from lda_core.algorithm import available_algorithms, algorithm_class
+    from lda_core.algorithms.algorithm import available_algorithms, algorithm_class
     parts = []
     for name in available_algorithms():
         defaults = ""
@@ -203,8 +202,8 @@ def add_arguments(p) -> None:
     g.add_argument("--runner", default="inprocess",
                    help="inprocess (this process, numba threads), or a Beam runner "
                         "(DirectRunner, PortableRunner, DataflowRunner, FlinkRunner, ...): "
-                        "pipelines.beam_train for the local/global-step algorithms, "
-                        "pipelines.beam_sequential (one single-worker DoFn per window) for "
+                        "pipelines.training.beam_train for the local/global-step algorithms, "
+                        "pipelines.training.beam_sequential (one single-worker DoFn per window) for "
                         "gibbs, o-lda, incremental-gibbs and particle-filter")
     g.add_argument("--minibatches-per-window", type=int, default=None,
                    help="Beam runners: minibatches per pipeline run (stream samplers: "

@@ -1,6 +1,6 @@
 """``ldabeam vectorize``: raw text / Wikipedia dumps / tables (CSV, Parquet, Arrow, BigQuery) /
 bag-of-words files -> vocabulary + Parquet shards (see ``docs/vectorize.md``,
-``docs/input-formats.md`` and :mod:`pipelines.vectorize`).
+``docs/input-formats.md`` and :mod:`pipelines.ingest.vectorize`).
 
 Options this command does not define go to Beam as pipeline options, e.g.
 ``--direct_running_mode=multi_processing --direct_num_workers=2`` or ``--runner ...``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipelines import detached
+from pipelines.training import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
 INPUT_FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow",
@@ -162,7 +162,7 @@ def add_field_arguments(group, defaults: bool = True) -> None:
 
 
 def options_from_args(args):
-    from pipelines.vectorize import VectorizeOptions
+    from pipelines.ingest.vectorize import VectorizeOptions
     inputs = list(args.input or [])
     if not inputs and not getattr(args, "query", None):
         inputs = [bundled_sample()]
@@ -186,7 +186,7 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 def run(args, beam_argv) -> int:
     if not args.output:
         raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
-    from pipelines.vectorize import summary, vectorize
+    from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):
         return _run_detached(opts, beam_argv)
@@ -197,9 +197,9 @@ def run(args, beam_argv) -> int:
 
 def _run_detached(opts, beam_argv) -> int:
     global LAST_SUBMITTED
-    from pipelines import dataset
-    from pipelines.beam_options import pipeline_options
-    from pipelines.vectorize import submit, summary
+    from pipelines.ingest import dataset
+    from pipelines.runtime.beam_options import pipeline_options
+    from pipelines.ingest.vectorize import submit, summary
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
     LAST_SUBMITTED = result

@@ -19,9 +19,9 @@ def main() -> int:
         print("warmup: set NUMBA_CACHE_DIR first (the folder baked into the image)",
               file=sys.stderr)
         return 2
-    from lda_core.algorithm import algorithm_class
-    from lda_core.trainer import HeldOut, evaluate
-    from pipelines import synthetic
+    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.training.trainer import HeldOut, evaluate
+    from pipelines.ingest import synthetic
     spec = synthetic.SyntheticSpec(n_docs=400, n_words=200, n_topics=4, doc_length=30.0, seed=1)
     docs = synthetic.generate(spec)
     train, held = docs.take(range(300)), docs.take(range(300, 400))

@@ -1,0 +1,377 @@
+"""The interfaces every algorithm implements, so any runner can drive any algorithm.
+
+Two families:
+
+* :class:`StochasticAlgorithm` — online VB, batch VB, SCVB0, sparse Gibbs-within-VB. Training
+  alternates a *local step* (frozen global state, batch of documents -> sufficient statistics;
+  embarrassingly parallel, statistics merge associatively) and a *global step* (state, summed
+  statistics -> new state). The in-process trainer calls them in a loop; the Beam trainer runs
+  ``local_step`` in parallel DoFns, merges the statistics in a ``CombineFn`` and calls
+  ``global_step`` on the driver. Neither runner contains maths of its own.
+* :class:`SequentialSampler` — collapsed Gibbs, o-LDA, incremental Gibbs, particle filter:
+  documents are consumed in stream order by one worker.
+
+Capabilities are declared on the class, never guessed from a name: ``sequential`` (consumes
+documents in stream order with ``process``; a :class:`SequentialSampler`),
+``accumulates_passes`` (one global step per pass over the corpus: batch VB) and
+``whole_corpus`` (holds the whole corpus and sweeps it: batch collapsed Gibbs, trained with
+``fit``). Runners ask :mod:`lda_core.training.session` (``is_sequential`` ...).
+
+Both expose ``topic_word()`` (K x V, rows sum to 1) for the shared evaluator in
+``lda_core.evaluation.metrics`` and convert to/from :class:`lda_core.storage.state.TopicState` for checkpoints.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+import json
+import struct
+import zlib
+from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from lda_core.docbatch import DocBatch
+
+
+class SuffStats(abc.ABC):
+    """A framework-free accumulator of a local step's statistics (create/add/merge/extract).
+
+    ``merge`` must be associative and commutative up to float rounding (sums in float64).
+    Statistics travel between workers and through scratch files as data only:
+    ``to_bytes`` / ``from_bytes`` (plain little-endian arrays, a JSON header and a CRC-32 of
+    the payload; :func:`pack_arrays`), never pickled. Counters every algorithm reports
+    (:data:`COUNTERS`, added by :meth:`merge_counters`): ``n_docs``, ``n_tokens``,
+    ``n_empty`` (skipped documents), ``n_iterations`` (E-step iterations summed over
+    documents), ``n_capped`` (documents that hit the iteration cap)."""
+
+    COUNTERS: ClassVar[Tuple[str, ...]] = ("n_docs", "n_tokens", "n_empty", "n_iterations",
+                                           "n_capped")
+    n_docs: int = 0
+    n_tokens: int = 0
+    n_empty: int = 0
+    n_iterations: int = 0
+    n_capped: int = 0
+
+    @abc.abstractmethod
+    def merge(self, other: "SuffStats") -> "SuffStats":
+        """Add ``other`` into ``self`` and return ``self``."""
+
+    def merge_counters(self, other: "SuffStats") -> None:
+        """Add ``other``'s :data:`COUNTERS` into ``self`` (every ``merge`` calls this)."""
+        for c in self.COUNTERS:
+            setattr(self, c, int(getattr(self, c)) + int(getattr(other, c)))
+
+    def counters(self) -> Dict[str, int]:
+        return {c: int(getattr(self, c)) for c in self.COUNTERS}
+
+    @abc.abstractmethod
+    def to_bytes(self) -> bytes:
+        """The statistics as data (no pickle); :meth:`from_bytes` is the inverse."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_bytes(cls, data: bytes) -> "SuffStats":
+        ...
+
+    def write_to(self, f) -> int:
+        """Write :meth:`to_bytes`'s bytes to the binary file ``f``; returns their number.
+        Classes with large arrays write them straight from their memory
+        (:func:`write_arrays`)."""
+        b = self.to_bytes()
+        f.write(b)
+        return len(b)
+
+    @classmethod
+    def read_from(cls, f, size: int) -> "SuffStats":
+        """Inverse of :meth:`write_to`: the statistics from the next ``size`` bytes of
+        ``f``."""
+        return cls.from_bytes(f.read(size))
+
+    # Row-structured statistics (a block of rows per word) let a merge of many pieces size
+    # its sum once: ``reserve_rows`` with the union of the pieces' ``row_ids`` first, so
+    # each ``merge`` adds in place instead of reallocating the growing sum. The sums, their
+    # order and the resulting layout are those of merging without it.
+    def row_ids(self) -> Optional[np.ndarray]:
+        """Sorted ids of the rows these statistics hold; None when not row-structured."""
+        return None
+
+    @classmethod
+    def read_row_ids(cls, f, size: int) -> Optional[np.ndarray]:
+        """:meth:`row_ids` of the statistics :meth:`write_to` wrote to the next ``size``
+        bytes of ``f``, reading only as far as needed."""
+        return None
+
+    def reserve_rows(self, ids: np.ndarray) -> None:
+        """Make room (zero rows) for the sorted unique row ids ``ids``."""
+
+    @classmethod
+    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "SuffStats":
+        """:meth:`read_from` then :meth:`reserve_rows` ``(ids)``; row-structured classes
+        allocate the reserved layout first and add the rows as they are read."""
+        st = cls.read_from(f, size)
+        st.reserve_rows(ids)
+        return st
+
+    def merge_from(self, f, size: int) -> "SuffStats":
+        """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
+        of ``f``; row-structured classes add the rows as they are read."""
+        return self.merge(type(self).read_from(f, size))
+
+
+def _packed_prefix(magic: bytes, header: Dict[str, Any],
+                   arrays: Sequence[Tuple[str, str, np.ndarray]]
+                   ) -> Tuple[bytes, list]:
+    """(``magic | u32 header length | JSON header``, the arrays as contiguous little-endian
+    arrays) of :func:`pack_arrays`; the CRC-32 is taken over the arrays' own memory."""
+    out, spec, crc = [], [], 0
+    for name, dt, a in arrays:
+        a = np.ascontiguousarray(a, dtype=dt)
+        spec.append([name, dt, list(a.shape)])
+        crc = zlib.crc32(_raw(a), crc)
+        out.append(a)
+    h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
+    return magic + struct.pack("<I", len(h)) + h, out
+
+
+def _raw(a: np.ndarray) -> memoryview:
+    """The bytes of the contiguous array ``a`` as a flat memoryview (no copy)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
+def pack_arrays(magic: bytes, header: Dict[str, Any],
+                arrays: Sequence[Tuple[str, str, np.ndarray]]) -> bytes:
+    """``magic | u32 header length | JSON header | arrays`` with the arrays' names, dtypes
+    (little-endian, e.g. ``"<f8"``), shapes and a CRC-32 of their bytes in the header."""
+    prefix, out = _packed_prefix(magic, header, arrays)
+    return b"".join([prefix] + [_raw(a) for a in out])
+
+
+def write_arrays(f, magic: bytes, header: Dict[str, Any],
+                 arrays: Sequence[Tuple[str, str, np.ndarray]]) -> int:
+    """Write :func:`pack_arrays`'s bytes to the binary file ``f`` straight from the arrays'
+    memory (no byte copy of a large block); returns the number of bytes written."""
+    prefix, out = _packed_prefix(magic, header, arrays)
+    f.write(prefix)
+    for a in out:
+        f.write(_raw(a))
+    return len(prefix) + sum(a.nbytes for a in out)
+
+
+_DTYPES = ("<i4", "<i8", "<f4", "<f8")
+
+
+def _parse_prefix(magic: bytes, head: bytes, size: int):
+    """(header length, header bytes needed) check of the first ``len(magic) + 4`` bytes."""
+    if bytes(head[:len(magic)]) != magic:
+        raise ValueError("not a %s statistics byte string (bad magic)" % magic.decode())
+    if len(head) < len(magic) + 4:
+        raise ValueError("truncated statistics byte string")
+    (hlen,) = struct.unpack("<I", head[len(magic):len(magic) + 4])
+    if len(magic) + 4 + hlen > size:
+        raise ValueError("truncated statistics byte string (header)")
+    return hlen
+
+
+def _parse_header(raw: bytes):
+    """(header, [(name, dtype, shape, nbytes)], crc) of a packed JSON header."""
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"))
+        spec = [(str(n), str(dt), [int(x) for x in shape]) for n, dt, shape in header["arrays"]]
+        crc_want = int(header["crc32"])
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise ValueError("damaged statistics header: %s" % e) from None
+    out = []
+    for name, dt, shape in spec:
+        if dt not in _DTYPES or any(x < 0 for x in shape):
+            raise ValueError("damaged statistics header: array %s %s %s" % (name, dt, shape))
+        out.append((name, dt, shape, int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize))
+    return header, out, crc_want
+
+
+def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """Inverse of :func:`pack_arrays`: (header, arrays); ValueError naming what is wrong for
+    a truncated, damaged or foreign byte string (sizes checked before any allocation)."""
+    mv = memoryview(data)
+    hlen = _parse_prefix(magic, mv[:len(magic) + 4], len(mv))
+    pos = len(magic) + 4
+    header, spec, crc_want = _parse_header(mv[pos:pos + hlen])
+    pos += hlen
+    arrays: Dict[str, np.ndarray] = {}
+    crc = 0
+    for name, dt, shape, n in spec:
+        if pos + n > len(mv):
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        crc = zlib.crc32(mv[pos:pos + n], crc)
+        arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(shape).copy()
+        pos += n
+    if pos != len(mv):
+        raise ValueError("statistics byte string has %d trailing bytes" % (len(mv) - pos))
+    if crc != crc_want:
+        raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
+    return header, arrays
+
+
+_CHUNK_BYTES = 1 << 25
+
+
+def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
+                sinks: Optional[Dict[str, Any]] = None
+                ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """:func:`unpack_arrays` of the next ``size`` bytes of the binary file ``f``, each array
+    read straight into its own allocation (no file-bytes buffer, no second copy); the same
+    checks and errors. ``stop_after``: return once that array is read (the arrays before
+    it and it; the CRC, which covers all of them, is then not checked). ``sinks``: arrays
+    not kept but handed in blocks of rows (~32 MB) to ``sinks[name](rows, first_row,
+    header, arrays_so_far)``, so a large array is consumed without ever being held whole (a CRC
+    failure is then reported after the sink has seen the rows)."""
+    head = f.read(len(magic) + 4)
+    hlen = _parse_prefix(magic, head, size)
+    header, spec, crc_want = _parse_header(f.read(hlen))
+    pos = len(magic) + 4 + hlen
+    arrays: Dict[str, np.ndarray] = {}
+    crc = 0
+    for name, dt, shape, n in spec:
+        if pos + n > size:
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        if sinks and name in sinks and shape:
+            row = n // shape[0] if shape[0] else 0
+            step = max(1, _CHUNK_BYTES // max(1, row))
+            block = np.empty([min(step, shape[0])] + shape[1:], dtype=dt)
+            for r0 in range(0, shape[0], step):
+                rows = block[:min(step, shape[0] - r0)]
+                _read_full(f, _raw(rows), name)
+                crc = zlib.crc32(_raw(rows), crc)
+                sinks[name](rows, r0, header, arrays)
+            pos += n
+            continue
+        a = np.empty(shape, dtype=dt)
+        _read_full(f, _raw(a), name)
+        crc = zlib.crc32(_raw(a), crc)
+        arrays[name] = a
+        pos += n
+        if name == stop_after:
+            return header, arrays
+    if pos != size:
+        raise ValueError("statistics byte string has %d trailing bytes" % (size - pos))
+    if crc != crc_want:
+        raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
+    return header, arrays
+
+
+def _read_full(f, buf: memoryview, name: str) -> None:
+    """Fill ``buf`` from ``f`` (a read(2) returns at most ~2 GB at a time)."""
+    got = 0
+    while got < len(buf):
+        k = f.readinto(buf[got:])
+        if not k:
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        got += k
+
+
+def nonfinite(**values) -> Optional[str]:
+    """``"a, b"``: the names of ``values`` (numbers or arrays, summed in float64) that are or
+    contain NaN or ±inf; None when all are finite."""
+    bad = [k for k, v in values.items()
+           if not np.isfinite(np.sum(np.asarray(v), dtype=np.float64))]
+    return ", ".join(bad) or None
+
+
+class TopicModel(abc.ABC):
+    """What both algorithm interfaces share: the capabilities every runner asks about, the
+    model (``topic_word``, ``infer``), the state (``to_state`` / ``from_state``) and the state
+    check the session runs after every step."""
+
+    name: ClassVar[str]
+    sequential: ClassVar[bool] = False
+    accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
+    whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
+    n_topics: int
+    n_words: int
+    docs_seen: int
+
+    def nonfinite_state(self) -> Optional[str]:
+        """The parts of the global state that hold a non-finite value after a step (e.g.
+        ``"λ"``), or None. Runs after every step, so it reads only what is cheap: the lazily
+        kept sums and scale factors, which are non-finite iff an entry is. Default: the
+        state cannot become non-finite (integer counts)."""
+        return None
+
+    @abc.abstractmethod
+    def topic_word(self) -> np.ndarray:
+        """Topic-word distributions, K x V float64, rows sum to 1."""
+
+    @abc.abstractmethod
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        """Document-topic proportions (n x K, rows sum to 1) with the global state frozen."""
+
+    @abc.abstractmethod
+    def to_state(self):
+        """The complete :class:`lda_core.storage.state.TopicState` needed to resume exactly."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_state(cls, state) -> "TopicModel":
+        ...
+
+
+class StochasticAlgorithm(TopicModel):
+    """Local/global-step algorithms (see module docstring)."""
+
+    step: int          # global steps applied so far (t)
+
+    @abc.abstractmethod
+    def empty_stats(self) -> SuffStats:
+        """The identity element of ``SuffStats.merge`` for this state."""
+
+    @abc.abstractmethod
+    def local_step(self, batch: DocBatch, **kw) -> SuffStats:
+        """E-step over ``batch`` with the global state frozen (does not modify ``self``)."""
+
+    @abc.abstractmethod
+    def global_step(self, stats: SuffStats) -> Dict[str, Any]:
+        """Apply summed statistics of one minibatch; returns log info (t, rho, docs, change)."""
+
+
+class SequentialSampler(TopicModel):
+    """Stream-order samplers (see module docstring)."""
+
+    sequential: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def process(self, batch: DocBatch) -> Dict[str, Any]:
+        """Consume the next documents of the stream, in order; returns log info."""
+
+
+# name used on the command line and in checkpoints -> "module:Class" (imported lazily)
+ALGORITHMS: Dict[str, str] = {
+    "online-vb": "lda_core.algorithms.online_vb:OnlineVB",
+    "batch-vb": "lda_core.algorithms.online_vb:BatchVB",
+    "scvb0": "lda_core.algorithms.scvb0:SCVB0",
+    "sparse-gibbs-vb": "lda_core.algorithms.sparse_gibbs_vb:SparseGibbsVB",
+    "gibbs": "lda_core.algorithms.gibbs:CollapsedGibbs",
+    "o-lda": "lda_core.algorithms.online_samplers:OLDA",
+    "incremental-gibbs": "lda_core.algorithms.online_samplers:IncrementalGibbs",
+    "particle-filter": "lda_core.algorithms.particle_filter:ParticleFilter",
+}
+
+
+def algorithm_class(name: str):
+    """The class implementing algorithm ``name`` (ValueError listing the choices otherwise)."""
+    if name not in ALGORITHMS:
+        raise ValueError("unknown algorithm %r; choose one of %s"
+                         % (name, ", ".join(sorted(ALGORITHMS))))
+    mod, cls = ALGORITHMS[name].split(":")
+    try:
+        return getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
+        raise ValueError("algorithm %r is not available in this installation (%s)" % (name, e))
+
+
+def available_algorithms():
+    out = []
+    for name, spec in ALGORITHMS.items():
+        mod = spec.split(":")[0]
+        if importlib.util.find_spec(mod) is not None:
+            out.append(name)
+    return out

@@ -1,0 +1,521 @@
+"""Online and batch variational Bayes for LDA (Hoffman, Blei & Bach 2010).
+
+The two halves every runner drives (see ``lda_core.algorithms.algorithm``):
+
+* ``local_step(batch)`` — the E-step (``lda_core.algorithms.estep_vb``) over a batch of documents with λ
+  frozen; returns :class:`lda_core.algorithms.vb_stats.VBStats` (word-major sufficient statistics of the
+  words touched, counters, Σ_d ELBO_d, optionally γ). Statistics of any split of a minibatch
+  merge to the statistics of the whole minibatch (up to float64 rounding).
+* ``global_step(stats)`` — with S = the minibatch's (non-empty) documents and D the corpus size,
+      ρ_t = min(1, (τ0 + t)^−κ),  t = global steps already applied (0 for the first)
+      λ ← (1 − ρ_t) λ + ρ_t (η + (D/S) sstats)                      (paper eq. 6–7)
+
+Lazily scaled λ (no dense K×V work per step): λ_wk = a + π · Ñ_wk, word-major (Ñ: V×K
+float64; a, π scalars; Σ_v Ñ_vk maintained incrementally); a global step rescales a and π and
+adds to the minibatch's rows of Ñ only (``lda_core.algorithms.vb_lazy_lambda``: the update and when π is
+folded into Ñ). exp(E[log β_kw]) = exp(ψ(λ_wk) − ψ(c_k)), c_k = Σ_v λ_vk, is computed only for
+the next batch's words.
+
+Defaults: α = η = 1/K (symmetric) unless given — the same default as gensim's ``'symmetric'``
+α and ``eta=None``; κ = 0.7, τ0 = 64 (the benchmark protocol's settings; the paper's best were
+κ = 0.5 and τ0 = 64: κ = 0.5 is accepted with a warning, as the convergence condition needs
+κ ∈ (0.5, 1]; smaller κ is refused); E-step cap
+``max_iter`` = 100 and ``tol`` = 1e-3 (mean absolute change of γ_d, gensim's
+``gamma_threshold``). ``corpus_size`` D: when not given, the number of documents seen so far
+including the current minibatch is used (a stream of unknown length), which makes early steps
+weigh the minibatch less than a known D would.
+
+Initial λ = η + Gamma(100, 1/100) noise (as gensim), drawn from ``seed``.
+
+Re-seeding collapsed topics (``reseed`` = r, default 0.02; 0 turns it off). Started from
+near-identical noisy topics, the first E-steps give every document almost the same γ, every
+topic drifts towards the corpus unigram, and the few topics that break the symmetry first take
+the documents: the rest keep a near-uniform β that never wins a document again (about half of
+K = 100 on 20 Newsgroups after one pass, in gensim too). After each global step, with
+m_k = Σ_w sstats_wk the minibatch's tokens assigned to topic k, every topic with
+m_k / Σ_j m_j < r/K is re-seeded by splitting the topic j with the largest remaining m_j:
+
+      u_w ~ Beta(½, ½) = sin²(π U_w / 2), U_w uniform (w = 1..V, drawn from (seed, step, k)),
+      Ñ_·k ← u ⊙ Ñ_·j,   Ñ_·j ← (1 − u) ⊙ Ñ_·j,   m_j ← m_j / 2,  m_k ← m_j
+
+(λ_·j's data part is shared between j and k; the dead topic's old column is dropped). The
+U-shaped Beta puts most of each word in one of the two halves, so the next E-steps sort j's
+documents between the two by the words they use. The decision reads only the merged statistics
+and the state, and the draws only (seed, step, topic): runners agree, and a resumed run
+repeats it exactly.
+
+Optional hyper-parameter steps (paper eq. 9; ``lda_core.algorithms.hyperparams``): α by a damped Newton
+step on the minibatch's Σ_d E[log θ_d] before the λ update (gensim's order), η (scalar,
+symmetric) after it; the η step needs Σ_kw E[log β_kw], i.e. one dense pass over λ.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, Optional, Sequence, Union
+
+import numpy as np
+from numba import njit
+from scipy.special import gammaln, psi
+
+from lda_core.algorithms import estep_vb, hyperparams
+from lda_core.training import schedules
+from lda_core.algorithms.vb_exp_elog_beta import exp_elog_beta_rows
+from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma
+from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
+from lda_core.docbatch import DocBatch
+from lda_core.algorithms.params import (check_choice, check_int, check_number, check_positive,
+                                        is_number)
+from lda_core.algorithms.vb_lazy_lambda import lazy_lambda_update
+from lda_core.algorithms.vb_stats import VBStats
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = ("float32", "float64")
+_KERNELS = ("numba", "numpy")
+
+
+@njit(cache=True, error_model="numpy")
+def _split_column(ntilde, j, k, u):
+    """Ñ_·k ← u ⊙ Ñ_·j, Ñ_·j ← (1 − u) ⊙ Ñ_·j in one pass over the rows; (Σ Ñ_·k, Σ Ñ_·j)."""
+    sk = 0.0
+    sj = 0.0
+    for w in range(ntilde.shape[0]):
+        c = ntilde[w, j]
+        a = u[w] * c
+        ntilde[w, k] = a
+        ntilde[w, j] = c - a
+        sk += a
+        sj += c - a
+    return sk, sj
+
+
+def split_dead_topics(ntilde: np.ndarray, mass: np.ndarray, reseed: float, seed: int,
+                      step: int):
+    """Re-seed collapsed topics of a word-major V x K count-like matrix in place (module
+    docstring, "Re-seeding"): every topic k whose share of ``mass`` (this minibatch's tokens
+    per topic) is below ``reseed``/K takes the fraction u ~ Beta(1/2, 1/2) of each word of the
+    topic j with the largest remaining share, drawn from (seed, step, k) so that every runner
+    agrees. Returns [(k, j, Σ_w column k, Σ_w column j)] in the order applied."""
+    K = ntilde.shape[1]
+    total = float(mass.sum())
+    if reseed <= 0 or K < 2 or total <= 0:
+        return []
+    share = np.asarray(mass, np.float64) / total
+    dead = np.nonzero(share < reseed / K)[0]
+    if len(dead) == 0 or len(dead) == K:
+        return []
+    share = share.copy()
+    out = []
+    for k in dead:
+        j = int(np.argmax(share))
+        rng = np.random.default_rng([int(seed), int(step), int(k), 0x5EED])
+        # Beta(1/2, 1/2) is the arcsine law: sin²(πU/2) with U uniform
+        u = np.sin(0.5 * np.pi * rng.random(ntilde.shape[0])) ** 2
+        sk, sj = _split_column(ntilde, j, int(k), u)
+        out.append((int(k), j, sk, sj))
+        share[k] = share[j] = share[j] / 2.0
+    return out
+
+
+class OnlineVB(StochasticAlgorithm):
+    """Online variational Bayes for LDA (see module docstring for the equations and defaults).
+
+    Attributes after construction: ``alpha`` (K float64), ``eta`` (float), ``step`` (t),
+    ``docs_seen``; the lazily scaled λ (``_ntilde``, ``_ntilde_colsum``, ``_a``, ``_pi``)."""
+
+    name = "online-vb"
+
+    def __init__(self, n_topics: int, n_words: int, *, alpha=None, eta=None, kappa: float = 0.7,
+                 tau0: float = 64.0, batch_size: int = 256, corpus_size: Optional[int] = None,
+                 seed: int = 0, max_iter: int = 100, tol: float = 1e-3, dtype: str = "float32",
+                 optimize_alpha: bool = False, optimize_eta: bool = False,
+                 vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
+                 kernel: str = "numba", reseed: float = 0.02, _init_lambda: bool = True):
+        self.n_topics = K = check_int("n_topics", n_topics, 1)
+        self.n_words = V = check_int("n_words", n_words, 1)
+        if alpha is None:
+            alpha = 1.0 / K
+        if is_number(alpha):
+            self.alpha = np.full(K, check_positive("alpha", alpha), np.float64)
+        else:
+            a = np.asarray(alpha, dtype=np.float64)
+            if a.shape != (K,):
+                raise ValueError("alpha must be a positive number or %d positive numbers, got "
+                                 "shape %s" % (K, a.shape))
+            if not np.all(np.isfinite(a)) or np.any(a <= 0):
+                raise ValueError("alpha must be finite numbers in (0, inf), got min %r"
+                                 % (a.min(),))
+            self.alpha = a.copy()
+        self.eta = check_positive("eta", 1.0 / K if eta is None else eta)
+        if is_number(kappa) and kappa == 0.5:
+            # Hoffman et al.'s best runs (and gensim's decay=0.5) use it; the convergence
+            # proof (Robbins-Monro: Σρ² < ∞) needs κ > 0.5
+            schedules.check_schedule(tau0, kappa, strict_kappa=False)
+            logger.warning("kappa=0.5: accepted, but the convergence guarantee of online VB "
+                           "needs kappa in (0.5, 1]")
+        else:
+            schedules.check_schedule(tau0, kappa)
+        self.kappa, self.tau0 = float(kappa), float(tau0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.corpus_size = None if corpus_size is None else check_int("corpus_size",
+                                                                       corpus_size, 1)
+        self.seed = check_int("seed", seed, 0)
+        self.max_iter = check_int("max_iter", max_iter, 1, 100000)
+        self.tol = check_positive("tol", tol)
+        self.dtype = str(check_choice("dtype", dtype, _DTYPES))
+        self.optimize_alpha = bool(optimize_alpha)
+        self.optimize_eta = bool(optimize_eta)
+        self.vocab_hash = vocab_hash
+        if n_threads is not None:
+            import numba
+            n_threads = check_int("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS)
+        self.n_threads = n_threads
+        self.kernel = check_choice("kernel", kernel, _KERNELS)
+        self.reseed = check_number("reseed", reseed, 0, 1, hi_open=True)
+        self.step = 0
+        self.docs_seen = 0
+        if _init_lambda:
+            rng = np.random.default_rng(self.seed)
+            self._ntilde = rng.gamma(100.0, 1.0 / 100.0, (V, K))     # word-major
+            self._ntilde_colsum = self._ntilde.sum(axis=0)
+            self._a = self.eta
+            self._pi = 1.0
+
+    # -- λ views ----------------------------------------------------------------------------
+    def nonfinite_state(self) -> Optional[str]:
+        """λ's column sums (``V a + π Σ_w Ñ_w``; the Ñ column sums are kept through every
+        update, so they are non-finite iff a touched entry is), α and η."""
+        return nonfinite(**{"λ": self._colsum(), "alpha": self.alpha, "eta": self.eta})
+
+    def _colsum(self) -> np.ndarray:
+        """c_k = Σ_v λ_vk = V a + π Σ_v Ñ_vk."""
+        return self.n_words * self._a + self._pi * self._ntilde_colsum
+
+    def lambda_(self) -> np.ndarray:
+        """λ, K x V float64 (materialised)."""
+        return (self._a + self._pi * self._ntilde).T.copy()
+
+    def topic_word(self) -> np.ndarray:
+        """E[β] = λ_k / Σ_v λ_kv, K x V float64 (rows sum to 1)."""
+        lam = self.lambda_()
+        lam /= lam.sum(axis=1, keepdims=True)
+        return lam
+
+    def exp_elog_beta(self, word_ids: np.ndarray) -> np.ndarray:
+        """exp(E[log β]) for the rows ``word_ids`` (sorted unique), U x K in ``self.dtype``."""
+        return exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
+                                           self._colsum(), dtype=self.dtype)
+
+    def elog_beta_dense(self) -> np.ndarray:
+        """E[log β] word-major V x K float64 (dense; for the η step and the exact ELBO)."""
+        lam = self._a + self._pi * self._ntilde
+        return psi(lam) - psi(lam.sum(axis=0))[None, :]
+
+    # -- local step -------------------------------------------------------------------------
+    def empty_stats(self) -> VBStats:
+        return VBStats.empty(self.n_topics, self.n_words, step=self.step)
+
+    def _apply_threads(self):
+        if self.n_threads is not None:
+            import numba
+            numba.set_num_threads(self.n_threads)
+
+    def _estep(self, batch: DocBatch, gamma0, max_iter, salt):
+        """Run the E-step on the non-empty documents; (EStepResult, their positions, them,
+        their unique word ids)."""
+        K = self.n_topics
+        lens = np.diff(batch.indptr)
+        keep = np.nonzero(lens > 0)[0]
+        ne = batch if len(keep) == batch.n_docs else batch.take(keep)
+        cap = self.max_iter if max_iter is None else int(max_iter)
+        if gamma0 is not None:
+            gamma0 = np.asarray(gamma0, dtype=np.float64)
+            if gamma0.shape != (batch.n_docs, K):
+                raise ValueError("gamma0 has shape %s, expected (%d, %d)"
+                                 % (gamma0.shape, batch.n_docs, K))
+            if not np.all(np.isfinite(gamma0)) or np.any(gamma0 <= 0):
+                raise ValueError("gamma0 must be finite and positive")
+            g0 = gamma0[keep]
+        else:
+            g0 = init_gamma(doc_keys(ne.doc_ids, self.seed, self.step, salt), K)
+        uniq, lids = estep_vb.local_ids(ne.word_ids, self.n_words)
+        eb = self.exp_elog_beta(uniq)
+        if self.kernel == "numba":
+            self._apply_threads()
+            res = estep_vb.estep(ne.indptr, lids, ne.counts, eb, self.alpha, g0, cap, self.tol)
+        else:
+            res = estep_vb.estep_reference(ne.indptr, lids, ne.counts, eb, self.alpha, g0, cap,
+                                           self.tol)
+        return res, keep, ne, uniq
+
+    def local_step(self, batch: DocBatch, *, return_gamma: bool = False,
+                   gamma0: Optional[np.ndarray] = None, max_iter: Optional[int] = None,
+                   salt: str = "gamma") -> VBStats:
+        """E-step over ``batch`` with λ frozen (``self`` is not modified).
+
+        Empty documents are skipped and counted (``n_empty``; their γ is α). ``gamma0``
+        (n x K, one row per document of ``batch``) replaces the seeded Gamma(100, 1/100)
+        initialisation. ``max_iter`` overrides the cap (0 evaluates the bound at ``gamma0``)."""
+        if not isinstance(batch, DocBatch):
+            raise TypeError("local_step needs a DocBatch, got %s" % type(batch).__name__)
+        K, V = self.n_topics, self.n_words
+        batch.check_vocab(V)
+        res, keep, ne, uniq = self._estep(batch, gamma0, max_iter, salt)
+        n_empty = batch.n_docs - ne.n_docs
+        sstats = res.sstats
+        stats = VBStats(n_topics=K, n_words=V, word_ids=uniq.astype(np.int32),
+                        sstats=sstats, n_docs=ne.n_docs, n_tokens=ne.n_tokens,
+                        n_empty=n_empty, n_iterations=int(res.iterations.sum()),
+                        n_capped=int(np.count_nonzero(~res.converged)),
+                        score=float(res.scores.sum()), sum_elogtheta=res.sum_elogtheta,
+                        step=self.step)
+        if return_gamma:
+            g = np.tile(self.alpha, (batch.n_docs, 1))
+            g[keep] = res.gamma
+            stats.gamma = g
+            stats.gamma_doc_ids = batch.doc_ids
+        return stats
+
+    # -- global step ------------------------------------------------------------------------
+    def _rho_and_scale(self, stats: VBStats):
+        """(ρ_t, D/S) for this step."""
+        rho = schedules.rho(self.step, self.tau0, self.kappa)
+        D = self.corpus_size if self.corpus_size is not None else self.docs_seen + stats.n_docs
+        return rho, float(D) / float(stats.n_docs)
+
+    def _check_stats(self, stats) -> None:
+        if not isinstance(stats, VBStats):
+            raise TypeError("global_step needs VBStats, got %s" % type(stats).__name__)
+        if stats.n_topics != self.n_topics or stats.n_words != self.n_words:
+            raise ValueError("statistics of K=%d, V=%d do not fit a state of K=%d, V=%d"
+                             % (stats.n_topics, stats.n_words, self.n_topics, self.n_words))
+        if not stats.is_finite():
+            raise ValueError("refusing a minibatch with non-finite statistics (%d documents, "
+                             "computed at step %d); the state is left unchanged at step %d"
+                             % (stats.n_docs, stats.step, self.step))
+        if np.any(stats.sstats < 0):
+            raise ValueError("refusing negative statistics; the state is left unchanged at "
+                             "step %d" % self.step)
+
+    def global_step(self, stats: VBStats) -> Dict[str, Any]:
+        """λ ← (1−ρ_t)λ + ρ_t(η + (D/S)·sstats) on the lazily scaled λ (module docstring).
+
+        Non-finite statistics raise ValueError and leave the state untouched. A minibatch with
+        no (non-empty) documents is not a step: the state is unchanged and ``skipped`` is set.
+        Returns log info: t, rho, docs, tokens, empty, capped, iterations (mean per document),
+        mean_change (mean |Δλ| over the touched words' rows), bound (training per-word bound
+        of the minibatch, λ before the step), alpha (mean), eta."""
+        self._check_stats(stats)
+        if stats.n_docs == 0:
+            logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
+                           "skipped", self.step, stats.n_empty)
+            return {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0,
+                    "empty": stats.n_empty, "skipped": True}
+        rho, scale = self._rho_and_scale(stats)
+        ids = stats.word_ids.astype(np.int64)
+        s = stats.sstats
+        new_alpha = self.alpha
+        if self.optimize_alpha:
+            new_alpha = hyperparams.newton_dirichlet_step(self.alpha, stats.n_docs,
+                                                          stats.sum_elogtheta, rho)
+        self._ntilde_colsum, new_a, pi_after, mean_change = lazy_lambda_update(
+            self._ntilde, self._ntilde_colsum, self._a, self._pi, ids, s, rho, scale, self.eta,
+            self.step)
+        self._a, self._pi = new_a, pi_after
+        self.alpha = new_alpha
+        reseeded = self._reseed_dead(s.sum(axis=0))
+        self.step += 1
+        self.docs_seen += stats.n_docs
+        if self.optimize_eta:
+            self.eta = hyperparams.newton_symmetric_eta_step(
+                self.eta, self.n_topics, self.n_words, float(self.elog_beta_dense().sum()), rho)
+        info = {"t": self.step, "rho": rho, "docs": stats.n_docs, "tokens": stats.n_tokens,
+                "empty": stats.n_empty, "capped": stats.n_capped,
+                "iterations": stats.n_iterations / max(1, stats.n_docs),
+                "mean_change": mean_change,
+                "bound": stats.score / stats.n_tokens if stats.n_tokens else float("nan"),
+                "alpha": float(self.alpha.mean()), "eta": self.eta, "pi": self._pi,
+                "reseeded": reseeded,
+                "skipped": False}
+        logger.debug("global step %(t)d: rho=%(rho).4g docs=%(docs)d mean_change=%(mean_change)"
+                     ".4g bound=%(bound).4f", info)
+        return info
+
+    def _reseed_dead(self, mass: np.ndarray) -> int:
+        """Split the busiest topic into every topic whose share of this minibatch's tokens is
+        below ``reseed``/K (module docstring, "Re-seeding"); returns how many were re-seeded."""
+        splits = split_dead_topics(self._ntilde, mass, self.reseed, self.seed, self.step)
+        for k, j, sk, sj in splits:
+            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
+        return len(splits)
+
+    # -- inference & evaluation -------------------------------------------------------------
+    def infer(self, batch: DocBatch) -> np.ndarray:
+        """n x K normalised γ (E[θ_d]) with λ frozen; empty documents get α / Σα."""
+        g = self.local_step(batch, return_gamma=True, salt="infer").gamma
+        return g / g.sum(axis=1, keepdims=True)
+
+    def per_word_bound(self, batch: DocBatch) -> float:
+        """Paper eq. 16: Σ_d ELBO_d / Σ_d N_d with λ fixed and γ fit by the E-step.
+
+        ELBO_d = E_q[log p(w_d, θ_d, z_d | α, β)] − E_q[log q(θ_d, z_d)] with E[log β] under
+        q(β|λ); no topic (β) term. This is a lower bound on the per-word log likelihood, not a
+        log likelihood estimate. (gensim's ``log_perplexity`` also adds the topic term scaled
+        by S/D, so its number differs slightly.)"""
+        stats = self.local_step(batch, salt="eval")
+        if stats.n_tokens == 0:
+            raise ValueError("per_word_bound needs at least one token (%d documents, all empty)"
+                             % batch.n_docs)
+        return stats.score / stats.n_tokens
+
+    def perplexity_bound(self, batch: DocBatch) -> float:
+        """exp(−per_word_bound): an upper bound on the per-word perplexity (paper eq. 16)."""
+        return float(math.exp(-self.per_word_bound(batch)))
+
+    def topic_term(self) -> float:
+        """E_q[log p(β|η)] − E_q[log q(β|λ)] = Σ_k Σ_w [(η − λ_kw) E[log β_kw] + log Γ(λ_kw)
+        − log Γ(η)] + Σ_k [log Γ(Vη) − log Γ(Σ_w λ_kw)] (dense)."""
+        lam = self._a + self._pi * self._ntilde
+        colsum = lam.sum(axis=0)
+        elog = psi(lam) - psi(colsum)[None, :]
+        eta = self.eta
+        return float(np.sum((eta - lam) * elog) + np.sum(gammaln(lam))
+                     - lam.size * gammaln(eta)
+                     + self.n_topics * gammaln(self.n_words * eta) - np.sum(gammaln(colsum)))
+
+    # -- state ------------------------------------------------------------------------------
+    def _params(self) -> Dict[str, Any]:
+        return {"alpha": [float(x) for x in self.alpha], "eta": self.eta, "kappa": self.kappa,
+                "tau0": self.tau0, "batch_size": self.batch_size,
+                "corpus_size": self.corpus_size, "seed": self.seed, "max_iter": self.max_iter,
+                "tol": self.tol, "dtype": self.dtype, "optimize_alpha": self.optimize_alpha,
+                "optimize_eta": self.optimize_eta, "reseed": self.reseed, "lambda_a": self._a, "lambda_pi": self._pi,
+                "lambda_form": "lambda[w,k] = a + pi * ntilde[w,k] (word-major)"}
+
+    def to_state(self, copy: bool = True):
+        """A :class:`lda_core.storage.state.TopicState` with every array needed to resume bit for bit:
+        ``ntilde`` (V x K), ``ntilde_colsum`` (K), ``alpha`` (K), ``scalars`` = [a, π, η].
+        ``copy=False``: ``ntilde`` is the algorithm's own array, not a copy (for a caller that
+        writes the state out at once: no second V x K array of a big model)."""
+        from lda_core.storage.state import TopicState
+        arrays = {"ntilde": self._ntilde.copy() if copy else self._ntilde,
+                  "ntilde_colsum": self._ntilde_colsum.copy(),
+                  "alpha": self.alpha.copy(),
+                  "scalars": np.array([self._a, self._pi, self.eta], np.float64)}
+        return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
+                          vocab_hash=self.vocab_hash, arrays=arrays, params=self._params(),
+                          step=self.step, docs_seen=self.docs_seen)
+
+    @classmethod
+    def from_state(cls, state, n_threads: Optional[int] = None, kernel: str = "numba",
+                   take: bool = False):
+        """The algorithm of ``state``. ``take``: use the state's float64 C-ordered λ array
+        itself instead of a copy (the caller gives the state up: no second V x K array while
+        a big model loads)."""
+        if state.algorithm != cls.name:
+            raise ValueError("state is for algorithm %r, not %r" % (state.algorithm, cls.name))
+        p = state.params
+        K, V = state.n_topics, state.n_words
+        need = {"ntilde": (V, K), "ntilde_colsum": (K,), "alpha": (K,), "scalars": (3,)}
+        for name, shape in need.items():
+            if name not in state.arrays:
+                raise ValueError("state has no array %r (has %s)" % (name, sorted(state.arrays)))
+            if tuple(state.arrays[name].shape) != shape:
+                raise ValueError("state array %r has shape %s, expected %s"
+                                 % (name, tuple(state.arrays[name].shape), shape))
+        scal = np.asarray(state.arrays["scalars"], np.float64)
+        obj = cls(K, V, alpha=np.asarray(state.arrays["alpha"], np.float64), eta=float(scal[2]),
+                  kappa=p["kappa"], tau0=p["tau0"], batch_size=p["batch_size"],
+                  corpus_size=p.get("corpus_size"), seed=p["seed"], max_iter=p["max_iter"],
+                  tol=p["tol"], dtype=p["dtype"], optimize_alpha=p.get("optimize_alpha", False),
+                  optimize_eta=p.get("optimize_eta", False), vocab_hash=state.vocab_hash,
+                  n_threads=n_threads, kernel=kernel, reseed=p.get("reseed", 0.0),
+                  _init_lambda=False)
+        obj._ntilde = (np.ascontiguousarray(state.arrays["ntilde"], dtype=np.float64) if take
+                       else np.array(state.arrays["ntilde"], dtype=np.float64, order="C",
+                                     copy=True))
+        obj._ntilde_colsum = np.array(state.arrays["ntilde_colsum"], np.float64, copy=True)
+        obj._a, obj._pi = float(scal[0]), float(scal[1])
+        obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)
+        return obj
+
+
+class BatchVB(OnlineVB):
+    """Batch variational Bayes: the special case S = D, ρ = 1 (λ ← η + sstats over the whole
+    corpus), iterated by :meth:`fit` until the relative ELBO change is below ``rel_tol``.
+
+    ``global_step`` expects the statistics of the *whole* corpus (merge the local steps of all
+    its batches). κ, τ0, batch_size and corpus_size are validated but unused. With
+    ``optimize_alpha``/``optimize_eta`` the ELBO is no longer guaranteed to increase."""
+
+    name = "batch-vb"
+    accumulates_passes = True      # the trainers apply one global step per pass
+
+    def _rho_and_scale(self, stats: VBStats):
+        return 1.0, 1.0
+
+    def elbo(self, batches: Union[DocBatch, Sequence[DocBatch]],
+             gammas: Optional[Sequence[np.ndarray]] = None) -> float:
+        """The exact ELBO of the corpus ``batches`` under the current λ: Σ_d ELBO_d (γ_d fit by
+        the E-step, or the given ``gammas`` — one n x K array per batch — evaluated as they
+        are, with φ at its optimum) plus the topic term (:meth:`topic_term`)."""
+        batches = [batches] if isinstance(batches, DocBatch) else list(batches)
+        total = 0.0
+        for i, b in enumerate(batches):
+            if gammas is None:
+                total += self.local_step(b, salt="elbo").score
+            else:
+                total += self.local_step(b, gamma0=gammas[i], max_iter=0).score
+        return total + self.topic_term()
+
+    def _best_start(self, batch: DocBatch, warm: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Per document, the better (higher ELBO_d under the current λ) of the E-step fit from
+        the warm start ``warm`` and from a fresh seeded Gamma(100, 1/100) draw.
+
+        Warm starts alone make every pass coordinate ascent but lock in the first pass's
+        near-symmetric assignments (merged topics on planted corpora); fresh draws escape them
+        but can lower the ELBO. Taking the better per document keeps the guarantee — each
+        ELBO_d is at least the warm-started one — and keeps the escape."""
+        if warm is None:
+            return None
+        fresh, keep, _, _ = self._estep(batch, None, None, "restart")
+        warmr, _, _, _ = self._estep(batch, warm, None, "restart")
+        out = np.array(warm, dtype=np.float64, copy=True)
+        better = fresh.scores > warmr.scores
+        out[keep] = np.where(better[:, None], fresh.gamma, warmr.gamma)
+        return out
+
+    def fit(self, batches: Union[DocBatch, Sequence[DocBatch]], max_passes: int = 100,
+            rel_tol: float = 1e-5, callback=None) -> Dict[str, Any]:
+        """Iterate E-step over all documents / λ ← η + sstats until the relative ELBO change
+        |ΔL| / |L| < ``rel_tol`` or ``max_passes``. Each pass starts every document's E-step
+        from the better of its previous γ and a fresh draw (:meth:`_best_start`), so the ELBO
+        does not decrease. Returns
+        ``{"elbo": [per pass], "passes", "converged"}``; ``callback(pass, info)`` if given."""
+        max_passes = check_int("max_passes", max_passes, 1)
+        rel_tol = check_positive("rel_tol", rel_tol)
+        batches = [batches] if isinstance(batches, DocBatch) else list(batches)
+        gammas = [None] * len(batches)
+        history = []
+        converged = False
+        for p in range(max_passes):
+            total = self.empty_stats()
+            for i, b in enumerate(batches):
+                gammas[i] = self._best_start(b, gammas[i])
+                st = self.local_step(b, return_gamma=True, gamma0=gammas[i])
+                gammas[i] = st.gamma
+                st.gamma = None
+                st.gamma_doc_ids = None
+                total.merge(st)
+            info = self.global_step(total)
+            elbo = self.elbo(batches, gammas)
+            info["elbo"] = elbo
+            history.append(elbo)
+            logger.info("batch VB pass %d: ELBO %.6f (%d documents)", p + 1, elbo, total.n_docs)
+            if callback is not None:
+                callback(p, info)
+            if len(history) > 1 and abs(history[-1] - history[-2]) < rel_tol * abs(history[-2]):
+                converged = True
+                break
+        return {"elbo": history, "passes": len(history), "converged": converged}

@@ -1,0 +1,321 @@
+"""Checkpoints of a training run: published atomically, resumed from the newest valid one.
+
+Layout under the model directory::
+
+    MODEL_DIR/checkpoints/step-000000123/   a complete TopicState (lda_core.storage.state)
+    MODEL_DIR/checkpoints/step-000000246/
+    MODEL_DIR/checkpoints/LATEST            one line: the name of the current checkpoint
+
+``publish(state)`` writes the state under a temporary name (a dot-name that is never listed),
+renames it to ``step-<state.step, 9 digits>`` (an existing directory of that name is
+replaced), and only then rewrites ``LATEST`` atomically (temporary file, fsync, rename). The
+pointer is the commit point: a checkpoint directory newer than the one ``LATEST`` names was
+never committed (the run died between the two renames) and is not used.
+
+On an object store (a file layer with ``atomic_dir_rename = False``, e.g. ``gs://`` through
+``pipelines.runtime.object_store_files``) nothing can be renamed: every file of a checkpoint is
+written under its final, unique name ``step-<9 digits>-<12 hex digits>/`` (``state.json``
+last), and then the ``LATEST`` object (one upload: readers see the old or the new one) is
+written naming it. That pointer is again the commit point: a directory it does not name at
+the same or a newer step -- a checkpoint being written, or one of a run that died before its
+pointer -- is never used (a warning names it), and another directory of the step just
+committed (an earlier attempt at that step) is deleted after the pointer is written, as the
+local rename replaces it. Readers accept both name forms everywhere, so a model directory
+copied from an object store to a local disk (``gsutil cp -r``) reads the same.
+
+``latest()`` loads the checkpoint ``LATEST`` names. If it is missing, partial or corrupt
+(no state.json, a truncated .npy, a bad checksum, ...), a WARNING naming it and the reason
+is logged and the next older checkpoint is tried, and so on. It returns ``None`` when the
+store holds no checkpoint at all, and raises :class:`lda_core.storage.state.StateFormatError` when
+checkpoints exist but none of them is valid (so a resume never silently restarts from
+scratch over a damaged model directory).
+
+File operations go through a file layer (:func:`lda_core.storage.state.files_for` of the model
+directory unless one is passed): local here, Beam ``FileSystems`` for URLs once
+``pipelines.runtime.object_store_files`` is imported.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import re
+import uuid
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+
+from lda_core.training.faults import fault_point
+from lda_core.storage.state import LocalFiles, StateFormatError, TopicState, files_for
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+POINTER = "LATEST"
+# step-<step, 9+ digits>, and on object stores -<unique suffix> (see module docstring)
+_NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
+
+
+class DiskFullError(ValueError):
+    """A checkpoint could not be written for lack of space (nothing was published)."""
+
+
+class Checkpoint(NamedTuple):
+    step: int
+    path: str
+
+
+def checkpoint_name(step: int) -> str:
+    if int(step) < 0:
+        raise ValueError("step must be >= 0, got %r" % (step,))
+    return "step-%09d" % int(step)
+
+
+def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
+    """ValueError naming each float array of ``state`` that holds NaN or +inf (scanned in
+    chunks of ``chunk`` values: no full-size temporaries)."""
+    bad = []
+    for name in sorted(state.arrays):
+        a = np.asarray(state.arrays[name])
+        if a.dtype.kind not in "fc":
+            continue
+        flat = a.reshape(-1)
+        n_nan = n_inf = 0
+        for s in range(0, flat.size, chunk):
+            blk = flat[s:s + chunk]
+            n_nan += int(np.count_nonzero(np.isnan(blk)))
+            n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c" else blk)))
+        if n_nan or n_inf:
+            bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
+    if bad:
+        raise ValueError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
+                         "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
+
+
+def check_loadable(state: TopicState, where: str) -> None:
+    """StateFormatError when the algorithm of ``state`` cannot be built from it (a missing
+    parameter, arrays that disagree with each other, ...: an edited or damaged checkpoint),
+    so :meth:`CheckpointStore.latest_checkpoint` falls back to the previous checkpoint
+    instead of every reader failing later. An algorithm not installed here is not checked."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    try:
+        cls = algorithm_class(state.algorithm)
+    except ValueError:
+        return
+    try:
+        cls.from_state(state)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, MemoryError,
+            RecursionError) as e:
+        raise StateFormatError("%s: damaged checkpoint, %s cannot be built from it (%s: %s)"
+                               % (where, state.algorithm, type(e).__name__, e))
+
+
+class CheckpointStore:
+    """Checkpoints of one model directory (see module docstring).
+
+    ``keep_last``: keep only this many newest checkpoints after each publish (``None`` keeps
+    all); the one just published and the one ``LATEST`` names are never deleted.
+    ``files``: the file layer (default :func:`lda_core.storage.state.files_for` ``(model_dir)``).
+    ``check_algorithm``: :meth:`latest_checkpoint` also builds the algorithm from each
+    candidate (:func:`check_loadable`), so an edited or damaged checkpoint that passes the
+    format checks still falls back to the previous one (what the commands use).
+    """
+
+    def __init__(self, model_dir: str, keep_last: Optional[int] = None,
+                 files: Optional[LocalFiles] = None, check_algorithm: bool = False):
+        if keep_last is not None and (isinstance(keep_last, bool) or int(keep_last) < 1):
+            raise ValueError("keep_last must be None (keep all) or an integer >= 1, got %r"
+                             % (keep_last,))
+        self.model_dir = model_dir
+        self.keep_last = None if keep_last is None else int(keep_last)
+        self.files = files or files_for(model_dir)
+        self.root = self.files.join(model_dir, CHECKPOINTS)
+        self.check_algorithm = bool(check_algorithm)
+        # no atomic directory rename (object stores): unique names, committed by LATEST
+        self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
+
+    # -- listing --------------------------------------------------------------------------
+    def path(self, step: int) -> str:
+        """The directory of the checkpoint of ``step``: the one LATEST names if it is at that
+        step, else the (newest-named) listed one; ``step-<9 digits>`` when there is none."""
+        if self.unique_names:
+            name = self.pointer_name()
+            if name is not None and _step_of(name) == int(step):
+                return self.files.join(self.root, name)
+            same = [c for c in self.list_checkpoints() if c.step == int(step)]
+            if same:
+                return same[-1].path
+        return self.files.join(self.root, checkpoint_name(step))
+
+    def list_checkpoints(self) -> List[Checkpoint]:
+        """Published checkpoint directories, sorted by step (temporary directories excluded;
+        their validity is not checked here). On object stores a directory being written is
+        listed too: only LATEST tells what was committed (see :meth:`latest_checkpoint`)."""
+        if not self.files.isdir(self.root):
+            return []
+        out = []
+        for name in self.files.listdir(self.root):
+            m = _NAME.match(name)
+            if m:
+                p = self.files.join(self.root, name)
+                # on object stores every listed prefix is a "directory" (one request saved)
+                if self.unique_names or self.files.isdir(p):
+                    out.append(Checkpoint(int(m.group(1)), p))
+        out.sort()
+        return out
+
+    def pointer_name(self) -> Optional[str]:
+        """The checkpoint name ``LATEST`` holds, or None if there is no (readable) pointer."""
+        p = self.files.join(self.root, POINTER)
+        if not self.files.exists(p):
+            return None
+        try:
+            with self.files.open_read(p) as f:
+                text = f.read(256).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            logger.warning("cannot read checkpoint pointer %s (%s); scanning checkpoints", p, e)
+            return None
+        m = _NAME.match(text)
+        if not m:
+            logger.warning("checkpoint pointer %s holds %r, not a checkpoint name; scanning "
+                           "checkpoints", p, text[:80])
+            return None
+        return text
+
+    def pointer(self) -> Optional[int]:
+        """The step ``LATEST`` names, or None if there is no (readable) pointer."""
+        name = self.pointer_name()
+        return None if name is None else _step_of(name)
+
+    def pointer_path(self) -> Optional[str]:
+        """The checkpoint directory ``LATEST`` names, or None."""
+        name = self.pointer_name()
+        return None if name is None else self.files.join(self.root, name)
+
+    # -- reading --------------------------------------------------------------------------
+    def load(self, step: int) -> TopicState:
+        """The checkpoint of ``step`` (FileNotFoundError if absent, StateFormatError if bad)."""
+        return TopicState.load(self.path(step), files=self.files)
+
+    def latest(self) -> Optional[TopicState]:
+        """The newest committed valid checkpoint (see module docstring for the fall-back)."""
+        found = self.latest_checkpoint()
+        return None if found is None else found[1]
+
+    def latest_checkpoint(self):
+        """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None."""
+        ckpts = self.list_checkpoints()
+        name = self.pointer_name()
+        ptr = None if name is None else _step_of(name)
+        if ptr is None:
+            if ckpts:
+                logger.warning("no LATEST pointer in %s; trying the %d checkpoint directories "
+                               "newest first", self.root, len(ckpts))
+            candidates = ckpts[::-1]
+        else:
+            named = [c for c in ckpts if self.files.basename(c.path) == name]
+            newer = [c for c in ckpts if c.step > ptr or (
+                c.step == ptr and self.files.basename(c.path) != name)]
+            if newer:
+                logger.warning("ignoring %d checkpoint(s) newer than LATEST (%s) in %s: never "
+                               "committed (%s)", len(newer), name, self.root,
+                               ", ".join(self.files.basename(c.path) for c in newer))
+            candidates = named + [c for c in ckpts if c.step < ptr][::-1]
+            if not named:
+                logger.warning("checkpoint %s named by LATEST is missing; falling back to the "
+                               "newest previous checkpoint", self.files.join(self.root, name))
+        if not candidates:
+            if ptr is not None or ckpts:
+                raise StateFormatError("no valid checkpoint in %s (LATEST names %s, which is "
+                                       "missing, and there is no older one)"
+                                       % (self.root, name))
+            return None
+        failures = []
+        for c in candidates:
+            try:
+                state = TopicState.load(c.path, files=self.files)
+                if self.check_algorithm:
+                    check_loadable(state, c.path)
+            except (StateFormatError, OSError) as e:
+                logger.warning("skipping checkpoint %s (damaged checkpoint, using the previous "
+                               "one): %s", c.path, e)
+                failures.append("%s (%s)" % (self.files.basename(c.path), e))
+                continue
+            if state.step != c.step:
+                msg = "state.json says step %d but the directory is %s" % (
+                    state.step, self.files.basename(c.path))
+                logger.warning("skipping checkpoint %s: %s", c.path, msg)
+                failures.append("%s (%s)" % (self.files.basename(c.path), msg))
+                continue
+            if failures:
+                logger.warning("resuming from checkpoint %s (step %d) after skipping %d "
+                               "invalid newer one(s)", c.path, c.step, len(failures))
+            return c, state
+        raise StateFormatError("no valid checkpoint in %s: %s" % (self.root,
+                                                                  "; ".join(failures)))
+
+    # -- writing --------------------------------------------------------------------------
+    def _new_name(self, step: int) -> str:
+        name = checkpoint_name(step)
+        return "%s-%s" % (name, uuid.uuid4().hex[:12]) if self.unique_names else name
+
+    def publish(self, state: TopicState, check_finite: bool = True) -> str:
+        """Write ``state`` as the checkpoint of ``state.step``, then point LATEST at it.
+
+        Returns the checkpoint's path. Prunes to ``keep_last`` afterwards. With
+        ``check_finite`` (the default) a state whose float arrays hold NaN or +inf is refused
+        with a ValueError naming the array before anything is written, so the last good
+        checkpoint stays the latest (-inf is allowed: log-weights of dead particles)."""
+        if check_finite:
+            check_state_finite(state)
+        name = self._new_name(state.step)
+        path = self.files.join(self.root, name)
+        try:
+            state.save(path, files=self.files)
+            fault_point("publish-written")
+            self.files.write_atomic(self.files.join(self.root, POINTER),
+                                    (name + "\n").encode("utf-8"))
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError("the disk is full: checkpoint step %d could not be written to "
+                                "%s (%s); the previous checkpoint stays the latest -- free "
+                                "space, then --resume" % (state.step, path, e.strerror)) from e
+        fault_point("publish-pointer")
+        logger.info("published checkpoint %s (step %d, %d documents seen)",
+                    path, state.step, state.docs_seen)
+        if self.unique_names:
+            # earlier attempts at this step (a run that died before its pointer): replaced,
+            # as the local rename replaces a directory of the same name
+            for c in self.list_checkpoints():
+                if c.step == state.step and self.files.basename(c.path) != name:
+                    self.files.remove_tree(c.path)
+        if self.keep_last is not None:
+            self.prune(keep_last=self.keep_last, protect=state.step, protect_name=name)
+        return path
+
+    def prune(self, keep_last: int, protect: Optional[int] = None,
+              protect_name: Optional[str] = None) -> List[str]:
+        """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
+        (a step; ``protect_name``: only that directory of the step) nor the one LATEST names.
+        Returns the deleted paths."""
+        if keep_last < 1:
+            raise ValueError("keep_last must be >= 1, got %r" % (keep_last,))
+        ptr = self.pointer_name()
+        ckpts = self.list_checkpoints()
+        deleted = []
+        for c in ckpts[:-keep_last] if len(ckpts) > keep_last else []:
+            base = self.files.basename(c.path)
+            if base == ptr or base == protect_name or (
+                    protect_name is None and c.step == protect):
+                continue
+            self.files.remove_tree(c.path)
+            deleted.append(c.path)
+            fault_point("prune")
+        if deleted:
+            logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
+                        keep_last)
+        return deleted
+
+
+def _step_of(name: str) -> int:
+    return int(_NAME.match(name).group(1))

@@ -1,0 +1,79 @@
+"""The ``--passes auto`` stopping rule: stop when a pass no longer raises the held-out score.
+
+The training session (:mod:`lda_core.training.session`) feeds it the held-out score at each pass end;
+its state travels in the run info and checkpoints so ``--resume`` continues the same rule.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Sequence
+
+# --passes auto: a pass must raise the held-out document-completion LL/token by this much
+AUTO_MIN_GAIN = 0.005
+AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
+AUTO_PATIENCE = 1        # ... and it stops after this many passes in a row that did not
+AUTO_KEY = "passes_auto"   # run info / step record key of the rule's state
+
+
+class PassStop:
+    """The ``--passes auto`` rule: the held-out score (document completion, LL/token) is
+    evaluated at the end of every pass; a pass *improves* when its score is at least
+    ``min_gain`` nats/token above the best earlier pass's (the first pass always does).
+    Training stops after ``patience`` passes in a row that did not improve, or after
+    ``max_passes`` passes. The decision is a function of the settings and ``scores`` alone
+    (deterministic), and both travel in the checkpoints' run info (:meth:`to_info`,
+    :meth:`from_info`), so a resumed run applies the same rule to the same history."""
+
+    def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
+                 scores: Sequence[float] = (), patience: int = AUTO_PATIENCE):
+        if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
+            raise ValueError("passes auto: min_gain must be a finite number >= 0, got %r"
+                             % (min_gain,))
+        if int(max_passes) < 1:
+            raise ValueError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
+        if int(patience) < 1:
+            raise ValueError("passes auto: patience must be >= 1 (passes without a gain "
+                             "before stopping), got %r" % (patience,))
+        self.min_gain = float(min_gain)
+        self.max_passes = int(max_passes)
+        self.patience = int(patience)
+        self.scores: List[float] = [float(x) for x in scores]
+
+    def _stale(self) -> int:
+        """Passes in a row, up to the last, that did not improve on the best before them."""
+        n = 0
+        for i in range(len(self.scores) - 1, 0, -1):
+            if self.scores[i] >= max(self.scores[:i]) + self.min_gain:
+                break
+            n += 1
+        return n
+
+    @property
+    def stopped(self) -> bool:
+        return len(self.scores) >= self.max_passes or self._stale() >= self.patience
+
+    def reason(self) -> str:
+        if not self.stopped:
+            return ""
+        n, stale = len(self.scores), self._stale()
+        if stale >= self.patience:
+            what = "pass %d" % n if stale == 1 else "passes %d-%d" % (n - stale + 1, n)
+            return ("%s gained < %g nats/token over the best earlier pass (the last: %.4g; "
+                    "patience %d)" % (what, self.min_gain,
+                                      self.scores[-1] - max(self.scores[:-1]), self.patience))
+        return "the cap of %d passes was reached" % self.max_passes
+
+    def add(self, score: float) -> bool:
+        """Record the held-out score at the end of the next pass; whether to stop now."""
+        self.scores.append(float(score))
+        return self.stopped
+
+    def to_info(self) -> Dict[str, Any]:
+        return dict(min_gain=self.min_gain, max_passes=self.max_passes,
+                    patience=self.patience, scores=list(self.scores), stopped=self.stopped)
+
+    @classmethod
+    def from_info(cls, info: Dict[str, Any]) -> "PassStop":
+        return cls(info.get("min_gain", AUTO_MIN_GAIN),
+                   info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()),
+                   info.get("patience", AUTO_PATIENCE))

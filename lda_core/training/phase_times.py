@@ -1,0 +1,90 @@
+"""Per-phase step costs: what every runner reports in its ``timing`` run-log records.
+
+The in-process trainer times its phases directly; the Beam runners gather the workers' costs
+(:mod:`pipelines.training.beam_cost`) into the same :class:`PhaseTimes`. The record itself is built here,
+in one place (:func:`timing_record`), and summed over a run by :func:`sum_timing`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Iterable, Optional
+
+# the phases of a step whose cost every runner reports in its ``timing`` records (seconds;
+# ``*_bytes`` counts go to the record's ``bytes``). Worker-side phases are summed over the
+# workers; ``estep`` over the pieces of each minibatch.
+TIMING_PHASES = (
+    "pipeline_build",   # driver: building the window's pipeline graph
+    "pipeline_start",   # from run() to the first E-step of the window
+    "pipeline_finish",  # from the window's last global step to the end of run()
+    "state_delivery",   # workers loading a state version (file or object store)
+    "read",             # reading the minibatch's rows from the shards
+    "estep",            # local_step (the E-step)
+    "stats_encode",     # encoding (and spilling) the statistics of a piece
+    "stats_decode",     # decoding (loading) spilled or shipped statistics
+    "stats_combine",    # merging the pieces of a minibatch
+    "global_step",      # global_step (the M-step)
+    "publish",          # handing state t to the next step's readers (scratch file)
+    "checkpoint",       # driver: publishing the window's checkpoint
+)
+
+
+class PhaseTimes:
+    """Seconds (and bytes) per phase, summed over a run's or a window's steps
+    (:data:`TIMING_PHASES`); :meth:`record` is its ``timing`` run-log record."""
+
+    def __init__(self):
+        self.seconds: Dict[str, float] = {}
+        self.nbytes: Dict[str, int] = {}
+
+    def add(self, phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + float(seconds)
+        if nbytes is not None:
+            self.nbytes[phase] = self.nbytes.get(phase, 0) + int(nbytes)
+
+    def timed(self, phase: str, fn: Callable, *args):
+        """``fn(*args)``, its seconds added to ``phase``."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.add(phase, time.perf_counter() - t0)
+
+    def record(self, steps: int, wall: float, **extra) -> Dict[str, Any]:
+        return timing_record(steps, wall, self.seconds, self.nbytes, **extra)
+
+
+def timing_record(steps: int, wall: float, seconds: Dict[str, float],
+                  nbytes: Dict[str, int], **extra) -> Dict[str, Any]:
+    """The run-log record of the cost of ``steps`` steps that took ``wall`` seconds: seconds
+    and bytes per phase (:data:`TIMING_PHASES`), summed over the steps (and over the workers
+    for the phases run in workers; ``extra`` may say how many ``workers`` ran them and which
+    phases ran on all of them at once, ``parallel``).
+    One per window on Beam, one per run in-process."""
+    rec = dict(event="timing", steps=int(steps), wall=float(wall),
+               seconds={k: float(v) for k, v in sorted(seconds.items())},
+               bytes={k: int(v) for k, v in sorted(nbytes.items())})
+    rec.update(extra)
+    rec["wall_time"] = time.time()
+    return rec
+
+
+def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+    """``timing`` records summed: steps, wall, seconds and bytes per phase, and both per step
+    (``per_step``, ``bytes_per_step``); ``workers``: the most worker processes a record ran
+    its E-steps on, and ``parallel`` the phases they all ran at once (their seconds overlap
+    in wall time)."""
+    steps, wall, sec, nb, workers, parallel = 0, 0.0, {}, {}, 1, set()
+    for r in records:
+        workers = max(workers, int(r.get("workers") or 1))
+        parallel.update(r.get("parallel") or ())
+        steps += int(r.get("steps") or 0)
+        wall += float(r.get("wall") or 0.0)
+        for k, v in (r.get("seconds") or {}).items():
+            sec[k] = sec.get(k, 0.0) + float(v)
+        for k, v in (r.get("bytes") or {}).items():
+            nb[k] = nb.get(k, 0) + int(v)
+    n = max(1, steps)
+    return dict(steps=steps, wall=wall, seconds=sec, bytes=nb, workers=workers,
+                parallel=sorted(parallel),
+                per_step={k: v / n for k, v in sec.items()},
+                bytes_per_step={k: v / n for k, v in nb.items()})

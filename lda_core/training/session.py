@@ -1,0 +1,424 @@
+"""The training session: everything around the maths that every runner shares.
+
+A runner (the in-process loop of :mod:`lda_core.training.trainer`, the Beam driver unrolled or one
+pipeline per minibatch, a detached window's last DoFn, the sequential samplers' Beam window,
+the streaming job's global step) only *applies* minibatches: it calls
+:func:`apply_step` for each (``global_step`` or ``process``), which validates the step, and
+hands the session the infos and the new state. The session owns the rest, in one place:
+
+* the **position**: minibatches of the seeded order consumed so far (``position``; it equals
+  the algorithm's global step ``t`` unless a minibatch held no non-empty document). A
+  checkpoint records it as ``info["trainer"]["minibatches_done"]``
+  (:func:`resume_position` reads it back);
+* the **validation** of every step (:data:`CHECKED`: the step refused with an exception, a
+  non-finite ``rho``, ``mean_change``, ``elbo`` or ``score``, or a non-finite value in the new
+  state, :func:`check_state`) and the **one error type**,
+  :class:`TrainingError`, with one message (:func:`error_message`);
+* the **evaluation cadence** (:func:`eval_due`), the held-out evaluation and the
+  ``--passes auto`` stopping rule (:class:`lda_core.training.pass_stop.PassStop`);
+* the **checkpoint stamp** (:func:`stamp`) and :meth:`Session.publish`;
+* the **run-log records** (:func:`start_record`, :func:`step_record`, :func:`error_record`,
+  :func:`end_record`, the per-phase cost :func:`lda_core.training.phase_times.timing_record`) and the one-line step log;
+* **progress** on a terminal.
+
+Framework-free: no Beam, no file I/O except through the checkpoint store and the run log the
+caller gives.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+logger = logging.getLogger("lda_core.training.trainer")
+
+# step info values that must be finite for a step to be accepted
+CHECKED = ("rho", "mean_change", "elbo", "score")
+# exceptions with which a global step (or a sampler's process) refuses its input
+REFUSALS = (ValueError, FloatingPointError, ArithmeticError)
+
+
+class TrainingError(ValueError):
+    """A minibatch could not be applied (e.g. non-finite statistics); the run stopped and the
+    last good checkpoint stays the latest. The one error every runner raises for it."""
+
+
+# ------------------------------------------------------------------------------ capabilities
+
+def is_sequential(algorithm) -> bool:
+    """A stream-order sampler (:class:`lda_core.algorithms.algorithm.SequentialSampler`)."""
+    return bool(getattr(algorithm, "sequential", False))
+
+
+def accumulates_passes(algorithm) -> bool:
+    """One global step per pass over the corpus (batch VB)."""
+    return bool(getattr(algorithm, "accumulates_passes", False))
+
+
+def whole_corpus(algorithm) -> bool:
+    """Trains on the whole corpus at once, sweep after sweep (batch collapsed Gibbs): no
+    minibatches, no resume; ``passes`` are its sweeps."""
+    return bool(getattr(algorithm, "whole_corpus", False))
+
+
+# ------------------------------------------------------------------------------ one step
+
+def _finite(v) -> bool:
+    try:
+        return v is None or math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return True
+
+
+def check_info(info: Dict[str, Any]) -> Optional[str]:
+    """Why the step whose log info is ``info`` must be refused (non-finite values), or None."""
+    bad = [k for k in CHECKED if not _finite(info.get(k))]
+    return "the step produced non-finite %s" % ", ".join(bad) if bad else None
+
+
+def apply_step(fn: Callable[..., Optional[Dict[str, Any]]], *args,
+               extra: Optional[Dict[str, Any]] = None) -> Tuple[Optional[Dict[str, Any]],
+                                                                 Optional[str]]:
+    """Run one step ``fn(*args)`` (``algorithm.global_step(stats)``, ``sampler.process(batch)``)
+    and validate it: ``(info, None)``, or ``(None, reason)`` when the step raised one of
+    :data:`REFUSALS`, its info (updated with ``extra``) holds a non-finite checked value, or
+    the algorithm whose method ``fn`` is holds a non-finite state (:func:`check_state`)."""
+    try:
+        info = dict(fn(*args) or {})
+    except REFUSALS as e:
+        return None, str(e)
+    if extra:
+        info.update(extra)
+    err = check_info(info) or check_state(getattr(fn, "__self__", None))
+    return (None, err) if err else (info, None)
+
+
+def check_state(algorithm) -> Optional[str]:
+    """Why the global state ``algorithm`` holds after a step must be refused (a non-finite
+    value: :meth:`nonfinite_state` of the algorithm interfaces), or None. Only reads."""
+    bad = algorithm.nonfinite_state() if hasattr(algorithm, "nonfinite_state") else None
+    return "the step left non-finite values in the state (%s)" % bad if bad else None
+
+
+def error_message(step: int, reason: str, last_checkpoint: Optional[str],
+                  detail: str = "") -> str:
+    """The message of a step that could not be applied (``step``: 1-based position)."""
+    return ("minibatch %d%s could not be applied: %s; training stopped, the last good "
+            "checkpoint (%s) stays the latest" % (step, detail, reason,
+                                                   last_checkpoint or "none written"))
+
+
+# ------------------------------------------------------------------------------ position
+
+def resume_position(state) -> int:
+    """Minibatches of the seeded order already consumed by the run that wrote ``state``
+    (``info["trainer"]["minibatches_done"]``; ``state.step`` for states written elsewhere)."""
+    tr = (state.info or {}).get("trainer") or {}
+    return int(tr.get("minibatches_done", state.step))
+
+
+def eval_due(position: int, done: int, eval_every: int) -> bool:
+    """Whether steps ``position - done + 1 .. position`` passed a multiple of ``eval_every``
+    (evaluated once, after them)."""
+    return bool(done and eval_every and
+                position // eval_every > (position - done) // eval_every)
+
+
+from lda_core.training.pass_stop import AUTO_KEY, PassStop  # noqa: E402 (the session feeds the rule)
+
+
+def docs_seen(algorithm) -> int:
+    return int(getattr(algorithm, "docs_seen", 0) or 0)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+def stamp(state, position: int, n_docs_seen: int, *, runner: Optional[str] = None,
+          run_info: Optional[Dict[str, Any]] = None, vocab_hash: Optional[str] = None,
+          sequential: bool = False, wall_time: Optional[float] = None):
+    """Stamp ``state`` (a :class:`lda_core.storage.state.TopicState`) for publishing: the trainer
+    info (position, documents seen, time, runner), the run's settings, the step a sampler
+    without one is named by, and the vocabulary hash of algorithms that do not keep it."""
+    if sequential and not state.step:
+        state.step = int(position)            # checkpoints are named by step
+    if not state.vocab_hash and vocab_hash:
+        state.vocab_hash = vocab_hash
+    info = dict(state.info or {})
+    info["trainer"] = dict(minibatches_done=int(position), docs_seen=int(n_docs_seen),
+                           wall_time=time.time() if wall_time is None else wall_time)
+    if runner is not None:
+        info["trainer"]["runner"] = runner
+    if run_info:
+        info["run"] = dict(run_info)
+    state.info = info
+    return state
+
+
+# ------------------------------------------------------------------------------ run log
+
+def start_record(position: int, algorithm, *, max_steps=None, total_steps=None, eval_every=0,
+                 checkpoint_every=0, run: Optional[Dict[str, Any]] = None,
+                 wall_time: Optional[float] = None, **extra) -> Dict[str, Any]:
+    rec = dict(event="start", wall_time=time.time() if wall_time is None else wall_time,
+               start_step=position,
+               algorithm=getattr(algorithm, "name", type(algorithm).__name__),
+               n_topics=getattr(algorithm, "n_topics", None),
+               n_words=getattr(algorithm, "n_words", None), max_steps=max_steps,
+               total_steps=total_steps, eval_every=eval_every,
+               checkpoint_every=checkpoint_every)
+    rec.update(extra)
+    rec["run"] = dict(run or {})
+    return rec
+
+
+# info keys a step record always has, and scalar ones it copies when the step reports them
+_STEP_OPTIONAL = ("elbo", "bound", "alpha", "eta", "skipped")
+
+
+def step_record(step: int, pass_index: int, batch: int, info: Dict[str, Any], *,
+                n_docs: int, n_docs_seen: int, t: Optional[int] = None,
+                extra_scalars: bool = False) -> Dict[str, Any]:
+    """The run-log record of the step that brought the position to ``step``. With
+    ``extra_scalars`` every other scalar of ``info`` is kept too (the samplers' resampling
+    counts, ESS ...)."""
+    rec = dict(event="step", step=step, t=info.get("t", step) if t is None else t,
+               pass_index=pass_index,
+               batch=batch, docs_seen=n_docs_seen, docs=info.get("docs", n_docs),
+               tokens=info.get("tokens"), empty=info.get("empty", info.get("n_empty")),
+               capped=info.get("capped", info.get("n_capped")), rho=info.get("rho"),
+               mean_change=info.get("mean_change"))
+    for k in _STEP_OPTIONAL:
+        if k in info and np.ndim(info[k]) == 0:
+            rec[k] = info[k]
+    if extra_scalars:
+        for k, v in scalar_info(info).items():
+            rec.setdefault(k, v)
+    return rec
+
+
+def scalar_info(info: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON scalars of a step's info (arrays and objects dropped)."""
+    out = {}
+    for k, v in (info or {}).items():
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+            out[k] = v.item()
+    return out
+
+
+def error_record(step: int, message: str, **extra) -> Dict[str, Any]:
+    return dict(event="error", step=step, message=message, wall_time=time.time(), **extra)
+
+
+def end_record(position: int, n_docs_seen: int, steps_run: int, elapsed: float,
+               metrics: Optional[Dict[str, float]], checkpoint: Optional[str],
+               **extra) -> Dict[str, Any]:
+    rec = dict(event="end", step=position, docs_seen=n_docs_seen, steps_run=steps_run,
+               elapsed=elapsed, metrics=metrics, checkpoint=checkpoint)
+    rec.update(extra)
+    rec["wall_time"] = time.time()
+    return rec
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "-"
+    try:
+        return "%.4g" % float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def score_text(metrics: Optional[Dict[str, float]]) -> str:
+    if not metrics:
+        return ""
+    s = " completion_ll/token=%.4f" % metrics.get("completion_ll_per_token", float("nan"))
+    if "per_word_bound" in metrics:
+        s += " per_word_bound=%.4f" % metrics["per_word_bound"]
+    return s
+
+
+def log_step(rec: Dict[str, Any]) -> None:
+    """The INFO line of one step."""
+    logger.info("step t=%d pass=%s batch=%s rho=%s docs=%s docs_seen=%s mean_change=%s%s",
+                rec["step"], rec.get("pass_index"), rec.get("batch"), fmt(rec.get("rho")),
+                rec.get("docs"), rec.get("docs_seen"), fmt(rec.get("mean_change")),
+                score_text(rec.get("metrics")))
+
+
+# ------------------------------------------------------------------------------ the session
+
+class Session:
+    """One training run's bookkeeping, shared by every runner (module docstring).
+
+    ``run_log``: anything with ``write(record)`` (a :class:`lda_core.storage.run_log.RunLog`, or a
+    list-like buffer for a detached window), or None. ``checkpoint_store``: where
+    :meth:`publish` publishes (None: nothing is published). ``runner``: recorded in each
+    checkpoint's trainer info (None: not recorded). ``pass_stop`` (``--passes auto``) with
+    ``batches_per_pass``: :meth:`pass_end` feeds it the held-out score at each pass end."""
+
+    def __init__(self, *, position: int = 0, run_log=None, checkpoint_store=None,
+                 runner: Optional[str] = None, run_info: Optional[Dict[str, Any]] = None,
+                 heldout=None, eval_every: int = 0, vocab_hash: Optional[str] = None,
+                 progress: bool = False, t_start: Optional[float] = None,
+                 pass_stop: Optional[PassStop] = None, batches_per_pass: int = 0):
+        if int(eval_every) < 0:
+            raise ValueError("eval_every must be >= 0 (0 = only at the end), got %r"
+                             % (eval_every,))
+        self.position = int(position)
+        self.run_log = run_log
+        self.store = checkpoint_store
+        self.runner = runner
+        self.run_info = run_info
+        self.heldout = heldout
+        self.eval_every = int(eval_every)
+        self.vocab_hash = vocab_hash
+        self.t_start = time.time() if t_start is None else t_start
+        self.c_start = time.process_time()
+        self.steps_run = 0
+        self.metrics: Dict[str, float] = {}
+        self.last_eval = -1
+        self.last_checkpoint: Optional[str] = None
+        self.last_published = -1
+        self.progress = progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.pass_stop = pass_stop
+        self.batches_per_pass = int(batches_per_pass or 0)
+        if pass_stop is not None:
+            if self.batches_per_pass < 1:
+                raise ValueError("passes auto needs the number of minibatches per pass")
+            self.run_info = dict(run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
+
+    # -- records
+    def write(self, record: Dict[str, Any]) -> None:
+        if self.run_log is not None:
+            self.run_log.write(record)
+
+    def start(self, algorithm, **fields) -> Dict[str, Any]:
+        rec = start_record(self.position, algorithm, eval_every=self.eval_every,
+                           wall_time=self.t_start, **fields)
+        self.write(rec)
+        return rec
+
+    def applied(self, n: int) -> None:
+        """``n`` more minibatches were applied: move the position past them."""
+        self.position += int(n)
+        self.steps_run += int(n)
+
+    def log_steps(self, records: Sequence[Dict[str, Any]], metrics=None,
+                  checkpoint: Optional[str] = None) -> None:
+        """Log the step records of consecutive steps just applied (the last one carries the
+        evaluation and the checkpoint that followed them)."""
+        now = time.time()
+        for i, rec in enumerate(records):
+            if i == len(records) - 1:
+                if metrics:
+                    rec["metrics"] = metrics
+                if checkpoint:
+                    rec["checkpoint"] = checkpoint
+            rec["wall_time"] = now
+            rec["elapsed"] = now - self.t_start
+            log_step(rec)
+            self.write(rec)
+
+    def fail(self, step: int, reason: str, detail: str = "", **extra) -> None:
+        """Log the refusal of step ``step`` and raise :class:`TrainingError`."""
+        msg = error_message(step, reason, self.last_checkpoint or self.latest_path(), detail)
+        logger.error(msg)
+        self.write(error_record(step, msg, **extra))
+        raise TrainingError(msg)
+
+    def end(self, n_docs_seen: int, **extra) -> Dict[str, Any]:
+        if self.last_checkpoint is None:
+            self.last_checkpoint = self.latest_path()
+        rec = end_record(self.position, n_docs_seen, self.steps_run,
+                         time.time() - self.t_start, self.metrics, self.last_checkpoint,
+                         **extra)
+        self.write(rec)
+        return rec
+
+    # -- evaluation
+    def evaluate(self, algorithm, done: Optional[int] = None) -> Optional[Dict[str, float]]:
+        """Held-out metrics of ``algorithm`` at the current position: when ``done`` is given,
+        only if those last steps passed a multiple of ``eval_every``; otherwise unless the
+        position was already evaluated. None when nothing was evaluated."""
+        if self.heldout is None or self.last_eval == self.position:
+            return None
+        if done is not None and not eval_due(self.position, done, self.eval_every):
+            return None
+        from lda_core.training.trainer import timed_evaluate
+        self.metrics = timed_evaluate(algorithm, self.heldout)
+        self.last_eval = self.position
+        return self.metrics
+
+    def pass_end(self, algorithm, record: Optional[Dict[str, Any]] = None
+                 ) -> Optional[Dict[str, float]]:
+        """``--passes auto``, when the position is the end of a pass: evaluate (unless the
+        cadence just did), feed the score to the rule, and record its state in ``record``
+        (the pass end's step record) and in the run info the next checkpoint carries. Returns
+        the metrics it evaluated, if any."""
+        if (self.pass_stop is None or not self.position
+                or self.position % self.batches_per_pass):
+            return None
+        metrics = self.evaluate(algorithm)
+        self.pass_stop.add(self.metrics["completion_ll_per_token"])
+        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        if record is not None:
+            record[AUTO_KEY] = self.pass_stop.to_info()
+        if self.pass_stop.stopped:
+            logger.info("passes auto: stopping after pass %d: %s", len(self.pass_stop.scores),
+                        self.pass_stop.reason())
+        return metrics
+
+    @property
+    def passes_stopped(self) -> bool:
+        return self.pass_stop is not None and self.pass_stop.stopped
+
+    # -- checkpoints
+    def publish(self, algorithm, position: Optional[int] = None) -> Optional[str]:
+        """Publish ``algorithm`` at ``position`` (default: the session's) as a checkpoint,
+        stamped (:func:`stamp`); not twice for one position."""
+        pos = self.position if position is None else int(position)
+        if self.store is None or self.last_published == pos:
+            return None
+        state = stamp(algorithm.to_state(), pos, docs_seen(algorithm), runner=self.runner,
+                      run_info=self.run_info, vocab_hash=self.vocab_hash,
+                      sequential=is_sequential(algorithm))
+        self.last_checkpoint = self.store.publish(state)
+        self.last_published = pos
+        return self.last_checkpoint
+
+    def latest_path(self) -> Optional[str]:
+        store = self.store
+        if store is None:
+            return None
+        try:
+            if hasattr(store, "pointer"):
+                p = store.pointer()
+                return store.path(p) if p is not None else None
+            ckpts = store.list_checkpoints()
+            return ckpts[-1].path if ckpts else None
+        except Exception:  # pragma: no cover - only used in messages
+            return None
+
+    # -- progress
+    def show(self, text: str) -> None:
+        if self.progress:
+            print("\r" + text + "   ", end="", file=sys.stderr, flush=True)
+
+    def close_progress(self) -> None:
+        if self.progress:
+            print("", file=sys.stderr)
+
+
+def records_for(steps: Iterable[Tuple[int, int, int, int]], infos: Sequence[Dict[str, Any]],
+                extra_scalars: bool = False) -> List[Dict[str, Any]]:
+    """Step records of steps ``(position before, pass, batch, documents)`` with the infos
+    the runner collected (``info["docs_seen"]`` after each step)."""
+    return [step_record(pos + 1, p, b, info, n_docs=n, n_docs_seen=info.get("docs_seen"),
+                        extra_scalars=extra_scalars)
+            for (pos, p, b, n), info in zip(steps, infos)]

@@ -1,0 +1,431 @@
+"""The in-process trainer: the fast single-machine path and the reference for the Beam trainer.
+
+For every minibatch (in the seeded order of :mod:`lda_core.training.ordering`)::
+
+    stats = algorithm.local_step(batch)     # E-step, global state frozen
+    info  = algorithm.global_step(stats)    # λ ← (1−ρ_t)λ + ρ_t(η + D/S·sstats), t ← t+1
+
+(``algorithm.process(batch)`` for the stream-order samplers of
+:class:`lda_core.algorithms.algorithm.SequentialSampler`). Around that loop: one INFO log line per global
+step (t, ρ, documents, mean change of λ, score when evaluated), a tqdm progress bar on stderr
+(only when stderr is a terminal), held-out evaluation every ``eval_every`` steps with
+:mod:`lda_core.evaluation.metrics` (document completion; the per-word bound of paper eq. 16 when the
+algorithm has one), a checkpoint every ``checkpoint_every`` steps and at the end (published
+atomically by :class:`lda_core.storage.checkpoint.CheckpointStore`), and a JSON-lines run log
+(:mod:`lda_core.storage.run_log`) -- the bookkeeping of :class:`lda_core.training.session.Session`, shared with
+every other runner; this module supplies only the loop.
+
+Resume: the trainer starts at the algorithm's position (``algorithm.step`` global steps
+applied, or ``start_step``) and asks the minibatch source for the minibatches from there on
+(``source.iter_from(step)``), so ``N`` steps equal ``N/2`` steps + checkpoint + reload + ``N/2``
+steps bit for bit. A source without ``iter_from`` is a plain iterable from step 0: the
+minibatches already applied are read and dropped.
+
+A global step that raises (the VB global step refuses non-finite statistics and leaves the
+state untouched) or whose info holds a non-finite ``rho``, ``mean_change``, ``elbo`` or
+``score`` (:func:`lda_core.training.session.apply_step`) stops the run with :class:`TrainingError`; nothing is published for it, so the last good checkpoint stays the
+latest.
+
+Batch VB (``algorithm.accumulates_passes`` true, e.g. ``BatchVB``: S = D, ρ = 1) goes through
+the same loop: the statistics of all minibatches of a pass are merged (float64 sums, bounded
+memory: one minibatch of documents at a time) and applied as one global step per pass; the run
+stops when the relative change of the ELBO (``info["elbo"]``) falls below ``rel_tol`` (1e-5).
+For it, a "step" is a pass.
+
+This module does no file I/O of its own except through ``CheckpointStore`` and ``RunLog``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
+
+import numpy as np
+
+from lda_core.training import session as _session
+from lda_core.docbatch import DocBatch
+from lda_core.training.pass_stop import PassStop
+from lda_core.training.phase_times import PhaseTimes
+from lda_core.training.session import (  # noqa: F401 (API)
+    Session, TrainingError, resume_position)
+from lda_core.training.faults import fault_point
+
+logger = logging.getLogger(__name__)
+
+
+class Minibatch(NamedTuple):
+    """One minibatch of the seeded order: ``step`` is its 0-based global index."""
+    step: int
+    pass_index: int
+    batch_index: int
+    batch: DocBatch
+
+
+@dataclass
+class HeldOut:
+    """A held-out set prepared once: the documents and their document-completion halves;
+    ``health``: the training documents topic health is measured on (``pipelines.ingest.doc_sample``:
+    one document set for the trainer, ``ldabeam evaluate`` and ``ldabeam report``), or None
+    (no topic health is logged)."""
+    docs: DocBatch
+    first: DocBatch
+    second: DocBatch
+    seed: int = 0
+    health: Optional[DocBatch] = None
+
+    @classmethod
+    def from_batch(cls, docs: DocBatch, seed: int = 0) -> "HeldOut":
+        """Non-empty documents for the bound; those with >= 2 tokens split in halves for
+        document completion (as the harness does)."""
+        from lda_core.evaluation.metrics import split_halves
+        docs = docs.non_empty()
+        keep = np.nonzero(docs.doc_lengths >= 2)[0]
+        two = docs if len(keep) == docs.n_docs else docs.take(keep)
+        a, b = split_halves(two, seed)
+        return cls(docs, a, b, seed)
+
+
+@dataclass
+class TrainResult:
+    algorithm: Any
+    step: int
+    docs_seen: int
+    steps_run: int
+    elapsed: float
+    metrics: Dict[str, float] = field(default_factory=dict)
+    checkpoint: Optional[str] = None
+    converged: Optional[bool] = None
+
+
+def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict[str, float]:
+    """Held-out metrics of the current state (does not modify it): document completion
+    (log-likelihood per token of the second halves, θ fit on the first halves with the
+    protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
+    as in ``../shared/bench``), topic health on ``heldout.health`` (a sample of training
+    documents) when given (dead and effective topics, NPMI, topic diversity:
+    ``lda_core.evaluation.metrics.health_scalars``) and, when the algorithm defines
+    it, the per-word bound of paper eq. 16 (a bound, not a perplexity)."""
+    from lda_core.evaluation.metrics import PROTOCOL_ALPHA, document_completion, health_scalars
+    out: Dict[str, float] = {}
+    alpha = PROTOCOL_ALPHA if alpha is None else float(alpha)
+    phi = algorithm.topic_word()
+    dc = document_completion(phi, heldout.first, heldout.second, alpha=alpha)
+    out["completion_ll_per_token"] = float(dc["ll_per_token"])
+    out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))
+    if heldout.health is not None:
+        out.update(health_scalars(phi, heldout.health, seed=heldout.seed))
+    if hasattr(algorithm, "per_word_bound"):
+        b = float(algorithm.per_word_bound(heldout.docs))
+        out["per_word_bound"] = b
+        out["perplexity_bound"] = float(math.exp(-b)) if b > -700 else float("inf")
+    return out
+
+
+def timed_evaluate(algorithm, heldout: HeldOut) -> Dict[str, float]:
+    """:func:`evaluate`, plus the seconds it took as ``eval_seconds`` (what every trainer logs
+    with an evaluation)."""
+    te = time.time()
+    metrics = evaluate(algorithm, heldout)
+    metrics["eval_seconds"] = time.time() - te
+    return metrics
+
+
+def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
+    if hasattr(minibatches, "iter_from"):
+        it = minibatches.iter_from(start_step)
+        skip = 0
+    else:
+        it = iter(minibatches)
+        skip = start_step
+    i = 0
+    for item in it:
+        if isinstance(item, Minibatch):
+            mb = item
+        elif isinstance(item, DocBatch):
+            mb = Minibatch(i if skip else start_step + i, -1, -1, item)
+        else:  # (pass, batch, DocBatch)
+            p, b, batch = item
+            mb = Minibatch(i if skip else start_step + i, int(p), int(b), batch)
+        i += 1
+        if mb.step < start_step:
+            continue
+        yield mb
+
+
+def _position(algorithm, start_step: Optional[int]) -> int:
+    if start_step is not None:
+        return int(start_step)
+    return int(getattr(algorithm, "step", 0) or 0)
+
+
+def _progress(progress: bool, total: Optional[int], initial: int):
+    if not progress or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, initial=initial, unit="step", file=sys.stderr, dynamic_ncols=True,
+                leave=True)
+
+
+def _check_settings(eval_every, checkpoint_every, max_steps, rel_tol) -> None:
+    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+        if int(v) < 0:
+            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
+    if max_steps is not None and int(max_steps) < 0:
+        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
+    if not (rel_tol > 0):
+        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
+
+
+def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None,
+          eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
+          run_log=None, progress: bool = True, max_steps: Optional[int] = None,
+          total_steps: Optional[int] = None, start_step: Optional[int] = None,
+          rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None,
+          pass_stop: Optional[PassStop] = None) -> TrainResult:
+    """Run the training loop (see module docstring).
+
+    ``minibatches``: a source with ``iter_from(step)`` (e.g. ``pipelines.training.shard_stream``) or an
+    iterable of :class:`Minibatch` / ``DocBatch`` / ``(pass, batch, DocBatch)`` from step 0.
+    ``max_steps`` is the absolute global step at which to stop (so a resumed run with the same
+    ``max_steps`` ends where an uninterrupted one would); ``total_steps`` only sizes the
+    progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
+    recorded in the run log's start record and in each checkpoint's ``info["run"]``.
+    ``pass_stop`` (``--passes auto``, :class:`lda_core.training.pass_stop.PassStop`): evaluate at the end
+    of every pass and stop when the rule says so; its history is kept in
+    ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of each pass end.
+    """
+    _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
+    accumulate = _session.accumulates_passes(algorithm)
+    bpp = getattr(minibatches, "batches_per_pass", None)
+    run_info = dict(run_info or {})
+    if pass_stop is not None:
+        check_pass_stop(algorithm, heldout, bpp, accumulate)
+    if accumulate and not bpp:
+        raise ValueError("%s applies one global step per pass: give a minibatch source with "
+                         "`batches_per_pass` and `iter_from` (e.g. pipelines.training.shard_stream)"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    ses = Session(position=_position(algorithm, start_step), run_log=run_log,
+                  checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
+                  eval_every=eval_every, vocab_hash=run_info.get("vocab_hash"),
+                  pass_stop=pass_stop, batches_per_pass=bpp if pass_stop is not None else 0)
+    ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
+              checkpoint_every=checkpoint_every, run=ses.run_info)
+    loop = _PassLoop(algorithm, bpp, rel_tol) if accumulate else _StepLoop(algorithm)
+    stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
+
+    def stop() -> bool:
+        return (max_steps is not None and ses.position >= max_steps) or ses.passes_stopped
+
+    with _ProgressBar(progress, total_steps if max_steps is None else
+                      (min(total_steps, max_steps) if total_steps else max_steps),
+                      ses.position) as bar:
+        for mb, stats in loop.steps(stream, stop):
+            if stop():
+                break
+            fault_point("estep")     # a test's kill point: the E-step is done, nothing applied
+            rec, metrics = _apply(ses, loop, algorithm, mb, stats, checkpoint_every, bar)
+            bar.update(metrics)
+            if ses.passes_stopped:
+                break
+            if loop.converged:
+                logger.info("batch VB converged: relative ELBO change %.3g < %g",
+                            rec["elbo_rel_change"], rel_tol)
+                break
+        loop.finish()
+    return _finish(ses, algorithm, loop.converged, getattr(loop, "times", None))
+
+
+def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every: int, bar):
+    """Apply one minibatch's step, then evaluate / feed --passes auto / publish / log as due.
+    Returns (its step record, the metrics evaluated after it or None)."""
+    info, err = loop.apply(mb, stats)
+    if err is not None:
+        bar.close()
+        ses.fail(mb.step + 1, err, " (pass %d, batch %d, %d documents)"
+                 % (mb.pass_index, mb.batch_index, mb.batch.n_docs),
+                 pass_index=mb.pass_index, batch=mb.batch_index)
+    ses.applied(1)      # minibatches consumed (== t unless one was all empty)
+    step = ses.position
+    rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
+                               n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
+                               t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
+    loop.note(rec)
+    metrics = ses.evaluate(algorithm, done=1)
+    metrics = ses.pass_end(algorithm, rec) or metrics
+    ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
+            else None)
+    ses.log_steps([rec], metrics, ckpt)
+    return rec, metrics
+
+
+def _finish(ses: Session, algorithm, converged, times=None) -> TrainResult:
+    """The final evaluation, checkpoint, per-phase timing record (``times``) and end record of
+    a run."""
+    ses.evaluate(algorithm)
+    # nothing changed in a run that applied no step: do not republish the same state
+    if ses.steps_run or ses.latest_path() is None:
+        ses.publish(algorithm)
+    if times is not None and ses.steps_run:
+        ses.write(times.record(ses.steps_run, time.time() - ses.t_start))
+    end = ses.end(_session.docs_seen(algorithm),
+                  cpu_seconds=time.process_time() - ses.c_start, converged=converged)
+    logger.info("training finished at step %d (%d steps in this run, %.1f s)%s", ses.position,
+                ses.steps_run, end["elapsed"],
+                "" if not ses.metrics else ": " + ", ".join(
+                    "%s=%.4f" % (k, v) for k, v in ses.metrics.items()))
+    return TrainResult(algorithm, ses.position, _session.docs_seen(algorithm), ses.steps_run,
+                       end["elapsed"], dict(ses.metrics), end["checkpoint"], converged)
+
+
+class _ProgressBar:
+    """The tqdm bar of a run (only when stderr is a terminal and ``progress``), with log
+    lines printed above it instead of through it; a no-op otherwise."""
+
+    def __init__(self, progress: bool, total: Optional[int], initial: int):
+        self.bar = _progress(progress, total, initial)
+        self.redirect = contextlib.ExitStack()
+
+    def __enter__(self):
+        if self.bar is not None:
+            try:
+                from tqdm.contrib.logging import logging_redirect_tqdm
+                self.redirect.enter_context(logging_redirect_tqdm())
+            except ImportError:  # pragma: no cover
+                pass
+        return self
+
+    def update(self, metrics) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            if metrics:
+                self.bar.set_postfix_str(_session.score_text(metrics).strip())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __exit__(self, *exc):
+        self.redirect.close()
+        self.close()
+        return False
+
+
+def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    if heldout is None:
+        raise ValueError("passes auto stops when the held-out score stops improving: it needs "
+                         "held-out documents (--heldout)")
+    if (accumulate or not bpp or _session.is_sequential(algorithm)
+            or _session.whole_corpus(algorithm)):
+        raise ValueError("passes auto needs an algorithm that makes several minibatch steps "
+                         "per pass (online-vb, scvb0, sparse-gibbs-vb); %s: give --passes N"
+                         % name)
+
+
+class _StepLoop:
+    """One global step (or ``process`` call) per minibatch."""
+    converged: Optional[bool] = None
+
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+        self.sequential = _session.is_sequential(algorithm)
+        self.times = PhaseTimes()
+
+    def steps(self, stream, stop):
+        it = iter(stream)
+        while True:
+            mb = self.times.timed("read", next, it, None)
+            if mb is None:
+                return
+            yield mb, None
+
+    def apply(self, mb: Minibatch, stats):
+        if self.sequential:
+            return _session.apply_step(self.algorithm.process, mb.batch)
+        stats = self.times.timed("estep", self.algorithm.local_step, mb.batch)
+        return self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
+                                stats)
+
+    def note(self, rec) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class _PassLoop:
+    """Batch VB: the statistics of all minibatches of a pass are merged (float64 sums, one
+    minibatch of documents in memory at a time) and applied as one global step per pass; the
+    step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
+    lags one pass but costs no extra pass over the corpus). Stops when the relative ELBO
+    change falls below ``rel_tol``."""
+
+    sequential = False
+
+    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float):
+        self.algorithm, self.bpp, self.rel_tol = algorithm, int(batches_per_pass), rel_tol
+        self.pending = None
+        self.pending_docs = 0
+        self.prev_elbo: Optional[float] = None
+        self.converged: Optional[bool] = None
+
+    def steps(self, stream, stop):
+        for mb in stream:
+            if stop():
+                return
+            st = self.algorithm.local_step(mb.batch)
+            self.pending = st if self.pending is None else self.pending.merge(st)
+            self.pending_docs += mb.batch.n_docs
+            if mb.batch_index != self.bpp - 1:
+                continue
+            stats, self.pending, self.pending_docs = self.pending, None, 0
+            yield mb, stats
+
+    def apply(self, mb: Minibatch, stats):
+        extra = None
+        if hasattr(self.algorithm, "topic_term") and hasattr(stats, "score"):
+            extra = {"elbo": float(stats.score) + float(self.algorithm.topic_term())}
+        return _session.apply_step(self.algorithm.global_step, stats, extra=extra)
+
+    def note(self, rec) -> None:
+        if rec.get("elbo") is None:
+            return
+        elbo = float(rec["elbo"])
+        if self.prev_elbo is not None:
+            rel = abs(elbo - self.prev_elbo) / max(abs(self.prev_elbo), 1e-300)
+            rec["elbo_rel_change"] = rel
+            self.converged = rel < self.rel_tol
+        self.prev_elbo = elbo
+
+    def finish(self) -> None:
+        if self.pending is not None:
+            logger.warning("the minibatch stream ended in the middle of a pass (%d documents "
+                           "of statistics not applied)", self.pending_docs)
+
+
+def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Optional[str]:
+    """Train a ``whole_corpus`` sampler (batch collapsed Gibbs): every training document in
+    memory, ``sweeps`` sweeps (the first ``algorithm.burn_in`` not averaged into φ), then one
+    checkpoint at position ``sweeps``, published through the session. The one code path of
+    both runners (in-process, and the Beam window's DoFn)."""
+    if not _session.whole_corpus(algorithm):
+        raise ValueError("%s is not trained on the whole corpus at once"
+                         % getattr(algorithm, "name", type(algorithm).__name__))
+    if sweeps <= algorithm.burn_in:
+        logger.warning("%s: %d sweeps <= burn-in %d: no sweep is averaged, the topics are the "
+                       "last sample's (raise --passes or lower the burn-in)", algorithm.name,
+                       sweeps, algorithm.burn_in)
+    else:
+        logger.info("%s: %d documents in memory, %d sweeps, the first %d burn-in, phi "
+                    "averaged over the last %d", algorithm.name, docs.n_docs, sweeps,
+                    algorithm.burn_in, sweeps - algorithm.burn_in)
+    algorithm.fit(docs, sweeps=int(sweeps))
+    ses.applied(int(sweeps))
+    return ses.publish(algorithm)

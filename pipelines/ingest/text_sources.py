@@ -1,0 +1,343 @@
+"""Input readers for the vectorize pipeline: MediaWiki dumps, text files, lines, JSON Lines.
+
+Pure Python, no pipeline: the vectorize pipeline calls these functions inside its DoFns.
+Every reader streams (bounded memory), and turns a record it cannot decode or parse into a
+:class:`DeadLetter` (source, position, error, snippet) instead of crashing, so good
+documents are never lost. An input that is wholly unusable (missing path, a file that is not
+a MediaWiki dump given as ``wiki``, an unknown format) raises :class:`InputError` at once,
+naming the input and saying what was expected.
+
+Paths are local paths, ``file://`` URLs, or any Beam ``FileSystems`` URL (``gs://``,
+``s3://``, ...); globs and directories are expanded by :func:`expand_inputs`. Compressed
+files (``.gz``, ``.bz2``, ``.xz``) are decompressed by the Python standard library from the
+raw byte stream (so bz2 multistream dumps and multi-member gzip work everywhere).
+
+Formats (see docs/input-formats.md for the user documentation):
+
+* ``wiki``  -- MediaWiki XML dump (``pages-articles``), plain / ``.bz2`` (multistream too) /
+  ``.gz``. Pages are split from the byte stream (``<page>`` ... ``</page>``) and each page is
+  parsed on its own with ElementTree; article namespace (``0``) only; redirects skipped;
+  markup stripped exactly as gensim's ``WikiCorpus`` does (``gensim.corpora.wikicorpus
+  .filter_wiki``); ``doc_id`` = page id, ``title`` kept.
+* ``text``  -- one document per file; a tar archive (``.tar``, ``.tar.gz``, ``.tgz``,
+  ``.tar.bz2``) is one input whose members are the documents. ``label`` = the parent folder
+  name (20 Newsgroups' group). ``doc_id`` = the path as given (for a file) or
+  ``<archive basename>/<member name>`` (for an archive member).
+* ``lines`` -- one document per non-blank line; ``doc_id`` = ``<file basename>:<line number>``.
+* ``jsonl`` -- one JSON object per line; configurable id / text / label / title fields.
+* ``csv``, ``tsv``, ``parquet``, ``arrow`` -- tables, one document per row: see
+  :mod:`pipelines.ingest.table_sources`.
+* ``uci``, ``ldac``, ``mm`` -- bag-of-words corpora: see :mod:`pipelines.ingest.bow_sources`.
+
+``encoding_errors="replace"`` puts U+FFFD for each undecodable byte sequence and counts them
+(:attr:`RawDocument.replaced_chars`); ``"strict"`` makes such a record a DeadLetter.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import os
+import tarfile
+import threading
+from typing import Iterator, Optional, Tuple, Union
+
+# the readers' records, errors and file layer, and the wiki reader, re-exported: callers
+# import them from here
+from pipelines.ingest.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkReader,
+                                          compression_of, DeadLetter, DECOMPRESS_ERRORS,
+                                          DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
+                                          FORMATS, InputError, is_remote, is_tar_name, iter_lines,
+                                          open_binary, open_decompressed, RawDocument, READ_BLOCK,
+                                          sniff_format, SNIPPET_CHARS, TABLE_FORMATS,
+                                          TABLE_SUFFIXES, TEXT_FORMATS)  # noqa: F401
+from pipelines.ingest.wiki_source import (_read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
+                                          iter_wiki_page_chunks, MEDIAWIKI_NS_PREFIX,
+                                          parse_wiki_page, remove_markup, remove_template,
+                                          strip_wiki_markup)  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- text files
+
+_REPLACED = threading.local()
+COUNTING_REPLACE = "ldabeam.replace"
+
+
+def _counting_replace(err):
+    """The ``replace`` error handler (one U+FFFD per undecodable sequence) that also counts
+    the replacements of this thread (:func:`replaced_so_far`)."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
+    return "\ufffd", err.end
+
+
+codecs.register_error(COUNTING_REPLACE, _counting_replace)
+
+
+def replaced_so_far() -> int:
+    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
+    return getattr(_REPLACED, "n", 0)
+
+
+def error_handler(errors: str) -> str:
+    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
+    return COUNTING_REPLACE if errors == "replace" else errors
+
+
+def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:
+    """``(text, replaced characters)``; raises UnicodeDecodeError under ``strict``."""
+    before = replaced_so_far()
+    text = data.decode(encoding, error_handler(errors))
+    return text, replaced_so_far() - before
+
+
+def _decode(data: bytes, encoding: str, errors: str, source: str, position: str
+            ) -> Union[Tuple[str, int], DeadLetter]:
+    try:
+        return decode_counted(data, encoding, errors)
+    except UnicodeDecodeError as e:
+        return DeadLetter(source, position, "cannot decode as %s: %s" % (encoding, e),
+                          _snippet(data))
+
+
+def strip_email_headers(text: str) -> str:
+    """Drop e-mail / Usenet headers: everything up to the first blank line (as scikit-learn's
+    ``strip_newsgroup_header``; a text with no blank line becomes empty)."""
+    text = text.replace("\r\n", "\n")
+    _, _, after = text.partition("\n\n")
+    return after
+
+
+def _text_doc(data: bytes, doc_id: str, label: Optional[str], source: str, position: str,
+              encoding: str, encoding_errors: str, strip_headers: bool, keep_empty: bool):
+    decoded = _decode(data, encoding, encoding_errors, source, position)
+    if isinstance(decoded, DeadLetter):
+        return decoded
+    text, replaced = decoded
+    if strip_headers:
+        text = strip_email_headers(text)
+    if not keep_empty and not text.strip():
+        return DeadLetter(source, position, "empty document", "")
+    return RawDocument(doc_id=doc_id, text=text, title=None, label=label, source=source,
+                       position=position, replaced_chars=replaced)
+
+
+def _parent_name(name: str) -> Optional[str]:
+    parent = os.path.basename(os.path.dirname(name.replace("\\", "/").rstrip("/")))
+    return parent or None
+
+
+def _read_text(path: str, encoding="utf-8", encoding_errors="strict", strip_headers=False,
+               keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    if is_tar_name(path):
+        yield from _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty,
+                             max_doc_bytes)
+        return
+    f = open_decompressed(path)
+    try:
+        try:
+            data = f.read(max_doc_bytes + 1)
+        except DECOMPRESS_ERRORS as e:
+            yield DeadLetter(path, "file", "cannot read / decompress: %s" % e)
+            return
+    finally:
+        f.close()
+    if len(data) > max_doc_bytes:
+        yield DeadLetter(path, "file", "document larger than max_doc_bytes=%d" % max_doc_bytes,
+                         _snippet(data))
+        return
+    yield _text_doc(data, path, _parent_name(path), path, "file", encoding, encoding_errors,
+                    strip_headers, keep_empty)
+
+
+def _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty, max_doc_bytes):
+    raw = open_binary(path)
+    archive = os.path.basename(path.rstrip("/"))
+    try:
+        try:
+            tar = tarfile.open(fileobj=raw, mode="r|*")
+        except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+            raise InputError("input %s is not a readable tar archive (%s); expected a .tar, "
+                             ".tar.gz or .tar.bz2 of text files" % (path, e)) from e
+        n = 0
+        members = iter(tar)
+        for _ in range(1 << 62):
+            try:
+                member = next(members)
+            except StopIteration:
+                break
+            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+                yield DeadLetter(path, "after member %d" % n, "archive is corrupt or "
+                                 "truncated: %s; members after this point are lost" % e)
+                break
+            if not member.isfile() or _hidden(member.name):
+                continue
+            n += 1
+            position = "member %s" % member.name
+            if member.size > max_doc_bytes:
+                yield DeadLetter(path, position, "document larger than max_doc_bytes=%d"
+                                 % max_doc_bytes)
+                continue
+            try:
+                data = tar.extractfile(member).read()
+            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+                yield DeadLetter(path, position, "archive is corrupt or truncated: %s; members "
+                                 "after this point are lost" % e)
+                break
+            yield _text_doc(data, "%s/%s" % (archive, member.name), _parent_name(member.name),
+                            path, position, encoding, encoding_errors, strip_headers,
+                            keep_empty)
+        tar.close()
+    finally:
+        raw.close()
+
+
+def _read_lines(path: str, encoding="utf-8", encoding_errors="strict",
+                max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    base = os.path.basename(path.rstrip("/"))
+    for lineno, line in iter_lines(path, max_doc_bytes):
+        if isinstance(line, DeadLetter):
+            yield line
+            continue
+        if not line.strip():
+            continue   # blank lines separate nothing and are skipped
+        position = "line %d" % lineno
+        decoded = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(decoded, DeadLetter):
+            yield decoded
+            continue
+        yield RawDocument("%s:%d" % (base, lineno), decoded[0], None, None, path, position,
+                          decoded[1])
+
+
+def _get_field(obj: dict, name: Optional[str]):
+    """obj[name], with dots for nested objects (``"meta.title"``); None if absent."""
+    if not name:
+        return None
+    if name in obj:
+        return obj[name]
+    cur = obj
+    for part in name.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field="id",
+                text_field="text", label_field="label", title_field="title",
+                keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+    base = os.path.basename(path.rstrip("/"))
+    for lineno, line in iter_lines(path, max_doc_bytes):
+        if isinstance(line, DeadLetter):
+            yield line
+            continue
+        if not line.strip():
+            continue
+        position = "line %d" % lineno
+        decoded = _decode(line, encoding, encoding_errors, path, position)
+        if isinstance(decoded, DeadLetter):
+            yield decoded
+            continue
+        text, replaced = decoded
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            yield DeadLetter(path, position, "invalid JSON: %s" % e, _snippet(text))
+            continue
+        except RecursionError:
+            yield DeadLetter(path, position, "invalid JSON: nested too deeply", _snippet(text))
+            continue
+        if not isinstance(obj, dict):
+            yield DeadLetter(path, position, "JSON line is a %s, expected an object"
+                             % type(obj).__name__, _snippet(text))
+            continue
+        body = _get_field(obj, text_field)
+        if not isinstance(body, str):
+            yield DeadLetter(path, position, "text field %r is %s, expected a string"
+                             % (text_field, "missing" if body is None else type(body).__name__),
+                             _snippet(text))
+            continue
+        if not keep_empty and not body.strip():
+            yield DeadLetter(path, position, "empty document", _snippet(text))
+            continue
+        try:    # str() of a huge number or a deeply nested value can fail: one dead letter
+            doc_id = _get_field(obj, id_field)
+            doc_id = ("%s:%d" % (base, lineno) if doc_id is None or doc_id == ""
+                      else str(doc_id))
+            label = _get_field(obj, label_field)
+            title = _get_field(obj, title_field)
+            title = None if title is None else str(title)
+            label = None if label is None else str(label)
+        except (ValueError, OverflowError, TypeError, RecursionError) as e:
+            yield DeadLetter(path, position, "id, title or label cannot be read: %s: %s"
+                             % (type(e).__name__, e), _snippet(text))
+            continue
+        yield RawDocument(doc_id, body, title, label, path, position, replaced)
+
+
+def _table_reader(fmt: str):
+    """The reader of one table format (:func:`pipelines.ingest.table_sources.read_table`)."""
+    def read(path: str, **options):
+        from pipelines.ingest import table_sources
+        return table_sources.read_table(path, fmt, **options)
+    return read
+
+
+_READERS = {"wiki": _read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
+_READERS.update({f: _table_reader(f) for f in TABLE_FORMATS})
+
+
+def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument, DeadLetter]]:
+    """Stream the documents of one input file (as listed by :func:`expand_inputs`).
+
+    Options (all formats): ``encoding="utf-8"``, ``encoding_errors="strict"`` (a record with
+    invalid bytes is a DeadLetter; ``"replace"`` keeps it with U+FFFD), ``max_doc_bytes``
+    (64 MiB; larger records are dead letters), ``keep_empty=False`` (an empty document --
+    only whitespace -- is a DeadLetter "empty document" unless True; blank lines of
+    ``lines``/``jsonl`` are always skipped). ``text``: ``strip_headers=False`` (drop e-mail
+    headers up to the first blank line). ``jsonl``: ``id_field="id"``, ``text_field="text"``,
+    ``label_field="label"``, ``title_field="title"`` (dots reach nested objects; a missing
+    id becomes ``<basename>:<line>``). ``wiki``: ``namespaces=("0",)``. Tables (``csv``,
+    ``tsv``, ``parquet``, ``arrow``): the same field options name columns
+    (:mod:`pipelines.ingest.table_sources`).
+
+    Raises InputError at once (before yielding) for an unknown format, a bag-of-words format
+    (use :mod:`pipelines.ingest.bow_sources`), a missing file, or a non-dump given as ``wiki``.
+    """
+    if fmt == "auto":
+        fmt = detect_format(path)
+        if fmt is None:
+            raise InputError("cannot determine the format of input %s; give the format" % path)
+    if fmt in BOW_FORMATS:
+        raise InputError("input %s has the bag-of-words format %r, which has no text; read it "
+                         "with pipelines.ingest.bow_sources.iter_bow_documents" % (path, fmt))
+    if fmt not in _READERS:
+        raise InputError("unknown input format %r for %s; expected one of %s"
+                         % (fmt, path, ", ".join(FORMATS)))
+    encoding = options.get("encoding", "utf-8")
+    try:
+        "".encode(encoding)
+    except LookupError as e:
+        raise InputError("unknown encoding %r for input %s" % (encoding, path)) from e
+    gen = _READERS[fmt](path, **options)
+    # run the generator up to its first item so that InputError (missing file, not a dump)
+    # is raised here, at call time, not at the first next() somewhere in a pipeline
+    return _primed(gen)
+
+
+def _primed(gen):
+    first = next(gen, _END)
+
+    def rest():
+        if first is _END:
+            return
+        yield first
+        yield from gen
+    return rest()
+
+
+_END = object()

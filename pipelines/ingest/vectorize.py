@@ -1,0 +1,431 @@
+"""The vectorize pipeline: raw text, Wikipedia dumps or bag-of-words files -> shards.
+
+Stages (one composite ``PTransform`` each)::
+
+    inputs ─ReadWorkItems─▶ page chunks / raw documents ─Reshuffle─▶ ─TokenizeDocuments─▶
+        token counts ─┬─ BuildVocabulary (CombinePerKey df/cf/first, filter_extremes) ─▶ vocab
+                      └─ ApplyVocabulary (vocab as a side input) ─▶ rows ─WriteShards─▶ Parquet
+    dead letters ─WriteDeadLetters─▶ DIR/deadletter/deadletter.jsonl
+    counts (per bundle) + shard list + vocabulary ─WriteManifest─▶ DIR/manifest.json
+
+* A dump (or tar archive, or text file) is read sequentially by one DoFn that only cuts it
+  into pages / documents; a ``Reshuffle`` then spreads the parsing, markup stripping and
+  tokenizing over the workers. Documents travel in batches (``BATCH_ITEMS`` /
+  ``BATCH_CHARS``) from the reader to the shard writer, each batch tokenized and counted at
+  once (:func:`pipelines.ingest.tokenize.count_batch`).
+* Counts for the manifest are exact: each DoFn sums its counts per bundle and emits them in
+  ``finish_bundle`` as a small PCollection (a retried bundle's outputs are discarded as a
+  whole), summed with ``CombinePerKey``; Beam metrics carry the same numbers for monitoring.
+* Held-out split and shard assignment use a keyed hash of ``doc_id``
+  (blake2b of ``"<seed>:<doc_id>"``): bits 0-63 give ``u`` in [0, 1) (held out when
+  ``u < holdout_fraction``), bits 64-127 give the row order inside a shard and the shard
+  index. The output does not depend on the runner, the number of workers or bundling.
+* ``--vocab FILE`` skips the corpus-wide vocabulary pass: words outside it are dropped and
+  counted. Bag-of-words inputs (``uci``, ``ldac``, ``mm``) keep their vocabulary and its
+  order unless a pruning option is given explicitly.
+
+This module holds the options, the input checks and the job's assembly
+(:func:`build_pipeline`); the steps are in :mod:`pipelines.ingest.vectorize_steps` (reading,
+tokenizing, applying the vocabulary), :mod:`pipelines.ingest.vectorize_output` (split, shards, dead
+letters, vocabulary file, manifest) and :mod:`pipelines.ingest.vectorize_bow` (bag-of-words inputs).
+The ``ldabeam vectorize`` command (:mod:`pipelines.commands.vectorize`) parses the options
+and calls :func:`vectorize` / :func:`submit`.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.pvalue import AsList, AsSingleton
+
+from pipelines.ingest import dataset, text_sources
+from pipelines.runtime.beam_options import pipeline_options
+from pipelines.ingest.tokenize import TokenizerConfig
+from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_record
+from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
+                                               finish_manifest, write_vocabulary)
+from pipelines.ingest.vectorize_steps import (DEAD, STATS, VOCAB_STATS, ApplyVocabulary,
+                                              ReadWorkItems, TokenizeDocuments)
+from pipelines.ingest.vocabulary import BuildVocabulary, PruneSettings
+
+logger = logging.getLogger(__name__)
+
+BOW_FORMATS = text_sources.BOW_FORMATS
+TEXT_FORMATS = text_sources.TEXT_FORMATS
+BIGQUERY_FORMAT = "bigquery"     # --input bq://PROJECT.DATASET.TABLE or --query
+QUERY_INPUT = "bq-query"         # the input name of --query
+WIKI_MIN_ARTICLE_TOKENS = 50     # gensim.corpora.wikicorpus.ARTICLE_MIN_WORDS
+PREFLIGHT_INPUTS = 20            # inputs opened before the pipeline starts
+MAX_LISTED_INPUTS = 10000        # more input files: the manifest summarises them (input_summary)
+
+
+@dataclass
+class VectorizeOptions:
+    """Everything that determines the output (recorded in the manifest's ``settings``)."""
+
+    inputs: List[str]
+    output: str
+    format: str = "auto"
+    vocab: Optional[str] = None               # fixed vocabulary (text) / BOW vocabulary file
+    holdout_fraction: float = 0.0
+    seed: int = 0
+    num_shards: int = 0                        # 0: automatic (ceil(docs / DOCS_PER_SHARD))
+    heldout_shards: int = 0
+    no_below: Optional[int] = None             # None: gensim defaults (text), no pruning (BOW)
+    no_above: Optional[float] = None
+    keep_n: Optional[int] = -1                 # -1: default; None/0: no cap
+    keep_tokens: Tuple[str, ...] = ()
+    stopwords: Optional[str] = None
+    lowercase: bool = True
+    deaccent: bool = True
+    min_token_len: int = 2
+    max_token_len: int = 15
+    min_article_tokens: Optional[int] = None   # None: 50 for wiki dumps (gensim), else 1
+    encoding: str = "utf-8"
+    encoding_errors: str = "replace"          # replaced characters are counted in the manifest
+    id_field: str = "id"
+    text_field: str = "text"
+    label_field: Optional[str] = "label"
+    title_field: Optional[str] = "title"
+    strip_headers: bool = False
+    query: Optional[str] = None                # BigQuery standard SQL, read as one input
+    overwrite: bool = False
+    reshuffle: bool = True
+
+    def validate(self) -> None:
+        if not self.output:
+            raise ValueError("--output is required: the dataset directory to write")
+        if not self.inputs and not self.query:
+            raise ValueError("no --input given")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
+        for name in ("num_shards", "heldout_shards"):
+            v = getattr(self, name)
+            if not 0 <= v <= MAX_SHARDS:
+                raise ValueError("%s must be in [0, %d] (0: automatic), got %r"
+                                 % (name, MAX_SHARDS, v))
+        if self.min_article_tokens is not None and self.min_article_tokens < 0:
+            raise ValueError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
+        if self.encoding_errors not in ("strict", "replace", "ignore"):
+            raise ValueError("encoding_errors must be strict, replace or ignore, got %r"
+                             % self.encoding_errors)
+        import codecs
+        try:
+            codecs.lookup(self.encoding)
+        except LookupError:
+            raise ValueError("unknown encoding %r" % self.encoding)
+        self.tokenizer_config().validate()
+
+    def pruning_requested(self) -> bool:
+        return (self.no_below is not None or self.no_above is not None or self.keep_n != -1
+                or bool(self.keep_tokens))
+
+    def prune_settings(self) -> PruneSettings:
+        d = PruneSettings()
+        keep_n = d.keep_n if self.keep_n == -1 else (self.keep_n or None)
+        s = PruneSettings(no_below=d.no_below if self.no_below is None else self.no_below,
+                          no_above=d.no_above if self.no_above is None else self.no_above,
+                          keep_n=keep_n, keep_tokens=tuple(self.keep_tokens))
+        s.validate()
+        return s
+
+    def tokenizer_config(self, stopwords: frozenset = frozenset()) -> TokenizerConfig:
+        return TokenizerConfig(lowercase=self.lowercase, deaccent=self.deaccent,
+                               min_len=self.min_token_len, max_len=self.max_token_len,
+                               stopwords=stopwords)
+
+    def reader_options(self) -> dict:
+        return dict(encoding=self.encoding, encoding_errors=self.encoding_errors,
+                    id_field=self.id_field, text_field=self.text_field,
+                    label_field=self.label_field, title_field=self.title_field,
+                    strip_headers=self.strip_headers)
+
+    def min_tokens_for(self, fmt: str) -> int:
+        if self.min_article_tokens is not None:
+            return self.min_article_tokens
+        return WIKI_MIN_ARTICLE_TOKENS if fmt == "wiki" else 1
+
+
+# ----------------------------------------------------------------------------- driver
+
+def _settings_dict(opts: VectorizeOptions, inputs, vocab_source: str,
+                   pruning: Optional[PruneSettings]) -> dict:
+    s = asdict(opts)
+    pruning = None if pruning is None else dict(asdict(pruning),
+                                                keep_tokens=list(pruning.keep_tokens))
+    for k in ("inputs", "output", "overwrite", "reshuffle"):
+        s.pop(k)
+    for k in ("no_below", "no_above", "keep_n", "keep_tokens"):
+        s.pop(k)
+    s["vocabulary_source"] = vocab_source
+    s["pruning"] = pruning
+    s["_input_summary"] = input_summary(inputs, opts.inputs)
+    s["_inputs"] = ([{"path": p, "format": f} for p, f in inputs]
+                    if len(inputs) <= MAX_LISTED_INPUTS else None)
+    return s
+
+
+def input_summary(inputs: Sequence[Tuple[str, str]], patterns: Sequence[str]) -> dict:
+    """What the inputs were, in constant size: the number of files, the patterns given, the
+    files per format, and the sha256 of the sorted newline-joined listing ``path\tformat``
+    (the manifest lists every file only up to MAX_LISTED_INPUTS of them)."""
+    h = hashlib.sha256()
+    formats = collections.Counter()
+    for p, f in sorted(inputs):
+        h.update(("%s\t%s\n" % (p, f)).encode("utf-8"))
+        formats[f] += 1
+    return {"count": len(inputs), "patterns": list(patterns), "formats": dict(formats),
+            "listing_sha256": h.hexdigest(), "listed": len(inputs) <= MAX_LISTED_INPUTS}
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    manifest = dataset.join(output, dataset.MANIFEST_FILE)
+    existing = [dataset.join(output, d) for d in
+                (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT, dataset.DEADLETTER_DIR)]
+    if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
+        return
+    if not overwrite:
+        raise ValueError("output %s already holds a dataset; pass --overwrite to replace it "
+                         "or choose another --output" % output)
+    if dataset.is_remote(output):
+        from apache_beam.io.filesystems import FileSystems
+        FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
+    else:
+        import shutil
+        for p in existing:
+            if os.path.exists(p):
+                shutil.rmtree(p)
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+
+
+def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
+    """Expand the input globs; fail at once (InputError / ValueError naming it) on an unusable
+    input or an unsupported mix."""
+    from pipelines.ingest import bigquery_source
+    from pipelines.ingest import text_sources as ts
+    if opts.format not in ts.FORMATS:
+        raise ValueError("unsupported --format %r (expected one of %s)"
+                         % (opts.format, ", ".join(ts.FORMATS)))
+    bq = [i for i in opts.inputs if bigquery_source.is_bigquery(i)]
+    if opts.query:
+        bq.append(QUERY_INPUT)
+    files = [i for i in opts.inputs if not bigquery_source.is_bigquery(i)]
+    for spec in bq:
+        if spec != QUERY_INPUT:
+            bigquery_source.bigquery_table(spec)        # ValueError naming a malformed spec
+    if bq:
+        bigquery_source.require_bigquery()
+    inputs = ts.expand_inputs(files, opts.format) if files else []
+    inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
+    if not inputs:
+        raise ValueError("the inputs %s match no file" % ", ".join(opts.inputs))
+    fmts = {f for _, f in inputs}
+    if fmts & set(BOW_FORMATS):
+        if len(inputs) != 1:
+            raise ValueError("bag-of-words input (%s) must be a single corpus file, got %d "
+                             "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
+                                             ", ".join(p for p, _ in inputs)))
+    if fmts & set(BOW_FORMATS) and BIGQUERY_FORMAT in fmts:
+        raise ValueError("a bag-of-words corpus cannot be mixed with BigQuery input")
+    for path, fmt in [i for i in inputs if i[1] != BIGQUERY_FORMAT][:PREFLIGHT_INPUTS]:
+        preflight(path, fmt, opts.reader_options(), opts.vocab)
+    return inputs
+
+
+def preflight(path: str, fmt: str, reader_options: dict, vocab: Optional[str] = None) -> None:
+    """Open ``path`` and read its first record so that a wholly unusable input (missing, not
+    a dump, not an archive) fails before any pipeline work, with a message naming it."""
+    from pipelines.ingest import text_sources as ts
+    if fmt in BOW_FORMATS:
+        from pipelines.ingest import bow_sources
+        tokens = bow_sources.read_bow_vocab(path, fmt, vocab)
+        gen = bow_sources.iter_bow_documents(path, fmt, len(tokens))
+    elif fmt == "wiki":
+        gen = ts.iter_wiki_page_chunks(path)
+    else:
+        gen = ts.read_documents(path, fmt, **reader_options)
+    try:
+        next(gen, None)
+    finally:
+        gen.close()
+
+
+def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
+    """Add the whole vectorize job to ``p``; returns the manifest PCollection."""
+    output = opts.output
+    fmt0 = inputs[0][1]
+    is_bow = fmt0 in BOW_FORMATS
+    stats_parts = []
+    dead_parts = []
+
+    if is_bow:
+        from pipelines.ingest import bow_sources
+        path, fmt = inputs[0]
+        tokens = bow_sources.read_bow_vocab(path, fmt, opts.vocab)
+        settings = opts.prune_settings() if opts.pruning_requested() else None
+        res = (p | "Inputs" >> beam.Create([(0, path, fmt)])
+               | "ReadBow" >> beam.ParDo(ReadBowFn(len(tokens)))
+               .with_outputs(STATS, DEAD, VOCAB_STATS, main="rows"))
+        stats_parts.append(res[STATS])
+        dead_parts.append(res[DEAD])
+        vocab_record = (res[VOCAB_STATS] | "GatherBowStats" >> beam.combiners.ToList()
+                        | "BowVocab" >> beam.Map(bow_vocab_record, tokens, settings))
+        remapped = res.rows | "Remap" >> beam.ParDo(RemapBowFn(), AsSingleton(vocab_record)) \
+            .with_outputs(STATS, main="rows")
+        rows = remapped.rows
+        stats_parts.append(remapped[STATS])
+        vocab_source = "bag-of-words vocabulary" + (" (pruned)" if settings else "")
+        pruning = settings
+    else:
+        cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+        min_tokens = {i: opts.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
+        items, dead, st = read_text_items(p, opts, inputs)
+        stats_parts.extend(st)
+        dead_parts.extend(dead)
+        docs, vstats, dead, st = items | "Tokenize" >> TokenizeDocuments(
+            cfg, min_tokens, fixed_vocab=opts.vocab,
+            paths={i: path for i, (path, _) in enumerate(inputs)})
+        stats_parts.append(st)
+        dead_parts.append(dead)
+        if opts.vocab:
+            fixed = dataset.Vocabulary.read(opts.vocab)
+            vocab_record = p | "FixedVocab" >> beam.Create(
+                [{"tokens": fixed.tokens, "df": fixed.df.tolist(), "cf": fixed.cf.tolist(),
+                  "num_docs": None}])
+            rows = docs
+            vocab_source = "fixed: %s" % opts.vocab
+            pruning = None
+        else:
+            num_docs = (st | "VocabDocs" >> beam.Filter(lambda kv: kv[0] == "vocab_documents")
+                        | "Values" >> beam.Map(lambda kv: kv[1])
+                        | "NumDocs" >> beam.CombineGlobally(sum))
+            vocab_record = vstats | "Vocabulary" >> BuildVocabulary(num_docs,
+                                                                     opts.prune_settings())
+            rows, st2 = docs | "Apply" >> ApplyVocabulary(vocab_record)
+            stats_parts.append(st2)
+            vocab_source = "built"
+            pruning = opts.prune_settings()
+
+    vocab_info = vocab_record | "WriteVocab" >> beam.Map(write_vocabulary, output)
+    vhash = vocab_info | "Hash" >> beam.Map(lambda v: v["hash"])
+    shards = rows | "Shards" >> WriteShards(output, vhash, opts.holdout_fraction, opts.seed,
+                                            opts.num_shards, opts.heldout_shards)
+    dead_info = (tuple(dead_parts) | "AllDead" >> beam.Flatten()
+                 | "DeadLetters" >> WriteDeadLetters(output))
+    stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
+             | "SumStats" >> beam.CombinePerKey(sum) | "StatsDict" >> beam.combiners.ToDict())
+    settings = _settings_dict(opts, inputs, vocab_source, pruning)
+    return (p | "Start" >> beam.Create([None])
+            | "Manifest" >> beam.Map(finish_manifest, AsSingleton(stats), AsList(shards),
+                                     AsSingleton(vocab_info), AsSingleton(dead_info),
+                                     settings, output))
+
+
+def spreads_work(options) -> bool:
+    """False for the DirectRunner in this process with one worker (the default local run):
+    there is no other worker to spread inputs and documents to, so the two reshuffles would
+    only pass every document's text through the runner's grouping. The output is the same
+    either way."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    runner = options.view_as(StandardOptions).runner
+    direct = options.view_as(DirectOptions)
+    return not (str(runner) in ("DirectRunner", "direct", "FnApiRunner")
+                and direct.direct_running_mode == "in_memory"
+                and (direct.direct_num_workers or 1) <= 1)
+
+
+def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
+    """The work items of text inputs -- files through :class:`ReadWorkItems`, BigQuery tables
+    and queries through Beam's BigQuery source -- as ``(items, [dead letters], [stats])``."""
+    files = [(i, path, f) for i, (path, f) in enumerate(inputs) if f != BIGQUERY_FORMAT]
+    items, dead, stats = [], [], []
+    if files:
+        it, dl, st = (p | "Inputs" >> beam.Create(files)
+                      | "Read" >> ReadWorkItems(opts.reader_options(),
+                                                opts.reshuffle and spreads_work(p.options)))
+        items.append(it)
+        dead.append(dl)
+        stats.append(st)
+    for i, (path, f) in enumerate(inputs):
+        if f != BIGQUERY_FORMAT:
+            continue
+        from pipelines.ingest import bigquery_source
+        src = bigquery_source.ReadBigQueryDocuments(
+            i, table=None if path == QUERY_INPUT else path,
+            query=opts.query if path == QUERY_INPUT else None, id_field=opts.id_field,
+            text_field=opts.text_field, title_field=opts.title_field,
+            label_field=opts.label_field)
+        res = p | ("BigQuery%d" % i) >> src.transform()
+        items.append(res.items)
+        dead.append(res.dead)
+    if len(items) == 1:
+        return items[0], dead, stats
+    return tuple(items) | "AllItems" >> beam.Flatten(), dead, stats
+
+
+def _load_stopwords(spec):
+    from pipelines.ingest.tokenize import load_stopwords
+    return load_stopwords(spec)
+
+
+def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
+    """Every check that can fail before Beam (options, inputs, fixed vocabulary, output);
+    prepares the output directory. Returns the resolved inputs."""
+    opts.validate()
+    inputs = resolve_inputs(opts)
+    if opts.vocab and inputs[0][1] not in BOW_FORMATS:
+        dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
+    _prepare_output(opts.output, opts.overwrite)
+    logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
+                ", ".join(sorted({f for _, f in inputs})), opts.output)
+    return inputs
+
+
+def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
+    """Run the pipeline to completion; returns the manifest."""
+    inputs = _checked_inputs(opts)
+    with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
+        build_pipeline(p, opts, inputs)
+    return dataset.read_manifest(opts.output)
+
+
+def submit(opts: VectorizeOptions, beam_argv: Sequence[str] = ()):
+    """``--detach``: the same checks and pipeline as :func:`vectorize`, submitted without
+    waiting; returns the ``PipelineResult``. The pipeline writes OUTPUT/manifest.json in its
+    last step, so the manifest appearing means the job has finished. (Runners that run the
+    job in this process -- the DirectRunner -- return from ``run()`` only when it is done:
+    :mod:`pipelines.training.detached`.)"""
+    inputs = _checked_inputs(opts)
+    p = beam.Pipeline(options=pipeline_options(beam_argv))
+    build_pipeline(p, opts, inputs)
+    return p.run()
+
+
+def summary(manifest: dict, output: str) -> str:
+    c = manifest["counts"]
+    v = manifest["vocabulary"]
+    s = manifest["splits"]
+    lines = [
+        "documents: %d read, %d kept (train %d, heldout %d), %d empty, %d too short, "
+        "%d empty after pruning, %d skipped pages, %d dead-lettered"
+        % (c["documents_read"], c["documents_kept"], c["train_documents"],
+           c["heldout_documents"], c["empty_documents"], c["too_short"],
+           c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
+        "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d; undecodable "
+        "characters replaced: %d"
+        % (manifest["tokens"]["total"], manifest["tokens"]["train"],
+           manifest["tokens"]["heldout"], c["oov_tokens_dropped"],
+           c.get("replaced_characters", 0)),
+        "vocabulary: V = %d, hash %s" % (v["size"], v["hash"]),
+        "output: %s (%d train shard(s), %d heldout shard(s)%s)"
+        % (output, len(s["train"]["shards"]), len(s["heldout"]["shards"]),
+           ", dead letters in %s" % ", ".join(manifest["deadletter"]["files"])
+           if manifest["deadletter"]["files"] else ""),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,263 @@
+"""The vectorize pipeline's output: the held-out split and shard assignment of rows (a keyed
+hash of ``doc_id``), the Parquet shards (:class:`WriteShards`), the dead letters
+(:class:`WriteDeadLetters`), the vocabulary file and the manifest, the job's last write.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import AsDict, AsSingleton
+
+from pipelines.ingest import dataset
+from pipelines.ingest.vectorize_steps import NAMESPACE
+from pipelines.ingest.vocabulary import record_to_vocabulary
+
+logger = logging.getLogger(__name__)
+
+DOCS_PER_SHARD = 20000           # automatic shard count: ceil(documents / DOCS_PER_SHARD)
+MAX_SHARDS = 100000
+DEADLETTER_FILE = "deadletter.jsonl"
+
+# A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
+# (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
+Row = Tuple[str, Optional[str], Optional[str], bytes, bytes, int]
+
+
+def doc_hash(doc_id: str, seed: int = 0) -> Tuple[float, int]:
+    """``(u, order)`` for a document: ``u`` uniform in [0, 1) decides the held-out split,
+    ``order`` (64-bit) the shard and the row order. Stable across runs, runners, platforms."""
+    d = hashlib.blake2b(("%d:%s" % (seed, doc_id)).encode("utf-8"), digest_size=16).digest()
+    u = int.from_bytes(d[:8], "big") / 2.0 ** 64
+    return u, int.from_bytes(d[8:], "big")
+
+
+def split_of(doc_id: str, holdout_fraction: float, seed: int = 0) -> str:
+    u, _ = doc_hash(doc_id, seed)
+    return dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+
+
+def auto_num_shards(n_docs: int, requested: int = 0) -> int:
+    if requested:
+        return int(requested)
+    return max(1, min(MAX_SHARDS, int(math.ceil(n_docs / float(DOCS_PER_SHARD)))))
+
+
+def arrays_to_row(doc_id, title, label, word_ids: np.ndarray, counts: np.ndarray) -> Row:
+    w = np.ascontiguousarray(word_ids, np.int32)
+    c = np.ascontiguousarray(counts, np.int32)
+    return (doc_id, title, label, w.tobytes(), c.tobytes(), int(c.sum()))
+
+
+def rows_to_table(rows: Sequence[Row]):
+    """Shard rows (already in output order) to an Arrow table with the shard schema."""
+    import pyarrow as pa
+    n = len(rows)
+    lens = np.fromiter((len(r[3]) // 4 for r in rows), np.int64, count=n)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    wid = np.frombuffer(b"".join(r[3] for r in rows), np.int32)
+    cnt = np.frombuffer(b"".join(r[4] for r in rows), np.int32)
+    off = pa.array(offsets, pa.int32())
+    return pa.Table.from_arrays([
+        pa.array([r[0] for r in rows], pa.string()),
+        pa.array([r[1] for r in rows], pa.string()),
+        pa.array([r[2] for r in rows], pa.string()),
+        pa.ListArray.from_arrays(off, pa.array(wid, pa.int32())),
+        pa.ListArray.from_arrays(off, pa.array(cnt, pa.int32())),
+        pa.array([r[5] for r in rows], pa.int32()),
+    ], schema=dataset.SHARD_SCHEMA)
+
+
+def as_rows(element) -> List[Row]:
+    """The rows of an element of a rows PCollection: a list of rows, or one row."""
+    return element if isinstance(element, list) else [element]
+
+
+def _key_by_split(element, holdout_fraction: float, seed: int):
+    """Rows (a list, or one row) -> ``(split, [(order, row), ...])`` per split present."""
+    by_split: Dict[str, list] = {}
+    for row in as_rows(element):
+        u, order = doc_hash(row[0], seed)
+        split = dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
+        by_split.setdefault(split, []).append((order, row))
+    return sorted(by_split.items())
+
+
+def _assign_shard(kv, split_counts, num_shards: int, heldout_shards: int):
+    """``(split, [(order, row), ...])`` -> ``((split, index, n), [(order, row), ...])`` per
+    shard present."""
+    split, items = kv
+    requested = num_shards if split == dataset.TRAIN_SPLIT else heldout_shards
+    n = auto_num_shards(split_counts.get(split, 0), requested)
+    by_shard: Dict[int, list] = {}
+    for item in items:
+        by_shard.setdefault(item[0] % n, []).append(item)
+    return [((split, index, n), lst) for index, lst in sorted(by_shard.items())]
+
+
+class _WriteShardFn(beam.DoFn):
+    """``((split, index, n_shards), [[(order, row), ...], ...])`` -> one Parquet shard, rows
+    sorted by ``(order, doc_id)``; emits the shard's entry for the manifest."""
+
+    def __init__(self, output: str):
+        self._output = output
+
+    def process(self, kv, vocab_hash_value):
+        (split, index, n), pieces = kv
+        items = sorted((it for piece in pieces for it in piece),
+                       key=lambda it: (it[0], it[1][0]))
+        rows = [r for _, r in items]
+        table = rows_to_table(rows)
+        name = dataset.shard_name(index, n)
+        sha = dataset.write_shard(dataset.join(self._output, split, name), table,
+                                  vocab_hash_value)
+        Metrics.counter(NAMESPACE, "shards_written").inc()
+        yield {"split": split, "file": "%s/%s" % (split, name), "index": index, "n_shards": n,
+               "documents": len(rows), "tokens": int(sum(r[5] for r in rows)), "sha256": sha}
+
+
+def write_vocabulary(record: dict, output: str) -> dict:
+    vocab = record_to_vocabulary(record)
+    vocab.write(dataset.join(output, dataset.VOCAB_FILE))
+    return {"size": len(vocab), "hash": vocab.hash, "num_docs": record.get("num_docs")}
+
+
+def _write_deadletters(records: list, output: str) -> dict:
+    records = sorted(records, key=lambda d: (str(d.get("source")), str(d.get("position")),
+                                             str(d.get("error"))))
+    files = []
+    if records:
+        path = dataset.join(output, dataset.DEADLETTER_DIR, DEADLETTER_FILE)
+        data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
+                       for r in records)
+        dataset.write_bytes_atomic(path, data.encode("utf-8"))
+        files.append("%s/%s" % (dataset.DEADLETTER_DIR, DEADLETTER_FILE))
+    return {"count": len(records), "files": files}
+
+
+class LostDocumentsError(RuntimeError):
+    """Documents were read but neither written nor counted as dropped."""
+
+
+def check_accounted(counts, output: str) -> None:
+    """Refuse to publish a manifest when documents went missing between reading and writing.
+
+    Every document read is kept, counted as dropped (empty, too short, empty after pruning) or
+    dead-lettered; dead letters also count records that failed before they were read as
+    documents, so they bound the identity from above. A shortfall means rows were lost on the
+    way to the shards: the dataset is left without its manifest (so ``dataset.verify`` refuses
+    it as incomplete) instead of being published short.
+    """
+    accounted = (counts["documents_kept"] + counts["empty_documents"] + counts["too_short"]
+                 + counts["empty_after_pruning"])
+    read = counts["documents_read"]
+    if accounted > read or read > accounted + counts["dead_letters"]:
+        raise LostDocumentsError(
+            "vectorize: %s: %d documents read but %d kept + %d dropped + at most %d dead letters; "
+            "rows were lost before the shards were written, so no manifest was published -- "
+            "rerun the vectorize (into an empty --output)"
+            % (output, read, counts["documents_kept"], accounted - counts["documents_kept"],
+               counts["dead_letters"]))
+
+
+def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
+    """Write empty shards for indices that got no documents, then the manifest."""
+    splits = {}
+    for s in sorted(shards, key=lambda s: (s["split"], s["index"])):
+        splits.setdefault(s["split"], []).append(s)
+    empty_table = rows_to_table([])
+    for split, lst in splits.items():
+        n = lst[0]["n_shards"]
+        present = {s["index"] for s in lst}
+        for i in range(n):
+            if i not in present:
+                name = dataset.shard_name(i, n)
+                sha = dataset.write_shard(dataset.join(output, split, name), empty_table,
+                                          vocab_info["hash"])
+                lst.append({"split": split, "file": "%s/%s" % (split, name), "index": i,
+                            "n_shards": n, "documents": 0, "tokens": 0, "sha256": sha})
+        lst.sort(key=lambda s: s["index"])
+    split_info = {}
+    for split in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
+        lst = splits.get(split, [])
+        split_info[split] = {"documents": sum(s["documents"] for s in lst),
+                             "tokens": sum(s["tokens"] for s in lst),
+                             "shards": [{"file": s["file"], "documents": s["documents"],
+                                         "tokens": s["tokens"], "sha256": s["sha256"]}
+                                        for s in lst]}
+    stats = dict(stats)
+    settings = dict(settings)
+    kept = sum(v["documents"] for v in split_info.values())
+    counts = {
+        "documents_read": stats.get("documents_read", 0),
+        "documents_kept": kept,
+        "train_documents": split_info[dataset.TRAIN_SPLIT]["documents"],
+        "heldout_documents": split_info[dataset.HELDOUT_SPLIT]["documents"],
+        "empty_documents": stats.get("empty_documents", 0),
+        "too_short": stats.get("too_short", 0),
+        "empty_after_pruning": stats.get("empty_after_pruning", 0),
+        "skipped_pages": stats.get("skipped_pages", 0),
+        "dead_letters": dead_info["count"],
+        "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
+        "replaced_characters": stats.get("replaced_characters", 0),
+    }
+    check_accounted(counts, output)
+    manifest = {
+        "tool": "ldabeam vectorize",
+        "format_version": dataset.FORMAT_VERSION,
+        "inputs": settings.pop("_inputs"),
+        "input_summary": settings.pop("_input_summary"),
+        "settings": settings,
+        "counts": counts,
+        "tokens": {"total": sum(v["tokens"] for v in split_info.values()),
+                   dataset.TRAIN_SPLIT: split_info[dataset.TRAIN_SPLIT]["tokens"],
+                   dataset.HELDOUT_SPLIT: split_info[dataset.HELDOUT_SPLIT]["tokens"]},
+        "vocabulary": dict(vocab_info, file=dataset.VOCAB_FILE),
+        "splits": dict(split_info, method="blake2b('<seed>:<doc_id>') < holdout_fraction",
+                       holdout_fraction=settings["holdout_fraction"], seed=settings["seed"]),
+        "deadletter": dead_info,
+    }
+    dataset.write_manifest(output, manifest)
+    return manifest
+
+
+class WriteShards(beam.PTransform):
+    """Rows (elements: a row or a list of rows) -> Parquet shards under
+    ``output/{train,heldout}``; emits one dict per shard."""
+
+    def __init__(self, output: str, vocab_hash_value, holdout_fraction: float, seed: int,
+                 num_shards: int = 0, heldout_shards: int = 0):
+        super().__init__()
+        self._output = output
+        self._hash = vocab_hash_value
+        self._fraction = holdout_fraction
+        self._seed = seed
+        self._num_shards = num_shards
+        self._heldout_shards = heldout_shards
+
+    def expand(self, rows):
+        keyed = rows | "Split" >> beam.FlatMap(_key_by_split, self._fraction, self._seed)
+        split_counts = (keyed | "SplitOnly" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+                        | "CountSplits" >> beam.CombinePerKey(sum))
+        return (keyed
+                | "AssignShard" >> beam.FlatMap(_assign_shard, AsDict(split_counts),
+                                                self._num_shards, self._heldout_shards)
+                | "GroupShards" >> beam.GroupByKey()
+                | "Write" >> beam.ParDo(_WriteShardFn(self._output), AsSingleton(self._hash)))
+
+
+class WriteDeadLetters(beam.PTransform):
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, dead):
+        return (dead | "Gather" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(_write_deadletters, self._output))

@@ -1,0 +1,2 @@
+"""What is made from a trained model: the HTML report and the exports.
+"""

@@ -1,0 +1,196 @@
+"""Model exports other tools read: a gensim ``LdaModel`` and pyLDAvis's prepared data.
+
+gensim: ``LdaModel`` keeps λ as ``state.sstats`` (K x V) with λ = η + sstats and
+``expElogbeta = exp(E[log β])``, E[log β_kw] = ψ(λ_kw) − ψ(Σ_v λ_kv). For the VB algorithms
+λ is the model's own (``lambda_()``), so gensim's ``show_topic`` (λ_k / Σ_v λ_kv) gives the same
+top words and weights as ``ldabeam topics``, and its ``inference`` runs the same E-step
+equations. Algorithms with no λ (SCVB0, the samplers) export pseudo-counts
+λ = η + φ · N_k, N_k = ``PSEUDO_TOKENS`` / K (top words equal; gensim's E-step sees a
+moderately concentrated posterior). α is the model's (K values), η its scalar.
+
+pyLDAvis: ``pyLDAvis.prepare`` takes ``topic_term_dists`` (K x V, rows sum to 1),
+``doc_topic_dists`` (D x K, rows sum to 1), ``doc_lengths`` (D), ``vocab`` (V strings) and
+``term_frequency`` (V, the corpus counts of each word). They are written as
+``DIR/pyldavis.npz`` (the arrays) and ``DIR/pyldavis.json`` (vocab, doc ids, model info), and,
+only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``
+(``pyLDAvis.save_html``; the page loads d3/LDAvis scripts from a CDN, as pyLDAvis does). The
+page uses only the terms that occur in the documents (pyLDAvis divides by term frequency),
+topic-term rows renormalised over them; the prepared data keeps the whole vocabulary.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from lda_core.docbatch import DocBatch
+from pipelines.ingest import dataset
+
+logger = logging.getLogger(__name__)
+
+PSEUDO_TOKENS = 1.0e6
+PYLDAVIS_NPZ = "pyldavis.npz"
+PYLDAVIS_JSON = "pyldavis.json"
+PYLDAVIS_HTML = "pyldavis.html"
+
+
+def model_lambda(algo) -> np.ndarray:
+    """λ (K x V float64) of a VB model, or pseudo-counts η + φ·N_k for the others."""
+    if hasattr(algo, "lambda_"):
+        return np.asarray(algo.lambda_(), np.float64)
+    phi = np.asarray(algo.topic_word(), np.float64)
+    return model_eta(algo) + phi * (PSEUDO_TOKENS / phi.shape[0])
+
+
+def model_alpha(algo) -> np.ndarray:
+    K = algo.n_topics
+    a = getattr(algo, "alpha", None)
+    if a is None:
+        return np.full(K, 1.0 / K)
+    a = np.asarray(a, np.float64)
+    return np.full(K, float(a)) if a.ndim == 0 else a
+
+
+def model_eta(algo) -> float:
+    e = getattr(algo, "eta", None)
+    return float(1.0 / algo.n_topics) if e is None or np.ndim(e) else float(e)
+
+
+def gensim_dictionary(vocab: dataset.Vocabulary):
+    """A gensim ``Dictionary`` with our ids (token i -> id i), df/cf when known."""
+    from gensim.corpora import Dictionary
+    d = Dictionary()
+    d.token2id = {t: i for i, t in enumerate(vocab.tokens)}
+    d.id2token = {i: t for i, t in enumerate(vocab.tokens)}
+    d.dfs = {i: int(x) for i, x in enumerate(vocab.df)}
+    d.cfs = {i: int(x) for i, x in enumerate(vocab.cf)}
+    d.num_pos = int(vocab.cf.sum())
+    d.num_nnz = int(vocab.df.sum())
+    return d
+
+
+def to_gensim(algo, vocab: dataset.Vocabulary):
+    """A ``gensim.models.LdaModel`` holding this model's λ, α and η (module docstring)."""
+    from gensim.models import LdaModel
+    if len(vocab) != algo.n_words:
+        raise ValueError("vocabulary has %d words but the model has V=%d"
+                         % (len(vocab), algo.n_words))
+    K = algo.n_topics
+    lam = model_lambda(algo)
+    eta = model_eta(algo)
+    lda = LdaModel(num_topics=K, id2word=gensim_dictionary(vocab), alpha=model_alpha(algo),
+                   eta=eta, random_state=0, dtype=np.float64)
+    lda.state.sstats = lam - eta
+    lda.state.numdocs = int(getattr(algo, "docs_seen", 0))
+    lda.sync_state()
+    return lda
+
+
+def export_gensim(algo, vocab: dataset.Vocabulary, path: str):
+    """Save the gensim model at ``path`` (gensim's ``save``: PATH plus PATH.state, PATH.id2word
+    and .npy side files); load it with ``LdaModel.load(path)``."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    lda = to_gensim(algo, vocab)
+    lda.save(path)
+    return lda
+
+
+def pyldavis_data(algo, vocab: dataset.Vocabulary, docs: DocBatch,
+                  doc_topic: Optional[np.ndarray] = None) -> Dict[str, Any]:
+    """The keyword arguments of ``pyLDAvis.prepare`` for ``docs`` (θ by ``algo.infer`` unless
+    given); documents with no token are left out (pyLDAvis weighs topics by doc length)."""
+    docs = docs.non_empty()
+    if docs.n_docs == 0:
+        raise ValueError("pyLDAvis data needs at least one non-empty document")
+    if docs.max_word_id() >= algo.n_words:
+        raise ValueError("word id %d is outside the model's vocabulary of %d words"
+                         % (docs.max_word_id(), algo.n_words))
+    phi = np.asarray(algo.topic_word(), np.float64)
+    theta = np.asarray(algo.infer(docs) if doc_topic is None else doc_topic, np.float64)
+    theta = theta / theta.sum(axis=1, keepdims=True)
+    tf = np.bincount(docs.word_ids, weights=docs.counts, minlength=algo.n_words)
+    return {"topic_term_dists": phi, "doc_topic_dists": theta,
+            "doc_lengths": docs.doc_lengths.astype(np.int64),
+            "vocab": list(vocab.tokens), "term_frequency": tf.astype(np.int64),
+            "doc_ids": list(docs.doc_ids)}
+
+
+def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: str,
+                    info: Optional[Dict[str, Any]] = None, html: bool = True) -> Dict[str, Any]:
+    """Write DIR/pyldavis.npz + DIR/pyldavis.json (+ DIR/pyldavis.html when pyLDAvis is
+    installed and ``html``). Returns ``{"files": [...], "html": path or None, ...}``."""
+    data = pyldavis_data(algo, vocab, docs)
+    os.makedirs(out_dir, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, topic_term_dists=data["topic_term_dists"],
+                        doc_topic_dists=data["doc_topic_dists"],
+                        doc_lengths=data["doc_lengths"],
+                        term_frequency=data["term_frequency"])
+    dataset.write_bytes_atomic(os.path.join(out_dir, PYLDAVIS_NPZ), buf.getvalue())
+    meta = {"vocab": data["vocab"], "doc_ids": data["doc_ids"],
+            "n_topics": int(algo.n_topics), "n_words": int(algo.n_words),
+            "n_docs": len(data["doc_ids"]), "info": info or {},
+            "usage": "d = pipelines.reports.exports.load_pyldavis(DIR); pyLDAvis.prepare(**d)"}
+    dataset.write_bytes_atomic(os.path.join(out_dir, PYLDAVIS_JSON),
+                               json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    files = [PYLDAVIS_NPZ, PYLDAVIS_JSON]
+    html_path = None
+    if html:
+        try:
+            import pyLDAvis  # optional extra
+        except ImportError:
+            logger.info("pyLDAvis is not installed: wrote the prepared data only "
+                        "(pip install pyLDAvis for the interactive page)")
+        else:
+            vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
+            html_path = os.path.join(out_dir, PYLDAVIS_HTML)
+            pyLDAvis.save_html(vis, html_path)
+            files.append(PYLDAVIS_HTML)
+    return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
+
+
+def _seen_terms(d: Dict[str, Any]) -> Dict[str, Any]:
+    """Only the terms that occur in the documents (pyLDAvis divides by their frequency), with
+    the topic-term rows renormalised over them."""
+    keep = np.nonzero(d["term_frequency"] > 0)[0]
+    ttd = d["topic_term_dists"][:, keep]
+    return dict(d, topic_term_dists=ttd / ttd.sum(axis=1, keepdims=True),
+                vocab=[d["vocab"][i] for i in keep], term_frequency=d["term_frequency"][keep])
+
+
+def load_pyldavis(out_dir: str) -> Dict[str, Any]:
+    """The ``pyLDAvis.prepare`` keyword arguments written by :func:`export_pyldavis`."""
+    with np.load(os.path.join(out_dir, PYLDAVIS_NPZ), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    with open(os.path.join(out_dir, PYLDAVIS_JSON), encoding="utf-8") as f:
+        meta = json.load(f)
+    arrays["vocab"] = meta["vocab"]
+    return arrays
+
+
+def sample_docs(files: Sequence[str], max_docs: int) -> DocBatch:
+    """The first ``max_docs`` documents of the shards (file order)."""
+    if max_docs < 1:
+        raise ValueError("max_docs=%r is outside the allowed range [1, inf)" % max_docs)
+    parts, n = [], 0
+    for b in dataset.iter_shard_batches(files, batch_size=min(4096, max_docs)):
+        take = min(b.n_docs, max_docs - n)
+        parts.append(b if take == b.n_docs else b.take(np.arange(take)))
+        n += take
+        if n >= max_docs:
+            break
+    if not parts:
+        raise ValueError("no documents in %s" % ", ".join(files))
+    return DocBatch.concat(parts)
+
+
+def write_npy_atomic(path: str, arr: np.ndarray) -> None:
+    """One array as a ``.npy`` file (no pickle), written atomically (local or URL)."""
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    dataset.write_bytes_atomic(path, buf.getvalue())

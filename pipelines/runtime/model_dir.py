@@ -1,0 +1,68 @@
+"""Opening a model directory: the one routine every reader of a trained model uses
+(``topics``, ``export``, ``report``, ``infer``, the streaming job).
+
+``--model`` names a model directory (its latest valid checkpoint is used) or one checkpoint
+directory (``MODEL_DIR/checkpoints/step-...``, recognised by its ``state.json``); local or an
+object-store URL. The vocabulary is ``MODEL_DIR/vocab.tsv`` when present, and must then match
+the state (content hash and size) -- a clear error naming the file otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from pipelines.ingest import dataset
+
+
+@dataclass
+class OpenedModel:
+    path: str                       # the checkpoint directory (absolute / URL)
+    state: Any                      # its lda_core.storage.state.TopicState
+    model_dir: str                  # MODEL_DIR (absolute / URL)
+    vocab: Optional[dataset.Vocabulary]
+    vocab_path: Optional[str]
+
+    def algorithm(self):
+        """The trained algorithm, rebuilt from the state."""
+        from lda_core.algorithms.algorithm import algorithm_class
+        return algorithm_class(self.state.algorithm).from_state(self.state)
+
+
+def open_model(model: str) -> OpenedModel:
+    """The checkpoint ``model`` names (module docstring) with its checked vocabulary."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.storage.state import TopicState
+    if not model:
+        raise ValueError("--model MODEL_DIR is required")
+    if not dataset.isdir(model):        # local, or an object-store URL (gs://, s3://, ...)
+        raise FileNotFoundError("model directory %s does not exist" % model)
+    if dataset.exists(dataset.join(model, "state.json")):
+        path = dataset.absolute(model)
+        state = TopicState.load(path)
+        model_dir = dataset.model_dir_of(path)
+    else:
+        found = CheckpointStore(model, check_algorithm=True).latest_checkpoint()
+        if found is None:
+            raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
+                                    "--output %s`)" % (model, model))
+        path, state = dataset.absolute(found[0].path), found[1]
+        model_dir = dataset.absolute(model)
+    vpath: Optional[str] = dataset.join(model_dir, dataset.VOCAB_FILE)
+    vocab = None
+    if dataset.exists(vpath):
+        vocab = dataset.Vocabulary.read(vpath)
+        if state.vocab_hash and vocab.hash != state.vocab_hash:
+            raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
+                             % (vpath, vocab.hash, state.vocab_hash))
+        if len(vocab) != state.n_words:
+            raise ValueError("%s has %d words but the model has V=%d"
+                             % (vpath, len(vocab), state.n_words))
+    else:
+        vpath = None
+    return OpenedModel(path, state, model_dir, vocab, vpath)
+
+
+def load_model(model: str):
+    """``(algorithm, state, vocabulary or None)`` of :func:`open_model`."""
+    m = open_model(model)
+    return m.algorithm(), m.state, m.vocab

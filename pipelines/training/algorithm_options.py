@@ -1,0 +1,192 @@
+"""The algorithms' settings as the command line names them, and building an algorithm from
+them: ``ALGO_OPTIONS`` (option dest -> constructor keyword), the options that do not apply to
+an algorithm (an error naming the option and why), per-algorithm defaults, and
+:func:`build_algorithm`. Library code (the streaming job, templates) and the ``train`` command
+build algorithms through this one routine."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict
+
+# The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
+# passes"): on the real corpora measured (the bundled sample, KOS, NIPS, 20 Newsgroups x16)
+# SCVB0 reached online VB's best held-out score sooner and went on to a better one, with no
+# more dead topics; on a 320k-document synthetic corpus online VB was ahead within the time
+# measured.
+DEFAULT_ALGORITHM = "scvb0"
+# algorithms whose --passes, when not given, is 'auto' (stop when the held-out score stops
+# improving) if there is a held-out set and the run is not --detach; 1 otherwise
+AUTO_PASSES_BY_DEFAULT = ("scvb0",)
+BATCH_MAX_PASSES = 100   # batch-vb: cap on iterations (it stops at a relative ELBO change < tol)
+GIBBS_SWEEPS = 100       # gibbs: --passes is the number of sweeps over the corpus in memory
+
+# where each algorithm comes from (shown in --help)
+PAPERS = {
+    "online-vb": "Hoffman, Blei & Bach 2010, Online learning for LDA",
+    "batch-vb": "Hoffman, Blei & Bach 2010 (batch case: S = D, rho = 1; Blei, Ng & Jordan 2003)",
+    "scvb0": "Foulds, Boyles, DuBois, Smyth & Welling 2013, Stochastic collapsed VB",
+    "sparse-gibbs-vb": "Mimno, Hoffman & Blei 2012, Sparse stochastic inference",
+    "gibbs": "Griffiths & Steyvers 2004, Finding scientific topics (collapsed Gibbs)",
+    "o-lda": "Canini, Shi & Griffiths 2009, Online inference of topics",
+    "incremental-gibbs": "Canini, Shi & Griffiths 2009, Online inference of topics",
+    "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
+}
+
+DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_size default
+# online-vb's --minibatch when a Beam runner has worker processes (multi_processing, portable,
+# Dataflow, Flink): each step costs those runners ~0.2-0.5 s of stage scheduling and state
+# hand-over whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s best size)
+# keeps that small next to the E-step. In-process runners keep the algorithm's own default.
+BEAM_WORKERS_MINIBATCH = 4096
+
+# command-line option (dest) -> constructor keyword of the algorithm classes. An option given
+# for an algorithm whose class does not take the keyword (or that NOT_APPLICABLE lists) is an
+# error naming the option and the algorithm.
+ALGO_OPTIONS = {
+    "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
+    "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
+    "optimize_eta": "optimize_eta",
+    # scvb0 / sparse-gibbs-vb / gibbs
+    "burn_in": "burn_in", "samples": "samples",
+    "topic_step_scale": "s_phi", "topic_step_tau": "tau_phi", "topic_step_kappa": "kappa_phi",
+    "doc_step_scale": "s_theta", "doc_step_tau": "tau_theta", "doc_step_kappa": "kappa_theta",
+    "gibbs_parts": "n_parts",
+    # stream-order samplers
+    "particles": "n_particles", "ess_threshold": "ess_threshold", "rejuvenation": "n_rejuv",
+    "rejuvenation_schedule": "schedule", "rejuvenation_decay": "decay_scale",
+    "init_docs": "init_docs", "init_fraction": "init_fraction", "init_sweeps": "init_sweeps",
+}
+# keywords a class accepts (through a shared base) that mean nothing for that algorithm
+NOT_APPLICABLE = {
+    "batch-vb": {"kappa": "batch VB takes full steps (rho = 1)",
+                 "tau0": "batch VB takes full steps (rho = 1)"},
+    "o-lda": {k: "o-LDA samples every token once and never revisits it (rejuvenation is "
+                 "incremental-gibbs / particle-filter)"
+              for k in ("n_rejuv", "schedule", "decay_scale")},
+}
+# a pointer to the right option when a familiar one does not apply
+HINTS = {
+    ("scvb0", "kappa"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
+                        "--topic-step-kappa/--topic-step-tau/--topic-step-scale and "
+                        "--doc-step-kappa/--doc-step-tau/--doc-step-scale",
+    ("scvb0", "tau0"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
+                       "--topic-step-tau/--topic-step-kappa/--topic-step-scale and "
+                       "--doc-step-tau/--doc-step-kappa/--doc-step-scale",
+    ("gibbs", "threads"): "batch Gibbs runs AD-LDA on --gibbs-parts threads",
+}
+_HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
+           "n_threads", "n_docs_total", "corpus_tokens"}
+
+
+def _default(name: str, kw: str, fallback=None):
+    """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
+    class is not importable or has none)."""
+    try:
+        from lda_core.algorithms.algorithm import algorithm_class
+        p = _accepted(algorithm_class(name)).get(kw)
+    except Exception:
+        return fallback
+    if p is None or p.default is inspect.Parameter.empty:
+        return fallback
+    return p.default
+
+
+def default_minibatch(name: str) -> int:
+    """``--minibatch`` when not given: the class's own ``batch_size`` default (SCVB0 and
+    sparse Gibbs-VB: 100, the papers'), else ``DEFAULT_MINIBATCH`` (256)."""
+    v = _default(name, "batch_size")
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 \
+        else DEFAULT_MINIBATCH
+
+
+def default_passes(name: str, has_heldout: bool, detach: bool):
+    """``--passes`` when not given (a fresh run of a minibatch algorithm): ``"auto"`` for
+    :data:`AUTO_PASSES_BY_DEFAULT` when the held-out score can be evaluated at every pass end,
+    else 1."""
+    return "auto" if name in AUTO_PASSES_BY_DEFAULT and has_heldout and not detach else 1
+
+
+def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[str, Any],
+                    batch_size: int, corpus_size: int, seed: int, vocab_hash: str,
+                    corpus_tokens=None):
+    """Construct algorithm ``name``; ``settings`` (option dest -> value, None = not given)
+    are passed when the class accepts them, and an explicitly given one it does not accept is
+    an error naming the option."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    cls = algorithm_class(name)
+    params = _accepted(cls)
+    var_kw = False
+    kw: Dict[str, Any] = {}
+    base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
+                vocab_hash=vocab_hash)
+    if "n_docs_total" in params:          # the stream-order samplers' name for D
+        base["n_docs_total"] = corpus_size
+    if "corpus_tokens" in params and corpus_tokens is not None:
+        base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
+    for k, v in base.items():
+        if k in params or var_kw:
+            kw[k] = v
+    given = {dest: v for dest, v in settings.items() if v is not None}
+    for dest, v in given.items():
+        kwname = ALGO_OPTIONS[dest]
+        why = NOT_APPLICABLE.get(name, {}).get(kwname)
+        if (kwname not in params and not var_kw) or why:
+            hint = why or HINTS.get((name, dest))
+            raise ValueError("--%s does not apply to algorithm %s%s"
+                             % (_opt(dest), name, " (%s)" % hint if hint else ""))
+        kw[kwname] = v
+    _check_combinations(name, given, kw)
+    try:
+        return cls(n_topics, n_words, **kw)
+    except ValueError as e:
+        raise _name_option(e, given) from None
+
+
+def _opt(dest: str) -> str:
+    return dest.replace("_", "-")
+
+
+def _check_combinations(name: str, given: Dict[str, Any], kw: Dict[str, Any]) -> None:
+    """Options that only mean something together (errors name them)."""
+    if "init_docs" in given and "init_fraction" in given:
+        raise ValueError("--init-docs and --init-fraction both size the batch prefix of %s: "
+                         "give one of them" % name)
+    if "rejuvenation_decay" in given and given.get("rejuvenation_schedule") != "decay":
+        raise ValueError("--rejuvenation-decay applies only with --rejuvenation-schedule decay "
+                         "(algorithm %s)" % name)
+    if "init_sweeps" in given and name != "o-lda" and not (
+            given.get("init_docs") or given.get("init_fraction")):
+        raise ValueError("--init-sweeps does not apply to algorithm %s without a batch prefix "
+                         "(give --init-docs or --init-fraction)" % name)
+
+
+def _name_option(err: ValueError, given: Dict[str, Any]) -> ValueError:
+    """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
+    command-line option that set that keyword."""
+    import re
+    msg = str(err)
+    best = None
+    for dest, v in given.items():
+        m = re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(ALGO_OPTIONS[dest]),
+                      msg)
+        if m and (best is None or m.start() < best[0]):
+            best = (m.start(), dest, v)
+    if best is None:
+        return err
+    return ValueError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
+
+
+def _accepted(cls) -> Dict[str, Any]:
+    """Keyword parameters of ``cls.__init__``, following ``**kw`` into the bases' __init__."""
+    out: Dict[str, Any] = {}
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        for name, p in params.items():
+            if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+                out.setdefault(name, p)
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return out

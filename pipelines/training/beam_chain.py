@@ -1,0 +1,175 @@
+"""Worker processes that keep their own copy of the state: one Beam stage per step.
+
+With worker processes on this machine (the DirectRunner's ``multi_processing`` mode, a local
+worker pool) a step of the unrolled window used to be two stages -- the E-step of the pieces,
+then the combine and the global step in one worker, which wrote state ``t`` to a scratch file
+that every worker then loaded -- and each stage costs Beam a scheduling round trip to every
+worker. Here a step is **one** stage, :class:`ChainedEStepFn` over the pieces of minibatch
+``t``, whose side input is the list of the (spilled) statistics pieces of minibatch ``t-1``:
+
+* each worker process keeps one copy of the state (:data:`_COPY`, loaded once from the
+  window's start state) and, before its first piece of step ``t``, applies the global step
+  of ``t-1`` to it itself: the pieces merged in piece order
+  (:func:`pipelines.training.beam_stats.merge_in_order`) and ``global_step`` -- the very calls the
+  single global-step worker made, so every copy, and the final state, is bit for bit the
+  one of the two-stage window;
+* the worker that runs piece 0 of step ``t`` also publishes state ``t`` to the scratch folder
+  with the step's info for the driver (:func:`pipelines.training.beam_steps.apply_global_step`'s
+  files), and removes state ``t-2`` and the pieces of ``t-2``: a worker that ran no piece
+  of the previous step (its copy is behind) loads state ``t-1`` from there, which the stage
+  before this one wrote;
+* after the window's last step, :class:`ChainedFinishFn` (one element) applies the last
+  global step the same way and publishes the final state.
+
+A refused global step (non-finite statistics) is refused identically by every worker: the
+worker of piece 0 stores the error for the driver and no worker emits anything further, so
+the rest of the window does nothing (as in the two-stage window).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, List, Optional, Tuple
+
+from pipelines.training import beam_cost, beam_state
+from pipelines.training.beam_plan import StepPlan
+from pipelines.training.beam_state import StateRef
+from pipelines.training.beam_stats import merge_in_order
+from pipelines.training.beam_steps import (LeanDoFn, _StepMetrics, _global_step, _remove_quietly,
+                                           _store_info, piece_statistics)
+
+logger = logging.getLogger("pipelines.training.beam_train")
+
+_LOCK = threading.Lock()
+# this process's copy: (run key, position, algorithm); one per process (a newer run or window
+# replaces it)
+_COPY: List[Optional[Tuple[str, int, Any]]] = [None]
+
+# the phases every worker runs for every step in this mode (their seconds overlap in wall time)
+PARALLEL_PHASES = ("read", "estep", "stats_encode", "stats_decode", "stats_combine",
+                   "global_step", "state_delivery")
+
+
+def state_path(scratch: str, position: int) -> str:
+    return os.path.join(scratch, "state-%09d.npz" % position)
+
+
+def _load(path: str, n_threads: Optional[int]):
+    t0 = time.perf_counter()
+    algo = beam_state.load_algorithm(path)
+    beam_cost.report("state_delivery", time.perf_counter() - t0, beam_state._size(path))
+    beam_state._set_threads(algo, n_threads)
+    return algo
+
+
+def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPlan],
+            prev_pieces, scratch: str, publisher: bool, n_threads: Optional[int]):
+    """This process's copy of the state at ``position`` (None when a step of the window
+    failed): loaded at the window's start; otherwise the copy at ``position - 1`` (loaded from
+    the scratch folder when this process's copy is further behind) plus the global step of
+    minibatch ``prev`` from its pieces ``prev_pieces``. ``publisher``: this worker runs piece
+    0 of the step, and publishes the new state and the step's info."""
+    with _LOCK:
+        have = _COPY[0]
+        if have is not None and have[0] == run_key and have[1] == position:
+            return have[2]
+        if position == start.position:
+            algo = _load(start.path, n_threads)
+            _COPY[0] = (run_key, position, algo)
+            return algo
+        if not prev_pieces:           # the previous step failed or produced nothing
+            return None
+        if have is not None and have[0] == run_key and have[1] == position - 1:
+            algo = have[2]
+        else:
+            _COPY[0] = None           # free the stale copy before loading
+            path = start.path if position - 1 == start.position else state_path(scratch,
+                                                                                position - 1)
+            algo = _load(path, n_threads)
+        stats = merge_in_order(dict(prev_pieces))
+        key = "%s/%d" % (run_key, position)
+        info = _global_step(algo, stats, prev.position, prev.n_docs)
+        if "error" in info:
+            _COPY[0] = None
+            if publisher:
+                _store_info(scratch, key, info)
+                logger.error("global step at position %d failed: %s", prev.position,
+                             info["error"])
+            return None
+        _COPY[0] = (run_key, position, algo)
+        if publisher:
+            t0 = time.perf_counter()
+            beam_state.save_scratch(algo, state_path(scratch, position))
+            beam_cost.report("publish", time.perf_counter() - t0)
+            _store_info(scratch, key, info)
+            beam_cost.mark(beam_cost.LAST_STEP)
+            if position - 2 > start.position:
+                _remove_quietly(state_path(scratch, position - 2))
+            prefix = "stats-%09d-" % (position - 2)
+            for name in beam_state.list_names(scratch):
+                if name.startswith(prefix):
+                    _remove_quietly(os.path.join(scratch, name))
+        return algo
+
+
+class ChainedEStepFn(LeanDoFn):
+    """The pieces of minibatch ``step`` with this process's copy of the state, advanced by
+    the previous step's global step first (module docstring). Side inputs: the window's start
+    state reference, and the list of ``(piece id, spilled statistics)`` of the previous step
+    (empty for the window's first step)."""
+
+    def __init__(self, step: StepPlan, prev: Optional[StepPlan], run_key: str, scratch: str,
+                 n_threads: Optional[int] = None):
+        self.step, self.prev, self.run_key, self.scratch = step, prev, run_key, scratch
+        self.n_threads = n_threads
+        self.metrics = _StepMetrics()
+
+    def process(self, element, start: Optional[StateRef], prev_pieces):
+        position, task = element
+        if start is None:
+            return
+        algo = advance(self.run_key, position, start, self.prev, prev_pieces, self.scratch,
+                       task.piece == 0, self.n_threads)
+        if algo is None:
+            return
+        yield task.piece, piece_statistics(algo, task, self.metrics, self.scratch)
+
+
+class ChainedFinishFn(LeanDoFn):
+    """After the window's last step: its global step, and the final state published (one
+    element; the last step's pieces as a side input)."""
+
+    def __init__(self, last: StepPlan, run_key: str, scratch: str,
+                 n_threads: Optional[int] = None):
+        self.last, self.run_key, self.scratch, self.n_threads = last, run_key, scratch, n_threads
+
+    def process(self, _, start: Optional[StateRef], last_pieces):
+        if start is None:
+            return
+        position = self.last.position + 1
+        algo = advance(self.run_key, position, start, self.last, last_pieces, self.scratch,
+                       True, self.n_threads)
+        if algo is not None:
+            yield StateRef("%s/%d" % (self.run_key, position), state_path(self.scratch,
+                                                                          position), position)
+
+
+def build_chain(p, tasks, steps: List[StepPlan], start_pcoll, run_key: str, scratch: str,
+                n_threads: Optional[int]):
+    """The window's chained steps (``tasks[j]``: the read tasks of ``steps[j]``); returns the
+    PCollection of the final state's reference."""
+    import apache_beam as beam
+    start = beam.pvalue.AsSingleton(start_pcoll, default_value=None)
+    pieces = p | "NoPieces" >> beam.Create([], reshuffle=False)
+    prev = None
+    for j, sp in enumerate(steps):
+        pieces = tasks[j] | "Step%d" % sp.position >> beam.ParDo(
+            ChainedEStepFn(sp, prev, run_key, scratch, n_threads), start,
+            beam.pvalue.AsList(pieces))
+        prev = sp
+    return (p | "Finish" >> beam.Create([None], reshuffle=False)
+            | "Last%d" % steps[-1].position >> beam.ParDo(
+                ChainedFinishFn(steps[-1], run_key, scratch, n_threads), start,
+                beam.pvalue.AsList(pieces)))

@@ -1,0 +1,96 @@
+"""Per-phase cost of the Beam trainer's steps, measured where the work runs.
+
+Workers (other processes, or other machines) report each phase of a step
+(:data:`lda_core.training.phase_times.TIMING_PHASES`: state delivery, read, E-step, statistics
+encode/decode/combine, global step, publish) as Beam counters in namespace
+:data:`NAMESPACE`: ``<phase>_us`` (microseconds) and ``<phase>_bytes``. The first E-step
+start and the last global-step end of a window are distributions of Unix milliseconds
+(``first_estep_ms`` min, ``last_step_ms`` max), from which the driver derives the
+pipeline's start-up and finish. The driver reads them after ``wait_until_finish()`` and writes
+one ``timing`` record per window (:func:`window_times`, :func:`lda_core.training.phase_times.timing_record`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+from apache_beam.metrics import Metrics
+
+from lda_core.training.phase_times import PhaseTimes
+
+NAMESPACE = "ldabeam_cost"
+FIRST_ESTEP = "first_estep_ms"
+LAST_STEP = "last_step_ms"
+
+
+def report(phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
+    """Add ``seconds`` (and ``nbytes``) to ``phase`` of the current window."""
+    Metrics.counter(NAMESPACE, phase + "_us").inc(int(seconds * 1e6))
+    if nbytes is not None:
+        Metrics.counter(NAMESPACE, phase + "_bytes").inc(int(nbytes))
+
+
+def mark(name: str) -> None:
+    """Record now (Unix ms) under ``name`` (:data:`FIRST_ESTEP`, :data:`LAST_STEP`)."""
+    Metrics.distribution(NAMESPACE, name).update(int(time.time() * 1000))
+
+
+class timed:
+    """``with timed(phase): ...`` reports the block's seconds to ``phase``."""
+
+    def __init__(self, phase: str, nbytes: Optional[int] = None):
+        self.phase, self.nbytes = phase, nbytes
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        report(self.phase, time.perf_counter() - self.t0, self.nbytes)
+
+
+def query(result) -> Dict[str, Any]:
+    """This namespace's counters and distributions of a finished pipeline:
+    ``{"us": {phase: int}, "bytes": {phase: int}, "first_estep_ms": .., "last_step_ms": ..}``."""
+    out: Dict[str, Any] = {"us": {}, "bytes": {}}
+    try:
+        res = result.metrics().query()
+    except Exception:  # pragma: no cover - runner-specific
+        return out
+    for c in res.get("counters", []):
+        if c.key.metric.namespace != NAMESPACE:
+            continue
+        v = int((c.committed if c.committed is not None else c.attempted) or 0)
+        name = c.key.metric.name
+        for suffix, table in (("_us", out["us"]), ("_bytes", out["bytes"])):
+            if name.endswith(suffix):
+                phase = name[:-len(suffix)]
+                table[phase] = table.get(phase, 0) + v
+    for d in res.get("distributions", []):
+        if d.key.metric.namespace != NAMESPACE:
+            continue
+        v = d.committed if d.committed is not None else d.attempted
+        if v is None or not v.count:
+            continue
+        name = d.key.metric.name
+        if name == FIRST_ESTEP:
+            out[name] = min(out.get(name, v.min), v.min)
+        elif name == LAST_STEP:
+            out[name] = max(out.get(name, v.max), v.max)
+    return out
+
+
+def window_times(costs: Dict[str, Any], t_build: float, t_run: float,
+                 t_end: float) -> PhaseTimes:
+    """The window's :class:`PhaseTimes` from the workers' costs and the driver's clock:
+    ``t_build`` .. ``t_run`` built the graph, ``t_run`` .. ``t_end`` ran it."""
+    times = PhaseTimes()
+    times.add("pipeline_build", t_run - t_build)
+    for phase, us in costs.get("us", {}).items():
+        times.add(phase, us / 1e6, costs.get("bytes", {}).get(phase))
+    first, last = costs.get(FIRST_ESTEP), costs.get(LAST_STEP)
+    if first is not None:
+        times.add("pipeline_start", max(0.0, first / 1000.0 - t_run))
+    if last is not None:
+        times.add("pipeline_finish", max(0.0, t_end - last / 1000.0))
+    return times

@@ -1,0 +1,292 @@
+"""Detached windows (``train(..., detach=True)``, ``ldabeam train --detach``): one window is
+submitted and the call returns; the window's pipeline ends in :class:`FinishWindowFn`, which
+runs the same after-window hook as the waiting driver
+(:func:`pipelines.training.beam_train.after_window`: evaluate, publish, log) and appends the run-log
+records itself (docs/beam-training.md, "Detached windows")."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from lda_core.training import session as _session
+from lda_core.training.session import Session, TrainingError
+from pipelines.training import beam_state
+from pipelines.training.beam_state import StateRef
+
+logger = logging.getLogger("pipelines.training.beam_train")
+from pipelines.training.beam_plan import StepPlan, plan_steps
+from pipelines.training.beam_steps import LeanDoFn
+
+# ------------------------------------------------------------------------------ detached windows
+
+@dataclass(frozen=True)
+class HeldOutShards:
+    """Held-out documents named by their shards (``max_docs`` first ones, vocabulary hash
+    checked), read where they are evaluated -- a detached window's last DoFn reads them in
+    the worker instead of carrying the documents in the graph. ``health_files``: the training
+    shards whose seeded sample topic health is measured on (``pipelines.ingest.doc_sample``, as the
+    driver samples them). ``load()`` gives the :class:`lda_core.training.trainer.HeldOut` the driver
+    would build (None when it is empty)."""
+    files: Tuple[str, ...]
+    vocab_hash: Optional[str]
+    max_docs: Optional[int]
+    seed: int = 0
+    health_files: Tuple[str, ...] = ()
+
+    def load(self):
+        from lda_core.training.trainer import HeldOut
+        from pipelines.ingest.doc_sample import sample_documents
+        from pipelines.training.shard_stream import read_docs
+        held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
+                                            max_docs=self.max_docs), seed=self.seed)
+        if self.health_files:
+            held.health = sample_documents(list(self.health_files), self.vocab_hash,
+                                           seed=self.seed,
+                                           columns=("doc_id", "word_ids", "counts"))
+        return held if held.docs.n_docs else None
+
+
+@dataclass
+class SubmittedWindow:
+    """What ``train(..., detach=True)`` returns: the submitted window and its job.
+
+    ``result``: the runner's ``PipelineResult`` (``result.wait_until_finish()`` waits for the
+    job), None when nothing was submitted (``start == total``: training already complete).
+    ``start``/``stop``: positions (minibatches of the seeded order) before and after the
+    window if every step succeeds; ``total``: where training stops (passes or max_steps).
+    ``runs_here``: the runner runs the job inside this process (the DirectRunner: ``run()``
+    returned only when the job was done; :mod:`pipelines.training.detached`)."""
+    result: Any
+    runner: str
+    model_dir: str
+    start: int
+    stop: int
+    total: int
+    run_key: Optional[str] = None
+    runs_here: bool = False
+
+    def wait(self) -> Optional[str]:
+        """Wait for the job (no-op when none was submitted); returns its final state."""
+        if self.result is None:
+            return None
+        return self.result.wait_until_finish()
+
+
+@dataclass
+class WindowFinish:
+    """Everything the last DoFn of a detached window needs (a few kB in the graph)."""
+    model_dir: str
+    keep_last: Optional[int]
+    run_log_path: Optional[str]
+    run_key: str
+    run_dir: str                    # the run's scratch folder (removed at the end)
+    scratch: Optional[str]          # where the steps' states and infos are (None: in memory)
+    start_ref: StateRef
+    steps: List[StepPlan]           # the window's steps, without their read tasks
+    eval_every: int
+    heldout: Any                    # HeldOutShards, a HeldOut, or None
+    runner: str
+    run_info: Optional[Dict[str, Any]]
+    start_record: Dict[str, Any]
+    t_start: float
+
+
+class FinishWindowFn(LeanDoFn):
+    """The last transform of a detached window: what the driver of a waiting run does after
+    the window's pipeline, done inside the job (the driver has returned long ago).
+
+    Runs once (main input: one element), after the window's last global step (its state
+    reference is a side input, so Beam runs this only when the window is done). Collects the
+    steps' infos and the last good state (:func:`_collect_window`); evaluates on the held-out
+    documents (read here) when a multiple of ``eval_every`` was reached in the window or, as
+    at the end of a waiting run, when the window ends the launch unevaluated; publishes the
+    checkpoint through :class:`lda_core.storage.checkpoint.CheckpointStore` (the object-store layer
+    for URLs), with the trainer info the driver writes; appends the window's run-log records
+    (start, one per step, end -- or error) in one write (:func:`_append_records`); removes the
+    run's scratch folder. A step that failed publishes the steps before it, logs the error
+    and fails the job (TrainingError).
+
+    A retried bundle does not publish or log twice: a window whose ``end`` record is already
+    in the run log is done; a checkpoint is not published again when LATEST already records
+    this window's position (or a later one: another run continued the model)."""
+
+    def __init__(self, spec: WindowFinish):
+        self.spec = spec
+
+    def process(self, _, final_ref):
+        f = self.spec
+        seen = _window_in_log(f.run_log_path, f.run_key)
+        if seen is not None:
+            kind, msg = seen
+            logger.info("window %s is already in the run log (%s): a retried bundle",
+                        f.run_key, kind)
+            if kind == "error":
+                raise TrainingError(msg)
+            return
+        from lda_core.storage.checkpoint import CheckpointStore
+        from pipelines.training.beam_train import after_window
+        from pipelines.training.beam_window import _collect_window
+        infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
+        records = _Records()
+        records.write(f.start_record)
+        heldout = None
+        if f.heldout is not None and infos:
+            heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
+        store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
+        ses = Session(position=f.start_ref.position, run_log=records, checkpoint_store=store,
+                      runner=f.runner, run_info=f.run_info, heldout=heldout,
+                      eval_every=f.eval_every, t_start=f.t_start)
+        msg = None
+        try:
+            after_window(ses, algo, f.steps, infos, error,
+                         lambda a, pos: _publish_once(store, a, pos, f.runner, f.run_info),
+                         run_key=f.run_key)
+            ses.evaluate(algo)
+            # Beam's counters are complete only after wait_until_finish(), which a detached
+            # launch never calls: see the job in the runner's console instead
+            ses.end(_session.docs_seen(algo), windows=1, beam_metrics=None, run_key=f.run_key)
+        except TrainingError as e:
+            msg = str(e)
+        if f.run_log_path is not None:
+            _append_records(f.run_log_path, records.items)
+        beam_state.drop_local(f.run_key + "/")
+        beam_state.remove_tree(f.run_dir)
+        logger.info("detached window %s: steps %d..%d published as %s%s", f.run_key,
+                    f.start_ref.position, ses.position, ses.last_checkpoint or "nothing",
+                    "" if not ses.metrics else ": " + ", ".join(
+                        "%s=%.4f" % (k, v) for k, v in sorted(ses.metrics.items())))
+        if msg is not None:
+            raise TrainingError(msg)
+        yield ses.position
+
+
+class _Records:
+    """A run-log stand-in that keeps the records (written together at the end)."""
+
+    def __init__(self):
+        self.items: List[Dict[str, Any]] = []
+
+    def write(self, record: Dict[str, Any]) -> None:
+        self.items.append(record)
+
+
+def _append_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
+    """Append ``records`` to the run log ``path`` in one write (one writer per window at a
+    time): :func:`lda_core.storage.run_log.append_records`."""
+    from lda_core.storage.run_log import append_records
+    append_records(path, records)
+
+
+def _window_in_log(path: Optional[str], run_key: str):
+    """``("end", None)`` / ``("error", message)`` when the run log already holds the window
+    ``run_key``'s last record, else None."""
+    from lda_core.storage.run_log import read_run_log, run_log_exists
+    if path is None or not run_log_exists(path):
+        return None
+    for rec in read_run_log(path):
+        if rec.get("run_key") == run_key and rec.get("event") in ("end", "error"):
+            return rec["event"], rec.get("message")
+    return None
+
+
+def _published_position(store) -> Optional[int]:
+    """The position (minibatches done) of the checkpoint LATEST names, from its state.json
+    alone (no array is read), or None."""
+    path = store.pointer_path()
+    if path is None:
+        return None
+    try:
+        with store.files.open_read(store.files.join(path, "state.json")) as fh:
+            meta = json.loads(fh.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    trainer = (meta.get("info") or {}).get("trainer") or {}
+    try:
+        return int(trainer.get("minibatches_done", meta.get("step")))
+    except (TypeError, ValueError):
+        return None
+
+
+def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]:
+    """:meth:`lda_core.training.session.Session.publish`, unless LATEST already records position
+    ``pos`` (a retried bundle: its path is returned) or a later one (another run went on:
+    nothing is published, so LATEST never moves back)."""
+    done = _published_position(store)
+    if done is not None and done >= pos:
+        path = store.pointer_path()
+        if done == pos:
+            logger.info("checkpoint at position %d already published (%s)", pos, path)
+            return path
+        logger.warning("LATEST (%s) is at position %d, past this window's %d: another run "
+                       "continued the model; this window's state is not published", path,
+                       done, pos)
+        return None
+    return Session(checkpoint_store=store, runner=runner, run_info=run_info).publish(algo, pos)
+
+
+def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
+                   pieces, seed, batch_size, heldout, eval_every, checkpoint_store,
+                   checkpoint_every, run_log, max_steps, run_info, n_threads, deterministic,
+                   fanout, scratch_dir, t_start) -> SubmittedWindow:
+    """``train(..., detach=True)``: plan the next window, put its start state in the run's
+    scratch folder, build the window's pipeline with :class:`FinishWindowFn` at the end and
+    submit it without waiting."""
+    from pipelines.training import detached
+    from pipelines.training.beam_train import _start_record, default_scratch_root
+    from pipelines.training.beam_window import _build_window
+    runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
+    if position >= stop:
+        logger.info("training is complete: position %d of %d (%s); no window to submit",
+                    position, stop, "--max-steps" if stop < total else "every pass done")
+        return SubmittedWindow(None, cfg.describe(), model_dir, position, position, stop,
+                               None, runs_here)
+    run_key = uuid.uuid4().hex[:12]
+    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    # left by a killed run: never read, just removed (launches on one model do not overlap)
+    beam_state.remove_stale_scratch(scratch_root)
+    run_dir = beam_state.new_scratch(scratch_root)
+    scratch = None if cfg.in_process else run_dir
+    w_stop = min(stop, position + M)
+    steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
+                       stop=w_stop, pieces_per_minibatch=pieces)
+    # the window's start state where every worker can read it (the job cannot reach the
+    # driver's memory: the driver is gone by then)
+    start_path = os.path.join(run_dir, "state-%09d.npz" % position)
+    beam_state.save_scratch(algorithm, start_path)
+    start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
+    start_record = _start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                                 checkpoint_every, run_info, cfg.describe(), M, True, pieces)
+    start_record["run"]["detached"] = True
+    start_record["run_key"] = run_key
+    start_record["window"] = [position, w_stop]
+    spec = WindowFinish(
+        model_dir=model_dir, keep_last=getattr(checkpoint_store, "keep_last", None),
+        run_log_path=getattr(run_log, "path", None), run_key=run_key, run_dir=run_dir,
+        scratch=scratch, start_ref=start_ref,
+        steps=[StepPlan(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
+               for sp in steps],
+        eval_every=int(eval_every or 0), heldout=heldout, runner=cfg.describe(),
+        run_info=run_info, start_record=start_record, t_start=t_start)
+
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    final = _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads,
+                          deterministic, fanout)
+    (p | "FinishStart" >> beam.Create([None], reshuffle=False)
+     | "FinishWindow" >> beam.ParDo(FinishWindowFn(spec),
+                                    beam.pvalue.AsSingleton(final, default_value=None)))
+    logger.info("Beam trainer, detached: %s, steps %d..%d of %d (window %s), %d piece(s) per "
+                "minibatch; the job publishes the checkpoint and the run log",
+                cfg.describe(), position, w_stop, stop, run_key, pieces)
+    try:
+        result = p.run()
+    finally:
+        if runs_here and cfg.in_process:
+            beam_state.drop_local(run_key + "/")
+    return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
+                           run_key, runs_here)

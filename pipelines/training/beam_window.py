@@ -1,0 +1,181 @@
+"""Running one window of the Beam trainer: build its pipeline (unrolled, or one pipeline per
+minibatch with the global step on the driver), run it, and collect the steps' infos and the
+last good state (:func:`_collect_window`, also run by a detached window's last DoFn)."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import apache_beam as beam
+
+from lda_core.training.phase_times import PhaseTimes
+from pipelines.training import beam_cost, beam_state
+from pipelines.training.beam_chain import build_chain
+from pipelines.runtime.beam_options import RunnerConfig
+from pipelines.training.beam_plan import StepPlan
+from pipelines.training.beam_state import StateRef
+from pipelines.training.beam_stats import decode_stats
+from pipelines.training.beam_steps import (IN_PROCESS_DOCS_PER_TRANSFORM, METRICS_NAMESPACE,
+                                           InProcessStepFn, MinibatchStatistics, TrainStep,
+                                           WindowTasks, WriteStatsFn, _global_step, _group_steps,
+                                           _load_info)
+
+logger = logging.getLogger("pipelines.training.beam_train")
+
+
+def _query_counters(result) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    try:
+        res = result.metrics().query()
+    except Exception as e:  # pragma: no cover - runner-specific
+        logger.debug("metrics unavailable: %s", e)
+        return out
+    for c in res.get("counters", []):
+        if c.key.metric.namespace == METRICS_NAMESPACE:
+            v = c.committed if c.committed is not None else c.attempted
+            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(v or 0)
+    return out
+
+
+def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None
+                  ) -> Dict[str, int]:
+    """Build and run one pipeline; its Beam counters. The per-phase costs the workers
+    reported (:mod:`pipelines.training.beam_cost`) are added to ``times``."""
+    t0 = time.time()
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    build(p)
+    t1 = time.time()
+    result = p.run()
+    result.wait_until_finish()      # metrics are complete only after this
+    t2 = time.time()
+    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1)
+    if times is not None:
+        w = beam_cost.window_times(beam_cost.query(result), t0, t1, t2)
+        for phase, sec in w.seconds.items():
+            times.add(phase, sec, w.nbytes.get(phase))
+    return _query_counters(result)
+
+
+def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout):
+    """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
+    final state's reference (empty when a step failed)."""
+    ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
+    if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
+        # in-process: one fused chain of whole steps (InProcessStepFn)
+        for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
+            ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
+                InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
+        return ref
+    tasks = p | "Tasks" >> WindowTasks(steps)
+    if chained(cfg, scratch) and deterministic and not fanout:
+        # worker processes on this machine: one stage per step, each worker advancing its
+        # own copy of the state (pipelines.training.beam_chain)
+        return build_chain(p, tasks, steps, ref, run_key, scratch, n_threads)
+    for j, sp in enumerate(steps):
+        ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
+            sp, run_key, scratch, n_threads, deterministic, fanout,
+            in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
+            spill=cfg.local and not beam_state.is_remote(scratch))
+    return ref
+
+
+# False: every unrolled window runs its steps as two stages (E-step; combine + global step
+# in one worker), as remote runners do -- the reference the benchmark compares against
+CHAINED_STEPS = True
+
+
+def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
+    """Whether an unrolled window runs as one stage per step (:mod:`pipelines.training.beam_chain`):
+    worker processes on this machine with a local scratch folder, where statistics pieces
+    are spilled to files every worker reads (and the combine is the deterministic one)."""
+    return (CHAINED_STEPS and scratch is not None and cfg.local
+            and not beam_state.is_remote(scratch))
+
+
+def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout,
+                  times: Optional[PhaseTimes] = None):
+    """One pipeline for the whole window; returns (infos, final algorithm, error, counters)."""
+
+    def build(p):
+        _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
+                      fanout)
+
+    counters = _run_pipeline(cfg, build, times)
+    infos, algo, error = _collect_window(steps, start_ref, run_key, scratch)
+    return infos, algo, error, counters
+
+
+def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
+                    scratch: Optional[str]):
+    """After an unrolled window: the global steps' infos up to the first missing or failed
+    one, the state after the last good step (None if none) and the error ``(step, message)``
+    or None. Run by the driver, or (``--detach``) by the window's last DoFn."""
+    infos, error = [], None
+    last_key = start_ref.key
+    for sp in steps:
+        key = "%s/%d" % (run_key, sp.position + 1)
+        info = _load_info(scratch, key)
+        if info is None:
+            error = (sp.position + 1, "the pipeline produced no state for this step")
+            break
+        if "error" in info:
+            error = (sp.position + 1, info["error"])
+            break
+        infos.append(info)
+        last_key = key
+    if not infos:
+        return infos, None, error
+    if scratch is None:
+        algo = beam_state.get_local(last_key)
+    else:
+        algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d.npz"
+                                                      % (steps[len(infos) - 1].position + 1)))
+    return infos, algo, error
+
+
+def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
+                  scratch: Optional[str], n_threads, deterministic, fanout, state_ref,
+                  times: Optional[PhaseTimes] = None):
+    """One pipeline per minibatch, the global step on the driver."""
+    infos: List[Dict[str, Any]] = []
+    counters: Dict[str, int] = {}
+    ref = start_ref
+    algo = algorithm
+    error = None
+    for sp in steps:
+        def build(p, sp=sp, ref=ref):
+            r = p | "State" >> beam.Create([ref], reshuffle=False)
+            view = beam.pvalue.AsSingleton(r)
+            tasks = (p | "Tasks" >> WindowTasks([sp]))[0]
+            (tasks
+             | "Statistics" >> MinibatchStatistics(
+                 view, n_threads, deterministic, fanout,
+                 spill_dir=scratch if cfg.local and not beam_state.is_remote(scratch)
+                 else None)
+             | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
+
+        c = _run_pipeline(cfg, build, times)
+        for k, v in c.items():
+            counters[k] = counters.get(k, 0) + v
+        key = "%s/stats-%d" % (run_key, sp.position)
+        if scratch is None:
+            stats = beam_state.get_local_info(key)
+        else:
+            path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
+            stats = decode_stats(beam_state.read_bytes(path))
+        # the pipeline has finished reading ``algo`` (its readers use a copy)
+        info = _global_step(algo, stats, sp.position, sp.n_docs)
+        if "error" in info:
+            error = (sp.position + 1, info["error"])
+            break
+        infos.append(info)
+        t0 = time.perf_counter()
+        ref = state_ref(algo, sp.position + 1)
+        if times is not None:
+            times.add("global_step", info["global_step_seconds"])
+            times.add("publish", time.perf_counter() - t0)
+    return infos, (algo if infos else None), error, counters

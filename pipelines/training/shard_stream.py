@@ -1,0 +1,159 @@
+"""Shards -> the seeded minibatch order of :mod:`lda_core.training.ordering`, as DocBatch, streamed.
+
+:class:`ShardStream` reads the row count of every shard from the Parquet metadata (no data
+read), checks that every shard carries the same vocabulary hash (and the model's, when
+resuming), and yields the minibatches of ``plan_pass`` for any number of passes. It holds one
+shard and one minibatch in memory at a time: a shard is read whole with pyarrow when the pass
+order first reaches it, its rows are gathered into minibatch pieces, and the shard is dropped
+before the next one is read. ``iter_from(step)`` starts at global step ``step`` without
+reading the shards that lie wholly before it (resume).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from lda_core.docbatch import DocBatch
+from lda_core.training.ordering import PassPlan, locate_step, n_batches, plan_pass
+from lda_core.training.trainer import Minibatch
+from pipelines.ingest import dataset
+
+logger = logging.getLogger(__name__)
+
+TRAIN_COLUMNS = ("doc_id", "word_ids", "counts")
+
+
+_parquet_file = dataset._parquet_file     # one Parquet opener (local path or URL)
+
+
+def shard_row_counts(files: Sequence[str]) -> List[int]:
+    """Rows of each shard, from the Parquet footer only."""
+    return [int(_parquet_file(f).metadata.num_rows) for f in files]
+
+
+def read_shard(path: str, columns: Sequence[str] = TRAIN_COLUMNS) -> DocBatch:
+    """One whole shard as a DocBatch (only ``columns`` that the file has)."""
+    pf = _parquet_file(path)
+    present = [c for c in columns if c in pf.schema_arrow.names]
+    return dataset.table_to_docbatch(pf.read(columns=present))
+
+
+def gather(batch: DocBatch, rows: np.ndarray) -> DocBatch:
+    """``batch.take(rows)`` vectorised (no per-document Python loop over the CSR arrays)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    lens = np.diff(batch.indptr)[rows]
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    pos = np.repeat(batch.indptr[rows] - indptr[:-1], lens) + np.arange(indptr[-1],
+                                                                         dtype=np.int64)
+    pick = lambda v: None if v is None else tuple(v[i] for i in rows)
+    ids = batch.doc_ids
+    return DocBatch(tuple(ids[i] for i in rows), indptr, batch.word_ids[pos],
+                    batch.counts[pos], titles=pick(batch.titles), labels=pick(batch.labels))
+
+
+class ShardStream:
+    """The minibatches of ``passes`` passes over ``files`` in the seeded order.
+
+    Attributes: ``shard_sizes``, ``n_docs`` (D), ``batch_size`` (S), ``batches_per_pass``
+    (ceil(D/S)), ``total_steps`` (passes × batches_per_pass), ``vocab_hash``.
+    """
+
+    def __init__(self, files: Sequence[str], *, batch_size: int, seed: int = 0,
+                 passes: int = 1, expected_vocab_hash: Optional[str] = None,
+                 columns: Sequence[str] = TRAIN_COLUMNS):
+        self.files = list(files)
+        if not self.files:
+            raise FileNotFoundError("no shard files to train on")
+        if int(batch_size) < 1:
+            raise ValueError("minibatch size must be >= 1, got %r" % (batch_size,))
+        if int(passes) < 1:
+            raise ValueError("passes must be >= 1, got %r" % (passes,))
+        self.vocab_hash = dataset.check_vocab_hash(self.files, expected_vocab_hash)
+        self.shard_sizes = shard_row_counts(self.files)
+        self.n_docs = int(sum(self.shard_sizes))
+        if self.n_docs == 0:
+            raise ValueError("the shards %s hold no documents" % ", ".join(self.files[:3]))
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.passes = int(passes)
+        self.columns = tuple(columns)
+        self.batches_per_pass = n_batches(self.n_docs, self.batch_size)
+        self.total_steps = self.passes * self.batches_per_pass
+        self._plans: Dict[int, PassPlan] = {}
+
+    def count_tokens(self) -> int:
+        """Tokens in the corpus (C), from the ``n_tokens`` column only."""
+        total = 0
+        for f in self.files:
+            pf = _parquet_file(f)
+            if "n_tokens" in pf.schema_arrow.names:
+                col = pf.read(columns=["n_tokens"]).column("n_tokens")
+                total += int(np.asarray(col.to_numpy(), dtype=np.int64).sum())
+            else:
+                total += read_shard(f).n_tokens
+        return total
+
+    def plan(self, pass_index: int) -> PassPlan:
+        if pass_index not in self._plans:
+            self._plans = {pass_index: plan_pass(self.shard_sizes, self.seed, pass_index,
+                                                 self.batch_size)}
+        return self._plans[pass_index]
+
+    def __iter__(self) -> Iterator[Minibatch]:
+        return self.iter_from(0)
+
+    def iter_from(self, step: int) -> Iterator[Minibatch]:
+        """Minibatches from global step ``step`` (0-based) to the end of the last pass."""
+        if step >= self.total_steps:
+            return
+        p0, b0 = locate_step(step, self.n_docs, self.batch_size)
+        for p in range(p0, self.passes):
+            yield from self._iter_pass(p, b0 if p == p0 else 0)
+
+    def _iter_pass(self, p: int, start_batch: int) -> Iterator[Minibatch]:
+        plan = self.plan(p)
+        shard_idx, shard = None, None
+        cur, pieces = None, []
+        for seg in plan.iter_segments(start_batch):
+            if seg.batch != cur:
+                if pieces:
+                    yield self._emit(p, cur, pieces)
+                cur, pieces = seg.batch, []
+            if seg.shard != shard_idx:
+                shard = None  # drop the previous shard before reading the next
+                shard = read_shard(self.files[seg.shard], self.columns)
+                shard_idx = seg.shard
+                if shard.n_docs != self.shard_sizes[seg.shard]:
+                    raise ValueError("shard %s has %d rows but its metadata said %d (was it "
+                                     "rewritten during training?)"
+                                     % (self.files[seg.shard], shard.n_docs,
+                                        self.shard_sizes[seg.shard]))
+            pieces.append(gather(shard, seg.rows))
+        if pieces:
+            yield self._emit(p, cur, pieces)
+
+    def _emit(self, p: int, b: int, pieces: List[DocBatch]) -> Minibatch:
+        batch = pieces[0] if len(pieces) == 1 else DocBatch.concat(pieces)
+        return Minibatch(p * self.batches_per_pass + b, p, b, batch)
+
+
+def read_docs(files: Sequence[str], expected_vocab_hash: Optional[str] = None,
+              max_docs: Optional[int] = None,
+              columns: Sequence[str] = ("doc_id", "label", "word_ids", "counts")) -> DocBatch:
+    """Documents of ``files`` in file order (at most ``max_docs``), after checking the
+    vocabulary hash — for held-out sets and coherence reference corpora."""
+    files = list(files)
+    dataset.check_vocab_hash(files, expected_vocab_hash)
+    out, n = [], 0
+    for f in files:
+        b = read_shard(f, columns)
+        if max_docs is not None and n + b.n_docs > max_docs:
+            b = gather(b, np.arange(max_docs - n))
+        out.append(b)
+        n += b.n_docs
+        if max_docs is not None and n >= max_docs:
+            break
+    return DocBatch.concat(out)
