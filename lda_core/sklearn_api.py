@@ -23,8 +23,8 @@ documents, ``max_iter`` passes (``BatchVB``).
 Counts: the E-step works on integer counts; non-integer values are rounded to the nearest
 integer (entries that round to 0 are dropped). Negative values raise ValueError.
 
-Seeding: γ⁰ of a document is drawn from (seed, step, document key) (``lda_core.algorithms.estep_vb``). In
-``fit``/``partial_fit`` the key is the row's position in the call; in ``transform``/``score``
+Seeding: γ⁰ of a document is drawn from (seed, step, document key)
+(``lda_core.algorithms.vb_gamma_init``). In ``fit``/``partial_fit`` the key is the row's position in the call; in ``transform``/``score``
 it is a hash of the row's contents, so the θ of a document does not depend on which other
 rows are transformed with it. ``random_state`` (None, int or RandomState) gives the seed.
 

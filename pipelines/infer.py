@@ -8,7 +8,7 @@ Beam trainer), and the E-step is the algorithm's own code — for online/batch V
 trainer's ``local_step`` (numba kernel, same exp(E[log β]) rows, same dtype), so
 
     γ_d = E-step fixed point started from γ_d⁰ ~ Gamma(100, 1/100) drawn from the key
-          (seed, step, doc_id, salt)                                  (lda_core.algorithms.estep_vb)
+          (seed, step, doc_id, salt)                                  (lda_core.algorithms.vb_gamma_init)
 
 depends only on the document and the state, never on how the documents are split between
 workers. With ``gamma_seed="training"`` the salt is the trainer's ("gamma"), so inferring the
