@@ -219,22 +219,14 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
 
 
 def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
-    """The held-out set to evaluate on: named by its shards for a detached window (read in
-    the job, where the window is evaluated, with the same topic-health sample), else read now with the
-    sample of ``train_files`` topic health is measured on (pipelines.ingest.doc_sample); None when
-    there is none."""
+    """The held-out set to evaluate on, with the sample of ``train_files`` topic health is
+    measured on (pipelines.ingest.doc_sample): named by its shards for a detached window (read
+    in the job, where the window is evaluated), else read now; None when there is none."""
     if files is None:
         return None
-    if detach:
-        from pipelines.training.beam_train import HeldOutShards
-        return HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
-    from lda_core.training.trainer import HeldOut
-    from pipelines.ingest.doc_sample import sample_documents
-    from pipelines.training.shard_stream import read_docs
-    heldout = HeldOut.from_batch(read_docs(files, shard_hash, max_docs=max_docs), seed=seed)
-    heldout.health = sample_documents(train_files, shard_hash, seed=seed,
-                                      columns=("doc_id", "word_ids", "counts"))
-    return heldout if heldout.docs.n_docs else None
+    from pipelines.training.shard_stream import HeldOutShards
+    shards = HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
+    return shards if detach else shards.load()
 
 
 def _prepare_output(args, vocab_path: str, vocab) -> None:

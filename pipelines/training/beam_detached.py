@@ -10,7 +10,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
@@ -22,35 +22,9 @@ from pipelines.training.beam_state import StateRef
 logger = logging.getLogger("pipelines.training.beam_train")
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_steps import LeanDoFn
+from pipelines.training.shard_stream import HeldOutShards
 
 # ------------------------------------------------------------------------------ detached windows
-
-@dataclass(frozen=True)
-class HeldOutShards:
-    """Held-out documents named by their shards (``max_docs`` first ones, vocabulary hash
-    checked), read where they are evaluated -- a detached window's last DoFn reads them in
-    the worker instead of carrying the documents in the graph. ``health_files``: the training
-    shards whose seeded sample topic health is measured on (``pipelines.ingest.doc_sample``, as the
-    driver samples them). ``load()`` gives the :class:`lda_core.training.trainer.HeldOut` the driver
-    would build (None when it is empty)."""
-    files: Tuple[str, ...]
-    vocab_hash: Optional[str]
-    max_docs: Optional[int]
-    seed: int = 0
-    health_files: Tuple[str, ...] = ()
-
-    def load(self):
-        from lda_core.training.trainer import HeldOut
-        from pipelines.ingest.doc_sample import sample_documents
-        from pipelines.training.shard_stream import read_docs
-        held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
-                                            max_docs=self.max_docs), seed=self.seed)
-        if self.health_files:
-            held.health = sample_documents(list(self.health_files), self.vocab_hash,
-                                           seed=self.seed,
-                                           columns=("doc_id", "word_ids", "counts"))
-        return held if held.docs.n_docs else None
-
 
 @dataclass
 class SubmittedWindow:

@@ -11,7 +11,8 @@ reading the shards that lie wholly before it (resume).
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -157,3 +158,29 @@ def read_docs(files: Sequence[str], expected_vocab_hash: Optional[str] = None,
         if max_docs is not None and n >= max_docs:
             break
     return DocBatch.concat(out)
+
+
+@dataclass(frozen=True)
+class HeldOutShards:
+    """Held-out documents named by their shards (``max_docs`` first ones, vocabulary hash
+    checked), read where they are evaluated -- a detached window's last DoFn reads them in
+    the worker instead of carrying the documents in the graph; in-process and waiting Beam
+    runs load them at once. ``health_files``: the training shards whose seeded sample topic
+    health is measured on (``pipelines.ingest.doc_sample``). ``load()`` gives the
+    :class:`lda_core.training.trainer.HeldOut` to evaluate on (None when it is empty)."""
+    files: Tuple[str, ...]
+    vocab_hash: Optional[str]
+    max_docs: Optional[int]
+    seed: int = 0
+    health_files: Tuple[str, ...] = ()
+
+    def load(self):
+        from lda_core.training.trainer import HeldOut
+        from pipelines.ingest.doc_sample import sample_documents
+        held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
+                                            max_docs=self.max_docs), seed=self.seed)
+        if self.health_files:
+            held.health = sample_documents(list(self.health_files), self.vocab_hash,
+                                           seed=self.seed,
+                                           columns=("doc_id", "word_ids", "counts"))
+        return held if held.docs.n_docs else None
