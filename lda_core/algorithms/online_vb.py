@@ -90,6 +90,20 @@ def _split_column(ntilde, j, k, u):
     return sk, sj
 
 
+@njit(cache=True, error_model="numpy")
+def _finite_nonnegative(s):
+    """(every entry of ``s`` finite, some entry negative) in one pass."""
+    finite, negative = True, False
+    for i in range(s.shape[0]):
+        for k in range(s.shape[1]):
+            x = s[i, k]
+            if not np.isfinite(x):
+                finite = False
+            elif x < 0:
+                negative = True
+    return finite, negative
+
+
 def split_dead_topics(ntilde: np.ndarray, mass: np.ndarray, reseed: float, seed: int,
                       step: int):
     """Re-seed collapsed topics of a word-major V x K count-like matrix in place (module
@@ -320,8 +334,8 @@ class OnlineVB(StochasticAlgorithm):
                                    scale, self.eta, self.step)
         finite, negative = True, False
         for ids, s in stats.row_blocks():            # pass 1: reads only
-            finite = finite and bool(np.all(np.isfinite(s)))
-            negative = negative or bool(np.any(s < 0))
+            f, n = _finite_nonnegative(s)
+            finite, negative = finite and f, negative or n
             if upd is not None and finite:
                 upd.check(ids, s)
         if not finite:

@@ -27,14 +27,13 @@ raw little-endian bytes; no pickle, no ``np.save``) for a Beam coder.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Tuple
-
-import numpy as np
-
 import os
 import zlib
-from typing import Iterator, List, Sequence
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+from numba import njit
 
 from lda_core.algorithms.algorithm import (SuffStats, _raw, _read_full, array_layout, pack_arrays,
                                            read_arrays, unpack_arrays, write_arrays)
@@ -305,6 +304,15 @@ class VBStats(SuffStats):
             raise ValueError("damaged VBStats byte string: %s" % e) from None
 
 
+@njit(cache=True, error_model="numpy")
+def _add_rows(out, pos, rows):
+    """out[pos[i]] += rows[i] (``pos`` unique): numpy's ``out[pos] += rows`` in one pass."""
+    for i in range(pos.shape[0]):
+        r = pos[i]
+        for k in range(rows.shape[1]):
+            out[r, k] += rows[i, k]
+
+
 class _PieceFile:
     """One :class:`VBStats` that ``write_to`` wrote to bytes ``[offset, offset + size)`` of
     ``path``: everything but ``sstats`` read at once; ``sstats`` rows read on demand into a
@@ -450,7 +458,8 @@ class VBStatsSum:
                 for p in self._pieces:
                     j0, j1 = p.span(ids[0], ids[-1])
                     if j1 > j0:
-                        out[np.searchsorted(ids, p.word_ids[j0:j1])] += p.read_rows(j0, j1, buf)
+                        _add_rows(out, np.searchsorted(ids, p.word_ids[j0:j1]),
+                                  p.read_rows(j0, j1, buf))
                 yield ids, out
             if check:
                 for p in self._pieces:
