@@ -78,6 +78,7 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
         if have is not None and have[0] == run_key and have[1] == position:
             return have[2]
         if position == start.position:
+            have = _COPY[0] = None    # a previous window's copy is freed before the load
             algo = _load(start.path, n_threads)
             _COPY[0] = (run_key, position, algo)
             return algo
@@ -86,7 +87,7 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
         if have is not None and have[0] == run_key and have[1] == position - 1:
             algo = have[2]
         else:
-            _COPY[0] = None           # free the stale copy before loading
+            have = _COPY[0] = None    # the stale copy is freed before the load
             path = start.path if position - 1 == start.position else state_path(scratch,
                                                                                 position - 1)
             algo = _load(path, n_threads)
