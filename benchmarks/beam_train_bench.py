@@ -346,6 +346,11 @@ def big_run(args, tmp):
                worker_peak_rss_bytes=peaks, worker_peak_over_state=(peaks[0] / sb) if peaks
                else None)
     row["final_state"] = "not compared (no in-process run)"
+    row["state_definition"] = (
+        "state_bytes = the arrays of the saved state, which is what each worker holds "
+        "between steps: lambda as ntilde (V x K float64) + its column sums, alpha (K float64 "
+        "each) + 3 scalars; exp(E[log beta]) is not held, it is computed per piece for the "
+        "piece's words only (U x K float32) during the E-step")
     _print_row(row)
     print("      state %.0f MB; peak RSS of the worker processes: %s (max %.2f x state)"
           % (sb / 1e6, ", ".join("%.0f MB" % (x / 1e6) for x in peaks),

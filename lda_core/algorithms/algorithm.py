@@ -118,6 +118,14 @@ class SuffStats(abc.ABC):
         of ``f``; row-structured classes add the rows as they are read."""
         return self.merge(type(self).read_from(f, size))
 
+    @classmethod
+    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]]) -> Optional[Any]:
+        """The sum, in the order given, of the statistics :meth:`write_to` wrote to the file
+        segments ``parts`` = ``[(path, offset, size)]``, as an object the algorithm's
+        ``global_step`` takes in place of the merged statistics without the sum ever being
+        held whole; None when the class has no such form (merge the pieces instead)."""
+        return None
+
 
 def _packed_prefix(magic: bytes, header: Dict[str, Any],
                    arrays: Sequence[Tuple[str, str, np.ndarray]]
@@ -210,6 +218,26 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     if crc != crc_want:
         raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
     return header, arrays
+
+
+def array_layout(f, magic: bytes, size: int
+                 ) -> Tuple[Dict[str, Any], list, int]:
+    """(header, ``[(name, dtype, shape, offset, nbytes)]``, CRC-32) of the
+    :func:`pack_arrays` bytes in the next ``size`` bytes of the binary file ``f``, offsets
+    counted from their start: only the header is read (sizes checked as
+    :func:`unpack_arrays` does); the arrays are then read where they lie."""
+    hlen = _parse_prefix(magic, f.read(len(magic) + 4), size)
+    header, spec, crc_want = _parse_header(f.read(hlen))
+    pos = len(magic) + 4 + hlen
+    out = []
+    for name, dt, shape, n in spec:
+        if pos + n > size:
+            raise ValueError("truncated statistics byte string (array %s)" % name)
+        out.append((name, dt, shape, pos, n))
+        pos += n
+    if pos != size:
+        raise ValueError("statistics byte string has %d trailing bytes" % (size - pos))
+    return header, out, crc_want
 
 
 _CHUNK_BYTES = 1 << 25

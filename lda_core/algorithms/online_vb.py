@@ -66,8 +66,8 @@ from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.params import (check_choice, check_int, check_number, check_positive,
                                         is_number)
-from lda_core.algorithms.vb_lazy_lambda import lazy_lambda_update
-from lda_core.algorithms.vb_stats import VBStats
+from lda_core.algorithms.vb_lazy_lambda import LazyLambdaUpdate
+from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,20 @@ def _split_column(ntilde, j, k, u):
         sk += a
         sj += c - a
     return sk, sj
+
+
+@njit(cache=True, error_model="numpy")
+def _finite_nonnegative(s):
+    """(every entry of ``s`` finite, some entry negative) in one pass."""
+    finite, negative = True, False
+    for i in range(s.shape[0]):
+        for k in range(s.shape[1]):
+            x = s[i, k]
+            if not np.isfinite(x):
+                finite = False
+            elif x < 0:
+                negative = True
+    return finite, negative
 
 
 def split_dead_topics(ntilde: np.ndarray, mass: np.ndarray, reseed: float, seed: int,
@@ -285,46 +299,66 @@ class OnlineVB(StochasticAlgorithm):
         return rho, float(D) / float(stats.n_docs)
 
     def _check_stats(self, stats) -> None:
-        if not isinstance(stats, VBStats):
+        """The cheap checks (type, shape, the summed counters); the rows are checked block by
+        block in :meth:`global_step`'s first pass."""
+        if not isinstance(stats, (VBStats, VBStatsSum)):
             raise TypeError("global_step needs VBStats, got %s" % type(stats).__name__)
         if stats.n_topics != self.n_topics or stats.n_words != self.n_words:
             raise ValueError("statistics of K=%d, V=%d do not fit a state of K=%d, V=%d"
                              % (stats.n_topics, stats.n_words, self.n_topics, self.n_words))
-        if not stats.is_finite():
-            raise ValueError("refusing a minibatch with non-finite statistics (%d documents, "
-                             "computed at step %d); the state is left unchanged at step %d"
-                             % (stats.n_docs, stats.step, self.step))
-        if np.any(stats.sstats < 0):
-            raise ValueError("refusing negative statistics; the state is left unchanged at "
-                             "step %d" % self.step)
 
-    def global_step(self, stats: VBStats) -> Dict[str, Any]:
+    def _refuse_nonfinite(self, stats):
+        return ValueError("refusing a minibatch with non-finite statistics (%d documents, "
+                          "computed at step %d); the state is left unchanged at step %d"
+                          % (stats.n_docs, stats.step, self.step))
+
+    def global_step(self, stats: Union[VBStats, VBStatsSum]) -> Dict[str, Any]:
         """λ ← (1−ρ_t)λ + ρ_t(η + (D/S)·sstats) on the lazily scaled λ (module docstring).
 
-        Non-finite statistics raise ValueError and leave the state untouched. A minibatch with
-        no (non-empty) documents is not a step: the state is unchanged and ``skipped`` is set.
+        ``stats``: the minibatch's :class:`VBStats`, or a :class:`VBStatsSum` of its pieces
+        (the summed rows are then never whole: they are formed block by block, twice). Two
+        passes over the row blocks: the first checks everything (non-finite or negative
+        statistics, a non-finite new λ: ValueError, the state untouched), the second writes
+        λ; same values as one block of all rows, bit for bit. A minibatch with no (non-empty)
+        documents is not a step: the state is unchanged and ``skipped`` is set.
         Returns log info: t, rho, docs, tokens, empty, capped, iterations (mean per document),
         mean_change (mean |Δλ| over the touched words' rows), bound (training per-word bound
         of the minibatch, λ before the step), alpha (mean), eta."""
         self._check_stats(stats)
-        if stats.n_docs == 0:
+        if not (np.all(np.isfinite(stats.sum_elogtheta)) and math.isfinite(stats.score)):
+            raise self._refuse_nonfinite(stats)
+        upd = None
+        if stats.n_docs > 0:
+            rho, scale = self._rho_and_scale(stats)
+            upd = LazyLambdaUpdate(self._ntilde, self._ntilde_colsum, self._a, self._pi, rho,
+                                   scale, self.eta, self.step)
+        finite, negative = True, False
+        for ids, s in stats.row_blocks():            # pass 1: reads only
+            f, n = _finite_nonnegative(s)
+            finite, negative = finite and f, negative or n
+            if upd is not None and finite:
+                upd.check(ids, s)
+        if not finite:
+            raise self._refuse_nonfinite(stats)
+        if negative:
+            raise ValueError("refusing negative statistics; the state is left unchanged at "
+                             "step %d" % self.step)
+        if upd is None:
             logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
                            "skipped", self.step, stats.n_empty)
             return {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0,
                     "empty": stats.n_empty, "skipped": True}
-        rho, scale = self._rho_and_scale(stats)
-        ids = stats.word_ids.astype(np.int64)
-        s = stats.sstats
         new_alpha = self.alpha
         if self.optimize_alpha:
             new_alpha = hyperparams.newton_dirichlet_step(self.alpha, stats.n_docs,
                                                           stats.sum_elogtheta, rho)
-        self._ntilde_colsum, new_a, pi_after, mean_change = lazy_lambda_update(
-            self._ntilde, self._ntilde_colsum, self._a, self._pi, ids, s, rho, scale, self.eta,
-            self.step)
+        upd.start()                                  # refuses a non-finite λ: nothing written
+        for ids, s in stats.row_blocks():            # pass 2: the same blocks, written
+            upd.apply(ids, s)
+        self._ntilde_colsum, new_a, pi_after, mean_change = upd.finish()
         self._a, self._pi = new_a, pi_after
         self.alpha = new_alpha
-        reseeded = self._reseed_dead(s.sum(axis=0))
+        reseeded = self._reseed_dead(upd.mass)
         self.step += 1
         self.docs_seen += stats.n_docs
         if self.optimize_eta:

@@ -5,6 +5,12 @@ A global step λ ← (1 − ρ) λ + ρ (η + (D/S) sstats) touches only the min
 exactly the dense update in real arithmetic. When π falls below ``RENORM_PI`` (always when
 ρ = 1, i.e. batch VB) it is folded into Ñ (Ñ ← π Ñ, π ← 1) before the rows are added.
 Nothing is modified unless every new value is finite.
+
+The statistics may come in blocks of rows (a minibatch's summed statistics need not be held
+whole): :class:`LazyLambdaUpdate` checks every block first (nothing written), then applies
+them in the same order; each row's arithmetic, and every running sum over rows, is the one
+of a single block holding all the rows, so the result is bit for bit the same however the
+rows are cut.
 """
 from __future__ import annotations
 
@@ -17,11 +23,12 @@ RENORM_PI = 1e-30          # fold the lazy scale π into Ñ when it gets smaller
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})
-def _check_row_update(ntilde, ids, s, coef, a, pi, new_a, new_pi):
-    """Σ |λ_new − λ_old| over the touched rows for Ñ_w ← Ñ_w + coef·s_w, λ = a + π Ñ. Reads
-    only. A new value that is not finite makes the sum NaN or inf (no branch, so the loop
-    vectorises; reassociating the sum is allowed, NaN and inf keep their meaning)."""
-    total = 0.0
+def _check_row_update(ntilde, ids, s, coef, a, pi, new_a, new_pi, total):
+    """``total`` + Σ |λ_new − λ_old| over the touched rows for Ñ_w ← Ñ_w + coef·s_w,
+    λ = a + π Ñ. Reads only. A new value that is not finite makes the sum NaN or inf (no
+    branch, so the loop vectorises; reassociating the sum within a row is allowed, NaN and inf
+    keep their meaning). The running sum is carried from row to row, so a call per block of
+    rows, each given the previous block's result, gives the sum of one call over all of them."""
     K = s.shape[1]
     for i in range(ids.shape[0]):
         w = ids[i]
@@ -33,8 +40,9 @@ def _check_row_update(ntilde, ids, s, coef, a, pi, new_a, new_pi):
 
 
 @njit(cache=True, error_model="numpy")
-def _apply_row_update(ntilde, ids, s, coef, delta_colsum):
-    """Ñ_w ← Ñ_w + coef·s_w for the touched rows; delta_colsum_k = Σ_w coef·s_wk."""
+def _apply_row_update(ntilde, ids, s, coef, delta_colsum, mass):
+    """Ñ_w ← Ñ_w + coef·s_w for the touched rows; delta_colsum_k += Σ_w coef·s_wk and
+    mass_k += Σ_w s_wk (row by row: the sums of ``s.sum(axis=0)``'s order)."""
     K = s.shape[1]
     for i in range(ids.shape[0]):
         w = ids[i]
@@ -42,6 +50,80 @@ def _apply_row_update(ntilde, ids, s, coef, delta_colsum):
             d = coef * s[i, k]
             ntilde[w, k] = ntilde[w, k] + d
             delta_colsum[k] += d
+            mass[k] += s[i, k]
+
+
+@njit(cache=True, error_model="numpy")
+def _add_row_sums(s, mass):
+    """mass_k += Σ_w s_wk, row by row (the order of ``s.sum(axis=0)``)."""
+    for i in range(s.shape[0]):
+        for k in range(s.shape[1]):
+            mass[k] += s[i, k]
+
+
+def _refuse(step: int, rho: float, scale: float):
+    return ValueError("refusing the update at step %d: it would make λ non-finite (rho=%g, "
+                      "D/S=%g); the state is left unchanged" % (step, rho, scale))
+
+
+class LazyLambdaUpdate:
+    """λ ← (1 − ρ) λ + ρ (η + scale·s) on ``ntilde`` (module docstring), the rows of s given
+    in blocks: :meth:`check` every block (reads only), :meth:`start` (ValueError, nothing
+    modified, if a new value would not be finite), :meth:`apply` the same blocks in the same
+    order, :meth:`finish`. ``colsum`` is Σ_w Ñ_w before the step."""
+
+    def __init__(self, ntilde: np.ndarray, colsum: np.ndarray, a: float, pi: float,
+                 rho: float, scale: float, eta: float, step: int):
+        self.ntilde, self.colsum, self.a, self.pi = ntilde, colsum, a, pi
+        self.rho, self.scale, self.step = rho, scale, step
+        self.new_a = (1.0 - rho) * a + rho * eta
+        new_pi = (1.0 - rho) * pi
+        self.renorm = new_pi < RENORM_PI
+        self.fold = new_pi if self.renorm else 1.0
+        self.pi_after = 1.0 if self.renorm else new_pi
+        self.coef = rho * scale / self.pi_after
+        self.total = 0.0          # Σ |Δλ| over the rows checked
+        self.size = 0             # entries checked
+        self.finite = True
+        self.mass = np.zeros(ntilde.shape[1], np.float64)
+        self._delta = np.zeros(ntilde.shape[1], np.float64)
+
+    def check(self, ids: np.ndarray, s: np.ndarray) -> None:
+        """Read-only pass over one block: are its new values finite, and their |Δλ|."""
+        if self.renorm:
+            old_rows = self.ntilde[ids]
+            new_rows = old_rows * self.fold + self.coef * s
+            self.finite = self.finite and bool(np.all(np.isfinite(new_rows)))
+            if len(ids):       # np.mean's sum when the rows come in one block
+                self.total += float(np.sum(np.abs((self.new_a + self.pi_after * new_rows)
+                                                  - (self.a + self.pi * old_rows))))
+        else:
+            self.total = _check_row_update(self.ntilde, ids, s, self.coef, self.a, self.pi,
+                                           self.new_a, self.pi_after, self.total)
+        self.size += s.size
+
+    def start(self) -> None:
+        """After every block was checked: refuse (ValueError, nothing modified) a step that
+        would make λ non-finite; otherwise fold π into Ñ if it is due."""
+        if not (math.isfinite(self.new_a) and self.finite and math.isfinite(self.total)):
+            raise _refuse(self.step, self.rho, self.scale)
+        if self.renorm:
+            self.ntilde *= self.fold
+
+    def apply(self, ids: np.ndarray, s: np.ndarray) -> None:
+        if self.renorm:
+            # Ñ was folded by start(): these rows are the old rows × fold, as checked
+            self.ntilde[ids] = self.ntilde[ids] + self.coef * s
+            _add_row_sums(s, self.mass)
+        else:
+            _apply_row_update(self.ntilde, ids, s, self.coef, self._delta, self.mass)
+
+    def finish(self):
+        """(Σ_w Ñ_w after, a, π, mean |Δλ| over the touched rows); ``self.mass`` holds
+        Σ_w s_w over the blocks applied."""
+        colsum = (self.ntilde.sum(axis=0) if self.renorm else self.colsum + self._delta)
+        mean_change = self.total / self.size if self.size else 0.0
+        return colsum, self.new_a, self.pi_after, mean_change
 
 
 def lazy_lambda_update(ntilde: np.ndarray, colsum: np.ndarray, a: float, pi: float,
@@ -51,42 +133,8 @@ def lazy_lambda_update(ntilde: np.ndarray, colsum: np.ndarray, a: float, pi: flo
     docstring); ``colsum`` is Σ_w Ñ_w before the step. Returns (Σ_w Ñ_w after, a, π, mean
     |Δλ| over the touched rows). ValueError, with nothing modified, if a new value would not
     be finite (``step`` names the step in the message)."""
-    # candidate values first (nothing is modified until they are known to be finite)
-    new_a = (1.0 - rho) * a + rho * eta
-    new_pi = (1.0 - rho) * pi
-    renorm = new_pi < RENORM_PI
-    fold = new_pi if renorm else 1.0
-    pi_after = 1.0 if renorm else new_pi
-    coef = rho * scale / pi_after
-    if not math.isfinite(new_a):
-        raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                         "(rho=%g, D/S=%g); the state is left unchanged" % (step, rho,
-                                                                          scale))
-    if renorm:
-        old_rows = ntilde[ids]
-        new_rows = old_rows * fold + coef * s
-        if not np.all(np.isfinite(new_rows)):
-            raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                             "(rho=%g, D/S=%g); the state is left unchanged"
-                             % (step, rho, scale))
-        lam_old = a + pi * old_rows
-        ntilde *= fold
-        ntilde[ids] = new_rows
-        colsum = ntilde.sum(axis=0)
-        lam_new = new_a + pi_after * new_rows
-        mean_change = float(np.mean(np.abs(lam_new - lam_old))) if len(ids) else 0.0
-    else:
-        # one numba pass checks that every new value is finite (nothing is written
-        # otherwise) and the mean |Δλ|; a second writes the rows and the column sums (the
-        # numpy form made U x K temporaries and was ~40% of a K = 100, S = 256 pass)
-        delta_colsum = np.zeros(ntilde.shape[1], np.float64)
-        total = _check_row_update(ntilde, ids, s, coef, a, pi, new_a,
-                                  pi_after)
-        if not math.isfinite(total):
-            raise ValueError("refusing the update at step %d: it would make λ non-finite "
-                             "(rho=%g, D/S=%g); the state is left unchanged"
-                             % (step, rho, scale))
-        _apply_row_update(ntilde, ids, s, coef, delta_colsum)
-        colsum = colsum + delta_colsum
-        mean_change = total / s.size if len(ids) else 0.0
-    return colsum, new_a, pi_after, mean_change
+    upd = LazyLambdaUpdate(ntilde, colsum, a, pi, rho, scale, eta, step)
+    upd.check(ids, s)
+    upd.start()
+    upd.apply(ids, s)
+    return upd.finish()

@@ -13,7 +13,13 @@ Create / add / merge / extract:
 * merge: ``a.merge(b)`` adds ``b`` into ``a`` (union of word ids); a result touching more than
   ``DENSE_FRACTION`` of the vocabulary switches to a dense V×K block (a 4,096-document
   minibatch touches most of a 50k vocabulary, where a dense sum is cheapest);
-* extract: ``word_ids``/``sstats`` (or ``to_dense()``) for the global step.
+* extract: ``word_ids``/``sstats`` (or ``to_dense()``) for the global step, which reads them
+  through ``row_blocks()``.
+
+:class:`VBStatsSum` is the sum of pieces written to files (``VBStats.lazy_sum``) that is never
+held whole: the global step reads it block by block of rows, each block summed from the
+pieces' files as it is needed (a minibatch of a big model touches more than half of V, so its
+summed statistics are as large as λ).
 
 ``to_bytes``/``from_bytes`` give a compact raw-bytes form (a JSON header and the arrays'
 raw little-endian bytes; no pickle, no ``np.save``) for a Beam coder.
@@ -21,13 +27,16 @@ raw little-endian bytes; no pickle, no ``np.save``) for a Beam coder.
 from __future__ import annotations
 
 import math
+import os
+import zlib
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+from numba import njit
 
-from lda_core.algorithms.algorithm import (SuffStats, pack_arrays, read_arrays, unpack_arrays,
-                                           write_arrays)
+from lda_core.algorithms.algorithm import (SuffStats, _raw, _read_full, array_layout, pack_arrays,
+                                           read_arrays, unpack_arrays, write_arrays)
 
 DENSE_FRACTION = 0.5
 
@@ -242,6 +251,14 @@ class VBStats(SuffStats):
         return int(self.word_ids.nbytes + self.sstats.nbytes
                    + (0 if self.gamma is None else self.gamma.nbytes))
 
+    def row_blocks(self) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """The rows for the global step: here one block, (int64 word ids, sstats)."""
+        yield self.word_ids.astype(np.int64), self.sstats
+
+    @classmethod
+    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]]) -> "VBStatsSum":
+        return VBStatsSum(parts)
+
     # -- bytes ----------------------------------------------------------------------------
     _ARRAYS = (("word_ids", "<i4"), ("sstats", "<f8"), ("sum_elogtheta", "<f8"), ("gamma", "<f8"))
 
@@ -285,3 +302,168 @@ class VBStats(SuffStats):
                        **{c: int(header[c]) for c in cls.COUNTERS})
         except (KeyError, TypeError) as e:
             raise ValueError("damaged VBStats byte string: %s" % e) from None
+
+
+@njit(cache=True, error_model="numpy")
+def _add_rows(out, pos, rows):
+    """out[pos[i]] += rows[i] (``pos`` unique): numpy's ``out[pos] += rows`` in one pass."""
+    for i in range(pos.shape[0]):
+        r = pos[i]
+        for k in range(rows.shape[1]):
+            out[r, k] += rows[i, k]
+
+
+class _PieceFile:
+    """One :class:`VBStats` that ``write_to`` wrote to bytes ``[offset, offset + size)`` of
+    ``path``: everything but ``sstats`` read at once; ``sstats`` rows read on demand into a
+    caller's buffer (``os.preadv``: nothing else is allocated), their CRC-32 taken as they are
+    read in order."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        self.path = path
+        with open(path, "rb") as f:
+            f.seek(offset)
+            header, layout, self.crc_want = array_layout(f, _MAGIC, size)
+            arrays, self.before, self.after, seen = {}, [], [], False
+            for name, dt, shape, pos, n in layout:
+                if name == "sstats":
+                    self.rows_at, self.row_shape, seen = offset + pos, shape, True
+                    continue
+                f.seek(offset + pos)
+                a = np.empty(shape, dt)
+                _read_full(f, _raw(a), name)
+                arrays[name] = a
+                (self.after if seen else self.before).append(a)
+        try:
+            K = int(header["n_topics"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError("%s: damaged VBStats byte string: %s" % (path, e)) from None
+        self.word_ids = arrays.get("word_ids", np.zeros(0, np.int32))
+        if not seen or list(self.row_shape) != [len(self.word_ids), K]:
+            raise ValueError("%s: damaged VBStats byte string (sstats does not match its word "
+                             "ids)" % path)
+        self.row_bytes = 8 * K
+        # counters, score, Σ E[log θ], γ: the statistics without their rows
+        self.meta = VBStats._from_unpacked(header, dict(
+            arrays, word_ids=np.zeros(0, np.int32), sstats=np.zeros((0, K), np.float64)))
+        self.dense = bool(header["dense"])
+        self.fd, self.crc, self.next_row = None, None, 0
+
+    def open(self, check: bool) -> None:
+        self.fd = os.open(self.path, os.O_RDONLY)
+        self.next_row = 0
+        self.crc = None
+        if check:
+            self.crc = 0
+            for a in self.before:
+                self.crc = zlib.crc32(_raw(np.ascontiguousarray(a)), self.crc)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def span(self, lo: int, hi: int) -> Tuple[int, int]:
+        """The rows whose word ids lie in ``[lo, hi]``."""
+        return (int(np.searchsorted(self.word_ids, lo, "left")),
+                int(np.searchsorted(self.word_ids, hi, "right")))
+
+    def read_rows(self, r0: int, r1: int, buf: np.ndarray) -> np.ndarray:
+        """Rows ``[r0, r1)`` read into ``buf`` (rows are asked for in order, each once)."""
+        if r0 != self.next_row:
+            raise ValueError("%s: rows asked for out of order" % self.path)
+        out = buf[:r1 - r0]
+        view, got, at = _raw(out), 0, self.rows_at + r0 * self.row_bytes
+        while got < len(view):
+            k = os.preadv(self.fd, [view[got:]], at + got)
+            if k <= 0:
+                raise ValueError("%s: truncated statistics file (array sstats)" % self.path)
+            got += k
+        if self.crc is not None:
+            self.crc = zlib.crc32(view, self.crc)
+        self.next_row = r1
+        return out
+
+    def verify(self) -> None:
+        """After every row was read with ``check``: the file's CRC-32."""
+        if self.next_row != len(self.word_ids):
+            raise ValueError("%s: %d of %d statistics rows read" % (self.path, self.next_row,
+                                                                   len(self.word_ids)))
+        crc = self.crc
+        for a in self.after:
+            crc = zlib.crc32(_raw(np.ascontiguousarray(a)), crc)
+        if crc != self.crc_want:
+            raise ValueError("%s: statistics byte string fails its CRC-32 check (damaged)"
+                             % self.path)
+
+
+class VBStatsSum:
+    """The sum, in the order given, of :class:`VBStats` pieces written to files
+    (``write_to``; ``parts`` = ``[(path, offset, size)]``), for the global step without the
+    summed statistics ever held whole.
+
+    Counters, score, Σ E[log θ], step and γ are summed at once (small; a piece computed at
+    another global step is refused). The rows are formed by :meth:`row_blocks`: consecutive
+    blocks of at most ``block_bytes`` of the summed rows, each set to zero and each piece's
+    rows of those words added in piece order -- per entry the float64 sums of
+    ``merge``-ing the pieces in that order, and the rows those merges would hold (all V words
+    when the merged statistics would be dense) -- so a global step from this object is bit
+    for bit the one from the merged :class:`VBStats`. Memory: two blocks. The first pass
+    over the blocks also checks every piece's CRC-32 (ValueError naming the file, raised
+    after its last block)."""
+
+    BLOCK_BYTES = 1 << 25
+
+    def __init__(self, parts: Sequence[Tuple[str, int, int]], block_bytes: Optional[int] = None):
+        if not parts:
+            raise ValueError("no statistics pieces to sum")
+        self.block_bytes = int(block_bytes or self.BLOCK_BYTES)
+        self._pieces: List[_PieceFile] = [_PieceFile(*p) for p in parts]
+        first = self._pieces[0].meta
+        meta = VBStats.empty(first.n_topics, first.n_words)
+        for p in self._pieces:
+            meta.merge(p.meta)
+        self.meta = meta
+        for name in VBStats.COUNTERS + ("n_topics", "n_words", "score", "sum_elogtheta",
+                                        "step", "gamma", "gamma_doc_ids"):
+            setattr(self, name, getattr(meta, name))
+        ids = [p.word_ids for p in self._pieces]
+        rest = np.unique(np.concatenate(ids[1:])) if len(ids) > 1 else np.zeros(0, np.int32)
+        union = np.union1d(ids[0], rest)
+        # merging in order: the first piece is reserved for all the later pieces' rows
+        # (dense past DENSE_FRACTION of V) unless they hold none; a dense piece makes it dense
+        self.dense = (any(p.dense for p in self._pieces)
+                      or (len(rest) > 0 and len(union) > DENSE_FRACTION * self.n_words))
+        self.word_ids = (np.arange(self.n_words, dtype=np.int64) if self.dense
+                         else union.astype(np.int64))
+        self._passes = 0
+
+    def row_blocks(self) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """(word ids, summed rows) block by block in word order; the arrays are reused from
+        one block to the next (use a block before asking for the next)."""
+        K = self.n_topics
+        per = max(1, self.block_bytes // (8 * K))
+        check = self._passes == 0
+        self._passes += 1
+        rows = self.word_ids
+        block = np.empty((min(per, max(1, len(rows))), K), np.float64)
+        buf = np.empty_like(block)
+        try:
+            for p in self._pieces:
+                p.open(check)
+            for i0 in range(0, len(rows), per):
+                ids = rows[i0:i0 + per]
+                out = block[:len(ids)]
+                out[:] = 0.0
+                for p in self._pieces:
+                    j0, j1 = p.span(ids[0], ids[-1])
+                    if j1 > j0:
+                        _add_rows(out, np.searchsorted(ids, p.word_ids[j0:j1]),
+                                  p.read_rows(j0, j1, buf))
+                yield ids, out
+            if check:
+                for p in self._pieces:
+                    p.verify()
+        finally:
+            for p in self._pieces:
+                p.close()

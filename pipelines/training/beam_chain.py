@@ -9,10 +9,12 @@ worker. Here a step is **one** stage, :class:`ChainedEStepFn` over the pieces of
 
 * each worker process keeps one copy of the state (:data:`_COPY`, loaded once from the
   window's start state) and, before its first piece of step ``t``, applies the global step
-  of ``t-1`` to it itself: the pieces merged in piece order
-  (:func:`pipelines.training.beam_stats.merge_in_order`) and ``global_step`` -- the very calls the
-  single global-step worker made, so every copy, and the final state, is bit for bit the
-  one of the two-stage window;
+  of ``t-1`` to it itself: the pieces summed in piece order
+  (:func:`pipelines.training.beam_stats.sum_in_order`: for online VB a lazy sum the global step
+  reads block by block of rows from the pieces' files, so no copy ever holds the whole summed
+  statistics next to the state -- at K = 1,000 a minibatch's sum is as large as λ) and
+  ``global_step``, the same sums in the same order as the single global-step worker's merge,
+  so every copy, and the final state, is bit for bit the one of the two-stage window;
 * the worker that runs piece 0 of step ``t`` also publishes state ``t`` to the scratch folder
   with the step's info for the driver (:func:`pipelines.training.beam_steps.apply_global_step`'s
   files), and removes state ``t-2`` and the pieces of ``t-2``: a worker that ran no piece
@@ -36,7 +38,7 @@ from typing import Any, List, Optional, Tuple
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_plan import StepPlan
 from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_stats import merge_in_order
+from pipelines.training.beam_stats import sum_in_order
 from pipelines.training.beam_steps import (LeanDoFn, _StepMetrics, _global_step, _remove_quietly,
                                            _store_info, piece_statistics)
 
@@ -76,6 +78,7 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
         if have is not None and have[0] == run_key and have[1] == position:
             return have[2]
         if position == start.position:
+            have = _COPY[0] = None    # a previous window's copy is freed before the load
             algo = _load(start.path, n_threads)
             _COPY[0] = (run_key, position, algo)
             return algo
@@ -84,11 +87,11 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
         if have is not None and have[0] == run_key and have[1] == position - 1:
             algo = have[2]
         else:
-            _COPY[0] = None           # free the stale copy before loading
+            have = _COPY[0] = None    # the stale copy is freed before the load
             path = start.path if position - 1 == start.position else state_path(scratch,
                                                                                 position - 1)
             algo = _load(path, n_threads)
-        stats = merge_in_order(dict(prev_pieces))
+        stats = sum_in_order(dict(prev_pieces))
         key = "%s/%d" % (run_key, position)
         info = _global_step(algo, stats, prev.position, prev.n_docs)
         if "error" in info:

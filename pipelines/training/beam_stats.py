@@ -76,6 +76,10 @@ class SpilledStats(NamedTuple):
         """The statistics' ``row_ids`` (``SuffStats.read_row_ids``), read from the file."""
         return self._read(lambda cls, f, size: cls.read_row_ids(f, size))
 
+    def segment(self):
+        """(statistics class, path, offset, size): where the class's ``write_to`` bytes lie."""
+        return self._read(lambda cls, f, size: (cls, self.path, f.tell(), size))
+
     def _read(self, fn):
         import os
         with open(self.path, "rb") as f:
@@ -381,6 +385,24 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     beam_cost.report("stats_decode", t_dec)
     beam_cost.report("stats_combine", t_merge)
     return total
+
+
+def sum_in_order(pieces: Dict[int, Any]):
+    """What :func:`merge_in_order` of ``pieces`` gives to a global step, without the sum
+    held whole where possible: when every piece is spilled and their class sums files lazily
+    (``SuffStats.lazy_sum``), that lazy sum (same values, formed block by block by the
+    global step itself); otherwise the merged statistics."""
+    order = sorted(pieces)
+    if order and all(isinstance(pieces[p], SpilledStats) for p in order):
+        from pipelines.training import beam_cost
+        t0 = time.perf_counter()
+        segs = [pieces[p].segment() for p in order]
+        lazy = (segs[0][0].lazy_sum([s[1:] for s in segs])
+                if all(s[0] is segs[0][0] for s in segs) else None)
+        beam_cost.report("stats_decode", time.perf_counter() - t0)
+        if lazy is not None:
+            return lazy
+    return merge_in_order(pieces)
 
 
 def _reserve(total: SuffStats, rest) -> None:
