@@ -133,7 +133,8 @@ def test_apply_vocabulary_transform():
                                                np.frombuffer(r[4], np.int32).tolist())),
                     equal_to([("a", [0, 1], [1, 2])]), label="rows")
         assert_that(stats | beam.CombinePerKey(sum), equal_to([
-            ("oov_tokens_dropped", 3), ("empty_after_pruning", 1)]), label="stats")
+            ("oov_tokens_dropped", 3), ("empty_after_pruning", 1),
+            ("vocab_applied_documents", 2)]), label="stats")
 
 
 def test_write_shards_transform_is_sorted_and_split(tmp_path):

@@ -432,17 +432,32 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
     splits = manifest.get("splits") if isinstance(manifest, dict) else None
     if not isinstance(splits, dict):
         return None        # a manifest without a shard listing: nothing to check against
+    return check_shard_listing(path, splits, check_hashes)
+
+
+def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
+                        listing: str = MANIFEST_FILE) -> dict:
+    """Check the shards under dataset ``path`` against a manifest's ``splits`` listing:
+    each listed shard exists with the listed row count (Parquet footer) and, when
+    ``check_hashes`` and recorded, the listed sha256; no other shard sits in a split
+    folder. Returns ``{"shards": n, "documents": d}``; raises ``ValueError`` naming the
+    first problem (``listing`` names the listing in it). Used by :func:`verify` and by
+    ``vectorize`` before it publishes the manifest."""
     n_shards = n_docs = 0
     for split in (TRAIN_SPLIT, HELDOUT_SPLIT):
         listed = (splits.get(split) or {}).get("shards") or []
         names = set()
         for entry in listed:
             f = join(path, entry["file"])
-            names.add(entry["file"].rsplit("/", 1)[-1])
+            name = entry["file"].rsplit("/", 1)[-1]
+            if name in names:
+                raise ValueError("dataset %s: shard %s is listed twice in %s; re-run `ldabeam "
+                                 "vectorize`" % (path, entry["file"], listing))
+            names.add(name)
             if not exists(f):
                 raise ValueError("dataset %s is incomplete: shard %s listed in %s is missing; "
                                  "re-run `ldabeam vectorize`" % (path, entry["file"],
-                                                                   MANIFEST_FILE))
+                                                                   listing))
             try:
                 rows = _parquet_file(f).metadata.num_rows
             except Exception as e:   # truncated / not Parquet
@@ -451,12 +466,12 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
             if rows != entry.get("documents", rows):
                 raise ValueError("dataset %s: shard %s holds %d documents but %s says %d; "
                                  "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
-                                                                 MANIFEST_FILE,
+                                                                 listing,
                                                                  entry["documents"]))
             if check_hashes and entry.get("sha256") and _file_sha256(f) != entry["sha256"]:
                 raise ValueError("dataset %s: shard %s differs from the one %s lists (sha256 "
                                  "mismatch); re-run `ldabeam vectorize`"
-                                 % (path, entry["file"], MANIFEST_FILE))
+                                 % (path, entry["file"], listing))
             n_shards += 1
             n_docs += rows
         extra = sorted(p.replace("\\", "/").rsplit("/", 1)[-1]
@@ -465,7 +480,7 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
         if extra:
             raise ValueError("dataset %s: %s/%s is not listed in %s (left from another run?); "
                              "remove it or re-run `ldabeam vectorize --overwrite`"
-                             % (path, split, extra[0], MANIFEST_FILE))
+                             % (path, split, extra[0], listing))
     return {"shards": n_shards, "documents": n_docs}
 
 

@@ -4,6 +4,7 @@ hash of ``doc_id``), the Parquet shards (:class:`WriteShards`), the dead letters
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -91,26 +92,32 @@ def _key_by_split(element, holdout_fraction: float, seed: int):
 
 
 def _assign_shard(kv, split_counts, num_shards: int, heldout_shards: int):
-    """``(split, [(order, row), ...])`` -> ``((split, index, n), [(order, row), ...])`` per
-    shard present."""
+    """``(split, [(order, row), ...])`` -> ``((split, index, n, total), [(order, row), ...])``
+    per shard present; ``total`` is the number of rows of the split that reached the shard
+    step, carried to every shard's manifest entry so that rows lost between here and the
+    writer are found (:func:`check_shard_entries`)."""
     split, items = kv
     requested = num_shards if split == dataset.TRAIN_SPLIT else heldout_shards
-    n = auto_num_shards(split_counts.get(split, 0), requested)
+    total = split_counts.get(split, 0)
+    n = auto_num_shards(total, requested)
     by_shard: Dict[int, list] = {}
     for item in items:
         by_shard.setdefault(item[0] % n, []).append(item)
-    return [((split, index, n), lst) for index, lst in sorted(by_shard.items())]
+    return [((split, index, n, total), lst) for index, lst in sorted(by_shard.items())]
 
 
 class _WriteShardFn(beam.DoFn):
-    """``((split, index, n_shards), [[(order, row), ...], ...])`` -> one Parquet shard, rows
-    sorted by ``(order, doc_id)``; emits the shard's entry for the manifest."""
+    """``((split, index, n_shards, split_rows), [[(order, row), ...], ...])`` -> one Parquet
+    shard, rows sorted by ``(order, doc_id)``; emits the shard's entry for the manifest.
+
+    The shard's name depends only on its key and its content only on its rows, and it is
+    written atomically: a retried or duplicated bundle rewrites the same file, never a part."""
 
     def __init__(self, output: str):
         self._output = output
 
     def process(self, kv, vocab_hash_value):
-        (split, index, n), pieces = kv
+        (split, index, n, split_rows), pieces = kv
         items = sorted((it for piece in pieces for it in piece),
                        key=lambda it: (it[0], it[1][0]))
         rows = [r for _, r in items]
@@ -120,7 +127,8 @@ class _WriteShardFn(beam.DoFn):
                                   vocab_hash_value)
         Metrics.counter(NAMESPACE, "shards_written").inc()
         yield {"split": split, "file": "%s/%s" % (split, name), "index": index, "n_shards": n,
-               "documents": len(rows), "tokens": int(sum(r[5] for r in rows)), "sha256": sha}
+               "split_rows": split_rows, "documents": len(rows),
+               "tokens": int(sum(r[5] for r in rows)), "sha256": sha}
 
 
 def write_vocabulary(record: dict, output: str) -> dict:
@@ -146,15 +154,25 @@ class LostDocumentsError(RuntimeError):
     """Documents were read but neither written nor counted as dropped."""
 
 
-def check_accounted(counts, output: str) -> None:
+def check_accounted(counts, output: str, stats: Optional[dict] = None) -> None:
     """Refuse to publish a manifest when documents went missing between reading and writing.
 
     Every document read is kept, counted as dropped (empty, too short, empty after pruning) or
     dead-lettered; dead letters also count records that failed before they were read as
     documents, so they bound the identity from above. A shortfall means rows were lost on the
     way to the shards: the dataset is left without its manifest (so ``dataset.verify`` refuses
-    it as incomplete) instead of being published short.
+    it as incomplete) instead of being published short. ``stats`` (the summed per-bundle
+    counts), when given, also locates a loss between the tokenizer and the vocabulary step
+    (documents the tokenizer kept for the vocabulary vs documents that step received).
     """
+    stats = stats or {}
+    if "vocab_documents" in stats and "vocab_applied_documents" in stats and \
+            stats["vocab_documents"] != stats["vocab_applied_documents"]:
+        raise LostDocumentsError(
+            "vectorize: %s: the tokenizer kept %d documents but %d reached the vocabulary step; "
+            "rows were lost between them, so no manifest was published -- rerun the vectorize "
+            "(into an empty --output)"
+            % (output, stats["vocab_documents"], stats["vocab_applied_documents"]))
     accounted = (counts["documents_kept"] + counts["empty_documents"] + counts["too_short"]
                  + counts["empty_after_pruning"])
     read = counts["documents_read"]
@@ -167,11 +185,37 @@ def check_accounted(counts, output: str) -> None:
                counts["dead_letters"]))
 
 
+def check_shard_entries(splits: Dict[str, list], output: str) -> None:
+    """Refuse shard entries that do not describe one complete set of shards per split: one
+    shard count, each index once, and as many rows written as reached the shard step (a
+    shortfall means rows were lost between the shard assignment and the writer)."""
+    for split, lst in sorted(splits.items()):
+        counts = {s["n_shards"] for s in lst}
+        totals = {s["split_rows"] for s in lst if "split_rows" in s}
+        seen = collections.Counter(s["index"] for s in lst)
+        twice = sorted(i for i, c in seen.items() if c > 1)
+        if len(counts) > 1 or len(totals) > 1 or twice:
+            raise LostDocumentsError(
+                "vectorize: %s: the %s shards disagree (shard counts %s, rows %s, indices "
+                "written twice %s); no manifest was published -- rerun the vectorize (into an "
+                "empty --output)" % (output, split, sorted(counts), sorted(totals), twice))
+        written = sum(s["documents"] for s in lst)
+        if totals and written != next(iter(totals)):
+            raise LostDocumentsError(
+                "vectorize: %s: %d %s rows reached the shard step but %d were written; rows "
+                "were lost between the shard assignment and the writer, so no manifest was "
+                "published -- rerun the vectorize (into an empty --output)"
+                % (output, next(iter(totals)), split, written))
+
+
 def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
-    """Write empty shards for indices that got no documents, then the manifest."""
+    """Write empty shards for indices that got no documents, check every shard against its
+    entry (Parquet footer row count; sha256 on local disk) and that the documents add up,
+    then write the manifest."""
     splits = {}
     for s in sorted(shards, key=lambda s: (s["split"], s["index"])):
         splits.setdefault(s["split"], []).append(s)
+    check_shard_entries(splits, output)      # before an empty shard can replace a written one
     empty_table = rows_to_table([])
     for split, lst in splits.items():
         n = lst[0]["n_shards"]
@@ -208,7 +252,13 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
         "replaced_characters": stats.get("replaced_characters", 0),
     }
-    check_accounted(counts, output)
+    check_accounted(counts, output, stats)
+    try:
+        dataset.check_shard_listing(output, split_info,
+                                    check_hashes=not dataset.is_remote(output),
+                                    listing="the manifest being written")
+    except ValueError as e:
+        raise LostDocumentsError("vectorize: %s; no manifest was published" % e) from e
     manifest = {
         "tool": "ldabeam vectorize",
         "format_version": dataset.FORMAT_VERSION,

@@ -327,19 +327,25 @@ class _TokenizeFn(CountingDoFn):
 
 class _ApplyVocabularyFn(CountingDoFn):
     """Tokenized batches + the vocabulary's tokens (side input, :func:`packed_vocabulary`)
-    -> lists of rows (one per batch); OOV tokens dropped."""
+    -> lists of rows (one per batch); OOV tokens dropped. Counts the documents it receives
+    (``vocab_applied_documents``: the manifest step compares them with the documents the
+    tokenizer kept).
+
+    The lookup index is rebuilt when the side-input object changes; the object is held, so
+    a later value can never be taken for it (``id()`` of a freed object is reused)."""
 
     def __init__(self):
         self._index = None
-        self._record_id = None
+        self._packed = None
 
     def process(self, element, packed_vocab):
-        if self._index is None or self._record_id != id(packed_vocab):
+        if self._index is None or self._packed is not packed_vocab:
             self._index = unpacked_vocabulary(packed_vocab)
-            self._record_id = id(packed_vocab)
+            self._packed = packed_vocab
         metas, tokens, ptr, ids, counts = element
         bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
                          np.frombuffer(counts, np.int64))
+        self._count("vocab_applied_documents", len(metas))
         rows, dropped, n_empty = counts_to_rows(metas, bc, self._index)
         self._count("oov_tokens_dropped", dropped)
         self._count("empty_after_pruning", n_empty)
