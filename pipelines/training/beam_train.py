@@ -166,6 +166,20 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
     return os.path.join(model_dir, SCRATCH_DIR)
 
 
+def default_pieces(cfg: RunnerConfig, one_stage: bool) -> int:
+    """Read tasks per minibatch when ``pieces_per_minibatch`` is not given. In-process: one
+    (the numba kernel already uses every core on a whole minibatch; nothing to merge). Worker
+    processes whose steps are one stage each (``one_stage``,
+    :mod:`pipelines.training.beam_chain`): one per worker -- every worker spills its pieces
+    and then decodes and merges *every* piece of the step, so each extra piece costs every
+    worker a decode and a merge of a K x (touched words) block (docs/beam-training.md,
+    measurements). Otherwise two per worker: only the combining worker merges, and the
+    second piece evens out a slow worker."""
+    if cfg.in_process:
+        return 1
+    return cfg.num_workers if one_stage else 2 * cfg.num_workers
+
+
 def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
                     detach: bool) -> None:
     for name, v in (("passes", passes), ("batch_size", batch_size)):
@@ -234,9 +248,9 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     argv = list(beam_argv or ())
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg, batch_size))
-    # in-process the numba kernel already uses every core on a whole minibatch: one piece
-    # (no merge at all); with worker processes two pieces per worker balance the load
-    pieces = int(pieces_per_minibatch or (1 if cfg.in_process else 2 * cfg.num_workers))
+    one_stage = (unroll and deterministic_combine and not fanout
+                 and chained(cfg, default_scratch_root(model_dir, cfg, scratch_dir)))
+    pieces = int(pieces_per_minibatch or default_pieces(cfg, one_stage))
     if n_threads is None and not cfg.in_process and cfg.local:
         n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
     if checkpoint_store is None:

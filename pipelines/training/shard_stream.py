@@ -36,9 +36,21 @@ def shard_row_counts(files: Sequence[str]) -> List[int]:
 
 def read_shard(path: str, columns: Sequence[str] = TRAIN_COLUMNS) -> DocBatch:
     """One whole shard as a DocBatch (only ``columns`` that the file has)."""
+    return read_shard_counted(path, columns)[0]
+
+
+def read_shard_counted(path: str, columns: Sequence[str] = TRAIN_COLUMNS
+                       ) -> Tuple[DocBatch, int]:
+    """:func:`read_shard` and the Parquet bytes it decoded (the compressed column chunks of
+    ``columns``, from the footer)."""
     pf = _parquet_file(path)
     present = [c for c in columns if c in pf.schema_arrow.names]
-    return dataset.table_to_docbatch(pf.read(columns=present))
+    md = pf.metadata
+    top = lambda i: md.schema.column(i).path.split(".", 1)[0]
+    cols = [i for i in range(md.num_columns) if top(i) in present]
+    nbytes = sum(md.row_group(g).column(i).total_compressed_size
+                 for g in range(md.num_row_groups) for i in cols)
+    return dataset.table_to_docbatch(pf.read(columns=present)), int(nbytes)
 
 
 def gather(batch: DocBatch, rows: np.ndarray) -> DocBatch:
