@@ -33,7 +33,8 @@ driver's child processes, sampled while the run lasts) against the state size.
 Rows go to ``benchmarks/results/beam_train_bench.json`` (``benchmarks.common.save_results``)
 with the keys the cluster model reads (``runner``, ``K``, ``V``, ``S``, ``docs``, ``steps``,
 ``wall_s``, ``cpu_s``, ``docs_per_s_ratio``, ``estep_s``, ``global_step_s``,
-``per_step_overhead_s``, ``state_bytes``, ``stats_bytes_per_step``, ``breakdown``,
+``per_step_overhead_s``, ``state_bytes``, ``stats_bytes_per_step``, ``read_bytes_per_step``
+(Parquet bytes decoded, summed over the workers; Beam runners), ``breakdown``,
 ``final_state``).
 
     python benchmarks/beam_train_bench.py [--docs 200000] [--minibatch 4096] [--portable]
@@ -169,6 +170,7 @@ def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **
                state_bytes=state_bytes(algo),
                stats_bytes_per_step=nbytes.get("stats_encode", 0.0),
                state_delivery_bytes_per_step=nbytes.get("state_delivery", 0.0),
+               read_bytes_per_step=nbytes.get("read"),
                workers=workers, breakdown=per,
                final_state=compare(algo, ref_algo) if ref_algo is not None else "reference",
                load_average=load)
