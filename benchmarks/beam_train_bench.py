@@ -33,7 +33,8 @@ driver's child processes, sampled while the run lasts) against the state size.
 Rows go to ``benchmarks/results/beam_train_bench.json`` (``benchmarks.common.save_results``)
 with the keys the cluster model reads (``runner``, ``K``, ``V``, ``S``, ``docs``, ``steps``,
 ``wall_s``, ``cpu_s``, ``docs_per_s_ratio``, ``estep_s``, ``global_step_s``,
-``per_step_overhead_s``, ``state_bytes``, ``stats_bytes_per_step``, ``breakdown``,
+``per_step_overhead_s``, ``state_bytes``, ``stats_bytes_per_step``, ``read_bytes_per_step``
+(Parquet bytes decoded, summed over the workers; Beam runners), ``breakdown``,
 ``final_state``).
 
     python benchmarks/beam_train_bench.py [--docs 200000] [--minibatch 4096] [--portable]
@@ -169,6 +170,7 @@ def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **
                state_bytes=state_bytes(algo),
                stats_bytes_per_step=nbytes.get("stats_encode", 0.0),
                state_delivery_bytes_per_step=nbytes.get("state_delivery", 0.0),
+               read_bytes_per_step=nbytes.get("read"),
                workers=workers, breakdown=per,
                final_state=compare(algo, ref_algo) if ref_algo is not None else "reference",
                load_average=load)
@@ -184,7 +186,7 @@ def _print_row(r):
     print("      per step: " + ", ".join("%s %.3f" % kv for kv in sorted(r["breakdown"].items())))
 
 
-def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None):
+def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None):
     from lda_core.storage.run_log import RunLog
     from pipelines.training import beam_train, beam_window
     beam_window.CHAINED_STEPS = not name.endswith("-two-stage")
@@ -195,8 +197,8 @@ def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None):
     c0, t0 = _cpu(), time.time()
     with RunLog(log_path) as rl:
         r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
-                             minibatches_per_window=window, beam_argv=bargv, progress=False,
-                             run_log=rl)
+                             minibatches_per_window=window, pieces_per_minibatch=pieces,
+                             beam_argv=bargv, progress=False, run_log=rl)
     wall, cpu = time.time() - t0, _cpu() - c0
     return wall, cpu, r.algorithm, breakdown(log_path)
 
@@ -239,6 +241,11 @@ def main(argv=None):
     p.add_argument("--window", type=int, default=None,
                    help="minibatches per window (default: the Beam trainer's default)")
     p.add_argument("--skip-workers", action="store_true", help="skip the worker-process run")
+    p.add_argument("--runners", default=None,
+                   help="comma-separated Beam runners to time after the in-process reference "
+                        "(default: all of %s)" % ", ".join(RUNNERS))
+    p.add_argument("--pieces", type=int, default=None,
+                   help="read tasks per minibatch (default: the Beam trainer's default)")
     p.add_argument("--portable", action="store_true",
                    help="also run the PortableRunner with an external worker pool")
     p.add_argument("--big", action="store_true",
@@ -294,11 +301,12 @@ def main(argv=None):
         rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,
                          breakdown(log_path), algo, None, os.getloadavg()))
         _print_row(rows[-1])
-        names = ["beam-in-process"] + ([] if args.skip_workers else
-                                       ["beam-workers-2", "beam-workers-2-two-stage"])
+        names = (args.runners.split(",") if args.runners else
+                 ["beam-in-process"] + ([] if args.skip_workers else
+                                        ["beam-workers-2", "beam-workers-2-two-stage"]))
         for name in names:
             wall, cpu, a, timing = run_beam(name, RUNNERS[name], files, K, V, D, S, vh, tmp,
-                                            args.window)
+                                            args.window, args.pieces)
             rows.append(_row(name, K, V, S, D, wall, cpu, ref_wall, timing, a, ref,
                              os.getloadavg()))
             _print_row(rows[-1])
@@ -306,7 +314,7 @@ def main(argv=None):
             bargv, procs = portable_pool()
             try:
                 wall, cpu, a, timing = run_beam("portable-pool", bargv, files, K, V, D, S, vh,
-                                                tmp, args.window)
+                                                tmp, args.window, args.pieces)
                 rows.append(_row("portable-pool", K, V, S, D, wall, cpu, ref_wall, timing, a,
                                  ref, os.getloadavg(), cpu_note="driver only"))
                 _print_row(rows[-1])

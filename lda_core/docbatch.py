@@ -8,6 +8,7 @@ shard reader in ``pipelines.ingest.dataset`` builds it from Parquet record batch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -59,6 +60,21 @@ class DocBatch:
                 if len(v) != len(self.doc_ids):
                     raise ValueError("%s has %d entries for %d documents"
                                      % (name, len(v), len(self.doc_ids)))
+
+    @classmethod
+    def _derived(cls, doc_ids: tuple, indptr: np.ndarray, word_ids: np.ndarray,
+                 counts: np.ndarray, titles: Optional[tuple], labels: Optional[tuple]
+                 ) -> "DocBatch":
+        """A batch made of whole documents of batches that were checked at construction
+        (:meth:`take`, :meth:`concat`): every document keeps its sorted, unique word ids and
+        positive counts, so the checks of ``__post_init__`` (a pass over every non-zero,
+        as long as the minibatch's gather itself) cannot fail and are skipped. Arguments
+        are in their final types (tuples; int64/int32 arrays)."""
+        out = object.__new__(cls)
+        for name, v in (("doc_ids", doc_ids), ("indptr", indptr), ("word_ids", word_ids),
+                        ("counts", counts), ("titles", titles), ("labels", labels)):
+            object.__setattr__(out, name, v)
+        return out
 
     def _doc_at(self, pos: int) -> str:
         """The id of the document holding non-zero ``pos``."""
@@ -157,18 +173,21 @@ class DocBatch:
         return self.word_ids[s:e], self.counts[s:e]
 
     def take(self, idx: Sequence[int]) -> "DocBatch":
-        """The documents at positions ``idx`` in that order."""
-        idx = np.asarray(idx, dtype=np.int64)
+        """The documents at positions ``idx`` in that order (negative positions count from
+        the end), vectorised: no per-document Python loop over the CSR arrays."""
+        n = self.n_docs
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < -n or idx.max() >= n):
+            raise IndexError("document position out of range for a batch of %d documents" % n)
+        idx = np.where(idx < 0, idx + n, idx)
         lens = np.diff(self.indptr)[idx]
         indptr = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(lens, out=indptr[1:])
-        if len(idx):
-            pos = np.concatenate([np.arange(self.indptr[i], self.indptr[i + 1]) for i in idx])
-        else:
-            pos = np.zeros(0, np.int64)
-        pick = lambda v: None if v is None else tuple(v[i] for i in idx)
-        return DocBatch(tuple(self.doc_ids[i] for i in idx), indptr, self.word_ids[pos],
-                        self.counts[pos], titles=pick(self.titles), labels=pick(self.labels))
+        pos = (np.repeat(self.indptr[idx] - indptr[:-1], lens)
+               + np.arange(indptr[-1], dtype=np.int64))
+        pick = lambda v: None if v is None else _pick(v, idx)
+        return DocBatch._derived(_pick(self.doc_ids, idx), indptr, self.word_ids[pos],
+                                 self.counts[pos], pick(self.titles), pick(self.labels))
 
     def non_empty(self) -> "DocBatch":
         """The documents that have at least one token (empty ones are skipped and counted)."""
@@ -189,7 +208,16 @@ class DocBatch:
         indptr = np.concatenate([[0]] + [b.indptr[1:] + o for b, o in zip(batches, offsets)])
         opt = lambda name: (None if any(getattr(b, name) is None for b in batches)
                             else tuple(x for b in batches for x in getattr(b, name)))
-        return DocBatch(tuple(d for b in batches for d in b.doc_ids), indptr,
-                        np.concatenate([b.word_ids for b in batches]),
-                        np.concatenate([b.counts for b in batches]),
-                        titles=opt("titles"), labels=opt("labels"))
+        return DocBatch._derived(tuple(d for b in batches for d in b.doc_ids), indptr,
+                                 np.concatenate([b.word_ids for b in batches]),
+                                 np.concatenate([b.counts for b in batches]),
+                                 opt("titles"), opt("labels"))
+
+
+def _pick(values: tuple, idx: np.ndarray) -> tuple:
+    """``tuple(values[i] for i in idx)`` without the per-item Python loop."""
+    if len(idx) == 0:
+        return ()
+    if len(idx) == 1:
+        return (values[int(idx[0])],)
+    return itemgetter(*idx.tolist())(values)

@@ -474,3 +474,25 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
         beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
                          beam_argv=["--runner=DirectRunner"], progress=False)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
+
+
+def test_default_pieces_one_per_worker_where_every_worker_merges_every_piece(tmp_path):
+    """In-process one piece; worker processes on this machine (one stage per step, every
+    worker merging every piece) one per worker; two per worker where only the combining
+    worker merges (two stages per step, remote scratch)."""
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training import beam_window
+    from pipelines.training.beam_train import default_pieces, default_scratch_root
+    mp = runner_config("DirectRunner", ["--direct_running_mode=multi_processing",
+                                        "--direct_num_workers=3"])
+    assert default_pieces(runner_config("DirectRunner", []), False) == 1
+    local = default_scratch_root(str(tmp_path / "m"), mp)
+    assert beam_window.chained(mp, local)
+    assert default_pieces(mp, True) == 3
+    assert default_pieces(mp, False) == 6
+    # a big topic-word table (K = 1,000, V = 100,000: 800 MB): smaller pieces bound a worker's
+    # E-step memory next to its state copy
+    from pipelines.training.beam_train import BIG_STATE_BYTES
+    assert default_pieces(mp, True, 8 * 1000 * 100_000) == 6
+    assert default_pieces(mp, True, BIG_STATE_BYTES - 1) == 3
+    assert not beam_window.chained(mp, "fakegs://bucket/m/.beam-scratch")

@@ -199,6 +199,8 @@ def test_beam_train_bench(bench_env, tmp_path):
         assert r["breakdown"]["estep"] > 0 and r["breakdown"]["global_step"] > 0
         assert r["state_bytes"] == 8000 * 100 * 8 + 2 * 100 * 8 + 3 * 8
     assert rows[1]["final_state"] == "bit-identical"      # one piece per minibatch in-process
+    for r in rows[1:]:                # what is really read: every shard decoded, in bytes
+        assert r["read_bytes_per_step"] > 0
     for r in rows[2:]:                                    # the trainers agree
         assert r["final_state"] == "bit-identical" or \
             float(r["final_state"].split()[-1]) < 1e-5

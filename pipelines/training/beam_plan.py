@@ -101,7 +101,7 @@ def _read_shard_cached(path: str) -> DocBatch:
     """Whole shard as a DocBatch, cached per process (at most two shards in memory): the rows
     of a minibatch are spread over its shard, so the pieces of a window read the same shards."""
     from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.training.shard_stream import read_shard_counted
     if dataset.is_remote(path):
         key = (path, 0.0, 0)
     else:
@@ -111,7 +111,10 @@ def _read_shard_cached(path: str) -> DocBatch:
     if hit is not None:
         _SHARD_CACHE.move_to_end(key)
         return hit
-    batch = read_shard(path)
+    batch, nbytes = read_shard_counted(path)
+    from pipelines.training import beam_cost
+    # what is really read: the Parquet bytes of every shard decoded (a cache hit reads none)
+    beam_cost.report("read", 0.0, nbytes)
     _SHARD_CACHE[key] = batch
     while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
         _SHARD_CACHE.popitem(last=False)

@@ -166,6 +166,30 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
     return os.path.join(model_dir, SCRATCH_DIR)
 
 
+# A topic-word table (K x V float64) at least this large makes a piece's E-step the peak of a
+# worker's memory: the piece's float64 statistics (K x its words) and float32 exp(E[log β])
+# sit next to the state, so pieces are kept small (docs/cluster.md §7, "Big models").
+BIG_STATE_BYTES = 256 << 20
+
+
+def default_pieces(cfg: RunnerConfig, one_stage: bool, state_bytes: int = 0) -> int:
+    """Read tasks per minibatch when ``pieces_per_minibatch`` is not given. In-process: one
+    (the numba kernel already uses every core on a whole minibatch; nothing to merge). Worker
+    processes whose steps are one stage each (``one_stage``,
+    :mod:`pipelines.training.beam_chain`): one per worker -- every worker spills its pieces
+    and then decodes and merges *every* piece of the step, so each extra piece costs every
+    worker a decode and a merge of a K x (touched words) block (docs/beam-training.md,
+    measurements) -- unless the topic-word table (``state_bytes``) is at least
+    ``BIG_STATE_BYTES``: then two per worker, which halves the piece's transient E-step memory
+    (the peak of a worker holding a big state). Otherwise two per worker: only the combining
+    worker merges, and the second piece evens out a slow worker."""
+    if cfg.in_process:
+        return 1
+    if one_stage and state_bytes < BIG_STATE_BYTES:
+        return cfg.num_workers
+    return 2 * cfg.num_workers
+
+
 def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
                     detach: bool) -> None:
     for name, v in (("passes", passes), ("batch_size", batch_size)):
@@ -207,7 +231,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     accepted for the CLI's sake: the Beam trainer publishes a checkpoint at the end of every
     window. ``eval_every``: held-out evaluation at the end of a window in which a multiple of
     it was reached (and at the end). ``pieces_per_minibatch``: read tasks per minibatch
-    (default: 1 in-process, 2 per worker otherwise). ``n_threads``: E-step threads per worker (default: the
+    (default: :func:`default_pieces`). ``n_threads``: E-step threads per worker (default: the
     algorithm's setting in-process; cores / workers with worker processes).
     ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
     ``scratch_dir``: where states inside a window are exchanged between worker processes
@@ -234,9 +258,11 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     argv = list(beam_argv or ())
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg, batch_size))
-    # in-process the numba kernel already uses every core on a whole minibatch: one piece
-    # (no merge at all); with worker processes two pieces per worker balance the load
-    pieces = int(pieces_per_minibatch or (1 if cfg.in_process else 2 * cfg.num_workers))
+    one_stage = (unroll and deterministic_combine and not fanout
+                 and chained(cfg, default_scratch_root(model_dir, cfg, scratch_dir)))
+    state_bytes = 8 * int(getattr(algorithm, "n_topics", 0) or 0) * int(
+        getattr(algorithm, "n_words", 0) or 0)
+    pieces = int(pieces_per_minibatch or default_pieces(cfg, one_stage, state_bytes))
     if n_threads is None and not cfg.in_process and cfg.local:
         n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
     if checkpoint_store is None:
