@@ -319,7 +319,7 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
     stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
              | "SumStats" >> beam.CombinePerKey(sum))
     settings = _settings_dict(opts, inputs, vocab_source, pruning)
-    return (p | "Start" >> beam.Create([None])
+    return (p | "Start" >> beam.Impulse()
             | "Manifest" >> beam.Map(finish_manifest, AsDict(stats), AsList(shards),
                                      AsSingleton(vocab_info), AsSingleton(dead_info),
                                      settings, output))
