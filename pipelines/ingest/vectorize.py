@@ -352,7 +352,8 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     if files:
         it, dl, st = (p | "Inputs" >> beam.Create(files)
                       | "Read" >> ReadWorkItems(opts.reader_options(),
-                                                opts.reshuffle and spreads_work(p.options)))
+                                                opts.reshuffle and spreads_work(p.options),
+                                                spread_inputs=len(files) > 1))
         items.append(it)
         dead.append(dl)
         stats.append(st)

@@ -393,15 +393,19 @@ class _ApplyVocabularyFn(CountingDoFn):
 # ----------------------------------------------------------------------------- transforms
 
 class ReadWorkItems(beam.PTransform):
-    """``(input index, path, format)`` -> work items (main), dead letters, stats."""
+    """``(input index, path, format)`` -> work items (main), dead letters, stats.
 
-    def __init__(self, reader_options: dict, reshuffle: bool = True):
+    ``reshuffle``: spread the items over the workers; ``spread_inputs``: spread the inputs
+    too (pointless for a single input: the reshuffle would only add a stage)."""
+
+    def __init__(self, reader_options: dict, reshuffle: bool = True, spread_inputs: bool = True):
         super().__init__()
         self._reader_options = reader_options
         self._reshuffle = reshuffle
+        self._spread_inputs = spread_inputs
 
     def expand(self, inputs):
-        if self._reshuffle:
+        if self._reshuffle and self._spread_inputs:
             inputs = inputs | "SpreadInputs" >> beam.Reshuffle()
         res = inputs | "Split" >> beam.ParDo(_ReadWorkItemsFn(self._reader_options)) \
             .with_outputs(STATS, DEAD, main="items")
