@@ -169,7 +169,7 @@ def test_apply_vocabulary_uses_the_side_input_it_is_given(news20_tar, monkeypatc
     of a freed object is handed on (made certain here by giving every object one id)."""
     monkeypatch.setattr(vzs, "id", lambda obj: 0, raising=False)
     element = _tokenized_batch(_posts(news20_tar, 20))
-    tokens = sorted({t for t in element[1].to_pylist()})
+    tokens = sorted(set(vzs.unpacked_batch(element)[1].tokens.to_pylist()))
     doc0 = [t for t, _ in next(vzs.tokenized_docs(element))[-1]]
     fn = vzs._ApplyVocabularyFn()
     fn.start_bundle()

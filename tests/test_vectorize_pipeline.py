@@ -123,8 +123,7 @@ def test_tokenize_transform_counts_and_vocab_stats():
 
 def test_apply_vocabulary_transform():
     b = _batch([[("x", 2), ("y", 1)], [("q", 3)]])
-    docs = [([(0, 0, "a", None, None), (0, 1, "b", None, None)], b.tokens, b.ptr.tobytes(),
-             b.ids.tobytes(), b.counts.tobytes())]
+    docs = [vzs.packed_batch([(0, 0, "a", None, None), (0, 1, "b", None, None)], b)]
     with TestPipeline(runner="FnApiRunner") as p:
         vocab = p | "V" >> beam.Create([{"tokens": ["y", "x"], "df": [1, 1], "cf": [1, 2]}])
         rows, stats = p | beam.Create(docs) | vzs.ApplyVocabulary(vocab)
@@ -135,6 +134,19 @@ def test_apply_vocabulary_transform():
         assert_that(stats | beam.CombinePerKey(sum), equal_to([
             ("oov_tokens_dropped", 3), ("empty_after_pruning", 1),
             ("vocab_applied_documents", 2)]), label="stats")
+
+
+def test_packed_batch_round_trip():
+    """A tokenized batch crosses stages as bytes of the narrowest integer type and back."""
+    b = _batch([[("x", 2), ("y", 300)], [("q", 70000)], []])
+    metas, back = vzs.unpacked_batch(vzs.packed_batch(["m0", "m1", "m2"], b))
+    assert metas == ["m0", "m1", "m2"]
+    assert back.tokens.to_pylist() == b.tokens.to_pylist()
+    for name in ("ptr", "ids", "counts"):
+        assert getattr(back, name).dtype == np.int64
+        assert getattr(back, name).tolist() == getattr(b, name).tolist()
+    sliced = b.tokens.slice(1)
+    assert vzs.unpacked_strings(vzs.packed_strings(sliced)).to_pylist() == sliced.to_pylist()
 
 
 def test_write_shards_transform_is_sorted_and_split(tmp_path):

@@ -145,6 +145,19 @@ def test_build_vocabulary_transform(news_docs):
         n = p | "N" >> beam.Create([len(docs)])
         out = p | beam.Create(partials) | BuildVocabulary(n, s)
         assert_that(out, equal_to([expected]))
+    # the document count arrives as per-bundle counts, summed
+    with TestPipeline(runner="FnApiRunner") as p:
+        n = p | "N" >> beam.Create([30] * 5)
+        out = p | beam.Create(partials) | BuildVocabulary(n, s)
+        assert_that(out, equal_to([expected]))
+
+
+def test_build_vocabulary_of_nothing():
+    """No documents at all: an empty vocabulary record, not a missing one."""
+    with TestPipeline(runner="FnApiRunner") as p:
+        n = p | "N" >> beam.Create([])
+        out = p | beam.Create([]) | BuildVocabulary(n, PruneSettings())
+        assert_that(out, equal_to([{"tokens": [], "df": [], "cf": [], "num_docs": 0}]))
 
 
 def test_bow_prune_keeps_file_order():

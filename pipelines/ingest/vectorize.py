@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import apache_beam as beam
-from apache_beam.pvalue import AsList, AsSingleton
+from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
@@ -302,9 +302,7 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
             vocab_source = "fixed: %s" % opts.vocab
             pruning = None
         else:
-            num_docs = (st | "VocabDocs" >> beam.Filter(lambda kv: kv[0] == "vocab_documents")
-                        | "Values" >> beam.Map(lambda kv: kv[1])
-                        | "NumDocs" >> beam.CombineGlobally(sum))
+            num_docs = st | "VocabDocs" >> beam.FlatMap(_vocab_documents)
             vocab_record = vstats | "Vocabulary" >> BuildVocabulary(num_docs,
                                                                      opts.prune_settings())
             rows, st2 = docs | "Apply" >> ApplyVocabulary(vocab_record)
@@ -319,12 +317,18 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
     dead_info = (tuple(dead_parts) | "AllDead" >> beam.Flatten()
                  | "DeadLetters" >> WriteDeadLetters(output))
     stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
-             | "SumStats" >> beam.CombinePerKey(sum) | "StatsDict" >> beam.combiners.ToDict())
+             | "SumStats" >> beam.CombinePerKey(sum))
     settings = _settings_dict(opts, inputs, vocab_source, pruning)
-    return (p | "Start" >> beam.Create([None])
-            | "Manifest" >> beam.Map(finish_manifest, AsSingleton(stats), AsList(shards),
+    return (p | "Start" >> beam.Impulse()
+            | "Manifest" >> beam.Map(finish_manifest, AsDict(stats), AsList(shards),
                                      AsSingleton(vocab_info), AsSingleton(dead_info),
                                      settings, output))
+
+
+def _vocab_documents(kv):
+    """The per-bundle counts of documents in the vocabulary statistics."""
+    if kv[0] == "vocab_documents":
+        yield kv[1]
 
 
 def spreads_work(options) -> bool:
@@ -348,7 +352,8 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     if files:
         it, dl, st = (p | "Inputs" >> beam.Create(files)
                       | "Read" >> ReadWorkItems(opts.reader_options(),
-                                                opts.reshuffle and spreads_work(p.options)))
+                                                opts.reshuffle and spreads_work(p.options),
+                                                spread_inputs=len(files) > 1))
         items.append(it)
         dead.append(dl)
         stats.append(st)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.pvalue import AsDict, AsSingleton
+from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize_steps import NAMESPACE
@@ -309,5 +309,10 @@ class WriteDeadLetters(beam.PTransform):
         self._output = output
 
     def expand(self, dead):
-        return (dead | "Gather" >> beam.combiners.ToList()
-                | "Write" >> beam.Map(_write_deadletters, self._output))
+        # the dead letters as a list side input of one impulse: a global ToList adds six steps
+        return (dead.pipeline | "Once" >> beam.Impulse()
+                | "Write" >> beam.Map(_write_gathered_deadletters, AsList(dead), self._output))
+
+
+def _write_gathered_deadletters(_, records, output: str) -> dict:
+    return _write_deadletters(records, output)

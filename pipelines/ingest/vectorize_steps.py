@@ -151,24 +151,70 @@ def vocabulary_lookup(tokens: Sequence[str]):
     return pa.array(list(tokens), pa.large_string())
 
 
-def packed_vocabulary(record: dict) -> Tuple[bytes, bytes]:
-    """A vocabulary record's tokens as two byte strings (Arrow ``large_string`` offsets and
-    data): the side input of :class:`ApplyVocabulary`. The runner's side-input cache measures
-    a cached value by walking its objects once per bundle; two ``bytes`` cost nothing to walk,
-    a list of tens of thousands of strings costs as much as tokenizing megabytes of text."""
-    arr = vocabulary_lookup(record["tokens"])
+def packed_strings(arr) -> Tuple[bytes, bytes]:
+    """An Arrow ``large_string`` array as two byte strings (its offsets and its data): how
+    string arrays cross stages. Beam's default coder would pickle the array; two ``bytes``
+    are copied as they are, and cost nothing to walk for the runner's side-input cache."""
+    import pyarrow as pa
+    if arr.offset:
+        arr = pa.concat_arrays([arr])            # a slice: its own buffers from 0
     _, offsets, data = arr.buffers()
     n = len(arr)
     return (offsets.to_pybytes()[:8 * (n + 1)],
             data.to_pybytes()[:int(np.frombuffer(offsets, np.int64, n + 1)[-1])] if data else b"")
 
 
-def unpacked_vocabulary(packed: Tuple[bytes, bytes]):
-    """The :func:`vocabulary_lookup` index of a :func:`packed_vocabulary` value."""
+def unpacked_strings(packed: Tuple[bytes, bytes]):
+    """The ``large_string`` array of a :func:`packed_strings` value."""
     import pyarrow as pa
     offsets, data = packed
     return pa.LargeStringArray.from_buffers(len(offsets) // 8 - 1, pa.py_buffer(offsets),
                                             pa.py_buffer(data))
+
+
+def packed_vocabulary(record: dict) -> Tuple[bytes, bytes]:
+    """A vocabulary record's tokens as :func:`packed_strings`: the side input of
+    :class:`ApplyVocabulary`. The runner's side-input cache measures a cached value by walking
+    its objects once per bundle; a list of tens of thousands of strings costs as much to walk
+    as tokenizing megabytes of text."""
+    return packed_strings(vocabulary_lookup(record["tokens"]))
+
+
+def unpacked_vocabulary(packed: Tuple[bytes, bytes]):
+    """The :func:`vocabulary_lookup` index of a :func:`packed_vocabulary` value."""
+    return unpacked_strings(packed)
+
+
+def _narrowest(a: np.ndarray) -> bytes:
+    """Non-negative integers as the bytes of the narrowest of uint8 / uint16 / uint32 /
+    int64 that holds them (:func:`_widened` reads them back)."""
+    top = int(a.max()) if len(a) else 0
+    for t in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(t).max:
+            return bytes([np.dtype(t).itemsize]) + a.astype(t).tobytes()
+    return bytes([8]) + a.astype(np.int64).tobytes()
+
+
+_WIDTHS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.int64}
+
+
+def _widened(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, _WIDTHS[b[0]], offset=1).astype(np.int64)
+
+
+def packed_batch(metas: list, bc: BatchCounts) -> tuple:
+    """A tokenized batch as it crosses stages: ``(metas, tokens, ptr, ids, counts)`` with the
+    tokens as :func:`packed_strings` and the arrays as the bytes of their narrowest integer
+    type (local ids and counts are small: about a third of the bytes of int64)."""
+    return (metas, packed_strings(bc.tokens), bc.ptr.tobytes(), _narrowest(bc.ids),
+            _narrowest(bc.counts))
+
+
+def unpacked_batch(element: tuple) -> Tuple[list, BatchCounts]:
+    """``(metas, BatchCounts)`` of a :func:`packed_batch` value."""
+    metas, tokens, ptr, ids, counts = element
+    return metas, BatchCounts(unpacked_strings(tokens), np.frombuffer(ptr, np.int64),
+                              _widened(ids), _widened(counts))
 
 
 def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
@@ -207,17 +253,16 @@ def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
 def tokenized_docs(element):
     """``(input, seq, doc_id, title, label, ((token, count), ...))`` for every document of a
     tokenized batch (the main output of :class:`TokenizeDocuments`)."""
-    metas, tokens, ptr, ids, counts = element
-    bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
-                     np.frombuffer(counts, np.int64))
+    metas, bc = unpacked_batch(element)
     for d, meta in enumerate(metas):
         yield tuple(meta) + (bc.doc_counts(d),)
 
 
 class _TokenizeFn(CountingDoFn):
-    """Batch of work items -> ``(metas, tokens, ptr, ids, counts)``: the kept documents'
-    ``(input, seq, doc_id, title, label)`` and their bags of words over the batch's token
-    list (:class:`~pipelines.ingest.tokenize.BatchCounts` as bytes; :func:`tokenized_docs` unpacks).
+    """Batch of work items -> :func:`packed_batch` ``(metas, tokens, ptr, ids, counts)``: the
+    kept documents' ``(input, seq, doc_id, title, label)`` and their bags of words over the
+    batch's token list (:class:`~pipelines.ingest.tokenize.BatchCounts`; :func:`tokenized_docs`
+    unpacks).
 
     Parses dump pages (markup stripped, redirects / other namespaces skipped), tokenizes, and
     drops documents with fewer than the minimum number of tokens. Accumulates the vocabulary
@@ -314,7 +359,7 @@ class _TokenizeFn(CountingDoFn):
             self._count("vocab_documents", len(kept))
             doc = np.repeat(np.arange(bc.n_docs), np.diff(bc.ptr))
             self._acc.add_batch(bc.tokens, bc.ids, bc.counts, doc, [m[:2] for m in kept])
-        yield (kept, bc.tokens, bc.ptr.tobytes(), bc.ids.tobytes(), bc.counts.tobytes())
+        yield packed_batch(kept, bc)
 
     def finish_bundle(self):
         for out in super().finish_bundle():
@@ -342,9 +387,7 @@ class _ApplyVocabularyFn(CountingDoFn):
         if self._index is None or self._packed is not packed_vocab:
             self._index = unpacked_vocabulary(packed_vocab)
             self._packed = packed_vocab
-        metas, tokens, ptr, ids, counts = element
-        bc = BatchCounts(tokens, np.frombuffer(ptr, np.int64), np.frombuffer(ids, np.int64),
-                         np.frombuffer(counts, np.int64))
+        metas, bc = unpacked_batch(element)
         self._count("vocab_applied_documents", len(metas))
         rows, dropped, n_empty = counts_to_rows(metas, bc, self._index)
         self._count("oov_tokens_dropped", dropped)
@@ -356,15 +399,19 @@ class _ApplyVocabularyFn(CountingDoFn):
 # ----------------------------------------------------------------------------- transforms
 
 class ReadWorkItems(beam.PTransform):
-    """``(input index, path, format)`` -> work items (main), dead letters, stats."""
+    """``(input index, path, format)`` -> work items (main), dead letters, stats.
 
-    def __init__(self, reader_options: dict, reshuffle: bool = True):
+    ``reshuffle``: spread the items over the workers; ``spread_inputs``: spread the inputs
+    too (pointless for a single input: the reshuffle would only add a stage)."""
+
+    def __init__(self, reader_options: dict, reshuffle: bool = True, spread_inputs: bool = True):
         super().__init__()
         self._reader_options = reader_options
         self._reshuffle = reshuffle
+        self._spread_inputs = spread_inputs
 
     def expand(self, inputs):
-        if self._reshuffle:
+        if self._reshuffle and self._spread_inputs:
             inputs = inputs | "SpreadInputs" >> beam.Reshuffle()
         res = inputs | "Split" >> beam.ParDo(_ReadWorkItemsFn(self._reader_options)) \
             .with_outputs(STATS, DEAD, main="items")

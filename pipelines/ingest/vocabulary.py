@@ -326,13 +326,19 @@ def _prune_parts(parts, num_docs, settings: PruneSettings) -> dict:
     return _kept_to_record(stats, num_docs, settings)
 
 
+def _prune_gathered(_, parts, doc_counts, settings: PruneSettings) -> dict:
+    return _prune_parts(parts, sum(doc_counts), settings)
+
+
 class BuildVocabulary(beam.PTransform):
-    """``(part, packed statistics)`` partials (:meth:`TokenStatsAccumulator.packed`) + a
-    singleton document count -> one vocabulary record ``{"tokens", "df", "cf", "num_docs"}``
-    (tokens in id order).
+    """``(part, packed statistics)`` partials (:meth:`TokenStatsAccumulator.packed`) + the
+    document counts (a PCollection of numbers, summed) -> one vocabulary record ``{"tokens",
+    "df", "cf", "num_docs"}`` (tokens in id order).
 
     Tokens below ``no_below`` are dropped before the global gather, so only candidate tokens
-    travel to the single worker that applies :func:`filter_extremes`.
+    travel to the single worker that applies :func:`filter_extremes`. The candidates and the
+    counts reach that worker as list side inputs of one impulse (a global combine would add
+    six steps, each costing pipeline construction and a stage per run).
     """
 
     def __init__(self, num_docs, settings: PruneSettings):
@@ -343,12 +349,13 @@ class BuildVocabulary(beam.PTransform):
 
     def expand(self, partials):
         s = self._settings
-        return (partials
-                | "MergeStats" >> beam.CombinePerKey(merge_packed_stats)
-                | "Candidates" >> beam.Map(_candidates, s.no_below, frozenset(s.keep_tokens))
-                | "Gather" >> beam.combiners.ToList()
-                | "Prune" >> beam.Map(_prune_parts, beam.pvalue.AsSingleton(self._num_docs),
-                                      s))
+        candidates = (partials
+                      | "MergeStats" >> beam.CombinePerKey(merge_packed_stats)
+                      | "Candidates" >> beam.Map(_candidates, s.no_below,
+                                                 frozenset(s.keep_tokens)))
+        return (partials.pipeline | "Once" >> beam.Impulse()
+                | "Prune" >> beam.Map(_prune_gathered, beam.pvalue.AsList(candidates),
+                                      beam.pvalue.AsList(self._num_docs), s))
 
 
 # ----------------------------------------------------------------------------- bag-of-words
