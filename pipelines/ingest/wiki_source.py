@@ -13,6 +13,7 @@ from xml.etree import ElementTree as ET
 from pipelines.ingest.input_files import (_snippet, ChunkReader, compression_of, DeadLetter,
                                           DECOMPRESS_ERRORS, DEFAULT_MAX_DOC_BYTES, InputError,
                                           open_decompressed, RawDocument, READ_BLOCK)
+from pipelines.ingest.wiki_page import PageFields, scan_page, unescape
 
 logger = logging.getLogger(__name__)
 
@@ -158,26 +159,30 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
     (``<redirect>`` element or text starting with ``#REDIRECT``), or a title in one of
     gensim's IGNORED_NAMESPACES. A page that is not well-formed XML or has no id is a
     DeadLetter.
+
+    The fields are read by :func:`pipelines.ingest.wiki_page.scan_page` (a string scan, the
+    text unescaped only for kept pages); a page it does not vouch for is parsed with
+    ElementTree, with the same result.
     """
-    try:
-        elem = ET.fromstring(page_xml)
-    except ET.ParseError as e:
-        return DeadLetter(source, position, "malformed <page> XML: %s" % e, _snippet(page_xml))
-    if elem.tag != "page":
-        return DeadLetter(source, position, "expected a <page> element, got <%s>" % elem.tag,
-                          _snippet(page_xml))
-    page_id = (elem.findtext("id") or "").strip()
+    fields = scan_page(page_xml)
+    escaped = fields is not None
+    if not escaped:
+        fields = _parse_page_xml(page_xml)
+        if isinstance(fields, str):
+            return DeadLetter(source, position, fields, _snippet(page_xml))
+    page_id, ns, title, redirect, text = fields
+    page_id = (page_id or "").strip()
     if not page_id:
         return DeadLetter(source, position, "<page> has no <id>", _snippet(page_xml))
-    ns = (elem.findtext("ns") or "0").strip()
+    ns = (ns or "0").strip()
     if namespaces and ns not in namespaces:
         return None
-    if elem.find("redirect") is not None:
+    if redirect:
         return None
-    title = elem.findtext("title")
     if title and title.startswith(_IGNORED_PREFIXES):
         return None
-    text = elem.findtext("revision/text") or ""
+    if escaped:
+        text = unescape(text)
     if text[:9].upper() == "#REDIRECT":
         return None
     if strip_markup:
@@ -188,6 +193,20 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
                               _snippet(page_xml))
     return RawDocument(doc_id=page_id, text=text, title=title, label=None, source=source,
                        position=position)
+
+
+def _parse_page_xml(page_xml: str) -> Union[PageFields, str]:
+    """The fields of :func:`~pipelines.ingest.wiki_page.scan_page` (text unescaped) by
+    ElementTree, for any page; an error message when the page is not a well-formed
+    ``<page>`` element."""
+    try:
+        elem = ET.fromstring(page_xml)
+    except ET.ParseError as e:
+        return "malformed <page> XML: %s" % e
+    if elem.tag != "page":
+        return "expected a <page> element, got <%s>" % elem.tag
+    return (elem.findtext("id"), elem.findtext("ns"), elem.findtext("title"),
+            elem.find("redirect") is not None, elem.findtext("revision/text") or "")
 
 
 # --- markup stripping: gensim's filter_wiki, made ~3.5x faster with identical output --------
