@@ -170,3 +170,16 @@ def test_bench_dump_scans_and_strips_as_elementtree_and_gensim(tmp_path):
         fields = ws._parse_page_xml(page)
         assert _scanned(page) == fields
         assert ws.strip_wiki_markup(fields[4]) == filter_wiki(fields[4])
+
+
+def test_markup_stripping_is_gensims_on_random_tag_and_brace_fragments():
+    """The rewritten searches (footnotes, tags, template braces, the RE_P17 guard) on random
+    strings of the fragments they look for."""
+    from gensim.corpora.wikicorpus import filter_wiki
+    frags = ["<ref>", "</ref>", "<ref ", "<ref/>", "</ref", "/>", "/", "<", ">", "<!--", "-->",
+             "<math>", "</math>", "{", "}", "{{", "}}", "{{{", "}}}", "|", "\n", " ", "a",
+             "=", "span", "colspan", "\n class=", "\n bgcolor", "[[a|b]]", "&amp;"]
+    rng = random.Random(11)
+    for _ in range(4000):
+        s = "".join(rng.choice(frags) for _ in range(rng.randint(0, 30)))
+        assert ws.strip_wiki_markup(s) == filter_wiki(s), repr(s)
