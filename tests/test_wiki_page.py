@@ -183,3 +183,12 @@ def test_markup_stripping_is_gensims_on_random_tag_and_brace_fragments():
     for _ in range(4000):
         s = "".join(rng.choice(frags) for _ in range(rng.randint(0, 30)))
         assert ws.strip_wiki_markup(s) == filter_wiki(s), repr(s)
+
+
+def test_utf16_dump_is_refused_with_the_fix(tmp_path):
+    from pipelines.ingest.input_files import InputError
+    path = tmp_path / "bgwiki.xml.bz2"
+    path.write_bytes(bz2.compress(_gensim_dump(GENSIM_DUMPS[1]).encode("utf-16")))
+    with pytest.raises(InputError, match=r"bgwiki\.xml\.bz2 is a MediaWiki XML dump in UTF-16.*"
+                                         r"iconv -f UTF-16 -t UTF-8"):
+        next(ws.iter_wiki_page_chunks(str(path)))

@@ -27,6 +27,10 @@ MEDIAWIKI_NS_PREFIX = b"http://www.mediawiki.org/xml/export-"
 
 
 def _check_dump_header(head: bytes, path: str) -> None:
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") and "<mediawiki".encode(
+            "utf-16-le" if head[0] == 0xFF else "utf-16-be") in head:
+        raise InputError("input %s is a MediaWiki XML dump in UTF-16, which is not read; "
+                         "convert it to UTF-8 first (e.g. iconv -f UTF-16 -t UTF-8)" % path)
     i = head.find(b"<mediawiki")
     if i < 0 or head.find(MEDIAWIKI_NS_PREFIX, i) < 0:
         raise InputError("input %s is not a MediaWiki XML dump (no <mediawiki xmlns=\"%s...\"> "
