@@ -1,6 +1,7 @@
 """MediaWiki XML dumps (``pages-articles``, plain / ``.bz2`` multistream / ``.gz``): pages are
-split from the decompressed byte stream and each is parsed on its own with ElementTree
-(article namespace only, redirects skipped), and the markup is stripped exactly as gensim's
+split from the decompressed byte stream and each is read on its own (a string scan,
+:mod:`pipelines.ingest.wiki_page`, or ElementTree for a page not in the plain export form;
+article namespace only, redirects skipped), and the markup is stripped exactly as gensim's
 ``WikiCorpus`` does. Re-exported by :mod:`pipelines.ingest.text_sources`, which dispatches on
 the format."""
 from __future__ import annotations
