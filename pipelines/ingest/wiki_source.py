@@ -1,6 +1,7 @@
 """MediaWiki XML dumps (``pages-articles``, plain / ``.bz2`` multistream / ``.gz``): pages are
-split from the decompressed byte stream and each is parsed on its own with ElementTree
-(article namespace only, redirects skipped), and the markup is stripped exactly as gensim's
+split from the decompressed byte stream and each is read on its own (a string scan,
+:mod:`pipelines.ingest.wiki_page`, or ElementTree for a page not in the plain export form;
+article namespace only, redirects skipped), and the markup is stripped exactly as gensim's
 ``WikiCorpus`` does. Re-exported by :mod:`pipelines.ingest.text_sources`, which dispatches on
 the format."""
 from __future__ import annotations
@@ -13,6 +14,7 @@ from xml.etree import ElementTree as ET
 from pipelines.ingest.input_files import (_snippet, ChunkReader, compression_of, DeadLetter,
                                           DECOMPRESS_ERRORS, DEFAULT_MAX_DOC_BYTES, InputError,
                                           open_decompressed, RawDocument, READ_BLOCK)
+from pipelines.ingest.wiki_page import PageFields, scan_page, unescape
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +28,10 @@ MEDIAWIKI_NS_PREFIX = b"http://www.mediawiki.org/xml/export-"
 
 
 def _check_dump_header(head: bytes, path: str) -> None:
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") and "<mediawiki".encode(
+            "utf-16-le" if head[0] == 0xFF else "utf-16-be") in head:
+        raise InputError("input %s is a MediaWiki XML dump in UTF-16, which is not read; "
+                         "convert it to UTF-8 first (e.g. iconv -f UTF-16 -t UTF-8)" % path)
     i = head.find(b"<mediawiki")
     if i < 0 or head.find(MEDIAWIKI_NS_PREFIX, i) < 0:
         raise InputError("input %s is not a MediaWiki XML dump (no <mediawiki xmlns=\"%s...\"> "
@@ -158,26 +164,30 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
     (``<redirect>`` element or text starting with ``#REDIRECT``), or a title in one of
     gensim's IGNORED_NAMESPACES. A page that is not well-formed XML or has no id is a
     DeadLetter.
+
+    The fields are read by :func:`pipelines.ingest.wiki_page.scan_page` (a string scan, the
+    text unescaped only for kept pages); a page it does not vouch for is parsed with
+    ElementTree, with the same result.
     """
-    try:
-        elem = ET.fromstring(page_xml)
-    except ET.ParseError as e:
-        return DeadLetter(source, position, "malformed <page> XML: %s" % e, _snippet(page_xml))
-    if elem.tag != "page":
-        return DeadLetter(source, position, "expected a <page> element, got <%s>" % elem.tag,
-                          _snippet(page_xml))
-    page_id = (elem.findtext("id") or "").strip()
+    fields = scan_page(page_xml)
+    escaped = fields is not None
+    if not escaped:
+        fields = _parse_page_xml(page_xml)
+        if isinstance(fields, str):
+            return DeadLetter(source, position, fields, _snippet(page_xml))
+    page_id, ns, title, redirect, text = fields
+    page_id = (page_id or "").strip()
     if not page_id:
         return DeadLetter(source, position, "<page> has no <id>", _snippet(page_xml))
-    ns = (elem.findtext("ns") or "0").strip()
+    ns = (ns or "0").strip()
     if namespaces and ns not in namespaces:
         return None
-    if elem.find("redirect") is not None:
+    if redirect:
         return None
-    title = elem.findtext("title")
     if title and title.startswith(_IGNORED_PREFIXES):
         return None
-    text = elem.findtext("revision/text") or ""
+    if escaped:
+        text = unescape(text)
     if text[:9].upper() == "#REDIRECT":
         return None
     if strip_markup:
@@ -190,15 +200,32 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
                        position=position)
 
 
-# --- markup stripping: gensim's filter_wiki, made ~3.5x faster with identical output --------
+def _parse_page_xml(page_xml: str) -> Union[PageFields, str]:
+    """The fields of :func:`~pipelines.ingest.wiki_page.scan_page` (text unescaped) by
+    ElementTree, for any page; an error message when the page is not a well-formed
+    ``<page>`` element."""
+    try:
+        elem = ET.fromstring(page_xml)
+    except ET.ParseError as e:
+        return "malformed <page> XML: %s" % e
+    if elem.tag != "page":
+        return "expected a <page> element, got <%s>" % elem.tag
+    return (elem.findtext("id"), elem.findtext("ns"), elem.findtext("title"),
+            elem.find("redirect") is not None, elem.findtext("revision/text") or "")
+
+
+# --- markup stripping: gensim's filter_wiki, several times faster with identical output ------
 #
 # gensim.corpora.wikicorpus.filter_wiki is the bulk of the cost of reading a dump. Its output
-# is reproduced exactly (tested on every page of the bundled sample, gensim's other test dumps,
-# and 30,000 random strings of markup fragments) with four changes that only alter how the
-# regular-expression engine searches, not what matches:
+# is reproduced exactly (tested on every page of the bundled sample, of gensim's other test
+# dumps and of the benchmark dump, and on random strings of markup fragments) with changes that
+# only alter how the regular-expression engine searches, not what matches:
 #
 # * RE_P2 ``(X)+$`` is written ``X(?:X)*$``: the same language, but it starts with the literal
 #   ``\n[[`` so the engine jumps between candidate positions instead of trying every one;
+# * RE_P1 ``<ref([> ].*?)(</ref>|/>)`` (dot matches all) scans to the first ``</ref>`` or ``/>``
+#   with the unrolled loop ``[^/<]*(?:(?:<(?!/ref>)|/(?!>))[^/<]*)*`` instead of trying both
+#   ends at every character; RE_P11 ``<(.*?)>`` is ``<[^>]*>`` (the same first ``>``);
 # * RE_P12 ``(({\|)|(\|-(?!\d))|(\|}))(.*?)(?=\n)`` loses its capture groups (the replacement
 #   is a constant);
 # * RE_P13 ``(?<=A|B|..)(\||\!)R`` becomes ``[|!](?<=A[|!]|B[|!]|..)R``: the first character is
@@ -206,21 +233,29 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
 # * RE_P17 ``(\n...)|(^...)``: the ``^`` branch can only match at position 0, so it is tried
 #   once there with gensim's own pattern, and the rest of the text is searched with the ``\n``
 #   branch alone (a literal prefix again);
-# * remove_template walks only the ``{``/``}`` characters (found by one regex) instead of every
+# * remove_template walks the runs of ``{`` / ``}`` (found by one regex) instead of every
 #   character in Python, with the same counting rule: a template opens at ``{{`` and closes
-#   when the ``{`` and ``}`` counted since its start balance;
+#   at the ``}`` where the ``{`` and ``}`` counted since its start balance;
 # * a substitution is skipped when the text lacks a string every match must contain (``<``
-#   for the tag patterns, ``[`` for links, ``|``/``!`` for tables, a keyword for RE_P17).
+#   for the tag patterns, ``[`` for links, ``|``/``!`` for tables; for RE_P17 ``=``, ``span``
+#   or ``bgcolor``, which its keywords contain: three searches, the first of which finds a
+#   heading's ``=`` early in almost every article, where one search per keyword cost more than
+#   the substitution itself).
 
 _RE_P2_FAST = re.compile(r"\n\[\[[a-z][a-z][\w-]*:[^:\]]+\]\]"
                          r"(?:\n\[\[[a-z][a-z][\w-]*:[^:\]]+\]\])*$", re.UNICODE)
 _RE_P12_FAST = re.compile(r"(?:\{\||\|-(?!\d)|\|\})(.*?)(?=\n)", re.UNICODE)
 _RE_P13_FAST = re.compile(r"[|!](?<=\n[ ][|!]|\n\n[|!]|[ ]{2}[|!]|.\n[|!]|.\t[|!])"
                           r"([^[\]\n]*?\|)*", re.UNICODE)
+_RE_P1_FAST = re.compile(r"<ref[> ][^/<]*(?:(?:<(?!/ref>)|/(?!>))[^/<]*)*(?:</ref>|/>)",
+                         re.DOTALL | re.UNICODE)
+_RE_P11_FAST = re.compile(r"<[^>]*>", re.DOTALL | re.UNICODE)
 _RE_P17_NL = re.compile(r"\n.{0,4}(?:bgcolor|\d{0,1}[ ]?colspan|rowspan|style=|class=|align=|"
                         r"scope=)(?:.*)", re.UNICODE)
-_RE_BRACES = re.compile(r"[{}]")
-_P17_WORDS = ("bgcolor", "colspan", "rowspan", "style=", "class=", "align=", "scope=")
+_RE_BRACE_RUNS = re.compile(r"\{\{*|\}\}*")   # (faster in re than \{+|\}+)
+#: every keyword of RE_P17 (bgcolor, colspan, rowspan, style=, class=, align=, scope=)
+#: contains one of these
+_P17_NEEDS = ("=", "span", "bgcolor")
 
 
 def remove_template(s: str) -> str:
@@ -230,22 +265,22 @@ def remove_template(s: str) -> str:
     starts, ends = [], [-1]
     in_template = False
     n_open = n_close = 0
-    for m in _RE_BRACES.finditer(s):
-        i = m.start()
-        c = s[i]
-        if not in_template and c == "{" and i > 0 and s[i - 1] == "{":
-            starts.append(i - 1)
-            in_template = True
-            n_open = 1
-        if in_template:
-            if c == "{":
-                n_open += 1
-            else:
-                n_close += 1
-            if n_open == n_close:
-                ends.append(i)
+    for m in _RE_BRACE_RUNS.finditer(s):
+        i, j = m.span()
+        if s[i] == "{":
+            if in_template:
+                n_open += j - i
+            elif j - i >= 2:             # the template opens at the run's first "{"
+                starts.append(i)
+                in_template = True
+                n_open = j - i           # gensim counts the opening "{{" too
+        elif in_template:
+            if n_close + j - i >= n_open:    # balanced at a "}" of this run; the rest is text
+                ends.append(i + n_open - n_close - 1)
                 in_template = False
                 n_open = n_close = 0
+            else:
+                n_close += j - i
     starts.append(None)
     return "".join(s[end + 1:start] for end, start in zip(ends, starts))
 
@@ -268,10 +303,10 @@ def remove_markup(text: str, promote_remaining: bool = True, simplify_links: boo
         old = text
         if "<" in text:                       # (each guard: the pattern needs that text)
             text = wc.RE_P0.sub("", text)     # comments
-            text = wc.RE_P1.sub("", text)     # footnotes
+            text = _RE_P1_FAST.sub("", text)  # footnotes
             text = wc.RE_P9.sub("", text)     # <nowiki>
             text = wc.RE_P10.sub("", text)    # <math>
-            text = wc.RE_P11.sub("", text)    # remaining tags
+            text = _RE_P11_FAST.sub("", text)  # remaining tags
         if "[" in text:
             text = wc.RE_P14.sub("", text)    # categories
             text = wc.RE_P5.sub("\\3", text)  # urls, keep description
@@ -284,7 +319,7 @@ def remove_markup(text: str, promote_remaining: bool = True, simplify_links: boo
             text = text.replace("|||", "|\n|")
             text = text.replace("||", "\n|")
             text = _RE_P13_FAST.sub("\n", text)
-        if any(k in text for k in _P17_WORDS):
+        if _P17_NEEDS[0] in text or _P17_NEEDS[1] in text or _P17_NEEDS[2] in text:
             text = _sub_p17(text)
         text = text.replace("[]", "")
         if old == text or iters > 2:
