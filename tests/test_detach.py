@@ -173,8 +173,14 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
 def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path):
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
-    from pipelines.training import beam_train
+    from pipelines.training import beam_train, beam_window
     from pipelines.commands.train import build_algorithm
+    from pipelines.runtime.beam_options import runner_config
+    cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
+                                           "--environment_type=EXTERNAL",
+                                           "--environment_config=localhost:%d" % pool.port])
+    launched_pieces = beam_train.default_pieces(
+        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
@@ -294,8 +300,14 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     ends = read_run_log(md + "/run_log.jsonl", "end")
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
-    from pipelines.training import beam_train
+    from pipelines.training import beam_train, beam_window
     from pipelines.commands.train import build_algorithm
+    from pipelines.runtime.beam_options import runner_config
+    cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
+                                           "--environment_type=EXTERNAL",
+                                           "--environment_config=localhost:%d" % pool.port])
+    launched_pieces = beam_train.default_pieces(
+        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
@@ -406,7 +418,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     runs outside the submitting process, so ``ldabeam train --detach`` returns as soon as it
     is submitted (no checkpoint yet), and the job then publishes the window's checkpoint and
     run-log records itself -- equal, bit for bit, to the waiting Beam trainer with the same
-    pieces (2 per minibatch)."""
+    pieces (the default for this runner: ``beam_train.default_pieces``)."""
     import time
     from test_beam_portable import PY, _job_service, _Service
     env = dict(os.environ)
@@ -435,8 +447,14 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     steps = read_run_log(os.path.join(md, "run_log.jsonl"), "step")
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
-    from pipelines.training import beam_train
+    from pipelines.training import beam_train, beam_window
     from pipelines.commands.train import build_algorithm
+    from pipelines.runtime.beam_options import runner_config
+    cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
+                                           "--environment_type=EXTERNAL",
+                                           "--environment_config=localhost:%d" % pool.port])
+    launched_pieces = beam_train.default_pieces(
+        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     got = CheckpointStore(md).latest()
@@ -446,7 +464,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
                            vocab_hash=vh)
     res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, batch_size=50,
                            passes=2, max_steps=5, beam_argv=["--runner=DirectRunner"],
-                           pieces_per_minibatch=2, progress=False)
+                           pieces_per_minibatch=launched_pieces, progress=False)
     ref = res.algorithm.to_state()
     assert (got.step, got.docs_seen, got.rng) == (ref.step, ref.docs_seen, ref.rng)
     for k, v in got.arrays.items():
