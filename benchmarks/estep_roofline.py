@@ -42,26 +42,19 @@ _W_SMALL = 128       # 16 256-bit or 8 512-bit accumulators: two FMA units x 4 c
 _W_LARGE = 256
 
 
-@njit(fastmath=True, cache=True)
-def _fma_loop_small(reps, a, b, x):
-    for r in range(reps):
-        for k in range(_W_SMALL):
-            x[k] = x[k] * a + b
-    s = np.float32(0.0)
-    for k in range(_W_SMALL):
-        s += x[k]
-    return s
-
-
-@njit(fastmath=True, cache=True)
-def _fma_loop_large(reps, a, b, x):
-    for r in range(reps):
-        for k in range(_W_LARGE):
-            x[k] = x[k] * a + b
-    s = np.float32(0.0)
-    for k in range(_W_LARGE):
-        s += x[k]
-    return s
+def _fma_loop(width):
+    """A numba loop of ``width`` independent accumulators x = x·a + b (``width`` is a
+    compile-time constant, so LLVM unrolls the inner loop and keeps x in registers)."""
+    @njit(fastmath=True)
+    def loop(reps, a, b, x):
+        for r in range(reps):
+            for k in range(width):
+                x[k] = x[k] * a + b
+        s = np.float32(0.0)
+        for k in range(width):
+            s += x[k]
+        return s
+    return loop
 
 
 def _best_rate(fn, flops, repeats=3):
@@ -74,11 +67,12 @@ def _best_rate(fn, flops, repeats=3):
 
 
 def fma_peak(seconds: float = 0.3) -> dict:
-    """The multiply-add rate (FLOPs per CPU-second) of :func:`_fma_loop_small` and
-    ``_fma_loop_large`` in this process, and the vector width LLVM chose for them."""
+    """The multiply-add rate (FLOPs per CPU-second) of :func:`_fma_loop` with 128 and 256 float32
+    accumulators in this process, and the vector width LLVM chose for them."""
     out = {}
     a, b = np.float32(0.999999), np.float32(1e-7)
-    for name, fn, w in (("small", _fma_loop_small, _W_SMALL), ("large", _fma_loop_large, _W_LARGE)):
+    for name, w in (("small", _W_SMALL), ("large", _W_LARGE)):
+        fn = _fma_loop(w)
         x = np.ones(w, np.float32)
         fn(10, a, b, x)
         t = time.process_time()
