@@ -216,8 +216,8 @@ def test_kernel_matches_reference_when_documents_span_many_row_blocks(kos, dtype
     rng = np.random.default_rng(5)
     lam = rng.gamma(0.5, 1.0, (K, len(uniq))) + 0.01
     eb = np.exp(psi(lam) - psi(lam.sum(axis=1, keepdims=True))).T.astype(dtype)   # U x K
-    blocks = E._BLOCK_BYTES // (K * np.dtype(dtype).itemsize)
-    assert np.diff(batch.indptr).max() > 3 * max(4, blocks)
+    rows = E._BLOCK_BYTES // (K * np.dtype(dtype).itemsize)     # rows per block
+    assert np.diff(batch.indptr).max() > 3 * max(4, rows, 2 * rows + 1)
     alpha = np.full(K, 1.0 / K)
     g0 = GI.init_gamma(GI.doc_keys(batch.doc_ids, 0, 0), K)
     fast = E.estep(batch.indptr, lids, batch.counts, eb, alpha, g0, 100, 1e-3)

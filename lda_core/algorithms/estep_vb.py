@@ -147,7 +147,8 @@ def _weighted_rows(tile, n, ratio, acc):
 
 # Rows of the tile per block of :func:`_rows_pass`: as many as fit in this many bytes (a multiple
 # of four, at least four), so that the axpy re-reads rows the dot products just brought into L1
-# (48 KB per core on the Xeons measured; half of it leaves room for et, acc and the next rows).
+# (48 KB per core on the Xeons measured; a third of it leaves room for et, acc and the next
+# rows); a tile of at most twice this size, which stays in L1 anyway, is one block.
 _BLOCK_BYTES = 16384
 
 
@@ -160,7 +161,8 @@ def _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, accumulate):
     order of the additions into acc are those of one pass over the whole tile: the same result
     bit for bit."""
     one = tile[0, 0] * 0 + 1
-    B = max(4, (_BLOCK_BYTES // (tile.shape[1] * tile.itemsize)) // 4 * 4)
+    row_bytes = tile.shape[1] * tile.itemsize
+    B = n if n * row_bytes <= 2 * _BLOCK_BYTES else max(4, (_BLOCK_BYTES // row_bytes) // 4 * 4)
     j0 = 0
     while j0 < n:
         j1 = min(n, j0 + B)
