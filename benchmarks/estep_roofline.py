@@ -115,12 +115,12 @@ def _pattern_loop(tile, n, et, phin, ratio, acc, reps, eps):
     K = et.shape[0]
     one = tile[0, 0] * 0 + 1
     for r in range(reps):
-        _phinorm(tile, n, et, eps, phin)
+        _phinorm(tile, 0, n, et, eps, phin)
         for j in range(n):
             ratio[j] = one / phin[j]
         for k in range(K):
             acc[k] = 0
-        _weighted_rows(tile, n, ratio, acc)
+        _weighted_rows(tile, 0, n, ratio, acc)
         for k in range(K):
             et[k] = et[k] * (acc[k] * np.float32(1e-9) + one)   # a dependency between reps
     return acc[0]

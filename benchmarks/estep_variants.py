@@ -67,11 +67,11 @@ def _install_wide_hook():
 
 
 @njit(fastmath=True, error_model="numpy", inline="always")
-def _phinorm8(tile, n, et, eps, out):
+def _phinorm8(tile, j0, j1, et, eps, out):
     """:func:`lda_core.algorithms.estep_vb._phinorm` with eight rows per group."""
     K = et.shape[0]
-    j = 0
-    while j + 8 <= n:
+    j = j0
+    while j + 8 <= j1:
         r0, r1, r2, r3 = tile[j], tile[j + 1], tile[j + 2], tile[j + 3]
         r4, r5, r6, r7 = tile[j + 4], tile[j + 5], tile[j + 6], tile[j + 7]
         e = et[0]
@@ -90,7 +90,7 @@ def _phinorm8(tile, n, et, eps, out):
         out[j], out[j + 1], out[j + 2], out[j + 3] = s0 + eps, s1 + eps, s2 + eps, s3 + eps
         out[j + 4], out[j + 5], out[j + 6], out[j + 7] = s4 + eps, s5 + eps, s6 + eps, s7 + eps
         j += 8
-    ev._phinorm(tile[j:], n - j, et, eps, out[j:])
+    ev._phinorm(tile, j, j1, et, eps, out)
 
 
 def _one_pass_source(name):
@@ -99,7 +99,7 @@ def {name}(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, ep
     K = g.shape[0]
     one = tile[0, 0] * 0 + 1
     _exp_expect(g, et)
-    phinorm(tile, n, et, eps, phin)
+    phinorm(tile, 0, n, et, eps, phin)
     it = 0
     conv = False
     while it < max_iter:
@@ -109,11 +109,11 @@ def {name}(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, ep
             acc[k] = 0
         for j in range(n):
             ratio[j] = cts[j] * one / phin[j]
-        _weighted_rows(tile, n, ratio, acc)
+        _weighted_rows(tile, 0, n, ratio, acc)
         for k in range(K):
             g[k] = alpha[k] + et[k] * acc[k]
         _exp_expect(g, et)
-        phinorm(tile, n, et, eps, phin)
+        phinorm(tile, 0, n, et, eps, phin)
         mc = 0.0
         for k in range(K):
             mc += abs(np.float64(g[k]) - np.float64(last[k]))

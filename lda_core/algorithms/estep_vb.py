@@ -27,11 +27,13 @@ once and caches the machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA
 (see ``lda_core.algorithms.numba_config``).
 
 Cost: 4 K FLOPs per non-zero and iteration (a dot product and an axpy over the K topics);
-docs/algorithms.md ("The VB E-step kernel") gives the measured fraction of the CPU's peak and
-why the two passes stay separate.
+docs/algorithms.md ("The VB E-step kernel") gives the measured fraction of the CPU's peak, the
+roofline of this memory pattern on the CPU (``benchmarks/estep_roofline.py``) and the variants
+measured against the kernel (``benchmarks/estep_variants.py``).
 
-The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled) are
-kept together with the kernel that inlines them: LLVM vectorises them only as inlined there.
+The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled, and
+:func:`_rows_pass`, which runs them block by block of rows) are kept together with the kernel
+that inlines them: LLVM vectorises them only as inlined there.
 """
 from __future__ import annotations
 
@@ -85,12 +87,13 @@ def _exp_expect(g, et):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _phinorm(tile, n, et, eps, out):
-    """out[j] = Σ_k tile[j, k] et[k] + ε, four rows at a time (each et[k] loaded once for
-    four dot products)."""
+def _phinorm(tile, j0, j1, et, eps, out):
+    """out[j] = Σ_k tile[j, k] et[k] + ε for rows j0..j1-1, four rows at a time (each et[k]
+    loaded once for four dot products). Row bounds rather than a slice of the tile: the
+    inlined loops then vectorise as over the whole tile."""
     K = et.shape[0]
-    j = 0
-    while j + 4 <= n:
+    j = j0
+    while j + 4 <= j1:
         r0 = tile[j]
         r1 = tile[j + 1]
         r2 = tile[j + 2]
@@ -111,7 +114,7 @@ def _phinorm(tile, n, et, eps, out):
         out[j + 2] = s2 + eps
         out[j + 3] = s3 + eps
         j += 4
-    while j < n:
+    while j < j1:
         row = tile[j]
         s = row[0] * et[0]
         for k in range(1, K):
@@ -121,11 +124,11 @@ def _phinorm(tile, n, et, eps, out):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _weighted_rows(tile, n, ratio, acc):
-    """acc += Σ_j ratio[j] tile[j], four rows per pass over acc."""
+def _weighted_rows(tile, j0, j1, ratio, acc):
+    """acc += Σ_j ratio[j] tile[j] over rows j0..j1-1, four rows per pass over acc."""
     K = acc.shape[0]
-    j = 0
-    while j + 4 <= n:
+    j = j0
+    while j + 4 <= j1:
         a0 = ratio[j]
         a1 = ratio[j + 1]
         a2 = ratio[j + 2]
@@ -137,7 +140,7 @@ def _weighted_rows(tile, n, ratio, acc):
         for k in range(K):
             acc[k] += a0 * r0[k] + a1 * r1[k] + a2 * r2[k] + a3 * r3[k]
         j += 4
-    while j < n:
+    while j < j1:
         r = ratio[j]
         row = tile[j]
         for k in range(K):
@@ -166,11 +169,11 @@ def _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, accumulate):
     j0 = 0
     while j0 < n:
         j1 = min(n, j0 + B)
-        _phinorm(tile[j0:j1], j1 - j0, et, eps, phin[j0:j1])
+        _phinorm(tile, j0, j1, et, eps, phin)
         if accumulate:
             for j in range(j0, j1):
                 ratio[j] = cts[j] * one / phin[j]
-            _weighted_rows(tile[j0:j1], j1 - j0, ratio[j0:j1], acc)
+            _weighted_rows(tile, j0, j1, ratio, acc)
         j0 = j1
 
 
