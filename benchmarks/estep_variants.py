@@ -9,6 +9,8 @@ chunks, the tile copy, the bound and the statistics are the module's own):
 * ``one_pass``    -- all rows' dot products, then all rows' axpy, each a pass over the whole
                      tile (the kernel before the row blocks of ``_rows_pass``);
 * ``dot8``        -- ``one_pass`` with eight rows per dot-product group instead of four;
+* ``blocked_fresh`` -- the module's kernel compiled afresh in this process (the module's own
+                     is loaded from numba's cache), to tell compile effects from the variants';
 * ``blocked_512`` -- the module's kernel compiled with 512-bit vectors for this one function
                      (LLVM function attributes ``prefer-vector-width``/``min-legal-vector-width``
                      = 512, added to the IR of functions whose name holds ``wide512``; numba
@@ -147,13 +149,16 @@ def variants() -> dict:
                    dict(base, phinorm=ev._phinorm))
     dot8 = _compile("fp_dot8", _one_pass_source("fp_dot8"), dict(base, phinorm=_phinorm8))
     py = ev._doc_fixed_point.py_func
-    wide_fn = types.FunctionType(py.__code__, dict(py.__globals__), "fp_" + WIDE,
-                                 py.__defaults__, py.__closure__)
-    wide_fn.__qualname__ = "fp_" + WIDE
-    wide = njit(fastmath=True, error_model="numpy")(wide_fn)
+    copies = {}
+    for name in ("fp_fresh", "fp_" + WIDE):
+        fn = types.FunctionType(py.__code__, dict(py.__globals__), name, py.__defaults__,
+                                py.__closure__)
+        fn.__qualname__ = name
+        copies[name] = njit(fastmath=True, error_model="numpy")(fn)
     return {"one_pass": _kernel_with(one, "kernel_one_pass"),
             "dot8": _kernel_with(dot8, "kernel_dot8"),
-            "blocked_512": _kernel_with(wide, "kernel_" + WIDE)}
+            "blocked_fresh": _kernel_with(copies["fp_fresh"], "kernel_fresh"),
+            "blocked_512": _kernel_with(copies["fp_" + WIDE], "kernel_" + WIDE)}
 
 
 def run(args):
@@ -182,8 +187,9 @@ def run(args):
             data.append((b, lids, m.exp_elog_beta(uniq),
                          init_gamma(doc_keys(b.doc_ids, 0, 0), K)))
         best, ref = {}, None
-        for _ in range(args.rounds):
-            for name in ["current"] + list(kernels):
+        names = ["current"] + list(kernels)
+        for rnd in range(args.rounds):
+            for name in (names if rnd % 2 == 0 else names[::-1]):
                 ev._estep_kernel = current if name == "current" else kernels[name]
                 try:
                     t, res, flops = {}, [], 0
