@@ -216,6 +216,7 @@ def test_kernel_matches_reference_when_documents_span_many_row_blocks(kos, dtype
     rng = np.random.default_rng(5)
     lam = rng.gamma(0.5, 1.0, (K, len(uniq))) + 0.01
     eb = np.exp(psi(lam) - psi(lam.sum(axis=1, keepdims=True))).T.astype(dtype)   # U x K
+    assert K * np.dtype(dtype).itemsize >= E._BLOCK_MIN_ROW_BYTES       # rows are blocked
     rows = E._BLOCK_BYTES // (K * np.dtype(dtype).itemsize)     # rows per block
     assert np.diff(batch.indptr).max() > 3 * max(4, rows, 2 * rows + 1)
     alpha = np.full(K, 1.0 / K)

@@ -32,7 +32,8 @@ roofline of this memory pattern on the CPU (``benchmarks/estep_roofline.py``) an
 measured against the kernel (``benchmarks/estep_variants.py``).
 
 The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled, and
-:func:`_rows_pass`, which runs them block by block of rows) are kept together with the kernel
+:func:`_rows_pass`, which runs them block by block of rows for
+:func:`_fixed_point_blocked`) are kept together with the kernel
 that inlines them: LLVM vectorises them only as inlined there.
 """
 from __future__ import annotations
@@ -148,24 +149,24 @@ def _weighted_rows(tile, j0, j1, ratio, acc):
         j += 1
 
 
-# Rows of the tile per block of :func:`_rows_pass`: as many as fit in this many bytes (a multiple
-# of four, at least four), so that the axpy re-reads rows the dot products just brought into L1
-# (48 KB per core on the Xeons measured; a third of it leaves room for et, acc and the next
-# rows); a tile of at most twice this size, which stays in L1 anyway, is one block.
+# Rows of the tile per block of :func:`_fixed_point_blocked`: as many as fit in this many bytes
+# (a multiple of four, at least four), so that the axpy re-reads rows the dot products just
+# brought into L1 (48 KB per core on the Xeons measured; a third of it leaves room for et, acc
+# and the next rows). Used only for tiles larger than twice this (they outgrow L1) with rows of
+# at least _BLOCK_MIN_ROW_BYTES: with short rows (K = 100) the blocked loop measured
+# 0.8-0.95x the one-pass loop, with 4 KB rows (K = 1000) 1.05-1.22x.
 _BLOCK_BYTES = 16384
+_BLOCK_MIN_ROW_BYTES = 2048
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, accumulate):
+def _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, accumulate):
     """phin = the rows' dot products with et (:func:`_phinorm`) and, if ``accumulate``, acc +=
-    Σ_j (n_j / phin_j) tile[j] (:func:`_weighted_rows`), block by block of rows: each block's
-    rows are read twice while in L1 instead of the whole tile twice (at K = 1000 a document's
-    tile is L2-resident). Blocks start at multiples of four rows, so the four-row groups and the
-    order of the additions into acc are those of one pass over the whole tile: the same result
-    bit for bit."""
+    Σ_j (n_j / phin_j) tile[j] (:func:`_weighted_rows`), block by block of B rows: each block's
+    rows are read twice while in L1 instead of the whole tile twice. B is a multiple of four,
+    so the four-row groups and the order of the additions into acc are those of one pass over
+    the whole tile: the same result bit for bit."""
     one = tile[0, 0] * 0 + 1
-    row_bytes = tile.shape[1] * tile.itemsize
-    B = n if n * row_bytes <= 2 * _BLOCK_BYTES else max(4, (_BLOCK_BYTES // row_bytes) // 4 * 4)
     j0 = 0
     while j0 < n:
         j1 = min(n, j0 + B)
@@ -177,22 +178,18 @@ def _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, accumulate):
         j0 = j1
 
 
-@njit(fastmath=True, cache=True, error_model="numpy")
-def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps):
-    """γ fixed point of one document, gensim's loop: γ from the current phinorm, then t and
-    phinorm of the new γ, stop on the mean absolute change of γ. A separate function so that
-    LLVM vectorises the loops over K (it does not inside the prange body).
-
-    The phinorm pass of an iteration and the axpy of the next one read the same rows with the
-    same t, so they run together, block by block (:func:`_rows_pass`); the stopping test needs
-    only γ, so it comes first and the last pass skips the axpy. (Fusing them row by row, the
-    axpy of each row right after its dot product, measured 1.2-1.5x slower in float32: each
-    row's axpy then waits for its dot product.)"""
+@njit(cache=True, inline="always", error_model="numpy")
+def _fixed_point_blocked(tile, n, B, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol,
+                         eps):
+    """:func:`_doc_fixed_point` for a tile that outgrows L1: the phinorm pass of an iteration
+    and the axpy of the next one read the same rows with the same t, so they run together,
+    block by block (:func:`_rows_pass`); the stopping test needs only γ, so it comes first and
+    the last pass skips the axpy. The same operations in the same order as the one-pass loop."""
     K = g.shape[0]
     _exp_expect(g, et)
     for k in range(K):
         acc[k] = 0
-    _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, max_iter > 0)
+    _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, max_iter > 0)
     it = 0
     conv = False
     while it < max_iter:
@@ -208,8 +205,47 @@ def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_ite
             acc[k] = 0
         conv = mc / K < tol
         _exp_expect(g, et)
-        _rows_pass(tile, n, cts, et, eps, phin, ratio, acc, not conv and it < max_iter)
+        _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, not conv and it < max_iter)
         if conv:
+            break
+    return it, conv
+
+
+@njit(fastmath=True, cache=True, error_model="numpy")
+def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps):
+    """γ fixed point of one document, gensim's loop: γ from the current phinorm, then t and
+    phinorm of the new γ, stop on the mean absolute change of γ. A separate function so that
+    LLVM vectorises the loops over K (it does not inside the prange body). Tiles that outgrow
+    L1 with long rows go to :func:`_fixed_point_blocked` (same result bit for bit). (Fusing the
+    phinorm and γ passes row by row measured 1.2-1.5x slower in float32 here: each row's axpy
+    then waits for its dot product.)"""
+    K = g.shape[0]
+    row_bytes = tile.shape[1] * tile.itemsize
+    if row_bytes >= _BLOCK_MIN_ROW_BYTES and n * row_bytes > 2 * _BLOCK_BYTES:
+        return _fixed_point_blocked(tile, n, max(4, (_BLOCK_BYTES // row_bytes) // 4 * 4), cts,
+                                    alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps)
+    one = tile[0, 0] * 0 + 1
+    _exp_expect(g, et)
+    _phinorm(tile, 0, n, et, eps, phin)
+    it = 0
+    conv = False
+    while it < max_iter:
+        it += 1
+        for k in range(K):
+            last[k] = g[k]
+            acc[k] = 0
+        for j in range(n):
+            ratio[j] = cts[j] * one / phin[j]
+        _weighted_rows(tile, 0, n, ratio, acc)
+        for k in range(K):
+            g[k] = alpha[k] + et[k] * acc[k]
+        _exp_expect(g, et)
+        _phinorm(tile, 0, n, et, eps, phin)
+        mc = 0.0
+        for k in range(K):
+            mc += abs(np.float64(g[k]) - np.float64(last[k]))
+        if mc / K < tol:
+            conv = True
             break
     return it, conv
 
