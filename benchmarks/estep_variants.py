@@ -7,8 +7,11 @@ Each variant replaces only ``_doc_fixed_point`` (the kernel's per-document loop;
 chunks, the tile copy, the bound and the statistics are the module's own):
 
 * ``one_pass``    -- all rows' dot products, then all rows' axpy, each a pass over the whole
-                     tile (the kernel before the row blocks of ``_rows_pass``);
+                     tile, for every document (the kernel runs it only for tiles that fit L1
+                     or have short rows, and row blocks, ``_fixed_point_blocked``, otherwise);
 * ``dot8``        -- ``one_pass`` with eight rows per dot-product group instead of four;
+                     (each variant is the module's ``_doc_fixed_point`` compiled afresh with some
+                     of its globals replaced);
 * ``blocked_fresh`` -- the module's kernel compiled afresh in this process (the module's own
                      is loaded from numba's cache), to tell compile effects from the variants';
 * ``blocked_512`` -- the module's kernel compiled with 512-bit vectors for this one function
@@ -95,43 +98,6 @@ def _phinorm8(tile, j0, j1, et, eps, out):
     ev._phinorm(tile, j, j1, et, eps, out)
 
 
-def _one_pass_source(name):
-    return '''
-def {name}(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps):
-    K = g.shape[0]
-    one = tile[0, 0] * 0 + 1
-    _exp_expect(g, et)
-    phinorm(tile, 0, n, et, eps, phin)
-    it = 0
-    conv = False
-    while it < max_iter:
-        it += 1
-        for k in range(K):
-            last[k] = g[k]
-            acc[k] = 0
-        for j in range(n):
-            ratio[j] = cts[j] * one / phin[j]
-        _weighted_rows(tile, 0, n, ratio, acc)
-        for k in range(K):
-            g[k] = alpha[k] + et[k] * acc[k]
-        _exp_expect(g, et)
-        phinorm(tile, 0, n, et, eps, phin)
-        mc = 0.0
-        for k in range(K):
-            mc += abs(np.float64(g[k]) - np.float64(last[k]))
-        if mc / K < tol:
-            conv = True
-            break
-    return it, conv
-'''.format(name=name)
-
-
-def _compile(src_name, source, namespace):
-    ns = dict(namespace)
-    exec(source, ns)
-    return njit(fastmath=True, error_model="numpy")(ns[src_name])
-
-
 def _kernel_with(fixed_point, name):
     """The module's ``_estep_kernel`` (same code) calling ``fixed_point`` per document."""
     py = ev._estep_kernel.py_func
@@ -142,23 +108,26 @@ def _kernel_with(fixed_point, name):
     return njit(fastmath=True, parallel=True, error_model="numpy")(fn)
 
 
+def _fixed_point_copy(name, **globals_):
+    """The module's ``_doc_fixed_point`` compiled afresh as ``name`` with some of its globals
+    replaced (numba freezes globals at compile time)."""
+    py = ev._doc_fixed_point.py_func
+    glb = dict(py.__globals__)
+    glb.update(globals_)
+    fn = types.FunctionType(py.__code__, glb, name, py.__defaults__, py.__closure__)
+    fn.__qualname__ = name
+    return njit(fastmath=True, error_model="numpy")(fn)
+
+
 def variants() -> dict:
     _install_wide_hook()
-    base = dict(np=np, _exp_expect=ev._exp_expect, _weighted_rows=ev._weighted_rows)
-    one = _compile("fp_one_pass", _one_pass_source("fp_one_pass"),
-                   dict(base, phinorm=ev._phinorm))
-    dot8 = _compile("fp_dot8", _one_pass_source("fp_dot8"), dict(base, phinorm=_phinorm8))
-    py = ev._doc_fixed_point.py_func
-    copies = {}
-    for name in ("fp_fresh", "fp_" + WIDE):
-        fn = types.FunctionType(py.__code__, dict(py.__globals__), name, py.__defaults__,
-                                py.__closure__)
-        fn.__qualname__ = name
-        copies[name] = njit(fastmath=True, error_model="numpy")(fn)
-    return {"one_pass": _kernel_with(one, "kernel_one_pass"),
-            "dot8": _kernel_with(dot8, "kernel_dot8"),
-            "blocked_fresh": _kernel_with(copies["fp_fresh"], "kernel_fresh"),
-            "blocked_512": _kernel_with(copies["fp_" + WIDE], "kernel_" + WIDE)}
+    never = 1 << 62                     # no tile has rows this long: always one pass
+    return {"one_pass": _kernel_with(_fixed_point_copy("fp_one_pass", _BLOCK_MIN_ROW_BYTES=never),
+                                     "kernel_one_pass"),
+            "dot8": _kernel_with(_fixed_point_copy("fp_dot8", _BLOCK_MIN_ROW_BYTES=never,
+                                                   _phinorm=_phinorm8), "kernel_dot8"),
+            "blocked_fresh": _kernel_with(_fixed_point_copy("fp_fresh"), "kernel_fresh"),
+            "blocked_512": _kernel_with(_fixed_point_copy("fp_" + WIDE), "kernel_" + WIDE)}
 
 
 def run(args):
