@@ -34,6 +34,12 @@ FLOPs per busy core-second -- against one core's float32 peak (:func:`cpu_peak`:
 lanes × FMA units × 2). ``peak_fraction_fixed_point`` leaves out the bound and the statistics
 (the fixed-point kernel alone), ``peak_fraction_local_step`` divides by the whole
 ``local_step`` (with exp(E[log β])).
+
+Roofline (:mod:`benchmarks.estep_roofline`, printed first and saved under ``roofline``; skip it
+with ``--no-roofline``): the FMA rate a numba loop reaches on this CPU with 256-bit vectors (as
+numba compiles by default) and with 512-bit vectors (a child process), and the rate of the
+fixed point's two passes alone over tiles that fit L1 or only L2 -- the ceiling the E-step's
+memory pattern allows, as a fraction of the same nominal peak.
 """
 from __future__ import annotations
 
@@ -282,6 +288,11 @@ def run(args):
                                      args.threads or "numba default"),
           flush=True)
     results = []
+    if args.roofline:
+        from benchmarks.estep_roofline import roofline
+        args.roofline_result = roofline(
+            cpu_peak(args.clock_ghz, args.fma_units, "float32")["core_peak_flops_per_s"],
+            seconds=args.roofline_seconds)
     for K in args.topics:
         m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, batch_size=S,
                      dtype="float32", n_threads=args.threads, max_iter=args.max_iter,
@@ -317,6 +328,10 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3,
                    help="timing rounds over the same minibatches; the fastest round of each "
                         "side counts")
+    p.add_argument("--no-roofline", dest="roofline", action="store_false",
+                   help="skip the roofline measurement (benchmarks/estep_roofline.py)")
+    p.add_argument("--roofline-seconds", type=float, default=0.3,
+                   help="length of one timed repetition of each roofline measurement")
     p.add_argument("--json", default=os.path.join(REPO, "benchmarks", "results",
                                                   "estep_bench.json"),
                    help="write the results here (default: benchmarks/results/estep_bench.json)")
@@ -327,6 +342,7 @@ def main(argv=None):
     if args.json:
         from benchmarks import common
         common.save_results({"rounds": args.rounds, "threads": args.threads or "numba default",
+                             "roofline": getattr(args, "roofline_result", None),
                              "results": res}, args.json, argv, os.path.basename(__file__))
     return 0
 

@@ -132,7 +132,7 @@ def test_estep_bench(news20, tmp_path):
     js = tmp_path / "estep.json"
     out, _ = run(news20, "estep_bench.py", "--corpus", "20news", "--topics", 10, "--dtypes",
                  "float32", "--minibatch", 64, "--batches", 3, "--train-steps", 2, "--rounds", 1,
-                 "--json", js)
+                 "--roofline-seconds", 0.02, "--json", js)
     cpu, wall = grab(r"K=10 +float32 .*ratio CPU %sx +wall %sx" % (NUMBER, NUMBER), out)
     with open(js) as f:
         rec = json.load(f)
@@ -153,6 +153,13 @@ def test_estep_bench(news20, tmp_path):
     # both E-steps start from the same gamma: the statistics must agree
     assert finite(r["sstats_max_rel_diff"]) < 1e-2
     assert rec["run"]["script"] == "estep_bench.py"
+    # the roofline: the FMA loop's rate and the pattern's rate per tile shape, printed and saved
+    roof = rec["roofline"]
+    assert finite(roof["fma_loop_default"]["flops_per_s"]) > 0
+    assert roof["fma_loop_default"]["vector_bits"] in (128, 256, 512)
+    assert len(roof["pattern"]) == out.count("roofline: E-step pattern") > 0
+    for row in roof["pattern"]:
+        assert finite(row["peak_fraction"]) > 0 and row["tile_bytes"] == 4 * row["K"] * row["n"]
 
 
 def test_train_bench(news20, tmp_path):

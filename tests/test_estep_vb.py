@@ -201,3 +201,31 @@ def test_estep_phase_timings_leave_the_result_unchanged(kos, kos_model):
     assert timings["fixed_point"] >= 1.0 and min(timings.values()) >= 0.0   # added to
     for a, c in zip(plain, timed):
         assert np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-8), ("float32", 1e-4)])
+def test_kernel_matches_reference_when_documents_span_many_row_blocks(kos, dtype, tol):
+    """At K = 600 a block of the fixed point's row passes holds only a few rows (L1-sized), so
+    the KOS documents (tens to hundreds of distinct words) span many blocks and a partial last
+    block; the kernel must still equal the plain one-pass reference."""
+    batch, _ = kos
+    batch = batch.take(range(40))
+    K = 600
+    uniq = np.unique(batch.word_ids)
+    lids = np.searchsorted(uniq, batch.word_ids)
+    rng = np.random.default_rng(5)
+    lam = rng.gamma(0.5, 1.0, (K, len(uniq))) + 0.01
+    eb = np.exp(psi(lam) - psi(lam.sum(axis=1, keepdims=True))).T.astype(dtype)   # U x K
+    assert K * np.dtype(dtype).itemsize >= E._BLOCK_MIN_ROW_BYTES       # rows are blocked
+    rows = E._BLOCK_BYTES // (K * np.dtype(dtype).itemsize)     # rows per block
+    assert np.diff(batch.indptr).max() > 3 * max(4, rows, 2 * rows + 1)
+    alpha = np.full(K, 1.0 / K)
+    g0 = GI.init_gamma(GI.doc_keys(batch.doc_ids, 0, 0), K)
+    fast = E.estep(batch.indptr, lids, batch.counts, eb, alpha, g0, 100, 1e-3)
+    ref = E.estep_reference(batch.indptr, lids, batch.counts, eb, alpha, g0, 100, 1e-3)
+    rel = lambda a, b: np.max(np.abs(a - b)) / np.max(np.abs(b))
+    assert rel(fast.gamma.astype(float), ref.gamma.astype(float)) < tol
+    assert rel(fast.sstats, ref.sstats) < tol
+    assert rel(fast.scores, ref.scores) < tol
+    if dtype == "float64":
+        assert np.array_equal(fast.iterations, ref.iterations)

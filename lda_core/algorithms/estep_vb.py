@@ -27,11 +27,14 @@ once and caches the machine code (``cache=True``) in ``__pycache__`` or ``$NUMBA
 (see ``lda_core.algorithms.numba_config``).
 
 Cost: 4 K FLOPs per non-zero and iteration (a dot product and an axpy over the K topics);
-docs/algorithms.md ("The VB E-step kernel") gives the measured fraction of the CPU's peak and
-why the two passes stay separate.
+docs/algorithms.md ("The VB E-step kernel") gives the measured fraction of the CPU's peak, the
+roofline of this memory pattern on the CPU (``benchmarks/estep_roofline.py``) and the variants
+measured against the kernel (``benchmarks/estep_variants.py``).
 
-The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled) are
-kept together with the kernel that inlines them: LLVM vectorises them only as inlined there.
+The fixed-point helpers (:func:`_phinorm`, :func:`_weighted_rows`, four rows unrolled, and
+:func:`_rows_pass`, which runs them block by block of rows for
+:func:`_fixed_point_blocked`) are kept together with the kernel
+that inlines them: LLVM vectorises them only as inlined there.
 """
 from __future__ import annotations
 
@@ -85,12 +88,13 @@ def _exp_expect(g, et):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _phinorm(tile, n, et, eps, out):
-    """out[j] = Σ_k tile[j, k] et[k] + ε, four rows at a time (each et[k] loaded once for
-    four dot products)."""
+def _phinorm(tile, j0, j1, et, eps, out):
+    """out[j] = Σ_k tile[j, k] et[k] + ε for rows j0..j1-1, four rows at a time (each et[k]
+    loaded once for four dot products). Row bounds rather than a slice of the tile: the
+    inlined loops then vectorise as over the whole tile."""
     K = et.shape[0]
-    j = 0
-    while j + 4 <= n:
+    j = j0
+    while j + 4 <= j1:
         r0 = tile[j]
         r1 = tile[j + 1]
         r2 = tile[j + 2]
@@ -111,7 +115,7 @@ def _phinorm(tile, n, et, eps, out):
         out[j + 2] = s2 + eps
         out[j + 3] = s3 + eps
         j += 4
-    while j < n:
+    while j < j1:
         row = tile[j]
         s = row[0] * et[0]
         for k in range(1, K):
@@ -121,11 +125,11 @@ def _phinorm(tile, n, et, eps, out):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _weighted_rows(tile, n, ratio, acc):
-    """acc += Σ_j ratio[j] tile[j], four rows per pass over acc."""
+def _weighted_rows(tile, j0, j1, ratio, acc):
+    """acc += Σ_j ratio[j] tile[j] over rows j0..j1-1, four rows per pass over acc."""
     K = acc.shape[0]
-    j = 0
-    while j + 4 <= n:
+    j = j0
+    while j + 4 <= j1:
         a0 = ratio[j]
         a1 = ratio[j + 1]
         a2 = ratio[j + 2]
@@ -137,7 +141,7 @@ def _weighted_rows(tile, n, ratio, acc):
         for k in range(K):
             acc[k] += a0 * r0[k] + a1 * r1[k] + a2 * r2[k] + a3 * r3[k]
         j += 4
-    while j < n:
+    while j < j1:
         r = ratio[j]
         row = tile[j]
         for k in range(K):
@@ -145,17 +149,84 @@ def _weighted_rows(tile, n, ratio, acc):
         j += 1
 
 
+# Rows of the tile per block of :func:`_fixed_point_blocked`: as many as fit in this many bytes
+# (a multiple of four, at least four), so that the axpy re-reads rows the dot products just
+# brought into L1 (48 KB per core on the Xeons measured; a third of it leaves room for et, acc
+# and the next rows). Used only for tiles larger than twice this (they outgrow L1) with rows of
+# at least _BLOCK_MIN_ROW_BYTES: with short rows (K = 100) the blocked loop measured
+# 0.8-0.95x the one-pass loop, with 4 KB rows (K = 1000) 1.05-1.22x.
+_BLOCK_BYTES = 16384
+_BLOCK_MIN_ROW_BYTES = 2048
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, accumulate):
+    """phin = the rows' dot products with et (:func:`_phinorm`) and, if ``accumulate``, acc +=
+    Σ_j (n_j / phin_j) tile[j] (:func:`_weighted_rows`), block by block of B rows: each block's
+    rows are read twice while in L1 instead of the whole tile twice. B is a multiple of four,
+    so the four-row groups and the order of the additions into acc are those of one pass over
+    the whole tile: the same result bit for bit."""
+    one = tile[0, 0] * 0 + 1
+    j0 = 0
+    while j0 < n:
+        j1 = min(n, j0 + B)
+        _phinorm(tile, j0, j1, et, eps, phin)
+        if accumulate:
+            for j in range(j0, j1):
+                ratio[j] = cts[j] * one / phin[j]
+            _weighted_rows(tile, j0, j1, ratio, acc)
+        j0 = j1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _fixed_point_blocked(tile, n, B, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol,
+                         eps):
+    """:func:`_doc_fixed_point` for a tile that outgrows L1: the phinorm pass of an iteration
+    and the axpy of the next one read the same rows with the same t, so they run together,
+    block by block (:func:`_rows_pass`); the stopping test needs only γ, so it comes first and
+    the last pass skips the axpy. The same operations in the same order as the one-pass loop."""
+    K = g.shape[0]
+    _exp_expect(g, et)
+    for k in range(K):
+        acc[k] = 0
+    _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, max_iter > 0)
+    it = 0
+    conv = False
+    while it < max_iter:
+        it += 1
+        for k in range(K):
+            last[k] = g[k]
+        for k in range(K):
+            g[k] = alpha[k] + et[k] * acc[k]
+        mc = 0.0
+        for k in range(K):
+            mc += abs(np.float64(g[k]) - np.float64(last[k]))
+        for k in range(K):
+            acc[k] = 0
+        conv = mc / K < tol
+        _exp_expect(g, et)
+        _rows_pass(tile, n, B, cts, et, eps, phin, ratio, acc, not conv and it < max_iter)
+        if conv:
+            break
+    return it, conv
+
+
 @njit(fastmath=True, cache=True, error_model="numpy")
 def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps):
     """γ fixed point of one document, gensim's loop: γ from the current phinorm, then t and
     phinorm of the new γ, stop on the mean absolute change of γ. A separate function so that
-    LLVM vectorises the loops over K (it does not inside the prange body). (Fusing the phinorm
-    and γ passes into one pass over the rows measured 1.2-1.5x slower in float32 here: each
-    row's axpy then waits for its dot product.)"""
+    LLVM vectorises the loops over K (it does not inside the prange body). Tiles that outgrow
+    L1 with long rows go to :func:`_fixed_point_blocked` (same result bit for bit). (Fusing the
+    phinorm and γ passes row by row measured 1.2-1.5x slower in float32 here: each row's axpy
+    then waits for its dot product.)"""
     K = g.shape[0]
+    row_bytes = tile.shape[1] * tile.itemsize
+    if row_bytes >= _BLOCK_MIN_ROW_BYTES and n * row_bytes > 2 * _BLOCK_BYTES:
+        return _fixed_point_blocked(tile, n, max(4, (_BLOCK_BYTES // row_bytes) // 4 * 4), cts,
+                                    alpha, g, et, last, acc, phin, ratio, max_iter, tol, eps)
     one = tile[0, 0] * 0 + 1
     _exp_expect(g, et)
-    _phinorm(tile, n, et, eps, phin)
+    _phinorm(tile, 0, n, et, eps, phin)
     it = 0
     conv = False
     while it < max_iter:
@@ -165,11 +236,11 @@ def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_ite
             acc[k] = 0
         for j in range(n):
             ratio[j] = cts[j] * one / phin[j]
-        _weighted_rows(tile, n, ratio, acc)
+        _weighted_rows(tile, 0, n, ratio, acc)
         for k in range(K):
             g[k] = alpha[k] + et[k] * acc[k]
         _exp_expect(g, et)
-        _phinorm(tile, n, et, eps, phin)
+        _phinorm(tile, 0, n, et, eps, phin)
         mc = 0.0
         for k in range(K):
             mc += abs(np.float64(g[k]) - np.float64(last[k]))
