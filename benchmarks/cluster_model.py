@@ -317,19 +317,27 @@ def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
     return {"state": state_bytes / (K * V), "stats": len(stats.to_bytes()) / (K * V)}
 
 
-def beam_constants(path: str, c: dict, src: dict) -> None:
-    """Per-step overhead of the runner closest to a cluster, the global step, bytes."""
+def beam_constants(path: str, c: dict, src: dict, big_path: str = "") -> None:
+    """Per-step overhead of the runner closest to a cluster, the global step (its points from
+    ``path`` and from the big-model run in ``big_path``), bytes."""
     doc = _load(path)
     tag = _run_tag(doc, path)
     rows = doc["results"] if isinstance(doc.get("results"), list) else doc.get("rows", [])
     r = _beam_row(rows)
     c["runner"] = r["runner"]
     c["per_step_overhead_s"] = _overhead(r, tag, src)
-    points = _global_step_from_rows(rows)
+    points = [p + (tag,) for p in _global_step_from_rows(rows)]
+    if big_path and os.path.exists(big_path):
+        big = _load(big_path)
+        have = {kv for kv, _, _, _ in points}
+        points += [p + (_run_tag(big, big_path),)
+                   for p in _global_step_from_rows(big.get("results") or []) if p[0] not in have]
+        points.sort()
     if points:
-        c["global_step_points"] = [[kv, sec] for kv, sec, _ in points]
-        src["global step"] = "; ".join("%.4f s at K x V = %s (%s)" % (sec, format(kv, ","), how)
-                                       for kv, sec, how in points) + ": " + tag
+        c["global_step_points"] = [[kv, sec] for kv, sec, _, _ in points]
+        src["global step"] = "; ".join("%.4f s at K x V = %s (%s): %s"
+                                       % (sec, format(kv, ","), how, t)
+                                       for kv, sec, how, t in points)
     else:
         c["global_step_points"] = [[100 * 8000, measured_global_step()]]
         src["global step"] = ("%.4f s at K=100, V=8,000, every word touched: measured here "
@@ -466,7 +474,7 @@ def load_constants(args) -> tuple:
     src: Dict[str, str] = {}
     c: dict = {}
     estep_constants(args.estep_json, c, src)
-    beam_constants(args.beam_json, c, src)
+    beam_constants(args.beam_json, c, src, args.beam_big_json)
     if args.beam_big_json and os.path.exists(args.beam_big_json):
         doc = _load(args.beam_big_json)
         worker_memory(doc.get("results") or [], _run_tag(doc, args.beam_big_json), src)
