@@ -173,14 +173,8 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
 def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path):
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
-    from pipelines.training import beam_train, beam_window
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
-    from pipelines.runtime.beam_options import runner_config
-    cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
-                                           "--environment_type=EXTERNAL",
-                                           "--environment_config=localhost:%d" % pool.port])
-    launched_pieces = beam_train.default_pieces(
-        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
@@ -300,14 +294,8 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     ends = read_run_log(md + "/run_log.jsonl", "end")
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
-    from pipelines.training import beam_train, beam_window
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
-    from pipelines.runtime.beam_options import runner_config
-    cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
-                                           "--environment_type=EXTERNAL",
-                                           "--environment_config=localhost:%d" % pool.port])
-    launched_pieces = beam_train.default_pieces(
-        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
