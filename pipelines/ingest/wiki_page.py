@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from typing import Optional, Tuple
+from xml.sax import saxutils
 
 # An XML 1.0 name without a prefix (and not starting with "xml", which is reserved and would
 # include xmlns declarations), or the one prefixed attribute the dumps use.
@@ -105,13 +106,16 @@ def _plan(infos: tuple):
             found.get("revision/text"))
 
 
+_QUOTES = {"&quot;": '"', "&apos;": "'"}
+
+
 def unescape(s: str) -> str:
     """Replace the five predefined XML entities (the only ``&`` that :func:`scan_page`
-    accepts); ``&amp;`` last, so that ``&amp;lt;`` stays ``&lt;``."""
+    accepts) with the standard library's ``saxutils.unescape``, which replaces ``&amp;``
+    last, so that ``&amp;lt;`` stays ``&lt;``."""
     if "&" not in s:
         return s
-    return (s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
-            .replace("&apos;", "'").replace("&amp;", "&"))
+    return saxutils.unescape(s, _QUOTES)
 
 
 def scan_page(page: str) -> Optional[PageFields]:

@@ -260,9 +260,8 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     M = int(minibatches_per_window or default_window(cfg, batch_size))
     one_stage = (unroll and deterministic_combine and not fanout
                  and chained(cfg, default_scratch_root(model_dir, cfg, scratch_dir)))
-    state_bytes = 8 * int(getattr(algorithm, "n_topics", 0) or 0) * int(
-        getattr(algorithm, "n_words", 0) or 0)
-    pieces = int(pieces_per_minibatch or default_pieces(cfg, one_stage, state_bytes))
+    pieces = int(pieces_per_minibatch or default_pieces(
+        cfg, one_stage, 8 * int(algorithm.n_topics) * int(algorithm.n_words)))
     if n_threads is None and not cfg.in_process and cfg.local:
         n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
     if checkpoint_store is None:
