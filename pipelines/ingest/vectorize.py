@@ -50,7 +50,8 @@ from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_reco
 from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
                                                finish_manifest, write_vocabulary)
 from pipelines.ingest.vectorize_steps import (DEAD, STATS, VOCAB_STATS, ApplyVocabulary,
-                                              ReadWorkItems, TokenizeDocuments)
+                                              ReadWorkItems, TokenizeDocuments,
+                                              group_inputs)
 from pipelines.ingest.vocabulary import BuildVocabulary, PruneSettings
 
 logger = logging.getLogger(__name__)
@@ -350,10 +351,11 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     files = [(i, path, f) for i, (path, f) in enumerate(inputs) if f != BIGQUERY_FORMAT]
     items, dead, stats = [], [], []
     if files:
-        it, dl, st = (p | "Inputs" >> beam.Create(files)
+        groups = group_inputs(files)
+        it, dl, st = (p | "Inputs" >> beam.Create(groups)
                       | "Read" >> ReadWorkItems(opts.reader_options(),
                                                 opts.reshuffle and spreads_work(p.options),
-                                                spread_inputs=len(files) > 1))
+                                                spread_inputs=len(groups) > 1))
         items.append(it)
         dead.append(dl)
         stats.append(st)
