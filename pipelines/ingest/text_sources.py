@@ -120,8 +120,8 @@ def strip_email_headers(text: str) -> str:
 # attribution that introduces a quote ("In article <id@host> name writes:", wrapped or not)
 _QUOTED_LINE = re.compile(r"^[ \t]*[>|]")
 _ATTRIBUTION = re.compile(r"^[ \t]*(In article\b|In message\b|Quoted from\b|On .{0,80}\b"
-                          r"wrote:\s*$)|\b(writes|wrote|says|said)( in [^\n]{0,80})?:\s*$|"
-                          r"\bwrites in\b", re.I)
+                          r"wrote:\s*$)|\b(writes|wrote|says|said)( in [^\n]{0,80})?(:|\.\.\.)"
+                          r"\s*$|\bwrites in\b", re.I)
 SIGNATURE_MAX_LINES = 30     # a "-- " line followed by more lines than this is not a signature
 
 

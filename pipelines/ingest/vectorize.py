@@ -94,6 +94,8 @@ class VectorizeOptions:
     label_field: Optional[str] = "label"
     title_field: Optional[str] = "title"
     strip_headers: bool = False
+    strip_quotes: bool = False                 # quoted replies and their attributions
+    strip_signatures: bool = False             # the lines after a "-- " line
     query: Optional[str] = None                # BigQuery standard SQL, read as one input
     overwrite: bool = False
     reshuffle: bool = True
@@ -144,7 +146,8 @@ class VectorizeOptions:
         return dict(encoding=self.encoding, encoding_errors=self.encoding_errors,
                     id_field=self.id_field, text_field=self.text_field,
                     label_field=self.label_field, title_field=self.title_field,
-                    strip_headers=self.strip_headers)
+                    strip_headers=self.strip_headers, strip_quotes=self.strip_quotes,
+                    strip_signatures=self.strip_signatures)
 
     def min_tokens_for(self, fmt: str) -> int:
         if self.min_article_tokens is not None:
