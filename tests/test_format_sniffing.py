@@ -181,3 +181,58 @@ def test_binary_content_and_unreadable_kinds_are_refused_by_name(tmp_path):
 ])
 def test_format_of_head(head, fmt):
     assert format_of_head(head[:ts.SNIFF_BYTES]) == fmt
+
+
+def test_inputs_on_an_object_store_are_told_and_read_the_same(store_root, posts):
+    """``fakegs://`` (tests/fake_object_store.py, a Beam file system): dotted names, a gzip
+    post without a suffix, listed, sniffed in threads and read as local files are."""
+    import fake_object_store as fos
+    root = pathlib.Path(os.environ[fos.ROOT_ENV]) / "bucket" / "posts"
+    root.mkdir(parents=True)
+    chosen = posts[:12]
+    for name, data in chosen[:-1]:
+        group, num = name.split("/")[-2:]
+        (root / ("%s-%s" % (group, num))).write_bytes(data)
+    name, data = chosen[-1]
+    (root / "last.post").write_bytes(gzip.compress(data))
+    inputs = expand_inputs([store_root + "/posts"])
+    assert len(inputs) == len(chosen) and {f for _, f in inputs} == {"text"}
+    texts = sorted(d.text for p, f in inputs for d in read_documents(p, f, encoding="latin-1"))
+    assert texts == sorted(data.decode("latin-1") for _, data in chosen)
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A local HTTP server (the standard library's) serving tmp_path/www."""
+    import functools
+    import http.server
+    import threading
+    www = tmp_path / "www"
+    www.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+
+    class Quiet(handler.func):
+        def log_message(self, *a):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(Quiet, directory=str(www)))
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield www, "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_inputs_through_smart_open(http_root, posts, wiki_sample):
+    www, url = http_root
+    name, data = posts[0]
+    (www / "comp.graphics-38758").write_bytes(gzip.compress(data))      # gzip, by magic
+    (www / "enwiki.xml.bz2").write_bytes(pathlib.Path(wiki_sample).read_bytes())
+    post_url, dump_url = url + "/comp.graphics-38758", url + "/enwiki.xml.bz2"
+    assert expand_inputs([post_url, dump_url]) == [(post_url, "text"), (dump_url, "wiki")]
+    doc = next(iter(read_documents(post_url, "text", encoding="latin-1")))
+    assert doc.text.encode("latin-1") == data
+    local = [d.doc_id for d in read_documents(wiki_sample, "wiki")]
+    assert [d.doc_id for d in read_documents(dump_url, "wiki")] == local and len(local) == 106
+    with pytest.raises(InputError, match=r"cannot open http://[^ ]*/missing: .*404"):
+        expand_inputs([url + "/missing"])

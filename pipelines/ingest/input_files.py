@@ -492,12 +492,10 @@ def format_of_head(head: bytes) -> Optional[str]:
 
 def sniff_format(path: str) -> Optional[str]:
     """The format told by the first bytes of a file (decompressed when compressed:
-    :func:`format_of_head`); None for binary content of no known format, or if the file
-    cannot be read."""
-    try:
-        f = open_decompressed(path)
-    except InputError:
-        return None
+    :func:`format_of_head`); None for binary content of no known format, or a stream that
+    does not decompress. Raises InputError (naming the file and why) if it cannot be
+    opened."""
+    f = open_decompressed(path)
     try:
         head = ChunkReader(f).read(SNIFF_BYTES)
     except DECOMPRESS_ERRORS:
