@@ -140,6 +140,7 @@ def open_binary(path: str):
 
 _COMPRESSION_BY_SUFFIX = ((".gz", "gzip"), (".tgz", "gzip"), (".bz2", "bz2"), (".tbz2", "bz2"),
                           (".tbz", "bz2"), (".xz", "xz"), (".txz", "xz"), (".lzma", "xz"))
+_COMPRESSION_SUFFIXES = tuple(s for s, _ in _COMPRESSION_BY_SUFFIX)
 _COMPRESSION_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"),
                       (b"\x5d\x00\x00", "xz"))          # the last: a legacy .lzma stream
 # the smart-open decompressor of each compression (its registry is keyed by file suffix;
@@ -150,6 +151,8 @@ _SMART_OPEN_SUFFIX = {"gzip": ".gz", "bz2": ".bz2", "xz": ".xz"}
 def compression_of(path: str) -> Optional[str]:
     """'gzip' | 'bz2' | 'xz' from the file name, or None."""
     p = path.lower()
+    if not p.endswith(_COMPRESSION_SUFFIXES):
+        return None
     for suffix, comp in _COMPRESSION_BY_SUFFIX:
         if p.endswith(suffix):
             return comp
@@ -359,10 +362,8 @@ def detect_format(path: str) -> Optional[str]:
     if is_archive_name(base):
         return "text"
     stem = base
-    for suf in _COMPRESSED_SUFFIXES:
-        if stem.endswith(suf):
-            stem = stem[: -len(suf)]
-            break
+    if stem.endswith(_COMPRESSED_SUFFIXES):
+        stem = stem[: -len(next(s for s in _COMPRESSED_SUFFIXES if stem.endswith(s)))]
     if stem.endswith(".xml") or ".xml-p" in stem or "-pages-articles" in stem \
             or "-pages-meta-" in stem:
         return "wiki"   # also Wikimedia's split dumps: enwiki-...-pages-articles1.xml-p1p41242.bz2
@@ -386,10 +387,9 @@ def unsupported_suffix(path: str) -> Optional[str]:
     """The suffix of a file name that says the file is of a kind vectorize cannot read
     (spreadsheets, office documents, PDF, images, ...), or None."""
     base = os.path.basename(path.rstrip("/")).lower()
-    for suf in _UNSUPPORTED_SUFFIXES:
-        if base.endswith(suf):
-            return suf
-    return None
+    if not base.endswith(_UNSUPPORTED_SUFFIXES):
+        return None
+    return next(suf for suf in _UNSUPPORTED_SUFFIXES if base.endswith(suf))
 
 
 SNIFF_BYTES = 1 << 16              # decompressed bytes looked at to tell a format
@@ -410,28 +410,27 @@ def _is_table(text: str, delimiter: str) -> bool:
     cut = text.rfind("\n")
     if cut < 0:
         return False
-    rows = []
     truncated = bool(text[cut + 1:])
-    try:
-        for row in csv.reader(io.StringIO(text[:cut + 1]), delimiter=delimiter, strict=True):
-            rows.append(row)
-            if len(rows) > 50:
-                break
-    except csv.Error:
-        if not truncated or len(rows) < 2:
-            return False     # else: the head ends inside a quoted field (a long text cell)
-    else:
-        if truncated and len(rows) > 2:
-            rows.pop()       # the last row may be cut by the head
-    if len(rows) < 2:
-        return False
-    header = rows[0]
-    if len(header) < 2 or len(set(header)) != len(header):
+    reader = csv.reader(io.StringIO(text[:cut + 1]), delimiter=delimiter, strict=True)
+    header = next(reader, None)      # a first line is complete: no csv.Error here
+    if header is None or len(header) < 2 or len(set(header)) != len(header):
         return False
     if not all(_HEADER_CELL.match(c) and c == c.strip() and not _NUMBER.match(c)
                for c in header):
         return False
-    return all(len(r) == len(header) for r in rows[1:])
+    rows = []
+    try:
+        for row in reader:
+            rows.append(row)
+            if len(rows) > 50:
+                break
+    except csv.Error:
+        if not truncated or not rows:
+            return False     # else: the head ends inside a quoted field (a long text cell)
+    else:
+        if truncated and len(rows) > 1:
+            rows.pop()       # the last row may be cut by the head
+    return bool(rows) and all(len(r) == len(header) for r in rows)
 
 
 def format_of_head(head: bytes) -> Optional[str]:
@@ -479,7 +478,7 @@ def format_of_head(head: bytes) -> Optional[str]:
                 pass
     if _UCI_HEADER.match(head):
         return "uci"
-    lines = head.split(b"\n")[:-1][:5]
+    lines = head.split(b"\n", 5)[:-1][:5]
     if lines and all(_LDAC_LINE.match(l.rstrip(b"\r")) for l in lines):
         return "ldac"
     text = head.decode("utf-8", "replace")
