@@ -412,7 +412,10 @@ def _is_table(text: str, delimiter: str) -> bool:
         return False
     truncated = bool(text[cut + 1:])
     reader = csv.reader(io.StringIO(text[:cut + 1]), delimiter=delimiter, strict=True)
-    header = next(reader, None)      # a first line is complete: no csv.Error here
+    try:
+        header = next(reader, None)
+    except csv.Error:                # e.g. '"id","text"' read with a tab delimiter
+        return False
     if header is None or len(header) < 2 or len(set(header)) != len(header):
         return False
     if not all(_HEADER_CELL.match(c) and c == c.strip() and not _NUMBER.match(c)
