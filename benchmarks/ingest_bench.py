@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import bz2
 import gzip
+import io
 import json
 import lzma
 import os
@@ -76,7 +77,7 @@ def write_folder_and_tar(tmp: str, limit: int):
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "wb") as f:
                 f.write(data)
-            dst.addfile(m, src.extractfile(m))
+            dst.addfile(m, io.BytesIO(data))      # (a second extractfile would seek back)
             n += 1
     return folder, tar_path, n
 
