@@ -240,6 +240,22 @@ def test_vectorize_bench(bench_env, tmp_path):
             assert r["same_output_size_as_gensim"], r
 
 
+def test_ingest_bench(bench_env, tmp_path):
+    js = tmp_path / "ingest.json"
+    out, _ = run(bench_env, "ingest_bench.py", "--limit", 150, "--repeats", 1, "--json", js)
+    grab(r"folder of %s posts: %s CPU s grouped, %s CPU s one element per file; the tarball "
+         r"%s CPU s" % (NUMBER, NUMBER, NUMBER, NUMBER), out)
+    for name in (r"jsonl\.gz", r"xml\.bz2"):
+        grab(r"%s: smart-open layer %s CPU s, standard-library layer %s CPU s" % (
+            name, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["folder"]["files"] == 150 and rec["folder"]["same_digest_grouped_and_per_file"]
+    for k in ("jsonl.gz", "xml.bz2"):
+        assert rec["smart_open"][k]["same_digest"]
+        assert finite(rec["smart_open"][k]["ratio_new_to_old_cpu"], k) > 0
+
+
 def test_memory_bench(news20, tmp_path):
     js = tmp_path / "memory.json"
     out, _ = run(news20, "memory_bench.py", "--times", 2, "--json", js)
