@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from lda_core.errors import InputError, UsageError
@@ -49,15 +48,17 @@ class PhraseTable:
 
     @functools.cached_property
     def _frozen(self):
-        # FrozenPhrases copies these attributes from a trained Phrases and takes its table
-        # from export_phrases(); a namespace with the same attributes rebuilds it from data
+        # gensim's FrozenPhrases applies a table through these attributes alone (its
+        # constructor only copies them from a trained Phrases); set from the stored data
         from gensim.models.phrases import FrozenPhrases
-        table = dict(self.phrasegrams)
-        source = SimpleNamespace(threshold=self.threshold, min_count=self.min_count,
-                                 delimiter=self.delimiter, scoring=self.scoring,
-                                 connector_words=frozenset(self.connector_words),
-                                 export_phrases=lambda: table)
-        return FrozenPhrases(source)
+        frozen = FrozenPhrases.__new__(FrozenPhrases)
+        frozen.threshold = self.threshold
+        frozen.min_count = self.min_count
+        frozen.delimiter = self.delimiter
+        frozen.scoring = self.scoring
+        frozen.connector_words = frozenset(self.connector_words)
+        frozen.phrasegrams = dict(self.phrasegrams)
+        return frozen
 
     def apply(self, tokens: Sequence[str]) -> List[str]:
         """``tokens`` with every detected phrase joined into one token (gensim's rule)."""
@@ -92,11 +93,12 @@ class PhraseTable:
 def learn_phrases(token_lists: Iterable[Sequence[str]], min_count: int = DEFAULT_MIN_COUNT,
                   threshold: float = DEFAULT_THRESHOLD, scoring: str = "default",
                   connector_words: Optional[Sequence[str]] = None,
-                  learned_on: str = "") -> PhraseTable:
+                  learned_on: str = "", stopwords: frozenset = frozenset()) -> PhraseTable:
     """gensim ``Phrases`` trained on ``token_lists`` (one pass), exported as a table.
 
-    ``connector_words`` None: gensim's English connector words. Raises UsageError for a
-    setting gensim would reject."""
+    ``connector_words`` None: gensim's English connector words. Phrases made only of
+    ``stopwords`` (``would_like``) are left out: they would bring back words the stop list
+    removes. Raises UsageError for a setting gensim would reject."""
     from gensim.models.phrases import Phrases
     if scoring not in SCORINGS:
         raise UsageError("--phrases-scoring %r is not one of %s" % (scoring, ", ".join(SCORINGS)))
@@ -113,8 +115,60 @@ def learn_phrases(token_lists: Iterable[Sequence[str]], min_count: int = DEFAULT
     model = Phrases(min_count=min_count, threshold=threshold, scoring=scoring,
                     connector_words=frozenset(connectors))
     model.add_vocab(list(t) for t in token_lists)
-    grams = model.export_phrases()
+    grams = {p: s for p, s in model.export_phrases().items()
+             if not stopwords or not all(w in stopwords for w in p.split(model.delimiter))}
     return PhraseTable(tuple(sorted((p, float(s)) for p, s in grams.items())),
                        threshold=float(threshold), min_count=int(min_count), scoring=scoring,
                        delimiter=model.delimiter, connector_words=connectors,
                        learned_on=learned_on)
+
+
+def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict, cfg,
+                         min_tokens: Sequence[int], holdout_fraction: float, seed: int,
+                         sample: float = 1.0, counts: Optional[dict] = None):
+    """Token lists (stop words kept, no phrases) of the documents vectorize will put in the
+    train split, read again on the driver: every one, or with ``sample`` < 1 a seeded share
+    of them (a hash of ``"phrases:<seed>:<doc_id>"``). Documents with fewer tokens than
+    ``min_tokens[input]`` (after the stop words) are skipped as vectorize skips them.
+    ``counts`` (a dict) receives ``documents`` and ``tokens``."""
+    import hashlib
+    from dataclasses import replace
+    from pipelines.ingest import text_sources as ts
+    from pipelines.ingest.tokenize import _doc_tokens
+    from pipelines.ingest.vectorize_output import split_of
+    base = replace(cfg, phrases=None)
+    stop = cfg.stopwords
+    counts = {} if counts is None else counts
+    counts.update(documents=0, tokens=0)
+    for i, (path, fmt) in enumerate(inputs):
+        if fmt == "bigquery":
+            raise UsageError("--phrases learns on the driver, which cannot read BigQuery input "
+                             "%s; export the table to files (JSON Lines, Parquet) first" % path)
+        docs = _wiki_documents(path) if fmt == "wiki" else \
+            ts.read_documents(path, fmt, **reader_options)
+        for doc in docs:
+            if doc is None or isinstance(doc, ts.DeadLetter):
+                continue
+            if holdout_fraction and split_of(doc.doc_id, holdout_fraction, seed) != "train":
+                continue
+            if sample < 1.0:
+                h = hashlib.blake2b(("phrases:%d:%s" % (seed, doc.doc_id)).encode("utf-8"),
+                                    digest_size=8).digest()
+                if int.from_bytes(h, "big") / 2.0 ** 64 >= sample:
+                    continue
+            tokens = _doc_tokens(doc.text, base)
+            kept = sum(1 for t in tokens if t not in stop) if stop else len(tokens)
+            if kept == 0 or kept < min_tokens[i]:
+                continue
+            counts["documents"] += 1
+            counts["tokens"] += len(tokens)
+            yield tokens
+
+
+def _wiki_documents(path: str):
+    """The articles of a dump as vectorize parses them (skipped pages give None)."""
+    from pipelines.ingest import text_sources as ts
+    for item in ts.iter_wiki_page_chunks(path):
+        if not isinstance(item, ts.DeadLetter):
+            position, xml = item
+            yield ts.parse_wiki_page(xml, path, position)

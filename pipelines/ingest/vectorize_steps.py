@@ -18,8 +18,8 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.ingest import dataset
-from pipelines.ingest.tokenize import (BatchCounts, TokenizerConfig, count_batch, vocab_pairs,
-                                       vocabulary_index)
+from pipelines.ingest.tokenize import (BatchCounts, TokenizerConfig, count_batch, has_cjk,
+                                       vocab_pairs, vocabulary_index)
 from pipelines.ingest.vocabulary import TokenStatsAccumulator
 
 logger = logging.getLogger(__name__)
@@ -336,6 +336,9 @@ class _TokenizeFn(CountingDoFn):
         keep = ~(empty | short)
         self._count("empty_documents", int(empty.sum()))
         self._count("too_short", int(short.sum()))
+        if empty.any():   # unsegmented Chinese/Japanese runs are longer than any token
+            self._count("empty_cjk_documents",
+                        sum(1 for t, e in zip(texts, empty.tolist()) if e and has_cjk(t)))
         if not keep.any():
             return
         kept = [m for m, k in zip(metas, keep.tolist()) if k]
