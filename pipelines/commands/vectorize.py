@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from lda_core.errors import UsageError
 from pipelines.training import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
@@ -185,7 +186,7 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 
 def run(args, beam_argv) -> int:
     if not args.output:
-        raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
+        raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
     from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):

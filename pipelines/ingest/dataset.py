@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, InputError
 from pipelines.runtime import object_store_files
 
 object_store_files.register()
@@ -209,11 +210,11 @@ class Vocabulary:
             for n, line in enumerate(lines[1:], start=2):
                 parts = line.split("\t")
                 if len(parts) != 4:
-                    raise ValueError("%s line %d: expected 4 tab-separated fields "
-                                     "(token, id, df, cf), got %d" % (path, n, len(parts)))
+                    raise DataIntegrityError("%s line %d: expected 4 tab-separated fields "
+                                             "(token, id, df, cf), got %d" % (path, n, len(parts)))
                 if int(parts[1]) != len(tokens):
-                    raise ValueError("%s line %d: id %s out of order (expected %d)"
-                                     % (path, n, parts[1], len(tokens)))
+                    raise DataIntegrityError("%s line %d: id %s out of order (expected %d)"
+                                             % (path, n, parts[1], len(tokens)))
                 tokens.append(parts[0])
                 df.append(int(parts[2]))
                 cf.append(int(parts[3]))
@@ -284,7 +285,7 @@ def table_to_docbatch(table) -> DocBatch:
     indptr, word_ids = flat("word_ids")
     indptr_c, counts = flat("counts")
     if not np.array_equal(indptr, indptr_c):
-        raise ValueError("shard rows have word_ids and counts of different lengths")
+        raise DataIntegrityError("shard rows have word_ids and counts of different lengths")
     names = table.schema.names
     opt = lambda n: tuple(table.column(n).to_pylist()) if n in names else None
     return DocBatch(tuple(table.column("doc_id").to_pylist()), indptr, word_ids, counts,
@@ -351,14 +352,14 @@ def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
     for f in files:
         h = shard_vocab_hash(f)
         if h is None:
-            raise ValueError("shard %s has no vocabulary hash in its metadata; re-run "
+            raise InputError("shard %s has no vocabulary hash in its metadata; re-run "
                              "`ldabeam vectorize` to write it" % f)
         if expected is not None and h != expected:
-            raise ValueError("shard %s was vectorised with vocabulary %s but the model/state "
+            raise InputError("shard %s was vectorised with vocabulary %s but the model/state "
                              "expects vocabulary %s; vectorise it with `--vocab` of the "
                              "model's vocabulary" % (f, h, expected))
         if found is not None and h != found:
-            raise ValueError("shards disagree on their vocabulary: %s has %s, earlier shards "
+            raise InputError("shards disagree on their vocabulary: %s has %s, earlier shards "
                              "have %s" % (f, h, found))
         found = h
     return found
@@ -380,7 +381,7 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
             try:
                 batch = table_to_docbatch(rb)
             except ValueError as e:          # e.g. a negative or repeated word id
-                raise ValueError("shard %s: %s" % (f, e)) from None
+                raise DataIntegrityError("shard %s: %s" % (f, e)) from None
             yield batch
 
 
@@ -421,14 +422,15 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
         return None
     mpath = join(path, MANIFEST_FILE)
     if not exists(mpath):
-        raise ValueError("dataset %s has no %s: it is still being written (or the job writing "
-                         "it failed before the end); wait for `ldabeam vectorize` to finish, "
-                         "or re-run it" % (path, MANIFEST_FILE))
+        raise DataIntegrityError(
+            "dataset %s has no %s: it is still being written (or the job writing "
+            "it failed before the end); wait for `ldabeam vectorize` to finish, "
+            "or re-run it" % (path, MANIFEST_FILE))
     try:
         manifest = read_manifest(path)
     except ValueError as e:
-        raise ValueError("dataset %s: %s is not valid JSON (%s); re-run `ldabeam vectorize`"
-                         % (path, MANIFEST_FILE, e)) from e
+        raise DataIntegrityError("dataset %s: %s is not valid JSON (%s); re-run `ldabeam vectorize`"
+                                 % (path, MANIFEST_FILE, e)) from e
     splits = manifest.get("splits") if isinstance(manifest, dict) else None
     if not isinstance(splits, dict):
         return None        # a manifest without a shard listing: nothing to check against
@@ -451,36 +453,41 @@ def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
             f = join(path, entry["file"])
             name = entry["file"].rsplit("/", 1)[-1]
             if name in names:
-                raise ValueError("dataset %s: shard %s is listed twice in %s; re-run `ldabeam "
-                                 "vectorize`" % (path, entry["file"], listing))
+                raise DataIntegrityError(
+                    "dataset %s: shard %s is listed twice in %s; re-run `ldabeam "
+                    "vectorize`" % (path, entry["file"], listing))
             names.add(name)
             if not exists(f):
-                raise ValueError("dataset %s is incomplete: shard %s listed in %s is missing; "
-                                 "re-run `ldabeam vectorize`" % (path, entry["file"],
-                                                                   listing))
+                raise DataIntegrityError(
+                    "dataset %s is incomplete: shard %s listed in %s is missing; "
+                    "re-run `ldabeam vectorize`" % (path, entry["file"],
+                                                      listing))
             try:
                 rows = _parquet_file(f).metadata.num_rows
             except Exception as e:   # truncated / not Parquet
-                raise ValueError("dataset %s: shard %s cannot be read (%s); re-run `ldabeam "
-                                 "vectorize`" % (path, entry["file"], e)) from e
+                raise DataIntegrityError(
+                    "dataset %s: shard %s cannot be read (%s); re-run `ldabeam "
+                    "vectorize`" % (path, entry["file"], e)) from e
             if rows != entry.get("documents", rows):
-                raise ValueError("dataset %s: shard %s holds %d documents but %s says %d; "
-                                 "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
-                                                                 listing,
-                                                                 entry["documents"]))
+                raise DataIntegrityError("dataset %s: shard %s holds %d documents but %s says %d; "
+                                         "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
+                                                                         listing,
+                                                                         entry["documents"]))
             if check_hashes and entry.get("sha256") and _file_sha256(f) != entry["sha256"]:
-                raise ValueError("dataset %s: shard %s differs from the one %s lists (sha256 "
-                                 "mismatch); re-run `ldabeam vectorize`"
-                                 % (path, entry["file"], listing))
+                raise DataIntegrityError(
+                    "dataset %s: shard %s differs from the one %s lists (sha256 "
+                    "mismatch); re-run `ldabeam vectorize`"
+                    % (path, entry["file"], listing))
             n_shards += 1
             n_docs += rows
         extra = sorted(p.replace("\\", "/").rsplit("/", 1)[-1]
                        for p in match(join(path, split, "*.parquet")))
         extra = [e for e in extra if e not in names]
         if extra:
-            raise ValueError("dataset %s: %s/%s is not listed in %s (left from another run?); "
-                             "remove it or re-run `ldabeam vectorize --overwrite`"
-                             % (path, split, extra[0], listing))
+            raise DataIntegrityError(
+                "dataset %s: %s/%s is not listed in %s (left from another run?); "
+                "remove it or re-run `ldabeam vectorize --overwrite`"
+                % (path, split, extra[0], listing))
     return {"shards": n_shards, "documents": n_docs}
 
 

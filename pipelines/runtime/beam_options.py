@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
+from lda_core.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 RUNNERS = ("DirectRunner", "FnApiRunner", "PortableRunner", "DataflowRunner", "FlinkRunner",
@@ -119,7 +121,7 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
     if runner.lower() in ("direct", "directrunner"):
         runner = "DirectRunner"
     if runner not in RUNNERS:
-        raise ValueError("unknown Beam runner %r; choose one of %s (or --runner inprocess for "
+        raise UsageError("unknown Beam runner %r; choose one of %s (or --runner inprocess for "
                          "the in-process trainer)" % (runner, ", ".join(RUNNERS)))
     if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check"))
                for a in argv):
@@ -130,12 +132,12 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
     if runner in ("DirectRunner", "FnApiRunner"):
         mode = _strip_option(argv, "direct_running_mode") or "in_memory"
         if mode not in ("in_memory", "multi_threading", "multi_processing"):
-            raise ValueError("--direct_running_mode must be in_memory, multi_threading or "
+            raise UsageError("--direct_running_mode must be in_memory, multi_threading or "
                              "multi_processing, got %r" % mode)
         nw = _strip_option(argv, "direct_num_workers")
         n = int(nw) if nw is not None else (1 if mode == "in_memory" else (os.cpu_count() or 1))
         if n < 1:
-            raise ValueError("--direct_num_workers must be >= 1, got %d" % n)
+            raise UsageError("--direct_num_workers must be >= 1, got %d" % n)
         if mode == "in_memory" and n > 1:
             # in_memory with N > 1 only splits every stage over N threads of this process;
             # the numba kernel already uses the cores, so that would only add overhead
@@ -146,7 +148,7 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
         cfg.running_mode, cfg.num_workers = mode, n
     elif runner == "PortableRunner":
         if not any(a.startswith("--job_endpoint") for a in argv):
-            raise ValueError("--runner PortableRunner needs --job_endpoint=HOST:PORT (for a local "
+            raise UsageError("--runner PortableRunner needs --job_endpoint=HOST:PORT (for a local "
                              "test: python -m apache_beam.runners.portability."
                              "local_job_service_main --port N)")
         if not any(a.startswith("--environment_type") for a in argv):
