@@ -9,6 +9,7 @@ import inspect
 from typing import Any, Dict
 
 from lda_core.errors import UsageError
+from lda_core.resources import check_state_memory
 
 # The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
 # passes"): on the real corpora measured (the bundled sample, KOS, NIPS, 20 Newsgroups x16)
@@ -138,6 +139,7 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
                              % (_opt(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
     _check_combinations(name, given, kw)
+    check_state_memory(n_topics, n_words)      # before the constructor allocates K x V
     try:
         return cls(n_topics, n_words, **kw)
     except UsageError as e:
