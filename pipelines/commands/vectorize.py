@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from lda_core.errors import UsageError
+from lda_core.errors import InputError, UsageError
 from pipelines.training import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
@@ -193,6 +193,12 @@ def run(args, beam_argv) -> int:
         return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
+    counts = manifest.get("counts", {})
+    if not counts.get("documents_kept"):
+        raise InputError("no document was kept from %s (%d read, %d dead letters in "
+                         "%s/deadletter): there is nothing to train on; check --input and "
+                         "--format" % (", ".join(opts.inputs), counts.get("documents_read", 0),
+                                       counts.get("dead_letters", 0), opts.output))
     return 0
 
 

@@ -201,7 +201,12 @@ class Vocabulary:
                                     "written by `ldabeam vectorize`, or a one-token-per-line "
                                     "file)" % path)
         with open_read(path) as f:
-            text = f.read().decode("utf-8")
+            data = f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataIntegrityError("%s is not UTF-8 text (byte %d); a vocabulary is written "
+                                     "by `ldabeam vectorize` in UTF-8" % (path, e.start)) from None
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
@@ -341,7 +346,26 @@ def resolve_shards(path: str, split: str = TRAIN_SPLIT) -> List[str]:
             "no shards found at %s (split %r): expected a dataset directory written by "
             "`ldabeam vectorize --output DIR`, a directory of .parquet shards, or a glob"
             % (path, split))
+    check_shard_columns(candidates[0])
     return candidates
+
+
+def check_shard_columns(path: str) -> None:
+    """InputError unless the Parquet file ``path`` has the columns of a shard (an output of
+    ``ldabeam infer`` given as shards, say); read from the footer only."""
+    try:
+        names = _parquet_file(path).schema_arrow.names
+    except (OSError, ValueError) as e:       # truncated, not Parquet
+        raise DataIntegrityError("%s cannot be read as Parquet (%s); re-run `ldabeam "
+                                 "vectorize`" % (path, e)) from None
+    missing = [c for c in ("doc_id", "word_ids", "counts") if c not in names]
+    if missing:
+        what = ("an output of `ldabeam infer` (topic proportions per document)"
+                if "theta" in names else "a Parquet file of other columns (%s)"
+                % ", ".join(names[:8]))
+        raise InputError("%s is %s, not a dataset shard (no %s column); give a dataset "
+                         "directory written by `ldabeam vectorize --output DIR`"
+                         % (path, what, missing[0]))
 
 
 def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
@@ -530,5 +554,15 @@ def read_tokenizer(model_dir: str) -> Optional[dict]:
     path = join(model_dir, TOKENIZER_FILE)
     if not exists(path):
         return None
-    with open_read(path) as f:
-        return json.loads(f.read().decode("utf-8")).get("settings")
+    try:
+        with open_read(path) as f:
+            rec = json.loads(f.read().decode("utf-8"))
+    except ValueError as e:              # not UTF-8, not JSON
+        rec, why = None, str(e)
+    else:
+        why = "not an object with a settings object"
+    if not isinstance(rec, dict) or not isinstance(rec.get("settings"), (dict, type(None))):
+        raise InputError("%s is not a tokenizer record written by `ldabeam train` (%s); restore "
+                         "it from the training run, or delete it to use the settings of the "
+                         "training dataset's manifest" % (path, why))
+    return rec.get("settings")

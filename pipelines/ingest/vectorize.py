@@ -226,6 +226,14 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
         raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
+    for path, _ in inputs:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:         # os.fsdecode kept undecodable bytes as surrogates
+            raise InputError("input file name %s is not valid UTF-8 (document ids and the "
+                             "manifest are UTF-8); rename the file, e.g. convmv -f latin1 -t "
+                             "utf-8 --notest FILE" % path.encode("utf-8", "surrogateescape")
+                             .decode("utf-8", "backslashreplace")) from None
     fmts = {f for _, f in inputs}
     if fmts & set(BOW_FORMATS):
         if len(inputs) != 1:
