@@ -85,7 +85,9 @@ def add_arguments(p) -> None:
                         "for runners whose watermark does not advance past the source). "
                         "auto: watermark. (--input-glob on the local runner polls the "
                         "directory itself and applies each closed window in order.)")
-    g.add_argument("--id-field", default="doc_id", help="JSON field of the document id")
+    g.add_argument("--id-field", default="id",
+                   help="JSON field of the document id, as in vectorize (default id; a "
+                        "message without it may name its id doc_id)")
     g.add_argument("--text-field", default="text", help="JSON field of the text")
 
 

@@ -21,7 +21,10 @@ def add_arguments(p) -> None:
     p.add_argument("--model", metavar="MODEL_DIR", default=None,
                    help="model directory written by `ldabeam train` (required)")
     p.add_argument("--top", type=int, default=10, help="words per topic")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="table: one line per topic to read; csv: one row per (topic, rank) "
+                        "with label, word and weight; json: one object per topic with its "
+                        "words and weights")
     p.add_argument("--output", metavar="FILE", default=None,
                    help="write to FILE instead of standard output")
     p.add_argument("--no-weights", action="store_true",
