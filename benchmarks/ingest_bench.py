@@ -21,8 +21,13 @@
 CPU seconds: this process plus its finished children (the in-process DirectRunner runs in
 this process); wall time is also recorded. The machine is shared: compare the ratios.
 
+3. **The decompressing layer alone** (``decompress``): the same two layers reading whole
+   files as the readers do (1 MiB chunks, or lines): the dump, the JSON lines, the 20
+   Newsgroups ``.tar.gz`` and NIPS's ``docword.nips.txt.gz``; lowest CPU seconds of
+   ``max(--repeats, 3)`` alternating reads, ratio new / old.
+
     python benchmarks/ingest_bench.py [--limit N] [--copies 1] [--repeats 2]
-        [--parts folder,smart_open] [--json benchmarks/results/ingest_bench.json]
+        [--parts folder,smart_open,decompress] [--json benchmarks/results/ingest_bench.json]
 """
 from __future__ import annotations
 
@@ -190,13 +195,102 @@ def smart_open_part(tmp: str, limit: int, copies: int, repeats: int) -> dict:
     return out
 
 
+def read_all(f, lines: bool) -> int:
+    """Bytes of a decompressed stream, read as the readers do: 1 MiB chunks through
+    :class:`~pipelines.ingest.input_files.ChunkReader` (dumps, text), or lines (JSON lines,
+    CSV, bag-of-words)."""
+    from pipelines.ingest.input_files import ChunkReader
+    n = 0
+    if lines:
+        for line in iter(lambda: f.readline(1 << 16), b""):
+            n += len(line)
+        return n
+    r = ChunkReader(f)
+    for _ in range(1 << 40):
+        b = r.read(1 << 20)
+        if not b:
+            return n
+        n += len(b)
+    return n
+
+
+def open_part(folder: str, limit: int, repeats: int) -> dict:
+    """Opening and reading every post as a file: Python's ``open`` (what the layer uses for
+    local files) against ``smart_open.open`` (whose local transport is that ``open`` behind
+    a URL parse)."""
+    import smart_open
+    paths = []
+    for i, r in enumerate(news20_records(limit)):
+        p = os.path.join(folder, r["label"], "%05d" % i)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w", encoding="latin-1", errors="replace") as f:
+            f.write(r["text"])
+        paths.append(p)
+    cpu = {"open": [], "smart_open.open": []}
+    for _ in range(repeats):
+        for variant, fn in (("open", lambda p: open(p, "rb")),
+                            ("smart_open.open", lambda p: smart_open.open(
+                                p, "rb", compression="disable"))):
+            c0 = time.process_time()
+            for p in paths:
+                with fn(p) as f:
+                    f.read()
+            cpu[variant].append(time.process_time() - c0)
+    ratio = min(cpu["smart_open.open"]) / min(cpu["open"])
+    print("open and read %d small files: open %.3f CPU s, smart_open.open %.3f CPU s (lowest "
+          "of %d); smart_open / open %.2f" % (len(paths), min(cpu["open"]),
+                                               min(cpu["smart_open.open"]), repeats, ratio))
+    return {"files": len(paths), "cpu_s_open": cpu["open"],
+            "cpu_s_smart_open": cpu["smart_open.open"], "ratio_smart_open_to_open": ratio}
+
+
+def decompress_part(tmp: str, limit: int, repeats: int) -> dict:
+    """The decompressing layer alone (no pipeline), new against old, alternating: the
+    bench's ``.xml.bz2`` dump and gzip JSON lines, the 20 Newsgroups ``.tar.gz`` and the
+    NIPS ``docword.nips.txt.gz``."""
+    from pipelines.ingest import input_files
+    os.makedirs(tmp, exist_ok=True)
+    dump = os.path.join(tmp, "dump.xml.bz2")
+    build_dump(dump, limit)
+    jsonl = os.path.join(tmp, "posts.jsonl.gz")
+    with gzip.open(jsonl, "wt", encoding="utf-8") as f:
+        for r in news20_records(limit):
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    nips = os.path.join(os.path.dirname(os.path.dirname(NEWS20)), "uci-bow-nips",
+                        "docword.nips.txt.gz")
+    out = {"open_small_files": open_part(os.path.join(tmp, "posts"), limit, repeats)}
+    for name, path, lines in (("xml.bz2 chunks", dump, False), ("xml.bz2 lines", dump, True),
+                              ("jsonl.gz lines", jsonl, True), ("tar.gz chunks", NEWS20, False),
+                              ("docword.gz lines", nips, True)):
+        if not os.path.exists(path):
+            continue
+        cpu = {"smart_open": [], "stdlib": []}
+        for _ in range(repeats):
+            for variant, fn in (("stdlib", stdlib_open_decompressed),
+                                ("smart_open", input_files.open_decompressed)):
+                c0 = time.process_time()
+                f = fn(path)
+                try:
+                    n = read_all(f, lines)
+                finally:
+                    f.close()
+                cpu[variant].append(time.process_time() - c0)
+        ratio = min(cpu["smart_open"]) / min(cpu["stdlib"])
+        out[name] = {"bytes": n, "cpu_s_smart_open": cpu["smart_open"],
+                     "cpu_s_stdlib": cpu["stdlib"], "ratio_new_to_old_cpu": ratio}
+        print("decompress %s (%.1f MB): smart-open %.3f CPU s, standard library %.3f CPU s "
+              "(lowest of %d); new / old %.3f" % (name, n / 1e6, min(cpu["smart_open"]),
+                                                   min(cpu["stdlib"]), repeats, ratio))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=0, help="posts (0: all)")
     ap.add_argument("--copies", type=int, default=1, help="copies of the posts in the JSON lines")
     ap.add_argument("--repeats", type=int, default=2, help="alternating runs per layer")
-    ap.add_argument("--parts", default="folder,smart_open")
+    ap.add_argument("--parts", default="folder,smart_open,decompress")
     ap.add_argument("--json", default=RESULTS_JSON)
     args = ap.parse_args(argv)
     if not os.path.exists(NEWS20):
@@ -210,6 +304,9 @@ def main(argv=None):
     try:
         if "folder" in parts:
             res["folder"] = folder_part(os.path.join(tmp, "f"), args.limit)
+        if "decompress" in parts:
+            res["decompress"] = decompress_part(os.path.join(tmp, "d"), args.limit,
+                                                max(args.repeats, 3))
         if "smart_open" in parts:
             res["smart_open"] = smart_open_part(os.path.join(tmp, "s"), args.limit,
                                                 args.copies, args.repeats)
