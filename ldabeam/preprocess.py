@@ -1,0 +1,205 @@
+"""Documents -> bags of words over a model's vocabulary, with the model's recorded preprocessing.
+
+The one place the library turns user documents into count rows. A document is
+
+* a ``str`` -- raw text, tokenized with the settings the model's training data was vectorized
+  with (``MODEL_DIR/tokenizer.json``; the vectorize defaults, with a warning, when the model
+  does not record them), by the same batch tokenizer and vocabulary lookup as ``ldabeam
+  vectorize`` and ``ldabeam infer --input`` (:func:`pipelines.ingest.tokenize.count_batch`,
+  :func:`pipelines.ingest.vectorize_steps.counts_to_rows`), so the words are the same;
+* a list or tuple of ``str`` -- tokens already made by the caller: only the vocabulary is
+  applied (no lower-casing, no stop words);
+* a ``dict`` -- a record: its ``text`` field (the model's ``text_field`` setting) is the
+  document and its ``id`` field (``id_field``) its id, as ``--format jsonl`` reads it; or a
+  count row ``{"word_ids": [...], "counts": [...]}`` (``doc_id`` optional), the rows of a
+  shard and of :class:`ldabeam.beam.Vectorize`, taken as they are.
+
+Words outside the vocabulary are dropped and counted. No document is dropped: one with no
+known word is an empty row (``ldabeam infer --input`` writes no row for it).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """A document given as word ids of the model's vocabulary and their counts."""
+
+    word_ids: tuple
+    counts: tuple
+
+
+COUNT_FIELDS = ("word_ids", "counts")
+
+
+@dataclass
+class Preprocessing:
+    """How a model turns raw text into tokens: the recorded settings (or None: unknown)."""
+
+    settings: Optional[Dict[str, Any]]
+
+    @property
+    def known(self) -> bool:
+        return self.settings is not None
+
+    def _get(self, key, default):
+        s = self.settings or {}
+        return default if s.get(key) is None else s[key]
+
+    @property
+    def id_field(self) -> str:
+        return self._get("id_field", "id")
+
+    @property
+    def text_field(self) -> str:
+        return self._get("text_field", "text")
+
+    def tokenizer_config(self):
+        """The :class:`~pipelines.ingest.tokenize.TokenizerConfig` of the settings (the stop
+        words loaded from their spec), built exactly as ``ldabeam infer --input`` builds it."""
+        from pipelines.ingest.tokenize import TokenizerConfig, load_stopwords
+        cfg = TokenizerConfig(lowercase=self._get("lowercase", True),
+                              deaccent=self._get("deaccent", True),
+                              min_len=self._get("min_token_len", 2),
+                              max_len=self._get("max_token_len", 15),
+                              stopwords=load_stopwords(self._get("stopwords", None)))
+        cfg.validate()
+        return cfg
+
+
+def content_id(doc) -> str:
+    """The id of a document given without one: a hash of its content, so that the seeded
+    E-step start of a document (keyed by its id) does not depend on its position or on the
+    other documents transformed with it."""
+    h = hashlib.blake2b(digest_size=12)
+    if isinstance(doc, str):
+        h.update(b"s\0" + doc.encode("utf-8", "surrogatepass"))
+    elif isinstance(doc, CountRow):
+        h.update(b"c\0" + np.asarray(doc.word_ids, np.int64).tobytes() + b"\0"
+                 + np.asarray(doc.counts, np.int64).tobytes())
+    else:
+        h.update(b"t\0")
+        for t in doc:
+            h.update(str(t).encode("utf-8", "surrogatepass") + b"\0")
+    return "doc-" + h.hexdigest()
+
+
+def split_records(docs: Sequence, prep: Preprocessing,
+                  ids: Optional[Sequence[str]] = None) -> Tuple[List[str], List[Any]]:
+    """``(ids, documents)``: records unpacked to their text and id; missing ids made by
+    :func:`content_id`. Raises InputError naming the position of an unusable document."""
+    if isinstance(docs, (str, bytes, dict)):
+        raise InputError("give a list of documents (got a single %s; wrap it in a list)"
+                         % type(docs).__name__)
+    docs = list(docs)
+    if ids is not None:
+        ids = [str(i) for i in ids]
+        if len(ids) != len(docs):
+            raise InputError("ids has %d entries for %d documents" % (len(ids), len(docs)))
+    out_ids, out_docs = [], []
+    for i, d in enumerate(docs):
+        rid = None
+        if isinstance(d, dict) and all(k in d for k in COUNT_FIELDS):
+            rid = d.get("doc_id", d.get(prep.id_field))
+            d = CountRow(tuple(int(x) for x in d["word_ids"]), tuple(int(x) for x in d["counts"]))
+            if len(d.word_ids) != len(d.counts):
+                raise InputError("document %d: a count row needs as many counts as word_ids "
+                                 "(%d and %d)" % (i, len(d.counts), len(d.word_ids)))
+        elif isinstance(d, dict):
+            if prep.text_field not in d:
+                raise InputError("document %d is a record without the text field %r (the "
+                                 "model's text_field); give {%r: TEXT, %r: ID}"
+                                 % (i, prep.text_field, prep.text_field, prep.id_field))
+            rid = d.get(prep.id_field)
+            d = d[prep.text_field]
+        if d is None:
+            d = ""
+        if isinstance(d, CountRow):
+            pass
+        elif not isinstance(d, (str, list, tuple)) or (
+                not isinstance(d, str) and not all(isinstance(t, str) for t in d)):
+            raise InputError("document %d is a %s; give str (raw text), a list of str "
+                             "(tokens) or a dict record" % (i, type(d).__name__))
+        if ids is not None:
+            rid = ids[i]
+        out_ids.append(content_id(d) if rid is None or rid == "" else str(rid))
+        out_docs.append(d)
+    return out_ids, out_docs
+
+
+def count_rows(docs: Sequence, prep: Preprocessing, index, n_words: int
+               ) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
+    """``(rows, oov)``: per document the sorted unique word ids and their counts (int32) over
+    the vocabulary ``index`` (an Arrow string array of the tokens in id order; None when only
+    count rows are given), and the number of tokens dropped as unknown. Count rows are
+    checked against ``n_words``."""
+    from pipelines.ingest.tokenize import count_batch
+    from pipelines.ingest.vectorize_steps import counts_to_rows
+    empty = (np.zeros(0, np.int32), np.zeros(0, np.int32))
+    rows: List[Tuple[np.ndarray, np.ndarray]] = [empty] * len(docs)
+    text_pos = [i for i, d in enumerate(docs) if isinstance(d, str)]
+    oov = 0
+    if text_pos:
+        bc = count_batch([docs[i] for i in text_pos], prep.tokenizer_config())
+        metas = [(i, None, None) for i in text_pos]
+        got, dropped, _ = counts_to_rows(metas, bc, index)
+        oov += dropped
+        for doc_pos, _t, _l, wb, cb, _n in got:
+            rows[doc_pos] = (np.frombuffer(wb, np.int32), np.frombuffer(cb, np.int32))
+    lookup = None
+    for i, d in enumerate(docs):
+        if isinstance(d, CountRow):
+            ids = np.asarray(d.word_ids, np.int64)
+            cnt = np.asarray(d.counts, np.int64)
+            if len(ids) and (ids.min() < 0 or ids.max() >= n_words):
+                raise InputError("document %d: word id %d is outside the model's vocabulary "
+                                 "of %d words" % (i, int(ids.max() if ids.max() >= n_words
+                                                         else ids.min()), n_words))
+            if len(cnt) and cnt.min() < 0:
+                raise InputError("document %d: negative count %d" % (i, int(cnt.min())))
+            merged = np.bincount(ids, weights=cnt, minlength=0) if len(ids) else np.zeros(0)
+            u = np.flatnonzero(merged > 0)
+            rows[i] = (u.astype(np.int32), merged[u].astype(np.int32))
+            continue
+        if isinstance(d, str) or not d:
+            continue
+        if lookup is None:
+            lookup = {t: j for j, t in enumerate(index.to_pylist())}
+        ids = np.fromiter((lookup.get(t, -1) for t in d), np.int64, len(d))
+        oov += int((ids < 0).sum())
+        u, c = np.unique(ids[ids >= 0], return_counts=True)
+        rows[i] = (u.astype(np.int32), c.astype(np.int32))
+    return rows, oov
+
+
+def to_batch(doc_ids: Sequence[str], rows) -> DocBatch:
+    return DocBatch.from_rows(rows, doc_ids=list(doc_ids))
+
+
+def token_counts(docs: Sequence, prep: Preprocessing):
+    """Per document a ``{token: count}`` of every token (known or not) -- what a vocabulary
+    grown from new documents is counted from."""
+    from collections import Counter
+    from pipelines.ingest.tokenize import tokenize
+    cfg = None
+    out = []
+    for d in docs:
+        if isinstance(d, CountRow):
+            out.append(Counter())
+        elif isinstance(d, str):
+            cfg = cfg or prep.tokenizer_config()
+            out.append(Counter(tokenize(d, cfg)))
+        else:
+            out.append(Counter(d))
+    return out
