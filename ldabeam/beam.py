@@ -71,9 +71,10 @@ class LdaModelHandler(ModelHandler):
     checkpoint directory or a checkpoint's ``state.json``; local, ``gs://`` or ``s3://``.
     θ is :meth:`ldabeam.LdaModel.transform` of the batch, so it equals ``ldabeam infer``'s
     for the same documents. The batch size bounds are BatchElements' (``min_batch_size``,
-    ``max_batch_size``, ...)."""
+    ``max_batch_size``, ...). ``tokenizer``: the custom tokenizer callable the model was
+    trained with, if any (a module-level function: Beam pickles it to the workers)."""
 
-    def __init__(self, model: str, *, min_batch_size: Optional[int] = None,
+    def __init__(self, model: str, *, tokenizer=None, min_batch_size: Optional[int] = None,
                  max_batch_size: Optional[int] = 256, **kwargs):
         if not isinstance(model, str) or not model:
             from lda_core.errors import UsageError
@@ -82,6 +83,7 @@ class LdaModelHandler(ModelHandler):
         super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
                          **kwargs)
         self._model_uri = model
+        self._tokenizer = tokenizer
 
     @property
     def model_uri(self) -> str:
@@ -89,7 +91,7 @@ class LdaModelHandler(ModelHandler):
 
     def load_model(self):
         from ldabeam.model import load
-        model = load(self._model_uri)
+        model = load(self._model_uri, tokenizer=self._tokenizer)
         logger.info("LdaModelHandler loaded %s", model)
         return model
 
@@ -129,9 +131,10 @@ class InferTopics(beam.PTransform):
     ``text_field`` name the fields of dict records (the defaults of ``ldabeam vectorize``)."""
 
     def __init__(self, model: str, *, model_metadata=None, max_batch_size: int = 256,
-                 id_field: str = "id", text_field: str = "text"):
+                 id_field: str = "id", text_field: str = "text", tokenizer=None):
         super().__init__()
-        self._handler = LdaModelHandler(model, max_batch_size=max_batch_size)
+        self._handler = LdaModelHandler(model, tokenizer=tokenizer,
+                                        max_batch_size=max_batch_size)
         self._metadata = model_metadata
         self._fields = (id_field, text_field)
 
@@ -200,16 +203,19 @@ class Vectorize(beam.PTransform):
     ``filter_extremes``; the vectorize defaults when None) and the tokenizer options
     (``lowercase``, ``deaccent``, ``min_token_len``, ``max_token_len``, ``stopwords`` as a
     spec: ``gensim`` or a file). ``min_tokens``: documents with fewer tokens are dropped (as
-    ``--min-article-tokens``). The vocabulary record is ``{"tokens", "df", "cf",
+    ``--min-article-tokens``). ``tokenizer``: a model's custom tokenizer callable (with
+    ``model``). The vocabulary record is ``{"tokens", "df", "cf",
     "num_docs"}``; documents with no word of the vocabulary have no row."""
 
     def __init__(self, model: Optional[str] = None, *, no_below: Optional[int] = None,
                  no_above: Optional[float] = None, keep_n: Optional[int] = -1,
                  lowercase: bool = True, deaccent: bool = True, min_token_len: int = 2,
                  max_token_len: int = 15, stopwords: Optional[str] = None,
-                 min_tokens: int = 1, id_field: str = "id", text_field: str = "text"):
+                 min_tokens: int = 1, id_field: str = "id", text_field: str = "text",
+                 tokenizer=None):
         super().__init__()
         self._model = model
+        self._tokenizer = tokenizer
         self._prune = dict(no_below=no_below, no_above=no_above, keep_n=keep_n)
         self._tok = dict(lowercase=lowercase, deaccent=deaccent, min_token_len=min_token_len,
                          max_token_len=max_token_len, stopwords=stopwords)
@@ -220,7 +226,7 @@ class Vectorize(beam.PTransform):
         """(TokenizerConfig, vocabulary path, vocabulary) of the model."""
         from ldabeam.model import load
         from pipelines.ingest import dataset
-        m = load(self._model)
+        m = load(self._model, tokenizer=self._tokenizer)
         m._need_vocab("Vectorize(model=...)")
         vpath = dataset.join(m.model_dir, dataset.VOCAB_FILE)
         fields = {k: v for k, v in (m.preprocessing or {}).items() if k in self._fields}

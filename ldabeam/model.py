@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -42,13 +42,14 @@ _WORD_ROWS = {"online-vb": "ntilde", "scvb0": "ntilde"}
 STATE_FILE = "state.json"
 
 
-def load(path: str) -> "LdaModel":
+def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
     """The model at ``path``: a model directory (its latest valid checkpoint), one checkpoint
     directory, or a checkpoint's ``state.json`` (what ``WatchFilePattern`` reports); local or
-    an object-store URL. Raises InputError naming the path when there is no model there."""
+    an object-store URL. ``tokenizer``: the callable the model's training data was tokenized
+    with, when it was (the model records its name; raw text is refused without it). Raises
+    InputError naming the path when there is no model there."""
     from pipelines.ingest import dataset            # also registers the object-store layer
     from pipelines.runtime.model_dir import open_model
-    from pipelines.infer import model_tokenizer, ModelRef
     if not isinstance(path, str) or not path:
         raise UsageError("ldabeam.load needs the path of a model directory or checkpoint, "
                          "got %r" % (path,))
@@ -58,10 +59,8 @@ def load(path: str) -> "LdaModel":
         m = open_model(path)
     except FileNotFoundError as e:
         raise InputError("%s (give the --output directory of `ldabeam train`)" % e) from e
-    ref = ModelRef(m.path, m.state.algorithm, m.state.n_topics, m.state.n_words, m.state.step,
-                   m.state.vocab_hash, m.vocab_path, m.model_dir)
-    settings = model_tokenizer(ref)
-    return LdaModel(m.algorithm(), m.vocab, preprocess.Preprocessing(settings),
+    return LdaModel(m.algorithm(), m.vocab,
+                    preprocess.Preprocessing.of_model_dir(m.model_dir, tokenizer),
                     checkpoint=m.path, model_dir=m.model_dir, info=dict(m.state.info or {}))
 
 
@@ -140,8 +139,8 @@ class LdaModel:
 
     def _lookup(self):
         if self._index is None:
-            from pipelines.ingest.vectorize_steps import vocabulary_lookup
-            self._index = vocabulary_lookup(self._vocab.tokens)
+            from pipelines.ingest.tokenize import vocabulary_index
+            self._index = vocabulary_index(self._vocab.tokens)
         return self._index
 
     def _batch(self, docs, ids, what: str):
@@ -150,10 +149,10 @@ class LdaModel:
         if any(isinstance(d, str) for d in items):
             self._need_vocab(what)
             if not self._prep.known and not self._warned:
-                logger.warning("the tokenizer settings of %s are unknown (no tokenizer.json and "
-                               "no training manifest): raw text is tokenized with the "
-                               "vectorize defaults, which may not be how the model's training "
-                               "data was tokenized", self.model_dir)
+                logger.warning("the tokenizer settings of %s are unknown (%s): raw text is "
+                               "tokenized with the defaults, which may not be how the model's "
+                               "training data was tokenized", self.model_dir,
+                               self._prep.pre.note)
                 self._warned = True
         elif any(not isinstance(d, preprocess.CountRow) for d in items):
             self._need_vocab(what)

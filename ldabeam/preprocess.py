@@ -2,11 +2,12 @@
 
 The one place the library turns user documents into count rows. A document is
 
-* a ``str`` -- raw text, tokenized with the settings the model's training data was vectorized
-  with (``MODEL_DIR/tokenizer.json``; the vectorize defaults, with a warning, when the model
-  does not record them), by the same batch tokenizer and vocabulary lookup as ``ldabeam
-  vectorize`` and ``ldabeam infer --input`` (:func:`pipelines.ingest.tokenize.count_batch`,
-  :func:`pipelines.ingest.vectorize_steps.counts_to_rows`), so the words are the same;
+* a ``str`` -- raw text, made into words by the model's recorded preprocessing
+  (:class:`pipelines.ingest.tokenize.Preprocessor` of the model directory: token rule, stop
+  words, segmenter, learned phrases, a custom tokenizer passed to ``ldabeam.load``), the one
+  implementation ``ldabeam infer --input`` uses too, so the words are the same; a model whose
+  preprocessing cannot be reproduced is refused (UsageError), one whose settings were never
+  recorded gets the defaults with a warning;
 * a list or tuple of ``str`` -- tokens already made by the caller: only the vocabulary is
   applied (no lower-casing, no stop words);
 * a ``dict`` -- a record: its ``text`` field (the model's ``text_field`` setting) is the
@@ -45,13 +46,30 @@ COUNT_FIELDS = ("word_ids", "counts")
 
 @dataclass
 class Preprocessing:
-    """How a model turns raw text into tokens: the recorded settings (or None: unknown)."""
+    """A model's preprocessing: its :class:`~pipelines.ingest.tokenize.Preprocessor` and the
+    recorded settings (None: never recorded) the reader fields come from."""
 
     settings: Optional[Dict[str, Any]]
+    preprocessor: Any = None     # pipelines.ingest.tokenize.Preprocessor; None: the defaults
+
+    @classmethod
+    def of_model_dir(cls, model_dir: str, tokenizer=None) -> "Preprocessing":
+        """The preprocessing ``model_dir`` records (UsageError if it cannot be reproduced)."""
+        from pipelines.ingest.tokenize import Preprocessor, model_settings
+        settings, _ = model_settings(model_dir)
+        return cls(settings if isinstance(settings, dict) else None,
+                   Preprocessor.from_model_dir(model_dir, tokenizer=tokenizer))
+
+    @property
+    def pre(self):
+        if self.preprocessor is None:
+            from pipelines.ingest.tokenize import Preprocessor
+            self.preprocessor = Preprocessor()
+        return self.preprocessor
 
     @property
     def known(self) -> bool:
-        return self.settings is not None
+        return self.pre.known
 
     def _get(self, key, default):
         s = self.settings or {}
@@ -66,16 +84,8 @@ class Preprocessing:
         return self._get("text_field", "text")
 
     def tokenizer_config(self):
-        """The :class:`~pipelines.ingest.tokenize.TokenizerConfig` of the settings (the stop
-        words loaded from their spec), built exactly as ``ldabeam infer --input`` builds it."""
-        from pipelines.ingest.tokenize import TokenizerConfig, load_stopwords
-        cfg = TokenizerConfig(lowercase=self._get("lowercase", True),
-                              deaccent=self._get("deaccent", True),
-                              min_len=self._get("min_token_len", 2),
-                              max_len=self._get("max_token_len", 15),
-                              stopwords=load_stopwords(self._get("stopwords", None)))
-        cfg.validate()
-        return cfg
+        """The :class:`~pipelines.ingest.tokenize.TokenizerConfig` raw text is tokenized with."""
+        return self.pre.config
 
 
 def content_id(doc) -> str:
@@ -144,19 +154,15 @@ def count_rows(docs: Sequence, prep: Preprocessing, index, n_words: int
     the vocabulary ``index`` (an Arrow string array of the tokens in id order; None when only
     count rows are given), and the number of tokens dropped as unknown. Count rows are
     checked against ``n_words``."""
-    from pipelines.ingest.tokenize import count_batch
-    from pipelines.ingest.vectorize_steps import counts_to_rows
     empty = (np.zeros(0, np.int32), np.zeros(0, np.int32))
     rows: List[Tuple[np.ndarray, np.ndarray]] = [empty] * len(docs)
     text_pos = [i for i, d in enumerate(docs) if isinstance(d, str)]
     oov = 0
     if text_pos:
-        bc = count_batch([docs[i] for i in text_pos], prep.tokenizer_config())
-        metas = [(i, None, None) for i in text_pos]
-        got, dropped, _ = counts_to_rows(metas, bc, index)
-        oov += dropped
-        for doc_pos, _t, _l, wb, cb, _n in got:
-            rows[doc_pos] = (np.frombuffer(wb, np.int32), np.frombuffer(cb, np.int32))
+        got = prep.pre.count_rows([docs[i] for i in text_pos], index)
+        oov += got.unknown_tokens
+        for i, row in zip(text_pos, got.rows):
+            rows[i] = row
     lookup = None
     for i, d in enumerate(docs):
         if isinstance(d, CountRow):
@@ -191,15 +197,12 @@ def token_counts(docs: Sequence, prep: Preprocessing):
     """Per document a ``{token: count}`` of every token (known or not) -- what a vocabulary
     grown from new documents is counted from."""
     from collections import Counter
-    from pipelines.ingest.tokenize import tokenize
-    cfg = None
     out = []
     for d in docs:
         if isinstance(d, CountRow):
             out.append(Counter())
         elif isinstance(d, str):
-            cfg = cfg or prep.tokenizer_config()
-            out.append(Counter(tokenize(d, cfg)))
+            out.append(Counter(prep.pre.tokens(d)))
         else:
             out.append(Counter(d))
     return out
