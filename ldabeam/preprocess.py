@@ -51,17 +51,26 @@ class Preprocessing:
 
     settings: Optional[Dict[str, Any]]
     preprocessor: Any = None     # pipelines.ingest.tokenize.Preprocessor; None: the defaults
+    refusal: Optional[Exception] = None   # why raw text cannot be prepared (raised on use)
 
     @classmethod
     def of_model_dir(cls, model_dir: str, tokenizer=None) -> "Preprocessing":
-        """The preprocessing ``model_dir`` records (UsageError if it cannot be reproduced)."""
+        """The preprocessing ``model_dir`` records. One that cannot be reproduced here (a
+        custom tokenizer not given, a segmenter not installed) is kept as a refusal, raised
+        when raw text is prepared: the model's topics stay usable."""
+        from lda_core.errors import UsageError
         from pipelines.ingest.tokenize import Preprocessor, model_settings
         settings, _ = model_settings(model_dir)
-        return cls(settings if isinstance(settings, dict) else None,
-                   Preprocessor.from_model_dir(model_dir, tokenizer=tokenizer))
+        settings = settings if isinstance(settings, dict) else None
+        try:
+            return cls(settings, Preprocessor.from_model_dir(model_dir, tokenizer=tokenizer))
+        except UsageError as e:
+            return cls(settings, None, e)
 
     @property
     def pre(self):
+        if self.refusal is not None:
+            raise self.refusal
         if self.preprocessor is None:
             from pipelines.ingest.tokenize import Preprocessor
             self.preprocessor = Preprocessor()
