@@ -197,7 +197,7 @@ class LdaModel:
             if grow_vocab:
                 added = self._grow(docs, ids)
             batch, oov = self._batch(docs, ids, "update")
-            summary = self._train_on(batch, int(passes))
+            summary = self._train_on(batch, int(passes), precise=bool(added))
         except BaseException:
             self._restore(before, before_vocab)
             raise
@@ -212,7 +212,23 @@ class LdaModel:
         self._vocab = vocab
         self._index = None
 
-    def _train_on(self, batch, passes: int) -> Dict[str, Any]:
+    def _train_on(self, batch, passes: int, precise: bool = False) -> Dict[str, Any]:
+        """The update's steps. ``precise``: rows were just added at the prior, where online
+        VB's exp(E[log β]) is about 1e-13 of a trained row's -- below the float32 epsilon that
+        guards the E-step's normaliser (lda_core.algorithms.estep_vb), which would give the new
+        words no share of their tokens; the E-step then runs in float64 for these steps (the
+        model's own precision is kept for everything after)."""
+        algo = self._algo
+        dtype = getattr(algo, "dtype", None)
+        if precise and algo.name == "online-vb" and dtype != "float64":
+            algo.dtype = "float64"
+            try:
+                return self._steps(batch, passes)
+            finally:
+                algo.dtype = dtype
+        return self._steps(batch, passes)
+
+    def _steps(self, batch, passes: int) -> Dict[str, Any]:
         from lda_core.training.session import apply_step
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
