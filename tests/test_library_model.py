@@ -314,3 +314,71 @@ def test_sklearn_loads_a_cli_trained_model(vb_model, scvb0_model):
         ldabeam.OnlineLDA.load(scvb0_model)
     s = ldabeam.SCVB0LDA.load(scvb0_model)
     assert s.components_.shape == (K, ldabeam.load(scvb0_model).n_words)
+
+
+def news_split(tar_path, every):
+    """20 Newsgroups posts (bodies) of the train and test halves, every ``every``-th of the
+    train half and every ``2 * every``-th of the test half, in tar order (grouped by
+    newsgroup)."""
+    train, test = [], []
+    with tarfile.open(tar_path) as tf:
+        for mem in tf:
+            if mem.isfile():
+                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
+                (train if mem.name.startswith("20news-bydate-train/") else test).append(
+                    {"id": mem.name, "text": body})
+    return train[::every], test[::2 * every]
+
+
+def completion_on(model, token_lists, ids):
+    """Document completion (held-out LL per token) of ``model`` on the token lists."""
+    from lda_core.docbatch import DocBatch
+    from lda_core.evaluation import metrics
+    idx = {t: i for i, t in enumerate(model.vocabulary)}
+    rows = []
+    for toks in token_lists:
+        u, c = np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
+        rows.append((u, c))
+    b = DocBatch.from_rows(rows, doc_ids=ids)
+    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
+    first, second = metrics.split_halves(b, 0)
+    return metrics.document_completion(model.topic_word(), first, second)["ll_per_token"]
+
+
+@pytest.mark.slow
+def test_update_with_new_newsgroups_and_words_approaches_joint_training(news20_tar, tmp_path):
+    """A model trained on the posts of the first newsgroups (tar order), updated with
+    grow_vocab on those of the others, against one trained on both with the same passes:
+    held-out document completion on the words both vocabularies hold, and the new words in
+    the topics."""
+    train, test = news_split(news20_tar, 6)
+    half = len(train) // 2
+    a, b = train[:half], train[half:]
+
+    def jsonl(name, recs):
+        p = tmp_path / name
+        p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return str(p)
+
+    prune = ["--no-below", "5", "--no-above", "0.5", "--stopwords", "gensim"]
+    fit = ["--topics", "20", "--algorithm", "online-vb", "--passes", "2", "--minibatch",
+           "128", "--seed", "1", "--no-progress"]
+    for name, recs in (("a", a), ("ab", a + b)):
+        assert cli_main(["vectorize", "--input", jsonl(name + ".jsonl", recs), "--output",
+                         str(tmp_path / ("ds-" + name))] + prune) == 0
+        assert cli_main(["train", "--shards", str(tmp_path / ("ds-" + name)), "--output",
+                         str(tmp_path / ("m-" + name))] + fit) == 0
+    joint = ldabeam.load(str(tmp_path / "m-ab"))
+    m = ldabeam.load(str(tmp_path / "m-a"))
+    V0 = m.n_words
+    summary = m.update(b, passes=2, grow_vocab=True)
+    added = m.vocabulary[V0:]
+    assert summary["words_added"] == len(added) > 500
+    both = set(m.vocabulary) & set(joint.vocabulary)
+    pre = joint._prep.pre
+    toks = [[t for t in pre.tokens(r["text"]) if t in both] for r in test]
+    ids = [r["id"] for r in test]
+    gap = completion_on(joint, toks, ids) - completion_on(m, toks, ids)
+    assert gap <= 0.06
+    tops = {w for t in m.top_words(20) for w, _ in t}
+    assert len(tops & set(added)) >= 10
