@@ -353,7 +353,9 @@ class LdaModel:
             raise OutputError("%s already holds another model's checkpoints; save to a new or "
                               "empty directory" % model_dir)
         state = self._algo.to_state()
-        state.info = dict(self._info)
+        info = dict(self._info)          # the run's records (trainer, run, updates) ...
+        info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
+        state.info = info
         with ModelLease(target, "ldabeam.LdaModel.save"):
             path = store.publish(state)
             if self._vocab is not None:

@@ -210,6 +210,8 @@ def test_update_continues_the_schedule_and_fits_the_new_documents(which, records
     m.save(model)
     again = ldabeam.load(model)
     assert again.step == m.step
+    assert again._algo.docs_seen == m._algo.docs_seen
+    assert getattr(again._algo, "tokens_seen", None) == getattr(m._algo, "tokens_seen", None)
     np.testing.assert_array_equal(again.transform(records[:4]), m.transform(records[:4]))
     assert again._info["updates"][-1]["documents"] == n
 
