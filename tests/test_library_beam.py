@@ -11,7 +11,7 @@ import pytest
 
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelMetadata, RunInference
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.test_stream import TestStream as Stream  # not a pytest class
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms import window
 
@@ -22,7 +22,7 @@ from pipelines.infer import read_theta
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 from pipelines.runtime.beam_options import pipeline_options
-from test_library_model import cli_model, copy_model, news_posts
+from test_library_model import copy_model, news_posts
 
 K = 6
 
@@ -163,7 +163,7 @@ def test_streaming_handler_switches_to_a_new_checkpoint(model, records, tmp_path
         [os.path.join(first_ckpt, "state.json"), new_state])
     ids = [r["id"] for r in records]
     half = len(records) // 2
-    stream = (TestStream()
+    stream = (Stream()
               .add_elements([window.TimestampedValue(
                   ModelMetadata(model_id="", model_name=""), 1)], tag="models")
               .add_elements([window.TimestampedValue(

@@ -3,8 +3,6 @@
 custom tokenizer keeps its topics usable but refuses raw text until the tokenizer is given.
 Real data: 20 Newsgroups posts (../shared/data)."""
 import json
-import os
-import shutil
 
 import numpy as np
 import pytest
@@ -18,7 +16,6 @@ from ldabeam.beam import LdaModelHandler
 from lda_core.errors import UsageError
 from pipelines.cli import main as cli_main
 from pipelines.infer import read_theta
-from pipelines.ingest import dataset
 from pipelines.ingest.tokenize import tokenize
 from pipelines.runtime.beam_options import pipeline_options
 from test_library_model import news_posts
