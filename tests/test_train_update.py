@@ -181,3 +181,19 @@ def test_update_grow_vocab_close_to_joint_training(news20_tar, tmp_path, algorit
           % (algorithm, gap, len(added), len(tops & added)))
     assert gap <= 0.02
     assert tops & added
+
+
+def test_update_with_raw_text_keeps_the_vocabulary_without_grow_vocab(small, capsys):
+    model = fresh_model(small, "raw")
+    before = ldabeam.load(model)
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", small["b"], "--output", model, "--passes", "2",
+                "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    after = ldabeam.load(model)
+    assert after.vocabulary == before.vocabulary
+    assert after.step - before.step == 2 * -(-small["n_b"] // 50)
+    assert "tokens outside the vocabulary were dropped" in out and "--grow-vocab" in out
+    # the update is recorded in the checkpoint, and the model still reads the same raw text
+    assert checkpoint_state(model).info["updates"][-1]["passes"] == 2
+    assert np.isfinite(after.transform(["hockey game on ice", "encryption keys"])).all()
