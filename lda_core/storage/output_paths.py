@@ -188,6 +188,8 @@ def listed_files(output: str, kind: str, files=None) -> Optional[List[str]]:
         names.append((m.get("vocabulary") or {}).get("file"))
         names += list((m.get("deadletter") or {}).get("files") or ())
         names += list(m.get("extra_files") or ())
+        if isinstance(m.get("synthetic"), dict) and "extra_files" not in m:
+            names.append("planted_topics.npy")     # an older synth manifest names it in prose
         return [n for n in names if isinstance(n, str) and n]
     if kind == "inference":
         p = summary_path(output, files)
