@@ -354,7 +354,7 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
     raw = tmp_path / "raw"
     assert cli_main(["infer", "--model", str(model), "--input", str(new_csv), "--output",
                      str(raw), "--csv"]) == 0
-    s = json.load(open(raw / "summary.json"))
+    s = json.load(open(raw / "_summary.json"))
     assert s["documents_read"] == len(new_posts) + 1 and s["empty_after_vocabulary"] == 1
     assert s["oov_tokens_dropped"] > 0
     # the same rows vectorised with the model's vocabulary and settings, then inferred

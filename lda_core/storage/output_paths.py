@@ -261,7 +261,7 @@ def clear_output(output: str, kind: str, overwrite: bool, option: str = "--outpu
     if listed is not None:
         keep = set(listed)
         owned = [r for r in present if r in keep or _is_temp_of(r, keep)]
-        what = "a published %s" % ("dataset" if kind == "dataset" else "inference output")
+        what = "a dataset" if kind == "dataset" else "inference results"
     elif have == kind:          # marked by a writer of this kind that did not publish
         owned = [r for r in present if _in_layout(r, kind)]
         what = "the unpublished output of a %s writer that did not finish" % kind
