@@ -264,7 +264,8 @@ def clear_output(output: str, kind: str, overwrite: bool, option: str = "--outpu
         what = "a dataset" if kind == "dataset" else "inference results"
     elif have == kind:          # marked by a writer of this kind that did not publish
         owned = [r for r in present if _in_layout(r, kind)]
-        what = "the unpublished output of a %s writer that did not finish" % kind
+        what = "unpublished %s (its writer stopped before publishing)" % (
+            "inference results" if kind == "inference" else "dataset files")
     else:
         owned = []
         what = None

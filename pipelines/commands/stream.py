@@ -19,7 +19,7 @@ from typing import Any, Optional
 logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs (pipelines.cli)
-MODEL_DIR = ("model", ())
+MODEL_DIR = ("model", ("vocab", "input_glob"))   # never over its inputs
 
 
 def add_arguments(p) -> None:
