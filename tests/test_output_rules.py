@@ -80,7 +80,12 @@ def test_check_disjoint_resolves_relative_paths_symlinks_globs_and_urls(tmp_path
                           ("s3://b/ds/out", "S3://b/ds", "lies inside")]:
         with pytest.raises(OutputError, match=how):
             output_paths.check_disjoint(out, [None, [inp]])
+    for out, inp in [("data/ds", "data/*"), ("data/ds/x", "data/d?"), ("data/ds", "data/**/*.txt"),
+                     ("data/ds", "data/*/*.txt")]:
+        with pytest.raises(OutputError, match="lies inside the input"):
+            output_paths.check_disjoint(out, [inp])
     output_paths.check_disjoint("data2", ["data", "gs://b/data2"])      # disjoint: fine
+    output_paths.check_disjoint("data/ds", ["data/*.txt", "data/x?"])    # the glob misses it
 
 
 # ----------------------------------------------------------------------- defect 1

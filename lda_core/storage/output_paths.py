@@ -25,6 +25,7 @@ the file layer registered for their scheme.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -62,15 +63,23 @@ def _is_url(p: str) -> bool:
     return path_scheme(p) not in (None, "file")
 
 
+def _split_glob(path: str):
+    """``(folder, pattern parts)``: the folder before the first wildcard and the rest of a glob
+    split at ``/`` (``[]`` for a plain path)."""
+    p = str(path)
+    if not any(ch in p for ch in "*?["):
+        return p, []
+    first = min(p.index(ch) for ch in "*?[" if ch in p)
+    cut = p.rfind("/", 0, first) + 1
+    return (p[:cut] or "."), [x for x in p[cut:].split("/") if x]
+
+
 def normalise(path: str) -> str:
     """The comparable form of ``path``, ending in ``/``: a local path resolved (``~``,
     relative parts, symlinks), a URL with its scheme and bucket lower-cased and its repeated
     and trailing slashes dropped. A glob is cut back to the folder before its first
     wildcard."""
-    p = str(path)
-    if any(ch in p for ch in "*?["):
-        p = p[:min(p.index(ch) for ch in "*?[" if ch in p)]
-        p = p[:p.rfind("/") + 1] or "."
+    p = _split_glob(path)[0]
     if _is_url(p):
         scheme, rest = p.split("://", 1)
         parts = [s for s in rest.split("/") if s]
@@ -80,6 +89,15 @@ def normalise(path: str) -> str:
     if p.startswith("file://"):
         p = p[len("file://"):]
     return os.path.join(os.path.realpath(os.path.expanduser(p)), "")
+
+
+def _glob_reaches(pattern: List[str], rel: List[str]) -> bool:
+    """True when a glob whose parts below its folder are ``pattern`` can match the path
+    ``rel`` (parts below the same folder), one of its folders, or something inside it."""
+    if "**" in pattern:
+        return True
+    n = min(len(pattern), len(rel))
+    return all(fnmatch.fnmatchcase(rel[i], pattern[i]) for i in range(n))
 
 
 def _flatten(inputs) -> List[str]:
@@ -99,11 +117,13 @@ def check_disjoint(output: str, inputs: Iterable, option: str = "--output",
     out = normalise(output)
     for src in _flatten(inputs):
         inp = normalise(src)
+        pattern = _split_glob(src)[1]
         if out == inp:
             how = "is the input"
         elif inp.startswith(out):
             how = "contains the input"
-        elif out.startswith(inp):
+        elif out.startswith(inp) and (not pattern or _glob_reaches(
+                pattern, [x for x in out[len(inp):].split("/") if x])):
             how = "lies inside the input"
         else:
             continue
