@@ -113,7 +113,7 @@ def test_overwrite_removes_exactly_what_the_manifest_lists(tmp_path, capsys):
                            "--topics", 3, "--heldout-docs", 10, "--docs-per-shard", 20)
     assert rc == 0, err
     one_line_error(capsys, ["synth", "--output", ds, "--docs", 30, "--words", 40,
-                            "--topics", 3], "already holds a dataset; pass --overwrite")
+                            "--topics", 3], "already holds a dataset")
     rc, out, err = ldabeam(capsys, "synth", "--output", ds, "--docs", 30, "--words", 40,
                            "--topics", 3, "--overwrite")
     assert rc == 0, err
