@@ -303,3 +303,24 @@ def test_infer_and_train_interrupted_are_one_line(model, ds, tmp_path):
                          tmp_path)
     assert rc == 143 and "Traceback" not in err, err[-3000:]
     assert error_lines(err)[-1].startswith("ldabeam train: interrupted (SIGTERM); "), err[-3000:]
+
+
+@pytest.mark.slow
+def test_stream_stopped_with_ctrl_c_is_one_line(model, tmp_path):
+    """Ctrl-C is stream's documented stop: one line (a traceback before), exit 130, and the
+    checkpoints it published stay."""
+    import shutil
+    md = str(tmp_path / "m")
+    shutil.copytree(model, md)
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"id": "a", "word_ids": [1, 2], "counts": [1, 1]}\n')
+    rc, err = _interrupt(["stream", "--model", md, "--input-glob", src / "*.jsonl",
+                          "--window-seconds", 1], signal.SIGINT, "published checkpoint",
+                         tmp_path)
+    assert rc == 130 and "Traceback" not in err, err[-3000:]
+    assert error_lines(err) == ["ldabeam stream: interrupted (SIGINT); the latest published "
+                                "checkpoint stays the latest; start the stream again to "
+                                "continue from it"], err[-3000:]
+    from lda_core.storage.checkpoint import CheckpointStore
+    assert CheckpointStore(md).latest().step >= 2
