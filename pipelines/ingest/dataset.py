@@ -520,7 +520,10 @@ def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
 #: settings of a dataset's manifest that decide how raw text becomes tokens and documents
 TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
                   "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
-                  "label_field", "title_field", "strip_headers")
+                  "label_field", "title_field", "strip_headers", "format",
+                  # pipelines.ingest.tokenize.RECORD_KEYS beyond the first five
+                  "token_pattern", "segmenter", "stopword_list", "phrases", "custom_tokenizer",
+                  "tokens_from")
 TOKENIZER_FILE = "tokenizer.json"   # in a model directory: the settings of its training data
 
 

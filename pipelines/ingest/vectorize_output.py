@@ -253,6 +253,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         "dead_letters": dead_info["count"],
         "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
         "replaced_characters": stats.get("replaced_characters", 0),
+        "empty_cjk_documents": stats.get("empty_cjk_documents", 0),
     }
     check_accounted(counts, output, stats)
     try:
