@@ -51,6 +51,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList, AsSingleton
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.training import beam_state
 from pipelines.ingest import dataset
 from pipelines.runtime.beam_options import pipeline_options
@@ -100,20 +101,20 @@ class InferOptions:
 
     def validate(self) -> None:
         if not self.model:
-            raise ValueError("--model MODEL_DIR is required")
+            raise UsageError("--model MODEL_DIR is required")
         if not self.output:
-            raise ValueError("--output DIR is required")
+            raise UsageError("--output DIR is required")
         if bool(self.shards) == bool(self.inputs or self.query):
-            raise ValueError("give exactly one of --shards SHARD_DIR or --input PATH / --query "
+            raise UsageError("give exactly one of --shards SHARD_DIR or --input PATH / --query "
                              "SQL (raw text)")
         if not 1 <= self.batch_size <= 1_000_000:
-            raise ValueError("batch_size=%r is outside the allowed range [1, 1000000]"
+            raise UsageError("batch_size=%r is outside the allowed range [1, 1000000]"
                              % self.batch_size)
         if not 1 <= self.top_n <= MAX_TOP_N:
-            raise ValueError("top_n=%r is outside the allowed range [1, %d]"
+            raise UsageError("top_n=%r is outside the allowed range [1, %d]"
                              % (self.top_n, MAX_TOP_N))
         if self.gamma_seed not in GAMMA_SALTS:
-            raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+            raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                              % (self.gamma_seed, ", ".join(GAMMA_SALTS)))
 
 
@@ -169,7 +170,7 @@ def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
     """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
     the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
     if gamma_seed not in GAMMA_SALTS:
-        raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+        raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                          % (gamma_seed, ", ".join(GAMMA_SALTS)))
     if _supports_salt(algo):
         return np.asarray(algo.local_step(batch, return_gamma=True,
@@ -284,7 +285,7 @@ class _InferFn(beam.DoFn):
         name, batch = element
         algo = beam_state.acquire(self._ref, self._threads)
         if batch.nnz and batch.max_word_id() >= algo.n_words:
-            raise ValueError("word id %d is outside the model's vocabulary of %d words"
+            raise InputError("word id %d is outside the model's vocabulary of %d words"
                              % (batch.max_word_id(), algo.n_words))
         gamma = infer_gamma(algo, batch, self._gamma_seed)
         table = theta_table(batch, gamma, self._top_n, self._write_gamma)
@@ -337,8 +338,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
         if dataset.exists(dataset.join(output, SUMMARY_FILE)):
             old.append(dataset.join(output, SUMMARY_FILE))
         if old and not overwrite:
-            raise ValueError("output %s already holds inference results (%d files); use "
-                             "--overwrite to replace them" % (output, len(old)))
+            raise OutputError("output %s already holds inference results (%d files); use "
+                              "--overwrite to replace them" % (output, len(old)))
         if old:
             from apache_beam.io.filesystems import FileSystems
             FileSystems.delete(old)
@@ -347,8 +348,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
         old = [f for f in os.listdir(output)
                if f.endswith((".parquet", ".csv")) or f == SUMMARY_FILE]
         if old and not overwrite:
-            raise ValueError("output directory %s already holds inference results (%d files); "
-                             "use --overwrite to replace them" % (output, len(old)))
+            raise OutputError("output directory %s already holds inference results (%d files); "
+                              "use --overwrite to replace them" % (output, len(old)))
         for f in old:
             os.unlink(os.path.join(output, f))
     os.makedirs(output, exist_ok=True)
@@ -422,7 +423,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
         vo.validate()
         inputs = vz.resolve_inputs(vo)
         if any(f in vz.BOW_FORMATS for _, f in inputs):
-            raise ValueError("--input takes raw text (%s); vectorise bag-of-words files with "
+            raise UsageError("--input takes raw text (%s); vectorise bag-of-words files with "
                              "`ldabeam vectorize --vocab` and pass --shards"
                              % ", ".join(vz.TEXT_FORMATS))
         pre = text_preprocessor(opts, ref)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from lda_core.errors import InputError, UsageError
 from pipelines.training import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
@@ -215,13 +216,19 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 
 def run(args, beam_argv) -> int:
     if not args.output:
-        raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
+        raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
     from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):
         return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
+    counts = manifest.get("counts", {})
+    if not counts.get("documents_kept"):
+        raise InputError("no document was kept from %s (%d read, %d dead letters in "
+                         "%s/deadletter): there is nothing to train on; check --input and "
+                         "--format" % (", ".join(opts.inputs), counts.get("documents_read", 0),
+                                       counts.get("dead_letters", 0), opts.output))
     return 0
 
 

@@ -84,20 +84,20 @@ class TokenizerConfig:
         for name in ("lowercase", "deaccent"):
             v = getattr(self, name)
             if not isinstance(v, bool):
-                raise ValueError("TokenizerConfig.%s must be True or False, got %r" % (name, v))
+                raise UsageError("TokenizerConfig.%s must be True or False, got %r" % (name, v))
         for name in ("min_len", "max_len"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError("TokenizerConfig.%s must be an integer, got %r" % (name, v))
+                raise UsageError("TokenizerConfig.%s must be an integer, got %r" % (name, v))
         if not 1 <= self.min_len <= MAX_TOKEN_LEN_LIMIT:
-            raise ValueError("TokenizerConfig.min_len must be in [1, %d], got %d"
+            raise UsageError("TokenizerConfig.min_len must be in [1, %d], got %d"
                              % (MAX_TOKEN_LEN_LIMIT, self.min_len))
         if not self.min_len <= self.max_len <= MAX_TOKEN_LEN_LIMIT:
-            raise ValueError("TokenizerConfig.max_len must be in [min_len=%d, %d], got %d"
+            raise UsageError("TokenizerConfig.max_len must be in [min_len=%d, %d], got %d"
                              % (self.min_len, MAX_TOKEN_LEN_LIMIT, self.max_len))
         for w in self.stopwords:
             if not isinstance(w, str):
-                raise ValueError("TokenizerConfig.stopwords must hold strings, got %r" % (w,))
+                raise UsageError("TokenizerConfig.stopwords must hold strings, got %r" % (w,))
         if self.token_pattern is not None:
             compiled_pattern(self.token_pattern)
         if self.segmenter not in SEGMENTERS:
@@ -127,7 +127,7 @@ def token_pattern(min_len: int, max_len: int, ascii_only: bool = False) -> "re.P
     the Unicode classes.
     """
     if min_len < 1 or max_len < min_len:
-        raise ValueError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
+        raise UsageError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
                          % (min_len, max_len))
     rest = "{%d,%d}" % (min_len - 1, max_len - 1)
     if ascii_only:

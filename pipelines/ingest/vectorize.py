@@ -43,6 +43,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
+from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
 from lda_core.errors import UsageError
@@ -109,26 +110,26 @@ class VectorizeOptions:
 
     def validate(self) -> None:
         if not self.output:
-            raise ValueError("--output is required: the dataset directory to write")
+            raise UsageError("--output is required: the dataset directory to write")
         if not self.inputs and not self.query:
-            raise ValueError("no --input given")
+            raise UsageError("no --input given")
         if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
+            raise UsageError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
         for name in ("num_shards", "heldout_shards"):
             v = getattr(self, name)
             if not 0 <= v <= MAX_SHARDS:
-                raise ValueError("%s must be in [0, %d] (0: automatic), got %r"
+                raise UsageError("%s must be in [0, %d] (0: automatic), got %r"
                                  % (name, MAX_SHARDS, v))
         if self.min_article_tokens is not None and self.min_article_tokens < 0:
-            raise ValueError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
+            raise UsageError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
         if self.encoding_errors not in ("strict", "replace", "ignore"):
-            raise ValueError("encoding_errors must be strict, replace or ignore, got %r"
+            raise UsageError("encoding_errors must be strict, replace or ignore, got %r"
                              % self.encoding_errors)
         import codecs
         try:
             codecs.lookup(self.encoding)
         except LookupError:
-            raise ValueError("unknown encoding %r" % self.encoding)
+            raise UsageError("unknown encoding %r" % self.encoding)
         self.tokenizer_config().validate()
         if not 0.0 < self.phrases_sample <= 1.0:
             raise UsageError("--phrases-sample must be a share of the train documents in "
@@ -204,8 +205,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
         return
     if not overwrite:
-        raise ValueError("output %s already holds a dataset; pass --overwrite to replace it "
-                         "or choose another --output" % output)
+        raise OutputError("output %s already holds a dataset; pass --overwrite to replace it "
+                          "or choose another --output" % output)
     if dataset.is_remote(output):
         from apache_beam.io.filesystems import FileSystems
         FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
@@ -224,7 +225,7 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     from pipelines.ingest import bigquery_source
     from pipelines.ingest import text_sources as ts
     if opts.format not in ts.FORMATS:
-        raise ValueError("unsupported --format %r (expected one of %s)"
+        raise UsageError("unsupported --format %r (expected one of %s)"
                          % (opts.format, ", ".join(ts.FORMATS)))
     bq = [i for i in opts.inputs if bigquery_source.is_bigquery(i)]
     if opts.query:
@@ -238,15 +239,23 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     inputs = ts.expand_inputs(files, opts.format) if files else []
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
-        raise ValueError("the inputs %s match no file" % ", ".join(opts.inputs))
+        raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
+    for path, _ in inputs:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:         # os.fsdecode kept undecodable bytes as surrogates
+            raise InputError("input file name %s is not valid UTF-8 (document ids and the "
+                             "manifest are UTF-8); rename the file, e.g. convmv -f latin1 -t "
+                             "utf-8 --notest FILE" % path.encode("utf-8", "surrogateescape")
+                             .decode("utf-8", "backslashreplace")) from None
     fmts = {f for _, f in inputs}
     if fmts & set(BOW_FORMATS):
         if len(inputs) != 1:
-            raise ValueError("bag-of-words input (%s) must be a single corpus file, got %d "
+            raise UsageError("bag-of-words input (%s) must be a single corpus file, got %d "
                              "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
                                              ", ".join(p for p, _ in inputs)))
     if fmts & set(BOW_FORMATS) and BIGQUERY_FORMAT in fmts:
-        raise ValueError("a bag-of-words corpus cannot be mixed with BigQuery input")
+        raise UsageError("a bag-of-words corpus cannot be mixed with BigQuery input")
     for path, fmt in [i for i in inputs if i[1] != BIGQUERY_FORMAT][:PREFLIGHT_INPUTS]:
         preflight(path, fmt, opts.reader_options(), opts.vocab)
     return inputs
