@@ -365,3 +365,17 @@ def test_model_from_loose_shards_warns_that_its_tokenizer_is_unknown(news20_tar,
     printed = capsys.readouterr()
     assert "tokenizer settings are unknown" in printed.err
     assert json.load(open(os.path.join(out, "summary.json")))["tokenizer"].startswith("unknown")
+
+
+def test_recorded_segmenter_that_is_not_installed_is_refused(monkeypatch):
+    import sys
+    from pipelines.ingest import tokenize as tk
+    rec = tokenizer_record(TokenizerConfig(min_len=1))
+    rec["segmenter"] = "jieba"
+    monkeypatch.setitem(sys.modules, "jieba", None)      # import jieba -> ImportError
+    tk.segmenter_function.cache_clear()
+    try:
+        with pytest.raises(UsageError, match=r"pip install 'ldabeam\[cjk\]'"):
+            Preprocessor.from_settings(rec, where="model/tokenizer.json")
+    finally:
+        tk.segmenter_function.cache_clear()

@@ -585,11 +585,11 @@ def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
     except (KeyError, TypeError) as e:
         raise InputError("%s is malformed (%s: %s); re-run `ldabeam train` (or `ldabeam "
                          "vectorize`) to record it again" % (where, type(e).__name__, e)) from e
+    if cfg.segmenter in SEGMENTERS and cfg.segmenter != "none":
+        segmenter_function(cfg.segmenter)    # UsageError: the package to install
     try:
         cfg.validate()
-    except UsageError:
-        raise
-    except ValueError as e:
+    except ValueError as e:     # a record no vectorize run writes
         raise InputError("%s is malformed (%s)" % (where, e)) from e
     return cfg
 
