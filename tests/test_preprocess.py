@@ -379,3 +379,28 @@ def test_recorded_segmenter_that_is_not_installed_is_refused(monkeypatch):
             Preprocessor.from_settings(rec, where="model/tokenizer.json")
     finally:
         tk.segmenter_function.cache_clear()
+
+
+@pytest.mark.slow
+def test_stream_tokenizes_text_messages_with_the_models_preprocessing(phrase_model):
+    """`ldabeam stream` updating the model with text messages applies its phrases and stop
+    words (it used fixed default settings)."""
+    import argparse
+    from pipelines.commands import stream as cmd
+    from pipelines.streaming.stream_parse import parse_document
+    tmp, posts, ds, model = phrase_model
+    copy = str(tmp / "stream-model")
+    shutil.copytree(model, copy)
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    args, _ = p.parse_known_args(["--model", copy, "--input-glob", str(tmp / "in" / "*.jsonl")])
+    setup = cmd.prepare(args)
+    assert setup.parse.tokenizer == Preprocessor.from_model_dir(model).config
+    vocab = dataset.Vocabulary.read(ds)
+    phrase = next(t for t in vocab.tokens if t.count("_") == 1 and t.replace("_", "").isalpha())
+    text = "%s %s" % (phrase.replace("_", " "), phrase.replace("_", " "))
+    doc, dead, _ = parse_document(json.dumps({"doc_id": "x", "text": text}), vocab.index,
+                                  setup.parse)
+    assert dead is None
+    assert np.frombuffer(doc[1], np.int32).tolist() == [vocab.index[phrase]]
+    assert np.frombuffer(doc[2], np.int32).tolist() == [2]
