@@ -143,6 +143,23 @@ def test_record_round_trip_and_refusals(tmp_path, news20_tar):
         assert not pre.known and pre.config == DEFAULT and pre.note
 
 
+def test_count_rows_of_texts_and_of_token_lists(news20_tar):
+    texts = [t for _, t in news20_posts(news20_tar, 50)]
+    pre = Preprocessor(TokenizerConfig(stopwords=load_stopwords("gensim")))
+    vocab = sorted({w for t in texts[:25] for w in pre.tokens(t)})
+    from_texts = pre.count_rows(texts, vocab)
+    from_lists = pre.count_rows([pre.tokens(t) for t in texts], vocab)
+    assert len(from_texts.rows) == len(texts) and from_texts.unknown_tokens > 0
+    for (a, b), (c, d) in zip(from_texts.rows, from_lists.rows):
+        assert a.tolist() == c.tolist() and b.tolist() == d.tolist()
+    assert (from_texts.n_tokens, from_texts.unknown_tokens) == \
+        (from_lists.n_tokens, from_lists.unknown_tokens)
+    assert 0 < from_texts.unknown_share < 1
+    assert from_texts.to_docbatch().n_docs == len(texts)
+    with pytest.raises(UsageError, match="not a mix"):
+        pre.count_rows(["a text", ["tokens"]], vocab)
+
+
 CJK_DOCS = ["我们今天在北京大学的图书馆里读了很多关于自然语言处理的书",
             "東京都に住んでいる友達と一緒に新しいレストランへ行きました"]
 
@@ -225,6 +242,8 @@ def test_phrases_are_recorded_and_reproduce_the_training_rows(phrase_model):
     # the Preprocessor of the model gives every training and held-out row exactly
     pre = Preprocessor.from_model_dir(model)
     assert pre.known and len(pre.config.phrases) == len(table["phrasegrams"])
+    from pipelines.infer import resolve_model          # one checkpoint directory works too
+    assert Preprocessor.from_model_dir(resolve_model(model).state_path).config == pre.config
     text = dict(posts)
     for split in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
         batch = dataset.read_docbatch(dataset.resolve_shards(ds, split))

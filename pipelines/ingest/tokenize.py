@@ -411,8 +411,16 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    n = len(texts)
     tokens, doc = tokenize_batch(texts, cfg)
+    return count_tokens(tokens, doc, len(texts), cfg.stopwords)
+
+
+def count_tokens(tokens, doc, n: int, stopwords: frozenset = frozenset()) -> BatchCounts:
+    """The bags of words of ``n`` documents from their tokens (an Arrow string array, in
+    document order) and each token's document index (int64 numpy); ``stopwords`` dropped."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
     if len(tokens) == 0:
         z = np.zeros(0, np.int64)
         return BatchCounts(tokens, np.zeros(n + 1, np.int64), z, z)
@@ -423,8 +431,8 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
     keys, counts = np.unique(doc * u + local, return_counts=True)
     ids = keys % u
     pair_doc = keys // u
-    if cfg.stopwords:
-        stop = pc.is_in(dictionary, value_set=pa.array(sorted(cfg.stopwords),
+    if stopwords:
+        stop = pc.is_in(dictionary, value_set=pa.array(sorted(stopwords),
                                                         dictionary.type)).to_numpy(False)
         keep = ~stop[ids]
         ids, pair_doc, counts = ids[keep], pair_doc[keep], counts[keep]
@@ -727,8 +735,10 @@ class Preprocessor:
     @classmethod
     def from_model_dir(cls, model_dir: str, *,
                        tokenizer: Optional[Callable] = None) -> "Preprocessor":
-        """The preprocessing a model directory records (:func:`model_settings`)."""
-        settings, where = model_settings(model_dir)
+        """The preprocessing a model directory (or one of its checkpoint directories)
+        records (:func:`model_settings`)."""
+        from pipelines.ingest import dataset
+        settings, where = model_settings(dataset.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
 
     def record(self) -> dict:
@@ -743,12 +753,25 @@ class Preprocessor:
         """The bags of words of many texts over their own token list."""
         return count_batch(list(texts), self.config)
 
-    def count_rows(self, texts: Sequence[str], vocab) -> CountRows:
+    def count_rows(self, texts: Sequence, vocab) -> CountRows:
         """Bags of words of ``texts`` in a vocabulary's ids (tokens in id order, a
         :class:`~pipelines.ingest.dataset.Vocabulary` or :func:`vocabulary_index`), one row
-        per text; unknown tokens are dropped and counted."""
+        per text; unknown tokens are dropped and counted. An element that is a list (or
+        tuple) of strings is taken as tokens already made: counted as they are, with no
+        phrases joined and no stop words removed."""
         import numpy as np
+        import pyarrow as pa
         texts = list(texts)
-        ptr, ids, counts, dropped = vocab_pairs(self.count_batch(texts), vocabulary_index(vocab))
+        if texts and all(isinstance(t, (list, tuple)) for t in texts):
+            lens = np.fromiter((len(t) for t in texts), np.int64, len(texts))
+            flat = pa.array([str(w) for t in texts for w in t], pa.large_string())
+            bc = count_tokens(flat, np.repeat(np.arange(len(texts), dtype=np.int64), lens),
+                              len(texts))
+        elif all(isinstance(t, str) for t in texts):
+            bc = self.count_batch(texts)
+        else:
+            raise UsageError("count_rows takes texts (str) or token lists (lists of str), "
+                             "not a mix; got %s" % sorted({type(t).__name__ for t in texts}))
+        ptr, ids, counts, dropped = vocab_pairs(bc, vocabulary_index(vocab))
         rows = [(ids[ptr[d]:ptr[d + 1]], counts[ptr[d]:ptr[d + 1]]) for d in range(len(texts))]
         return CountRows(rows, int(np.sum(counts, dtype=np.int64)), dropped)
