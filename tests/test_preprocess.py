@@ -423,3 +423,19 @@ def test_stream_tokenizes_text_messages_with_the_models_preprocessing(phrase_mod
     assert dead is None
     assert np.frombuffer(doc[1], np.int32).tolist() == [vocab.index[phrase]]
     assert np.frombuffer(doc[2], np.int32).tolist() == [2]
+
+
+@pytest.mark.parametrize("argv,why", [
+    (["--phrases-threshold", "2", "--phrases-scoring", "npmi"], r"\[-1, 1\] with npmi"),
+    (["--phrases-min-count", "0"], "phrases-min-count"),
+    (["--phrases-sample", "0"], "phrases-sample"),
+    (["--token-pattern", "(a|"], "token-pattern"),
+])
+def test_bad_preprocessing_options_fail_before_the_output_is_touched(tmp_path, capsys, argv,
+                                                                    why, wiki_sample):
+    out = tmp_path / "ds"
+    assert cli_main(["vectorize", "--input", wiki_sample, "--output", str(out), "--phrases"]
+                    + argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(why, err) and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -131,6 +131,9 @@ class VectorizeOptions:
         except LookupError:
             raise UsageError("unknown encoding %r" % self.encoding)
         self.tokenizer_config().validate()
+        if self.learn_phrases:
+            from pipelines.ingest.phrases import check_settings
+            check_settings(self.phrases_min_count, self.phrases_threshold, self.phrases_scoring)
         if not 0.0 < self.phrases_sample <= 1.0:
             raise UsageError("--phrases-sample must be a share of the train documents in "
                              "(0, 1], got %r" % (self.phrases_sample,))
