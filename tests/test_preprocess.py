@@ -439,3 +439,30 @@ def test_bad_preprocessing_options_fail_before_the_output_is_touched(tmp_path, c
     err = capsys.readouterr().err
     assert re.search(why, err) and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_vectorize_new_documents_with_a_models_preprocessing(phrase_model, capsys):
+    """--tokenizer-from MODEL with the model's --vocab: new documents get the rows the model's
+    Preprocessor gives (phrases, stop words), and the record travels on."""
+    tmp, posts, ds, model = phrase_model
+    new_jsonl = write_jsonl(tmp / "new-for-vocab.jsonl", posts[480:])
+    out = str(tmp / "new-ds")
+    vocab_path = os.path.join(model, dataset.VOCAB_FILE)
+    assert cli_main(["vectorize", "--input", new_jsonl, "--output", str(tmp / "clash"),
+                     "--tokenizer-from", model, "--stopwords", "gensim"]) == 2
+    assert "leave out --stopwords" in capsys.readouterr().err
+    assert cli_main(["vectorize", "--input", new_jsonl, "--output", out, "--vocab", vocab_path,
+                     "--tokenizer-from", model]) == 0
+    assert dataset.read_manifest(out)["settings"]["phrases"] == \
+        dataset.read_manifest(ds)["settings"]["phrases"]
+    pre = Preprocessor.from_model_dir(model)
+    assert Preprocessor.from_dataset(out).config == pre.config
+    batch = dataset.read_docbatch(dataset.resolve_shards(out))
+    text = dict(posts)
+    cr = pre.count_rows([text[d] for d in batch.doc_ids], dataset.Vocabulary.read(vocab_path))
+    for d, (ids, counts) in enumerate(cr.rows):
+        a, b = batch.indptr[d], batch.indptr[d + 1]
+        assert ids.tolist() == batch.word_ids[a:b].tolist()
+        assert counts.tolist() == batch.counts[a:b].tolist()
+    assert sum("_" in t for t in dataset.Vocabulary.read(vocab_path).tokens) > 20

@@ -741,6 +741,23 @@ class Preprocessor:
         settings, where = model_settings(dataset.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
 
+    @classmethod
+    def from_dataset(cls, path: str, *,
+                     tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """The preprocessing a dataset's manifest records (``path``: the dataset directory
+        or one of its split folders)."""
+        from pipelines.ingest import dataset
+        return cls.from_settings(dataset.tokenizer_settings(path), tokenizer=tokenizer,
+                                 where="the manifest of %s" % path)
+
+    @classmethod
+    def from_path(cls, path: str, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """A dataset (it has a manifest) or else a model directory / checkpoint."""
+        from pipelines.ingest import dataset
+        if dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)):
+            return cls.from_dataset(path, tokenizer=tokenizer)
+        return cls.from_model_dir(path, tokenizer=tokenizer)
+
     def record(self) -> dict:
         """The tokenizer record of this preprocessing (what a dataset stores)."""
         return tokenizer_record(self.config, self._stopwords_spec)
