@@ -1,4 +1,7 @@
-"""Tokenizer for the vectorize pipeline: gensim-compatible, configurable, cheap.
+"""Tokenizer for the vectorize pipeline: gensim-compatible, configurable, cheap; and the
+record of it that travels with a dataset and a model (:func:`tokenizer_record`) with the one
+public way to preprocess raw text as a model's training did (:class:`Preprocessor`, used by
+``ldabeam infer --input``, ``ldabeam stream`` and the Python API).
 
 The default :class:`TokenizerConfig` reproduces gensim's conventions:
 
@@ -16,6 +19,10 @@ The default :class:`TokenizerConfig` reproduces gensim's conventions:
 
 Note: gensim's ``WikiCorpus`` does *not* de-accent (it calls ``utils.tokenize`` with
 ``lower=True`` only); ``TokenizerConfig(deaccent=False)`` gives exactly its tokens.
+
+Beyond gensim (see :class:`TokenizerConfig`): a token pattern, a Chinese/Japanese segmenter,
+learned phrases (:mod:`pipelines.ingest.phrases`), a custom tokenizer callable; these take the
+per-document path of :func:`tokenize_batch` instead of the byte-class fast path.
 
 Speed: the length and ``_`` filters are folded into one compiled regular expression, so a
 document is tokenized by a single ``re.findall`` over the lower-cased text with no per-token
@@ -408,9 +415,6 @@ class BatchCounts:
 def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCounts:
     """Token counts of every text (the bag of words of :func:`tokenize`), computed for the
     whole batch with Arrow's hash dictionary and numpy."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
     tokens, doc = tokenize_batch(texts, cfg)
     return count_tokens(tokens, doc, len(texts), cfg.stopwords)
 
