@@ -20,10 +20,14 @@ without a VB E-step (SCVB0, samplers) use their ``infer``.
 
 Raw text input (``inputs`` in any vectorize text format -- files, tables, BigQuery) is read,
 tokenized and mapped through the model's fixed vocabulary by the vectorize pipeline's own
-transforms, with the model's tokenizer settings (``MODEL_DIR/tokenizer.json``, written by
-``ldabeam train`` from the dataset's manifest; else the manifest of the dataset its run log
-names); unknown tokens are dropped and counted (``oov_tokens_dropped``) and documents with no
-known token are counted (``empty_after_vocabulary``) and not written.
+transforms, with the model's recorded preprocessing
+(:meth:`pipelines.ingest.tokenize.Preprocessor.from_model_dir`: ``MODEL_DIR/tokenizer.json``,
+written by ``ldabeam train`` from the dataset's manifest; else the manifest of the dataset its
+run log names): reproduced exactly (stop words, phrases, pattern, segmenter), refused before
+the output is touched when it cannot be (a custom tokenizer not given), the defaults with a
+warning when nothing was recorded. Unknown tokens are dropped and counted
+(``oov_tokens_dropped``, ``unknown_token_share``) and documents with no known token are
+counted (``empty_after_vocabulary``) and not written.
 
 Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
 (list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight

@@ -101,25 +101,21 @@ def run(args, beam_argv) -> int:
                args.output, len(s["files"])))
     print(line)
     if s.get("source") == "text":
-        print("raw text: %d documents read, %d out-of-vocabulary tokens ignored, %d documents "
-              "with no known word skipped" % (s["documents_read"], s["oov_tokens_dropped"],
-                                              s["empty_after_vocabulary"]))
-        _print_unknown_share(s)
+        _print_raw_text(s)
     return 0
 
 
-def _print_unknown_share(s: dict) -> None:
-    """One line: the share of raw-text tokens the model's vocabulary does not know; a warning
-    line when it is large or the model's tokenizer settings were not recorded."""
+def _print_raw_text(s: dict) -> None:
+    """One line of counts with the share of raw-text tokens the model's vocabulary does not
+    know (dropped); a warning line when that share is large or when CJK documents gave no
+    token. (Unknown tokenizer settings are warned about by pipelines.infer before the run.)"""
     import sys
     from pipelines.infer import UNKNOWN_SHARE_WARNING
     share = s.get("unknown_token_share", 0.0)
-    print("unknown tokens: %d of %d (%.1f%%)" % (s["oov_tokens_dropped"],
-                                                s["oov_tokens_dropped"] + s["tokens"],
-                                                100.0 * share))
-    if str(s.get("tokenizer", "")).startswith("unknown"):
-        print("warning: the model's tokenizer settings are %s; the text was tokenized with "
-              "the defaults" % s["tokenizer"], file=sys.stderr)
+    print("raw text: %d documents read; unknown tokens: %d of %d (%.1f%%), ignored; %d "
+          "documents with no known word skipped"
+          % (s["documents_read"], s["oov_tokens_dropped"], s["oov_tokens_dropped"] + s["tokens"],
+             100.0 * share, s["empty_after_vocabulary"]))
     if share > UNKNOWN_SHARE_WARNING:
         print("warning: %.0f%% of the tokens are not in the model's vocabulary: the text may "
               "be preprocessed differently from the training data (stop words, phrases, "

@@ -149,6 +149,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tk.add_argument("--phrases-sample", type=float, default=1.0,
                     help="learn the phrases from this seeded share of the train documents "
                          "(1: all of them)")
+    tk.add_argument("--tokenizer-from", metavar="MODEL_OR_DATASET",
+                    default=_shown_in_help(p, tokenizer_from=None),
+                    help="tokenize exactly as this model (MODEL_DIR/tokenizer.json) or dataset "
+                         "(its manifest) recorded: stop words, pattern, segmenter, phrases; "
+                         "for new documents vectorised with that model's --vocab")
     tk.add_argument("--min-article-tokens", type=_nonneg_int,
                     default=_shown_in_help(p, min_article_tokens=None),
                     help="drop documents with fewer tokens (default: 50 for Wikipedia dumps, "
@@ -211,7 +216,7 @@ def options_from_args(args):
         token_pattern=args.token_pattern, segmenter=args.segmenter,
         learn_phrases=args.learn_phrases, phrases_min_count=args.phrases_min_count,
         phrases_threshold=args.phrases_threshold, phrases_scoring=args.phrases_scoring,
-        phrases_sample=args.phrases_sample)
+        phrases_sample=args.phrases_sample, tokenizer_from=args.tokenizer_from)
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
