@@ -28,6 +28,7 @@ import inspect
 import logging
 import os
 import shutil
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -303,14 +304,26 @@ def run(args, beam_argv) -> int:
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
+    if inprocess and not sequential and not whole_corpus:
+        # a first run on this machine: one line, then the compile, then its seconds
+        from lda_core.training.kernel_warmup import warm_kernels
+        warm_kernels(lambda v, d: build_algorithm(
+            algorithm, algo.n_topics, v,
+            settings=settings if state is None else {}, batch_size=100, corpus_size=d,
+            seed=0, vocab_hash=None, corpus_tokens=None), heldout is not None)
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
+    from lda_core.training.session import TrainingInterrupted
     try:
         res = _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout,
                          run_info, shard_hash, passes, seed, minibatch, start, pass_stop,
                          inprocess=inprocess, sequential=sequential,
                          whole_corpus=whole_corpus, detach=detach)
+    except TrainingInterrupted as e:
+        # Ctrl-C: the steps done are published (lda_core.training.trainer); one line, 130
+        print("ldabeam train: %s" % e, file=sys.stderr)
+        return 130
     finally:
         run_log.close()
     if detach:
