@@ -227,3 +227,12 @@ def test_first_compile_is_announced_once(caplog):
     with caplog.at_level(logging.INFO, logger="lda_core.training.kernel_warmup"):
         assert warm_kernels(make, evaluate=False) is None
     assert not caplog.records
+
+
+def test_third_party_notices_are_filtered(tmp_path, wiki_sample):
+    """vectorize prints no Beam 'apitools not found' warning and no numexpr thread notice."""
+    p = _cli("vectorize", "--input", wiki_sample, "--output", str(tmp_path / "ds"),
+             "--holdout-fraction", 0.1, "--no-below", 2)
+    text = p.stdout + p.stderr
+    assert "vectorize: 1 input(s)" in text            # the command's own INFO lines stay
+    assert "apitools not found" not in text and "NumExpr defaulting" not in text, text
