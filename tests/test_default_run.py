@@ -125,10 +125,13 @@ def test_vocabulary_smaller_than_the_top_n_of_every_metric(tmp_path, wiki_sample
     assert "step" in p.stdout
 
 
+@pytest.mark.parametrize("failing", ["health_scalars", "document_completion"])
 def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths,
-                                                            monkeypatch):
-    """An evaluation that fails after the last step costs nothing trained: the final state is
-    already published (it was evaluated first, and nothing was published)."""
+                                                            monkeypatch, failing):
+    """An evaluation that fails costs nothing trained: topic health (the last evaluation)
+    follows the final checkpoint; a failing held-out score (the cadence, every 2 steps)
+    publishes the steps done before the error propagates. The old trainer evaluated
+    first and published nothing."""
     from uci_slices import uci_docbatch
     from lda_core.evaluation import metrics
     from lda_core.training.trainer import HeldOut, train
@@ -143,13 +146,13 @@ def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths
     def broken(*a, **k):
         raise MemoryError("topic health ran out of memory")
 
-    monkeypatch.setattr(metrics, "health_scalars", broken)
+    monkeypatch.setattr(metrics, failing, broken)
     store = CheckpointStore(str(tmp_path / "m"))
     with pytest.raises(MemoryError):
         train(algo, batches, heldout=held, eval_every=2, checkpoint_store=store,
               checkpoint_every=0, progress=False)
     st = store.latest()
-    assert st is not None and st.step == 4
+    assert st is not None and st.step == (4 if failing == "health_scalars" else 2)
 
 
 def test_ctrl_c_publishes_the_steps_done_and_resume_continues(tmp_path, kos_ds):

@@ -435,8 +435,8 @@ class Session:
 
     def catch_up(self, algorithm) -> None:
         """``--passes auto`` resumed from a checkpoint published at a pass end before that
-        pass was scored (a checkpoint is published before the evaluation that follows it):
-        score the state now so the rule has every pass's score."""
+        pass was scored (the scoring failed, and the trainer published the steps done before
+        reporting it): score the state now so the rule has every pass's score."""
         if (self.pass_stop is None or self.heldout is None or not self.position
                 or self.position % self.batches_per_pass
                 or len(self.pass_stop.scores) >= self.position // self.batches_per_pass):

@@ -315,14 +315,28 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
                                n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
                                t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
     loop.note(rec)
-    # the checkpoint first: an evaluation that fails never costs the trained state (a pass
-    # end published before it was scored is scored on resume: Session.catch_up)
-    ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
-            else None)
-    metrics = ses.evaluate(algorithm, done=1)
-    metrics = ses.pass_end(algorithm, rec) or metrics
+    try:
+        # a pass end's score is the --passes auto rule's input, which the checkpoint records;
+        # other evaluations follow the checkpoint
+        metrics = ses.pass_end(algorithm, rec)
+        ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
+                else None)
+        metrics = ses.evaluate(algorithm, done=1) or metrics
+    except Exception:
+        _publish_on_failure(ses, algorithm)
+        raise
     ses.log_steps([rec], metrics, ckpt)
     return rec, metrics
+
+
+def _publish_on_failure(ses: Session, algorithm) -> None:
+    """An evaluation failed between two steps: publish the steps done before the error
+    propagates, so it never costs the trained state (a pass end published before its score
+    is scored on resume: :meth:`Session.catch_up`)."""
+    try:
+        ses.publish(algorithm)
+    except Exception:  # noqa: BLE001 - the evaluation's error is the one to report
+        logger.debug("publishing after a failed evaluation failed too", exc_info=True)
 
 
 def _finish(ses: Session, algorithm, converged, times=None, interrupt=None) -> TrainResult:
