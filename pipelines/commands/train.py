@@ -269,6 +269,8 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
+    from lda_core.training.pass_stop import default_eval_every
+    args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
     from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
