@@ -176,7 +176,7 @@ def test_ctrl_c_publishes_the_steps_done_and_resume_continues(tmp_path, kos_ds):
     out, err = child.communicate(timeout=300)
     assert child.returncode == 130, (out, err)
     last = [l for l in err.strip().splitlines() if l]
-    assert last and last[-1].startswith("ldabeam train: interrupted at step "), err
+    assert last and last[-1].startswith("ldabeam train: interrupted (SIGINT) at step "), err
     assert "Traceback" not in err, err
     steps = read_run_log(log, "step")
     st = CheckpointStore(m).latest()

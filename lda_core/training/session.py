@@ -46,14 +46,15 @@ REFUSALS = (StepRefused, FloatingPointError, ArithmeticError)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped the run between two steps, after publishing the steps done (``step``:
-    the position, ``checkpoint``: the latest checkpoint); ``str()`` is the one line to
-    print."""
+    """Ctrl-C (or SIGTERM: ``signum``) stopped the run between two steps, after publishing the
+    steps done (``step``: the position, ``checkpoint``: the latest checkpoint); ``str()`` is
+    the one line to print."""
 
-    def __init__(self, message: str, step: int, checkpoint: Optional[str]):
+    def __init__(self, message: str, step: int, checkpoint: Optional[str], signum: int = 2):
         super().__init__(message)
         self.step = int(step)
         self.checkpoint = checkpoint
+        self.signum = int(signum)
 
 
 # ------------------------------------------------------------------------------ capabilities

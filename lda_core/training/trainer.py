@@ -255,38 +255,42 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                             rec["elbo_rel_change"], rel_tol)
                 break
         if interrupt.hit:
-            _interrupted(ses, algorithm, getattr(loop, "times", None))
+            _interrupted(ses, algorithm, getattr(loop, "times", None), interrupt.signum)
         loop.finish()
         return _finish(ses, algorithm, loop.converged, getattr(loop, "times", None),
                        interrupt)
 
 
 class _Interrupt:
-    """Ctrl-C (SIGINT) during training: the step in progress completes, the loop stops and
-    the state is published (:func:`_interrupted`); a second Ctrl-C stops at once. Only in
-    the main thread (the one that receives signals); elsewhere a no-op."""
+    """Ctrl-C (SIGINT) or SIGTERM during training: the step in progress completes, the loop
+    stops and the state is published (:func:`_interrupted`); a second signal stops at once.
+    Only in the main thread (the one that receives signals); elsewhere a no-op."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.hit = False
-        self.prev = None
+        self.signum: Optional[int] = None
+        self.prev: Dict[int, Any] = {}
 
     def _handler(self, signum, frame):
         if self.hit:
             raise KeyboardInterrupt
-        self.hit = True
+        self.hit, self.signum = True, int(signum)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.prev = signal.signal(signal.SIGINT, self._handler)
+            for sig in self.SIGNALS:
+                self.prev[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc):
-        if self.prev is not None:
-            signal.signal(signal.SIGINT, self.prev)
+        for sig, prev in self.prev.items():
+            signal.signal(sig, prev)
         return False
 
 
-def _interrupted(ses: Session, algorithm, times=None) -> None:
+def _interrupted(ses: Session, algorithm, times=None, signum: Optional[int] = None) -> None:
     """The run was interrupted between two steps: publish the steps done since the last
     checkpoint, write the timing and end records, and raise :class:`TrainingInterrupted`."""
     ckpt = ses.publish(algorithm) if ses.steps_run else None
@@ -294,11 +298,12 @@ def _interrupted(ses: Session, algorithm, times=None) -> None:
         ses.write(times.record(ses.steps_run, time.time() - ses.t_start))
     end = ses.end(_session.docs_seen(algorithm), interrupted=True,
                   cpu_seconds=time.process_time() - ses.c_start)
+    name = signal.Signals(signum).name if signum else "SIGINT"
     raise TrainingInterrupted(
-        "interrupted at step %d (%d steps in this run): %s; continue with --resume"
-        % (ses.position, ses.steps_run, "checkpoint %s published" % ckpt if ckpt else
+        "interrupted (%s) at step %d (%d steps in this run): %s; continue with --resume"
+        % (name, ses.position, ses.steps_run, "checkpoint %s published" % ckpt if ckpt else
            "the latest checkpoint is %s" % (end["checkpoint"] or "none")), ses.position,
-        end["checkpoint"])
+        end["checkpoint"], signum or int(signal.SIGINT))
 
 
 def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every: int, bar):

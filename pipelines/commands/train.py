@@ -325,9 +325,10 @@ def run(args, beam_argv) -> int:
                          inprocess=inprocess, sequential=sequential,
                          whole_corpus=whole_corpus, detach=detach)
     except TrainingInterrupted as e:
-        # Ctrl-C: the steps done are published (lda_core.training.trainer); one line, 130
+        # Ctrl-C / SIGTERM: the steps done are published (lda_core.training.trainer); one
+        # line, 130 / 143 as the command line gives for a signal
         print("ldabeam train: %s" % e, file=sys.stderr)
-        return 130
+        return 128 + e.signum
     finally:
         run_log.close()
     if detach:
