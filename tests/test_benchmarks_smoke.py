@@ -254,6 +254,23 @@ def test_ingest_bench(bench_env, tmp_path):
     for k in ("jsonl.gz", "xml.bz2"):
         assert rec["smart_open"][k]["same_digest"]
         assert finite(rec["smart_open"][k]["ratio_new_to_old_cpu"], k) > 0
+    grab(r"decompress xml\.bz2 chunks \(%s MB\): smart-open %s CPU s, standard library %s "
+         r"CPU s" % (NUMBER, NUMBER, NUMBER), out)
+    assert finite(rec["decompress"]["open_small_files"]["ratio_smart_open_to_open"]) > 0
+
+
+def test_preprocess_bench(bench_env, tmp_path):
+    js = tmp_path / "preprocess.json"
+    out, _ = run(bench_env, "preprocess_bench.py", "--posts", 300, "--repeats", 1,
+                 "--json", js)
+    for name in ("default", "stopwords", "token_pattern", "phrases"):
+        grab(r"%s +%s docs/CPU-s +%s MB/CPU-s +%sx the default's CPU time"
+             % (name, NUMBER, NUMBER, NUMBER), out)
+    grab(r"learning %s phrases .*: %sx a default tokenizing pass" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["posts"] == 300 and rec["configs"]["default"]["cost_vs_default"] == 1.0
+    assert rec["learn_phrases"]["phrases"] > 0
 
 
 def test_memory_bench(news20, tmp_path):
@@ -475,6 +492,25 @@ def test_defaults_bench(bench_env, tmp_path):
     summary = [r for r in rec if "config" not in r][0]
     finite(summary["ll_gain"], "ll_gain")
     assert "SUMMARY" in out
+
+
+def test_default_eval_bench(bench_env, tmp_path):
+    """The default command against the same passes with --heldout none on KOS (5 % held
+    out): both children timed (wall and CPU), the passes, scores and lines recorded."""
+    js = tmp_path / "default_eval.json"
+    out, _ = run(bench_env, "default_eval_bench.py", "--corpora", "kos", "--topics", 5,
+                 "--work", tmp_path / "work", "--json", js)
+    with open(js) as f:
+        res = json.load(f)
+    (rec,) = res["records"]
+    d, n = rec["default"], rec["no_heldout"]
+    assert rec["corpus"] == "kos" and d["passes"] == n["passes"] >= 2
+    assert len(d["pass_scores"]) == d["passes"] and n["pass_scores"] is None
+    assert d["evaluations"] == d["passes"] and n["evaluations"] == 0
+    for k in ("ratio", "cpu_ratio", "eval_fraction"):
+        finite(rec[k], k)
+    assert 0 < d["lines"] <= 60 and res["max_ratio"] == rec["ratio"]
+    assert "max ratio" in out
 
 
 def test_reuters_converter(bench_env, tmp_path):
