@@ -72,9 +72,11 @@ class Param:
     """One setting of an algorithm, declared once: its constructor keyword and ``params()`` key
     (``name``), ``type`` (int, float, bool, str or ``np.dtype``), ``default``, allowed range
     (``lo``/``hi``, ``*_open`` excluding the bound; or ``choices``), ``help``, the paper's
-    ``symbol``, and ``option``, the ``ldabeam train`` option (argparse dest) that sets it (None:
-    set by the trainer itself, not an option). The command line, the Flex Template metadata and
-    ``params()`` are generated from these declarations."""
+    ``symbol``, ``option``, the ``ldabeam train`` option (argparse dest) that sets it (None:
+    set by the trainer itself, not an option), and ``sklearn``, the scikit-learn estimator
+    parameter that sets it (lda_core.sklearn_api; None: none does). The command line, the Flex
+    Template metadata, the estimator's mapping and ``params()`` are generated from these
+    declarations."""
     name: str
     type: type
     default: Any = None
@@ -86,6 +88,7 @@ class Param:
     help: str = ""
     symbol: str = ""
     option: Optional[str] = None
+    sklearn: Optional[str] = None
 
     def check(self, value):
         """``value`` validated and converted to the declared type (UsageError naming the

@@ -107,13 +107,15 @@ class SCVB0(StochasticAlgorithm):
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
 
     # every setting, in params() order (a new setting is one line here; the constructor,
-    # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
+    # params(), `ldabeam train`, the Flex Template metadata and SCVB0LDA's mapping of its
+    # scikit-learn parameters take it from this spec)
     SPEC = ParamSpec(
         Param("alpha", float, 0.1, lo=0, lo_open=True, symbol="alpha", option="alpha",
-              help="document-topic prior"),
+              sklearn="doc_topic_prior", help="document-topic prior"),
         Param("eta", float, 0.01, lo=0, lo_open=True, symbol="eta", option="eta",
-              help="topic-word prior"),
-        Param("batch_size", int, 100, lo=1, symbol="M", help="documents per minibatch"),
+              sklearn="topic_word_prior", help="topic-word prior"),
+        Param("batch_size", int, 100, lo=1, symbol="M", sklearn="batch_size",
+              help="documents per minibatch"),
         Param("corpus_tokens", int, None, lo=1, symbol="C",
               help="tokens in the corpus (unset: estimated from the documents seen)"),
         Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),
@@ -124,9 +126,11 @@ class SCVB0(StochasticAlgorithm):
               help="s of the step size rho = s/(tau + t)^kappa for the topic statistics N^Phi, "
                    "N^Z (t = minibatch index)"),
         Param("tau_phi", float, 1000.0, lo=0, symbol="tau", option="topic_step_tau",
+              sklearn="learning_offset",
               help="tau of the topic-statistics step size"),
         Param("kappa_phi", float, 0.9, lo=0.5, hi=1.0, lo_open=True, symbol="kappa",
-              option="topic_step_kappa", help="kappa of the topic-statistics step size"),
+              option="topic_step_kappa", sklearn="learning_decay",
+              help="kappa of the topic-statistics step size"),
         Param("s_theta", float, 1.0, lo=0, lo_open=True, symbol="s", option="doc_step_scale",
               help="s of the step size rho = s/(tau + t)^kappa for the per-document "
                    "statistics N^Theta (t = updates within the document)"),
@@ -137,6 +141,7 @@ class SCVB0(StochasticAlgorithm):
         Param("dtype", np.dtype, "float64", choices=("float32", "float64"), option="dtype",
               help="floating point type of N^Phi (sums are always float64)"),
         Param("infer_passes", int, 5, lo=1, hi=10000,
+              sklearn="max_doc_update_iter",
               help="passes over a document when inferring its topic mixture"),
         Param("shuffle_tokens", bool, True, help="visit a document's tokens in random order"),
         Param("renorm_below", float, 1e-8, lo=0, hi=1, lo_open=True, hi_open=True,
