@@ -1,8 +1,15 @@
-"""Validation of algorithm parameters: every algorithm checks its constructor arguments here, so
-a bad value always raises the same ``ValueError``, naming the parameter, the allowed range and
-the value given (``"n_parts must be an integer in [1, 4096], got 0"``). The command line
-prefixes the option that set the parameter (``pipelines.training.algorithm_options``), which finds the
-parameter by the name at the start of the message."""
+"""Algorithm parameters: their validation and their declaration.
+
+Every algorithm checks its constructor arguments here, so a bad value always raises the same
+``UsageError``, naming the parameter, the allowed range and the value given (``"n_parts must
+be an integer in [1, 4096], got 0"``). The command line prefixes the option that set the
+parameter (``pipelines.training.algorithm_options``), which finds the parameter by the name at
+the start of the message.
+
+:class:`Param` and :class:`ParamSpec` declare an algorithm's settings once (its ``SPEC``):
+the constructor's validation, ``params()``, the ``ldabeam train`` options, the Flex Template
+metadata and the scikit-learn estimator's mapping are generated from it
+(docs/architecture.md, "The parameter spec")."""
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
