@@ -112,3 +112,21 @@ def test_defaults_and_help_read_the_spec():
     opts = algorithm_options.options_of("scvb0")
     assert opts["topic_step_kappa"] == "kappa_phi" and opts["threads"] == "n_threads"
     assert "kappa" not in opts
+
+
+@pytest.mark.parametrize("name", ["scvb0", "sparse-gibbs-vb"])
+def test_every_declared_setting_is_recorded_and_every_option_offered(name, monkeypatch):
+    """For each algorithm with a spec: ``params()`` is exactly the spec (names and order), a
+    checkpoint rebuilds the same settings, and every declared option is an option of
+    ``ldabeam train`` that reaches its setting."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    cls = algorithm_class(name)
+    algo = cls(3, 12, seed=5)
+    assert list(algo.params()) == [p.name for p in cls.SPEC]
+    assert cls.from_state(algo.to_state()).params() == algo.params()
+    text = _train_help(monkeypatch)
+    opts = algorithm_options.options_of(name)
+    for p in cls.SPEC:
+        if p.option:
+            assert "--" + p.option.replace("_", "-") in text, p.option
+            assert opts[p.option] == p.name
