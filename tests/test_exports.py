@@ -95,6 +95,53 @@ def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
     assert len(per_topic) == K and all(np.isfinite(per_topic)) and max(per_topic) < 0
 
 
+def test_gensim_dictionary_filter_extremes(run20, tmp_path, capsys):
+    """The exported dictionary carries the document count its df refer to, so gensim's own
+    ``filter_extremes`` keeps what it should: every word at the vectorize pruning's own
+    threshold (no_above=0.5), exactly the words with df <= 0.2 * num_docs at 0.2 (with
+    num_docs = 0 both deleted every word)."""
+    from gensim.models import LdaModel
+    ds, model = run20
+    path = str(tmp_path / "g" / "lda.gensim")
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
+    manifest = dataset.read_manifest(ds)
+    n_docs = manifest["counts"]["train_documents"] + manifest["counts"]["heldout_documents"]
+    assert "over %d documents" % n_docs in capsys.readouterr().out
+    d = LdaModel.load(path).id2word
+    _, _, vocab = _ours(model)
+    assert d.num_docs == n_docs == manifest["vocabulary"]["num_docs"]
+    assert d.num_pos == int(vocab.cf.sum()) and d.num_nnz == int(vocab.df.sum())
+    d.filter_extremes(no_below=1, no_above=0.5, keep_n=None)
+    assert len(d) == len(vocab)
+    d = LdaModel.load(path).id2word
+    d.filter_extremes(no_below=1, no_above=0.2, keep_n=None)
+    expect = {t for t, f in zip(vocab.tokens, vocab.df) if f <= int(0.2 * n_docs)}
+    assert 0 < len(expect) < len(vocab) and set(d.token2id) == expect
+
+
+def test_gensim_dictionary_counts_without_manifest(run20, tmp_path, capsys):
+    """Shards with no manifest (a folder of shards): the dictionary's df, cf and num_docs are
+    counted over them, consistently."""
+    import shutil
+    from gensim.models import LdaModel
+    ds, model = run20
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    files = dataset.resolve_shards(ds)
+    for f in files:
+        shutil.copy(f, str(bare))
+    path = str(tmp_path / "g" / "lda.gensim")
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path,
+                     "--shards", str(bare)]) == 0
+    assert "counted over the %d shard files" % len(files) in capsys.readouterr().out
+    docs = dataset.read_docbatch(files)
+    d = LdaModel.load(path).id2word
+    assert d.num_docs == docs.n_docs
+    df = np.bincount(docs.word_ids, minlength=len(d))
+    assert [d.dfs.get(i, 0) for i in range(len(d))] == df.tolist()
+    assert d.num_pos == docs.n_tokens
+
+
 def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
     from pipelines.reports.exports import load_pyldavis
     ds, model = run20
