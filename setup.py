@@ -49,12 +49,15 @@ setup(
         "numba>=0.59",
         # progress bars for the in-process trainer and the driver (small, well kept)
         "tqdm>=4.60",
+        # `ldabeam report` draws its plots with it: the report works after a plain install
+        "matplotlib>=3.6",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "matplotlib>=3.6"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
-        "report": ["matplotlib>=3.6"],
+        # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package
+        "report": [],
         # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page. pandas
         # is held to the range apache-beam supports (its typehints import pandas whenever it
         # is installed); tried with pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in [test]:

@@ -220,3 +220,51 @@ def test_report_custom_template_and_errors(labelled, tmp_path, capsys):
     assert "unknown placeholder 'no_such_field'" in capsys.readouterr().err
     assert cli_main(["report", "--model", m, "--output", out, "--topic", "99"]) == 2
     assert "outside the model's topics" in capsys.readouterr().err
+
+
+def _install_requires():
+    """setup.py's install_requires, read by running setup.py with setuptools.setup captured."""
+    import runpy
+    import setuptools
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    seen = {}
+    real, cwd = setuptools.setup, os.getcwd()
+    setuptools.setup = lambda **kw: seen.update(kw)
+    try:
+        os.chdir(repo)
+        runpy.run_path(os.path.join(repo, "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = real
+        os.chdir(cwd)
+    return {re.split(r"[<>=!\[ ;]", r, 1)[0].lower().replace("_", "-")
+            for r in seen["install_requires"]}
+
+
+def test_report_needs_only_the_base_install():
+    """`ldabeam report` works after a plain `pip install`: every third-party module the report
+    code imports (at any depth of its functions) comes from a package in install_requires."""
+    import ast
+    import sys
+    from importlib.metadata import packages_distributions
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dists = packages_distributions()
+    base = _install_requires()
+    files = [os.path.join(repo, "pipelines", "reports", "report.py"),
+             os.path.join(repo, "pipelines", "commands", "report.py")]
+    needed = set()
+    for path in files:
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and not node.level else [])
+            for n in names:
+                top = n.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("lda_core", "pipelines",
+                                                             "__future__"):
+                    continue
+                needed.add(top)
+    assert "matplotlib" in needed
+    for top in sorted(needed):
+        names = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
+        assert names & base, "the report imports %s (%s), which install_requires lacks" % (
+            top, ", ".join(sorted(names)))
