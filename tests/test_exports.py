@@ -229,6 +229,40 @@ def test_pyldavis_html_page(run20, tmp_path):
     assert checked >= K * 10
 
 
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_pyldavis_page_works_offline(run20, tmp_path):
+    """The interactive page carries d3, LDAvis's script and its stylesheet itself: nothing is
+    fetched, and headless Chromium with every network request refused draws the
+    visualisation (its intertopic distance map)."""
+    pytest.importorskip("pyLDAvis", reason="pyLDAvis is not installed (optional extra: pip "
+                                           "install 'ldabeam[vis]'); no page is written")
+    import re
+    import subprocess
+    ds, model = run20
+    out = str(tmp_path / "vis")
+    assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,
+                     "--max-docs", "150"]) == 0
+    path = os.path.join(out, "pyldavis.html")
+    page = open(path, encoding="utf-8").read()
+    assert not re.search(r"<script[^>]*\bsrc=", page) and "<link" not in page
+    assert "cdn.jsdelivr.net" not in page and "d3js.org/d3" not in page
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("headless Chromium (Debian package chromium) is not installed at "
+                    "/usr/bin/chromium; the page's content was checked, its drawing is not")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+           "--user-data-dir=%s" % (tmp_path / "profile"), "--window-size=1300,900",
+           "--virtual-time-budget=5000", "--dump-dom", "file://" + path]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    dom = r.stdout
+    assert "<svg" in dom, r.stderr[-2000:]
+    assert "Intertopic Distance Map" in dom
+    assert len(re.findall(r"<circle", dom)) >= K
+
+
 def test_phi_npy_still_works_and_bad_inputs(run20, tmp_path, capsys):
     ds, model = run20
     p = str(tmp_path / "phi.npy")

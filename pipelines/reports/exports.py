@@ -12,17 +12,20 @@ pyLDAvis: ``pyLDAvis.prepare`` takes ``topic_term_dists`` (K x V, rows sum to 1)
 ``doc_topic_dists`` (D x K, rows sum to 1), ``doc_lengths`` (D), ``vocab`` (V strings) and
 ``term_frequency`` (V, the corpus counts of each word). They are written as
 ``DIR/pyldavis.npz`` (the arrays) and ``DIR/pyldavis.json`` (vocab, doc ids, model info), and,
-only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``
-(``pyLDAvis.save_html``; the page loads d3/LDAvis scripts from a CDN, as pyLDAvis does). The
+only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``: pyLDAvis's
+page with d3, LDAvis's script and stylesheet inside it (from the files the package ships), so
+it opens with no network (``pyLDAvis.save_html`` would link them from CDNs). The
 page uses only the terms that occur in the documents (pyLDAvis divides by term frequency),
 topic-term rows renormalised over them; the prepared data keeps the whole vocabulary.
 """
 from __future__ import annotations
 
+import html
 import io
 import json
 import logging
 import os
+import re
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
@@ -197,9 +200,41 @@ def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: st
         else:
             vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
             html_path = os.path.join(out_dir, PYLDAVIS_HTML)
-            pyLDAvis.save_html(vis, html_path)
+            dataset.write_bytes_atomic(html_path, offline_html(vis).encode("utf-8"))
             files.append(PYLDAVIS_HTML)
     return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
+
+
+_INLINE = "ldabeam-inline:"      # stands for a script or stylesheet put inside the page
+
+
+def offline_html(vis, title: str = "pyLDAvis") -> str:
+    """pyLDAvis's page for ``vis`` with d3, LDAvis's script and its stylesheet inside the page,
+    taken from the files the pyLDAvis package ships (``pyLDAvis.urls.*_LOCAL``), so the page
+    works with no network (``pyLDAvis.save_html`` links them from CDNs)."""
+    import pyLDAvis
+    from pyLDAvis import urls
+
+    def read(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+    body = pyLDAvis.prepared_data_to_html(vis, d3_url=_INLINE + "d3.js",
+                                          ldavis_url=_INLINE + "ldavis.js",
+                                          ldavis_css_url=_INLINE + "ldavis.css")
+    link = '<link rel="stylesheet" type="text/css" href="%sldavis.css">' % _INLINE
+    if link not in body:
+        raise RuntimeError("pyLDAvis %s writes its stylesheet link differently; cannot inline "
+                           "it" % pyLDAvis.__version__)
+    body = body.replace(link, "<style>\n%s\n</style>" % read(urls.LDAVIS_CSS_LOCAL))
+    # with d3 and LDAvis defined before it, the page's own script draws at once and never
+    # loads the (placeholder) URLs
+    scripts = "".join("<script>\n%s\n</script>\n" % re.sub(r"(?i)</script", r"<\/script",
+                                                            read(p))
+                      for p in (urls.D3_LOCAL, urls.LDAVIS_LOCAL))
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<title>%s</title>\n%s</head>\n<body>\n%s\n</body>\n</html>\n"
+            % (html.escape(title), scripts, body))
 
 
 def _seen_terms(d: Dict[str, Any]) -> Dict[str, Any]:
