@@ -5,12 +5,12 @@ One JSON line per section of each article of ``enwiki-sample-206pages.xml.bz2``:
 the lead section has the article's title alone) and ``text`` (the section's plain text). The
 markup is removed by gensim's ``filter_wiki`` (as ``ldabeam vectorize --format wiki`` does);
 the leftover gallery lines ``File:NAME.jpg|caption`` keep their caption only. Redirects,
-sections of fewer than 60 words and the list-like sections at the end of an article
-(references, external links, see also, notes, further reading, bibliography, sources) are
-left out.
+sections of fewer than 60 words and the list-like sections at the end of an article (a
+heading naming references, external links, see also, notes, further reading, a
+bibliography, sources, works cited or citations) are left out.
 
 Why sections: the 106 articles of the sample are about 106 unrelated subjects, too few
-documents for LDA to find shared themes; their 1,497 sections give the topics of the demo.
+documents for LDA to find shared themes; their 1,488 sections give the topics of the demo.
 
     python data/wiki_sections.py            # rewrites data/enwiki-sample-sections.jsonl.bz2
 """
@@ -25,8 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "enwiki-sample-206pages.xml.bz2")
 TARGET = os.path.join(HERE, "enwiki-sample-sections.jsonl.bz2")
 MIN_WORDS = 60
-END_MATTER = {"references", "external links", "see also", "further reading", "notes",
-              "bibliography", "sources", "footnotes"}
+# a section whose heading holds one of these is end matter (lists of works and links)
+END_MATTER = ("reference", "external link", "see also", "further reading", "notes",
+              "bibliography", "sources", "footnotes", "works cited", "citations")
 
 
 def sections(source=SOURCE):
@@ -40,7 +41,7 @@ def sections(source=SOURCE):
             parts = re.split(r"\n=+\s*([^=\n]+?)\s*=+\s*\n", "\n" + body)
             for i, (name, part) in enumerate([("", parts[0])]
                                              + list(zip(parts[1::2], parts[2::2]))):
-                if name.strip().lower() in END_MATTER:
+                if any(e in name.lower() for e in END_MATTER):
                     continue
                 if len(re.findall(r"[A-Za-z]{2,}", part)) < MIN_WORDS:
                     continue
