@@ -81,6 +81,9 @@ SUBST = [
      "1 % of the sample's 106 articles is one article"),
     ("docs/", r"/tmp/", "$W/", "the docs' scratch paths go to the test's scratch folder"),
     ("docs/", r"--docs 2000 --words 2000", "--docs 600 --words 500", "small"),
+    (None, r"--stop-after \d+", "--stop-after 90",
+     "the stream watches its inbox this long while the next command writes the file into it; "
+     "the docs' 20-30 s assume an idle machine, and the test machine may be loaded"),
     ("docs/", r"range\(500\)", "range(200)", "small (the synthetic corpus above is smaller)"),
     ("docs/beam-training.md", r"--shards DATA --output MODEL",
      "--shards $W/wiki --output $W/model-unroll --passes 1", "placeholders: the sample, one pass"),

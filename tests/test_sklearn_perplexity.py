@@ -39,6 +39,7 @@ def _sklearn_with(est, X):
     return sk
 
 
+@pytest.mark.slow           # the float64 E-step kernels compile on first use
 @pytest.mark.parametrize("cls", [OnlineLDA, SCVB0LDA])
 def test_perplexity_is_scikit_learns_for_both_estimators(cls, counts):
     X = counts
