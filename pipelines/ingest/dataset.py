@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, InputError
 from pipelines.runtime import object_store_files
 
 object_store_files.register()
@@ -200,7 +201,12 @@ class Vocabulary:
                                     "written by `ldabeam vectorize`, or a one-token-per-line "
                                     "file)" % path)
         with open_read(path) as f:
-            text = f.read().decode("utf-8")
+            data = f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataIntegrityError("%s is not UTF-8 text (byte %d); a vocabulary is written "
+                                     "by `ldabeam vectorize` in UTF-8" % (path, e.start)) from None
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
@@ -209,11 +215,11 @@ class Vocabulary:
             for n, line in enumerate(lines[1:], start=2):
                 parts = line.split("\t")
                 if len(parts) != 4:
-                    raise ValueError("%s line %d: expected 4 tab-separated fields "
-                                     "(token, id, df, cf), got %d" % (path, n, len(parts)))
+                    raise DataIntegrityError("%s line %d: expected 4 tab-separated fields "
+                                             "(token, id, df, cf), got %d" % (path, n, len(parts)))
                 if int(parts[1]) != len(tokens):
-                    raise ValueError("%s line %d: id %s out of order (expected %d)"
-                                     % (path, n, parts[1], len(tokens)))
+                    raise DataIntegrityError("%s line %d: id %s out of order (expected %d)"
+                                             % (path, n, parts[1], len(tokens)))
                 tokens.append(parts[0])
                 df.append(int(parts[2]))
                 cf.append(int(parts[3]))
@@ -284,7 +290,7 @@ def table_to_docbatch(table) -> DocBatch:
     indptr, word_ids = flat("word_ids")
     indptr_c, counts = flat("counts")
     if not np.array_equal(indptr, indptr_c):
-        raise ValueError("shard rows have word_ids and counts of different lengths")
+        raise DataIntegrityError("shard rows have word_ids and counts of different lengths")
     names = table.schema.names
     opt = lambda n: tuple(table.column(n).to_pylist()) if n in names else None
     return DocBatch(tuple(table.column("doc_id").to_pylist()), indptr, word_ids, counts,
@@ -340,7 +346,26 @@ def resolve_shards(path: str, split: str = TRAIN_SPLIT) -> List[str]:
             "no shards found at %s (split %r): expected a dataset directory written by "
             "`ldabeam vectorize --output DIR`, a directory of .parquet shards, or a glob"
             % (path, split))
+    check_shard_columns(candidates[0])
     return candidates
+
+
+def check_shard_columns(path: str) -> None:
+    """InputError unless the Parquet file ``path`` has the columns of a shard (an output of
+    ``ldabeam infer`` given as shards, say); read from the footer only."""
+    try:
+        names = _parquet_file(path).schema_arrow.names
+    except (OSError, ValueError) as e:       # truncated, not Parquet
+        raise DataIntegrityError("%s cannot be read as Parquet (%s); re-run `ldabeam "
+                                 "vectorize`" % (path, e)) from None
+    missing = [c for c in ("doc_id", "word_ids", "counts") if c not in names]
+    if missing:
+        what = ("an output of `ldabeam infer` (topic proportions per document)"
+                if "theta" in names else "a Parquet file of other columns (%s)"
+                % ", ".join(names[:8]))
+        raise InputError("%s is %s, not a dataset shard (no %s column); give a dataset "
+                         "directory written by `ldabeam vectorize --output DIR`"
+                         % (path, what, missing[0]))
 
 
 def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
@@ -351,14 +376,14 @@ def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
     for f in files:
         h = shard_vocab_hash(f)
         if h is None:
-            raise ValueError("shard %s has no vocabulary hash in its metadata; re-run "
+            raise InputError("shard %s has no vocabulary hash in its metadata; re-run "
                              "`ldabeam vectorize` to write it" % f)
         if expected is not None and h != expected:
-            raise ValueError("shard %s was vectorised with vocabulary %s but the model/state "
+            raise InputError("shard %s was vectorised with vocabulary %s but the model/state "
                              "expects vocabulary %s; vectorise it with `--vocab` of the "
                              "model's vocabulary" % (f, h, expected))
         if found is not None and h != found:
-            raise ValueError("shards disagree on their vocabulary: %s has %s, earlier shards "
+            raise InputError("shards disagree on their vocabulary: %s has %s, earlier shards "
                              "have %s" % (f, h, found))
         found = h
     return found
@@ -380,7 +405,7 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
             try:
                 batch = table_to_docbatch(rb)
             except ValueError as e:          # e.g. a negative or repeated word id
-                raise ValueError("shard %s: %s" % (f, e)) from None
+                raise DataIntegrityError("shard %s: %s" % (f, e)) from None
             yield batch
 
 
@@ -421,14 +446,15 @@ def verify(path: str, check_hashes: bool = True) -> Optional[dict]:
         return None
     mpath = join(path, MANIFEST_FILE)
     if not exists(mpath):
-        raise ValueError("dataset %s has no %s: it is still being written (or the job writing "
-                         "it failed before the end); wait for `ldabeam vectorize` to finish, "
-                         "or re-run it" % (path, MANIFEST_FILE))
+        raise DataIntegrityError(
+            "dataset %s has no %s: it is still being written (or the job writing "
+            "it failed before the end); wait for `ldabeam vectorize` to finish, "
+            "or re-run it" % (path, MANIFEST_FILE))
     try:
         manifest = read_manifest(path)
     except ValueError as e:
-        raise ValueError("dataset %s: %s is not valid JSON (%s); re-run `ldabeam vectorize`"
-                         % (path, MANIFEST_FILE, e)) from e
+        raise DataIntegrityError("dataset %s: %s is not valid JSON (%s); re-run `ldabeam vectorize`"
+                                 % (path, MANIFEST_FILE, e)) from e
     splits = manifest.get("splits") if isinstance(manifest, dict) else None
     if not isinstance(splits, dict):
         return None        # a manifest without a shard listing: nothing to check against
@@ -451,36 +477,41 @@ def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
             f = join(path, entry["file"])
             name = entry["file"].rsplit("/", 1)[-1]
             if name in names:
-                raise ValueError("dataset %s: shard %s is listed twice in %s; re-run `ldabeam "
-                                 "vectorize`" % (path, entry["file"], listing))
+                raise DataIntegrityError(
+                    "dataset %s: shard %s is listed twice in %s; re-run `ldabeam "
+                    "vectorize`" % (path, entry["file"], listing))
             names.add(name)
             if not exists(f):
-                raise ValueError("dataset %s is incomplete: shard %s listed in %s is missing; "
-                                 "re-run `ldabeam vectorize`" % (path, entry["file"],
-                                                                   listing))
+                raise DataIntegrityError(
+                    "dataset %s is incomplete: shard %s listed in %s is missing; "
+                    "re-run `ldabeam vectorize`" % (path, entry["file"],
+                                                      listing))
             try:
                 rows = _parquet_file(f).metadata.num_rows
             except Exception as e:   # truncated / not Parquet
-                raise ValueError("dataset %s: shard %s cannot be read (%s); re-run `ldabeam "
-                                 "vectorize`" % (path, entry["file"], e)) from e
+                raise DataIntegrityError(
+                    "dataset %s: shard %s cannot be read (%s); re-run `ldabeam "
+                    "vectorize`" % (path, entry["file"], e)) from e
             if rows != entry.get("documents", rows):
-                raise ValueError("dataset %s: shard %s holds %d documents but %s says %d; "
-                                 "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
-                                                                 listing,
-                                                                 entry["documents"]))
+                raise DataIntegrityError("dataset %s: shard %s holds %d documents but %s says %d; "
+                                         "re-run `ldabeam vectorize`" % (path, entry["file"], rows,
+                                                                         listing,
+                                                                         entry["documents"]))
             if check_hashes and entry.get("sha256") and _file_sha256(f) != entry["sha256"]:
-                raise ValueError("dataset %s: shard %s differs from the one %s lists (sha256 "
-                                 "mismatch); re-run `ldabeam vectorize`"
-                                 % (path, entry["file"], listing))
+                raise DataIntegrityError(
+                    "dataset %s: shard %s differs from the one %s lists (sha256 "
+                    "mismatch); re-run `ldabeam vectorize`"
+                    % (path, entry["file"], listing))
             n_shards += 1
             n_docs += rows
         extra = sorted(p.replace("\\", "/").rsplit("/", 1)[-1]
                        for p in match(join(path, split, "*.parquet")))
         extra = [e for e in extra if e not in names]
         if extra:
-            raise ValueError("dataset %s: %s/%s is not listed in %s (left from another run?); "
-                             "remove it or re-run `ldabeam vectorize --overwrite`"
-                             % (path, split, extra[0], listing))
+            raise DataIntegrityError(
+                "dataset %s: %s/%s is not listed in %s (left from another run?); "
+                "remove it or re-run `ldabeam vectorize --overwrite`"
+                % (path, split, extra[0], listing))
     return {"shards": n_shards, "documents": n_docs}
 
 
@@ -489,7 +520,10 @@ def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
 #: settings of a dataset's manifest that decide how raw text becomes tokens and documents
 TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
                   "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
-                  "label_field", "title_field", "strip_headers")
+                  "label_field", "title_field", "strip_headers", "format",
+                  # pipelines.ingest.tokenize.RECORD_KEYS beyond the first five
+                  "token_pattern", "segmenter", "stopword_list", "phrases", "custom_tokenizer",
+                  "tokens_from")
 TOKENIZER_FILE = "tokenizer.json"   # in a model directory: the settings of its training data
 
 
@@ -523,5 +557,15 @@ def read_tokenizer(model_dir: str) -> Optional[dict]:
     path = join(model_dir, TOKENIZER_FILE)
     if not exists(path):
         return None
-    with open_read(path) as f:
-        return json.loads(f.read().decode("utf-8")).get("settings")
+    try:
+        with open_read(path) as f:
+            rec = json.loads(f.read().decode("utf-8"))
+    except ValueError as e:              # not UTF-8, not JSON
+        rec, why = None, str(e)
+    else:
+        why = "not an object with a settings object"
+    if not isinstance(rec, dict) or not isinstance(rec.get("settings"), (dict, type(None))):
+        raise InputError("%s is not a tokenizer record written by `ldabeam train` (%s); restore "
+                         "it from the training run, or delete it to use the settings of the "
+                         "training dataset's manifest" % (path, why))
+    return rec.get("settings")
