@@ -216,18 +216,19 @@ def offline_reason(cmd):
 
 
 def runnable_script(block, env=None):
-    """(the shell script to run, [(dropped command, reason)]); a Python sample gets the values
-    of $W and $STEP written in (it runs from a quoted here-document)."""
+    """(the shell script to run, [(dropped command, reason)]); $W and $STEP are written in as
+    their values (a Python sample runs from a quoted here-document, and a substituted path
+    may sit in single quotes)."""
     text = block.text
     for where, pat, rep, _ in SUBST:
         if where is None or block.path == where or (where.endswith("/")
                                                     and block.path.startswith(where)):
             text = re.sub(pat, lambda m: rep, text)
+    for name in ("W", "STEP"):     # written in: a quoted '$W/...' or a here-document
+        if env and name in env:
+            text = re.sub(r"\$\{%s\}|\$%s\b" % (name, name), lambda m: env[name], text)
     if block.lang in ("python", "py", "python3"):
         pre = "".join(p for f, s, p, _ in PRELUDES if f == block.path and s in block.text)
-        for name in ("W", "STEP"):
-            if env and name in env:
-                text = text.replace("$" + name, env[name])
         return "python - <<'PYEOF'\n%s%s\nPYEOF\n" % (pre, text), []
     keep, dropped = [], []
     for cmd in commands(text):
