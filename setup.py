@@ -37,7 +37,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.9",
-    packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*"]),
+    packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*",
+                                    "ldabeam", "ldabeam.*"]),
     cmdclass={"build_py": BuildPyWithSample},
     install_requires=[
         "apache-beam>=2.60",
