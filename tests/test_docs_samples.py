@@ -12,7 +12,9 @@ as soon as it lands. Each block is one of:
   :data:`OFFLINE` (a cloud service or cluster), which says why; the rest must exit 0;
 * not a sample: a diagram, a file tree, printed output, a formula -- its first word is no
   program (:func:`kind`) -- or a usage synopsis (``[--option ...]``), or a block listed in
-  :data:`NOT_RUN` with the reason.
+  :data:`NOT_RUN` with the reason;
+* a sample another test runs as it must run (:data:`COVERED`: cells that share one
+  namespace, in order).
 
 ``test_every_block_is_accounted_for`` fails on a block that is none of these and on a list
 entry that matches no block. The run tests are slow (a fresh numba cache is compiled by the
@@ -71,6 +73,15 @@ NOT_RUN = [
      "Face dataset saved to disk (illustrative paths; each format has its reader tests)"),
 ]
 
+#: samples another test runs as they must run (cells in order, sharing one namespace):
+#: (file, its "## " section or None for the whole file, the test that runs them)
+COVERED = [
+    ("README.md", "Python", "tests/test_library_docs.py (cells in order in one namespace, "
+                            "after a model is trained)"),
+    ("README.md", "Beam", "tests/test_library_docs.py"),
+    ("docs/library.md", None, "tests/test_library_docs.py (the walk-through, in order)"),
+]
+
 #: (file or None for every file, pattern, replacement, why)
 SUBST = [
     (None, r"'dumps/enwiki-\*-pages-articles\*\.xml\.bz2'", shlex.quote(WIKI_SAMPLE),
@@ -119,6 +130,7 @@ class Block:
     line: int
     lang: str
     text: str
+    section: str = ""
 
     @property
     def name(self):
@@ -131,8 +143,9 @@ def blocks():
         with open(os.path.join(REPO, rel), encoding="utf-8") as f:
             s = f.read()
         for m in re.finditer(r"^```([^\n`]*)\n(.*?)^```", s, re.M | re.S):
+            heads = re.findall(r"^## (.+)$", s[:m.start()], re.M)
             out.append(Block(rel, s[:m.start()].count("\n") + 1, m.group(1).strip().lower(),
-                             m.group(2)))
+                             m.group(2), heads[-1].strip() if heads else ""))
     return out
 
 
@@ -149,10 +162,16 @@ def listed(block, table):
     return [e for e in table if e[0] == block.path and e[1] in block.text]
 
 
+def covered(block):
+    return [c for c in COVERED if c[0] == block.path and c[1] in (None, block.section)]
+
+
 def kind(block):
-    """'python', 'shell', 'synopsis', 'not-run' or 'text' (see the module docstring)."""
+    """'python', 'shell', 'synopsis', 'not-run', 'covered' or 'text' (module docstring)."""
     if listed(block, NOT_RUN):
         return "not-run"
+    if covered(block) and _first_word(block.text) not in ("make",):
+        return "covered"
     if block.lang in ("python", "py", "python3"):
         return "python"
     if block.lang in ("json", "yaml", "toml", "text", "txt", "csv", "html", "xml"):
@@ -306,6 +325,9 @@ def test_every_block_is_accounted_for():
     for f, s, why in NOT_RUN:
         assert any(b.path == f and s in b.text for b in ALL), "stale NOT_RUN entry %s %r" % (f, s)
         assert why
+    for f, sec, _ in COVERED:
+        assert any(b.path == f and sec in (None, b.section) for b in ALL), \
+            "stale COVERED entry %s %r" % (f, sec)
     for f, s, _, _ in PRELUDES:
         assert any(b.path == f and s in b.text for b in ALL), "stale PRELUDE %s %r" % (f, s)
     for b in ALL:
