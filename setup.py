@@ -59,10 +59,12 @@ setup(
         "aws": ["apache-beam[aws]>=2.60"],
         # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package
         "report": [],
-        # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page. pandas
-        # is held to the range apache-beam supports (its typehints import pandas whenever it
-        # is installed); tried with pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in [test]:
-        # tests/test_exports.py checks the page when pyLDAvis is importable, skips otherwise.
+        # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page, with the
+        # d3/LDAvis files the package ships inlined (works offline). pandas is held to the
+        # range apache-beam supports (its typehints import pandas whenever it is installed);
+        # `pip install` of these works here: pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in
+        # [test]: tests/test_exports.py checks and draws the page when pyLDAvis is
+        # importable, skips that with the reason otherwise.
         "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
         # `ldabeam vectorize --segmenter jieba|janome`: Chinese / Japanese word segmentation,
         # both pure Python with their dictionaries inside the package. Not in [test]:
