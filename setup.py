@@ -54,7 +54,8 @@ setup(
         "matplotlib>=3.6",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "jieba>=0.42.1",
+                 "janome>=0.5.0"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
         # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package
@@ -67,8 +68,8 @@ setup(
         # importable, skips that with the reason otherwise.
         "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
         # `ldabeam vectorize --segmenter jieba|janome`: Chinese / Japanese word segmentation,
-        # both pure Python with their dictionaries inside the package. Not in [test]:
-        # tests/test_preprocess.py segments when they are importable, skips otherwise.
+        # both pure Python with their dictionaries inside the package (also in [test], so the
+        # segmenter tests of tests/test_preprocess.py run rather than skip).
         "cjk": ["jieba>=0.42.1", "janome>=0.5.0"],
     },
     entry_points={"console_scripts": ["ldabeam=pipelines.cli:main"]},

@@ -253,6 +253,13 @@ def run(args, beam_argv) -> int:
     output, runner hand-over, summary; each step is a helper or a check with its own message."""
     global LAST_SUBMITTED
     t_setup = time.time()
+    if getattr(args, "update", False):
+        from pipelines.commands.train_update import run_update
+        return run_update(args, beam_argv)
+    if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
+        raise UsageError("--input and --grow-vocab apply with --update (training on new "
+                         "documents); a fresh run reads --shards written by `ldabeam "
+                         "vectorize`")
     _check_args(args)
     files, shard_hash, vocab_path, vocab = _resolve_data(args)
     store, state = _open_model_dir(args, vocab, shard_hash)
@@ -294,6 +301,8 @@ def run(args, beam_argv) -> int:
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
+    if state is not None and start is not None and pass_stop is None:
+        _check_resume_has_steps(args, state, start, stream.total_steps)
     if sequential and not whole_corpus and passes > 1:
         raise UsageError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
@@ -428,6 +437,20 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     return build_algorithm(algorithm, args.topics, n_words, settings=settings,
                            batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
                            vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
+
+
+def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
+    """A resumed run that would apply no step is refused, saying why (it is never a no-op
+    that exits 0)."""
+    end = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
+    if start < end:
+        return
+    why = ("--max-steps %d" % args.max_steps if args.max_steps is not None
+           and args.max_steps <= start and args.max_steps < total_steps
+           else "the %d steps of this run's passes over %s" % (total_steps, args.shards))
+    raise UsageError("--resume: the checkpoint in %s is at step %d, at the end of %s, so no "
+                     "step would run; give more --passes to train further on these shards, or "
+                     "use --update to train on new documents" % (args.output, state.step, why))
 
 
 def _open_run_log(output: str, detach: bool):

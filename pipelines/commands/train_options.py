@@ -77,6 +77,19 @@ def add_arguments(p) -> None:
     g.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in MODEL_DIR (same order, same "
                         "result as an uninterrupted run)")
+    g = p.add_argument_group("updating a model with new documents (docs/training.md)")
+    g.add_argument("--update", action="store_true",
+                   help="continue the model in --output from its latest checkpoint on new "
+                        "documents (--shards NEW or --input RAW) for --passes (default 1); "
+                        "in-process runner only")
+    g.add_argument("--grow-vocab", action="store_true",
+                   help="with --update: add the new documents' words that pass the model's "
+                        "pruning rules as new topic-word rows (at the prior)")
+    g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
+                   help="with --update: raw text instead of --shards, in any text format of "
+                        "`ldabeam vectorize`, tokenized as the model's training data was")
+    g.add_argument("--format", dest="input_format", default="auto",
+                   help="with --update: format of --input (default: from the file names)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "
