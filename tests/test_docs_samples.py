@@ -99,6 +99,8 @@ SUBST = [
     ("docs/beam-training.md", r"--shards DATA --output MODEL",
      "--shards $W/wiki --output $W/model-unroll --passes 1", "placeholders: the sample, one pass"),
     ("docs/model-format.md", r"MODEL_DIR", "$W/model", "placeholder: a model trained by PREPARE"),
+    ("docs/input-formats.md", r'from_model_dir\("model"\)', 'from_model_dir("$W/model")',
+     "placeholder: a model trained by PREPARE"),
     ("docs/model-format.md", r"step-000000070", "$STEP",
      "placeholder: that model's checkpoint (STEP is set by PREPARE)"),
 ]
@@ -108,6 +110,10 @@ PREPARE = {
     "README.md": ["ldabeam vectorize --output $W/wiki --holdout-fraction 0.1 --no-below 2"],
     "docs/beam-training.md": ["ldabeam vectorize --output $W/wiki --holdout-fraction 0.1 "
                               "--no-below 2"],
+    "docs/input-formats.md": ["ldabeam vectorize --output $W/wiki --holdout-fraction 0.1 "
+                              "--no-below 2",
+                              "ldabeam train --shards $W/wiki --output $W/model --topics 5 "
+                              "--passes 1 --minibatch 32 --no-progress"],
     "docs/model-format.md": ["ldabeam vectorize --output $W/wiki --holdout-fraction 0.1 "
                              "--no-below 2",
                              "ldabeam train --shards $W/wiki --output $W/model --topics 5 "
@@ -121,6 +127,12 @@ PRELUDES = [
      "from gensim.corpora.wikicorpus import extract_pages, filter_wiki\n"
      "texts = [filter_wiki(t) for _, t, _ in extract_pages(bz2.open(%r), ('0',))][:80]\n"
      % WIKI_SAMPLE, "`texts`: a list of documents (the bundled sample's pages)"),
+    ("docs/input-formats.md", "Preprocessor.from_model_dir",
+     "from pipelines.ingest import dataset\n"
+     "texts = ['The court heard the appeal of the state', 'Apollo 11 landed on the Moon']\n"
+     "vocab = dataset.Vocabulary.read('$W/model/vocab.tsv')\n"
+     "doc_ids = ['court', 'apollo']\n",
+     "`texts`, `vocab`, `doc_ids`: what the text around it names (the model's vocabulary)"),
 ]
 
 
@@ -248,6 +260,9 @@ def runnable_script(block, env=None):
             text = re.sub(r"\$\{%s\}|\$%s\b" % (name, name), lambda m: env[name], text)
     if block.lang in ("python", "py", "python3"):
         pre = "".join(p for f, s, p, _ in PRELUDES if f == block.path and s in block.text)
+        for name in ("W", "STEP"):
+            if env and name in env:
+                pre = pre.replace("$" + name, env[name])
         return "python - <<'PYEOF'\n%s%s\nPYEOF\n" % (pre, text), []
     keep, dropped = [], []
     for cmd in commands(text):
