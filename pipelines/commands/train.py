@@ -28,6 +28,7 @@ import inspect
 import logging
 import os
 import shutil
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -277,6 +278,8 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
+    from lda_core.training.pass_stop import default_eval_every
+    args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
     from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
@@ -314,14 +317,27 @@ def run(args, beam_argv) -> int:
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
+    if inprocess and not sequential and not whole_corpus:
+        # a first run on this machine: one line, then the compile, then its seconds
+        from lda_core.training.kernel_warmup import warm_kernels
+        warm_kernels(lambda v, d: build_algorithm(
+            algorithm, algo.n_topics, v,
+            settings=settings if state is None else {}, batch_size=100, corpus_size=d,
+            seed=0, vocab_hash=None, corpus_tokens=None), heldout is not None)
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
+    from lda_core.training.session import TrainingInterrupted
     try:
         res = _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout,
                          run_info, shard_hash, passes, seed, minibatch, start, pass_stop,
                          inprocess=inprocess, sequential=sequential,
                          whole_corpus=whole_corpus, detach=detach)
+    except TrainingInterrupted as e:
+        # Ctrl-C / SIGTERM: the steps done are published (lda_core.training.trainer); one
+        # line, 130 / 143 as the command line gives for a signal
+        print("ldabeam train: %s" % e, file=sys.stderr)
+        return 128 + e.signum
     finally:
         run_log.close()
     if detach:

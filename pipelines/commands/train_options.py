@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from lda_core.training.pass_stop import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
+from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE,
+                                         EVAL_EVERY)
 
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
@@ -204,8 +205,9 @@ def add_arguments(p) -> None:
                         "if it has one), 'none', a split name of the dataset, or a shard path")
     g.add_argument("--heldout-max-docs", type=int, default=2000,
                    help="evaluate on at most this many held-out documents")
-    g.add_argument("--eval-every", type=int, default=50,
-                   help="evaluate every N global steps (0: only at the end)")
+    g.add_argument("--eval-every", type=int, default=None,
+                   help="evaluate every N global steps (0: only at the end); when not given: "
+                        "%d, or with --passes auto at the pass ends only" % EVAL_EVERY)
     g.add_argument("--checkpoint-every", type=int, default=100,
                    help="publish a checkpoint every N global steps (0: only at the end)")
     g.add_argument("--keep-checkpoints", type=int, default=3,
