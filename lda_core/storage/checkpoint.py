@@ -343,8 +343,8 @@ class CheckpointStore:
             deleted.append(c.path)
             fault_point("prune")
         if deleted:
-            logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
-                        keep_last)
+            logger.debug("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
+                         keep_last)
         return deleted
 
 
