@@ -96,6 +96,7 @@ class InferOptions:
     write_gamma: bool = False
     overwrite: bool = False
     threads: Optional[int] = None
+    unverified: bool = False                     # also read shards no manifest lists
 
     def validate(self) -> None:
         if not self.model:
@@ -353,6 +354,12 @@ def model_tokenizer(ref: ModelRef) -> Optional[dict]:
     """The tokenizer settings the model was trained with: MODEL_DIR/tokenizer.json, else the
     manifest of the dataset its run log names; None when neither is found."""
     settings = dataset.read_tokenizer(ref.model_dir)
+    if settings == dataset.TOKENIZER_UNKNOWN:
+        logger.warning("%s/%s: the model's training data has no recorded tokenizer settings "
+                       "(not vectorized by `ldabeam vectorize`); raw text is tokenized with "
+                       "the vectorize defaults, which may not match", ref.model_dir,
+                       dataset.TOKENIZER_FILE)
+        return None
     if settings is None:
         shards = training_shards(ref.model_dir)
         if shards:
@@ -381,7 +388,8 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
             "ldabeam.vocab_hash": str(ref.vocab_hash)}
     stats_parts = []
     if opts.shards:
-        files = dataset.resolve_shards(opts.shards, opts.split)
+        # verified by _checked (hashes are computed once per process)
+        files = dataset.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
         dataset.check_vocab_hash(files, ref.vocab_hash)
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
@@ -431,8 +439,9 @@ def _checked(opts: InferOptions):
     prepares the output. Returns (ModelRef, StateRef)."""
     opts.validate()
     ref = resolve_model(opts.model)
-    if opts.shards:   # fail now, before creating the output
-        dataset.check_vocab_hash(dataset.resolve_shards(opts.shards, opts.split),
+    if opts.shards:   # fail now, before creating the output; verified against the manifest
+        dataset.check_vocab_hash(dataset.open_shards(opts.shards, opts.split,
+                                                     unverified=opts.unverified).files,
                                  ref.vocab_hash)
     _prepare_output(opts.output, opts.overwrite)
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),

@@ -42,6 +42,10 @@ def add_arguments(p) -> None:
     p.add_argument("--shards", metavar="SHARD_DIR", default=None,
                    help="pyldavis: documents for the document-topic part (default: the "
                         "training shards named in the model's run log)")
+    p.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
 
@@ -84,7 +88,7 @@ def _run_other(args) -> int:
     if not shards:
         raise ValueError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
-    files = dataset.resolve_shards(shards)
+    files = dataset.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
