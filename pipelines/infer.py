@@ -130,6 +130,7 @@ class ModelRef:
     vocab_hash: Optional[str]
     vocab_path: Optional[str]
     model_dir: str
+    opened: Any = field(default=None, repr=False, compare=False)   # the driver's OpenedModel
 
 
 def resolve_model(model: str) -> ModelRef:
@@ -139,7 +140,7 @@ def resolve_model(model: str) -> ModelRef:
     m = open_model(model)
     st = m.state
     return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
-                    m.vocab_path, m.model_dir)
+                    m.vocab_path, m.model_dir, m)
 
 
 def training_shards(model_dir: str) -> Optional[str]:
@@ -456,9 +457,29 @@ def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
     """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
     Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
     ref, beam_ref = _checked(opts)
-    with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
-        build_pipeline(p, opts, ref, beam_ref)
+    options = pipeline_options(beam_argv)
+    pinned = _pin_in_process(ref, beam_ref, options)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, opts, ref, beam_ref)
+    finally:
+        if pinned:
+            beam_state.drop_local(beam_ref.key)
     return read_summary(opts.output)
+
+
+def _pin_in_process(ref: ModelRef, beam_ref, options) -> bool:
+    """On an in-process runner the workers get the checkpoint the driver loaded, in memory,
+    instead of re-reading it: a trainer pruning checkpoints (``--keep-checkpoints``) can
+    remove it from the model directory while infer runs. True when it was handed over."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    runner = str(options.view_as(StandardOptions).runner or "")
+    mode = options.view_as(DirectOptions).direct_running_mode
+    if ref.opened is None or runner not in ("DirectRunner", "FnApiRunner") \
+            or mode != "in_memory":
+        return False
+    beam_state.put_local(beam_ref.key, ref.opened.algorithm())
+    return True
 
 
 def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):

@@ -107,7 +107,7 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(train_files, state.vocab_hash)
 
     t0 = time.time()
-    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs)
+    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs, n_words=state.n_words)
     n_all = docs.n_docs
     heldout = HeldOut.from_batch(docs, seed=args.seed)
     if heldout.docs.n_docs == 0:
@@ -121,7 +121,8 @@ def run(args, beam_argv) -> int:
     out.update(evaluate(algo, heldout))
     phi = algo.topic_word()
     if train_files is not None:
-        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs)
+        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs,
+                        n_words=state.n_words)
         coh = evaluation.umass_coherence(phi, ref, topn=args.top)
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])

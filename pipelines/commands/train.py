@@ -107,7 +107,8 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
                   vocab_hash=shard_hash)
     ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
-    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
+    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"),
+                     n_words=algo.n_words)
     ckpt = fit_whole_corpus(algo, docs, sweeps, ses)
     ses.evaluate(algo)
     end = ses.end(algo.docs_seen)
@@ -280,7 +281,7 @@ def run(args, beam_argv) -> int:
 
     from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
-                         expected_vocab_hash=shard_hash)
+                         expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
