@@ -468,9 +468,11 @@ class Listing:
     source: str = MANIFEST_FILE
 
     @classmethod
-    def parse(cls, root: str, manifest, source: str = MANIFEST_FILE) -> "Listing":
+    def parse(cls, root: str, manifest, source: str = MANIFEST_FILE,
+              require_shards: bool = True) -> "Listing":
         """The listing of ``manifest`` (a parsed manifest.json). DataIntegrityError naming the
-        dataset when it lists no shard, or lists one outside the dataset or twice."""
+        dataset when it lists no shard (unless not ``require_shards``), or lists one outside
+        the dataset or twice."""
         def bad(why):
             return DataIntegrityError("dataset %s: %s %s; it was edited or damaged: re-run "
                                       "`ldabeam vectorize`" % (root, source, why))
@@ -499,7 +501,7 @@ class Listing:
                 if rel in entries:
                     raise bad("lists shard %s twice" % rel)
                 entries[rel] = e
-        if not entries:
+        if not entries and require_shards:
             raise bad("lists no shards (no splits with their shards), so nothing read from "
                       "the dataset could be verified")
         voc = manifest.get("vocabulary")
@@ -519,6 +521,10 @@ class Listing:
                                      "vectorize`" % (root, MANIFEST_FILE, e)) from None
         return cls.parse(root, manifest)
 
+    def folders(self) -> List[str]:
+        """The folders (relative to the root) the listed shards lie in."""
+        return sorted({rel.rpartition("/")[0] for rel in self.entries})
+
     def relative(self, f: str) -> Optional[str]:
         """``f``'s path relative to the dataset root, or None when it lies outside it."""
         if is_remote(self.root):
@@ -528,12 +534,13 @@ class Listing:
         rel = rel.replace(os.sep, "/")
         return None if rel == ".." or rel.startswith("../") else rel
 
-    def check(self, files: Sequence[str], check_hashes: bool = True) -> int:
+    def check(self, files: Sequence[str], check_hashes: bool = True,
+              folders: Optional[Sequence[str]] = None) -> int:
         """Check ``files`` (shards of this dataset) against the listing: each is listed, has
         the listed row count (Parquet footer), the manifest's vocabulary hash and, with
-        ``check_hashes`` and when recorded, the listed sha256; every listed shard of the
-        folders they lie in exists. Returns the documents of ``files``; raises
-        DataIntegrityError naming the dataset, the shard and the fix."""
+        ``check_hashes`` and when recorded, the listed sha256; every listed shard of
+        ``folders`` (default: the folders ``files`` lie in) exists. Returns the documents of
+        ``files``; raises DataIntegrityError naming the dataset, the shard and the fix."""
         def bad(why):
             return DataIntegrityError("dataset %s: %s; re-run `ldabeam vectorize`"
                                       % (self.root, why))
@@ -546,7 +553,8 @@ class Listing:
                     "in?); remove it, or re-run `ldabeam vectorize --overwrite`"
                     % (self.root, rel or f, self.source))
             rels.append(rel)
-        folders = {rel.rpartition("/")[0] for rel in rels}
+        folders = set(folders if folders is not None
+                      else (rel.rpartition("/")[0] for rel in rels))
         for rel in sorted(self.entries):
             if rel.rpartition("/")[0] in folders and not exists(join(self.root, rel)):
                 raise bad("it is incomplete: shard %s listed in %s is missing"
@@ -680,7 +688,8 @@ def verify(path: str, check_hashes: bool = True) -> dict:
                 "it" % (path, MANIFEST_FILE))
         listing = Listing.read(path)
         files = _listed_folders(listing)
-        return {"shards": len(files), "documents": listing.check(files, check_hashes)}
+        return {"shards": len(files),
+                "documents": listing.check(files, check_hashes, listing.folders())}
     shards = open_shards(path, check_hashes=check_hashes)
     return {"shards": len(shards.files),
             "documents": count_documents(shards.files)}
@@ -688,8 +697,7 @@ def verify(path: str, check_hashes: bool = True) -> dict:
 
 def _listed_folders(listing: Listing) -> List[str]:
     """Every ``*.parquet`` of the folders the listing's shards lie in."""
-    folders = sorted({rel.rpartition("/")[0] for rel in listing.entries})
-    return [f for d in folders for f in match(join(listing.root, d, "*.parquet") if d
+    return [f for d in listing.folders() for f in match(join(listing.root, d, "*.parquet") if d
                                              else join(listing.root, "*.parquet"))]
 
 
@@ -700,9 +708,9 @@ def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
     each listed shard exists with its row count and, with ``check_hashes``, its sha256; no
     other shard sits in a split folder. Returns ``{"shards": n, "documents": d}``; raises
     DataIntegrityError naming the first problem (``listing`` names the listing in it)."""
-    lst = Listing.parse(path, {"splits": splits}, source=listing)
+    lst = Listing.parse(path, {"splits": splits}, source=listing, require_shards=False)
     files = _listed_folders(lst)
-    return {"shards": len(files), "documents": lst.check(files, check_hashes)}
+    return {"shards": len(files), "documents": lst.check(files, check_hashes, lst.folders())}
 
 
 def shard_listing(root: str) -> dict:
