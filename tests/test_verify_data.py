@@ -260,3 +260,56 @@ def test_a_word_id_beyond_the_vocabulary_names_document_and_shard(ds, tmp_path, 
     rc, _, err = ldabeam(capsys, "train", "--shards", d, "--output", tmp_path / "m", *TRAIN)
     assert rc == 2 and "part-00000-of-00001.parquet" in err and repr(doc) in err, err
     assert "word id %d" % (V + 7) in err
+
+
+# ----------------------------------------------------------------------------- defect 11
+
+@pytest.mark.slow
+def test_readers_racing_a_pruning_trainer(ds, tmp_path, capsys):
+    """A real trainer publishing a checkpoint every step and keeping one (so each publish
+    prunes the previous) in a subprocess; meanwhile the readers -- open_model (topics,
+    report, export), CheckpointStore.latest_checkpoint (resume, stream) and an in-process
+    `ldabeam infer` -- read the model in a loop. Every read succeeds, none reports damage."""
+    import subprocess
+    import sys
+    import time
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines.runtime.model_dir import open_model
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    m = str(tmp_path / "m")
+    cmd = [sys.executable, "-m", "pipelines.cli", "--log-level", "WARNING", "train",
+           "--shards", ds, "--output", m, "--topics", "4", "--minibatch", "2", "--passes", "6",
+           "--checkpoint-every", "1", "--keep-checkpoints", "1", "--heldout", "none",
+           "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=repo)
+    trainer = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reads, steps, failures, infers = 0, set(), [], 0
+    try:
+        deadline = time.time() + 600
+        while CheckpointStore(m).pointer() is None and trainer.poll() is None:
+            assert time.time() < deadline, "the trainer published nothing"
+            time.sleep(0.05)
+        while trainer.poll() is None:
+            try:
+                steps.add(open_model(m).state.step)
+                found = CheckpointStore(m, check_algorithm=True).latest_checkpoint()
+                steps.add(found[0].step)
+                reads += 2
+                if reads in (10, 30):
+                    out = tmp_path / ("inf%d" % infers)
+                    rc, _, err = ldabeam(capsys, "infer", "--model", m, "--shards", ds,
+                                         "--split", "heldout", "--output", out)
+                    assert rc == 0, err
+                    infers += 1
+            except Exception as e:            # what the old readers raised mid-prune
+                failures.append("%s: %s" % (type(e).__name__, e))
+        _, err = trainer.communicate()
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+    assert trainer.returncode == 0, err.decode()[-2000:]
+    assert failures == [], "%d of %d reads failed, first: %s" % (len(failures), reads,
+                                                                 failures[0])
+    assert reads >= 30 and len(steps) >= 10 and infers == 2, (reads, infers, sorted(steps))
+    assert "damaged" not in capsys.readouterr().err
