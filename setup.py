@@ -60,6 +60,10 @@ setup(
         # is installed); tried with pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in [test]:
         # tests/test_exports.py checks the page when pyLDAvis is importable, skips otherwise.
         "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
+        # `ldabeam vectorize --segmenter jieba|janome`: Chinese / Japanese word segmentation,
+        # both pure Python with their dictionaries inside the package. Not in [test]:
+        # tests/test_preprocess.py segments when they are importable, skips otherwise.
+        "cjk": ["jieba>=0.42.1", "janome>=0.5.0"],
     },
     entry_points={"console_scripts": ["ldabeam=pipelines.cli:main"]},
 )

@@ -14,6 +14,8 @@ from typing import Iterable, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from lda_core.errors import InputError
+
 
 @dataclass(frozen=True)
 class DocBatch:
@@ -49,7 +51,7 @@ class DocBatch:
             raise ValueError("indptr must be non-decreasing")
         if len(counts) and counts.min() <= 0:
             pos = int(np.argmax(counts <= 0))
-            raise ValueError("counts must be positive integers: document %r has count %d"
+            raise InputError("counts must be positive integers: document %r has count %d"
                              % (self._doc_at(pos), counts[pos]))
         self._check_word_order()
         for name in ("titles", "labels"):
@@ -88,7 +90,7 @@ class DocBatch:
             return
         if w.min() < 0:
             pos = int(np.argmax(w < 0))
-            raise ValueError("document %r has a negative word id %d (word ids must lie in "
+            raise InputError("document %r has a negative word id %d (word ids must lie in "
                              "[0, V))" % (self._doc_at(pos), w[pos]))
         bad = np.diff(w) <= 0
         starts = self.indptr[1:-1]
@@ -96,7 +98,7 @@ class DocBatch:
         bad[starts - 1] = False            # a new document may start lower
         if bad.any():
             pos = int(np.argmax(bad)) + 1
-            raise ValueError("document %r has word ids that are not sorted and unique (%d "
+            raise InputError("document %r has word ids that are not sorted and unique (%d "
                              "follows %d)" % (self._doc_at(pos), w[pos], w[pos - 1]))
 
     def check_vocab(self, n_words: int, what: str = "the vocabulary") -> None:
@@ -106,7 +108,7 @@ class DocBatch:
             top = int(self.word_ids.max())
             if top >= n_words:
                 pos = int(np.argmax(self.word_ids >= n_words))
-                raise ValueError("document %r has word id %d, outside %s of %d words (was it "
+                raise InputError("document %r has word id %d, outside %s of %d words (was it "
                                  "vectorised with another vocabulary?)"
                                  % (self._doc_at(pos), top, what, n_words))
 
@@ -136,7 +138,7 @@ class DocBatch:
         X.eliminate_zeros()
         data = np.asarray(X.data)
         if len(data) and (data.min() < 0 or not np.all(np.equal(np.mod(data, 1), 0))):
-            raise ValueError("counts must be non-negative integers")
+            raise InputError("counts must be non-negative integers")
         if doc_ids is None:
             doc_ids = [str(i) for i in range(X.shape[0])]
         return cls(tuple(doc_ids), X.indptr.astype(np.int64), X.indices.astype(np.int32),

@@ -10,6 +10,8 @@ Every error the project raises on purpose derives from :class:`LdaBeamError`.
   training session turns it into a :class:`TrainingError` and keeps the last good checkpoint.
 * Anything else reaching the command line (``ValueError`` from numpy, ``KeyError``, ...) is an
   internal error: a traceback, exit 1, and a line asking to report it.
+* :class:`Terminated` is SIGTERM as an exception: a ``KeyboardInterrupt``, so the code that
+  cleans up after Ctrl-C runs for it too (the command line installs the handler).
 """
 from __future__ import annotations
 
@@ -52,3 +54,9 @@ class StepRefused(LdaBeamError, ValueError):
 class TrainingError(UserError, ValueError):
     """A minibatch could not be applied; the run stopped and the last good checkpoint stays
     the latest."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received (raised by the command line's signal handler). A ``KeyboardInterrupt``
+    so that a terminated command stops as on Ctrl-C: ``finally`` blocks and ``except
+    KeyboardInterrupt`` clean-ups run, and ``except Exception`` does not swallow it."""

@@ -51,6 +51,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList, AsSingleton
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.training import beam_state
 from pipelines.ingest import dataset
 from pipelines.runtime.beam_options import pipeline_options
@@ -97,23 +98,24 @@ class InferOptions:
     overwrite: bool = False
     threads: Optional[int] = None
     unverified: bool = False                     # also read shards no manifest lists
+    tokenizer: Optional[Any] = None              # Python API: the custom tokenizer of training
 
     def validate(self) -> None:
         if not self.model:
-            raise ValueError("--model MODEL_DIR is required")
+            raise UsageError("--model MODEL_DIR is required")
         if not self.output:
-            raise ValueError("--output DIR is required")
+            raise UsageError("--output DIR is required")
         if bool(self.shards) == bool(self.inputs or self.query):
-            raise ValueError("give exactly one of --shards SHARD_DIR or --input PATH / --query "
+            raise UsageError("give exactly one of --shards SHARD_DIR or --input PATH / --query "
                              "SQL (raw text)")
         if not 1 <= self.batch_size <= 1_000_000:
-            raise ValueError("batch_size=%r is outside the allowed range [1, 1000000]"
+            raise UsageError("batch_size=%r is outside the allowed range [1, 1000000]"
                              % self.batch_size)
         if not 1 <= self.top_n <= MAX_TOP_N:
-            raise ValueError("top_n=%r is outside the allowed range [1, %d]"
+            raise UsageError("top_n=%r is outside the allowed range [1, %d]"
                              % (self.top_n, MAX_TOP_N))
         if self.gamma_seed not in GAMMA_SALTS:
-            raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+            raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                              % (self.gamma_seed, ", ".join(GAMMA_SALTS)))
 
 
@@ -170,7 +172,7 @@ def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
     """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
     the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
     if gamma_seed not in GAMMA_SALTS:
-        raise ValueError("gamma_seed=%r is not allowed; choose one of %s"
+        raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                          % (gamma_seed, ", ".join(GAMMA_SALTS)))
     if _supports_salt(algo):
         return np.asarray(algo.local_step(batch, return_gamma=True,
@@ -285,7 +287,7 @@ class _InferFn(beam.DoFn):
         name, batch = element
         algo = beam_state.acquire(self._ref, self._threads)
         if batch.nnz and batch.max_word_id() >= algo.n_words:
-            raise ValueError("word id %d is outside the model's vocabulary of %d words"
+            raise InputError("word id %d is outside the model's vocabulary of %d words"
                              % (batch.max_word_id(), algo.n_words))
         gamma = infer_gamma(algo, batch, self._gamma_seed)
         table = theta_table(batch, gamma, self._top_n, self._write_gamma)
@@ -317,7 +319,11 @@ def _summary(_, pieces, stats, info, output):
             "too_short": stats.get("too_short", 0),
             "empty_text": stats.get("empty_documents", 0),
             "dead_letters": stats.get("dead_letters", 0),
+            "empty_cjk_text": stats.get("empty_cjk_documents", 0),
         })
+        known = out["tokens"]
+        unknown = out["oov_tokens_dropped"]
+        out["unknown_token_share"] = unknown / float(known + unknown) if known + unknown else 0.0
     dataset.write_bytes_atomic(dataset.join(output, SUMMARY_FILE),
                                (json.dumps(out, indent=2, sort_keys=True) + "\n").encode())
     return out
@@ -334,8 +340,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
         if dataset.exists(dataset.join(output, SUMMARY_FILE)):
             old.append(dataset.join(output, SUMMARY_FILE))
         if old and not overwrite:
-            raise ValueError("output %s already holds inference results (%d files); use "
-                             "--overwrite to replace them" % (output, len(old)))
+            raise OutputError("output %s already holds inference results (%d files); use "
+                              "--overwrite to replace them" % (output, len(old)))
         if old:
             from apache_beam.io.filesystems import FileSystems
             FileSystems.delete(old)
@@ -344,8 +350,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
         old = [f for f in os.listdir(output)
                if f.endswith((".parquet", ".csv")) or f == SUMMARY_FILE]
         if old and not overwrite:
-            raise ValueError("output directory %s already holds inference results (%d files); "
-                             "use --overwrite to replace them" % (output, len(old)))
+            raise OutputError("output directory %s already holds inference results (%d files); "
+                              "use --overwrite to replace them" % (output, len(old)))
         for f in old:
             os.unlink(os.path.join(output, f))
     os.makedirs(output, exist_ok=True)
@@ -354,26 +360,40 @@ def _prepare_output(output: str, overwrite: bool) -> None:
 def model_tokenizer(ref: ModelRef) -> Optional[dict]:
     """The tokenizer settings the model was trained with: MODEL_DIR/tokenizer.json, else the
     manifest of the dataset its run log names; None when neither is found."""
-    settings = dataset.read_tokenizer(ref.model_dir)
-    if settings == dataset.TOKENIZER_UNKNOWN:
-        logger.warning("%s/%s: the model's training data has no recorded tokenizer settings "
-                       "(not vectorized by `ldabeam vectorize`); raw text is tokenized with "
-                       "the vectorize defaults, which may not match", ref.model_dir,
-                       dataset.TOKENIZER_FILE)
-        return None
-    if settings is None:
-        shards = training_shards(ref.model_dir)
-        if shards:
-            settings = dataset.tokenizer_settings(shards)
-    return settings
+    from pipelines.ingest.tokenize import model_settings
+    settings, _ = model_settings(ref.model_dir)
+    return settings if isinstance(settings, dict) else None
+
+
+#: share of unknown tokens in raw text above which infer warns
+UNKNOWN_SHARE_WARNING = 0.5
+
+
+def text_preprocessor(opts: InferOptions, ref: ModelRef):
+    """The model's recorded preprocessing
+    (:meth:`pipelines.ingest.tokenize.Preprocessor.from_model_dir`): UsageError when it cannot
+    be reproduced here (a custom tokenizer not given, a segmenter not installed); a warning
+    when it was never recorded (the defaults are used)."""
+    from pipelines.ingest.tokenize import Preprocessor
+    pre = Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
+    if not pre.known:
+        logger.warning("infer: the model's tokenizer settings are unknown (%s); raw text is "
+                       "tokenized with the defaults, which may not match its vocabulary (the "
+                       "summary gives the share of unknown tokens)", pre.note)
+    return pre
 
 
 def _text_options(opts: InferOptions, ref: ModelRef):
-    """VectorizeOptions for raw text: the model's tokenizer settings (:func:`model_tokenizer`;
-    the vectorize defaults when unknown), with the reader options given to infer on top."""
+    """VectorizeOptions for raw text: the reader settings of the model's training data
+    (:func:`model_tokenizer`; the vectorize defaults when unknown), with the reader options
+    given to infer on top. The tokenizer itself is :func:`text_preprocessor`'s."""
+    import dataclasses
+    from pipelines.ingest.tokenize import RECORD_KEYS
     from pipelines.ingest.vectorize import VectorizeOptions
     settings = model_tokenizer(ref) or {}
-    kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS if k in settings}
+    fields = {f.name for f in dataclasses.fields(VectorizeOptions)}
+    kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS
+          if k in settings and k in fields and k not in RECORD_KEYS and k != "format"}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
                           format=opts.input_format, vocab=ref.vocab_path, query=opts.query,
@@ -406,12 +426,15 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
         vo.validate()
         inputs = vz.resolve_inputs(vo)
         if any(f in vz.BOW_FORMATS for _, f in inputs):
-            raise ValueError("--input takes raw text (%s); vectorise bag-of-words files with "
+            raise UsageError("--input takes raw text (%s); vectorise bag-of-words files with "
                              "`ldabeam vectorize --vocab` and pass --shards"
                              % ", ".join(vz.TEXT_FORMATS))
+        pre = text_preprocessor(opts, ref)
         info.update(source="text", inputs=[pth for pth, _ in inputs],
-                    tokenizer_from_training_manifest=from_manifest)
-        cfg = vo.tokenizer_config(vz._load_stopwords(vo.stopwords))
+                    tokenizer_from_training_manifest=from_manifest,
+                    tokenizer="recorded" if pre.known else "unknown (%s)" % pre.note,
+                    phrases=len(pre.config.phrases or ()))
+        cfg = pre.config
         min_tokens = {i: vo.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
         items, _dead, st = vz.read_text_items(p, vo, inputs)
         stats_parts.extend(st)
@@ -444,6 +467,9 @@ def _checked(opts: InferOptions):
         dataset.check_vocab_hash(dataset.open_shards(opts.shards, opts.split,
                                                      unverified=opts.unverified).files,
                                  ref.vocab_hash)
+    else:             # a recorded preprocessing that cannot be reproduced: refuse now
+        from pipelines.ingest.tokenize import Preprocessor
+        Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     _prepare_output(opts.output, opts.overwrite)
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
                                    path=ref.state_path, position=ref.step)

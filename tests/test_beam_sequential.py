@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.errors import StepRefused
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import RunLog, read_run_log
 
@@ -141,7 +142,7 @@ def test_stop_then_resume_is_bit_for_bit(kos_seq, tmp_path, name, stop):
 
 
 class _FailAt:
-    """A real sampler whose ``process`` refuses minibatch ``k`` (ValueError)."""
+    """A real sampler whose ``process`` refuses minibatch ``k`` (StepRefused)."""
 
     def __init__(self, algo, k):
         self._a, self.k = algo, k
@@ -151,7 +152,7 @@ class _FailAt:
 
     def process(self, batch):
         if self._a.step + 1 == self.k:
-            raise ValueError("refused on purpose")
+            raise StepRefused("refused on purpose")
         return self._a.process(batch)
 
 

@@ -460,12 +460,13 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     clear error; the window's earlier steps are published, nothing after them."""
     from lda_core.storage.checkpoint import CheckpointStore
     from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.errors import StepRefused
     from pipelines.training import beam_train
 
     class FailingVB(OnlineVB):
         def global_step(self, stats):
             if self.step == 3:
-                raise ValueError("refusing a minibatch with non-finite statistics (test)")
+                raise StepRefused("refusing a minibatch with non-finite statistics (test)")
             return super().global_step(stats)
 
     algo, files = new_vb(kos_small)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lda_core.algorithms.algorithm import algorithm_class, available_algorithms
+from lda_core.errors import StepRefused
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import RunLog, iter_run_log, read_run_log
 from lda_core.training.trainer import HeldOut, Minibatch, TrainingError, train
@@ -104,7 +105,7 @@ def test_eval_checkpoints_and_run_log(tmp_path, kos_shards, name):
 
 class _Poison:
     """Wraps a real algorithm; its global step refuses the k-th minibatch as the VB global step
-    refuses non-finite statistics (ValueError, state untouched)."""
+    refuses non-finite statistics (StepRefused, state untouched)."""
 
     def __init__(self, algo, bad_step):
         self._a = algo
@@ -115,7 +116,7 @@ class _Poison:
 
     def global_step(self, stats):
         if self._a.step + 1 == self.bad_step:
-            raise ValueError("non-finite sufficient statistics (nan) in the minibatch")
+            raise StepRefused("non-finite sufficient statistics (nan) in the minibatch")
         return self._a.global_step(stats)
 
 

@@ -236,12 +236,13 @@ def test_non_utf8_vocabulary_and_tokenizer_name_file_and_line(ds, tmp_path):
     lines[2] = lines[2].replace(lines[2][:1], b"\xe9", 1)
     with open(vpath, "wb") as f:
         f.write(b"\n".join(lines))
-    with pytest.raises(InputError, match=r"vocab.tsv line 3 is not UTF-8"):
+    with pytest.raises(InputError, match=r"vocab.tsv is not UTF-8 text \(byte \d+\) at line 3"):
         dataset.Vocabulary.read(vpath)
     m = tmp_path / "m"
     m.mkdir()
     (m / dataset.TOKENIZER_FILE).write_bytes(b'{"settings":\n {"stopwords": "caf\xe9"}}\n')
-    with pytest.raises(InputError, match=r"tokenizer.json line 2 is not UTF-8"):
+    with pytest.raises(InputError, match=r"tokenizer.json is not a tokenizer record .*not "
+                                         r"UTF-8 text: byte \d+ at line 2"):
         dataset.read_tokenizer(str(m))
     (m / dataset.TOKENIZER_FILE).write_bytes(b'[1, 2]')
     with pytest.raises(InputError, match="tokenizer.json"):

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import UsageError
 
 
 class SuffStats(abc.ABC):
@@ -387,13 +388,13 @@ ALGORITHMS: Dict[str, str] = {
 def algorithm_class(name: str):
     """The class implementing algorithm ``name`` (ValueError listing the choices otherwise)."""
     if name not in ALGORITHMS:
-        raise ValueError("unknown algorithm %r; choose one of %s"
+        raise UsageError("unknown algorithm %r; choose one of %s"
                          % (name, ", ".join(sorted(ALGORITHMS))))
     mod, cls = ALGORITHMS[name].split(":")
     try:
         return getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError) as e:
-        raise ValueError("algorithm %r is not available in this installation (%s)" % (name, e))
+        raise UsageError("algorithm %r is not available in this installation (%s)" % (name, e))
 
 
 def available_algorithms():

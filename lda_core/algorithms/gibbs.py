@@ -40,6 +40,7 @@ from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.algorithms.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.params import check_int, check_positive
+from lda_core.errors import DataIntegrityError, InputError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +55,10 @@ def rng_to_json(state: int) -> dict:
 
 def rng_from_json(d: Optional[dict]) -> int:
     if not d or d.get("bit_generator") != _RNG_KIND:
-        raise ValueError("checkpoint rng must be a %s state, got %r" % (_RNG_KIND, d))
+        raise DataIntegrityError("checkpoint rng must be a %s state, got %r" % (_RNG_KIND, d))
     v = int(d["state"])
     if not 0 <= v < 2 ** 64:
-        raise ValueError("checkpoint rng state %r is out of range" % (d["state"],))
+        raise DataIntegrityError("checkpoint rng state %r is out of range" % (d["state"],))
     return v
 
 
@@ -91,7 +92,7 @@ class TokenCorpus:
         stream)); returns (first token, end token, first doc index)."""
         if len(batch.word_ids) and (batch.word_ids.min() < 0
                                     or batch.word_ids.max() >= self.n_words):
-            raise ValueError("word ids must be in [0, %d) (the model's vocabulary), got [%d, %d]"
+            raise InputError("word ids must be in [0, %d) (the model's vocabulary), got [%d, %d]"
                              % (self.n_words, batch.word_ids.min(), batch.word_ids.max()))
         tw, dp = gk.expand_tokens(batch.indptr, batch.word_ids, batch.counts,
                                   np.uint64(self.seed), np.int64(self.n_docs))
@@ -192,7 +193,7 @@ class CollapsedGibbs(CountsSampler):
                  burn_in: int = DEFAULT_BURN_IN, n_parts: int = 1, seed: int = 0,
                  init: str = "random"):
         if init not in ("random", "sequential"):
-            raise ValueError("init must be 'random' or 'sequential', got %r" % (init,))
+            raise UsageError("init must be 'random' or 'sequential', got %r" % (init,))
         self.init = init
         super().__init__(n_topics, n_words, alpha, eta, seed)
         self.burn_in = check_int("burn_in", burn_in, 0, MAX_SWEEPS)
@@ -351,11 +352,12 @@ def restore_tokens(self, state):
     tok_w, doc_ptr, z = a["tok_w"], a["doc_ptr"], a["z"]
     if doc_ptr.ndim != 1 or len(doc_ptr) < 1 or doc_ptr[0] != 0 or doc_ptr[-1] != len(tok_w) \
             or len(z) != len(tok_w) or np.any(np.diff(doc_ptr) < 0):
-        raise ValueError("checkpoint token arrays are inconsistent (doc_ptr/tok_w/z)")
+        raise DataIntegrityError("checkpoint token arrays are inconsistent (doc_ptr/tok_w/z)")
     if len(tok_w) and (tok_w.min() < 0 or tok_w.max() >= self.n_words):
-        raise ValueError("checkpoint word ids out of range [0, %d)" % self.n_words)
+        raise DataIntegrityError("checkpoint word ids out of range [0, %d)" % self.n_words)
     if len(z) and (z.min() < 0 or z.max() >= self.n_topics):
-        raise ValueError("checkpoint topic assignments out of range [0, %d)" % self.n_topics)
+        raise DataIntegrityError(
+            "checkpoint topic assignments out of range [0, %d)" % self.n_topics)
     self.corpus.set_arrays(tok_w, doc_ptr)
     self.z = grow_rows(np.array(z, np.int16), max(len(z), 1))
     nwk, nk, ndk = gk.counts_from_z(self.corpus.tok_w, self.corpus.tok_d, self.assignments,

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from lda_core.errors import UsageError
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -36,7 +38,7 @@ def set_threads(n: Optional[int]) -> int:
     if n is not None:
         top = max_threads()
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top:
-            raise ValueError("n_threads=%r is outside the allowed range [1, %d]" % (n, top))
+            raise UsageError("n_threads=%r is outside the allowed range [1, %d]" % (n, top))
         numba.set_num_threads(n)
     return int(numba.get_num_threads())
 

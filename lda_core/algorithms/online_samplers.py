@@ -38,6 +38,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.algorithms.gibbs import (CollapsedGibbs, CountsSampler, grow_rows, phi_from_counts,
                                        restore_tokens, rng_from_json, rng_to_json)
 from lda_core.algorithms.params import check_int, check_positive
+from lda_core.errors import DataIntegrityError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +65,19 @@ def prefix_from_arrays(arrays, n_words: int, init_docs: int):
     if not have:
         return [], 0
     if len(have) != len(PREFIX_ARRAYS):
-        raise ValueError("checkpoint holds only part of the buffered prefix (%s)"
-                         % ", ".join(have))
+        raise DataIntegrityError("checkpoint holds only part of the buffered prefix (%s)"
+                                 % ", ".join(have))
     indptr = np.asarray(arrays["prefix_indptr"])
     if indptr.ndim != 1 or len(indptr) < 2:
-        raise ValueError("checkpoint prefix_indptr must hold at least 2 offsets")
+        raise DataIntegrityError("checkpoint prefix_indptr must hold at least 2 offsets")
     n = len(indptr) - 1
     if n > init_docs:
-        raise ValueError("checkpoint buffers %d prefix documents but init_docs is %d"
-                         % (n, init_docs))
+        raise DataIntegrityError("checkpoint buffers %d prefix documents but init_docs is %d"
+                                 % (n, init_docs))
     b = DocBatch(tuple("prefix-%d" % i for i in range(n)), indptr, arrays["prefix_word_ids"],
                  arrays["prefix_counts"])      # checks indptr / word ids / counts agree
     if b.nnz and (int(b.word_ids.min()) < 0 or b.max_word_id() >= n_words):
-        raise ValueError("checkpoint prefix word ids out of range [0, %d)" % n_words)
+        raise DataIntegrityError("checkpoint prefix word ids out of range [0, %d)" % n_words)
     return [b], n
 
 
@@ -107,10 +108,10 @@ def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
         check_int("n_docs_total", n_docs_total, 1)
         f = float(check_positive("init_fraction", init_fraction, allow_zero=True))
         if f > 1:
-            raise ValueError("init_fraction must be in [0, 1], got %r" % (init_fraction,))
+            raise UsageError("init_fraction must be in [0, 1], got %r" % (init_fraction,))
         return int(math.ceil(f * n_docs_total))
     if required:
-        raise ValueError("o-LDA needs the size of its batch prefix: give init_docs, or "
+        raise UsageError("o-LDA needs the size of its batch prefix: give init_docs, or "
                          "n_docs_total (the stream's document count) with init_fraction "
                          "(default 0.1)")
     return 0
@@ -132,7 +133,7 @@ class _OnlineGibbs(CountsSampler):
         self.n_rejuv = check_int("n_rejuv", self._default_rejuv if n_rejuv is None else n_rejuv,
                                  0, 100000)
         if schedule not in ("uniform", "decay"):
-            raise ValueError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
+            raise UsageError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
         self.schedule = schedule
         self.decay_scale = float(check_positive("decay_scale", decay_scale))
         self.init_docs = resolve_init_docs(init_docs, init_fraction, n_docs_total,
@@ -247,8 +248,9 @@ class _OnlineGibbs(CountsSampler):
         self._pending, self._pending_n = prefix_from_arrays(state.arrays, self.n_words,
                                                             self.init_docs)
         if self._pending_n and (self.initialised or self.corpus.n_docs):
-            raise ValueError("checkpoint holds a buffered prefix and sampled documents; it is "
-                             "inconsistent")
+            raise DataIntegrityError(
+                "checkpoint holds a buffered prefix and sampled documents; it is "
+                "inconsistent")
         self.seconds = float(state.info.get("seconds", 0.0))
         self.step = state.step
         return self
@@ -263,7 +265,7 @@ class OLDA(_OnlineGibbs):
 
     def __init__(self, n_topics: int, n_words: int, **kw):
         if kw.get("n_rejuv"):
-            raise ValueError("o-LDA never revisits a token: n_rejuv must be 0, got %r"
+            raise UsageError("o-LDA never revisits a token: n_rejuv must be 0, got %r"
                              % (kw["n_rejuv"],))
         kw["n_rejuv"] = 0
         super().__init__(n_topics, n_words, **kw)

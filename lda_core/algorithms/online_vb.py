@@ -59,6 +59,7 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core.algorithms import estep_vb, hyperparams
+from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
 from lda_core.training import schedules
 from lda_core.algorithms.vb_exp_elog_beta import exp_elog_beta_rows
 from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma
@@ -155,10 +156,10 @@ class OnlineVB(StochasticAlgorithm):
         else:
             a = np.asarray(alpha, dtype=np.float64)
             if a.shape != (K,):
-                raise ValueError("alpha must be a positive number or %d positive numbers, got "
+                raise UsageError("alpha must be a positive number or %d positive numbers, got "
                                  "shape %s" % (K, a.shape))
             if not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise ValueError("alpha must be finite numbers in (0, inf), got min %r"
+                raise UsageError("alpha must be finite numbers in (0, inf), got min %r"
                                  % (a.min(),))
             self.alpha = a.copy()
         self.eta = check_positive("eta", 1.0 / K if eta is None else eta)
@@ -308,9 +309,9 @@ class OnlineVB(StochasticAlgorithm):
                              % (stats.n_topics, stats.n_words, self.n_topics, self.n_words))
 
     def _refuse_nonfinite(self, stats):
-        return ValueError("refusing a minibatch with non-finite statistics (%d documents, "
-                          "computed at step %d); the state is left unchanged at step %d"
-                          % (stats.n_docs, stats.step, self.step))
+        return StepRefused("refusing a minibatch with non-finite statistics (%d documents, "
+                           "computed at step %d); the state is left unchanged at step %d"
+                           % (stats.n_docs, stats.step, self.step))
 
     def global_step(self, stats: Union[VBStats, VBStatsSum]) -> Dict[str, Any]:
         """λ ← (1−ρ_t)λ + ρ_t(η + (D/S)·sstats) on the lazily scaled λ (module docstring).
@@ -341,8 +342,8 @@ class OnlineVB(StochasticAlgorithm):
         if not finite:
             raise self._refuse_nonfinite(stats)
         if negative:
-            raise ValueError("refusing negative statistics; the state is left unchanged at "
-                             "step %d" % self.step)
+            raise StepRefused("refusing negative statistics; the state is left unchanged at "
+                              "step %d" % self.step)
         if upd is None:
             logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
                            "skipped", self.step, stats.n_empty)
@@ -399,7 +400,7 @@ class OnlineVB(StochasticAlgorithm):
         by S/D, so its number differs slightly.)"""
         stats = self.local_step(batch, salt="eval")
         if stats.n_tokens == 0:
-            raise ValueError("per_word_bound needs at least one token (%d documents, all empty)"
+            raise InputError("per_word_bound needs at least one token (%d documents, all empty)"
                              % batch.n_docs)
         return stats.score / stats.n_tokens
 
@@ -448,16 +449,18 @@ class OnlineVB(StochasticAlgorithm):
         itself instead of a copy (the caller gives the state up: no second V x K array while
         a big model loads)."""
         if state.algorithm != cls.name:
-            raise ValueError("state is for algorithm %r, not %r" % (state.algorithm, cls.name))
+            raise DataIntegrityError(
+                "state is for algorithm %r, not %r" % (state.algorithm, cls.name))
         p = state.params
         K, V = state.n_topics, state.n_words
         need = {"ntilde": (V, K), "ntilde_colsum": (K,), "alpha": (K,), "scalars": (3,)}
         for name, shape in need.items():
             if name not in state.arrays:
-                raise ValueError("state has no array %r (has %s)" % (name, sorted(state.arrays)))
+                raise DataIntegrityError(
+                    "state has no array %r (has %s)" % (name, sorted(state.arrays)))
             if tuple(state.arrays[name].shape) != shape:
-                raise ValueError("state array %r has shape %s, expected %s"
-                                 % (name, tuple(state.arrays[name].shape), shape))
+                raise DataIntegrityError("state array %r has shape %s, expected %s"
+                                         % (name, tuple(state.arrays[name].shape), shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
         obj = cls(K, V, alpha=np.asarray(state.arrays["alpha"], np.float64), eta=float(scal[2]),
                   kappa=p["kappa"], tau0=p["tau0"], batch_size=p["batch_size"],

@@ -8,6 +8,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from lda_core.errors import UsageError
+
 __all__ = ["is_number", "check_number", "check_int", "check_positive", "check_choice"]
 
 
@@ -39,7 +41,7 @@ def check_number(name: str, value, lo=None, hi=None, lo_open: bool = False,
     if ok and hi is not None:
         ok = value < hi if hi_open else value <= hi
     if not ok:
-        raise ValueError("%s must be %s in %s, got %r"
+        raise UsageError("%s must be %s in %s, got %r"
                          % (name, "an integer" if integer else "a finite number",
                             _range(lo, hi, lo_open, hi_open), value))
     return int(value) if integer else float(value)
@@ -58,6 +60,6 @@ def check_positive(name: str, value, allow_zero: bool = False) -> float:
 def check_choice(name: str, value, choices: Sequence):
     """``value`` if it is one of ``choices``."""
     if value not in choices:
-        raise ValueError("%s must be one of %s, got %r" % (name, ", ".join(map(repr, choices)),
+        raise UsageError("%s must be one of %s, got %r" % (name, ", ".join(map(repr, choices)),
                                                            value))
     return value

@@ -40,6 +40,7 @@ from lda_core.algorithms.online_samplers import (add_initial_sample, prefix_from
                                                  prefix_to_arrays, resolve_init_docs)
 from lda_core.algorithms.params import check_int, check_positive
 from lda_core.algorithms.particle_tree import STORES, slot_mapping
+from lda_core.errors import DataIntegrityError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -67,17 +68,17 @@ class ParticleFilter(SequentialSampler):
         self.P = check_int("n_particles", n_particles, 1, 100000)
         self.ess_threshold = float(check_positive("ess_threshold", ess_threshold))
         if self.ess_threshold > self.P:
-            raise ValueError("ess_threshold must be in (0, n_particles=%d], got %r"
+            raise UsageError("ess_threshold must be in (0, n_particles=%d], got %r"
                              % (self.P, ess_threshold))
         self.n_rejuv = check_int("n_rejuv", n_rejuv, 0, 100000)
         if schedule not in ("uniform", "decay"):
-            raise ValueError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
+            raise UsageError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
         self.schedule = schedule
         self.decay_scale = float(check_positive("decay_scale", decay_scale))
         self.init_docs = resolve_init_docs(init_docs, init_fraction, n_docs_total, False)
         self.init_sweeps = check_int("init_sweeps", init_sweeps, 0, 10 ** 6)
         if store not in STORES:
-            raise ValueError("store must be one of %s, got %r" % (sorted(STORES), store))
+            raise UsageError("store must be one of %s, got %r" % (sorted(STORES), store))
         self.store_kind = store
         self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
         self.corpus = TokenCorpus(self.n_words, self.seed)
@@ -258,12 +259,12 @@ class ParticleFilter(SequentialSampler):
         tok_w, doc_ptr = a["tok_w"], a["doc_ptr"]
         if len(doc_ptr) < 1 or doc_ptr[0] != 0 or doc_ptr[-1] != len(tok_w) \
                 or np.any(np.diff(doc_ptr) < 0):
-            raise ValueError("checkpoint token arrays are inconsistent (doc_ptr/tok_w)")
+            raise DataIntegrityError("checkpoint token arrays are inconsistent (doc_ptr/tok_w)")
         if len(tok_w) and (tok_w.min() < 0 or tok_w.max() >= self.n_words):
-            raise ValueError("checkpoint word ids out of range [0, %d)" % self.n_words)
+            raise DataIntegrityError("checkpoint word ids out of range [0, %d)" % self.n_words)
         if a["logw"].shape != (self.P,):
-            raise ValueError("checkpoint has %d particle weights, expected %d"
-                             % (len(a["logw"]), self.P))
+            raise DataIntegrityError("checkpoint has %d particle weights, expected %d"
+                                     % (len(a["logw"]), self.P))
         self.corpus.set_arrays(tok_w, doc_ptr)
         self.logw = np.array(a["logw"], np.float64)
         self.rng[0] = np.uint64(rng_from_json(state.rng))
@@ -276,24 +277,26 @@ class ParticleFilter(SequentialSampler):
         if not self.initialised:
             # still in the batch prefix: nothing sampled yet, no particle store
             if self.corpus.n_docs or self.corpus.n_tokens:
-                raise ValueError("checkpoint is marked as inside the batch prefix but holds "
-                                 "%d sampled documents" % self.corpus.n_docs)
+                raise DataIntegrityError(
+                    "checkpoint is marked as inside the batch prefix but holds "
+                    "%d sampled documents" % self.corpus.n_docs)
             return self
         if self._pending_n:
-            raise ValueError("checkpoint holds a buffered prefix and a particle store; it is "
-                             "inconsistent")
+            raise DataIntegrityError(
+                "checkpoint holds a buffered prefix and a particle store; it is "
+                "inconsistent")
         D = self.corpus.n_docs
         self.ndk = np.zeros((self.P, max(16, D), self.n_topics), np.int32)
         self.ndoc = np.zeros(max(16, D), np.int64)
         self.ndoc[:D] = np.diff(self.corpus.doc_ptr)
         self.store = STORES[self.store_kind].from_arrays(self.P, a)
         if self.store.n_pos != self.corpus.n_tokens:
-            raise ValueError("checkpoint particle store holds %d positions for %d tokens"
-                             % (self.store.n_pos, self.corpus.n_tokens))
+            raise DataIntegrityError("checkpoint particle store holds %d positions for %d tokens"
+                                     % (self.store.n_pos, self.corpus.n_tokens))
         for q in range(self.P):
             z = self.store.full(q)
             if len(z) and (z.min() < 0 or z.max() >= self.n_topics):
-                raise ValueError("checkpoint particle %d has assignments out of range" % q)
+                raise DataIntegrityError("checkpoint particle %d has assignments out of range" % q)
             nwk, nk, ndk = gk.counts_from_z(self.corpus.tok_w, self.corpus.tok_d, z,
                                             self.n_words, D, self.n_topics)
             self.nwk[q], self.nk[q], self.ndk[q, :D] = nwk, nk, ndk

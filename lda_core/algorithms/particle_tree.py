@@ -29,6 +29,8 @@ from numba import njit, types
 from numba.typed import Dict as NDict
 from numba.typed import List as NList
 
+from lda_core.errors import DataIntegrityError
+
 _KEY = types.int64
 _VAL = types.int64
 # numba's typed dict stores key, value and hash per entry (8 bytes each) plus an index slot;
@@ -353,7 +355,7 @@ class TreeStore:
                 or (len(leaf) and (leaf.min() < 0 or leaf.max() >= n)) \
                 or (len(node) and (node.min() < 0 or node.max() >= n)) \
                 or np.any((parent < -1) | (parent >= n)):
-            raise ValueError("checkpoint particle tree is inconsistent")
+            raise DataIntegrityError("checkpoint particle tree is inconsistent")
         self.n_pos = int(a["tree_npos"][0])
         self.tables = NList()
         for _ in range(n):
@@ -426,8 +428,9 @@ class NaiveStore:
     def from_arrays(cls, P: int, a: Dict[str, np.ndarray]) -> "NaiveStore":
         z = np.asarray(a["naive_z"], np.int16)
         if z.ndim != 2 or z.shape[0] != P:
-            raise ValueError("checkpoint particle assignments have shape %s, expected (%d, n)"
-                             % (z.shape, P))
+            raise DataIntegrityError(
+                "checkpoint particle assignments have shape %s, expected (%d, n)"
+                % (z.shape, P))
         self = cls(P, np.zeros(0, np.int16))
         self.z = np.zeros((P, max(1024, 2 * z.shape[1])), np.int16)
         self.z[:, :z.shape[1]] = z

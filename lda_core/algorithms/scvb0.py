@@ -49,6 +49,7 @@ from lda_core.algorithms.online_vb import split_dead_topics
 from lda_core.algorithms.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
 from lda_core.algorithms.params import check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
+from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ _INIT_TAG = 0x53435642  # "SCVB": keeps the initialisation stream apart from oth
 
 def check_batch_words(batch: DocBatch, n_words: int) -> None:
     if batch.nnz and (batch.max_word_id() >= n_words or int(batch.word_ids.min()) < 0):
-        raise ValueError("word ids must lie in [0, %d) (the vocabulary size); found %d..%d"
+        raise InputError("word ids must lie in [0, %d) (the vocabulary size); found %d..%d"
                          % (n_words, int(batch.word_ids.min()), batch.max_word_id()))
 
 
@@ -157,9 +158,9 @@ class SCVB0(StochasticAlgorithm):
         try:
             self.dtype = np.dtype(dtype)
         except TypeError:
-            raise ValueError("dtype=%r is not a numpy dtype (use float32 or float64)" % (dtype,))
+            raise UsageError("dtype=%r is not a numpy dtype (use float32 or float64)" % (dtype,))
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise ValueError("dtype=%r is not allowed (float32 or float64)" % (dtype,))
+            raise UsageError("dtype=%r is not allowed (float32 or float64)" % (dtype,))
         self.shuffle_tokens = bool(shuffle_tokens)
         self.vocab_hash = vocab_hash
         self.step = 0
@@ -228,11 +229,11 @@ class SCVB0(StochasticAlgorithm):
             raise ValueError("global_step needs SCVB0 statistics of %d topics, got %r"
                              % (self.n_topics, stats))
         if not (np.all(np.isfinite(stats.block.values)) and np.all(np.isfinite(stats.nz))):
-            raise ValueError("SCVB0 statistics contain non-finite values; state left unchanged "
-                             "(step %d)" % self.step)
+            raise StepRefused("SCVB0 statistics contain non-finite values; state left unchanged "
+                              "(step %d)" % self.step)
         if len(stats.block.rows) and (stats.block.rows.max() >= self.n_words
                                       or stats.block.rows.min() < 0):
-            raise ValueError("statistics name word ids outside [0, %d)" % self.n_words)
+            raise StepRefused("statistics name word ids outside [0, %d)" % self.n_words)
         t = self.step
         rho = self.rho_phi(t)
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens,
@@ -319,11 +320,11 @@ class SCVB0(StochasticAlgorithm):
         nz = np.asarray(state.arrays["nz"], np.float64)
         pi = np.asarray(state.arrays["pi"], np.float64)
         if nt.shape != (state.n_words, state.n_topics):
-            raise ValueError("array ntilde has shape %s, expected %s"
-                             % (nt.shape, (state.n_words, state.n_topics)))
+            raise DataIntegrityError("array ntilde has shape %s, expected %s"
+                                     % (nt.shape, (state.n_words, state.n_topics)))
         if nz.shape != (state.n_topics,) or pi.shape != (1,):
-            raise ValueError("arrays nz/pi have shapes %s/%s, expected (%d,)/(1,)"
-                             % (nz.shape, pi.shape, state.n_topics))
+            raise DataIntegrityError("arrays nz/pi have shapes %s/%s, expected (%d,)/(1,)"
+                                     % (nz.shape, pi.shape, state.n_topics))
         obj._ntilde = np.array(nt, dtype=obj.dtype)
         obj.nz = nz.copy()
         obj._pi = float(pi[0])

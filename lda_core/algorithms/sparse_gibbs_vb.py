@@ -41,6 +41,7 @@ from lda_core.algorithms.estep_vb import local_ids
 from lda_core.algorithms.params import check_number
 from lda_core.algorithms.scvb0 import check_batch_words
 from lda_core.algorithms.scvb0_kernel import doc_seeds
+from lda_core.errors import DataIntegrityError, StepRefused, UsageError
 from lda_core.training.schedules import rho as schedule_rho
 from lda_core.algorithms.sparse_gibbs_kernel import gather_rows, merge_into_csr, sgvb_estep
 from lda_core.algorithms.sparse_stats import SparseTriplets, TopicStats
@@ -99,7 +100,7 @@ class SparseGibbsVB(StochasticAlgorithm):
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
         if self.n_topics * self.n_words >= 2 ** 62:
-            raise ValueError("n_topics*n_words=%d is too large" % (self.n_topics * self.n_words))
+            raise UsageError("n_topics*n_words=%d is too large" % (self.n_topics * self.n_words))
         self.alpha = check_number("alpha", alpha, 0, None, lo_open=True)
         self.eta = check_number("eta", eta, 0, None, lo_open=True)
         self.kappa = check_number("kappa", kappa, 0.5, 1.0, lo_open=True)
@@ -204,11 +205,11 @@ class SparseGibbsVB(StochasticAlgorithm):
                              % (self.n_topics, stats))
         tr = stats.triplets
         if not np.all(np.isfinite(tr.values)):
-            raise ValueError("sparse Gibbs statistics contain non-finite values; state left "
-                             "unchanged (step %d)" % self.step)
+            raise StepRefused("sparse Gibbs statistics contain non-finite values; state left "
+                              "unchanged (step %d)" % self.step)
         if len(tr) and (tr.keys[0] < 0 or tr.keys[-1] >= self.n_words * self.n_topics):
-            raise ValueError("statistics name (word, topic) pairs outside %d x %d"
-                             % (self.n_words, self.n_topics))
+            raise StepRefused("statistics name (word, topic) pairs outside %d x %d"
+                              % (self.n_words, self.n_topics))
         t = self.step
         rho = self.rho(t)
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens, empty=stats.n_empty,
@@ -293,12 +294,13 @@ class SparseGibbsVB(StochasticAlgorithm):
                 or np.any(np.diff(indptr) < 0) or indptr[-1] != len(topics)
                 or topics.shape != vals.shape or tt.shape != (state.n_topics,)
                 or pi.shape != (1,)):
-            raise ValueError("sparse-gibbs-vb state arrays are inconsistent (indptr %s, topics "
-                             "%s, values %s, topic_totals %s)" % (indptr.shape, topics.shape,
-                                                                  vals.shape, tt.shape))
+            raise DataIntegrityError(
+                "sparse-gibbs-vb state arrays are inconsistent (indptr %s, topics "
+                "%s, values %s, topic_totals %s)" % (indptr.shape, topics.shape,
+                                                     vals.shape, tt.shape))
         if len(topics) and (topics.min() < 0 or topics.max() >= state.n_topics):
-            raise ValueError("sparse-gibbs-vb state names topics outside [0, %d)"
-                             % state.n_topics)
+            raise DataIntegrityError("sparse-gibbs-vb state names topics outside [0, %d)"
+                                     % state.n_topics)
         obj._indptr, obj._topics, obj._vals = indptr.copy(), topics.copy(), vals.copy()
         obj.topic_totals = tt.copy()
         obj._pi = float(pi[0])

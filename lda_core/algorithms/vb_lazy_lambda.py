@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit
 
+from lda_core.errors import StepRefused
+
 RENORM_PI = 1e-30          # fold the lazy scale π into Ñ when it gets smaller than this
 
 
@@ -62,8 +64,8 @@ def _add_row_sums(s, mass):
 
 
 def _refuse(step: int, rho: float, scale: float):
-    return ValueError("refusing the update at step %d: it would make λ non-finite (rho=%g, "
-                      "D/S=%g); the state is left unchanged" % (step, rho, scale))
+    return StepRefused("refusing the update at step %d: it would make λ non-finite (rho=%g, "
+                       "D/S=%g); the state is left unchanged" % (step, rho, scale))
 
 
 class LazyLambdaUpdate:

@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError
 from lda_core.evaluation.topic_quality import (  # noqa: F401 (re-exported: one namespace of metrics)
     PROTOCOL_ALPHA, PROTOCOL_ITERS, PROTOCOL_TOPN, USAGE_DOCS, USAGE_ITERS, _ROW_CHUNK,
     _as_batch, _check_phi, _check_words, _normalized_phi_T, health_scalars,
@@ -207,7 +208,7 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
     _check_words(b, V, "batch_b")
     n_tokens = b.n_tokens
     if n_tokens == 0:
-        raise ValueError("batch_b has no tokens to score")
+        raise InputError("batch_b has no tokens to score")
     phiT = _normalized_phi_T(phi)          # V x K: one word's K values are contiguous
     kernel = _get_completion_kernel() if backend in ("auto", "numba") else None
     if backend == "numba" and kernel is None:
@@ -301,7 +302,7 @@ def left_to_right(phi, batch: DocBatch, alpha: float = PROTOCOL_ALPHA, particles
     idx = np.sort(rng.permutation(batch.n_docs)[:max_docs])
     idx = idx[batch.doc_lengths[idx] > 0]
     if len(idx) == 0:
-        raise ValueError("left_to_right needs at least one non-empty document")
+        raise InputError("left_to_right needs at least one non-empty document")
     kernel = _get_l2r_kernel()
     log_p = np.zeros(len(idx))
     n_tok = 0
@@ -340,7 +341,7 @@ def unigram_baseline(train_batch: DocBatch, batch_a: DocBatch, batch_b: DocBatch
         logp = np.log(cnt) - math.log(cnt.sum())
     n = b.n_tokens
     if n == 0:
-        raise ValueError("batch_b has no tokens to score")
+        raise InputError("batch_b has no tokens to score")
     ll = float(np.dot(b.counts.astype(np.float64), logp[b.word_ids]))
     return {"ll_per_token": ll / n, "n_tokens": int(n), "perplexity": float(math.exp(-ll / n))}
 
@@ -372,7 +373,7 @@ def evaluate_model(algorithm, heldout_batch: DocBatch, train_batch: Optional[Doc
     keep = np.nonzero(held.doc_lengths >= 2)[0]
     held2 = held if len(keep) == held.n_docs else held.take(keep)
     if held2.n_docs == 0:
-        raise ValueError("no held-out document has 2 or more tokens")
+        raise InputError("no held-out document has 2 or more tokens")
     a, b = split_halves(held2, seed)
     dc = document_completion(phi, a, b, alpha=alpha, iters=iters)
     out: Dict[str, Any] = {"completion_ll_per_token": dc["ll_per_token"],

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
     XT = _binary_docs_T(batch_or_csr, V)
     D = XT.shape[1]
     if D == 0:
-        raise ValueError("NPMI needs at least one reference document")
+        raise InputError("NPMI needs at least one reference document")
     top = _top_indices(phi, topn)
     per_topic = np.zeros(K)
     for s, co, wm, wl in _pair_cooccurrences(XT, top, topic_chunk):
@@ -246,7 +247,7 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
         sample = batch.take(rows)
     _check_words(sample, V, "the documents")
     if sample.n_tokens == 0:
-        raise ValueError("topic usage needs documents with at least one token")
+        raise InputError("topic usage needs documents with at least one token")
     phiT = _normalized_phi_T(phi)
     doc = np.repeat(np.arange(sample.n_docs), np.diff(sample.indptr))
     w, n = sample.word_ids.astype(np.int64), sample.counts.astype(np.float64)

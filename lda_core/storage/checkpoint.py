@@ -44,6 +44,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.errors import ResourceError, TrainingError, UsageError
 from lda_core.training.faults import fault_point
 from lda_core.storage.state import LocalFiles, StateFormatError, TopicState, files_for
 
@@ -57,7 +58,7 @@ RACE_RETRIES = 20
 _NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
 
 
-class DiskFullError(ValueError):
+class DiskFullError(ResourceError):
     """A checkpoint could not be written for lack of space (nothing was published)."""
 
 
@@ -89,8 +90,8 @@ def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
         if n_nan or n_inf:
             bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
     if bad:
-        raise ValueError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
-                         "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
+        raise TrainingError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
+                            "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
 
 
 def check_loadable(state: TopicState, where: str) -> None:
@@ -125,7 +126,7 @@ class CheckpointStore:
     def __init__(self, model_dir: str, keep_last: Optional[int] = None,
                  files: Optional[LocalFiles] = None, check_algorithm: bool = False):
         if keep_last is not None and (isinstance(keep_last, bool) or int(keep_last) < 1):
-            raise ValueError("keep_last must be None (keep all) or an integer >= 1, got %r"
+            raise UsageError("keep_last must be None (keep all) or an integer >= 1, got %r"
                              % (keep_last,))
         self.model_dir = model_dir
         self.keep_last = None if keep_last is None else int(keep_last)
@@ -329,7 +330,7 @@ class CheckpointStore:
         (a step; ``protect_name``: only that directory of the step) nor the one LATEST names.
         Returns the deleted paths."""
         if keep_last < 1:
-            raise ValueError("keep_last must be >= 1, got %r" % (keep_last,))
+            raise UsageError("keep_last must be >= 1, got %r" % (keep_last,))
         ptr = self.pointer_name()
         ckpts = self.list_checkpoints()
         deleted = []

@@ -16,6 +16,8 @@ import sys
 import uuid
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Union
 
+from lda_core.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 
@@ -208,7 +210,7 @@ def files_for(path: str):
         return LOCAL_FILES
     layer = _REGISTRY.get(scheme, _REGISTRY.get("*"))
     if layer is None:
-        raise ValueError("%s is a %s:// URL but no file layer is registered for it (lda_core "
+        raise InputError("%s is a %s:// URL but no file layer is registered for it (lda_core "
                          "handles local paths; importing pipelines.runtime.object_store_files "
                          "registers Apache Beam's FileSystems for every scheme)"
                          % (path, scheme))

@@ -38,6 +38,7 @@ import time
 import uuid
 from typing import Any, Dict, Optional
 
+from lda_core.errors import OutputError
 from lda_core.storage.state import LocalFiles, files_for
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def describe_holder(rec: Dict[str, Any]) -> str:
                fmt(started), fmt(beat)))
 
 
-class LeaseHeld(ValueError):
+class LeaseHeld(OutputError):
     """Another live writer holds the lease of the model directory."""
 
 
@@ -153,8 +154,8 @@ class ModelLease:
     def acquire(self) -> "ModelLease":
         if self._local:
             if os.path.lexists(self.model_dir) and not os.path.isdir(self.model_dir):
-                raise ValueError("%s is a regular file, not a model directory; choose another "
-                                 "--output" % self.model_dir)
+                raise OutputError("%s is a regular file, not a model directory; choose another "
+                                  "--output" % self.model_dir)
             if not os.path.isdir(self.model_dir):
                 os.makedirs(self.model_dir, exist_ok=True)
                 self._created_dir = True
@@ -300,14 +301,14 @@ def check_output_location(output: str, inputs) -> None:
             base = base[:base.rfind("/") + 1] or "."
         inp = norm(base)
         if out == inp:
-            raise ValueError("--output %s is the input %s; choose a model directory outside "
-                             "the dataset" % (output, src))
+            raise OutputError("--output %s is the input %s; choose a model directory outside "
+                              "the dataset" % (output, src))
         if inp.startswith(out):
-            raise ValueError("--output %s contains the input %s (--overwrite would delete it); "
-                             "choose a model directory outside the dataset" % (output, src))
+            raise OutputError("--output %s contains the input %s (--overwrite would delete it); "
+                              "choose a model directory outside the dataset" % (output, src))
         if out.startswith(inp):
-            raise ValueError("--output %s is inside the input %s; choose a model directory "
-                             "outside the dataset" % (output, src))
+            raise OutputError("--output %s is inside the input %s; choose a model directory "
+                              "outside the dataset" % (output, src))
 
 
 class _Held:

@@ -41,6 +41,8 @@ from typing import Any, BinaryIO, Dict, Optional
 
 import numpy as np
 
+from lda_core.errors import DataIntegrityError, InputError
+
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
@@ -51,7 +53,7 @@ _ARRAY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 _CHUNK = 16 << 20                    # bytes per read/hash chunk (bounded memory besides the array)
 
 
-class StateFormatError(ValueError):
+class StateFormatError(DataIntegrityError):
     """A state directory that is incomplete, corrupt, or of another format version."""
 
 
@@ -313,7 +315,7 @@ class TopicState:
                                 "(the word ids mean different words)"
                                 % (_short(vocab_hash), _short(self.vocab_hash)))
         if problems:
-            raise ValueError("topic state does not match the run: " + "; ".join(problems))
+            raise InputError("topic state does not match the run: " + "; ".join(problems))
 
     # -- JSON -----------------------------------------------------------------------------
     def _header(self, array_entries: Dict[str, Any]) -> Dict[str, Any]:

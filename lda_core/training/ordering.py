@@ -29,6 +29,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from lda_core.errors import InputError
+
 # distinguishes the ordering streams from other uses of the same seed ("ORDR")
 _TAG = 0x4F524452
 
@@ -61,7 +63,7 @@ def locate_step(step: int, n_docs: int, batch_size: int) -> Tuple[int, int]:
     """Global step ``t`` (0-based) -> ``(pass_index, batch_index)``."""
     b = n_batches(n_docs, batch_size)
     if b == 0:
-        raise ValueError("the corpus has no documents")
+        raise InputError("the corpus has no documents")
     return int(step) // b, int(step) % b
 
 

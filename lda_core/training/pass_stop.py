@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Sequence
 
+from lda_core.errors import UsageError
+
 # --passes auto: a pass must raise the held-out document-completion LL/token by this much
 AUTO_MIN_GAIN = 0.005
 AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
@@ -27,12 +29,12 @@ class PassStop:
     def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
                  scores: Sequence[float] = (), patience: int = AUTO_PATIENCE):
         if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
-            raise ValueError("passes auto: min_gain must be a finite number >= 0, got %r"
+            raise UsageError("passes auto: min_gain must be a finite number >= 0, got %r"
                              % (min_gain,))
         if int(max_passes) < 1:
-            raise ValueError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
+            raise UsageError("passes auto: max_passes must be >= 1, got %r" % (max_passes,))
         if int(patience) < 1:
-            raise ValueError("passes auto: patience must be >= 1 (passes without a gain "
+            raise UsageError("passes auto: patience must be >= 1 (passes without a gain "
                              "before stopping), got %r" % (patience,))
         self.min_gain = float(min_gain)
         self.max_passes = int(max_passes)

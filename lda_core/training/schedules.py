@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lda_core.errors import UsageError
+
 
 def check_schedule(tau0: float, kappa: float, scale: float = 1.0, *, strict_kappa: bool = True,
                    prefix: str = "") -> None:
@@ -26,17 +28,17 @@ def check_schedule(tau0: float, kappa: float, scale: float = 1.0, *, strict_kapp
     ``strict_kappa`` requires ``kappa in (0.5, 1]`` (the Robbins-Monro conditions that online
     VB's convergence proof needs); otherwise ``kappa in (0, 1]`` is accepted."""
     if not (isinstance(kappa, (int, float, np.floating, np.integer)) and math.isfinite(kappa)):
-        raise ValueError("%skappa must be a finite number, got %r" % (prefix, kappa))
+        raise UsageError("%skappa must be a finite number, got %r" % (prefix, kappa))
     if strict_kappa and not (0.5 < kappa <= 1.0):
-        raise ValueError("%skappa=%r is outside the allowed range (0.5, 1]" % (prefix, kappa))
+        raise UsageError("%skappa=%r is outside the allowed range (0.5, 1]" % (prefix, kappa))
     if not strict_kappa and not (0.0 < kappa <= 1.0):
-        raise ValueError("%skappa=%r is outside the allowed range (0, 1]" % (prefix, kappa))
+        raise UsageError("%skappa=%r is outside the allowed range (0, 1]" % (prefix, kappa))
     if not (isinstance(tau0, (int, float, np.floating, np.integer)) and math.isfinite(tau0)
             and tau0 >= 0):
-        raise ValueError("%stau0=%r is outside the allowed range [0, inf)" % (prefix, tau0))
+        raise UsageError("%stau0=%r is outside the allowed range [0, inf)" % (prefix, tau0))
     if not (isinstance(scale, (int, float, np.floating, np.integer)) and math.isfinite(scale)
             and scale > 0):
-        raise ValueError("%sscale=%r is outside the allowed range (0, inf)" % (prefix, scale))
+        raise UsageError("%sscale=%r is outside the allowed range (0, inf)" % (prefix, scale))
 
 
 def rho(t: float, tau0: float, kappa: float, scale: float = 1.0) -> float:

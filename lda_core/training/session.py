@@ -34,17 +34,15 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from lda_core.errors import StepRefused, TrainingError, UsageError
+
 logger = logging.getLogger("lda_core.training.trainer")
 
 # step info values that must be finite for a step to be accepted
 CHECKED = ("rho", "mean_change", "elbo", "score")
-# exceptions with which a global step (or a sampler's process) refuses its input
-REFUSALS = (ValueError, FloatingPointError, ArithmeticError)
-
-
-class TrainingError(ValueError):
-    """A minibatch could not be applied (e.g. non-finite statistics); the run stopped and the
-    last good checkpoint stays the latest. The one error every runner raises for it."""
+# exceptions with which a global step (or a sampler's process) refuses its input; any other
+# exception is not a refusal and propagates (an input error, or a bug)
+REFUSALS = (StepRefused, FloatingPointError, ArithmeticError)
 
 
 # ------------------------------------------------------------------------------ capabilities
@@ -268,7 +266,7 @@ class Session:
                  progress: bool = False, t_start: Optional[float] = None,
                  pass_stop: Optional[PassStop] = None, batches_per_pass: int = 0):
         if int(eval_every) < 0:
-            raise ValueError("eval_every must be >= 0 (0 = only at the end), got %r"
+            raise UsageError("eval_every must be >= 0 (0 = only at the end), got %r"
                              % (eval_every,))
         self.position = int(position)
         self.run_log = run_log

@@ -46,6 +46,7 @@ from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.errors import UsageError
 from lda_core.training import session as _session
 from lda_core.docbatch import DocBatch
 from lda_core.training.pass_stop import PassStop
@@ -176,11 +177,11 @@ def _progress(progress: bool, total: Optional[int], initial: int):
 def _check_settings(eval_every, checkpoint_every, max_steps, rel_tol) -> None:
     for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
         if int(v) < 0:
-            raise ValueError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
+            raise UsageError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
     if max_steps is not None and int(max_steps) < 0:
-        raise ValueError("max_steps must be >= 0, got %r" % (max_steps,))
+        raise UsageError("max_steps must be >= 0, got %r" % (max_steps,))
     if not (rel_tol > 0):
-        raise ValueError("rel_tol must be > 0, got %r" % (rel_tol,))
+        raise UsageError("rel_tol must be > 0, got %r" % (rel_tol,))
 
 
 def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None,
@@ -320,11 +321,11 @@ class _ProgressBar:
 def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
     name = getattr(algorithm, "name", type(algorithm).__name__)
     if heldout is None:
-        raise ValueError("passes auto stops when the held-out score stops improving: it needs "
+        raise UsageError("passes auto stops when the held-out score stops improving: it needs "
                          "held-out documents (--heldout)")
     if (accumulate or not bpp or _session.is_sequential(algorithm)
             or _session.whole_corpus(algorithm)):
-        raise ValueError("passes auto needs an algorithm that makes several minibatch steps "
+        raise UsageError("passes auto needs an algorithm that makes several minibatch steps "
                          "per pass (online-vb, scvb0, sparse-gibbs-vb); %s: give --passes N"
                          % name)
 

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -81,13 +82,13 @@ def run(args, beam_argv) -> int:
     from pipelines.runtime.model_dir import load_model
     from pipelines.training.shard_stream import read_docs
     if not args.shards:
-        raise ValueError("--shards HELDOUT_DIR is required")
+        raise UsageError("--shards HELDOUT_DIR is required")
     if args.left_to_right_docs < 0 or args.particles < 1:
-        raise ValueError("--left-to-right-docs must be >= 0 and --particles >= 1")
+        raise UsageError("--left-to-right-docs must be >= 0 and --particles >= 1")
     for name in ("max_docs", "coherence_max_docs", "top"):
         v = getattr(args, name)
         if v is not None and v < 1:
-            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+            raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
     algo, state, vocab = load_model(args.model)
     split = args.split or dataset.HELDOUT_SPLIT
     unverified = getattr(args, "unverified", False)
@@ -111,7 +112,7 @@ def run(args, beam_argv) -> int:
     n_all = docs.n_docs
     heldout = HeldOut.from_batch(docs, seed=args.seed)
     if heldout.docs.n_docs == 0:
-        raise ValueError("the held-out shards %s hold no non-empty documents" % args.shards)
+        raise InputError("the held-out shards %s hold no non-empty documents" % args.shards)
     out = dict(model=args.model, algorithm=state.algorithm, n_topics=state.n_topics,
                n_words=state.n_words, step=state.step, docs_seen=state.docs_seen,
                heldout_shards=args.shards, heldout_docs=int(heldout.docs.n_docs),
@@ -138,7 +139,7 @@ def run(args, beam_argv) -> int:
     if args.labels:
         labels = heldout.docs.labels
         if labels is None or all(l is None for l in labels):
-            raise ValueError("--labels: the shards at %s carry no labels" % args.shards)
+            raise InputError("--labels: the shards at %s carry no labels" % args.shards)
         keep = [i for i, l in enumerate(labels) if l is not None]
         theta = algo.infer(heldout.docs)
         pred = np.asarray(theta).argmax(axis=1)[keep]

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from lda_core.errors import OutputError, UsageError
 from pipelines.ingest import dataset
 from pipelines.reports.exports import write_npy_atomic  # noqa: F401 (used by the command)
 from pipelines.runtime.model_dir import load_model  # noqa: F401 (the command API)
@@ -52,7 +53,7 @@ def add_arguments(p) -> None:
 
 def run(args, beam_argv) -> int:
     if not args.output:
-        raise ValueError("--output PATH is required")
+        raise UsageError("--output PATH is required")
     if args.format in ("gensim", "pyldavis"):
         return _run_other(args)
     algo, state, _ = load_model(args.model)
@@ -79,14 +80,14 @@ def _run_other(args) -> int:
                                                    state.algorithm, state.step, args.output))
         return 0
     if os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise ValueError("--output %s exists and is not a directory (--format pyldavis writes "
-                         "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
-                         "installed, pyldavis.html)" % args.output)
+        raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
+                          "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
+                          "installed, pyldavis.html)" % args.output)
     from pipelines.infer import training_shards
     model_dir = dataset.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir)
     if not shards:
-        raise ValueError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
+        raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
     files = dataset.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)

@@ -105,4 +105,26 @@ def run(args, beam_argv) -> int:
         print("raw text: %d documents read, %d out-of-vocabulary tokens ignored, %d documents "
               "with no known word skipped" % (s["documents_read"], s["oov_tokens_dropped"],
                                               s["empty_after_vocabulary"]))
+        _print_unknown_share(s)
     return 0
+
+
+def _print_unknown_share(s: dict) -> None:
+    """One line: the share of raw-text tokens the model's vocabulary does not know; a warning
+    line when it is large or the model's tokenizer settings were not recorded."""
+    import sys
+    from pipelines.infer import UNKNOWN_SHARE_WARNING
+    share = s.get("unknown_token_share", 0.0)
+    print("unknown tokens: %d of %d (%.1f%%)" % (s["oov_tokens_dropped"],
+                                                s["oov_tokens_dropped"] + s["tokens"],
+                                                100.0 * share))
+    if str(s.get("tokenizer", "")).startswith("unknown"):
+        print("warning: the model's tokenizer settings are %s; the text was tokenized with "
+              "the defaults" % s["tokenizer"], file=sys.stderr)
+    if share > UNKNOWN_SHARE_WARNING:
+        print("warning: %.0f%% of the tokens are not in the model's vocabulary: the text may "
+              "be preprocessed differently from the training data (stop words, phrases, "
+              "language) or be about other things" % (100.0 * share), file=sys.stderr)
+    if s.get("empty_cjk_text"):
+        print("warning: %d documents with Chinese, Japanese or Korean text gave no token"
+              % s["empty_cjk_text"], file=sys.stderr)

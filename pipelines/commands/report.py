@@ -6,6 +6,7 @@ See :mod:`pipelines.reports.report` for what the page shows.
 """
 from __future__ import annotations
 
+from lda_core.errors import UsageError
 from pipelines.ingest import dataset
 
 
@@ -37,19 +38,19 @@ def add_arguments(p) -> None:
 def run(args, beam_argv) -> int:
     from pipelines.reports.report import write_report
     if not args.model:
-        raise ValueError("--model MODEL_DIR is required")
+        raise UsageError("--model MODEL_DIR is required")
     if not args.output:
-        raise ValueError("--output HTML is required")
+        raise UsageError("--output HTML is required")
     for name in ("max_docs", "top"):
         if getattr(args, name) < 1:
-            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"),
+            raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"),
                                                           getattr(args, name)))
     if args.examples < 0:
-        raise ValueError("--examples must be >= 0, got %d" % args.examples)
+        raise UsageError("--examples must be >= 0, got %d" % args.examples)
     try:
         import matplotlib  # noqa: F401  (the plots; an optional extra of the package)
     except ImportError:
-        raise ValueError("ldabeam report draws its plots with matplotlib, which is not "
+        raise UsageError("ldabeam report draws its plots with matplotlib, which is not "
                          "installed: pip install 'ldabeam[report]' (or matplotlib)")
     data = write_report(args.model, args.output, shards=args.shards, max_docs=args.max_docs,
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,

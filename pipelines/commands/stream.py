@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from lda_core.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs (pipelines.cli)
@@ -83,7 +85,9 @@ def add_arguments(p) -> None:
                         "for runners whose watermark does not advance past the source). "
                         "auto: watermark. (--input-glob on the local runner polls the "
                         "directory itself and applies each closed window in order.)")
-    g.add_argument("--id-field", default="doc_id", help="JSON field of the document id")
+    g.add_argument("--id-field", default="id",
+                   help="JSON field of the document id, as in vectorize (default id; a "
+                        "message without it may name its id doc_id)")
     g.add_argument("--text-field", default="text", help="JSON field of the text")
 
 
@@ -102,19 +106,19 @@ def prepare(args) -> Setup:
     """Check the options and load (or create) the model; raises ValueError on bad options."""
     from pipelines.streaming import stream, stream_parse
     if not args.model:
-        raise ValueError("--model MODEL_DIR is required")
+        raise UsageError("--model MODEL_DIR is required")
     sources = [s for s in (args.subscription, args.topic, args.input_glob) if s]
     if len(sources) != 1:
-        raise ValueError("give exactly one input: --subscription, --topic or --input-glob "
+        raise UsageError("give exactly one input: --subscription, --topic or --input-glob "
                          "(got %d)" % len(sources))
     for name in ("window_seconds", "poll_seconds"):
         if not getattr(args, name) > 0:
-            raise ValueError("--%s must be > 0, got %r" % (name.replace("_", "-"),
+            raise UsageError("--%s must be > 0, got %r" % (name.replace("_", "-"),
                                                           getattr(args, name)))
     if args.allowed_lateness < 0:
-        raise ValueError("--allowed-lateness must be >= 0, got %r" % args.allowed_lateness)
+        raise UsageError("--allowed-lateness must be >= 0, got %r" % args.allowed_lateness)
     if args.corpus_size is not None and args.corpus_size < 0:
-        raise ValueError("--corpus-size must be >= 0 (0: the stream setting), got %d"
+        raise UsageError("--corpus-size must be >= 0 (0: the stream setting), got %d"
                          % args.corpus_size)
     settings = {k: getattr(args, k) for k in ("kappa", "tau0", "alpha", "eta")}
     keep = args.keep_checkpoints or None

@@ -9,6 +9,7 @@ The result is an ordinary dataset directory (``ldabeam train --shards DIR`` read
 """
 from __future__ import annotations
 
+from lda_core.errors import UsageError
 from pipelines.ingest import synthetic
 
 
@@ -33,11 +34,11 @@ def add_arguments(p) -> None:
 
 def run(args, beam_argv) -> int:
     if not args.output:
-        raise ValueError("--output DIR is required (the dataset directory to write)")
+        raise UsageError("--output DIR is required (the dataset directory to write)")
     if args.docs is None:
-        raise ValueError("--docs D is required (the number of documents)")
+        raise UsageError("--docs D is required (the number of documents)")
     if beam_argv:
-        raise ValueError("unknown options %s (ldabeam synth runs no pipeline)"
+        raise UsageError("unknown options %s (ldabeam synth runs no pipeline)"
                          % " ".join(beam_argv))
     spec = synthetic.SyntheticSpec(n_docs=args.docs, n_words=args.words, n_topics=args.topics,
                                    doc_length=args.doc_length, alpha=args.alpha, eta=args.eta,

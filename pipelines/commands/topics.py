@@ -14,12 +14,17 @@ import io
 import json
 import sys
 
+from lda_core.errors import UsageError
+
 
 def add_arguments(p) -> None:
     p.add_argument("--model", metavar="MODEL_DIR", default=None,
                    help="model directory written by `ldabeam train` (required)")
     p.add_argument("--top", type=int, default=10, help="words per topic")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="table: one line per topic to read; csv: one row per (topic, rank) "
+                        "with label, word and weight; json: one object per topic with its "
+                        "words and weights")
     p.add_argument("--output", metavar="FILE", default=None,
                    help="write to FILE instead of standard output")
     p.add_argument("--no-weights", action="store_true",
@@ -38,9 +43,9 @@ def _update_labels(args, state) -> None:
         try:
             k = int(k)
         except ValueError:
-            raise ValueError("--label K TEXT: K must be a topic number, got %r" % k)
+            raise UsageError("--label K TEXT: K must be a topic number, got %r" % k)
         if not 0 <= k < state.n_topics:
-            raise ValueError("--label: topic %d is outside the model's topics [0, %d)"
+            raise UsageError("--label: topic %d is outside the model's topics [0, %d)"
                              % (k, state.n_topics))
         labels[k] = text.strip()
     for k in args.clear_label or []:
@@ -55,7 +60,7 @@ def run(args, beam_argv) -> int:
     from pipelines.runtime.model_dir import load_model
     from pipelines.reports.report import model_dir_of, read_labels
     if args.top < 1:
-        raise ValueError("--top must be >= 1, got %d" % args.top)
+        raise UsageError("--top must be >= 1, got %d" % args.top)
     algo, state, vocab = load_model(args.model)
     if args.label or args.clear_label:
         _update_labels(args, state)

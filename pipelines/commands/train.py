@@ -31,6 +31,7 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional
 
+from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
@@ -171,54 +172,55 @@ def _run_params(state) -> Dict[str, Any]:
 def _check_args(args) -> None:
     """The options' own ranges, before anything is read."""
     if not args.output:
-        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+        raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not args.shards:
-        raise ValueError("--shards SHARD_DIR is required (a dataset written by "
+        raise UsageError("--shards SHARD_DIR is required (a dataset written by "
                          "`ldabeam vectorize`)")
     for name in ("topics", "minibatch", "passes", "passes_patience", "max_iter", "threads",
                  "heldout_max_docs", "minibatches_per_window"):
         v = getattr(args, name, None)
         if v is not None and v != "auto" and v < 1:
-            raise ValueError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+            raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
     if not args.rel_tol > 0:
-        raise ValueError("--rel-tol must be > 0, got %r" % args.rel_tol)
+        raise UsageError("--rel-tol must be > 0, got %r" % args.rel_tol)
     for name in ("eval_every", "checkpoint_every", "keep_checkpoints", "seed", "max_steps"):
         v = getattr(args, name, None)
         if v is not None and v < 0:
-            raise ValueError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
+            raise UsageError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
 
 
 def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequential: bool,
                           whole_corpus: bool) -> None:
     """The runner options that do not fit the runner or the algorithm, before any work."""
     if inprocess and beam_argv:
-        raise ValueError("unrecognized arguments: %s (Beam pipeline options apply only to a "
+        raise UsageError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
     if not inprocess:
         # the stream-order samplers run as one DoFn per window (pipelines/training/beam_sequential.py);
         # the local/global-step algorithms through the Beam trainer (pipelines/training/beam_train.py)
         module = "pipelines.training.beam_sequential" if sequential else "pipelines.training.beam_train"
         if importlib.util.find_spec(module) is None:
-            raise ValueError("--runner %s needs %s, which is not in this installation; use "
+            raise UsageError("--runner %s needs %s, which is not in this installation; use "
                              "--runner inprocess" % (args.runner, module))
         if sequential and args.unroll is not None:
-            raise ValueError("--%sunroll does not apply to algorithm %s (a stream-order "
+            raise UsageError("--%sunroll does not apply to algorithm %s (a stream-order "
                              "sampler runs each window as one DoFn)"
                              % ("" if args.unroll else "no-", algorithm))
         if whole_corpus and args.minibatches_per_window is not None:
-            raise ValueError("--minibatches-per-window does not apply to algorithm gibbs (its "
+            raise UsageError("--minibatches-per-window does not apply to algorithm gibbs (its "
                              "sweeps run in one window)")
     if getattr(args, "detach", False):
         if inprocess:
-            raise ValueError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
+            raise UsageError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
                              "PortableRunner, DirectRunner): the in-process trainer has no "
                              "job to submit")
         if sequential:
-            raise ValueError("--detach is not available for algorithm %s: the stream-order "
-                             "samplers' Beam path (pipelines/training/beam_sequential.py) publishes "
-                             "and logs from the driver; run it without --detach" % algorithm)
+            raise UsageError(
+                "--detach is not available for algorithm %s: the stream-order "
+                "samplers' Beam path (pipelines/training/beam_sequential.py) publishes "
+                "and logs from the driver; run it without --detach" % algorithm)
         if args.unroll is False:
-            raise ValueError("--detach runs each window as one unrolled pipeline that "
+            raise UsageError("--detach runs each window as one unrolled pipeline that "
                              "publishes its own checkpoint; --no-unroll applies the global "
                              "steps on the driver")
 
@@ -268,7 +270,7 @@ def run(args, beam_argv) -> int:
     whole_corpus = _capability(algorithm, "whole_corpus")
     accumulates = _capability(algorithm, "accumulates_passes")
     if whole_corpus and state is not None:
-        raise ValueError("--resume is not available for the batch Gibbs sampler (gibbs); "
+        raise UsageError("--resume is not available for the batch Gibbs sampler (gibbs); "
                          "train again with more --passes (sweeps)")
     sequential = _capability(algorithm, "sequential")
     detach = bool(getattr(args, "detach", False))
@@ -293,7 +295,7 @@ def run(args, beam_argv) -> int:
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
     _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
     if pass_stop is not None and detach:
-        raise ValueError("--passes auto does not apply with --detach (each window is a "
+        raise UsageError("--passes auto does not apply with --detach (each window is a "
                          "separate launch that cannot stop the chain); give --passes N")
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
@@ -303,7 +305,7 @@ def run(args, beam_argv) -> int:
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
     if sequential and not whole_corpus and passes > 1:
-        raise ValueError("%s consumes the documents as a stream, each once: --passes must be "
+        raise UsageError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
@@ -342,7 +344,7 @@ def _resolve_data(args):
     vocab_path = find_vocab(args.shards, args.vocab)
     vocab = dataset.Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
-        raise ValueError("vocabulary %s has hash %s but the shards were vectorised with %s"
+        raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
     return shard_set, shard_hash, vocab_path, vocab
 
@@ -390,14 +392,14 @@ def _open_model_dir(args, vocab, shard_hash):
     if args.resume:
         state = store.latest()
         if state is None:
-            raise ValueError("--resume: no checkpoint in %s to resume from" % args.output)
+            raise UsageError("--resume: no checkpoint in %s to resume from" % args.output)
         state.validate(algorithm=args.algorithm, n_topics=args.topics, n_words=len(vocab),
                        vocab_hash=shard_hash)
     elif store.files.isdir(args.output) and store.list_checkpoints() and not args.overwrite:
-        raise ValueError("%s already holds checkpoints; pass --resume to continue that run, "
-                         "--overwrite to replace it, or choose another --output" % args.output)
+        raise OutputError("%s already holds checkpoints; pass --resume to continue that run, "
+                          "--overwrite to replace it, or choose another --output" % args.output)
     elif args.topics is None:
-        raise ValueError("--topics K is required")
+        raise UsageError("--topics K is required")
     return store, state
 
 
@@ -411,7 +413,7 @@ def _resolve_order(args, beam_argv, state, prev: Dict[str, Any]):
             before = prev.get(key, state.params.get("batch_size" if key == "minibatch"
                                                     else "seed"))
             if val is not None and before is not None and int(val) != int(before):
-                raise ValueError("%s %d differs from the checkpoint's %d: a resumed run must "
+                raise UsageError("%s %d differs from the checkpoint's %d: a resumed run must "
                                  "keep the minibatch order" % (opt, val, before))
         minibatch = minibatch if minibatch is not None else prev.get(
             "minibatch", state.params.get("batch_size"))
@@ -446,7 +448,7 @@ def _resolve_passes(args, algorithm, state, prev, heldout_files, detach, whole_c
         requested if requested is not None else prev.get(
             "passes", BATCH_MAX_PASSES if accumulates else GIBBS_SWEEPS if whole_corpus else 1))
     if whole_corpus and args.burn_in is not None and args.burn_in >= passes:
-        raise ValueError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
+        raise UsageError("--burn-in %d: gibbs burn-in must be in [0, --passes - 1] = [0, %d] "
                          "(no sweep would be averaged into phi)" % (args.burn_in, passes - 1))
     return pass_stop, passes
 
@@ -526,13 +528,13 @@ def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
     from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
     if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
         if patience is not None:
-            raise ValueError("--passes-patience applies only with --passes auto")
+            raise UsageError("--passes-patience applies only with --passes auto")
         return None
     if AUTO_KEY not in prev:
         return PassStop(patience=AUTO_PATIENCE if patience is None else patience)
     rule = PassStop.from_info(prev[AUTO_KEY])
     if patience is not None and patience != rule.patience:
-        raise ValueError("--passes-patience %d differs from the checkpoint's %d: a resumed "
+        raise UsageError("--passes-patience %d differs from the checkpoint's %d: a resumed "
                          "run continues the same rule" % (patience, rule.patience))
     return rule
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from lda_core.errors import InputError, UsageError
 from pipelines.training import detached
 
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
@@ -105,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "none)")
     vo.add_argument("--stopwords", default=_shown_in_help(p, stopwords=None),
                     help="'gensim' (gensim's English list), 'none', or a file with one word "
-                         "per line (default: none; --no-above drops the most common words)")
+                         "per line; several separated by commas are combined "
+                         "(gensim,extra.txt); the words are recorded in the dataset (default: "
+                         "none; --no-above drops the most common words)")
 
     tk = p.add_argument_group("tokenizer (defaults: gensim conventions)")
     tk.add_argument("--no-lowercase", dest="lowercase", action="store_false",
@@ -119,6 +122,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="shortest token kept, in characters")
     tk.add_argument("--max-token-len", type=int, default=15,
                     help="longest token kept, in characters")
+    tk.add_argument("--token-pattern", metavar="REGEX",
+                    default=_shown_in_help(p, token_pattern=None),
+                    help="a token is a whole match of this Python regular expression on the "
+                         "lower-cased, de-accented text (e.g. \"[a-z0-9][a-z0-9+#-]*\"); "
+                         "--min/--max-token-len still apply (default: gensim's rule, runs of "
+                         "letters not starting with _); recorded")
+    tk.add_argument("--segmenter", choices=["none", "jieba", "janome"], default="none",
+                    help="cut Chinese (jieba) or Japanese (janome) text into words before "
+                         "tokenizing; needs pip install 'ldabeam[cjk]'; use with "
+                         "--min-token-len 1; recorded")
+    tk.add_argument("--phrases", dest="learn_phrases", action="store_true",
+                    help="learn phrases (gensim Phrases: new york -> new_york) from the "
+                         "train documents, read once more on the driver, and join them in "
+                         "every document; the phrase table is recorded in the dataset and "
+                         "re-applied by `ldabeam infer --input`")
+    tk.add_argument("--phrases-min-count", type=int, default=5,
+                    help="gensim Phrases min_count: ignore bigrams seen fewer times")
+    tk.add_argument("--phrases-threshold", type=float, default=10.0,
+                    help="gensim Phrases threshold: join bigrams scoring above it")
+    tk.add_argument("--phrases-scoring", choices=["default", "npmi"], default="default",
+                    help="gensim Phrases scoring (npmi: threshold in [-1, 1])")
+    tk.add_argument("--phrases-sample", type=float, default=1.0,
+                    help="learn the phrases from this seeded share of the train documents "
+                         "(1: all of them)")
     tk.add_argument("--min-article-tokens", type=_nonneg_int,
                     default=_shown_in_help(p, min_article_tokens=None),
                     help="drop documents with fewer tokens (default: 50 for Wikipedia dumps, "
@@ -177,7 +204,11 @@ def options_from_args(args):
         encoding=args.encoding, encoding_errors=args.encoding_errors,
         id_field=args.id_field, text_field=args.text_field, label_field=args.label_field,
         title_field=args.title_field, strip_headers=args.strip_headers,
-        query=getattr(args, "query", None), overwrite=args.overwrite, reshuffle=args.reshuffle)
+        query=getattr(args, "query", None), overwrite=args.overwrite, reshuffle=args.reshuffle,
+        token_pattern=args.token_pattern, segmenter=args.segmenter,
+        learn_phrases=args.learn_phrases, phrases_min_count=args.phrases_min_count,
+        phrases_threshold=args.phrases_threshold, phrases_scoring=args.phrases_scoring,
+        phrases_sample=args.phrases_sample)
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
@@ -185,13 +216,19 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 
 def run(args, beam_argv) -> int:
     if not args.output:
-        raise ValueError("--output SHARD_DIR is required (the dataset directory to write)")
+        raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
     from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):
         return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
+    counts = manifest.get("counts", {})
+    if not counts.get("documents_kept"):
+        raise InputError("no document was kept from %s (%d read, %d dead letters in "
+                         "%s/deadletter): there is nothing to train on; check --input and "
+                         "--format" % (", ".join(opts.inputs), counts.get("documents_read", 0),
+                                       counts.get("dead_letters", 0), opts.output))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from lda_core.errors import UsageError
 from pipelines.ingest import text_sources as ts
 from pipelines.ingest.table_sources import Columns, cell_text, row_document
 
@@ -24,7 +25,7 @@ def bigquery_table(spec: str) -> str:
         project, _, rest = name.partition(".")
     parts = rest.split(".")
     if not project or len(parts) != 2 or not all(parts):
-        raise ValueError("BigQuery input %r: expected bq://PROJECT.DATASET.TABLE" % spec)
+        raise UsageError("BigQuery input %r: expected bq://PROJECT.DATASET.TABLE" % spec)
     return "%s:%s.%s" % (project, parts[0], parts[1])
 
 
@@ -34,7 +35,7 @@ def require_bigquery() -> None:
         import apache_beam.io.gcp.bigquery  # noqa: F401
         from google.cloud import bigquery  # noqa: F401
     except ImportError as e:
-        raise ValueError("BigQuery input needs Beam's Google Cloud extra (%s): pip install "
+        raise UsageError("BigQuery input needs Beam's Google Cloud extra (%s): pip install "
                          "'ldabeam[gcp]'" % e) from e
 
 
@@ -71,7 +72,7 @@ class ReadBigQueryDocuments:
     def __init__(self, idx: int, table: Optional[str] = None, query: Optional[str] = None,
                  id_field="id", text_field="text", title_field="title", label_field="label"):
         if bool(table) == bool(query):
-            raise ValueError("give a BigQuery table (bq://PROJECT.DATASET.TABLE) or --query, "
+            raise UsageError("give a BigQuery table (bq://PROJECT.DATASET.TABLE) or --query, "
                              "not both")
         self.idx = idx
         self.table = bigquery_table(table) if table else None

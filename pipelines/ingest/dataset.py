@@ -213,11 +213,11 @@ class Vocabulary:
             for n, line in enumerate(lines[1:], start=2):
                 parts = line.split("\t")
                 if len(parts) != 4:
-                    raise ValueError("%s line %d: expected 4 tab-separated fields "
-                                     "(token, id, df, cf), got %d" % (path, n, len(parts)))
+                    raise DataIntegrityError("%s line %d: expected 4 tab-separated fields "
+                                             "(token, id, df, cf), got %d" % (path, n, len(parts)))
                 if int(parts[1]) != len(tokens):
-                    raise ValueError("%s line %d: id %s out of order (expected %d)"
-                                     % (path, n, parts[1], len(tokens)))
+                    raise DataIntegrityError("%s line %d: id %s out of order (expected %d)"
+                                             % (path, n, parts[1], len(tokens)))
                 tokens.append(parts[0])
                 df.append(int(parts[2]))
                 cf.append(int(parts[3]))
@@ -288,7 +288,7 @@ def table_to_docbatch(table) -> DocBatch:
     indptr, word_ids = flat("word_ids")
     indptr_c, counts = flat("counts")
     if not np.array_equal(indptr, indptr_c):
-        raise ValueError("shard rows have word_ids and counts of different lengths")
+        raise DataIntegrityError("shard rows have word_ids and counts of different lengths")
     names = table.schema.names
     opt = lambda n: tuple(table.column(n).to_pylist()) if n in names else None
     return DocBatch(tuple(table.column("doc_id").to_pylist()), indptr, word_ids, counts,
@@ -344,7 +344,26 @@ def resolve_shards(path: str, split: str = TRAIN_SPLIT) -> List[str]:
             "no shards found at %s (split %r): expected a dataset directory written by "
             "`ldabeam vectorize --output DIR`, a directory of .parquet shards, or a glob"
             % (path, split))
+    check_shard_columns(candidates[0])
     return candidates
+
+
+def check_shard_columns(path: str) -> None:
+    """InputError unless the Parquet file ``path`` has the columns of a shard (an output of
+    ``ldabeam infer`` given as shards, say); read from the footer only."""
+    try:
+        names = _parquet_file(path).schema_arrow.names
+    except (OSError, ValueError) as e:       # truncated, not Parquet
+        raise DataIntegrityError("%s cannot be read as Parquet (%s); re-run `ldabeam "
+                                 "vectorize`" % (path, e)) from None
+    missing = [c for c in ("doc_id", "word_ids", "counts") if c not in names]
+    if missing:
+        what = ("an output of `ldabeam infer` (topic proportions per document)"
+                if "theta" in names else "a Parquet file of other columns (%s)"
+                % ", ".join(names[:8]))
+        raise InputError("%s is %s, not a dataset shard (no %s column); give a dataset "
+                         "directory written by `ldabeam vectorize --output DIR`"
+                         % (path, what, missing[0]))
 
 
 def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
@@ -355,14 +374,14 @@ def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
     for f in files:
         h = shard_vocab_hash(f)
         if h is None:
-            raise ValueError("shard %s has no vocabulary hash in its metadata; re-run "
+            raise InputError("shard %s has no vocabulary hash in its metadata; re-run "
                              "`ldabeam vectorize` to write it" % f)
         if expected is not None and h != expected:
-            raise ValueError("shard %s was vectorised with vocabulary %s but the model/state "
+            raise InputError("shard %s was vectorised with vocabulary %s but the model/state "
                              "expects vocabulary %s; vectorise it with `--vocab` of the "
                              "model's vocabulary" % (f, h, expected))
         if found is not None and h != found:
-            raise ValueError("shards disagree on their vocabulary: %s has %s, earlier shards "
+            raise InputError("shards disagree on their vocabulary: %s has %s, earlier shards "
                              "have %s" % (f, h, found))
         found = h
     return found
@@ -384,7 +403,7 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
             try:
                 batch = table_to_docbatch(rb)
             except ValueError as e:          # e.g. a negative or repeated word id
-                raise ValueError("shard %s: %s" % (f, e)) from None
+                raise DataIntegrityError("shard %s: %s" % (f, e)) from None
             yield batch
 
 
@@ -735,7 +754,10 @@ def shard_listing(root: str) -> dict:
 #: settings of a dataset's manifest that decide how raw text becomes tokens and documents
 TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
                   "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
-                  "label_field", "title_field", "strip_headers")
+                  "label_field", "title_field", "strip_headers", "format",
+                  # pipelines.ingest.tokenize.RECORD_KEYS beyond the first five
+                  "token_pattern", "segmenter", "stopword_list", "phrases", "custom_tokenizer",
+                  "tokens_from")
 TOKENIZER_FILE = "tokenizer.json"   # in a model directory: the settings of its training data
 #: ``settings`` of a model's tokenizer.json when the training data's tokenization is not
 #: known (shards no vectorize manifest describes, or datasets that disagree)
@@ -792,33 +814,40 @@ def record_tokenizer(shards, model_dir: str) -> Optional[dict]:
 
 
 def decode_text(raw: bytes, path: str, what: str) -> str:
-    """``raw`` as UTF-8; InputError naming ``path`` and the line of the first byte that is
-    not UTF-8 otherwise."""
+    """``raw`` as UTF-8; InputError naming ``path`` (a ``what``), the offset and the line of
+    the first byte that is not UTF-8 otherwise."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        raise InputError("%s %s line %d is not UTF-8 (byte 0x%02x at offset %d); save it as "
-                         "UTF-8" % (what, path, line, raw[e.start], e.start)) from None
+        raise InputError("%s is not UTF-8 text (byte %d) at line %d: a %s is written by "
+                         "ldabeam in UTF-8; restore it or save it as UTF-8"
+                         % (path, e.start, line, what)) from None
 
 
 def read_tokenizer(model_dir: str):
-    """The settings :func:`record_tokenizer` wrote: a dict, :data:`TOKENIZER_UNKNOWN`, or
-    None when the model has no tokenizer.json. InputError naming the file when it is not
-    UTF-8 JSON of that form."""
+    """The settings :func:`record_tokenizer` wrote: a dict or :data:`TOKENIZER_UNKNOWN`; None
+    when the model has no tokenizer.json or it records null (written before "unknown"
+    existed: callers then look at the manifest of the dataset the run log names).
+    InputError naming the file when it is not UTF-8 JSON of that form."""
     path = join(model_dir, TOKENIZER_FILE)
     if not exists(path):
         return None
     with open_read(path) as f:
-        text = decode_text(f.read(), path, "tokenizer settings")
+        raw = f.read()
     try:
-        doc = json.loads(text)
+        rec, why = json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError as e:
+        rec, why = None, "not UTF-8 text: byte %d at line %d" % (
+            e.start, raw[:e.start].count(b"\n") + 1)
     except (ValueError, RecursionError) as e:
-        raise InputError("tokenizer settings %s are not valid JSON (%s); re-train, or restore "
-                         "the file" % (path, e)) from None
-    settings = doc.get("settings") if isinstance(doc, dict) else doc
-    if not (settings is None or settings == TOKENIZER_UNKNOWN or isinstance(settings, dict)):
-        raise InputError("tokenizer settings %s: expected an object with \"settings\" (an "
-                         "object, or \"unknown\"), got %s; re-train, or restore the file"
-                         % (path, json.dumps(doc)[:80]))
-    return TOKENIZER_UNKNOWN if settings is None else settings
+        rec, why = None, "not JSON: %s" % e
+    settings = rec.get("settings") if isinstance(rec, dict) else None
+    if why is None and not (isinstance(rec, dict) and (
+            settings is None or settings == TOKENIZER_UNKNOWN or isinstance(settings, dict))):
+        why = "not an object whose settings are an object or \"%s\"" % TOKENIZER_UNKNOWN
+    if why is not None:
+        raise InputError("%s is not a tokenizer record written by `ldabeam train` (%s); restore "
+                         "it from the training run, or delete it to use the settings of the "
+                         "training dataset's manifest" % (path, why))
+    return settings

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, UsageError
 from lda_core.evaluation.metrics import USAGE_DOCS
 from pipelines.ingest import dataset
 
@@ -29,13 +30,13 @@ def sample_documents(files: Sequence[str], expected_vocab_hash: Optional[str] = 
     (memory: one shard plus the sample)."""
     from pipelines.training.shard_stream import gather, read_shard
     if max_docs < 1:
-        raise ValueError("max_docs=%r is outside the allowed range [1, inf)" % (max_docs,))
+        raise UsageError("max_docs=%r is outside the allowed range [1, inf)" % (max_docs,))
     files = list(files)
     dataset.check_vocab_hash(files, expected_vocab_hash)
     sizes = [dataset.count_documents([f]) for f in files]
     total = int(sum(sizes))
     if total == 0:
-        raise ValueError("no documents in %s" % ", ".join(files))
+        raise InputError("no documents in %s" % ", ".join(files))
     rows = (np.arange(total) if total <= max_docs else
             np.sort(np.random.RandomState(seed).permutation(total)[:max_docs]))
     parts, start = [], 0

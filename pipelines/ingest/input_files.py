@@ -18,6 +18,8 @@ import zlib
 from dataclasses import asdict, dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
+from lda_core.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow", "uci",
@@ -36,10 +38,6 @@ _TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 TABLE_SUFFIXES = {"csv": (".csv",), "tsv": (".tsv", ".tab"), "parquet": (".parquet", ".pq"),
                   "arrow": (".arrow", ".feather", ".ipc")}
 _GLOB_CHARS = re.compile(r"[*?\[]")
-
-class InputError(ValueError):
-    """An input that is wholly unusable: missing, not of the expected format, unsupported."""
-
 
 @dataclass
 class RawDocument:

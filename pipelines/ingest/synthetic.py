@@ -37,6 +37,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import OutputError, UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class SyntheticSpec:
         def _int(name, lo, hi):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-                raise ValueError("%s=%r is outside the allowed range [%d, %d] (an integer)"
+                raise UsageError("%s=%r is outside the allowed range [%d, %d] (an integer)"
                                  % (name, v, lo, hi))
         _int("n_docs", 1, MAX_DOCS)
         _int("n_words", 2, MAX_WORDS)
@@ -74,12 +75,12 @@ class SyntheticSpec:
         _int("seed", 0, 2 ** 63 - 1)
         if not (isinstance(self.doc_length, (int, float)) and math.isfinite(self.doc_length)
                 and 1 <= self.doc_length <= MAX_DOC_LENGTH):
-            raise ValueError("doc_length=%r is outside the allowed range [1, %d]"
+            raise UsageError("doc_length=%r is outside the allowed range [1, %d]"
                              % (self.doc_length, MAX_DOC_LENGTH))
         for name in ("alpha", "eta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError("%s=%r is outside the allowed range (0, inf)" % (name, v))
+                raise UsageError("%s=%r is outside the allowed range (0, inf)" % (name, v))
 
     @property
     def n_chunks(self) -> int:
@@ -251,19 +252,19 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     the local output directory."""
     spec.validate()
     if isinstance(docs_per_shard, bool) or not 1 <= int(docs_per_shard) <= MAX_DOCS:
-        raise ValueError("docs_per_shard=%r is outside the allowed range [1, %d]"
+        raise UsageError("docs_per_shard=%r is outside the allowed range [1, %d]"
                          % (docs_per_shard, MAX_DOCS))
     if not 0 <= int(heldout_docs) < spec.n_docs:
-        raise ValueError("heldout_docs=%r is outside the allowed range [0, %d)"
+        raise UsageError("heldout_docs=%r is outside the allowed range [0, %d)"
                          % (heldout_docs, spec.n_docs))
     if dataset.is_remote(output):
-        raise ValueError("write_dataset writes local directories; copy the result to %s "
+        raise UsageError("write_dataset writes local directories; copy the result to %s "
                          "afterwards (gsutil -m cp -r)" % output)
     if os.path.exists(os.path.join(output, dataset.MANIFEST_FILE)) or \
             os.path.isdir(os.path.join(output, dataset.TRAIN_SPLIT)):
         if not overwrite:
-            raise ValueError("output %s already holds a dataset; pass overwrite=True "
-                             "(--overwrite) to replace it" % output)
+            raise OutputError("output %s already holds a dataset; pass overwrite=True "
+                              "(--overwrite) to replace it" % output)
         for d in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
             shutil.rmtree(os.path.join(output, d), ignore_errors=True)
     os.makedirs(output, exist_ok=True)

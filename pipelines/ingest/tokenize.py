@@ -32,7 +32,12 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+
+from lda_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from pipelines.ingest.phrases import PhraseTable
 
 logger = logging.getLogger(__name__)
 
@@ -43,38 +48,66 @@ MAX_TOKEN_LEN_LIMIT = 1000   # a sanity cap for max_len (the regex repeats {min,
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """How raw text becomes tokens (see the module docstring for the exact rules)."""
+    """How raw text becomes tokens (see the module docstring for the exact rules).
+
+    Beyond gensim's rules: ``token_pattern`` (a Python regular expression whose whole
+    matches are the tokens, in place of the default rule; ``min_len``/``max_len`` still
+    apply), ``segmenter`` (``"jieba"``/``"janome"``: Chinese/Japanese text is cut into words
+    first), ``phrases`` (a :class:`~pipelines.ingest.phrases.PhraseTable` applied to each
+    document's tokens before the stop words are removed) and ``tokenizer`` (a callable
+    ``text -> list of str`` replacing lower-casing, de-accenting, segmentation, the pattern
+    and the length filters; phrases and stop words still apply)."""
 
     lowercase: bool = True
     deaccent: bool = True
     min_len: int = TOKEN_MIN_LEN
     max_len: int = TOKEN_MAX_LEN
     stopwords: frozenset = field(default_factory=frozenset)
+    token_pattern: Optional[str] = None
+    segmenter: str = "none"
+    phrases: Optional["PhraseTable"] = None
+    tokenizer: Optional[Callable[[str], Sequence[str]]] = field(default=None, compare=False)
 
     def __post_init__(self):
         # accept any iterable of words for stopwords, store a frozenset (hashable, picklable)
         if not isinstance(self.stopwords, frozenset):
             object.__setattr__(self, "stopwords", frozenset(self.stopwords))
 
+    @property
+    def plain(self) -> bool:
+        """True when only gensim's rule applies (the fast batch path is exact)."""
+        return (self.token_pattern is None and self.segmenter == "none"
+                and self.tokenizer is None and not self.phrases)
+
     def validate(self) -> None:
         """Raise ValueError naming the field, its value and the allowed range."""
         for name in ("lowercase", "deaccent"):
             v = getattr(self, name)
             if not isinstance(v, bool):
-                raise ValueError("TokenizerConfig.%s must be True or False, got %r" % (name, v))
+                raise UsageError("TokenizerConfig.%s must be True or False, got %r" % (name, v))
         for name in ("min_len", "max_len"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError("TokenizerConfig.%s must be an integer, got %r" % (name, v))
+                raise UsageError("TokenizerConfig.%s must be an integer, got %r" % (name, v))
         if not 1 <= self.min_len <= MAX_TOKEN_LEN_LIMIT:
-            raise ValueError("TokenizerConfig.min_len must be in [1, %d], got %d"
+            raise UsageError("TokenizerConfig.min_len must be in [1, %d], got %d"
                              % (MAX_TOKEN_LEN_LIMIT, self.min_len))
         if not self.min_len <= self.max_len <= MAX_TOKEN_LEN_LIMIT:
-            raise ValueError("TokenizerConfig.max_len must be in [min_len=%d, %d], got %d"
+            raise UsageError("TokenizerConfig.max_len must be in [min_len=%d, %d], got %d"
                              % (self.min_len, MAX_TOKEN_LEN_LIMIT, self.max_len))
         for w in self.stopwords:
             if not isinstance(w, str):
-                raise ValueError("TokenizerConfig.stopwords must hold strings, got %r" % (w,))
+                raise UsageError("TokenizerConfig.stopwords must hold strings, got %r" % (w,))
+        if self.token_pattern is not None:
+            compiled_pattern(self.token_pattern)
+        if self.segmenter not in SEGMENTERS:
+            raise UsageError("--segmenter %r is not one of %s"
+                             % (self.segmenter, ", ".join(SEGMENTERS)))
+        if self.segmenter != "none":
+            segmenter_function(self.segmenter)
+        if self.tokenizer is not None and not callable(self.tokenizer):
+            raise UsageError("tokenizer must be a callable text -> list of tokens, got %r"
+                             % (self.tokenizer,))
 
 
 DEFAULT = TokenizerConfig()
@@ -94,7 +127,7 @@ def token_pattern(min_len: int, max_len: int, ascii_only: bool = False) -> "re.P
     the Unicode classes.
     """
     if min_len < 1 or max_len < min_len:
-        raise ValueError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
+        raise UsageError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
                          % (min_len, max_len))
     rest = "{%d,%d}" % (min_len - 1, max_len - 1)
     if ascii_only:
@@ -141,15 +174,37 @@ def deaccent(text: str) -> str:
 
 def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
     """Tokens of ``text`` under ``cfg`` (a list; order and repeats kept)."""
-    if not text:
-        return []
-    if cfg.lowercase:
-        text = text.lower()
-    tokens = _tokens_of_cased(text, cfg)
+    tokens = _doc_tokens(text, cfg)
     if cfg.stopwords:
         sw = cfg.stopwords
         tokens = [t for t in tokens if t not in sw]
     return tokens
+
+
+def _doc_tokens(text: str, cfg: TokenizerConfig) -> List[str]:
+    """Tokens of one text with phrases joined, stop words not removed."""
+    if not text:
+        return []
+    if cfg.tokenizer is not None:
+        tokens = _checked_tokens(cfg.tokenizer(text), cfg.tokenizer)
+    else:
+        if cfg.segmenter != "none":
+            text = segment(text, cfg.segmenter)
+        if cfg.lowercase:
+            text = text.lower()
+        tokens = _tokens_of_cased(text, cfg)
+    if cfg.phrases:
+        tokens = cfg.phrases.apply(tokens)
+    return tokens
+
+
+def _checked_tokens(tokens, fn) -> List[str]:
+    out = list(tokens)
+    for t in out:
+        if not isinstance(t, str):
+            raise UsageError("the tokenizer %s returned %r, not a string; it must return a "
+                             "list of str" % (callable_name(fn), t))
+    return [t for t in out if t]
 
 
 def _tokens_of_cased(text: str, cfg: TokenizerConfig) -> List[str]:
@@ -158,7 +213,65 @@ def _tokens_of_cased(text: str, cfg: TokenizerConfig) -> List[str]:
     if cfg.deaccent and not is_ascii:
         text = deaccent(text)
         is_ascii = text.isascii()
+    if cfg.token_pattern is not None:
+        lo, hi = cfg.min_len, cfg.max_len
+        return [t for t in (m.group(0) for m in
+                            compiled_pattern(cfg.token_pattern).finditer(text))
+                if lo <= len(t) <= hi]
     return token_pattern(cfg.min_len, cfg.max_len, is_ascii).findall(text)
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_pattern(pattern: str) -> "re.Pattern":
+    """``--token-pattern``, compiled; UsageError naming it when it is not a valid regex or
+    can match the empty string (every position would be a token)."""
+    try:
+        rx = re.compile(pattern)
+    except (re.error, TypeError) as e:
+        raise UsageError("--token-pattern %r is not a valid Python regular expression (%s)"
+                         % (pattern, e)) from e
+    if rx.fullmatch(""):
+        raise UsageError("--token-pattern %r matches the empty string; a token needs at "
+                         "least one character (e.g. use + rather than *)" % (pattern,))
+    return rx
+
+
+# ----------------------------------------------------------------------------- segmenters
+
+SEGMENTERS = ("none", "jieba", "janome")
+_SEGMENTER_PACKAGES = {"jieba": "jieba (Chinese)", "janome": "janome (Japanese)"}
+
+
+@functools.lru_cache(maxsize=4)
+def segmenter_function(name: str) -> Callable[[str], List[str]]:
+    """The word segmenter ``name``: text -> words. UsageError when its package is missing."""
+    try:
+        if name == "jieba":
+            import jieba
+            jieba.setLogLevel(logging.WARNING)
+            return jieba.lcut
+        if name == "janome":
+            from janome.tokenizer import Tokenizer
+            tok = Tokenizer(wakati=True)
+            return lambda text: list(tok.tokenize(text))
+    except ImportError as e:
+        raise UsageError("--segmenter %s needs the package %s: pip install 'ldabeam[cjk]'"
+                         % (name, _SEGMENTER_PACKAGES[name])) from e
+    raise UsageError("--segmenter %r is not one of %s" % (name, ", ".join(SEGMENTERS)))
+
+
+def segment(text: str, name: str) -> str:
+    """``text`` with the words of segmenter ``name`` separated by spaces (the token rule then
+    applies to each word; punctuation and spaces between words are dropped by it)."""
+    return " ".join(segmenter_function(name)(text))
+
+
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def has_cjk(text: str) -> bool:
+    """True when ``text`` holds Chinese, Japanese or Korean characters."""
+    return bool(text) and not text.isascii() and _CJK.search(text) is not None
 
 
 # ----------------------------------------------------------------------------- batches
@@ -228,6 +341,11 @@ def tokenize_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT):
     """
     import numpy as np
     import pyarrow as pa
+    if not cfg.plain:       # pattern, segmenter, phrases or a callable: document by document
+        per_doc = [_doc_tokens(t, cfg) for t in texts]
+        lens = np.fromiter((len(t) for t in per_doc), np.int64, len(per_doc))
+        return (pa.array([w for toks in per_doc for w in toks], pa.large_string()),
+                np.repeat(np.arange(len(per_doc), dtype=np.int64), lens))
     ascii_idx, ascii_texts, other_idx, other_tokens = [], [], [], []
     for i, text in enumerate(texts):
         if not text:
@@ -315,28 +433,44 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
 
 
 def load_stopwords(spec: Optional[str]) -> frozenset:
-    """Stop words from a spec.
+    """Stop words from a spec: one source, or several separated by commas, combined.
 
-    * ``None``, ``""`` or ``"none"``: no stop words;
+    A source is
+
+    * ``""`` or ``"none"``: no stop words;
     * ``"gensim"``: gensim's ``gensim.parsing.preprocessing.STOPWORDS`` (337 English words);
     * anything else: a path (local or Beam FileSystems URL) of a UTF-8 file with one word per
       line; blank lines and lines starting with ``#`` are ignored; words are lower-cased and
       stripped (so they match lower-cased tokens).
 
-    Raises ValueError (with the path) if the file is missing or unreadable.
+    ``"gensim,extra.txt"`` is the union of gensim's list and the file's words. A spec that is
+    itself an existing file is read as one path (so a file name holding a comma works).
+    Raises InputError (with the path) if a file is missing or unreadable.
     """
-    if spec is None or spec.strip() == "" or spec.strip().lower() == "none":
+    if spec is None:
         return frozenset()
-    if spec.strip().lower() == "gensim":
+    from pipelines.ingest.dataset import exists
+    parts = [spec] if "," in spec and exists(spec.strip()) else spec.split(",")
+    words = set()
+    for part in parts:
+        words |= _stopwords_of(part.strip())
+    return frozenset(words)
+
+
+def _stopwords_of(spec: str) -> frozenset:
+    if spec == "" or spec.lower() == "none":
+        return frozenset()
+    if spec.lower() == "gensim":
         from gensim.parsing.preprocessing import STOPWORDS
         return frozenset(STOPWORDS)
     from pipelines.ingest.text_sources import InputError, open_binary
     try:
         with open_binary(spec) as f:
             data = f.read()
-    except (OSError, IOError) as e:
-        raise InputError("stop-word file %s cannot be read (%s); expected 'none', 'gensim' or "
-                         "a file with one word per line" % (spec, e)) from e
+    except (OSError, IOError, ValueError) as e:
+        raise InputError("stop-word file %s cannot be read (%s); expected 'none', 'gensim', "
+                         "a file with one word per line, or several of them separated by "
+                         "commas" % (spec, e)) from e
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -358,3 +492,263 @@ def config_from_options(lowercase: bool = True, deaccent: bool = True,
                           max_len=max_len, stopwords=load_stopwords(stopwords))
     cfg.validate()
     return cfg
+
+
+# ----------------------------------------------------------------------------- records
+#
+# A tokenizer record is the part of a dataset manifest's ``settings`` (and of a model's
+# ``tokenizer.json``, copied from it by ``ldabeam train``) that says how raw text became the
+# vocabulary's tokens. It is data only: the stop words and the phrase table are stored as
+# lists, a custom tokenizer only by its name (never imported from a record).
+
+#: the keys of a tokenizer record
+RECORD_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "token_pattern",
+               "segmenter", "stopwords", "stopword_list", "phrases", "custom_tokenizer",
+               "tokens_from")
+TOKENS_FROM_TEXT = "text"
+TOKENS_FROM_BOW = "bag-of-words"
+UNKNOWN = "unknown"
+_BOW_FORMATS = ("uci", "ldac", "mm")
+
+
+def callable_name(fn) -> str:
+    """``module:qualname`` of an importable function, else ``"unknown"`` (a lambda, a local
+    function, a callable object, something defined in ``__main__``)."""
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None)
+    if not mod or not qual or "<" in qual or mod == "__main__":
+        return UNKNOWN
+    return "%s:%s" % (mod, qual)
+
+
+def tokenizer_record(cfg: TokenizerConfig, stopwords_spec: Optional[str] = None) -> dict:
+    """The record of ``cfg`` (``stopwords_spec``: the option the stop words came from)."""
+    return {"lowercase": cfg.lowercase, "deaccent": cfg.deaccent,
+            "min_token_len": cfg.min_len, "max_token_len": cfg.max_len,
+            "token_pattern": cfg.token_pattern, "segmenter": cfg.segmenter,
+            "stopwords": stopwords_spec, "stopword_list": sorted(cfg.stopwords),
+            "phrases": cfg.phrases.to_record() if cfg.phrases else None,
+            "custom_tokenizer": callable_name(cfg.tokenizer) if cfg.tokenizer else None,
+            "tokens_from": TOKENS_FROM_TEXT}
+
+
+def unknown_reason(settings) -> Optional[str]:
+    """Why a record does not say how its tokens were made (None: it does)."""
+    if settings is None or settings == UNKNOWN:
+        return "no tokenizer settings were recorded for it"
+    if not isinstance(settings, dict) or "lowercase" not in settings:
+        return "its tokenizer record is not a vectorize record"
+    if settings.get("tokens_from") == TOKENS_FROM_BOW or settings.get("format") in _BOW_FORMATS:
+        return ("its words come from a bag-of-words corpus (--format %s), tokenized "
+                "elsewhere" % settings.get("format", "uci/ldac/mm"))
+    return None
+
+
+def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
+                       where: str = "the tokenizer record") -> TokenizerConfig:
+    """The TokenizerConfig a known record describes, exactly; UsageError when it cannot be
+    reproduced here (a custom tokenizer not given, a segmenter not installed, a stop-word
+    file gone), InputError when it is malformed."""
+    from lda_core.errors import InputError
+    from pipelines.ingest.phrases import PhraseTable
+    custom = settings.get("custom_tokenizer")
+    if custom and tokenizer is None:
+        raise UsageError("%s: the model's tokens were made by the custom tokenizer %s, which "
+                         "cannot be run from a record; pass the same callable (Python: "
+                         "Preprocessor.from_model_dir(MODEL, tokenizer=FUNCTION))"
+                         % (where, custom))
+    if tokenizer is not None and not custom:
+        raise UsageError("%s records how the model's tokens were made; a tokenizer callable "
+                         "would not reproduce it: leave tokenizer out" % where)
+    if tokenizer is not None and custom not in (UNKNOWN, callable_name(tokenizer)):
+        logger.warning("%s: the model was trained with the tokenizer %s; using %s",
+                       where, custom, callable_name(tokenizer))
+    try:
+        if settings.get("stopword_list") is not None:
+            stop = frozenset(str(w) for w in settings["stopword_list"])
+        else:       # written before the list was recorded: the spec, read again
+            try:
+                stop = load_stopwords(settings.get("stopwords"))
+            except ValueError as e:
+                raise UsageError("%s names the stop words %r, which cannot be read here (%s); "
+                                 "restore that file or re-run `ldabeam vectorize` and train "
+                                 "again" % (where, settings.get("stopwords"), e)) from e
+        phrases = settings.get("phrases")
+        cfg = TokenizerConfig(
+            lowercase=settings["lowercase"], deaccent=settings.get("deaccent", True),
+            min_len=settings.get("min_token_len", TOKEN_MIN_LEN),
+            max_len=settings.get("max_token_len", TOKEN_MAX_LEN), stopwords=stop,
+            token_pattern=settings.get("token_pattern"),
+            segmenter=settings.get("segmenter") or "none",
+            phrases=PhraseTable.from_record(phrases, where) if phrases else None,
+            tokenizer=tokenizer)
+    except (KeyError, TypeError) as e:
+        raise InputError("%s is malformed (%s: %s); re-run `ldabeam train` (or `ldabeam "
+                         "vectorize`) to record it again" % (where, type(e).__name__, e)) from e
+    try:
+        cfg.validate()
+    except UsageError:
+        raise
+    except ValueError as e:
+        raise InputError("%s is malformed (%s)" % (where, e)) from e
+    return cfg
+
+
+def model_settings(model_dir: str):
+    """``(settings, where)`` of a model: ``MODEL_DIR/tokenizer.json`` (written by ``ldabeam
+    train``), else the manifest of the dataset its run log names; ``(None, ...)`` when
+    neither says."""
+    from pipelines.ingest import dataset
+    where = dataset.join(model_dir, dataset.TOKENIZER_FILE)
+    settings = dataset.read_tokenizer(model_dir)
+    if settings is None:
+        from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
+        log = dataset.join(model_dir, RUN_LOG_FILE)
+        if dataset.exists(log):
+            for rec in read_run_log(log, "start")[::-1]:
+                shards = (rec.get("run") or {}).get("shards")
+                if shards:
+                    settings = dataset.tokenizer_settings(shards)
+                    if settings is not None:
+                        where = "the manifest of %s" % shards
+                    break
+    return settings, where
+
+
+# ----------------------------------------------------------------------------- public API
+
+@dataclass
+class CountRows:
+    """Bags of words of texts through a vocabulary: ``rows[i]`` is ``(ids, counts)`` (int32,
+    ids ascending; empty when no token of text ``i`` is in the vocabulary)."""
+
+    rows: list
+    n_tokens: int          # tokens found in the vocabulary
+    unknown_tokens: int    # tokens not in it (dropped)
+
+    @property
+    def unknown_share(self) -> float:
+        total = self.n_tokens + self.unknown_tokens
+        return self.unknown_tokens / total if total else 0.0
+
+    def to_docbatch(self, doc_ids: Optional[Sequence[str]] = None):
+        """The rows as a :class:`lda_core.docbatch.DocBatch` (one document per text)."""
+        from lda_core.docbatch import DocBatch
+        return DocBatch.from_rows(self.rows, doc_ids=doc_ids)
+
+
+def vocabulary_index(vocab):
+    """A vocabulary (tokens in id order, a :class:`~pipelines.ingest.dataset.Vocabulary` or an
+    Arrow string array) as the Arrow array :func:`vocab_pairs` looks tokens up in; build it
+    once and pass it to :meth:`Preprocessor.count_rows` for many calls."""
+    import pyarrow as pa
+    if isinstance(vocab, pa.Array):
+        return vocab.cast(pa.large_string())
+    return pa.array(list(getattr(vocab, "tokens", vocab)), pa.large_string())
+
+
+def vocab_pairs(bc: BatchCounts, index):
+    """A batch's bags of words through a vocabulary ``index`` (:func:`vocabulary_index`):
+    ``(ptr, ids, counts, dropped)`` -- document ``d``'s known words are ``ids[ptr[d]:ptr[d +
+    1]]`` (int32, ascending) with ``counts`` (int32); ``dropped`` counts the unknown
+    tokens."""
+    import numpy as np
+    import pyarrow.compute as pc
+    n = bc.n_docs
+    gmap = pc.index_in(bc.tokens, value_set=index).fill_null(-1).to_numpy().astype(np.int64)
+    g = gmap[bc.ids]
+    doc = np.repeat(np.arange(n), np.diff(bc.ptr))
+    known = g >= 0
+    dropped = int(bc.counts[~known].sum())
+    g, c, doc = g[known], bc.counts[known], doc[known]
+    order = np.argsort((doc << 31) | g)       # by document, then id (ids < 2**31)
+    ptr = np.searchsorted(doc[order], np.arange(n + 1))
+    return ptr, g[order].astype(np.int32), c[order].astype(np.int32), dropped
+
+
+class Preprocessor:
+    """Raw text -> tokens -> bags of words, exactly as a dataset's or a model's recorded
+    preprocessing (token rule, stop words, segmenter, learned phrases, custom tokenizer).
+
+    The one way raw text is preprocessed for a trained model: ``ldabeam infer --input`` and
+    the Python API (``ldabeam.load(...).transform``) both build one with
+    :meth:`from_model_dir`. Recorded settings that cannot be reproduced here raise
+    UsageError; settings that were never recorded give the defaults with ``known`` False and
+    the reason in ``note`` (callers warn)."""
+
+    def __init__(self, config: TokenizerConfig = DEFAULT, known: bool = True, note: str = "",
+                 stopwords_spec: Optional[str] = None):
+        config.validate()
+        self.config = config
+        self.known = known
+        self.note = note
+        self._stopwords_spec = stopwords_spec
+
+    def __repr__(self):
+        return "Preprocessor(%r, known=%r)" % (self.config, self.known)
+
+    @classmethod
+    def from_settings(cls, settings, *, tokenizer: Optional[Callable] = None,
+                      where: str = "the tokenizer settings") -> "Preprocessor":
+        """From a tokenizer record (a manifest's ``settings``, ``tokenizer.json``'s
+        ``settings``; None or ``"unknown"``: not recorded)."""
+        reason = unknown_reason(settings)
+        if reason is not None:
+            cfg = TokenizerConfig(tokenizer=tokenizer) if tokenizer is not None else DEFAULT
+            return cls(cfg, known=False, note="%s: %s" % (where, reason))
+        return cls(config_from_record(settings, tokenizer, where), known=True,
+                   note=where, stopwords_spec=settings.get("stopwords"))
+
+    @classmethod
+    def from_json(cls, source, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """From a ``tokenizer.json`` (its path, local or a URL, or its parsed object): either
+        ``{"settings": RECORD, ...}`` as ``ldabeam train`` writes it, or a bare record."""
+        import json
+        from lda_core.errors import InputError
+        from pipelines.ingest import dataset
+        where = "tokenizer settings"
+        if isinstance(source, (str, bytes)) and not str(source).lstrip().startswith("{"):
+            where = str(source)
+            try:
+                with dataset.open_read(where) as f:
+                    source = f.read()
+            except OSError as e:
+                raise InputError("%s cannot be read (%s)" % (where, e)) from e
+        if isinstance(source, (str, bytes)):
+            try:
+                source = json.loads(source)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise InputError("%s is not UTF-8 JSON (%s); re-run `ldabeam train` to write "
+                                 "it again" % (where, e)) from e
+        settings = source.get("settings") if isinstance(source, dict) and "settings" in source \
+            else source
+        return cls.from_settings(settings, tokenizer=tokenizer, where=where)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str, *,
+                       tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """The preprocessing a model directory records (:func:`model_settings`)."""
+        settings, where = model_settings(model_dir)
+        return cls.from_settings(settings, tokenizer=tokenizer, where=where)
+
+    def record(self) -> dict:
+        """The tokenizer record of this preprocessing (what a dataset stores)."""
+        return tokenizer_record(self.config, self._stopwords_spec)
+
+    def tokens(self, text: str) -> List[str]:
+        """The tokens of one text (order kept; phrases joined; stop words removed)."""
+        return tokenize(text, self.config)
+
+    def count_batch(self, texts: Sequence[str]) -> BatchCounts:
+        """The bags of words of many texts over their own token list."""
+        return count_batch(list(texts), self.config)
+
+    def count_rows(self, texts: Sequence[str], vocab) -> CountRows:
+        """Bags of words of ``texts`` in a vocabulary's ids (tokens in id order, a
+        :class:`~pipelines.ingest.dataset.Vocabulary` or :func:`vocabulary_index`), one row
+        per text; unknown tokens are dropped and counted."""
+        import numpy as np
+        texts = list(texts)
+        ptr, ids, counts, dropped = vocab_pairs(self.count_batch(texts), vocabulary_index(vocab))
+        rows = [(ids[ptr[d]:ptr[d + 1]], counts[ptr[d]:ptr[d + 1]]) for d in range(len(texts))]
+        return CountRows(rows, int(np.sum(counts, dtype=np.int64)), dropped)

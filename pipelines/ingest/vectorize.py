@@ -38,14 +38,16 @@ import hashlib
 import logging
 import os
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
+from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
-from pipelines.ingest.tokenize import TokenizerConfig
+from lda_core.errors import UsageError
+from pipelines.ingest.tokenize import TOKENS_FROM_BOW, TokenizerConfig, tokenizer_record
 from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_record
 from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
                                                finish_manifest, write_vocabulary)
@@ -96,30 +98,42 @@ class VectorizeOptions:
     query: Optional[str] = None                # BigQuery standard SQL, read as one input
     overwrite: bool = False
     reshuffle: bool = True
+    # preprocessing (recorded in the settings by pipelines.ingest.tokenize.tokenizer_record)
+    token_pattern: Optional[str] = None        # regex of a token (default: gensim's rule)
+    segmenter: str = "none"                    # none | jieba | janome
+    learn_phrases: bool = False                # gensim Phrases learned on the train documents
+    phrases_min_count: int = 5
+    phrases_threshold: float = 10.0
+    phrases_scoring: str = "default"
+    phrases_sample: float = 1.0                # share of the train documents learned on
+    tokenizer: Optional[Callable] = None       # Python API: text -> tokens (recorded by name)
 
     def validate(self) -> None:
         if not self.output:
-            raise ValueError("--output is required: the dataset directory to write")
+            raise UsageError("--output is required: the dataset directory to write")
         if not self.inputs and not self.query:
-            raise ValueError("no --input given")
+            raise UsageError("no --input given")
         if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
+            raise UsageError("holdout_fraction must be in [0, 1), got %r" % self.holdout_fraction)
         for name in ("num_shards", "heldout_shards"):
             v = getattr(self, name)
             if not 0 <= v <= MAX_SHARDS:
-                raise ValueError("%s must be in [0, %d] (0: automatic), got %r"
+                raise UsageError("%s must be in [0, %d] (0: automatic), got %r"
                                  % (name, MAX_SHARDS, v))
         if self.min_article_tokens is not None and self.min_article_tokens < 0:
-            raise ValueError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
+            raise UsageError("min_article_tokens must be >= 0, got %r" % self.min_article_tokens)
         if self.encoding_errors not in ("strict", "replace", "ignore"):
-            raise ValueError("encoding_errors must be strict, replace or ignore, got %r"
+            raise UsageError("encoding_errors must be strict, replace or ignore, got %r"
                              % self.encoding_errors)
         import codecs
         try:
             codecs.lookup(self.encoding)
         except LookupError:
-            raise ValueError("unknown encoding %r" % self.encoding)
+            raise UsageError("unknown encoding %r" % self.encoding)
         self.tokenizer_config().validate()
+        if not 0.0 < self.phrases_sample <= 1.0:
+            raise UsageError("--phrases-sample must be a share of the train documents in "
+                             "(0, 1], got %r" % (self.phrases_sample,))
 
     def pruning_requested(self) -> bool:
         return (self.no_below is not None or self.no_above is not None or self.keep_n != -1
@@ -137,7 +151,8 @@ class VectorizeOptions:
     def tokenizer_config(self, stopwords: frozenset = frozenset()) -> TokenizerConfig:
         return TokenizerConfig(lowercase=self.lowercase, deaccent=self.deaccent,
                                min_len=self.min_token_len, max_len=self.max_token_len,
-                               stopwords=stopwords)
+                               stopwords=stopwords, token_pattern=self.token_pattern,
+                               segmenter=self.segmenter, tokenizer=self.tokenizer)
 
     def reader_options(self) -> dict:
         return dict(encoding=self.encoding, encoding_errors=self.encoding_errors,
@@ -158,7 +173,7 @@ def _settings_dict(opts: VectorizeOptions, inputs, vocab_source: str,
     s = asdict(opts)
     pruning = None if pruning is None else dict(asdict(pruning),
                                                 keep_tokens=list(pruning.keep_tokens))
-    for k in ("inputs", "output", "overwrite", "reshuffle"):
+    for k in ("inputs", "output", "overwrite", "reshuffle", "tokenizer"):
         s.pop(k)
     for k in ("no_below", "no_above", "keep_n", "keep_tokens"):
         s.pop(k)
@@ -190,8 +205,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
         return
     if not overwrite:
-        raise ValueError("output %s already holds a dataset; pass --overwrite to replace it "
-                         "or choose another --output" % output)
+        raise OutputError("output %s already holds a dataset; pass --overwrite to replace it "
+                          "or choose another --output" % output)
     if dataset.is_remote(output):
         from apache_beam.io.filesystems import FileSystems
         FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
@@ -210,7 +225,7 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     from pipelines.ingest import bigquery_source
     from pipelines.ingest import text_sources as ts
     if opts.format not in ts.FORMATS:
-        raise ValueError("unsupported --format %r (expected one of %s)"
+        raise UsageError("unsupported --format %r (expected one of %s)"
                          % (opts.format, ", ".join(ts.FORMATS)))
     bq = [i for i in opts.inputs if bigquery_source.is_bigquery(i)]
     if opts.query:
@@ -224,15 +239,23 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     inputs = ts.expand_inputs(files, opts.format) if files else []
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
-        raise ValueError("the inputs %s match no file" % ", ".join(opts.inputs))
+        raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
+    for path, _ in inputs:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:         # os.fsdecode kept undecodable bytes as surrogates
+            raise InputError("input file name %s is not valid UTF-8 (document ids and the "
+                             "manifest are UTF-8); rename the file, e.g. convmv -f latin1 -t "
+                             "utf-8 --notest FILE" % path.encode("utf-8", "surrogateescape")
+                             .decode("utf-8", "backslashreplace")) from None
     fmts = {f for _, f in inputs}
     if fmts & set(BOW_FORMATS):
         if len(inputs) != 1:
-            raise ValueError("bag-of-words input (%s) must be a single corpus file, got %d "
+            raise UsageError("bag-of-words input (%s) must be a single corpus file, got %d "
                              "inputs: %s" % ("/".join(sorted(fmts)), len(inputs),
                                              ", ".join(p for p, _ in inputs)))
     if fmts & set(BOW_FORMATS) and BIGQUERY_FORMAT in fmts:
-        raise ValueError("a bag-of-words corpus cannot be mixed with BigQuery input")
+        raise UsageError("a bag-of-words corpus cannot be mixed with BigQuery input")
     for path, fmt in [i for i in inputs if i[1] != BIGQUERY_FORMAT][:PREFLIGHT_INPUTS]:
         preflight(path, fmt, opts.reader_options(), opts.vocab)
     return inputs
@@ -282,8 +305,10 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
         stats_parts.append(remapped[STATS])
         vocab_source = "bag-of-words vocabulary" + (" (pruned)" if settings else "")
         pruning = settings
+        record = {"tokens_from": TOKENS_FROM_BOW}
     else:
-        cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+        cfg = tokenizer_with_phrases(opts, inputs)
+        record = tokenizer_record(cfg, opts.stopwords)
         min_tokens = {i: opts.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
         items, dead, st = read_text_items(p, opts, inputs)
         stats_parts.extend(st)
@@ -319,6 +344,7 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
     stats = (tuple(stats_parts) | "AllStats" >> beam.Flatten()
              | "SumStats" >> beam.CombinePerKey(sum))
     settings = _settings_dict(opts, inputs, vocab_source, pruning)
+    settings.update(record)
     return (p | "Start" >> beam.Impulse()
             | "Manifest" >> beam.Map(finish_manifest, AsDict(stats), AsList(shards),
                                      AsSingleton(vocab_info), AsSingleton(dead_info),
@@ -372,6 +398,28 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     if len(items) == 1:
         return items[0], dead, stats
     return tuple(items) | "AllItems" >> beam.Flatten(), dead, stats
+
+
+def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
+    """The TokenizerConfig of ``opts``; with ``learn_phrases`` the phrases are learned first,
+    on the driver, from the documents that go to the train split (all of them, or the seeded
+    ``phrases_sample`` share: :func:`pipelines.ingest.phrases.training_token_lists`)."""
+    cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+    if not opts.learn_phrases:
+        return cfg
+    from dataclasses import replace
+    from pipelines.ingest.phrases import learn_phrases, training_token_lists
+    counts = {}
+    token_lists = training_token_lists(
+        inputs, opts.reader_options(), cfg, [opts.min_tokens_for(f) for _, f in inputs],
+        opts.holdout_fraction, opts.seed, opts.phrases_sample, counts)
+    learned_on = ("train documents" if opts.phrases_sample >= 1.0 else
+                  "a seeded %.3g share of the train documents" % opts.phrases_sample)
+    table = learn_phrases(token_lists, opts.phrases_min_count, opts.phrases_threshold,
+                          opts.phrases_scoring, stopwords=cfg.stopwords, learned_on=learned_on)
+    logger.info("phrases: %d learned from %d %s (%d tokens)", len(table),
+                counts.get("documents", 0), learned_on, counts.get("tokens", 0))
+    return replace(cfg, phrases=table)
 
 
 def _load_stopwords(spec):
@@ -433,4 +481,9 @@ def summary(manifest: dict, output: str) -> str:
            ", dead letters in %s" % ", ".join(manifest["deadletter"]["files"])
            if manifest["deadletter"]["files"] else ""),
     ]
+    if c.get("empty_cjk_documents"):
+        lines.append("warning: %d documents with Chinese, Japanese or Korean text gave no token "
+                     "(unsegmented runs are longer than --max-token-len): pass --segmenter "
+                     "jieba (Chinese) or janome (Japanese) and --min-token-len 1"
+                     % c["empty_cjk_documents"])
     return "\n".join(lines)

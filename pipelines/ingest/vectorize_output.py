@@ -16,6 +16,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
+from lda_core.errors import LdaBeamError
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize_steps import NAMESPACE
 from pipelines.ingest.vocabulary import record_to_vocabulary
@@ -150,8 +151,9 @@ def _write_deadletters(records: list, output: str) -> dict:
     return {"count": len(records), "files": files}
 
 
-class LostDocumentsError(RuntimeError):
-    """Documents were read but neither written nor counted as dropped."""
+class LostDocumentsError(LdaBeamError, RuntimeError):
+    """Documents were read but neither written nor counted as dropped: an internal error (the
+    pipeline or its runner lost rows; nothing the user's input can cause or fix)."""
 
 
 def check_accounted(counts, output: str, stats: Optional[dict] = None) -> None:
@@ -251,6 +253,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         "dead_letters": dead_info["count"],
         "oov_tokens_dropped": stats.get("oov_tokens_dropped", 0),
         "replaced_characters": stats.get("replaced_characters", 0),
+        "empty_cjk_documents": stats.get("empty_cjk_documents", 0),
     }
     check_accounted(counts, output, stats)
     try:

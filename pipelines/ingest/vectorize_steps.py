@@ -18,7 +18,8 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.ingest import dataset
-from pipelines.ingest.tokenize import BatchCounts, TokenizerConfig, count_batch
+from pipelines.ingest.tokenize import (BatchCounts, TokenizerConfig, count_batch, has_cjk,
+                                       vocab_pairs, vocabulary_index)
 from pipelines.ingest.vocabulary import TokenStatsAccumulator
 
 logger = logging.getLogger(__name__)
@@ -147,8 +148,7 @@ def _subset_counts(bc: BatchCounts, keep: np.ndarray) -> BatchCounts:
 
 def vocabulary_lookup(tokens: Sequence[str]):
     """The ``index`` argument of :func:`counts_to_rows` for a vocabulary in id order."""
-    import pyarrow as pa
-    return pa.array(list(tokens), pa.large_string())
+    return vocabulary_index(tokens)
 
 
 def packed_strings(arr) -> Tuple[bytes, bytes]:
@@ -224,19 +224,10 @@ def counts_to_rows(metas: Sequence[tuple], bc: BatchCounts, index):
     dropped tokens, documents left empty)``: a row's ids ascend; a document with no token in
     the vocabulary has no row.
     """
-    import pyarrow.compute as pc
     n = bc.n_docs
-    gmap = pc.index_in(bc.tokens, value_set=index).fill_null(-1).to_numpy().astype(np.int64)
-    g = gmap[bc.ids]
-    doc = np.repeat(np.arange(n), np.diff(bc.ptr))
-    known = g >= 0
-    dropped = int(bc.counts[~known].sum())
-    g, c, doc = g[known], bc.counts[known], doc[known]
-    order = np.argsort((doc << 31) | g)       # by document, then id (ids < 2**31)
-    g = g[order].astype(np.int32)
-    c = c[order].astype(np.int32)
-    doc = doc[order]
-    ptr = np.searchsorted(doc, np.arange(n + 1)).tolist()
+    ptr, g, c, dropped = vocab_pairs(bc, index)
+    doc = np.repeat(np.arange(n), np.diff(ptr))
+    ptr = ptr.tolist()
     totals = np.bincount(doc, weights=c, minlength=n).astype(np.int64).tolist()
     wb, cb = g.tobytes(), c.tobytes()
     rows, empty = [], 0
@@ -345,6 +336,9 @@ class _TokenizeFn(CountingDoFn):
         keep = ~(empty | short)
         self._count("empty_documents", int(empty.sum()))
         self._count("too_short", int(short.sum()))
+        if empty.any():   # unsegmented Chinese/Japanese runs are longer than any token
+            self._count("empty_cjk_documents",
+                        sum(1 for t, e in zip(texts, empty.tolist()) if e and has_cjk(t)))
         if not keep.any():
             return
         kept = [m for m, k in zip(metas, keep.tolist()) if k]

@@ -40,6 +40,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 
+from lda_core.errors import UsageError
 from pipelines.ingest.dataset import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -65,15 +66,15 @@ class PruneSettings:
     def validate(self) -> None:
         if isinstance(self.no_below, bool) or not isinstance(self.no_below, (int, np.integer)) \
                 or self.no_below < 0:
-            raise ValueError("no_below must be an integer >= 0 (a minimum document count), "
+            raise UsageError("no_below must be an integer >= 0 (a minimum document count), "
                              "got %r" % (self.no_below,))
         if not isinstance(self.no_above, (int, float)) or not 0.0 <= self.no_above <= 1.0:
-            raise ValueError("no_above must be a fraction of documents in [0, 1], got %r"
+            raise UsageError("no_above must be a fraction of documents in [0, 1], got %r"
                              % (self.no_above,))
         if self.keep_n is not None and (isinstance(self.keep_n, bool) or
                                         not isinstance(self.keep_n, (int, np.integer)) or
                                         self.keep_n < 0):
-            raise ValueError("keep_n must be None or an integer >= 0, got %r" % (self.keep_n,))
+            raise UsageError("keep_n must be None or an integer >= 0, got %r" % (self.keep_n,))
 
     @classmethod
     def no_pruning(cls) -> "PruneSettings":

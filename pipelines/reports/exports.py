@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def to_gensim(algo, vocab: dataset.Vocabulary):
     """A ``gensim.models.LdaModel`` holding this model's λ, α and η (module docstring)."""
     from gensim.models import LdaModel
     if len(vocab) != algo.n_words:
-        raise ValueError("vocabulary has %d words but the model has V=%d"
+        raise InputError("vocabulary has %d words but the model has V=%d"
                          % (len(vocab), algo.n_words))
     K = algo.n_topics
     lam = model_lambda(algo)
@@ -106,9 +107,9 @@ def pyldavis_data(algo, vocab: dataset.Vocabulary, docs: DocBatch,
     given); documents with no token are left out (pyLDAvis weighs topics by doc length)."""
     docs = docs.non_empty()
     if docs.n_docs == 0:
-        raise ValueError("pyLDAvis data needs at least one non-empty document")
+        raise InputError("pyLDAvis data needs at least one non-empty document")
     if docs.max_word_id() >= algo.n_words:
-        raise ValueError("word id %d is outside the model's vocabulary of %d words"
+        raise InputError("word id %d is outside the model's vocabulary of %d words"
                          % (docs.max_word_id(), algo.n_words))
     phi = np.asarray(algo.topic_word(), np.float64)
     theta = np.asarray(algo.infer(docs) if doc_topic is None else doc_topic, np.float64)
@@ -176,7 +177,7 @@ def load_pyldavis(out_dir: str) -> Dict[str, Any]:
 def sample_docs(files: Sequence[str], max_docs: int) -> DocBatch:
     """The first ``max_docs`` documents of the shards (file order)."""
     if max_docs < 1:
-        raise ValueError("max_docs=%r is outside the allowed range [1, inf)" % max_docs)
+        raise UsageError("max_docs=%r is outside the allowed range [1, inf)" % max_docs)
     parts, n = [], 0
     for b in dataset.iter_shard_batches(files, batch_size=min(4096, max_docs)):
         take = min(b.n_docs, max_docs - n)
@@ -185,7 +186,7 @@ def sample_docs(files: Sequence[str], max_docs: int) -> DocBatch:
         if n >= max_docs:
             break
     if not parts:
-        raise ValueError("no documents in %s" % ", ".join(files))
+        raise InputError("no documents in %s" % ", ".join(files))
     return DocBatch.concat(parts)
 
 

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -74,22 +75,22 @@ def read_labels(model_dir: str) -> Dict[int, str]:
         try:
             raw = json.loads(f.read().decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError("%s is not JSON: %s" % (path, e))
+            raise InputError("%s is not JSON: %s" % (path, e))
     if not isinstance(raw, dict):
-        raise ValueError("%s must be a JSON object {\"topic\": \"label\"}" % path)
+        raise InputError("%s must be a JSON object {\"topic\": \"label\"}" % path)
     out = {}
     for k, v in raw.items():
         try:
             out[int(k)] = str(v)
         except ValueError:
-            raise ValueError("%s: topic %r is not an integer" % (path, k))
+            raise InputError("%s: topic %r is not an integer" % (path, k))
     return out
 
 
 def write_labels(model_dir: str, labels: Dict[int, str], n_topics: int) -> str:
     for k in labels:
         if not 0 <= k < n_topics:
-            raise ValueError("topic %d is outside the model's topics [0, %d)" % (k, n_topics))
+            raise UsageError("topic %d is outside the model's topics [0, %d)" % (k, n_topics))
     path = labels_path(model_dir)
     data = {str(k): labels[k] for k in sorted(labels)}
     dataset.write_bytes_atomic(path, (json.dumps(data, indent=1, ensure_ascii=False)
@@ -204,7 +205,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
         evolution_topics = [int(k) for k in order[:n_evolution]]
     for k in evolution_topics:
         if not 0 <= k < K:
-            raise ValueError("--topic %d is outside the model's topics [0, %d)" % (k, K))
+            raise UsageError("--topic %d is outside the model's topics [0, %d)" % (k, K))
     data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics),
                                         until_step=int(state.step))
     return data
@@ -425,7 +426,7 @@ def render(data: Dict[str, Any], template: str = TEMPLATE) -> str:
     try:
         return _substitute(tpl, data, payload, sample)
     except (KeyError, ValueError) as e:
-        raise ValueError("report template %s: bad or unknown placeholder %s (known: title, "
+        raise InputError("report template %s: bad or unknown placeholder %s (known: title, "
                          "model, generated, summary_rows, heldout_plot, heldout_rows, "
                          "evolution, topics_plot, topic_rows, health, sample, data_json)"
                          % (template, e))

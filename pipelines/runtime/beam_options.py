@@ -22,15 +22,90 @@ temp_location, flink_master, ...) unchanged; see docs/beam-training.md.
 """
 from __future__ import annotations
 
+import argparse
+import difflib
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
+
+from lda_core.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
 RUNNERS = ("DirectRunner", "FnApiRunner", "PortableRunner", "DataflowRunner", "FlinkRunner",
            "SparkRunner", "PrismRunner")
+
+
+class _OptionParser(argparse.ArgumentParser):
+    """A parser Beam's option classes can declare themselves on (``_add_argparse_args`` calls
+    ``add_value_provider_argument`` besides ``add_argument``) and whose errors are
+    :class:`UsageError` instead of an exit."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.names: List[str] = []          # every option string declared
+
+    def add_argument(self, *args, **kwargs):
+        self.names += [a for a in args if isinstance(a, str) and a.startswith("--")]
+        return super().add_argument(*args, **kwargs)
+
+    def add_value_provider_argument(self, *args, **kwargs):
+        return self.add_argument(*args, **kwargs)
+
+    def error(self, message):
+        raise UsageError("Beam pipeline options: %s" % message)
+
+
+def _beam_option_parser() -> _OptionParser:
+    """Every pipeline option Beam registers (each subclass of ``PipelineOptions`` declares its
+    own with ``_add_argparse_args``, as Beam itself gathers them)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    parser = _OptionParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+    classes, todo = set(), [PipelineOptions]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in classes:
+                classes.add(sub)
+                todo.append(sub)
+    for cls in sorted(classes, key=lambda c: (c.__module__, c.__name__)):
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean --X?)`` for the candidate option closest to ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return " (did you mean %s?)" % close[0] if close else ""
+
+
+def check_unknown_options(command: str, argv: Sequence[str], ours: Iterable[str],
+                          beam: bool) -> None:
+    """:class:`UsageError` for the first argument of ``argv`` (what the ``command``'s own parser
+    left) that is neither one of ``ours`` (the command's option strings) nor, when the command
+    runs Beam pipelines (``beam``), a registered Beam pipeline option; with the closest known
+    option as a suggestion (ours first). Beam would only warn and run on with its default."""
+    argv = list(argv or ())
+    if not argv:
+        return
+    ours = [o for o in ours if o.startswith("--")]
+    unknown = argv
+    beam_names: List[str] = []
+    if beam:
+        parser = _beam_option_parser()
+        beam_names = parser.names
+        _, unknown = parser.parse_known_args(argv)
+    for arg in unknown:
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            hint = suggest(name, ours) or suggest(name, beam_names)
+            raise UsageError("unknown option %s%s: not an option of ldabeam %s%s (see `ldabeam "
+                             "%s --help`)" % (name, hint, command,
+                                              " nor a Beam pipeline option" if beam else "",
+                                              command))
+    if unknown:
+        raise UsageError("unexpected argument %r; ldabeam %s takes options only (see `ldabeam "
+                         "%s --help`)" % (unknown[0], command, command))
 
 
 def _strip_option(argv: List[str], name: str) -> Optional[str]:
@@ -119,7 +194,7 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
     if runner.lower() in ("direct", "directrunner"):
         runner = "DirectRunner"
     if runner not in RUNNERS:
-        raise ValueError("unknown Beam runner %r; choose one of %s (or --runner inprocess for "
+        raise UsageError("unknown Beam runner %r; choose one of %s (or --runner inprocess for "
                          "the in-process trainer)" % (runner, ", ".join(RUNNERS)))
     if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check"))
                for a in argv):
@@ -130,12 +205,12 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
     if runner in ("DirectRunner", "FnApiRunner"):
         mode = _strip_option(argv, "direct_running_mode") or "in_memory"
         if mode not in ("in_memory", "multi_threading", "multi_processing"):
-            raise ValueError("--direct_running_mode must be in_memory, multi_threading or "
+            raise UsageError("--direct_running_mode must be in_memory, multi_threading or "
                              "multi_processing, got %r" % mode)
         nw = _strip_option(argv, "direct_num_workers")
         n = int(nw) if nw is not None else (1 if mode == "in_memory" else (os.cpu_count() or 1))
         if n < 1:
-            raise ValueError("--direct_num_workers must be >= 1, got %d" % n)
+            raise UsageError("--direct_num_workers must be >= 1, got %d" % n)
         if mode == "in_memory" and n > 1:
             # in_memory with N > 1 only splits every stage over N threads of this process;
             # the numba kernel already uses the cores, so that would only add overhead
@@ -146,7 +221,7 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
         cfg.running_mode, cfg.num_workers = mode, n
     elif runner == "PortableRunner":
         if not any(a.startswith("--job_endpoint") for a in argv):
-            raise ValueError("--runner PortableRunner needs --job_endpoint=HOST:PORT (for a local "
+            raise UsageError("--runner PortableRunner needs --job_endpoint=HOST:PORT (for a local "
                              "test: python -m apache_beam.runners.portability."
                              "local_job_service_main --port N)")
         if not any(a.startswith("--environment_type") for a in argv):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from lda_core.errors import DataIntegrityError, UsageError
 from pipelines.ingest import dataset
 
 
@@ -33,7 +34,7 @@ def open_model(model: str) -> OpenedModel:
     from lda_core.storage.checkpoint import CheckpointStore
     from lda_core.storage.state import TopicState
     if not model:
-        raise ValueError("--model MODEL_DIR is required")
+        raise UsageError("--model MODEL_DIR is required")
     if not dataset.isdir(model):        # local, or an object-store URL (gs://, s3://, ...)
         raise FileNotFoundError("model directory %s does not exist" % model)
     if dataset.exists(dataset.join(model, "state.json")):
@@ -52,11 +53,11 @@ def open_model(model: str) -> OpenedModel:
     if dataset.exists(vpath):
         vocab = dataset.Vocabulary.read(vpath)
         if state.vocab_hash and vocab.hash != state.vocab_hash:
-            raise ValueError("%s has vocabulary hash %s but the model was trained with %s"
-                             % (vpath, vocab.hash, state.vocab_hash))
+            raise DataIntegrityError("%s has vocabulary hash %s but the model was trained with %s"
+                                     % (vpath, vocab.hash, state.vocab_hash))
         if len(vocab) != state.n_words:
-            raise ValueError("%s has %d words but the model has V=%d"
-                             % (vpath, len(vocab), state.n_words))
+            raise DataIntegrityError("%s has %d words but the model has V=%d"
+                                     % (vpath, len(vocab), state.n_words))
     else:
         vpath = None
     return OpenedModel(path, state, model_dir, vocab, vpath)

@@ -57,6 +57,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from lda_core.errors import InputError, UsageError
 from lda_core.training import session as _session
 from pipelines.streaming.stream_parse import ParseConfig, dead_letter, parse_document
 
@@ -81,7 +82,7 @@ class ParseDocumentsFn(beam.DoFn):
         from pipelines.ingest.tokenize import TokenizerConfig
         vocab = dataset.Vocabulary.read(self.cfg.vocab_path)
         if len(vocab) != self.cfg.n_words:
-            raise ValueError("vocabulary %s has %d words, the model %d"
+            raise InputError("vocabulary %s has %d words, the model %d"
                              % (self.cfg.vocab_path, len(vocab), self.cfg.n_words))
         self.index = vocab.index
         self.tokenizer = TokenizerConfig(lowercase=self.cfg.lowercase,
@@ -145,13 +146,13 @@ class StreamTrain(beam.PTransform):
         super().__init__()
         self.files = files
         if order not in ORDERS:
-            raise ValueError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
+            raise UsageError("order=%r is not allowed; choose one of %s" % (order, ORDERS))
         self.order = order
         if not window_seconds > 0:
-            raise ValueError("window_seconds=%r is outside the allowed range (0, inf)"
+            raise UsageError("window_seconds=%r is outside the allowed range (0, inf)"
                              % (window_seconds,))
         if not allowed_lateness >= 0:
-            raise ValueError("allowed_lateness=%r is outside the allowed range [0, inf)"
+            raise UsageError("allowed_lateness=%r is outside the allowed range [0, inf)"
                              % (allowed_lateness,))
         self.model_dir, self.parse, self.window_seconds = model_dir, parse, window_seconds
         self.allowed_lateness, self.keep_last = allowed_lateness, keep_last
@@ -267,13 +268,13 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if store.latest_checkpoint() is not None:
         m = open_model(model_dir)
         if topics is not None and topics != m.state.n_topics:
-            raise ValueError("--topics %d differs from the model's K=%d" % (topics,
+            raise UsageError("--topics %d differs from the model's K=%d" % (topics,
                                                                              m.state.n_topics))
         if m.vocab is None:
             raise FileNotFoundError("%s has checkpoints but no vocab.tsv" % model_dir)
         return m.algorithm(), model_vocab
     if topics is None or vocab_path is None:
-        raise ValueError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
+        raise UsageError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
     vocab = dataset.Vocabulary.read(vocab_path)
     from pipelines.training.algorithm_options import build_algorithm
@@ -281,7 +282,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
     if _session.is_sequential(algo):
-        raise ValueError("algorithm %s is a stream-order sampler; the streaming job needs a "
+        raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
     if not dataset.is_remote(model_dir):

@@ -29,7 +29,7 @@ class ParseConfig:
     """How a JSON document becomes a bag of words of the model's vocabulary."""
     vocab_path: str                    # vocab.tsv of the model (fixed vocabulary)
     n_words: int
-    id_field: str = "doc_id"
+    id_field: str = "id"
     text_field: str = "text"
     lowercase: bool = True
     deaccent: bool = True
@@ -57,7 +57,7 @@ def parse_document(raw, index: Optional[Dict[str, int]], cfg: ParseConfig,
     obj, raw, bad = _json_object(raw)
     if bad is not None:
         return None, bad, 0
-    did = obj.get(cfg.id_field, obj.get("id"))
+    did = next((obj[k] for k in (cfg.id_field, "id", "doc_id") if obj.get(k) is not None), None)
     if did is None or (isinstance(did, str) and not did.strip()) or isinstance(did, (dict, list)):
         return None, dead_letter("stream", "no document id (field %r)" % cfg.id_field, raw), 0
     try:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict
 
+from lda_core.errors import UsageError
+from lda_core.resources import check_state_memory
+
 # The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
 # passes"): on the real corpora measured (the bundled sample, KOS, NIPS, 20 Newsgroups x16)
 # SCVB0 reached online VB's best held-out score sooner and went on to a better one, with no
@@ -132,13 +135,14 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
         why = NOT_APPLICABLE.get(name, {}).get(kwname)
         if (kwname not in params and not var_kw) or why:
             hint = why or HINTS.get((name, dest))
-            raise ValueError("--%s does not apply to algorithm %s%s"
+            raise UsageError("--%s does not apply to algorithm %s%s"
                              % (_opt(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
     _check_combinations(name, given, kw)
+    check_state_memory(n_topics, n_words)      # before the constructor allocates K x V
     try:
         return cls(n_topics, n_words, **kw)
-    except ValueError as e:
+    except UsageError as e:
         raise _name_option(e, given) from None
 
 
@@ -149,18 +153,18 @@ def _opt(dest: str) -> str:
 def _check_combinations(name: str, given: Dict[str, Any], kw: Dict[str, Any]) -> None:
     """Options that only mean something together (errors name them)."""
     if "init_docs" in given and "init_fraction" in given:
-        raise ValueError("--init-docs and --init-fraction both size the batch prefix of %s: "
+        raise UsageError("--init-docs and --init-fraction both size the batch prefix of %s: "
                          "give one of them" % name)
     if "rejuvenation_decay" in given and given.get("rejuvenation_schedule") != "decay":
-        raise ValueError("--rejuvenation-decay applies only with --rejuvenation-schedule decay "
+        raise UsageError("--rejuvenation-decay applies only with --rejuvenation-schedule decay "
                          "(algorithm %s)" % name)
     if "init_sweeps" in given and name != "o-lda" and not (
             given.get("init_docs") or given.get("init_fraction")):
-        raise ValueError("--init-sweeps does not apply to algorithm %s without a batch prefix "
+        raise UsageError("--init-sweeps does not apply to algorithm %s without a batch prefix "
                          "(give --init-docs or --init-fraction)" % name)
 
 
-def _name_option(err: ValueError, given: Dict[str, Any]) -> ValueError:
+def _name_option(err: UsageError, given: Dict[str, Any]) -> UsageError:
     """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
     command-line option that set that keyword."""
     import re
@@ -173,7 +177,7 @@ def _name_option(err: ValueError, given: Dict[str, Any]) -> ValueError:
             best = (m.start(), dest, v)
     if best is None:
         return err
-    return ValueError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
+    return UsageError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
 
 
 def _accepted(cls) -> Dict[str, Any]:

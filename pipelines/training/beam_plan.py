@@ -13,6 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError
 
 logger = logging.getLogger("pipelines.training.beam_train")
 
@@ -127,7 +128,8 @@ def read_task(task: ReadTask) -> DocBatch:
     for path, rows in task.parts:
         shard = _read_shard_cached(path)
         if len(rows) and int(np.max(rows)) >= shard.n_docs:
-            raise ValueError("shard %s has %d rows but the plan needs row %d (was it rewritten "
-                             "during training?)" % (path, shard.n_docs, int(np.max(rows))))
+            raise DataIntegrityError(
+                "shard %s has %d rows but the plan needs row %d (was it rewritten "
+                "during training?)" % (path, shard.n_docs, int(np.max(rows))))
         parts.append(gather(shard, rows))
     return parts[0] if len(parts) == 1 else DocBatch.concat(parts)

@@ -58,6 +58,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from lda_core.errors import UsageError
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from lda_core.training import session as _session
@@ -251,9 +252,9 @@ def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, 
 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     if not model_dir:
-        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+        raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not _session.is_sequential(algorithm):
-        raise ValueError("%s is a local/global-step algorithm: its Beam trainer is "
+        raise UsageError("%s is a local/global-step algorithm: its Beam trainer is "
                          "pipelines.training.beam_train" % getattr(algorithm, "name", algorithm))
     return check_shards(algorithm, files)
 
@@ -263,19 +264,19 @@ def _check_settings(algorithm, passes, batch_size, minibatches_per_window, check
     gibbs = _session.whole_corpus(algorithm)
     for name, v in (("passes", passes), ("batch_size", batch_size)):
         if int(v) < 1:
-            raise ValueError("%s must be >= 1, got %r" % (name, v))
+            raise UsageError("%s must be >= 1, got %r" % (name, v))
     if not gibbs and int(passes) != 1:
-        raise ValueError("%s consumes the documents as a stream, each once: passes must be 1 "
+        raise UsageError("%s consumes the documents as a stream, each once: passes must be 1 "
                          "(got %d)" % (algorithm.name, passes))
     if minibatches_per_window is not None:
         if gibbs:
-            raise ValueError("minibatches_per_window does not apply to algorithm gibbs (its "
+            raise UsageError("minibatches_per_window does not apply to algorithm gibbs (its "
                              "sweeps run as one window)")
         if int(minibatches_per_window) < 1:
-            raise ValueError("minibatches_per_window must be >= 1, got %r"
+            raise UsageError("minibatches_per_window must be >= 1, got %r"
                              % (minibatches_per_window,))
     if int(checkpoint_every) < 0 or int(eval_every) < 0:
-        raise ValueError("checkpoint_every and eval_every must be >= 0")
+        raise UsageError("checkpoint_every and eval_every must be >= 0")
 
 
 def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
@@ -311,7 +312,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     start_ckpt: Optional[str] = None
     if resume:
         if gibbs:
-            raise ValueError("resume is not available for the batch Gibbs sampler (gibbs); "
+            raise UsageError("resume is not available for the batch Gibbs sampler (gibbs); "
                              "train again with more sweeps")
         algorithm, position, start_ckpt = resume_from_latest(checkpoint_store, algorithm, vh,
                                                              position)

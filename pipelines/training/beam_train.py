@@ -61,6 +61,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from lda_core.errors import InputError, UsageError
 from lda_core.training import session as _session
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
@@ -97,13 +98,13 @@ class BeamTrainResult(TrainResult):
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
     from lda_core.algorithms.algorithm import StochasticAlgorithm
     if not model_dir:
-        raise ValueError("--output MODEL_DIR is required (the model directory to write)")
+        raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not isinstance(algorithm, StochasticAlgorithm):
-        raise ValueError("the Beam trainer runs local/global-step algorithms; %s is a "
+        raise UsageError("the Beam trainer runs local/global-step algorithms; %s is a "
                          "stream-order sampler: use --runner inprocess"
                          % getattr(algorithm, "name", type(algorithm).__name__))
     if _session.accumulates_passes(algorithm):
-        raise ValueError("%s applies one global step per pass; the Beam trainer runs "
+        raise UsageError("%s applies one global step per pass; the Beam trainer runs "
                          "minibatch algorithms only: use --runner inprocess"
                          % getattr(algorithm, "name", type(algorithm).__name__))
     return check_shards(algorithm, files)
@@ -120,7 +121,7 @@ def check_shards(algorithm, files: Sequence[str]):
     vh = dataset.check_vocab_hash(files, getattr(algorithm, "vocab_hash", None))
     sizes = shard_row_counts(files)
     if sum(sizes) == 0:
-        raise ValueError("the shards %s hold no documents" % ", ".join(files[:3]))
+        raise InputError("the shards %s hold no documents" % ", ".join(files[:3]))
     return files, sizes, vh
 
 
@@ -194,13 +195,13 @@ def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
                     detach: bool) -> None:
     for name, v in (("passes", passes), ("batch_size", batch_size)):
         if int(v) < 1:
-            raise ValueError("%s must be >= 1, got %r" % (name, v))
+            raise UsageError("%s must be >= 1, got %r" % (name, v))
     if minibatches_per_window is not None and not (1 <= int(minibatches_per_window)
                                                    <= MAX_WINDOW):
-        raise ValueError("minibatches_per_window must be in [1, %d], got %r"
+        raise UsageError("minibatches_per_window must be in [1, %d], got %r"
                          % (MAX_WINDOW, minibatches_per_window))
     if detach and not unroll:
-        raise ValueError("--detach runs the window as one unrolled pipeline that publishes "
+        raise UsageError("--detach runs the window as one unrolled pipeline that publishes "
                          "its own checkpoint; --no-unroll applies the global steps on the "
                          "driver, which a detached launch does not wait for")
 

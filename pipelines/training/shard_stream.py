@@ -17,6 +17,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, InputError, UsageError
 from lda_core.training.ordering import PassPlan, locate_step, n_batches, plan_pass
 from lda_core.training.trainer import Minibatch
 from pipelines.ingest import dataset
@@ -86,14 +87,14 @@ class ShardStream:
         if not self.files:
             raise FileNotFoundError("no shard files to train on")
         if int(batch_size) < 1:
-            raise ValueError("minibatch size must be >= 1, got %r" % (batch_size,))
+            raise UsageError("minibatch size must be >= 1, got %r" % (batch_size,))
         if int(passes) < 1:
-            raise ValueError("passes must be >= 1, got %r" % (passes,))
+            raise UsageError("passes must be >= 1, got %r" % (passes,))
         self.vocab_hash = dataset.check_vocab_hash(self.files, expected_vocab_hash)
         self.shard_sizes = shard_row_counts(self.files)
         self.n_docs = int(sum(self.shard_sizes))
         if self.n_docs == 0:
-            raise ValueError("the shards %s hold no documents" % ", ".join(self.files[:3]))
+            raise InputError("the shards %s hold no documents" % ", ".join(self.files[:3]))
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.passes = int(passes)
@@ -146,10 +147,11 @@ class ShardStream:
                 check_words(shard, self.n_words, self.files[seg.shard])
                 shard_idx = seg.shard
                 if shard.n_docs != self.shard_sizes[seg.shard]:
-                    raise ValueError("shard %s has %d rows but its metadata said %d (was it "
-                                     "rewritten during training?)"
-                                     % (self.files[seg.shard], shard.n_docs,
-                                        self.shard_sizes[seg.shard]))
+                    raise DataIntegrityError(
+                        "shard %s has %d rows but its metadata said %d (was it "
+                        "rewritten during training?)"
+                        % (self.files[seg.shard], shard.n_docs,
+                           self.shard_sizes[seg.shard]))
             pieces.append(gather(shard, seg.rows))
         if pieces:
             yield self._emit(p, cur, pieces)
