@@ -37,7 +37,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.9",
-    packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*"]),
+    packages=find_packages(include=["lda_core", "lda_core.*", "pipelines", "pipelines.*",
+                                    "ldabeam", "ldabeam.*"]),
     cmdclass={"build_py": BuildPyWithSample},
     install_requires=[
         "apache-beam>=2.60",
@@ -51,7 +52,8 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "matplotlib>=3.6"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "matplotlib>=3.6",
+                 "jieba>=0.42.1", "janome>=0.5.0"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
         "report": ["matplotlib>=3.6"],
@@ -61,8 +63,8 @@ setup(
         # tests/test_exports.py checks the page when pyLDAvis is importable, skips otherwise.
         "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
         # `ldabeam vectorize --segmenter jieba|janome`: Chinese / Japanese word segmentation,
-        # both pure Python with their dictionaries inside the package. Not in [test]:
-        # tests/test_preprocess.py segments when they are importable, skips otherwise.
+        # both pure Python with their dictionaries inside the package (also in [test], so the
+        # segmenter tests of tests/test_preprocess.py run rather than skip).
         "cjk": ["jieba>=0.42.1", "janome>=0.5.0"],
     },
     entry_points={"console_scripts": ["ldabeam=pipelines.cli:main"]},

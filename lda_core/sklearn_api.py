@@ -28,6 +28,13 @@ Seeding: γ⁰ of a document is drawn from (seed, step, document key)
 it is a hash of the row's contents, so the θ of a document does not depend on which other
 rows are transformed with it. ``random_state`` (None, int or RandomState) gives the seed.
 
+Model directories: ``est.save(MODEL_DIR, vocabulary=words)`` publishes the fitted state as a
+checkpoint in ``ldabeam train``'s format (with ``vocab.tsv`` when the words are given), so the
+command line (``ldabeam topics/infer/report --model``) and ``ldabeam.load`` read it;
+``OnlineLDA.load(MODEL_DIR)`` / ``SCVB0LDA.load(MODEL_DIR)`` give back a fitted estimator, also
+of a model ``ldabeam train`` trained (online/batch VB, SCVB0): its parameters are then mapped
+from the state (``learning_offset = tau0 - 1``, ``learning_decay = kappa``, ...).
+
 scikit-learn is optional: with it installed the classes derive from its ``BaseEstimator`` and
 ``TransformerMixin`` (``check_estimator`` passes); without it a small duck-typed base provides
 ``get_params`` / ``set_params`` and the validation below.
@@ -128,6 +135,16 @@ def _seed_of(random_state) -> int:
         return int(random_state.integers(0, 2 ** 31 - 1))
     raise ValueError("random_state=%r must be None, an int or a numpy RandomState"
                      % (random_state,))
+
+
+def _json_params(params: dict) -> dict:
+    """``get_params()`` as JSON values: a RandomState (not data) is saved as None."""
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, (np.integer, np.floating)):
+            v = v.item()
+        out[k] = v if v is None or isinstance(v, (bool, int, float, str)) else None
+    return out
 
 
 class _LDABase(_FOMixin, _TMixin, _Base):
@@ -262,6 +279,72 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         ``n_batch_iter_`` ...). Abstract: :class:`OnlineLDA` and :class:`SCVB0LDA` define it."""
         raise NotImplementedError("%s must define _sync" % type(self).__name__)
 
+    # -- the model directory format ------------------------------------------------------------
+    #: the algorithms (registry names) whose states this estimator loads
+    _ALGORITHMS: tuple = ()
+
+    def save(self, model_dir: str, vocabulary=None) -> str:
+        """Publish the fitted model as a checkpoint of ``model_dir`` in ``ldabeam train``'s
+        format (lda_core.storage.checkpoint), so ``ldabeam topics/infer/report --model`` and
+        ``ldabeam.load`` read it; the estimator's parameters go into the state's
+        ``info["sklearn"]``. ``vocabulary``: the words of the columns of X in order (e.g.
+        ``CountVectorizer().get_feature_names_out()``), written as ``MODEL_DIR/vocab.tsv`` and
+        hashed into the state. Returns the checkpoint's path. Object-store URLs need their
+        file layer registered (``import ldabeam`` or ``pipelines`` does it)."""
+        from lda_core.storage.checkpoint import CheckpointStore
+        from lda_core.storage.state import files_for
+        from lda_core.storage.vocab_file import VOCAB_FILE, vocab_hash, vocab_tsv
+        _check_is_fitted(self)
+        state = self.algorithm_.to_state()
+        files = files_for(model_dir)
+        if vocabulary is not None:
+            tokens = [str(t) for t in vocabulary]
+            if len(tokens) != state.n_words:
+                raise ValueError("vocabulary has %d words but the model has %d features"
+                                 % (len(tokens), state.n_words))
+            state.vocab_hash = vocab_hash(tokens)
+        state.info = dict(state.info or {})
+        state.info["sklearn"] = {"class": type(self).__name__,
+                                 "params": _json_params(self.get_params(deep=False)),
+                                 "n_iter": int(getattr(self, "n_iter_", 0))}
+        path = CheckpointStore(model_dir, files=files).publish(state)
+        if vocabulary is not None:
+            files.write_atomic(files.join(model_dir, VOCAB_FILE),
+                               vocab_tsv(tokens).encode("utf-8"))
+        return path
+
+    @classmethod
+    def load(cls, path: str):
+        """The fitted estimator of a model directory (its latest valid checkpoint) or one
+        checkpoint directory -- saved by :meth:`save` or trained by ``ldabeam train`` with a
+        matching algorithm. Parameters saved by :meth:`save` are restored; for a model the
+        command line trained they are mapped from the state (module docstring)."""
+        from lda_core.algorithms.algorithm import algorithm_class
+        from lda_core.storage.checkpoint import CheckpointStore
+        from lda_core.storage.state import TopicState, files_for
+        files = files_for(path)
+        if files.exists(files.join(path, "state.json")):
+            state = TopicState.load(path, files=files)
+        else:
+            state = CheckpointStore(path, files=files, check_algorithm=True).latest()
+            if state is None:
+                raise FileNotFoundError("no checkpoint in %s" % path)
+        if state.algorithm not in cls._ALGORITHMS:
+            raise ValueError("%s holds a %s model; %s loads %s models"
+                             % (path, state.algorithm, cls.__name__,
+                                " or ".join(cls._ALGORITHMS)))
+        saved = (state.info or {}).get("sklearn") or {}
+        params = (saved.get("params") if saved.get("class") == cls.__name__
+                  else cls._params_of_state(state))
+        est = cls(**params)
+        est.algorithm_ = algorithm_class(state.algorithm).from_state(state)
+        est.n_features_in_ = int(state.n_words)
+        est.n_iter_ = int(saved.get("n_iter", 0))
+        est.doc_topic_prior_ = float(np.mean(est.algorithm_.alpha))
+        est.topic_word_prior_ = float(est.algorithm_.eta)
+        est._sync()
+        return est
+
 
 class OnlineLDA(_LDABase):
     """Online (or batch) variational Bayes LDA with scikit-learn's interface (module
@@ -383,6 +466,22 @@ class OnlineLDA(_LDABase):
             self._new_algorithm(X.shape[1], int(self.total_samples))
         return self._partial_steps(X, first)
 
+    _ALGORITHMS = ("online-vb", "batch-vb")
+
+    @classmethod
+    def _params_of_state(cls, state) -> dict:
+        p = state.params
+        alpha = np.asarray(state.arrays["alpha"], np.float64)
+        return dict(n_components=int(state.n_topics),
+                    doc_topic_prior=float(alpha.mean()),
+                    topic_word_prior=float(state.arrays["scalars"][2]),
+                    learning_method="batch" if state.algorithm == "batch-vb" else "online",
+                    learning_decay=float(p["kappa"]), learning_offset=float(p["tau0"]) - 1.0,
+                    batch_size=int(p["batch_size"]),
+                    total_samples=float(p.get("corpus_size") or 1e6),
+                    mean_change_tol=float(p["tol"]), max_doc_update_iter=int(p["max_iter"]),
+                    random_state=int(p["seed"]) % (2 ** 32), dtype=str(p["dtype"]))
+
     def _gamma(self, X):
         st = self.algorithm_.local_step(self._to_batch(X, _row_keys(X)), return_gamma=True,
                                         salt="infer")
@@ -460,6 +559,17 @@ class SCVB0LDA(_LDABase):
             mean_len = max(1.0, float(X.sum()) / X.shape[0])
             self._new_algorithm(X.shape[1], int(self.total_samples * mean_len))
         return self._partial_steps(X, first)
+
+    _ALGORITHMS = ("scvb0",)
+
+    @classmethod
+    def _params_of_state(cls, state) -> dict:
+        p = state.params
+        return dict(n_components=int(state.n_topics), doc_topic_prior=float(p["alpha"]),
+                    topic_word_prior=float(p["eta"]), batch_size=int(p["batch_size"]),
+                    learning_decay=float(p["kappa_phi"]), learning_offset=float(p["tau_phi"]),
+                    max_doc_update_iter=int(p["infer_passes"]),
+                    random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):
         return np.asarray(self.algorithm_.infer(self._to_batch(X, _row_keys(X))), np.float64)

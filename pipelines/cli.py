@@ -2,7 +2,10 @@
 
 Each subcommand lives in ``pipelines.commands.<name>`` and is imported only when used, so
 ``ldabeam topics`` does not pay for importing Beam. Options the subcommand does not know are
-passed through to Beam as pipeline options (``--runner``, ``--direct_num_workers``, ...).
+passed through to Beam as pipeline options (``--runner``, ``--direct_num_workers``, ...) by
+the commands that run pipelines, once checked against the options Beam registers; anything
+else is an error naming the closest option. :func:`main` maps what goes wrong to one line and
+an exit code (docs/reliability.md, "Exit codes and error classes").
 """
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ import errno
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
+from importlib import metadata
 from typing import List, Optional
 
 from lda_core.errors import Terminated, UserError
@@ -39,8 +44,8 @@ COMMANDS = {
 BEAM_COMMANDS = ("vectorize", "train", "infer", "stream")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 REPORT_BUG = "please report this as a bug with the command line and the traceback"
-# exit codes (docs/reliability.md, "Exit codes")
-EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
+# exit codes (docs/reliability.md, "Exit codes and error classes")
+EXIT_INTERNAL, EXIT_USER = 1, 2
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # what an interrupted command leaves behind, beyond "nothing half-written is published"
 INTERRUPT_HINTS = {
@@ -52,12 +57,10 @@ INTERRUPT_HINTS = {
 
 def version() -> str:
     """The installed distribution's version, else the one setup.py declares beside this tree."""
-    from importlib import metadata
     try:
         return metadata.version("ldabeam")
     except metadata.PackageNotFoundError:
         pass
-    import re
     setup = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")
     try:
         with open(setup, encoding="utf-8") as f:

@@ -240,6 +240,20 @@ def test_vectorize_bench(bench_env, tmp_path):
             assert r["same_output_size_as_gensim"], r
 
 
+def test_preprocess_bench(bench_env, tmp_path):
+    js = tmp_path / "preprocess.json"
+    out, _ = run(bench_env, "preprocess_bench.py", "--posts", 300, "--repeats", 1,
+                 "--json", js)
+    for name in ("default", "stopwords", "token_pattern", "phrases"):
+        grab(r"%s +%s docs/CPU-s +%s MB/CPU-s +%sx the default's CPU time"
+             % (name, NUMBER, NUMBER, NUMBER), out)
+    grab(r"learning %s phrases .*: %sx a default tokenizing pass" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["posts"] == 300 and rec["configs"]["default"]["cost_vs_default"] == 1.0
+    assert rec["learn_phrases"]["phrases"] > 0
+
+
 def test_memory_bench(news20, tmp_path):
     js = tmp_path / "memory.json"
     out, _ = run(news20, "memory_bench.py", "--times", 2, "--json", js)

@@ -489,6 +489,7 @@ def test_sample_dataset_is_unchanged(wiki_sample, tmp_path):
     assert m["vocabulary"]["size"] == 13864
     assert m["counts"] == {"dead_letters": 0, "documents_kept": 106, "documents_read": 106,
                            "empty_after_pruning": 0, "empty_documents": 0,
+                           "empty_cjk_documents": 0,
                            "heldout_documents": 7, "oov_tokens_dropped": 238174,
                            "replaced_characters": 0, "skipped_pages": 100, "too_short": 0,
                            "train_documents": 99}

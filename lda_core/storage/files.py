@@ -119,6 +119,11 @@ class LocalFiles:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
             _fsync_dir(d)
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            # a failed write (a full disk) names no file: name the one the caller asked for
+            raise OSError(e.errno, e.strerror, path) from e
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

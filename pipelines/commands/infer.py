@@ -10,6 +10,8 @@ from __future__ import annotations
 from pipelines.training import detached
 from pipelines.commands.vectorize import INPUT_FORMATS, add_field_arguments
 
+# the output folder is held (lease) while it is written, and never overlaps an input
+MODEL_DIR = ("output", ("model", "shards", "input"))
 READER_OPTIONS = ("id_field", "text_field", "title_field", "label_field", "encoding",
                   "encoding_errors")
 
@@ -39,9 +41,11 @@ def add_arguments(p) -> None:
     g.add_argument("--split", default="train", choices=["train", "heldout"],
                    help="split of a dataset directory given as --shards")
     g.add_argument("--output", metavar="DIR", default=None,
-                   help="directory for part-*.parquet and summary.json (required)")
+                   help="directory for part-*.parquet and _summary.json, published last "
+                        "(required)")
     g.add_argument("--overwrite", action="store_true",
-                   help="replace inference results already in --output")
+                   help="replace inference results already in --output (removes only the "
+                        "files its summary lists; a folder holding anything else is refused)")
     g.add_argument("--csv", dest="write_csv", action="store_true",
                    help="also write part-*.csv (doc_id, title, n_tokens, top_topic, top_topics, "
                         "theta_0 ... theta_K-1)")
@@ -62,7 +66,7 @@ def add_arguments(p) -> None:
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
     g = p.add_argument_group("runner")
-    detached.add_detach_option(g, "summary.json in DIR")
+    detached.add_detach_option(g, "_summary.json in DIR")
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
@@ -102,25 +106,21 @@ def run(args, beam_argv) -> int:
                args.output, len(s["files"])))
     print(line)
     if s.get("source") == "text":
-        print("raw text: %d documents read, %d out-of-vocabulary tokens ignored, %d documents "
-              "with no known word skipped" % (s["documents_read"], s["oov_tokens_dropped"],
-                                              s["empty_after_vocabulary"]))
-        _print_unknown_share(s)
+        _print_raw_text(s)
     return 0
 
 
-def _print_unknown_share(s: dict) -> None:
-    """One line: the share of raw-text tokens the model's vocabulary does not know; a warning
-    line when it is large or the model's tokenizer settings were not recorded."""
+def _print_raw_text(s: dict) -> None:
+    """One line of counts with the share of raw-text tokens the model's vocabulary does not
+    know (dropped); a warning line when that share is large or when CJK documents gave no
+    token. (Unknown tokenizer settings are warned about by pipelines.infer before the run.)"""
     import sys
     from pipelines.infer import UNKNOWN_SHARE_WARNING
     share = s.get("unknown_token_share", 0.0)
-    print("unknown tokens: %d of %d (%.1f%%)" % (s["oov_tokens_dropped"],
-                                                s["oov_tokens_dropped"] + s["tokens"],
-                                                100.0 * share))
-    if str(s.get("tokenizer", "")).startswith("unknown"):
-        print("warning: the model's tokenizer settings are %s; the text was tokenized with "
-              "the defaults" % s["tokenizer"], file=sys.stderr)
+    print("raw text: %d documents read; unknown tokens: %d of %d (%.1f%%), ignored; %d "
+          "documents with no known word skipped"
+          % (s["documents_read"], s["oov_tokens_dropped"], s["oov_tokens_dropped"] + s["tokens"],
+             100.0 * share, s["empty_after_vocabulary"]))
     if share > UNKNOWN_SHARE_WARNING:
         print("warning: %.0f%% of the tokens are not in the model's vocabulary: the text may "
               "be preprocessed differently from the training data (stop words, phrases, "

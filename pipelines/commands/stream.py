@@ -21,7 +21,7 @@ from lda_core.errors import UsageError
 logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs (pipelines.cli)
-MODEL_DIR = ("model", ())
+MODEL_DIR = ("model", ("vocab", "input_glob"))   # never over its inputs
 
 
 def add_arguments(p) -> None:
@@ -102,6 +102,19 @@ class Setup:
     corpus_size: Optional[int]  # -1: the model's own D; None: the stream setting; else D
 
 
+def model_tokenizer(model: str):
+    """The model's recorded preprocessing for text messages (UsageError when it cannot be
+    reproduced here); None, with a warning, when it was never recorded (the defaults)."""
+    from pipelines.ingest.tokenize import Preprocessor
+    pre = Preprocessor.from_model_dir(model)
+    if not pre.known:
+        logging.getLogger(__name__).warning(
+            "stream: the model's tokenizer settings are unknown (%s); text messages are "
+            "tokenized with the defaults", pre.note)
+        return None
+    return pre.config
+
+
 def prepare(args) -> Setup:
     """Check the options and load (or create) the model; raises ValueError on bad options."""
     from pipelines.streaming import stream, stream_parse
@@ -128,7 +141,8 @@ def prepare(args) -> Setup:
         settings=settings, keep_last=keep)
     corpus_size = -1 if args.corpus_size is None else (args.corpus_size or None)
     parse = stream_parse.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,
-                               id_field=args.id_field, text_field=args.text_field)
+                               id_field=args.id_field, text_field=args.text_field,
+                               tokenizer=model_tokenizer(args.model))
     dead_dir = args.deadletter or (args.model.rstrip("/") + "/deadletter")
     return Setup(algo, parse, dead_dir, keep, corpus_size)
 

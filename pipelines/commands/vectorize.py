@@ -13,6 +13,8 @@ import os
 from lda_core.errors import InputError, UsageError
 from pipelines.training import detached
 
+# the dataset directory is held (lease) while it is written, and never overlaps an input
+MODEL_DIR = ("output", ("input", "vocab"))
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
 INPUT_FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow",
                  "uci", "ldac", "mm")
@@ -74,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="dataset directory to write (train/, heldout/, vocab.tsv, "
                          "manifest.json, deadletter/); required")
     io.add_argument("--overwrite", action="store_true",
-                    help="replace a dataset already in --output")
+                    help="replace a dataset already in --output (removes only the files its "
+                         "manifest lists; a directory holding anything else is refused)")
     io.add_argument("--vocab", metavar="FIXED_VOCAB", default=_shown_in_help(p, vocab=None),
                     help="text inputs: a fixed vocabulary (vocab.tsv of a dataset or one token "
                          "per line); no corpus-wide pass, unknown words are dropped and "
@@ -146,6 +149,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tk.add_argument("--phrases-sample", type=float, default=1.0,
                     help="learn the phrases from this seeded share of the train documents "
                          "(1: all of them)")
+    tk.add_argument("--tokenizer-from", metavar="MODEL_OR_DATASET",
+                    default=_shown_in_help(p, tokenizer_from=None),
+                    help="tokenize exactly as this model (MODEL_DIR/tokenizer.json) or dataset "
+                         "(its manifest) recorded: stop words, pattern, segmenter, phrases; "
+                         "for new documents vectorised with that model's --vocab")
     tk.add_argument("--min-article-tokens", type=_nonneg_int,
                     default=_shown_in_help(p, min_article_tokens=None),
                     help="drop documents with fewer tokens (default: 50 for Wikipedia dumps, "
@@ -208,7 +216,7 @@ def options_from_args(args):
         token_pattern=args.token_pattern, segmenter=args.segmenter,
         learn_phrases=args.learn_phrases, phrases_min_count=args.phrases_min_count,
         phrases_threshold=args.phrases_threshold, phrases_scoring=args.phrases_scoring,
-        phrases_sample=args.phrases_sample)
+        phrases_sample=args.phrases_sample, tokenizer_from=args.tokenizer_from)
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)

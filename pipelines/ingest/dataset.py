@@ -138,13 +138,7 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 # ----------------------------------------------------------------------------- vocabulary
 
-def vocab_hash(tokens: Sequence[str]) -> str:
-    """Content hash of a vocabulary: sha256 of the tokens in id order, one per line."""
-    h = hashlib.sha256()
-    for t in tokens:
-        h.update(t.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
+from lda_core.storage.vocab_file import vocab_hash, vocab_tsv  # noqa: E402,F401 (the file format)
 
 
 @dataclass
@@ -181,12 +175,7 @@ class Vocabulary:
         return vocab_hash(self.tokens)
 
     def to_tsv(self) -> str:
-        lines = ["token\tid\tdf\tcf"]
-        for i, t in enumerate(self.tokens):
-            if "\t" in t or "\n" in t:
-                raise ValueError("token %r contains a tab or newline" % t)
-            lines.append("%s\t%d\t%d\t%d" % (t, i, self.df[i], self.cf[i]))
-        return "\n".join(lines) + "\n"
+        return vocab_tsv(self.tokens, self.df, self.cf)
 
     def write(self, path: str) -> None:
         write_bytes_atomic(path, self.to_tsv().encode("utf-8"))

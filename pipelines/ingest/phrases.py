@@ -100,16 +100,7 @@ def learn_phrases(token_lists: Iterable[Sequence[str]], min_count: int = DEFAULT
     ``stopwords`` (``would_like``) are left out: they would bring back words the stop list
     removes. Raises UsageError for a setting gensim would reject."""
     from gensim.models.phrases import Phrases
-    if scoring not in SCORINGS:
-        raise UsageError("--phrases-scoring %r is not one of %s" % (scoring, ", ".join(SCORINGS)))
-    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-        raise UsageError("--phrases-min-count must be an integer >= 1, got %r" % (min_count,))
-    if scoring == "npmi" and not -1.0 <= threshold <= 1.0:
-        raise UsageError("--phrases-threshold must be in [-1, 1] with npmi scoring, got %r"
-                         % (threshold,))
-    if scoring == "default" and threshold <= 0:
-        raise UsageError("--phrases-threshold must be > 0 with default scoring, got %r"
-                         % (threshold,))
+    check_settings(min_count, threshold, scoring)
     connectors = default_connector_words() if connector_words is None \
         else tuple(sorted(set(connector_words)))
     model = Phrases(min_count=min_count, threshold=threshold, scoring=scoring,
@@ -121,6 +112,20 @@ def learn_phrases(token_lists: Iterable[Sequence[str]], min_count: int = DEFAULT
                        threshold=float(threshold), min_count=int(min_count), scoring=scoring,
                        delimiter=model.delimiter, connector_words=connectors,
                        learned_on=learned_on)
+
+
+def check_settings(min_count: int, threshold: float, scoring: str) -> None:
+    """UsageError naming the option for a setting gensim ``Phrases`` would reject."""
+    if scoring not in SCORINGS:
+        raise UsageError("--phrases-scoring %r is not one of %s" % (scoring, ", ".join(SCORINGS)))
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise UsageError("--phrases-min-count must be an integer >= 1, got %r" % (min_count,))
+    if scoring == "npmi" and not -1.0 <= threshold <= 1.0:
+        raise UsageError("--phrases-threshold must be in [-1, 1] with npmi scoring, got %r"
+                         % (threshold,))
+    if scoring == "default" and threshold <= 0:
+        raise UsageError("--phrases-threshold must be > 0 with default scoring, got %r"
+                         % (threshold,))
 
 
 def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict, cfg,

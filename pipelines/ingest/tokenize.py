@@ -1,4 +1,7 @@
-"""Tokenizer for the vectorize pipeline: gensim-compatible, configurable, cheap.
+"""Tokenizer for the vectorize pipeline: gensim-compatible, configurable, cheap; and the
+record of it that travels with a dataset and a model (:func:`tokenizer_record`) with the one
+public way to preprocess raw text as a model's training did (:class:`Preprocessor`, used by
+``ldabeam infer --input``, ``ldabeam stream`` and the Python API).
 
 The default :class:`TokenizerConfig` reproduces gensim's conventions:
 
@@ -16,6 +19,10 @@ The default :class:`TokenizerConfig` reproduces gensim's conventions:
 
 Note: gensim's ``WikiCorpus`` does *not* de-accent (it calls ``utils.tokenize`` with
 ``lower=True`` only); ``TokenizerConfig(deaccent=False)`` gives exactly its tokens.
+
+Beyond gensim (see :class:`TokenizerConfig`): a token pattern, a Chinese/Japanese segmenter,
+learned phrases (:mod:`pipelines.ingest.phrases`), a custom tokenizer callable; these take the
+per-document path of :func:`tokenize_batch` instead of the byte-class fast path.
 
 Speed: the length and ``_`` filters are folded into one compiled regular expression, so a
 document is tokenized by a single ``re.findall`` over the lower-cased text with no per-token
@@ -408,11 +415,16 @@ class BatchCounts:
 def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCounts:
     """Token counts of every text (the bag of words of :func:`tokenize`), computed for the
     whole batch with Arrow's hash dictionary and numpy."""
+    tokens, doc = tokenize_batch(texts, cfg)
+    return count_tokens(tokens, doc, len(texts), cfg.stopwords)
+
+
+def count_tokens(tokens, doc, n: int, stopwords: frozenset = frozenset()) -> BatchCounts:
+    """The bags of words of ``n`` documents from their tokens (an Arrow string array, in
+    document order) and each token's document index (int64 numpy); ``stopwords`` dropped."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    n = len(texts)
-    tokens, doc = tokenize_batch(texts, cfg)
     if len(tokens) == 0:
         z = np.zeros(0, np.int64)
         return BatchCounts(tokens, np.zeros(n + 1, np.int64), z, z)
@@ -423,8 +435,8 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
     keys, counts = np.unique(doc * u + local, return_counts=True)
     ids = keys % u
     pair_doc = keys // u
-    if cfg.stopwords:
-        stop = pc.is_in(dictionary, value_set=pa.array(sorted(cfg.stopwords),
+    if stopwords:
+        stop = pc.is_in(dictionary, value_set=pa.array(sorted(stopwords),
                                                         dictionary.type)).to_numpy(False)
         keep = ~stop[ids]
         ids, pair_doc, counts = ids[keep], pair_doc[keep], counts[keep]
@@ -585,11 +597,11 @@ def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
     except (KeyError, TypeError) as e:
         raise InputError("%s is malformed (%s: %s); re-run `ldabeam train` (or `ldabeam "
                          "vectorize`) to record it again" % (where, type(e).__name__, e)) from e
+    if cfg.segmenter in SEGMENTERS and cfg.segmenter != "none":
+        segmenter_function(cfg.segmenter)    # UsageError: the package to install
     try:
         cfg.validate()
-    except UsageError:
-        raise
-    except ValueError as e:
+    except ValueError as e:     # a record no vectorize run writes
         raise InputError("%s is malformed (%s)" % (where, e)) from e
     return cfg
 
@@ -727,9 +739,28 @@ class Preprocessor:
     @classmethod
     def from_model_dir(cls, model_dir: str, *,
                        tokenizer: Optional[Callable] = None) -> "Preprocessor":
-        """The preprocessing a model directory records (:func:`model_settings`)."""
-        settings, where = model_settings(model_dir)
+        """The preprocessing a model directory (or one of its checkpoint directories)
+        records (:func:`model_settings`)."""
+        from pipelines.ingest import dataset
+        settings, where = model_settings(dataset.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
+
+    @classmethod
+    def from_dataset(cls, path: str, *,
+                     tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """The preprocessing a dataset's manifest records (``path``: the dataset directory
+        or one of its split folders)."""
+        from pipelines.ingest import dataset
+        return cls.from_settings(dataset.tokenizer_settings(path), tokenizer=tokenizer,
+                                 where="the manifest of %s" % path)
+
+    @classmethod
+    def from_path(cls, path: str, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
+        """A dataset (it has a manifest) or else a model directory / checkpoint."""
+        from pipelines.ingest import dataset
+        if dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)):
+            return cls.from_dataset(path, tokenizer=tokenizer)
+        return cls.from_model_dir(path, tokenizer=tokenizer)
 
     def record(self) -> dict:
         """The tokenizer record of this preprocessing (what a dataset stores)."""
@@ -743,12 +774,25 @@ class Preprocessor:
         """The bags of words of many texts over their own token list."""
         return count_batch(list(texts), self.config)
 
-    def count_rows(self, texts: Sequence[str], vocab) -> CountRows:
+    def count_rows(self, texts: Sequence, vocab) -> CountRows:
         """Bags of words of ``texts`` in a vocabulary's ids (tokens in id order, a
         :class:`~pipelines.ingest.dataset.Vocabulary` or :func:`vocabulary_index`), one row
-        per text; unknown tokens are dropped and counted."""
+        per text; unknown tokens are dropped and counted. An element that is a list (or
+        tuple) of strings is taken as tokens already made: counted as they are, with no
+        phrases joined and no stop words removed."""
         import numpy as np
+        import pyarrow as pa
         texts = list(texts)
-        ptr, ids, counts, dropped = vocab_pairs(self.count_batch(texts), vocabulary_index(vocab))
+        if texts and all(isinstance(t, (list, tuple)) for t in texts):
+            lens = np.fromiter((len(t) for t in texts), np.int64, len(texts))
+            flat = pa.array([str(w) for t in texts for w in t], pa.large_string())
+            bc = count_tokens(flat, np.repeat(np.arange(len(texts), dtype=np.int64), lens),
+                              len(texts))
+        elif all(isinstance(t, str) for t in texts):
+            bc = self.count_batch(texts)
+        else:
+            raise UsageError("count_rows takes texts (str) or token lists (lists of str), "
+                             "not a mix; got %s" % sorted({type(t).__name__ for t in texts}))
+        ptr, ids, counts, dropped = vocab_pairs(bc, vocabulary_index(vocab))
         rows = [(ids[ptr[d]:ptr[d + 1]], counts[ptr[d]:ptr[d + 1]]) for d in range(len(texts))]
         return CountRows(rows, int(np.sum(counts, dtype=np.int64)), dropped)

@@ -36,14 +36,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-import os
 from dataclasses import asdict, dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
-from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
 from lda_core.errors import UsageError
@@ -107,6 +106,7 @@ class VectorizeOptions:
     phrases_scoring: str = "default"
     phrases_sample: float = 1.0                # share of the train documents learned on
     tokenizer: Optional[Callable] = None       # Python API: text -> tokens (recorded by name)
+    tokenizer_from: Optional[str] = None       # a model or dataset whose preprocessing to reuse
 
     def validate(self) -> None:
         if not self.output:
@@ -131,6 +131,11 @@ class VectorizeOptions:
         except LookupError:
             raise UsageError("unknown encoding %r" % self.encoding)
         self.tokenizer_config().validate()
+        if self.tokenizer_from:
+            recorded_tokenizer(self)       # refused now, before the output is prepared
+        if self.learn_phrases:
+            from pipelines.ingest.phrases import check_settings
+            check_settings(self.phrases_min_count, self.phrases_threshold, self.phrases_scoring)
         if not 0.0 < self.phrases_sample <= 1.0:
             raise UsageError("--phrases-sample must be a share of the train documents in "
                              "(0, 1], got %r" % (self.phrases_sample,))
@@ -198,25 +203,14 @@ def input_summary(inputs: Sequence[Tuple[str, str]], patterns: Sequence[str]) ->
             "listing_sha256": h.hexdigest(), "listed": len(inputs) <= MAX_LISTED_INPUTS}
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    manifest = dataset.join(output, dataset.MANIFEST_FILE)
-    existing = [dataset.join(output, d) for d in
-                (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT, dataset.DEADLETTER_DIR)]
-    if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
-        return
-    if not overwrite:
-        raise OutputError("output %s already holds a dataset; pass --overwrite to replace it "
-                          "or choose another --output" % output)
-    if dataset.is_remote(output):
-        from apache_beam.io.filesystems import FileSystems
-        FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
-    else:
-        import shutil
-        for p in existing:
-            if os.path.exists(p):
-                shutil.rmtree(p)
-        if os.path.exists(manifest):
-            os.unlink(manifest)
+def _prepare_output(opts: VectorizeOptions) -> None:
+    """The output rules (:mod:`lda_core.storage.output_paths`): never an input (nor the fixed
+    vocabulary), never another kind of output; ``--overwrite`` removes only what the old
+    manifest lists; the directory is then marked as this dataset's."""
+    from lda_core.storage import output_paths
+    output_paths.prepare_output(opts.output, "dataset", "ldabeam vectorize",
+                                inputs=list(opts.inputs) + [opts.vocab],
+                                overwrite=opts.overwrite)
 
 
 def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
@@ -308,7 +302,8 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
         record = {"tokens_from": TOKENS_FROM_BOW}
     else:
         cfg = tokenizer_with_phrases(opts, inputs)
-        record = tokenizer_record(cfg, opts.stopwords)
+        record = tokenizer_record(cfg, recorded_tokenizer(opts)[1] if opts.tokenizer_from
+                                  else opts.stopwords)
         min_tokens = {i: opts.min_tokens_for(f) for i, (_, f) in enumerate(inputs)}
         items, dead, st = read_text_items(p, opts, inputs)
         stats_parts.extend(st)
@@ -400,10 +395,36 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     return tuple(items) | "AllItems" >> beam.Flatten(), dead, stats
 
 
+def recorded_tokenizer(opts: VectorizeOptions):
+    """``(TokenizerConfig, stop-word spec)`` of ``--tokenizer-from`` (a model or a dataset):
+    its recorded preprocessing, phrases included; UsageError when it records none or names a
+    custom tokenizer not given, or when tokenizer options are given beside it."""
+    from pipelines.ingest.tokenize import Preprocessor
+    d = VectorizeOptions(inputs=[], output="")
+    clash = [name for name, flag in (
+        ("--phrases", opts.learn_phrases), ("--stopwords", opts.stopwords is not None),
+        ("--token-pattern", opts.token_pattern is not None),
+        ("--segmenter", opts.segmenter != d.segmenter),
+        ("--no-lowercase", opts.lowercase != d.lowercase),
+        ("--no-deaccent", opts.deaccent != d.deaccent),
+        ("--min-token-len", opts.min_token_len != d.min_token_len),
+        ("--max-token-len", opts.max_token_len != d.max_token_len)) if flag]
+    if clash:
+        raise UsageError("--tokenizer-from %s takes the preprocessing recorded there; leave "
+                         "out %s" % (opts.tokenizer_from, ", ".join(clash)))
+    pre = Preprocessor.from_path(opts.tokenizer_from, tokenizer=opts.tokenizer)
+    if not pre.known:
+        raise UsageError("--tokenizer-from %s: %s, so there is nothing to reuse; give the "
+                         "tokenizer options instead" % (opts.tokenizer_from, pre.note))
+    return pre.config, pre.record().get("stopwords")
+
+
 def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
     """The TokenizerConfig of ``opts``; with ``learn_phrases`` the phrases are learned first,
     on the driver, from the documents that go to the train split (all of them, or the seeded
     ``phrases_sample`` share: :func:`pipelines.ingest.phrases.training_token_lists`)."""
+    if opts.tokenizer_from:
+        return recorded_tokenizer(opts)[0]
     cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
     if not opts.learn_phrases:
         return cfg
@@ -434,7 +455,7 @@ def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     inputs = resolve_inputs(opts)
     if opts.vocab and inputs[0][1] not in BOW_FORMATS:
         dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
-    _prepare_output(opts.output, opts.overwrite)
+    _prepare_output(opts)
     logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
                 ", ".join(sorted({f for _, f in inputs})), opts.output)
     return inputs

@@ -85,7 +85,7 @@ class ParseDocumentsFn(beam.DoFn):
             raise InputError("vocabulary %s has %d words, the model %d"
                              % (self.cfg.vocab_path, len(vocab), self.cfg.n_words))
         self.index = vocab.index
-        self.tokenizer = TokenizerConfig(lowercase=self.cfg.lowercase,
+        self.tokenizer = self.cfg.tokenizer or TokenizerConfig(lowercase=self.cfg.lowercase,
                                          deaccent=self.cfg.deaccent,
                                          min_len=self.cfg.min_token_len,
                                          max_len=self.cfg.max_token_len)

@@ -35,6 +35,9 @@ class ParseConfig:
     deaccent: bool = True
     min_token_len: int = 2
     max_token_len: int = 15
+    # the model's recorded preprocessing (Preprocessor.from_model_dir(...).config); None: the
+    # fields above
+    tokenizer: Optional[Any] = None
 
 
 def dead_letter(source: str, error: str, snippet: Any = None) -> Dict[str, Any]:
@@ -133,7 +136,7 @@ def _parse_text(text: str, did: str, index: Dict[str, int], cfg: ParseConfig, to
     (the others dropped and counted), or a dead letter when no word is in the vocabulary."""
     from pipelines.ingest.tokenize import TokenizerConfig, tokenize
     if tokenizer is None:
-        tokenizer = TokenizerConfig(lowercase=cfg.lowercase, deaccent=cfg.deaccent,
+        tokenizer = cfg.tokenizer or TokenizerConfig(lowercase=cfg.lowercase, deaccent=cfg.deaccent,
                                     min_len=cfg.min_token_len, max_len=cfg.max_token_len)
     ids: Dict[int, int] = {}
     oov = 0

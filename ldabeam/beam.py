@@ -1,0 +1,268 @@
+"""ldabeam in a user's own Beam pipeline: composite transforms over plain PCollections.
+
+* :class:`Vectorize` -- ``str`` or ``dict`` records -> count rows ``{"doc_id", "word_ids",
+  "counts", "n_tokens"}`` (the columns of a shard), with the vocabulary record as a second
+  output; the vocabulary is built from the PCollection with ``ldabeam vectorize``'s pruning, or
+  taken from a model (``model=``) with the model's preprocessing.
+* :class:`LdaModelHandler` -- the model as a RunInference ``ModelHandler``: examples are raw
+  texts, token lists, records or count rows; a prediction is ``PredictionResult(example, θ,
+  model_id)``. RunInference batches the examples (``BatchElements``) and loads the model once
+  per process through Beam's shared-model mechanism (``load_model``); with a model-metadata
+  side input (:class:`WatchCheckpoints` on a model directory) it switches to each checkpoint
+  ``ldabeam train`` / ``ldabeam stream`` publishes.
+* :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "theta",
+  "top_topic", "model"}``: RunInference with the handler, flattened.
+
+There is no ``Train`` transform: training is a loop of global steps, each of which needs the
+previous step's state (the E-step of minibatch t+1 reads the topics after minibatch t), so it
+is a driver that runs pipelines (``ldabeam train``, ``pipelines.training.beam_train``), not a
+transform one PCollection flows through. ``ldabeam stream`` is the one training job that is a
+pipeline, over an unbounded source (docs/library.md, "Why there is no Train transform").
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+import apache_beam as beam
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "ldabeam"
+
+
+# ----------------------------------------------------------------------------- RunInference
+
+def checkpoint_pattern(model_dir: str) -> str:
+    """The files a model directory's published checkpoints are recognised by: one
+    ``state.json`` per checkpoint directory, each under a new name (``step-N``, on object
+    stores ``step-N-<suffix>``), which is what ``WatchFilePattern`` needs."""
+    from pipelines.ingest import dataset
+    return dataset.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
+
+
+class WatchCheckpoints(beam.PTransform):
+    """``ModelMetadata`` of every checkpoint published in ``model_dir`` after the pipeline
+    started (Beam's ``WatchFilePattern`` on :func:`checkpoint_pattern`, polled every
+    ``interval`` seconds): the ``model_metadata_pcoll`` of RunInference in a streaming
+    pipeline. Applied to the pipeline object."""
+
+    def __init__(self, model_dir: str, interval: float = 60, stop_timestamp=None):
+        super().__init__()
+        self._model_dir = model_dir
+        self._interval = interval
+        self._stop = stop_timestamp
+
+    def expand(self, pbegin):
+        from apache_beam.ml.inference.utils import WatchFilePattern
+        kw = {} if self._stop is None else {"stop_timestamp": self._stop}
+        return pbegin | "Watch" >> WatchFilePattern(checkpoint_pattern(self._model_dir),
+                                                    interval=self._interval, **kw)
+
+
+class LdaModelHandler(ModelHandler):
+    """RunInference's handler of an ldabeam model (module docstring).
+
+    ``model``: a model directory (its latest checkpoint when the pipeline loads it), one
+    checkpoint directory or a checkpoint's ``state.json``; local, ``gs://`` or ``s3://``.
+    θ is :meth:`ldabeam.LdaModel.transform` of the batch, so it equals ``ldabeam infer``'s
+    for the same documents. The batch size bounds are BatchElements' (``min_batch_size``,
+    ``max_batch_size``, ...). ``tokenizer``: the custom tokenizer callable the model was
+    trained with, if any (a module-level function: Beam pickles it to the workers)."""
+
+    def __init__(self, model: str, *, tokenizer=None, min_batch_size: Optional[int] = None,
+                 max_batch_size: Optional[int] = 256, **kwargs):
+        if not isinstance(model, str) or not model:
+            from lda_core.errors import UsageError
+            raise UsageError("LdaModelHandler needs the path of a model directory or "
+                             "checkpoint, got %r" % (model,))
+        super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                         **kwargs)
+        self._model_uri = model
+        self._tokenizer = tokenizer
+
+    @property
+    def model_uri(self) -> str:
+        return self._model_uri
+
+    def load_model(self):
+        from ldabeam.model import load
+        model = load(self._model_uri, tokenizer=self._tokenizer)
+        logger.info("LdaModelHandler loaded %s", model)
+        return model
+
+    def run_inference(self, batch: Sequence[Any], model, inference_args=None
+                      ) -> Iterable[PredictionResult]:
+        theta = model.transform(list(batch))
+        return [PredictionResult(x, theta[i], model.checkpoint) for i, x in enumerate(batch)]
+
+    def update_model_path(self, model_path: Optional[str] = None):
+        if model_path:
+            self._model_uri = model_path
+
+    def get_metrics_namespace(self) -> str:
+        return NAMESPACE
+
+    def get_num_bytes(self, batch: Sequence[Any]) -> int:
+        return sum(len(x) if isinstance(x, str) else len(repr(x)) for x in batch)
+
+
+def theta_record(result: PredictionResult, id_field: str = "id", text_field: str = "text"
+                 ) -> Dict[str, Any]:
+    """``{"doc_id", "theta" (list of K floats), "top_topic", "model"}`` of a prediction; the
+    id is the record's id field (``doc_id`` for count rows) or the content hash
+    :meth:`ldabeam.LdaModel.transform` keys a document without id by."""
+    from ldabeam import preprocess
+    prep = preprocess.Preprocessing({"id_field": id_field, "text_field": text_field})
+    ids, _ = preprocess.split_records([result.example], prep)
+    theta = np.asarray(result.inference, np.float64)
+    return {"doc_id": ids[0], "theta": theta.tolist(), "top_topic": int(np.argmax(theta)),
+            "model": result.model_id}
+
+
+class InferTopics(beam.PTransform):
+    """``str`` / ``dict`` records / count rows -> θ records (:func:`theta_record`), through
+    ``RunInference(LdaModelHandler(model))``; ``model_metadata`` (e.g.
+    :class:`WatchCheckpoints`) switches the model as in RunInference. ``id_field`` /
+    ``text_field`` name the fields of dict records (the defaults of ``ldabeam vectorize``)."""
+
+    def __init__(self, model: str, *, model_metadata=None, max_batch_size: int = 256,
+                 id_field: str = "id", text_field: str = "text", tokenizer=None):
+        super().__init__()
+        self._handler = LdaModelHandler(model, tokenizer=tokenizer,
+                                        max_batch_size=max_batch_size)
+        self._metadata = model_metadata
+        self._fields = (id_field, text_field)
+
+    def expand(self, docs):
+        kw = {} if self._metadata is None else {"model_metadata_pcoll": self._metadata}
+        return (docs | "RunInference" >> RunInference(self._handler, **kw)
+                | "ThetaRecords" >> beam.Map(theta_record, *self._fields))
+
+
+# ----------------------------------------------------------------------------- Vectorize
+
+class VectorizeResult(NamedTuple):
+    rows: Any              # PCollection of count rows
+    vocabulary: Any        # PCollection of one vocabulary record
+    dead_letters: Any      # PCollection of dead-letter dicts (documents that failed)
+
+
+def _seq_of(doc_id: str) -> int:
+    """A document's place in the vocabulary's first-occurrence order (gensim's id order): a
+    user PCollection has no file order, so a hash of its id (below 2**39) stands for it."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"),
+                                          digest_size=5).digest(), "big") >> 1
+
+
+def work_item(record, id_field: str = "id", text_field: str = "text",
+              title_field: Optional[str] = "title", label_field: Optional[str] = "label"):
+    """A ``str`` or ``dict`` record as the vectorize tokenizer's work item ``("doc", 0, seq,
+    doc_id, title, label, text)``; a record without an id gets its content hash."""
+    from ldabeam.preprocess import content_id
+    if isinstance(record, dict):
+        text = record.get(text_field)
+        if not isinstance(text, str):
+            text = "" if text is None else str(text)
+        doc_id = record.get(id_field)
+        doc_id = content_id(text) if doc_id in (None, "") else str(doc_id)
+        title = record.get(title_field) if title_field else None
+        label = record.get(label_field) if label_field else None
+    else:
+        text = record if isinstance(record, str) else str(record)
+        doc_id, title, label = content_id(text), None, None
+    return ("doc", 0, _seq_of(doc_id), doc_id, None if title is None else str(title),
+            None if label is None else str(label), text)
+
+
+def count_row(row) -> Dict[str, Any]:
+    """A vectorize row ``(doc_id, title, label, word_ids bytes, counts bytes, n_tokens)`` as a
+    count row ``{"doc_id", "word_ids", "counts", "n_tokens"}`` (lists of int)."""
+    doc_id, _title, _label, wb, cb, n = row
+    return {"doc_id": doc_id, "word_ids": np.frombuffer(wb, np.int32).tolist(),
+            "counts": np.frombuffer(cb, np.int32).tolist(), "n_tokens": int(n)}
+
+
+def _vocab_documents(kv):
+    if kv[0] == "vocab_documents":
+        yield kv[1]
+
+
+class Vectorize(beam.PTransform):
+    """``str`` / ``dict`` records -> :class:`VectorizeResult` ``(rows, vocabulary,
+    dead_letters)``, with ``ldabeam vectorize``'s tokenizer, vocabulary builder and
+    vocabulary lookup.
+
+    ``model``: a model directory -- its vocabulary and recorded preprocessing are used (the
+    rows can then go to :class:`InferTopics` or ``LdaModel.transform``); else the vocabulary
+    is built from the PCollection with ``no_below`` / ``no_above`` / ``keep_n`` (gensim's
+    ``filter_extremes``; the vectorize defaults when None) and the tokenizer options
+    (``lowercase``, ``deaccent``, ``min_token_len``, ``max_token_len``, ``stopwords`` as a
+    spec: ``gensim`` or a file). ``min_tokens``: documents with fewer tokens are dropped (as
+    ``--min-article-tokens``). ``tokenizer``: a model's custom tokenizer callable (with
+    ``model``). The vocabulary record is ``{"tokens", "df", "cf",
+    "num_docs"}``; documents with no word of the vocabulary have no row."""
+
+    def __init__(self, model: Optional[str] = None, *, no_below: Optional[int] = None,
+                 no_above: Optional[float] = None, keep_n: Optional[int] = -1,
+                 lowercase: bool = True, deaccent: bool = True, min_token_len: int = 2,
+                 max_token_len: int = 15, stopwords: Optional[str] = None,
+                 min_tokens: int = 1, id_field: str = "id", text_field: str = "text",
+                 tokenizer=None):
+        super().__init__()
+        self._model = model
+        self._tokenizer = tokenizer
+        self._prune = dict(no_below=no_below, no_above=no_above, keep_n=keep_n)
+        self._tok = dict(lowercase=lowercase, deaccent=deaccent, min_token_len=min_token_len,
+                         max_token_len=max_token_len, stopwords=stopwords)
+        self._min_tokens = int(min_tokens)
+        self._fields = dict(id_field=id_field, text_field=text_field)
+
+    def _model_setup(self):
+        """(TokenizerConfig, vocabulary path, vocabulary) of the model."""
+        from ldabeam.model import load
+        from pipelines.ingest import dataset
+        m = load(self._model, tokenizer=self._tokenizer)
+        m._need_vocab("Vectorize(model=...)")
+        vpath = dataset.join(m.model_dir, dataset.VOCAB_FILE)
+        fields = {k: v for k, v in (m.preprocessing or {}).items() if k in self._fields}
+        self._fields.update({k: v for k, v in fields.items() if v})
+        return m._prep.tokenizer_config(), vpath, m._vocab
+
+    def expand(self, records):
+        from pipelines.ingest.vectorize_steps import ApplyVocabulary, TokenizeDocuments
+        from pipelines.ingest.vocabulary import BuildVocabulary
+        from pipelines.ingest.vectorize import VectorizeOptions, _load_stopwords
+        p = records.pipeline
+        if self._model:
+            cfg, vpath, vocab = self._model_setup()
+        else:
+            vo = VectorizeOptions(inputs=["<pcollection>"], output="<none>", **self._prune,
+                                  **self._tok)
+            vo.validate()
+            cfg = vo.tokenizer_config(_load_stopwords(vo.stopwords))
+            vpath, vocab = None, None
+        items = records | "WorkItems" >> beam.Map(work_item, self._fields["id_field"],
+                                                  self._fields["text_field"])
+        docs, vstats, dead, st = items | "Tokenize" >> TokenizeDocuments(
+            cfg, {0: self._min_tokens}, fixed_vocab=vpath, paths={0: "<pcollection>"})
+        if vocab is not None:
+            rows = docs
+            vocab_record = p | "ModelVocab" >> beam.Create(
+                [{"tokens": vocab.tokens, "df": vocab.df.tolist(), "cf": vocab.cf.tolist(),
+                  "num_docs": None}])
+        else:
+            num_docs = st | "VocabDocs" >> beam.FlatMap(_vocab_documents)
+            vocab_record = vstats | "Vocabulary" >> BuildVocabulary(num_docs,
+                                                                     vo.prune_settings())
+            lists, _st2 = docs | "Apply" >> ApplyVocabulary(vocab_record)
+            rows = lists | "Rows" >> beam.FlatMap(lambda rs: rs)
+        return VectorizeResult(rows | "CountRows" >> beam.Map(count_row), vocab_record, dead)
+
+
+__all__ = ["Vectorize", "VectorizeResult", "InferTopics", "LdaModelHandler",
+           "WatchCheckpoints", "checkpoint_pattern", "theta_record", "work_item", "count_row"]

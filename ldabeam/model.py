@@ -1,0 +1,387 @@
+"""A trained model as a Python object: :func:`load` and :class:`LdaModel`.
+
+``load`` opens what ``ldabeam train`` / ``ldabeam stream`` wrote (a model directory, one of
+its checkpoint directories, or a checkpoint's ``state.json`` -- local, ``gs://`` or ``s3://``)
+through the same routine as every command (:func:`pipelines.runtime.model_dir.open_model`), so
+the vocabulary is checked against the state. ``transform`` runs exactly the E-step of
+``ldabeam infer`` (:func:`pipelines.infer.infer_gamma`) on documents prepared by
+:mod:`ldabeam.preprocess`; ``save`` publishes a checkpoint in the CLI's directory format, so
+every command reads the result.
+
+``update`` continues training in this process on new documents, from the model's state:
+
+* the global step t is not reset, so the step size keeps decaying, ρ_t = (τ0 + t)^(−κ) for
+  online VB (Hoffman et al. 2010) and ρ_t = s (τ + t)^(−κ) for SCVB0 (Foulds et al. 2013);
+* the corpus the model stands for grows by the new documents: online VB scales a minibatch's
+  statistics by D/S with D = the documents trained on plus the new ones (when the model has a
+  fixed D; a model trained with D = documents seen so far keeps counting), SCVB0 by C/|M| with
+  C = the tokens trained on plus the new ones;
+* ``grow_vocab=True`` first adds the new documents' words that pass the model's pruning rules
+  (the ``no_below`` / ``no_above`` / ``keep_n`` of the vectorize run its training data came
+  from) as new rows at the prior: Ñ_w = 0, i.e. λ_w = η for online VB and N^Φ_w = 0, φ ∝ η
+  for SCVB0. Existing rows are not changed by the growth; new word ids follow the old ones, so
+  the ids of known words stay valid (the vocabulary hash changes and is recorded).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from lda_core.errors import InputError, OutputError, TrainingError, UsageError
+from ldabeam import preprocess
+
+logger = logging.getLogger(__name__)
+
+#: algorithms ``LdaModel.update`` continues (the stochastic ones whose scaling it grows)
+UPDATABLE = ("online-vb", "scvb0")
+#: what a state's word-major topic-word array is called, per algorithm (grow_vocab extends it)
+_WORD_ROWS = {"online-vb": "ntilde", "scvb0": "ntilde"}
+STATE_FILE = "state.json"
+
+
+def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
+    """The model at ``path``: a model directory (its latest valid checkpoint), one checkpoint
+    directory, or a checkpoint's ``state.json`` (what ``WatchFilePattern`` reports); local or
+    an object-store URL. ``tokenizer``: the callable the model's training data was tokenized
+    with, when it was (the model records its name; raw text is refused without it). Raises
+    InputError naming the path when there is no model there."""
+    from pipelines.ingest import dataset            # also registers the object-store layer
+    from pipelines.runtime.model_dir import open_model
+    if not isinstance(path, str) or not path:
+        raise UsageError("ldabeam.load needs the path of a model directory or checkpoint, "
+                         "got %r" % (path,))
+    if path.rstrip("/").endswith("/" + STATE_FILE) or path == STATE_FILE:
+        path = dataset.parent(path.rstrip("/"))
+    try:
+        m = open_model(path)
+    except FileNotFoundError as e:
+        raise InputError("%s (give the --output directory of `ldabeam train`)" % e) from e
+    return LdaModel(m.algorithm(), m.vocab,
+                    preprocess.Preprocessing.of_model_dir(m.model_dir, tokenizer),
+                    checkpoint=m.path, model_dir=m.model_dir, info=dict(m.state.info or {}))
+
+
+class LdaModel:
+    """A topic model: ``n_topics``, ``vocabulary``, ``transform``, ``top_words``,
+    ``topic_word``, ``update`` and ``save`` (module docstring). Made by :func:`load`."""
+
+    def __init__(self, algorithm, vocabulary, preprocessing: preprocess.Preprocessing, *,
+                 checkpoint: Optional[str] = None, model_dir: Optional[str] = None,
+                 info: Optional[Dict[str, Any]] = None):
+        self._algo = algorithm
+        self._vocab = vocabulary
+        self._prep = preprocessing
+        self._index = None
+        self._info = dict(info or {})
+        self.checkpoint = checkpoint
+        self.model_dir = model_dir
+        self._warned = False
+
+    # -- what the model is -----------------------------------------------------------------
+    @property
+    def n_topics(self) -> int:
+        return int(self._algo.n_topics)
+
+    @property
+    def n_words(self) -> int:
+        return int(self._algo.n_words)
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm's registry name (``online-vb``, ``scvb0``, ...)."""
+        return self._algo.name
+
+    @property
+    def step(self) -> int:
+        """Global steps applied (t)."""
+        return int(self._algo.step)
+
+    @property
+    def vocabulary(self) -> List[str]:
+        """The words in id order (column ``w`` of :meth:`topic_word` is ``vocabulary[w]``)."""
+        self._need_vocab("vocabulary")
+        return list(self._vocab.tokens)
+
+    @property
+    def preprocessing(self) -> Optional[Dict[str, Any]]:
+        """The recorded tokenizer settings raw text is prepared with (None: unknown)."""
+        return None if self._prep.settings is None else dict(self._prep.settings)
+
+    def __repr__(self):
+        return ("LdaModel(%s, n_topics=%d, n_words=%d, step=%d, checkpoint=%r)"
+                % (self.algorithm, self.n_topics, self.n_words, self.step, self.checkpoint))
+
+    def topic_word(self) -> np.ndarray:
+        """K x V float64, rows sum to 1: the topics as word distributions (the algorithm's
+        ``topic_word()``, what ``ldabeam export --format phi-npy`` writes)."""
+        return np.asarray(self._algo.topic_word(), np.float64)
+
+    def top_words(self, n: int = 10) -> List[List[tuple]]:
+        """Per topic, its ``n`` most probable words as ``(word, probability)``, most probable
+        first (ties: lower word id), as ``ldabeam topics`` lists them."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise UsageError("top_words(n=%r): n must be an integer >= 1" % (n,))
+        self._need_vocab("top_words")
+        phi = self.topic_word()
+        n = min(int(n), phi.shape[1])
+        order = np.argsort(-phi, axis=1, kind="stable")[:, :n]
+        toks = self._vocab.tokens
+        return [[(toks[w], float(phi[k, w])) for w in order[k]] for k in range(phi.shape[0])]
+
+    # -- θ of documents ----------------------------------------------------------------------
+    def _need_vocab(self, what: str) -> None:
+        if self._vocab is None:
+            raise InputError("%s needs the model's vocabulary, but %s has no vocab.tsv (copy "
+                             "the dataset's vocab.tsv there)" % (what, self.model_dir))
+
+    def _lookup(self):
+        if self._index is None:
+            from pipelines.ingest.tokenize import vocabulary_index
+            self._index = vocabulary_index(self._vocab.tokens)
+        return self._index
+
+    def _batch(self, docs, ids, what: str):
+        """``(DocBatch, tokens dropped as unknown)`` of user documents."""
+        doc_ids, items = preprocess.split_records(docs, self._prep, ids)
+        if any(isinstance(d, str) for d in items):
+            self._need_vocab(what)
+            if not self._prep.known and not self._warned:
+                logger.warning("the tokenizer settings of %s are unknown (%s): raw text is "
+                               "tokenized with the defaults, which may not be how the model's "
+                               "training data was tokenized", self.model_dir,
+                               self._prep.pre.note)
+                self._warned = True
+        elif any(not isinstance(d, preprocess.CountRow) for d in items):
+            self._need_vocab(what)
+        rows, oov = preprocess.count_rows(items, self._prep,
+                                          self._lookup() if self._vocab is not None else None,
+                                          self.n_words)
+        return preprocess.to_batch(doc_ids, rows), oov
+
+    def transform(self, docs: Sequence, ids: Optional[Sequence[str]] = None) -> np.ndarray:
+        """θ (n x K float64, rows sum to 1) of ``docs``: raw texts (``str``), token lists,
+        records (``dict`` with the text and id fields of the model's training data) or count
+        rows (``{"word_ids": [...], "counts": [...]}``, ids of this model's vocabulary).
+
+        The E-step of ``ldabeam infer`` (same kernel and state; its start is seeded by the
+        document's id): a record's id, ``ids[i]`` if given, else a hash of the document's
+        content. So ``transform`` of the records of a JSON-lines file gives the θ ``ldabeam
+        infer --input FILE.jsonl`` writes for them. A document with no known word gets
+        α/Σα (``infer`` writes no row for it)."""
+        batch, _ = self._batch(docs, ids, "transform")
+        from pipelines.infer import infer_gamma
+        g = infer_gamma(self._algo, batch, "infer")
+        return g / g.sum(axis=1, keepdims=True)
+
+    # -- continuing training -----------------------------------------------------------------
+    def update(self, docs: Sequence, passes: int = 1, grow_vocab: bool = False,
+               ids: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """Continue training on ``docs`` (as :meth:`transform` takes them) for ``passes``
+        passes, in minibatches of the model's size S, in a seeded order (module docstring for
+        the schedule and the scaling). Returns a summary (documents, tokens, unknown tokens
+        dropped, steps, words added). A refused minibatch raises TrainingError and leaves the
+        model as it was before the call."""
+        if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or passes < 1:
+            raise UsageError("update(passes=%r): passes must be an integer >= 1" % (passes,))
+        if self.algorithm not in UPDATABLE:
+            raise UsageError("update continues %s models; this model is %s (train it again "
+                             "with `ldabeam train --algorithm online-vb|scvb0`)"
+                             % (" and ".join(UPDATABLE), self.algorithm))
+        before = self._algo.to_state()
+        before_vocab = self._vocab
+        added: List[str] = []
+        try:
+            if grow_vocab:
+                added = self._grow(docs, ids)
+            batch, oov = self._batch(docs, ids, "update")
+            summary = self._train_on(batch, int(passes), precise=bool(added))
+        except BaseException:
+            self._restore(before, before_vocab)
+            raise
+        summary.update(words_added=len(added), unknown_tokens_dropped=oov)
+        if added:
+            summary["new_words"] = added[:20]
+        return summary
+
+    def _restore(self, state, vocab) -> None:
+        from lda_core.algorithms.algorithm import algorithm_class
+        self._algo = algorithm_class(state.algorithm).from_state(state)
+        self._vocab = vocab
+        self._index = None
+
+    def _train_on(self, batch, passes: int, precise: bool = False) -> Dict[str, Any]:
+        """The update's steps. ``precise``: rows were just added at the prior, where online
+        VB's exp(E[log β]) is about 1e-13 of a trained row's -- below the float32 epsilon that
+        guards the E-step's normaliser (lda_core.algorithms.estep_vb), which would give the new
+        words no share of their tokens; the E-step then runs in float64 for these steps (the
+        model's own precision is kept for everything after)."""
+        algo = self._algo
+        dtype = getattr(algo, "dtype", None)
+        if precise and algo.name == "online-vb" and dtype != "float64":
+            algo.dtype = "float64"
+            try:
+                return self._steps(batch, passes)
+            finally:
+                algo.dtype = dtype
+        return self._steps(batch, passes)
+
+    def _steps(self, batch, passes: int) -> Dict[str, Any]:
+        from lda_core.training.session import apply_step
+        algo = self._algo
+        keep = np.flatnonzero(batch.doc_lengths > 0)
+        docs = batch.take(keep) if len(keep) < batch.n_docs else batch
+        if docs.n_docs == 0:
+            raise InputError("update: none of the %d documents has a word of the model's "
+                             "vocabulary (grow_vocab=True adds new words)" % batch.n_docs)
+        n_tokens = int(docs.n_tokens)
+        # the corpus the model stands for grows by the new documents (module docstring)
+        if algo.name == "online-vb" and algo.corpus_size is not None:
+            algo.corpus_size = int(algo.corpus_size) + docs.n_docs
+        if algo.name == "scvb0" and algo.corpus_tokens is not None:
+            algo.corpus_tokens = int(algo.corpus_tokens) + n_tokens
+        S = int(algo.batch_size)
+        start = int(algo.step)
+        steps = 0
+        for p in range(passes):
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+                [_UPDATE_TAG, int(algo.seed), start, p])))
+            order = rng.permutation(docs.n_docs)
+            for s in range(0, docs.n_docs, S):
+                mb = docs.take(np.sort(order[s:s + S]))
+                stats = algo.local_step(mb)
+                info, err = apply_step(algo.global_step, stats)
+                if err:
+                    raise TrainingError("update: minibatch %d of pass %d could not be applied: "
+                                        "%s; the model is left as it was before update()"
+                                        % (s // S + 1, p + 1, err))
+                steps += 1
+        self._info.setdefault("updates", []).append(
+            {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
+             "steps": steps, "from_step": start, "wall_time": time.time()})
+        return {"documents": int(docs.n_docs), "empty_documents": int(batch.n_docs - docs.n_docs),
+                "tokens": n_tokens, "passes": passes, "steps": steps, "step": int(algo.step)}
+
+    def _grow(self, docs, ids) -> List[str]:
+        """Add the new documents' words that pass the model's pruning rules (module
+        docstring); returns them in their new id order."""
+        from pipelines.ingest import dataset
+        self._need_vocab("update(grow_vocab=True)")
+        _, items = preprocess.split_records(docs, self._prep, ids)
+        counts = preprocess.token_counts(items, self._prep)
+        rules = self._prune_rules()
+        known = self._vocab.index
+        df: Dict[str, int] = {}
+        cf: Dict[str, int] = {}
+        for c in counts:
+            for t, n in c.items():
+                df[t] = df.get(t, 0) + 1
+                cf[t] = cf.get(t, 0) + n
+        n_docs = sum(1 for c in counts if c)
+        no_above_abs = int(rules.no_above * n_docs)
+        keep = set(rules.keep_tokens)
+        cand = [t for t in df if t not in known and self._storable(t)
+                and ((rules.no_below <= df[t] <= no_above_abs) or t in keep)]
+        cand.sort(key=lambda t: (-df[t], -cf[t], t))
+        if rules.keep_n is not None:
+            room = max(0, int(rules.keep_n) - len(self._vocab))
+            cand = cand[:room]
+        # known words' statistics grow with the new documents too (vocab.tsv describes the
+        # corpus the model was trained on)
+        vdf = self._vocab.df.copy()
+        vcf = self._vocab.cf.copy()
+        for t, n in df.items():
+            j = known.get(t)
+            if j is not None:
+                vdf[j] += n
+                vcf[j] += cf[t]
+        vocab = dataset.Vocabulary(list(self._vocab.tokens) + cand,
+                                   np.concatenate([vdf, [df[t] for t in cand]]).astype(np.int64),
+                                   np.concatenate([vcf, [cf[t] for t in cand]]).astype(np.int64))
+        if cand:
+            self._algo = _grown(self._algo, len(cand), vocab.hash)
+        self._vocab = vocab
+        self._index = None
+        return cand
+
+    @staticmethod
+    def _storable(token: str) -> bool:
+        return "\t" not in token and "\n" not in token and token != ""
+
+    def _prune_rules(self):
+        """The pruning rules of the vectorize run the model's training data came from (its
+        manifest, found through the run log), else the vectorize defaults."""
+        from pipelines.ingest import dataset
+        from pipelines.ingest.vocabulary import PruneSettings
+        from pipelines.infer import training_shards
+        shards = training_shards(self.model_dir) if self.model_dir else None
+        for d in ([shards, dataset.parent(shards.rstrip("/"))] if shards else []):
+            if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
+                try:
+                    pr = (dataset.read_manifest(d).get("settings") or {}).get("pruning")
+                except (OSError, ValueError):
+                    pr = None
+                if isinstance(pr, dict):
+                    return PruneSettings(no_below=int(pr.get("no_below", 0)),
+                                         no_above=float(pr.get("no_above", 1.0)),
+                                         keep_n=pr.get("keep_n"),
+                                         keep_tokens=tuple(pr.get("keep_tokens") or ()))
+                if pr is None:
+                    break
+        logger.warning("grow_vocab: the pruning rules of the model's training data are not "
+                       "recorded; using the vectorize defaults %s", PruneSettings())
+        return PruneSettings()
+
+    # -- saving ------------------------------------------------------------------------------
+    def save(self, model_dir: str) -> str:
+        """Publish the model as a checkpoint of ``model_dir`` in the CLI's format (with
+        ``vocab.tsv`` and ``tokenizer.json``) and return the checkpoint's path. ``model_dir``
+        is new, empty, or the directory the model was loaded from (a new checkpoint there, as
+        a resumed ``ldabeam train`` would publish); a directory holding another model's
+        checkpoints is refused. Holds the directory's writer lease while it writes."""
+        from pipelines.ingest import dataset
+        from lda_core.storage.checkpoint import CheckpointStore
+        from lda_core.storage.lease import ModelLease
+        if not isinstance(model_dir, str) or not model_dir:
+            raise UsageError("save needs a model directory path, got %r" % (model_dir,))
+        target = dataset.absolute(model_dir)
+        store = CheckpointStore(target)
+        if store.list_checkpoints() and (self.model_dir is None or
+                                         dataset.absolute(self.model_dir) != target):
+            raise OutputError("%s already holds another model's checkpoints; save to a new or "
+                              "empty directory" % model_dir)
+        state = self._algo.to_state()
+        info = dict(self._info)          # the run's records (trainer, run, updates) ...
+        info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
+        state.info = info
+        with ModelLease(target, "ldabeam.LdaModel.save"):
+            path = store.publish(state)
+            if self._vocab is not None:
+                self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
+            if self._prep.settings is not None:
+                import json
+                dataset.write_bytes_atomic(
+                    dataset.join(target, dataset.TOKENIZER_FILE),
+                    (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
+                                indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        self.model_dir, self.checkpoint = target, dataset.absolute(path)
+        return self.checkpoint
+
+
+_UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's stream apart from other uses
+
+
+def _grown(algo, n_new: int, vocab_hash: str):
+    """The algorithm with ``n_new`` word rows appended at the prior (module docstring), built
+    through its state format: the word-major array gets zero rows, V and the hash change."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    state = algo.to_state()
+    name = _WORD_ROWS[state.algorithm]
+    rows = state.arrays[name]
+    state.arrays[name] = np.concatenate(
+        [rows, np.zeros((n_new, rows.shape[1]), rows.dtype)], axis=0)
+    state.n_words = int(state.n_words) + int(n_new)
+    state.vocab_hash = vocab_hash
+    return algorithm_class(state.algorithm).from_state(state)
