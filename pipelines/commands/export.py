@@ -46,6 +46,10 @@ def add_arguments(p) -> None:
                         "dataset whose document count the dictionary's document frequencies "
                         "refer to (default: the training shards named in the model's run "
                         "log)")
+    p.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
 
@@ -96,7 +100,7 @@ def _run_other(args) -> int:
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
-    files = dataset.resolve_shards(shards)
+    files = dataset.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
@@ -123,9 +127,10 @@ def _dictionary_counts(args, vocab, state):
     n = exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
-    files = dataset.resolve_shards(shards)
+    files = dataset.open_shards(shards, unverified=args.unverified).files
     if dataset.exists(dataset.join(shards, dataset.HELDOUT_SPLIT)):
-        files = files + dataset.match(dataset.join(shards, dataset.HELDOUT_SPLIT, "*.parquet"))
+        files = files + dataset.open_shards(shards, dataset.HELDOUT_SPLIT,
+                                            unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
     return (dataset.Vocabulary(vocab.tokens, df=df, cf=cf), n,

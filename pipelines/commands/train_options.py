@@ -70,6 +70,10 @@ def add_arguments(p) -> None:
     g.add_argument("--vocab", metavar="VOCAB_TSV", default=None,
                    help="vocabulary file when SHARD_DIR is not a dataset directory "
                         "(default: SHARD_DIR/vocab.tsv or its parent's)")
+    g.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
                    help="number of topics (required unless --resume)")
     g.add_argument("--algorithm", default=None,

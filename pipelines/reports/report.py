@@ -186,8 +186,10 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
 
 def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n: int = 10,
            examples: int = 3, evolution_topics: Optional[List[int]] = None,
-           n_evolution: int = 3) -> Dict[str, Any]:
-    """Everything the page shows, as JSON-able data (see module docstring)."""
+           n_evolution: int = 3, unverified: bool = False) -> Dict[str, Any]:
+    """Everything the page shows, as JSON-able data (see module docstring); the shards are
+    verified against their dataset's manifest (``unverified``: also accept shards none
+    lists; :func:`pipelines.ingest.dataset.open_shards`)."""
     from lda_core.evaluation.metrics import top_words, umass_coherence
     from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
     from pipelines.runtime.model_dir import load_model
@@ -221,7 +223,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     shards = shards or training_shards(mdir)
     size = None
     if shards:
-        files = dataset.resolve_shards(shards)
+        files = dataset.open_shards(shards, unverified=unverified).files
         dataset.check_vocab_hash(files, state.vocab_hash)
         docs = sample_documents(files, max_docs=max_docs)
         theta = np.asarray(algo.infer(docs), np.float64)
