@@ -120,8 +120,9 @@ def test_gensim_dictionary_filter_extremes(run20, tmp_path, capsys):
 
 
 def test_gensim_dictionary_counts_without_manifest(run20, tmp_path, capsys):
-    """Shards with no manifest (a folder of shards): the dictionary's df, cf and num_docs are
-    counted over them, consistently."""
+    """Shards with no manifest (a folder of shards, read with --unverified): the dictionary's
+    df, cf and num_docs are counted over them, consistently; without --unverified they are
+    refused like every reader refuses them."""
     import shutil
     from gensim.models import LdaModel
     ds, model = run20
@@ -132,7 +133,10 @@ def test_gensim_dictionary_counts_without_manifest(run20, tmp_path, capsys):
         shutil.copy(f, str(bare))
     path = str(tmp_path / "g" / "lda.gensim")
     assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path,
-                     "--shards", str(bare)]) == 0
+                     "--shards", str(bare)]) == 2
+    assert "--unverified" in capsys.readouterr().err
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path,
+                     "--shards", str(bare), "--unverified"]) == 0
     assert "counted over the %d shard files" % len(files) in capsys.readouterr().out
     docs = dataset.read_docbatch(files)
     d = LdaModel.load(path).id2word
