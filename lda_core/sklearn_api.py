@@ -527,11 +527,12 @@ class SCVB0LDA(_LDABase):
         from lda_core.algorithms.scvb0 import SCVB0
         self._check_params()
         K = int(self.n_components)
-        algo = SCVB0(K, int(X_or_V), alpha=self.doc_topic_prior or 1.0 / K,
-                     eta=self.topic_word_prior or 1.0 / K, batch_size=int(self.batch_size),
-                     corpus_tokens=int(corpus_tokens), seed=_seed_of(self.random_state),
-                     kappa_phi=float(self.learning_decay), tau_phi=float(self.learning_offset),
-                     infer_passes=int(self.max_doc_update_iter))
+        # the estimator parameters SCVB0's spec maps (Param.sklearn), checked by the spec
+        settings = {p.name: getattr(self, p.sklearn) for p in SCVB0.SPEC if p.sklearn}
+        settings.update(alpha=self.doc_topic_prior or 1.0 / K,
+                        eta=self.topic_word_prior or 1.0 / K, corpus_tokens=int(corpus_tokens),
+                        seed=_seed_of(self.random_state))
+        algo = SCVB0(K, int(X_or_V), **settings)
         self.algorithm_ = algo
         self.doc_topic_prior_ = float(algo.alpha)
         self.topic_word_prior_ = float(algo.eta)
@@ -569,11 +570,10 @@ class SCVB0LDA(_LDABase):
 
     @classmethod
     def _params_of_state(cls, state) -> dict:
+        from lda_core.algorithms.scvb0 import SCVB0
         p = state.params
-        return dict(n_components=int(state.n_topics), doc_topic_prior=float(p["alpha"]),
-                    topic_word_prior=float(p["eta"]), batch_size=int(p["batch_size"]),
-                    learning_decay=float(p["kappa_phi"]), learning_offset=float(p["tau_phi"]),
-                    max_doc_update_iter=int(p["infer_passes"]),
+        out = {q.sklearn: q.type(p[q.name]) for q in SCVB0.SPEC if q.sklearn}
+        return dict(out, n_components=int(state.n_topics),
                     random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):

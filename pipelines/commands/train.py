@@ -39,7 +39,7 @@ from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    build_algorithm, default_minibatch, default_passes)
+    algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def run(args, beam_argv) -> int:
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
-    settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
+    settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
                     else args.shards, minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
