@@ -533,3 +533,16 @@ def test_reuters_converter(bench_env, tmp_path):
     n_elements = open(src, encoding="latin-1").read().count("<REUTERS ")
     assert 900 <= D <= n_elements == 1000 and V > 500 and nnz > D
     assert len(open(tmp_path / "uci" / "vocab.txt").read().split()) == V
+
+
+def test_verify_bench(bench_env, tmp_path):
+    """sha256 of the shards against reading them, on KOS: every rate and ratio reported."""
+    js = tmp_path / "verify.json"
+    out, _ = run(bench_env, "verify_bench.py", "--corpora", "kos", "--repeat", 1, "--work",
+                 tmp_path / "work", "--out", js)
+    ratio = grab(r"kos .*verify / one read = %s" % NUMBER, out)
+    with open(js) as f:
+        rec = json.load(f)["corpora"]["kos"]
+    assert rec["verify_over_read"] == pytest.approx(ratio, abs=0.01)
+    for k in ("hash_mb_s", "read_mb_s", "verify_mb_s"):
+        assert finite(rec[k], k) > 0

@@ -330,8 +330,8 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
         dataset.verify(str(ds))
     os.rename(tmp_path / "manifest.json", ds / "manifest.json")
     assert cli_main(train) == 0
-    # a folder of shards (no dataset around it) has nothing to verify against
-    assert dataset.verify(str(ds / "train")) is None
+    # a split folder is verified against the manifest of the dataset around it
+    assert dataset.verify(str(ds / "train")) == {"shards": 4, "documents": N_POSTS}
 
 
 # ----------------------------------------------------------------------------- infer raw text
