@@ -240,6 +240,25 @@ def test_vectorize_bench(bench_env, tmp_path):
             assert r["same_output_size_as_gensim"], r
 
 
+def test_ingest_bench(bench_env, tmp_path):
+    js = tmp_path / "ingest.json"
+    out, _ = run(bench_env, "ingest_bench.py", "--limit", 150, "--repeats", 1, "--json", js)
+    grab(r"folder of %s posts: %s CPU s grouped, %s CPU s one element per file; the tarball "
+         r"%s CPU s" % (NUMBER, NUMBER, NUMBER, NUMBER), out)
+    for name in (r"jsonl\.gz", r"xml\.bz2"):
+        grab(r"%s: smart-open layer %s CPU s, standard-library layer %s CPU s" % (
+            name, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["folder"]["files"] == 150 and rec["folder"]["same_digest_grouped_and_per_file"]
+    for k in ("jsonl.gz", "xml.bz2"):
+        assert rec["smart_open"][k]["same_digest"]
+        assert finite(rec["smart_open"][k]["ratio_new_to_old_cpu"], k) > 0
+    grab(r"decompress xml\.bz2 chunks \(%s MB\): smart-open %s CPU s, standard library %s "
+         r"CPU s" % (NUMBER, NUMBER, NUMBER), out)
+    assert finite(rec["decompress"]["open_small_files"]["ratio_smart_open_to_open"]) > 0
+
+
 def test_preprocess_bench(bench_env, tmp_path):
     js = tmp_path / "preprocess.json"
     out, _ = run(bench_env, "preprocess_bench.py", "--posts", 300, "--repeats", 1,

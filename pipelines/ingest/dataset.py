@@ -743,7 +743,8 @@ def shard_listing(root: str) -> dict:
 #: settings of a dataset's manifest that decide how raw text becomes tokens and documents
 TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "stopwords",
                   "min_article_tokens", "encoding", "encoding_errors", "id_field", "text_field",
-                  "label_field", "title_field", "strip_headers", "format",
+                  "label_field", "title_field", "strip_headers", "strip_quotes",
+                  "strip_signatures", "format",
                   # pipelines.ingest.tokenize.RECORD_KEYS beyond the first five
                   "token_pattern", "segmenter", "stopword_list", "phrases", "custom_tokenizer",
                   "tokens_from")
