@@ -314,7 +314,9 @@ def run(args, beam_argv) -> int:
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
-    if state is not None and start is not None and pass_stop is None:
+    if state is not None and start is not None and pass_stop is None and not detach:
+        # a --detach launch is one turn of a scheduler's loop: at the end it reports
+        # "training is complete ... no job submitted" and exits 0, which ends the loop
         _check_resume_has_steps(args, state, start, stream.total_steps)
     if sequential and not whole_corpus and passes > 1:
         raise UsageError("%s consumes the documents as a stream, each once: --passes must be "
