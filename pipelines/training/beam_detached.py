@@ -19,7 +19,7 @@ from lda_core.training.session import Session, TrainingError
 from pipelines.training import beam_state
 from pipelines.training.beam_state import StateRef
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_steps import LeanDoFn
 from pipelines.training.shard_stream import HeldOutShards
