@@ -303,14 +303,14 @@ def write_shard(path: str, table: pa.Table, vocab_hash_value: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _parquet_file(path: str) -> pq.ParquetFile:
+def parquet_file(path: str) -> pq.ParquetFile:
     if is_remote(path):
         return pq.ParquetFile(open_read(path))
     return pq.ParquetFile(path)
 
 
 def shard_vocab_hash(path: str) -> Optional[str]:
-    meta = _parquet_file(path).schema_arrow.metadata or {}
+    meta = parquet_file(path).schema_arrow.metadata or {}
     v = meta.get(VOCAB_HASH_KEY)
     return v.decode() if v is not None else None
 
@@ -341,7 +341,7 @@ def check_shard_columns(path: str) -> None:
     """InputError unless the Parquet file ``path`` has the columns of a shard (an output of
     ``ldabeam infer`` given as shards, say); read from the footer only."""
     try:
-        names = _parquet_file(path).schema_arrow.names
+        names = parquet_file(path).schema_arrow.names
     except (OSError, ValueError) as e:       # truncated, not Parquet
         raise DataIntegrityError("%s cannot be read as Parquet (%s); re-run `ldabeam "
                                  "vectorize`" % (path, e)) from None
@@ -377,7 +377,7 @@ def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
 
 
 def count_documents(files: Sequence[str]) -> int:
-    return sum(_parquet_file(f).metadata.num_rows for f in files)
+    return sum(parquet_file(f).metadata.num_rows for f in files)
 
 
 def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
@@ -386,7 +386,7 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
     in file order (bounded memory: one record batch at a time)."""
     cols = list(columns) if columns else ["doc_id", "title", "label", "word_ids", "counts"]
     for f in files:
-        pf = _parquet_file(f)
+        pf = parquet_file(f)
         present = [c for c in cols if c in pf.schema_arrow.names]
         for rb in pf.iter_batches(batch_size=batch_size, columns=present):
             try:
@@ -571,7 +571,7 @@ class Listing:
         for f, rel in zip(files, rels):
             entry = self.entries[rel]
             try:
-                pf = _parquet_file(f)
+                pf = parquet_file(f)
                 rows = pf.metadata.num_rows
                 meta = pf.schema_arrow.metadata or {}
             except Exception as e:   # truncated / not Parquet
@@ -637,7 +637,7 @@ class ShardSet:
                              _file_sha256(f)))
             else:
                 rows.append((f.replace("\\", "/").rsplit("/", 1)[-1],
-                             int(_parquet_file(f).metadata.num_rows), _file_sha256(f)))
+                             int(parquet_file(f).metadata.num_rows), _file_sha256(f)))
         h = hashlib.sha256()
         for r in rows:
             h.update(("%s\t%d\t%s\n" % r).encode("utf-8"))
@@ -731,7 +731,7 @@ def shard_listing(root: str) -> dict:
         files = match(join(root, split, "*.parquet"))
         if files:
             shards = [{"file": "%s/%s" % (split, f.replace("\\", "/").rsplit("/", 1)[-1]),
-                       "documents": int(_parquet_file(f).metadata.num_rows),
+                       "documents": int(parquet_file(f).metadata.num_rows),
                        "sha256": _file_sha256(f)} for f in files]
             splits[split] = {"documents": sum(e["documents"] for e in shards),
                              "shards": shards}
