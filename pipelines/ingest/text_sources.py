@@ -35,20 +35,20 @@ Formats (see docs/input-formats.md for the user documentation):
 """
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import logging
 import os
 import re
 import tarfile
-import threading
 from typing import Iterator, Optional, Tuple, Union
 
 # the readers' records, errors and file layer, and the wiki reader, re-exported: callers
 # import them from here
 from pipelines.ingest.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkReader,
-                                          compression_of, DeadLetter, DECOMPRESS_ERRORS,
+                                          COUNTING_REPLACE, decode_counted, error_handler,
+                                          replaced_so_far, compression_of, DeadLetter,
+                                          DECOMPRESS_ERRORS,
                                           DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
                                           FORMATS, InputError, is_archive_name, is_remote,
                                           format_of_head, is_tar_name, is_web,
@@ -65,39 +65,6 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- text files
-
-_REPLACED = threading.local()
-COUNTING_REPLACE = "ldabeam.replace"
-
-
-def _counting_replace(err):
-    """The ``replace`` error handler (one U+FFFD per undecodable sequence) that also counts
-    the replacements of this thread (:func:`replaced_so_far`)."""
-    if not isinstance(err, UnicodeDecodeError):
-        raise err
-    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
-    return "\ufffd", err.end
-
-
-codecs.register_error(COUNTING_REPLACE, _counting_replace)
-
-
-def replaced_so_far() -> int:
-    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
-    return getattr(_REPLACED, "n", 0)
-
-
-def error_handler(errors: str) -> str:
-    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
-    return COUNTING_REPLACE if errors == "replace" else errors
-
-
-def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:
-    """``(text, replaced characters)``; raises UnicodeDecodeError under ``strict``."""
-    before = replaced_so_far()
-    text = data.decode(encoding, error_handler(errors))
-    return text, replaced_so_far() - before
-
 
 def _decode(data: bytes, encoding: str, errors: str, source: str, position: str
             ) -> Union[Tuple[str, int], DeadLetter]:
