@@ -57,25 +57,6 @@ def _beam_workers(args, beam_argv) -> bool:
         return False      # an unknown runner is reported later, with its own message
 
 
-def find_vocab(shards: str, explicit: Optional[str]) -> str:
-    """The vocab.tsv that belongs to SHARD_DIR."""
-    if explicit:
-        return explicit
-    cands = []
-    if not any(ch in shards for ch in "*?[") and not shards.endswith(".parquet"):
-        cands.append(dataset.join(shards, dataset.VOCAB_FILE))
-    base = shards.rstrip("/")
-    for _ in range(2):
-        base = os.path.dirname(base) if not dataset.is_remote(base) else base.rsplit("/", 1)[0]
-        if base:
-            cands.append(dataset.join(base, dataset.VOCAB_FILE))
-    for c in cands:
-        if dataset.exists(c):
-            return c
-    raise FileNotFoundError("no vocabulary found for %s (looked for %s); pass --vocab"
-                            % (shards, ", ".join(cands)))
-
-
 def resolve_heldout(shards: str, heldout: str, unverified: bool = False
                     ) -> Optional[List[str]]:
     """Shard files of the held-out set named by ``--heldout`` (None for no evaluation),
@@ -368,7 +349,7 @@ def _resolve_data(args):
                                     unverified=getattr(args, "unverified", False))
     files = shard_set.files
     shard_hash = dataset.check_vocab_hash(files, None)
-    vocab_path = find_vocab(args.shards, args.vocab)
+    vocab_path = dataset.find_vocab(args.shards, args.vocab)
     vocab = dataset.Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"

@@ -28,7 +28,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -841,3 +841,35 @@ def read_tokenizer(model_dir: str):
                          "it from the training run, or delete it to use the settings of the "
                          "training dataset's manifest" % (path, why))
     return settings
+
+
+def doc_hash(doc_id: str, seed: int = 0) -> Tuple[float, int]:
+    """``(u, order)`` for a document: ``u`` uniform in [0, 1) decides the held-out split,
+    ``order`` (64-bit) the shard and the row order. Stable across runs, runners, platforms."""
+    d = hashlib.blake2b(("%d:%s" % (seed, doc_id)).encode("utf-8"), digest_size=16).digest()
+    u = int.from_bytes(d[:8], "big") / 2.0 ** 64
+    return u, int.from_bytes(d[8:], "big")
+
+
+def split_of(doc_id: str, holdout_fraction: float, seed: int = 0) -> str:
+    u, _ = doc_hash(doc_id, seed)
+    return HELDOUT_SPLIT if u < holdout_fraction else TRAIN_SPLIT
+
+
+def find_vocab(shards: str, explicit: Optional[str]) -> str:
+    """The vocab.tsv that belongs to SHARD_DIR."""
+    if explicit:
+        return explicit
+    cands = []
+    if not any(ch in shards for ch in "*?[") and not shards.endswith(".parquet"):
+        cands.append(join(shards, VOCAB_FILE))
+    base = shards.rstrip("/")
+    for _ in range(2):
+        base = os.path.dirname(base) if not is_remote(base) else base.rsplit("/", 1)[0]
+        if base:
+            cands.append(join(base, VOCAB_FILE))
+    for c in cands:
+        if exists(c):
+            return c
+    raise FileNotFoundError("no vocabulary found for %s (looked for %s); pass --vocab"
+                            % (shards, ", ".join(cands)))
