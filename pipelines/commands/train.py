@@ -38,8 +38,8 @@ from pipelines.commands.train_options import add_arguments  # noqa: F401 (the co
 from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
+    GIBBS_SWEEPS, HIDDEN, HINTS, NOT_APPLICABLE, PAPERS, accepted_keywords, keyword_default,
+    option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 

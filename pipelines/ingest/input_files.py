@@ -76,7 +76,7 @@ class DeadLetter:
         return asdict(self)
 
 
-def _snippet(data) -> str:
+def snippet_of(data) -> str:
     if isinstance(data, bytes):
         data = data[:SNIPPET_CHARS * 4].decode("utf-8", "replace")
     return (data or "")[:SNIPPET_CHARS]
@@ -294,7 +294,7 @@ def iter_lines(path: str, max_line_bytes: int, skip_long: bool = True
                 yield lineno, DeadLetter(path, "line %d" % lineno, "line longer than %d bytes%s"
                                          % (max_line_bytes, "" if skip_long else
                                             "; lines after this point are lost"),
-                                         _snippet(line))
+                                         snippet_of(line))
                 if not skip_long:
                     return
                 for _ in range(1 << 62):   # skip the rest of the line
@@ -508,7 +508,7 @@ def sniff_format(path: str) -> Optional[str]:
     return format_of_head(head)
 
 
-def _hidden(name: str) -> bool:
+def is_hidden(name: str) -> bool:
     return any(part.startswith(".") and part not in (".", "..")
                for part in name.replace("\\", "/").split("/"))
 
@@ -555,7 +555,7 @@ def _expand_remote(pattern: str) -> List[str]:
     paths = _match_remote(pattern)
     if not paths and not _GLOB_CHARS.search(pattern):
         paths = _match_remote(pattern.rstrip("/") + "/**")
-    return [p for p in paths if not _hidden(p.split("://", 1)[-1])]
+    return [p for p in paths if not is_hidden(p.split("://", 1)[-1])]
 
 
 SNIFF_THREADS = 8          # files of object stores / web servers sniffed at once

@@ -120,7 +120,7 @@ def row_document(values: Dict[str, object], cols: Columns, path: str, base: str,
             continue
         if not isinstance(v, str):
             return inputs.DeadLetter(path, position, "text column %r holds a %s, expected text"
-                                     % (c, type(v).__name__), inputs._snippet(repr(v)))
+                                     % (c, type(v).__name__), inputs.snippet_of(repr(v)))
         parts.append(v)
     if not parts:
         return inputs.DeadLetter(path, position, "text column%s %s missing in this row"
@@ -254,7 +254,7 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
             position = "row %d (line %d)" % (row, first)
             if feed is not None and feed.problem:
                 problem, feed.problem = feed.problem, None
-                yield inputs.DeadLetter(path, position, problem, inputs._snippet(",".join(rec)))
+                yield inputs.DeadLetter(path, position, problem, inputs.snippet_of(",".join(rec)))
                 continue
             values = dict(consts)
             values.update({name: rec[i] for name, i in index.items() if i < len(rec)})
@@ -264,7 +264,7 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
                     yield inputs.DeadLetter(path, position, "row has %d fields, the header %d: "
                                             "column %s missing" % (len(rec), len(header),
                                                                    ", ".join(map(repr, gone))),
-                                            inputs._snippet(delimiter.join(rec)))
+                                            inputs.snippet_of(delimiter.join(rec)))
                     continue
             yield row_document(values, cols, path, base, row, position,
                             inputs.replaced_so_far() - before)
@@ -319,7 +319,7 @@ def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
                         replaced += n
                     except UnicodeDecodeError as e:
                         bad = inputs.DeadLetter(path, position, "column %r cannot be decoded as "
-                                                "%s: %s" % (c, encoding, e), inputs._snippet(v))
+                                                "%s: %s" % (c, encoding, e), inputs.snippet_of(v))
                         break
                 values[c] = v
             yield bad if bad is not None else row_document(values, cols, path, base, row,

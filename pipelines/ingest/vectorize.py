@@ -47,7 +47,7 @@ from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
 from lda_core.errors import UsageError
 from pipelines.ingest.tokenize import (TOKENS_FROM_BOW, TokenizerConfig, doc_tokens,
-                                       tokenizer_record)
+                                       load_stopwords, tokenizer_record)
 from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_record
 from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
                                                finish_manifest, write_vocabulary)
@@ -476,7 +476,7 @@ def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]
     ``phrases_sample`` share: :func:`training_token_lists`)."""
     if opts.tokenizer_from:
         return recorded_tokenizer(opts)[0]
-    cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+    cfg = opts.tokenizer_config(load_stopwords(opts.stopwords))
     if not opts.learn_phrases:
         return cfg
     from pipelines.ingest.phrases import learn_phrases
@@ -491,11 +491,6 @@ def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]
     logger.info("phrases: %d learned from %d %s (%d tokens)", len(table),
                 counts.get("documents", 0), learned_on, counts.get("tokens", 0))
     return replace(cfg, phrases=table)
-
-
-def _load_stopwords(spec):
-    from pipelines.ingest.tokenize import load_stopwords
-    return load_stopwords(spec)
 
 
 def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
