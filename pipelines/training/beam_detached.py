@@ -1,7 +1,7 @@
 """Detached windows (``train(..., detach=True)``, ``ldabeam train --detach``): one window is
 submitted and the call returns; the window's pipeline ends in :class:`FinishWindowFn`, which
 runs the same after-window hook as the waiting driver
-(:func:`pipelines.training.beam_train.after_window`: evaluate, publish, log) and appends the run-log
+(:func:`pipelines.training.beam_run.after_window`: evaluate, publish, log) and appends the run-log
 records itself (docs/beam-training.md, "Detached windows")."""
 from __future__ import annotations
 
