@@ -33,6 +33,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.storage.vocab_file import GROWN_PREFIX
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
@@ -135,7 +136,9 @@ def _remove_model(model_dir: str) -> None:
     if not files.isdir(model_dir):
         return
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
-    for name in (RUN_LOG_FILE, dataset.VOCAB_FILE):
+    grown = [n for n in files.listdir(model_dir)
+             if n.startswith(GROWN_PREFIX) and n.endswith(".tsv")]   # a stopped --grow-vocab's
+    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE] + grown:
         files.remove_file(files.join(model_dir, name))
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
