@@ -156,3 +156,35 @@ def test_stopped_at_two_workers_resumed_at_four_same_bits(kos_pieces, tmp_path):
     res = _beam(algo, files, md, _mp(4), minibatches_per_window=3, resume=True)
     assert res.steps_run == 4
     _same_bits(ref, res.algorithm)
+
+
+def test_cli_resume_uses_the_recorded_pieces_and_refuses_another(kos_pieces, tmp_path, capsys):
+    """`ldabeam train --pieces 3` is recorded; `--resume --pieces 2` is a one-line usage
+    error naming the option and the recorded value; `--resume` alone continues with 3, ending
+    on the bits of an uninterrupted in-process run with 3 pieces."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines import cli
+    md = str(tmp_path / "m")
+    base = ["train", "--shards", kos_pieces, "--output", md, "--algorithm", "online-vb",
+            "--topics", "5", "--minibatch", "40", "--seed", "3", "--passes", "1",
+            "--runner", "inprocess", "--no-progress"]
+
+    def run(*extra):
+        rc = cli.main(base + list(extra))
+        return rc, capsys.readouterr()
+
+    rc, _ = run("--pieces", "3", "--max-steps", "3")
+    assert rc == 0
+    assert CheckpointStore(md).latest().info["run"]["pieces_per_minibatch"] == 3
+    rc, (out, err) = run("--resume", "--pieces", "2")
+    assert rc == 2 and "--pieces 2: this run was trained with 3 pieces" in err
+    rc, _ = run("--resume")
+    assert rc == 0
+    got = CheckpointStore(md).latest()
+    assert got.info["run"]["pieces_per_minibatch"] == 3
+    rc, _ = run("--pieces", "3", "--output", str(tmp_path / "ref"))
+    assert rc == 0
+    ref = CheckpointStore(str(tmp_path / "ref")).latest()
+    assert ref.step == got.step == 8
+    for k in ref.arrays:
+        assert ref.arrays[k].tobytes() == got.arrays[k].tobytes(), k
