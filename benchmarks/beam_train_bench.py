@@ -295,7 +295,7 @@ def main(argv=None):
         log_path = os.path.join(tmp, "inprocess_run_log.jsonl")
         c0, t0 = _cpu(), time.time()
         with RunLog(log_path) as rl:
-            inprocess_train(algo, stream, progress=False, run_log=rl)
+            inprocess_train(algo, stream, progress=False, run_log=rl, pieces=args.pieces)
         ref_wall, ref_cpu = time.time() - t0, _cpu() - c0
         ref = algo
         rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,
