@@ -188,3 +188,21 @@ def test_cli_resume_uses_the_recorded_pieces_and_refuses_another(kos_pieces, tmp
     assert ref.step == got.step == 8
     for k in ref.arrays:
         assert ref.arrays[k].tobytes() == got.arrays[k].tobytes(), k
+
+
+def test_timing_record_reports_graph_bytes_per_step(kos_pieces, tmp_path):
+    """Each window's `timing` record gives the size of the graph the runner received (runner
+    API proto) per step: the figure that bounds how many steps one job can hold."""
+    from lda_core.storage.run_log import RunLog, read_run_log
+    algo, files = new_vb(kos_pieces, K=5, S=40, seed=3)
+    md = str(tmp_path / "m")
+    os.makedirs(md)
+    log = os.path.join(md, "run_log.jsonl")
+    with RunLog(log) as rl:
+        _beam(algo, files, md, ["--runner=DirectRunner"], minibatches_per_window=5,
+              run_log=rl)
+    recs = read_run_log(log, "timing")
+    assert [r["steps"] for r in recs] == [5, 3]
+    for r in recs:
+        assert r["graph_bytes_per_step"] > 0
+        assert r["graph_bytes_per_step"] == r["bytes"]["pipeline_build"] / r["steps"]

@@ -430,6 +430,8 @@ class _WindowRun:
                              lambda a, pos: times.timed("checkpoint", ses.publish, a, pos))
             finally:
                 ses.write(times.record(len(infos), time.time() - w_start, window=windows,
+                                       graph_bytes_per_step=times.nbytes.get(
+                                           "pipeline_build", 0) / max(1, len(steps)),
                                        runner=self.cfg.describe(),
                                        workers=self.cfg.num_workers,
                                        parallel=self.parallel_phases()))
