@@ -352,20 +352,27 @@ class LdaModel:
                                          dataset.absolute(self.model_dir) != target):
             raise OutputError("%s already holds another model's checkpoints; save to a new or "
                               "empty directory" % model_dir)
+        with ModelLease(target, "ldabeam.LdaModel.save"):
+            return self.publish_leased(target, store)
+
+    def publish_leased(self, target: str, store) -> str:
+        """What :meth:`save` does once it holds the lease of ``target`` (``ldabeam train
+        --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
+        ``tokenizer.json``, each written atomically."""
+        from pipelines.ingest import dataset
         state = self._algo.to_state()
         info = dict(self._info)          # the run's records (trainer, run, updates) ...
         info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
         state.info = info
-        with ModelLease(target, "ldabeam.LdaModel.save"):
-            path = store.publish(state)
-            if self._vocab is not None:
-                self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
-            if self._prep.settings is not None:
-                import json
-                dataset.write_bytes_atomic(
-                    dataset.join(target, dataset.TOKENIZER_FILE),
-                    (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
-                                indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        path = store.publish(state)
+        if self._vocab is not None:
+            self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
+        if self._prep.settings is not None:
+            import json
+            dataset.write_bytes_atomic(
+                dataset.join(target, dataset.TOKENIZER_FILE),
+                (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
+                            indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self.model_dir, self.checkpoint = target, dataset.absolute(path)
         return self.checkpoint
 

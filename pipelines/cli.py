@@ -289,6 +289,8 @@ def _run(argv: List[str], command: Optional[str]) -> int:
     args, leftovers = parser.parse_known_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pipelines.runtime import log_filters
+    log_filters.install()      # third-party warnings that do not concern the user
     if args.log_level != "DEBUG":
         # Beam's own INFO lines (type-hint conversions, runner fall-backs, worker pools) drown
         # the progress lines users need; keep its warnings and errors, but not the tracebacks

@@ -32,8 +32,12 @@ counted (``empty_after_vocabulary``) and not written.
 Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
 (list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight
 float32>>, the ``top_n`` largest), ``n_tokens`` (int32) [, ``gamma`` list<float64> with
-``write_gamma``], and ``OUTPUT/summary.json`` (counts, model step, vocabulary hash); with
-``write_csv`` also ``OUTPUT/part-*.csv`` (:func:`theta_csv`).
+``write_gamma``], and ``OUTPUT/_summary.json`` (counts, model step, vocabulary hash, the
+files written), published last: readers (:func:`read_theta`) accept only a folder with its
+summary and read only the files it lists. The leading ``_`` keeps the summary out of
+Parquet dataset readers, so ``pyarrow.parquet.read_table(OUTPUT)`` reads the results (older
+outputs named it ``summary.json``; both are read). With ``write_csv`` also
+``OUTPUT/part-*.csv`` (:func:`theta_csv`).
 File names are fixed by the input (shard index and piece index, or a hash of the documents'
 ids for raw text), so a retried bundle rewrites the same file.
 """
@@ -43,7 +47,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -55,7 +58,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsList, AsSingleton
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.errors import DataIntegrityError, InputError, UsageError
+from lda_core.storage import output_paths
 from pipelines.training import beam_state
 from pipelines.ingest import dataset
 from pipelines.runtime.beam_options import pipeline_options
@@ -63,7 +67,8 @@ from pipelines.runtime.beam_options import pipeline_options
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "ldabeam.infer"
-SUMMARY_FILE = "summary.json"
+SUMMARY_FILE = output_paths.SUMMARY_FILE               # "_summary.json"
+LEGACY_SUMMARY_FILE = output_paths.LEGACY_SUMMARY_FILE # "summary.json" of older outputs
 GAMMA_SALTS = {"infer": "infer", "training": "gamma"}
 MAX_TOP_N = 1000
 
@@ -333,30 +338,13 @@ def _summary(_, pieces, stats, info, output):
 
 # ----------------------------------------------------------------------------- driver
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    """Refuse to mix with earlier results (unless ``overwrite``: they are deleted). A remote
-    output (gs://, s3://, ...) is checked through Beam's FileSystems."""
-    if dataset.is_remote(output):
-        old = dataset.match(dataset.join(output, "*.parquet")) + \
-            dataset.match(dataset.join(output, "*.csv"))
-        if dataset.exists(dataset.join(output, SUMMARY_FILE)):
-            old.append(dataset.join(output, SUMMARY_FILE))
-        if old and not overwrite:
-            raise OutputError("output %s already holds inference results (%d files); use "
-                              "--overwrite to replace them" % (output, len(old)))
-        if old:
-            from apache_beam.io.filesystems import FileSystems
-            FileSystems.delete(old)
-        return
-    if os.path.isdir(output):
-        old = [f for f in os.listdir(output)
-               if f.endswith((".parquet", ".csv")) or f == SUMMARY_FILE]
-        if old and not overwrite:
-            raise OutputError("output directory %s already holds inference results (%d files); "
-                              "use --overwrite to replace them" % (output, len(old)))
-        for f in old:
-            os.unlink(os.path.join(output, f))
-    os.makedirs(output, exist_ok=True)
+def _prepare_output(opts: InferOptions) -> None:
+    """The output rules (:mod:`lda_core.storage.output_paths`): never an input (model, shards,
+    raw text), never another kind of output; ``--overwrite`` removes only what the old
+    summary lists; the folder is then marked as this command's."""
+    output_paths.prepare_output(opts.output, "inference", "ldabeam infer",
+                                inputs=[opts.model, opts.shards] + list(opts.inputs),
+                                overwrite=opts.overwrite)
 
 
 def model_tokenizer(ref: ModelRef) -> Optional[dict]:
@@ -406,7 +394,8 @@ def _text_options(opts: InferOptions, ref: ModelRef):
 def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
     info = {"tool": "ldabeam infer", "model": ref.model_dir, "checkpoint": ref.state_path,
             "algorithm": ref.algorithm, "n_topics": ref.n_topics, "step": ref.step,
-            "vocab_hash": ref.vocab_hash, "gamma_seed": opts.gamma_seed, "top_n": opts.top_n}
+            "vocab_hash": ref.vocab_hash, "gamma_seed": opts.gamma_seed, "top_n": opts.top_n,
+            "csv": bool(opts.write_csv)}
     meta = {"ldabeam.checkpoint": ref.state_path, "ldabeam.step": str(ref.step),
             "ldabeam.vocab_hash": str(ref.vocab_hash)}
     stats_parts = []
@@ -470,7 +459,7 @@ def _checked(opts: InferOptions):
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
         from pipelines.ingest.tokenize import Preprocessor
         Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
-    _prepare_output(opts.output, opts.overwrite)
+    _prepare_output(opts)
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
                                    path=ref.state_path, position=ref.step)
     logger.info("infer: %s (step %d, K=%d) on %s -> %s", ref.algorithm, ref.step, ref.n_topics,
@@ -501,18 +490,41 @@ def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):
 
 
 def read_summary(output: str) -> Dict[str, Any]:
-    """OUTPUT/summary.json of a finished inference job."""
-    with dataset.open_read(dataset.join(output, SUMMARY_FILE)) as f:
+    """The published summary of a finished inference job (``_summary.json``, or the
+    ``summary.json`` of older outputs); DataIntegrityError naming the folder when there is
+    none (a job still running, or killed before it published)."""
+    path = output_paths.summary_path(output, dataset.files_for(output))
+    if path is None:
+        raise DataIntegrityError(
+            "%s holds no published inference results (no %s): the `ldabeam infer` writing it "
+            "is still running or was stopped before the end; wait for it, or re-run it with "
+            "--overwrite" % (output, SUMMARY_FILE))
+    with dataset.open_read(path) as f:
         return json.loads(f.read().decode("utf-8"))
 
 
 def read_theta(output: str):
-    """All rows written by :func:`infer` as one Arrow table, sorted by doc_id."""
+    """All rows of a finished :func:`infer` as one Arrow table, sorted by doc_id: only the
+    files its summary lists, all of them, with as many rows as it counts."""
     import pyarrow.parquet as pq
-    files = sorted(f for f in os.listdir(output) if f.endswith(".parquet"))
-    if not files:
-        raise FileNotFoundError("no inference results (*.parquet) in %s" % output)
-    t = pa.concat_tables([pq.read_table(os.path.join(output, f)) for f in files])
+    s = read_summary(output)
+    names = s.get("files") or []
+    tables = []
+    for f in names:
+        path = dataset.join(output, f)
+        if not dataset.exists(path):
+            raise DataIntegrityError("%s lists %s but it is missing; re-run `ldabeam infer "
+                                     "--overwrite`" % (output, f))
+        with dataset.open_read(path) as fh:
+            tables.append(pq.read_table(fh))
+    if not tables:
+        raise DataIntegrityError("no inference results in %s (its summary lists no file)"
+                                 % output)
+    t = pa.concat_tables(tables)
+    if t.num_rows != s.get("documents"):
+        raise DataIntegrityError("%s: the listed files hold %d rows but the summary counts %s; "
+                                 "re-run `ldabeam infer --overwrite`"
+                                 % (output, t.num_rows, s.get("documents")))
     idx = np.argsort(np.asarray(t.column("doc_id").to_pylist(), dtype=object), kind="stable")
     return t.take(pa.array(idx))
 

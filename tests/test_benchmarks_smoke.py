@@ -475,6 +475,25 @@ def test_defaults_bench(bench_env, tmp_path):
     assert "SUMMARY" in out
 
 
+def test_default_eval_bench(bench_env, tmp_path):
+    """The default command against the same passes with --heldout none on KOS (5 % held
+    out): both children timed (wall and CPU), the passes, scores and lines recorded."""
+    js = tmp_path / "default_eval.json"
+    out, _ = run(bench_env, "default_eval_bench.py", "--corpora", "kos", "--topics", 5,
+                 "--work", tmp_path / "work", "--json", js)
+    with open(js) as f:
+        res = json.load(f)
+    (rec,) = res["records"]
+    d, n = rec["default"], rec["no_heldout"]
+    assert rec["corpus"] == "kos" and d["passes"] == n["passes"] >= 2
+    assert len(d["pass_scores"]) == d["passes"] and n["pass_scores"] is None
+    assert d["evaluations"] == d["passes"] and n["evaluations"] == 0
+    for k in ("ratio", "cpu_ratio", "eval_fraction"):
+        finite(rec[k], k)
+    assert 0 < d["lines"] <= 60 and res["max_ratio"] == rec["ratio"]
+    assert "max ratio" in out
+
+
 def test_reuters_converter(bench_env, tmp_path):
     """quality_bench's Reuters-21578 converter on one of the SGML files: one document per
     <REUTERS> element with text, through the harness's text2uci."""

@@ -377,8 +377,8 @@ def test_detached_vectorize_and_infer_write_what_the_waiting_commands_write(
     assert rc == 0, err
     assert str(infer_cmd.LAST_SUBMITTED.wait_until_finish()).endswith("DONE")
     assert out2.splitlines()[-1] == out.splitlines()[-1].replace(ia, ib)
-    sa = json.load(open(os.path.join(ia, "summary.json")))
-    sb = json.load(open(os.path.join(ib, "summary.json")))
+    sa = json.load(open(os.path.join(ia, "_summary.json")))
+    sb = json.load(open(os.path.join(ib, "_summary.json")))
     assert sa == sb
     from pipelines.infer import read_theta
     assert read_theta(ia).equals(read_theta(ib))
@@ -394,7 +394,7 @@ def test_detached_infer_to_an_object_store(ds, waiting_run, store_root, capsys):
                            "heldout", "--output", out_dir, "--detach")
     assert rc == 0, err
     infer_cmd.LAST_SUBMITTED.wait_until_finish()
-    s = json.loads(files_for(out_dir + "/summary.json").read_bytes(out_dir + "/summary.json"))
+    s = json.loads(files_for(out_dir + "/_summary.json").read_bytes(out_dir + "/_summary.json"))
     assert s["documents"] == 60 and len(s["files"]) >= 1
 
 

@@ -181,3 +181,188 @@ def test_disk_full_while_a_checkpoint_is_written(ds, small_disk, capsys):
     assert store.pointer() == st.step                      # the previous one stays LATEST
     assert not [n for n in os.listdir(store.root) if n.startswith(".")]    # no temp left
     assert cli.main(["topics", "--model", md, "--top", "3"]) == 0
+
+
+# ----------------------------------------------------------------------------- vectorize / infer
+# SIGKILL `ldabeam vectorize` and `ldabeam infer` at random points (a random time of the
+# uninterrupted run, or just after the n-th file of the output appeared): the inputs are never
+# touched, and the output is either published complete (verified, identical to the
+# uninterrupted run's) or unpublished and refused by every reader and by a rerun without
+# --overwrite; a rerun with --overwrite then publishes the uninterrupted run's output.
+WRITER_KILLS = 16                  # per command
+OUTPUT_KILLS = {"kills": 0, "published": 0, "refused": 0, "recovered": 0, "lost_inputs": 0,
+                "half_accepted": 0, "tracebacks": 0}
+
+
+def _tree(folder):
+    out = {}
+    for d, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, folder)] = fh.read()
+    return out
+
+
+def _files_under(folder):
+    return sum(len(f) for _, _, f in os.walk(folder)) if os.path.isdir(folder) else 0
+
+
+def _kill_writer(argv, out, rng, t_ref):
+    """Run ``ldabeam argv`` in a subprocess and SIGKILL it at a random point; the time it
+    ran, or None when it finished first."""
+    import time
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in argv],
+                         cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    try:
+        if rng.random() < 0.5:                    # a random time of the whole run
+            deadline, nth = t0 + rng.uniform(0.2, 1.0) * t_ref, None
+        else:                                     # just after the n-th output file appeared
+            deadline, nth = t0 + 2 * t_ref, rng.randint(1, 6)
+        while p.poll() is None and time.time() < deadline:
+            if nth is not None and _files_under(out) >= nth:
+                time.sleep(rng.uniform(0.0, 0.05))
+                break
+            time.sleep(0.01)
+        if p.poll() is not None:
+            return None
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return time.time() - t0
+
+
+def _no_traceback(capsys, label):
+    err = capsys.readouterr().err
+    if "Traceback" in err:
+        OUTPUT_KILLS["tracebacks"] += 1
+    assert "Traceback" not in err, (label, err)
+
+
+def _check_killed_vectorize(out, ref_manifest, argv, recover, capsys, label):
+    from lda_core.errors import OutputError
+    from lda_core.storage import output_paths
+    from pipelines.ingest import dataset
+    shards = lambda m: [(s["file"], s["sha256"]) for sp in ("train", "heldout")
+                        for s in m["splits"][sp]["shards"]]
+    if os.path.exists(os.path.join(out, dataset.MANIFEST_FILE)):
+        # accepted by the reader: it must be the uninterrupted run's dataset, whole
+        same = shards(dataset.read_manifest(out)) == shards(ref_manifest)
+        OUTPUT_KILLS["half_accepted"] += not same
+        assert same, label
+        assert dataset.verify(out)["documents"] == ref_manifest["counts"]["documents_kept"]
+        OUTPUT_KILLS["published"] += 1
+    else:
+        if dataset.is_dataset_dir(out):
+            with pytest.raises(ValueError, match="no manifest.json"):
+                dataset.verify(out)
+        left = [f for f in (_tree(out) if os.path.isdir(out) else {})
+                if not f.startswith("lease.json") and f != output_paths.MARKER_FILE]
+        if left:
+            rc = cli.main([str(a) for a in argv])          # no --overwrite: refused
+            assert rc == 2, label
+            with pytest.raises(OutputError):
+                output_paths.clear_output(out, "dataset", overwrite=False)
+        OUTPUT_KILLS["refused"] += 1
+    if recover:
+        assert cli.main([str(a) for a in argv] + ["--overwrite"]) == 0, label
+        assert shards(dataset.read_manifest(out)) == shards(ref_manifest), label
+        dataset.verify(out)
+        OUTPUT_KILLS["recovered"] += 1
+    _no_traceback(capsys, label)
+
+
+def _check_killed_infer(out, ref, argv, recover, capsys, label):
+    import pyarrow.parquet as pq
+    from lda_core.errors import DataIntegrityError
+    from lda_core.storage import output_paths
+    from pipelines.infer import read_theta
+    if output_paths.summary_path(out) is not None:
+        # accepted by the reader: it must be the uninterrupted run's results, whole
+        same = read_theta(out).equals(ref)
+        OUTPUT_KILLS["half_accepted"] += not same
+        assert same, label
+        assert pq.read_table(out).num_rows == ref.num_rows, label
+        OUTPUT_KILLS["published"] += 1
+    else:
+        if os.path.isdir(out):
+            with pytest.raises(DataIntegrityError):
+                read_theta(out)
+        OUTPUT_KILLS["refused"] += 1
+    if recover:
+        assert cli.main([str(a) for a in argv] + ["--overwrite"]) == 0, label
+        assert read_theta(out).equals(ref), label
+        OUTPUT_KILLS["recovered"] += 1
+    _no_traceback(capsys, label)
+
+
+@pytest.fixture(scope="module")
+def small_model(ds, tmp_path_factory):
+    md = str(tmp_path_factory.mktemp("fimodel") / "m")
+    _inproc(_argv(ds, md, "inprocess"))
+    return md
+
+
+def _kill_sweep(name, argv_of, check, ref, inputs, tmp_path, capsys, rng, t_ref):
+    kills = attempts = 0
+    snap = {p: _tree(p) if os.path.isdir(p) else open(p, "rb").read() for p in inputs}
+    while kills < WRITER_KILLS and attempts < 3 * WRITER_KILLS:
+        attempts += 1
+        out = str(tmp_path / ("%s-%d" % (name, attempts)))
+        if _kill_writer(argv_of(out), out, rng, t_ref) is None:
+            shutil.rmtree(out, ignore_errors=True)
+            continue
+        kills += 1
+        OUTPUT_KILLS["kills"] += 1
+        for p, before in snap.items():
+            now = _tree(p) if os.path.isdir(p) else open(p, "rb").read()
+            if now != before:
+                OUTPUT_KILLS["lost_inputs"] += 1
+            assert now == before, (name, p)
+        check(out, ref, argv_of(out), kills % 4 == 0, capsys, (name, attempts))
+        shutil.rmtree(out, ignore_errors=True)
+    assert kills == WRITER_KILLS, (name, kills, attempts)
+
+
+@pytest.mark.slow
+def test_kills_during_vectorize_and_infer(ds, small_model, tmp_path, capsys):
+    import time
+    from pipelines.ingest import dataset
+    from pipelines.infer import read_theta
+    from test_output_rules import reuters_texts
+    rng = random.Random(22)
+    texts = str(tmp_path / "texts")
+    reuters_texts(texts, 40)
+    vec = lambda out: ["vectorize", "--input", texts, "--format", "text", "--output", out,
+                       "--no-below", 1, "--holdout-fraction", 0.2, "--num-shards", 4,
+                       "--heldout-shards", 2]
+    ref_out = str(tmp_path / "vec-ref")
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in vec(ref_out)],
+                   cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_sweep("vectorize", vec, _check_killed_vectorize, dataset.read_manifest(ref_out),
+                [texts], tmp_path, capsys, rng, time.time() - t0)
+
+    inf = lambda out: ["infer", "--model", small_model, "--shards", ds, "--output", out,
+                       "--batch-size", 20]
+    ref_out = str(tmp_path / "inf-ref")
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in inf(ref_out)],
+                   cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_sweep("infer", inf, _check_killed_infer, read_theta(ref_out), [ds, small_model],
+                tmp_path, capsys, rng, time.time() - t0)
+    print("vectorize/infer kills: %(kills)d (published complete %(published)d, unpublished "
+          "and refused %(refused)d, recovered with --overwrite %(recovered)d); input files "
+          "lost %(lost_inputs)d, half outputs accepted %(half_accepted)d, tracebacks "
+          "%(tracebacks)d" % OUTPUT_KILLS)
+    assert OUTPUT_KILLS["kills"] >= 30
+    assert OUTPUT_KILLS["lost_inputs"] == OUTPUT_KILLS["tracebacks"] == 0
+    assert OUTPUT_KILLS["half_accepted"] == 0

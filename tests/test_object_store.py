@@ -302,7 +302,7 @@ def test_cli_infer_reads_a_model_on_an_object_store(store_root, ds, capsys, tmp_
     rc, out, err = ldabeam(capsys, "infer", "--model", md, "--shards", ds, "--split",
                            "heldout", "--output", out_dir)
     assert rc == 0, err
-    summary = json.loads(ObjectStoreFiles().read_bytes(out_dir + "/summary.json"))
+    summary = json.loads(ObjectStoreFiles().read_bytes(out_dir + "/_summary.json"))
     assert summary["documents"] == 60 and summary["checkpoint"].startswith(md)
 
 

@@ -354,7 +354,7 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
     raw = tmp_path / "raw"
     assert cli_main(["infer", "--model", str(model), "--input", str(new_csv), "--output",
                      str(raw), "--csv"]) == 0
-    s = json.load(open(raw / "summary.json"))
+    s = json.load(open(raw / "_summary.json"))
     assert s["documents_read"] == len(new_posts) + 1 and s["empty_after_vocabulary"] == 1
     assert s["oov_tokens_dropped"] > 0
     # the same rows vectorised with the model's vocabulary and settings, then inferred
@@ -396,7 +396,7 @@ def test_infer_raw_parquet_arrow_and_bigquery_use_the_models_settings(posts, tmp
     _write_hf_save_to_disk(str(tmp_path / "hf"), table)
     outs = {}
     for name, inp in (("pq", tmp_path / "new.parquet"), ("hf", tmp_path / "hf")):
-        outs[name] = tmp_path / name
+        outs[name] = tmp_path / ("theta-" + name)     # never into the input folder (hf/)
         s = infer(InferOptions(model=str(model), inputs=[str(inp)], output=str(outs[name])))
         assert s["documents_read"] == table.num_rows and s["dead_letters"] == 0
     # a BigQuery query (its source replaced by a stand-in, as in the vectorize test)

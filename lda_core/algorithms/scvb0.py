@@ -276,8 +276,8 @@ class SCVB0(StochasticAlgorithm):
         self.docs_seen += int(stats.n_docs)
         self.tokens_seen += int(stats.n_tokens)
         info["pi"] = self._pi
-        logger.info("scvb0 step t=%d rho=%.4g docs=%d tokens=%d", t, rho, stats.n_docs,
-                    stats.n_tokens)
+        logger.debug("scvb0 step t=%d rho=%.4g docs=%d tokens=%d", t, rho, stats.n_docs,
+                     stats.n_tokens)
         return info
 
     def nonfinite_state(self) -> Optional[str]:

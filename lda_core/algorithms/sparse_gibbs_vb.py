@@ -242,8 +242,8 @@ class SparseGibbsVB(StochasticAlgorithm):
         self.step += 1
         self.docs_seen += int(stats.n_docs)
         info.update(pi=self._pi, nnz=self.nnz)
-        logger.info("sparse-gibbs-vb step t=%d rho=%.4g docs=%d nnz=%d", t, rho, stats.n_docs,
-                    self.nnz)
+        logger.debug("sparse-gibbs-vb step t=%d rho=%.4g docs=%d nnz=%d", t, rho, stats.n_docs,
+                     self.nnz)
         return info
 
     def nonfinite_state(self) -> Optional[str]:

@@ -40,12 +40,6 @@ from lda_core.evaluation.topic_quality import (  # noqa: F401 (re-exported: one 
 logger = logging.getLogger(__name__)
 
 
-try:  # numba is a dependency; the numpy path is the reference and the fall-back
-    import numba as _numba
-except ImportError:  # pragma: no cover
-    _numba = None
-
-
 # ---------------------------------------------------------------------------------------------
 # document completion split
 # ---------------------------------------------------------------------------------------------
@@ -117,59 +111,11 @@ def _completion_docs_numpy(phiT, a: DocBatch, b: DocBatch, alpha, iters, chunk=2
     return out
 
 
-_completion_kernel = None
-
-
 def _get_completion_kernel():
-    """Compile (once; cached on disk) the per-document numba kernel.
-
-    fastmath lets LLVM vectorise the K-loops (13-14x the harness's CPU time on 20NG at
-    K=100/1000 instead of 5x); all values are positive and finite (φ is floored at 1e-300,
-    θ_k >= α / Σθ), and the result still equals the harness to ~1e-15 per token."""
-    global _completion_kernel
-    if _completion_kernel is not None or _numba is None:
-        return _completion_kernel
-    njit, prange = _numba.njit, _numba.prange
-
-    @njit(parallel=True, cache=True, fastmath=True)
-    def kernel(phiT, a_ptr, a_w, a_c, b_ptr, b_w, b_c, alpha, iters, out):  # pragma: no cover
-        D = a_ptr.shape[0] - 1
-        K = phiT.shape[1]
-        for d in prange(D):
-            theta = np.empty(K)
-            acc = np.empty(K)
-            for k in range(K):
-                theta[k] = 1.0 / K
-            for it in range(iters):
-                # theta_k <- alpha + theta_k * sum_w n_w phi_kw / sum_j theta_j phi_jw
-                for k in range(K):
-                    acc[k] = 0.0
-                for j in range(a_ptr[d], a_ptr[d + 1]):
-                    w = a_w[j]
-                    den = 0.0
-                    for k in range(K):
-                        den += theta[k] * phiT[w, k]
-                    r = a_c[j] / den
-                    for k in range(K):
-                        acc[k] += r * phiT[w, k]
-                tot = 0.0
-                for k in range(K):
-                    theta[k] = alpha + theta[k] * acc[k]
-                    tot += theta[k]
-                for k in range(K):
-                    theta[k] /= tot
-            # score: sum_w n_w log sum_k theta_k phi_kw over the second half
-            ll = 0.0
-            for j in range(b_ptr[d], b_ptr[d + 1]):
-                w = b_w[j]
-                p = 0.0
-                for k in range(K):
-                    p += theta[k] * phiT[w, k]
-                ll += b_c[j] * np.log(p)
-            out[d] = ll
-
-    _completion_kernel = kernel
-    return kernel
+    """The per-document numba kernel (:func:`lda_core.evaluation.kernels.completion`;
+    compiled once, cached on disk), or None without numba."""
+    from lda_core.evaluation import kernels
+    return kernels.completion
 
 
 def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float = PROTOCOL_ALPHA,

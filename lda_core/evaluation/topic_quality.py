@@ -151,8 +151,7 @@ def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1
     if phi.ndim != 2:
         raise ValueError("phi must be a K x V matrix, got shape %s" % (phi.shape,))
     K, V = phi.shape
-    if topn > V:
-        raise ValueError("topn=%d is larger than the vocabulary (V=%d)" % (topn, V))
+    topn = min(int(topn), V)                           # a vocabulary smaller than topn
     XT = _binary_docs_T(batch_or_csr, V)               # V x D, binary
     top = _top_indices(phi, topn)
     per_topic = np.zeros(K)
@@ -183,6 +182,7 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
     sliding window longer than every document is the same quantity (up to its ε = 1e-12)."""
     phi = _check_topn(phi, topn)
     K, V = phi.shape
+    topn = min(int(topn), V)
     XT = _binary_docs_T(batch_or_csr, V)
     D = XT.shape[1]
     if D == 0:
@@ -202,19 +202,17 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
 
 def topic_diversity(phi, topn: int = 25) -> float:
     """Topic diversity (Dieng, Ruiz & Blei 2020): distinct words among all topics' top
-    ``topn`` words / (topn·K); 1 when no two topics share a top word."""
+    ``topn`` words / (topn·K); 1 when no two topics share a top word. A vocabulary of
+    fewer than ``topn`` words takes all of them."""
     phi = _check_topn(phi, topn)
-    top = _top_indices(phi, topn)
+    top = _top_indices(phi, min(int(topn), phi.shape[1]))
     return float(len(np.unique(top)) / top.size)
 
 
 def _check_topn(phi, topn) -> np.ndarray:
     if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)) or topn < 2:
         raise ValueError("topn must be an integer >= 2, got %r" % (topn,))
-    phi = _check_phi(phi)
-    if topn > phi.shape[1]:
-        raise ValueError("topn=%d is larger than the vocabulary (V=%d)" % (topn, phi.shape[1]))
-    return phi
+    return _check_phi(phi)     # the callers clamp topn to V
 
 
 #: documents sampled for topic usage, and its fixed-point iterations (the harness's values)
@@ -223,7 +221,8 @@ USAGE_ITERS = 50
 
 
 def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int = USAGE_DOCS,
-                iters: int = USAGE_ITERS, seed: int = 0) -> Dict[str, Any]:
+                iters: int = USAGE_ITERS, seed: int = 0, backend: str = "auto"
+                ) -> Dict[str, Any]:
     """Each topic's share of the tokens of a seeded sample of (training) documents.
 
     ``max_docs`` documents are drawn without replacement (``RandomState(seed).permutation``,
@@ -232,7 +231,10 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
     θ_dk φ_kw / Σ_j θ_dj φ_jw is summed per topic. Returns ``shares`` (K, sum 1), ``dead``
     (topics with a share below 0.1/K, a tenth of uniform), ``effective`` (exp of the
     entropy of the shares: K when all are used equally) and ``n_docs``. Memory is bounded by
-    the sample, whatever the size of the documents given."""
+    the sample, whatever the size of the documents given. ``backend``: "numba" (parallel
+    over documents), "numpy" (the harness's formulation) or "auto" (numba when available)."""
+    if backend not in ("auto", "numba", "numpy"):
+        raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
     phi = _check_phi(phi)
     K, V = phi.shape
     if sp.issparse(batch_or_csr):
@@ -249,6 +251,24 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
     if sample.n_tokens == 0:
         raise InputError("topic usage needs documents with at least one token")
     phiT = _normalized_phi_T(phi)
+    from lda_core.evaluation import kernels
+    if kernels.usage is not None and backend in ("auto", "numba"):
+        per_doc = np.zeros((sample.n_docs, K))
+        kernels.usage(phiT, sample.indptr, sample.word_ids,
+                      sample.counts.astype(np.float64), float(alpha), int(iters), per_doc)
+        use = per_doc.sum(0)
+    else:
+        use = _usage_numpy(phiT, sample, alpha, iters)
+    shares = use / use.sum()
+    nz = shares[shares > 0]
+    return {"shares": shares, "dead": int((shares < 0.1 / K).sum()),
+            "effective": float(np.exp(-(nz * np.log(nz)).sum())), "n_docs": int(sample.n_docs)}
+
+
+def _usage_numpy(phiT, sample: DocBatch, alpha: float, iters: int) -> np.ndarray:
+    """Topic usage summed over ``sample`` (the harness's vectorised formulation: the
+    reference of :func:`lda_core.evaluation.kernels.usage`)."""
+    V, K = phiT.shape
     doc = np.repeat(np.arange(sample.n_docs), np.diff(sample.indptr))
     w, n = sample.word_ids.astype(np.int64), sample.counts.astype(np.float64)
     A = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V))
@@ -262,11 +282,7 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
         theta /= theta.sum(1, keepdims=True)
     resp = theta[r] * phiT[c]
     resp /= resp.sum(1, keepdims=True)
-    use = (resp * n[:, None]).sum(0)
-    shares = use / use.sum()
-    nz = shares[shares > 0]
-    return {"shares": shares, "dead": int((shares < 0.1 / K).sum()),
-            "effective": float(np.exp(-(nz * np.log(nz)).sum())), "n_docs": int(sample.n_docs)}
+    return (resp * n[:, None]).sum(0)
 
 
 def topic_health(phi, train_docs, alpha: float = PROTOCOL_ALPHA, seed: int = 0,

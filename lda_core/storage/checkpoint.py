@@ -10,7 +10,10 @@ Layout under the model directory::
 renames it to ``step-<state.step, 9 digits>`` (an existing directory of that name is
 replaced), and only then rewrites ``LATEST`` atomically (temporary file, fsync, rename). The
 pointer is the commit point: a checkpoint directory newer than the one ``LATEST`` names was
-never committed (the run died between the two renames) and is not used.
+never committed (the run died between the two renames) and is not used. The first publish of
+a store removes the temporary directories and files of publishes that were killed
+(``.step-N.tmp-*``, ``.step-N.old-*``, ``.LATEST.tmp-*``): the writer holds the model
+directory's lease (:mod:`lda_core.storage.lease`), so no other publish is under way.
 
 On an object store (a file layer with ``atomic_dir_rename = False``, e.g. ``gs://`` through
 ``pipelines.runtime.object_store_files``) nothing can be renamed: every file of a checkpoint is
@@ -52,6 +55,9 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 POINTER = "LATEST"
+# the temporary names of LocalFiles.make_temp_dir / publish_dir / write_atomic in CHECKPOINTS
+_LEFTOVER = re.compile(r"^\.(?:step-\d{9,}(?:-[0-9a-f]{8,32})?|%s)\.(?:tmp|old)-[0-9a-f]{32}$"
+                       % POINTER)
 # step-<step, 9+ digits>, and on object stores -<unique suffix> (see module docstring)
 _NAME = re.compile(r"^step-(\d{9,})(?:-([0-9a-f]{8,32}))?$")
 
@@ -133,6 +139,7 @@ class CheckpointStore:
         self.check_algorithm = bool(check_algorithm)
         # no atomic directory rename (object stores): unique names, committed by LATEST
         self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
+        self._swept = False
 
     # -- listing --------------------------------------------------------------------------
     def path(self, step: int) -> str:
@@ -268,6 +275,8 @@ class CheckpointStore:
         checkpoint stays the latest (-inf is allowed: log-weights of dead particles)."""
         if check_finite:
             check_state_finite(state)
+        if not self._swept:
+            self.remove_leftovers()
         name = self._new_name(state.step)
         path = self.files.join(self.root, name)
         try:
@@ -294,6 +303,27 @@ class CheckpointStore:
             self.prune(keep_last=self.keep_last, protect=state.step, protect_name=name)
         return path
 
+    def remove_leftovers(self) -> List[str]:
+        """Delete what killed publishes left behind (temporary checkpoint directories and
+        pointer files, module docstring); only the writer holding the lease calls this.
+        Returns the deleted paths."""
+        self._swept = True
+        if not self.files.isdir(self.root):
+            return []
+        gone = []
+        for name in self.files.listdir(self.root):
+            if _LEFTOVER.match(name):
+                p = self.files.join(self.root, name)
+                if self.files.isdir(p):
+                    self.files.remove_tree(p)
+                else:
+                    self.files.remove_file(p)
+                gone.append(p)
+        if gone:
+            logger.info("removed %d leftover(s) of killed checkpoint publishes in %s",
+                        len(gone), self.root)
+        return gone
+
     def prune(self, keep_last: int, protect: Optional[int] = None,
               protect_name: Optional[str] = None) -> List[str]:
         """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
@@ -313,8 +343,8 @@ class CheckpointStore:
             deleted.append(c.path)
             fault_point("prune")
         if deleted:
-            logger.info("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
-                        keep_last)
+            logger.debug("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
+                         keep_last)
         return deleted
 
 

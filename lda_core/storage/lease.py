@@ -10,8 +10,13 @@ The lease is a small JSON object: ``owner`` (command and user), ``host``, ``pid`
 taken for the holder), ``start_time``, ``heartbeat`` (Unix times) and a random ``token``. A
 thread rewrites ``heartbeat`` every ``heartbeat_seconds`` while the lease is held.
 
-* **Locally** the lease file is created with ``O_CREAT | O_EXCL``: of two writers exactly one
-  creates it. A second writer is refused with a ValueError naming the holder.
+* **Locally** the record is written to a temporary sibling and hard-linked to ``lease.json``
+  (``link`` fails when the name exists): of two writers exactly one creates it, and the lease
+  appears with its whole record, so a lease file is never seen empty while its writer lives.
+  A second writer is refused with one line (:class:`LeaseHeld`) naming the holder.
+* **An empty or unreadable lease** (not valid JSON: written by hand, or a disk that lost the
+  write) cannot name a live holder, since no writer ever shows one: it is taken over at once,
+  with a warning naming the file.
 * **Stale leases** are taken over: the holder ran on this host and its process is gone (or
   the pid now belongs to a process started at another time), or -- for a holder on another
   host, whose process cannot be checked -- its heartbeat is older than ``stale_seconds``.
@@ -137,11 +142,11 @@ class ModelLease:
         return rec if isinstance(rec, dict) else {}
 
     def is_stale(self, rec: Dict[str, Any], mtime: Optional[float] = None) -> bool:
-        """True when the holder of ``rec`` is gone (module docstring). An unreadable lease
-        (a writer killed while creating it) is stale once older than ``stale_seconds``."""
+        """True when the holder of ``rec`` is gone (module docstring). An empty or
+        unreadable lease names no holder and is never shown by a live writer: stale."""
         now = time.time()
         if not rec:
-            return mtime is not None and now - mtime > self.stale_seconds
+            return True
         if rec.get("host") == self.record["host"] and isinstance(rec.get("pid"), int):
             start = rec.get("pid_start")
             return not _pid_alive(rec["pid"], start if isinstance(start, int) else None)
@@ -154,7 +159,7 @@ class ModelLease:
     def acquire(self) -> "ModelLease":
         if self._local:
             if os.path.lexists(self.model_dir) and not os.path.isdir(self.model_dir):
-                raise OutputError("%s is a regular file, not a model directory; choose another "
+                raise OutputError("%s is a regular file, not a directory; choose another "
                                   "--output" % self.model_dir)
             if not os.path.isdir(self.model_dir):
                 os.makedirs(self.model_dir, exist_ok=True)
@@ -172,7 +177,8 @@ class ModelLease:
                                 "if the holder is certainly dead)"
                                 % (self.model_dir, describe_holder(rec), self.path))
             logger.warning("taking over the stale lease of %s held by %s", self.model_dir,
-                           describe_holder(rec) if rec else "an unreadable lease file")
+                           describe_holder(rec) if rec else
+                           "nobody (%s is empty or not JSON)" % self.path)
             self._break(rec)
         else:
             raise LeaseHeld("could not take the lease %s (another writer keeps taking it)"
@@ -198,14 +204,20 @@ class ModelLease:
     def _create(self) -> bool:
         """Create the lease if there is none; True when this writer now holds it."""
         if self._local:
+            tmp = "%s.new-%s" % (self.path, uuid.uuid4().hex)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                with open(tmp, "wb") as f:
+                    f.write(self._data())
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(tmp, self.path)        # fails when a lease exists: no clobber
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._data())
-                f.flush()
-                os.fsync(f.fileno())
+            finally:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
             return True
         if self.files.exists(self.path):
             return False
@@ -283,32 +295,10 @@ class ModelLease:
 
 
 def check_output_location(output: str, inputs) -> None:
-    """ValueError when the model directory ``output`` is, contains, or lies inside one of
-    ``inputs`` (paths or URLs; ``None`` entries ignored): ``--overwrite`` would delete the
-    input's files and the run would mix model and data."""
-    def norm(p: str) -> str:
-        if "://" in p and not p.startswith("file://"):
-            return p.rstrip("/") + "/"
-        p = p[len("file://"):] if p.startswith("file://") else p
-        return os.path.join(os.path.realpath(p), "")
-    out = norm(output)
-    for src in inputs:
-        if not src:
-            continue
-        base = src
-        if any(ch in base for ch in "*?["):
-            base = base[:min(base.index(ch) for ch in "*?[" if ch in base)]
-            base = base[:base.rfind("/") + 1] or "."
-        inp = norm(base)
-        if out == inp:
-            raise OutputError("--output %s is the input %s; choose a model directory outside "
-                              "the dataset" % (output, src))
-        if inp.startswith(out):
-            raise OutputError("--output %s contains the input %s (--overwrite would delete it); "
-                              "choose a model directory outside the dataset" % (output, src))
-        if out.startswith(inp):
-            raise OutputError("--output %s is inside the input %s; choose a model directory "
-                              "outside the dataset" % (output, src))
+    """OutputError when the directory ``output`` is, contains, or lies inside one of
+    ``inputs``: :func:`lda_core.storage.output_paths.check_disjoint` (the one rule)."""
+    from lda_core.storage.output_paths import check_disjoint
+    check_disjoint(output, inputs)
 
 
 class _Held:
@@ -324,8 +314,15 @@ class _Held:
         self.lease.release()
 
 
-def hold_model_dir(model_dir: str, owner: str, inputs=(), files=None, **kw) -> _Held:
-    """Check that ``model_dir`` does not overlap ``inputs`` (:func:`check_output_location`),
-    then hold its lease for the ``with`` block (what every model-writing command does)."""
+def hold_model_dir(model_dir: str, owner: str, inputs=(), files=None, kind=None,
+                   **kw) -> _Held:
+    """Check that ``model_dir`` does not overlap ``inputs`` and holds no other kind of output
+    than the writer's (``kind``; default: the kind ``owner``, e.g. "ldabeam vectorize",
+    produces, :data:`lda_core.storage.output_paths.COMMAND_KINDS`), then hold its lease for
+    the ``with`` block (what every directory-writing command does)."""
+    from lda_core.storage import output_paths
     check_output_location(model_dir, list(inputs))
+    kind = kind or output_paths.COMMAND_KINDS.get(" ".join(str(owner).split()[:2]))
+    if kind is not None:
+        output_paths.check_kind(model_dir, kind)
     return _Held(ModelLease(model_dir, owner, files=files, **kw))

@@ -47,6 +47,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 
 from lda_core.training.faults import armed, die
+from lda_core.storage.output_paths import check_not_link
 from lda_core.storage.state import LocalFiles, files_for
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class RunLog:
             return
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
+        # a link would be followed, "repaired" and appended to wherever it points
+        check_not_link(path, "run log")
         repair_tail(path)
         self._f = open(path, "a", encoding="utf-8")
 

@@ -360,9 +360,9 @@ class TopicState:
         except BaseException:
             files.remove_tree(tmp)
             raise
-        logger.info("saved %s state at step %d (%d arrays, K=%d, V=%d) to %s",
-                    self.algorithm, self.step, len(arrays), self.n_topics, self.n_words,
-                    directory)
+        logger.debug("saved %s state at step %d (%d arrays, K=%d, V=%d) to %s",
+                     self.algorithm, self.step, len(arrays), self.n_topics, self.n_words,
+                     directory)
 
     @classmethod
     def load(cls, directory: str, files: Optional[LocalFiles] = None) -> "TopicState":

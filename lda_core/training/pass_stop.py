@@ -15,6 +15,17 @@ AUTO_MIN_GAIN = 0.005
 AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
 AUTO_PATIENCE = 1        # ... and it stops after this many passes in a row that did not
 AUTO_KEY = "passes_auto"   # run info / step record key of the rule's state
+# evaluation cadence (global steps) when --eval-every is not given; with --passes auto the
+# pass ends are the evaluations (a cadence would score the held-out set again mid-pass)
+EVAL_EVERY = 50
+
+
+def default_eval_every(eval_every, auto: bool) -> int:
+    """``--eval-every`` as given, else :data:`EVAL_EVERY`, or 0 (the pass ends only) for a
+    ``--passes auto`` run."""
+    if eval_every is not None:
+        return int(eval_every)
+    return 0 if auto else EVAL_EVERY
 
 
 class PassStop:

@@ -45,6 +45,18 @@ CHECKED = ("rho", "mean_change", "elbo", "score")
 REFUSALS = (StepRefused, FloatingPointError, ArithmeticError)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM: ``signum``) stopped the run between two steps, after publishing the
+    steps done (``step``: the position, ``checkpoint``: the latest checkpoint); ``str()`` is
+    the one line to print."""
+
+    def __init__(self, message: str, step: int, checkpoint: Optional[str], signum: int = 2):
+        super().__init__(message)
+        self.step = int(step)
+        self.checkpoint = checkpoint
+        self.signum = int(signum)
+
+
 # ------------------------------------------------------------------------------ capabilities
 
 def is_sequential(algorithm) -> bool:
@@ -242,11 +254,27 @@ def score_text(metrics: Optional[Dict[str, float]]) -> str:
 
 
 def log_step(rec: Dict[str, Any]) -> None:
-    """The INFO line of one step."""
-    logger.info("step t=%d pass=%s batch=%s rho=%s docs=%s docs_seen=%s mean_change=%s%s",
+    """The DEBUG line of one step (per-step detail; :func:`log_event` is the INFO line)."""
+    logger.debug("step t=%d pass=%s batch=%s rho=%s docs=%s docs_seen=%s mean_change=%s%s",
                 rec["step"], rec.get("pass_index"), rec.get("batch"), fmt(rec.get("rho")),
                 rec.get("docs"), rec.get("docs_seen"), fmt(rec.get("mean_change")),
                 score_text(rec.get("metrics")))
+
+
+def log_event(rec: Dict[str, Any], elapsed: float, pass_done: Optional[int]) -> None:
+    """The one INFO line of a step that ended a pass or was evaluated (with the checkpoint
+    store's line per checkpoint, a log that is not a terminal gets one line per pass,
+    evaluation and checkpoint, not one per step)."""
+    what = ["step %d" % rec["step"]]
+    if pass_done is not None:
+        what.append("pass %d done" % pass_done)
+    text = ", ".join(what) + " (%.1f s)" % elapsed
+    m = rec.get("metrics")
+    if m and "completion_ll_per_token" in m:
+        text += ": held-out completion %.4f/token" % m["completion_ll_per_token"]
+        if "per_word_bound" in m:
+            text += ", per-word bound %.4f" % m["per_word_bound"]
+    logger.info(text)
 
 
 # ------------------------------------------------------------------------------ the session
@@ -281,6 +309,7 @@ class Session:
         self.steps_run = 0
         self.metrics: Dict[str, float] = {}
         self.last_eval = -1
+        self.last_health = -1
         self.last_checkpoint: Optional[str] = None
         self.last_published = -1
         self.progress = progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
@@ -322,6 +351,17 @@ class Session:
             rec["elapsed"] = now - self.t_start
             log_step(rec)
             self.write(rec)
+        if not records:
+            return
+        last = records[-1]
+        bpp = self.batches_per_pass
+        ends = [r for r in records if bpp and int(r["step"]) % bpp == 0]
+        pass_done = int(ends[-1]["step"]) // bpp if ends else None
+        if pass_done is not None or last.get("metrics"):
+            log_event(last, now - self.t_start, pass_done)
+        if AUTO_KEY in last and self.passes_stopped:
+            logger.info("passes auto: stopping after pass %d: %s", len(self.pass_stop.scores),
+                        self.pass_stop.reason())
 
     def fail(self, step: int, reason: str, detail: str = "", **extra) -> None:
         """Log the refusal of step ``step`` and raise :class:`TrainingError`."""
@@ -341,36 +381,70 @@ class Session:
 
     # -- evaluation
     def evaluate(self, algorithm, done: Optional[int] = None) -> Optional[Dict[str, float]]:
-        """Held-out metrics of ``algorithm`` at the current position: when ``done`` is given,
-        only if those last steps passed a multiple of ``eval_every``; otherwise unless the
-        position was already evaluated. None when nothing was evaluated."""
-        if self.heldout is None or self.last_eval == self.position:
+        """Held-out metrics of ``algorithm`` at the current position. With ``done`` (the
+        cadence): the held-out score alone (:meth:`score`), only if those last steps passed
+        a multiple of ``eval_every`` and the position was not scored yet. Without ``done``:
+        the run's last evaluation, the score (unless the position was just scored) plus topic
+        health, once per position. None when nothing was evaluated."""
+        if self.heldout is None:
             return None
-        if done is not None and not eval_due(self.position, done, self.eval_every):
+        if done is not None:
+            if self.last_eval == self.position or not eval_due(self.position, done,
+                                                               self.eval_every):
+                return None
+            return self.score(algorithm)
+        if self.last_health == self.position:
             return None
+        if self.last_eval != self.position:
+            self.score(algorithm)
+        from lda_core.training.trainer import evaluate_health
+        te = time.time()
+        health = evaluate_health(algorithm.topic_word(), self.heldout)
+        if health:
+            self.metrics = dict(self.metrics, health_seconds=time.time() - te, **health)
+        self.last_health = self.position
+        return self.metrics
+
+    def score(self, algorithm) -> Dict[str, float]:
+        """The cheap held-out score at the current position (document completion on the
+        held-out set, and the algorithm's bound when it has one; no topic health): what the
+        cadence and every ``--passes auto`` pass end evaluate."""
         from lda_core.training.trainer import timed_evaluate
-        self.metrics = timed_evaluate(algorithm, self.heldout)
+        self.metrics = timed_evaluate(algorithm, self.heldout, health=False)
         self.last_eval = self.position
+        logger.debug("held-out score at step %d:%s (%.2f s)", self.position,
+                     score_text(self.metrics), self.metrics["eval_seconds"])
         return self.metrics
 
     def pass_end(self, algorithm, record: Optional[Dict[str, Any]] = None
                  ) -> Optional[Dict[str, float]]:
-        """``--passes auto``, when the position is the end of a pass: evaluate (unless the
-        cadence just did), feed the score to the rule, and record its state in ``record``
-        (the pass end's step record) and in the run info the next checkpoint carries. Returns
-        the metrics it evaluated, if any."""
+        """``--passes auto``, when the position is the end of a pass: score the held-out set
+        (unless the cadence just did), feed the score to the rule, and record its state in
+        ``record`` (the pass end's step record) and in the run info the next checkpoint
+        carries. Returns the metrics it evaluated, if any."""
         if (self.pass_stop is None or not self.position
                 or self.position % self.batches_per_pass):
             return None
-        metrics = self.evaluate(algorithm)
+        metrics = self.score(algorithm) if self.last_eval != self.position else None
         self.pass_stop.add(self.metrics["completion_ll_per_token"])
         self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
         if record is not None:
             record[AUTO_KEY] = self.pass_stop.to_info()
-        if self.pass_stop.stopped:
-            logger.info("passes auto: stopping after pass %d: %s", len(self.pass_stop.scores),
-                        self.pass_stop.reason())
         return metrics
+
+    def catch_up(self, algorithm) -> None:
+        """``--passes auto`` resumed from a checkpoint published at a pass end before that
+        pass was scored (the scoring failed, and the trainer published the steps done before
+        reporting it): score the state now so the rule has every pass's score."""
+        if (self.pass_stop is None or self.heldout is None or not self.position
+                or self.position % self.batches_per_pass
+                or len(self.pass_stop.scores) >= self.position // self.batches_per_pass):
+            return
+        self.score(algorithm)
+        self.pass_stop.add(self.metrics["completion_ll_per_token"])
+        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        logger.info("passes auto: pass %d scored on resume: %.4f", len(self.pass_stop.scores),
+                    self.pass_stop.scores[-1])
 
     @property
     def passes_stopped(self) -> bool:

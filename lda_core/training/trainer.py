@@ -39,7 +39,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
@@ -53,7 +55,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.training.pass_stop import PassStop
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.session import (  # noqa: F401 (API)
-    Session, TrainingError, resume_position)
+    Session, TrainingError, TrainingInterrupted, resume_position)
 from lda_core.training.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -103,23 +105,25 @@ class TrainResult:
     converged: Optional[bool] = None
 
 
-def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict[str, float]:
+def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None,
+             health: bool = True) -> Dict[str, float]:
     """Held-out metrics of the current state (does not modify it): document completion
     (log-likelihood per token of the second halves, θ fit on the first halves with the
     protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
     as in ``../shared/bench``), topic health on ``heldout.health`` (a sample of training
-    documents) when given (dead and effective topics, NPMI, topic diversity:
+    documents) when given and ``health`` (dead and effective topics, NPMI, topic diversity:
     ``lda_core.evaluation.metrics.health_scalars``) and, when the algorithm defines
-    it, the per-word bound of paper eq. 16 (a bound, not a perplexity)."""
-    from lda_core.evaluation.metrics import PROTOCOL_ALPHA, document_completion, health_scalars
+    it, the per-word bound of paper eq. 16 (a bound, not a perplexity). Without ``health``
+    this is the cheap score a run takes at its pass ends and evaluation cadence."""
+    from lda_core.evaluation.metrics import PROTOCOL_ALPHA, document_completion
     out: Dict[str, float] = {}
     alpha = PROTOCOL_ALPHA if alpha is None else float(alpha)
     phi = algorithm.topic_word()
     dc = document_completion(phi, heldout.first, heldout.second, alpha=alpha)
     out["completion_ll_per_token"] = float(dc["ll_per_token"])
     out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))
-    if heldout.health is not None:
-        out.update(health_scalars(phi, heldout.health, seed=heldout.seed))
+    if health:
+        out.update(evaluate_health(phi, heldout))
     if hasattr(algorithm, "per_word_bound"):
         b = float(algorithm.per_word_bound(heldout.docs))
         out["per_word_bound"] = b
@@ -127,11 +131,20 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None) -> Dict
     return out
 
 
-def timed_evaluate(algorithm, heldout: HeldOut) -> Dict[str, float]:
+def evaluate_health(phi, heldout: HeldOut) -> Dict[str, float]:
+    """Topic health of ``phi`` on ``heldout.health`` (nothing when the held-out set carries
+    no sample of training documents): what a run adds to its last evaluation."""
+    if heldout.health is None:
+        return {}
+    from lda_core.evaluation.metrics import health_scalars
+    return health_scalars(phi, heldout.health, seed=heldout.seed)
+
+
+def timed_evaluate(algorithm, heldout: HeldOut, health: bool = True) -> Dict[str, float]:
     """:func:`evaluate`, plus the seconds it took as ``eval_seconds`` (what every trainer logs
     with an evaluation)."""
     te = time.time()
-    metrics = evaluate(algorithm, heldout)
+    metrics = evaluate(algorithm, heldout, health=health)
     metrics["eval_seconds"] = time.time() - te
     return metrics
 
@@ -222,18 +235,21 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     ses = Session(position=_position(algorithm, start_step), run_log=run_log,
                   checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
                   eval_every=eval_every, vocab_hash=run_info.get("vocab_hash"),
-                  pass_stop=pass_stop, batches_per_pass=bpp if pass_stop is not None else 0)
+                  pass_stop=pass_stop, batches_per_pass=1 if accumulate else bpp)
     ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
               checkpoint_every=checkpoint_every, run=ses.run_info)
-    loop = _PassLoop(algorithm, bpp, rel_tol) if accumulate else _StepLoop(algorithm, run_info[_pieces.RUN_KEY])
+    ses.catch_up(algorithm)
+    loop = (_PassLoop(algorithm, bpp, rel_tol) if accumulate
+            else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
     stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
 
     def stop() -> bool:
-        return (max_steps is not None and ses.position >= max_steps) or ses.passes_stopped
+        return ((max_steps is not None and ses.position >= max_steps) or ses.passes_stopped
+                or interrupt.hit)
 
-    with _ProgressBar(progress, total_steps if max_steps is None else
-                      (min(total_steps, max_steps) if total_steps else max_steps),
-                      ses.position) as bar:
+    with _Interrupt() as interrupt, _ProgressBar(
+            progress, total_steps if max_steps is None else
+            (min(total_steps, max_steps) if total_steps else max_steps), ses.position) as bar:
         for mb, stats in loop.steps(stream, stop):
             if stop():
                 break
@@ -246,8 +262,56 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
                             rec["elbo_rel_change"], rel_tol)
                 break
+        if interrupt.hit:
+            _interrupted(ses, algorithm, getattr(loop, "times", None), interrupt.signum)
         loop.finish()
-    return _finish(ses, algorithm, loop.converged, getattr(loop, "times", None))
+        return _finish(ses, algorithm, loop.converged, getattr(loop, "times", None),
+                       interrupt)
+
+
+class _Interrupt:
+    """Ctrl-C (SIGINT) or SIGTERM during training: the step in progress completes, the loop
+    stops and the state is published (:func:`_interrupted`); a second signal stops at once.
+    Only in the main thread (the one that receives signals); elsewhere a no-op."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.hit = False
+        self.signum: Optional[int] = None
+        self.prev: Dict[int, Any] = {}
+
+    def _handler(self, signum, frame):
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit, self.signum = True, int(signum)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.prev[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, prev in self.prev.items():
+            signal.signal(sig, prev)
+        return False
+
+
+def _interrupted(ses: Session, algorithm, times=None, signum: Optional[int] = None) -> None:
+    """The run was interrupted between two steps: publish the steps done since the last
+    checkpoint, write the timing and end records, and raise :class:`TrainingInterrupted`."""
+    ckpt = ses.publish(algorithm) if ses.steps_run else None
+    if times is not None and ses.steps_run:
+        ses.write(times.record(ses.steps_run, time.time() - ses.t_start))
+    end = ses.end(_session.docs_seen(algorithm), interrupted=True,
+                  cpu_seconds=time.process_time() - ses.c_start)
+    name = signal.Signals(signum).name if signum else "SIGINT"
+    raise TrainingInterrupted(
+        "interrupted (%s) at step %d (%d steps in this run): %s; continue with --resume"
+        % (name, ses.position, ses.steps_run, "checkpoint %s published" % ckpt if ckpt else
+           "the latest checkpoint is %s" % (end["checkpoint"] or "none")), ses.position,
+        end["checkpoint"], signum or int(signal.SIGINT))
 
 
 def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every: int, bar):
@@ -265,21 +329,39 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
                                n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
                                t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
     loop.note(rec)
-    metrics = ses.evaluate(algorithm, done=1)
-    metrics = ses.pass_end(algorithm, rec) or metrics
-    ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
-            else None)
+    try:
+        # a pass end's score is the --passes auto rule's input, which the checkpoint records;
+        # other evaluations follow the checkpoint
+        metrics = ses.pass_end(algorithm, rec)
+        ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
+                else None)
+        metrics = ses.evaluate(algorithm, done=1) or metrics
+    except Exception:
+        _publish_on_failure(ses, algorithm)
+        raise
     ses.log_steps([rec], metrics, ckpt)
     return rec, metrics
 
 
-def _finish(ses: Session, algorithm, converged, times=None) -> TrainResult:
-    """The final evaluation, checkpoint, per-phase timing record (``times``) and end record of
-    a run."""
-    ses.evaluate(algorithm)
-    # nothing changed in a run that applied no step: do not republish the same state
+def _publish_on_failure(ses: Session, algorithm) -> None:
+    """An evaluation failed between two steps: publish the steps done before the error
+    propagates, so it never costs the trained state (a pass end published before its score
+    is scored on resume: :meth:`Session.catch_up`)."""
+    try:
+        ses.publish(algorithm)
+    except Exception:  # noqa: BLE001 - the evaluation's error is the one to report
+        logger.debug("publishing after a failed evaluation failed too", exc_info=True)
+
+
+def _finish(ses: Session, algorithm, converged, times=None, interrupt=None) -> TrainResult:
+    """The final checkpoint, evaluation, per-phase timing record (``times``) and end record of
+    a run (no evaluation once ``interrupt`` was hit)."""
+    # nothing changed in a run that applied no step: do not republish the same state;
+    # published before the last evaluation, which then cannot cost the trained state
     if ses.steps_run or ses.latest_path() is None:
         ses.publish(algorithm)
+    if interrupt is None or not interrupt.hit:
+        ses.evaluate(algorithm)
     if times is not None and ses.steps_run:
         ses.write(times.record(ses.steps_run, time.time() - ses.t_start))
     end = ses.end(_session.docs_seen(algorithm),

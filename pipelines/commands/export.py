@@ -50,6 +50,11 @@ def add_arguments(p) -> None:
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output PATH is required")
+    # an export never replaces nor lands inside the model or the documents it reads
+    from lda_core.storage.output_paths import check_disjoint
+    if args.model:
+        check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model),
+                                     args.shards])
     if args.format in ("gensim", "pyldavis"):
         return _run_other(args)
     algo, state, _ = load_model(args.model)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pipelines.training import detached
 from pipelines.commands.vectorize import INPUT_FORMATS, add_field_arguments
 
+# the output folder is held (lease) while it is written, and never overlaps an input
+MODEL_DIR = ("output", ("model", "shards", "input"))
 READER_OPTIONS = ("id_field", "text_field", "title_field", "label_field", "encoding",
                   "encoding_errors")
 
@@ -35,9 +37,11 @@ def add_arguments(p) -> None:
     g.add_argument("--split", default="train", choices=["train", "heldout"],
                    help="split of a dataset directory given as --shards")
     g.add_argument("--output", metavar="DIR", default=None,
-                   help="directory for part-*.parquet and summary.json (required)")
+                   help="directory for part-*.parquet and _summary.json, published last "
+                        "(required)")
     g.add_argument("--overwrite", action="store_true",
-                   help="replace inference results already in --output")
+                   help="replace inference results already in --output (removes only the "
+                        "files its summary lists; a folder holding anything else is refused)")
     g.add_argument("--csv", dest="write_csv", action="store_true",
                    help="also write part-*.csv (doc_id, title, n_tokens, top_topic, top_topics, "
                         "theta_0 ... theta_K-1)")
@@ -58,7 +62,7 @@ def add_arguments(p) -> None:
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
     g = p.add_argument_group("runner")
-    detached.add_detach_option(g, "summary.json in DIR")
+    detached.add_detach_option(g, "_summary.json in DIR")
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)

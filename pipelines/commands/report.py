@@ -37,6 +37,10 @@ def run(args, beam_argv) -> int:
         raise UsageError("--model MODEL_DIR is required")
     if not args.output:
         raise UsageError("--output HTML is required")
+    # the page never replaces nor lands inside the model, the documents or the template
+    from lda_core.storage.output_paths import check_disjoint
+    check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model), args.shards,
+                                 args.template])
     for name in ("max_docs", "top"):
         if getattr(args, name) < 1:
             raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"),

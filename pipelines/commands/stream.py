@@ -21,7 +21,7 @@ from lda_core.errors import UsageError
 logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs (pipelines.cli)
-MODEL_DIR = ("model", ())
+MODEL_DIR = ("model", ("vocab", "input_glob"))   # never over its inputs
 
 
 def add_arguments(p) -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from lda_core.errors import UsageError
 from pipelines.ingest import synthetic
 
+# the dataset directory is held (lease) while it is written
+MODEL_DIR = ("output", ())
+
 
 def add_arguments(p) -> None:
     p.add_argument("--output", metavar="DIR", default=None,

@@ -28,6 +28,7 @@ import inspect
 import logging
 import os
 import shutil
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -254,6 +255,13 @@ def run(args, beam_argv) -> int:
     output, runner hand-over, summary; each step is a helper or a check with its own message."""
     global LAST_SUBMITTED
     t_setup = time.time()
+    if getattr(args, "update", False):
+        from pipelines.commands.train_update import run_update
+        return run_update(args, beam_argv)
+    if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
+        raise UsageError("--input and --grow-vocab apply with --update (training on new "
+                         "documents); a fresh run reads --shards written by `ldabeam "
+                         "vectorize`")
     _check_args(args)
     files, shard_hash, vocab_path, vocab = _resolve_data(args)
     store, state = _open_model_dir(args, vocab, shard_hash)
@@ -271,6 +279,8 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
+    from lda_core.training.pass_stop import default_eval_every
+    args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
     from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
@@ -302,6 +312,8 @@ def run(args, beam_argv) -> int:
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
+    if state is not None and start is not None and pass_stop is None:
+        _check_resume_has_steps(args, state, start, stream.total_steps)
     if sequential and not whole_corpus and passes > 1:
         raise UsageError("%s consumes the documents as a stream, each once: --passes must be "
                          "1 (got %d)" % (algorithm, passes))
@@ -313,14 +325,27 @@ def run(args, beam_argv) -> int:
     dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
+    if inprocess and not sequential and not whole_corpus:
+        # a first run on this machine: one line, then the compile, then its seconds
+        from lda_core.training.kernel_warmup import warm_kernels
+        warm_kernels(lambda v, d: build_algorithm(
+            algorithm, algo.n_topics, v,
+            settings=settings if state is None else {}, batch_size=100, corpus_size=d,
+            seed=0, vocab_hash=None, corpus_tokens=None), heldout is not None)
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
+    from lda_core.training.session import TrainingInterrupted
     try:
         res = _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout,
                          run_info, shard_hash, passes, seed, minibatch, start, pass_stop,
                          inprocess=inprocess, sequential=sequential,
                          whole_corpus=whole_corpus, detach=detach)
+    except TrainingInterrupted as e:
+        # Ctrl-C / SIGTERM: the steps done are published (lda_core.training.trainer); one
+        # line, 130 / 143 as the command line gives for a signal
+        print("ldabeam train: %s" % e, file=sys.stderr)
+        return 128 + e.signum
     finally:
         run_log.close()
     if detach:
@@ -436,6 +461,20 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     return build_algorithm(algorithm, args.topics, n_words, settings=settings,
                            batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
                            vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
+
+
+def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
+    """A resumed run that would apply no step is refused, saying why (it is never a no-op
+    that exits 0)."""
+    end = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
+    if start < end:
+        return
+    why = ("--max-steps %d" % args.max_steps if args.max_steps is not None
+           and args.max_steps <= start and args.max_steps < total_steps
+           else "the %d steps of this run's passes over %s" % (total_steps, args.shards))
+    raise UsageError("--resume: the checkpoint in %s is at step %d, at the end of %s, so no "
+                     "step would run; give more --passes to train further on these shards, or "
+                     "use --update to train on new documents" % (args.output, state.step, why))
 
 
 def _open_run_log(output: str, detach: bool):

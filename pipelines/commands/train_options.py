@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from lda_core.training.pass_stop import AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE
+from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE,
+                                         EVAL_EVERY)
 
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
@@ -77,6 +78,19 @@ def add_arguments(p) -> None:
     g.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in MODEL_DIR (same order, same "
                         "result as an uninterrupted run)")
+    g = p.add_argument_group("updating a model with new documents (docs/training.md)")
+    g.add_argument("--update", action="store_true",
+                   help="continue the model in --output from its latest checkpoint on new "
+                        "documents (--shards NEW or --input RAW) for --passes (default 1); "
+                        "in-process runner only")
+    g.add_argument("--grow-vocab", action="store_true",
+                   help="with --update: add the new documents' words that pass the model's "
+                        "pruning rules as new topic-word rows (at the prior)")
+    g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
+                   help="with --update: raw text instead of --shards, in any text format of "
+                        "`ldabeam vectorize`, tokenized as the model's training data was")
+    g.add_argument("--format", dest="input_format", default="auto",
+                   help="with --update: format of --input (default: from the file names)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "
@@ -191,8 +205,9 @@ def add_arguments(p) -> None:
                         "if it has one), 'none', a split name of the dataset, or a shard path")
     g.add_argument("--heldout-max-docs", type=int, default=2000,
                    help="evaluate on at most this many held-out documents")
-    g.add_argument("--eval-every", type=int, default=50,
-                   help="evaluate every N global steps (0: only at the end)")
+    g.add_argument("--eval-every", type=int, default=None,
+                   help="evaluate every N global steps (0: only at the end); when not given: "
+                        "%d, or with --passes auto at the pass ends only" % EVAL_EVERY)
     g.add_argument("--checkpoint-every", type=int, default=100,
                    help="publish a checkpoint every N global steps (0: only at the end)")
     g.add_argument("--keep-checkpoints", type=int, default=3,

@@ -13,6 +13,8 @@ import os
 from lda_core.errors import InputError, UsageError
 from pipelines.training import detached
 
+# the dataset directory is held (lease) while it is written, and never overlaps an input
+MODEL_DIR = ("output", ("input", "vocab"))
 BUNDLED_SAMPLE = "enwiki-sample-206pages.xml.bz2"
 INPUT_FORMATS = ("auto", "wiki", "text", "lines", "jsonl", "csv", "tsv", "parquet", "arrow",
                  "uci", "ldac", "mm")
@@ -74,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="dataset directory to write (train/, heldout/, vocab.tsv, "
                          "manifest.json, deadletter/); required")
     io.add_argument("--overwrite", action="store_true",
-                    help="replace a dataset already in --output")
+                    help="replace a dataset already in --output (removes only the files its "
+                         "manifest lists; a directory holding anything else is refused)")
     io.add_argument("--vocab", metavar="FIXED_VOCAB", default=_shown_in_help(p, vocab=None),
                     help="text inputs: a fixed vocabulary (vocab.tsv of a dataset or one token "
                          "per line); no corpus-wide pass, unknown words are dropped and "

@@ -30,14 +30,13 @@ import json
 import logging
 import math
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
 import numpy as np
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import OutputError, UsageError
+from lda_core.errors import UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -260,14 +259,9 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     if dataset.is_remote(output):
         raise UsageError("write_dataset writes local directories; copy the result to %s "
                          "afterwards (gsutil -m cp -r)" % output)
-    if os.path.exists(os.path.join(output, dataset.MANIFEST_FILE)) or \
-            os.path.isdir(os.path.join(output, dataset.TRAIN_SPLIT)):
-        if not overwrite:
-            raise OutputError("output %s already holds a dataset; pass overwrite=True "
-                              "(--overwrite) to replace it" % output)
-        for d in (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT):
-            shutil.rmtree(os.path.join(output, d), ignore_errors=True)
-    os.makedirs(output, exist_ok=True)
+    # the rules of every dataset writer (lda_core.storage.output_paths), as vectorize
+    from lda_core.storage import output_paths
+    output_paths.prepare_output(output, "dataset", "ldabeam synth", overwrite=overwrite)
 
 
 def _manifest(spec: SyntheticSpec, n_train: int, heldout_docs: int, tokens: dict,
@@ -285,6 +279,7 @@ def _manifest(spec: SyntheticSpec, n_train: int, heldout_docs: int, tokens: dict
                    dataset.TRAIN_SPLIT: tokens[dataset.TRAIN_SPLIT],
                    dataset.HELDOUT_SPLIT: tokens[dataset.HELDOUT_SPLIT]},
         "vocabulary": {"size": spec.n_words, "hash": vh, "file": dataset.VOCAB_FILE},
+        "extra_files": [PLANTED_TOPICS_FILE],
         "splits": {s: {"documents": sum(x["documents"] for x in v),
                        "tokens": tokens[s], "shards": v} for s, v in splits.items()},
     }

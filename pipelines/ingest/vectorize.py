@@ -36,14 +36,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-import os
 from dataclasses import asdict, dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
-from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
 from lda_core.errors import UsageError
@@ -204,25 +203,14 @@ def input_summary(inputs: Sequence[Tuple[str, str]], patterns: Sequence[str]) ->
             "listing_sha256": h.hexdigest(), "listed": len(inputs) <= MAX_LISTED_INPUTS}
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    manifest = dataset.join(output, dataset.MANIFEST_FILE)
-    existing = [dataset.join(output, d) for d in
-                (dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT, dataset.DEADLETTER_DIR)]
-    if not (dataset.exists(manifest) or any(dataset.exists(p) for p in existing)):
-        return
-    if not overwrite:
-        raise OutputError("output %s already holds a dataset; pass --overwrite to replace it "
-                          "or choose another --output" % output)
-    if dataset.is_remote(output):
-        from apache_beam.io.filesystems import FileSystems
-        FileSystems.delete([p for p in existing + [manifest] if FileSystems.exists(p)])
-    else:
-        import shutil
-        for p in existing:
-            if os.path.exists(p):
-                shutil.rmtree(p)
-        if os.path.exists(manifest):
-            os.unlink(manifest)
+def _prepare_output(opts: VectorizeOptions) -> None:
+    """The output rules (:mod:`lda_core.storage.output_paths`): never an input (nor the fixed
+    vocabulary), never another kind of output; ``--overwrite`` removes only what the old
+    manifest lists; the directory is then marked as this dataset's."""
+    from lda_core.storage import output_paths
+    output_paths.prepare_output(opts.output, "dataset", "ldabeam vectorize",
+                                inputs=list(opts.inputs) + [opts.vocab],
+                                overwrite=opts.overwrite)
 
 
 def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
@@ -467,7 +455,7 @@ def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     inputs = resolve_inputs(opts)
     if opts.vocab and inputs[0][1] not in BOW_FORMATS:
         dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
-    _prepare_output(opts.output, opts.overwrite)
+    _prepare_output(opts)
     logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
                 ", ".join(sorted({f for _, f in inputs})), opts.output)
     return inputs

@@ -1,0 +1,83 @@
+"""The first run on a machine compiles the numba kernels (tens of seconds): say so, once.
+
+Every kernel is compiled with ``cache=True`` (``lda_core.algorithms.numba_config``): a process
+compiles it only when the compile cache holds no machine code for it yet, and otherwise loads
+it. :func:`warm_kernels` runs the chosen algorithm and the evaluation on a tiny synthetic
+corpus before training, listening to numba's compile events: on the first compile (a cache
+miss) it logs one line, and after the tiny run how long the compiling took. With a warm cache
+it logs nothing (the kernels are only loaded, as the run would load them anyway).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Optional
+
+import numpy as np
+from numba.core import event as _event
+
+logger = logging.getLogger(__name__)
+
+MESSAGE = "compiling the numba kernels once (cached for later runs)..."
+
+
+class _CompileWatch(_event.Listener):
+    """A numba event listener: on the first real compile (numba fires ``numba:compile``
+    only after a cache miss) it logs :data:`MESSAGE` and starts the clock."""
+
+    def __init__(self):
+        self.t0: Optional[float] = None
+
+    def on_start(self, event) -> None:
+        if self.t0 is None:
+            logger.info(MESSAGE)
+            self.t0 = time.perf_counter()
+
+    def on_end(self, event) -> None:
+        pass
+
+
+def tiny_corpus(n_docs: int = 200, n_words: int = 50, seed: int = 0):
+    """A seeded random corpus of ``n_docs`` short documents over ``n_words`` words."""
+    from lda_core.docbatch import DocBatch
+    rng = np.random.RandomState(seed)
+    rows = []
+    for _ in range(n_docs):
+        w = np.unique(rng.randint(0, n_words, 12)).astype(np.int32)
+        rows.append((w, rng.randint(1, 4, len(w)).astype(np.int32)))
+    indptr = np.zeros(n_docs + 1, np.int64)
+    np.cumsum([len(w) for w, _ in rows], out=indptr[1:])
+    return DocBatch(tuple("d%d" % i for i in range(n_docs)), indptr,
+                    np.concatenate([w for w, _ in rows]), np.concatenate([c for _, c in rows]))
+
+
+def warm_kernels(make_algorithm: Callable[[int, int], object], evaluate: bool = True
+                 ) -> Optional[float]:
+    """Run the kernels of the algorithm ``make_algorithm(n_words, corpus_size)`` builds (two
+    steps on :func:`tiny_corpus`) and, with ``evaluate``, of the evaluation, so that they
+    are compiled or loaded from the cache now. When one had to be compiled, :data:`MESSAGE`
+    is logged before and the seconds it took after (returned); None when every kernel came
+    from the cache. A failure of the tiny run is logged at DEBUG and left to the real run
+    (which compiles as it goes)."""
+    watch = _CompileWatch()
+    _event.register("numba:compile", watch)
+    try:
+        docs = tiny_corpus()
+        algo = make_algorithm(50, docs.n_docs)
+        for lo in (0, 100):
+            algo.global_step(algo.local_step(docs.take(np.arange(lo, lo + 100))))
+        if evaluate:
+            from lda_core.training.trainer import HeldOut
+            from lda_core.training.trainer import evaluate as run_evaluation
+            held = HeldOut.from_batch(docs.take(np.arange(100)))
+            held.health = docs
+            run_evaluation(algo, held)
+    except Exception:  # noqa: BLE001 - the real run compiles what is left, and reports
+        logger.debug("kernel warm-up failed; the run compiles as it goes", exc_info=True)
+    finally:
+        _event.unregister("numba:compile", watch)
+    if watch.t0 is None:
+        return None
+    took = time.perf_counter() - watch.t0
+    logger.info("numba kernels compiled in %.1f s", took)
+    return took

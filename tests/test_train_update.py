@@ -1,0 +1,199 @@
+"""`ldabeam train --update`: a model continued on new documents from the command line (raw
+text or shards, with and without new words), and `--resume` that would run no step refused.
+
+Data: 20 Newsgroups (../shared/data), its training posts in tar order, so the first half holds
+the first ten newsgroups and the second half the other ten."""
+import json
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import ldabeam
+from pipelines.cli import main as cli
+from pipelines.ingest import dataset
+
+PRUNE = ["--no-below", "3", "--no-above", "0.5", "--stopwords", "gensim"]
+
+
+def posts(tar_path, every):
+    """Every ``every``-th training post and every ``2*every``-th test post, as records."""
+    train, test = [], []
+    with tarfile.open(tar_path) as tf:
+        for mem in tf:
+            if mem.isfile():
+                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
+                (train if mem.name.startswith("20news-bydate-train/") else test).append(
+                    {"id": mem.name, "text": body})
+    return train[::every], test[::2 * every]
+
+
+def jsonl(path, recs):
+    with open(path, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
+def vectorize(inp, out, *extra):
+    assert cli(["vectorize", "--input", inp, "--output", out] + PRUNE + list(extra)) == 0
+    return out
+
+
+def train(ds, out, algorithm, topics, passes, minibatch):
+    assert cli(["train", "--shards", ds, "--output", out, "--topics", str(topics),
+                "--algorithm", algorithm, "--passes", str(passes), "--minibatch",
+                str(minibatch), "--seed", "1", "--no-progress", "--heldout", "none"]) == 0
+    return out
+
+
+def completion(model, token_lists, ids):
+    """Document completion (held-out log likelihood per token of each post's second half
+    given its first), as benchmarks/library_update_bench.py scores."""
+    from lda_core.docbatch import DocBatch
+    from lda_core.evaluation import metrics
+    idx = {t: i for i, t in enumerate(model.vocabulary)}
+    rows = [np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
+            for toks in token_lists]
+    b = DocBatch.from_rows(rows, doc_ids=ids)
+    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
+    first, second = metrics.split_halves(b, 0)
+    return float(metrics.document_completion(model.topic_word(), first, second)["ll_per_token"])
+
+
+def checkpoint_state(model_dir):
+    from lda_core.storage.checkpoint import CheckpointStore
+    return CheckpointStore(model_dir).latest()
+
+
+@pytest.fixture(scope="module")
+def small(news20_tar, tmp_path_factory):
+    """A small model (every 20th post, first half) and both halves as JSON lines."""
+    work = tmp_path_factory.mktemp("upd")
+    tr, _ = posts(news20_tar, 20)
+    half = len(tr) // 2
+    a = jsonl(work / "a.jsonl", tr[:half])
+    b = jsonl(work / "b.jsonl", tr[half:])
+    ds_a = vectorize(a, str(work / "ds-a"))
+    return {"work": work, "a": a, "b": b, "ds_a": ds_a, "n_b": len(tr) - half}
+
+
+def fresh_model(small, name):
+    return train(small["ds_a"], str(small["work"] / name), "scvb0", 5, 1, 50)
+
+
+def test_resume_with_no_step_left_is_refused(small, capsys):
+    model = fresh_model(small, "resume0")
+    step = checkpoint_state(model).step
+    capsys.readouterr()
+    rc = cli(["train", "--shards", small["ds_a"], "--output", model, "--resume", "--passes", "1",
+              "--no-progress", "--heldout", "none"])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "no step would run" in err and "--update" in err and "--passes" in err
+    assert checkpoint_state(model).step == step
+
+
+def test_update_with_shards_of_the_models_vocabulary(small, capsys):
+    model = fresh_model(small, "same")
+    before = ldabeam.load(model)
+    ds_b = str(small["work"] / "ds-b-same")
+    assert cli(["vectorize", "--input", small["b"], "--output", ds_b, "--vocab",
+                os.path.join(model, "vocab.tsv")]) == 0
+    capsys.readouterr()
+    assert cli(["train", "--update", "--shards", ds_b, "--output", model, "--no-progress"]) == 0
+    after = ldabeam.load(model)
+    S = 50
+    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == before._vocab.hash
+    assert after.vocabulary == before.vocabulary
+    assert after.step > before.step and after.step - before.step <= -(-small["n_b"] // S)
+    assert not np.allclose(after.topic_word(), before.topic_word())
+    assert after._algo.corpus_tokens > before._algo.corpus_tokens
+
+
+def test_update_refuses_shards_of_another_vocabulary_without_grow_vocab(small, capsys):
+    model = fresh_model(small, "other")
+    step = checkpoint_state(model).step
+    ds_b = vectorize(small["b"], str(small["work"] / "ds-b-own"))
+    capsys.readouterr()
+    rc = cli(["train", "--update", "--shards", ds_b, "--output", model, "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    line = [ln for ln in err if "another vocabulary" in ln]
+    assert line and "--grow-vocab" in line[0] and os.path.join(model, "vocab.tsv") in line[0]
+    assert checkpoint_state(model).step == step
+
+    # with --grow-vocab the same shards are read as words and the new ones added
+    assert cli(["train", "--update", "--grow-vocab", "--shards", ds_b, "--output", model,
+                "--no-progress"]) == 0
+    vocab = dataset.Vocabulary.read(os.path.join(model, "vocab.tsv"))
+    state = checkpoint_state(model)
+    assert state.step > step
+    assert state.n_words == len(vocab) and state.vocab_hash == vocab.hash
+    first = dataset.Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv"))
+    assert vocab.tokens[:len(first)] == first.tokens and len(vocab) > len(first)
+
+
+def test_update_options_that_do_not_apply_are_refused(small, capsys):
+    model = fresh_model(small, "opts")
+    for extra, word in ((["--runner", "DirectRunner"], "in this process"),
+                        (["--topics", "7"], "--topics"),
+                        (["--passes", "auto"], "--passes auto")):
+        capsys.readouterr()
+        rc = cli(["train", "--update", "--input", small["b"], "--output", model,
+                  "--no-progress"] + extra)
+        assert rc != 0 and word in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli(["train", "--shards", small["ds_a"], "--output", model + "-x", "--topics", "3",
+                "--grow-vocab"]) != 0
+    assert "--update" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["scvb0", "online-vb"])
+def test_update_grow_vocab_close_to_joint_training(news20_tar, tmp_path, algorithm):
+    """Acceptance: first half trained, then `train --update --grow-vocab --input` on the
+    second half, within 0.02 nats/token (held-out completion) of training on both halves with
+    the same passes; words only in the second half reach some topic's top 20 words."""
+    every, topics, passes, minibatch = 3, 20, 2, 128
+    tr, test = posts(news20_tar, every)
+    half = len(tr) // 2
+    a = jsonl(tmp_path / "a.jsonl", tr[:half])
+    b = jsonl(tmp_path / "b.jsonl", tr[half:])
+    ab = jsonl(tmp_path / "ab.jsonl", tr)
+    ds_a = vectorize(a, str(tmp_path / "ds-a"))
+    ds_ab = vectorize(ab, str(tmp_path / "ds-ab"))
+    joint = train(ds_ab, str(tmp_path / "joint"), algorithm, topics, passes, minibatch)
+    model = train(ds_a, str(tmp_path / "upd"), algorithm, topics, passes, minibatch)
+    v0 = len(dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")))
+    assert cli(["train", "--update", "--grow-vocab", "--input", b, "--output", model,
+                "--passes", str(passes), "--no-progress"]) == 0
+    upd, jm = ldabeam.load(model), ldabeam.load(joint)
+    added = set(upd.vocabulary[v0:])
+    assert added
+    both = set(upd.vocabulary) & set(jm.vocabulary)
+    toks = [[t for t in jm._prep.pre.tokens(r["text"]) if t in both] for r in test]
+    ids = [r["id"] for r in test]
+    gap = completion(jm, toks, ids) - completion(upd, toks, ids)
+    tops = {w for t in upd.top_words(20) for w, _ in t}
+    print("%s: joint - updated = %.4f nats/token, %d words added, %d of them in the top 20s"
+          % (algorithm, gap, len(added), len(tops & added)))
+    assert gap <= 0.02
+    assert tops & added
+
+
+def test_update_with_raw_text_keeps_the_vocabulary_without_grow_vocab(small, capsys):
+    model = fresh_model(small, "raw")
+    before = ldabeam.load(model)
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", small["b"], "--output", model, "--passes", "2",
+                "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    after = ldabeam.load(model)
+    assert after.vocabulary == before.vocabulary
+    assert after.step - before.step == 2 * -(-small["n_b"] // 50)
+    assert "tokens outside the vocabulary were dropped" in out and "--grow-vocab" in out
+    # the update is recorded in the checkpoint, and the model still reads the same raw text
+    assert checkpoint_state(model).info["updates"][-1]["passes"] == 2
+    assert np.isfinite(after.transform(["hockey game on ice", "encryption keys"])).all()
