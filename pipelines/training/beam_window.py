@@ -68,7 +68,7 @@ def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: s
     """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
     final state's reference (empty when a step failed)."""
     ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
-    if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
+    if scratch is None and all(sp.tasks for sp in steps):
         # in-process: one fused chain of whole steps (InProcessStepFn)
         for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
             ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
