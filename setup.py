@@ -50,17 +50,22 @@ setup(
         "numba>=0.59",
         # progress bars for the in-process trainer and the driver (small, well kept)
         "tqdm>=4.60",
+        # `ldabeam report` draws its plots with it: the report works after a plain install
+        "matplotlib>=3.6",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "matplotlib>=3.6",
-                 "jieba>=0.42.1", "janome>=0.5.0"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "jieba>=0.42.1",
+                 "janome>=0.5.0"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
-        "report": ["matplotlib>=3.6"],
-        # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page. pandas
-        # is held to the range apache-beam supports (its typehints import pandas whenever it
-        # is installed); tried with pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in [test]:
-        # tests/test_exports.py checks the page when pyLDAvis is importable, skips otherwise.
+        # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package
+        "report": [],
+        # `ldabeam export --format pyldavis` also writes pyLDAvis's interactive page, with the
+        # d3/LDAvis files the package ships inlined (works offline). pandas is held to the
+        # range apache-beam supports (its typehints import pandas whenever it is installed);
+        # `pip install` of these works here: pyLDAvis 3.4.1, pandas 2.3.3, numpy 2.4. Not in
+        # [test]: tests/test_exports.py checks and draws the page when pyLDAvis is
+        # importable, skips that with the reason otherwise.
         "vis": ["pyLDAvis>=3.4", "pandas>=2.0,<2.4"],
         # `ldabeam vectorize --segmenter jieba|janome`: Chinese / Japanese word segmentation,
         # both pure Python with their dictionaries inside the package (also in [test], so the

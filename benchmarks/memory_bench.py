@@ -44,7 +44,7 @@ def write_repeated(src: str, dst: str, times: int) -> None:
     shutil.copyfile(os.path.join(src, "vocab.tsv"), os.path.join(dst, "vocab.tsv"))
     man = dataset.read_manifest(src)
     man["repeated"] = times
-    man.pop("splits", None)    # it lists src's shards; dataset.verify checks listed shards
+    man["splits"] = dataset.shard_listing(dst)   # dst's shards, verified like src's
     dataset.write_manifest(dst, man)
 
 

@@ -246,7 +246,10 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         return g / g.sum(axis=1, keepdims=True) if normalize else g
 
     def perplexity(self, X, sub_sampling=False):
-        """exp(−score(X) / number of tokens), as scikit-learn's."""
+        """exp(−score(X) / number of tokens), as scikit-learn's: the exponential of minus the
+        variational log-likelihood bound per token (an upper bound on the perplexity of X;
+        lower is better). ``sub_sampling`` is accepted for scikit-learn's signature and
+        ignored (the bound is always over X as a whole)."""
         X = self._check_fitted_shape(X, "perplexity")
         n = X.sum()
         if n <= 0:
@@ -254,7 +257,8 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         return float(math.exp(-self._bound(X) / n))
 
     def score(self, X, y=None):
-        """The approximate log likelihood (variational bound) of X: Σ_d ELBO_d + topic term."""
+        """The approximate log likelihood (variational bound) of X: Σ_d ELBO_d + topic term,
+        as scikit-learn's ``score``."""
         X = self._check_fitted_shape(X, "score")
         return float(self._bound(X))
 
@@ -496,8 +500,9 @@ class OnlineLDA(_LDABase):
 
 class SCVB0LDA(_LDABase):
     """SCVB0 (Foulds et al. 2013) with the same scikit-learn surface. ``components_`` are the
-    expected topic-word counts N^Φ + η (λ-like); ``score`` is the held-out-free surrogate
-    Σ_d Σ_w n_dw log Σ_k θ_dk φ_kw (a log likelihood under point estimates)."""
+    expected topic-word counts N^Φ + η (λ-like). ``score`` and ``perplexity`` mean what they
+    mean in scikit-learn and :class:`OnlineLDA`: the variational bound of X (taking
+    ``components_`` as the Dirichlet parameters of q(β)) and exp(−bound / tokens)."""
 
     def __init__(self, n_components=10, *, doc_topic_prior=None, topic_word_prior=None,
                  max_iter=10, batch_size=128, total_samples=1e6, learning_decay=0.9,
@@ -522,11 +527,12 @@ class SCVB0LDA(_LDABase):
         from lda_core.algorithms.scvb0 import SCVB0
         self._check_params()
         K = int(self.n_components)
-        algo = SCVB0(K, int(X_or_V), alpha=self.doc_topic_prior or 1.0 / K,
-                     eta=self.topic_word_prior or 1.0 / K, batch_size=int(self.batch_size),
-                     corpus_tokens=int(corpus_tokens), seed=_seed_of(self.random_state),
-                     kappa_phi=float(self.learning_decay), tau_phi=float(self.learning_offset),
-                     infer_passes=int(self.max_doc_update_iter))
+        # the estimator parameters SCVB0's spec maps (Param.sklearn), checked by the spec
+        settings = {p.name: getattr(self, p.sklearn) for p in SCVB0.SPEC if p.sklearn}
+        settings.update(alpha=self.doc_topic_prior or 1.0 / K,
+                        eta=self.topic_word_prior or 1.0 / K, corpus_tokens=int(corpus_tokens),
+                        seed=_seed_of(self.random_state))
+        algo = SCVB0(K, int(X_or_V), **settings)
         self.algorithm_ = algo
         self.doc_topic_prior_ = float(algo.alpha)
         self.topic_word_prior_ = float(algo.eta)
@@ -564,26 +570,38 @@ class SCVB0LDA(_LDABase):
 
     @classmethod
     def _params_of_state(cls, state) -> dict:
+        from lda_core.algorithms.scvb0 import SCVB0
         p = state.params
-        return dict(n_components=int(state.n_topics), doc_topic_prior=float(p["alpha"]),
-                    topic_word_prior=float(p["eta"]), batch_size=int(p["batch_size"]),
-                    learning_decay=float(p["kappa_phi"]), learning_offset=float(p["tau_phi"]),
-                    max_doc_update_iter=int(p["infer_passes"]),
+        out = {q.sklearn: q.type(p[q.name]) for q in SCVB0.SPEC if q.sklearn}
+        return dict(out, n_components=int(state.n_topics),
                     random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):
         return np.asarray(self.algorithm_.infer(self._to_batch(X, _row_keys(X))), np.float64)
 
     def _bound(self, X):
-        theta = self._gamma(X)
-        phi = self.algorithm_.topic_word()
-        total = 0.0
-        for i in range(X.shape[0]):
-            s, e = X.indptr[i], X.indptr[i + 1]
-            if e > s:
-                p = theta[i] @ phi[:, X.indices[s:e]]
-                total += float(np.dot(X.data[s:e], np.log(np.maximum(p, 1e-300))))
-        return total
+        """The variational bound of X with q(β) = Dirichlet(``components_``) (scikit-learn's
+        ``_approx_bound`` over the λ-like N^Φ + η): γ fit by the VB E-step against these
+        topics, plus the topic term, so ``perplexity`` means what ``OnlineLDA``'s (and
+        scikit-learn's) does."""
+        return _vb_bound(self.components_, float(self.algorithm_.alpha),
+                         float(self.algorithm_.eta), self._to_batch(X, _row_keys(X)),
+                         seed=_seed_of(self.random_state), tol=float(self.mean_change_tol))
+
+
+def _vb_bound(components, alpha, eta, batch, *, seed, tol, max_iter=100):
+    """Σ_d ELBO_d + topic term of ``batch`` for an LDA whose q(β_k) is Dirichlet(components_k)
+    (K x V, every entry above 0): the online-VB E-step (at most ``max_iter`` iterations per
+    document, scikit-learn's default ``max_doc_update_iter``) and topic term on that λ."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    lam = np.asarray(components, np.float64)
+    K, V = lam.shape
+    vb = OnlineVB(K, V, alpha=alpha, eta=eta, seed=seed, max_iter=max_iter, tol=tol,
+                  dtype="float64", _init_lambda=False)
+    vb._ntilde = np.ascontiguousarray(lam.T)        # λ = a + π·Ñ with a = 0, π = 1
+    vb._ntilde_colsum = vb._ntilde.sum(axis=0)
+    vb._a, vb._pi = 0.0, 1.0
+    return float(vb.local_step(batch, salt="eval").score + vb.topic_term())
 
 
 __all__ = ["OnlineLDA", "SCVB0LDA", "HAVE_SKLEARN"]

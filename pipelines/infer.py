@@ -106,6 +106,7 @@ class InferOptions:
     write_gamma: bool = False
     overwrite: bool = False
     threads: Optional[int] = None
+    unverified: bool = False                     # also read shards no manifest lists
     tokenizer: Optional[Any] = None              # Python API: the custom tokenizer of training
 
     def validate(self) -> None:
@@ -140,6 +141,7 @@ class ModelRef:
     vocab_hash: Optional[str]
     vocab_path: Optional[str]
     model_dir: str
+    opened: Any = field(default=None, repr=False, compare=False)   # the driver's OpenedModel
 
 
 def resolve_model(model: str) -> ModelRef:
@@ -149,7 +151,7 @@ def resolve_model(model: str) -> ModelRef:
     m = open_model(model)
     st = m.state
     return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
-                    m.vocab_path, m.model_dir)
+                    m.vocab_path, m.model_dir, m)
 
 
 def training_shards(model_dir: str) -> Optional[str]:
@@ -400,7 +402,8 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
             "ldabeam.vocab_hash": str(ref.vocab_hash)}
     stats_parts = []
     if opts.shards:
-        files = dataset.resolve_shards(opts.shards, opts.split)
+        # verified by _checked (hashes are computed once per process)
+        files = dataset.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
         dataset.check_vocab_hash(files, ref.vocab_hash)
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
@@ -453,8 +456,9 @@ def _checked(opts: InferOptions):
     prepares the output. Returns (ModelRef, StateRef)."""
     opts.validate()
     ref = resolve_model(opts.model)
-    if opts.shards:   # fail now, before creating the output
-        dataset.check_vocab_hash(dataset.resolve_shards(opts.shards, opts.split),
+    if opts.shards:   # fail now, before creating the output; verified against the manifest
+        dataset.check_vocab_hash(dataset.open_shards(opts.shards, opts.split,
+                                                     unverified=opts.unverified).files,
                                  ref.vocab_hash)
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
         from pipelines.ingest.tokenize import Preprocessor
@@ -472,9 +476,29 @@ def infer(opts: InferOptions, beam_argv: Sequence[str] = ()) -> Dict[str, Any]:
     """Run the inference pipeline to completion; returns the summary (also OUTPUT/summary.json).
     Every check that can fail (model, vocabulary hashes, inputs, output) runs before Beam."""
     ref, beam_ref = _checked(opts)
-    with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
-        build_pipeline(p, opts, ref, beam_ref)
+    options = pipeline_options(beam_argv)
+    pinned = _pin_in_process(ref, beam_ref, options)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, opts, ref, beam_ref)
+    finally:
+        if pinned:
+            beam_state.drop_local(beam_ref.key)
     return read_summary(opts.output)
+
+
+def _pin_in_process(ref: ModelRef, beam_ref, options) -> bool:
+    """On an in-process runner the workers get the checkpoint the driver loaded, in memory,
+    instead of re-reading it: a trainer pruning checkpoints (``--keep-checkpoints``) can
+    remove it from the model directory while infer runs. True when it was handed over."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    runner = str(options.view_as(StandardOptions).runner or "")
+    mode = options.view_as(DirectOptions).direct_running_mode
+    if ref.opened is None or runner not in ("DirectRunner", "FnApiRunner") \
+            or mode != "in_memory":
+        return False
+    beam_state.put_local(beam_ref.key, ref.opened.algorithm())
+    return True
 
 
 def submit(opts: InferOptions, beam_argv: Sequence[str] = ()):

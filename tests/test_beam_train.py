@@ -65,7 +65,8 @@ def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
         dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
                             dataset.docbatch_to_table(batch.take(ix)), h)
     dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
-                                 "vocab_hash": h, "source": "KOS (UCI bag of words), test slice"})
+                                 "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
+                                 "splits": dataset.shard_listing(out)})
     return h
 
 

@@ -240,6 +240,25 @@ def test_vectorize_bench(bench_env, tmp_path):
             assert r["same_output_size_as_gensim"], r
 
 
+def test_ingest_bench(bench_env, tmp_path):
+    js = tmp_path / "ingest.json"
+    out, _ = run(bench_env, "ingest_bench.py", "--limit", 150, "--repeats", 1, "--json", js)
+    grab(r"folder of %s posts: %s CPU s grouped, %s CPU s one element per file; the tarball "
+         r"%s CPU s" % (NUMBER, NUMBER, NUMBER, NUMBER), out)
+    for name in (r"jsonl\.gz", r"xml\.bz2"):
+        grab(r"%s: smart-open layer %s CPU s, standard-library layer %s CPU s" % (
+            name, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["folder"]["files"] == 150 and rec["folder"]["same_digest_grouped_and_per_file"]
+    for k in ("jsonl.gz", "xml.bz2"):
+        assert rec["smart_open"][k]["same_digest"]
+        assert finite(rec["smart_open"][k]["ratio_new_to_old_cpu"], k) > 0
+    grab(r"decompress xml\.bz2 chunks \(%s MB\): smart-open %s CPU s, standard library %s "
+         r"CPU s" % (NUMBER, NUMBER, NUMBER), out)
+    assert finite(rec["decompress"]["open_small_files"]["ratio_smart_open_to_open"]) > 0
+
+
 def test_preprocess_bench(bench_env, tmp_path):
     js = tmp_path / "preprocess.json"
     out, _ = run(bench_env, "preprocess_bench.py", "--posts", 300, "--repeats", 1,
@@ -514,3 +533,16 @@ def test_reuters_converter(bench_env, tmp_path):
     n_elements = open(src, encoding="latin-1").read().count("<REUTERS ")
     assert 900 <= D <= n_elements == 1000 and V > 500 and nnz > D
     assert len(open(tmp_path / "uci" / "vocab.txt").read().split()) == V
+
+
+def test_verify_bench(bench_env, tmp_path):
+    """sha256 of the shards against reading them, on KOS: every rate and ratio reported."""
+    js = tmp_path / "verify.json"
+    out, _ = run(bench_env, "verify_bench.py", "--corpora", "kos", "--repeat", 1, "--work",
+                 tmp_path / "work", "--out", js)
+    ratio = grab(r"kos .*verify / one read = %s" % NUMBER, out)
+    with open(js) as f:
+        rec = json.load(f)["corpora"]["kos"]
+    assert rec["verify_over_read"] == pytest.approx(ratio, abs=0.01)
+    for k in ("hash_mb_s", "read_mb_s", "verify_mb_s"):
+        assert finite(rec[k], k) > 0

@@ -54,7 +54,8 @@ def make_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit
                             vocab.hash)
     dataset.write_shard(os.path.join(out, "heldout", dataset.shard_name(0, 1)),
                         dataset.docbatch_to_table(gather(b, np.arange(n_train, N))), vocab.hash)
-    dataset.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab)})
+    dataset.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
+                                 "splits": dataset.shard_listing(out)})
     return out
 
 

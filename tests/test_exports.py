@@ -95,6 +95,57 @@ def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
     assert len(per_topic) == K and all(np.isfinite(per_topic)) and max(per_topic) < 0
 
 
+def test_gensim_dictionary_filter_extremes(run20, tmp_path, capsys):
+    """The exported dictionary carries the document count its df refer to, so gensim's own
+    ``filter_extremes`` keeps what it should: every word at the vectorize pruning's own
+    threshold (no_above=0.5), exactly the words with df <= 0.2 * num_docs at 0.2 (with
+    num_docs = 0 both deleted every word)."""
+    from gensim.models import LdaModel
+    ds, model = run20
+    path = str(tmp_path / "g" / "lda.gensim")
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
+    manifest = dataset.read_manifest(ds)
+    n_docs = manifest["counts"]["train_documents"] + manifest["counts"]["heldout_documents"]
+    assert "over %d documents" % n_docs in capsys.readouterr().out
+    d = LdaModel.load(path).id2word
+    _, _, vocab = _ours(model)
+    assert d.num_docs == n_docs == manifest["vocabulary"]["num_docs"]
+    assert d.num_pos == int(vocab.cf.sum()) and d.num_nnz == int(vocab.df.sum())
+    d.filter_extremes(no_below=1, no_above=0.5, keep_n=None)
+    assert len(d) == len(vocab)
+    d = LdaModel.load(path).id2word
+    d.filter_extremes(no_below=1, no_above=0.2, keep_n=None)
+    expect = {t for t, f in zip(vocab.tokens, vocab.df) if f <= int(0.2 * n_docs)}
+    assert 0 < len(expect) < len(vocab) and set(d.token2id) == expect
+
+
+def test_gensim_dictionary_counts_without_manifest(run20, tmp_path, capsys):
+    """Shards with no manifest (a folder of shards, read with --unverified): the dictionary's
+    df, cf and num_docs are counted over them, consistently; without --unverified they are
+    refused like every reader refuses them."""
+    import shutil
+    from gensim.models import LdaModel
+    ds, model = run20
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    files = dataset.resolve_shards(ds)
+    for f in files:
+        shutil.copy(f, str(bare))
+    path = str(tmp_path / "g" / "lda.gensim")
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path,
+                     "--shards", str(bare)]) == 2
+    assert "--unverified" in capsys.readouterr().err
+    assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path,
+                     "--shards", str(bare), "--unverified"]) == 0
+    assert "counted over the %d shard files" % len(files) in capsys.readouterr().out
+    docs = dataset.read_docbatch(files)
+    d = LdaModel.load(path).id2word
+    assert d.num_docs == docs.n_docs
+    df = np.bincount(docs.word_ids, minlength=len(d))
+    assert [d.dfs.get(i, 0) for i in range(len(d))] == df.tolist()
+    assert d.num_pos == docs.n_tokens
+
+
 def test_pyldavis_prepared_data_content(run20, tmp_path, capsys):
     from pipelines.reports.exports import load_pyldavis
     ds, model = run20
@@ -182,6 +233,40 @@ def test_pyldavis_html_page(run20, tmp_path):
     assert checked >= K * 10
 
 
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_pyldavis_page_works_offline(run20, tmp_path):
+    """The interactive page carries d3, LDAvis's script and its stylesheet itself: nothing is
+    fetched, and headless Chromium with every network request refused draws the
+    visualisation (its intertopic distance map)."""
+    pytest.importorskip("pyLDAvis", reason="pyLDAvis is not installed (optional extra: pip "
+                                           "install 'ldabeam[vis]'); no page is written")
+    import re
+    import subprocess
+    ds, model = run20
+    out = str(tmp_path / "vis")
+    assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", out,
+                     "--max-docs", "150"]) == 0
+    path = os.path.join(out, "pyldavis.html")
+    page = open(path, encoding="utf-8").read()
+    assert not re.search(r"<script[^>]*\bsrc=", page) and "<link" not in page
+    assert "cdn.jsdelivr.net" not in page and "d3js.org/d3" not in page
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("headless Chromium (Debian package chromium) is not installed at "
+                    "/usr/bin/chromium; the page's content was checked, its drawing is not")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+           "--user-data-dir=%s" % (tmp_path / "profile"), "--window-size=1300,900",
+           "--virtual-time-budget=5000", "--dump-dom", "file://" + path]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    dom = r.stdout
+    assert "<svg" in dom, r.stderr[-2000:]
+    assert "Intertopic Distance Map" in dom
+    assert len(re.findall(r"<circle", dom)) >= K
+
+
 def test_phi_npy_still_works_and_bad_inputs(run20, tmp_path, capsys):
     ds, model = run20
     p = str(tmp_path / "phi.npy")
@@ -196,7 +281,8 @@ def test_phi_npy_still_works_and_bad_inputs(run20, tmp_path, capsys):
                         dataset.docbatch_to_table(docs), "f" * 64)
     capsys.readouterr()
     assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output",
-                     str(tmp_path / "vis"), "--shards", str(bad)]) == 2
+                     str(tmp_path / "vis"), "--shards", str(bad),
+                     "--unverified"]) == 2
     assert "expects vocabulary" in capsys.readouterr().err
     # pyldavis writes a directory: an existing file as --output is a clear error
     assert cli_main(["export", "--model", model, "--format", "pyldavis", "--output", p]) == 2

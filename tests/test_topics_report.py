@@ -220,3 +220,155 @@ def test_report_custom_template_and_errors(labelled, tmp_path, capsys):
     assert "unknown placeholder 'no_such_field'" in capsys.readouterr().err
     assert cli_main(["report", "--model", m, "--output", out, "--topic", "99"]) == 2
     assert "outside the model's topics" in capsys.readouterr().err
+
+
+def _install_requires():
+    """setup.py's install_requires, read by running setup.py with setuptools.setup captured."""
+    import runpy
+    import setuptools
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    seen = {}
+    real, cwd = setuptools.setup, os.getcwd()
+    setuptools.setup = lambda **kw: seen.update(kw)
+    try:
+        os.chdir(repo)
+        runpy.run_path(os.path.join(repo, "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = real
+        os.chdir(cwd)
+    return {re.split(r"[<>=!\[ ;]", r, 1)[0].lower().replace("_", "-")
+            for r in seen["install_requires"]}
+
+
+def test_report_needs_only_the_base_install():
+    """`ldabeam report` works after a plain `pip install`: every third-party module the report
+    code imports (at any depth of its functions) comes from a package in install_requires."""
+    import ast
+    import sys
+    from importlib.metadata import packages_distributions
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dists = packages_distributions()
+    base = _install_requires()
+    files = [os.path.join(repo, "pipelines", "reports", "report.py"),
+             os.path.join(repo, "pipelines", "commands", "report.py")]
+    needed = set()
+    for path in files:
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and not node.level else [])
+            for n in names:
+                top = n.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("lda_core", "pipelines",
+                                                             "__future__"):
+                    continue
+                needed.add(top)
+    assert "matplotlib" in needed
+    for top in sorted(needed):
+        names = {d.lower().replace("_", "-") for d in dists.get(top, [top])}
+        assert names & base, "the report imports %s (%s), which install_requires lacks" % (
+            top, ", ".join(sorted(names)))
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory, news20_tar):
+    """A model trained on 20 Newsgroups posts read as a folder of files: documents with no
+    title whose ids are absolute paths (as a user's folder gives them), and K = 40 topics
+    (wide tables)."""
+    import tarfile
+    base = tmp_path_factory.mktemp("folder_run")
+    posts = base / "posts"
+    n = {}
+    with tarfile.open(news20_tar, "r:gz") as t:
+        for m in t:
+            parts = m.name.split("/")
+            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
+                continue
+            if n.get(parts[1], 0) >= 15:
+                continue
+            n[parts[1]] = n.get(parts[1], 0) + 1
+            d = posts / parts[1]
+            d.mkdir(parents=True, exist_ok=True)
+            (d / parts[2]).write_bytes(t.extractfile(m).read())
+    ds, model = str(base / "ds"), str(base / "model")
+    assert cli_main(["vectorize", "--input", str(posts), "--output", ds, "--strip-headers",
+                     "--holdout-fraction", "0.1", "--no-below", "2"]) == 0
+    assert cli_main(["train", "--shards", ds, "--output", model, "--topics", "40",
+                     "--algorithm", "online-vb", "--minibatch", "50", "--passes", "2",
+                     "--eval-every", "3", "--no-progress"]) == 0
+    out = str(base / "report.html")
+    assert cli_main(["report", "--model", model, "--output", out, "--max-docs", "300"]) == 0
+    page = open(out, encoding="utf-8").read()
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)'
+                                r'</script>', page, re.S).group(1))
+    return str(posts), ds, model, out, page, data
+
+
+def _visible_text(page):
+    """The page's text as a reader sees it (no tags, attributes, scripts or styles)."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_report_examples_without_titles_show_short_ids_and_words(folder_run):
+    """Documents with no title (files of a folder): each example shows its id once, without
+    the folder every id shares, and its words through which the topic claims it."""
+    from pipelines.ingest import dataset
+    posts, ds, model, _, page, data = folder_run
+    text = _visible_text(page)
+    assert posts not in text       # no document id shown with the folder all ids share
+    docs = dataset.read_docbatch(dataset.resolve_shards(ds))
+    words_of = {docs.doc_ids[i]: docs.doc(i)[0] for i in range(docs.n_docs)}
+    _, _, vocab = _model(model)
+    shown = 0
+    for t in data["topics"]:
+        for x in t["examples"]:
+            assert not x["title"]
+            assert x["doc_id"].startswith(posts) and x["doc_id"].endswith(x["short_id"])
+            assert x["short_id"].count("/") == 1            # group/post
+            assert text.count(x["short_id"]) >= 1
+            ids = set(words_of[x["doc_id"]].tolist())
+            assert x["words"] and all(vocab.index[w] in ids for w in x["words"])
+            assert " ".join(x["words"]) in text
+            shown += 1
+    assert shown >= 20
+
+
+def test_report_heldout_note_reads_the_run(report):
+    """The sentence under the held-out curve is made from the run's own numbers."""
+    _, m, _, page, data = report
+    recs = read_run_log(os.path.join(m, "run_log.jsonl"))
+    evald = [r for r in recs if r["event"] == "step" and r.get("metrics")]
+    note = data["heldout_note"]
+    assert note[0].startswith("The first point is measured after step %d (%d documents"
+                              % (evald[0]["step"], evald[0]["docs_seen"]))
+    ys = [r["metrics"]["completion_ll_per_token"] for r in evald]
+    falls = any(b < a for a, b in zip(ys, ys[1:]))
+    assert falls == any(s.startswith("The score falls between") for s in note)
+    for s in note:
+        assert html.escape(s, quote=True) in page
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                    reason="headless Chromium (Debian package chromium) is not installed at "
+                           "/usr/bin/chromium; the layout test needs it")
+def test_report_wide_tables_scroll_inside_the_page(folder_run, tmp_path):
+    """With K = 40 the labels x topics table is wider than a 1000-pixel window: the page itself
+    stays as wide as the window (the table scrolls in its own box)."""
+    _, _, _, out, page, data = folder_run
+    assert len(data["health"]["labels"]["names"]) > 1
+    probe = str(tmp_path / "probe.html")
+    with open(probe, "w", encoding="utf-8") as f:     # a copy that reports its own width
+        f.write(page.replace("</body>", "<script>document.title = 'W=' + "
+                             "document.documentElement.scrollWidth + ' T=' + "
+                             "document.getElementById('labels').scrollWidth;</script></body>"))
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--user-data-dir=%s" % (tmp_path / "profile"), "--window-size=1000,800",
+           "--dump-dom", "file://" + probe]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    m = re.search(r"<title>W=(\d+) T=(\d+)</title>", r.stdout)
+    assert m, r.stderr[-2000:]
+    page_w, table_w = int(m.group(1)), int(m.group(2))
+    assert table_w > 1000          # the table is wider than the window ...
+    assert page_w <= 1000          # ... and the page is not

@@ -1,16 +1,25 @@
-"""Validation of algorithm parameters: every algorithm checks its constructor arguments here, so
-a bad value always raises the same ``ValueError``, naming the parameter, the allowed range and
-the value given (``"n_parts must be an integer in [1, 4096], got 0"``). The command line
-prefixes the option that set the parameter (``pipelines.training.algorithm_options``), which finds the
-parameter by the name at the start of the message."""
+"""Algorithm parameters: their validation and their declaration.
+
+Every algorithm checks its constructor arguments here, so a bad value always raises the same
+``UsageError``, naming the parameter, the allowed range and the value given (``"n_parts must
+be an integer in [1, 4096], got 0"``). The command line prefixes the option that set the
+parameter (``pipelines.training.algorithm_options``), which finds the parameter by the name at
+the start of the message.
+
+:class:`Param` and :class:`ParamSpec` declare an algorithm's settings once (its ``SPEC``):
+the constructor's validation, ``params()``, the ``ldabeam train`` options, the Flex Template
+metadata and the scikit-learn estimator's mapping are generated from it
+(docs/architecture.md, "The parameter spec")."""
 import math
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from lda_core.errors import UsageError
 
-__all__ = ["is_number", "check_number", "check_int", "check_positive", "check_choice"]
+__all__ = ["is_number", "check_number", "check_int", "check_positive", "check_choice", "Param",
+           "ParamSpec"]
 
 
 def is_number(value) -> bool:
@@ -63,3 +72,94 @@ def check_choice(name: str, value, choices: Sequence):
         raise UsageError("%s must be one of %s, got %r" % (name, ", ".join(map(repr, choices)),
                                                            value))
     return value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One setting of an algorithm, declared once: its constructor keyword and ``params()`` key
+    (``name``), ``type`` (int, float, bool, str or ``np.dtype``), ``default``, allowed range
+    (``lo``/``hi``, ``*_open`` excluding the bound; or ``choices``), ``help``, the paper's
+    ``symbol``, ``option``, the ``ldabeam train`` option (argparse dest) that sets it (None:
+    set by the trainer itself, not an option), and ``sklearn``, the scikit-learn estimator
+    parameter that sets it (lda_core.sklearn_api; None: none does). The command line, the Flex
+    Template metadata, the estimator's mapping and ``params()`` are generated from these
+    declarations."""
+    name: str
+    type: type
+    default: Any = None
+    lo: Any = None
+    hi: Any = None
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: Tuple = ()
+    help: str = ""
+    symbol: str = ""
+    option: Optional[str] = None
+    sklearn: Optional[str] = None
+
+    def check(self, value):
+        """``value`` validated and converted to the declared type (UsageError naming the
+        setting, the allowed range and the value otherwise); None stays None when the default
+        is None (an optional setting)."""
+        if value is None and self.default is None:
+            return None
+        if self.type is np.dtype:
+            try:
+                dt = np.dtype(value)
+            except TypeError:
+                raise UsageError("%s=%r is not a numpy dtype (use %s)"
+                                 % (self.name, value, " or ".join(self.choices))) from None
+            if dt.name not in self.choices:
+                raise UsageError("%s=%r is not allowed (%s)"
+                                 % (self.name, value, " or ".join(self.choices)))
+            return dt
+        if self.choices:
+            return check_choice(self.name, value, self.choices)
+        if self.type is bool:
+            return bool(value)
+        if self.type in (int, float):
+            return check_number(self.name, value, self.lo, self.hi, self.lo_open, self.hi_open,
+                                integer=self.type is int)
+        return self.type(value)
+
+    def export(self, value):
+        """The JSON value of a checked setting (as ``params()`` records it)."""
+        return value.name if isinstance(value, np.dtype) else value
+
+    def range_text(self) -> str:
+        """The allowed values as help text shows them (``"in (0.5, 1]"``)."""
+        if self.choices:
+            return "one of %s" % ", ".join(map(str, self.choices))
+        if self.type in (int, float) and (self.lo is not None or self.hi is not None):
+            return "in " + _range(self.lo, self.hi, self.lo_open, self.hi_open)
+        return ""
+
+
+class ParamSpec(tuple):
+    """An algorithm's settings: a tuple of :class:`Param` in ``params()`` order."""
+
+    def __new__(cls, *params: Param):
+        names = [p.name for p in params]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError("settings declared twice: %s" % ", ".join(sorted(dup)))
+        return super().__new__(cls, params)
+
+    def get(self, name: str) -> Optional[Param]:
+        for p in self:
+            if p.name == name:
+                return p
+        return None
+
+    def with_param(self, param: Param) -> "ParamSpec":
+        """This spec with ``param`` appended (a subclass extending its base's settings)."""
+        return ParamSpec(*self, param)
+
+    def resolve(self, given: Dict[str, Any], owner: str) -> Dict[str, Any]:
+        """Every setting of the spec, checked: ``given`` values, the defaults for the rest. A
+        name the spec does not declare is a UsageError naming ``owner`` and the settings."""
+        unknown = sorted(set(given) - {p.name for p in self})
+        if unknown:
+            raise UsageError("%s has no setting %s (its settings: %s)"
+                             % (owner, ", ".join(unknown), ", ".join(p.name for p in self)))
+        return {p.name: p.check(given.get(p.name, p.default)) for p in self}

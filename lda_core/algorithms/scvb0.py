@@ -47,9 +47,9 @@ from lda_core.docbatch import DocBatch
 from lda_core.algorithms.estep_vb import local_ids
 from lda_core.algorithms.online_vb import split_dead_topics
 from lda_core.algorithms.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
-from lda_core.algorithms.params import check_number
+from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
-from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
+from lda_core.errors import DataIntegrityError, InputError, StepRefused
 
 logger = logging.getLogger(__name__)
 
@@ -109,21 +109,58 @@ class SCVB0(StochasticAlgorithm):
     name = "scvb0"
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
 
-    def __init__(self, n_topics: int, n_words: int, *, alpha: float = 0.1, eta: float = 0.01,
-                 batch_size: int = 100, corpus_tokens: Optional[int] = None, seed: int = 0,
-                 burn_in: int = 1, s_phi: float = 10.0, tau_phi: float = 1000.0,
-                 kappa_phi: float = 0.9, s_theta: float = 1.0, tau_theta: float = 10.0,
-                 kappa_theta: float = 0.9, dtype: str = "float64",
-                 vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
-                 infer_passes: int = 5, shuffle_tokens: bool = True, renorm_below: float = 1e-8,
-                 init_scale: float = 0.1, reseed: float = 0.02):
-        self._configure(n_topics, n_words, alpha=alpha, eta=eta, batch_size=batch_size,
-                        corpus_tokens=corpus_tokens, seed=seed, burn_in=burn_in, s_phi=s_phi,
-                        tau_phi=tau_phi, kappa_phi=kappa_phi, s_theta=s_theta,
-                        tau_theta=tau_theta, kappa_theta=kappa_theta, dtype=dtype,
-                        vocab_hash=vocab_hash, n_threads=n_threads, infer_passes=infer_passes,
-                        shuffle_tokens=shuffle_tokens, renorm_below=renorm_below,
-                        init_scale=init_scale, reseed=reseed)
+    # every setting, in params() order (a new setting is one line here; the constructor,
+    # params(), `ldabeam train`, the Flex Template metadata and SCVB0LDA's mapping of its
+    # scikit-learn parameters take it from this spec)
+    SPEC = ParamSpec(
+        Param("alpha", float, 0.1, lo=0, lo_open=True, symbol="alpha", option="alpha",
+              sklearn="doc_topic_prior", help="document-topic prior"),
+        Param("eta", float, 0.01, lo=0, lo_open=True, symbol="eta", option="eta",
+              sklearn="topic_word_prior", help="topic-word prior"),
+        Param("batch_size", int, 100, lo=1, symbol="M", sklearn="batch_size",
+              help="documents per minibatch"),
+        Param("corpus_tokens", int, None, lo=1, symbol="C",
+              help="tokens in the corpus (unset: estimated from the documents seen)"),
+        Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),
+        Param("burn_in", int, 1, lo=0, hi=1000, option="burn_in",
+              help="burn-in passes over each document before the pass that accumulates "
+                   "statistics"),
+        Param("s_phi", float, 10.0, lo=0, lo_open=True, symbol="s", option="topic_step_scale",
+              help="s of the step size rho = s/(tau + t)^kappa for the topic statistics N^Phi, "
+                   "N^Z (t = minibatch index)"),
+        Param("tau_phi", float, 1000.0, lo=0, symbol="tau", option="topic_step_tau",
+              sklearn="learning_offset",
+              help="tau of the topic-statistics step size"),
+        Param("kappa_phi", float, 0.9, lo=0.5, hi=1.0, lo_open=True, symbol="kappa",
+              option="topic_step_kappa", sklearn="learning_decay",
+              help="kappa of the topic-statistics step size"),
+        Param("s_theta", float, 1.0, lo=0, lo_open=True, symbol="s", option="doc_step_scale",
+              help="s of the step size rho = s/(tau + t)^kappa for the per-document "
+                   "statistics N^Theta (t = updates within the document)"),
+        Param("tau_theta", float, 10.0, lo=0, symbol="tau", option="doc_step_tau",
+              help="tau of the per-document step size"),
+        Param("kappa_theta", float, 0.9, lo=0.5, hi=1.0, lo_open=True, symbol="kappa",
+              option="doc_step_kappa", help="kappa of the per-document step size"),
+        Param("dtype", np.dtype, "float64", choices=("float32", "float64"), option="dtype",
+              help="floating point type of N^Phi (sums are always float64)"),
+        Param("infer_passes", int, 5, lo=1, hi=10000,
+              sklearn="max_doc_update_iter",
+              help="passes over a document when inferring its topic mixture"),
+        Param("shuffle_tokens", bool, True, help="visit a document's tokens in random order"),
+        Param("renorm_below", float, 1e-8, lo=0, hi=1, lo_open=True, hi_open=True,
+              help="fold the scale pi into N^Phi when it falls below this"),
+        Param("init_scale", float, 0.1, lo=0, lo_open=True,
+              help="N^Phi starts uniform in [0, init_scale)"),
+        Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
+              help="a topic with less than reseed/K of a minibatch's N^Z is re-seeded "
+                   "(0: never)"),
+    )
+
+    def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,
+                 n_threads: Optional[int] = None, **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults)."""
+        self._configure(n_topics, n_words, vocab_hash=vocab_hash, n_threads=n_threads,
+                        **settings)
         # Algorithm 2: "randomly initialize N^Φ" (uniform in [0, init_scale)); N^Z = Σ_w N^Φ_w
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_INIT_TAG,
                                                                           self.seed])))
@@ -131,40 +168,15 @@ class SCVB0(StochasticAlgorithm):
                         * self.init_scale).astype(self.dtype)
         self.nz = self._ntilde.sum(0, dtype=np.float64)
 
-    def _configure(self, n_topics, n_words, *, alpha, eta, batch_size, corpus_tokens, seed,
-                   burn_in, s_phi, tau_phi, kappa_phi, s_theta, tau_theta, kappa_theta, dtype,
-                   vocab_hash, infer_passes, shuffle_tokens, renorm_below, init_scale=0.1,
-                   n_threads=None, reseed=0.02):
-        self.init_scale = check_number("init_scale", init_scale, 0, None, lo_open=True)
-        self.reseed = check_number("reseed", reseed, 0, 1, hi_open=True)
+    def _configure(self, n_topics, n_words, *, vocab_hash, n_threads=None, **settings):
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
-        self.alpha = check_number("alpha", alpha, 0, None, lo_open=True)
-        self.eta = check_number("eta", eta, 0, None, lo_open=True)
-        self.batch_size = check_number("batch_size", batch_size, 1, None, integer=True)
-        self.corpus_tokens = (None if corpus_tokens is None
-                              else check_number("corpus_tokens", corpus_tokens, 1, None, integer=True))
-        self.seed = check_number("seed", seed, 0, 2 ** 63 - 1, integer=True)
-        self.burn_in = check_number("burn_in", burn_in, 0, 1000, integer=True)
-        self.s_phi = check_number("s_phi", s_phi, 0, None, lo_open=True)
-        self.tau_phi = check_number("tau_phi", tau_phi, 0, None)
-        self.kappa_phi = check_number("kappa_phi", kappa_phi, 0.5, 1.0, lo_open=True)
-        self.s_theta = check_number("s_theta", s_theta, 0, None, lo_open=True)
-        self.tau_theta = check_number("tau_theta", tau_theta, 0, None)
-        self.kappa_theta = check_number("kappa_theta", kappa_theta, 0.5, 1.0, lo_open=True)
-        self.infer_passes = check_number("infer_passes", infer_passes, 1, 10000, integer=True)
-        self.renorm_below = check_number("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
+        for name, value in self.SPEC.resolve(settings, self.name).items():
+            setattr(self, name, value)
         if n_threads is not None:
             n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
-                             integer=True)
+                                     integer=True)
         self.n_threads = n_threads
-        try:
-            self.dtype = np.dtype(dtype)
-        except TypeError:
-            raise UsageError("dtype=%r is not a numpy dtype (use float32 or float64)" % (dtype,))
-        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise UsageError("dtype=%r is not allowed (float32 or float64)" % (dtype,))
-        self.shuffle_tokens = bool(shuffle_tokens)
         self.vocab_hash = vocab_hash
         self.step = 0
         self.docs_seen = 0
@@ -173,14 +185,7 @@ class SCVB0(StochasticAlgorithm):
 
     # -- helpers --------------------------------------------------------------------------
     def params(self) -> Dict[str, Any]:
-        return dict(alpha=self.alpha, eta=self.eta, batch_size=self.batch_size,
-                    corpus_tokens=self.corpus_tokens, seed=self.seed, burn_in=self.burn_in,
-                    s_phi=self.s_phi, tau_phi=self.tau_phi, kappa_phi=self.kappa_phi,
-                    s_theta=self.s_theta, tau_theta=self.tau_theta,
-                    kappa_theta=self.kappa_theta, dtype=self.dtype.name,
-                    infer_passes=self.infer_passes, shuffle_tokens=self.shuffle_tokens,
-                    renorm_below=self.renorm_below, init_scale=self.init_scale,
-                    reseed=self.reseed)
+        return {p.name: p.export(getattr(self, p.name)) for p in self.SPEC}
 
     def _threads(self):
         n = self.n_threads or numba.get_num_threads()

@@ -38,7 +38,7 @@ from scipy.special import digamma
 from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.estep_vb import local_ids
-from lda_core.algorithms.params import check_number
+from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.scvb0 import check_batch_words
 from lda_core.algorithms.scvb0_kernel import doc_seeds
 from lda_core.errors import DataIntegrityError, StepRefused, UsageError
@@ -90,37 +90,53 @@ class SparseGibbsVB(StochasticAlgorithm):
 
     name = "sparse-gibbs-vb"
 
-    def __init__(self, n_topics: int, n_words: int, *, alpha: float = 0.1, eta: float = 0.5,
-                 kappa: float = 0.6, tau0: float = 1000.0, batch_size: int = 100,
-                 corpus_size: Optional[int] = None, burn_in: int = 2, samples: int = 3,
-                 seed: int = 0, vocab_hash: Optional[str] = None,
-                 n_threads: Optional[int] = None, random_init: bool = False,
-                 renorm_below: float = 1e-8, infer_burn_in: Optional[int] = None,
-                 infer_samples: Optional[int] = None):
+    # every setting, in params() order (a new setting is one line here; the constructor,
+    # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
+    SPEC = ParamSpec(
+        Param("alpha", float, 0.1, lo=0, lo_open=True, symbol="alpha", option="alpha",
+              help="document-topic prior"),
+        Param("eta", float, 0.5, lo=0, lo_open=True, symbol="eta", option="eta",
+              help="topic-word prior"),
+        Param("kappa", float, 0.6, lo=0.5, hi=1.0, lo_open=True, symbol="kappa",
+              option="kappa", help="learning-rate decay, rho_t = (tau0 + t)^-kappa"),
+        Param("tau0", float, 1000.0, lo=0, symbol="tau0", option="tau0",
+              help="learning-rate delay"),
+        Param("batch_size", int, 100, lo=1, symbol="|B|", help="documents per minibatch"),
+        Param("corpus_size", int, None, lo=1, symbol="D",
+              help="documents in the corpus (unset: the documents seen)"),
+        Param("burn_in", int, 2, lo=0, hi=1000, symbol="B", option="burn_in",
+              help="burn-in Gibbs sweeps per document"),
+        Param("samples", int, 3, lo=1, hi=1000, symbol="S", option="samples",
+              help="kept Gibbs sweeps per document"),
+        Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),
+        Param("random_init", bool, False,
+              help="initialise z uniformly instead of from the conditional given the tokens "
+                   "before it"),
+        Param("renorm_below", float, 1e-8, lo=0, hi=1, lo_open=True, hi_open=True,
+              help="fold the scale pi into the topic statistics when it falls below this"),
+        Param("infer_burn_in", int, None, lo=0, hi=1000,
+              help="burn-in sweeps when inferring a document's topics (unset: burn_in)"),
+        Param("infer_samples", int, None, lo=1, hi=1000,
+              help="kept sweeps when inferring a document's topics (unset: max(samples, 5))"),
+    )
+
+    def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,
+                 n_threads: Optional[int] = None, **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults)."""
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
         if self.n_topics * self.n_words >= 2 ** 62:
             raise UsageError("n_topics*n_words=%d is too large" % (self.n_topics * self.n_words))
-        self.alpha = check_number("alpha", alpha, 0, None, lo_open=True)
-        self.eta = check_number("eta", eta, 0, None, lo_open=True)
-        self.kappa = check_number("kappa", kappa, 0.5, 1.0, lo_open=True)
-        self.tau0 = check_number("tau0", tau0, 0, None)
-        self.batch_size = check_number("batch_size", batch_size, 1, None, integer=True)
-        self.corpus_size = (None if corpus_size is None
-                            else check_number("corpus_size", corpus_size, 1, None, integer=True))
-        self.burn_in = check_number("burn_in", burn_in, 0, 1000, integer=True)
-        self.samples = check_number("samples", samples, 1, 1000, integer=True)
-        self.seed = check_number("seed", seed, 0, 2 ** 63 - 1, integer=True)
-        self.renorm_below = check_number("renorm_below", renorm_below, 0, 1, lo_open=True, hi_open=True)
-        self.infer_burn_in = (self.burn_in if infer_burn_in is None
-                              else check_number("infer_burn_in", infer_burn_in, 0, 1000, integer=True))
-        self.infer_samples = (max(self.samples, 5) if infer_samples is None
-                              else check_number("infer_samples", infer_samples, 1, 1000, integer=True))
+        for name, value in self.SPEC.resolve(settings, self.name).items():
+            setattr(self, name, value)
+        if self.infer_burn_in is None:
+            self.infer_burn_in = self.burn_in
+        if self.infer_samples is None:
+            self.infer_samples = max(self.samples, 5)
         if n_threads is not None:
             n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
                              integer=True)
         self.n_threads = n_threads
-        self.random_init = bool(random_init)
         self.vocab_hash = vocab_hash
         self.step = 0
         self.docs_seen = 0
@@ -133,11 +149,7 @@ class SparseGibbsVB(StochasticAlgorithm):
 
     # -- helpers --------------------------------------------------------------------------
     def params(self) -> Dict[str, Any]:
-        return dict(alpha=self.alpha, eta=self.eta, kappa=self.kappa, tau0=self.tau0,
-                    batch_size=self.batch_size, corpus_size=self.corpus_size,
-                    burn_in=self.burn_in, samples=self.samples, seed=self.seed,
-                    random_init=self.random_init, renorm_below=self.renorm_below,
-                    infer_burn_in=self.infer_burn_in, infer_samples=self.infer_samples)
+        return {p.name: p.export(getattr(self, p.name)) for p in self.SPEC}
 
     @property
     def nnz(self) -> int:

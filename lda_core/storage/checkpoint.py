@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 POINTER = "LATEST"
+# times a reader re-reads LATEST when the checkpoint it was loading was pruned under it
+RACE_RETRIES = 20
 # the temporary names of LocalFiles.make_temp_dir / publish_dir / write_atomic in CHECKPOINTS
 _LEFTOVER = re.compile(r"^\.(?:step-\d{9,}(?:-[0-9a-f]{8,32})?|%s)\.(?:tmp|old)-[0-9a-f]{32}$"
                        % POINTER)
@@ -210,27 +212,55 @@ class CheckpointStore:
         return None if found is None else found[1]
 
     def latest_checkpoint(self):
-        """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None."""
+        """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None.
+
+        A reader racing a writer that prunes (``keep_last``) can find the checkpoint it was
+        loading removed under it: whenever an attempt had to skip or fall back, ``LATEST``
+        is read again, and if it has moved meanwhile the attempt is repeated from the new
+        pointer (at most :data:`RACE_RETRIES` times) without reporting the vanished
+        checkpoint as damaged. Only an attempt during which the pointer stayed put reports
+        its fall-backs (warnings) or its error."""
+        for attempt in range(RACE_RETRIES + 1):
+            name = self.pointer_name()
+            notes: List[tuple] = []
+            try:
+                found, error = self._latest_once(name, notes), None
+            except StateFormatError as e:
+                found, error = None, e
+            if (found is not None and not notes) or attempt == RACE_RETRIES \
+                    or self.pointer_name() == name:
+                for n in notes:
+                    logger.warning(*n)
+                if error is not None:
+                    raise error
+                return found
+            logger.info("checkpoint pointer %s moved from %s while reading (a writer "
+                        "published and pruned); reading the new one",
+                        self.files.join(self.root, POINTER), name)
+        raise AssertionError("unreachable")   # pragma: no cover
+
+    def _latest_once(self, name: Optional[str], notes: List[tuple]):
+        """One attempt of :meth:`latest_checkpoint` from pointer ``name`` (read before the
+        listing); warnings are appended to ``notes`` instead of logged."""
         ckpts = self.list_checkpoints()
-        name = self.pointer_name()
         ptr = None if name is None else _step_of(name)
         if ptr is None:
             if ckpts:
-                logger.warning("no LATEST pointer in %s; trying the %d checkpoint directories "
-                               "newest first", self.root, len(ckpts))
+                notes.append(("no LATEST pointer in %s; trying the %d checkpoint directories "
+                              "newest first", self.root, len(ckpts)))
             candidates = ckpts[::-1]
         else:
             named = [c for c in ckpts if self.files.basename(c.path) == name]
             newer = [c for c in ckpts if c.step > ptr or (
                 c.step == ptr and self.files.basename(c.path) != name)]
             if newer:
-                logger.warning("ignoring %d checkpoint(s) newer than LATEST (%s) in %s: never "
-                               "committed (%s)", len(newer), name, self.root,
-                               ", ".join(self.files.basename(c.path) for c in newer))
+                notes.append(("ignoring %d checkpoint(s) newer than LATEST (%s) in %s: never "
+                              "committed (%s)", len(newer), name, self.root,
+                              ", ".join(self.files.basename(c.path) for c in newer)))
             candidates = named + [c for c in ckpts if c.step < ptr][::-1]
             if not named:
-                logger.warning("checkpoint %s named by LATEST is missing; falling back to the "
-                               "newest previous checkpoint", self.files.join(self.root, name))
+                notes.append(("checkpoint %s named by LATEST is missing; falling back to the "
+                              "newest previous checkpoint", self.files.join(self.root, name)))
         if not candidates:
             if ptr is not None or ckpts:
                 raise StateFormatError("no valid checkpoint in %s (LATEST names %s, which is "
@@ -244,19 +274,19 @@ class CheckpointStore:
                 if self.check_algorithm:
                     check_loadable(state, c.path)
             except (StateFormatError, OSError) as e:
-                logger.warning("skipping checkpoint %s (damaged checkpoint, using the previous "
-                               "one): %s", c.path, e)
+                notes.append(("skipping checkpoint %s (damaged checkpoint, using the previous "
+                              "one): %s", c.path, e))
                 failures.append("%s (%s)" % (self.files.basename(c.path), e))
                 continue
             if state.step != c.step:
                 msg = "state.json says step %d but the directory is %s" % (
                     state.step, self.files.basename(c.path))
-                logger.warning("skipping checkpoint %s: %s", c.path, msg)
+                notes.append(("skipping checkpoint %s: %s", c.path, msg))
                 failures.append("%s (%s)" % (self.files.basename(c.path), msg))
                 continue
             if failures:
-                logger.warning("resuming from checkpoint %s (step %d) after skipping %d "
-                               "invalid newer one(s)", c.path, c.step, len(failures))
+                notes.append(("resuming from checkpoint %s (step %d) after skipping %d "
+                              "invalid newer one(s)", c.path, c.step, len(failures)))
             return c, state
         raise StateFormatError("no valid checkpoint in %s: %s" % (self.root,
                                                                   "; ".join(failures)))

@@ -21,7 +21,8 @@
   their most probable topic.
 
 HELDOUT_DIR may be a dataset directory (its ``heldout`` split is used), a directory of shards
-or a glob. The shards' vocabulary hash must equal the model's.
+or a glob. The shards' vocabulary hash must equal the model's; every shard is verified against
+its dataset's manifest (``--unverified`` also accepts shards no manifest lists).
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def add_arguments(p) -> None:
                         "directory of shards, or a glob (required)")
     p.add_argument("--split", default=None,
                    help="split of a dataset directory to evaluate on (default heldout)")
+    p.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     p.add_argument("--labels", action="store_true",
                    help="also report NMI between the shards' labels and the argmax topic")
     p.add_argument("--train-shards", default=None, metavar="DIR",
@@ -86,21 +91,24 @@ def run(args, beam_argv) -> int:
             raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
     algo, state, vocab = load_model(args.model)
     split = args.split or dataset.HELDOUT_SPLIT
-    files = dataset.resolve_shards(args.shards, split=split)
+    unverified = getattr(args, "unverified", False)
+    files = dataset.open_shards(args.shards, split, unverified=unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     train_files = None
     if args.train_shards not in (None, "none"):
-        train_files = dataset.resolve_shards(args.train_shards)
+        train_files = dataset.open_shards(args.train_shards, unverified=unverified,
+                                          option="--train-shards").files
     elif args.train_shards is None and _is_dataset(args.shards):
         try:
-            train_files = dataset.resolve_shards(args.shards, split=dataset.TRAIN_SPLIT)
+            train_files = dataset.open_shards(args.shards, dataset.TRAIN_SPLIT,
+                                              unverified=unverified).files
         except FileNotFoundError:
             train_files = None
     if train_files is not None:
         dataset.check_vocab_hash(train_files, state.vocab_hash)
 
     t0 = time.time()
-    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs)
+    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs, n_words=state.n_words)
     n_all = docs.n_docs
     heldout = HeldOut.from_batch(docs, seed=args.seed)
     if heldout.docs.n_docs == 0:
@@ -114,7 +122,8 @@ def run(args, beam_argv) -> int:
     out.update(evaluate(algo, heldout))
     phi = algo.topic_word()
     if train_files is not None:
-        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs)
+        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs,
+                        n_words=state.n_words)
         coh = evaluation.umass_coherence(phi, ref, topn=args.top)
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])

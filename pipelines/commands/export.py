@@ -5,10 +5,11 @@
     ldabeam export --model MODEL_DIR --format pyldavis --output DIR [--shards SHARD_DIR]
 
 ``phi-npy`` writes the K x V topic-word matrix (float64, rows sum to 1) in vocabulary order as
-a ``.npy`` file, so ``../shared/bench/bench_peers.py evaluate --phi PATH`` can judge it when the
-model was trained on ``ldabeam vectorize --format uci`` shards of the harness's export (which
-keep the vocabulary order). ``gensim`` saves a ``gensim.models.LdaModel`` with the model's λ,
-α and η (``LdaModel.load(PATH)``); ``pyldavis`` writes pyLDAvis's prepared data for the first
+a ``.npy`` file, which an external evaluator taking a topic-word matrix can judge when the
+model was trained on ``ldabeam vectorize --format uci`` shards (which keep the vocabulary
+order of the UCI files). ``gensim`` saves a ``gensim.models.LdaModel`` with the model's λ,
+α and η (``LdaModel.load(PATH)``; its dictionary carries the dataset's document count, so
+``filter_extremes`` works on it); ``pyldavis`` writes pyLDAvis's prepared data for the first
 ``--max-docs`` documents of ``--shards`` (default: the training shards named in the run log),
 and the interactive page when the optional pyLDAvis package is installed. The export logic is
 in :mod:`pipelines.reports.exports`.
@@ -41,8 +42,14 @@ def add_arguments(p) -> None:
     p.add_argument("--output", metavar="PATH", default=None,
                    help="file to write (directory for pyldavis) (required)")
     p.add_argument("--shards", metavar="SHARD_DIR", default=None,
-                   help="pyldavis: documents for the document-topic part (default: the "
-                        "training shards named in the model's run log)")
+                   help="pyldavis: documents for the document-topic part; gensim: the "
+                        "dataset whose document count the dictionary's document frequencies "
+                        "refer to (default: the training shards named in the model's run "
+                        "log)")
+    p.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
 
@@ -75,10 +82,13 @@ def _run_other(args) -> int:
         raise FileNotFoundError("--format %s needs the model's vocabulary (MODEL_DIR/%s)"
                                 % (args.format, dataset.VOCAB_FILE))
     if args.format == "gensim":
-        exports.export_gensim(algo, vocab, args.output)
-        print("wrote %s: gensim LdaModel, K=%d, V=%d (%s, step %d); load it with "
+        vocab, num_docs, source = _dictionary_counts(args, vocab, state)
+        exports.export_gensim(algo, vocab, args.output, num_docs)
+        print("wrote %s: gensim LdaModel, K=%d, V=%d (%s, step %d), its dictionary's document "
+              "frequencies over %d documents (%s); load it with "
               "gensim.models.LdaModel.load(%r)" % (args.output, state.n_topics, state.n_words,
-                                                   state.algorithm, state.step, args.output))
+                                                   state.algorithm, state.step, num_docs,
+                                                   source, args.output))
         return 0
     if os.path.exists(args.output) and not os.path.isdir(args.output):
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
@@ -90,7 +100,7 @@ def _run_other(args) -> int:
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
-    files = dataset.resolve_shards(shards)
+    files = dataset.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
@@ -101,3 +111,27 @@ def _run_other(args) -> int:
           % (args.output, res["n_docs"], ", ".join(res["files"]),
              "" if res["html"] else "; install pyLDAvis for the interactive page"))
     return 0
+
+
+def _dictionary_counts(args, vocab, state):
+    """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
+    file's df/cf with the document count of its dataset's manifest, or, when the manifest does
+    not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
+    from pipelines.infer import training_shards
+    from pipelines.reports import exports
+    shards = args.shards or training_shards(dataset.model_dir_of(args.model))
+    if not shards:
+        raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
+                         "trained on): the model's run log names no training shards, and the "
+                         "dictionary's document frequencies need the dataset's document count")
+    n = exports.vocab_num_docs(vocab, shards)
+    if n is not None:
+        return vocab, n, "manifest of %s" % shards
+    files = dataset.open_shards(shards, unverified=args.unverified).files
+    if dataset.exists(dataset.join(shards, dataset.HELDOUT_SPLIT)):
+        files = files + dataset.open_shards(shards, dataset.HELDOUT_SPLIT,
+                                            unverified=args.unverified).files
+    dataset.check_vocab_hash(files, state.vocab_hash)
+    n, df, cf = exports.shard_vocab_counts(files, len(vocab))
+    return (dataset.Vocabulary(vocab.tokens, df=df, cf=cf), n,
+            "counted over the %d shard files of %s" % (len(files), shards))

@@ -34,6 +34,10 @@ def add_arguments(p) -> None:
     g.add_argument("--format", dest="input_format", default="auto",
                    choices=[f for f in INPUT_FORMATS if f not in ("uci", "ldac", "mm")],
                    help="format of --input")
+    g.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     g.add_argument("--split", default="train", choices=["train", "heldout"],
                    help="split of a dataset directory given as --shards")
     g.add_argument("--output", metavar="DIR", default=None,
@@ -77,7 +81,8 @@ def run(args, beam_argv) -> int:
                         reader={k: getattr(args, k) for k in READER_OPTIONS},
                         split=args.split, batch_size=args.batch_size, top_n=args.top_n,
                         gamma_seed=args.gamma_seed, write_gamma=args.write_gamma,
-                        overwrite=args.overwrite, threads=args.threads)
+                        overwrite=args.overwrite, threads=args.threads,
+                        unverified=args.unverified)
     if getattr(args, "detach", False):
         from pipelines.infer import SUMMARY_FILE, read_summary, submit
         from pipelines.runtime.beam_options import pipeline_options

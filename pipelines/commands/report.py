@@ -18,6 +18,10 @@ def add_arguments(p) -> None:
     p.add_argument("--shards", metavar="SHARD_DIR", default=None,
                    help="documents for topic sizes, coherence and examples (default: the "
                         "training shards named in the run log)")
+    p.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     p.add_argument("--max-docs", type=int, default=2000,
                    help="documents of --shards used: a seeded sample (pipelines.ingest.doc_sample; "
                         "the documents `ldabeam evaluate` and the trainer measure topic "
@@ -54,7 +58,7 @@ def run(args, beam_argv) -> int:
                          "installed: pip install 'ldabeam[report]' (or matplotlib)")
     data = write_report(args.model, args.output, shards=args.shards, max_docs=args.max_docs,
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,
-                        template=args.template)
+                        template=args.template, unverified=args.unverified)
     print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
           % (dataset.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
              len(data["evolution"]["checkpoints"])))

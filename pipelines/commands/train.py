@@ -40,7 +40,7 @@ from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
     GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    build_algorithm, default_minibatch, default_passes)
+    algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -77,22 +77,26 @@ def find_vocab(shards: str, explicit: Optional[str]) -> str:
                             % (shards, ", ".join(cands)))
 
 
-def resolve_heldout(shards: str, heldout: str) -> Optional[List[str]]:
-    """Shard files of the held-out set named by ``--heldout`` (None for no evaluation)."""
+def resolve_heldout(shards: str, heldout: str, unverified: bool = False
+                    ) -> Optional[List[str]]:
+    """Shard files of the held-out set named by ``--heldout`` (None for no evaluation),
+    verified against their dataset's manifest (:func:`pipelines.ingest.dataset.open_shards`)."""
     if heldout in (None, "", "none"):
         return None
     is_dataset = dataset.exists(dataset.join(shards, dataset.MANIFEST_FILE)) or \
         dataset.exists(dataset.join(shards, dataset.TRAIN_SPLIT))
+    opened = lambda path, split, option: dataset.open_shards(
+        path, split, unverified=unverified, option=option).files
     if heldout == "auto":
         if not is_dataset:
             return None
         try:
-            return dataset.resolve_shards(shards, split=dataset.HELDOUT_SPLIT)
+            return opened(shards, dataset.HELDOUT_SPLIT, "--shards")
         except FileNotFoundError:
             return None
     if is_dataset and "/" not in heldout and not dataset.exists(heldout):
-        return dataset.resolve_shards(shards, split=heldout)
-    return dataset.resolve_shards(heldout, split=dataset.HELDOUT_SPLIT)
+        return opened(shards, heldout, "--shards")
+    return opened(heldout, dataset.HELDOUT_SPLIT, "--heldout")
 
 
 def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
@@ -106,7 +110,8 @@ def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_i
     ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
                   vocab_hash=shard_hash)
     ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
-    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
+    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"),
+                     n_words=algo.n_words)
     ckpt = fit_whole_corpus(algo, docs, sweeps, ses)
     ses.evaluate(algo)
     end = ses.end(algo.docs_seen)
@@ -263,9 +268,13 @@ def run(args, beam_argv) -> int:
                          "documents); a fresh run reads --shards written by `ldabeam "
                          "vectorize`")
     _check_args(args)
-    files, shard_hash, vocab_path, vocab = _resolve_data(args)
+    shard_set, shard_hash, vocab_path, vocab = _resolve_data(args)
+    files = shard_set.files
     store, state = _open_model_dir(args, vocab, shard_hash)
     prev = _run_params(state) if state is not None else {}
+    data_record = shard_set.record()
+    if state is not None:
+        check_resume_dataset(prev, data_record, args)
     algorithm, minibatch, seed = _resolve_order(args, beam_argv, state, prev)
     whole_corpus = _capability(algorithm, "whole_corpus")
     accumulates = _capability(algorithm, "accumulates_passes")
@@ -274,7 +283,8 @@ def run(args, beam_argv) -> int:
                          "train again with more --passes (sweeps)")
     sequential = _capability(algorithm, "sequential")
     detach = bool(getattr(args, "detach", False))
-    heldout_files = resolve_heldout(args.shards, args.heldout)
+    heldout_files = resolve_heldout(args.shards, args.heldout,
+                                    getattr(args, "unverified", False))
     if heldout_files is not None:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
@@ -284,13 +294,13 @@ def run(args, beam_argv) -> int:
 
     from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
-                         expected_vocab_hash=shard_hash)
+                         expected_vocab_hash=shard_hash, n_words=len(vocab))
 
-    settings = {dest: getattr(args, dest, None) for dest in ALGO_OPTIONS}
+    settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
     run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
                     else args.shards, minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
-                    algorithm=algorithm, vocab_hash=shard_hash)
+                    algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:
         # the reduction shape: the checkpoint's on --resume, else --pieces, else the
         # trainer's default (lda_core.training.pieces)
@@ -312,7 +322,9 @@ def run(args, beam_argv) -> int:
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
-    if state is not None and start is not None and pass_stop is None:
+    if state is not None and start is not None and pass_stop is None and not detach:
+        # a --detach launch is one turn of a scheduler's loop: at the end it reports
+        # "training is complete ... no job submitted" and exits 0, which ends the loop
         _check_resume_has_steps(args, state, start, stream.total_steps)
     if sequential and not whole_corpus and passes > 1:
         raise UsageError("%s consumes the documents as a stream, each once: --passes must be "
@@ -322,7 +334,7 @@ def run(args, beam_argv) -> int:
         from lda_core.training.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
-    dataset.record_tokenizer(args.shards, args.output)   # MODEL_DIR/tokenizer.json
+    dataset.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
     if inprocess and not sequential and not whole_corpus:
@@ -357,17 +369,53 @@ def run(args, beam_argv) -> int:
 
 
 def _resolve_data(args):
-    """The shard files, their vocabulary hash, and the vocabulary that matches it (cheap:
-    Parquet footers only); the dataset is checked complete first."""
-    dataset.verify(args.shards)       # the dataset is complete: manifest, shards, rows, hashes
-    files = dataset.resolve_shards(args.shards)
+    """The shards (a verified :class:`pipelines.ingest.dataset.ShardSet`), their vocabulary
+    hash, and the vocabulary that matches it; every shard is checked against its dataset's
+    manifest first (names, rows, sha256), once per run."""
+    shard_set = dataset.open_shards(args.shards,
+                                    unverified=getattr(args, "unverified", False))
+    files = shard_set.files
     shard_hash = dataset.check_vocab_hash(files, None)
     vocab_path = find_vocab(args.shards, args.vocab)
     vocab = dataset.Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
-    return files, shard_hash, vocab_path, vocab
+    return shard_set, shard_hash, vocab_path, vocab
+
+
+def check_resume_dataset(prev: Dict[str, Any], record: Dict[str, Any], args) -> None:
+    """``--resume`` continues the minibatch order of the same documents: the dataset the
+    checkpoint records (``info.run.dataset``: shard names, rows, sha256 digest) must be the
+    one ``--shards`` names. UsageError naming the difference and what to do otherwise."""
+    from lda_core.errors import UsageError
+    before = prev.get("dataset")
+    if not isinstance(before, dict) or "digest" not in before:
+        logger.warning("--resume: the checkpoint in %s records no dataset (written by an older "
+                       "ldabeam); cannot check that --shards %s is the data it was trained on",
+                       args.output, args.shards)
+        return
+    if before["digest"] == record["digest"]:
+        return
+    what = None
+    if before.get("documents") != record["documents"] or before.get("shards") != \
+            record["shards"]:
+        what = "%s documents in %s shards, --shards has %d in %d" % (
+            before.get("documents"), before.get("shards"), record["documents"],
+            record["shards"])
+    elif isinstance(before.get("files"), list) and "files" in record:
+        for old, new in zip(before["files"], record["files"]):
+            if list(old) != list(new):
+                what = "its shard %s (%s documents, sha256 %s...) is %s (%s documents, " \
+                       "sha256 %s...) here" % (old[0], old[1], str(old[2])[:12], new[0],
+                                               new[1], str(new[2])[:12])
+                break
+    raise UsageError(
+        "--resume: --shards %s is not the dataset the checkpoint in %s was trained on (%s); "
+        "a resumed run continues the same documents -- to train on new documents use a new "
+        "--output, or the update mode" % (args.shards, args.output,
+                                         what or "dataset digest %s..., here %s..." % (
+                                             before["digest"][:12], record["digest"][:12])))
 
 
 def _open_model_dir(args, vocab, shard_hash):

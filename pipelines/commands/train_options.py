@@ -11,7 +11,8 @@ from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PA
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
                                                   DEFAULT_MINIBATCH, GIBBS_SWEEPS, PAPERS, _HIDDEN,
-                                                  _accepted, _default, default_minibatch)
+                                                  _accepted, _default, default_minibatch,
+                                                  spec_of, spec_option_kwargs, spec_options)
 
 
 def passes_arg(text: str):
@@ -42,10 +43,15 @@ def _algorithm_help() -> str:
     for name in available_algorithms():
         defaults = ""
         try:
-            cls = algorithm_class(name)
-            kv = ["%s=%s" % (p.name, p.default) for p in _accepted(cls).values()
-                  if p.name not in _HIDDEN and not p.name.startswith("_")
-                  and p.default is not inspect.Parameter.empty]
+            spec = spec_of(name)
+            if spec is not None:
+                kv = ["%s=%s" % (p.name, p.default) for p in spec
+                      if p.name not in _HIDDEN and p.default is not None]
+            else:
+                kv = ["%s=%s" % (p.name, p.default)
+                      for p in _accepted(algorithm_class(name)).values()
+                      if p.name not in _HIDDEN and not p.name.startswith("_")
+                      and p.default is not inspect.Parameter.empty]
             defaults = "; defaults " + ", ".join(kv) if kv else ""
         except Exception as e:  # a half-installed algorithm must not break --help
             defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
@@ -64,6 +70,10 @@ def add_arguments(p) -> None:
     g.add_argument("--vocab", metavar="VOCAB_TSV", default=None,
                    help="vocabulary file when SHARD_DIR is not a dataset directory "
                         "(default: SHARD_DIR/vocab.tsv or its parent's)")
+    g.add_argument("--unverified", action="store_true",
+                   help="also read shards that no dataset manifest lists (written by another "
+                        "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
+                        "are always verified against it")
     g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
                    help="number of topics (required unless --resume)")
     g.add_argument("--algorithm", default=None,
@@ -153,23 +163,13 @@ def add_arguments(p) -> None:
     g.add_argument("--samples", type=int, default=None, metavar="S",
                    help="sparse-gibbs-vb: kept Gibbs sweeps per document S, in [1, 1000] "
                         "(default %s)" % _default("sparse-gibbs-vb", "samples", "?"))
-    for which, sfx, what in (
-            ("topic", "phi", "the topic statistics N^Phi, N^Z (t = minibatch index)"),
-            ("doc", "theta", "the per-document statistics N^Theta (t = updates within the "
-                             "document)")):
-        g.add_argument("--%s-step-scale" % which, type=float, default=None, metavar="S",
-                       help="scvb0: s > 0 of the step size rho = s/(tau + t)^kappa for %s "
-                            "(default %s)" % (what, _default("scvb0", "s_" + sfx, "?")))
-        g.add_argument("--%s-step-tau" % which, type=float, default=None, metavar="TAU",
-                       help="scvb0: tau >= 0 of that schedule (default %s)"
-                            % _default("scvb0", "tau_" + sfx, "?"))
-        g.add_argument("--%s-step-kappa" % which, type=float, default=None, metavar="KAPPA",
-                       help="scvb0: kappa in (0.5, 1] of that schedule (default %s)"
-                            % _default("scvb0", "kappa_" + sfx, "?"))
     g.add_argument("--gibbs-parts", type=int, default=None, metavar="N",
                    help="gibbs: document blocks per sweep, in [1, 4096]; 1 = the exact "
                         "sequential sampler, N > 1 = AD-LDA on N threads (the result depends "
                         "on N; default %s)" % _default("gibbs", "n_parts", "?"))
+    # the options an algorithm's parameter spec declares (lda_core.algorithms.params)
+    for dest, users in spec_options().items():
+        g.add_argument("--" + dest.replace("_", "-"), dest=dest, **spec_option_kwargs(users))
     g = p.add_argument_group("stream-order samplers (o-lda, incremental-gibbs, particle-filter)")
     g.add_argument("--init-fraction", type=float, default=None, metavar="F",
                    help="fraction in [0, 1] of the training documents in the batch-Gibbs "

@@ -168,6 +168,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "bytes goes to the dead letters")
     rd.add_argument("--strip-headers", action="store_true",
                     help="drop e-mail headers up to the first blank line (20 Newsgroups)")
+    rd.add_argument("--strip-quotes", action="store_true",
+                    help="text files: drop quoted reply lines ('> ...', '|> ...') and their "
+                         "attributions ('In article <...> ... writes:')")
+    rd.add_argument("--strip-signatures", action="store_true",
+                    help="text files: drop the signature after a '-- ' line at the end")
     add_field_arguments(rd)
     rd.add_argument("--no-reshuffle", dest="reshuffle", action="store_false",
                     default=_shown_in_help(p, reshuffle=True),
@@ -212,6 +217,7 @@ def options_from_args(args):
         encoding=args.encoding, encoding_errors=args.encoding_errors,
         id_field=args.id_field, text_field=args.text_field, label_field=args.label_field,
         title_field=args.title_field, strip_headers=args.strip_headers,
+        strip_quotes=args.strip_quotes, strip_signatures=args.strip_signatures,
         query=getattr(args, "query", None), overwrite=args.overwrite, reshuffle=args.reshuffle,
         token_pattern=args.token_pattern, segmenter=args.segmenter,
         learn_phrases=args.learn_phrases, phrases_min_count=args.phrases_min_count,

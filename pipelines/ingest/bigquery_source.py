@@ -48,7 +48,7 @@ def _bigquery_rows_to_items(row: dict, idx: int, cols_spec: dict, source: str):
     cols = Columns(**cols_spec)
     doc_id = cell_text(row.get(cols.id)) if cols.id else None
     position = "row %s" % doc_id if doc_id else "row (no id)"
-    doc = row_document(row, cols, source, "bq", 0, position, False)
+    doc = row_document(row, cols, source, "bq", 0, position)
     if isinstance(doc, ts.DeadLetter):
         return [TaggedOutput("dead", doc.to_json())]
     if not doc_id:

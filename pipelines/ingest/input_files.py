@@ -1,14 +1,15 @@
 """Input files for the readers: the records every reader yields (:class:`RawDocument`,
 :class:`DeadLetter`), the one error for an unusable input (:class:`InputError`), and the file
-layer under them: opening local or Beam ``FileSystems`` paths, decompressing ``.gz`` /
-``.bz2`` / ``.xz`` from the raw byte stream, reading in bounded chunks, recognising a file's
-format and expanding globs and folders (:func:`expand_inputs`). Re-exported by
-:mod:`pipelines.ingest.text_sources`."""
+layer under them: opening local paths, ``http(s)://`` URLs (smart-open) and Beam
+``FileSystems`` URLs (``gs://``, ``s3://``, ...), decompressing ``.gz`` / ``.bz2`` / ``.xz``
+(told by the name, else by the magic bytes; smart-open's decompressors), reading in bounded
+chunks, recognising a file's format by its name's known suffixes, else by its content
+(:func:`format_of_head`), and expanding globs and folders (:func:`expand_inputs`).
+Re-exported by :mod:`pipelines.ingest.text_sources`."""
 from __future__ import annotations
 
-import bz2
 import glob
-import gzip
+import io
 import json
 import logging
 import lzma
@@ -34,6 +35,13 @@ READ_BLOCK = 1 << 20                 # bytes read from a stream at a time
 SNIPPET_CHARS = 200
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
+_ZIP_SUFFIXES = (".zip",)
+# names of kinds of files vectorize does not read: refused, not sniffed as text
+_UNSUPPORTED_SUFFIXES = (".xlsx", ".xls", ".ods", ".docx", ".doc", ".odt", ".pptx", ".ppt",
+                         ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff",
+                         ".webp", ".mp3", ".mp4", ".wav", ".avi", ".mov", ".exe", ".so",
+                         ".dll", ".pyc", ".npy", ".npz", ".pkl", ".pickle", ".h5", ".7z",
+                         ".rar")
 _TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 TABLE_SUFFIXES = {"csv": (".csv",), "tsv": (".tsv", ".tab"), "parquet": (".parquet", ".pq"),
                   "arrow": (".arrow", ".feather", ".ipc")}
@@ -82,6 +90,15 @@ def _local(path: str) -> str:
 
 from pipelines.runtime.object_store_files import is_remote  # noqa: E402 (the one URL test)
 
+#: URL schemes opened with smart-open's transports (Beam has no file system for them); an
+#: ``http(s)://`` input is one file: it is never listed or globbed
+WEB_SCHEMES = ("http", "https")
+
+
+def is_web(path: str) -> bool:
+    """True for an ``http://`` or ``https://`` URL."""
+    return path.split("://", 1)[0].lower() in WEB_SCHEMES if "://" in path else False
+
 
 def _filesystems():
     from apache_beam.io.filesystems import FileSystems
@@ -89,10 +106,18 @@ def _filesystems():
 
 
 def open_binary(path: str):
-    """A raw (not decompressed) binary file object for a local path, file:// or Beam URL.
+    """A raw (not decompressed) binary file object for a local path, ``file://``, an
+    ``http(s)://`` URL (smart-open) or a Beam ``FileSystems`` URL (``gs://``, ``s3://``, ...:
+    the file layer the shards and checkpoints use, with the runner's credentials and options).
 
     Raises InputError if the file does not exist or its URL scheme is not supported.
     """
+    if is_web(path):
+        import smart_open
+        try:
+            return smart_open.open(path, "rb", compression="disable")
+        except Exception as e:   # requests' HTTPError / ConnectionError, ...
+            raise InputError("cannot open %s: %s" % (path, e)) from e
     if is_remote(path):
         fs = _filesystems()
         try:
@@ -102,6 +127,8 @@ def open_binary(path: str):
                              "s3:// apache-beam[aws])" % (path, e)) from e
         except Exception as e:   # BeamIOError, FileNotFoundError, ...
             raise InputError("cannot open %s: %s" % (path, e)) from e
+    # local files: the built-in open, not smart_open.open: its local transport is this same
+    # open() behind a URL parse that costs more than the open itself (benchmarks/ingest_bench)
     local = _local(path)
     try:
         return open(local, "rb")
@@ -109,15 +136,34 @@ def open_binary(path: str):
         raise InputError("input %s cannot be opened: %s" % (path, e.strerror or e)) from e
 
 
+_COMPRESSION_BY_SUFFIX = ((".gz", "gzip"), (".tgz", "gzip"), (".bz2", "bz2"), (".tbz2", "bz2"),
+                          (".tbz", "bz2"), (".xz", "xz"), (".txz", "xz"), (".lzma", "xz"))
+_COMPRESSION_SUFFIXES = tuple(s for s, _ in _COMPRESSION_BY_SUFFIX)
+_COMPRESSION_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"),
+                      (b"\x5d\x00\x00", "xz"))          # the last: a legacy .lzma stream
+# the smart-open decompressor of each compression (its registry is keyed by file suffix;
+# lzma.open reads both .xz and legacy .lzma streams)
+_SMART_OPEN_SUFFIX = {"gzip": ".gz", "bz2": ".bz2", "xz": ".xz"}
+
+
 def compression_of(path: str) -> Optional[str]:
-    """'gzip' | 'bz2' | 'xz' from the file name, or None (tar archives are handled apart)."""
+    """'gzip' | 'bz2' | 'xz' from the file name, or None."""
     p = path.lower()
-    if p.endswith(".gz"):
-        return "gzip"
-    if p.endswith(".bz2"):
-        return "bz2"
-    if p.endswith(".xz") or p.endswith(".lzma"):
-        return "xz"
+    if not p.endswith(_COMPRESSION_SUFFIXES):
+        return None
+    for suffix, comp in _COMPRESSION_BY_SUFFIX:
+        if p.endswith(suffix):
+            return comp
+    return None
+
+
+def compression_of_head(head: bytes) -> Optional[str]:
+    """'gzip' | 'bz2' | 'xz' from a stream's first bytes (magic numbers), or None."""
+    for magic, comp in _COMPRESSION_MAGIC:
+        if head.startswith(magic):
+            if magic == b"BZh" and not (len(head) > 3 and head[3:4] in b"123456789"):
+                continue     # "BZh" + the block size digit; plain text may start with "BZh"
+            return comp
     return None
 
 
@@ -145,18 +191,71 @@ class _Decompressed:
         self.close()
 
 
+class _Replayed(io.RawIOBase):
+    """A stream that gives ``head`` first, then the rest of ``f``: how the first bytes of a
+    stream that can neither ``peek`` nor ``seek`` are looked at and still read."""
+
+    def __init__(self, head: bytes, f):
+        super().__init__()
+        self._head = head
+        self._f = f
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self):
+        try:
+            self._f.close()
+        finally:
+            super().close()
+
+
+def peek_head(f, n: int):
+    """``(stream, its first n bytes)`` without consuming them: ``peek`` when it gives n
+    bytes, else a read and a seek back, else the stream replayed (:class:`_Replayed`)."""
+    peek = getattr(f, "peek", None)
+    if peek is not None:
+        head = peek(n)
+        if len(head) >= n:
+            return f, head[:n]
+    seekable = getattr(f, "seekable", None)
+    if seekable is not None and seekable():
+        pos = f.tell()
+        head = f.read(n)
+        f.seek(pos)
+        return f, head
+    head = f.read(n)
+    return io.BufferedReader(_Replayed(head, f)), head
+
+
 def open_decompressed(path: str):
-    """A binary stream of the decompressed content (by file-name suffix); closing it closes
-    the file."""
+    """A binary stream of the decompressed content; closing it closes the file. The
+    compression is told by the file name (``.gz``, ``.bz2``, ``.xz``, ``.tgz``, ...), else
+    by the stream's magic bytes, so a gzip file named ``posts`` reads as its text; the
+    decompressors are smart-open's (:mod:`smart_open.compression`)."""
     raw = open_binary(path)
     comp = compression_of(path)
-    if comp == "gzip":
-        return _Decompressed(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
-    if comp == "bz2":
-        return _Decompressed(bz2.BZ2File(raw, mode="rb"), raw)
-    if comp == "xz":
-        return _Decompressed(lzma.LZMAFile(raw, mode="rb"), raw)
-    return raw
+    if comp is None:
+        try:
+            raw, head = peek_head(raw, 6)
+        except Exception:
+            raw.close()
+            raise
+        comp = compression_of_head(head)
+        if comp is None:
+            return raw
+    from smart_open.compression import compression_wrapper
+    return _Decompressed(compression_wrapper(raw, "rb", _SMART_OPEN_SUFFIX[comp]), raw)
 
 
 # gzip.BadGzipFile is an OSError; bz2 raises OSError("Invalid data stream"); truncated
@@ -208,7 +307,12 @@ def iter_lines(path: str, max_line_bytes: int, skip_long: bool = True
 class ChunkReader:
     """``read(size)`` over a (decompressing) stream that keeps the data decompressed before an
     error: ``GzipFile.read(n)`` on a truncated file raises and drops the bytes it had already
-    produced in that call, so we read with ``read1`` and report the error on the next call."""
+    produced in that call, so we read with ``read1`` and report the error on the next call.
+    Each ``read1`` asks for at most ``PIECE`` bytes: smart-open's decompressors are buffered
+    readers whose ``read1(n)`` is one ``read(n)`` of the decompressor, so the piece bounds
+    what a corrupt stream loses before the error."""
+
+    PIECE = 1 << 16
 
     def __init__(self, f):
         self.f = f
@@ -226,7 +330,7 @@ class ChunkReader:
             if n >= size:
                 break
             try:
-                piece = self._read1(size - n)
+                piece = self._read1(min(size - n, self.PIECE))
             except DECOMPRESS_ERRORS as e:
                 if not parts:
                     raise
@@ -243,16 +347,21 @@ def is_tar_name(path: str) -> bool:
     return path.lower().endswith(_TAR_SUFFIXES)
 
 
+def is_archive_name(path: str) -> bool:
+    """A tar or zip archive by its name (its members are the documents)."""
+    return path.lower().endswith(_TAR_SUFFIXES + _ZIP_SUFFIXES)
+
+
 def detect_format(path: str) -> Optional[str]:
-    """The format implied by a file name, or None if it cannot be told."""
+    """The format implied by a known suffix of the file name, or None if the name does not
+    tell (no suffix, or dots that are part of the name: ``comp.graphics-38758``); then the
+    content does (:func:`sniff_format`)."""
     base = os.path.basename(path.rstrip("/")).lower()
-    if is_tar_name(base):
+    if is_archive_name(base):
         return "text"
     stem = base
-    for suf in _COMPRESSED_SUFFIXES:
-        if stem.endswith(suf):
-            stem = stem[: -len(suf)]
-            break
+    if stem.endswith(_COMPRESSED_SUFFIXES):
+        stem = stem[: -len(next(s for s in _COMPRESSED_SUFFIXES if stem.endswith(s)))]
     if stem.endswith(".xml") or ".xml-p" in stem or "-pages-articles" in stem \
             or "-pages-meta-" in stem:
         return "wiki"   # also Wikimedia's split dumps: enwiki-...-pages-articles1.xml-p1p41242.bz2
@@ -267,38 +376,133 @@ def detect_format(path: str) -> Optional[str]:
         return "mm"
     if stem.endswith((".lda-c", ".ldac", ".blei")):
         return "ldac"
-    if stem.endswith(_TEXT_SUFFIXES) or "." not in stem:
+    if stem.endswith(_TEXT_SUFFIXES):
         return "text"
     return None
 
 
-def sniff_format(path: str) -> Optional[str]:
-    """The format told by the first bytes of a file whose name says nothing: ``wiki`` for a
-    ``<mediawiki`` root, ``mm`` for a ``%%MatrixMarket`` header, ``jsonl`` when the first
-    line is a JSON object; None otherwise (or if the file cannot be read)."""
-    try:
-        f = open_decompressed(path)
-    except InputError:
+def unsupported_suffix(path: str) -> Optional[str]:
+    """The suffix of a file name that says the file is of a kind vectorize cannot read
+    (spreadsheets, office documents, PDF, images, ...), or None."""
+    base = os.path.basename(path.rstrip("/")).lower()
+    if not base.endswith(_UNSUPPORTED_SUFFIXES):
         return None
+    return next(suf for suf in _UNSUPPORTED_SUFFIXES if base.endswith(suf))
+
+
+SNIFF_BYTES = 1 << 16              # decompressed bytes looked at to tell a format
+_BINARY_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF-", b"\xd0\xcf\x11\xe0",
+                 b"\x7fELF", b"OggS", b"RIFF", b"ID3", b"\x00\x00\x01\x00")
+_UCI_HEADER = re.compile(rb"\A\s*\d+\s*\n\s*\d+\s*\n\s*\d+\s*\n(\s*\d+\s+\d+\s+\d+\s*\n)")
+_LDAC_LINE = re.compile(rb"\A\d+(?:[ \t]+\d+:\d+)+[ \t]*\Z")
+_HEADER_CELL = re.compile(r"\A[^\s,\t\"'][^\t\"]{0,63}\Z")
+_NUMBER = re.compile(r"\A[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
+
+
+def _is_table(text: str, delimiter: str) -> bool:
+    """A CSV / TSV header and rows: at least a header and one complete row, every row with
+    the header's number (>= 2) of fields, header cells unique names (no number, no outer
+    space, at most 64 characters). Prose fails at once: its lines have varying numbers of
+    commas, and an e-mail's first line (``From: ...``) has one field."""
+    import csv
+    cut = text.rfind("\n")
+    if cut < 0:
+        return False
+    truncated = bool(text[cut + 1:])
+    reader = csv.reader(io.StringIO(text[:cut + 1]), delimiter=delimiter, strict=True)
     try:
-        head = ChunkReader(f).read(1 << 14)
-    except DECOMPRESS_ERRORS:
+        header = next(reader, None)
+    except csv.Error:                # e.g. '"id","text"' read with a tab delimiter
+        return False
+    if header is None or len(header) < 2 or len(set(header)) != len(header):
+        return False
+    if not all(_HEADER_CELL.match(c) and c == c.strip() and not _NUMBER.match(c)
+               for c in header):
+        return False
+    rows = []
+    try:
+        for row in reader:
+            rows.append(row)
+            if len(rows) > 50:
+                break
+    except csv.Error:
+        if not truncated or not rows:
+            return False     # else: the head ends inside a quoted field (a long text cell)
+    else:
+        if truncated and len(rows) > 1:
+            rows.pop()       # the last row may be cut by the head
+    return bool(rows) and all(len(r) == len(header) for r in rows)
+
+
+def format_of_head(head: bytes) -> Optional[str]:
+    """The format told by a (decompressed) file's first bytes, or None for binary content
+    of no format vectorize reads:
+
+    ``PAR1`` -> parquet, ``ARROW1`` / an IPC stream's continuation marker -> arrow, a tar
+    (``ustar`` at byte 257) or zip (``PK``) archive -> text (its members are the
+    documents), ``<mediawiki`` -> wiki, ``%%MatrixMarket`` -> mm, a first line that is a
+    JSON object -> jsonl, a UCI ``docword`` header (D, W, NNZ, a triple) -> uci, LDA-C
+    lines (``N id:count ...``) -> ldac, a CSV / TSV header and rows (:func:`_is_table`) ->
+    csv / tsv, anything else that is not binary (no NUL byte, no image / PDF / office
+    magic) -> text. An empty file is text (an empty document)."""
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if head.startswith(b"ARROW1") or head.startswith(b"\xff\xff\xff\xff"):
+        return "arrow"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "text"
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "text"
+    if head.startswith(_BINARY_MAGIC):
         return None
-    finally:
-        f.close()
-    start = head.lstrip()
-    if start.startswith(b"<mediawiki") or (start.startswith(b"<?xml") and b"<mediawiki" in head):
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "text"           # UTF-16 with its byte-order mark (give --encoding utf-16)
+    if b"\x00" in head:
+        return None
+    start = head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+    start = start.lstrip()
+    if start.startswith(b"<mediawiki") or (start.startswith(b"<?xml")
+                                           and b"<mediawiki" in head):
         return "wiki"
     if start.startswith(b"%%MatrixMarket"):
         return "mm"
     if start.startswith(b"{"):
-        first = start.split(b"\n", 1)[0]
-        try:
-            if isinstance(json.loads(first.decode("utf-8")), dict):
+        first, nl, _ = start.partition(b"\n")
+        if not nl:           # one line longer than the head: an object's start is enough
+            if re.match(rb'\{\s*"', first):
                 return "jsonl"
-        except ValueError:
-            pass
-    return None
+        else:
+            try:
+                if isinstance(json.loads(first.decode("utf-8")), dict):
+                    return "jsonl"
+            except (ValueError, RecursionError):
+                pass
+    if _UCI_HEADER.match(head):
+        return "uci"
+    lines = head.split(b"\n", 5)[:-1][:5]
+    if lines and all(_LDAC_LINE.match(l.rstrip(b"\r")) for l in lines):
+        return "ldac"
+    text = head.decode("utf-8", "replace")
+    if "\t" in text and _is_table(text, "\t"):
+        return "tsv"
+    if "," in text and _is_table(text, ","):
+        return "csv"
+    return "text"
+
+
+def sniff_format(path: str) -> Optional[str]:
+    """The format told by the first bytes of a file (decompressed when compressed:
+    :func:`format_of_head`); None for binary content of no known format, or a stream that
+    does not decompress. Raises InputError (naming the file and why) if it cannot be
+    opened."""
+    f = open_decompressed(path)
+    try:
+        head = ChunkReader(f).read(SNIFF_BYTES)
+    except DECOMPRESS_ERRORS:
+        return None
+    finally:
+        f.close()
+    return format_of_head(head)
 
 
 def _hidden(name: str) -> bool:
@@ -342,23 +546,42 @@ def _match_remote(pattern: str) -> List[str]:
 
 def _expand_remote(pattern: str) -> List[str]:
     """Files matching a URL or URL glob; a URL without glob characters that matches no file
-    is taken as a folder (``URL/**``)."""
+    is taken as a folder (``URL/**``). An ``http(s)://`` URL is one file."""
+    if is_web(pattern):
+        return [pattern]
     paths = _match_remote(pattern)
     if not paths and not _GLOB_CHARS.search(pattern):
         paths = _match_remote(pattern.rstrip("/") + "/**")
     return [p for p in paths if not _hidden(p.split("://", 1)[-1])]
 
 
+SNIFF_THREADS = 8          # files of object stores / web servers sniffed at once
+
+
+def _sniffed(paths: List[str]) -> List[Optional[str]]:
+    """:func:`sniff_format` of each path, in order; remote files in parallel threads (each
+    costs a request's latency)."""
+    remote = [p for p in paths if is_remote(p)]
+    if len(remote) < 2:
+        return [sniff_format(p) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(SNIFF_THREADS, len(paths))) as pool:
+        return list(pool.map(sniff_format, paths))
+
+
 def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
     """(path, resolved format) for every file matched by the patterns.
 
-    With ``fmt="auto"`` the format comes from the file name (:func:`detect_format`), else
-    from its first bytes (:func:`sniff_format`).
+    With ``fmt="auto"`` the format comes from a known suffix of the file name
+    (:func:`detect_format`), else from its content (:func:`sniff_format`): dots in a name
+    that are not a known suffix (``comp.graphics-38758``) say nothing.
 
     A pattern is a file, a directory (walked recursively, hidden files skipped), a glob
-    (``**`` allowed) or a URL / URL glob. A tar archive of text files is one input of format
-    ``text``. Raises InputError naming a pattern that matches nothing, or a file whose format
-    cannot be told from its name under ``fmt="auto"``.
+    (``**`` allowed), a Beam file-system URL / URL glob, or an ``http(s)://`` URL (one
+    file). A tar or zip archive of text files is one input of format ``text``. Raises
+    InputError naming a pattern that matches nothing, or a file whose format cannot be told
+    under ``fmt="auto"`` (binary content of no known format, or a suffix such as ``.xlsx``
+    or ``.pdf`` that names a kind of file vectorize does not read).
     """
     if fmt not in FORMATS:
         raise InputError("unknown input format %r; expected one of %s" % (fmt, ", ".join(FORMATS)))
@@ -376,18 +599,27 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
         if not paths:
             raise InputError("input %s matches no file (expected an existing file, directory "
                              "or glob)" % pattern)
-        for p in paths:
-            if p in seen:
-                continue
-            seen.add(p)
-            f = fmt
-            if fmt == "auto":
-                f = detect_format(p) or sniff_format(p)
-                if f is None:
-                    raise InputError(
-                        "cannot determine the format of input %s from its name; expected "
-                        ".xml[.bz2|.gz] (wiki), .txt / no extension / .tar.gz (text), .jsonl "
-                        "(jsonl), .csv / .tsv / .parquet / .arrow (tables), docword.*.txt "
-                        "(uci), .mm (mm), .lda-c (ldac), or give --format" % p)
+        paths = [p for p in paths if not (p in seen or seen.add(p))]
+        if fmt != "auto":
+            out.extend((p, fmt) for p in paths)
+            continue
+        named = [detect_format(p) for p in paths]
+        for p, f in zip(paths, named):
+            suffix = unsupported_suffix(p) if f is None else None
+            if suffix:
+                raise InputError(
+                    "input %s: vectorize does not read %s files; convert it to text, CSV, "
+                    "JSON lines or Parquet, or give --format if its content is one of them"
+                    % (p, suffix))
+        unnamed = [p for p, f in zip(paths, named) if f is None]
+        sniffed = dict(zip(unnamed, _sniffed(unnamed)))
+        for p, f in zip(paths, named):
+            f = f or sniffed[p]
+            if f is None:
+                raise InputError(
+                    "cannot determine the format of input %s: neither its name (expected "
+                    ".xml[.bz2] (wiki), .txt / .tar.gz / .zip (text), .jsonl, .csv, .tsv, "
+                    ".parquet, .arrow, docword.*.txt (uci), .mm, .lda-c) nor its content (it "
+                    "is binary) tells; give --format" % p)
             out.append((p, f))
     return out

@@ -204,11 +204,11 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
         batch = DocBatch.concat(pending) if len(pending) > 1 else pending[0]
         idx = shard_index if split == dataset.TRAIN_SPLIT else 0
         name = dataset.shard_name(idx, n_shards)
-        dataset.write_shard(os.path.join(output, split, name),
-                            dataset.docbatch_to_table(batch), vh)
+        sha = dataset.write_shard(os.path.join(output, split, name),
+                                  dataset.docbatch_to_table(batch), vh)
         nt = int(batch.n_tokens)
         splits[split].append({"file": "%s/%s" % (split, name), "documents": batch.n_docs,
-                              "tokens": nt})
+                              "tokens": nt, "sha256": sha})
         tokens[split] += nt
         logger.info("wrote %s/%s: %d documents, %d tokens", split, name, batch.n_docs, nt)
         pending, pending_n = [], 0

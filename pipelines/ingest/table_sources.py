@@ -27,7 +27,8 @@ the BigQuery input.
 Only the text columns are required: a table without one of them (or without an id / title /
 label column named with a non-default name) raises :class:`~pipelines.ingest.text_sources.InputError`
 at once, naming the columns it has. A row whose text columns are all missing (null, or a CSV
-row with too few fields) or empty is a dead letter naming the file and the row; a missing id
+row with too few fields) is a dead letter naming the file and the row; a row whose text is
+empty is an empty document (counted by the vectorize as ``empty_documents``); a missing id
 becomes ``<file basename>:<row>``.
 """
 from __future__ import annotations
@@ -116,7 +117,7 @@ def cell_text(v) -> Optional[str]:
 
 
 def row_document(values: Dict[str, object], cols: Columns, path: str, base: str, row: int,
-              position: str, keep_empty: bool, replaced: int = 0):
+              position: str, replaced: int = 0):
     """One row (column -> value; absent = missing) to a RawDocument or a DeadLetter."""
     parts = []
     for c in cols.text:
@@ -133,8 +134,6 @@ def row_document(values: Dict[str, object], cols: Columns, path: str, base: str,
                                 ", ".join(repr(c) for c in cols.text)
                                 + (" are" if len(cols.text) > 1 else " is")), "")
     text = TEXT_JOIN.join(parts)
-    if not keep_empty and not text.strip():
-        return ts.DeadLetter(path, position, "empty document", ts._snippet(text))
     doc_id = cell_text(values.get(cols.id)) if cols.id else None
     if doc_id is None or doc_id == "":
         doc_id = "%s:%d" % (base, row)
@@ -199,7 +198,7 @@ class _Truncated(Exception):
 
 
 def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
-                    encoding_errors: str, keep_empty: bool, max_doc_bytes: int
+                    encoding_errors: str, max_doc_bytes: int
                     ) -> Iterator:
     base = os.path.basename(path.rstrip("/"))
     consts = partition_values(path)
@@ -272,7 +271,7 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
                                                                ", ".join(map(repr, gone))),
                                         ts._snippet(delimiter.join(rec)))
                     continue
-            yield row_document(values, cols, path, base, row, position, keep_empty,
+            yield row_document(values, cols, path, base, row, position,
                             ts.replaced_so_far() - before)
     finally:
         stream.close()
@@ -295,7 +294,7 @@ def _check_text_types(schema, cols: Columns, path: str) -> None:
 
 
 def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
-                     encoding_errors: str, keep_empty: bool):
+                     encoding_errors: str):
     """Record batches -> documents, one batch in memory at a time."""
     import pyarrow as pa
     base = os.path.basename(path.rstrip("/"))
@@ -329,7 +328,7 @@ def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
                         break
                 values[c] = v
             yield bad if bad is not None else row_document(values, cols, path, base, row,
-                                                        position, keep_empty, replaced)
+                                                        position, replaced)
 
 
 def _read_parquet(path: str, cols: Columns, **kw):
@@ -379,7 +378,7 @@ def _read_arrow(path: str, cols: Columns, **kw):
 # ----------------------------------------------------------------------------- entry points
 
 def read_table(path: str, fmt: str, encoding="utf-8", encoding_errors="strict", id_field="id",
-               text_field="text", label_field="label", title_field="title", keep_empty=False,
+               text_field="text", label_field="label", title_field="title",
                max_doc_bytes=ts.DEFAULT_MAX_DOC_BYTES, **_) -> Iterator:
     """Stream the rows of one table file as RawDocument / DeadLetter (module docstring).
     Raises InputError (at the first ``next``) for a file that is not such a table or lacks
@@ -387,8 +386,8 @@ def read_table(path: str, fmt: str, encoding="utf-8", encoding_errors="strict", 
     cols = Columns(id_field, text_field, title_field, label_field)
     if fmt in ("csv", "tsv"):
         return _read_delimited(path, "," if fmt == "csv" else "\t", cols, encoding,
-                               encoding_errors, keep_empty, max_doc_bytes)
-    kw = dict(encoding=encoding, encoding_errors=encoding_errors, keep_empty=keep_empty)
+                               encoding_errors, max_doc_bytes)
+    kw = dict(encoding=encoding, encoding_errors=encoding_errors)
     if fmt == "parquet":
         return _read_parquet(path, cols, **kw)
     if fmt == "arrow":

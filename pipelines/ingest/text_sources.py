@@ -19,8 +19,9 @@ Formats (see docs/input-formats.md for the user documentation):
   parsed on its own with ElementTree; article namespace (``0``) only; redirects skipped;
   markup stripped exactly as gensim's ``WikiCorpus`` does (``gensim.corpora.wikicorpus
   .filter_wiki``); ``doc_id`` = page id, ``title`` kept.
-* ``text``  -- one document per file; a tar archive (``.tar``, ``.tar.gz``, ``.tgz``,
-  ``.tar.bz2``) is one input whose members are the documents. ``label`` = the parent folder
+* ``text``  -- one document per file; a tar or zip archive (``.tar``, ``.tar.gz``, ``.tgz``,
+  ``.tar.bz2``, ``.zip``, or such content under any name) is one input whose members are the
+  documents. ``label`` = the parent folder
   name (20 Newsgroups' group). ``doc_id`` = the path as given (for a file) or
   ``<archive basename>/<member name>`` (for an archive member).
 * ``lines`` -- one document per non-blank line; ``doc_id`` = ``<file basename>:<line number>``.
@@ -35,9 +36,11 @@ Formats (see docs/input-formats.md for the user documentation):
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import logging
 import os
+import re
 import tarfile
 import threading
 from typing import Iterator, Optional, Tuple, Union
@@ -47,9 +50,11 @@ from typing import Iterator, Optional, Tuple, Union
 from pipelines.ingest.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkReader,
                                           compression_of, DeadLetter, DECOMPRESS_ERRORS,
                                           DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
-                                          FORMATS, InputError, is_remote, is_tar_name, iter_lines,
+                                          FORMATS, InputError, is_archive_name, is_remote,
+                                          format_of_head, is_tar_name, is_web,
+                                          iter_lines, peek_head,
                                           open_binary, open_decompressed, RawDocument, READ_BLOCK,
-                                          sniff_format, SNIPPET_CHARS, TABLE_FORMATS,
+                                          sniff_format, SNIFF_BYTES, SNIPPET_CHARS, TABLE_FORMATS,
                                           TABLE_SUFFIXES, TEXT_FORMATS)  # noqa: F401
 from pipelines.ingest.wiki_source import (_read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
                                           iter_wiki_page_chunks, MEDIAWIKI_NS_PREFIX,
@@ -111,16 +116,51 @@ def strip_email_headers(text: str) -> str:
     return after
 
 
+# a quoted line (``> ...``, ``|> ...``, ``: ...`` is not one: it starts definitions) and the
+# attribution that introduces a quote ("In article <id@host> name writes:", wrapped or not)
+_QUOTED_LINE = re.compile(r"^[ \t]*[>|]")
+_ATTRIBUTION = re.compile(r"^[ \t]*(In article\b|In message\b|Quoted from\b|On .{0,80}\b"
+                          r"wrote:\s*$)|\b(writes|wrote|says|said)( in [^\n]{0,80})?(:|\.\.\.)"
+                          r"\s*$|\bwrites in\b", re.I)
+SIGNATURE_MAX_LINES = 30     # a "-- " line followed by more lines than this is not a signature
+
+
+def strip_quoted_replies(text: str) -> str:
+    """Drop quoted reply lines (starting with ``>`` or ``|``, after spaces) and the
+    attribution lines that introduce them ("In article <...>", "... writes:", "... wrote:"):
+    what scikit-learn's ``strip_newsgroup_quoting`` drops, with the attribution words only at
+    a line's start or end. The rest of the text is kept line for line."""
+    text = text.replace("\r\n", "\n")
+    return "\n".join(line for line in text.split("\n")
+                     if not (_QUOTED_LINE.match(line) or _ATTRIBUTION.search(line)))
+
+
+def strip_signature(text: str) -> str:
+    """Drop the signature: the last line that is ``-- `` (the e-mail / Usenet signature
+    separator; also ``--`` whose trailing space was lost) and every line after it, when at
+    most ``SIGNATURE_MAX_LINES`` lines follow."""
+    text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    for i in range(len(lines) - 1, max(-1, len(lines) - SIGNATURE_MAX_LINES - 2), -1):
+        if lines[i].rstrip(" ") == "--":
+            return "\n".join(lines[:i])
+    return text
+
+
 def _text_doc(data: bytes, doc_id: str, label: Optional[str], source: str, position: str,
-              encoding: str, encoding_errors: str, strip_headers: bool, keep_empty: bool):
+              encoding: str, encoding_errors: str, strip_headers: bool, strip_quotes: bool,
+              strip_signatures: bool):
     decoded = _decode(data, encoding, encoding_errors, source, position)
     if isinstance(decoded, DeadLetter):
         return decoded
     text, replaced = decoded
     if strip_headers:
         text = strip_email_headers(text)
-    if not keep_empty and not text.strip():
-        return DeadLetter(source, position, "empty document", "")
+    if strip_signatures:
+        text = strip_signature(text)
+    if strip_quotes:
+        text = strip_quoted_replies(text)
+    # an empty document is a document (the vectorize counts it as empty), not a dead letter
     return RawDocument(doc_id=doc_id, text=text, title=None, label=label, source=source,
                        position=position, replaced_chars=replaced)
 
@@ -130,14 +170,36 @@ def _parent_name(name: str) -> Optional[str]:
     return parent or None
 
 
+def _is_tar_head(head: bytes) -> bool:
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+def _is_zip_head(head: bytes) -> bool:
+    return head.startswith((b"PK\x03\x04", b"PK\x05\x06"))
+
+
 def _read_text(path: str, encoding="utf-8", encoding_errors="strict", strip_headers=False,
-               keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
-    if is_tar_name(path):
-        yield from _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty,
-                             max_doc_bytes)
-        return
+               strip_quotes=False, strip_signatures=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES,
+               **_):
+    """One document per file, or one per member of a tar or zip archive (told by the name
+    or by the content: ``ustar`` at byte 257 of the decompressed stream, ``PK`` magic)."""
+    clean = (strip_headers, strip_quotes, strip_signatures)
     f = open_decompressed(path)
     try:
+        try:
+            f, head = peek_head(f, 512)
+        except DECOMPRESS_ERRORS as e:
+            if is_archive_name(path):
+                raise InputError("input %s is not a readable archive (%s); expected a .tar, "
+                                 ".tar.gz, .tar.bz2 or .zip of text files" % (path, e)) from e
+            yield DeadLetter(path, "file", "cannot read / decompress: %s" % e)
+            return
+        if _is_zip_head(head) or path.lower().endswith(".zip"):
+            yield from _read_zip(path, f, encoding, encoding_errors, clean, max_doc_bytes)
+            return
+        if _is_tar_head(head) or is_tar_name(path):
+            yield from _read_tar(path, f, encoding, encoding_errors, clean, max_doc_bytes)
+            return
         try:
             data = f.read(max_doc_bytes + 1)
         except DECOMPRESS_ERRORS as e:
@@ -150,49 +212,77 @@ def _read_text(path: str, encoding="utf-8", encoding_errors="strict", strip_head
                          _snippet(data))
         return
     yield _text_doc(data, path, _parent_name(path), path, "file", encoding, encoding_errors,
-                    strip_headers, keep_empty)
+                    *clean)
 
 
-def _read_tar(path, encoding, encoding_errors, strip_headers, keep_empty, max_doc_bytes):
-    raw = open_binary(path)
+def _read_tar(path, f, encoding, encoding_errors, clean, max_doc_bytes):
+    """The members of a tar archive read from its decompressed stream ``f``."""
     archive = os.path.basename(path.rstrip("/"))
     try:
+        tar = tarfile.open(fileobj=f, mode="r|")
+    except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+        raise InputError("input %s is not a readable tar archive (%s); expected a .tar, "
+                         ".tar.gz or .tar.bz2 of text files" % (path, e)) from e
+    n = 0
+    members = iter(tar)
+    for _ in range(1 << 62):
         try:
-            tar = tarfile.open(fileobj=raw, mode="r|*")
+            member = next(members)
+        except StopIteration:
+            break
         except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
-            raise InputError("input %s is not a readable tar archive (%s); expected a .tar, "
-                             ".tar.gz or .tar.bz2 of text files" % (path, e)) from e
-        n = 0
-        members = iter(tar)
-        for _ in range(1 << 62):
-            try:
-                member = next(members)
-            except StopIteration:
-                break
-            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
-                yield DeadLetter(path, "after member %d" % n, "archive is corrupt or "
-                                 "truncated: %s; members after this point are lost" % e)
-                break
-            if not member.isfile() or _hidden(member.name):
+            yield DeadLetter(path, "after member %d" % n, "archive is corrupt or "
+                             "truncated: %s; members after this point are lost" % e)
+            break
+        if not member.isfile() or _hidden(member.name):
+            continue
+        n += 1
+        position = "member %s" % member.name
+        if member.size > max_doc_bytes:
+            yield DeadLetter(path, position, "document larger than max_doc_bytes=%d"
+                             % max_doc_bytes)
+            continue
+        try:
+            data = tar.extractfile(member).read()
+        except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
+            yield DeadLetter(path, position, "archive is corrupt or truncated: %s; members "
+                             "after this point are lost" % e)
+            break
+        yield _text_doc(data, "%s/%s" % (archive, member.name), _parent_name(member.name),
+                        path, position, encoding, encoding_errors, *clean)
+    tar.close()
+
+
+def _read_zip(path, f, encoding, encoding_errors, clean, max_doc_bytes):
+    """The members of a zip archive (its central directory is at the end: the file is read
+    with seeks, or whole into memory when its stream cannot seek)."""
+    import zipfile
+    archive = os.path.basename(path.rstrip("/"))
+    if not (getattr(f, "seekable", None) and f.seekable()):
+        f = io.BytesIO(f.read())
+    try:
+        zf = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) + DECOMPRESS_ERRORS as e:
+        raise InputError("input %s is not a readable zip archive (%s); expected a .zip of "
+                         "text files" % (path, e)) from e
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir() or _hidden(info.filename):
                 continue
-            n += 1
-            position = "member %s" % member.name
-            if member.size > max_doc_bytes:
+            position = "member %s" % info.filename
+            if info.file_size > max_doc_bytes:
                 yield DeadLetter(path, position, "document larger than max_doc_bytes=%d"
                                  % max_doc_bytes)
                 continue
             try:
-                data = tar.extractfile(member).read()
-            except (tarfile.TarError,) + DECOMPRESS_ERRORS as e:
-                yield DeadLetter(path, position, "archive is corrupt or truncated: %s; members "
-                                 "after this point are lost" % e)
-                break
-            yield _text_doc(data, "%s/%s" % (archive, member.name), _parent_name(member.name),
-                            path, position, encoding, encoding_errors, strip_headers,
-                            keep_empty)
-        tar.close()
-    finally:
-        raw.close()
+                data = zf.read(info)
+            except (zipfile.BadZipFile, NotImplementedError, RuntimeError) \
+                    + DECOMPRESS_ERRORS as e:     # CRC, unknown method, encrypted, ...
+                yield DeadLetter(path, position, "archive member cannot be read: %s" % e)
+                continue
+            yield _text_doc(data, "%s/%s" % (archive, info.filename),
+                            _parent_name(info.filename), path, position, encoding,
+                            encoding_errors, *clean)
 
 
 def _read_lines(path: str, encoding="utf-8", encoding_errors="strict",
@@ -229,7 +319,7 @@ def _get_field(obj: dict, name: Optional[str]):
 
 def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field="id",
                 text_field="text", label_field="label", title_field="title",
-                keep_empty=False, max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+                max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
     base = os.path.basename(path.rstrip("/"))
     for lineno, line in iter_lines(path, max_doc_bytes):
         if isinstance(line, DeadLetter):
@@ -260,9 +350,6 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
             yield DeadLetter(path, position, "text field %r is %s, expected a string"
                              % (text_field, "missing" if body is None else type(body).__name__),
                              _snippet(text))
-            continue
-        if not keep_empty and not body.strip():
-            yield DeadLetter(path, position, "empty document", _snippet(text))
             continue
         try:    # str() of a huge number or a deeply nested value can fail: one dead letter
             doc_id = _get_field(obj, id_field)
@@ -296,10 +383,13 @@ def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument
 
     Options (all formats): ``encoding="utf-8"``, ``encoding_errors="strict"`` (a record with
     invalid bytes is a DeadLetter; ``"replace"`` keeps it with U+FFFD), ``max_doc_bytes``
-    (64 MiB; larger records are dead letters), ``keep_empty=False`` (an empty document --
-    only whitespace -- is a DeadLetter "empty document" unless True; blank lines of
-    ``lines``/``jsonl`` are always skipped). ``text``: ``strip_headers=False`` (drop e-mail
-    headers up to the first blank line). ``jsonl``: ``id_field="id"``, ``text_field="text"``,
+    (64 MiB; larger records are dead letters). An empty document (no text, or only
+    whitespace) is yielded like any other (the vectorize counts it as ``empty_documents``);
+    blank lines of ``lines``/``jsonl`` are not documents and are skipped. ``text``:
+    ``strip_headers=False`` (drop e-mail headers up to the first blank line),
+    ``strip_quotes=False`` (drop quoted reply lines and their attributions:
+    :func:`strip_quoted_replies`), ``strip_signatures=False`` (drop the signature after a
+    ``-- `` line: :func:`strip_signature`). ``jsonl``: ``id_field="id"``, ``text_field="text"``,
     ``label_field="label"``, ``title_field="title"`` (dots reach nested objects; a missing
     id becomes ``<basename>:<line>``). ``wiki``: ``namespaces=("0",)``. Tables (``csv``,
     ``tsv``, ``parquet``, ``arrow``): the same field options name columns
@@ -309,9 +399,10 @@ def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument
     (use :mod:`pipelines.ingest.bow_sources`), a missing file, or a non-dump given as ``wiki``.
     """
     if fmt == "auto":
-        fmt = detect_format(path)
+        fmt = detect_format(path) or sniff_format(path)
         if fmt is None:
-            raise InputError("cannot determine the format of input %s; give the format" % path)
+            raise InputError("cannot determine the format of input %s from its name or its "
+                             "(binary) content; give the format" % path)
     if fmt in BOW_FORMATS:
         raise InputError("input %s has the bag-of-words format %r, which has no text; read it "
                          "with pipelines.ingest.bow_sources.iter_bow_documents" % (path, fmt))

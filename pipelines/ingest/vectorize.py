@@ -51,7 +51,8 @@ from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_reco
 from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
                                                finish_manifest, write_vocabulary)
 from pipelines.ingest.vectorize_steps import (DEAD, STATS, VOCAB_STATS, ApplyVocabulary,
-                                              ReadWorkItems, TokenizeDocuments)
+                                              ReadWorkItems, TokenizeDocuments,
+                                              group_inputs)
 from pipelines.ingest.vocabulary import BuildVocabulary, PruneSettings
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class VectorizeOptions:
     label_field: Optional[str] = "label"
     title_field: Optional[str] = "title"
     strip_headers: bool = False
+    strip_quotes: bool = False                 # quoted replies and their attributions
+    strip_signatures: bool = False             # the lines after a "-- " line
     query: Optional[str] = None                # BigQuery standard SQL, read as one input
     overwrite: bool = False
     reshuffle: bool = True
@@ -163,7 +166,8 @@ class VectorizeOptions:
         return dict(encoding=self.encoding, encoding_errors=self.encoding_errors,
                     id_field=self.id_field, text_field=self.text_field,
                     label_field=self.label_field, title_field=self.title_field,
-                    strip_headers=self.strip_headers)
+                    strip_headers=self.strip_headers, strip_quotes=self.strip_quotes,
+                    strip_signatures=self.strip_signatures)
 
     def min_tokens_for(self, fmt: str) -> int:
         if self.min_article_tokens is not None:
@@ -371,10 +375,11 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     files = [(i, path, f) for i, (path, f) in enumerate(inputs) if f != BIGQUERY_FORMAT]
     items, dead, stats = [], [], []
     if files:
-        it, dl, st = (p | "Inputs" >> beam.Create(files)
+        groups = group_inputs(files)
+        it, dl, st = (p | "Inputs" >> beam.Create(groups)
                       | "Read" >> ReadWorkItems(opts.reader_options(),
                                                 opts.reshuffle and spreads_work(p.options),
-                                                spread_inputs=len(files) > 1))
+                                                spread_inputs=len(groups) > 1))
         items.append(it)
         dead.append(dl)
         stats.append(st)

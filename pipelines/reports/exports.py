@@ -12,23 +12,26 @@ pyLDAvis: ``pyLDAvis.prepare`` takes ``topic_term_dists`` (K x V, rows sum to 1)
 ``doc_topic_dists`` (D x K, rows sum to 1), ``doc_lengths`` (D), ``vocab`` (V strings) and
 ``term_frequency`` (V, the corpus counts of each word). They are written as
 ``DIR/pyldavis.npz`` (the arrays) and ``DIR/pyldavis.json`` (vocab, doc ids, model info), and,
-only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``
-(``pyLDAvis.save_html``; the page loads d3/LDAvis scripts from a CDN, as pyLDAvis does). The
+only when the optional ``pyLDAvis`` package is importable, ``DIR/pyldavis.html``: pyLDAvis's
+page with d3, LDAvis's script and stylesheet inside it (from the files the package ships), so
+it opens with no network (``pyLDAvis.save_html`` would link them from CDNs). The
 page uses only the terms that occur in the documents (pyLDAvis divides by term frequency),
 topic-term rows renormalised over them; the prepared data keeps the whole vocabulary.
 """
 from __future__ import annotations
 
+import html
 import io
 import json
 import logging
 import os
+import re
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import InputError, UsageError
+from lda_core.errors import DataIntegrityError, InputError, UsageError
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -61,21 +64,68 @@ def model_eta(algo) -> float:
     return float(1.0 / algo.n_topics) if e is None or np.ndim(e) else float(e)
 
 
-def gensim_dictionary(vocab: dataset.Vocabulary):
-    """A gensim ``Dictionary`` with our ids (token i -> id i), df/cf when known."""
+def gensim_dictionary(vocab: dataset.Vocabulary, num_docs: int):
+    """A gensim ``Dictionary`` with our ids (token i -> id i), the vocabulary's df and cf, and
+    the corpus counts gensim relates them to: ``num_docs`` (the documents the df were counted
+    over: ``filter_extremes(no_above=f)`` keeps df <= f * num_docs), ``num_pos`` (tokens) and
+    ``num_nnz`` (document-word pairs)."""
     from gensim.corpora import Dictionary
+    num_docs = int(num_docs)
+    if vocab.df.size and num_docs < int(vocab.df.max()):
+        raise DataIntegrityError(
+            "the vocabulary's document frequencies go up to %d but the dataset has %d "
+            "documents: the vocabulary and the dataset do not belong together"
+            % (int(vocab.df.max()), num_docs))
     d = Dictionary()
     d.token2id = {t: i for i, t in enumerate(vocab.tokens)}
     d.id2token = {i: t for i, t in enumerate(vocab.tokens)}
     d.dfs = {i: int(x) for i, x in enumerate(vocab.df)}
     d.cfs = {i: int(x) for i, x in enumerate(vocab.cf)}
+    d.num_docs = num_docs
     d.num_pos = int(vocab.cf.sum())
     d.num_nnz = int(vocab.df.sum())
     return d
 
 
-def to_gensim(algo, vocab: dataset.Vocabulary):
-    """A ``gensim.models.LdaModel`` holding this model's λ, α and η (module docstring)."""
+def vocab_num_docs(vocab: dataset.Vocabulary, shards: Optional[str]) -> Optional[int]:
+    """The number of documents ``vocab``'s df were counted over: the ``vocabulary.num_docs``
+    of the manifest of dataset ``shards`` (the dataset directory or one of its split folders)
+    when that manifest describes this vocabulary (same hash); None when unknown (no manifest,
+    or a dataset vectorized with a fixed ``--vocab``, whose df come from another corpus)."""
+    if not shards:
+        return None
+    for d in (shards, dataset.parent(shards.rstrip("/"))):
+        if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
+            try:
+                info = dataset.read_manifest(d).get("vocabulary") or {}
+            except (OSError, ValueError):
+                return None
+            n = info.get("num_docs")
+            if isinstance(n, int) and info.get("hash") in (None, vocab.hash):
+                return n
+            return None
+    return None
+
+
+def shard_vocab_counts(files: Sequence[str], n_words: int):
+    """(num_docs, df, cf) counted over the shard ``files``: the counts a dictionary needs when
+    the dataset's manifest does not give the vocabulary's document count."""
+    df = np.zeros(n_words, np.int64)
+    cf = np.zeros(n_words, np.int64)
+    n = 0
+    for b in dataset.iter_shard_batches(files, batch_size=4096):
+        if b.n_docs and b.max_word_id() >= n_words:
+            raise DataIntegrityError("word id %d in %s is outside the vocabulary of %d words"
+                                     % (b.max_word_id(), ", ".join(files), n_words))
+        df += np.bincount(b.word_ids, minlength=n_words)
+        cf += np.bincount(b.word_ids, weights=b.counts, minlength=n_words).astype(np.int64)
+        n += b.n_docs
+    return n, df, cf
+
+
+def to_gensim(algo, vocab: dataset.Vocabulary, num_docs: int):
+    """A ``gensim.models.LdaModel`` holding this model's λ, α and η (module docstring), its
+    dictionary's df relative to ``num_docs`` documents (:func:`gensim_dictionary`)."""
     from gensim.models import LdaModel
     if len(vocab) != algo.n_words:
         raise InputError("vocabulary has %d words but the model has V=%d"
@@ -83,7 +133,7 @@ def to_gensim(algo, vocab: dataset.Vocabulary):
     K = algo.n_topics
     lam = model_lambda(algo)
     eta = model_eta(algo)
-    lda = LdaModel(num_topics=K, id2word=gensim_dictionary(vocab), alpha=model_alpha(algo),
+    lda = LdaModel(num_topics=K, id2word=gensim_dictionary(vocab, num_docs), alpha=model_alpha(algo),
                    eta=eta, random_state=0, dtype=np.float64)
     lda.state.sstats = lam - eta
     lda.state.numdocs = int(getattr(algo, "docs_seen", 0))
@@ -91,12 +141,12 @@ def to_gensim(algo, vocab: dataset.Vocabulary):
     return lda
 
 
-def export_gensim(algo, vocab: dataset.Vocabulary, path: str):
+def export_gensim(algo, vocab: dataset.Vocabulary, path: str, num_docs: int):
     """Save the gensim model at ``path`` (gensim's ``save``: PATH plus PATH.state, PATH.id2word
     and .npy side files); load it with ``LdaModel.load(path)``."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    lda = to_gensim(algo, vocab)
+    lda = to_gensim(algo, vocab, num_docs)
     lda.save(path)
     return lda
 
@@ -150,9 +200,42 @@ def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: st
         else:
             vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
             html_path = os.path.join(out_dir, PYLDAVIS_HTML)
-            pyLDAvis.save_html(vis, html_path)
+            dataset.write_bytes_atomic(html_path, offline_html(vis).encode("utf-8"))
             files.append(PYLDAVIS_HTML)
     return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
+
+
+_INLINE = "ldabeam-inline:"      # stands for a script or stylesheet put inside the page
+
+
+def offline_html(vis, title: str = "pyLDAvis") -> str:
+    """pyLDAvis's page for ``vis`` with d3, LDAvis's script and its stylesheet inside the page,
+    taken from the files the pyLDAvis package ships (``pyLDAvis.urls.*_LOCAL``), so the page
+    works with no network (``pyLDAvis.save_html`` links them from CDNs)."""
+    import pyLDAvis
+    from pyLDAvis import urls
+
+    def read(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+    body = pyLDAvis.prepared_data_to_html(vis, d3_url=_INLINE + "d3.js",
+                                          ldavis_url=_INLINE + "ldavis.js",
+                                          ldavis_css_url=_INLINE + "ldavis.css")
+    link = '<link rel="stylesheet" type="text/css" href="%sldavis.css">' % _INLINE
+    if link not in body:
+        raise UsageError("pyLDAvis %s writes its page differently from the 3.4 series, whose "
+                         "scripts the offline page inlines; install pyLDAvis 3.4 (pip install "
+                         "'ldabeam[vis]')" % pyLDAvis.__version__)
+    body = body.replace(link, "<style>\n%s\n</style>" % read(urls.LDAVIS_CSS_LOCAL))
+    # with d3 and LDAvis defined before it, the page's own script draws at once and never
+    # loads the (placeholder) URLs
+    scripts = "".join("<script>\n%s\n</script>\n" % re.sub(r"(?i)</script", r"<\/script",
+                                                            read(p))
+                      for p in (urls.D3_LOCAL, urls.LDAVIS_LOCAL))
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<title>%s</title>\n%s</head>\n<body>\n%s\n</body>\n</html>\n"
+            % (html.escape(title), scripts, body))
 
 
 def _seen_terms(d: Dict[str, Any]) -> Dict[str, Any]:

@@ -111,6 +111,49 @@ def heldout_curve(records: List[Dict[str, Any]]) -> Dict[str, List]:
            "docs_seen": [int(r.get("docs_seen", 0)) for r in pts]}
     for m in METRIC_NAMES:
         out[m] = [r["metrics"].get(m) for r in pts]
+    out["npmi"] = [r["metrics"].get("npmi") for r in pts]
+    return out
+
+
+def heldout_note(curve: Dict[str, List], run: Optional[Dict[str, Any]],
+                 npmi: Optional[List] = None) -> List[str]:
+    """Sentences that say how to read the held-out curve, from the run's own numbers: where
+    its first point is, a fall and what in the run's settings makes one, and held-out
+    likelihood and NPMI moving apart."""
+    ys = curve.get("completion_ll_per_token") or []
+    pts = [(s, d, y) for s, d, y in zip(curve["step"], curve["docs_seen"], ys) if y is not None]
+    if not pts:
+        return []
+    out = ["The first point is measured after step %d (%d documents seen), not at the random "
+           "start." % (pts[0][0], pts[0][1])]
+    falls = [(a, b) for a, b in zip(pts, pts[1:]) if b[2] < a[2]]
+    if falls:
+        a, b = max(falls, key=lambda ab: ab[0][2] - ab[1][2])
+        text = ("The score falls between steps %d and %d (%.4f to %.4f per token)."
+                % (a[0], b[0], a[2], b[2]))
+        run = run or {}
+        S, D = run.get("minibatch"), run.get("n_docs")
+        if S and D and S / float(D) >= 0.1:
+            text += (" Each step's minibatch of %d documents is %.0f%% of the %d training "
+                     "documents, so every step pulls the topics toward its own few documents "
+                     "and the held-out score moves with them from step to step; minibatches "
+                     "that are a small share of the corpus (a larger corpus, or a smaller "
+                     "--minibatch with more documents) give a smoother curve."
+                     % (S, 100.0 * S / D, D))
+        else:
+            text += (" A held-out score estimated from a few documents varies from point to "
+                     "point; a fall within that variation is noise, a lasting one means the "
+                     "model fits the training documents at the expense of new ones.")
+        out.append(text)
+    if npmi and len(npmi) == len(ys):
+        pairs = [(y, n) for y, n in zip(ys, npmi) if y is not None and n is not None]
+        if len(pairs) >= 2 and pairs[-1][0] > pairs[0][0] and pairs[-1][1] < pairs[0][1]:
+            out.append("Between the first and the last point the held-out score rose (%.4f "
+                       "to %.4f) while the top words' NPMI fell (%.3f to %.3f): likelihood "
+                       "and the readability of the top words are different targets (Chang "
+                       "et al. 2009, \u201cReading tea leaves\u201d), compare the topic "
+                       "health below." % (pairs[0][0], pairs[-1][0], pairs[0][1],
+                                          pairs[-1][1]))
     return out
 
 
@@ -143,8 +186,10 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
 
 def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n: int = 10,
            examples: int = 3, evolution_topics: Optional[List[int]] = None,
-           n_evolution: int = 3) -> Dict[str, Any]:
-    """Everything the page shows, as JSON-able data (see module docstring)."""
+           n_evolution: int = 3, unverified: bool = False) -> Dict[str, Any]:
+    """Everything the page shows, as JSON-able data (see module docstring); the shards are
+    verified against their dataset's manifest (``unverified``: also accept shards none
+    lists; :func:`pipelines.ingest.dataset.open_shards`)."""
     from lda_core.evaluation.metrics import top_words, umass_coherence
     from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
     from pipelines.runtime.model_dir import load_model
@@ -169,6 +214,8 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
         "final_metrics": (ends[-1].get("metrics") if ends else None),
         "elapsed": (ends[-1].get("elapsed") if ends else None),
         "heldout": curve,
+        "heldout_note": heldout_note(curve, (starts[-1].get("run") if starts else None),
+                                     curve.get("npmi")),
         "topics": [{"topic": k, "label": labels.get(k, ""),
                     "words": [str(w) for w, _ in tops[k]],
                     "weights": [float(x) for _, x in tops[k]]} for k in range(K)],
@@ -176,7 +223,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     shards = shards or training_shards(mdir)
     size = None
     if shards:
-        files = dataset.resolve_shards(shards)
+        files = dataset.open_shards(shards, unverified=unverified).files
         dataset.check_vocab_hash(files, state.vocab_hash)
         docs = sample_documents(files, max_docs=max_docs)
         theta = np.asarray(algo.infer(docs), np.float64)
@@ -184,14 +231,16 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
         size = (lens[:, None] * theta).sum(axis=0) / lens.sum()
         coh = umass_coherence(phi, docs, topn=min(10, state.n_words))["per_topic"]
         titles = docs.titles or (None,) * docs.n_docs
+        short = short_ids(docs.doc_ids)
         for k, t in enumerate(data["topics"]):
             t["size"] = float(size[k])
             c = float(coh[k])
             t["coherence"] = c if math.isfinite(c) else None
             best = np.argsort(-theta[:, k], kind="stable")[:examples]
-            t["examples"] = [{"doc_id": docs.doc_ids[i], "title": titles[i] or "",
-                              "weight": float(theta[i, k])} for i in best
-                             if theta[i, k] >= MIN_EXAMPLE_SHARE]
+            t["examples"] = [{"doc_id": docs.doc_ids[i], "short_id": short[i],
+                              "title": titles[i] or "", "weight": float(theta[i, k]),
+                              "words": doc_topic_words(docs, i, phi[k], tokens)}
+                             for i in best if theta[i, k] >= MIN_EXAMPLE_SHARE]
         data["sample"] = {"shards": shards, "documents": int(docs.n_docs),
                           "tokens": int(docs.n_tokens)}
         data["health"] = health_data(phi, docs, theta)
@@ -207,6 +256,30 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics),
                                         until_step=int(state.step))
     return data
+
+
+def short_ids(doc_ids) -> List[str]:
+    """Document ids without the directory part they all share (a folder or archive of files
+    gives ids that are paths: ``/data/news/sci.space/60804`` -> ``sci.space/60804``)."""
+    ids = [str(x) for x in doc_ids]
+    if len(ids) < 2:
+        return [i.replace("\\", "/").rsplit("/", 1)[-1] for i in ids]
+    prefix = os.path.commonprefix([i.replace("\\", "/") for i in ids])
+    cut = prefix.rfind("/") + 1
+    return [i[cut:] for i in ids]
+
+
+def doc_topic_words(docs, i: int, phi_k: np.ndarray, tokens, n: int = 8) -> List[str]:
+    """A snippet of document ``i`` for topic k: its words with the largest n_dw · φ_kw (the
+    words through which the topic claims the document), most first."""
+    if tokens is None:
+        return []
+    w, c = docs.doc(i)
+    if len(w) == 0:
+        return []
+    score = c.astype(np.float64) * phi_k[w]
+    top = np.argsort(-score, kind="stable")[:n]
+    return [str(tokens[int(w[j])]) for j in top]
 
 
 def health_data(phi, docs, theta) -> Dict[str, Any]:
@@ -362,8 +435,8 @@ def _evolution_html(ev) -> str:
             body.append("<tr>%s</tr>" % "".join(
                 "<td>%s</td>" % _e(c["words"][k][r] if r < len(c["words"][k]) else "")
                 for c in ev["checkpoints"]))
-        parts.append('<h3>Topic %d</h3><table class="evo" data-topic="%d"><tr>%s</tr>%s'
-                     '</table>' % (k, k, head, "\n".join(body)))
+        parts.append('<h3>Topic %d</h3><div class="scroll"><table class="evo" data-topic="%d">'
+                     '<tr>%s</tr>%s</table></div>' % (k, k, head, "\n".join(body)))
     return "\n".join(parts)
 
 
@@ -372,9 +445,11 @@ def _topics_html(topics) -> str:
     for t in topics:
         words = " ".join('<span class="w" title="%.4f">%s</span>' % (p, _e(w))
                          for w, p in zip(t["words"], t["weights"]))
-        ex = "<br>".join("%s <small>(%s, %.2f)</small>" % (_e(x["title"] or x["doc_id"]),
-                                                          _e(x["doc_id"]), x["weight"])
-                         for x in t.get("examples", []))
+        ex = "".join('<div class="doc"><span class="dt" title="%s">%s</span> '
+                     '<small>%.0f%%</small><br><span class="snip">%s</span></div>'
+                     % (_e(x["doc_id"]), _e(x["title"] or x.get("short_id") or x["doc_id"]),
+                        100 * x["weight"], _e(" ".join(x.get("words", []))))
+                     for x in t.get("examples", []))
         out.append('<tr id="topic-%d"><td>%d</td><td>%s</td><td class="num">%s</td>'
                    '<td class="num">%s</td><td>%s</td><td class="ex">%s</td></tr>'
                    % (t["topic"], t["topic"], _e(t["label"]),
@@ -403,8 +478,8 @@ def _health_html(h: Optional[Dict[str, Any]]) -> str:
             '<td class="num">%d</td>' % r[k] for k in used))
             for n, r in zip(lab["names"], lab["counts"]))
         out.append('<h3>Labels × topics (documents by most probable topic), NMI %.3f</h3>'
-                   '<table id="labels"><tr><th>label</th>%s</tr>%s</table>'
-                   % (lab["nmi"], head, body))
+                   '<div class="scroll"><table id="labels"><tr><th>label</th>%s</tr>%s'
+                   '</table></div>' % (lab["nmi"], head, body))
     return "\n".join(out)
 
 
@@ -425,8 +500,9 @@ def render(data: Dict[str, Any], template: str = TEMPLATE) -> str:
         return _substitute(tpl, data, payload, sample)
     except (KeyError, ValueError) as e:
         raise InputError("report template %s: bad or unknown placeholder %s (known: title, "
-                         "model, generated, summary_rows, heldout_plot, heldout_rows, "
-                         "evolution, topics_plot, topic_rows, health, sample, data_json)"
+                         "model, generated, summary_rows, heldout_note, heldout_plot, "
+                         "heldout_rows, evolution, topics_plot, topic_rows, health, sample, "
+                         "data_json)"
                          % (template, e))
 
 
@@ -440,6 +516,8 @@ def _substitute(tpl, data, payload, sample) -> str:
         heldout_plot=_img(plot_heldout(data["heldout"]), "held-out score vs documents seen",
                           "plot-heldout"),
         heldout_rows=_heldout_table(data["heldout"]),
+        heldout_note="".join('<p class="note">%s</p>' % _e(t)
+                             for t in data.get("heldout_note") or []),
         evolution=_evolution_html(data["evolution"]),
         topics_plot=_img(plot_topics(data["topics"]), "topic size and coherence",
                          "plot-topics"),

@@ -69,6 +69,24 @@ def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
     return algo
 
 
+def load_latest(model_dir: str, n_threads: Optional[int] = None):
+    """``(step, algorithm)`` of the checkpoint LATEST names (``(None, None)`` when there is
+    none). When that checkpoint vanishes under the reader (the global step published a newer
+    one and pruned it), LATEST is read again and the newer one loaded (bounded retries)."""
+    from lda_core.storage.checkpoint import RACE_RETRIES
+    from lda_core.storage.state import StateFormatError
+    for attempt in range(RACE_RETRIES + 1):
+        step = latest_step(model_dir)
+        if step is None:
+            return None, None
+        try:
+            return step, load_step(model_dir, step, n_threads)
+        except (OSError, StateFormatError):
+            if attempt == RACE_RETRIES or latest_step(model_dir) == step:
+                raise
+    raise AssertionError("unreachable")   # pragma: no cover
+
+
 def applied_record(model_dir: str, step: int) -> dict:
     """``info["stream"]`` of checkpoint ``step``: what the stream has applied up to it (see
     :func:`next_record`); empty for a checkpoint not written by the stream."""
@@ -132,10 +150,9 @@ class EStepLatestFn(beam.DoFn):
         from pipelines.streaming.stream_parse import docs_to_batch, files_read
         docs = list(docs)
         batch = docs_to_batch(docs)
-        step = latest_step(self.model_dir)
+        step, algo = load_latest(self.model_dir, self.n_threads)
         stats = None
         if step is not None:
-            algo = load_step(self.model_dir, step, self.n_threads)
             stats = algo.local_step(batch)
             self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
             self.tokens.inc(int(stats.n_tokens))

@@ -5,8 +5,11 @@ an algorithm (an error naming the option and why), per-algorithm defaults, and
 build algorithms through this one routine."""
 from __future__ import annotations
 
+import argparse
 import inspect
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
+
+from lda_core.algorithms.params import Param, ParamSpec
 
 from lda_core.errors import UsageError
 from lda_core.resources import check_state_memory
@@ -42,23 +45,23 @@ DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_s
 # keeps that small next to the E-step. In-process runners keep the algorithm's own default.
 BEAM_WORKERS_MINIBATCH = 4096
 
-# command-line option (dest) -> constructor keyword of the algorithm classes. An option given
-# for an algorithm whose class does not take the keyword (or that NOT_APPLICABLE lists) is an
-# error naming the option and the algorithm.
+# command-line option (dest) -> constructor keyword, for the algorithm classes without a
+# parameter spec (``SPEC``, lda_core.algorithms.params); an algorithm with a spec takes its
+# options from it (:func:`options_of`). An option given for an algorithm that does not take
+# it (or that NOT_APPLICABLE lists) is an error naming the option and the algorithm.
 ALGO_OPTIONS = {
     "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
     "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
     "optimize_eta": "optimize_eta",
-    # scvb0 / sparse-gibbs-vb / gibbs
-    "burn_in": "burn_in", "samples": "samples",
-    "topic_step_scale": "s_phi", "topic_step_tau": "tau_phi", "topic_step_kappa": "kappa_phi",
-    "doc_step_scale": "s_theta", "doc_step_tau": "tau_theta", "doc_step_kappa": "kappa_theta",
-    "gibbs_parts": "n_parts",
+    # sparse-gibbs-vb / gibbs
+    "burn_in": "burn_in", "samples": "samples", "gibbs_parts": "n_parts",
     # stream-order samplers
     "particles": "n_particles", "ess_threshold": "ess_threshold", "rejuvenation": "n_rejuv",
     "rejuvenation_schedule": "schedule", "rejuvenation_decay": "decay_scale",
     "init_docs": "init_docs", "init_fraction": "init_fraction", "init_sweeps": "init_sweeps",
 }
+# options every algorithm with a spec takes besides its spec's (keyword n_threads)
+SPEC_COMMON_OPTIONS = {"threads": "n_threads"}
 # keywords a class accepts (through a shared base) that mean nothing for that algorithm
 NOT_APPLICABLE = {
     "batch-vb": {"kappa": "batch VB takes full steps (rho = 1)",
@@ -81,10 +84,41 @@ _HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_si
            "n_threads", "n_docs_total", "corpus_tokens"}
 
 
+def spec_of(name: str) -> Optional[ParamSpec]:
+    """The parameter spec of algorithm ``name`` (None: the class declares none)."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    return getattr(algorithm_class(name), "SPEC", None)
+
+
+def options_of(name: str) -> Dict[str, str]:
+    """Command-line option (dest) -> constructor keyword for algorithm ``name``: from its spec,
+    else :data:`ALGO_OPTIONS`."""
+    spec = spec_of(name)
+    if spec is None:
+        return dict(ALGO_OPTIONS)
+    out = dict(SPEC_COMMON_OPTIONS)
+    out.update((p.option, p.name) for p in spec if p.option)
+    return out
+
+
+def algorithm_option_dests() -> List[str]:
+    """Every algorithm option of ``ldabeam train`` (dests): :data:`ALGO_OPTIONS` and those of
+    every installed algorithm's spec, in declaration order."""
+    from lda_core.algorithms.algorithm import available_algorithms
+    out = dict.fromkeys(ALGO_OPTIONS)
+    for name in available_algorithms():
+        out.update(dict.fromkeys(options_of(name)))
+    return list(out)
+
+
 def _default(name: str, kw: str, fallback=None):
     """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
     class is not importable or has none)."""
     try:
+        spec = spec_of(name)
+        if spec is not None:
+            p = spec.get(kw)
+            return fallback if p is None or p.default is None else p.default
         from lda_core.algorithms.algorithm import algorithm_class
         p = _accepted(algorithm_class(name)).get(kw)
     except Exception:
@@ -117,8 +151,12 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     an error naming the option."""
     from lda_core.algorithms.algorithm import algorithm_class
     cls = algorithm_class(name)
-    params = _accepted(cls)
-    var_kw = False
+    spec = getattr(cls, "SPEC", None)
+    # the keywords the constructor takes: a spec's settings plus the keywords every spec'd
+    # class takes (vocab_hash, n_threads), else read from the signature
+    params = (_accepted(cls) if spec is None
+              else {p.name for p in spec} | {"vocab_hash", "n_threads"})
+    options = options_of(name)
     kw: Dict[str, Any] = {}
     base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                 vocab_hash=vocab_hash)
@@ -127,13 +165,13 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     if "corpus_tokens" in params and corpus_tokens is not None:
         base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
     for k, v in base.items():
-        if k in params or var_kw:
+        if k in params:
             kw[k] = v
     given = {dest: v for dest, v in settings.items() if v is not None}
     for dest, v in given.items():
-        kwname = ALGO_OPTIONS[dest]
+        kwname = options.get(dest)
         why = NOT_APPLICABLE.get(name, {}).get(kwname)
-        if (kwname not in params and not var_kw) or why:
+        if kwname not in params or why:
             hint = why or HINTS.get((name, dest))
             raise UsageError("--%s does not apply to algorithm %s%s"
                              % (_opt(dest), name, " (%s)" % hint if hint else ""))
@@ -143,7 +181,7 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     try:
         return cls(n_topics, n_words, **kw)
     except UsageError as e:
-        raise _name_option(e, given) from None
+        raise _name_option(e, given, options) from None
 
 
 def _opt(dest: str) -> str:
@@ -164,14 +202,15 @@ def _check_combinations(name: str, given: Dict[str, Any], kw: Dict[str, Any]) ->
                          "(give --init-docs or --init-fraction)" % name)
 
 
-def _name_option(err: UsageError, given: Dict[str, Any]) -> UsageError:
+def _name_option(err: UsageError, given: Dict[str, Any],
+                 options: Dict[str, str]) -> UsageError:
     """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
     command-line option that set that keyword."""
     import re
     msg = str(err)
     best = None
     for dest, v in given.items():
-        m = re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(ALGO_OPTIONS[dest]),
+        m = re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(options[dest]),
                       msg)
         if m and (best is None or m.start() < best[0]):
             best = (m.start(), dest, v)
@@ -193,4 +232,63 @@ def _accepted(cls) -> Dict[str, Any]:
                 out.setdefault(name, p)
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
+    return out
+
+
+def spec_options() -> Dict[str, List[Tuple[str, Param]]]:
+    """The options the installed algorithms' specs add to ``ldabeam train`` (the shared ones,
+    :data:`ALGO_OPTIONS`, are declared by hand): dest -> [(algorithm, setting), ...]."""
+    from lda_core.algorithms.algorithm import available_algorithms
+    out: Dict[str, List[Tuple[str, Param]]] = {}
+    for name in available_algorithms():
+        for p in spec_of(name) or ():
+            if p.option and p.option not in ALGO_OPTIONS and p.option not in SPEC_COMMON_OPTIONS:
+                out.setdefault(p.option, []).append((name, p))
+    return out
+
+
+def spec_option_help(users: List[Tuple[str, Param]]) -> str:
+    """The help text of a spec option: each algorithm's description, range and default."""
+    return "; ".join("%s: %s%s%s" % (name, p.help, ", " + p.range_text() if p.range_text()
+                                     else "", "" if p.default is None
+                                     else " (default %s)" % (p.default,))
+                     for name, p in users)
+
+
+def spec_option_kwargs(users: List[Tuple[str, Param]]) -> Dict[str, Any]:
+    """argparse keywords of a spec option (unset: None, the algorithm's default)."""
+    p = users[0][1]
+    kw: Dict[str, Any] = dict(default=None, help=spec_option_help(users))
+    if p.type is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif p.choices:
+        kw["choices"] = list(p.choices)
+    else:
+        kw["type"] = p.type
+        if p.symbol:
+            kw["metavar"] = p.symbol.upper()
+    return kw
+
+
+_FLOAT_RE = r"^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$"
+
+
+def spec_template_parameters() -> List[Dict[str, Any]]:
+    """The Flex Template metadata entries of the spec options (templates/dataflow/
+    metadata_train.json holds them; ``templates/dataflow/update_metadata.py`` writes them)."""
+    out = []
+    for dest, users in spec_options().items():
+        p = users[0][1]
+        if p.type is bool:
+            regex = "^(true|false)$"
+        elif p.choices:
+            regex = "^(%s)$" % "|".join(p.choices)
+        elif p.type is int:
+            regex = "^[0-9]+$"
+        else:
+            regex = _FLOAT_RE
+        label = "%s %s" % (", ".join(n for n, _ in users), dest.replace("_", " "))
+        out.append({"name": _opt(dest), "label": label,
+                    "helpText": spec_option_help(users) + ".", "isOptional": True,
+                    "regexes": [regex]})
     return out

@@ -54,6 +54,19 @@ def read_shard_counted(path: str, columns: Sequence[str] = TRAIN_COLUMNS
     return dataset.table_to_docbatch(pf.read(columns=present)), int(nbytes)
 
 
+def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
+    """InputError naming the shard and the document when a word id of ``batch`` (read from
+    shard ``path``) is >= ``n_words`` (None: not checked)."""
+    if n_words is None:
+        return
+    try:
+        batch.check_vocab(int(n_words))
+    except ValueError as e:
+        from lda_core.errors import InputError
+        raise InputError("shard %s: %s; vectorise it with the model's vocabulary (`ldabeam "
+                         "vectorize --vocab`)" % (path, e)) from None
+
+
 def gather(batch: DocBatch, rows: np.ndarray) -> DocBatch:
     """The rows ``rows`` of a shard read by :func:`read_shard`, in that order."""
     return batch.take(rows)
@@ -68,8 +81,9 @@ class ShardStream:
 
     def __init__(self, files: Sequence[str], *, batch_size: int, seed: int = 0,
                  passes: int = 1, expected_vocab_hash: Optional[str] = None,
-                 columns: Sequence[str] = TRAIN_COLUMNS):
+                 columns: Sequence[str] = TRAIN_COLUMNS, n_words: Optional[int] = None):
         self.files = list(files)
+        self.n_words = n_words      # word ids of every shard read are checked against it
         if not self.files:
             raise FileNotFoundError("no shard files to train on")
         if int(batch_size) < 1:
@@ -130,6 +144,7 @@ class ShardStream:
             if seg.shard != shard_idx:
                 shard = None  # drop the previous shard before reading the next
                 shard = read_shard(self.files[seg.shard], self.columns)
+                check_words(shard, self.n_words, self.files[seg.shard])
                 shard_idx = seg.shard
                 if shard.n_docs != self.shard_sizes[seg.shard]:
                     raise DataIntegrityError(
@@ -148,14 +163,17 @@ class ShardStream:
 
 def read_docs(files: Sequence[str], expected_vocab_hash: Optional[str] = None,
               max_docs: Optional[int] = None,
-              columns: Sequence[str] = ("doc_id", "label", "word_ids", "counts")) -> DocBatch:
+              columns: Sequence[str] = ("doc_id", "label", "word_ids", "counts"),
+              n_words: Optional[int] = None) -> DocBatch:
     """Documents of ``files`` in file order (at most ``max_docs``), after checking the
-    vocabulary hash — for held-out sets and coherence reference corpora."""
+    vocabulary hash — for held-out sets and coherence reference corpora (``n_words``: every
+    word id is checked below it, :func:`check_words`)."""
     files = list(files)
     dataset.check_vocab_hash(files, expected_vocab_hash)
     out, n = [], 0
     for f in files:
         b = read_shard(f, columns)
+        check_words(b, n_words, f)
         if max_docs is not None and n + b.n_docs > max_docs:
             b = gather(b, np.arange(max_docs - n))
         out.append(b)
