@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 
 from lda_core.errors import InputError, OutputError, UsageError
 from lda_core.storage.vocab_file import GROWN_PREFIX
+from lda_core.training import pieces as pieces_mod
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
@@ -303,6 +304,13 @@ def run(args, beam_argv) -> int:
                     else args.shards, minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
+    if not whole_corpus and not sequential:
+        # the reduction shape: the checkpoint's on --resume, else --pieces, else the
+        # trainer's default (lda_core.training.pieces)
+        explicit = getattr(args, "pieces", None)
+        recorded = pieces_mod.recorded_pieces(prev, state is not None)
+        if explicit is not None or recorded is not None:
+            run_info[pieces_mod.RUN_KEY] = pieces_mod.resolve_pieces(explicit, recorded)
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
