@@ -127,9 +127,9 @@ def test_resume_keeps_the_recorded_pieces_and_refuses_another(kos_pieces, tmp_pa
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_online_vb_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
     ref, files = new_vb(kos_pieces, K=5, S=40, seed=3)
-    _inprocess(ref, files)
+    _inprocess(ref, files, pieces=4)
     algo, _ = new_vb(kos_pieces, K=5, S=40, seed=3)
-    res = _beam(algo, files, str(tmp_path / "m"), _mp(workers))
+    res = _beam(algo, files, str(tmp_path / "m"), _mp(workers), pieces_per_minibatch=4)
     assert res.beam_metrics["documents"] == 300
     _same_bits(ref, res.algorithm)
 
@@ -138,9 +138,9 @@ def test_online_vb_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers)
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_scvb0_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
     ref, files = new_scvb0(kos_pieces)
-    _inprocess(ref, files)
+    _inprocess(ref, files, pieces=4)
     algo, _ = new_scvb0(kos_pieces)
-    res = _beam(algo, files, str(tmp_path / "m"), _mp(workers))
+    res = _beam(algo, files, str(tmp_path / "m"), _mp(workers), pieces_per_minibatch=4)
     assert res.beam_metrics["documents"] == 300
     _same_bits(ref, res.algorithm)
 
@@ -148,10 +148,11 @@ def test_scvb0_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
 @pytest.mark.slow
 def test_stopped_at_two_workers_resumed_at_four_same_bits(kos_pieces, tmp_path):
     ref, files = new_vb(kos_pieces, K=5, S=40, seed=3)
-    _inprocess(ref, files)
+    _inprocess(ref, files, pieces=4)
     md = str(tmp_path / "m")
     algo, _ = new_vb(kos_pieces, K=5, S=40, seed=3)
-    _beam(algo, files, md, _mp(2), minibatches_per_window=3, max_steps=4)
+    _beam(algo, files, md, _mp(2), minibatches_per_window=3, max_steps=4,
+          pieces_per_minibatch=4)
     algo, _ = new_vb(kos_pieces, K=5, S=40, seed=3)
     res = _beam(algo, files, md, _mp(4), minibatches_per_window=3, resume=True)
     assert res.steps_run == 4

@@ -22,10 +22,13 @@ import numpy as np
 
 from lda_core.errors import UsageError
 
-# Pieces per minibatch when none is given and none is recorded. Four lets up to four worker
-# processes share each step's E-step; in-process the four E-steps plus three merges cost about
-# the same as one E-step over the whole minibatch (benchmarks/beam_train_bench.py, pieces rows).
-DEFAULT_PIECES = 4
+# Pieces per minibatch when none is given and none is recorded, on a local runner. One: every
+# piece is an E-step with its own statistics and a merge, which costs SCVB0's small minibatches
+# far more than the parallelism across two local workers returns (docs/beam-training.md,
+# "The reduction shape"). A remote runner's first run takes at least REMOTE_MIN_PIECES, or one
+# per worker it may use, so the E-step spreads over the workers.
+DEFAULT_PIECES = 1
+REMOTE_MIN_PIECES = 4
 # Pieces of runs whose checkpoints predate the recorded value (the in-process trainer's one).
 LEGACY_PIECES = 1
 MAX_PIECES = 4096

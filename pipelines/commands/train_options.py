@@ -227,8 +227,8 @@ def add_arguments(p) -> None:
                    help="E-step pieces per minibatch, summed in piece order: the result "
                         "depends on (--seed, --minibatch, P) only, not on the runner or the "
                         "worker count; recorded in the checkpoints, so --resume keeps it "
-                        "(default 4; remote runners: at least --num_workers / "
-                        "--max_num_workers of the first run)")
+                        "(default 1 on local runners; remote runners: at least 4, and "
+                        "--num_workers / --max_num_workers of the first run)")
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
                         "(default: the Beam trainer's choice)")

@@ -178,10 +178,10 @@ def default_pieces(cfg: RunnerConfig) -> int:
     """Pieces per minibatch for a fresh run when ``pieces_per_minibatch`` is not given
     (:mod:`lda_core.training.pieces`: the value is recorded in the checkpoints and every later
     resume keeps it, so the sums never depend on the worker count). Local runners, in-process
-    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES`, as the in-process
+    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (1), as the in-process
     trainer. Remote runners: at least one piece per worker the first run may use
     (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
-    from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES
+    from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
     if cfg.local:
         return DEFAULT_PIECES
     workers = [cfg.num_workers]
@@ -191,7 +191,7 @@ def default_pieces(cfg: RunnerConfig) -> int:
                 workers.append(int(a.split("=", 1)[1]))
             except ValueError:
                 pass
-    return int(min(MAX_PIECES, max([DEFAULT_PIECES] + workers)))
+    return int(min(MAX_PIECES, max([REMOTE_MIN_PIECES] + workers)))
 
 
 def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
