@@ -171,6 +171,7 @@ def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **
                stats_bytes_per_step=nbytes.get("stats_encode", 0.0),
                state_delivery_bytes_per_step=nbytes.get("state_delivery", 0.0),
                read_bytes_per_step=nbytes.get("read"),
+               graph_bytes_per_step=nbytes.get("pipeline_build"),
                workers=workers, breakdown=per,
                final_state=compare(algo, ref_algo) if ref_algo is not None else "reference",
                load_average=load)
@@ -184,6 +185,9 @@ def _print_row(r):
                         "-" if r["docs_per_s_ratio"] is None else "%.2f" % r["docs_per_s_ratio"],
                         r["per_step_overhead_s"], r["final_state"]))
     print("      per step: " + ", ".join("%s %.3f" % kv for kv in sorted(r["breakdown"].items())))
+    if r.get("graph_bytes_per_step") is not None:
+        print("      graph bytes per step (runner API proto / steps): %.0f"
+              % r["graph_bytes_per_step"])
 
 
 def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None):
@@ -295,7 +299,7 @@ def main(argv=None):
         log_path = os.path.join(tmp, "inprocess_run_log.jsonl")
         c0, t0 = _cpu(), time.time()
         with RunLog(log_path) as rl:
-            inprocess_train(algo, stream, progress=False, run_log=rl)
+            inprocess_train(algo, stream, progress=False, run_log=rl, pieces=args.pieces)
         ref_wall, ref_cpu = time.time() - t0, _cpu() - c0
         ref = algo
         rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
+from lda_core.storage.vocab_file import grown_vocab_name
 from ldabeam import preprocess
 
 logger = logging.getLogger(__name__)
@@ -364,9 +365,17 @@ class LdaModel:
         info = dict(self._info)          # the run's records (trainer, run, updates) ...
         info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
         state.info = info
+        grown = None
+        if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
+            # written first under its hash's name: the checkpoint published next finds it
+            # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
+            grown = dataset.join(target, grown_vocab_name(self._vocab.hash))
+            self._vocab.write(grown)
         path = store.publish(state)
         if self._vocab is not None:
             self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
+        if grown is not None:
+            dataset.files_for(grown).remove_file(grown)
         if self._prep.settings is not None:
             import json
             dataset.write_bytes_atomic(
@@ -375,6 +384,16 @@ class LdaModel:
                             indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self.model_dir, self.checkpoint = target, dataset.absolute(path)
         return self.checkpoint
+
+
+def _vocab_hash_at(model_dir: str):
+    """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
+    from pipelines.ingest import dataset
+    path = dataset.join(model_dir, dataset.VOCAB_FILE)
+    try:
+        return dataset.Vocabulary.read(path).hash if dataset.exists(path) else None
+    except (ValueError, OSError):
+        return None
 
 
 _UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's stream apart from other uses

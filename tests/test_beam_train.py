@@ -478,23 +478,23 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
 
 
-def test_default_pieces_one_per_worker_where_every_worker_merges_every_piece(tmp_path):
-    """In-process one piece; worker processes on this machine (one stage per step, every
-    worker merging every piece) one per worker; two per worker where only the combining
-    worker merges (two stages per step, remote scratch)."""
+def test_default_pieces_do_not_follow_local_workers_and_cover_remote_ones(tmp_path):
+    """The reduction shape is a run parameter: on this machine the same P for any runner and
+    worker count (so the bits do not depend on them); a remote runner's first run gets at
+    least one piece per worker it may use (--num_workers / --max_num_workers)."""
+    from lda_core.training.pieces import DEFAULT_PIECES
     from pipelines.runtime.beam_options import runner_config
     from pipelines.training import beam_window
     from pipelines.training.beam_train import default_pieces, default_scratch_root
     mp = runner_config("DirectRunner", ["--direct_running_mode=multi_processing",
                                         "--direct_num_workers=3"])
-    assert default_pieces(runner_config("DirectRunner", []), False) == 1
+    assert default_pieces(runner_config("DirectRunner", [])) == DEFAULT_PIECES
+    assert default_pieces(mp) == DEFAULT_PIECES
     local = default_scratch_root(str(tmp_path / "m"), mp)
     assert beam_window.chained(mp, local)
-    assert default_pieces(mp, True) == 3
-    assert default_pieces(mp, False) == 6
-    # a big topic-word table (K = 1,000, V = 100,000: 800 MB): smaller pieces bound a worker's
-    # E-step memory next to its state copy
-    from pipelines.training.beam_train import BIG_STATE_BYTES
-    assert default_pieces(mp, True, 8 * 1000 * 100_000) == 6
-    assert default_pieces(mp, True, BIG_STATE_BYTES - 1) == 3
+    df = ["--project=p", "--region=r", "--temp_location=gs://b/t"]
+    from lda_core.training.pieces import REMOTE_MIN_PIECES
+    assert default_pieces(runner_config("DataflowRunner", df)) == REMOTE_MIN_PIECES
+    assert default_pieces(runner_config("DataflowRunner", df + ["--num_workers=8",
+                                                                "--max_num_workers=32"])) == 32
     assert not beam_window.chained(mp, "fakegs://bucket/m/.beam-scratch")

@@ -227,7 +227,7 @@ def test_vectorize_of_zero_documents_is_an_error(tmp_path, capsys):
     (src / "empty.txt").write_bytes(b"")
     one_line_error(capsys, ["vectorize", "--input", src, "--format", "text", "--output",
                             tmp_path / "ds"],
-                   "no document was kept", str(src), "1 dead letters")
+                   "no document was kept", str(src), "1 read: 1 empty", "0 dead letters")
 
 
 def test_vectorize_names_an_input_file_name_that_is_not_utf8(tmp_path, capsys):

@@ -435,14 +435,13 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     steps = read_run_log(os.path.join(md, "run_log.jsonl"), "step")
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
-    from pipelines.training import beam_train, beam_window
+    from pipelines.training import beam_train
     from pipelines.commands.train import build_algorithm
     from pipelines.runtime.beam_options import runner_config
     cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
                                            "--environment_type=EXTERNAL",
                                            "--environment_config=localhost:%d" % pool.port])
-    launched_pieces = beam_train.default_pieces(
-        cfg, beam_window.chained(cfg, beam_train.default_scratch_root(md, cfg, None)))
+    launched_pieces = beam_train.default_pieces(cfg)
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     got = CheckpointStore(md).latest()

@@ -135,6 +135,42 @@ def test_update_refuses_shards_of_another_vocabulary_without_grow_vocab(small, c
     assert vocab.tokens[:len(first)] == first.tokens and len(vocab) > len(first)
 
 
+def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small, capsys,
+                                                                          monkeypatch):
+    """A --grow-vocab update killed after publishing its checkpoint but before replacing
+    vocab.tsv: the grown vocabulary was written first under its hash's name, so the model opens
+    with it (before, vocab.tsv and the latest checkpoint disagreed and every reader refused)."""
+    from pipelines.ingest.dataset import Vocabulary
+    from pipelines.runtime.model_dir import open_model
+    model = fresh_model(small, "stopped")
+    old_hash = dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash
+    ds_b = vectorize(small["b"], str(small["work"] / "ds-b-stopped"))
+    real_write = Vocabulary.write
+
+    def write_then_die_before_vocab_tsv(self, path):
+        if os.path.basename(path) == "vocab.tsv":
+            raise KeyboardInterrupt          # the kill, between the publish and vocab.tsv
+        return real_write(self, path)
+
+    monkeypatch.setattr(Vocabulary, "write", write_then_die_before_vocab_tsv)
+    assert cli(["train", "--update", "--grow-vocab", "--shards", ds_b, "--output", model,
+                "--no-progress"]) == 130
+    monkeypatch.setattr(Vocabulary, "write", real_write)
+    capsys.readouterr()
+    state = checkpoint_state(model)
+    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == old_hash
+    assert state.vocab_hash != old_hash           # the grown checkpoint is the latest
+    opened = open_model(model)
+    assert opened.vocab.hash == state.vocab_hash and len(opened.vocab) == state.n_words
+    assert cli(["topics", "--model", model, "--top", "5"]) == 0
+    # the next update replaces vocab.tsv and removes the waiting file
+    assert cli(["train", "--update", "--shards", ds_b, "--output", model, "--no-progress",
+                "--grow-vocab"]) == 0
+    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == \
+        checkpoint_state(model).vocab_hash
+    assert not [n for n in os.listdir(model) if n.startswith("vocab-")]
+
+
 def test_update_options_that_do_not_apply_are_refused(small, capsys):
     model = fresh_model(small, "opts")
     for extra, word in ((["--runner", "DirectRunner"], "in this process"),

@@ -54,6 +54,9 @@ from lda_core.errors import DataIntegrityError, InputError, StepRefused
 logger = logging.getLogger(__name__)
 
 _INIT_TAG = 0x53435642  # "SCVB": keeps the initialisation stream apart from other seed uses
+# Document chunks of the E-step kernel (its parallel loop; one U x K float64 sum per chunk):
+# fixed, so the statistics are the same bits with any number of threads.
+ESTEP_CHUNKS = 4
 
 
 def check_batch_words(batch: DocBatch, n_words: int) -> None:
@@ -202,7 +205,9 @@ class SCVB0(StochasticAlgorithm):
         tile = lazy_tile(uniq, self._ntilde, float(self._pi), self.nz, self.eta,
                          float(self.n_words))
         seeds = doc_seeds(self.seed, self.step, batch.doc_ids, tag)
-        n_chunks = max(1, min(self._threads(), batch.n_docs))
+        # a fixed document split (not the thread count): the chunks' sums are added in chunk
+        # order, so the bits of a piece's statistics do not depend on the threads
+        n_chunks = max(1, min(ESTEP_CHUNKS, batch.n_docs))
         old = numba.get_num_threads()
         try:
             if self.n_threads:

@@ -14,6 +14,14 @@ from typing import Optional, Sequence
 
 HEADER = "token\tid\tdf\tcf"
 VOCAB_FILE = "vocab.tsv"
+GROWN_PREFIX = "vocab-"
+
+
+def grown_vocab_name(hash_: str) -> str:
+    """The file a grown vocabulary (``--grow-vocab``) is written to before the checkpoint that
+    uses it is published: ``vocab.tsv`` is replaced only after that publish, so a writer killed
+    between the two leaves a latest checkpoint whose vocabulary is still found by its hash."""
+    return "%s%s.tsv" % (GROWN_PREFIX, hash_[:16])
 
 
 def vocab_hash(tokens: Sequence[str]) -> str:

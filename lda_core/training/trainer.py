@@ -50,6 +50,7 @@ import numpy as np
 
 from lda_core.errors import UsageError
 from lda_core.training import session as _session
+from lda_core.training import pieces as _pieces
 from lda_core.docbatch import DocBatch
 from lda_core.training.pass_stop import PassStop
 from lda_core.training.phase_times import PhaseTimes
@@ -136,7 +137,7 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
           run_log=None, progress: bool = True, max_steps: Optional[int] = None,
           total_steps: Optional[int] = None, start_step: Optional[int] = None,
           rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None,
-          pass_stop: Optional[PassStop] = None) -> TrainResult:
+          pass_stop: Optional[PassStop] = None, pieces: Optional[int] = None) -> TrainResult:
     """Run the training loop (see module docstring).
 
     ``minibatches``: a source with ``iter_from(step)`` (e.g. ``pipelines.training.shard_stream``) or an
@@ -148,11 +149,17 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     ``pass_stop`` (``--passes auto``, :class:`lda_core.training.pass_stop.PassStop`): evaluate at the end
     of every pass and stop when the rule says so; its history is kept in
     ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of each pass end.
+    ``pieces``: the minibatch's E-step runs in this many pieces summed in piece order
+    (:mod:`lda_core.training.pieces`; default ``run_info["pieces_per_minibatch"]``, else
+    :data:`~lda_core.training.pieces.DEFAULT_PIECES`), recorded in ``run_info``: the same sums as
+    the Beam trainer's with any number of workers.
     """
     _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
     accumulate = _session.accumulates_passes(algorithm)
     bpp = getattr(minibatches, "batches_per_pass", None)
     run_info = dict(run_info or {})
+    run_info[_pieces.RUN_KEY] = _pieces.resolve_pieces(
+        pieces, _pieces.recorded_pieces(run_info, False))
     if pass_stop is not None:
         check_pass_stop(algorithm, heldout, bpp, accumulate)
     if accumulate and not bpp:
@@ -166,7 +173,8 @@ def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None
     ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
               checkpoint_every=checkpoint_every, run=ses.run_info)
     ses.catch_up(algorithm)
-    loop = _PassLoop(algorithm, bpp, rel_tol) if accumulate else _StepLoop(algorithm)
+    loop = (_PassLoop(algorithm, bpp, rel_tol) if accumulate
+            else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
     stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
 
     def stop() -> bool:
@@ -349,8 +357,9 @@ class _StepLoop:
     """One global step (or ``process`` call) per minibatch."""
     converged: Optional[bool] = None
 
-    def __init__(self, algorithm):
+    def __init__(self, algorithm, pieces: int = 1):
         self.algorithm = algorithm
+        self.pieces = pieces
         self.sequential = _session.is_sequential(algorithm)
         self.times = PhaseTimes()
 
@@ -365,7 +374,8 @@ class _StepLoop:
     def apply(self, mb: Minibatch, stats):
         if self.sequential:
             return _session.apply_step(self.algorithm.process, mb.batch)
-        stats = self.times.timed("estep", self.algorithm.local_step, mb.batch)
+        stats = self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, mb.batch,
+                                 self.pieces)
         return self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
                                 stats)
 

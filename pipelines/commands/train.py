@@ -33,6 +33,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.storage.vocab_file import GROWN_PREFIX
+from lda_core.training import pieces as pieces_mod
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
@@ -116,7 +118,9 @@ def _remove_model(model_dir: str) -> None:
     if not files.isdir(model_dir):
         return
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
-    for name in (RUN_LOG_FILE, dataset.VOCAB_FILE):
+    grown = [n for n in files.listdir(model_dir)
+             if n.startswith(GROWN_PREFIX) and n.endswith(".tsv")]   # a stopped --grow-vocab's
+    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE] + grown:
         files.remove_file(files.join(model_dir, name))
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
@@ -281,6 +285,13 @@ def run(args, beam_argv) -> int:
                     else args.shards, minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
+    if not whole_corpus and not sequential:
+        # the reduction shape: the checkpoint's on --resume, else --pieces, else the
+        # trainer's default (lda_core.training.pieces)
+        explicit = getattr(args, "pieces", None)
+        recorded = pieces_mod.recorded_pieces(prev, state is not None)
+        if explicit is not None or recorded is not None:
+            run_info[pieces_mod.RUN_KEY] = pieces_mod.resolve_pieces(explicit, recorded)
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")

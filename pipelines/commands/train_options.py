@@ -224,6 +224,12 @@ def add_arguments(p) -> None:
     g.add_argument("--minibatches-per-window", type=int, default=None,
                    help="Beam runners: minibatches per pipeline run (stream samplers: "
                         "default --checkpoint-every, one checkpoint per window)")
+    g.add_argument("--pieces", type=int, default=None, metavar="P",
+                   help="E-step pieces per minibatch, summed in piece order: the result "
+                        "depends on (--seed, --minibatch, P) only, not on the runner or the "
+                        "worker count; recorded in the checkpoints, so --resume keeps it "
+                        "(default 1 on local runners; remote runners: at least 4, and "
+                        "--num_workers / --max_num_workers of the first run)")
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
                         "(default: the Beam trainer's choice)")

@@ -239,10 +239,13 @@ def run(args, beam_argv) -> int:
     print(summary(manifest, opts.output))
     counts = manifest.get("counts", {})
     if not counts.get("documents_kept"):
-        raise InputError("no document was kept from %s (%d read, %d dead letters in "
-                         "%s/deadletter): there is nothing to train on; check --input and "
-                         "--format" % (", ".join(opts.inputs), counts.get("documents_read", 0),
-                                       counts.get("dead_letters", 0), opts.output))
+        raise InputError("no document was kept from %s (%d read: %d empty, %d too short, %d "
+                         "empty after pruning, %d dead letters in %s/deadletter): there is "
+                         "nothing to train on; check --input, --format and the pruning options"
+                         % (", ".join(opts.inputs), counts.get("documents_read", 0),
+                            counts.get("empty_documents", 0), counts.get("too_short", 0),
+                            counts.get("empty_after_pruning", 0),
+                            counts.get("dead_letters", 0), opts.output))
     return 0
 
 

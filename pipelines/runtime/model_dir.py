@@ -4,7 +4,9 @@
 ``--model`` names a model directory (its latest valid checkpoint is used) or one checkpoint
 directory (``MODEL_DIR/checkpoints/step-...``, recognised by its ``state.json``); local or an
 object-store URL. The vocabulary is ``MODEL_DIR/vocab.tsv`` when present, and must then match
-the state (content hash and size) -- a clear error naming the file otherwise.
+the state (content hash and size) -- a clear error naming the file otherwise -- unless an
+update that grew the vocabulary was stopped between publishing its checkpoint and replacing
+``vocab.tsv``: then the grown vocabulary it wrote first (``vocab-HASH.tsv``) is used.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage.vocab_file import grown_vocab_name
 from pipelines.ingest import dataset
 
 
@@ -52,6 +55,12 @@ def open_model(model: str) -> OpenedModel:
     vocab = None
     if dataset.exists(vpath):
         vocab = dataset.Vocabulary.read(vpath)
+        grown = (dataset.join(model_dir, grown_vocab_name(state.vocab_hash))
+                 if state.vocab_hash and vocab.hash != state.vocab_hash else None)
+        if grown is not None and dataset.exists(grown):
+            # an update that grew the vocabulary published this checkpoint and was stopped
+            # before replacing vocab.tsv: the grown vocabulary waits under its hash's name
+            vpath, vocab = grown, dataset.Vocabulary.read(grown)
         if state.vocab_hash and vocab.hash != state.vocab_hash:
             raise DataIntegrityError("%s has vocabulary hash %s but the model was trained with %s"
                                      % (vpath, vocab.hash, state.vocab_hash))

@@ -45,9 +45,11 @@ def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
                 ) -> List[List[Tuple[int, np.ndarray]]]:
     """Cut a minibatch ``[(shard, rows), ...]`` (minibatch order) into ``n_pieces`` runs of
     consecutive documents of nearly equal size."""
+    from lda_core.training.pieces import piece_bounds
     total = sum(len(r) for _, r in members)
-    n_pieces = max(1, min(int(n_pieces), total))
-    bounds = [total * i // n_pieces for i in range(n_pieces + 1)]
+    cuts = piece_bounds(total, n_pieces)         # the in-process trainer's pieces
+    n_pieces = len(cuts)
+    bounds = [lo for lo, _ in cuts] + [cuts[-1][1]]
     out: List[List[Tuple[int, np.ndarray]]] = [[] for _ in range(n_pieces)]
     pos = 0
     for shard, rows in members:

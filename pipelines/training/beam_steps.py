@@ -194,22 +194,23 @@ class InProcessStepFn(LeanDoFn):
     """Whole steps for the in-process runner: state ``ref[t-1]`` (main input) -> ``ref[t+G-1]``
     after the ``G`` consecutive minibatches of ``steps``, each with its own global step.
 
-    In-process a minibatch is a single piece (the numba kernel already uses every core), so
-    there is nothing to combine; and the state reference travels as the *main* input, so the
-    transforms of a window form one chain of ParDos that Beam fuses into a single stage (with
-    the reference as a side input every step was a stage of its own: ~0.1 s of Beam
+    In-process nothing crosses a process: the pieces of each minibatch are read and
+    E-stepped one after the other and summed in piece order (the in-process trainer's sums,
+    :mod:`lda_core.training.pieces`), and the state reference travels as the *main* input, so
+    the transforms of a window form one chain of ParDos that Beam fuses into a single stage
+    (with the reference as a side input every step was a stage of its own: ~0.1 s of Beam
     scheduling per step here, as much as the E-step of 256 documents). Each transform still
     costs Beam ~10-20 ms to build, translate and set up per bundle whatever its work, so small
     minibatches are grouped (``G`` = :data:`IN_PROCESS_DOCS_PER_TRANSFORM` / S, at least 1):
-    the same calls as one transform per minibatch -- ``local_step`` of the minibatch, then
-    :func:`apply_global_step` in place on the window's private copy -- for each of them, in
-    order; a failing step stops the group and the rest of the window."""
+    the same calls as one transform per minibatch -- ``local_step`` of each piece, their sum,
+    then :func:`apply_global_step` in place on the window's private copy -- for each of them,
+    in order; a failing step stops the group and the rest of the window."""
 
     def __init__(self, steps: Sequence[StepPlan], run_key: str,
                  n_threads: Optional[int] = None):
         steps = list(steps)
-        if not steps or any(len(sp.tasks) != 1 for sp in steps):
-            raise ValueError("InProcessStepFn runs single-piece minibatches")
+        if not steps or any(not sp.tasks for sp in steps):
+            raise ValueError("InProcessStepFn needs the read tasks of every minibatch")
         self.steps, self.run_key, self.n_threads = steps, run_key, n_threads
         self.metrics = _StepMetrics()
 
@@ -218,11 +219,18 @@ class InProcessStepFn(LeanDoFn):
         beam_cost.mark(beam_cost.FIRST_ESTEP)
         new = ref
         for sp in self.steps:
-            with beam_cost.timed("read"):
-                batch = read_task(sp.tasks[0])
-            with beam_cost.timed("estep"):
-                stats = algo.local_step(batch)
-            self.metrics.report(stats)
+            stats = None
+            for task in sorted(sp.tasks, key=lambda t: t.piece):
+                with beam_cost.timed("read"):
+                    batch = read_task(task)
+                with beam_cost.timed("estep"):
+                    st = algo.local_step(batch)
+                self.metrics.report(st)
+                if stats is None:
+                    stats = st
+                else:
+                    with beam_cost.timed("stats_combine"):
+                        stats = stats.merge(st)
             new = apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
             if new is None:
                 return

@@ -63,6 +63,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core.errors import InputError, UsageError
 from lda_core.training import session as _session
+from lda_core.training import pieces as pieces_mod
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
 from lda_core.training.trainer import TrainResult
@@ -133,10 +134,16 @@ def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
     of ``checkpoint_store`` (validated against ``algorithm``'s name, K, V and the shards'
     vocabulary hash; its state replaces ``algorithm`` when the steps differ), or the inputs
     unchanged (path None) when there is none."""
+    algorithm, position, path, _ = _resume(checkpoint_store, algorithm, vocab_hash, position)
+    return algorithm, position, path
+
+
+def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
+    """:func:`resume_from_latest` and the checkpoint's run information (``info["run"]``)."""
     from lda_core.training.trainer import resume_position
     found = checkpoint_store.latest_checkpoint()
     if found is None:
-        return algorithm, position, None
+        return algorithm, position, None, {}
     ck, state = found
     state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
                    n_words=algorithm.n_words, vocab_hash=vocab_hash)
@@ -145,31 +152,27 @@ def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
         algorithm = algorithm_class(state.algorithm).from_state(state)
     position = resume_position(state)
     logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
-    return algorithm, position, ck.path
+    return algorithm, position, ck.path, dict((state.info or {}).get("run") or {})
 
 
-# A topic-word table (K x V float64) at least this large makes a piece's E-step the peak of a
-# worker's memory: the piece's float64 statistics (K x its words) and float32 exp(E[log β])
-# sit next to the state, so pieces are kept small (docs/cluster.md §7, "Big models").
-BIG_STATE_BYTES = 256 << 20
-
-
-def default_pieces(cfg: RunnerConfig, one_stage: bool, state_bytes: int = 0) -> int:
-    """Read tasks per minibatch when ``pieces_per_minibatch`` is not given. In-process: one
-    (the numba kernel already uses every core on a whole minibatch; nothing to merge). Worker
-    processes whose steps are one stage each (``one_stage``,
-    :mod:`pipelines.training.beam_chain`): one per worker -- every worker spills its pieces
-    and then decodes and merges *every* piece of the step, so each extra piece costs every
-    worker a decode and a merge of a K x (touched words) block (docs/beam-training.md,
-    measurements) -- unless the topic-word table (``state_bytes``) is at least
-    ``BIG_STATE_BYTES``: then two per worker, which halves the piece's transient E-step memory
-    (the peak of a worker holding a big state). Otherwise two per worker: only the combining
-    worker merges, and the second piece evens out a slow worker."""
-    if cfg.in_process:
-        return 1
-    if one_stage and state_bytes < BIG_STATE_BYTES:
-        return cfg.num_workers
-    return 2 * cfg.num_workers
+def default_pieces(cfg: RunnerConfig) -> int:
+    """Pieces per minibatch for a fresh run when ``pieces_per_minibatch`` is not given
+    (:mod:`lda_core.training.pieces`: the value is recorded in the checkpoints and every later
+    resume keeps it, so the sums never depend on the worker count). Local runners, in-process
+    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (1), as the in-process
+    trainer. Remote runners: at least one piece per worker the first run may use
+    (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
+    from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
+    if cfg.local:
+        return DEFAULT_PIECES
+    workers = [cfg.num_workers]
+    for a in cfg.argv:
+        if a.startswith(("--max_num_workers=", "--num_workers=")):
+            try:
+                workers.append(int(a.split("=", 1)[1]))
+            except ValueError:
+                pass
+    return int(min(MAX_PIECES, max([REMOTE_MIN_PIECES] + workers)))
 
 
 def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
@@ -240,20 +243,27 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     argv = list(beam_argv or ())
     cfg = runner_config(runner or _strip_runner(argv), argv)
     M = int(minibatches_per_window or default_window(cfg, batch_size))
-    one_stage = (unroll and deterministic_combine and not fanout
-                 and chained(cfg, default_scratch_root(model_dir, cfg, scratch_dir)))
-    pieces = int(pieces_per_minibatch or default_pieces(
-        cfg, one_stage, 8 * int(algorithm.n_topics) * int(algorithm.n_words)))
-    if n_threads is None and not cfg.in_process and cfg.local:
-        n_threads = max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
+    if n_threads is None and not cfg.in_process:
+        # worker processes share the machine's cores; on a remote runner every SDK process
+        # is one of several on its VM, each given work of its own
+        n_threads = (max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers)) if cfg.local
+                     else 1)
     if checkpoint_store is None:
         from lda_core.storage.checkpoint import CheckpointStore
         checkpoint_store = CheckpointStore(model_dir)
 
     # --- position ----------------------------------------------------------------------------
     position = int(getattr(algorithm, "step", 0) or 0)
+    recorded = None
     if resume:
-        algorithm, position, _ = resume_from_latest(checkpoint_store, algorithm, vh, position)
+        algorithm, position, path, prev_run = _resume(checkpoint_store, algorithm, vh, position)
+        recorded = pieces_mod.recorded_pieces(prev_run, path is not None)
+    run_info = dict(run_info or {})
+    explicit = (pieces_per_minibatch if pieces_per_minibatch is not None
+                else run_info.get(pieces_mod.RUN_KEY))
+    pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
+                                       "pieces_per_minibatch")
+    run_info[pieces_mod.RUN_KEY] = pieces
     D = int(sum(sizes))
     B = n_batches(D, batch_size)
     total = int(passes) * B
@@ -401,6 +411,8 @@ class _WindowRun:
                              lambda a, pos: times.timed("checkpoint", ses.publish, a, pos))
             finally:
                 ses.write(times.record(len(infos), time.time() - w_start, window=windows,
+                                       graph_bytes_per_step=times.nbytes.get(
+                                           "pipeline_build", 0) / max(1, len(steps)),
                                        runner=self.cfg.describe(),
                                        workers=self.cfg.num_workers,
                                        parallel=self.parallel_phases()))

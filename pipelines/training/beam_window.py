@@ -47,14 +47,19 @@ def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     build(p)
     t1 = time.time()
+    # the graph's size as a runner receives it (the runner API proto): what bounds the steps
+    # one job can hold (Dataflow's request and graph limits)
+    graph_bytes = p.to_runner_api().ByteSize() if times is not None else None
+    t1b = time.time()
     result = p.run()
     result.wait_until_finish()      # metrics are complete only after this
     t2 = time.time()
-    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1)
+    logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1b)
     if times is not None:
         w = beam_cost.window_times(beam_cost.query(result), t0, t1, t2)
         for phase, sec in w.seconds.items():
             times.add(phase, sec, w.nbytes.get(phase))
+        times.add("pipeline_build", t1b - t1, graph_bytes)
     return _query_counters(result)
 
 
@@ -63,7 +68,7 @@ def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: s
     """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
     final state's reference (empty when a step failed)."""
     ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
-    if scratch is None and all(len(sp.tasks) == 1 for sp in steps):
+    if scratch is None and all(sp.tasks for sp in steps):
         # in-process: one fused chain of whole steps (InProcessStepFn)
         for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
             ref = ref | "Steps%d" % group[0].position >> beam.ParDo(

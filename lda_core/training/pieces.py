@@ -1,0 +1,91 @@
+"""The fixed reduction shape of a minibatch: P pieces, summed in piece order.
+
+A minibatch of ``n`` documents (in the seeded order of :mod:`lda_core.training.ordering`) is cut
+into ``P`` runs of consecutive documents, piece ``k`` being positions
+``[n*k // P, n*(k+1) // P)`` (:func:`piece_bounds`). Each piece's E-step statistics are computed
+on their own and the pieces are summed in piece order (:func:`merge_in_piece_order`). Every
+trainer does exactly this -- the in-process loop here, the Beam trainer with one read task per
+piece -- so the float64 sums, and hence λ (online VB) or N^Φ (SCVB0), depend on
+(seed, minibatch size, P) only: not on the runner, the number of workers, their threads, a retry
+or a resume at another worker count.
+
+P is a run parameter: recorded in the run information of every checkpoint
+(``info["run"]["pieces_per_minibatch"]``); a resumed run uses the recorded value and refuses a
+different explicit one (:func:`resolve_pieces`). Checkpoints written before P was recorded
+resume with P = 1 (what the in-process trainer did then).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from lda_core.errors import UsageError
+
+# Pieces per minibatch when none is given and none is recorded, on a local runner. One: every
+# piece is an E-step with its own statistics and a merge, which costs SCVB0's small minibatches
+# far more than the parallelism across two local workers returns (docs/beam-training.md,
+# "The reduction shape"). A remote runner's first run takes at least REMOTE_MIN_PIECES, or one
+# per worker it may use, so the E-step spreads over the workers.
+DEFAULT_PIECES = 1
+REMOTE_MIN_PIECES = 4
+# Pieces of runs whose checkpoints predate the recorded value (the in-process trainer's one).
+LEGACY_PIECES = 1
+MAX_PIECES = 4096
+RUN_KEY = "pieces_per_minibatch"
+
+
+def check_pieces(value: Any, what: str = "pieces_per_minibatch") -> int:
+    try:
+        p = int(value)
+    except (TypeError, ValueError):
+        p = 0
+    if isinstance(value, bool) or p != value or not 1 <= p <= MAX_PIECES:
+        raise UsageError("%s must be an integer in [1, %d], got %r" % (what, MAX_PIECES, value))
+    return p
+
+
+def recorded_pieces(run_info: Optional[Dict[str, Any]], resumed: bool) -> Optional[int]:
+    """The P recorded in a checkpoint's run information; for a resumed run whose checkpoint
+    predates the record, :data:`LEGACY_PIECES`; None for a fresh run."""
+    if run_info and run_info.get(RUN_KEY) is not None:
+        return check_pieces(run_info[RUN_KEY], "the checkpoint's " + RUN_KEY)
+    return LEGACY_PIECES if resumed else None
+
+
+def resolve_pieces(explicit: Optional[int], recorded: Optional[int],
+                   default: int = DEFAULT_PIECES, option: str = "--pieces") -> int:
+    """P for this run: the recorded one when resuming (an explicit different value is refused:
+    it would change the sums mid-run), else the explicit one, else ``default``."""
+    if explicit is not None:
+        explicit = check_pieces(explicit, option)
+    if recorded is not None:
+        if explicit is not None and explicit != recorded:
+            raise UsageError("%s %d: this run was trained with %d pieces per minibatch (recorded "
+                             "in its checkpoint); resume without %s or with %s %d"
+                             % (option, explicit, recorded, option, option, recorded))
+        return int(recorded)
+    return explicit if explicit is not None else check_pieces(default, "default pieces")
+
+
+def piece_bounds(n_docs: int, pieces: int) -> List[Tuple[int, int]]:
+    """Document ranges ``[(lo, hi), ...]`` of the non-empty pieces of an ``n_docs`` minibatch
+    (fewer than ``pieces`` when the minibatch has fewer documents)."""
+    n, p = int(n_docs), max(1, int(pieces))
+    p = max(1, min(p, n))
+    b = [n * k // p for k in range(p + 1)]
+    return [(b[k], b[k + 1]) for k in range(p) if b[k + 1] > b[k]] or [(0, n)]
+
+
+def local_step_pieces(algorithm, batch, pieces: int, **kw):
+    """The E-step statistics of ``batch`` in ``pieces`` pieces (:func:`piece_bounds`) summed
+    left to right with ``SuffStats.merge``, the first piece's object being the total (as the
+    Beam trainer's combine does)."""
+    bounds = piece_bounds(batch.n_docs, pieces)
+    if len(bounds) == 1:
+        return algorithm.local_step(batch, **kw)
+    total = None
+    for lo, hi in bounds:
+        st = algorithm.local_step(batch.take(np.arange(lo, hi)), **kw)
+        total = st if total is None else total.merge(st)
+    return total
