@@ -236,7 +236,8 @@ class Vectorize(beam.PTransform):
     def expand(self, records):
         from pipelines.ingest.vectorize_steps import ApplyVocabulary, TokenizeDocuments
         from pipelines.ingest.vocabulary import BuildVocabulary
-        from pipelines.ingest.vectorize import VectorizeOptions, _load_stopwords
+        from pipelines.ingest.tokenize import load_stopwords
+        from pipelines.ingest.vectorize import VectorizeOptions
         p = records.pipeline
         if self._model:
             cfg, vpath, vocab = self._model_setup()
@@ -244,7 +245,7 @@ class Vectorize(beam.PTransform):
             vo = VectorizeOptions(inputs=["<pcollection>"], output="<none>", **self._prune,
                                   **self._tok)
             vo.validate()
-            cfg = vo.tokenizer_config(_load_stopwords(vo.stopwords))
+            cfg = vo.tokenizer_config(load_stopwords(vo.stopwords))
             vpath, vocab = None, None
         items = records | "WorkItems" >> beam.Map(work_item, self._fields["id_field"],
                                                   self._fields["text_field"])

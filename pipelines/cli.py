@@ -251,7 +251,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _report(command: Optional[str], e: BaseException) -> int:
     """Print what went wrong (see :func:`main`) and return the exit code."""
-    log = logging.getLogger("ldabeam")
+    log = logging.getLogger(__name__)
     root = root_error(e)
     if isinstance(root, KeyboardInterrupt):
         sig = signal.SIGTERM if isinstance(root, Terminated) else signal.SIGINT

@@ -174,15 +174,15 @@ def test_run_log_on_an_object_store(store_root):
 
 
 def test_a_url_without_a_registered_layer_is_refused():
-    from lda_core.storage.state import files_for, _REGISTRY
-    saved = dict(_REGISTRY)
-    _REGISTRY.clear()
+    from lda_core.storage.state import files_for, REGISTRY
+    saved = dict(REGISTRY)
+    REGISTRY.clear()
     try:
         with pytest.raises(ValueError, match="no file layer is registered"):
             files_for("gs://b/model")
         assert files_for("/tmp/x").__class__.__name__ == "LocalFiles"
     finally:
-        _REGISTRY.update(saved)
+        REGISTRY.update(saved)
 
 
 # ------------------------------------------------------------------ the CLI, in-process

@@ -108,7 +108,7 @@ def test_an_unknown_or_bad_setting_is_one_error_naming_it():
 def test_defaults_and_help_read_the_spec():
     """--minibatch's default and the option help texts read the declared defaults."""
     assert algorithm_options.default_minibatch("scvb0") == SCVB0.SPEC.get("batch_size").default
-    assert algorithm_options._default("scvb0", "tau_phi") == 1000.0
+    assert algorithm_options.keyword_default("scvb0", "tau_phi") == 1000.0
     opts = algorithm_options.options_of("scvb0")
     assert opts["topic_step_kappa"] == "kappa_phi" and opts["threads"] == "n_threads"
     assert "kappa" not in opts

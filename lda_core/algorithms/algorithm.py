@@ -137,13 +137,13 @@ def _packed_prefix(magic: bytes, header: Dict[str, Any],
     for name, dt, a in arrays:
         a = np.ascontiguousarray(a, dtype=dt)
         spec.append([name, dt, list(a.shape)])
-        crc = zlib.crc32(_raw(a), crc)
+        crc = zlib.crc32(raw_bytes(a), crc)
         out.append(a)
     h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
     return magic + struct.pack("<I", len(h)) + h, out
 
 
-def _raw(a: np.ndarray) -> memoryview:
+def raw_bytes(a: np.ndarray) -> memoryview:
     """The bytes of the contiguous array ``a`` as a flat memoryview (no copy)."""
     return memoryview(a.reshape(-1).view(np.uint8))
 
@@ -153,7 +153,7 @@ def pack_arrays(magic: bytes, header: Dict[str, Any],
     """``magic | u32 header length | JSON header | arrays`` with the arrays' names, dtypes
     (little-endian, e.g. ``"<f8"``), shapes and a CRC-32 of their bytes in the header."""
     prefix, out = _packed_prefix(magic, header, arrays)
-    return b"".join([prefix] + [_raw(a) for a in out])
+    return b"".join([prefix] + [raw_bytes(a) for a in out])
 
 
 def write_arrays(f, magic: bytes, header: Dict[str, Any],
@@ -163,7 +163,7 @@ def write_arrays(f, magic: bytes, header: Dict[str, Any],
     prefix, out = _packed_prefix(magic, header, arrays)
     f.write(prefix)
     for a in out:
-        f.write(_raw(a))
+        f.write(raw_bytes(a))
     return len(prefix) + sum(a.nbytes for a in out)
 
 
@@ -269,14 +269,14 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
             block = np.empty([min(step, shape[0])] + shape[1:], dtype=dt)
             for r0 in range(0, shape[0], step):
                 rows = block[:min(step, shape[0] - r0)]
-                _read_full(f, _raw(rows), name)
-                crc = zlib.crc32(_raw(rows), crc)
+                read_full(f, raw_bytes(rows), name)
+                crc = zlib.crc32(raw_bytes(rows), crc)
                 sinks[name](rows, r0, header, arrays)
             pos += n
             continue
         a = np.empty(shape, dtype=dt)
-        _read_full(f, _raw(a), name)
-        crc = zlib.crc32(_raw(a), crc)
+        read_full(f, raw_bytes(a), name)
+        crc = zlib.crc32(raw_bytes(a), crc)
         arrays[name] = a
         pos += n
         if name == stop_after:
@@ -288,7 +288,7 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
     return header, arrays
 
 
-def _read_full(f, buf: memoryview, name: str) -> None:
+def read_full(f, buf: memoryview, name: str) -> None:
     """Fill ``buf`` from ``f`` (a read(2) returns at most ~2 GB at a time)."""
     got = 0
     while got < len(buf):

@@ -45,9 +45,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
-from lda_core.algorithms.vb_digamma import (_F_ZERO, _exp_digamma_for, digamma,  # noqa: E402
+from lda_core.algorithms.vb_digamma import (F_ZERO, exp_digamma_for, digamma,  # noqa: E402
                                       exp_digamma_f32_vec)
-from lda_core.algorithms.vb_exp_elog_beta import _tiny  # noqa: E402
+from lda_core.algorithms.vb_exp_elog_beta import tiny_cutoff  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from scipy.special import gammaln, psi  # noqa: E402
 
@@ -67,12 +67,12 @@ class EStepResult(NamedTuple):
 @njit(cache=True, inline="always", error_model="numpy")
 def _exp_expect(g, et):
     """et = exp(ψ(g) − ψ(Σ g)) = exp_digamma(g) / exp_digamma(Σ g) (in et's dtype); values
-    below ``_tiny(et)`` are stored as 0 (see :func:`_tiny`)."""
-    tiny = _tiny(et)
+    below ``tiny_cutoff(et)`` are stored as 0 (see :func:`tiny_cutoff`)."""
+    tiny = tiny_cutoff(et)
     s = 0.0
     for k in range(g.shape[0]):
         s += g[k]
-    inv = 1.0 / _exp_digamma_for(et, s)
+    inv = 1.0 / exp_digamma_for(et, s)
     if et.itemsize == 4:
         # float32 lanes, vectorised: this loop was about half of an iteration's time at
         # K = 100 and K = 1000 with one libm expf per topic
@@ -80,10 +80,10 @@ def _exp_expect(g, et):
         tiny32 = np.float32(tiny)
         for k in range(g.shape[0]):
             v = exp_digamma_f32_vec(np.float32(g[k])) * inv32
-            et[k] = v if v >= tiny32 else _F_ZERO
+            et[k] = v if v >= tiny32 else F_ZERO
     else:
         for k in range(g.shape[0]):
-            v = _exp_digamma_for(et, np.float64(g[k])) * inv
+            v = exp_digamma_for(et, np.float64(g[k])) * inv
             et[k] = v if v >= tiny else 0.0
 
 

@@ -116,10 +116,10 @@ def exp_digamma_f32(x):
 
 # float32 constants of exp_digamma_f32_vec (a float64 literal would promote the arithmetic)
 _F32 = np.float32
-_F_ONE, _F_HALF, _F_SIX, _F_ZERO = _F32(1.0), _F32(0.5), _F32(6.0), _F32(0.0)
+_F_ONE, _F_HALF, _F_SIX, F_ZERO = _F32(1.0), _F32(0.5), _F32(6.0), _F32(0.0)
 _F_TWO, _F_THREE, _F_FOUR, _F_FIVE = _F32(2.0), _F32(3.0), _F32(4.0), _F32(5.0)
 _F_LOG2E = _F32(1.4426950408889634)
-_F_TMAX = _F32(125.0)           # 2^-125: still a normal float32, far below _tiny (1e-18)
+_F_TMAX = _F32(125.0)           # 2^-125: still a normal float32, far below tiny_cutoff (1e-18)
 _F_TFLUSH = _F32(100.0)         # exp(-R) below 2^-100 ~ 8e-31 is returned as exactly 0: the
 #                                 callers flush such values anyway, and multiplying them by
 #                                 a normaliser first would make subnormal numbers (slow)
@@ -155,7 +155,7 @@ def exp_digamma_f32_vec(x):
     exp(ψ(y)) = y·exp(u) at y ≥ 6 by series. Relative error < 3.5e-7·(1 + |ψ(x)|) -- that of
     ψ rounded to float32, as in gensim's float32 E-step -- wherever the value is above 1e-28;
     values below ~5e-30 are returned as exactly 0 (the E-step stores values below 1e-18 as 0
-    anyway, see :func:`_tiny`; a subnormal intermediate would cost ~100 cycles)."""
+    anyway, see :func:`tiny_cutoff`; a subnormal intermediate would cost ~100 cycles)."""
     x1 = x + _F_ONE
     x2 = x + _F_TWO
     x3 = x + _F_THREE
@@ -167,14 +167,14 @@ def exp_digamma_f32_vec(x):
     num = (x + x1) * p23 * p45 + (x2 + x3) * p01 * p45 + (x4 + x5) * p01 * p23
     small = x < _F_SIX
     t = num / (p01 * p23 * p45) * _F_LOG2E
-    t = t if small else _F_ZERO
+    t = t if small else F_ZERO
     t = t if t < _F_TMAX else _F_TMAX
     n = np.int32(t + _F_HALF)                   # round(t), in [0, 125]
     f = t - _F32(n)                             # in [-1/2, 1/2]
     s = _F_T0 + f * (_F_T1 + f * (_F_T2 + f * (_F_T3 + f * (_F_T4 + f * (_F_T5 + f * (
         _F_T6 + f * _F_T7))))))
     s = s * _f32_from_bits((_I_127 - n) << _I_23)     # 2^-n, exactly
-    s = s if t < _F_TFLUSH else _F_ZERO
+    s = s if t < _F_TFLUSH else F_ZERO
     y = x + _F_SIX if small else x
     inv = _F_ONE / y
     q = inv * inv
@@ -184,7 +184,7 @@ def exp_digamma_f32_vec(x):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _exp_digamma_for(arr, x):
+def exp_digamma_for(arr, x):
     """exp(ψ(x)) at the precision of ``arr``'s dtype."""
     if arr.itemsize == 4:
         return exp_digamma_f32(x)
@@ -193,7 +193,7 @@ def _exp_digamma_for(arr, x):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _exp_digamma_rows_for(arr, x):
-    """As :func:`_exp_digamma_for` in loops that should vectorise: in float32 the branch-free
+    """As :func:`exp_digamma_for` in loops that should vectorise: in float32 the branch-free
     float32 version (:func:`exp_digamma_f32_vec`)."""
     if arr.itemsize == 4:
         return exp_digamma_f32_vec(np.float32(x))

@@ -3,7 +3,7 @@ B[i, k] = exp(ψ(λ_{rows[i],k}) − ψ(Σ_v λ_vk)), word-major (U x K), in the
 
 Computed once per minibatch for its words only (Hoffman et al.'s expElogbeta, restricted to the
 batch), then read by every iteration of every document's fixed point (lda_core.algorithms.estep_vb).
-Values below :func:`_tiny` are stored as 0 (why: its docstring).
+Values below :func:`tiny_cutoff` are stored as 0 (why: its docstring).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scipy.special import psi  # noqa: E402
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _tiny(arr):
+def tiny_cutoff(arr):
     """Values below this are stored as 0 in ``arr`` (1e-18 for float32, 1e-150 for float64):
     (1) subnormal numbers are read as 0 on a thread with the DAZ/FTZ flags set and not on
     another, which made results depend on the thread that handled a document or word; (2) the
@@ -36,7 +36,7 @@ def _exp_elog_beta_block(ntilde, rows, i0, i1, a, pi, inv_exp_psi_colsum, out):
     its own, called per block of rows from the prange, so that LLVM vectorises the loops over
     k (it does not inside a prange body)."""
     K = ntilde.shape[1]
-    tiny = out.dtype.type(_tiny(out))
+    tiny = out.dtype.type(tiny_cutoff(out))
     zero = out.dtype.type(0.0)
     for i in range(i0, i1):
         w = rows[i]

@@ -35,8 +35,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
-from lda_core.algorithms.algorithm import (SuffStats, _raw, _read_full, array_layout, pack_arrays,
-                                           read_arrays, unpack_arrays, write_arrays)
+from lda_core.algorithms.algorithm import (SuffStats, array_layout, pack_arrays, raw_bytes,
+                                           read_arrays, read_full, unpack_arrays, write_arrays)
 
 DENSE_FRACTION = 0.5
 
@@ -331,7 +331,7 @@ class _PieceFile:
                     continue
                 f.seek(offset + pos)
                 a = np.empty(shape, dt)
-                _read_full(f, _raw(a), name)
+                read_full(f, raw_bytes(a), name)
                 arrays[name] = a
                 (self.after if seen else self.before).append(a)
         try:
@@ -356,7 +356,7 @@ class _PieceFile:
         if check:
             self.crc = 0
             for a in self.before:
-                self.crc = zlib.crc32(_raw(np.ascontiguousarray(a)), self.crc)
+                self.crc = zlib.crc32(raw_bytes(np.ascontiguousarray(a)), self.crc)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -373,7 +373,7 @@ class _PieceFile:
         if r0 != self.next_row:
             raise ValueError("%s: rows asked for out of order" % self.path)
         out = buf[:r1 - r0]
-        view, got, at = _raw(out), 0, self.rows_at + r0 * self.row_bytes
+        view, got, at = raw_bytes(out), 0, self.rows_at + r0 * self.row_bytes
         while got < len(view):
             k = os.preadv(self.fd, [view[got:]], at + got)
             if k <= 0:
@@ -391,7 +391,7 @@ class _PieceFile:
                                                                    len(self.word_ids)))
         crc = self.crc
         for a in self.after:
-            crc = zlib.crc32(_raw(np.ascontiguousarray(a)), crc)
+            crc = zlib.crc32(raw_bytes(np.ascontiguousarray(a)), crc)
         if crc != self.crc_want:
             raise ValueError("%s: statistics byte string fails its CRC-32 check (damaged)"
                              % self.path)

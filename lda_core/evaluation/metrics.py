@@ -32,8 +32,8 @@ import scipy.sparse as sp
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError
 from lda_core.evaluation.topic_quality import (  # noqa: F401 (re-exported: one namespace of metrics)
-    PROTOCOL_ALPHA, PROTOCOL_ITERS, PROTOCOL_TOPN, USAGE_DOCS, USAGE_ITERS, _ROW_CHUNK,
-    _as_batch, _check_phi, _check_words, _normalized_phi_T, health_scalars,
+    PROTOCOL_ALPHA, PROTOCOL_ITERS, PROTOCOL_TOPN, USAGE_DOCS, USAGE_ITERS, ROW_CHUNK,
+    as_batch, check_phi, check_words, normalized_phi_T, health_scalars,
     normalized_mutual_information, npmi_coherence, top_words, topic_diversity, topic_health,
     topic_usage, umass_coherence)
 
@@ -136,8 +136,8 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
     per thread), "numpy" (the harness's vectorised formulation, chunks of 2,000 documents),
     or "auto" (numba when available).
     """
-    a = _as_batch(batch_a, "batch_a")
-    b = _as_batch(batch_b, "batch_b")
+    a = as_batch(batch_a, "batch_a")
+    b = as_batch(batch_b, "batch_b")
     if a.n_docs != b.n_docs:
         raise ValueError("batch_a has %d documents but batch_b has %d; they must be the two "
                          "halves of the same documents (split_halves)" % (a.n_docs, b.n_docs))
@@ -148,14 +148,14 @@ def document_completion(phi, batch_a: DocBatch, batch_b: DocBatch, alpha: float 
         raise ValueError("iters must be an integer in [0, 100000], got %r" % (iters,))
     if backend not in ("auto", "numba", "numpy"):
         raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
-    phi = _check_phi(phi)
+    phi = check_phi(phi)
     V = phi.shape[1]
-    _check_words(a, V, "batch_a")
-    _check_words(b, V, "batch_b")
+    check_words(a, V, "batch_a")
+    check_words(b, V, "batch_b")
     n_tokens = b.n_tokens
     if n_tokens == 0:
         raise InputError("batch_b has no tokens to score")
-    phiT = _normalized_phi_T(phi)          # V x K: one word's K values are contiguous
+    phiT = normalized_phi_T(phi)          # V x K: one word's K values are contiguous
     kernel = _get_completion_kernel() if backend in ("auto", "numba") else None
     if backend == "numba" and kernel is None:
         raise ValueError("backend='numba' asked for but numba is not installed")
@@ -234,16 +234,16 @@ def left_to_right(phi, batch: DocBatch, alpha: float = PROTOCOL_ALPHA, particles
     Cost O(R·N_d²·K) per document, bounded by scoring a seeded sample of at most ``max_docs``
     documents. Returns ``ll_per_token`` (Σ_d log p(w_d) / Σ_d N_d), ``log_p`` per scored
     document, ``n_tokens``, ``n_docs``, ``doc_index`` (positions in ``batch``)."""
-    phi = _check_phi(phi)
-    batch = _as_batch(batch, "batch")
+    phi = check_phi(phi)
+    batch = as_batch(batch, "batch")
     K, V = phi.shape
-    _check_words(batch, V, "the documents")
+    check_words(batch, V, "the documents")
     if isinstance(particles, bool) or not isinstance(particles, (int, np.integer)) \
             or particles < 1:
         raise ValueError("particles must be an integer >= 1, got %r" % (particles,))
     if not alpha > 0:
         raise ValueError("alpha must be > 0, got %r" % (alpha,))
-    phiT = _normalized_phi_T(phi)
+    phiT = normalized_phi_T(phi)
     rng = np.random.RandomState(seed)
     idx = np.sort(rng.permutation(batch.n_docs)[:max_docs])
     idx = idx[batch.doc_lengths[idx] > 0]
@@ -274,13 +274,13 @@ def unigram_baseline(train_batch: DocBatch, batch_a: DocBatch, batch_b: DocBatch
     keeps the signature of :func:`document_completion`). A held-out word with p(w) = 0 makes
     the score -inf; pass ``smoothing > 0`` to avoid that. Returns ``ll_per_token``,
     ``n_tokens``, ``perplexity``."""
-    tr = _as_batch(train_batch, "train_batch")
-    b = _as_batch(batch_b, "batch_b")
+    tr = as_batch(train_batch, "train_batch")
+    b = as_batch(batch_b, "batch_b")
     V = n_words if n_words is not None else max(tr.max_word_id(), b.max_word_id()) + 1
     if smoothing < 0:
         raise ValueError("smoothing must be >= 0, got %r" % (smoothing,))
-    _check_words(b, V, "batch_b")
-    _check_words(tr, V, "train_batch")
+    check_words(b, V, "batch_b")
+    check_words(tr, V, "train_batch")
     cnt = np.bincount(tr.word_ids, weights=tr.counts.astype(np.float64), minlength=V)
     cnt = cnt + smoothing
     with np.errstate(divide="ignore"):
@@ -315,7 +315,7 @@ def evaluate_model(algorithm, heldout_batch: DocBatch, train_batch: Optional[Doc
     """
     phi = algorithm.topic_word() if hasattr(algorithm, "topic_word") else algorithm
     phi = np.asarray(phi, dtype=np.float64)
-    held = _as_batch(heldout_batch, "heldout_batch")
+    held = as_batch(heldout_batch, "heldout_batch")
     keep = np.nonzero(held.doc_lengths >= 2)[0]
     held2 = held if len(keep) == held.n_docs else held.take(keep)
     if held2.n_docs == 0:

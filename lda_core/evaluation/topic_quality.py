@@ -34,7 +34,7 @@ PROTOCOL_ITERS = 100
 PROTOCOL_TOPN = 10
 
 
-def _as_batch(x, name: str) -> DocBatch:
+def as_batch(x, name: str) -> DocBatch:
     if isinstance(x, DocBatch):
         return x
     if sp.issparse(x):
@@ -43,37 +43,37 @@ def _as_batch(x, name: str) -> DocBatch:
                      % (name, type(x).__name__))
 
 
-_ROW_CHUNK = 64      # topics per chunk when scanning K x V matrices (bounded temporaries)
+ROW_CHUNK = 64      # topics per chunk when scanning K x V matrices (bounded temporaries)
 
 
-def _check_phi(phi, name="phi") -> np.ndarray:
+def check_phi(phi, name="phi") -> np.ndarray:
     """``phi`` as a float64 K x V array (no copy if it already is one), checked finite and
     non-negative chunk by chunk (no K x V temporaries)."""
     phi = np.asarray(phi, dtype=np.float64)
     if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
         raise ValueError("%s must be a K x V matrix with K, V >= 1, got shape %s"
                          % (name, phi.shape))
-    for s in range(0, phi.shape[0], _ROW_CHUNK):
-        blk = phi[s:s + _ROW_CHUNK]
+    for s in range(0, phi.shape[0], ROW_CHUNK):
+        blk = phi[s:s + ROW_CHUNK]
         if not np.isfinite(blk).all() or (blk < 0).any():
             raise ValueError("%s must be finite and non-negative" % name)
     return phi
 
 
-def _normalized_phi_T(phi) -> np.ndarray:
+def normalized_phi_T(phi) -> np.ndarray:
     """V x K float64: rows of ``phi`` floored at 1e-300 and normalised (as the harness does:
     ``phi = max(phi, 1e-300); phi /= phi.sum(1)``), transposed so that one word's K values
     are contiguous. Built row-chunk by row-chunk: the only K x V allocation is the result."""
     K, V = phi.shape
     phiT = np.empty((V, K))
-    for s in range(0, K, _ROW_CHUNK):
-        blk = np.maximum(phi[s:s + _ROW_CHUNK], 1e-300)
+    for s in range(0, K, ROW_CHUNK):
+        blk = np.maximum(phi[s:s + ROW_CHUNK], 1e-300)
         blk /= blk.sum(1, keepdims=True)
         phiT[:, s:s + len(blk)] = blk.T
     return phiT
 
 
-def _check_words(batch: DocBatch, V: int, name: str) -> None:
+def check_words(batch: DocBatch, V: int, name: str) -> None:
     if batch.nnz and batch.max_word_id() >= V:
         raise ValueError("%s has word id %d but phi has only V=%d words"
                          % (name, batch.max_word_id(), V))
@@ -94,8 +94,8 @@ def _binary_docs_T(batch_or_csr, V: int) -> sp.csr_matrix:
         X.sum_duplicates()
         X = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
     else:
-        ref = _as_batch(batch_or_csr, "batch_or_csr")
-        _check_words(ref, V, "the reference documents")
+        ref = as_batch(batch_or_csr, "batch_or_csr")
+        check_words(ref, V, "the reference documents")
         X = sp.csr_matrix((np.ones(ref.nnz), ref.word_ids, ref.indptr), shape=(ref.n_docs, V))
     return X.T.tocsr()
 
@@ -104,8 +104,8 @@ def _top_indices(phi: np.ndarray, topn: int) -> np.ndarray:
     """K x topn word ids of each topic's top words (``np.argsort(-phi)``, as the harness)."""
     K = phi.shape[0]
     top = np.empty((K, topn), np.int64)
-    for s in range(0, K, _ROW_CHUNK):
-        top[s:s + _ROW_CHUNK] = np.argsort(-phi[s:s + _ROW_CHUNK], axis=1)[:, :topn]
+    for s in range(0, K, ROW_CHUNK):
+        top[s:s + ROW_CHUNK] = np.argsort(-phi[s:s + ROW_CHUNK], axis=1)[:, :topn]
     return top
 
 
@@ -212,7 +212,7 @@ def topic_diversity(phi, topn: int = 25) -> float:
 def _check_topn(phi, topn) -> np.ndarray:
     if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)) or topn < 2:
         raise ValueError("topn must be an integer >= 2, got %r" % (topn,))
-    return _check_phi(phi)     # the callers clamp topn to V
+    return check_phi(phi)     # the callers clamp topn to V
 
 
 #: documents sampled for topic usage, and its fixed-point iterations (the harness's values)
@@ -235,7 +235,7 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
     over documents), "numpy" (the harness's formulation) or "auto" (numba when available)."""
     if backend not in ("auto", "numba", "numpy"):
         raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
-    phi = _check_phi(phi)
+    phi = check_phi(phi)
     K, V = phi.shape
     if sp.issparse(batch_or_csr):
         X = sp.csr_matrix(batch_or_csr)
@@ -243,14 +243,14 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
         rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
         sample = DocBatch.from_csr(X[rows])
     else:
-        batch = _as_batch(batch_or_csr, "batch_or_csr")
+        batch = as_batch(batch_or_csr, "batch_or_csr")
         D = batch.n_docs
         rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
         sample = batch.take(rows)
-    _check_words(sample, V, "the documents")
+    check_words(sample, V, "the documents")
     if sample.n_tokens == 0:
         raise InputError("topic usage needs documents with at least one token")
-    phiT = _normalized_phi_T(phi)
+    phiT = normalized_phi_T(phi)
     from lda_core.evaluation import kernels
     if kernels.usage is not None and backend in ("auto", "numba"):
         per_doc = np.zeros((sample.n_docs, K))
@@ -292,12 +292,12 @@ def topic_health(phi, train_docs, alpha: float = PROTOCOL_ALPHA, seed: int = 0,
     ``topic_diversity``, ``topic_shares`` and ``npmi_per_topic`` (lists). NPMI is computed
     on the same seeded sample of documents as the usage (bounded cost on any corpus); on the
     whole corpus when it has no more than ``USAGE_DOCS`` documents."""
-    phi = _check_phi(phi)
+    phi = check_phi(phi)
     use = topic_usage(phi, train_docs, alpha=alpha, seed=seed)
     if sp.issparse(train_docs):
         X = sp.csr_matrix(train_docs)
     else:
-        b = _as_batch(train_docs, "train_docs")
+        b = as_batch(train_docs, "train_docs")
         X = sp.csr_matrix((b.counts, b.word_ids, b.indptr), shape=(b.n_docs, phi.shape[1]))
     if X.shape[0] > USAGE_DOCS:
         X = X[np.sort(np.random.RandomState(seed).permutation(X.shape[0])[:USAGE_DOCS])]
@@ -332,8 +332,8 @@ def top_words(phi, vocab_tokens: Optional[Sequence[str]] = None, n: int = 10
                          % (len(vocab_tokens), V))
     n = min(int(n), V)
     out = []
-    for s0 in range(0, K, _ROW_CHUNK):
-        rows = phi[s0:s0 + _ROW_CHUNK]
+    for s0 in range(0, K, ROW_CHUNK):
+        rows = phi[s0:s0 + ROW_CHUNK]
         rows = rows / rows.sum(1, keepdims=True)
         if n < V:
             part = np.argpartition(-rows, n - 1, axis=1)[:, :n]

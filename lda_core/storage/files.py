@@ -183,7 +183,7 @@ def _fsync_dir(path: str) -> None:
 LOCAL_FILES = LocalFiles()
 
 # scheme ("gs", "s3", ...; "*" for every scheme) -> file layer, or a factory returning one
-_REGISTRY: Dict[str, Any] = {}
+REGISTRY: Dict[str, Any] = {}
 _SCHEME = re.compile(r"^([A-Za-z][-A-Za-z0-9+.]*)://")
 
 
@@ -202,8 +202,8 @@ def register_files(scheme: str, layer: Union[Any, Callable[[], Any]],
     (``"*"``: every URL scheme without a layer of its own). ``lda_core`` registers none:
     ``pipelines.runtime.object_store_files`` registers the Beam ``FileSystems`` one."""
     key = scheme.lower()
-    if replace or key not in _REGISTRY:
-        _REGISTRY[key] = layer
+    if replace or key not in REGISTRY:
+        REGISTRY[key] = layer
 
 
 def files_for(path: str):
@@ -213,7 +213,7 @@ def files_for(path: str):
     scheme = path_scheme(path)
     if scheme is None:
         return LOCAL_FILES
-    layer = _REGISTRY.get(scheme, _REGISTRY.get("*"))
+    layer = REGISTRY.get(scheme, REGISTRY.get("*"))
     if layer is None:
         raise InputError("%s is a %s:// URL but no file layer is registered for it (lda_core "
                          "handles local paths; importing pipelines.runtime.object_store_files "
@@ -221,5 +221,5 @@ def files_for(path: str):
                          % (path, scheme))
     if isinstance(layer, type) or (callable(layer) and not hasattr(layer, "open_read")):
         layer = layer()
-        _REGISTRY[scheme if scheme in _REGISTRY else "*"] = layer
+        REGISTRY[scheme if scheme in REGISTRY else "*"] = layer
     return layer

@@ -58,7 +58,7 @@ class StateFormatError(DataIntegrityError):
 
 
 # the file layer (lda_core.storage.files); imported here by the modules that used to find it here
-from lda_core.storage.files import (LOCAL_FILES, LocalFiles, _REGISTRY, files_for,  # noqa: F401
+from lda_core.storage.files import (LOCAL_FILES, LocalFiles, REGISTRY, files_for,  # noqa: F401
                             path_scheme, register_files)
 
 

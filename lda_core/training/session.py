@@ -35,8 +35,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from lda_core.errors import StepRefused, TrainingError, UsageError
+from lda_core.training.heldout import evaluate_health, timed_evaluate
 
-logger = logging.getLogger("lda_core.training.trainer")
+logger = logging.getLogger(__name__)
 
 # step info values that must be finite for a step to be accepted
 CHECKED = ("rho", "mean_change", "elbo", "score")
@@ -397,7 +398,6 @@ class Session:
             return None
         if self.last_eval != self.position:
             self.score(algorithm)
-        from lda_core.training.trainer import evaluate_health
         te = time.time()
         health = evaluate_health(algorithm.topic_word(), self.heldout)
         if health:
@@ -409,7 +409,6 @@ class Session:
         """The cheap held-out score at the current position (document completion on the
         held-out set, and the algorithm's bound when it has one; no topic health): what the
         cadence and every ``--passes auto`` pass end evaluate."""
-        from lda_core.training.trainer import timed_evaluate
         self.metrics = timed_evaluate(algorithm, self.heldout, health=False)
         self.last_eval = self.position
         logger.debug("held-out score at step %d:%s (%.2f s)", self.position,

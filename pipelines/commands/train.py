@@ -40,8 +40,8 @@ from pipelines.commands.train_options import add_arguments  # noqa: F401 (the co
 from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
     ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HINTS, NOT_APPLICABLE, PAPERS, _HIDDEN, _accepted, _default, _opt,
-    algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
+    GIBBS_SWEEPS, HIDDEN, HINTS, NOT_APPLICABLE, PAPERS, accepted_keywords, keyword_default,
+    option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -57,25 +57,6 @@ def _beam_workers(args, beam_argv) -> bool:
         return not runner_config(args.runner, list(beam_argv or ())).in_process
     except ValueError:
         return False      # an unknown runner is reported later, with its own message
-
-
-def find_vocab(shards: str, explicit: Optional[str]) -> str:
-    """The vocab.tsv that belongs to SHARD_DIR."""
-    if explicit:
-        return explicit
-    cands = []
-    if not any(ch in shards for ch in "*?[") and not shards.endswith(".parquet"):
-        cands.append(dataset.join(shards, dataset.VOCAB_FILE))
-    base = shards.rstrip("/")
-    for _ in range(2):
-        base = os.path.dirname(base) if not dataset.is_remote(base) else base.rsplit("/", 1)[0]
-        if base:
-            cands.append(dataset.join(base, dataset.VOCAB_FILE))
-    for c in cands:
-        if dataset.exists(c):
-            return c
-    raise FileNotFoundError("no vocabulary found for %s (looked for %s); pass --vocab"
-                            % (shards, ", ".join(cands)))
 
 
 def resolve_heldout(shards: str, heldout: str, unverified: bool = False
@@ -379,7 +360,7 @@ def _resolve_data(args):
                                     unverified=getattr(args, "unverified", False))
     files = shard_set.files
     shard_hash = dataset.check_vocab_hash(files, None)
-    vocab_path = find_vocab(args.shards, args.vocab)
+    vocab_path = dataset.find_vocab(args.shards, args.vocab)
     vocab = dataset.Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"

@@ -10,8 +10,9 @@ from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PA
 
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
-                                                  DEFAULT_MINIBATCH, GIBBS_SWEEPS, PAPERS, _HIDDEN,
-                                                  _accepted, _default, default_minibatch,
+                                                  DEFAULT_MINIBATCH, GIBBS_SWEEPS, PAPERS, HIDDEN,
+                                                  accepted_keywords, keyword_default,
+                                                  default_minibatch,
                                                   spec_of, spec_option_kwargs, spec_options)
 
 
@@ -33,7 +34,7 @@ def _minibatch_defaults_help() -> str:
     except Exception:  # pragma: no cover
         names = []
     own = ["%s %d" % (n, default_minibatch(n)) for n in names
-           if _default(n, "batch_size") is not None]
+           if keyword_default(n, "batch_size") is not None]
     return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
 
 
@@ -46,11 +47,11 @@ def _algorithm_help() -> str:
             spec = spec_of(name)
             if spec is not None:
                 kv = ["%s=%s" % (p.name, p.default) for p in spec
-                      if p.name not in _HIDDEN and p.default is not None]
+                      if p.name not in HIDDEN and p.default is not None]
             else:
                 kv = ["%s=%s" % (p.name, p.default)
-                      for p in _accepted(algorithm_class(name)).values()
-                      if p.name not in _HIDDEN and not p.name.startswith("_")
+                      for p in accepted_keywords(algorithm_class(name)).values()
+                      if p.name not in HIDDEN and not p.name.startswith("_")
                       and p.default is not inspect.Parameter.empty]
             defaults = "; defaults " + ", ".join(kv) if kv else ""
         except Exception as e:  # a half-installed algorithm must not break --help
@@ -157,16 +158,16 @@ def add_arguments(p) -> None:
                         "accumulates statistics, in [0, 1000] (default %s); sparse-gibbs-vb: "
                         "burn-in Gibbs sweeps per document B, in [0, 1000] (default %s); "
                         "gibbs: sweeps before phi is averaged, in [0, --passes - 1] "
-                        "(default %s)" % (_default("scvb0", "burn_in", "?"),
-                                          _default("sparse-gibbs-vb", "burn_in", "?"),
-                                          _default("gibbs", "burn_in", "?")))
+                        "(default %s)" % (keyword_default("scvb0", "burn_in", "?"),
+                                          keyword_default("sparse-gibbs-vb", "burn_in", "?"),
+                                          keyword_default("gibbs", "burn_in", "?")))
     g.add_argument("--samples", type=int, default=None, metavar="S",
                    help="sparse-gibbs-vb: kept Gibbs sweeps per document S, in [1, 1000] "
-                        "(default %s)" % _default("sparse-gibbs-vb", "samples", "?"))
+                        "(default %s)" % keyword_default("sparse-gibbs-vb", "samples", "?"))
     g.add_argument("--gibbs-parts", type=int, default=None, metavar="N",
                    help="gibbs: document blocks per sweep, in [1, 4096]; 1 = the exact "
                         "sequential sampler, N > 1 = AD-LDA on N threads (the result depends "
-                        "on N; default %s)" % _default("gibbs", "n_parts", "?"))
+                        "on N; default %s)" % keyword_default("gibbs", "n_parts", "?"))
     # the options an algorithm's parameter spec declares (lda_core.algorithms.params)
     for dest, users in spec_options().items():
         g.add_argument("--" + dest.replace("_", "-"), dest=dest, **spec_option_kwargs(users))
@@ -180,12 +181,12 @@ def add_arguments(p) -> None:
                         "--init-fraction)")
     g.add_argument("--init-sweeps", type=int, default=None, metavar="N",
                    help="batch-Gibbs sweeps over the prefix (default %s)"
-                        % _default("o-lda", "init_sweeps", "?"))
+                        % keyword_default("o-lda", "init_sweeps", "?"))
     g.add_argument("--rejuvenation", type=int, default=None, metavar="R",
                    help="|R(i)| in [0, 100000], earlier positions resampled "
                         "(incremental-gibbs: after every token, default 4; particle-filter: "
                         "per particle after each resampling, default %s)"
-                        % _default("particle-filter", "n_rejuv", "?"))
+                        % keyword_default("particle-filter", "n_rejuv", "?"))
     g.add_argument("--rejuvenation-schedule", choices=["uniform", "decay"], default=None,
                    help="how R(i) is drawn: uniform over all earlier positions, or decayed "
                         "towards recent ones (default uniform)")
@@ -194,11 +195,11 @@ def add_arguments(p) -> None:
                         "(default 1000)")
     g.add_argument("--particles", type=int, default=None, metavar="P",
                    help="particle-filter: number of particles, in [1, 100000] (default %s)"
-                        % _default("particle-filter", "n_particles", "?"))
+                        % keyword_default("particle-filter", "n_particles", "?"))
     g.add_argument("--ess-threshold", type=float, default=None, metavar="X",
                    help="particle-filter: resample when the effective sample size 1/sum(w^2) "
                         "falls to X or below, X in (0, P] (default %s)"
-                        % _default("particle-filter", "ess_threshold", "?"))
+                        % keyword_default("particle-filter", "ess_threshold", "?"))
     g = p.add_argument_group("evaluation, checkpoints, logging")
     g.add_argument("--heldout", default="auto", metavar="SHARD_DIR_OR_SPLIT",
                    help="held-out documents for evaluation: 'auto' (the dataset's heldout split "

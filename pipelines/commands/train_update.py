@@ -110,7 +110,6 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     otherwise InputError saying how to get a usable dataset."""
     import numpy as np
     from pipelines.ingest import dataset
-    from pipelines.commands.train import find_vocab
     from pipelines.training.shard_stream import read_docs
     dataset.verify(shards)
     files = dataset.resolve_shards(shards)
@@ -128,7 +127,7 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
                          "vectorize it with --vocab %s" % (
                              shards, shard_hash, model_hash,
                              dataset.join(model.model_dir, dataset.VOCAB_FILE)))
-    vocab_path = find_vocab(shards, vocab_opt)
+    vocab_path = dataset.find_vocab(shards, vocab_opt)
     vocab = dataset.Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"

@@ -40,7 +40,7 @@ from typing import Dict, Iterator, List, Optional
 from pipelines.ingest.bow_triples import (MAX_DOCS, MAX_LINE_BYTES, MAX_VOCAB, BowItem,
                                           BrokenStream, TriplesSource, iter_grouped_triples,
                                           pack_bow, parse_int)
-from pipelines.ingest.text_sources import (DeadLetter, InputError, _snippet, compression_of,
+from pipelines.ingest.text_sources import (DeadLetter, InputError, snippet_of, compression_of,
                                            iter_lines, open_decompressed)
 
 logger = logging.getLogger(__name__)
@@ -181,8 +181,8 @@ def iter_bow_documents(path: str, fmt: str, vocab_size: Optional[int] = None
     if vocab_size is not None and not 0 < vocab_size <= MAX_VOCAB:
         raise InputError("vocab_size=%r is out of range [1, %d]" % (vocab_size, MAX_VOCAB))
     gen = readers[fmt](path, vocab_size)
-    from pipelines.ingest.text_sources import _primed
-    return _primed(gen)
+    from pipelines.ingest.text_sources import primed
+    return primed(gen)
 
 
 def _read_header_ints(lines, path: str, n: int, what: str, skip_comments: bool = False):
@@ -198,7 +198,7 @@ def _read_header_ints(lines, path: str, n: int, what: str, skip_comments: bool =
                 vals.append(int(tok))
             except ValueError:
                 raise InputError("input %s line %d: expected the %s header (%d integers), got %r"
-                                 % (path, lineno, what, n, _snippet(line))) from None
+                                 % (path, lineno, what, n, snippet_of(line))) from None
         if len(vals) >= n:
             break
     if len(vals) != n:
@@ -285,6 +285,6 @@ def _iter_ldac(path: str, vocab_size: Optional[int]) -> Iterator[BowItem]:
                 continue
             w_arr, c_arr = pack_bow(ids, cnts)
         except ValueError as e:
-            yield DeadLetter(path, "line %d" % lineno, str(e), _snippet(line))
+            yield DeadLetter(path, "line %d" % lineno, str(e), snippet_of(line))
             continue
         yield str(lineno), w_arr, c_arr

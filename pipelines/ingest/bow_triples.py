@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from pipelines.ingest.input_files import (DECOMPRESS_ERRORS, ChunkReader, DeadLetter, _snippet,
+from pipelines.ingest.input_files import (DECOMPRESS_ERRORS, ChunkReader, DeadLetter, snippet_of,
                                           open_decompressed)
 
 logger = logging.getLogger(__name__)
@@ -207,11 +207,12 @@ class _Grouper:
         self.cur = d
         if not 1 <= d <= self.n_docs:
             self.bad = DeadLetter(self.path, "line %d" % lineno, "document id %d is out of "
-                                  "range [1, %d] of the header" % (d, self.n_docs), _snippet(line))
+                                  "range [1, %d] of the header" % (d, self.n_docs),
+                                  snippet_of(line))
         elif d in self.done:
             self.bad = DeadLetter(self.path, "line %d" % lineno, "document %d reappears after "
                                   "other documents (the file must be grouped by document id)"
-                                  % d, _snippet(line))
+                                  % d, snippet_of(line))
         return out
 
     def line(self, lineno: int, line: bytes) -> List[BowItem]:
@@ -243,7 +244,7 @@ class _Grouper:
                                      % parts[2].decode("latin-1"))
                 c = int(cf)
         except ValueError as e:
-            dl = DeadLetter(self.path, "line %d" % lineno, str(e), _snippet(line))
+            dl = DeadLetter(self.path, "line %d" % lineno, str(e), snippet_of(line))
             if d is None:
                 out.append(dl)
             else:
@@ -253,10 +254,10 @@ class _Grouper:
             return out
         if not 1 <= w <= self.n_words:
             self.bad = DeadLetter(self.path, "line %d" % lineno, "word id %d is out of range "
-                                  "[1, %d]" % (w, self.n_words), _snippet(line))
+                                  "[1, %d]" % (w, self.n_words), snippet_of(line))
         elif c < 0:
             self.bad = DeadLetter(self.path, "line %d" % lineno, "count %d is negative" % c,
-                                  _snippet(line))
+                                  snippet_of(line))
         elif c > 0:                    # explicit zeros carry nothing
             self.ids.append(w - 1)
             self.cnts.append(c)

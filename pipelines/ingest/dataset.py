@@ -28,7 +28,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -303,14 +303,14 @@ def write_shard(path: str, table: pa.Table, vocab_hash_value: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _parquet_file(path: str) -> pq.ParquetFile:
+def parquet_file(path: str) -> pq.ParquetFile:
     if is_remote(path):
         return pq.ParquetFile(open_read(path))
     return pq.ParquetFile(path)
 
 
 def shard_vocab_hash(path: str) -> Optional[str]:
-    meta = _parquet_file(path).schema_arrow.metadata or {}
+    meta = parquet_file(path).schema_arrow.metadata or {}
     v = meta.get(VOCAB_HASH_KEY)
     return v.decode() if v is not None else None
 
@@ -341,7 +341,7 @@ def check_shard_columns(path: str) -> None:
     """InputError unless the Parquet file ``path`` has the columns of a shard (an output of
     ``ldabeam infer`` given as shards, say); read from the footer only."""
     try:
-        names = _parquet_file(path).schema_arrow.names
+        names = parquet_file(path).schema_arrow.names
     except (OSError, ValueError) as e:       # truncated, not Parquet
         raise DataIntegrityError("%s cannot be read as Parquet (%s); re-run `ldabeam "
                                  "vectorize`" % (path, e)) from None
@@ -377,7 +377,7 @@ def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
 
 
 def count_documents(files: Sequence[str]) -> int:
-    return sum(_parquet_file(f).metadata.num_rows for f in files)
+    return sum(parquet_file(f).metadata.num_rows for f in files)
 
 
 def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
@@ -386,7 +386,7 @@ def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
     in file order (bounded memory: one record batch at a time)."""
     cols = list(columns) if columns else ["doc_id", "title", "label", "word_ids", "counts"]
     for f in files:
-        pf = _parquet_file(f)
+        pf = parquet_file(f)
         present = [c for c in cols if c in pf.schema_arrow.names]
         for rb in pf.iter_batches(batch_size=batch_size, columns=present):
             try:
@@ -571,7 +571,7 @@ class Listing:
         for f, rel in zip(files, rels):
             entry = self.entries[rel]
             try:
-                pf = _parquet_file(f)
+                pf = parquet_file(f)
                 rows = pf.metadata.num_rows
                 meta = pf.schema_arrow.metadata or {}
             except Exception as e:   # truncated / not Parquet
@@ -637,7 +637,7 @@ class ShardSet:
                              _file_sha256(f)))
             else:
                 rows.append((f.replace("\\", "/").rsplit("/", 1)[-1],
-                             int(_parquet_file(f).metadata.num_rows), _file_sha256(f)))
+                             int(parquet_file(f).metadata.num_rows), _file_sha256(f)))
         h = hashlib.sha256()
         for r in rows:
             h.update(("%s\t%d\t%s\n" % r).encode("utf-8"))
@@ -731,7 +731,7 @@ def shard_listing(root: str) -> dict:
         files = match(join(root, split, "*.parquet"))
         if files:
             shards = [{"file": "%s/%s" % (split, f.replace("\\", "/").rsplit("/", 1)[-1]),
-                       "documents": int(_parquet_file(f).metadata.num_rows),
+                       "documents": int(parquet_file(f).metadata.num_rows),
                        "sha256": _file_sha256(f)} for f in files]
             splits[split] = {"documents": sum(e["documents"] for e in shards),
                              "shards": shards}
@@ -841,3 +841,35 @@ def read_tokenizer(model_dir: str):
                          "it from the training run, or delete it to use the settings of the "
                          "training dataset's manifest" % (path, why))
     return settings
+
+
+def doc_hash(doc_id: str, seed: int = 0) -> Tuple[float, int]:
+    """``(u, order)`` for a document: ``u`` uniform in [0, 1) decides the held-out split,
+    ``order`` (64-bit) the shard and the row order. Stable across runs, runners, platforms."""
+    d = hashlib.blake2b(("%d:%s" % (seed, doc_id)).encode("utf-8"), digest_size=16).digest()
+    u = int.from_bytes(d[:8], "big") / 2.0 ** 64
+    return u, int.from_bytes(d[8:], "big")
+
+
+def split_of(doc_id: str, holdout_fraction: float, seed: int = 0) -> str:
+    u, _ = doc_hash(doc_id, seed)
+    return HELDOUT_SPLIT if u < holdout_fraction else TRAIN_SPLIT
+
+
+def find_vocab(shards: str, explicit: Optional[str]) -> str:
+    """The vocab.tsv that belongs to SHARD_DIR."""
+    if explicit:
+        return explicit
+    cands = []
+    if not any(ch in shards for ch in "*?[") and not shards.endswith(".parquet"):
+        cands.append(join(shards, VOCAB_FILE))
+    base = shards.rstrip("/")
+    for _ in range(2):
+        base = os.path.dirname(base) if not is_remote(base) else base.rsplit("/", 1)[0]
+        if base:
+            cands.append(join(base, VOCAB_FILE))
+    for c in cands:
+        if exists(c):
+            return c
+    raise FileNotFoundError("no vocabulary found for %s (looked for %s); pass --vocab"
+                            % (shards, ", ".join(cands)))

@@ -16,6 +16,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError, UsageError
 from lda_core.evaluation.metrics import USAGE_DOCS
 from pipelines.ingest import dataset
+from pipelines.ingest.shards import gather, read_shard
 
 COLUMNS = ("doc_id", "title", "label", "word_ids", "counts")
 
@@ -28,7 +29,6 @@ def sample_documents(files: Sequence[str], expected_vocab_hash: Optional[str] = 
     :func:`lda_core.evaluation.metrics.topic_usage` draws), in file order; every document when there
     are no more. The row counts come from the Parquet footers and one shard is read at a time
     (memory: one shard plus the sample)."""
-    from pipelines.training.shard_stream import gather, read_shard
     if max_docs < 1:
         raise UsageError("max_docs=%r is outside the allowed range [1, inf)" % (max_docs,))
     files = list(files)

@@ -8,13 +8,16 @@ chunks, recognising a file's format by its name's known suffixes, else by its co
 Re-exported by :mod:`pipelines.ingest.text_sources`."""
 from __future__ import annotations
 
+import codecs
 import glob
 import io
 import json
 import logging
 import lzma
 import os
+import posixpath
 import re
+import threading
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -73,7 +76,7 @@ class DeadLetter:
         return asdict(self)
 
 
-def _snippet(data) -> str:
+def snippet_of(data) -> str:
     if isinstance(data, bytes):
         data = data[:SNIPPET_CHARS * 4].decode("utf-8", "replace")
     return (data or "")[:SNIPPET_CHARS]
@@ -291,7 +294,7 @@ def iter_lines(path: str, max_line_bytes: int, skip_long: bool = True
                 yield lineno, DeadLetter(path, "line %d" % lineno, "line longer than %d bytes%s"
                                          % (max_line_bytes, "" if skip_long else
                                             "; lines after this point are lost"),
-                                         _snippet(line))
+                                         snippet_of(line))
                 if not skip_long:
                     return
                 for _ in range(1 << 62):   # skip the rest of the line
@@ -505,7 +508,7 @@ def sniff_format(path: str) -> Optional[str]:
     return format_of_head(head)
 
 
-def _hidden(name: str) -> bool:
+def is_hidden(name: str) -> bool:
     return any(part.startswith(".") and part not in (".", "..")
                for part in name.replace("\\", "/").split("/"))
 
@@ -552,7 +555,7 @@ def _expand_remote(pattern: str) -> List[str]:
     paths = _match_remote(pattern)
     if not paths and not _GLOB_CHARS.search(pattern):
         paths = _match_remote(pattern.rstrip("/") + "/**")
-    return [p for p in paths if not _hidden(p.split("://", 1)[-1])]
+    return [p for p in paths if not is_hidden(p.split("://", 1)[-1])]
 
 
 SNIFF_THREADS = 8          # files of object stores / web servers sniffed at once
@@ -594,8 +597,7 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
     for pattern in patterns:
         paths = _expand_remote(pattern) if is_remote(pattern) else _expand_local(pattern)
         if fmt in ("auto",) + TABLE_FORMATS:
-            from pipelines.ingest import table_sources
-            paths = table_sources.drop_table_metadata(paths)
+            paths = drop_table_metadata(paths)
         if not paths:
             raise InputError("input %s matches no file (expected an existing file, directory "
                              "or glob)" % pattern)
@@ -622,4 +624,79 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
                     ".parquet, .arrow, docword.*.txt (uci), .mm, .lda-c) nor its content (it "
                     "is binary) tells; give --format" % p)
             out.append((p, f))
+    return out
+
+
+# ----------------------------------------------------------------------------- decoding
+
+_REPLACED = threading.local()
+COUNTING_REPLACE = "ldabeam.replace"
+
+
+def _counting_replace(err):
+    """The ``replace`` error handler (one U+FFFD per undecodable sequence) that also counts
+    the replacements of this thread (:func:`replaced_so_far`)."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
+    return "\ufffd", err.end
+
+
+codecs.register_error(COUNTING_REPLACE, _counting_replace)
+
+
+def replaced_so_far() -> int:
+    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
+    return getattr(_REPLACED, "n", 0)
+
+
+def error_handler(errors: str) -> str:
+    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
+    return COUNTING_REPLACE if errors == "replace" else errors
+
+
+def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:
+    """``(text, replaced characters)``; raises UnicodeDecodeError under ``strict``."""
+    before = replaced_so_far()
+    text = data.decode(encoding, error_handler(errors))
+    return text, replaced_so_far() - before
+
+
+# ----------------------------------------------------------------------------- table folders
+
+#: files of a table folder that hold no rows (Spark / Hive markers, Parquet summary files)
+TABLE_MARKERS = ("_SUCCESS", "_metadata", "_common_metadata")
+#: Hugging Face ``save_to_disk`` metadata beside the ``.arrow`` files
+HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
+
+
+def _hf_data_files(state_path: str) -> Optional[List[str]]:
+    """The ``.arrow`` files a Hugging Face ``state.json`` lists, or None if it is not one."""
+    try:
+        with open_binary(state_path) as f:
+            state = json.loads(f.read(1 << 20).decode("utf-8"))
+    except (InputError, OSError, ValueError):
+        return None
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list):
+        return None
+    return [d.get("filename") for d in files if isinstance(d, dict) and d.get("filename")]
+
+
+def drop_table_metadata(paths: Sequence[str]) -> List[str]:
+    """Leave out files of a table folder that hold no rows: Spark / Hive markers
+    (``_SUCCESS``, ``_metadata``) and the JSON files of a Hugging Face ``save_to_disk``
+    folder (recognised by its ``state.json`` listing ``_data_files``)."""
+    split = lambda p: posixpath.split(p) if "://" in p else os.path.split(p)
+    hf_dirs = set()
+    for p in paths:
+        d, name = split(p)
+        if name == "state.json" and _hf_data_files(p) is not None:
+            hf_dirs.add(d)
+    out = []
+    for p in paths:
+        d, name = split(p)
+        if name in TABLE_MARKERS or (d in hf_dirs and name in HF_METADATA):
+            continue
+        out.append(p)
     return out

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import os
-import posixpath
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from pipelines.ingest import text_sources as ts
+from pipelines.ingest import input_files as inputs
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +47,6 @@ DEFAULT_FIELDS = {"id_field": "id", "text_field": "text", "title_field": "title"
                   "label_field": "label"}
 BATCH_ROWS = 1024                       # rows per Parquet / Arrow record batch read
 TEXT_JOIN = "\n"                        # between the values of several text columns
-#: files of a table folder that hold no rows (Spark / Hive markers, Parquet summary files)
-TABLE_MARKERS = ("_SUCCESS", "_metadata", "_common_metadata")
-#: Hugging Face ``save_to_disk`` metadata beside the ``.arrow`` files
-HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
 
 
 # ----------------------------------------------------------------------------- columns
@@ -61,7 +55,7 @@ def text_columns(text_field: str) -> List[str]:
     """``"title,body"`` -> ``["title", "body"]`` (the text columns, joined in this order)."""
     cols = [c.strip() for c in (text_field or "").split(",") if c.strip()]
     if not cols:
-        raise ts.InputError("--text-field names no column")
+        raise inputs.InputError("--text-field names no column")
     return cols
 
 
@@ -90,7 +84,7 @@ class Columns:
     def check(self, present: Sequence[str], path: str) -> None:
         missing = [c for c in self.required if c not in present]
         if missing:
-            raise ts.InputError(
+            raise inputs.InputError(
                 "input %s has no column %s; its columns are: %s (choose them with --text-field"
                 " / --id-field / --title-field / --label-field)"
                 % (path, ", ".join(repr(c) for c in missing),
@@ -125,21 +119,22 @@ def row_document(values: Dict[str, object], cols: Columns, path: str, base: str,
         if v is None:
             continue
         if not isinstance(v, str):
-            return ts.DeadLetter(path, position, "text column %r holds a %s, expected text"
-                                 % (c, type(v).__name__), ts._snippet(repr(v)))
+            return inputs.DeadLetter(path, position, "text column %r holds a %s, expected text"
+                                     % (c, type(v).__name__), inputs.snippet_of(repr(v)))
         parts.append(v)
     if not parts:
-        return ts.DeadLetter(path, position, "text column%s %s missing in this row"
-                             % ("s" if len(cols.text) > 1 else "",
-                                ", ".join(repr(c) for c in cols.text)
-                                + (" are" if len(cols.text) > 1 else " is")), "")
+        return inputs.DeadLetter(path, position, "text column%s %s missing in this row"
+                                 % ("s" if len(cols.text) > 1 else "",
+                                    ", ".join(repr(c) for c in cols.text)
+                                    + (" are" if len(cols.text) > 1 else " is")), "")
     text = TEXT_JOIN.join(parts)
     doc_id = cell_text(values.get(cols.id)) if cols.id else None
     if doc_id is None or doc_id == "":
         doc_id = "%s:%d" % (base, row)
-    return ts.RawDocument(doc_id, text, cell_text(values.get(cols.title)) if cols.title else None,
-                          cell_text(values.get(cols.label)) if cols.label else None, path,
-                          position, replaced)
+    return inputs.RawDocument(doc_id, text,
+                              cell_text(values.get(cols.title)) if cols.title else None,
+                              cell_text(values.get(cols.label)) if cols.label else None, path,
+                              position, replaced)
 
 
 # ----------------------------------------------------------------------------- CSV / TSV
@@ -158,7 +153,7 @@ class _LineFeed:
     def __init__(self, stream, encoding: str, errors: str, max_line_bytes: int, path: str):
         self._f = stream
         self._enc = encoding
-        self._handler = ts.error_handler(errors)
+        self._handler = inputs.error_handler(errors)
         self._max = max_line_bytes
         self._path = path
         self.lineno = 0
@@ -171,7 +166,7 @@ class _LineFeed:
     def __next__(self) -> str:
         try:
             raw = self._f.readline(self._max + 1)
-        except ts.DECOMPRESS_ERRORS as e:
+        except inputs.DECOMPRESS_ERRORS as e:
             raise _Truncated(str(e)) from e
         if not raw:
             raise StopIteration
@@ -179,7 +174,7 @@ class _LineFeed:
         if len(raw) > self._max and not raw.endswith(b"\n"):
             self.problem = "line %d longer than max_doc_bytes=%d" % (self.lineno, self._max)
             for _ in range(1 << 62):       # skip the rest of the line
-                rest = self._f.readline(ts.READ_BLOCK)
+                rest = self._f.readline(inputs.READ_BLOCK)
                 if not rest or rest.endswith(b"\n"):
                     break
             return "\n"
@@ -202,7 +197,7 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
                     ) -> Iterator:
     base = os.path.basename(path.rstrip("/"))
     consts = partition_values(path)
-    stream = ts.open_decompressed(path)
+    stream = inputs.open_decompressed(path)
     try:
         if encoding_errors == "strict" and _ascii_compatible(encoding):
             feed = _LineFeed(stream, encoding, encoding_errors, max_doc_bytes, path)
@@ -210,7 +205,7 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
             feed = None
             utf8 = encoding.replace("_", "-").lower() in ("utf-8", "utf8")
             text = io.TextIOWrapper(stream, encoding="utf-8-sig" if utf8 else encoding,
-                                    errors=ts.error_handler(encoding_errors), newline="")
+                                    errors=inputs.error_handler(encoding_errors), newline="")
         limit = max(csv.field_size_limit(), max_doc_bytes)
         csv.field_size_limit(limit)
         reader = csv.reader(feed if feed is not None else text, delimiter=delimiter)
@@ -218,21 +213,21 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
         try:
             header = next(reader, None)
         except (csv.Error, UnicodeDecodeError, _Truncated) as e:
-            raise ts.InputError("input %s: cannot read the header row (%s); expected a %s "
-                                "file with a header" % (path, e, "CSV" if delimiter == ","
-                                                        else "TSV")) from e
+            raise inputs.InputError("input %s: cannot read the header row (%s); expected a %s "
+                                    "file with a header" % (path, e, "CSV" if delimiter == ","
+                                                            else "TSV")) from e
         if header is None:
-            raise ts.InputError("input %s is empty; expected a header row naming the columns"
-                                % path)
+            raise inputs.InputError("input %s is empty; expected a header row naming the columns"
+                                    % path)
         header = [h.strip() for h in header]
         cols.check(header + [k for k in consts if k not in header], path)
         index = {name: i for i, name in enumerate(header)}
         if feed is not None and feed.problem:
-            raise ts.InputError("input %s: the header row %s" % (path, feed.problem))
+            raise inputs.InputError("input %s: the header row %s" % (path, feed.problem))
         row = 0
         for _ in range(1 << 62):
             first = line() + 1
-            before = ts.replaced_so_far()
+            before = inputs.replaced_so_far()
             try:
                 rec = next(reader)
             except StopIteration:
@@ -240,16 +235,16 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
             except (csv.Error, UnicodeDecodeError) as e:
                 row += 1
                 if isinstance(e, UnicodeDecodeError):   # strict, UTF-16 stream: rest lost
-                    yield ts.DeadLetter(path, "row %d (line %d)" % (row, first),
-                                        "cannot decode as %s: %s; rows after it are lost"
-                                        % (encoding, e))
+                    yield inputs.DeadLetter(path, "row %d (line %d)" % (row, first),
+                                            "cannot decode as %s: %s; rows after it are lost"
+                                            % (encoding, e))
                     return
-                yield ts.DeadLetter(path, "row %d (line %d)" % (row, first),
-                                    "malformed CSV record: %s" % e)
+                yield inputs.DeadLetter(path, "row %d (line %d)" % (row, first),
+                                        "malformed CSV record: %s" % e)
                 continue
             except _Truncated as e:
-                yield ts.DeadLetter(path, "line %d" % first, "compressed stream is corrupt "
-                                    "or truncated: %s; rows after this point are lost" % e)
+                yield inputs.DeadLetter(path, "line %d" % first, "compressed stream is corrupt "
+                                        "or truncated: %s; rows after this point are lost" % e)
                 return
             if not rec or (len(rec) == 1 and not rec[0].strip()):
                 if feed is not None:
@@ -259,20 +254,20 @@ def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
             position = "row %d (line %d)" % (row, first)
             if feed is not None and feed.problem:
                 problem, feed.problem = feed.problem, None
-                yield ts.DeadLetter(path, position, problem, ts._snippet(",".join(rec)))
+                yield inputs.DeadLetter(path, position, problem, inputs.snippet_of(",".join(rec)))
                 continue
             values = dict(consts)
             values.update({name: rec[i] for name, i in index.items() if i < len(rec)})
             if len(rec) < len(header):
                 gone = [c for c in cols.wanted if c in index and index[c] >= len(rec)]
                 if any(c in cols.text for c in gone):
-                    yield ts.DeadLetter(path, position, "row has %d fields, the header %d: "
-                                        "column %s missing" % (len(rec), len(header),
-                                                               ", ".join(map(repr, gone))),
-                                        ts._snippet(delimiter.join(rec)))
+                    yield inputs.DeadLetter(path, position, "row has %d fields, the header %d: "
+                                            "column %s missing" % (len(rec), len(header),
+                                                                   ", ".join(map(repr, gone))),
+                                            inputs.snippet_of(delimiter.join(rec)))
                     continue
             yield row_document(values, cols, path, base, row, position,
-                            ts.replaced_so_far() - before)
+                            inputs.replaced_so_far() - before)
     finally:
         stream.close()
 
@@ -289,8 +284,8 @@ def _check_text_types(schema, cols: Columns, path: str) -> None:
             t = t.value_type
         if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
                 or pa.types.is_large_binary(t) or pa.types.is_null(t)):
-            raise ts.InputError("input %s: text column %r has type %s, expected a string "
-                                "column" % (path, c, t))
+            raise inputs.InputError("input %s: text column %r has type %s, expected a string "
+                                    "column" % (path, c, t))
 
 
 def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
@@ -320,11 +315,11 @@ def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
                 v = columns[c][i]
                 if isinstance(v, bytes) and c in cols.text:
                     try:
-                        v, n = ts.decode_counted(v, encoding, encoding_errors)
+                        v, n = inputs.decode_counted(v, encoding, encoding_errors)
                         replaced += n
                     except UnicodeDecodeError as e:
-                        bad = ts.DeadLetter(path, position, "column %r cannot be decoded as "
-                                            "%s: %s" % (c, encoding, e), ts._snippet(v))
+                        bad = inputs.DeadLetter(path, position, "column %r cannot be decoded as "
+                                                "%s: %s" % (c, encoding, e), inputs.snippet_of(v))
                         break
                 values[c] = v
             yield bad if bad is not None else row_document(values, cols, path, base, row,
@@ -333,12 +328,12 @@ def _batch_documents(batches, schema, cols: Columns, path: str, encoding: str,
 
 def _read_parquet(path: str, cols: Columns, **kw):
     import pyarrow.parquet as pq
-    f = ts.open_binary(path)
+    f = inputs.open_binary(path)
     try:
         try:
             pf = pq.ParquetFile(f)
         except Exception as e:   # ArrowInvalid and friends: not a Parquet file
-            raise ts.InputError("input %s is not a readable Parquet file (%s)" % (path, e)) \
+            raise inputs.InputError("input %s is not a readable Parquet file (%s)" % (path, e)) \
                 from e
         schema = pf.schema_arrow
         present = [c for c in cols.wanted if c in schema.names]
@@ -360,14 +355,14 @@ def _arrow_reader(f, path: str):
         f.seek(0)
         r = pa.ipc.open_file(f)
     except Exception as e:
-        raise ts.InputError("input %s is not an Arrow IPC stream or file (%s); expected "
-                            ".arrow (e.g. a Hugging Face save_to_disk folder) or .feather"
-                            % (path, e)) from e
+        raise inputs.InputError("input %s is not an Arrow IPC stream or file (%s); expected "
+                                ".arrow (e.g. a Hugging Face save_to_disk folder) or .feather"
+                                % (path, e)) from e
     return r.schema, (r.get_batch(i) for i in range(r.num_record_batches))
 
 
 def _read_arrow(path: str, cols: Columns, **kw):
-    f = ts.open_binary(path)
+    f = inputs.open_binary(path)
     try:
         schema, batches = _arrow_reader(f, path)
         yield from _batch_documents(batches, schema, cols, path, **kw)
@@ -379,7 +374,7 @@ def _read_arrow(path: str, cols: Columns, **kw):
 
 def read_table(path: str, fmt: str, encoding="utf-8", encoding_errors="strict", id_field="id",
                text_field="text", label_field="label", title_field="title",
-               max_doc_bytes=ts.DEFAULT_MAX_DOC_BYTES, **_) -> Iterator:
+               max_doc_bytes=inputs.DEFAULT_MAX_DOC_BYTES, **_) -> Iterator:
     """Stream the rows of one table file as RawDocument / DeadLetter (module docstring).
     Raises InputError (at the first ``next``) for a file that is not such a table or lacks
     a named column."""
@@ -392,37 +387,5 @@ def read_table(path: str, fmt: str, encoding="utf-8", encoding_errors="strict", 
         return _read_parquet(path, cols, **kw)
     if fmt == "arrow":
         return _read_arrow(path, cols, **kw)
-    raise ts.InputError("unknown table format %r for %s; expected one of %s"
-                        % (fmt, path, ", ".join(ts.TABLE_FORMATS)))
-
-
-def _hf_data_files(state_path: str) -> Optional[List[str]]:
-    """The ``.arrow`` files a Hugging Face ``state.json`` lists, or None if it is not one."""
-    try:
-        with ts.open_binary(state_path) as f:
-            state = json.loads(f.read(1 << 20).decode("utf-8"))
-    except (ts.InputError, OSError, ValueError):
-        return None
-    files = state.get("_data_files") if isinstance(state, dict) else None
-    if not isinstance(files, list):
-        return None
-    return [d.get("filename") for d in files if isinstance(d, dict) and d.get("filename")]
-
-
-def drop_table_metadata(paths: Sequence[str]) -> List[str]:
-    """Leave out files of a table folder that hold no rows: Spark / Hive markers
-    (``_SUCCESS``, ``_metadata``) and the JSON files of a Hugging Face ``save_to_disk``
-    folder (recognised by its ``state.json`` listing ``_data_files``)."""
-    split = lambda p: posixpath.split(p) if "://" in p else os.path.split(p)
-    hf_dirs = set()
-    for p in paths:
-        d, name = split(p)
-        if name == "state.json" and _hf_data_files(p) is not None:
-            hf_dirs.add(d)
-    out = []
-    for p in paths:
-        d, name = split(p)
-        if name in TABLE_MARKERS or (d in hf_dirs and name in HF_METADATA):
-            continue
-        out.append(p)
-    return out
+    raise inputs.InputError("unknown table format %r for %s; expected one of %s"
+                            % (fmt, path, ", ".join(inputs.TABLE_FORMATS)))

@@ -35,20 +35,20 @@ Formats (see docs/input-formats.md for the user documentation):
 """
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import logging
 import os
 import re
 import tarfile
-import threading
 from typing import Iterator, Optional, Tuple, Union
 
 # the readers' records, errors and file layer, and the wiki reader, re-exported: callers
 # import them from here
-from pipelines.ingest.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkReader,
-                                          compression_of, DeadLetter, DECOMPRESS_ERRORS,
+from pipelines.ingest.input_files import (is_hidden, snippet_of, BOW_FORMATS, ChunkReader,
+                                          COUNTING_REPLACE, decode_counted, error_handler,
+                                          replaced_so_far, compression_of, DeadLetter,
+                                          DECOMPRESS_ERRORS,
                                           DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
                                           FORMATS, InputError, is_archive_name, is_remote,
                                           format_of_head, is_tar_name, is_web,
@@ -56,7 +56,7 @@ from pipelines.ingest.input_files import (_hidden, _snippet, BOW_FORMATS, ChunkR
                                           open_binary, open_decompressed, RawDocument, READ_BLOCK,
                                           sniff_format, SNIFF_BYTES, SNIPPET_CHARS, TABLE_FORMATS,
                                           TABLE_SUFFIXES, TEXT_FORMATS)  # noqa: F401
-from pipelines.ingest.wiki_source import (_read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
+from pipelines.ingest.wiki_source import (read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
                                           iter_wiki_page_chunks, MEDIAWIKI_NS_PREFIX,
                                           parse_wiki_page, remove_markup, remove_template,
                                           strip_wiki_markup)  # noqa: F401
@@ -66,46 +66,13 @@ logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- text files
 
-_REPLACED = threading.local()
-COUNTING_REPLACE = "ldabeam.replace"
-
-
-def _counting_replace(err):
-    """The ``replace`` error handler (one U+FFFD per undecodable sequence) that also counts
-    the replacements of this thread (:func:`replaced_so_far`)."""
-    if not isinstance(err, UnicodeDecodeError):
-        raise err
-    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
-    return "\ufffd", err.end
-
-
-codecs.register_error(COUNTING_REPLACE, _counting_replace)
-
-
-def replaced_so_far() -> int:
-    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
-    return getattr(_REPLACED, "n", 0)
-
-
-def error_handler(errors: str) -> str:
-    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
-    return COUNTING_REPLACE if errors == "replace" else errors
-
-
-def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:
-    """``(text, replaced characters)``; raises UnicodeDecodeError under ``strict``."""
-    before = replaced_so_far()
-    text = data.decode(encoding, error_handler(errors))
-    return text, replaced_so_far() - before
-
-
 def _decode(data: bytes, encoding: str, errors: str, source: str, position: str
             ) -> Union[Tuple[str, int], DeadLetter]:
     try:
         return decode_counted(data, encoding, errors)
     except UnicodeDecodeError as e:
         return DeadLetter(source, position, "cannot decode as %s: %s" % (encoding, e),
-                          _snippet(data))
+                          snippet_of(data))
 
 
 def strip_email_headers(text: str) -> str:
@@ -209,7 +176,7 @@ def _read_text(path: str, encoding="utf-8", encoding_errors="strict", strip_head
         f.close()
     if len(data) > max_doc_bytes:
         yield DeadLetter(path, "file", "document larger than max_doc_bytes=%d" % max_doc_bytes,
-                         _snippet(data))
+                         snippet_of(data))
         return
     yield _text_doc(data, path, _parent_name(path), path, "file", encoding, encoding_errors,
                     *clean)
@@ -234,7 +201,7 @@ def _read_tar(path, f, encoding, encoding_errors, clean, max_doc_bytes):
             yield DeadLetter(path, "after member %d" % n, "archive is corrupt or "
                              "truncated: %s; members after this point are lost" % e)
             break
-        if not member.isfile() or _hidden(member.name):
+        if not member.isfile() or is_hidden(member.name):
             continue
         n += 1
         position = "member %s" % member.name
@@ -267,7 +234,7 @@ def _read_zip(path, f, encoding, encoding_errors, clean, max_doc_bytes):
                          "text files" % (path, e)) from e
     with zf:
         for info in zf.infolist():
-            if info.is_dir() or _hidden(info.filename):
+            if info.is_dir() or is_hidden(info.filename):
                 continue
             position = "member %s" % info.filename
             if info.file_size > max_doc_bytes:
@@ -336,20 +303,20 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
         try:
             obj = json.loads(text)
         except ValueError as e:
-            yield DeadLetter(path, position, "invalid JSON: %s" % e, _snippet(text))
+            yield DeadLetter(path, position, "invalid JSON: %s" % e, snippet_of(text))
             continue
         except RecursionError:
-            yield DeadLetter(path, position, "invalid JSON: nested too deeply", _snippet(text))
+            yield DeadLetter(path, position, "invalid JSON: nested too deeply", snippet_of(text))
             continue
         if not isinstance(obj, dict):
             yield DeadLetter(path, position, "JSON line is a %s, expected an object"
-                             % type(obj).__name__, _snippet(text))
+                             % type(obj).__name__, snippet_of(text))
             continue
         body = _get_field(obj, text_field)
         if not isinstance(body, str):
             yield DeadLetter(path, position, "text field %r is %s, expected a string"
                              % (text_field, "missing" if body is None else type(body).__name__),
-                             _snippet(text))
+                             snippet_of(text))
             continue
         try:    # str() of a huge number or a deeply nested value can fail: one dead letter
             doc_id = _get_field(obj, id_field)
@@ -361,7 +328,7 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
             label = None if label is None else str(label)
         except (ValueError, OverflowError, TypeError, RecursionError) as e:
             yield DeadLetter(path, position, "id, title or label cannot be read: %s: %s"
-                             % (type(e).__name__, e), _snippet(text))
+                             % (type(e).__name__, e), snippet_of(text))
             continue
         yield RawDocument(doc_id, body, title, label, path, position, replaced)
 
@@ -374,7 +341,7 @@ def _table_reader(fmt: str):
     return read
 
 
-_READERS = {"wiki": _read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
+_READERS = {"wiki": read_wiki, "text": _read_text, "lines": _read_lines, "jsonl": _read_jsonl}
 _READERS.update({f: _table_reader(f) for f in TABLE_FORMATS})
 
 
@@ -417,10 +384,10 @@ def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument
     gen = _READERS[fmt](path, **options)
     # run the generator up to its first item so that InputError (missing file, not a dump)
     # is raised here, at call time, not at the first next() somewhere in a pipeline
-    return _primed(gen)
+    return primed(gen)
 
 
-def _primed(gen):
+def primed(gen):
     first = next(gen, _END)
 
     def rest():

@@ -181,14 +181,14 @@ def deaccent(text: str) -> str:
 
 def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
     """Tokens of ``text`` under ``cfg`` (a list; order and repeats kept)."""
-    tokens = _doc_tokens(text, cfg)
+    tokens = doc_tokens(text, cfg)
     if cfg.stopwords:
         sw = cfg.stopwords
         tokens = [t for t in tokens if t not in sw]
     return tokens
 
 
-def _doc_tokens(text: str, cfg: TokenizerConfig) -> List[str]:
+def doc_tokens(text: str, cfg: TokenizerConfig) -> List[str]:
     """Tokens of one text with phrases joined, stop words not removed."""
     if not text:
         return []
@@ -349,7 +349,7 @@ def tokenize_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT):
     import numpy as np
     import pyarrow as pa
     if not cfg.plain:       # pattern, segmenter, phrases or a callable: document by document
-        per_doc = [_doc_tokens(t, cfg) for t in texts]
+        per_doc = [doc_tokens(t, cfg) for t in texts]
         lens = np.fromiter((len(t) for t in per_doc), np.int64, len(per_doc))
         return (pa.array([w for toks in per_doc for w in toks], pa.large_string()),
                 np.repeat(np.arange(len(per_doc), dtype=np.int64), lens))

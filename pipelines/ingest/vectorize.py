@@ -36,7 +36,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -46,7 +46,8 @@ from lda_core.errors import InputError, UsageError
 from pipelines.ingest import dataset, text_sources
 from pipelines.runtime.beam_options import pipeline_options
 from lda_core.errors import UsageError
-from pipelines.ingest.tokenize import TOKENS_FROM_BOW, TokenizerConfig, tokenizer_record
+from pipelines.ingest.tokenize import (TOKENS_FROM_BOW, TokenizerConfig, doc_tokens,
+                                       load_stopwords, tokenizer_record)
 from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_record
 from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
                                                finish_manifest, write_vocabulary)
@@ -424,17 +425,61 @@ def recorded_tokenizer(opts: VectorizeOptions):
     return pre.config, pre.record().get("stopwords")
 
 
+def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict, cfg,
+                         min_tokens: Sequence[int], holdout_fraction: float, seed: int,
+                         sample: float = 1.0, counts: Optional[dict] = None):
+    """Token lists (stop words kept, no phrases) of the documents vectorize will put in the
+    train split, read again on the driver: every one, or with ``sample`` < 1 a seeded share
+    of them (a hash of ``"phrases:<seed>:<doc_id>"``). Documents with fewer tokens than
+    ``min_tokens[input]`` (after the stop words) are skipped as vectorize skips them.
+    ``counts`` (a dict) receives ``documents`` and ``tokens``."""
+    base = replace(cfg, phrases=None)
+    stop = cfg.stopwords
+    counts = {} if counts is None else counts
+    counts.update(documents=0, tokens=0)
+    for i, (path, fmt) in enumerate(inputs):
+        if fmt == "bigquery":
+            raise UsageError("--phrases learns on the driver, which cannot read BigQuery input "
+                             "%s; export the table to files (JSON Lines, Parquet) first" % path)
+        docs = _wiki_documents(path) if fmt == "wiki" else \
+            text_sources.read_documents(path, fmt, **reader_options)
+        for doc in docs:
+            if doc is None or isinstance(doc, text_sources.DeadLetter):
+                continue
+            if holdout_fraction and dataset.split_of(doc.doc_id, holdout_fraction, seed) != "train":
+                continue
+            if sample < 1.0:
+                h = hashlib.blake2b(("phrases:%d:%s" % (seed, doc.doc_id)).encode("utf-8"),
+                                    digest_size=8).digest()
+                if int.from_bytes(h, "big") / 2.0 ** 64 >= sample:
+                    continue
+            tokens = doc_tokens(doc.text, base)
+            kept = sum(1 for t in tokens if t not in stop) if stop else len(tokens)
+            if kept == 0 or kept < min_tokens[i]:
+                continue
+            counts["documents"] += 1
+            counts["tokens"] += len(tokens)
+            yield tokens
+
+
+def _wiki_documents(path: str):
+    """The articles of a dump as vectorize parses them (skipped pages give None)."""
+    for item in text_sources.iter_wiki_page_chunks(path):
+        if not isinstance(item, text_sources.DeadLetter):
+            position, xml = item
+            yield text_sources.parse_wiki_page(xml, path, position)
+
+
 def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
     """The TokenizerConfig of ``opts``; with ``learn_phrases`` the phrases are learned first,
     on the driver, from the documents that go to the train split (all of them, or the seeded
-    ``phrases_sample`` share: :func:`pipelines.ingest.phrases.training_token_lists`)."""
+    ``phrases_sample`` share: :func:`training_token_lists`)."""
     if opts.tokenizer_from:
         return recorded_tokenizer(opts)[0]
-    cfg = opts.tokenizer_config(_load_stopwords(opts.stopwords))
+    cfg = opts.tokenizer_config(load_stopwords(opts.stopwords))
     if not opts.learn_phrases:
         return cfg
-    from dataclasses import replace
-    from pipelines.ingest.phrases import learn_phrases, training_token_lists
+    from pipelines.ingest.phrases import learn_phrases
     counts = {}
     token_lists = training_token_lists(
         inputs, opts.reader_options(), cfg, [opts.min_tokens_for(f) for _, f in inputs],
@@ -446,11 +491,6 @@ def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]
     logger.info("phrases: %d learned from %d %s (%d tokens)", len(table),
                 counts.get("documents", 0), learned_on, counts.get("tokens", 0))
     return replace(cfg, phrases=table)
-
-
-def _load_stopwords(spec):
-    from pipelines.ingest.tokenize import load_stopwords
-    return load_stopwords(spec)
 
 
 def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:

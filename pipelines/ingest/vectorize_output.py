@@ -5,7 +5,6 @@ hash of ``doc_id``), the Parquet shards (:class:`WriteShards`), the dead letters
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
 import math
@@ -18,6 +17,7 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from lda_core.errors import LdaBeamError
 from pipelines.ingest import dataset
+from pipelines.ingest.dataset import doc_hash, split_of  # noqa: F401 (API)
 from pipelines.ingest.vectorize_steps import NAMESPACE
 from pipelines.ingest.vocabulary import record_to_vocabulary
 
@@ -30,19 +30,6 @@ DEADLETTER_FILE = "deadletter.jsonl"
 # A vectorised row travelling between transforms: numpy arrays as raw bytes (cheap to encode)
 # (doc_id, title, label, word_ids int32 bytes, counts int32 bytes, n_tokens)
 Row = Tuple[str, Optional[str], Optional[str], bytes, bytes, int]
-
-
-def doc_hash(doc_id: str, seed: int = 0) -> Tuple[float, int]:
-    """``(u, order)`` for a document: ``u`` uniform in [0, 1) decides the held-out split,
-    ``order`` (64-bit) the shard and the row order. Stable across runs, runners, platforms."""
-    d = hashlib.blake2b(("%d:%s" % (seed, doc_id)).encode("utf-8"), digest_size=16).digest()
-    u = int.from_bytes(d[:8], "big") / 2.0 ** 64
-    return u, int.from_bytes(d[8:], "big")
-
-
-def split_of(doc_id: str, holdout_fraction: float, seed: int = 0) -> str:
-    u, _ = doc_hash(doc_id, seed)
-    return dataset.HELDOUT_SPLIT if u < holdout_fraction else dataset.TRAIN_SPLIT
 
 
 def auto_num_shards(n_docs: int, requested: int = 0) -> int:

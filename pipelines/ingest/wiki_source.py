@@ -11,7 +11,7 @@ import re
 from typing import Iterator, Sequence, Tuple, Union
 from xml.etree import ElementTree as ET
 
-from pipelines.ingest.input_files import (_snippet, ChunkReader, compression_of, DeadLetter,
+from pipelines.ingest.input_files import (snippet_of, ChunkReader, compression_of, DeadLetter,
                                           DECOMPRESS_ERRORS, DEFAULT_MAX_DOC_BYTES, InputError,
                                           open_decompressed, RawDocument, READ_BLOCK)
 from pipelines.ingest.wiki_page import PageFields, scan_page, unescape
@@ -89,7 +89,7 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                     yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + orphan),
                                      "</page> without a <page> start tag (damaged page start); "
                                      "the text before it is skipped",
-                                     _snippet(buf[max(pos, orphan - 400):orphan + 7]))
+                                     snippet_of(buf[max(pos, orphan - 400):orphan + 7]))
                     pos, end_from = orphan + 7, -1
                     continue
                 if start >= 0:
@@ -100,7 +100,7 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                         yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + start),
                                          "<page> without a </page> end tag before the next "
                                          "<page> (damaged or truncated page); skipped",
-                                         _snippet(buf[start:min(nxt, start + 400)]))
+                                         snippet_of(buf[start:min(nxt, start + 400)]))
                         pos, end_from = nxt, -1
                         continue
                     if end >= 0:
@@ -111,13 +111,14 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                         pos, end_from = end, -1
                         if len(chunk) > max_page_bytes:
                             yield DeadLetter(path, position, "page larger than max_page_bytes="
-                                             "%d; skipped" % max_page_bytes, _snippet(chunk[:400]))
+                                             "%d; skipped" % max_page_bytes,
+                                             snippet_of(chunk[:400]))
                             continue
                         try:
                             text = chunk.decode("utf-8")
                         except UnicodeDecodeError as e:
                             yield DeadLetter(path, position, "page is not valid UTF-8: %s" % e,
-                                             _snippet(chunk))
+                                             snippet_of(chunk))
                             continue
                         yield position, text
                         continue
@@ -125,7 +126,7 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                         n_pages += 1
                         yield DeadLetter(path, "page %d @ byte %d" % (n_pages, base + start),
                                          "page larger than max_page_bytes=%d; skipped"
-                                         % max_page_bytes, _snippet(buf[start:start + 400]))
+                                         % max_page_bytes, snippet_of(buf[start:start + 400]))
                         skipping, pos, start = True, start + 6, -1
                         continue
             # need more input: keep only the unfinished page (or the last 6 bytes)
@@ -142,13 +143,13 @@ def iter_wiki_page_chunks(path: str, max_page_bytes: int = DEFAULT_MAX_DOC_BYTES
                         % (n_pages + 1, base)) if start >= 0 else "; pages after it are lost"
                 yield DeadLetter(path, "byte %d (decompressed)" % (base + len(buf)),
                                  "compressed stream is corrupt or truncated: %s%s" % (e, lost),
-                                 _snippet(buf[:400]) if start >= 0 else "")
+                                 snippet_of(buf[:400]) if start >= 0 else "")
                 return
             if not more:
                 if start >= 0:
                     yield DeadLetter(path, "page %d @ byte %d" % (n_pages + 1, base),
                                      "dump ends inside a <page> (truncated file)",
-                                     _snippet(buf[:400]))
+                                     snippet_of(buf[:400]))
                 return
             buf += more
     finally:
@@ -174,11 +175,11 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
     if not escaped:
         fields = _parse_page_xml(page_xml)
         if isinstance(fields, str):
-            return DeadLetter(source, position, fields, _snippet(page_xml))
+            return DeadLetter(source, position, fields, snippet_of(page_xml))
     page_id, ns, title, redirect, text = fields
     page_id = (page_id or "").strip()
     if not page_id:
-        return DeadLetter(source, position, "<page> has no <id>", _snippet(page_xml))
+        return DeadLetter(source, position, "<page> has no <id>", snippet_of(page_xml))
     ns = (ns or "0").strip()
     if namespaces and ns not in namespaces:
         return None
@@ -195,7 +196,7 @@ def parse_wiki_page(page_xml: str, source: str, position: str,
             text = strip_wiki_markup(text)
         except Exception as e:   # defensive: the regex cascade should not fail
             return DeadLetter(source, position, "markup stripping failed: %r" % e,
-                              _snippet(page_xml))
+                              snippet_of(page_xml))
     return RawDocument(doc_id=page_id, text=text, title=title, label=None, source=source,
                        position=position)
 
@@ -341,7 +342,7 @@ def strip_wiki_markup(text: str, exact_gensim: bool = False) -> str:
     return remove_markup(decode_htmlentities(text))
 
 
-def _read_wiki(path: str, namespaces=("0",), max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
+def read_wiki(path: str, namespaces=("0",), max_doc_bytes=DEFAULT_MAX_DOC_BYTES, **_):
     for item in iter_wiki_page_chunks(path, max_page_bytes=max_doc_bytes):
         if isinstance(item, DeadLetter):
             yield item

@@ -23,7 +23,7 @@ from lda_core.training import session as _session
 from lda_core.docbatch import DocBatch
 from lda_core.training.session import TrainingError
 
-logger = logging.getLogger("pipelines.streaming.stream")
+logger = logging.getLogger(__name__)
 
 NS = "ldabeam"
 

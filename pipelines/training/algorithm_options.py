@@ -80,7 +80,7 @@ HINTS = {
                        "--doc-step-tau/--doc-step-kappa/--doc-step-scale",
     ("gibbs", "threads"): "batch Gibbs runs AD-LDA on --gibbs-parts threads",
 }
-_HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
+HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
            "n_threads", "n_docs_total", "corpus_tokens"}
 
 
@@ -111,7 +111,7 @@ def algorithm_option_dests() -> List[str]:
     return list(out)
 
 
-def _default(name: str, kw: str, fallback=None):
+def keyword_default(name: str, kw: str, fallback=None):
     """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
     class is not importable or has none)."""
     try:
@@ -120,7 +120,7 @@ def _default(name: str, kw: str, fallback=None):
             p = spec.get(kw)
             return fallback if p is None or p.default is None else p.default
         from lda_core.algorithms.algorithm import algorithm_class
-        p = _accepted(algorithm_class(name)).get(kw)
+        p = accepted_keywords(algorithm_class(name)).get(kw)
     except Exception:
         return fallback
     if p is None or p.default is inspect.Parameter.empty:
@@ -131,7 +131,7 @@ def _default(name: str, kw: str, fallback=None):
 def default_minibatch(name: str) -> int:
     """``--minibatch`` when not given: the class's own ``batch_size`` default (SCVB0 and
     sparse Gibbs-VB: 100, the papers'), else ``DEFAULT_MINIBATCH`` (256)."""
-    v = _default(name, "batch_size")
+    v = keyword_default(name, "batch_size")
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 \
         else DEFAULT_MINIBATCH
 
@@ -154,7 +154,7 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     spec = getattr(cls, "SPEC", None)
     # the keywords the constructor takes: a spec's settings plus the keywords every spec'd
     # class takes (vocab_hash, n_threads), else read from the signature
-    params = (_accepted(cls) if spec is None
+    params = (accepted_keywords(cls) if spec is None
               else {p.name for p in spec} | {"vocab_hash", "n_threads"})
     options = options_of(name)
     kw: Dict[str, Any] = {}
@@ -174,7 +174,7 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
         if kwname not in params or why:
             hint = why or HINTS.get((name, dest))
             raise UsageError("--%s does not apply to algorithm %s%s"
-                             % (_opt(dest), name, " (%s)" % hint if hint else ""))
+                             % (option_flag(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
     _check_combinations(name, given, kw)
     check_state_memory(n_topics, n_words)      # before the constructor allocates K x V
@@ -184,7 +184,7 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
         raise _name_option(e, given, options) from None
 
 
-def _opt(dest: str) -> str:
+def option_flag(dest: str) -> str:
     return dest.replace("_", "-")
 
 
@@ -216,10 +216,10 @@ def _name_option(err: UsageError, given: Dict[str, Any],
             best = (m.start(), dest, v)
     if best is None:
         return err
-    return UsageError("--%s %s: %s" % (_opt(best[1]), best[2], msg))
+    return UsageError("--%s %s: %s" % (option_flag(best[1]), best[2], msg))
 
 
-def _accepted(cls) -> Dict[str, Any]:
+def accepted_keywords(cls) -> Dict[str, Any]:
     """Keyword parameters of ``cls.__init__``, following ``**kw`` into the bases' __init__."""
     out: Dict[str, Any] = {}
     for c in cls.__mro__:
@@ -288,7 +288,7 @@ def spec_template_parameters() -> List[Dict[str, Any]]:
         else:
             regex = _FLOAT_RE
         label = "%s %s" % (", ".join(n for n, _ in users), dest.replace("_", " "))
-        out.append({"name": _opt(dest), "label": label,
+        out.append({"name": option_flag(dest), "label": label,
                     "helpText": spec_option_help(users) + ".", "isOptional": True,
                     "regexes": [regex]})
     return out

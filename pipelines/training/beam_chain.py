@@ -42,7 +42,7 @@ from pipelines.training.beam_stats import sum_in_order
 from pipelines.training.beam_steps import (LeanDoFn, _StepMetrics, _global_step, _remove_quietly,
                                            _store_info, piece_statistics)
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 # this process's copy: (run key, position, algorithm); one per process (a newer run or window

@@ -1,7 +1,7 @@
 """Detached windows (``train(..., detach=True)``, ``ldabeam train --detach``): one window is
 submitted and the call returns; the window's pipeline ends in :class:`FinishWindowFn`, which
 runs the same after-window hook as the waiting driver
-(:func:`pipelines.training.beam_train.after_window`: evaluate, publish, log) and appends the run-log
+(:func:`pipelines.training.beam_run.after_window`: evaluate, publish, log) and appends the run-log
 records itself (docs/beam-training.md, "Detached windows")."""
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import apache_beam as beam
 
 from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
-from pipelines.training import beam_state
+from pipelines.training import beam_run, beam_state
 from pipelines.training.beam_state import StateRef
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_steps import LeanDoFn
 from pipelines.training.shard_stream import HeldOutShards
@@ -104,7 +104,6 @@ class FinishWindowFn(LeanDoFn):
                 raise TrainingError(msg)
             return
         from lda_core.storage.checkpoint import CheckpointStore
-        from pipelines.training.beam_train import after_window
         from pipelines.training.beam_window import _collect_window
         infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         records = _Records()
@@ -118,9 +117,9 @@ class FinishWindowFn(LeanDoFn):
                       eval_every=f.eval_every, t_start=f.t_start)
         msg = None
         try:
-            after_window(ses, algo, f.steps, infos, error,
-                         lambda a, pos: _publish_once(store, a, pos, f.runner, f.run_info),
-                         run_key=f.run_key)
+            beam_run.after_window(ses, algo, f.steps, infos, error,
+                                  lambda a, pos: _publish_once(store, a, pos, f.runner, f.run_info),
+                                  run_key=f.run_key)
             ses.evaluate(algo)
             # Beam's counters are complete only after wait_until_finish(), which a detached
             # launch never calls: see the job in the runner's console instead
@@ -204,15 +203,14 @@ def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]
     return Session(checkpoint_store=store, runner=runner, run_info=run_info).publish(algo, pos)
 
 
-def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
-                   pieces, seed, batch_size, heldout, eval_every, checkpoint_store,
-                   checkpoint_every, run_log, max_steps, run_info, n_threads, deterministic,
-                   fanout, scratch_dir, t_start) -> SubmittedWindow:
+def submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
+                  pieces, seed, batch_size, heldout, eval_every, checkpoint_store,
+                  checkpoint_every, run_log, max_steps, run_info, n_threads, deterministic,
+                  fanout, scratch_dir, t_start) -> SubmittedWindow:
     """``train(..., detach=True)``: plan the next window, put its start state in the run's
     scratch folder, build the window's pipeline with :class:`FinishWindowFn` at the end and
     submit it without waiting."""
     from pipelines.training import detached
-    from pipelines.training.beam_train import _start_record, default_scratch_root
     from pipelines.training.beam_window import _build_window
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
     if position >= stop:
@@ -221,7 +219,7 @@ def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, t
         return SubmittedWindow(None, cfg.describe(), model_dir, position, position, stop,
                                None, runs_here)
     run_key = uuid.uuid4().hex[:12]
-    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    scratch_root = beam_run.default_scratch_root(model_dir, cfg, scratch_dir)
     # left by a killed run: never read, just removed (launches on one model do not overlap)
     beam_state.remove_stale_scratch(scratch_root)
     run_dir = beam_state.new_scratch(scratch_root)
@@ -234,8 +232,9 @@ def _submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, t
     start_path = os.path.join(run_dir, "state-%09d.npz" % position)
     beam_state.save_scratch(algorithm, start_path)
     start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
-    start_record = _start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                                 checkpoint_every, run_info, cfg.describe(), M, True, pieces)
+    start_record = beam_run.start_record(t_start, position, algorithm, max_steps, total,
+                                         eval_every, checkpoint_every, run_info,
+                                         cfg.describe(), M, True, pieces)
     start_record["run"]["detached"] = True
     start_record["run_key"] = run_key
     start_record["window"] = [position, w_stop]

@@ -15,7 +15,7 @@ import numpy as np
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ read tasks

@@ -20,7 +20,7 @@ from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import StepPlan, read_task
 
 METRICS_NAMESPACE = "ldabeam"

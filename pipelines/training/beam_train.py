@@ -72,11 +72,14 @@ from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_chain import PARALLEL_PHASES
+from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
+    HeldOutShards, SubmittedWindow, submit_window)
+from pipelines.training.beam_run import (  # noqa: F401 (API)
+    SCRATCH_DIR, after_window, default_scratch_root, start_record)
 from pipelines.training.beam_window import _run_stepwise, _run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
-SCRATCH_DIR = ".beam-scratch"
 # minibatches per window when not given, from documents per window: in-process a pipeline
 # run costs ~0.3-0.45 s to start and 65,536 documents are ~5 s of E-step at K = 100 here
 # (~8% start-up; a crash loses at most those seconds); worker processes cost ~3.3-6 s per
@@ -150,28 +153,6 @@ def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     position = resume_position(state)
     logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
     return algorithm, position, ck.path, dict((state.info or {}).get("run") or {})
-
-
-def default_scratch_root(model_dir: str, cfg: RunnerConfig,
-                         scratch_dir: Optional[str] = None) -> str:
-    """Where the states of the steps inside a window go when workers are other processes.
-
-    Local runners: shared memory (``/dev/shm``) -- every worker is on this machine, and a 24 MB
-    state is written there without disk write-back. Remote runners, and any model directory
-    on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
-    Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
-    fresh and private beside it (:func:`pipelines.training.beam_state.new_scratch`). A killed run's
-    folder is removed unread by the next run on the same model directory."""
-    import hashlib
-    from pipelines.ingest import dataset
-    tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
-    if scratch_dir:
-        return os.path.join(scratch_dir, "ldabeam-scratch-%s" % tag)
-    if dataset.is_remote(model_dir):
-        return dataset.join(model_dir, SCRATCH_DIR)
-    if cfg.local and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return os.path.join("/dev/shm", "ldabeam-scratch-%s" % tag)
-    return os.path.join(model_dir, SCRATCH_DIR)
 
 
 def default_pieces(cfg: RunnerConfig) -> int:
@@ -288,7 +269,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int 
     total = int(passes) * B
     stop = total if max_steps is None else min(total, int(max_steps))
     if detach:
-        return _submit_window(
+        return submit_window(
             cfg, algorithm, files, sizes, model_dir, position=position, stop=stop,
             total=total, M=M, pieces=pieces, seed=seed, batch_size=batch_size,
             heldout=heldout, eval_every=eval_every, checkpoint_store=checkpoint_store,
@@ -326,8 +307,8 @@ def _run_windows(cfg, algorithm, files, sizes, model_dir, *, position, stop, tot
                   runner=cfg.describe(), run_info=run_info, heldout=heldout,
                   eval_every=eval_every, progress=progress, t_start=t_start,
                   pass_stop=pass_stop, batches_per_pass=B)
-    ses.write(_start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                            checkpoint_every, ses.run_info, cfg.describe(), M, unroll, pieces))
+    ses.write(start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                           checkpoint_every, ses.run_info, cfg.describe(), M, unroll, pieces))
     logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
                 cfg.describe(), B, batch_size, D, position, stop, M,
@@ -480,40 +461,3 @@ def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
                 os.unlink(p)
             except OSError:
                 pass
-
-
-def _start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                  checkpoint_every, run_info, runner: str, M, unroll, pieces) -> Dict[str, Any]:
-    return _session.start_record(
-        position, algorithm, max_steps=max_steps, total_steps=total, eval_every=eval_every,
-        checkpoint_every=checkpoint_every, wall_time=t_start,
-        run=dict(run_info or {}, runner=runner, minibatches_per_window=M, unroll=unroll,
-                 pieces_per_minibatch=pieces))
-
-
-def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict[str, Any]],
-                 error, publish, **error_fields) -> Optional[Dict[str, float]]:
-    """What follows a window, wherever it runs (the waiting driver, or a detached window's
-    last DoFn): move the session past the ``len(infos)`` steps applied, evaluate when a
-    multiple of ``eval_every`` was passed, publish the state (``publish(algo, position)``),
-    log the step records (``--passes auto``: at a pass end, the rule is fed its score before
-    the state is published); then, when a step failed (``error = (step, reason)``), log the
-    error and raise :class:`TrainingError`. Returns the evaluation, if any."""
-    done = len(infos)
-    ses.applied(done)
-    recs = _session.records_for([(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
-                                 for sp in steps[:done]], infos)
-    metrics = ses.evaluate(algo, done=done) if done else None
-    metrics = (ses.pass_end(algo, recs[-1]) if done else None) or metrics   # --passes auto
-    ckpt = publish(algo, ses.position) if done else None
-    if ckpt:
-        ses.last_checkpoint = ckpt
-    ses.log_steps(recs, metrics, ckpt)
-    if error is not None:
-        ses.fail(error[0], error[1], **error_fields)
-    return metrics
-
-
-# the detached windows' half (it uses the driver's after-window hook above)
-from pipelines.training.beam_detached import (  # noqa: E402,F401 (SubmittedWindow: what train returns)
-    HeldOutShards, SubmittedWindow, _submit_window)

@@ -22,7 +22,7 @@ from pipelines.training.beam_steps import (IN_PROCESS_DOCS_PER_TRANSFORM, METRIC
                                            WindowTasks, WriteStatsFn, _global_step, _group_steps,
                                            _load_info)
 
-logger = logging.getLogger("pipelines.training.beam_train")
+logger = logging.getLogger(__name__)
 
 
 def _query_counters(result) -> Dict[str, int]:

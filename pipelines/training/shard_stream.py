@@ -21,37 +21,11 @@ from lda_core.errors import DataIntegrityError, InputError, UsageError
 from lda_core.training.ordering import PassPlan, locate_step, n_batches, plan_pass
 from lda_core.training.trainer import Minibatch
 from pipelines.ingest import dataset
+from pipelines.ingest.doc_sample import sample_documents
+from pipelines.ingest.shards import (  # noqa: F401 (API)
+    TRAIN_COLUMNS, gather, read_shard, read_shard_counted, shard_row_counts)
 
 logger = logging.getLogger(__name__)
-
-TRAIN_COLUMNS = ("doc_id", "word_ids", "counts")
-
-
-_parquet_file = dataset._parquet_file     # one Parquet opener (local path or URL)
-
-
-def shard_row_counts(files: Sequence[str]) -> List[int]:
-    """Rows of each shard, from the Parquet footer only."""
-    return [int(_parquet_file(f).metadata.num_rows) for f in files]
-
-
-def read_shard(path: str, columns: Sequence[str] = TRAIN_COLUMNS) -> DocBatch:
-    """One whole shard as a DocBatch (only ``columns`` that the file has)."""
-    return read_shard_counted(path, columns)[0]
-
-
-def read_shard_counted(path: str, columns: Sequence[str] = TRAIN_COLUMNS
-                       ) -> Tuple[DocBatch, int]:
-    """:func:`read_shard` and the Parquet bytes it decoded (the compressed column chunks of
-    ``columns``, from the footer)."""
-    pf = _parquet_file(path)
-    present = [c for c in columns if c in pf.schema_arrow.names]
-    md = pf.metadata
-    top = lambda i: md.schema.column(i).path.split(".", 1)[0]
-    cols = [i for i in range(md.num_columns) if top(i) in present]
-    nbytes = sum(md.row_group(g).column(i).total_compressed_size
-                 for g in range(md.num_row_groups) for i in cols)
-    return dataset.table_to_docbatch(pf.read(columns=present)), int(nbytes)
 
 
 def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
@@ -65,11 +39,6 @@ def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
         from lda_core.errors import InputError
         raise InputError("shard %s: %s; vectorise it with the model's vocabulary (`ldabeam "
                          "vectorize --vocab`)" % (path, e)) from None
-
-
-def gather(batch: DocBatch, rows: np.ndarray) -> DocBatch:
-    """The rows ``rows`` of a shard read by :func:`read_shard`, in that order."""
-    return batch.take(rows)
 
 
 class ShardStream:
@@ -107,7 +76,7 @@ class ShardStream:
         """Tokens in the corpus (C), from the ``n_tokens`` column only."""
         total = 0
         for f in self.files:
-            pf = _parquet_file(f)
+            pf = dataset.parquet_file(f)
             if "n_tokens" in pf.schema_arrow.names:
                 col = pf.read(columns=["n_tokens"]).column("n_tokens")
                 total += int(np.asarray(col.to_numpy(), dtype=np.int64).sum())
@@ -199,7 +168,6 @@ class HeldOutShards:
 
     def load(self):
         from lda_core.training.trainer import HeldOut
-        from pipelines.ingest.doc_sample import sample_documents
         held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
                                             max_docs=self.max_docs), seed=self.seed)
         if self.health_files:

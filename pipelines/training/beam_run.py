@@ -1,0 +1,68 @@
+"""What the waiting Beam driver (:mod:`pipelines.training.beam_train`) and a detached window
+(:mod:`pipelines.training.beam_detached`) share: where a run's scratch states go, the run log's
+start record, and the bookkeeping after a window."""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from lda_core.training import session as _session
+from lda_core.training.session import Session
+from pipelines.ingest import dataset
+from pipelines.runtime.beam_options import RunnerConfig
+from pipelines.training.beam_plan import StepPlan
+
+SCRATCH_DIR = ".beam-scratch"
+
+
+def default_scratch_root(model_dir: str, cfg: RunnerConfig,
+                         scratch_dir: Optional[str] = None) -> str:
+    """Where the states of the steps inside a window go when workers are other processes.
+
+    Local runners: shared memory (``/dev/shm``) -- every worker is on this machine, and a 24 MB
+    state is written there without disk write-back. Remote runners, and any model directory
+    on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
+    Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
+    fresh and private beside it (:func:`pipelines.training.beam_state.new_scratch`). A killed run's
+    folder is removed unread by the next run on the same model directory."""
+    tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
+    if scratch_dir:
+        return os.path.join(scratch_dir, "ldabeam-scratch-%s" % tag)
+    if dataset.is_remote(model_dir):
+        return dataset.join(model_dir, SCRATCH_DIR)
+    if cfg.local and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return os.path.join("/dev/shm", "ldabeam-scratch-%s" % tag)
+    return os.path.join(model_dir, SCRATCH_DIR)
+
+
+def start_record(t_start, position, algorithm, max_steps, total, eval_every,
+                 checkpoint_every, run_info, runner: str, M, unroll, pieces) -> Dict[str, Any]:
+    return _session.start_record(
+        position, algorithm, max_steps=max_steps, total_steps=total, eval_every=eval_every,
+        checkpoint_every=checkpoint_every, wall_time=t_start,
+        run=dict(run_info or {}, runner=runner, minibatches_per_window=M, unroll=unroll,
+                 pieces_per_minibatch=pieces))
+
+
+def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict[str, Any]],
+                 error, publish, **error_fields) -> Optional[Dict[str, float]]:
+    """What follows a window, wherever it runs (the waiting driver, or a detached window's
+    last DoFn): move the session past the ``len(infos)`` steps applied, evaluate when a
+    multiple of ``eval_every`` was passed, publish the state (``publish(algo, position)``),
+    log the step records (``--passes auto``: at a pass end, the rule is fed its score before
+    the state is published); then, when a step failed (``error = (step, reason)``), log the
+    error and raise :class:`TrainingError`. Returns the evaluation, if any."""
+    done = len(infos)
+    ses.applied(done)
+    recs = _session.records_for([(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
+                                 for sp in steps[:done]], infos)
+    metrics = ses.evaluate(algo, done=done) if done else None
+    metrics = (ses.pass_end(algo, recs[-1]) if done else None) or metrics   # --passes auto
+    ckpt = publish(algo, ses.position) if done else None
+    if ckpt:
+        ses.last_checkpoint = ckpt
+    ses.log_steps(recs, metrics, ckpt)
+    if error is not None:
+        ses.fail(error[0], error[1], **error_fields)
+    return metrics
