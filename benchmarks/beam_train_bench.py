@@ -248,8 +248,11 @@ def main(argv=None):
     p.add_argument("--runners", default=None,
                    help="comma-separated Beam runners to time after the in-process reference "
                         "(default: all of %s)" % ", ".join(RUNNERS))
-    p.add_argument("--pieces", type=int, default=None,
-                   help="read tasks per minibatch (default: the Beam trainer's default)")
+    p.add_argument("--pieces", type=int, default=2,
+                   help="E-step pieces per minibatch for every row, the in-process reference "
+                        "included, so all rows compute the same sums (default 2: one per "
+                        "process of the 2-worker rows; the trainers' own default on local "
+                        "runners is 1)")
     p.add_argument("--portable", action="store_true",
                    help="also run the PortableRunner with an external worker pool")
     p.add_argument("--big", action="store_true",

@@ -343,10 +343,11 @@ class TrainStep(beam.PTransform):
     def expand(self, pcolls):
         tasks, prev_ref = pcolls
         view = beam.pvalue.AsSingleton(prev_ref, default_value=None)
+        single = len(self.step.tasks) == 1
+        # a single piece goes straight to the global step (no combine to read a spilled file)
         stats = tasks | "Statistics" >> MinibatchStatistics(
-            view, self.n_threads, self.deterministic, self.fanout,
-            single_piece=len(self.step.tasks) == 1,
-            spill_dir=self.scratch if self.spill else None)
+            view, self.n_threads, self.deterministic, self.fanout, single_piece=single,
+            spill_dir=self.scratch if self.spill and not single else None)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,
                          self.n_threads, self.in_place), view)
