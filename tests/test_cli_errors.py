@@ -299,10 +299,12 @@ def test_infer_and_train_interrupted_are_one_line(model, ds, tmp_path):
                                 "the command again"], err[-3000:]
     rc, err = _interrupt(["train", "--shards", ds, "--output", tmp_path / "m", "--topics", 5,
                           "--algorithm", "online-vb", "--passes", 1000, "--minibatch", 20,
-                          "--heldout", "none", "--no-progress"], signal.SIGTERM, "step t=",
+                          "--heldout", "none", "--no-progress"], signal.SIGTERM, "pass 1 done",
                          tmp_path)
     assert rc == 143 and "Traceback" not in err, err[-3000:]
-    assert error_lines(err)[-1].startswith("ldabeam train: interrupted (SIGTERM); "), err[-3000:]
+    last = error_lines(err)[-1]
+    assert last.startswith("ldabeam train: interrupted (SIGTERM) at step "), err[-3000:]
+    assert "published; continue with --resume" in last, err[-3000:]
 
 
 @pytest.mark.slow
