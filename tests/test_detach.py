@@ -272,7 +272,7 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
             "--seed", 2, "--dtype",
             "float64", "--no-progress", "--eval-every", 2, "--minibatches-per-window", 2,
             "--runner", "DirectRunner", "--direct_running_mode=multi_processing",
-            "--direct_num_workers=2", "--keep-checkpoints", 0]
+            "--direct_num_workers=2", "--keep-checkpoints", 0, "--pieces", 4]
     md = store_root + "/mp"
     for i in range(2):
         train_cmd.LAST_SUBMITTED = None

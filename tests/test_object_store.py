@@ -340,7 +340,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     md = store_root + "/mp"
     args = ["--shards", ds, "--topics", 5, "--minibatch", 100, "--seed", 2, "--dtype",
             "float64", "--algorithm", "online-vb", "--no-progress", "--eval-every", 0, "--heldout", "none",
-            "--minibatches-per-window", 3, "--runner", "DirectRunner"]
+            "--minibatches-per-window", 3, "--runner", "DirectRunner", "--pieces", 4]
     rc, out, err = ldabeam(capsys, "train", "--output", md, *args,
                            "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     assert rc == 0, err
@@ -355,7 +355,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     assert not any(".beam-scratch" in o for o in _objects(md))    # cleaned up
     got = CheckpointStore(md).latest()
     assert got.step == 3
-    # the in-process Beam trainer with the same pieces (2 workers -> 4 per minibatch) and
+    # the in-process Beam trainer with the same pieces (4 per minibatch) and
     # E-step threads (1 per worker on 2 cores) on a local model directory
     ref = str(tmp_path / "ref")
     from pipelines.training import beam_train
