@@ -497,9 +497,10 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
 
 def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
     """A resumed run that would apply no step is refused, saying why (it is never a no-op
-    that exits 0)."""
+    that exits 0) -- unless the run was killed after publishing its last checkpoint and before
+    its run log's ``end`` record: then the resume only finishes the run (no step, the end)."""
     end = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
-    if start < end:
+    if start < end or not _run_log_ended(args.output):
         return
     why = ("--max-steps %d" % args.max_steps if args.max_steps is not None
            and args.max_steps <= start and args.max_steps < total_steps
@@ -507,6 +508,19 @@ def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
     raise UsageError("--resume: the checkpoint in %s is at step %d, at the end of %s, so no "
                      "step would run; give more --passes to train further on these shards, or "
                      "use --update to train on new documents" % (args.output, state.step, why))
+
+
+def _run_log_ended(output: str) -> bool:
+    """Whether the model's run log ends with a run's ``end`` record (a run killed after its
+    last checkpoint has none; a model with no run log counts as ended)."""
+    from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
+    path = dataset.join(output, RUN_LOG_FILE)
+    if not dataset.exists(path):
+        return True
+    last = None
+    for last in iter_run_log(path, damaged=[]):
+        pass
+    return last is None or last.get("event") == "end"
 
 
 def _open_run_log(output: str, detach: bool):
