@@ -239,14 +239,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     and how to fix it: bad options or input, an OSError with its path, memory), 130 / 143 for
     SIGINT / SIGTERM (one line), 1 for an internal error (the traceback and a line asking to
     report it). Argument errors and ``--help`` exit through argparse (SystemExit, 2 / 0)."""
+    process_entry = argv is None         # the console script: the process ends after this
     argv = list(sys.argv[1:] if argv is None else argv)
     # Build only the chosen subcommand's parser (fast start, and no heavy imports for others).
     command = next((a for a in argv if a in COMMANDS), None)
     with _sigterm_raises():
         try:
-            return _run(argv, command)
+            code = _run(argv, command)
         except BaseException as e:       # noqa: B036 (SystemExit and the like are re-raised)
-            return _report(command, e)
+            code = _report(command, e)
+    if process_entry:
+        _ignore_signals_while_exiting()
+    return code
+
+
+def _ignore_signals_while_exiting() -> None:
+    """The command has finished and reported; a SIGINT or SIGTERM landing while the
+    interpreter shuts down (Beam's threads, atexit hooks) would turn that exit code into a
+    silent death by signal, so the process's last moments ignore both."""
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    except ValueError:                   # not the main thread: leave the handlers alone
+        pass
 
 
 def _report(command: Optional[str], e: BaseException) -> int:

@@ -263,7 +263,9 @@ def _interrupt(argv, sig, marker, cwd):
         if select.select([p.stderr], [], [], 1.0)[0]:
             seen += p.stderr.readline()
     assert marker in seen, seen[-3000:]
-    time.sleep(1.0)
+    # soon after the marker, with seconds of work left: a signal after the command has
+    # finished would test nothing (the process then ignores it and exits with the command's code)
+    time.sleep(0.2)
     p.send_signal(sig)
     try:
         _, err = p.communicate(timeout=300)

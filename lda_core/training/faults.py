@@ -8,7 +8,9 @@ first) arrival at ``fault_point(<point>)``. Unset -- always, outside the fault-i
 * ``publish-written``  a checkpoint's files are written, ``LATEST`` not yet;
 * ``publish-pointer``  ``LATEST`` names the new checkpoint, older ones not yet pruned;
 * ``prune``            between two deletions of old checkpoints;
-* ``runlog``           half of a run-log record is written (a torn line is left).
+* ``runlog``           half of a run-log record is written (a torn line is left);
+* ``ended``            ``ldabeam train`` has written its end record and summary, its lease is
+                       not yet released (a kill while the process exits).
 """
 from __future__ import annotations
 

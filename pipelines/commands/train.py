@@ -349,6 +349,8 @@ def run(args, beam_argv) -> int:
         print_detached(args, algorithm, algo, stream, res)
         return 0
     print_summary(args, algorithm, algo, stream, res, pass_stop)
+    from lda_core.training.faults import fault_point
+    fault_point("ended")     # a test's kill point: the run log has its end, the lease is held
     return 0
 
 
