@@ -278,21 +278,33 @@ def _usage_of_sample(phi, sample: DocBatch, alpha, iters, backend) -> Dict[str, 
             "effective": float(np.exp(-(nz * np.log(nz)).sum())), "n_docs": int(sample.n_docs)}
 
 
+def fit_theta_numpy(phiT, A: sp.coo_matrix, alpha: float, iters: int) -> np.ndarray:
+    """θ (documents x K) of the documents ``A`` (COO, documents x V) by ``iters`` iterations
+    of the fixed point from uniform, vectorised over the documents as the harness writes it::
+
+        θ_dk ← α + θ_dk Σ_w n_dw φ_kw / Σ_j θ_dj φ_jw,   then θ_d ← θ_d / Σ_k θ_dk
+
+    The reference of :func:`lda_core.evaluation.kernels.fit_theta` (document completion and
+    topic usage)."""
+    rows, cols, n = A.row, A.col, A.data
+    theta = np.full((A.shape[0], phiT.shape[1]), 1.0 / phiT.shape[1])
+    for _ in range(int(iters)):
+        denom = np.einsum("ik,ik->i", theta[rows], phiT[cols])
+        R = sp.csr_matrix((n / denom, (rows, cols)), shape=A.shape)
+        theta = alpha + theta * (R @ phiT)
+        theta /= theta.sum(1, keepdims=True)
+    return theta
+
+
 def _usage_numpy(phiT, sample: DocBatch, alpha: float, iters: int) -> np.ndarray:
     """Topic usage summed over ``sample`` (the harness's vectorised formulation: the
     reference of :func:`lda_core.evaluation.kernels.usage`)."""
     V, K = phiT.shape
     doc = np.repeat(np.arange(sample.n_docs), np.diff(sample.indptr))
     w, n = sample.word_ids.astype(np.int64), sample.counts.astype(np.float64)
-    A = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V))
-    coo = A.tocoo()
+    coo = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V)).tocoo()
     r, c, n = coo.row, coo.col, coo.data
-    theta = np.full((A.shape[0], K), 1.0 / K)
-    for _ in range(int(iters)):
-        denom = np.einsum("ik,ik->i", theta[r], phiT[c])
-        R = sp.csr_matrix((n / denom, (r, c)), shape=A.shape)
-        theta = alpha + theta * (R @ phiT)
-        theta /= theta.sum(1, keepdims=True)
+    theta = fit_theta_numpy(phiT, coo, alpha, iters)
     resp = theta[r] * phiT[c]
     resp /= resp.sum(1, keepdims=True)
     return (resp * n[:, None]).sum(0)
