@@ -233,3 +233,49 @@ def test_update_with_raw_text_keeps_the_vocabulary_without_grow_vocab(small, cap
     # the update is recorded in the checkpoint, and the model still reads the same raw text
     assert checkpoint_state(model).info["updates"][-1]["passes"] == 2
     assert np.isfinite(after.transform(["hockey game on ice", "encryption keys"])).all()
+
+
+# ------------------------------------------------------------------ on a Beam runner
+
+def _same_state(a, b):
+    assert a.step == b.step and a.n_words == b.n_words and a.vocab_hash == b.vocab_hash
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for name in a.arrays:
+        assert a.arrays[name].tobytes() == b.arrays[name].tobytes(), name
+
+
+def _copy_model(src, dst):
+    import shutil
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("lease.json*"))
+    return str(dst)
+
+
+@pytest.mark.parametrize("algorithm,grow", [("scvb0", False), ("online-vb", True)])
+def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algorithm, grow):
+    """`train --update --runner DirectRunner` trains through the Beam trainer and ends with the
+    in-process update's state bit for bit (same documents, vocabulary, steps), with and
+    without --grow-vocab; nothing of the scratch run is left in the model directory."""
+    base = train(small["ds_a"], str(small["work"] / ("beam-%s-%s" % (algorithm, grow))),
+                 algorithm, 5, 1, 50)
+    ref = _copy_model(base, small["work"] / ("beam-%s-%s-ref" % (algorithm, grow)))
+    extra = ["--grow-vocab"] if grow else []
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", small["b"], "--output", ref, "--passes", "2",
+                "--no-progress"] + extra) == 0
+    assert cli(["train", "--update", "--input", small["b"], "--output", base, "--passes", "2",
+                "--no-progress", "--runner", "DirectRunner"] + extra) == 0
+    out = capsys.readouterr().out
+    a, b = checkpoint_state(ref), checkpoint_state(base)
+    _same_state(a, b)
+    assert a.params == b.params       # online VB's float32 E-step is restored after the update
+    assert ldabeam.load(base).vocabulary == ldabeam.load(ref).vocabulary
+    if grow:
+        assert len(ldabeam.load(base).vocabulary) > len(
+            dataset.Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv")))
+    ua, ub = a.info["updates"][-1], b.info["updates"][-1]
+    assert {k: ua[k] for k in ("documents", "tokens", "passes", "steps", "from_step")} == \
+        {k: ub[k] for k in ("documents", "tokens", "passes", "steps", "from_step")}
+    # the run the model was trained by is kept (--resume continues its order)
+    assert a.info["run"] == b.info["run"] and a.info["trainer"] == b.info["trainer"]
+    assert "updated" in out
+    assert not os.path.exists(os.path.join(base, "updating"))

@@ -21,17 +21,25 @@ New documents come as
   another vocabulary are refused unless ``--grow-vocab`` is given, which reads them as words
   (through their own vocab.tsv).
 
-Only the in-process runner: the update applies its steps on the driver, where the model's
-state and vocabulary can grow between steps; the Beam trainers read a fixed vocabulary and
-corpus size from the run they continue (docs/training.md "Updating a model with new
-documents").
+On a Beam ``--runner`` (DirectRunner, Dataflow, Flink, ...) the same update runs through the
+Beam trainer: the new documents, read and (with ``--grow-vocab``) added to the vocabulary on
+the driver as above, are written as a dataset under ``MODEL_DIR/updating/data`` in the order
+the in-process update uses (:class:`ldabeam.model.UpdateJob`), the grown state is published as
+the first checkpoint of a scratch model ``MODEL_DIR/updating/model`` (its run: that dataset,
+the update's seed, the model's minibatch size and pieces, position 0), and ``ldabeam train
+--resume`` continues it there (:func:`pipelines.commands.train.run`). Only when that run has
+ended is its last state published as a checkpoint of MODEL_DIR (as the in-process update
+publishes) and ``updating/`` removed. An update killed on the way leaves MODEL_DIR's
+checkpoints as they were (``updating/`` is not a model any reader opens); running it again
+clears ``updating/`` and starts over. The result is the in-process update's, bit for bit.
 """
 from __future__ import annotations
 
+import argparse
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from lda_core.errors import InputError, UsageError
+from lda_core.errors import InputError, TrainingError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +61,10 @@ def check_update_args(args, beam_argv) -> int:
         if v not in (None, False):
             raise UsageError("%s does not apply with --update (the update continues the "
                              "model's own run: its K, minibatch size and schedule)" % opt)
-    if args.runner.lower() not in ("inprocess", "in-process", "local"):
-        raise UsageError("--update runs in this process (--runner inprocess): the model's "
-                         "state and vocabulary grow between steps on the driver, which the "
-                         "Beam trainers, reading a fixed vocabulary and corpus size, do not "
-                         "do")
-    if beam_argv:
+    if getattr(args, "pieces", None) is not None:
+        raise UsageError("--pieces does not apply with --update (the update sums its "
+                         "statistics in the pieces the model was trained with)")
+    if is_inprocess(args.runner) and beam_argv:
         raise UsageError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
     if getattr(args, "input_format", "auto") != "auto" and not getattr(args, "input", None):
@@ -140,9 +146,114 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     return ids, docs
 
 
-def run_update(args, beam_argv) -> int:
-    """``ldabeam train --update``: checks, the model, the new documents, the update, the new
-    checkpoint, a summary on stdout."""
+def is_inprocess(runner: str) -> bool:
+    return str(runner).lower() in ("inprocess", "in-process", "local")
+
+
+#: MODEL_DIR/UPDATING holds a Beam update's dataset and scratch model while it runs
+UPDATING = "updating"
+
+
+def clear_updating(model_dir: str) -> None:
+    """Remove what a Beam update left in ``MODEL_DIR/updating`` (a finished one removes it
+    itself; a killed one leaves it for the next update to clear)."""
+    from pipelines.ingest import dataset
+    scratch = dataset.join(model_dir, UPDATING)
+    files = dataset.files_for(scratch)
+    if files.isdir(scratch):
+        files.remove_tree(scratch)
+
+
+def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> str:
+    """The update's documents as a dataset at ``out`` (``vocab.tsv``, ``train/`` shards of
+    ``job.shard_sizes`` rows in the job's order, then ``manifest.json``, written last so the
+    dataset verifies only once complete)."""
+    import numpy as np
+    from pipelines.ingest import dataset
+    docs, vocab = job.documents, job.vocabulary
+    if not dataset.is_remote(out):
+        import os
+        os.makedirs(dataset.join(out, dataset.TRAIN_SPLIT), exist_ok=True)
+    vocab.write(dataset.join(out, dataset.VOCAB_FILE))
+    n, lo = len(job.shard_sizes), 0
+    for j, size in enumerate(job.shard_sizes):
+        part = docs.take(np.arange(lo, lo + size))
+        dataset.write_shard(dataset.join(out, dataset.TRAIN_SPLIT, dataset.shard_name(j, n)),
+                            dataset.docbatch_to_table(part), vocab.hash)
+        lo += size
+    manifest = {"n_docs": int(docs.n_docs), "vocab_size": len(vocab), "vocab_hash": vocab.hash,
+                "source": "ldabeam train --update", "splits": dataset.shard_listing(out)}
+    if settings:
+        manifest["settings"] = dict(settings)
+    dataset.write_manifest(out, manifest)
+    return out
+
+
+def beam_runner(args, beam_argv, train_run: Callable[..., int],
+                settings: Optional[Dict[str, Any]] = None):
+    """The :class:`ldabeam.model.UpdateJob` runner of a Beam update (module docstring):
+    dataset, starting checkpoint, ``train --resume`` on the Beam runner, the trained
+    algorithm back. ``settings``: the model's recorded preprocessing (the dataset's
+    manifest records it, so the scratch model's tokenizer.json is the model's)."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.training.pieces import RUN_KEY
+    from lda_core.training.session import TrainingInterrupted, stamp
+    from pipelines.ingest import dataset
+
+    def run(job):
+        scratch = dataset.join(dataset.absolute(args.output), UPDATING)
+        clear_updating(dataset.absolute(args.output))
+        data = write_update_dataset(job, dataset.join(scratch, "data"), settings)
+        record = dataset.open_shards(data).record()
+        state = job.algorithm.to_state()
+        state.info = dict(state.info or {})
+        run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
+                        passes=job.passes, n_docs=int(job.documents.n_docs),
+                        n_shards=len(job.shard_sizes), runner=args.runner,
+                        algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
+                        dataset=record)
+        run_info[RUN_KEY] = job.pieces
+        stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
+        model = dataset.join(scratch, "model")
+        start = CheckpointStore(model).publish(state)
+        logger.info("--update on %s: %d documents in %s, starting checkpoint %s",
+                    args.runner, job.documents.n_docs, data, start)
+        sub = argparse.Namespace(**vars(args))
+        for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
+                            ("shards", data), ("output", model), ("resume", True),
+                            ("overwrite", False), ("topics", None), ("algorithm", None),
+                            ("minibatch", None), ("seed", None), ("max_steps", None),
+                            ("passes", job.passes), ("passes_patience", None),
+                            ("heldout", "none"), ("vocab", None), ("unverified", False),
+                            ("pieces", None), ("detach", False), ("keep_checkpoints", 1),
+                            ("input_format", "auto")):
+            setattr(sub, dest, value)
+        try:
+            rc = train_run(sub, list(beam_argv))
+        except TrainingInterrupted as e:
+            raise KeyboardInterrupt(str(e)) from e
+        if rc != 0:
+            raise KeyboardInterrupt("the update's training run stopped (exit %d)" % rc) \
+                if rc in (130, 143) else TrainingError(
+                    "--update: the training run on %s ended with exit code %d; %s is "
+                    "unchanged" % (args.runner, rc, args.output))
+        final = CheckpointStore(model).latest()
+        steps = job.passes * -(-int(job.documents.n_docs) // int(job.batch_size))
+        if final is None or final.step != int(job.algorithm.step) + steps:
+            raise TrainingError("--update: the training run on %s ended at step %s, not %d; "
+                                "%s is unchanged" % (args.runner, getattr(final, "step", None),
+                                                     int(job.algorithm.step) + steps,
+                                                     args.output))
+        return algorithm_class(final.algorithm).from_state(final)
+
+    return run
+
+
+def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) -> int:
+    """``ldabeam train --update``: checks, the model, the new documents, the update (in this
+    process, or on a Beam runner through ``train_run`` -- :func:`pipelines.commands.train.run`,
+    handed in by it), the new checkpoint, a summary on stdout."""
     import ldabeam
     from lda_core.storage.checkpoint import CheckpointStore
     from pipelines.ingest import dataset
@@ -163,10 +274,17 @@ def run_update(args, beam_argv) -> int:
         ids, docs = read_shard_documents(args.shards, args.vocab, model, grow)
         dead, source = 0, args.shards
     v0, step0 = model.n_words, model.step
-    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids)
+    runner = None
+    if not is_inprocess(args.runner):
+        if train_run is None:
+            raise UsageError("--update --runner %s needs the training command's runner "
+                             "(run it as `ldabeam train --update`)" % args.runner)
+        runner = beam_runner(args, beam_argv, train_run, model.preprocessing)
+    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner)
     keep = args.keep_checkpoints or None
     store = CheckpointStore(dataset.absolute(args.output), keep_last=keep, check_algorithm=True)
     path = model.publish_leased(dataset.absolute(args.output), store)
+    clear_updating(dataset.absolute(args.output))
     print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d"
           % (args.output, model.algorithm, source, summary["documents"], summary["tokens"],
              passes, step0, model.step))
