@@ -173,7 +173,7 @@ def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small,
 
 def test_update_options_that_do_not_apply_are_refused(small, capsys):
     model = fresh_model(small, "opts")
-    for extra, word in ((["--runner", "DirectRunner"], "in this process"),
+    for extra, word in ((["--pieces", "3"], "--pieces"),
                         (["--topics", "7"], "--topics"),
                         (["--passes", "auto"], "--passes auto")):
         capsys.readouterr()
@@ -279,3 +279,66 @@ def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algo
     assert a.info["run"] == b.info["run"] and a.info["trainer"] == b.info["trainer"]
     assert "updated" in out
     assert not os.path.exists(os.path.join(base, "updating"))
+
+
+@pytest.fixture(scope="module")
+def inprocess_reference(small):
+    """The model of ``fresh_model`` updated in this process on the second half, 2 passes,
+    --grow-vocab (what every Beam update below must end with)."""
+    base = fresh_model(small, "crash-base")
+    ref = _copy_model(base, small["work"] / "crash-ref")
+    assert cli(["train", "--update", "--grow-vocab", "--input", small["b"], "--output", ref,
+                "--passes", "2", "--no-progress"]) == 0
+    return base, checkpoint_state(ref)
+
+
+@pytest.mark.parametrize("fault", ["publish-written:2", "ended"])
+def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inprocess_reference,
+                                                                     fault):
+    """A Beam update SIGKILLed while its scratch run publishes its last checkpoint
+    (publish-written:2; the first publish is the starting checkpoint) or after that run has
+    ended (ended: trained, not yet published into MODEL_DIR): the model directory still holds
+    the model as it was (the half-done update is never read as the model), and running the
+    update again ends with the in-process update's state."""
+    import signal
+    import subprocess
+    import sys
+    from lda_core.training.faults import ENV
+    base, ref = inprocess_reference
+    md = _copy_model(base, small["work"] / ("crash-" + fault.replace(":", "-")))
+    before = checkpoint_state(md)
+    argv = ["train", "--update", "--grow-vocab", "--input", small["b"], "--output", md,
+            "--passes", "2", "--no-progress", "--runner", "DirectRunner"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    env[ENV] = fault
+    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv, cwd=repo, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    assert p.returncode == -signal.SIGKILL
+    assert os.path.isdir(os.path.join(md, "updating"))      # the scratch run was under way
+    after_kill = checkpoint_state(md)
+    _same_state(after_kill, before)
+    assert ldabeam.load(md).vocabulary == ldabeam.load(base).vocabulary
+    assert cli(argv) == 0
+    _same_state(checkpoint_state(md), ref)
+    assert not os.path.exists(os.path.join(md, "updating"))
+
+
+def test_beam_update_counts_a_bad_record_as_a_dead_letter(small, capsys, tmp_path):
+    """A record of --input that cannot be read (malformed JSON) is a counted dead letter on a
+    Beam runner too: reported, left out, and the other documents are trained on."""
+    model = fresh_model(small, "dead")
+    before = checkpoint_state(model)
+    bad = str(tmp_path / "b-bad.jsonl")
+    with open(small["b"], "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    with open(bad, "wb") as f:
+        f.writelines(lines[:10] + [b'{"id": "broken", "text": "no closing quote}\n'] + lines[10:])
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", bad, "--output", model, "--no-progress",
+                "--runner", "DirectRunner"]) == 0
+    out = capsys.readouterr().out
+    assert "1 records could not be read" in out
+    state = checkpoint_state(model)
+    assert state.info["updates"][-1]["documents"] <= small["n_b"]
+    assert state.step == before.step + -(-state.info["updates"][-1]["documents"] // 50)
