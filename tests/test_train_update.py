@@ -5,7 +5,6 @@ Data: 20 Newsgroups (../shared/data), its training posts in tar order, so the fi
 the first ten newsgroups and the second half the other ten."""
 import json
 import os
-import tarfile
 
 import numpy as np
 import pytest
@@ -13,20 +12,9 @@ import pytest
 import ldabeam
 from pipelines.cli import main as cli
 from pipelines.ingest import dataset
+from corpora import completion, halves
 
 PRUNE = ["--no-below", "3", "--no-above", "0.5", "--stopwords", "gensim"]
-
-
-def posts(tar_path, every):
-    """Every ``every``-th training post and every ``2*every``-th test post, as records."""
-    train, test = [], []
-    with tarfile.open(tar_path) as tf:
-        for mem in tf:
-            if mem.isfile():
-                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
-                (train if mem.name.startswith("20news-bydate-train/") else test).append(
-                    {"id": mem.name, "text": body})
-    return train[::every], test[::2 * every]
 
 
 def jsonl(path, recs):
@@ -48,20 +36,6 @@ def train(ds, out, algorithm, topics, passes, minibatch):
     return out
 
 
-def completion(model, token_lists, ids):
-    """Document completion (held-out log likelihood per token of each post's second half
-    given its first), as benchmarks/library_update_bench.py scores."""
-    from lda_core.docbatch import DocBatch
-    from lda_core.evaluation import metrics
-    idx = {t: i for i, t in enumerate(model.vocabulary)}
-    rows = [np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
-            for toks in token_lists]
-    b = DocBatch.from_rows(rows, doc_ids=ids)
-    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
-    first, second = metrics.split_halves(b, 0)
-    return float(metrics.document_completion(model.topic_word(), first, second)["ll_per_token"])
-
-
 def checkpoint_state(model_dir):
     from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(model_dir).latest()
@@ -71,7 +45,7 @@ def checkpoint_state(model_dir):
 def small(news20_tar, tmp_path_factory):
     """A small model (every 20th post, first half) and both halves as JSON lines."""
     work = tmp_path_factory.mktemp("upd")
-    tr, _ = posts(news20_tar, 20)
+    tr, _ = halves(news20_tar, 20)
     half = len(tr) // 2
     a = jsonl(work / "a.jsonl", tr[:half])
     b = jsonl(work / "b.jsonl", tr[half:])
@@ -193,7 +167,7 @@ def test_update_grow_vocab_close_to_joint_training(news20_tar, tmp_path, algorit
     second half, within 0.02 nats/token (held-out completion) of training on both halves with
     the same passes; words only in the second half reach some topic's top 20 words."""
     every, topics, passes, minibatch = 3, 20, 2, 128
-    tr, test = posts(news20_tar, every)
+    tr, test = halves(news20_tar, every)
     half = len(tr) // 2
     a = jsonl(tmp_path / "a.jsonl", tr[:half])
     b = jsonl(tmp_path / "b.jsonl", tr[half:])
@@ -342,3 +316,23 @@ def test_beam_update_counts_a_bad_record_as_a_dead_letter(small, capsys, tmp_pat
     state = checkpoint_state(model)
     assert state.info["updates"][-1]["documents"] <= small["n_b"]
     assert state.step == before.step + -(-state.info["updates"][-1]["documents"] // 50)
+
+
+def test_beam_update_of_a_model_on_an_object_store(store_root, kos_paths, tmp_path, capsys):
+    """The Beam update of a model on an object store (the fake ``fakegs://``, with no
+    renames) writes its dataset and scratch model there, ends with the state the in-process
+    update of the same model on a local disk ends with, and leaves no ``updating/`` object."""
+    from test_cli_train import make_dataset
+    from test_object_store import _objects
+    ds = make_dataset(str(tmp_path / "kos"), kos_paths, n_train=300, n_held=60)
+    fit = ["--shards", ds, "--algorithm", "online-vb", "--topics", "5", "--minibatch", "50",
+           "--seed", "2", "--no-progress", "--heldout", "none"]
+    local, remote = str(tmp_path / "local"), store_root + "/model"
+    for md in (local, remote):
+        assert cli(["train", "--output", md] + fit) == 0
+    upd = ["train", "--update", "--shards", ds, "--passes", "2", "--no-progress"]
+    assert cli(upd + ["--output", local]) == 0
+    assert cli(upd + ["--output", remote, "--runner", "DirectRunner"]) == 0, \
+        capsys.readouterr().err
+    _same_state(checkpoint_state(remote), checkpoint_state(local))
+    assert not any("/updating/" in o for o in _objects(remote))
