@@ -36,6 +36,8 @@ clears ``updating/`` and starts over. The result is the in-process update's, bit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -229,10 +231,16 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
                             ("pieces", None), ("detach", False), ("keep_checkpoints", 1),
                             ("input_format", "auto")):
             setattr(sub, dest, value)
+        out = io.StringIO()
         try:
-            rc = train_run(sub, list(beam_argv))
+            # the scratch run's own summary names the scratch model: logged, not printed
+            with contextlib.redirect_stdout(out):
+                rc = train_run(sub, list(beam_argv))
         except TrainingInterrupted as e:
             raise KeyboardInterrupt(str(e)) from e
+        finally:
+            for line in out.getvalue().splitlines():
+                logger.info("update's training run: %s", line)
         if rc != 0:
             raise KeyboardInterrupt("the update's training run stopped (exit %d)" % rc) \
                 if rc in (130, 143) else TrainingError(
@@ -285,9 +293,10 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
     store = CheckpointStore(dataset.absolute(args.output), keep_last=keep, check_algorithm=True)
     path = model.publish_leased(dataset.absolute(args.output), store)
     clear_updating(dataset.absolute(args.output))
-    print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d"
+    print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d%s"
           % (args.output, model.algorithm, source, summary["documents"], summary["tokens"],
-             passes, step0, model.step))
+             passes, step0, model.step,
+             "" if runner is None else " (trained on %s)" % args.runner))
     if grow:
         added = model.vocabulary[v0:]
         print("vocabulary: %d -> %d words (%d added%s)"
