@@ -173,9 +173,7 @@ def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> s
     import numpy as np
     from pipelines.ingest import dataset
     docs, vocab = job.documents, job.vocabulary
-    if not dataset.is_remote(out):
-        import os
-        os.makedirs(dataset.join(out, dataset.TRAIN_SPLIT), exist_ok=True)
+    dataset.make_dirs(dataset.join(out, dataset.TRAIN_SPLIT))
     vocab.write(dataset.join(out, dataset.VOCAB_FILE))
     n, lo = len(job.shard_sizes), 0
     for j, size in enumerate(job.shard_sizes):
