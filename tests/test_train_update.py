@@ -268,12 +268,12 @@ def inprocess_reference(small):
 
 @pytest.mark.parametrize("fault", ["publish-written:2", "ended"])
 def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inprocess_reference,
-                                                                     fault):
+                                                                     fault, caplog):
     """A Beam update SIGKILLed while its scratch run publishes its last checkpoint
     (publish-written:2; the first publish is the starting checkpoint) or after that run has
     ended (ended: trained, not yet published into MODEL_DIR): the model directory still holds
     the model as it was (the half-done update is never read as the model), and running the
-    update again ends with the in-process update's state."""
+    update again resumes the scratch run and ends with the in-process update's state."""
     import signal
     import subprocess
     import sys
@@ -293,7 +293,9 @@ def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inpr
     after_kill = checkpoint_state(md)
     _same_state(after_kill, before)
     assert ldabeam.load(md).vocabulary == ldabeam.load(base).vocabulary
+    caplog.set_level("INFO", logger="pipelines.commands.train_update")
     assert cli(argv) == 0
+    assert "resuming the update stopped at step" in caplog.text
     _same_state(checkpoint_state(md), ref)
     assert not os.path.exists(os.path.join(md, "updating"))
 
@@ -336,3 +338,31 @@ def test_beam_update_of_a_model_on_an_object_store(store_root, kos_paths, tmp_pa
         capsys.readouterr().err
     _same_state(checkpoint_state(remote), checkpoint_state(local))
     assert not any("/updating/" in o for o in _objects(remote))
+
+
+def test_another_update_after_a_killed_one_starts_over(small, caplog):
+    """The scratch run of a killed Beam update (2 passes) is not continued by a different
+    update (1 pass): that one clears updating/ and trains its own steps from the model."""
+    import signal
+    import subprocess
+    import sys
+    from lda_core.training.faults import ENV
+    md = fresh_model(small, "other-after-kill")
+    before = checkpoint_state(md)
+    argv = ["train", "--update", "--input", small["b"], "--output", md, "--no-progress",
+            "--runner", "DirectRunner"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    env[ENV] = "ended"
+    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv + ["--passes", "2"],
+                       cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=900)
+    assert p.returncode == -signal.SIGKILL
+    assert os.path.exists(os.path.join(md, "updating", "update.json"))
+    caplog.set_level("INFO", logger="pipelines.commands.train_update")
+    assert cli(argv + ["--passes", "1"]) == 0
+    assert "resuming the update" not in caplog.text
+    state = checkpoint_state(md)
+    upd = state.info["updates"][-1]
+    assert upd["passes"] == 1 and upd["from_step"] == before.step
+    assert state.step == before.step + -(-upd["documents"] // 50)

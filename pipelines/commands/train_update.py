@@ -30,14 +30,17 @@ the update's seed, the model's minibatch size and pieces, position 0), and ``lda
 --resume`` continues it there (:func:`pipelines.commands.train.run`). Only when that run has
 ended is its last state published as a checkpoint of MODEL_DIR (as the in-process update
 publishes) and ``updating/`` removed. An update killed on the way leaves MODEL_DIR's
-checkpoints as they were (``updating/`` is not a model any reader opens); running it again
-clears ``updating/`` and starts over. The result is the in-process update's, bit for bit.
+checkpoints as they were (``updating/`` is not a model any reader opens). Running the same
+update again (same model checkpoint, documents and passes: ``updating/update.json``) continues
+the scratch run from its latest checkpoint, as ``train --resume`` does; any other update clears
+``updating/`` and starts over. The result is the in-process update's, bit for bit.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
+import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -189,8 +192,56 @@ def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> s
     return out
 
 
+BASE_FILE = "update.json"   # in MODEL_DIR/updating: which update the scratch run trains
+
+
+def update_base(job, checkpoint: Optional[str]) -> Dict[str, Any]:
+    """What identifies an update's scratch run: the model checkpoint it starts from (path,
+    step, vocabulary), the new documents (a digest of their ids and counts) and the order
+    (seed, S, pieces, passes, steps)."""
+    import hashlib
+    import numpy as np
+    docs = job.documents
+    h = hashlib.sha256()
+    h.update("\n".join(str(i) for i in docs.doc_ids).encode("utf-8"))
+    for a in (docs.indptr, docs.word_ids, docs.counts):
+        h.update(np.ascontiguousarray(a, np.int64).tobytes())
+    return {"checkpoint": checkpoint, "from_step": int(job.algorithm.step),
+            "algorithm": job.algorithm.name, "vocab_hash": job.vocabulary.hash,
+            "documents": int(docs.n_docs), "documents_sha256": h.hexdigest(),
+            "seed": int(job.seed), "batch_size": int(job.batch_size), "pieces": int(job.pieces),
+            "passes": int(job.passes),
+            "steps": int(job.passes) * -(-int(docs.n_docs) // int(job.batch_size))}
+
+
+def resumable(scratch: str, base: Dict[str, Any]):
+    """The latest checkpoint of the scratch run in ``scratch`` when it is this update's (same
+    base record, its dataset verified against its manifest and the one the checkpoint was
+    trained on), else None (the update starts over)."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines.ingest import dataset
+    path = dataset.join(scratch, BASE_FILE)
+    try:
+        if not dataset.exists(path):
+            return None
+        with dataset.open_read(path) as f:
+            if json.loads(f.read().decode("utf-8")) != base:
+                return None
+        record = dataset.open_shards(dataset.join(scratch, "data")).record()
+        latest = CheckpointStore(dataset.join(scratch, "model")).latest()
+    except (OSError, ValueError) as e:     # DataIntegrityError, a damaged file: start over
+        logger.info("--update: %s is not resumable (%s); starting over", scratch, e)
+        return None
+    if latest is None or latest.vocab_hash != base["vocab_hash"] or \
+            ((latest.info or {}).get("run") or {}).get("dataset", {}).get("digest") != \
+            record["digest"]:
+        return None
+    return latest
+
+
 def beam_runner(args, beam_argv, train_run: Callable[..., int],
-                settings: Optional[Dict[str, Any]] = None):
+                settings: Optional[Dict[str, Any]] = None,
+                base_checkpoint: Optional[str] = None):
     """The :class:`ldabeam.model.UpdateJob` runner of a Beam update (module docstring):
     dataset, starting checkpoint, ``train --resume`` on the Beam runner, the trained
     algorithm back. ``settings``: the model's recorded preprocessing (the dataset's
@@ -203,22 +254,44 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
 
     def run(job):
         scratch = dataset.join(dataset.absolute(args.output), UPDATING)
-        clear_updating(dataset.absolute(args.output))
-        data = write_update_dataset(job, dataset.join(scratch, "data"), settings)
-        record = dataset.open_shards(data).record()
-        state = job.algorithm.to_state()
-        state.info = dict(state.info or {})
-        run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
-                        passes=job.passes, n_docs=int(job.documents.n_docs),
-                        n_shards=len(job.shard_sizes), runner=args.runner,
-                        algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
-                        dataset=record)
-        run_info[RUN_KEY] = job.pieces
-        stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
-        model = dataset.join(scratch, "model")
-        start = CheckpointStore(model).publish(state)
-        logger.info("--update on %s: %d documents in %s, starting checkpoint %s",
-                    args.runner, job.documents.n_docs, data, start)
+        data, model = dataset.join(scratch, "data"), dataset.join(scratch, "model")
+        base = update_base(job, base_checkpoint)
+        start_step = int(job.algorithm.step)
+        latest = resumable(scratch, base)
+        if latest is not None:
+            logger.info("--update: resuming the update stopped at step %d in %s (steps %d..%d)",
+                        latest.step, scratch, start_step, start_step + base["steps"])
+        else:
+            clear_updating(dataset.absolute(args.output))
+            write_update_dataset(job, data, settings)
+            record = dataset.open_shards(data).record()
+            state = job.algorithm.to_state()
+            state.info = dict(state.info or {})
+            run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
+                            passes=job.passes, n_docs=int(job.documents.n_docs),
+                            n_shards=len(job.shard_sizes), runner=args.runner,
+                            algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
+                            dataset=record)
+            run_info[RUN_KEY] = job.pieces
+            stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
+            start = CheckpointStore(model).publish(state)
+            # written once the starting checkpoint is: its presence says the scratch run is
+            # this update's (resumable() compares it)
+            dataset.write_bytes_atomic(dataset.join(scratch, BASE_FILE),
+                                       (json.dumps(base, sort_keys=True) + "\n").encode())
+            logger.info("--update on %s: %d documents in %s, starting checkpoint %s",
+                        args.runner, job.documents.n_docs, data, start)
+            latest = CheckpointStore(model).latest()
+        if latest.step < start_step + base["steps"]:
+            train_scratch(data, model, job)
+        final = CheckpointStore(model).latest()
+        if final is None or final.step != start_step + base["steps"]:
+            raise TrainingError("--update: the training run on %s ended at step %s, not %d; "
+                                "%s is unchanged" % (args.runner, getattr(final, "step", None),
+                                                     start_step + base["steps"], args.output))
+        return algorithm_class(final.algorithm).from_state(final)
+
+    def train_scratch(data, model, job):
         sub = argparse.Namespace(**vars(args))
         for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
                             ("shards", data), ("output", model), ("resume", True),
@@ -244,14 +317,6 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
                 if rc in (130, 143) else TrainingError(
                     "--update: the training run on %s ended with exit code %d; %s is "
                     "unchanged" % (args.runner, rc, args.output))
-        final = CheckpointStore(model).latest()
-        steps = job.passes * -(-int(job.documents.n_docs) // int(job.batch_size))
-        if final is None or final.step != int(job.algorithm.step) + steps:
-            raise TrainingError("--update: the training run on %s ended at step %s, not %d; "
-                                "%s is unchanged" % (args.runner, getattr(final, "step", None),
-                                                     int(job.algorithm.step) + steps,
-                                                     args.output))
-        return algorithm_class(final.algorithm).from_state(final)
 
     return run
 
@@ -285,7 +350,7 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
         if train_run is None:
             raise UsageError("--update --runner %s needs the training command's runner "
                              "(run it as `ldabeam train --update`)" % args.runner)
-        runner = beam_runner(args, beam_argv, train_run, model.preprocessing)
+        runner = beam_runner(args, beam_argv, train_run, model.preprocessing, model.checkpoint)
     summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner)
     keep = args.keep_checkpoints or None
     store = CheckpointStore(dataset.absolute(args.output), keep_last=keep, check_algorithm=True)
