@@ -83,7 +83,6 @@ class UpdateJob:
     batch_size: int
     pieces: int
     shard_sizes: List[int]
-    info: Dict[str, Any]        # the model's run records (info["run"], ...)
 
 
 def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
@@ -307,8 +306,7 @@ class LdaModel:
         sizes = update_shard_sizes(docs.n_docs)
         pieces = self.pieces()
         if runner is not None:
-            job = UpdateJob(algo, docs, self._vocab, passes, seed, S, pieces, sizes,
-                            dict(self._info))
+            job = UpdateJob(algo, docs, self._vocab, passes, seed, S, pieces, sizes)
             algo = self._algo = runner(job)
             self._index = None
         else:

@@ -196,9 +196,10 @@ BASE_FILE = "update.json"   # in MODEL_DIR/updating: which update the scratch ru
 
 
 def update_base(job, checkpoint: Optional[str]) -> Dict[str, Any]:
-    """What identifies an update's scratch run: the model checkpoint it starts from (path,
-    step, vocabulary), the new documents (a digest of their ids and counts) and the order
-    (seed, S, pieces, passes, steps)."""
+    """What identifies an update's scratch run: the state it starts from (the model's
+    checkpoint, step, vocabulary and a digest of the grown state's arrays and parameters), the
+    new documents (a digest of their ids and counts) and the order (seed, S, pieces, passes,
+    steps)."""
     import hashlib
     import numpy as np
     docs = job.documents
@@ -206,7 +207,14 @@ def update_base(job, checkpoint: Optional[str]) -> Dict[str, Any]:
     h.update("\n".join(str(i) for i in docs.doc_ids).encode("utf-8"))
     for a in (docs.indptr, docs.word_ids, docs.counts):
         h.update(np.ascontiguousarray(a, np.int64).tobytes())
+    state = job.algorithm.to_state(copy=False) if job.algorithm.name == "online-vb" \
+        else job.algorithm.to_state()
+    hs = hashlib.sha256(json.dumps(state.params, sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(state.arrays):
+        hs.update(name.encode("utf-8"))
+        hs.update(np.ascontiguousarray(state.arrays[name]).tobytes())
     return {"checkpoint": checkpoint, "from_step": int(job.algorithm.step),
+            "state_sha256": hs.hexdigest(),
             "algorithm": job.algorithm.name, "vocab_hash": job.vocabulary.hash,
             "documents": int(docs.n_docs), "documents_sha256": h.hexdigest(),
             "seed": int(job.seed), "batch_size": int(job.batch_size), "pieces": int(job.pieces),
