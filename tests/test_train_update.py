@@ -224,7 +224,8 @@ def _copy_model(src, dst):
     return str(dst)
 
 
-@pytest.mark.parametrize("algorithm,grow", [("scvb0", False), ("online-vb", True)])
+@pytest.mark.parametrize("algorithm,grow", [("scvb0", False), ("scvb0", True),
+                                            ("online-vb", True)])
 def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algorithm, grow):
     """`train --update --runner DirectRunner` trains through the Beam trainer and ends with the
     in-process update's state bit for bit (same documents, vocabulary, steps), with and
@@ -366,3 +367,16 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     upd = state.info["updates"][-1]
     assert upd["passes"] == 1 and upd["from_step"] == before.step
     assert state.step == before.step + -(-upd["documents"] // 50)
+
+
+def test_update_with_beam_worker_processes_equals_the_inprocess_update(small,
+                                                                      inprocess_reference):
+    """The Beam update with worker processes (the multi-process DirectRunner: the E-step runs
+    in other processes, which read the update's dataset and exchange states as on a remote
+    runner) ends with the in-process update's state bit for bit."""
+    base, ref = inprocess_reference
+    md = _copy_model(base, small["work"] / "workers")
+    assert cli(["train", "--update", "--grow-vocab", "--input", small["b"], "--output", md,
+                "--passes", "2", "--no-progress", "--runner", "DirectRunner",
+                "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
+    _same_state(checkpoint_state(md), ref)
