@@ -380,3 +380,25 @@ def test_update_with_beam_worker_processes_equals_the_inprocess_update(small,
                 "--passes", "2", "--no-progress", "--runner", "DirectRunner",
                 "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
     _same_state(checkpoint_state(md), ref)
+
+
+def test_beam_update_stopped_by_sigterm_exits_143_and_leaves_the_model(small, capsys,
+                                                                       monkeypatch, caplog):
+    """SIGTERM during the Beam update's training run (the trainer stops between steps with
+    TrainingInterrupted): exit code 143 as for any command, the model unchanged, and a line
+    saying that running the same update again continues it."""
+    from lda_core.training.session import TrainingInterrupted
+    from pipelines.training import beam_train
+    md = fresh_model(small, "sigterm")
+    before = checkpoint_state(md)
+
+    def stopped(*a, **kw):
+        raise TrainingInterrupted("interrupted by SIGTERM", before.step, None, signum=15)
+
+    monkeypatch.setattr(beam_train, "train", stopped)
+    capsys.readouterr()
+    rc = cli(["train", "--update", "--input", small["b"], "--output", md, "--no-progress",
+              "--runner", "DirectRunner"])
+    assert rc == 143
+    assert "run the same `ldabeam train --update` again" in caplog.text
+    _same_state(checkpoint_state(md), before)

@@ -44,7 +44,7 @@ import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from lda_core.errors import InputError, TrainingError, UsageError
+from lda_core.errors import InputError, Terminated, TrainingError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -316,15 +316,19 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
             with contextlib.redirect_stdout(out):
                 rc = train_run(sub, list(beam_argv))
         except TrainingInterrupted as e:
-            raise KeyboardInterrupt(str(e)) from e
+            rc = 128 + e.signum
         finally:
             for line in out.getvalue().splitlines():
                 logger.info("update's training run: %s", line)
+        if rc in (130, 143):
+            logger.warning("--update interrupted: %s is unchanged; run the same `ldabeam train "
+                           "--update` again to continue the update from its last checkpoint "
+                           "in %s", args.output, dataset.join(args.output, UPDATING))
+            raise (Terminated if rc == 143 else KeyboardInterrupt)(
+                "the update's training run stopped (exit %d)" % rc)
         if rc != 0:
-            raise KeyboardInterrupt("the update's training run stopped (exit %d)" % rc) \
-                if rc in (130, 143) else TrainingError(
-                    "--update: the training run on %s ended with exit code %d; %s is "
-                    "unchanged" % (args.runner, rc, args.output))
+            raise TrainingError("--update: the training run on %s ended with exit code %d; %s "
+                                "is unchanged" % (args.runner, rc, args.output))
 
     return run
 
