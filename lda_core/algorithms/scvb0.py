@@ -171,8 +171,7 @@ class SCVB0(StochasticAlgorithm):
     def _configure(self, n_topics, n_words, *, vocab_hash, n_threads=None, **settings):
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
-        for name, value in self.SPEC.resolve(settings, self.name).items():
-            setattr(self, name, value)
+        self.SPEC.apply(self, settings, self.name)
         if n_threads is not None:
             n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
                                      integer=True)
@@ -184,9 +183,6 @@ class SCVB0(StochasticAlgorithm):
         self._pi = 1.0
 
     # -- helpers --------------------------------------------------------------------------
-    def params(self) -> Dict[str, Any]:
-        return {p.name: p.export(getattr(self, p.name)) for p in self.SPEC}
-
     def _threads(self):
         n = self.n_threads or numba.get_num_threads()
         return n
@@ -307,11 +303,12 @@ class SCVB0(StochasticAlgorithm):
         theta /= theta.sum(1, keepdims=True)
         return theta
 
-    def to_state(self):
+    def to_state(self, copy: bool = True):
         from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
-                          arrays={"ntilde": self._ntilde.copy(), "nz": self.nz.copy(),
+                          arrays={"ntilde": self._ntilde.copy() if copy else self._ntilde,
+                                  "nz": self.nz.copy(),
                                   "pi": np.array([self._pi], np.float64)},
                           params=self.params(), step=int(self.step),
                           docs_seen=int(self.docs_seen), rng=None,
@@ -319,9 +316,10 @@ class SCVB0(StochasticAlgorithm):
                                 "paper": "Foulds et al. 2013 (SCVB0)"})
 
     @classmethod
-    def from_state(cls, state, n_threads: Optional[int] = None) -> "SCVB0":
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "SCVB0":
         state.validate(algorithm=cls.name)
-        p = dict(state.params)
+        p = cls.SPEC.recorded(state.params)
         p.setdefault("reseed", 0.0)          # states written before re-seeding existed
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
