@@ -191,15 +191,6 @@ def exp_digamma_for(arr, x):
     return exp_digamma(x)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _exp_digamma_rows_for(arr, x):
-    """As :func:`exp_digamma_for` in loops that should vectorise: in float32 the branch-free
-    float32 version (:func:`exp_digamma_f32_vec`)."""
-    if arr.itemsize == 4:
-        return exp_digamma_f32_vec(np.float32(x))
-    return exp_digamma(x)
-
-
 @njit(cache=True, error_model="numpy")
 def exp_digamma_array(x, single=0):
     """Elementwise :func:`exp_digamma` (``single`` 1: :func:`exp_digamma_f32`, 2:
