@@ -171,3 +171,32 @@ def test_online_vb_per_topic_alpha_and_scikit_learn_mapping_come_from_the_spec()
     back = OnlineLDA._params_of_state(est.algorithm_.to_state())
     assert (back["learning_decay"], back["max_doc_update_iter"], back["mean_change_tol"],
             back["batch_size"]) == (0.8, 7, 0.01, 4)
+
+
+def test_no_function_of_the_algorithms_takes_more_than_twelve_parameters():
+    """Settings travel as a spec, not as long parameter lists: in lda_core/algorithms (numba
+    kernels aside: they take arrays one by one) and the scikit-learn wrapper (its estimators'
+    ``__init__`` aside: scikit-learn defines their parameters by signature), no function takes
+    more than 12 parameters."""
+    import ast
+    import glob
+    files = sorted(glob.glob(os.path.join(REPO, "lda_core", "algorithms", "*.py")))
+    files.append(os.path.join(REPO, "lda_core", "sklearn_api.py"))
+    long = []
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any("jit" in ast.unparse(d) for d in node.decorator_list):
+                continue
+            if path.endswith("sklearn_api.py") and node.name == "__init__":
+                continue
+            a = node.args
+            n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg)
+                 + bool(a.kwarg))
+            if n > 12:
+                long.append("%s:%d %s (%d)" % (os.path.relpath(path, REPO), node.lineno,
+                                               node.name, n))
+    assert not long, long
