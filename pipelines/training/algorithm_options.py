@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
 from lda_core.algorithms.params import Param, ParamSpec
