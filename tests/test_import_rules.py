@@ -7,7 +7,10 @@
     ``X._name`` where X is a project module);
 (c) a module's logger is named by ``__name__`` (``logging.getLogger()`` for the root logger and a
     literal naming a third-party logger such as ``"apache_beam"`` configure other loggers and
-    are allowed; a literal naming a project logger is not).
+    are allowed; a literal naming a project logger is not);
+(d) no module but the scikit-learn wrapper (whose ``get_params`` is defined by its estimators'
+    signatures) reads a signature with ``inspect.signature``: what an algorithm accepts is its
+    declared interface and parameter spec, never guessed.
 
 Each failure lists the offenders as file:line.
 """
@@ -251,6 +254,37 @@ def test_no_private_names_across_modules():
 def test_loggers_named_by_module():
     offenders = _logger_names()
     assert not offenders, "\n" + "\n".join(offenders)
+
+
+# the one module whose interface is defined by signatures (scikit-learn's get_params)
+SIGNATURE_READERS = {"lda_core.sklearn_api"}
+
+
+def _signature_calls(src):
+    """file:line of every call of ``inspect.signature`` (however ``inspect`` or ``signature``
+    was imported) in ``src``."""
+    names = {"inspect.signature"}
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.Import):
+            names.update("%s.signature" % (a.asname or a.name) for a in node.names
+                         if a.name == "inspect")
+        elif isinstance(node, ast.ImportFrom) and node.module == "inspect":
+            names.update(a.asname or a.name for a in node.names if a.name == "signature")
+    return [src.where(node) for node in ast.walk(src.tree)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in names]
+
+
+def test_no_signature_reading_outside_the_scikit_learn_wrapper():
+    offenders = [w for name, src in SOURCES.items() if name not in SIGNATURE_READERS
+                 for w in _signature_calls(src)]
+    assert not offenders, "\n" + "\n".join(offenders)
+    # the rule sees the calls it forbids, in every spelling
+    for text in ("import inspect\ninspect.signature(f)\n",
+                 "import inspect as i\ni.signature(f)\n",
+                 "from inspect import signature as sig\nsig(f)\n"):
+        src = _Source.__new__(_Source)
+        src.rel, src.tree = "x.py", ast.parse(text)
+        assert _signature_calls(src) == ["x.py:2"], text
 
 
 @pytest.mark.parametrize("text, expected", [

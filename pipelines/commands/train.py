@@ -14,7 +14,7 @@ every shard (against the model's when resuming), and a resumed checkpoint's algo
 returns; the job publishes the checkpoint and appends the run log itself
 (:mod:`pipelines.training.beam_train`, docs/beam-training.md "Detached windows").
 
-Algorithm settings (``ALGO_OPTIONS``: option -> constructor keyword) default to the algorithm's
+Algorithm settings (the algorithm's parameter spec: option -> setting) default to the algorithm's
 own, ``--minibatch`` included (SCVB0 and sparse Gibbs-VB: 100, their papers'; online VB 256).
 An option the chosen algorithm does not use is an error naming the option and the algorithm
 (never silently ignored): e.g. ``--kappa``/``--tau0`` with scvb0, whose two schedules are
@@ -24,7 +24,6 @@ is the algorithm's ValueError (parameter and allowed range), prefixed with the o
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import os
 import shutil
@@ -39,8 +38,8 @@ from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
-    ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HIDDEN, HINTS, NOT_APPLICABLE, PAPERS, accepted_keywords, keyword_default,
+    BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
+    GIBBS_SWEEPS, HIDDEN, HINTS, PAPERS, keyword_default,
     option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
@@ -485,10 +484,7 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
-        kw = {}
-        if args.threads and "n_threads" in inspect.signature(cls.from_state).parameters:
-            kw["n_threads"] = args.threads
-        algo = cls.from_state(state, **kw)
+        algo = cls.from_state(state, n_threads=args.threads or None)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
         return algo
