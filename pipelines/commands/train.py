@@ -339,7 +339,8 @@ def run(args, beam_argv) -> int:
 
     run_log = _open_run_log(args.output, detach)
     if inprocess and not sequential and not whole_corpus:
-        # a first run on this machine: one line, then the compile, then its seconds
+        # the first run in a fresh environment compiles the kernels: one line, then the
+        # compile, then its seconds
         from lda_core.training.kernel_warmup import warm_kernels
         warm_kernels(lambda v, d: build_algorithm(
             algorithm, algo.n_topics, v,

@@ -25,7 +25,7 @@ Inside a window, for minibatch ``t`` (all composite transforms below)::
 
 With the in-process runner (one worker, one piece per minibatch) the window is instead one
 fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
-there); with worker processes on this machine each step is one stage in which every worker
+there); with local worker processes each step is one stage in which every worker
 advances its own copy of the state (:mod:`pipelines.training.beam_chain`). Each window logs the cost
 of its steps by phase in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
 chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
@@ -34,18 +34,17 @@ the global step itself (for very large minibatches, or runners where a deep grap
 problem). Both give the same states as the in-process trainer: the Beam code contains no
 maths; the local step, the merge and the global step are the ``lda_core`` ones.
 
-The trade-off (numbers in docs/beam-training.md): each pipeline run costs a start-up
-(~0.3-0.45 s in-process, ~3.3-6 s with worker processes) and, with worker processes, each
-chained step ~0.2 s of stage scheduling plus the state hand-over; a window costs one
-start-up, and a crash loses at most one window of work. Windows are therefore sized in
-documents (:func:`default_window`).
+The trade-off (measured in docs/beam-training.md): each pipeline run costs a start-up, and
+with worker processes each chained step costs stage scheduling plus the state hand-over; a
+window costs one start-up, and a crash loses at most one window of work. Windows are therefore
+sized in documents (:func:`default_window`).
 
 Resume: the run continues from the latest published checkpoint; a run killed mid-window
 loses only that window, and because every step is deterministic (per-document random draws
 from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
 bit for bit, as an uninterrupted one.
 
-Detached (``detach=True``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
+Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
 must return soon after ``run()``): exactly one window is submitted and the call returns
 without waiting; the window's pipeline ends in :class:`FinishWindowFn`, which publishes the
 checkpoint, evaluates, appends the window's run-log records and removes the scratch, as the
@@ -84,10 +83,10 @@ from pipelines.training.beam_window import _run_stepwise, _run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
-# minibatches per window when not given, from documents per window: in-process a pipeline
-# run costs ~0.3-0.45 s to start and 65,536 documents are ~5 s of E-step at K = 100 here
-# (~8% start-up; a crash loses at most those seconds); worker processes cost ~3.3-6 s per
-# pipeline run, so their windows hold 4x more.
+# minibatches per window when not given, from documents per window: large enough that a
+# pipeline run's start-up is a small part of the window, small enough that a crash loses
+# little; worker processes start a pipeline run more slowly, so their windows hold 4x more
+# (docs/beam-training.md)
 DOCS_PER_WINDOW_IN_PROCESS = 65536
 DOCS_PER_WINDOW_WORKERS = 262144
 MAX_WINDOW = 10000           # cap on the graph depth of one unrolled pipeline
@@ -271,8 +270,7 @@ class BeamRunner:
         st, sched = self.settings, spec.schedule
         _check_settings(spec, st)
         files, sizes, vh = _check_inputs(algorithm, data.files, spec.output.model_dir)
-        argv = list(st.beam_argv or ())
-        cfg = runner_config(st.runner or _strip_runner(argv), argv)
+        cfg = runner_config(st.runner, list(st.beam_argv or ()))   # else argv's --runner
         M = int(st.minibatches_per_window or default_window(cfg, sched.minibatch))
         n_threads = st.n_threads
         if n_threads is None and not cfg.in_process:
@@ -476,7 +474,3 @@ def _clean_scratch(scratch: str) -> None:
             except OSError:
                 pass
 
-
-def _strip_runner(argv: List[str]) -> Optional[str]:
-    from pipelines.runtime.beam_options import _strip_option
-    return _strip_option(argv, "runner")
