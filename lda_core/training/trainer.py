@@ -38,15 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
-
-import numpy as np
 
 from lda_core.errors import UsageError
 from lda_core.training import session as _session

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
-import shutil
 import sys
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
@@ -246,15 +244,11 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
         _remove_model(args.output)
     elif not args.resume:
         _clear_leftovers(args.output, vocab)
-    if not dataset.is_remote(args.output):    # an object store has no folders to create
-        os.makedirs(args.output, exist_ok=True)
+    out = dataset.files_for(args.output)
+    out.makedirs(args.output)                 # nothing to do on an object store
     dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
     if not dataset.exists(dst_vocab):
-        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
-            vocab.write(dst_vocab)
-        else:
-            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
-            os.replace(dst_vocab + ".tmp", dst_vocab)
+        out.write_atomic(dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
 
 
 def run(args, beam_argv) -> int:
@@ -299,8 +293,7 @@ def run(args, beam_argv) -> int:
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
-    run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
-                    else args.shards, minibatch=minibatch, seed=seed, passes=passes,
+    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed, passes=passes,
                     n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:

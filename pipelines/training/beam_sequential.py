@@ -59,6 +59,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from lda_core.errors import UsageError
+from pipelines.ingest import dataset
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from lda_core.training import session as _session
@@ -78,13 +79,8 @@ _LIVE: Dict[str, Any] = {}
 _LIVE_LOCK = threading.Lock()
 
 
-def _norm(path: str) -> str:
-    """A path to compare: absolute locally, the URL itself (no trailing /) on object stores."""
-    return path.rstrip("/") if beam_state.is_remote(path) else os.path.abspath(path)
-
-
 def _live_key(run_key: str, path: str) -> str:
-    return "%s|%s" % (run_key, _norm(path))
+    return "%s|%s" % (run_key, dataset.absolute(path))
 
 
 def _put_live(key: str, algo) -> None:
@@ -140,7 +136,7 @@ def _load_start(window: SequentialWindow):
     if window.start_is_checkpoint:
         store = CheckpointStore(window.model_dir)
         ptr = store.pointer_path()
-        if ptr is None or _norm(ptr) != _norm(window.start_path):
+        if ptr is None or dataset.absolute(ptr) != dataset.absolute(window.start_path):
             raise RuntimeError("the latest checkpoint of %s is no longer %s (another run wrote "
                                "into the model directory?)" % (window.model_dir,
                                                               window.start_path))
