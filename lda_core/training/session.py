@@ -345,6 +345,7 @@ class Session:
         self.runner = runner
         self.run_info = run_info
         self.t_start = time.time() if t_start is None else t_start
+        self.c_start = time.process_time()
         self.batches_per_pass = int(batches_per_pass or 0)
         if self.pass_stop is not None:
             if self.batches_per_pass < 1:

@@ -33,9 +33,10 @@ from lda_core.errors import InputError, OutputError, UsageError
 from lda_core.storage.vocab_file import GROWN_PREFIX
 from lda_core.training import pieces as pieces_mod
 from lda_core.training.runner import TrainData
-from lda_core.training.session import Session
+from lda_core.training.faults import fault_point
+from lda_core.training.session import Session, TrainingInterrupted, resume_position
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
-from lda_core.training.trainer import InProcessRunner, WholeCorpusRunner
+from lda_core.training.trainer import InProcessRunner, WholeCorpusRunner, check_pass_stop
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
@@ -244,11 +245,11 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
         _remove_model(args.output)
     elif not args.resume:
         _clear_leftovers(args.output, vocab)
-    out = dataset.files_for(args.output)
-    out.makedirs(args.output)                 # nothing to do on an object store
+    dataset.make_dirs(args.output)
     dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
     if not dataset.exists(dst_vocab):
-        out.write_atomic(dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
+        dataset.files_for(dst_vocab).write_atomic(
+            dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
 
 
 def run(args, beam_argv) -> int:
@@ -293,8 +294,8 @@ def run(args, beam_argv) -> int:
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
-    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed, passes=passes,
-                    n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
+    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed,
+                    passes=passes, n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:
         # the reduction shape: the checkpoint's on --resume, else --pieces, else the
@@ -312,7 +313,6 @@ def run(args, beam_argv) -> int:
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
 
-    from lda_core.training.trainer import resume_position
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
@@ -325,7 +325,6 @@ def run(args, beam_argv) -> int:
                          "1 (got %d)" % (algorithm, passes))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
-        from lda_core.training.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
     dataset.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
@@ -342,7 +341,6 @@ def run(args, beam_argv) -> int:
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
-    from lda_core.training.session import TrainingInterrupted
     try:
         spec = build_spec(args, algorithm, settings, Schedule(
             passes=passes, seed=seed, minibatch=minibatch, max_steps=args.max_steps,
@@ -367,7 +365,6 @@ def run(args, beam_argv) -> int:
         print_detached(args, algorithm, algo, stream, res)
         return 0
     print_summary(args, algorithm, algo, stream, res, pass_stop)
-    from lda_core.training.faults import fault_point
     fault_point("ended")     # a test's kill point: the run log has its end, the lease is held
     return 0
 
