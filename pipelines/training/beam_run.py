@@ -22,8 +22,8 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
     """Where the states of the steps inside a window go when workers are other processes.
 
-    Local runners: shared memory (``/dev/shm``) -- every worker is on this machine, and a 24 MB
-    state is written there without disk write-back. Remote runners, and any model directory
+    Local runners: shared memory (``/dev/shm``) -- every worker is on the driver's machine,
+    and a state is written there without disk write-back. Remote runners, and any model directory
     on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
     Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
     fresh and private beside it (:func:`pipelines.training.beam_state.new_scratch`). A killed run's

@@ -11,9 +11,10 @@ window is therefore one pipeline whose single element goes to ONE DoFn::
       |                            size and the window's step range [start, stop)
     ParDo(SequentialWindowFn)      load the start state (the latest published checkpoint, or
                                    the run's initial state for a fresh run); plan the window's
-                                   reads with beam_train.plan_steps (the seeded order of
-                                   lda_core.training.ordering, as the in-process trainer's ShardStream);
-                                   read each minibatch (beam_train.read_task) and call
+                                   reads with beam_plan.plan_steps (the seeded order of
+                                   lda_core.training.ordering, as the in-process trainer's
+                                   ShardStream); read each minibatch (beam_plan.read_task)
+                                   and call
                                    sampler.process(batch) in order; publish the state as a
                                    checkpoint (CheckpointStore: written under a temporary name,
                                    then renamed, then LATEST) and write a small JSON result for
@@ -30,7 +31,7 @@ handed from one window to the next in memory (``_LIVE``, keyed by run and checkp
 so a window does not reload what the previous one published. With worker processes (or any
 other runner) each window loads the checkpoint it starts from; ``from_state`` is exact, so the
 states are the same bit for bit either way, and equal to the in-process trainer's
-(:func:`lda_core.training.trainer.train`) for the same seed and minibatch size.
+(:class:`lda_core.training.trainer.InProcessRunner`) for the same seed and minibatch size.
 
 Resume: a run killed mid-window loses that window; the next run (``resume=True``) starts from
 the latest published checkpoint and ends with the state an uninterrupted run ends with.
