@@ -250,11 +250,11 @@ def test_dockerfile_bakes_the_numba_cache_and_copies_what_exists():
 @pytest.mark.slow
 def test_warmup_fills_the_cache(tmp_path):
     """The warm-up compiles into NUMBA_CACHE_DIR (a child process: numba reads the variable
-    at import)."""
+    at import). One algorithm: the image build compiles them all the same way."""
     import subprocess
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBA_CPU_NAME="generic")
-    r = subprocess.run([sys.executable, os.path.join(DATAFLOW, "warmup.py")], env=env,
-                       capture_output=True, text=True, timeout=1200, cwd=REPO)
+    r = subprocess.run([sys.executable, os.path.join(DATAFLOW, "warmup.py"), "online-vb"],
+                       env=env, capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "compiled online-vb" in r.stdout
     assert any(f.endswith(".nbc") for _, _, fs in os.walk(str(tmp_path / "cache")) for f in fs)
