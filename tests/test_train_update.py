@@ -392,10 +392,10 @@ def test_beam_update_stopped_by_sigterm_exits_143_and_leaves_the_model(small, ca
     md = fresh_model(small, "sigterm")
     before = checkpoint_state(md)
 
-    def stopped(*a, **kw):
+    def stopped(self, *a, **kw):
         raise TrainingInterrupted("interrupted by SIGTERM", before.step, None, signum=15)
 
-    monkeypatch.setattr(beam_train, "train", stopped)
+    monkeypatch.setattr(beam_train.BeamRunner, "run", stopped)
     capsys.readouterr()
     rc = cli(["train", "--update", "--input", small["b"], "--output", md, "--no-progress",
               "--runner", "DirectRunner"])
