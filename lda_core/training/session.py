@@ -177,7 +177,7 @@ def start_record(position: int, algorithm, *, max_steps=None, total_steps=None, 
                  wall_time: Optional[float] = None, **extra) -> Dict[str, Any]:
     rec = dict(event="start", wall_time=time.time() if wall_time is None else wall_time,
                start_step=position,
-               algorithm=getattr(algorithm, "name", type(algorithm).__name__),
+               algorithm=algorithm.name,
                n_topics=getattr(algorithm, "n_topics", None),
                n_words=getattr(algorithm, "n_words", None), max_steps=max_steps,
                total_steps=total_steps, eval_every=eval_every,

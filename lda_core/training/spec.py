@@ -117,7 +117,7 @@ class TrainSpec:
                 raise TypeError("unexpected keyword argument %r" % key)
             group, name = KEYWORDS[key]
             groups[group][name] = value
-        return cls(AlgorithmSpec(getattr(algorithm, "name", type(algorithm).__name__)),
+        return cls(AlgorithmSpec(algorithm.name),
                    Schedule(**groups["schedule"]), Evaluation(**groups["evaluation"]),
                    Output(**groups["output"]), run_info or {})
 

@@ -106,7 +106,7 @@ def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
 def _position(algorithm, start_step: Optional[int]) -> int:
     if start_step is not None:
         return int(start_step)
-    return int(getattr(algorithm, "step", 0) or 0)
+    return int(algorithm.step)
 
 
 def _progress(progress: bool, total: Optional[int], initial: int):
@@ -176,7 +176,7 @@ class InProcessRunner:
             raise ValueError("%s applies one global step per pass: give a minibatch source "
                              "with `batches_per_pass` and `iter_from` (e.g. "
                              "pipelines.training.shard_stream)"
-                             % getattr(algorithm, "name", type(algorithm).__name__))
+                             % algorithm.name)
         ses = open_session(session, spec, _position(algorithm, sched.start),
                            run_info=run_info, vocab_hash=run_info.get("vocab_hash"),
                            batches_per_pass=1 if accumulate else bpp)
@@ -279,7 +279,7 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
     step = ses.position
     rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
                                n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
-                               t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
+                               t=algorithm.step, extra_scalars=loop.sequential)
     loop.note(rec)
     try:
         # a pass end's score is the --passes auto rule's input, which the checkpoint records;
@@ -360,7 +360,7 @@ class _ProgressBar:
 
 
 def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
-    name = getattr(algorithm, "name", type(algorithm).__name__)
+    name = algorithm.name
     if heldout is None:
         raise UsageError("passes auto stops when the held-out score stops improving: it needs "
                          "held-out documents (--heldout)")
@@ -461,7 +461,7 @@ def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Op
     both runners (in-process, and the Beam window's DoFn)."""
     if not _session.whole_corpus(algorithm):
         raise ValueError("%s is not trained on the whole corpus at once"
-                         % getattr(algorithm, "name", type(algorithm).__name__))
+                         % algorithm.name)
     if sweeps <= algorithm.burn_in:
         logger.warning("%s: %d sweeps <= burn-in %d: no sweep is averaged, the topics are the "
                        "last sample's (raise --passes or lower the burn-in)", algorithm.name,

@@ -196,7 +196,7 @@ class SequentialWindowFn(beam.DoFn):
             infos.append(_session.step_record(
                 sp.position + 1, sp.pass_index, sp.batch_index, info, n_docs=batch.n_docs,
                 n_docs_seen=_session.docs_seen(algo),
-                t=int(getattr(algo, "step", sp.position + 1) or 0), extra_scalars=True))
+                t=int(algo.step), extra_scalars=True))
             self.docs.inc(int(batch.n_docs))
             self.tokens.inc(int(info.get("tokens") or 0))
             self.minibatches.inc()
@@ -253,7 +253,7 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
         raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not _session.is_sequential(algorithm):
         raise UsageError("%s is a local/global-step algorithm: its Beam trainer is "
-                         "pipelines.training.beam_train" % getattr(algorithm, "name", algorithm))
+                         "pipelines.training.beam_train" % algorithm.name)
     return check_shards(algorithm, files)
 
 
