@@ -258,7 +258,7 @@ def run(args, beam_argv) -> int:
     t_setup = time.time()
     if getattr(args, "update", False):
         from pipelines.commands.train_update import run_update
-        return run_update(args, beam_argv)
+        return run_update(args, beam_argv, run)     # run: the Beam update trains through it
     if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
         raise UsageError("--input and --grow-vocab apply with --update (training on new "
                          "documents); a fresh run reads --shards written by `ldabeam "

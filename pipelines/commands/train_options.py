@@ -73,8 +73,8 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("updating a model with new documents (docs/training.md)")
     g.add_argument("--update", action="store_true",
                    help="continue the model in --output from its latest checkpoint on new "
-                        "documents (--shards NEW or --input RAW) for --passes (default 1); "
-                        "in-process runner only")
+                        "documents (--shards NEW or --input RAW) for --passes (default 1), "
+                        "in this process or on a Beam --runner (same result)")
     g.add_argument("--grow-vocab", action="store_true",
                    help="with --update: add the new documents' words that pass the model's "
                         "pruning rules as new topic-word rows (at the prior)")
