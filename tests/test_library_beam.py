@@ -22,7 +22,8 @@ from pipelines.infer import read_theta
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 from pipelines.runtime.beam_options import pipeline_options
-from test_library_model import copy_model, news_posts
+from corpora import news20_posts
+from test_library_model import copy_model
 
 K = 6
 
@@ -45,8 +46,8 @@ def model(wiki_ds, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def records(news20_tar):
-    return [{"id": "post-%d" % i, "text": t}
-            for i, t in enumerate(news_posts(news20_tar, 24, skip=100))]
+    posts = news20_posts(news20_tar, "test", skip=100, limit=24)
+    return [{"id": "post-%d" % i, "text": p.text} for i, p in enumerate(posts)]
 
 
 def checked(fn):
@@ -143,6 +144,27 @@ def test_infer_topics_and_vectorize_on_plain_pcollections(model, records, tmp_pa
         with_model = recs | "WithModel" >> Vectorize(model)
         assert_that(with_model.rows | "InferRows" >> InferTopics(model),
                     checked(check_records), label="ThetaOfRows")
+
+
+def test_vectorize_takes_vectorize_options_and_refuses_the_rest(model, records):
+    """Vectorize's vocabulary options are ldabeam vectorize's (token_pattern, segmenter, ...
+    included); an unknown one, or one given with a model (whose recorded preprocessing
+    rules), is a UsageError naming it rather than silently ignored."""
+    from lda_core.errors import UsageError
+    with pytest.raises(UsageError, match="unknown option.*min_len"):
+        Vectorize(min_len=3)
+    with pytest.raises(UsageError, match="no_below apply only when the vocabulary is built"):
+        Vectorize(model, no_below=2)
+
+    def check_vocab(vs):
+        tokens = vs[0]["tokens"]
+        assert tokens and all(t.isalpha() and len(t) >= 7 for t in tokens), tokens[:20]
+
+    with beam.Pipeline(options=pipeline_options()) as p:
+        built = (p | beam.Create(records)
+                 | Vectorize(no_below=1, no_above=1.0, token_pattern=r"[a-z]{7,}",
+                             max_token_len=30))
+        assert_that(built.vocabulary, checked(check_vocab), label="LongWords")
 
 
 @pytest.mark.slow
