@@ -10,10 +10,13 @@ import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core.evaluation import metrics as ev
+from conftest import SHARED_DATA
 from uci_slices import uci_csr, uci_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HARNESS = os.path.join(os.path.dirname(REPO), "shared", "bench", "bench_peers.py")
+# the harness sits beside the corpora (../shared/bench next to ../shared/data), also when
+# LDABEAM_SHARED_DATA points the tests of a worktree at them
+HARNESS = os.path.join(os.path.dirname(SHARED_DATA), "bench", "bench_peers.py")
 
 
 @pytest.fixture(scope="module")

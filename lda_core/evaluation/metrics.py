@@ -27,13 +27,12 @@ import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError
 from lda_core.evaluation.topic_quality import (  # noqa: F401 (re-exported: one namespace of metrics)
     PROTOCOL_ALPHA, PROTOCOL_ITERS, PROTOCOL_TOPN, USAGE_DOCS, USAGE_ITERS, ROW_CHUNK,
-    as_batch, check_phi, check_words, normalized_phi_T, health_scalars,
+    as_batch, check_phi, check_words, fit_theta_numpy, normalized_phi_T, health_scalars,
     normalized_mutual_information, npmi_coherence, top_words, topic_diversity, topic_health,
     topic_usage, umass_coherence)
 
@@ -92,20 +91,14 @@ def _tokens_to_batch(like: DocBatch, doc_of: np.ndarray, words: np.ndarray) -> D
 def _completion_docs_numpy(phiT, a: DocBatch, b: DocBatch, alpha, iters, chunk=2000):
     """Reference implementation (vectorised over a chunk of documents, like the harness).
     Returns the per-document log-likelihood of the second halves."""
-    D, K = a.n_docs, phiT.shape[1]
+    D = a.n_docs
     out = np.zeros(D)
     V = phiT.shape[0]
     for s in range(0, D, chunk):
         idx = np.arange(s, min(D, s + chunk))
         A = a.take(idx).to_csr(V).tocoo()
         B = b.take(idx).to_csr(V).tocoo()
-        rows, cols, n = A.row, A.col, A.data
-        theta = np.full((len(idx), K), 1.0 / K)
-        for _ in range(iters):
-            denom = np.einsum("ik,ik->i", theta[rows], phiT[cols])
-            R = sp.csr_matrix((n / denom, (rows, cols)), shape=A.shape)
-            theta = alpha + theta * (R @ phiT)
-            theta /= theta.sum(1, keepdims=True)
+        theta = fit_theta_numpy(phiT, A, alpha, iters)
         p = np.einsum("ik,ik->i", theta[B.row], phiT[B.col])
         out[idx] = np.bincount(B.row, weights=B.data * np.log(p), minlength=len(idx))
     return out

@@ -169,8 +169,8 @@ def umass_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, eps: float = 1
             "top": top}
 
 
-def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: int = 256
-                   ) -> Dict[str, Any]:
+def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: int = 256,
+                   top: Optional[np.ndarray] = None) -> Dict[str, Any]:
     """Document co-occurrence NPMI (Bouma 2009; Aletras & Stevenson 2013) of each topic's top
     ``topn`` words on the reference documents (usually the training documents)::
 
@@ -179,7 +179,9 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
     with p the fraction of documents containing the word(s); a pair that never co-occurs
     scores −1, a pair in every document 1. ``per_topic`` is the mean over the topn·(topn−1)/2
     pairs, ``mean`` the mean over topics (the harness's ``npmi``). gensim's ``c_npmi`` with a
-    sliding window longer than every document is the same quantity (up to its ε = 1e-12)."""
+    sliding window longer than every document is the same quantity (up to its ε = 1e-12).
+    ``top``: each topic's words in :func:`_top_indices` order, at least ``topn`` of them
+    (:func:`topic_health` sorts once for NPMI and diversity), else sorted here."""
     phi = _check_topn(phi, topn)
     K, V = phi.shape
     topn = min(int(topn), V)
@@ -187,7 +189,7 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
     D = XT.shape[1]
     if D == 0:
         raise InputError("NPMI needs at least one reference document")
-    top = _top_indices(phi, topn)
+    top = _top_indices(phi, topn) if top is None else top[:, :topn]
     per_topic = np.zeros(K)
     for s, co, wm, wl in _pair_cooccurrences(XT, top, topic_chunk):
         co = co / D
@@ -200,12 +202,16 @@ def npmi_coherence(phi, batch_or_csr, topn: int = PROTOCOL_TOPN, topic_chunk: in
     return {"per_topic": per_topic, "mean": float(per_topic.mean()), "top": top}
 
 
-def topic_diversity(phi, topn: int = 25) -> float:
+DIVERSITY_TOPN = 25
+
+
+def topic_diversity(phi, topn: int = DIVERSITY_TOPN, top: Optional[np.ndarray] = None) -> float:
     """Topic diversity (Dieng, Ruiz & Blei 2020): distinct words among all topics' top
     ``topn`` words / (topn·K); 1 when no two topics share a top word. A vocabulary of
-    fewer than ``topn`` words takes all of them."""
+    fewer than ``topn`` words takes all of them. ``top`` as in :func:`npmi_coherence`."""
     phi = _check_topn(phi, topn)
-    top = _top_indices(phi, min(int(topn), phi.shape[1]))
+    n = min(int(topn), phi.shape[1])
+    top = _top_indices(phi, n) if top is None else top[:, :n]
     return float(len(np.unique(top)) / top.size)
 
 
@@ -236,17 +242,24 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
     if backend not in ("auto", "numba", "numpy"):
         raise ValueError("backend must be 'auto', 'numba' or 'numpy', got %r" % (backend,))
     phi = check_phi(phi)
-    K, V = phi.shape
+    return _usage_of_sample(phi, usage_sample(batch_or_csr, max_docs, seed), alpha, iters,
+                            backend)
+
+
+def usage_sample(batch_or_csr, max_docs: int = USAGE_DOCS, seed: int = 0) -> DocBatch:
+    """The documents topic usage is measured on: ``max_docs`` rows drawn without replacement
+    (``RandomState(seed).permutation``, as the harness), in row order; all when fewer."""
     if sp.issparse(batch_or_csr):
         X = sp.csr_matrix(batch_or_csr)
-        D = X.shape[0]
-        rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
-        sample = DocBatch.from_csr(X[rows])
-    else:
-        batch = as_batch(batch_or_csr, "batch_or_csr")
-        D = batch.n_docs
-        rows = np.sort(np.random.RandomState(seed).permutation(D)[:max_docs])
-        sample = batch.take(rows)
+        rows = np.sort(np.random.RandomState(seed).permutation(X.shape[0])[:max_docs])
+        return DocBatch.from_csr(X[rows])
+    batch = as_batch(batch_or_csr, "batch_or_csr")
+    rows = np.sort(np.random.RandomState(seed).permutation(batch.n_docs)[:max_docs])
+    return batch if len(rows) == batch.n_docs else batch.take(rows)
+
+
+def _usage_of_sample(phi, sample: DocBatch, alpha, iters, backend) -> Dict[str, Any]:
+    K, V = phi.shape
     check_words(sample, V, "the documents")
     if sample.n_tokens == 0:
         raise InputError("topic usage needs documents with at least one token")
@@ -265,21 +278,33 @@ def topic_usage(phi, batch_or_csr, alpha: float = PROTOCOL_ALPHA, max_docs: int 
             "effective": float(np.exp(-(nz * np.log(nz)).sum())), "n_docs": int(sample.n_docs)}
 
 
+def fit_theta_numpy(phiT, A: sp.coo_matrix, alpha: float, iters: int) -> np.ndarray:
+    """θ (documents x K) of the documents ``A`` (COO, documents x V) by ``iters`` iterations
+    of the fixed point from uniform, vectorised over the documents as the harness writes it::
+
+        θ_dk ← α + θ_dk Σ_w n_dw φ_kw / Σ_j θ_dj φ_jw,   then θ_d ← θ_d / Σ_k θ_dk
+
+    The reference of :func:`lda_core.evaluation.kernels.fit_theta` (document completion and
+    topic usage)."""
+    rows, cols, n = A.row, A.col, A.data
+    theta = np.full((A.shape[0], phiT.shape[1]), 1.0 / phiT.shape[1])
+    for _ in range(int(iters)):
+        denom = np.einsum("ik,ik->i", theta[rows], phiT[cols])
+        R = sp.csr_matrix((n / denom, (rows, cols)), shape=A.shape)
+        theta = alpha + theta * (R @ phiT)
+        theta /= theta.sum(1, keepdims=True)
+    return theta
+
+
 def _usage_numpy(phiT, sample: DocBatch, alpha: float, iters: int) -> np.ndarray:
     """Topic usage summed over ``sample`` (the harness's vectorised formulation: the
     reference of :func:`lda_core.evaluation.kernels.usage`)."""
     V, K = phiT.shape
     doc = np.repeat(np.arange(sample.n_docs), np.diff(sample.indptr))
     w, n = sample.word_ids.astype(np.int64), sample.counts.astype(np.float64)
-    A = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V))
-    coo = A.tocoo()
+    coo = sp.csr_matrix((n, (doc, w)), shape=(sample.n_docs, V)).tocoo()
     r, c, n = coo.row, coo.col, coo.data
-    theta = np.full((A.shape[0], K), 1.0 / K)
-    for _ in range(int(iters)):
-        denom = np.einsum("ik,ik->i", theta[r], phiT[c])
-        R = sp.csr_matrix((n / denom, (r, c)), shape=A.shape)
-        theta = alpha + theta * (R @ phiT)
-        theta /= theta.sum(1, keepdims=True)
+    theta = fit_theta_numpy(phiT, coo, alpha, iters)
     resp = theta[r] * phiT[c]
     resp /= resp.sum(1, keepdims=True)
     return (resp * n[:, None]).sum(0)
@@ -293,17 +318,18 @@ def topic_health(phi, train_docs, alpha: float = PROTOCOL_ALPHA, seed: int = 0,
     on the same seeded sample of documents as the usage (bounded cost on any corpus); on the
     whole corpus when it has no more than ``USAGE_DOCS`` documents."""
     phi = check_phi(phi)
-    use = topic_usage(phi, train_docs, alpha=alpha, seed=seed)
     if sp.issparse(train_docs):
+        use = topic_usage(phi, train_docs, alpha=alpha, seed=seed)
         X = sp.csr_matrix(train_docs)
-    else:
-        b = as_batch(train_docs, "train_docs")
-        X = sp.csr_matrix((b.counts, b.word_ids, b.indptr), shape=(b.n_docs, phi.shape[1]))
-    if X.shape[0] > USAGE_DOCS:
-        X = X[np.sort(np.random.RandomState(seed).permutation(X.shape[0])[:USAGE_DOCS])]
-    npmi = npmi_coherence(phi, X, topn=topn)
+        if X.shape[0] > USAGE_DOCS:
+            X = X[np.sort(np.random.RandomState(seed).permutation(X.shape[0])[:USAGE_DOCS])]
+    else:                     # NPMI on the very documents of the usage sample (one draw)
+        X = usage_sample(train_docs, USAGE_DOCS, seed)
+        use = _usage_of_sample(phi, X, alpha, USAGE_ITERS, "auto")
+    top = _top_indices(phi, min(max(int(topn), DIVERSITY_TOPN), phi.shape[1]))  # one sort
+    npmi = npmi_coherence(phi, X, topn=topn, top=top)
     return {"dead_topics": use["dead"], "effective_topics": use["effective"],
-            "npmi": npmi["mean"], "topic_diversity": topic_diversity(phi),
+            "npmi": npmi["mean"], "topic_diversity": topic_diversity(phi, top=top),
             "topic_shares": [float(x) for x in use["shares"]],
             "npmi_per_topic": [float(x) for x in npmi["per_topic"]],
             "health_docs": use["n_docs"]}
