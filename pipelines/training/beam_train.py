@@ -396,7 +396,8 @@ class _WindowRun:
             if self.unroll:
                 infos, new_algo, error, counters = _run_unrolled(
                     self.cfg, steps, start_ref, self.run_key, self.scratch, self.n_threads,
-                    self.deterministic, self.fanout, times)
+                    self.deterministic, self.fanout, times,
+                    run_steps=self.stop - ses.position if windows == 0 else None)
             else:
                 infos, new_algo, error, counters = _run_stepwise(
                     self.cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
