@@ -39,7 +39,7 @@ demo: $(STAMP)
 	@echo "share of the tokens and NPMI; dead_topics / effective_topics / npmi are printed above)"
 
 test: $(STAMP)
-	$(PY) -m pytest -ra --timeout=1800 tests
+	$(PY) -m pytest -ra --durations=30 --timeout=1800 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -ra -m "not slow" tests

@@ -1,4 +1,4 @@
-"""The `ldabeam` command line (contract: DESIGN.md §4).
+"""The `ldabeam` command line (`ldabeam --help`; README.md lists the commands).
 
 Each subcommand lives in ``pipelines.commands.<name>`` and is imported only when used, so
 ``ldabeam topics`` does not pay for importing Beam. Options the subcommand does not know are

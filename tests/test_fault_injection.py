@@ -96,7 +96,8 @@ def _kill_run(ds, md, runner, fault=None, after=None):
 def _recover_and_check(ds, md, runner, ref, capsys, label):
     store = CheckpointStore(md, check_algorithm=True)
     log = os.path.join(md, RUN_LOG_FILE)
-    ended = os.path.exists(log) and list(iter_run_log(log, damaged=[]))[-1]["event"] == "end"
+    records = list(iter_run_log(log, damaged=[])) if os.path.exists(log) else []
+    ended = bool(records) and records[-1]["event"] == "end"
     if store.latest() is not None:
         # a killed model directory is readable as it is
         assert cli.main(["topics", "--model", md, "--top", "3"]) == 0, label

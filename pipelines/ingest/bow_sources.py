@@ -40,6 +40,7 @@ from typing import Dict, Iterator, List, Optional
 from pipelines.ingest.bow_triples import (MAX_DOCS, MAX_LINE_BYTES, MAX_VOCAB, BowItem,
                                           BrokenStream, TriplesSource, iter_grouped_triples,
                                           pack_bow, parse_int)
+from pipelines.ingest.input_files import input_file_exists
 from pipelines.ingest.text_sources import (DeadLetter, InputError, snippet_of, compression_of,
                                            iter_lines, open_decompressed)
 
@@ -147,13 +148,8 @@ def read_bow_vocab(path: str, fmt: str, vocab_path: Optional[str]) -> List[str]:
         raise InputError("read_bow_vocab: format %r is not a bag-of-words format (uci, ldac, mm)"
                          % fmt)
     if vocab_path is None:
-        from pipelines.ingest.text_sources import is_remote
         cands = default_vocab_paths(path, fmt)
-        if is_remote(path):
-            from apache_beam.io.filesystems import FileSystems
-            found = [c for c in cands if FileSystems.exists(c)]
-        else:
-            found = [c for c in cands if os.path.isfile(c[7:] if c.startswith("file://") else c)]
+        found = [c for c in cands if input_file_exists(c)]
         if not found:
             raise InputError("no vocabulary given for %s corpus %s and none found (looked for %s);"
                              " give --vocab" % (fmt, path, ", ".join(cands)))

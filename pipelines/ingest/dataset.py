@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import DataIntegrityError, InputError
+from lda_core.errors import DataIntegrityError, InputError, UsageError
 from pipelines.runtime import object_store_files
 
 object_store_files.register()
@@ -127,6 +127,34 @@ def match(pattern: str) -> List[str]:
         res = FileSystems.match([pattern])[0]
         return sorted(m.path for m in res.metadata_list)
     return sorted(glob.glob(pattern))
+
+
+def match_sizes(pattern: str) -> List[Tuple[str, int]]:
+    """``(path, size in bytes)`` of the files matching a local or remote glob, sorted by path
+    (a local file removed between the listing and its ``stat`` is left out)."""
+    if is_remote(pattern):
+        from apache_beam.io.filesystems import FileSystems
+        res = FileSystems.match([pattern])[0]
+        return sorted((m.path, int(m.size_in_bytes)) for m in res.metadata_list)
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            out.append((path, os.path.getsize(path)))
+        except OSError:
+            pass
+    return out
+
+
+def make_dirs(path: str) -> None:
+    """Create the local folder ``path`` and its parents (an object store has no folders)."""
+    files_for(path).makedirs(path)
+
+
+def require_local(path: str, what: str) -> None:
+    """UsageError unless ``path`` is a local path; ``what`` says what needs it and what to do
+    instead (``"write_dataset writes local directories; copy ..."``)."""
+    if is_remote(path):
+        raise UsageError("%s (got %s)" % (what, path))
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
@@ -709,13 +737,17 @@ def _listed_folders(listing: Listing) -> List[str]:
                                              else join(listing.root, "*.parquet"))]
 
 
-def check_shard_listing(path: str, splits: dict, check_hashes: bool = True,
+def check_shard_listing(path: str, splits: dict, check_hashes: Optional[bool] = True,
                         listing: str = MANIFEST_FILE) -> dict:
     """Check the shards under dataset ``path`` against a manifest's ``splits`` listing (the
     one :func:`verify` reads; ``vectorize`` calls this before it publishes the manifest):
     each listed shard exists with its row count and, with ``check_hashes``, its sha256; no
     other shard sits in a split folder. Returns ``{"shards": n, "documents": d}``; raises
-    DataIntegrityError naming the first problem (``listing`` names the listing in it)."""
+    DataIntegrityError naming the first problem (``listing`` names the listing in it).
+    ``check_hashes`` None: hash local shards only (shards just uploaded to an object store are
+    not downloaded again to be hashed)."""
+    if check_hashes is None:
+        check_hashes = not is_remote(path)
     lst = Listing.parse(path, {"splits": splits}, source=listing, require_shards=False)
     files = _listed_folders(lst)
     return {"shards": len(files), "documents": lst.check(files, check_hashes, lst.folders())}

@@ -98,6 +98,13 @@ from pipelines.runtime.object_store_files import is_remote  # noqa: E402 (the on
 WEB_SCHEMES = ("http", "https")
 
 
+def input_file_exists(path: str) -> bool:
+    """Whether an input file exists: a local path or ``file://`` URL, or an object-store URL."""
+    if is_remote(path):
+        return _filesystems().exists(path)
+    return os.path.isfile(_local(path))
+
+
 def is_web(path: str) -> bool:
     """True for an ``http://`` or ``https://`` URL."""
     return path.split("://", 1)[0].lower() in WEB_SCHEMES if "://" in path else False

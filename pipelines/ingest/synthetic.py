@@ -256,9 +256,8 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     if not 0 <= int(heldout_docs) < spec.n_docs:
         raise UsageError("heldout_docs=%r is outside the allowed range [0, %d)"
                          % (heldout_docs, spec.n_docs))
-    if dataset.is_remote(output):
-        raise UsageError("write_dataset writes local directories; copy the result to %s "
-                         "afterwards (gsutil -m cp -r)" % output)
+    dataset.require_local(output, "write_dataset writes local directories; write one here "
+                                  "and copy it to the object store afterwards (gsutil -m cp -r)")
     # the rules of every dataset writer (lda_core.storage.output_paths), as vectorize
     from lda_core.storage import output_paths
     output_paths.prepare_output(output, "dataset", "ldabeam synth", overwrite=overwrite)

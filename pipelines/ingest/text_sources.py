@@ -50,7 +50,7 @@ from pipelines.ingest.input_files import (is_hidden, snippet_of, BOW_FORMATS, Ch
                                           replaced_so_far, compression_of, DeadLetter,
                                           DECOMPRESS_ERRORS,
                                           DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
-                                          FORMATS, InputError, is_archive_name, is_remote,
+                                          FORMATS, InputError, is_archive_name,
                                           format_of_head, is_tar_name, is_web,
                                           iter_lines, peek_head,
                                           open_binary, open_decompressed, RawDocument, READ_BLOCK,

@@ -538,7 +538,6 @@ def write_report(model: str, output: str, template: Optional[str] = None,
                                 % template)
     data = gather(model, **kw)
     page = render(data, template)
-    if not dataset.is_remote(output):     # a URL is written through Beam's FileSystems
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    dataset.make_dirs(dataset.parent(output))
     dataset.write_bytes_atomic(output, page.encode("utf-8"))
     return data

@@ -48,7 +48,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -285,8 +284,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
         raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
-    if not dataset.is_remote(model_dir):
-        os.makedirs(model_dir, exist_ok=True)
+    dataset.make_dirs(model_dir)
     if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
         with dataset.open_read(vocab_path) as f:
             dataset.write_bytes_atomic(model_vocab, f.read())
@@ -324,6 +322,7 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
     only the files present at its first listings). On Dataflow / Flink the pipeline of
     :class:`ReadJsonFilesContinuously` is used instead."""
+    from pipelines.ingest import dataset
     offsets, next_w = _start_position(model_dir, window_seconds)
     sizes: Dict[str, int] = {}            # size at the previous poll (a stable partial line)
     # pending reads: (window index, arrival time, file, start offset, end offset, lines)
@@ -334,7 +333,7 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     for _ in range(max_polls):
         now = clock()
         done = t_stop is not None and now >= t_stop
-        for path, size in _match(pattern):
+        for path, size in dataset.match_sizes(pattern):
             start = offsets.get(path, 0)
             if size == start:             # nothing new: the file is not opened
                 continue
@@ -394,22 +393,6 @@ def _close_windows(pending: list, done: bool, now: float, window_seconds: float)
         else:
             still.append(x)
     return closed, still
-
-
-def _match(pattern: str) -> List[Tuple[str, int]]:
-    """``(path, size in bytes)`` of the files matching ``pattern``, sorted by path."""
-    from pipelines.ingest import dataset
-    if dataset.is_remote(pattern):
-        from apache_beam.io.filesystems import FileSystems
-        res = FileSystems.match([pattern])[0]
-        return sorted((m.path, int(m.size_in_bytes)) for m in res.metadata_list)
-    out = []
-    for path in dataset.match(pattern):
-        try:
-            out.append((path, os.path.getsize(path)))
-        except OSError:            # removed between the listing and the stat
-            continue
-    return out
 
 
 def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],

@@ -19,7 +19,7 @@ MAX_DOC_WORDS = 1_000_000               # unique words per document (checked bef
 MAX_SNIPPET = 200
 
 # A parsed document travelling between transforms: (doc_id, word ids int32 bytes, counts
-# int32 bytes) -- raw bytes are cheap to encode (DESIGN.md §5) -- and, for a document read
+# int32 bytes) -- raw bytes cost Beam's coders less than lists or arrays -- and, for a document read
 # from a file, (file, byte offset of its line's end): the window's applied input position.
 Doc = Tuple[Any, ...]
 

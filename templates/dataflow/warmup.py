@@ -6,13 +6,19 @@ image and every worker process loads it instead of compiling (a few seconds per 
 process otherwise). ``NUMBA_CPU_NAME=generic`` compiles for a generic x86-64 target: the
 cache is then valid on whatever CPU type the workers get (numba ignores cache entries built
 for another CPU). Exits non-zero if the cache directory ends up empty.
+
+    python warmup.py [ALGORITHM ...]     (default: every local/global-step algorithm)
 """
 import logging
 import os
 import sys
 
 
-def main() -> int:
+ALGORITHMS = ("online-vb", "batch-vb", "scvb0", "sparse-gibbs-vb")
+
+
+def main(argv=None) -> int:
+    names = list(sys.argv[1:] if argv is None else argv) or list(ALGORITHMS)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cache = os.environ.get("NUMBA_CACHE_DIR")
     if not cache:
@@ -27,7 +33,7 @@ def main() -> int:
     train, held = docs.take(range(300)), docs.take(range(300, 400))
     heldout = HeldOut.from_batch(held, seed=0)
     from pipelines.commands.train import build_algorithm
-    for name in ("online-vb", "batch-vb", "scvb0", "sparse-gibbs-vb"):
+    for name in names:
         try:
             algorithm_class(name)
         except ValueError as e:      # an algorithm this installation does not have
