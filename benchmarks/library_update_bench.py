@@ -22,36 +22,13 @@ import argparse
 import json
 import os
 import sys
-import tarfile
 import tempfile
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
-
-
-def posts(tar_path, every):
-    train, test = [], []
-    with tarfile.open(tar_path) as tf:
-        for mem in tf:
-            if mem.isfile():
-                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
-                (train if mem.name.startswith("20news-bydate-train/") else test).append(
-                    {"id": mem.name, "text": body})
-    return train[::every], test[::2 * every]
-
-
-def completion(model, token_lists, ids):
-    from lda_core.docbatch import DocBatch
-    from lda_core.evaluation import metrics
-    idx = {t: i for i, t in enumerate(model.vocabulary)}
-    rows = [np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
-            for toks in token_lists]
-    b = DocBatch.from_rows(rows, doc_ids=ids)
-    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
-    first, second = metrics.split_halves(b, 0)
-    return float(metrics.document_completion(model.topic_word(), first, second)["ll_per_token"])
+sys.path.insert(0, os.path.join(common.REPO, "tests"))
+from corpora import completion, halves  # noqa: E402  (the tests' corpus reader and score)
 
 
 def main(argv=None):
@@ -70,7 +47,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     import ldabeam
     from pipelines.cli import main as cli
-    train, test = posts(args.tar, args.every)
+    train, test = halves(args.tar, args.every)
     half = len(train) // 2
     a, b = train[:half], train[half:]
     work = tempfile.mkdtemp(prefix="ldabeam-update-bench-")
@@ -101,7 +78,8 @@ def main(argv=None):
             m = ldabeam.load(os.path.join(work, alg + "-a"))
             v0 = m.n_words
             if variant == "updated_float32":
-                m._train_on = lambda batch, passes, precise=False, _m=m: _m._steps(batch, passes)
+                m._train_on = lambda batch, passes, precise=False, runner=None, _m=m: \
+                    _m._steps(batch, passes, runner)
             summary = m.update(b, passes=args.passes, grow_vocab=True)
             added = set(m.vocabulary[v0:])
             both = set(m.vocabulary) & set(joint.vocabulary)

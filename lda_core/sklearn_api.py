@@ -400,11 +400,12 @@ class OnlineLDA(_LDABase):
             threads = min(int(self.n_jobs), numba.config.NUMBA_NUM_THREADS)
         self.random_state_ = np.random.RandomState(self.random_state) \
             if isinstance(self.random_state, numbers.Integral) else self.random_state
-        algo = cls(K, int(n_features), alpha=self.doc_topic_prior, eta=self.topic_word_prior,
-                   kappa=float(self.learning_decay), tau0=float(self.learning_offset) + 1.0,
-                   batch_size=int(self.batch_size), corpus_size=int(corpus_size),
-                   seed=_seed_of(self.random_state), max_iter=int(self.max_doc_update_iter),
-                   tol=float(self.mean_change_tol), dtype=self.dtype, n_threads=threads)
+        # the estimator parameters the algorithm's spec maps (Param.sklearn), checked by the
+        # spec; scikit-learn counts j from 1 where OnlineVB's t starts at 0: tau0 = offset + 1
+        settings = {p.name: getattr(self, p.sklearn) for p in cls.SPEC if p.sklearn}
+        settings.update(tau0=float(self.learning_offset) + 1.0, corpus_size=int(corpus_size),
+                        seed=_seed_of(self.random_state))
+        algo = cls(K, int(n_features), n_threads=threads, **settings)
         self.algorithm_ = algo
         self.n_batch_iter_ = 1
         self.n_iter_ = 0
@@ -474,17 +475,16 @@ class OnlineLDA(_LDABase):
 
     @classmethod
     def _params_of_state(cls, state) -> dict:
+        from lda_core.algorithms.online_vb import OnlineVB
         p = state.params
-        alpha = np.asarray(state.arrays["alpha"], np.float64)
-        return dict(n_components=int(state.n_topics),
-                    doc_topic_prior=float(alpha.mean()),
-                    topic_word_prior=float(state.arrays["scalars"][2]),
+        # the spec's mapping (a per-topic α as its mean), then the estimator's own
+        out = {q.sklearn: float(np.mean(p[q.name])) if q.vector else q.type(p[q.name])
+               for q in OnlineVB.SPEC if q.sklearn}
+        return dict(out, n_components=int(state.n_topics),
                     learning_method="batch" if state.algorithm == "batch-vb" else "online",
-                    learning_decay=float(p["kappa"]), learning_offset=float(p["tau0"]) - 1.0,
-                    batch_size=int(p["batch_size"]),
+                    learning_offset=float(p["tau0"]) - 1.0,
                     total_samples=float(p.get("corpus_size") or 1e6),
-                    mean_change_tol=float(p["tol"]), max_doc_update_iter=int(p["max_iter"]),
-                    random_state=int(p["seed"]) % (2 ** 32), dtype=str(p["dtype"]))
+                    random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):
         st = self.algorithm_.local_step(self._to_batch(X, _row_keys(X)), return_gamma=True,
@@ -595,12 +595,8 @@ def _vb_bound(components, alpha, eta, batch, *, seed, tol, max_iter=100):
     document, scikit-learn's default ``max_doc_update_iter``) and topic term on that λ."""
     from lda_core.algorithms.online_vb import OnlineVB
     lam = np.asarray(components, np.float64)
-    K, V = lam.shape
-    vb = OnlineVB(K, V, alpha=alpha, eta=eta, seed=seed, max_iter=max_iter, tol=tol,
-                  dtype="float64", _init_lambda=False)
-    vb._ntilde = np.ascontiguousarray(lam.T)        # λ = a + π·Ñ with a = 0, π = 1
-    vb._ntilde_colsum = vb._ntilde.sum(axis=0)
-    vb._a, vb._pi = 0.0, 1.0
+    vb = OnlineVB.from_lambda(lam, alpha=alpha, eta=eta, seed=seed, max_iter=max_iter,
+                              tol=tol, dtype="float64")
     return float(vb.local_step(batch, salt="eval").score + vb.topic_term())
 
 

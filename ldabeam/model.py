@@ -21,11 +21,20 @@ every command reads the result.
   from) as new rows at the prior: Ñ_w = 0, i.e. λ_w = η for online VB and N^Φ_w = 0, φ ∝ η
   for SCVB0. Existing rows are not changed by the growth; new word ids follow the old ones, so
   the ids of known words stay valid (the vocabulary hash changes and is recorded).
+
+The update's minibatches are the trainers' seeded order (:mod:`lda_core.training.ordering`)
+over the new documents cut into shards of :data:`UPDATE_SHARD_DOCS`, with the seed
+:func:`update_seed` of (the model's seed, the step the update starts from), and each
+minibatch's statistics are summed in the model's recorded pieces
+(:mod:`lda_core.training.pieces`). ``ldabeam train --update`` on a Beam runner writes the new
+documents as exactly those shards and hands the same seed and pieces to the Beam trainer
+(:class:`UpdateJob`), so both give the same state bit for bit.
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -41,6 +50,39 @@ UPDATABLE = ("online-vb", "scvb0")
 #: what a state's word-major topic-word array is called, per algorithm (grow_vocab extends it)
 _WORD_ROWS = {"online-vb": "ntilde", "scvb0": "ntilde"}
 STATE_FILE = "state.json"
+#: documents per shard of an update's order (and of the dataset a Beam update writes)
+UPDATE_SHARD_DOCS = 50_000
+_UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's seed apart from other uses
+
+
+def update_seed(seed: int, start_step: int) -> int:
+    """The seed of the minibatch order of an update of a model with seed ``seed`` that starts
+    at global step ``start_step`` (a new order for every update, reproducible)."""
+    ss = np.random.SeedSequence([_UPDATE_TAG, int(seed) & 0xFFFFFFFFFFFFFFFF, int(start_step)])
+    return int(ss.generate_state(1, np.uint32)[0])
+
+
+def update_shard_sizes(n_docs: int) -> List[int]:
+    """Row counts of the shards an update's ``n_docs`` documents are cut into, in order."""
+    n, size = int(n_docs), UPDATE_SHARD_DOCS
+    return [min(size, n - lo) for lo in range(0, n, size)] or [0]
+
+
+@dataclass
+class UpdateJob:
+    """What an update's steps need, for a runner other than this process (``ldabeam train
+    --update`` on Beam): the algorithm to continue (grown, corpus size grown), the new
+    documents with a word (in order: shard ``j`` is rows ``[sum(shard_sizes[:j]), ...)``),
+    their vocabulary, the passes, and the order's seed, minibatch size and pieces. The runner
+    returns the algorithm after ``passes`` passes of the order."""
+    algorithm: Any
+    documents: Any              # lda_core.docbatch.DocBatch
+    vocabulary: Any             # pipelines.ingest.dataset.Vocabulary
+    passes: int
+    seed: int
+    batch_size: int
+    pieces: int
+    shard_sizes: List[int]
 
 
 def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
@@ -179,12 +221,17 @@ class LdaModel:
 
     # -- continuing training -----------------------------------------------------------------
     def update(self, docs: Sequence, passes: int = 1, grow_vocab: bool = False,
-               ids: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+               ids: Optional[Sequence[str]] = None,
+               runner: Optional[Callable[[UpdateJob], Any]] = None) -> Dict[str, Any]:
         """Continue training on ``docs`` (as :meth:`transform` takes them) for ``passes``
         passes, in minibatches of the model's size S, in a seeded order (module docstring for
         the schedule and the scaling). Returns a summary (documents, tokens, unknown tokens
         dropped, steps, words added). A refused minibatch raises TrainingError and leaves the
-        model as it was before the call."""
+        model as it was before the call.
+
+        ``runner``: None runs the steps in this process; otherwise a callable given the
+        :class:`UpdateJob` that returns the trained algorithm (``ldabeam train --update`` on a
+        Beam runner passes the Beam trainer). Anything it raises leaves the model as it was."""
         if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or passes < 1:
             raise UsageError("update(passes=%r): passes must be an integer >= 1" % (passes,))
         if self.algorithm not in UPDATABLE:
@@ -198,7 +245,8 @@ class LdaModel:
             if grow_vocab:
                 added = self._grow(docs, ids)
             batch, oov = self._batch(docs, ids, "update")
-            summary = self._train_on(batch, int(passes), precise=bool(added))
+            summary = self._train_on(batch, int(passes), precise=bool(added),
+                                     runner=runner)
         except BaseException:
             self._restore(before, before_vocab)
             raise
@@ -213,23 +261,32 @@ class LdaModel:
         self._vocab = vocab
         self._index = None
 
-    def _train_on(self, batch, passes: int, precise: bool = False) -> Dict[str, Any]:
+    def _train_on(self, batch, passes: int, precise: bool = False,
+                  runner: Optional[Callable] = None) -> Dict[str, Any]:
         """The update's steps. ``precise``: rows were just added at the prior, where online
         VB's exp(E[log β]) is about 1e-13 of a trained row's -- below the float32 epsilon that
         guards the E-step's normaliser (lda_core.algorithms.estep_vb), which would give the new
         words no share of their tokens; the E-step then runs in float64 for these steps (the
         model's own precision is kept for everything after)."""
-        algo = self._algo
-        dtype = getattr(algo, "dtype", None)
-        if precise and algo.name == "online-vb" and dtype != "float64":
-            algo.dtype = "float64"
+        dtype = getattr(self._algo, "dtype", None)
+        if precise and self._algo.name == "online-vb" and dtype != "float64":
+            self._algo.dtype = "float64"
             try:
-                return self._steps(batch, passes)
+                return self._steps(batch, passes, runner)
             finally:
-                algo.dtype = dtype
-        return self._steps(batch, passes)
+                self._algo.dtype = dtype      # the runner's algorithm, when it returned one
+        return self._steps(batch, passes, runner)
 
-    def _steps(self, batch, passes: int) -> Dict[str, Any]:
+    def pieces(self) -> int:
+        """E-step pieces per minibatch of the run that trained the model (its checkpoint's
+        record; 1 for a model that records none): an update sums its statistics the same
+        way (lda_core.training.pieces)."""
+        from lda_core.training.pieces import recorded_pieces
+        return int(recorded_pieces(self._info.get("run") or {}, True))
+
+    def _steps(self, batch, passes: int, runner: Optional[Callable] = None) -> Dict[str, Any]:
+        from lda_core.training.ordering import plan_pass
+        from lda_core.training.pieces import local_step_pieces
         from lda_core.training.session import apply_step
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
@@ -245,20 +302,32 @@ class LdaModel:
             algo.corpus_tokens = int(algo.corpus_tokens) + n_tokens
         S = int(algo.batch_size)
         start = int(algo.step)
-        steps = 0
-        for p in range(passes):
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
-                [_UPDATE_TAG, int(algo.seed), start, p])))
-            order = rng.permutation(docs.n_docs)
-            for s in range(0, docs.n_docs, S):
-                mb = docs.take(np.sort(order[s:s + S]))
-                stats = algo.local_step(mb)
-                info, err = apply_step(algo.global_step, stats)
-                if err:
-                    raise TrainingError("update: minibatch %d of pass %d could not be applied: "
-                                        "%s; the model is left as it was before update()"
-                                        % (s // S + 1, p + 1, err))
-                steps += 1
+        seed = update_seed(int(algo.seed), start)
+        sizes = update_shard_sizes(docs.n_docs)
+        pieces = self.pieces()
+        if runner is not None:
+            job = UpdateJob(algo, docs, self._vocab, passes, seed, S, pieces, sizes)
+            algo = self._algo = runner(job)
+            self._index = None
+        else:
+            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            for p in range(passes):
+                plan = plan_pass(sizes, seed, p, S)
+                rows: List[np.ndarray] = []
+                cur = None
+                for seg in list(plan.iter_segments()) + [None]:
+                    if seg is None or (cur is not None and seg.batch != cur):
+                        stats = local_step_pieces(algo, docs.take(np.concatenate(rows)), pieces)
+                        info, err = apply_step(algo.global_step, stats)
+                        if err:
+                            raise TrainingError(
+                                "update: minibatch %d of pass %d could not be applied: %s; the "
+                                "model is left as it was before update()" % (cur + 1, p + 1, err))
+                        rows = []
+                    if seg is not None:
+                        cur = seg.batch
+                        rows.append(offsets[seg.shard] + seg.rows)
+        steps = int(algo.step) - start
         self._info.setdefault("updates", []).append(
             {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
              "steps": steps, "from_step": start, "wall_time": time.time()})
@@ -394,9 +463,6 @@ def _vocab_hash_at(model_dir: str):
         return dataset.Vocabulary.read(path).hash if dataset.exists(path) else None
     except (ValueError, OSError):
         return None
-
-
-_UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's stream apart from other uses
 
 
 def _grown(algo, n_new: int, vocab_hash: str):

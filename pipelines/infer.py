@@ -44,7 +44,6 @@ ids for raw text), so a retried bundle rewrites the same file.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 from dataclasses import dataclass, field
@@ -169,21 +168,13 @@ def training_shards(model_dir: str) -> Optional[str]:
 
 # ----------------------------------------------------------------------------- E-step
 
-def _supports_salt(algo) -> bool:
-    try:
-        params = inspect.signature(algo.local_step).parameters
-    except (TypeError, ValueError):
-        return False
-    return "salt" in params and "return_gamma" in params
-
-
 def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
     """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
     the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
     if gamma_seed not in GAMMA_SALTS:
         raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                          % (gamma_seed, ", ".join(GAMMA_SALTS)))
-    if _supports_salt(algo):
+    if algo.variational_gamma:
         return np.asarray(algo.local_step(batch, return_gamma=True,
                                           salt=GAMMA_SALTS[gamma_seed]).gamma, np.float64)
     return np.asarray(algo.infer(batch), np.float64)

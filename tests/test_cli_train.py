@@ -421,7 +421,8 @@ def test_options_that_do_not_apply_or_are_out_of_range_are_one_clear_error(tmp_p
          "--topic-step-kappa 0.3: kappa_phi must be a finite number in (0.5, 1.0], got 0.3"),
         ("scvb0", ["--doc-step-scale", 0], "--doc-step-scale 0.0: s_theta must be a finite number in (0, inf), got 0.0"),
         ("sparse-gibbs-vb", ["--samples", 0], "--samples 0: samples must be an integer in [1, 1000], got 0"),
-        ("o-lda", ["--init-fraction", 1.5], "--init-fraction 1.5: init_fraction must be in"),
+        ("o-lda", ["--init-fraction", 1.5],
+         "--init-fraction 1.5: init_fraction must be a finite number in [0, 1], got 1.5"),
         ("o-lda", ["--init-fraction", 0.1, "--init-docs", 5], "give one of them"),
         ("incremental-gibbs", ["--rejuvenation-decay", 5], "--rejuvenation-schedule decay"),
         ("incremental-gibbs", ["--init-sweeps", 5], "--init-sweeps does not apply to algorithm "

@@ -13,6 +13,8 @@ import zipfile
 
 import pytest
 
+from corpora import news20_posts
+
 from pipelines.ingest import text_sources as ts
 from pipelines.ingest.text_sources import (DeadLetter, InputError, RawDocument, expand_inputs,
                                            format_of_head, read_documents)
@@ -20,18 +22,7 @@ from pipelines.ingest.text_sources import (DeadLetter, InputError, RawDocument, 
 
 def news20_members(tar_path, every=1, limit=None):
     """``(member name, bytes)`` of the 20 Newsgroups posts, every ``every``-th."""
-    out = []
-    with tarfile.open(tar_path, "r:gz") as tar:
-        i = 0
-        for m in tar:
-            if not m.isfile():
-                continue
-            if i % every == 0:
-                out.append((m.name, tar.extractfile(m).read()))
-                if limit and len(out) >= limit:
-                    break
-            i += 1
-    return out
+    return [(p.name, p.data) for p in news20_posts(tar_path, every=every, limit=limit)]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from pipelines.infer import read_theta
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 from pipelines.runtime.beam_options import pipeline_options
-from test_library_model import copy_model, news_posts
+from corpora import news20_posts
+from test_library_model import copy_model
 
 K = 6
 
@@ -45,8 +46,8 @@ def model(wiki_ds, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def records(news20_tar):
-    return [{"id": "post-%d" % i, "text": t}
-            for i, t in enumerate(news_posts(news20_tar, 24, skip=100))]
+    posts = news20_posts(news20_tar, "test", skip=100, limit=24)
+    return [{"id": "post-%d" % i, "text": p.text} for i, p in enumerate(posts)]
 
 
 def checked(fn):

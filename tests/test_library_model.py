@@ -9,12 +9,12 @@ import json
 import math
 import os
 import shutil
-import tarfile
 
 import numpy as np
 import pytest
 
 import ldabeam
+from corpora import completion, halves, news20_posts
 from ldabeam.model import _grown
 from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.cli import main as cli_main
@@ -24,21 +24,6 @@ from pipelines.ingest.tokenize import tokenize
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 
 K = 8
-
-
-def news_posts(tar_path, n, skip=0):
-    """The first ``n`` posts (after ``skip``) of 20 Newsgroups' test half, as text."""
-    out = []
-    with tarfile.open(tar_path) as tf:
-        for mem in tf:
-            if mem.isfile() and mem.name.startswith("20news-bydate-test/"):
-                if skip:
-                    skip -= 1
-                    continue
-                out.append(tf.extractfile(mem).read().decode("latin-1"))
-                if len(out) >= n:
-                    break
-    return out
 
 
 def cli_model(ds, out, algorithm, *extra):
@@ -68,7 +53,7 @@ def scvb0_model(wiki_ds, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def records(news20_tar):
-    return [{"id": "news-%d" % i, "text": t} for i, t in enumerate(news_posts(news20_tar, 30))]
+    return [{"id": "news-%d" % i, "text": t} for i, t in enumerate(p.text for p in news20_posts(news20_tar, "test", limit=30))]
 
 
 def infer_cli(model, records, tmp_path):
@@ -318,42 +303,13 @@ def test_sklearn_loads_a_cli_trained_model(vb_model, scvb0_model):
     assert s.components_.shape == (K, ldabeam.load(scvb0_model).n_words)
 
 
-def news_split(tar_path, every):
-    """20 Newsgroups posts (bodies) of the train and test halves, every ``every``-th of the
-    train half and every ``2 * every``-th of the test half, in tar order (grouped by
-    newsgroup)."""
-    train, test = [], []
-    with tarfile.open(tar_path) as tf:
-        for mem in tf:
-            if mem.isfile():
-                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
-                (train if mem.name.startswith("20news-bydate-train/") else test).append(
-                    {"id": mem.name, "text": body})
-    return train[::every], test[::2 * every]
-
-
-def completion_on(model, token_lists, ids):
-    """Document completion (held-out LL per token) of ``model`` on the token lists."""
-    from lda_core.docbatch import DocBatch
-    from lda_core.evaluation import metrics
-    idx = {t: i for i, t in enumerate(model.vocabulary)}
-    rows = []
-    for toks in token_lists:
-        u, c = np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
-        rows.append((u, c))
-    b = DocBatch.from_rows(rows, doc_ids=ids)
-    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
-    first, second = metrics.split_halves(b, 0)
-    return metrics.document_completion(model.topic_word(), first, second)["ll_per_token"]
-
-
 @pytest.mark.slow
 def test_update_with_new_newsgroups_and_words_approaches_joint_training(news20_tar, tmp_path):
     """A model trained on the posts of the first newsgroups (tar order), updated with
     grow_vocab on those of the others, against one trained on both with the same passes:
     held-out document completion on the words both vocabularies hold, and the new words in
     the topics."""
-    train, test = news_split(news20_tar, 6)
+    train, test = halves(news20_tar, 6)
     half = len(train) // 2
     a, b = train[:half], train[half:]
 
@@ -380,7 +336,7 @@ def test_update_with_new_newsgroups_and_words_approaches_joint_training(news20_t
     pre = joint._prep.pre
     toks = [[t for t in pre.tokens(r["text"]) if t in both] for r in test]
     ids = [r["id"] for r in test]
-    gap = completion_on(joint, toks, ids) - completion_on(m, toks, ids)
+    gap = completion(joint, toks, ids) - completion(m, toks, ids)
     assert gap <= 0.06
     tops = {w for t in m.top_words(20) for w, _ in t}
     assert len(tops & set(added)) >= 10

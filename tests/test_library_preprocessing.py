@@ -18,7 +18,7 @@ from pipelines.cli import main as cli_main
 from pipelines.infer import read_theta
 from pipelines.ingest.tokenize import tokenize
 from pipelines.runtime.beam_options import pipeline_options
-from test_library_model import news_posts
+from corpora import news20_posts
 
 
 def split_words(text):
@@ -39,7 +39,7 @@ def infer_cli(model, src, out):
 
 @pytest.fixture(scope="module")
 def posts(news20_tar):
-    return [{"id": "p%d" % i, "text": t} for i, t in enumerate(news_posts(news20_tar, 400))]
+    return [{"id": "p%d" % i, "text": t} for i, t in enumerate(p.text for p in news20_posts(news20_tar, "test", limit=400))]
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
 from lda_core.algorithms.params import Param, ParamSpec
 from lda_core.algorithms.scvb0 import SCVB0
 from lda_core.errors import UsageError
@@ -36,40 +37,49 @@ def _train_help(monkeypatch):
 
 MADE_UP = Param("made_up", float, 0.25, lo=0, hi=1, hi_open=True, symbol="mu",
                 option="made_up_weight", help="a made-up weight of the topic statistics")
+# settings an algorithm cannot be built without (o-LDA: the size of its batch prefix)
+REQUIRED = {"o-lda": {"init_docs": 2}}
 
 
-def test_a_setting_added_to_the_spec_reaches_help_template_and_params(monkeypatch):
-    """One line in SCVB0's spec, no other edit: ``ldabeam train --help`` lists its option with
-    help, range and default, the generated template metadata has its parameter, the
-    constructor validates it, ``params()`` (and so every checkpoint) records it, and the
-    command line's value reaches the algorithm."""
-    monkeypatch.setattr(SCVB0, "SPEC", SCVB0.SPEC.with_param(MADE_UP))
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_setting_added_to_the_spec_reaches_help_template_and_params(name, monkeypatch):
+    """One line in an algorithm's spec, no other edit: ``ldabeam train --help`` lists its
+    option with help, range and default, the generated template metadata has its parameter,
+    the constructor validates it, ``params()`` (and so every checkpoint) records it, a
+    checkpoint restores it, and the command line's value reaches the algorithm."""
+    cls = algorithm_class(name)
+    monkeypatch.setattr(cls, "SPEC", cls.SPEC.with_param(MADE_UP))
+    need = REQUIRED.get(name, {})
 
     text = _train_help(monkeypatch)
-    assert ("--made-up-weight MU scvb0: a made-up weight of the topic statistics, in [0, 1) "
-            "(default 0.25)") in text
+    assert ("--made-up-weight MU %s: a made-up weight of the topic statistics, in [0, 1) "
+            "(default 0.25)" % name) in text
 
     meta = _update_metadata()
     with open(meta.TRAIN, encoding="utf-8") as f:
         entries = {p["name"]: p for p in meta.merged(json.load(f))["parameters"]}
     assert entries["made-up-weight"]["helpText"] == (
-        "scvb0: a made-up weight of the topic statistics, in [0, 1) (default 0.25).")
+        "%s: a made-up weight of the topic statistics, in [0, 1) (default 0.25)." % name)
     assert entries["made-up-weight"]["isOptional"] is True
 
-    assert SCVB0(3, 10).params()["made_up"] == 0.25
-    assert SCVB0(3, 10, made_up=0.5).params()["made_up"] == 0.5
+    assert cls(3, 10, **need).params()["made_up"] == 0.25
+    algo = cls(3, 10, made_up=0.5, **need)
+    assert algo.params()["made_up"] == 0.5
+    assert cls.from_state(algo.to_state()).params()["made_up"] == 0.5
     with pytest.raises(UsageError, match=r"made_up must be a finite number in \[0, 1\), got 2"):
-        SCVB0(3, 10, made_up=2)
+        cls(3, 10, made_up=2, **need)
 
     build = dict(batch_size=8, corpus_size=100, seed=0, vocab_hash="h")
-    algo = algorithm_options.build_algorithm("scvb0", 3, 10, settings={"made_up_weight": 0.75},
+    algo = algorithm_options.build_algorithm(name, 3, 10, settings={"made_up_weight": 0.75},
                                              **build)
     assert algo.made_up == 0.75 and algo.to_state().params["made_up"] == 0.75
     with pytest.raises(UsageError, match=r"^--made-up-weight 1\.5: made_up must be"):
-        algorithm_options.build_algorithm("scvb0", 3, 10, settings={"made_up_weight": 1.5},
+        algorithm_options.build_algorithm(name, 3, 10, settings={"made_up_weight": 1.5},
                                           **build)
-    with pytest.raises(UsageError, match="--made-up-weight does not apply to algorithm online-vb"):
-        algorithm_options.build_algorithm("online-vb", 3, 10,
+    other = "scvb0" if name != "scvb0" else "online-vb"
+    with pytest.raises(UsageError, match="--made-up-weight does not apply to algorithm %s"
+                       % other):
+        algorithm_options.build_algorithm(other, 3, 10,
                                           settings={"made_up_weight": 0.5}, **build)
 
 
@@ -114,15 +124,15 @@ def test_defaults_and_help_read_the_spec():
     assert "kappa" not in opts
 
 
-@pytest.mark.parametrize("name", ["scvb0", "sparse-gibbs-vb"])
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_declared_setting_is_recorded_and_every_option_offered(name, monkeypatch):
-    """For each algorithm with a spec: ``params()`` is exactly the spec (names and order), a
-    checkpoint rebuilds the same settings, and every declared option is an option of
-    ``ldabeam train`` that reaches its setting."""
-    from lda_core.algorithms.algorithm import algorithm_class
+    """For each algorithm: ``params()`` is exactly the spec's recorded settings (names and
+    order) followed by the state's own parameters, a checkpoint rebuilds the same settings,
+    and every declared option is an option of ``ldabeam train`` that reaches its setting."""
     cls = algorithm_class(name)
-    algo = cls(3, 12, seed=5)
-    assert list(algo.params()) == [p.name for p in cls.SPEC]
+    algo = cls(3, 12, seed=5, **REQUIRED.get(name, {}))
+    recorded = [p.name for p in cls.SPEC if p.record]
+    assert list(algo.params()) == recorded + list(algo.state_params())
     assert cls.from_state(algo.to_state()).params() == algo.params()
     text = _train_help(monkeypatch)
     opts = algorithm_options.options_of(name)
@@ -130,3 +140,63 @@ def test_every_declared_setting_is_recorded_and_every_option_offered(name, monke
         if p.option:
             assert "--" + p.option.replace("_", "-") in text, p.option
             assert opts[p.option] == p.name
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_no_constructor_takes_its_settings_one_by_one(name):
+    """The settings are the spec's, not the signature's: a constructor takes K, V and at
+    most the keywords of its interface (vocab_hash, n_threads, kernel) besides them."""
+    code = algorithm_class(name).__init__.__code__
+    assert code.co_argcount + code.co_kwonlyargcount <= 6, code.co_varnames
+
+
+def test_online_vb_per_topic_alpha_and_scikit_learn_mapping_come_from_the_spec():
+    """A per-topic alpha is one declared setting (checked element-wise, recorded as a
+    list), and OnlineLDA's scikit-learn parameters reach the settings the spec maps them to."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.sklearn_api import OnlineLDA
+    algo = OnlineVB(3, 10, alpha=[0.1, 0.2, 0.3])
+    assert algo.params()["alpha"] == [0.1, 0.2, 0.3]
+    with pytest.raises(UsageError, match=r"alpha must be a number or a sequence of numbers "
+                                         r"in \(0, inf\), got \[0.1, -1\]"):
+        OnlineVB(2, 10, alpha=[0.1, -1])
+    mapped = {p.sklearn: p.name for p in OnlineVB.SPEC if p.sklearn}
+    assert mapped["learning_decay"] == "kappa" and mapped["max_doc_update_iter"] == "max_iter"
+    est = OnlineLDA(n_components=3, learning_decay=0.8, max_doc_update_iter=7,
+                    mean_change_tol=0.01, batch_size=4, random_state=0)
+    X = np.random.default_rng(0).integers(0, 3, (8, 10))
+    est.fit(X)
+    p = est.algorithm_.params()
+    assert (p["kappa"], p["max_iter"], p["tol"], p["batch_size"]) == (0.8, 7, 0.01, 4)
+    back = OnlineLDA._params_of_state(est.algorithm_.to_state())
+    assert (back["learning_decay"], back["max_doc_update_iter"], back["mean_change_tol"],
+            back["batch_size"]) == (0.8, 7, 0.01, 4)
+
+
+def test_no_function_of_the_algorithms_takes_more_than_twelve_parameters():
+    """Settings travel as a spec, not as long parameter lists: in lda_core/algorithms (numba
+    kernels aside: they take arrays one by one) and the scikit-learn wrapper (its estimators'
+    ``__init__`` aside: scikit-learn defines their parameters by signature), no function takes
+    more than 12 parameters."""
+    import ast
+    import glob
+    files = sorted(glob.glob(os.path.join(REPO, "lda_core", "algorithms", "*.py")))
+    files.append(os.path.join(REPO, "lda_core", "sklearn_api.py"))
+    long = []
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any("jit" in ast.unparse(d) for d in node.decorator_list):
+                continue
+            if path.endswith("sklearn_api.py") and node.name == "__init__":
+                continue
+            a = node.args
+            n = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg)
+                 + bool(a.kwarg))
+            if n > 12:
+                long.append("%s:%d %s (%d)" % (os.path.relpath(path, REPO), node.lineno,
+                                               node.name, n))
+    assert not long, long

@@ -7,11 +7,12 @@ import json
 import os
 import re
 import shutil
-import tarfile
 
 import numpy as np
 import pytest
 from apache_beam.pvalue import TaggedOutput
+
+from corpora import news20_posts
 
 from lda_core.errors import InputError, UsageError
 from pipelines.cli import main as cli_main
@@ -23,22 +24,10 @@ from pipelines.ingest.tokenize import (DEFAULT, Preprocessor, TokenizerConfig, c
                                        load_stopwords, tokenize, tokenizer_record)
 
 
-def news20_posts(tar_path, n, skip=0):
-    """``(id, text)`` of ``n`` 20 Newsgroups posts (tar order, after ``skip``), headers cut."""
-    out, seen = [], 0
-    with tarfile.open(tar_path, "r|gz") as tar:
-        for m in tar:
-            if not m.isfile():
-                continue
-            seen += 1
-            if seen <= skip:
-                continue
-            raw = tar.extractfile(m).read().decode("latin-1")
-            body = raw.split("\n\n", 1)[-1]
-            out.append((m.name.replace("/", "-"), body))
-            if len(out) == n:
-                break
-    return out
+def news_bodies(tar_path, n, skip=0):
+    """``(id, body)`` of ``n`` 20 Newsgroups posts (tar order, after ``skip``), headers cut."""
+    return [(p.name.replace("/", "-"), p.body)
+            for p in news20_posts(tar_path, skip=skip, limit=n)]
 
 
 def write_jsonl(path, posts):
@@ -56,7 +45,7 @@ def split_words(text):
 # ----------------------------------------------------------------------------- units
 
 def test_token_pattern_gives_whole_matches_on_real_text(news20_tar):
-    posts = [t for _, t in news20_posts(news20_tar, 60)]
+    posts = [t for _, t in news_bodies(news20_tar, 60)]
     pattern = r"[a-z0-9][a-z0-9+#.-]*[a-z0-9+#]"
     cfg = TokenizerConfig(token_pattern=pattern, max_len=20)
     n = 0
@@ -95,7 +84,7 @@ def test_stop_lists_combine(tmp_path):
 def test_phrase_table_applies_as_gensim_frozen_phrases(news20_tar):
     """The data-only table gives the tokens gensim's own frozen model gives, on real text."""
     from gensim.models.phrases import ENGLISH_CONNECTOR_WORDS, Phrases
-    docs = [tokenize(t) for _, t in news20_posts(news20_tar, 400)]
+    docs = [tokenize(t) for _, t in news_bodies(news20_tar, 400)]
     table = learn_phrases(docs, min_count=3, threshold=5.0)
     ref = Phrases(docs, min_count=3, threshold=5.0,
                   connector_words=ENGLISH_CONNECTOR_WORDS).freeze()
@@ -110,7 +99,7 @@ def test_phrase_table_applies_as_gensim_frozen_phrases(news20_tar):
 
 
 def test_record_round_trip_and_refusals(tmp_path, news20_tar):
-    docs = [tokenize(t) for _, t in news20_posts(news20_tar, 200)]
+    docs = [tokenize(t) for _, t in news_bodies(news20_tar, 200)]
     cfg = TokenizerConfig(min_len=3, stopwords=load_stopwords("gensim"),
                           token_pattern=r"[a-z]+", phrases=learn_phrases(docs, 3, 5.0))
     rec = tokenizer_record(cfg, "gensim")
@@ -145,7 +134,7 @@ def test_record_round_trip_and_refusals(tmp_path, news20_tar):
 
 
 def test_count_rows_of_texts_and_of_token_lists(news20_tar):
-    texts = [t for _, t in news20_posts(news20_tar, 50)]
+    texts = [t for _, t in news_bodies(news20_tar, 50)]
     pre = Preprocessor(TokenizerConfig(stopwords=load_stopwords("gensim")))
     vocab = sorted({w for t in texts[:25] for w in pre.tokens(t)})
     from_texts = pre.count_rows(texts, vocab)
@@ -216,7 +205,7 @@ def phrase_model(news20_tar, tmp_path_factory):
     """20 Newsgroups posts vectorised with learned phrases and gensim's + a file's stop
     words, and an online-VB model trained on them."""
     tmp = tmp_path_factory.mktemp("phrases")
-    posts = news20_posts(news20_tar, 560)
+    posts = news_bodies(news20_tar, 560)
     train_jsonl = write_jsonl(tmp / "train.jsonl", posts[:480])
     extra = tmp / "extra.txt"
     extra.write_text("writes\narticle\n", encoding="utf-8")
@@ -292,7 +281,7 @@ def test_infer_and_preprocessor_reapply_phrases_and_they_change_theta(phrase_mod
 @pytest.mark.slow
 def test_custom_tokenizer_model_refuses_raw_text_without_it(news20_tar, tmp_path, capsys):
     from pipelines.ingest.vectorize import VectorizeOptions, vectorize
-    posts = news20_posts(news20_tar, 200, skip=700)
+    posts = news_bodies(news20_tar, 200, skip=700)
     src = write_jsonl(tmp_path / "posts.jsonl", posts)
     ds, model = str(tmp_path / "ds"), str(tmp_path / "model")
     vectorize(VectorizeOptions(inputs=[src], output=ds, no_below=2, tokenizer=split_words))
@@ -340,7 +329,7 @@ def test_bag_of_words_model_warns_and_reports_unknown_tokens(news20_tar, tmp_pat
     """The mm/Phrases repro: a model trained from a gensim Phrases corpus brought in with
     --format mm; raw text tokenized without its phrases or stop words loses many tokens as
     unknown -- infer says how many and warns that the settings are unknown."""
-    posts = news20_posts(news20_tar, 400)
+    posts = news_bodies(news20_tar, 400)
     mm = _gensim_phrases_mm(posts[:300], str(tmp_path))
     ds, model = str(tmp_path / "ds"), str(tmp_path / "model")
     assert cli_main(["vectorize", "--input", mm, "--format", "mm", "--output", ds]) == 0
@@ -366,7 +355,7 @@ def test_model_from_loose_shards_warns_that_its_tokenizer_is_unknown(news20_tar,
                                                                      caplog):
     """Issue 22 defect 6: a model trained from shards with no dataset around them records no
     tokenizer settings; raw-text infer used the defaults silently."""
-    posts = news20_posts(news20_tar, 200, skip=1200)
+    posts = news_bodies(news20_tar, 200, skip=1200)
     src = write_jsonl(tmp_path / "posts.jsonl", posts)
     ds = str(tmp_path / "ds")
     assert cli_main(["vectorize", "--input", src, "--output", ds, "--no-below", "2",

@@ -6,13 +6,14 @@ import csv
 import gzip
 import json
 import os
-import tarfile
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from corpora import news20_posts
 
 from pipelines.ingest import bigquery_source, dataset
 from pipelines.ingest import text_sources as ts
@@ -29,23 +30,11 @@ def posts(news20_tar):
     """N_POSTS posts of 20 Newsgroups (train split, the first 12 of each group): (id, group,
     subject, body)."""
     out = []
-    per_group = {}
-    with tarfile.open(news20_tar, "r:gz") as t:
-        for m in t:
-            if not m.isfile() or "20news-bydate-train/" not in m.name:
-                continue
-            group = m.name.split("/")[-2]
-            per_group[group] = per_group.get(group, 0) + 1
-            if per_group[group] > N_POSTS // 20:
-                continue
-            raw = t.extractfile(m).read().decode("latin-1")
-            head, _, body = raw.replace("\r\n", "\n").partition("\n\n")
-            subject = next((l[len("Subject:"):].strip() for l in head.split("\n")
-                            if l.startswith("Subject:")), "")
-            out.append(("%s/%s" % (m.name.split("/")[-2], m.name.split("/")[-1]),
-                        m.name.split("/")[-2], subject, body))
-            if len(out) == N_POSTS:
-                break
+    for p in news20_posts(news20_tar, "train", per_group=N_POSTS // 20, limit=N_POSTS):
+        head, _, body = p.text.replace("\r\n", "\n").partition("\n\n")
+        subject = next((l[len("Subject:"):].strip() for l in head.split("\n")
+                        if l.startswith("Subject:")), "")
+        out.append(("%s/%s" % (p.group, p.name.split("/")[-1]), p.group, subject, body))
     return out
 
 

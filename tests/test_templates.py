@@ -38,8 +38,9 @@ NOT_IN_TEMPLATE = {
         "passes-patience": "it applies only with --passes auto, which the template's 'passes' "
                            "(a number) does not offer: a detached launch cannot stop the "
                            "chain of windows on the held-out score",
-        **{opt: "--update runs on the in-process runner only, and the template always runs on "
-                "Dataflow (--update, --grow-vocab, --input and --format apply only with it)"
+        **{opt: "--update reads the new documents and grows the vocabulary on the driver and "
+                "waits for its training run, while the template submits detached windows "
+                "(--update, --grow-vocab, --input and --format apply only with it)"
            for opt in ("update", "grow-vocab", "input", "format")},
     },
     "infer": {},

@@ -5,7 +5,6 @@ Data: 20 Newsgroups (../shared/data), its training posts in tar order, so the fi
 the first ten newsgroups and the second half the other ten."""
 import json
 import os
-import tarfile
 
 import numpy as np
 import pytest
@@ -13,20 +12,9 @@ import pytest
 import ldabeam
 from pipelines.cli import main as cli
 from pipelines.ingest import dataset
+from corpora import completion, halves
 
 PRUNE = ["--no-below", "3", "--no-above", "0.5", "--stopwords", "gensim"]
-
-
-def posts(tar_path, every):
-    """Every ``every``-th training post and every ``2*every``-th test post, as records."""
-    train, test = [], []
-    with tarfile.open(tar_path) as tf:
-        for mem in tf:
-            if mem.isfile():
-                body = tf.extractfile(mem).read().decode("latin-1").split("\n\n", 1)[-1]
-                (train if mem.name.startswith("20news-bydate-train/") else test).append(
-                    {"id": mem.name, "text": body})
-    return train[::every], test[::2 * every]
 
 
 def jsonl(path, recs):
@@ -48,20 +36,6 @@ def train(ds, out, algorithm, topics, passes, minibatch):
     return out
 
 
-def completion(model, token_lists, ids):
-    """Document completion (held-out log likelihood per token of each post's second half
-    given its first), as benchmarks/library_update_bench.py scores."""
-    from lda_core.docbatch import DocBatch
-    from lda_core.evaluation import metrics
-    idx = {t: i for i, t in enumerate(model.vocabulary)}
-    rows = [np.unique(np.array([idx[t] for t in toks], np.int64), return_counts=True)
-            for toks in token_lists]
-    b = DocBatch.from_rows(rows, doc_ids=ids)
-    b = b.take(np.flatnonzero(b.doc_lengths >= 2))
-    first, second = metrics.split_halves(b, 0)
-    return float(metrics.document_completion(model.topic_word(), first, second)["ll_per_token"])
-
-
 def checkpoint_state(model_dir):
     from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(model_dir).latest()
@@ -71,7 +45,7 @@ def checkpoint_state(model_dir):
 def small(news20_tar, tmp_path_factory):
     """A small model (every 20th post, first half) and both halves as JSON lines."""
     work = tmp_path_factory.mktemp("upd")
-    tr, _ = posts(news20_tar, 20)
+    tr, _ = halves(news20_tar, 20)
     half = len(tr) // 2
     a = jsonl(work / "a.jsonl", tr[:half])
     b = jsonl(work / "b.jsonl", tr[half:])
@@ -173,7 +147,7 @@ def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small,
 
 def test_update_options_that_do_not_apply_are_refused(small, capsys):
     model = fresh_model(small, "opts")
-    for extra, word in ((["--runner", "DirectRunner"], "in this process"),
+    for extra, word in ((["--pieces", "3"], "--pieces"),
                         (["--topics", "7"], "--topics"),
                         (["--passes", "auto"], "--passes auto")):
         capsys.readouterr()
@@ -193,7 +167,7 @@ def test_update_grow_vocab_close_to_joint_training(news20_tar, tmp_path, algorit
     second half, within 0.02 nats/token (held-out completion) of training on both halves with
     the same passes; words only in the second half reach some topic's top 20 words."""
     every, topics, passes, minibatch = 3, 20, 2, 128
-    tr, test = posts(news20_tar, every)
+    tr, test = halves(news20_tar, every)
     half = len(tr) // 2
     a = jsonl(tmp_path / "a.jsonl", tr[:half])
     b = jsonl(tmp_path / "b.jsonl", tr[half:])
@@ -233,3 +207,198 @@ def test_update_with_raw_text_keeps_the_vocabulary_without_grow_vocab(small, cap
     # the update is recorded in the checkpoint, and the model still reads the same raw text
     assert checkpoint_state(model).info["updates"][-1]["passes"] == 2
     assert np.isfinite(after.transform(["hockey game on ice", "encryption keys"])).all()
+
+
+# ------------------------------------------------------------------ on a Beam runner
+
+def _same_state(a, b):
+    assert a.step == b.step and a.n_words == b.n_words and a.vocab_hash == b.vocab_hash
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for name in a.arrays:
+        assert a.arrays[name].tobytes() == b.arrays[name].tobytes(), name
+
+
+def _copy_model(src, dst):
+    import shutil
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("lease.json*"))
+    return str(dst)
+
+
+@pytest.mark.parametrize("algorithm,grow", [("scvb0", False), ("scvb0", True),
+                                            ("online-vb", True)])
+def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algorithm, grow):
+    """`train --update --runner DirectRunner` trains through the Beam trainer and ends with the
+    in-process update's state bit for bit (same documents, vocabulary, steps), with and
+    without --grow-vocab; nothing of the scratch run is left in the model directory."""
+    base = train(small["ds_a"], str(small["work"] / ("beam-%s-%s" % (algorithm, grow))),
+                 algorithm, 5, 1, 50)
+    ref = _copy_model(base, small["work"] / ("beam-%s-%s-ref" % (algorithm, grow)))
+    extra = ["--grow-vocab"] if grow else []
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", small["b"], "--output", ref, "--passes", "2",
+                "--no-progress"] + extra) == 0
+    assert cli(["train", "--update", "--input", small["b"], "--output", base, "--passes", "2",
+                "--no-progress", "--runner", "DirectRunner"] + extra) == 0
+    out = capsys.readouterr().out
+    a, b = checkpoint_state(ref), checkpoint_state(base)
+    _same_state(a, b)
+    assert a.params == b.params       # online VB's float32 E-step is restored after the update
+    assert ldabeam.load(base).vocabulary == ldabeam.load(ref).vocabulary
+    if grow:
+        assert len(ldabeam.load(base).vocabulary) > len(
+            dataset.Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv")))
+    ua, ub = a.info["updates"][-1], b.info["updates"][-1]
+    assert {k: ua[k] for k in ("documents", "tokens", "passes", "steps", "from_step")} == \
+        {k: ub[k] for k in ("documents", "tokens", "passes", "steps", "from_step")}
+    # the run the model was trained by is kept (--resume continues its order)
+    assert a.info["run"] == b.info["run"] and a.info["trainer"] == b.info["trainer"]
+    assert "updated" in out
+    assert not os.path.exists(os.path.join(base, "updating"))
+
+
+@pytest.fixture(scope="module")
+def inprocess_reference(small):
+    """The model of ``fresh_model`` updated in this process on the second half, 2 passes,
+    --grow-vocab (what every Beam update below must end with)."""
+    base = fresh_model(small, "crash-base")
+    ref = _copy_model(base, small["work"] / "crash-ref")
+    assert cli(["train", "--update", "--grow-vocab", "--input", small["b"], "--output", ref,
+                "--passes", "2", "--no-progress"]) == 0
+    return base, checkpoint_state(ref)
+
+
+@pytest.mark.parametrize("fault", ["publish-written:2", "ended"])
+def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inprocess_reference,
+                                                                     fault, caplog):
+    """A Beam update SIGKILLed while its scratch run publishes its last checkpoint
+    (publish-written:2; the first publish is the starting checkpoint) or after that run has
+    ended (ended: trained, not yet published into MODEL_DIR): the model directory still holds
+    the model as it was (the half-done update is never read as the model), and running the
+    update again resumes the scratch run and ends with the in-process update's state."""
+    import signal
+    import subprocess
+    import sys
+    from lda_core.training.faults import ENV
+    base, ref = inprocess_reference
+    md = _copy_model(base, small["work"] / ("crash-" + fault.replace(":", "-")))
+    before = checkpoint_state(md)
+    argv = ["train", "--update", "--grow-vocab", "--input", small["b"], "--output", md,
+            "--passes", "2", "--no-progress", "--runner", "DirectRunner"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    env[ENV] = fault
+    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv, cwd=repo, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    assert p.returncode == -signal.SIGKILL
+    assert os.path.isdir(os.path.join(md, "updating"))      # the scratch run was under way
+    after_kill = checkpoint_state(md)
+    _same_state(after_kill, before)
+    assert ldabeam.load(md).vocabulary == ldabeam.load(base).vocabulary
+    caplog.set_level("INFO", logger="pipelines.commands.train_update")
+    assert cli(argv) == 0
+    assert "resuming the update stopped at step" in caplog.text
+    _same_state(checkpoint_state(md), ref)
+    assert not os.path.exists(os.path.join(md, "updating"))
+
+
+def test_beam_update_counts_a_bad_record_as_a_dead_letter(small, capsys, tmp_path):
+    """A record of --input that cannot be read (malformed JSON) is a counted dead letter on a
+    Beam runner too: reported, left out, and the other documents are trained on."""
+    model = fresh_model(small, "dead")
+    before = checkpoint_state(model)
+    bad = str(tmp_path / "b-bad.jsonl")
+    with open(small["b"], "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    with open(bad, "wb") as f:
+        f.writelines(lines[:10] + [b'{"id": "broken", "text": "no closing quote}\n'] + lines[10:])
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", bad, "--output", model, "--no-progress",
+                "--runner", "DirectRunner"]) == 0
+    out = capsys.readouterr().out
+    assert "1 records could not be read" in out
+    state = checkpoint_state(model)
+    assert state.info["updates"][-1]["documents"] <= small["n_b"]
+    assert state.step == before.step + -(-state.info["updates"][-1]["documents"] // 50)
+
+
+def test_beam_update_of_a_model_on_an_object_store(store_root, kos_paths, tmp_path, capsys):
+    """The Beam update of a model on an object store (the fake ``fakegs://``, with no
+    renames) writes its dataset and scratch model there, ends with the state the in-process
+    update of the same model on a local disk ends with, and leaves no ``updating/`` object."""
+    from test_cli_train import make_dataset
+    from test_object_store import _objects
+    ds = make_dataset(str(tmp_path / "kos"), kos_paths, n_train=300, n_held=60)
+    fit = ["--shards", ds, "--algorithm", "online-vb", "--topics", "5", "--minibatch", "50",
+           "--seed", "2", "--no-progress", "--heldout", "none"]
+    local, remote = str(tmp_path / "local"), store_root + "/model"
+    for md in (local, remote):
+        assert cli(["train", "--output", md] + fit) == 0
+    upd = ["train", "--update", "--shards", ds, "--passes", "2", "--no-progress"]
+    assert cli(upd + ["--output", local]) == 0
+    assert cli(upd + ["--output", remote, "--runner", "DirectRunner"]) == 0, \
+        capsys.readouterr().err
+    _same_state(checkpoint_state(remote), checkpoint_state(local))
+    assert not any("/updating/" in o for o in _objects(remote))
+
+
+def test_another_update_after_a_killed_one_starts_over(small, caplog):
+    """The scratch run of a killed Beam update (2 passes) is not continued by a different
+    update (1 pass): that one clears updating/ and trains its own steps from the model."""
+    import signal
+    import subprocess
+    import sys
+    from lda_core.training.faults import ENV
+    md = fresh_model(small, "other-after-kill")
+    before = checkpoint_state(md)
+    argv = ["train", "--update", "--input", small["b"], "--output", md, "--no-progress",
+            "--runner", "DirectRunner"]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    env[ENV] = "ended"
+    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv + ["--passes", "2"],
+                       cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=900)
+    assert p.returncode == -signal.SIGKILL
+    assert os.path.exists(os.path.join(md, "updating", "update.json"))
+    caplog.set_level("INFO", logger="pipelines.commands.train_update")
+    assert cli(argv + ["--passes", "1"]) == 0
+    assert "resuming the update" not in caplog.text
+    state = checkpoint_state(md)
+    upd = state.info["updates"][-1]
+    assert upd["passes"] == 1 and upd["from_step"] == before.step
+    assert state.step == before.step + -(-upd["documents"] // 50)
+
+
+def test_update_with_beam_worker_processes_equals_the_inprocess_update(small,
+                                                                      inprocess_reference):
+    """The Beam update with worker processes (the multi-process DirectRunner: the E-step runs
+    in other processes, which read the update's dataset and exchange states as on a remote
+    runner) ends with the in-process update's state bit for bit."""
+    base, ref = inprocess_reference
+    md = _copy_model(base, small["work"] / "workers")
+    assert cli(["train", "--update", "--grow-vocab", "--input", small["b"], "--output", md,
+                "--passes", "2", "--no-progress", "--runner", "DirectRunner",
+                "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
+    _same_state(checkpoint_state(md), ref)
+
+
+def test_beam_update_stopped_by_sigterm_exits_143_and_leaves_the_model(small, capsys,
+                                                                       monkeypatch, caplog):
+    """SIGTERM during the Beam update's training run (the trainer stops between steps with
+    TrainingInterrupted): exit code 143 as for any command, the model unchanged, and a line
+    saying that running the same update again continues it."""
+    from lda_core.training.session import TrainingInterrupted
+    from pipelines.training import beam_train
+    md = fresh_model(small, "sigterm")
+    before = checkpoint_state(md)
+
+    def stopped(self, *a, **kw):
+        raise TrainingInterrupted("interrupted by SIGTERM", before.step, None, signum=15)
+
+    monkeypatch.setattr(beam_train.BeamRunner, "run", stopped)
+    capsys.readouterr()
+    rc = cli(["train", "--update", "--input", small["b"], "--output", md, "--no-progress",
+              "--runner", "DirectRunner"])
+    assert rc == 143
+    assert "run the same `ldabeam train --update` again" in caplog.text
+    _same_state(checkpoint_state(md), before)

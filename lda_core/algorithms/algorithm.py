@@ -15,7 +15,14 @@ Capabilities are declared on the class, never guessed from a name: ``sequential`
 documents in stream order with ``process``; a :class:`SequentialSampler`),
 ``accumulates_passes`` (one global step per pass over the corpus: batch VB) and
 ``whole_corpus`` (holds the whole corpus and sweeps it: batch collapsed Gibbs, trained with
-``fit``). Runners ask :mod:`lda_core.training.session` (``is_sequential`` ...).
+``fit``) and ``variational_gamma`` (``local_step(batch, return_gamma=True, salt=...)`` gives
+the documents' variational γ: the VB algorithms). Runners ask
+:mod:`lda_core.training.session` (``is_sequential`` ...).
+
+Every algorithm declares its settings once, as a :class:`~lda_core.algorithms.params.ParamSpec`
+(``SPEC``): the constructor takes them as keywords, ``params()`` records them, and
+``from_state`` rebuilds them; every ``from_state`` takes ``n_threads`` and ``take`` and every
+``to_state`` takes ``copy``, so callers never ask which arguments a class accepts.
 
 Both expose ``topic_word()`` (K x V, rows sum to 1) for the shared evaluator in
 ``lda_core.evaluation.metrics`` and convert to/from :class:`lda_core.storage.state.TopicState` for checkpoints.
@@ -31,6 +38,7 @@ from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from lda_core.algorithms.params import ParamSpec
 from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
 
@@ -312,12 +320,26 @@ class TopicModel(abc.ABC):
     check the session runs after every step."""
 
     name: ClassVar[str]
+    SPEC: ClassVar[ParamSpec] = ParamSpec()     # every setting, in params() order
     sequential: ClassVar[bool] = False
     accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
     whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
+    variational_gamma: ClassVar[bool] = False    # local_step(return_gamma=True, salt=...)
     n_topics: int
     n_words: int
     docs_seen: int
+    step: int          # steps applied so far (global steps, or process() calls)
+
+    def params(self) -> Dict[str, Any]:
+        """The settings :attr:`SPEC` records, then :meth:`state_params` (JSON values; every
+        checkpoint holds them)."""
+        out = self.SPEC.export(self)
+        out.update(self.state_params())
+        return out
+
+    def state_params(self) -> Dict[str, Any]:
+        """Parameters of the state recorded beside the settings (e.g. sweeps done)."""
+        return {}
 
     def nonfinite_state(self) -> Optional[str]:
         """The parts of the global state that hold a non-finite value after a step (e.g.
@@ -335,19 +357,24 @@ class TopicModel(abc.ABC):
         """Document-topic proportions (n x K, rows sum to 1) with the global state frozen."""
 
     @abc.abstractmethod
-    def to_state(self):
-        """The complete :class:`lda_core.storage.state.TopicState` needed to resume exactly."""
+    def to_state(self, copy: bool = True):
+        """The complete :class:`lda_core.storage.state.TopicState` needed to resume exactly.
+        ``copy=False``: the state may hold the algorithm's own arrays instead of copies (for a
+        caller that writes it out at once)."""
 
     @classmethod
     @abc.abstractmethod
-    def from_state(cls, state) -> "TopicModel":
-        ...
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "TopicModel":
+        """The algorithm of ``state``. ``n_threads``: threads of its kernels (ignored by an
+        algorithm whose threads are a setting or that has none); ``take``: the caller gives the
+        state up, so its arrays may be used without a copy."""
 
 
 class StochasticAlgorithm(TopicModel):
-    """Local/global-step algorithms (see module docstring)."""
-
-    step: int          # global steps applied so far (t)
+    """Local/global-step algorithms (see module docstring). Their constructors take, beside
+    the settings of :attr:`SPEC`, the keywords ``vocab_hash`` (recorded in the state) and
+    ``n_threads`` (the E-step's threads)."""
 
     @abc.abstractmethod
     def empty_stats(self) -> SuffStats:
@@ -398,9 +425,5 @@ def algorithm_class(name: str):
 
 
 def available_algorithms():
-    out = []
-    for name, spec in ALGORITHMS.items():
-        mod = spec.split(":")[0]
-        if importlib.util.find_spec(mod) is not None:
-            out.append(name)
-    return out
+    """The registry's algorithm names (all ship with the package)."""
+    return list(ALGORITHMS)

@@ -151,10 +151,10 @@ def _weighted_rows(tile, j0, j1, ratio, acc):
 
 # Rows of the tile per block of :func:`_fixed_point_blocked`: as many as fit in this many bytes
 # (a multiple of four, at least four), so that the axpy re-reads rows the dot products just
-# brought into L1 (48 KB per core on the Xeons measured; a third of it leaves room for et, acc
-# and the next rows). Used only for tiles larger than twice this (they outgrow L1) with rows of
-# at least _BLOCK_MIN_ROW_BYTES: with short rows (K = 100) the blocked loop measured
-# 0.8-0.95x the one-pass loop, with 4 KB rows (K = 1000) 1.05-1.22x.
+# brought into L1 (a third of a 48 KB L1 leaves room for et, acc and the next rows). Used only
+# for tiles larger than twice this (they outgrow L1) with rows of at least
+# _BLOCK_MIN_ROW_BYTES: with short rows the blocked loop did not beat the one-pass loop, with
+# long rows it did (docs/algorithms.md, "The VB E-step kernel", has the measurements).
 _BLOCK_BYTES = 16384
 _BLOCK_MIN_ROW_BYTES = 2048
 
@@ -216,9 +216,9 @@ def _doc_fixed_point(tile, n, cts, alpha, g, et, last, acc, phin, ratio, max_ite
     """γ fixed point of one document, gensim's loop: γ from the current phinorm, then t and
     phinorm of the new γ, stop on the mean absolute change of γ. A separate function so that
     LLVM vectorises the loops over K (it does not inside the prange body). Tiles that outgrow
-    L1 with long rows go to :func:`_fixed_point_blocked` (same result bit for bit). (Fusing the
-    phinorm and γ passes row by row measured 1.2-1.5x slower in float32 here: each row's axpy
-    then waits for its dot product.)"""
+    L1 with long rows go to :func:`_fixed_point_blocked` (same result bit for bit). (The phinorm
+    and γ passes are not fused row by row: each row's axpy would then wait for its dot product;
+    docs/algorithms.md, "The VB E-step kernel".)"""
     K = g.shape[0]
     row_bytes = tile.shape[1] * tile.itemsize
     if row_bytes >= _BLOCK_MIN_ROW_BYTES and n * row_bytes > 2 * _BLOCK_BYTES:

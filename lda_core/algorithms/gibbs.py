@@ -5,7 +5,8 @@ of z. One sweep resamples every token from
 
     P(z_i = k | z_¬i, w) ∝ (n_kw^¬i + η)/(n_k^¬i + Vη) · (n_dk^¬i + α)
 
-(kernel: :mod:`lda_core.algorithms.gibbs_kernel`, SparseLDA bucket split). Estimates (DESIGN.md §2)::
+(kernel: :mod:`lda_core.algorithms.gibbs_kernel`, SparseLDA bucket split). Estimates (Griffiths &
+Steyvers 2004, eqs. 6-7)::
 
     φ_kw = (n_kw + η)/(n_k + Vη)            θ_dk = (n_dk + α)/(N_d + Kα)
 
@@ -39,8 +40,8 @@ import numpy as np
 from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.algorithms.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
-from lda_core.algorithms.params import check_int, check_positive
-from lda_core.errors import DataIntegrityError, InputError, UsageError
+from lda_core.algorithms.params import Param, ParamSpec, check_int
+from lda_core.errors import DataIntegrityError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +154,12 @@ class CountsSampler(SequentialSampler):
     """A collapsed sampler keeping the counts n_kw, n_k, n_dk of its assignments z over a
     :class:`TokenCorpus` (batch Gibbs, o-LDA, incremental Gibbs)."""
 
-    def __init__(self, n_topics: int, n_words: int, alpha: float, eta: float, seed: int):
-        """The parameters every counts sampler checks, and empty counts over an empty corpus."""
+    def __init__(self, n_topics: int, n_words: int, **settings):
+        """K (at most 32767: z is int16), V, every setting of :attr:`SPEC` (the rest take their
+        defaults), and empty counts over an empty corpus."""
         self.n_topics = check_int("n_topics", n_topics, 1, 32767)
         self.n_words = check_int("n_words", n_words, 1)
-        self.alpha = float(check_positive("alpha", alpha))
-        self.eta = float(check_positive("eta", eta))
-        self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
+        self.SPEC.apply(self, settings, self.name)
         self.corpus = TokenCorpus(self.n_words, self.seed)
         self.z = np.zeros(1024, np.int16)
         self.nwk = np.zeros((self.n_words, self.n_topics), np.int32)
@@ -189,15 +189,27 @@ class CollapsedGibbs(CountsSampler):
     name = "gibbs"
     whole_corpus = True            # trained by fit(all documents, sweeps), not process()
 
-    def __init__(self, n_topics: int, n_words: int, alpha: float = 0.1, eta: float = 0.01,
-                 burn_in: int = DEFAULT_BURN_IN, n_parts: int = 1, seed: int = 0,
-                 init: str = "random"):
-        if init not in ("random", "sequential"):
-            raise UsageError("init must be 'random' or 'sequential', got %r" % (init,))
-        self.init = init
-        super().__init__(n_topics, n_words, alpha, eta, seed)
-        self.burn_in = check_int("burn_in", burn_in, 0, MAX_SWEEPS)
-        self.n_parts = check_int("n_parts", n_parts, 1, 4096)
+    # every setting, in params() order (a new setting is one line here; the constructor,
+    # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
+    SPEC = ParamSpec(
+        Param("alpha", float, 0.1, lo=0, lo_open=True, symbol="alpha", option="alpha",
+              help="document-topic prior"),
+        Param("eta", float, 0.01, lo=0, lo_open=True, symbol="eta", option="eta",
+              help="topic-word prior"),
+        Param("burn_in", int, DEFAULT_BURN_IN, lo=0, hi=MAX_SWEEPS, option="burn_in",
+              help="sweeps before phi is averaged"),
+        Param("n_parts", int, 1, lo=1, hi=4096, option="gibbs_parts",
+              help="document blocks per sweep: 1 = the exact sequential sampler, N > 1 = "
+                   "AD-LDA on N threads (the result depends on N)"),
+        Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),
+        Param("init", str, "random", choices=("random", "sequential"),
+              help="initial assignments of new documents: uniformly random, or sampled from "
+                   "the conditional given all earlier tokens"),
+    )
+
+    def __init__(self, n_topics: int, n_words: int, **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults)."""
+        super().__init__(n_topics, n_words, **settings)
         self.sweeps_done = 0
         self.step = 0             # process() calls applied (batches consumed, for the trainer)
         self.phi_sum = None       # Σ over kept sweeps of φ (K x V float64)
@@ -316,27 +328,29 @@ class CollapsedGibbs(CountsSampler):
         return self.z[:self.corpus.n_tokens]
 
     # -- checkpoints ----------------------------------------------------------------------
-    def to_state(self):
+    def state_params(self) -> Dict[str, Any]:
+        return {"n_kept": self.n_kept, "sweeps_done": self.sweeps_done}
+
+    def to_state(self, copy: bool = True):
+        """The state (``copy`` is accepted for the interface; the arrays are always
+        copied)."""
         from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "z": self.assignments.copy()}
         if self.phi_sum is not None:
             arrays["phi_sum"] = self.phi_sum.copy()
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
-                          vocab_hash=None, arrays=arrays,
-                          params={"alpha": self.alpha, "eta": self.eta, "burn_in": self.burn_in,
-                                  "n_parts": self.n_parts, "seed": self.seed,
-                                  "n_kept": self.n_kept, "init": self.init,
-                                  "sweeps_done": self.sweeps_done},
+                          vocab_hash=None, arrays=arrays, params=self.params(),
                           step=self.step, docs_seen=self.docs_seen, rng=None,
                           info={"n_tokens": int(self.corpus.n_tokens)})
 
     @classmethod
-    def from_state(cls, state) -> "CollapsedGibbs":
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "CollapsedGibbs":
+        """The sampler of ``state`` (its threads are the ``n_parts`` setting: ``n_threads``
+        is ignored)."""
         p = state.params
-        self = cls(state.n_topics, state.n_words, alpha=p["alpha"], eta=p["eta"],
-                   burn_in=p["burn_in"], n_parts=p["n_parts"], seed=p["seed"],
-                   init=p.get("init", "random"))
+        self = cls(state.n_topics, state.n_words, **cls.SPEC.recorded(p))
         restore_tokens(self, state)
         self.sweeps_done = int(p["sweeps_done"])
         self.step = state.step

@@ -7,7 +7,7 @@ document) with the topic assignment ``z``. Counts (float-free, int32):
 * ``nwk[w, k]`` word-topic counts (V x K, word-major so the per-word row is contiguous),
 * ``nk[k]`` topic totals, ``ndk[d, k]`` document-topic counts.
 
-The collapsed conditional (Griffiths & Steyvers 2004, DESIGN.md §2)::
+The collapsed conditional (Griffiths & Steyvers 2004, eq. 5)::
 
     P(z_i = k | rest) ∝ (n_kw^¬i + β) / (n_k^¬i + Vβ) · (n_dk^¬i + α)
 

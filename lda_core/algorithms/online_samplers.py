@@ -37,7 +37,7 @@ from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.gibbs import (CollapsedGibbs, CountsSampler, grow_rows, phi_from_counts,
                                        restore_tokens, rng_from_json, rng_to_json)
-from lda_core.algorithms.params import check_int, check_positive
+from lda_core.algorithms.params import Param, ParamSpec
 from lda_core.errors import DataIntegrityError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -101,15 +101,11 @@ def add_initial_sample(sampler, batch: DocBatch, z: Optional[np.ndarray]):
 
 
 def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
-    """Number of prefix documents for the batch phase."""
+    """Number of prefix documents for the batch phase (the settings already checked)."""
     if init_docs is not None:
-        return check_int("init_docs", init_docs, 0)
+        return init_docs
     if n_docs_total is not None and init_fraction is not None:
-        check_int("n_docs_total", n_docs_total, 1)
-        f = float(check_positive("init_fraction", init_fraction, allow_zero=True))
-        if f > 1:
-            raise UsageError("init_fraction must be in [0, 1], got %r" % (init_fraction,))
-        return int(math.ceil(f * n_docs_total))
+        return int(math.ceil(init_fraction * n_docs_total))
     if required:
         raise UsageError("o-LDA needs the size of its batch prefix: give init_docs, or "
                          "n_docs_total (the stream's document count) with init_fraction "
@@ -117,28 +113,46 @@ def resolve_init_docs(init_docs, init_fraction, n_docs_total, required):
     return 0
 
 
+# The settings of the stream-order samplers (o-LDA, incremental Gibbs, the particle filter
+# adds its own), in params() order. init_fraction and n_docs_total are resolved into
+# init_docs, which is what a checkpoint records.
+STREAM_SPEC = ParamSpec(
+    Param("alpha", float, 0.1, lo=0, lo_open=True, symbol="alpha", option="alpha",
+          help="document-topic prior"),
+    Param("eta", float, 0.1, lo=0, lo_open=True, symbol="beta", option="eta",
+          help="topic-word prior"),
+    Param("n_rejuv", int, 4, lo=0, hi=100000, symbol="|R(i)|", option="rejuvenation",
+          help="earlier positions resampled after every token"),
+    Param("schedule", str, "uniform", choices=("uniform", "decay"),
+          option="rejuvenation_schedule",
+          help="how R(i) is drawn: uniform over all earlier positions, or decayed towards "
+               "recent ones"),
+    Param("decay_scale", float, 1000.0, lo=0, lo_open=True, option="rejuvenation_decay",
+          help="schedule decay: mean distance back, in tokens"),
+    Param("init_docs", int, None, lo=0, option="init_docs",
+          help="documents in the batch-Gibbs prefix (unset: from init_fraction)"),
+    Param("init_fraction", float, None, lo=0, hi=1, option="init_fraction", record=False,
+          help="fraction of the stream's documents in the batch-Gibbs prefix"),
+    Param("n_docs_total", int, None, lo=1, record=False, symbol="D",
+          help="documents in the stream (sizes the prefix from init_fraction)"),
+    Param("init_sweeps", int, 100, lo=0, hi=10 ** 6, option="init_sweeps",
+          help="batch-Gibbs sweeps over the prefix"),
+    Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),
+)
+
+
 class _OnlineGibbs(CountsSampler):
     """Shared machinery: one chain, tokens in stream order, optional batch prefix."""
 
     name = "online"
-    _default_rejuv = 0
+    SPEC = STREAM_SPEC
     _requires_prefix = False
 
-    def __init__(self, n_topics: int, n_words: int, alpha: float = 0.1, eta: float = 0.1,
-                 n_rejuv: Optional[int] = None, schedule: str = "uniform",
-                 decay_scale: float = 1000.0, init_docs: Optional[int] = None,
-                 init_fraction: Optional[float] = 0.1, n_docs_total: Optional[int] = None,
-                 init_sweeps: int = 100, seed: int = 0):
-        super().__init__(n_topics, n_words, alpha, eta, seed)
-        self.n_rejuv = check_int("n_rejuv", self._default_rejuv if n_rejuv is None else n_rejuv,
-                                 0, 100000)
-        if schedule not in ("uniform", "decay"):
-            raise UsageError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
-        self.schedule = schedule
-        self.decay_scale = float(check_positive("decay_scale", decay_scale))
-        self.init_docs = resolve_init_docs(init_docs, init_fraction, n_docs_total,
-                                           self._requires_prefix)
-        self.init_sweeps = check_int("init_sweeps", init_sweeps, 0, 10 ** 6)
+    def __init__(self, n_topics: int, n_words: int, **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults)."""
+        super().__init__(n_topics, n_words, **settings)
+        self.init_docs = resolve_init_docs(self.init_docs, self.init_fraction,
+                                           self.n_docs_total, self._requires_prefix)
         self.rng = np.array([gk.seed_state(self.seed, 7, 0)], np.uint64)
         self.initialised = self.init_docs == 0
         self._pending = []          # prefix documents buffered until init_docs are seen
@@ -217,19 +231,15 @@ class _OnlineGibbs(CountsSampler):
         return self.ndk[:self.corpus.n_docs]
 
     # -- checkpoints ----------------------------------------------------------------------
-    def _params(self):
-        return {"alpha": self.alpha, "eta": self.eta, "n_rejuv": self.n_rejuv,
-                "schedule": self.schedule, "decay_scale": self.decay_scale,
-                "init_docs": self.init_docs, "init_sweeps": self.init_sweeps, "seed": self.seed}
-
-    def to_state(self):
-        """The complete state; during the batch prefix it holds the buffered documents."""
+    def to_state(self, copy: bool = True):
+        """The complete state; during the batch prefix it holds the buffered documents
+        (``copy`` is accepted for the interface; the arrays are always copied)."""
         from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "z": self.assignments.copy()}
         arrays.update(prefix_to_arrays(self._pending))
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
-                          vocab_hash=None, arrays=arrays, params=self._params(),
+                          vocab_hash=None, arrays=arrays, params=self.params(),
                           step=self.step, docs_seen=self.docs_seen,
                           rng=rng_to_json(self.rng[0]),
                           info={"initialised": bool(self.initialised),
@@ -237,11 +247,9 @@ class _OnlineGibbs(CountsSampler):
                                 "seconds": self.seconds})
 
     @classmethod
-    def from_state(cls, state):
-        p = state.params
-        self = cls(state.n_topics, state.n_words, alpha=p["alpha"], eta=p["eta"],
-                   n_rejuv=p["n_rejuv"], schedule=p["schedule"], decay_scale=p["decay_scale"],
-                   init_docs=p["init_docs"], init_sweeps=p["init_sweeps"], seed=p["seed"])
+    def from_state(cls, state, *, n_threads: Optional[int] = None, take: bool = False):
+        """The sampler of ``state`` (one chain: ``n_threads`` is ignored)."""
+        self = cls(state.n_topics, state.n_words, **cls.SPEC.recorded(state.params))
         restore_tokens(self, state)
         self.rng[0] = np.uint64(rng_from_json(state.rng))
         self.initialised = bool(state.info.get("initialised", True))
@@ -260,15 +268,12 @@ class OLDA(_OnlineGibbs):
     """o-LDA (see module docstring): batch prefix, then every token sampled once."""
 
     name = "o-lda"
-    _default_rejuv = 0
     _requires_prefix = True
-
-    def __init__(self, n_topics: int, n_words: int, **kw):
-        if kw.get("n_rejuv"):
-            raise UsageError("o-LDA never revisits a token: n_rejuv must be 0, got %r"
-                             % (kw["n_rejuv"],))
-        kw["n_rejuv"] = 0
-        super().__init__(n_topics, n_words, **kw)
+    # never revisits a token: no rejuvenation (its settings are recorded, not options)
+    SPEC = (STREAM_SPEC.replace("n_rejuv", default=0, hi=0, option=None,
+                                help="o-LDA samples every token once: always 0")
+            .replace("schedule", option=None).replace("decay_scale", option=None)
+            .replace("init_fraction", default=0.1))
 
 
 class IncrementalGibbs(_OnlineGibbs):
@@ -276,8 +281,4 @@ class IncrementalGibbs(_OnlineGibbs):
     positions resampled after every token."""
 
     name = "incremental-gibbs"
-    _default_rejuv = 4
-
-    def __init__(self, n_topics: int, n_words: int, init_fraction: Optional[float] = None,
-                 **kw):
-        super().__init__(n_topics, n_words, init_fraction=init_fraction, **kw)
+    SPEC = STREAM_SPEC

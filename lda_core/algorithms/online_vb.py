@@ -65,8 +65,8 @@ from lda_core.algorithms.vb_exp_elog_beta import exp_elog_beta_rows
 from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma
 from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
-from lda_core.algorithms.params import (check_choice, check_int, check_number, check_positive,
-                                        is_number)
+from lda_core.algorithms.params import (Param, ParamSpec, check_choice, check_int,
+                                        check_positive)
 from lda_core.algorithms.vb_lazy_lambda import LazyLambdaUpdate
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 
@@ -140,62 +140,95 @@ class OnlineVB(StochasticAlgorithm):
     ``docs_seen``; the lazily scaled λ (``_ntilde``, ``_ntilde_colsum``, ``_a``, ``_pi``)."""
 
     name = "online-vb"
+    variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
 
-    def __init__(self, n_topics: int, n_words: int, *, alpha=None, eta=None, kappa: float = 0.7,
-                 tau0: float = 64.0, batch_size: int = 256, corpus_size: Optional[int] = None,
-                 seed: int = 0, max_iter: int = 100, tol: float = 1e-3, dtype: str = "float32",
-                 optimize_alpha: bool = False, optimize_eta: bool = False,
-                 vocab_hash: Optional[str] = None, n_threads: Optional[int] = None,
-                 kernel: str = "numba", reseed: float = 0.02, _init_lambda: bool = True):
+    # every setting, in params() order (a new setting is one line here; the constructor,
+    # params(), `ldabeam train`, the Flex Template metadata and OnlineLDA's mapping of its
+    # scikit-learn parameters take it from this spec). alpha and eta hold the current
+    # values (the optional Newton steps change them).
+    SPEC = ParamSpec(
+        Param("alpha", float, None, lo=0, lo_open=True, vector=True, symbol="alpha",
+              option="alpha", sklearn="doc_topic_prior",
+              help="document-topic prior, one number or one per topic (unset: 1/K)"),
+        Param("eta", float, None, lo=0, lo_open=True, symbol="eta", option="eta",
+              sklearn="topic_word_prior", help="topic-word prior (unset: 1/K)"),
+        Param("kappa", float, 0.7, lo=0.5, hi=1.0, symbol="kappa", option="kappa",
+              sklearn="learning_decay",
+              help="learning-rate decay, rho_t = (tau0 + t)^-kappa (0.5 is accepted with a "
+                   "warning: convergence needs kappa > 0.5)"),
+        Param("tau0", float, 64.0, lo=0, symbol="tau0", option="tau0",
+              help="learning-rate delay"),
+        Param("batch_size", int, 256, lo=1, symbol="S", sklearn="batch_size",
+              help="documents per minibatch"),
+        Param("corpus_size", int, None, lo=1, symbol="D",
+              help="documents in the corpus (unset: the documents seen)"),
+        Param("seed", int, 0, lo=0, help="seed of every random draw"),
+        Param("max_iter", int, 100, lo=1, hi=100000, option="max_iter",
+              sklearn="max_doc_update_iter", help="cap on E-step iterations per document"),
+        Param("tol", float, 1e-3, lo=0, lo_open=True, option="tol", sklearn="mean_change_tol",
+              help="E-step convergence threshold (mean absolute change of gamma)"),
+        Param("dtype", str, "float32", choices=_DTYPES, option="dtype", sklearn="dtype",
+              help="E-step floating point type (sums are always float64)"),
+        Param("optimize_alpha", bool, False, option="optimize_alpha",
+              help="online Newton updates of alpha"),
+        Param("optimize_eta", bool, False, option="optimize_eta",
+              help="online Newton updates of eta"),
+        Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
+              help="a topic with less than reseed/K of a minibatch's tokens is re-seeded "
+                   "(0: never)"),
+    )
+
+    def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,
+                 n_threads: Optional[int] = None, kernel: str = "numba", **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults). ``kernel``: the
+        E-step implementation ("numba", or the "numpy" reference)."""
+        self._configure(n_topics, n_words, vocab_hash, n_threads, kernel, settings)
+        rng = np.random.default_rng(self.seed)
+        self._ntilde = rng.gamma(100.0, 1.0 / 100.0, (self.n_words, self.n_topics))
+        self._ntilde_colsum = self._ntilde.sum(axis=0)        # word-major Ñ, its column sums
+        self._a = self.eta
+        self._pi = 1.0
+
+    def _configure(self, n_topics, n_words, vocab_hash, n_threads, kernel, settings) -> None:
+        """Every setting checked and set; no λ yet."""
         self.n_topics = K = check_int("n_topics", n_topics, 1)
-        self.n_words = V = check_int("n_words", n_words, 1)
-        if alpha is None:
-            alpha = 1.0 / K
-        if is_number(alpha):
-            self.alpha = np.full(K, check_positive("alpha", alpha), np.float64)
-        else:
-            a = np.asarray(alpha, dtype=np.float64)
-            if a.shape != (K,):
+        self.n_words = check_int("n_words", n_words, 1)
+        self.SPEC.apply(self, settings, self.name)
+        if self.alpha is None:
+            self.alpha = 1.0 / K
+        if isinstance(self.alpha, np.ndarray):
+            if self.alpha.shape != (K,):
                 raise UsageError("alpha must be a positive number or %d positive numbers, got "
-                                 "shape %s" % (K, a.shape))
-            if not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise UsageError("alpha must be finite numbers in (0, inf), got min %r"
-                                 % (a.min(),))
-            self.alpha = a.copy()
-        self.eta = check_positive("eta", 1.0 / K if eta is None else eta)
-        if is_number(kappa) and kappa == 0.5:
+                                 "shape %s" % (K, self.alpha.shape))
+        else:
+            self.alpha = np.full(K, check_positive("alpha", self.alpha), np.float64)
+        self.eta = check_positive("eta", 1.0 / K if self.eta is None else self.eta)
+        if self.kappa == 0.5:
             # Hoffman et al.'s best runs (and gensim's decay=0.5) use it; the convergence
             # proof (Robbins-Monro: Σρ² < ∞) needs κ > 0.5
-            schedules.check_schedule(tau0, kappa, strict_kappa=False)
             logger.warning("kappa=0.5: accepted, but the convergence guarantee of online VB "
                            "needs kappa in (0.5, 1]")
-        else:
-            schedules.check_schedule(tau0, kappa)
-        self.kappa, self.tau0 = float(kappa), float(tau0)
-        self.batch_size = check_int("batch_size", batch_size, 1)
-        self.corpus_size = None if corpus_size is None else check_int("corpus_size",
-                                                                       corpus_size, 1)
-        self.seed = check_int("seed", seed, 0)
-        self.max_iter = check_int("max_iter", max_iter, 1, 100000)
-        self.tol = check_positive("tol", tol)
-        self.dtype = str(check_choice("dtype", dtype, _DTYPES))
-        self.optimize_alpha = bool(optimize_alpha)
-        self.optimize_eta = bool(optimize_eta)
         self.vocab_hash = vocab_hash
         if n_threads is not None:
             import numba
             n_threads = check_int("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS)
         self.n_threads = n_threads
         self.kernel = check_choice("kernel", kernel, _KERNELS)
-        self.reseed = check_number("reseed", reseed, 0, 1, hi_open=True)
         self.step = 0
         self.docs_seen = 0
-        if _init_lambda:
-            rng = np.random.default_rng(self.seed)
-            self._ntilde = rng.gamma(100.0, 1.0 / 100.0, (V, K))     # word-major
-            self._ntilde_colsum = self._ntilde.sum(axis=0)
-            self._a = self.eta
-            self._pi = 1.0
+
+    @classmethod
+    def from_lambda(cls, lam: np.ndarray, **settings) -> "OnlineVB":
+        """The algorithm whose λ is ``lam`` (K x V, every entry above 0), at step 0: λ = a + π·Ñ
+        with a = 0, π = 1 (no random initial λ is drawn). ``settings``: as the constructor."""
+        lam = np.asarray(lam, np.float64)
+        K, V = lam.shape
+        obj = cls.__new__(cls)
+        obj._configure(K, V, None, None, "numba", settings)
+        obj._ntilde = np.ascontiguousarray(lam.T)
+        obj._ntilde_colsum = obj._ntilde.sum(axis=0)
+        obj._a, obj._pi = 0.0, 1.0
+        return obj
 
     # -- λ views ----------------------------------------------------------------------------
     def nonfinite_state(self) -> Optional[str]:
@@ -420,12 +453,9 @@ class OnlineVB(StochasticAlgorithm):
                      + self.n_topics * gammaln(self.n_words * eta) - np.sum(gammaln(colsum)))
 
     # -- state ------------------------------------------------------------------------------
-    def _params(self) -> Dict[str, Any]:
-        return {"alpha": [float(x) for x in self.alpha], "eta": self.eta, "kappa": self.kappa,
-                "tau0": self.tau0, "batch_size": self.batch_size,
-                "corpus_size": self.corpus_size, "seed": self.seed, "max_iter": self.max_iter,
-                "tol": self.tol, "dtype": self.dtype, "optimize_alpha": self.optimize_alpha,
-                "optimize_eta": self.optimize_eta, "reseed": self.reseed, "lambda_a": self._a, "lambda_pi": self._pi,
+    def state_params(self) -> Dict[str, Any]:
+        """λ's scalars beside the settings (the arrays hold them too: ``scalars``)."""
+        return {"lambda_a": self._a, "lambda_pi": self._pi,
                 "lambda_form": "lambda[w,k] = a + pi * ntilde[w,k] (word-major)"}
 
     def to_state(self, copy: bool = True):
@@ -439,12 +469,12 @@ class OnlineVB(StochasticAlgorithm):
                   "alpha": self.alpha.copy(),
                   "scalars": np.array([self._a, self._pi, self.eta], np.float64)}
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
-                          vocab_hash=self.vocab_hash, arrays=arrays, params=self._params(),
+                          vocab_hash=self.vocab_hash, arrays=arrays, params=self.params(),
                           step=self.step, docs_seen=self.docs_seen)
 
     @classmethod
-    def from_state(cls, state, n_threads: Optional[int] = None, kernel: str = "numba",
-                   take: bool = False):
+    def from_state(cls, state, *, n_threads: Optional[int] = None, take: bool = False,
+                   kernel: str = "numba"):
         """The algorithm of ``state``. ``take``: use the state's float64 C-ordered λ array
         itself instead of a copy (the caller gives the state up: no second V x K array while
         a big model loads)."""
@@ -462,13 +492,13 @@ class OnlineVB(StochasticAlgorithm):
                 raise DataIntegrityError("state array %r has shape %s, expected %s"
                                          % (name, tuple(state.arrays[name].shape), shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
-        obj = cls(K, V, alpha=np.asarray(state.arrays["alpha"], np.float64), eta=float(scal[2]),
-                  kappa=p["kappa"], tau0=p["tau0"], batch_size=p["batch_size"],
-                  corpus_size=p.get("corpus_size"), seed=p["seed"], max_iter=p["max_iter"],
-                  tol=p["tol"], dtype=p["dtype"], optimize_alpha=p.get("optimize_alpha", False),
-                  optimize_eta=p.get("optimize_eta", False), vocab_hash=state.vocab_hash,
-                  n_threads=n_threads, kernel=kernel, reseed=p.get("reseed", 0.0),
-                  _init_lambda=False)
+        settings = cls.SPEC.recorded(p)
+        settings.setdefault("reseed", 0.0)        # states written before re-seeding existed
+        # α and η as the state holds them (the optional Newton steps change them)
+        settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
+                        eta=float(scal[2]))
+        obj = cls.__new__(cls)
+        obj._configure(K, V, state.vocab_hash, n_threads, kernel, settings)
         obj._ntilde = (np.ascontiguousarray(state.arrays["ntilde"], dtype=np.float64) if take
                        else np.array(state.arrays["ntilde"], dtype=np.float64, order="C",
                                      copy=True))
@@ -488,6 +518,8 @@ class BatchVB(OnlineVB):
 
     name = "batch-vb"
     accumulates_passes = True      # the trainers apply one global step per pass
+    # κ and τ0 are checked and recorded but not options: batch VB takes full steps (ρ = 1)
+    SPEC = OnlineVB.SPEC.replace("kappa", option=None).replace("tau0", option=None)
 
     def _rho_and_scale(self, stats: VBStats):
         return 1.0, 1.0

@@ -10,6 +10,7 @@ the start of the message.
 the constructor's validation, ``params()``, the ``ldabeam train`` options, the Flex Template
 metadata and the scikit-learn estimator's mapping are generated from it
 (docs/architecture.md, "The parameter spec")."""
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -96,6 +97,14 @@ class Param:
     symbol: str = ""
     option: Optional[str] = None
     sklearn: Optional[str] = None
+    record: bool = True
+    attr: Optional[str] = None
+    vector: bool = False
+
+    @property
+    def attribute(self) -> str:
+        """The attribute of the algorithm that holds the setting."""
+        return self.attr or self.name
 
     def check(self, value):
         """``value`` validated and converted to the declared type (UsageError naming the
@@ -114,7 +123,10 @@ class Param:
                                  % (self.name, value, " or ".join(self.choices)))
             return dt
         if self.choices:
-            return check_choice(self.name, value, self.choices)
+            value = check_choice(self.name, value, self.choices)
+            return str(value) if self.type is str else value
+        if self.vector and not is_number(value):
+            return self._check_vector(value)
         if self.type is bool:
             return bool(value)
         if self.type in (int, float):
@@ -122,9 +134,30 @@ class Param:
                                 integer=self.type is int)
         return self.type(value)
 
+    def _check_vector(self, value) -> np.ndarray:
+        """A non-empty 1-d sequence of finite numbers in the range, as float64."""
+        try:
+            a = np.array(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            a = None
+        ok = a is not None and a.ndim == 1 and a.size > 0 and bool(np.all(np.isfinite(a)))
+        if ok and self.lo is not None:
+            ok = bool(np.all(a > self.lo if self.lo_open else a >= self.lo))
+        if ok and self.hi is not None:
+            ok = bool(np.all(a < self.hi if self.hi_open else a <= self.hi))
+        if not ok:
+            raise UsageError("%s must be a number or a sequence of numbers in %s, got %r"
+                             % (self.name, _range(self.lo, self.hi, self.lo_open, self.hi_open),
+                                value))
+        return a
+
     def export(self, value):
         """The JSON value of a checked setting (as ``params()`` records it)."""
-        return value.name if isinstance(value, np.dtype) else value
+        if isinstance(value, np.dtype):
+            return value.name
+        if isinstance(value, np.ndarray):
+            return [float(x) for x in value]
+        return value
 
     def range_text(self) -> str:
         """The allowed values as help text shows them (``"in (0.5, 1]"``)."""
@@ -154,6 +187,32 @@ class ParamSpec(tuple):
     def with_param(self, param: Param) -> "ParamSpec":
         """This spec with ``param`` appended (a subclass extending its base's settings)."""
         return ParamSpec(*self, param)
+
+    def replace(self, name: str, **changes) -> "ParamSpec":
+        """This spec with setting ``name`` changed (a subclass's own default or range)."""
+        if self.get(name) is None:
+            raise ValueError("no setting %s to replace" % name)
+        return ParamSpec(*(dataclasses.replace(p, **changes) if p.name == name else p
+                           for p in self))
+
+    def insert_before(self, name: str, *params: Param) -> "ParamSpec":
+        """This spec with ``params`` declared just before setting ``name``."""
+        at = [p.name for p in self].index(name)
+        return ParamSpec(*self[:at], *params, *self[at:])
+
+    def apply(self, obj, given: Dict[str, Any], owner: str) -> None:
+        """Set every setting on ``obj`` (:meth:`resolve`d, each on its attribute)."""
+        for name, value in self.resolve(given, owner).items():
+            setattr(obj, self.get(name).attribute, value)
+
+    def export(self, obj) -> Dict[str, Any]:
+        """The recorded settings of ``obj`` as JSON values, in declaration order."""
+        return {p.name: p.export(getattr(obj, p.attribute)) for p in self if p.record}
+
+    def recorded(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """The settings of a checkpoint's ``params`` this spec records (the constructor's
+        keywords to rebuild the algorithm; the others, state, are left out)."""
+        return {p.name: params[p.name] for p in self if p.record and p.name in params}
 
     def resolve(self, given: Dict[str, Any], owner: str) -> Dict[str, Any]:
         """Every setting of the spec, checked: ``given`` values, the defaults for the rest. A

@@ -36,9 +36,10 @@ from lda_core.algorithms.algorithm import SequentialSampler
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.gibbs import (TokenCorpus, grow_rows, infer_theta, rng_from_json,
                                        rng_to_json)
-from lda_core.algorithms.online_samplers import (add_initial_sample, prefix_from_arrays,
-                                                 prefix_to_arrays, resolve_init_docs)
-from lda_core.algorithms.params import check_int, check_positive
+from lda_core.algorithms.online_samplers import (STREAM_SPEC, add_initial_sample,
+                                                 prefix_from_arrays, prefix_to_arrays,
+                                                 resolve_init_docs)
+from lda_core.algorithms.params import Param, check_int
 from lda_core.algorithms.particle_tree import STORES, slot_mapping
 from lda_core.errors import DataIntegrityError, UsageError
 
@@ -48,39 +49,43 @@ MAX_ADVANCE_CALLS = 10 ** 9
 
 
 class ParticleFilter(SequentialSampler):
-    """See module docstring. Parameters: ``n_particles`` P ≥ 1, ``ess_threshold`` in (0, P]
-    (paper: 20 for 3 categories, 10 for 20), ``n_rejuv`` |R(i)| (paper: 30 / 10), ``schedule``
-    "uniform" | "decay" (``decay_scale`` tokens), ``init_docs`` / ``init_fraction`` +
-    ``n_docs_total`` for a batch-Gibbs prefix (default none), ``store`` "tree" | "naive"."""
+    """See module docstring. Settings (:attr:`SPEC`): ``n_particles`` P, ``ess_threshold``
+    in (0, P] (paper: 20 for 3 categories, 10 for 20), ``n_rejuv`` |R(i)| (paper: 30 / 10),
+    ``schedule`` "uniform" | "decay" (``decay_scale`` tokens), ``init_docs`` /
+    ``init_fraction`` + ``n_docs_total`` for a batch-Gibbs prefix (default none), ``store``
+    "tree" | "naive"."""
 
     name = "particle-filter"
 
-    def __init__(self, n_topics: int, n_words: int, alpha: float = 0.1, eta: float = 0.1,
-                 n_particles: int = 100, ess_threshold: float = 20.0, n_rejuv: int = 30,
-                 schedule: str = "uniform", decay_scale: float = 1000.0,
-                 init_docs: Optional[int] = None, init_fraction: Optional[float] = None,
-                 n_docs_total: Optional[int] = None, init_sweeps: int = 100,
-                 store: str = "tree", seed: int = 0):
+    # every setting, in params() order: the stream samplers' (lda_core.algorithms.
+    # online_samplers.STREAM_SPEC) with the particles' own (a new setting is one line here)
+    SPEC = (STREAM_SPEC
+            .replace("n_rejuv", default=30,
+                     help="earlier positions resampled per particle after each resampling")
+            .insert_before("n_rejuv",
+                           Param("n_particles", int, 100, lo=1, hi=100000, symbol="P",
+                                 option="particles", attr="P", help="number of particles"),
+                           Param("ess_threshold", float, 20.0, lo=0, lo_open=True,
+                                 option="ess_threshold",
+                                 help="resample when the effective sample size 1/sum(w^2) "
+                                      "falls to this or below, in (0, P]"))
+            .insert_before("seed",
+                           Param("store", str, "tree", choices=tuple(sorted(STORES)),
+                                 attr="store_kind",
+                                 help="assignment store: the tree of hash tables, or naive "
+                                      "copy-on-resample arrays (for the comparison "
+                                      "benchmark)")))
+
+    def __init__(self, n_topics: int, n_words: int, **settings):
+        """``settings``: any of :attr:`SPEC` (the rest take their defaults)."""
         self.n_topics = check_int("n_topics", n_topics, 1, 32767)
         self.n_words = check_int("n_words", n_words, 1)
-        self.alpha = float(check_positive("alpha", alpha))
-        self.eta = float(check_positive("eta", eta))
-        self.P = check_int("n_particles", n_particles, 1, 100000)
-        self.ess_threshold = float(check_positive("ess_threshold", ess_threshold))
+        self.SPEC.apply(self, settings, self.name)
         if self.ess_threshold > self.P:
             raise UsageError("ess_threshold must be in (0, n_particles=%d], got %r"
-                             % (self.P, ess_threshold))
-        self.n_rejuv = check_int("n_rejuv", n_rejuv, 0, 100000)
-        if schedule not in ("uniform", "decay"):
-            raise UsageError("schedule must be 'uniform' or 'decay', got %r" % (schedule,))
-        self.schedule = schedule
-        self.decay_scale = float(check_positive("decay_scale", decay_scale))
-        self.init_docs = resolve_init_docs(init_docs, init_fraction, n_docs_total, False)
-        self.init_sweeps = check_int("init_sweeps", init_sweeps, 0, 10 ** 6)
-        if store not in STORES:
-            raise UsageError("store must be one of %s, got %r" % (sorted(STORES), store))
-        self.store_kind = store
-        self.seed = check_int("seed", seed, 0, 2 ** 63 - 1)
+                             % (self.P, self.ess_threshold))
+        self.init_docs = resolve_init_docs(self.init_docs, self.init_fraction,
+                                           self.n_docs_total, False)
         self.corpus = TokenCorpus(self.n_words, self.seed)
         K, V, P = self.n_topics, self.n_words, self.P
         self.nwk = np.zeros((P, V, K), np.int32)
@@ -92,7 +97,7 @@ class ParticleFilter(SequentialSampler):
         self.store = None
         self.initialised = self.init_docs == 0
         if self.initialised:
-            self.store = STORES[store](P, np.zeros(0, np.int16))
+            self.store = STORES[self.store_kind](P, np.zeros(0, np.int16))
         self._pending, self._pending_n = [], 0
         self.n_resamples = 0
         self.seconds = 0.0
@@ -224,22 +229,18 @@ class ParticleFilter(SequentialSampler):
                          self.nk[p], self.ndk[p, :self.corpus.n_docs])
 
     # -- checkpoints ----------------------------------------------------------------------
-    def to_state(self):
+    def to_state(self, copy: bool = True):
         """The complete state; during the batch prefix (no particle store yet) it holds the
-        buffered prefix documents instead, so a resumed run starts from the same prefix."""
+        buffered prefix documents instead, so a resumed run starts from the same prefix
+        (``copy`` is accepted for the interface; the arrays are always copied)."""
         from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "logw": self.logw.copy()}
         if self.store is not None:
             arrays.update(self.store.to_arrays())
         arrays.update(prefix_to_arrays(self._pending))
-        params = {"alpha": self.alpha, "eta": self.eta, "n_particles": self.P,
-                  "ess_threshold": self.ess_threshold, "n_rejuv": self.n_rejuv,
-                  "schedule": self.schedule, "decay_scale": self.decay_scale,
-                  "init_docs": self.init_docs, "init_sweeps": self.init_sweeps,
-                  "store": self.store_kind, "seed": self.seed}
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
-                          vocab_hash=None, arrays=arrays, params=params,
+                          vocab_hash=None, arrays=arrays, params=self.params(),
                           step=self.step, docs_seen=self.docs_seen,
                           rng=rng_to_json(self.rng[0]),
                           info={"initialised": bool(self.initialised),
@@ -248,13 +249,10 @@ class ParticleFilter(SequentialSampler):
                                 "seconds": self.seconds})
 
     @classmethod
-    def from_state(cls, state) -> "ParticleFilter":
-        p = state.params
-        self = cls(state.n_topics, state.n_words, alpha=p["alpha"], eta=p["eta"],
-                   n_particles=p["n_particles"], ess_threshold=p["ess_threshold"],
-                   n_rejuv=p["n_rejuv"], schedule=p["schedule"], decay_scale=p["decay_scale"],
-                   init_docs=p["init_docs"], init_sweeps=p["init_sweeps"], store=p["store"],
-                   seed=p["seed"])
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "ParticleFilter":
+        """The filter of ``state`` (``n_threads`` is ignored: one stream of draws)."""
+        self = cls(state.n_topics, state.n_words, **cls.SPEC.recorded(state.params))
         a = state.arrays
         tok_w, doc_ptr = a["tok_w"], a["doc_ptr"]
         if len(doc_ptr) < 1 or doc_ptr[0] != 0 or doc_ptr[-1] != len(tok_w) \

@@ -21,8 +21,7 @@ topic schedule s=10, τ=1000, κ=0.9, document schedule s=1, τ=10, κ=0.9. N^Φ
 uniformly at random in [0, init_scale) (Algorithm 2: "randomly initialize N^Φ"; the paper
 gives no scale), N^Z = Σ_w N^Φ_w. ``init_scale`` = 0.1 is ours: with the paper's slow topic
 schedule (ρ^Φ_0 ≈ 0.02) an initial mass comparable to C (scale 1 gives V·K/2) takes many
-minibatches to forget; one pass with minibatches of 100 reached a held-out LL/token of
--7.99 (scale 0.1) vs -8.17 (scale 1) on 20 Newsgroups and -7.57 vs -7.73 on KOS (K=100).
+minibatches to forget (docs/algorithms.md, "SCVB0", compares the held-out scores).
 If ``corpus_tokens`` (C) is not given, the number of tokens seen so far (including the
 current minibatch) is used, which is the natural choice for an open-ended stream.
 
@@ -30,8 +29,7 @@ Collapsed topics are re-seeded after each step as in online VB
 (``lda_core.algorithms.online_vb.split_dead_topics``; ``reseed`` = 0.02, 0 turns it off): a topic with
 less than ``reseed``/K of the minibatch's N̂^Z takes a Beta(½, ½) share of each word of the
 busiest topic's Ñ column, drawn from (seed, step, topic); N^Z_j is shared between the two in
-the proportion of their columns. On NIPS (K = 100, 10 passes) it took dead topics from 24 to
-0 (docs/algorithms.md).
+the proportion of their columns (docs/algorithms.md gives its effect on dead topics).
 """
 from __future__ import annotations
 
@@ -171,8 +169,7 @@ class SCVB0(StochasticAlgorithm):
     def _configure(self, n_topics, n_words, *, vocab_hash, n_threads=None, **settings):
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
-        for name, value in self.SPEC.resolve(settings, self.name).items():
-            setattr(self, name, value)
+        self.SPEC.apply(self, settings, self.name)
         if n_threads is not None:
             n_threads = check_number("n_threads", n_threads, 1, numba.config.NUMBA_NUM_THREADS,
                                      integer=True)
@@ -184,9 +181,6 @@ class SCVB0(StochasticAlgorithm):
         self._pi = 1.0
 
     # -- helpers --------------------------------------------------------------------------
-    def params(self) -> Dict[str, Any]:
-        return {p.name: p.export(getattr(self, p.name)) for p in self.SPEC}
-
     def _threads(self):
         n = self.n_threads or numba.get_num_threads()
         return n
@@ -307,11 +301,12 @@ class SCVB0(StochasticAlgorithm):
         theta /= theta.sum(1, keepdims=True)
         return theta
 
-    def to_state(self):
+    def to_state(self, copy: bool = True):
         from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
-                          arrays={"ntilde": self._ntilde.copy(), "nz": self.nz.copy(),
+                          arrays={"ntilde": self._ntilde.copy() if copy else self._ntilde,
+                                  "nz": self.nz.copy(),
                                   "pi": np.array([self._pi], np.float64)},
                           params=self.params(), step=int(self.step),
                           docs_seen=int(self.docs_seen), rng=None,
@@ -319,9 +314,10 @@ class SCVB0(StochasticAlgorithm):
                                 "paper": "Foulds et al. 2013 (SCVB0)"})
 
     @classmethod
-    def from_state(cls, state, n_threads: Optional[int] = None) -> "SCVB0":
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "SCVB0":
         state.validate(algorithm=cls.name)
-        p = dict(state.params)
+        p = cls.SPEC.recorded(state.params)
         p.setdefault("reseed", 0.0)          # states written before re-seeding existed
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,

@@ -129,7 +129,7 @@ def scvb0_estep(indptr, local_ids, counts, tile, alpha, passes, s_th, tau_th, ka
     if not accumulate:
         return ntheta, np.zeros((0, K), np.float64), updates
     # serial reduction: a second parallel region costs more in thread wake-ups than it saves
-    # at minibatch sizes (measured on the shared 2-core machine)
+    # at minibatch sizes
     out = np.zeros((U, K), np.float64)
     for u in range(U):
         for c in range(n_acc):

@@ -127,8 +127,7 @@ class SparseGibbsVB(StochasticAlgorithm):
         self.n_words = check_number("n_words", n_words, 1, 1 << 31, integer=True)
         if self.n_topics * self.n_words >= 2 ** 62:
             raise UsageError("n_topics*n_words=%d is too large" % (self.n_topics * self.n_words))
-        for name, value in self.SPEC.resolve(settings, self.name).items():
-            setattr(self, name, value)
+        self.SPEC.apply(self, settings, self.name)
         if self.infer_burn_in is None:
             self.infer_burn_in = self.burn_in
         if self.infer_samples is None:
@@ -148,9 +147,6 @@ class SparseGibbsVB(StochasticAlgorithm):
         self.topic_totals = np.zeros(self.n_topics, np.float64)   # Σ_v λ^N_kv
 
     # -- helpers --------------------------------------------------------------------------
-    def params(self) -> Dict[str, Any]:
-        return {p.name: p.export(getattr(self, p.name)) for p in self.SPEC}
-
     @property
     def nnz(self) -> int:
         return int(self._vals.shape[0])
@@ -279,7 +275,9 @@ class SparseGibbsVB(StochasticAlgorithm):
         theta /= theta.sum(1, keepdims=True)
         return theta
 
-    def to_state(self):
+    def to_state(self, copy: bool = True):
+        """The state (``copy`` is accepted for the interface; the arrays are always copied:
+        they are small next to a dense model)."""
         from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
@@ -292,10 +290,11 @@ class SparseGibbsVB(StochasticAlgorithm):
                           info={"paper": "Mimno, Hoffman & Blei 2012"})
 
     @classmethod
-    def from_state(cls, state, n_threads: Optional[int] = None) -> "SparseGibbsVB":
+    def from_state(cls, state, *, n_threads: Optional[int] = None,
+                   take: bool = False) -> "SparseGibbsVB":
         state.validate(algorithm=cls.name)
         obj = cls(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
-                  n_threads=n_threads, **dict(state.params))
+                  n_threads=n_threads, **cls.SPEC.recorded(state.params))
         a = state.arrays
         indptr = np.asarray(a["indptr"], np.int64)
         topics = np.asarray(a["topics"], np.int32)

@@ -127,16 +127,3 @@ class LazyLambdaUpdate:
         mean_change = self.total / self.size if self.size else 0.0
         return colsum, self.new_a, self.pi_after, mean_change
 
-
-def lazy_lambda_update(ntilde: np.ndarray, colsum: np.ndarray, a: float, pi: float,
-                       ids: np.ndarray, s: np.ndarray, rho: float, scale: float, eta: float,
-                       step: int):
-    """Apply λ ← (1 − ρ) λ + ρ (η + scale·s) to the rows ``ids`` of ``ntilde`` in place (module
-    docstring); ``colsum`` is Σ_w Ñ_w before the step. Returns (Σ_w Ñ_w after, a, π, mean
-    |Δλ| over the touched rows). ValueError, with nothing modified, if a new value would not
-    be finite (``step`` names the step in the message)."""
-    upd = LazyLambdaUpdate(ntilde, colsum, a, pi, rho, scale, eta, step)
-    upd.check(ids, s)
-    upd.start()
-    upd.apply(ids, s)
-    return upd.finish()

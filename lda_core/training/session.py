@@ -36,6 +36,8 @@ import numpy as np
 
 from lda_core.errors import StepRefused, TrainingError, UsageError
 from lda_core.training.heldout import evaluate_health, timed_evaluate
+from lda_core.training.pass_stop import AUTO_KEY, PassStop
+from lda_core.training.spec import Evaluation, Output, TrainSpec
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +141,6 @@ def eval_due(position: int, done: int, eval_every: int) -> bool:
                 position // eval_every > (position - done) // eval_every)
 
 
-from lda_core.training.pass_stop import AUTO_KEY, PassStop  # noqa: E402 (the session feeds the rule)
 
 
 def docs_seen(algorithm) -> int:
@@ -176,7 +177,7 @@ def start_record(position: int, algorithm, *, max_steps=None, total_steps=None, 
                  wall_time: Optional[float] = None, **extra) -> Dict[str, Any]:
     rec = dict(event="start", wall_time=time.time() if wall_time is None else wall_time,
                start_step=position,
-               algorithm=getattr(algorithm, "name", type(algorithm).__name__),
+               algorithm=algorithm.name,
                n_topics=getattr(algorithm, "n_topics", None),
                n_words=getattr(algorithm, "n_words", None), max_steps=max_steps,
                total_steps=total_steps, eval_every=eval_every,
@@ -283,29 +284,29 @@ def log_event(rec: Dict[str, Any], elapsed: float, pass_done: Optional[int]) -> 
 class Session:
     """One training run's bookkeeping, shared by every runner (module docstring).
 
-    ``run_log``: anything with ``write(record)`` (a :class:`lda_core.storage.run_log.RunLog`, or a
-    list-like buffer for a detached window), or None. ``checkpoint_store``: where
-    :meth:`publish` publishes (None: nothing is published). ``runner``: recorded in each
+    ``output`` (:class:`lda_core.training.spec.Output`): its ``run_log`` is anything with
+    ``write(record)`` (a :class:`lda_core.storage.run_log.RunLog`, or a list-like buffer for a
+    detached window), or None; its ``checkpoint_store`` is where :meth:`publish` publishes
+    (None: nothing is published); None: neither, and no progress line. ``evaluation``: the
+    held-out documents and cadence. ``runner``: recorded in each
     checkpoint's trainer info (None: not recorded). ``pass_stop`` (``--passes auto``) with
     ``batches_per_pass``: :meth:`pass_end` feeds it the held-out score at each pass end."""
 
-    def __init__(self, *, position: int = 0, run_log=None, checkpoint_store=None,
-                 runner: Optional[str] = None, run_info: Optional[Dict[str, Any]] = None,
-                 heldout=None, eval_every: int = 0, vocab_hash: Optional[str] = None,
-                 progress: bool = False, t_start: Optional[float] = None,
-                 pass_stop: Optional[PassStop] = None, batches_per_pass: int = 0):
-        if int(eval_every) < 0:
+    def __init__(self, *, position: int = 0, output: Optional[Output] = None,
+                 evaluation: Optional[Evaluation] = None, runner: Optional[str] = None,
+                 run_info: Optional[Dict[str, Any]] = None, vocab_hash: Optional[str] = None,
+                 t_start: Optional[float] = None, pass_stop: Optional[PassStop] = None,
+                 batches_per_pass: int = 0):
+        output = output if output is not None else Output(progress=False)
+        evaluation = evaluation if evaluation is not None else Evaluation()
+        if int(evaluation.every) < 0:
             raise UsageError("eval_every must be >= 0 (0 = only at the end), got %r"
-                             % (eval_every,))
-        self.position = int(position)
-        self.run_log = run_log
-        self.store = checkpoint_store
-        self.runner = runner
-        self.run_info = run_info
-        self.heldout = heldout
-        self.eval_every = int(eval_every)
+                             % (evaluation.every,))
+        self.run_log = output.run_log
+        self.store = output.checkpoint_store
+        self.heldout = evaluation.heldout
+        self.eval_every = int(evaluation.every)
         self.vocab_hash = vocab_hash
-        self.t_start = time.time() if t_start is None else t_start
         self.c_start = time.process_time()
         self.steps_run = 0
         self.metrics: Dict[str, float] = {}
@@ -313,13 +314,44 @@ class Session:
         self.last_health = -1
         self.last_checkpoint: Optional[str] = None
         self.last_published = -1
-        self.progress = progress and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.progress = (output.progress and hasattr(sys.stderr, "isatty")
+                         and sys.stderr.isatty())
         self.pass_stop = pass_stop
+        self.position = int(position)
+        self.runner = runner
+        self.run_info = run_info
+        self.t_start = time.time() if t_start is None else t_start
         self.batches_per_pass = int(batches_per_pass or 0)
-        if pass_stop is not None:
+        if pass_stop is not None and self.batches_per_pass:
+            self.run_info = dict(run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
+
+    @classmethod
+    def for_spec(cls, spec: TrainSpec, **fields) -> "Session":
+        """The session of ``spec``: its output, evaluation, run information and ``--passes
+        auto`` rule; ``fields`` as for :meth:`begin` (and ``vocab_hash``)."""
+        kw: Dict[str, Any] = dict(output=spec.output, evaluation=spec.evaluation,
+                                  run_info=spec.info(), pass_stop=spec.schedule.pass_stop)
+        kw.update(fields)
+        return cls(**kw)
+
+    def begin(self, position: int, *, runner: Optional[str] = None,
+              run_info: Optional[Dict[str, Any]] = None, batches_per_pass: int = 0,
+              t_start: Optional[float] = None) -> "Session":
+        """Set what a runner knows only after its set-up: the position it starts at (after a
+        resume), its description (recorded in each checkpoint), the run information (with
+        what the runner adds, e.g. its pieces per minibatch), the minibatches per pass (which
+        ``--passes auto`` needs) and when the run started."""
+        self.position = int(position)
+        self.runner = runner
+        self.run_info = run_info
+        self.t_start = time.time() if t_start is None else t_start
+        self.c_start = time.process_time()
+        self.batches_per_pass = int(batches_per_pass or 0)
+        if self.pass_stop is not None:
             if self.batches_per_pass < 1:
                 raise ValueError("passes auto needs the number of minibatches per pass")
-            self.run_info = dict(run_info or {}, **{AUTO_KEY: pass_stop.to_info()})
+            self.run_info = dict(run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        return self
 
     # -- records
     def write(self, record: Dict[str, Any]) -> None:
@@ -493,3 +525,14 @@ def records_for(steps: Iterable[Tuple[int, int, int, int]], infos: Sequence[Dict
     return [step_record(pos + 1, p, b, info, n_docs=n, n_docs_seen=info.get("docs_seen"),
                         extra_scalars=extra_scalars)
             for (pos, p, b, n), info in zip(steps, infos)]
+
+
+def open_session(session: Optional["Session"], spec: TrainSpec, position: int, *,
+                 vocab_hash: Optional[str] = None, **fields) -> "Session":
+    """A runner's session: ``session`` (the caller's, built from ``spec``), or a new one from
+    ``spec``, begun at ``position`` with ``fields`` (:meth:`Session.begin`)."""
+    if session is None:
+        session = Session.for_spec(spec)
+    if vocab_hash is not None:
+        session.vocab_hash = vocab_hash
+    return session.begin(position, **fields)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import signal
 import sys
 import threading
@@ -46,16 +45,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
 
-import numpy as np
-
 from lda_core.errors import UsageError
 from lda_core.training import session as _session
 from lda_core.training import pieces as _pieces
 from lda_core.docbatch import DocBatch
-from lda_core.training.pass_stop import PassStop
 from lda_core.training.phase_times import PhaseTimes
+from lda_core.training.runner import TrainData
 from lda_core.training.session import (  # noqa: F401 (API)
-    Session, TrainingError, TrainingInterrupted, resume_position)
+    Session, TrainingError, TrainingInterrupted, open_session, resume_position)
+from lda_core.training.spec import TrainSpec, split_keywords
 from lda_core.training.faults import fault_point
 from lda_core.training.heldout import (  # noqa: F401 (API)
     HeldOut, evaluate, evaluate_health, timed_evaluate)
@@ -108,7 +106,7 @@ def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
 def _position(algorithm, start_step: Optional[int]) -> int:
     if start_step is not None:
         return int(start_step)
-    return int(getattr(algorithm, "step", 0) or 0)
+    return int(algorithm.step)
 
 
 def _progress(progress: bool, total: Optional[int], initial: int):
@@ -122,79 +120,99 @@ def _progress(progress: bool, total: Optional[int], initial: int):
                 leave=True)
 
 
-def _check_settings(eval_every, checkpoint_every, max_steps, rel_tol) -> None:
-    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+def _check_settings(spec: TrainSpec) -> None:
+    for name, v in (("eval_every", spec.evaluation.every),
+                    ("checkpoint_every", spec.output.checkpoint_every)):
         if int(v) < 0:
             raise UsageError("%s must be >= 0 (0 = only at the end), got %r" % (name, v))
+    max_steps = spec.schedule.max_steps
     if max_steps is not None and int(max_steps) < 0:
         raise UsageError("max_steps must be >= 0, got %r" % (max_steps,))
-    if not (rel_tol > 0):
-        raise UsageError("rel_tol must be > 0, got %r" % (rel_tol,))
+    if not (spec.schedule.rel_tol > 0):
+        raise UsageError("rel_tol must be > 0, got %r" % (spec.schedule.rel_tol,))
 
 
-def train(algorithm, minibatches: Iterable, *, heldout: Optional[HeldOut] = None,
-          eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
-          run_log=None, progress: bool = True, max_steps: Optional[int] = None,
-          total_steps: Optional[int] = None, start_step: Optional[int] = None,
-          rel_tol: float = 1e-5, run_info: Optional[Dict[str, Any]] = None,
-          pass_stop: Optional[PassStop] = None, pieces: Optional[int] = None) -> TrainResult:
-    """Run the training loop (see module docstring).
+def train(algorithm, minibatches: Iterable, **options) -> TrainResult:
+    """The in-process run in keyword form: ``options`` are the spec's keywords
+    (:data:`lda_core.training.spec.KEYWORDS`: ``heldout``, ``eval_every``,
+    ``checkpoint_store``, ``checkpoint_every``, ``run_log``, ``progress``, ``max_steps``,
+    ``total_steps``, ``start_step``, ``rel_tol``, ``run_info``, ``pass_stop``) and the runner's
+    ``pieces`` (:class:`InProcessRunner`). ``minibatches``: a source with ``iter_from(step)``
+    (e.g. ``pipelines.training.shard_stream``) or an iterable of :class:`Minibatch` /
+    ``DocBatch`` / ``(pass, batch, DocBatch)`` from step 0."""
+    spec_kw, own = split_keywords(options, ("pieces",))
+    return InProcessRunner(**own).run(TrainSpec.from_keywords(algorithm, spec_kw), algorithm,
+                                      TrainData(minibatches=minibatches))
 
-    ``minibatches``: a source with ``iter_from(step)`` (e.g. ``pipelines.training.shard_stream``) or an
-    iterable of :class:`Minibatch` / ``DocBatch`` / ``(pass, batch, DocBatch)`` from step 0.
-    ``max_steps`` is the absolute global step at which to stop (so a resumed run with the same
-    ``max_steps`` ends where an uninterrupted one would); ``total_steps`` only sizes the
-    progress bar. ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``run_info`` is
-    recorded in the run log's start record and in each checkpoint's ``info["run"]``.
-    ``pass_stop`` (``--passes auto``, :class:`lda_core.training.pass_stop.PassStop`): evaluate at the end
-    of every pass and stop when the rule says so; its history is kept in
-    ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of each pass end.
+
+@dataclass(frozen=True)
+class InProcessRunner:
+    """The training loop in this process (module docstring).
+
     ``pieces``: the minibatch's E-step runs in this many pieces summed in piece order
     (:mod:`lda_core.training.pieces`; default ``run_info["pieces_per_minibatch"]``, else
     :data:`~lda_core.training.pieces.DEFAULT_PIECES`), recorded in ``run_info``: the same sums as
-    the Beam trainer's with any number of workers.
-    """
-    _check_settings(eval_every, checkpoint_every, max_steps, rel_tol)
-    accumulate = _session.accumulates_passes(algorithm)
-    bpp = getattr(minibatches, "batches_per_pass", None)
-    run_info = dict(run_info or {})
-    run_info[_pieces.RUN_KEY] = _pieces.resolve_pieces(
-        pieces, _pieces.recorded_pieces(run_info, False))
-    if pass_stop is not None:
-        check_pass_stop(algorithm, heldout, bpp, accumulate)
-    if accumulate and not bpp:
-        raise ValueError("%s applies one global step per pass: give a minibatch source with "
-                         "`batches_per_pass` and `iter_from` (e.g. pipelines.training.shard_stream)"
-                         % getattr(algorithm, "name", type(algorithm).__name__))
-    ses = Session(position=_position(algorithm, start_step), run_log=run_log,
-                  checkpoint_store=checkpoint_store, run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, vocab_hash=run_info.get("vocab_hash"),
-                  pass_stop=pass_stop, batches_per_pass=1 if accumulate else bpp)
-    ses.start(algorithm, max_steps=max_steps, total_steps=total_steps,
-              checkpoint_every=checkpoint_every, run=ses.run_info)
-    ses.catch_up(algorithm)
-    loop = (_PassLoop(algorithm, bpp, rel_tol) if accumulate
-            else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
-    stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
+    the Beam trainer's with any number of workers."""
+    pieces: Optional[int] = None
+
+    def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None) -> TrainResult:
+        """Run the loop over ``data.minibatches``. ``spec.schedule.max_steps`` is the absolute
+        global step at which to stop; ``total_steps`` only sizes the progress bar.
+        ``eval_every`` / ``checkpoint_every``: 0 = only at the end. ``pass_stop`` (``--passes
+        auto``): evaluate at the end of every pass and stop when the rule says so; its history
+        is kept in ``info["run"]["passes_auto"]`` of every checkpoint and in the step record of
+        each pass end."""
+        _check_settings(spec)
+        sched = spec.schedule
+        minibatches = data.minibatches
+        accumulate = _session.accumulates_passes(algorithm)
+        bpp = getattr(minibatches, "batches_per_pass", None)
+        run_info = spec.info()
+        run_info[_pieces.RUN_KEY] = _pieces.resolve_pieces(
+            self.pieces, _pieces.recorded_pieces(run_info, False))
+        if sched.pass_stop is not None:
+            check_pass_stop(algorithm, spec.evaluation.heldout, bpp, accumulate)
+        if accumulate and not bpp:
+            raise ValueError("%s applies one global step per pass: give a minibatch source "
+                             "with `batches_per_pass` and `iter_from` (e.g. "
+                             "pipelines.training.shard_stream)"
+                             % algorithm.name)
+        ses = open_session(session, spec, _position(algorithm, sched.start),
+                           run_info=run_info, vocab_hash=run_info.get("vocab_hash"),
+                           batches_per_pass=1 if accumulate else bpp)
+        ses.progress = False      # the loop's own bar (_ProgressBar) shows the progress
+        ses.start(algorithm, max_steps=sched.max_steps, total_steps=sched.total_steps,
+                  checkpoint_every=spec.output.checkpoint_every, run=ses.run_info)
+        ses.catch_up(algorithm)
+        loop = (_PassLoop(algorithm, bpp, sched.rel_tol) if accumulate
+                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
+        stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
+        return _loop(ses, loop, algorithm, stream, spec)
+
+
+def _loop(ses: Session, loop, algorithm, stream, spec: TrainSpec) -> TrainResult:
+    """The steps of an in-process run until the stream ends or a stopping rule says so."""
+    max_steps, total_steps = spec.schedule.max_steps, spec.schedule.total_steps
 
     def stop() -> bool:
         return ((max_steps is not None and ses.position >= max_steps) or ses.passes_stopped
                 or interrupt.hit)
 
     with _Interrupt() as interrupt, _ProgressBar(
-            progress, total_steps if max_steps is None else
+            spec.output.progress, total_steps if max_steps is None else
             (min(total_steps, max_steps) if total_steps else max_steps), ses.position) as bar:
         for mb, stats in loop.steps(stream, stop):
             if stop():
                 break
             fault_point("estep")     # a test's kill point: the E-step is done, nothing applied
-            rec, metrics = _apply(ses, loop, algorithm, mb, stats, checkpoint_every, bar)
+            rec, metrics = _apply(ses, loop, algorithm, mb, stats,
+                                  spec.output.checkpoint_every, bar)
             bar.update(metrics)
             if ses.passes_stopped:
                 break
             if loop.converged:
                 logger.info("batch VB converged: relative ELBO change %.3g < %g",
-                            rec["elbo_rel_change"], rel_tol)
+                            rec["elbo_rel_change"], spec.schedule.rel_tol)
                 break
         if interrupt.hit:
             _interrupted(ses, algorithm, getattr(loop, "times", None), interrupt.signum)
@@ -261,7 +279,7 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
     step = ses.position
     rec = _session.step_record(step, mb.pass_index, mb.batch_index, info,
                                n_docs=mb.batch.n_docs, n_docs_seen=_session.docs_seen(algorithm),
-                               t=getattr(algorithm, "step", step), extra_scalars=loop.sequential)
+                               t=algorithm.step, extra_scalars=loop.sequential)
     loop.note(rec)
     try:
         # a pass end's score is the --passes auto rule's input, which the checkpoint records;
@@ -342,7 +360,7 @@ class _ProgressBar:
 
 
 def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
-    name = getattr(algorithm, "name", type(algorithm).__name__)
+    name = algorithm.name
     if heldout is None:
         raise UsageError("passes auto stops when the held-out score stops improving: it needs "
                          "held-out documents (--heldout)")
@@ -443,7 +461,7 @@ def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Op
     both runners (in-process, and the Beam window's DoFn)."""
     if not _session.whole_corpus(algorithm):
         raise ValueError("%s is not trained on the whole corpus at once"
-                         % getattr(algorithm, "name", type(algorithm).__name__))
+                         % algorithm.name)
     if sweeps <= algorithm.burn_in:
         logger.warning("%s: %d sweeps <= burn-in %d: no sweep is averaged, the topics are the "
                        "last sample's (raise --passes or lower the burn-in)", algorithm.name,
@@ -455,3 +473,22 @@ def fit_whole_corpus(algorithm, docs: DocBatch, sweeps: int, ses: Session) -> Op
     algorithm.fit(docs, sweeps=int(sweeps))
     ses.applied(int(sweeps))
     return ses.publish(algorithm)
+
+
+@dataclass(frozen=True)
+class WholeCorpusRunner:
+    """A ``whole_corpus`` sampler (batch collapsed Gibbs) in this process: all training
+    documents in memory (``data.documents()``), ``spec.schedule.passes`` sweeps of which the
+    first ``algorithm.burn_in`` are not averaged into φ, one checkpoint at the end
+    (:func:`fit_whole_corpus`, as on Beam)."""
+
+    def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None) -> TrainResult:
+        sweeps = spec.schedule.passes
+        ses = open_session(session, spec, 0, run_info=spec.info(), vocab_hash=data.vocab_hash)
+        ses.progress = False
+        ses.start(algorithm, sweeps=sweeps, burn_in=algorithm.burn_in, run=spec.info())
+        ckpt = fit_whole_corpus(algorithm, data.documents(), sweeps, ses)
+        ses.evaluate(algorithm)
+        end = ses.end(algorithm.docs_seen)
+        return TrainResult(algorithm, sweeps, algorithm.docs_seen, sweeps, end["elapsed"],
+                           dict(ses.metrics), ckpt)

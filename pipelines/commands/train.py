@@ -14,7 +14,7 @@ every shard (against the model's when resuming), and a resumed checkpoint's algo
 returns; the job publishes the checkpoint and appends the run log itself
 (:mod:`pipelines.training.beam_train`, docs/beam-training.md "Detached windows").
 
-Algorithm settings (``ALGO_OPTIONS``: option -> constructor keyword) default to the algorithm's
+Algorithm settings (the algorithm's parameter spec: option -> setting) default to the algorithm's
 own, ``--minibatch`` included (SCVB0 and sparse Gibbs-VB: 100, their papers'; online VB 256).
 An option the chosen algorithm does not use is an error naming the option and the algorithm
 (never silently ignored): e.g. ``--kappa``/``--tau0`` with scvb0, whose two schedules are
@@ -23,24 +23,26 @@ is the algorithm's ValueError (parameter and allowed range), prefixed with the o
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
-import os
-import shutil
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from lda_core.errors import InputError, OutputError, UsageError
 from lda_core.storage.vocab_file import GROWN_PREFIX
 from lda_core.training import pieces as pieces_mod
+from lda_core.training.runner import TrainData
+from lda_core.training.faults import fault_point
+from lda_core.training.session import Session, TrainingInterrupted, resume_position
+from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
+from lda_core.training.trainer import InProcessRunner, WholeCorpusRunner, check_pass_stop
 from pipelines.ingest import dataset
 from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
 from pipelines.commands.train_summary import print_detached, print_summary
+from pipelines.training.shard_stream import read_docs
 from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
-    ALGO_OPTIONS, BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HIDDEN, HINTS, NOT_APPLICABLE, PAPERS, accepted_keywords, keyword_default,
+    BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
+    GIBBS_SWEEPS, HIDDEN, HINTS, PAPERS, keyword_default,
     option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
 
 logger = logging.getLogger(__name__)
@@ -79,26 +81,6 @@ def resolve_heldout(shards: str, heldout: str, unverified: bool = False
     if is_dataset and "/" not in heldout and not dataset.exists(heldout):
         return opened(shards, heldout, "--shards")
     return opened(heldout, dataset.HELDOUT_SPLIT, "--heldout")
-
-
-def _train_gibbs(algo, files, shard_hash, sweeps, heldout, store, run_log, run_info):
-    """Collapsed Gibbs is a batch sampler: all training documents in memory, ``sweeps``
-    sweeps (``--passes``) of which the first ``algo.burn_in`` (the sampler's default unless
-    given) are not averaged into φ, one checkpoint at the end
-    (:func:`lda_core.training.trainer.fit_whole_corpus`, as on Beam)."""
-    from lda_core.training.session import Session
-    from lda_core.training.trainer import TrainResult, fit_whole_corpus
-    from pipelines.training.shard_stream import read_docs
-    ses = Session(run_log=run_log, checkpoint_store=store, run_info=run_info, heldout=heldout,
-                  vocab_hash=shard_hash)
-    ses.start(algo, sweeps=sweeps, burn_in=algo.burn_in, run=run_info)
-    docs = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"),
-                     n_words=algo.n_words)
-    ckpt = fit_whole_corpus(algo, docs, sweeps, ses)
-    ses.evaluate(algo)
-    end = ses.end(algo.docs_seen)
-    return TrainResult(algo, sweeps, algo.docs_seen, sweeps, end["elapsed"], dict(ses.metrics),
-                       ckpt)
 
 
 def _capability(name: str, what: str) -> bool:
@@ -175,19 +157,26 @@ def _check_args(args) -> None:
             raise UsageError("--%s must be >= 0, got %d" % (name.replace("_", "-"), v))
 
 
-def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequential: bool,
-                          whole_corpus: bool) -> None:
-    """The runner options that do not fit the runner or the algorithm, before any work."""
+class Route(NamedTuple):
+    """What decides the runner: an in-process --runner, the algorithm's capabilities (a
+    stream-order sampler, a whole-corpus one) and the launch mode (--detach, --passes auto)."""
+    inprocess: bool
+    sequential: bool
+    whole_corpus: bool
+    detach: bool
+    auto: bool
+
+
+def choose_runner(args, beam_argv, algorithm: str, route: Route):
+    """The runner of this run (:mod:`lda_core.training.runner`), after every check of the
+    runner options against the runner and the algorithm, before any work: the stream-order
+    samplers' Beam chain, the whole-corpus sampler, the in-process loop, or the Beam windowed
+    trainer (waiting, or one detached window). A new runner plugs in here."""
+    inprocess, sequential, whole_corpus, detach = route[:4]
     if inprocess and beam_argv:
         raise UsageError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
     if not inprocess:
-        # the stream-order samplers run as one DoFn per window (pipelines/training/beam_sequential.py);
-        # the local/global-step algorithms through the Beam trainer (pipelines/training/beam_train.py)
-        module = "pipelines.training.beam_sequential" if sequential else "pipelines.training.beam_train"
-        if importlib.util.find_spec(module) is None:
-            raise UsageError("--runner %s needs %s, which is not in this installation; use "
-                             "--runner inprocess" % (args.runner, module))
         if sequential and args.unroll is not None:
             raise UsageError("--%sunroll does not apply to algorithm %s (a stream-order "
                              "sampler runs each window as one DoFn)"
@@ -195,7 +184,7 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
         if whole_corpus and args.minibatches_per_window is not None:
             raise UsageError("--minibatches-per-window does not apply to algorithm gibbs (its "
                              "sweeps run in one window)")
-    if getattr(args, "detach", False):
+    if detach:
         if inprocess:
             raise UsageError("--detach needs a Beam --runner (DataflowRunner, FlinkRunner, "
                              "PortableRunner, DirectRunner): the in-process trainer has no "
@@ -209,6 +198,33 @@ def _check_runner_options(args, beam_argv, algorithm: str, inprocess: bool, sequ
             raise UsageError("--detach runs each window as one unrolled pipeline that "
                              "publishes its own checkpoint; --no-unroll applies the global "
                              "steps on the driver")
+    if route.auto and detach:
+        raise UsageError("--passes auto does not apply with --detach (each window is a "
+                         "separate launch that cannot stop the chain); give --passes N")
+    if whole_corpus and (inprocess or not sequential):
+        return WholeCorpusRunner()
+    if inprocess:
+        return InProcessRunner()
+    # the Beam runners import Beam, which an in-process run never loads
+    if sequential:
+        from pipelines.training.beam_sequential import SequentialRunner, SequentialSettings
+        return SequentialRunner(SequentialSettings(
+            beam_argv=tuple(beam_argv), runner=args.runner,
+            minibatches_per_window=args.minibatches_per_window))
+    from pipelines.training.beam_train import BeamRunner, BeamSettings
+    return BeamRunner(BeamSettings(
+        beam_argv=tuple(beam_argv), runner=args.runner,
+        minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
+        n_threads=args.threads, detach=detach))
+
+
+def build_spec(args, algorithm: str, settings, schedule: Schedule, heldout, output: Output,
+               run_info) -> TrainSpec:
+    """The :class:`lda_core.training.spec.TrainSpec` of this run from the options and what
+    the command resolved (schedule, held-out set, output, run information)."""
+    return TrainSpec(AlgorithmSpec(algorithm, {k: v for k, v in settings.items()
+                                               if v is not None}),
+                     schedule, Evaluation(heldout, args.eval_every), output, run_info)
 
 
 def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
@@ -228,15 +244,11 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
         _remove_model(args.output)
     elif not args.resume:
         _clear_leftovers(args.output, vocab)
-    if not dataset.is_remote(args.output):    # an object store has no folders to create
-        os.makedirs(args.output, exist_ok=True)
+    dataset.make_dirs(args.output)
     dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
     if not dataset.exists(dst_vocab):
-        if dataset.is_remote(vocab_path) or dataset.is_remote(dst_vocab):
-            vocab.write(dst_vocab)
-        else:
-            shutil.copyfile(vocab_path, dst_vocab + ".tmp")
-            os.replace(dst_vocab + ".tmp", dst_vocab)
+        dataset.files_for(dst_vocab).write_atomic(
+            dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
 
 
 def run(args, beam_argv) -> int:
@@ -246,7 +258,7 @@ def run(args, beam_argv) -> int:
     t_setup = time.time()
     if getattr(args, "update", False):
         from pipelines.commands.train_update import run_update
-        return run_update(args, beam_argv)
+        return run_update(args, beam_argv, run)     # run: the Beam update trains through it
     if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
         raise UsageError("--input and --grow-vocab apply with --update (training on new "
                          "documents); a fresh run reads --shards written by `ldabeam "
@@ -281,9 +293,8 @@ def run(args, beam_argv) -> int:
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
-    run_info = dict(shards=os.path.abspath(args.shards) if not dataset.is_remote(args.shards)
-                    else args.shards, minibatch=minibatch, seed=seed, passes=passes,
-                    n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
+    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed,
+                    passes=passes, n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:
         # the reduction shape: the checkpoint's on --resume, else --pieces, else the
@@ -295,14 +306,12 @@ def run(args, beam_argv) -> int:
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
-    _check_runner_options(args, beam_argv, algorithm, inprocess, sequential, whole_corpus)
-    if pass_stop is not None and detach:
-        raise UsageError("--passes auto does not apply with --detach (each window is a "
-                         "separate launch that cannot stop the chain); give --passes N")
+    runner = choose_runner(args, beam_argv, algorithm,
+                           Route(inprocess, sequential, whole_corpus, detach,
+                                 pass_stop is not None))
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
 
-    from lda_core.training.trainer import resume_position
     start = resume_position(state) if state is not None else 0
     if accumulates:
         start = None   # one step per pass: the algorithm's step is its position
@@ -315,14 +324,14 @@ def run(args, beam_argv) -> int:
                          "1 (got %d)" % (algorithm, passes))
     heldout = _heldout(heldout_files, shard_hash, args.heldout_max_docs, seed, detach, files)
     if pass_stop is not None:
-        from lda_core.training.trainer import check_pass_stop
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
     dataset.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
     if inprocess and not sequential and not whole_corpus:
-        # a first run on this machine: one line, then the compile, then its seconds
+        # the first run in a fresh environment compiles the kernels: one line, then the
+        # compile, then its seconds
         from lda_core.training.kernel_warmup import warm_kernels
         warm_kernels(lambda v, d: build_algorithm(
             algorithm, algo.n_topics, v,
@@ -331,12 +340,18 @@ def run(args, beam_argv) -> int:
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
                 passes, stream.total_steps, seed, len(files), time.time() - t_setup)
-    from lda_core.training.session import TrainingInterrupted
     try:
-        res = _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout,
-                         run_info, shard_hash, passes, seed, minibatch, start, pass_stop,
-                         inprocess=inprocess, sequential=sequential,
-                         whole_corpus=whole_corpus, detach=detach)
+        spec = build_spec(args, algorithm, settings, Schedule(
+            passes=passes, seed=seed, minibatch=minibatch, max_steps=args.max_steps,
+            start=start, resume=bool(args.resume), pass_stop=pass_stop, rel_tol=args.rel_tol,
+            total_steps=stream.total_steps), heldout, Output(
+            model_dir=args.output, checkpoint_store=store, run_log=run_log,
+            checkpoint_every=args.checkpoint_every, progress=not args.no_progress), run_info)
+        data = TrainData(files=tuple(files), vocab_hash=shard_hash, minibatches=stream,
+                         documents=lambda: read_docs(files, shard_hash,
+                                                     columns=("doc_id", "word_ids", "counts"),
+                                                     n_words=algo.n_words))
+        res = runner.run(spec, algo, data, Session.for_spec(spec))
     except TrainingInterrupted as e:
         # Ctrl-C / SIGTERM: the steps done are published (lda_core.training.trainer); one
         # line, 130 / 143 as the command line gives for a signal
@@ -349,7 +364,6 @@ def run(args, beam_argv) -> int:
         print_detached(args, algorithm, algo, stream, res)
         return 0
     print_summary(args, algorithm, algo, stream, res, pass_stop)
-    from lda_core.training.faults import fault_point
     fault_point("ended")     # a test's kill point: the run log has its end, the lease is held
     return 0
 
@@ -485,10 +499,7 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
-        kw = {}
-        if args.threads and "n_threads" in inspect.signature(cls.from_state).parameters:
-            kw["n_threads"] = args.threads
-        algo = cls.from_state(state, **kw)
+        algo = cls.from_state(state, n_threads=args.threads or None)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
         return algo
@@ -532,41 +543,6 @@ def _open_run_log(output: str, detach: bool):
     if detach:
         return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
     return RunLog(dataset.join(output, RUN_LOG_FILE))
-
-
-def _hand_over(args, beam_argv, algo, files, stream, store, run_log, heldout, run_info,
-               shard_hash, passes, seed, minibatch, start, pass_stop, *, inprocess, sequential,
-               whole_corpus, detach):
-    """Train on the chosen path: the Beam sequential chain, the batch Gibbs sampler, the
-    in-process trainer, or the Beam windowed trainer (which may submit one detached window)."""
-    if sequential and not inprocess:
-        beam_sequential = importlib.import_module("pipelines.training.beam_sequential")
-        return beam_sequential.train(
-            algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
-            minibatches_per_window=args.minibatches_per_window, heldout=heldout,
-            eval_every=args.eval_every, checkpoint_store=store,
-            checkpoint_every=args.checkpoint_every, run_log=run_log,
-            resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
-            beam_argv=list(beam_argv), runner=args.runner, progress=not args.no_progress)
-    if whole_corpus:
-        return _train_gibbs(algo, files, shard_hash, passes, heldout, store, run_log, run_info)
-    if inprocess:
-        from lda_core.training.trainer import train
-        return train(algo, stream, heldout=heldout, eval_every=args.eval_every,
-                     checkpoint_store=store, checkpoint_every=args.checkpoint_every,
-                     run_log=run_log, progress=not args.no_progress,
-                     max_steps=args.max_steps, total_steps=stream.total_steps,
-                     start_step=start, rel_tol=args.rel_tol, run_info=run_info,
-                     pass_stop=pass_stop)
-    beam_train = importlib.import_module("pipelines.training.beam_train")
-    return beam_train.train(
-        algo, files, args.output, passes=passes, seed=seed, batch_size=minibatch,
-        minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
-        heldout=heldout, eval_every=args.eval_every, checkpoint_store=store,
-        checkpoint_every=args.checkpoint_every, run_log=run_log,
-        resume=bool(args.resume), max_steps=args.max_steps, run_info=run_info,
-        beam_argv=list(beam_argv), runner=args.runner, n_threads=args.threads,
-        progress=not args.no_progress, detach=detach, pass_stop=pass_stop)
 
 
 def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):

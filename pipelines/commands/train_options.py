@@ -3,17 +3,16 @@ command itself is :mod:`pipelines.commands.train`."""
 from __future__ import annotations
 
 import argparse
-import inspect
 
+from lda_core.algorithms.algorithm import ALGORITHMS
 from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE,
                                          EVAL_EVERY)
 
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
                                                   DEFAULT_MINIBATCH, GIBBS_SWEEPS, PAPERS, HIDDEN,
-                                                  accepted_keywords, keyword_default,
-                                                  default_minibatch,
-                                                  spec_of, spec_option_kwargs, spec_options)
+                                                  keyword_default, default_minibatch, spec_of,
+                                                  spec_option_kwargs, spec_options)
 
 
 def passes_arg(text: str):
@@ -28,36 +27,20 @@ def passes_arg(text: str):
 
 
 def _minibatch_defaults_help() -> str:
-    from lda_core.algorithms.algorithm import available_algorithms
-    try:
-        names = available_algorithms()
-    except Exception:  # pragma: no cover
-        names = []
-    own = ["%s %d" % (n, default_minibatch(n)) for n in names
+    own = ["%s %d" % (n, default_minibatch(n)) for n in ALGORITHMS
            if keyword_default(n, "batch_size") is not None]
     return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
 
 
 def _algorithm_help() -> str:
-    from lda_core.algorithms.algorithm import available_algorithms, algorithm_class
+    """Each algorithm, its paper and its declared defaults."""
     parts = []
-    for name in available_algorithms():
-        defaults = ""
-        try:
-            spec = spec_of(name)
-            if spec is not None:
-                kv = ["%s=%s" % (p.name, p.default) for p in spec
-                      if p.name not in HIDDEN and p.default is not None]
-            else:
-                kv = ["%s=%s" % (p.name, p.default)
-                      for p in accepted_keywords(algorithm_class(name)).values()
-                      if p.name not in HIDDEN and not p.name.startswith("_")
-                      and p.default is not inspect.Parameter.empty]
-            defaults = "; defaults " + ", ".join(kv) if kv else ""
-        except Exception as e:  # a half-installed algorithm must not break --help
-            defaults = " (not importable: %s)" % str(e).split("\n")[0][:80]
-        parts.append("%s [%s%s]" % (name, PAPERS.get(name, "?"), defaults))
-    return "; ".join(parts) or "none installed"
+    for name in ALGORITHMS:
+        kv = ["%s=%s" % (p.name, p.default) for p in spec_of(name)
+              if p.name not in HIDDEN and p.default is not None]
+        defaults = "; defaults " + ", ".join(kv) if kv else ""
+        parts.append("%s [%s%s]" % (name, PAPERS[name], defaults))
+    return "; ".join(parts)
 
 
 def add_arguments(p) -> None:
@@ -78,10 +61,8 @@ def add_arguments(p) -> None:
     g.add_argument("--topics", "-k", type=int, metavar="K", default=None,
                    help="number of topics (required unless --resume)")
     g.add_argument("--algorithm", default=None,
-                   help="training algorithm (default %s: it reached better held-out scores "
-                        "sooner than online-vb on every real corpus measured, "
-                        "docs/training.md; "
-                        "with --resume: the checkpoint's). "
+                   help="training algorithm (default %s, docs/training.md explains the "
+                        "choice; with --resume: the checkpoint's). "
                         "Installed: %s" % (DEFAULT_ALGORITHM, _algorithm_help()))
     g.add_argument("--overwrite", action="store_true",
                    help="replace a model already in MODEL_DIR (its checkpoints/, run_log.jsonl "
@@ -92,8 +73,8 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("updating a model with new documents (docs/training.md)")
     g.add_argument("--update", action="store_true",
                    help="continue the model in --output from its latest checkpoint on new "
-                        "documents (--shards NEW or --input RAW) for --passes (default 1); "
-                        "in-process runner only")
+                        "documents (--shards NEW or --input RAW) for --passes (default 1), "
+                        "in this process or on a Beam --runner (same result)")
     g.add_argument("--grow-vocab", action="store_true",
                    help="with --update: add the new documents' words that pass the model's "
                         "pruning rules as new topic-word rows (at the prior)")

@@ -21,17 +21,30 @@ New documents come as
   another vocabulary are refused unless ``--grow-vocab`` is given, which reads them as words
   (through their own vocab.tsv).
 
-Only the in-process runner: the update applies its steps on the driver, where the model's
-state and vocabulary can grow between steps; the Beam trainers read a fixed vocabulary and
-corpus size from the run they continue (docs/training.md "Updating a model with new
-documents").
+On a Beam ``--runner`` (DirectRunner, Dataflow, Flink, ...) the same update runs through the
+Beam trainer: the new documents, read and (with ``--grow-vocab``) added to the vocabulary on
+the driver as above, are written as a dataset under ``MODEL_DIR/updating/data`` in the order
+the in-process update uses (:class:`ldabeam.model.UpdateJob`), the grown state is published as
+the first checkpoint of a scratch model ``MODEL_DIR/updating/model`` (its run: that dataset,
+the update's seed, the model's minibatch size and pieces, position 0), and ``ldabeam train
+--resume`` continues it there (:func:`pipelines.commands.train.run`). Only when that run has
+ended is its last state published as a checkpoint of MODEL_DIR (as the in-process update
+publishes) and ``updating/`` removed. An update killed on the way leaves MODEL_DIR's
+checkpoints as they were (``updating/`` is not a model any reader opens). Running the same
+update again (same model checkpoint, documents and passes: ``updating/update.json``) continues
+the scratch run from its latest checkpoint, as ``train --resume`` does; any other update clears
+``updating/`` and starts over. The result is the in-process update's, bit for bit.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+import json
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from lda_core.errors import InputError, UsageError
+from lda_core.errors import InputError, Terminated, TrainingError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +66,10 @@ def check_update_args(args, beam_argv) -> int:
         if v not in (None, False):
             raise UsageError("%s does not apply with --update (the update continues the "
                              "model's own run: its K, minibatch size and schedule)" % opt)
-    if args.runner.lower() not in ("inprocess", "in-process", "local"):
-        raise UsageError("--update runs in this process (--runner inprocess): the model's "
-                         "state and vocabulary grow between steps on the driver, which the "
-                         "Beam trainers, reading a fixed vocabulary and corpus size, do not "
-                         "do")
-    if beam_argv:
+    if getattr(args, "pieces", None) is not None:
+        raise UsageError("--pieces does not apply with --update (the update sums its "
+                         "statistics in the pieces the model was trained with)")
+    if is_inprocess(args.runner) and beam_argv:
         raise UsageError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
     if getattr(args, "input_format", "auto") != "auto" and not getattr(args, "input", None):
@@ -140,9 +151,192 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     return ids, docs
 
 
-def run_update(args, beam_argv) -> int:
-    """``ldabeam train --update``: checks, the model, the new documents, the update, the new
-    checkpoint, a summary on stdout."""
+def is_inprocess(runner: str) -> bool:
+    return str(runner).lower() in ("inprocess", "in-process", "local")
+
+
+#: MODEL_DIR/UPDATING holds a Beam update's dataset and scratch model while it runs
+UPDATING = "updating"
+
+
+def clear_updating(model_dir: str) -> None:
+    """Remove what a Beam update left in ``MODEL_DIR/updating`` (a finished one removes it
+    itself; a killed one leaves it for the next update to clear)."""
+    from pipelines.ingest import dataset
+    scratch = dataset.join(model_dir, UPDATING)
+    files = dataset.files_for(scratch)
+    if files.isdir(scratch):
+        files.remove_tree(scratch)
+
+
+def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> str:
+    """The update's documents as a dataset at ``out`` (``vocab.tsv``, ``train/`` shards of
+    ``job.shard_sizes`` rows in the job's order, then ``manifest.json``, written last so the
+    dataset verifies only once complete)."""
+    import numpy as np
+    from pipelines.ingest import dataset
+    docs, vocab = job.documents, job.vocabulary
+    dataset.make_dirs(dataset.join(out, dataset.TRAIN_SPLIT))
+    vocab.write(dataset.join(out, dataset.VOCAB_FILE))
+    n, lo = len(job.shard_sizes), 0
+    for j, size in enumerate(job.shard_sizes):
+        part = docs.take(np.arange(lo, lo + size))
+        dataset.write_shard(dataset.join(out, dataset.TRAIN_SPLIT, dataset.shard_name(j, n)),
+                            dataset.docbatch_to_table(part), vocab.hash)
+        lo += size
+    manifest = {"n_docs": int(docs.n_docs), "vocab_size": len(vocab), "vocab_hash": vocab.hash,
+                "source": "ldabeam train --update", "splits": dataset.shard_listing(out)}
+    if settings:
+        manifest["settings"] = dict(settings)
+    dataset.write_manifest(out, manifest)
+    return out
+
+
+BASE_FILE = "update.json"   # in MODEL_DIR/updating: which update the scratch run trains
+
+
+def update_base(job, checkpoint: Optional[str]) -> Dict[str, Any]:
+    """What identifies an update's scratch run: the state it starts from (the model's
+    checkpoint, step, vocabulary and a digest of the grown state's arrays and parameters), the
+    new documents (a digest of their ids and counts) and the order (seed, S, pieces, passes,
+    steps)."""
+    import hashlib
+    import numpy as np
+    docs = job.documents
+    h = hashlib.sha256()
+    h.update("\n".join(str(i) for i in docs.doc_ids).encode("utf-8"))
+    for a in (docs.indptr, docs.word_ids, docs.counts):
+        h.update(np.ascontiguousarray(a, np.int64).tobytes())
+    state = job.algorithm.to_state(copy=False) if job.algorithm.name == "online-vb" \
+        else job.algorithm.to_state()
+    hs = hashlib.sha256(json.dumps(state.params, sort_keys=True, default=str).encode("utf-8"))
+    for name in sorted(state.arrays):
+        hs.update(name.encode("utf-8"))
+        hs.update(np.ascontiguousarray(state.arrays[name]).tobytes())
+    return {"checkpoint": checkpoint, "from_step": int(job.algorithm.step),
+            "state_sha256": hs.hexdigest(),
+            "algorithm": job.algorithm.name, "vocab_hash": job.vocabulary.hash,
+            "documents": int(docs.n_docs), "documents_sha256": h.hexdigest(),
+            "seed": int(job.seed), "batch_size": int(job.batch_size), "pieces": int(job.pieces),
+            "passes": int(job.passes),
+            "steps": int(job.passes) * -(-int(docs.n_docs) // int(job.batch_size))}
+
+
+def resumable(scratch: str, base: Dict[str, Any]):
+    """The latest checkpoint of the scratch run in ``scratch`` when it is this update's (same
+    base record, its dataset verified against its manifest and the one the checkpoint was
+    trained on), else None (the update starts over)."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines.ingest import dataset
+    path = dataset.join(scratch, BASE_FILE)
+    try:
+        if not dataset.exists(path):
+            return None
+        with dataset.open_read(path) as f:
+            if json.loads(f.read().decode("utf-8")) != base:
+                return None
+        record = dataset.open_shards(dataset.join(scratch, "data")).record()
+        latest = CheckpointStore(dataset.join(scratch, "model")).latest()
+    except (OSError, ValueError) as e:     # DataIntegrityError, a damaged file: start over
+        logger.info("--update: %s is not resumable (%s); starting over", scratch, e)
+        return None
+    if latest is None or latest.vocab_hash != base["vocab_hash"] or \
+            ((latest.info or {}).get("run") or {}).get("dataset", {}).get("digest") != \
+            record["digest"]:
+        return None
+    return latest
+
+
+def beam_runner(args, beam_argv, train_run: Callable[..., int],
+                settings: Optional[Dict[str, Any]] = None,
+                base_checkpoint: Optional[str] = None):
+    """The :class:`ldabeam.model.UpdateJob` runner of a Beam update (module docstring):
+    dataset, starting checkpoint, ``train --resume`` on the Beam runner, the trained
+    algorithm back. ``settings``: the model's recorded preprocessing (the dataset's
+    manifest records it, so the scratch model's tokenizer.json is the model's)."""
+    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.storage.checkpoint import CheckpointStore
+    from lda_core.training.pieces import RUN_KEY
+    from lda_core.training.session import TrainingInterrupted, stamp
+    from pipelines.ingest import dataset
+
+    def run(job):
+        scratch = dataset.join(dataset.absolute(args.output), UPDATING)
+        data, model = dataset.join(scratch, "data"), dataset.join(scratch, "model")
+        base = update_base(job, base_checkpoint)
+        start_step = int(job.algorithm.step)
+        latest = resumable(scratch, base)
+        if latest is not None:
+            logger.info("--update: resuming the update stopped at step %d in %s (steps %d..%d)",
+                        latest.step, scratch, start_step, start_step + base["steps"])
+        else:
+            clear_updating(dataset.absolute(args.output))
+            write_update_dataset(job, data, settings)
+            record = dataset.open_shards(data).record()
+            state = job.algorithm.to_state()
+            state.info = dict(state.info or {})
+            run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
+                            passes=job.passes, n_docs=int(job.documents.n_docs),
+                            n_shards=len(job.shard_sizes), runner=args.runner,
+                            algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
+                            dataset=record)
+            run_info[RUN_KEY] = job.pieces
+            stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
+            start = CheckpointStore(model).publish(state)
+            # written once the starting checkpoint is: its presence says the scratch run is
+            # this update's (resumable() compares it)
+            dataset.write_bytes_atomic(dataset.join(scratch, BASE_FILE),
+                                       (json.dumps(base, sort_keys=True) + "\n").encode())
+            logger.info("--update on %s: %d documents in %s, starting checkpoint %s",
+                        args.runner, job.documents.n_docs, data, start)
+            latest = CheckpointStore(model).latest()
+        if latest.step < start_step + base["steps"]:
+            train_scratch(data, model, job)
+        final = CheckpointStore(model).latest()
+        if final is None or final.step != start_step + base["steps"]:
+            raise TrainingError("--update: the training run on %s ended at step %s, not %d; "
+                                "%s is unchanged" % (args.runner, getattr(final, "step", None),
+                                                     start_step + base["steps"], args.output))
+        return algorithm_class(final.algorithm).from_state(final)
+
+    def train_scratch(data, model, job):
+        sub = argparse.Namespace(**vars(args))
+        for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
+                            ("shards", data), ("output", model), ("resume", True),
+                            ("overwrite", False), ("topics", None), ("algorithm", None),
+                            ("minibatch", None), ("seed", None), ("max_steps", None),
+                            ("passes", job.passes), ("passes_patience", None),
+                            ("heldout", "none"), ("vocab", None), ("unverified", False),
+                            ("pieces", None), ("detach", False), ("keep_checkpoints", 1),
+                            ("input_format", "auto")):
+            setattr(sub, dest, value)
+        out = io.StringIO()
+        try:
+            # the scratch run's own summary names the scratch model: logged, not printed
+            with contextlib.redirect_stdout(out):
+                rc = train_run(sub, list(beam_argv))
+        except TrainingInterrupted as e:
+            rc = 128 + e.signum
+        finally:
+            for line in out.getvalue().splitlines():
+                logger.info("update's training run: %s", line)
+        if rc in (130, 143):
+            logger.warning("--update interrupted: %s is unchanged; run the same `ldabeam train "
+                           "--update` again to continue the update from its last checkpoint "
+                           "in %s", args.output, dataset.join(args.output, UPDATING))
+            raise (Terminated if rc == 143 else KeyboardInterrupt)(
+                "the update's training run stopped (exit %d)" % rc)
+        if rc != 0:
+            raise TrainingError("--update: the training run on %s ended with exit code %d; %s "
+                                "is unchanged" % (args.runner, rc, args.output))
+
+    return run
+
+
+def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) -> int:
+    """``ldabeam train --update``: checks, the model, the new documents, the update (in this
+    process, or on a Beam runner through ``train_run`` -- :func:`pipelines.commands.train.run`,
+    handed in by it), the new checkpoint, a summary on stdout."""
     import ldabeam
     from lda_core.storage.checkpoint import CheckpointStore
     from pipelines.ingest import dataset
@@ -163,13 +357,21 @@ def run_update(args, beam_argv) -> int:
         ids, docs = read_shard_documents(args.shards, args.vocab, model, grow)
         dead, source = 0, args.shards
     v0, step0 = model.n_words, model.step
-    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids)
+    runner = None
+    if not is_inprocess(args.runner):
+        if train_run is None:
+            raise UsageError("--update --runner %s needs the training command's runner "
+                             "(run it as `ldabeam train --update`)" % args.runner)
+        runner = beam_runner(args, beam_argv, train_run, model.preprocessing, model.checkpoint)
+    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner)
     keep = args.keep_checkpoints or None
     store = CheckpointStore(dataset.absolute(args.output), keep_last=keep, check_algorithm=True)
     path = model.publish_leased(dataset.absolute(args.output), store)
-    print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d"
+    clear_updating(dataset.absolute(args.output))
+    print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d%s"
           % (args.output, model.algorithm, source, summary["documents"], summary["tokens"],
-             passes, step0, model.step))
+             passes, step0, model.step,
+             "" if runner is None else " (trained on %s)" % args.runner))
     if grow:
         added = model.vocabulary[v0:]
         print("vocabulary: %d -> %d words (%d added%s)"

@@ -64,7 +64,7 @@ def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
     """The algorithm of checkpoint ``step`` of ``model_dir``, one copy per process and step
     (read-only: callers that modify it take a deep copy)."""
     algo = _held(model_dir, step).algorithm
-    if n_threads is not None and hasattr(algo, "n_threads"):
+    if n_threads is not None:            # the streaming job runs local/global-step algorithms
         algo.n_threads = int(n_threads)
     return algo
 
@@ -251,9 +251,9 @@ class ApplyGlobalStepFn(beam.DoFn):
         if not cands:
             raise RuntimeError("no checkpoint in %s to continue from" % self.model_dir)
         want = max(int(x) for x in cands)
-        if self.algo is None or int(getattr(self.algo, "step", -1)) != want:
+        if self.algo is None or int(self.algo.step) != want:
             self.algo = copy.deepcopy(load_step(self.model_dir, want))
-            if self.n_threads is not None and hasattr(self.algo, "n_threads"):
+            if self.n_threads is not None:
                 self.algo.n_threads = int(self.n_threads)
             self.record = applied_record(self.model_dir, want)
         return self.algo

@@ -1,24 +1,25 @@
 """The algorithms' settings as the command line names them, and building an algorithm from
-them: ``ALGO_OPTIONS`` (option dest -> constructor keyword), the options that do not apply to
-an algorithm (an error naming the option and why), per-algorithm defaults, and
-:func:`build_algorithm`. Library code (the streaming job, templates) and the ``train`` command
-build algorithms through this one routine."""
+them. Every algorithm declares its settings in its parameter spec (``SPEC``,
+lda_core.algorithms.params): which ``ldabeam train`` option (dest) sets which setting, its
+default and range. From the specs come :func:`options_of` (option -> setting of one
+algorithm; an option the algorithm's spec does not name is an error naming the option), the
+defaults the help texts show, the options and template parameters of settings that are not
+among :data:`SHARED_OPTIONS`, and :func:`build_algorithm`. Library code (the streaming job,
+templates) and the ``train`` command build algorithms through this one routine."""
 from __future__ import annotations
 
 import argparse
-import inspect
-from typing import Any, Dict, List, Optional, Tuple
+import re
+from typing import Any, Dict, List, Tuple
 
+from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
 from lda_core.algorithms.params import Param, ParamSpec
 
 from lda_core.errors import UsageError
 from lda_core.resources import check_state_memory
 
 # The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
-# passes"): on the real corpora measured (the bundled sample, KOS, NIPS, 20 Newsgroups x16)
-# SCVB0 reached online VB's best held-out score sooner and went on to a better one, with no
-# more dead topics; on a 320k-document synthetic corpus online VB was ahead within the time
-# measured.
+# passes", gives the measurements behind the choice).
 DEFAULT_ALGORITHM = "scvb0"
 # algorithms whose --passes, when not given, is 'auto' (stop when the held-out score stops
 # improving) if there is a held-out set and the run is not --detach; 1 otherwise
@@ -38,38 +39,25 @@ PAPERS = {
     "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
 }
 
-DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose class has no batch_size default
+DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose spec has no batch_size default
 # online-vb's --minibatch when a Beam runner has worker processes (multi_processing, portable,
-# Dataflow, Flink): each step costs those runners ~0.2-0.5 s of stage scheduling and state
-# hand-over whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s best size)
-# keeps that small next to the E-step. In-process runners keep the algorithm's own default.
+# Dataflow, Flink): each step costs those runners a fixed stage-scheduling and state
+# hand-over overhead whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s
+# best size) keeps it small next to the E-step. In-process runners keep the algorithm's own
+# default.
 BEAM_WORKERS_MINIBATCH = 4096
 
-# command-line option (dest) -> constructor keyword, for the algorithm classes without a
-# parameter spec (``SPEC``, lda_core.algorithms.params); an algorithm with a spec takes its
-# options from it (:func:`options_of`). An option given for an algorithm that does not take
-# it (or that NOT_APPLICABLE lists) is an error naming the option and the algorithm.
-ALGO_OPTIONS = {
-    "kappa": "kappa", "tau0": "tau0", "alpha": "alpha", "eta": "eta", "max_iter": "max_iter",
-    "tol": "tol", "dtype": "dtype", "threads": "n_threads", "optimize_alpha": "optimize_alpha",
-    "optimize_eta": "optimize_eta",
-    # sparse-gibbs-vb / gibbs
-    "burn_in": "burn_in", "samples": "samples", "gibbs_parts": "n_parts",
-    # stream-order samplers
-    "particles": "n_particles", "ess_threshold": "ess_threshold", "rejuvenation": "n_rejuv",
-    "rejuvenation_schedule": "schedule", "rejuvenation_decay": "decay_scale",
-    "init_docs": "init_docs", "init_fraction": "init_fraction", "init_sweeps": "init_sweeps",
-}
-# options every algorithm with a spec takes besides its spec's (keyword n_threads)
-SPEC_COMMON_OPTIONS = {"threads": "n_threads"}
-# keywords a class accepts (through a shared base) that mean nothing for that algorithm
-NOT_APPLICABLE = {
-    "batch-vb": {"kappa": "batch VB takes full steps (rho = 1)",
-                 "tau0": "batch VB takes full steps (rho = 1)"},
-    "o-lda": {k: "o-LDA samples every token once and never revisits it (rejuvenation is "
-                 "incremental-gibbs / particle-filter)"
-              for k in ("n_rejuv", "schedule", "decay_scale")},
-}
+# The algorithm options shared by several algorithms, declared by hand in
+# pipelines.commands.train_options (one help text covering every algorithm that takes them,
+# with the defaults read from the specs). The specs' other options are declared from the specs
+# themselves (:func:`spec_options`). Which algorithm takes which option is always its spec's.
+SHARED_OPTIONS = ("kappa", "tau0", "alpha", "eta", "max_iter", "tol", "dtype", "threads",
+                  "optimize_alpha", "optimize_eta", "burn_in", "samples", "gibbs_parts",
+                  "particles", "ess_threshold", "rejuvenation", "rejuvenation_schedule",
+                  "rejuvenation_decay", "init_docs", "init_fraction", "init_sweeps")
+# the option of the keyword n_threads, which every local/global-step algorithm takes beside
+# its spec (lda_core.algorithms.algorithm.StochasticAlgorithm)
+THREADS_OPTION = "threads"
 # a pointer to the right option when a familiar one does not apply
 HINTS = {
     ("scvb0", "kappa"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
@@ -78,54 +66,45 @@ HINTS = {
     ("scvb0", "tau0"): "SCVB0 has two step-size schedules rho = s/(tau + t)^kappa: "
                        "--topic-step-tau/--topic-step-kappa/--topic-step-scale and "
                        "--doc-step-tau/--doc-step-kappa/--doc-step-scale",
+    ("batch-vb", "kappa"): "batch VB takes full steps (rho = 1)",
+    ("batch-vb", "tau0"): "batch VB takes full steps (rho = 1)",
     ("gibbs", "threads"): "batch Gibbs runs AD-LDA on --gibbs-parts threads",
 }
-HIDDEN = {"self", "n_topics", "n_words", "vocab_hash", "corpus_size", "batch_size", "seed",
-           "n_threads", "n_docs_total", "corpus_tokens"}
+for _dest in ("rejuvenation", "rejuvenation_schedule", "rejuvenation_decay"):
+    HINTS[("o-lda", _dest)] = ("o-LDA samples every token once and never revisits it "
+                               "(rejuvenation is incremental-gibbs / particle-filter)")
+# settings the algorithm help does not list among an algorithm's defaults (set by the
+# schedule options or the data)
+HIDDEN = {"batch_size", "seed", "corpus_size", "n_docs_total", "corpus_tokens"}
 
 
-def spec_of(name: str) -> Optional[ParamSpec]:
-    """The parameter spec of algorithm ``name`` (None: the class declares none)."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    return getattr(algorithm_class(name), "SPEC", None)
+def spec_of(name: str) -> ParamSpec:
+    """The parameter spec of algorithm ``name``."""
+    return algorithm_class(name).SPEC
 
 
 def options_of(name: str) -> Dict[str, str]:
-    """Command-line option (dest) -> constructor keyword for algorithm ``name``: from its spec,
-    else :data:`ALGO_OPTIONS`."""
-    spec = spec_of(name)
-    if spec is None:
-        return dict(ALGO_OPTIONS)
-    out = dict(SPEC_COMMON_OPTIONS)
-    out.update((p.option, p.name) for p in spec if p.option)
+    """Command-line option (dest) -> setting (constructor keyword) of algorithm ``name``, from
+    its spec (plus ``--threads`` -> ``n_threads`` for a local/global-step algorithm)."""
+    out = {} if algorithm_class(name).sequential else {THREADS_OPTION: "n_threads"}
+    out.update((p.option, p.name) for p in spec_of(name) if p.option)
     return out
 
 
 def algorithm_option_dests() -> List[str]:
-    """Every algorithm option of ``ldabeam train`` (dests): :data:`ALGO_OPTIONS` and those of
-    every installed algorithm's spec, in declaration order."""
-    from lda_core.algorithms.algorithm import available_algorithms
-    out = dict.fromkeys(ALGO_OPTIONS)
-    for name in available_algorithms():
+    """Every algorithm option of ``ldabeam train`` (dests): :data:`SHARED_OPTIONS` and those of
+    every algorithm's spec, in declaration order."""
+    out = dict.fromkeys(SHARED_OPTIONS)
+    for name in ALGORITHMS:
         out.update(dict.fromkeys(options_of(name)))
     return list(out)
 
 
 def keyword_default(name: str, kw: str, fallback=None):
-    """The default of constructor keyword ``kw`` of algorithm ``name`` (``fallback`` if the
-    class is not importable or has none)."""
-    try:
-        spec = spec_of(name)
-        if spec is not None:
-            p = spec.get(kw)
-            return fallback if p is None or p.default is None else p.default
-        from lda_core.algorithms.algorithm import algorithm_class
-        p = accepted_keywords(algorithm_class(name)).get(kw)
-    except Exception:
-        return fallback
-    if p is None or p.default is inspect.Parameter.empty:
-        return fallback
-    return p.default
+    """The declared default of setting ``kw`` of algorithm ``name`` (``fallback`` if its spec
+    has no such setting or no default)."""
+    p = spec_of(name).get(kw)
+    return fallback if p is None or p.default is None else p.default
 
 
 def default_minibatch(name: str) -> int:
@@ -147,32 +126,26 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
                     batch_size: int, corpus_size: int, seed: int, vocab_hash: str,
                     corpus_tokens=None):
     """Construct algorithm ``name``; ``settings`` (option dest -> value, None = not given)
-    are passed when the class accepts them, and an explicitly given one it does not accept is
-    an error naming the option."""
-    from lda_core.algorithms.algorithm import algorithm_class
+    are passed as the settings their options set, and an explicitly given option the
+    algorithm's spec does not name is an error naming the option."""
     cls = algorithm_class(name)
-    spec = getattr(cls, "SPEC", None)
-    # the keywords the constructor takes: a spec's settings plus the keywords every spec'd
-    # class takes (vocab_hash, n_threads), else read from the signature
-    params = (accepted_keywords(cls) if spec is None
-              else {p.name for p in spec} | {"vocab_hash", "n_threads"})
+    names = {p.name for p in cls.SPEC}
     options = options_of(name)
     kw: Dict[str, Any] = {}
-    base = dict(batch_size=batch_size, corpus_size=corpus_size, seed=seed,
-                vocab_hash=vocab_hash)
-    if "n_docs_total" in params:          # the stream-order samplers' name for D
-        base["n_docs_total"] = corpus_size
-    if "corpus_tokens" in params and corpus_tokens is not None:
+    # what the data and the schedule options set (D: corpus_size, or the stream samplers'
+    # n_docs_total), where the spec declares it
+    base = dict(batch_size=batch_size, corpus_size=corpus_size, n_docs_total=corpus_size,
+                seed=seed)
+    if corpus_tokens is not None and "corpus_tokens" in names:
         base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
-    for k, v in base.items():
-        if k in params:
-            kw[k] = v
+    kw.update((k, v) for k, v in base.items() if k in names)
+    if not cls.sequential:             # StochasticAlgorithm: records the vocabulary's hash
+        kw["vocab_hash"] = vocab_hash
     given = {dest: v for dest, v in settings.items() if v is not None}
     for dest, v in given.items():
         kwname = options.get(dest)
-        why = NOT_APPLICABLE.get(name, {}).get(kwname)
-        if kwname not in params or why:
-            hint = why or HINTS.get((name, dest))
+        if kwname is None:
+            hint = HINTS.get((name, dest))
             raise UsageError("--%s does not apply to algorithm %s%s"
                              % (option_flag(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
@@ -206,7 +179,6 @@ def _name_option(err: UsageError, given: Dict[str, Any],
                  options: Dict[str, str]) -> UsageError:
     """The algorithm's ValueError (naming its keyword and the allowed range), prefixed with the
     command-line option that set that keyword."""
-    import re
     msg = str(err)
     best = None
     for dest, v in given.items():
@@ -219,30 +191,13 @@ def _name_option(err: UsageError, given: Dict[str, Any],
     return UsageError("--%s %s: %s" % (option_flag(best[1]), best[2], msg))
 
 
-def accepted_keywords(cls) -> Dict[str, Any]:
-    """Keyword parameters of ``cls.__init__``, following ``**kw`` into the bases' __init__."""
-    out: Dict[str, Any] = {}
-    for c in cls.__mro__:
-        init = c.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        for name, p in params.items():
-            if name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-                out.setdefault(name, p)
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return out
-
-
 def spec_options() -> Dict[str, List[Tuple[str, Param]]]:
-    """The options the installed algorithms' specs add to ``ldabeam train`` (the shared ones,
-    :data:`ALGO_OPTIONS`, are declared by hand): dest -> [(algorithm, setting), ...]."""
-    from lda_core.algorithms.algorithm import available_algorithms
+    """The options the algorithms' specs add to ``ldabeam train`` (the shared ones,
+    :data:`SHARED_OPTIONS`, are declared by hand): dest -> [(algorithm, setting), ...]."""
     out: Dict[str, List[Tuple[str, Param]]] = {}
-    for name in available_algorithms():
-        for p in spec_of(name) or ():
-            if p.option and p.option not in ALGO_OPTIONS and p.option not in SPEC_COMMON_OPTIONS:
+    for name in ALGORITHMS:
+        for p in spec_of(name):
+            if p.option and p.option not in SHARED_OPTIONS:
                 out.setdefault(p.option, []).append((name, p))
     return out
 

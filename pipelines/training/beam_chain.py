@@ -1,10 +1,11 @@
 """Worker processes that keep their own copy of the state: one Beam stage per step.
 
-With worker processes on this machine (the DirectRunner's ``multi_processing`` mode, a local
-worker pool) a step of the unrolled window used to be two stages -- the E-step of the pieces,
-then the combine and the global step in one worker, which wrote state ``t`` to a scratch file
-that every worker then loaded -- and each stage costs Beam a scheduling round trip to every
-worker. Here a step is **one** stage, :class:`ChainedEStepFn` over the pieces of minibatch
+With local worker processes (the DirectRunner's ``multi_processing`` mode, a local worker
+pool) every stage costs Beam a scheduling round trip to every worker, so a step of the
+unrolled window is **one** stage rather than two (the two-stage window of
+:mod:`pipelines.training.beam_window`: the E-step of the pieces, then the combine and the
+global step in one worker, which writes state ``t`` to a scratch file every worker then
+loads). The one stage is :class:`ChainedEStepFn` over the pieces of minibatch
 ``t``, whose side input is the list of the (spilled) statistics pieces of minibatch ``t-1``:
 
 * each worker process keeps one copy of the state (:data:`_COPY`, loaded once from the

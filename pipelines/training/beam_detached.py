@@ -16,13 +16,15 @@ import apache_beam as beam
 
 from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
+from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.training import beam_run, beam_state
-from pipelines.training.beam_state import StateRef
-
-logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import StepPlan, plan_steps
+from pipelines.training.beam_run import WindowSetup
+from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_steps import LeanDoFn
 from pipelines.training.shard_stream import HeldOutShards
+
+logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------ detached windows
 
@@ -112,9 +114,10 @@ class FinishWindowFn(LeanDoFn):
         if f.heldout is not None and infos:
             heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
         store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
-        ses = Session(position=f.start_ref.position, run_log=records, checkpoint_store=store,
-                      runner=f.runner, run_info=f.run_info, heldout=heldout,
-                      eval_every=f.eval_every, t_start=f.t_start)
+        ses = Session(position=f.start_ref.position,
+                      output=Output(checkpoint_store=store, run_log=records, progress=False),
+                      evaluation=Evaluation(heldout, f.eval_every), runner=f.runner,
+                      run_info=f.run_info, t_start=f.t_start)
         msg = None
         try:
             beam_run.after_window(ses, algo, f.steps, infos, error,
@@ -200,22 +203,23 @@ def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]
                        "continued the model; this window's state is not published", path,
                        done, pos)
         return None
-    return Session(checkpoint_store=store, runner=runner, run_info=run_info).publish(algo, pos)
+    return Session(output=Output(checkpoint_store=store, progress=False), runner=runner,
+                   run_info=run_info).publish(algo, pos)
 
 
-def submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, M,
-                  pieces, seed, batch_size, heldout, eval_every, checkpoint_store,
-                  checkpoint_every, run_log, max_steps, run_info, n_threads, deterministic,
-                  fanout, scratch_dir, t_start) -> SubmittedWindow:
-    """``train(..., detach=True)``: plan the next window, put its start state in the run's
-    scratch folder, build the window's pipeline with :class:`FinishWindowFn` at the end and
-    submit it without waiting."""
+def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
+                  scratch_dir: Optional[str] = None) -> SubmittedWindow:
+    """A detached launch (``BeamSettings.detach``): plan the next window, put its start
+    state in the run's scratch folder, build the window's pipeline with
+    :class:`FinishWindowFn` at the end and submit it without waiting."""
     from pipelines.training import detached
     from pipelines.training.beam_window import _build_window
+    cfg, position, stop, model_dir = setup.cfg, setup.position, setup.stop, \
+        spec.output.model_dir
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
     if position >= stop:
         logger.info("training is complete: position %d of %d (%s); no window to submit",
-                    position, stop, "--max-steps" if stop < total else "every pass done")
+                    position, stop, "--max-steps" if stop < setup.total else "every pass done")
         return SubmittedWindow(None, cfg.describe(), model_dir, position, position, stop,
                                None, runs_here)
     run_key = uuid.uuid4().hex[:12]
@@ -224,38 +228,38 @@ def submit_window(cfg, algorithm, files, sizes, model_dir, *, position, stop, to
     beam_state.remove_stale_scratch(scratch_root)
     run_dir = beam_state.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
-    w_stop = min(stop, position + M)
-    steps = plan_steps(files, sizes, seed=seed, batch_size=batch_size, start=position,
-                       stop=w_stop, pieces_per_minibatch=pieces)
+    w_stop = min(stop, position + setup.M)
+    steps = plan_steps(setup.files, setup.sizes, seed=spec.schedule.seed,
+                       batch_size=spec.schedule.minibatch, start=position, stop=w_stop,
+                       pieces_per_minibatch=setup.pieces)
     # the window's start state where every worker can read it (the job cannot reach the
     # driver's memory: the driver is gone by then)
     start_path = os.path.join(run_dir, "state-%09d.npz" % position)
     beam_state.save_scratch(algorithm, start_path)
     start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
-    start_record = beam_run.start_record(t_start, position, algorithm, max_steps, total,
-                                         eval_every, checkpoint_every, run_info,
-                                         cfg.describe(), M, True, pieces)
+    start_record = beam_run.start_record(setup, spec, algorithm)
     start_record["run"]["detached"] = True
     start_record["run_key"] = run_key
     start_record["window"] = [position, w_stop]
-    spec = WindowFinish(
-        model_dir=model_dir, keep_last=getattr(checkpoint_store, "keep_last", None),
-        run_log_path=getattr(run_log, "path", None), run_key=run_key, run_dir=run_dir,
-        scratch=scratch, start_ref=start_ref,
+    finish = WindowFinish(
+        model_dir=model_dir, keep_last=spec.output.keep_checkpoints,
+        run_log_path=getattr(spec.output.run_log, "path", None), run_key=run_key,
+        run_dir=run_dir, scratch=scratch, start_ref=start_ref,
         steps=[StepPlan(sp.position, sp.pass_index, sp.batch_index, sp.n_docs)
                for sp in steps],
-        eval_every=int(eval_every or 0), heldout=heldout, runner=cfg.describe(),
-        run_info=run_info, start_record=start_record, t_start=t_start)
+        eval_every=int(spec.evaluation.every or 0), heldout=spec.evaluation.heldout,
+        runner=cfg.describe(), run_info=setup.run_info, start_record=start_record,
+        t_start=setup.t_start)
 
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
-    final = _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads,
-                          deterministic, fanout)
+    final = _build_window(p, cfg, steps, start_ref, run_key, scratch, setup.n_threads,
+                          True, None)
     (p | "FinishStart" >> beam.Create([None], reshuffle=False)
-     | "FinishWindow" >> beam.ParDo(FinishWindowFn(spec),
+     | "FinishWindow" >> beam.ParDo(FinishWindowFn(finish),
                                     beam.pvalue.AsSingleton(final, default_value=None)))
     logger.info("Beam trainer, detached: %s, steps %d..%d of %d (window %s), %d piece(s) per "
                 "minibatch; the job publishes the checkpoint and the run log",
-                cfg.describe(), position, w_stop, stop, run_key, pieces)
+                cfg.describe(), position, w_stop, stop, run_key, setup.pieces)
     try:
         result = p.run()
     finally:

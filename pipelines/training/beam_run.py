@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core.training import session as _session
 from lda_core.training.session import Session
+from lda_core.training.spec import TrainSpec
 from pipelines.ingest import dataset
 from pipelines.runtime.beam_options import RunnerConfig
 from pipelines.training.beam_plan import StepPlan
@@ -20,8 +22,8 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
     """Where the states of the steps inside a window go when workers are other processes.
 
-    Local runners: shared memory (``/dev/shm``) -- every worker is on this machine, and a 24 MB
-    state is written there without disk write-back. Remote runners, and any model directory
+    Local runners: shared memory (``/dev/shm``) -- every worker is on the driver's machine,
+    and a state is written there without disk write-back. Remote runners, and any model directory
     on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
     Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
     fresh and private beside it (:func:`pipelines.training.beam_state.new_scratch`). A killed run's
@@ -36,13 +38,43 @@ def default_scratch_root(model_dir: str, cfg: RunnerConfig,
     return os.path.join(model_dir, SCRATCH_DIR)
 
 
-def start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                 checkpoint_every, run_info, runner: str, M, unroll, pieces) -> Dict[str, Any]:
+@dataclass(frozen=True)
+class WindowSetup:
+    """A Beam run's set-up, resolved once by the driver (``BeamRunner.run``) before any
+    window: the runner, the shards and their row counts, the positions (start, where this run
+    stops, where the schedule ends), the minibatches per pass, the window size ``M``, the
+    pieces per minibatch, the E-step threads per worker, whether windows are unrolled, the run
+    information (pieces recorded) and when the run started."""
+    cfg: RunnerConfig
+    files: List[str]
+    sizes: List[int]
+    position: int
+    stop: int
+    total: int
+    n_per_pass: int
+    M: int
+    pieces: int
+    n_threads: Optional[int]
+    unroll: bool
+    run_info: Dict[str, Any]
+    t_start: float
+
+    @property
+    def n_docs(self) -> int:
+        return int(sum(self.sizes))
+
+
+def start_record(setup: WindowSetup, spec: TrainSpec, algorithm,
+                 run_info: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The run log's start record of a Beam run (waiting, or one detached window);
+    ``run_info``: the session's (default the set-up's)."""
     return _session.start_record(
-        position, algorithm, max_steps=max_steps, total_steps=total, eval_every=eval_every,
-        checkpoint_every=checkpoint_every, wall_time=t_start,
-        run=dict(run_info or {}, runner=runner, minibatches_per_window=M, unroll=unroll,
-                 pieces_per_minibatch=pieces))
+        setup.position, algorithm, max_steps=spec.schedule.max_steps, total_steps=setup.total,
+        eval_every=spec.evaluation.every, checkpoint_every=spec.output.checkpoint_every,
+        wall_time=setup.t_start,
+        run=dict(setup.run_info if run_info is None else run_info, runner=setup.cfg.describe(),
+                 minibatches_per_window=setup.M, unroll=setup.unroll,
+                 pieces_per_minibatch=setup.pieces))
 
 
 def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict[str, Any]],

@@ -11,9 +11,10 @@ window is therefore one pipeline whose single element goes to ONE DoFn::
       |                            size and the window's step range [start, stop)
     ParDo(SequentialWindowFn)      load the start state (the latest published checkpoint, or
                                    the run's initial state for a fresh run); plan the window's
-                                   reads with beam_train.plan_steps (the seeded order of
-                                   lda_core.training.ordering, as the in-process trainer's ShardStream);
-                                   read each minibatch (beam_train.read_task) and call
+                                   reads with beam_plan.plan_steps (the seeded order of
+                                   lda_core.training.ordering, as the in-process trainer's
+                                   ShardStream); read each minibatch (beam_plan.read_task)
+                                   and call
                                    sampler.process(batch) in order; publish the state as a
                                    checkpoint (CheckpointStore: written under a temporary name,
                                    then renamed, then LATEST) and write a small JSON result for
@@ -30,7 +31,7 @@ handed from one window to the next in memory (``_LIVE``, keyed by run and checkp
 so a window does not reload what the previous one published. With worker processes (or any
 other runner) each window loads the checkpoint it starts from; ``from_state`` is exact, so the
 states are the same bit for bit either way, and equal to the in-process trainer's
-(:func:`lda_core.training.trainer.train`) for the same seed and minibatch size.
+(:class:`lda_core.training.trainer.InProcessRunner`) for the same seed and minibatch size.
 
 Resume: a run killed mid-window loses that window; the next run (``resume=True``) starts from
 the latest published checkpoint and ends with the state an uninterrupted run ends with.
@@ -52,17 +53,20 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from lda_core.errors import UsageError
+from pipelines.ingest import dataset
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from lda_core.training import session as _session
-from lda_core.training.session import Session, TrainingError
+from lda_core.training.runner import TrainData
+from lda_core.training.session import Session, TrainingError, open_session
+from lda_core.training.spec import Output, TrainSpec, split_keywords
 from pipelines.training.beam_plan import plan_steps, read_task
 from pipelines.training.beam_steps import METRICS_NAMESPACE
 from pipelines.training.beam_train import (BeamTrainResult, check_shards, default_scratch_root,
@@ -76,13 +80,8 @@ _LIVE: Dict[str, Any] = {}
 _LIVE_LOCK = threading.Lock()
 
 
-def _norm(path: str) -> str:
-    """A path to compare: absolute locally, the URL itself (no trailing /) on object stores."""
-    return path.rstrip("/") if beam_state.is_remote(path) else os.path.abspath(path)
-
-
 def _live_key(run_key: str, path: str) -> str:
-    return "%s|%s" % (run_key, _norm(path))
+    return "%s|%s" % (run_key, dataset.absolute(path))
 
 
 def _put_live(key: str, algo) -> None:
@@ -138,7 +137,7 @@ def _load_start(window: SequentialWindow):
     if window.start_is_checkpoint:
         store = CheckpointStore(window.model_dir)
         ptr = store.pointer_path()
-        if ptr is None or _norm(ptr) != _norm(window.start_path):
+        if ptr is None or dataset.absolute(ptr) != dataset.absolute(window.start_path):
             raise RuntimeError("the latest checkpoint of %s is no longer %s (another run wrote "
                                "into the model directory?)" % (window.model_dir,
                                                               window.start_path))
@@ -156,9 +155,8 @@ def _load_start(window: SequentialWindow):
 def _session_in_worker(window: SequentialWindow, position: int) -> Session:
     """The window's session inside the DoFn: it publishes; the driver logs."""
     from lda_core.storage.checkpoint import CheckpointStore
-    return Session(position=position,
-                   checkpoint_store=CheckpointStore(window.model_dir,
-                                                    keep_last=window.keep_last),
+    store = CheckpointStore(window.model_dir, keep_last=window.keep_last)
+    return Session(position=position, output=Output(checkpoint_store=store, progress=False),
                    runner=window.runner, run_info=window.run_info,
                    vocab_hash=window.vocab_hash)
 
@@ -198,7 +196,7 @@ class SequentialWindowFn(beam.DoFn):
             infos.append(_session.step_record(
                 sp.position + 1, sp.pass_index, sp.batch_index, info, n_docs=batch.n_docs,
                 n_docs_seen=_session.docs_seen(algo),
-                t=int(getattr(algo, "step", sp.position + 1) or 0), extra_scalars=True))
+                t=int(algo.step), extra_scalars=True))
             self.docs.inc(int(batch.n_docs))
             self.tokens.inc(int(info.get("tokens") or 0))
             self.minibatches.inc()
@@ -255,14 +253,14 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
         raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not _session.is_sequential(algorithm):
         raise UsageError("%s is a local/global-step algorithm: its Beam trainer is "
-                         "pipelines.training.beam_train" % getattr(algorithm, "name", algorithm))
+                         "pipelines.training.beam_train" % algorithm.name)
     return check_shards(algorithm, files)
 
 
-def _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
-                    eval_every) -> None:
+def _check_settings(algorithm, spec: TrainSpec, minibatches_per_window) -> None:
     gibbs = _session.whole_corpus(algorithm)
-    for name, v in (("passes", passes), ("batch_size", batch_size)):
+    passes = spec.schedule.passes
+    for name, v in (("passes", passes), ("batch_size", spec.schedule.minibatch)):
         if int(v) < 1:
             raise UsageError("%s must be >= 1, got %r" % (name, v))
     if not gibbs and int(passes) != 1:
@@ -275,80 +273,102 @@ def _check_settings(algorithm, passes, batch_size, minibatches_per_window, check
         if int(minibatches_per_window) < 1:
             raise UsageError("minibatches_per_window must be >= 1, got %r"
                              % (minibatches_per_window,))
-    if int(checkpoint_every) < 0 or int(eval_every) < 0:
+    if int(spec.output.checkpoint_every) < 0 or int(spec.evaluation.every) < 0:
         raise UsageError("checkpoint_every and eval_every must be >= 0")
 
 
-def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
-          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
-          heldout=None, eval_every: int = 0, checkpoint_store=None, checkpoint_every: int = 0,
-          run_log=None, resume: bool = False, max_steps: Optional[int] = None,
-          run_info: Optional[Dict[str, Any]] = None, beam_argv: Sequence[str] = (),
-          runner: Optional[str] = None, progress: bool = True,
-          scratch_dir: Optional[str] = None) -> BeamTrainResult:
-    """Train the stream-order sampler ``algorithm`` on ``shard_files`` in windows, each one
-    Beam pipeline with a single DoFn (module docstring). Same arguments as
-    :func:`pipelines.training.beam_train.train` where they apply; ``passes`` must be 1 (each document
-    is consumed once), except for batch Gibbs (``gibbs``), where it is the number of sweeps.
+@dataclass(frozen=True)
+class SequentialSettings:
+    """The sequential Beam runner's own settings: Beam pipeline options (``beam_argv``, and
+    the runner's name, None: the ``--runner`` in ``beam_argv``), minibatches per window
+    (default ``checkpoint_every``, a checkpoint per window, or the whole remaining stream when
+    that is 0) and where the run's scratch folder goes."""
+    beam_argv: Tuple[str, ...] = ()
+    runner: Optional[str] = None
+    minibatches_per_window: Optional[int] = None
+    scratch_dir: Optional[str] = None
 
-    ``minibatches_per_window``: default ``checkpoint_every`` (a checkpoint per window), or the
-    whole remaining stream when ``checkpoint_every`` is 0."""
-    # set-up here; the start state is _start_state, the windows _run_windows
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.training.ordering import n_batches
-    t_start = time.time()
-    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
-    gibbs = _session.whole_corpus(algorithm)
-    _check_settings(algorithm, passes, batch_size, minibatches_per_window, checkpoint_every,
-                    eval_every)
-    argv = list(beam_argv or ())
-    cfg = runner_config(runner, argv)      # a --runner in argv is used when runner is None
-    if checkpoint_store is None:
-        checkpoint_store = CheckpointStore(model_dir)
-    keep_last = getattr(checkpoint_store, "keep_last", None)
 
-    # --- position --------------------------------------------------------------------------
-    position = 0 if gibbs else int(getattr(algorithm, "step", 0) or 0)
-    start_ckpt: Optional[str] = None
-    if resume:
-        if gibbs:
-            raise UsageError("resume is not available for the batch Gibbs sampler (gibbs); "
-                             "train again with more sweeps")
-        algorithm, position, start_ckpt = resume_from_latest(checkpoint_store, algorithm, vh,
-                                                             position)
-    D = int(sum(sizes))
-    total = int(passes) if gibbs else n_batches(D, batch_size)
-    stop = total if max_steps is None or gibbs else min(total, int(max_steps))
-    if minibatches_per_window is not None:
-        M = int(minibatches_per_window)
-    elif checkpoint_every:
-        M = int(checkpoint_every)
-    else:
-        M = max(1, stop - position)
+SETTINGS_FIELDS = ("beam_argv", "runner", "minibatches_per_window", "scratch_dir")
 
-    run_key, scratch, start_path = _start_state(algorithm, model_dir, cfg, scratch_dir,
-                                                start_ckpt, position, vh)
 
-    ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
-                  runner=cfg.describe(), run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, progress=progress, t_start=t_start)
-    ses.start(algorithm, max_steps=max_steps, total_steps=total,
-              checkpoint_every=checkpoint_every, sweeps=passes if gibbs else None,
-              burn_in=getattr(algorithm, "burn_in", None) if gibbs else None,
-              run=dict(run_info or {}, runner=cfg.describe(),
-                       minibatches_per_window=None if gibbs else M, single_worker=True))
-    logger.info("Beam sequential sampler %s: %s, %s", algorithm.name, cfg.describe(),
-                "%d sweeps in one window" % passes if gibbs else
-                "minibatches %d..%d of %d documents in windows of %d" % (position, stop,
-                                                                          batch_size, M))
-    base = dict(run_key=run_key, model_dir=model_dir, keep_last=keep_last,
-                files=tuple(files), sizes=tuple(int(s) for s in sizes), seed=int(seed),
-                batch_size=int(batch_size), vocab_hash=vh, runner=cfg.describe(),
-                run_info=dict(run_info or {}))
+def train(algorithm, shard_files: Sequence[str], model_dir: str, **options) -> BeamTrainResult:
+    """The sequential Beam run in keyword form: ``options`` are the spec's keywords
+    (:data:`lda_core.training.spec.KEYWORDS`) and :class:`SequentialSettings`' fields, as
+    for :func:`pipelines.training.beam_train.train` where they apply; ``passes`` must be 1
+    (each document is consumed once), except for batch Gibbs (``gibbs``), where it is the
+    number of sweeps."""
+    spec_kw, own = split_keywords(options, SETTINGS_FIELDS)
+    spec_kw.setdefault("batch_size", 256)
+    if "beam_argv" in own:
+        own["beam_argv"] = tuple(own["beam_argv"] or ())
+    spec = TrainSpec.from_keywords(algorithm, dict(spec_kw, model_dir=model_dir))
+    return SequentialRunner(SequentialSettings(**own)).run(
+        spec, algorithm, TrainData(files=tuple(shard_files)))
 
-    run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})
-    return _run_windows(run, ses, heldout, gibbs, passes, start_path, start_ckpt, scratch,
-                        run_key)
+
+@dataclass(frozen=True)
+class SequentialRunner:
+    """Train the stream-order sampler ``algorithm`` on the shards in windows, each one Beam
+    pipeline with a single DoFn (module docstring)."""
+    settings: SequentialSettings = SequentialSettings()
+
+    def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None):
+        from lda_core.storage.checkpoint import CheckpointStore
+        from lda_core.training.ordering import n_batches
+        t_start = time.time()
+        st, sched = self.settings, spec.schedule
+        model_dir = spec.output.model_dir
+        files, sizes, vh = _check_inputs(algorithm, data.files, model_dir)
+        gibbs = _session.whole_corpus(algorithm)
+        _check_settings(algorithm, spec, st.minibatches_per_window)
+        cfg = runner_config(st.runner, list(st.beam_argv or ()))   # else argv's --runner
+        if spec.output.checkpoint_store is None:
+            spec = spec.replace(output=replace(spec.output,
+                                               checkpoint_store=CheckpointStore(model_dir)))
+        keep_last = spec.output.keep_checkpoints
+
+        # --- position ----------------------------------------------------------------------
+        position = 0 if gibbs else int(getattr(algorithm, "step", 0) or 0)
+        start_ckpt: Optional[str] = None
+        if sched.resume:
+            if gibbs:
+                raise UsageError("resume is not available for the batch Gibbs sampler "
+                                 "(gibbs); train again with more sweeps")
+            algorithm, position, start_ckpt = resume_from_latest(
+                spec.output.checkpoint_store, algorithm, vh, position)
+        passes = sched.passes
+        total = int(passes) if gibbs else n_batches(int(sum(sizes)), sched.minibatch)
+        stop = total if sched.max_steps is None or gibbs else min(total, int(sched.max_steps))
+        if st.minibatches_per_window is not None:
+            M = int(st.minibatches_per_window)
+        elif spec.output.checkpoint_every:
+            M = int(spec.output.checkpoint_every)
+        else:
+            M = max(1, stop - position)
+
+        run_key, scratch, start_path = _start_state(algorithm, model_dir, cfg, st.scratch_dir,
+                                                    start_ckpt, position, vh)
+        run_info = spec.info()
+        ses = open_session(session, spec, position, runner=cfg.describe(),
+                           run_info=run_info, t_start=t_start)
+        ses.start(algorithm, max_steps=sched.max_steps, total_steps=total,
+                  checkpoint_every=spec.output.checkpoint_every,
+                  sweeps=passes if gibbs else None,
+                  burn_in=getattr(algorithm, "burn_in", None) if gibbs else None,
+                  run=dict(run_info, runner=cfg.describe(),
+                           minibatches_per_window=None if gibbs else M, single_worker=True))
+        logger.info("Beam sequential sampler %s: %s, %s", algorithm.name, cfg.describe(),
+                    "%d sweeps in one window" % passes if gibbs else
+                    "minibatches %d..%d of %d documents in windows of %d"
+                    % (position, stop, sched.minibatch, M))
+        base = dict(run_key=run_key, model_dir=model_dir, keep_last=keep_last,
+                    files=tuple(files), sizes=tuple(int(s) for s in sizes),
+                    seed=int(sched.seed), batch_size=int(sched.minibatch), vocab_hash=vh,
+                    runner=cfg.describe(), run_info=dict(run_info))
+
+        run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})
+        return _run_windows(run, ses, gibbs, passes, start_path, start_ckpt)
 
 
 def _start_state(algorithm, model_dir, cfg, scratch_dir, start_ckpt, position, vh):
@@ -369,7 +389,7 @@ def _start_state(algorithm, model_dir, cfg, scratch_dir, start_ckpt, position, v
     return run_key, scratch, start_path
 
 
-def _run_windows(run, ses, heldout, gibbs, passes, start_path, start_ckpt, scratch, run_key):
+def _run_windows(run, ses, gibbs, passes, start_path, start_ckpt):
     """The windows of :func:`train` (one for batch Gibbs), the final evaluation and the
     scratch clean-up; a :class:`BeamTrainResult`."""
     windows, counters_total = 0, {}
@@ -379,13 +399,13 @@ def _run_windows(run, ses, heldout, gibbs, passes, start_path, start_ckpt, scrat
         else:
             head_path, windows, counters_total = run.stream_windows(ses, start_path,
                                                                    start_ckpt is not None)
-        if heldout is not None:
+        if ses.heldout is not None:
             ses.evaluate(run.materialise(head_path))
         final = run.materialise(head_path)
     finally:
         ses.close_progress()
-        beam_state.remove_tree(scratch)
-        _drop_live(run_key)
+        beam_state.remove_tree(run.scratch)
+        _drop_live(run.run_key)
     end = ses.end(_session.docs_seen(final), windows=windows, beam_metrics=counters_total)
     logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",
                 "sweep" if gibbs else "minibatch", ses.position, ses.steps_run, windows,

@@ -28,7 +28,6 @@ global step works on a private copy (:func:`private_copy`).
 from __future__ import annotations
 
 import copy
-import inspect
 import io
 import json
 import logging
@@ -109,12 +108,9 @@ def load_algorithm(path: str):
     else:
         from lda_core.storage.state import TopicState
         state = TopicState.load(path)
-    cls = algorithm_class(state.algorithm)
-    if "take" in inspect.signature(cls.from_state).parameters:
-        # the arrays just read are this call's own: no second copy of λ (a worker's peak
-        # memory while it loads a big model)
-        return cls.from_state(state, take=True)
-    return cls.from_state(state)
+    # the arrays just read are this call's own: no second copy of λ (a worker's peak memory
+    # while it loads a big model)
+    return algorithm_class(state.algorithm).from_state(state, take=True)
 
 
 def save_scratch(algorithm, path: str) -> str:
@@ -127,9 +123,7 @@ def save_scratch(algorithm, path: str) -> str:
     few tens of ms here. Data only: read back with ``allow_pickle=False``."""
     from lda_core.storage.run_log import _jsonable
     # written out at once: the algorithm's own arrays where it can hand them over uncopied
-    state = (algorithm.to_state(copy=False)
-             if "copy" in inspect.signature(algorithm.to_state).parameters
-             else algorithm.to_state())
+    state = algorithm.to_state(copy=False)
     meta = dict(algorithm=state.algorithm, n_topics=state.n_topics, n_words=state.n_words,
                 vocab_hash=state.vocab_hash, params=state.params, step=state.step,
                 docs_seen=state.docs_seen, rng=state.rng, info=state.info)

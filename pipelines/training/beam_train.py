@@ -25,7 +25,7 @@ Inside a window, for minibatch ``t`` (all composite transforms below)::
 
 With the in-process runner (one worker, one piece per minibatch) the window is instead one
 fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
-there); with worker processes on this machine each step is one stage in which every worker
+there); with local worker processes each step is one stage in which every worker
 advances its own copy of the state (:mod:`pipelines.training.beam_chain`). Each window logs the cost
 of its steps by phase in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
 chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
@@ -34,18 +34,17 @@ the global step itself (for very large minibatches, or runners where a deep grap
 problem). Both give the same states as the in-process trainer: the Beam code contains no
 maths; the local step, the merge and the global step are the ``lda_core`` ones.
 
-The trade-off (numbers in docs/beam-training.md): each pipeline run costs a start-up
-(~0.3-0.45 s in-process, ~3.3-6 s with worker processes) and, with worker processes, each
-chained step ~0.2 s of stage scheduling plus the state hand-over; a window costs one
-start-up, and a crash loses at most one window of work. Windows are therefore sized in
-documents (:func:`default_window`).
+The trade-off (measured in docs/beam-training.md): each pipeline run costs a start-up, and
+with worker processes each chained step costs stage scheduling plus the state hand-over; a
+window costs one start-up, and a crash loses at most one window of work. Windows are therefore
+sized in documents (:func:`default_window`).
 
 Resume: the run continues from the latest published checkpoint; a run killed mid-window
 loses only that window, and because every step is deterministic (per-document random draws
 from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
 bit for bit, as an uninterrupted one.
 
-Detached (``detach=True``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
+Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
 must return soon after ``run()``): exactly one window is submitted and the call returns
 without waiting; the window's pipeline ends in :class:`FinishWindowFn`, which publishes the
 checkpoint, evaluates, appends the window's run-log records and removes the scratch, as the
@@ -58,14 +57,18 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from lda_core.errors import InputError, UsageError
 from lda_core.training import session as _session
 from lda_core.training import pieces as pieces_mod
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
+from lda_core.training.runner import TrainData
+from lda_core.training.session import open_session
+from lda_core.training.spec import TrainSpec, split_keywords
 from lda_core.training.trainer import TrainResult
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
@@ -75,15 +78,15 @@ from pipelines.training.beam_chain import PARALLEL_PHASES
 from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
-    SCRATCH_DIR, after_window, default_scratch_root, start_record)
+    SCRATCH_DIR, WindowSetup, after_window, default_scratch_root, start_record)
 from pipelines.training.beam_window import _run_stepwise, _run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
-# minibatches per window when not given, from documents per window: in-process a pipeline
-# run costs ~0.3-0.45 s to start and 65,536 documents are ~5 s of E-step at K = 100 here
-# (~8% start-up; a crash loses at most those seconds); worker processes cost ~3.3-6 s per
-# pipeline run, so their windows hold 4x more.
+# minibatches per window when not given, from documents per window: large enough that a
+# pipeline run's start-up is a small part of the window, small enough that a crash loses
+# little; worker processes start a pipeline run more slowly, so their windows hold 4x more
+# (docs/beam-training.md)
 DOCS_PER_WINDOW_IN_PROCESS = 65536
 DOCS_PER_WINDOW_WORKERS = 262144
 MAX_WINDOW = 10000           # cap on the graph depth of one unrolled pipeline
@@ -175,16 +178,15 @@ def default_pieces(cfg: RunnerConfig) -> int:
     return int(min(MAX_PIECES, max([REMOTE_MIN_PIECES] + workers)))
 
 
-def _check_settings(passes, batch_size, minibatches_per_window, unroll: bool,
-                    detach: bool) -> None:
-    for name, v in (("passes", passes), ("batch_size", batch_size)):
+def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
+    for name, v in (("passes", spec.schedule.passes), ("batch_size", spec.schedule.minibatch)):
         if int(v) < 1:
             raise UsageError("%s must be >= 1, got %r" % (name, v))
-    if minibatches_per_window is not None and not (1 <= int(minibatches_per_window)
-                                                   <= MAX_WINDOW):
+    M = settings.minibatches_per_window
+    if M is not None and not (1 <= int(M) <= MAX_WINDOW):
         raise UsageError("minibatches_per_window must be in [1, %d], got %r"
-                         % (MAX_WINDOW, minibatches_per_window))
-    if detach and not unroll:
+                         % (MAX_WINDOW, M))
+    if settings.detach and settings.unroll is False:
         raise UsageError("--detach runs the window as one unrolled pipeline that publishes "
                          "its own checkpoint; --no-unroll applies the global steps on the "
                          "driver, which a detached launch does not wait for")
@@ -196,125 +198,148 @@ def default_window(cfg: RunnerConfig, batch_size: int) -> int:
     return int(min(MAX_WINDOW, max(1, -(-docs // max(1, int(batch_size))))))
 
 
-def train(algorithm, shard_files: Sequence[str], model_dir: str, *, passes: int = 1,
-          seed: int = 0, batch_size: int = 256, minibatches_per_window: Optional[int] = None,
-          unroll: Optional[bool] = None, heldout=None, eval_every: int = 0,
-          checkpoint_store=None, checkpoint_every: int = 0, run_log=None, resume: bool = False,
-          max_steps: Optional[int] = None, run_info: Optional[Dict[str, Any]] = None,
-          beam_argv: Sequence[str] = (), runner: Optional[str] = None,
-          pieces_per_minibatch: Optional[int] = None, n_threads: Optional[int] = None,
-          deterministic_combine: bool = True, fanout: Optional[int] = None,
-          progress: bool = True, scratch_dir: Optional[str] = None,
-          detach: bool = False, pass_stop=None):
-    """Train ``algorithm`` (a :class:`~lda_core.algorithms.algorithm.StochasticAlgorithm` at its current
-    position) on ``shard_files`` in windows of Beam pipeline runs (module docstring).
+@dataclass(frozen=True)
+class BeamSettings:
+    """The Beam runner's own settings.
 
-    ``minibatches_per_window`` (M): default :func:`default_window` (65,536 documents per window
-    in-process, 262,144 with worker processes or a cluster).
-    ``unroll``: chain the window's minibatches in one pipeline (default True); False runs one
-    pipeline per minibatch and applies the global step on the driver. ``checkpoint_every`` is
-    accepted for the CLI's sake: the Beam trainer publishes a checkpoint at the end of every
-    window. ``eval_every``: held-out evaluation at the end of a window in which a multiple of
-    it was reached (and at the end). ``pieces_per_minibatch``: read tasks per minibatch
-    (default: :func:`default_pieces`). ``n_threads``: E-step threads per worker (default: the
-    algorithm's setting in-process; cores / workers with worker processes).
-    ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...).
+    ``beam_argv``: Beam pipeline options (``--runner``, ``--direct_running_mode``, ...);
+    ``runner``: the Beam runner's name (None: the ``--runner`` in ``beam_argv``).
+    ``minibatches_per_window`` (M): default :func:`default_window`. ``unroll``: chain the
+    window's minibatches in one pipeline (default True); False runs one pipeline per minibatch
+    and applies the global step on the driver. ``pieces_per_minibatch``: read tasks per
+    minibatch (default: :func:`default_pieces`). ``n_threads``: E-step threads per worker
+    (default: the algorithm's setting in-process; cores / workers with worker processes).
     ``scratch_dir``: where states inside a window are exchanged between worker processes
-    (default: :func:`default_scratch_root`). ``heldout``: a
-    :class:`lda_core.training.trainer.HeldOut`, or a :class:`HeldOutShards` (read when evaluated).
-    ``pass_stop`` (``--passes auto``, :class:`lda_core.training.pass_stop.PassStop`; not with
-    ``detach``): windows end at pass ends at the latest, where :func:`after_window` feeds the
-    held-out score to the rule, and the run stops when it says so.
-
-    ``detach``: run exactly one window (the next ``M`` minibatches from the algorithm's
-    position, or from the latest checkpoint with ``resume``) and return a
-    :class:`SubmittedWindow` as soon as its pipeline is submitted, without waiting
-    (Dataflow Flex Templates). The pipeline itself then publishes the checkpoint, evaluates,
-    appends the window's run-log records and removes its scratch folder, in a last DoFn
-    (:class:`FinishWindowFn`); see "Detached windows" in docs/beam-training.md. Returns a
-    :class:`BeamTrainResult` otherwise.
-    """
-    # set-up and position here; the waiting run is _run_windows
-    from lda_core.training.ordering import n_batches
-    t_start = time.time()
-    unroll = True if unroll is None else bool(unroll)
-    _check_settings(passes, batch_size, minibatches_per_window, unroll, detach)
-    files, sizes, vh = _check_inputs(algorithm, shard_files, model_dir)
-    argv = list(beam_argv or ())
-    cfg = runner_config(runner or _strip_runner(argv), argv)
-    M = int(minibatches_per_window or default_window(cfg, batch_size))
-    if n_threads is None and not cfg.in_process:
-        # worker processes share the machine's cores; on a remote runner every SDK process
-        # is one of several on its VM, each given work of its own
-        n_threads = (max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers)) if cfg.local
-                     else 1)
-    if checkpoint_store is None:
-        from lda_core.storage.checkpoint import CheckpointStore
-        checkpoint_store = CheckpointStore(model_dir)
-
-    # --- position ----------------------------------------------------------------------------
-    position = int(getattr(algorithm, "step", 0) or 0)
-    recorded = None
-    if resume:
-        algorithm, position, path, prev_run = _resume(checkpoint_store, algorithm, vh, position)
-        recorded = pieces_mod.recorded_pieces(prev_run, path is not None)
-    run_info = dict(run_info or {})
-    explicit = (pieces_per_minibatch if pieces_per_minibatch is not None
-                else run_info.get(pieces_mod.RUN_KEY))
-    pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
-                                       "pieces_per_minibatch")
-    run_info[pieces_mod.RUN_KEY] = pieces
-    D = int(sum(sizes))
-    B = n_batches(D, batch_size)
-    total = int(passes) * B
-    stop = total if max_steps is None else min(total, int(max_steps))
-    if detach:
-        return submit_window(
-            cfg, algorithm, files, sizes, model_dir, position=position, stop=stop,
-            total=total, M=M, pieces=pieces, seed=seed, batch_size=batch_size,
-            heldout=heldout, eval_every=eval_every, checkpoint_store=checkpoint_store,
-            checkpoint_every=checkpoint_every, run_log=run_log, max_steps=max_steps,
-            run_info=run_info, n_threads=n_threads, deterministic=deterministic_combine,
-            fanout=fanout, scratch_dir=scratch_dir, t_start=t_start)
-    return _run_windows(
-        cfg, algorithm, files, sizes, model_dir, position=position, stop=stop, total=total,
-        n_per_pass=B, n_docs=D, M=M, pieces=pieces, seed=seed, batch_size=batch_size,
-        unroll=unroll, heldout=heldout, eval_every=eval_every,
-        checkpoint_store=checkpoint_store, checkpoint_every=checkpoint_every, run_log=run_log,
-        max_steps=max_steps, run_info=run_info, n_threads=n_threads,
-        deterministic_combine=deterministic_combine, fanout=fanout, progress=progress,
-        scratch_dir=scratch_dir, pass_stop=pass_stop, t_start=t_start)
+    (default: :func:`default_scratch_root`). ``detach``: submit one window and return
+    (Dataflow Flex Templates; :mod:`pipelines.training.beam_detached`)."""
+    beam_argv: Tuple[str, ...] = ()
+    runner: Optional[str] = None
+    minibatches_per_window: Optional[int] = None
+    unroll: Optional[bool] = None
+    pieces_per_minibatch: Optional[int] = None
+    n_threads: Optional[int] = None
+    scratch_dir: Optional[str] = None
+    detach: bool = False
 
 
-def _run_windows(cfg, algorithm, files, sizes, model_dir, *, position, stop, total, n_per_pass,
-                 n_docs, M, pieces, seed, batch_size, unroll, heldout, eval_every,
-                 checkpoint_store, checkpoint_every, run_log, max_steps, run_info, n_threads,
-                 deterministic_combine, fanout, progress, scratch_dir, pass_stop, t_start):
-    """The waiting run of :func:`train`: the session, the windows from ``position`` to
-    ``stop``, the final evaluation and the scratch clean-up; a :class:`BeamTrainResult`."""
-    B, D = n_per_pass, n_docs
+SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
+
+
+def train(algorithm, shard_files: Sequence[str], model_dir: str, **options):
+    """The Beam run in keyword form: ``options`` are the spec's keywords
+    (:data:`lda_core.training.spec.KEYWORDS`: ``passes``, ``seed``, ``batch_size``,
+    ``heldout``, ``eval_every``, ``checkpoint_store``, ``checkpoint_every``, ``run_log``,
+    ``resume``, ``max_steps``, ``run_info``, ``progress``, ``pass_stop``) and
+    :class:`BeamSettings`' fields. Returns what :meth:`BeamRunner.run` returns."""
+    spec_kw, own = split_keywords(options, SETTINGS_FIELDS)
+    spec_kw.setdefault("batch_size", 256)
+    if "beam_argv" in own:
+        own["beam_argv"] = tuple(own["beam_argv"] or ())
+    spec = TrainSpec.from_keywords(algorithm, dict(spec_kw, model_dir=model_dir))
+    return BeamRunner(BeamSettings(**own)).run(spec, algorithm,
+                                               TrainData(files=tuple(shard_files)))
+
+
+@dataclass(frozen=True)
+class BeamRunner:
+    """Train a :class:`~lda_core.algorithms.algorithm.StochasticAlgorithm` (at its current
+    position) on the shards in windows of Beam pipeline runs (module docstring), waiting for
+    each; with ``settings.detach``, submit the next window and return a
+    :class:`SubmittedWindow` without waiting.
+
+    ``checkpoint_every`` is accepted for the CLI's sake: the Beam trainer publishes a
+    checkpoint at the end of every window. ``eval_every``: held-out evaluation at the end of a
+    window in which a multiple of it was reached (and at the end). The held-out set: a
+    :class:`lda_core.training.trainer.HeldOut`, or a :class:`HeldOutShards` (read when
+    evaluated). ``pass_stop`` (``--passes auto``; not with ``detach``): windows end at pass
+    ends at the latest, where :func:`after_window` feeds the held-out score to the rule, and
+    the run stops when it says so. ``resume``: continue from the latest checkpoint."""
+    settings: BeamSettings = BeamSettings()
+
+    def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None):
+        setup, algorithm = self.setup(spec, algorithm, data)
+        if self.settings.detach:
+            return submit_window(setup, spec, algorithm, self.settings.scratch_dir)
+        return _run_windows(setup, spec, algorithm, self.settings.scratch_dir, session)
+
+    def setup(self, spec: TrainSpec, algorithm, data: TrainData):
+        """The run's :class:`WindowSetup` and the algorithm to start from (the latest
+        checkpoint's when resuming)."""
+        from lda_core.training.ordering import n_batches
+        t_start = time.time()
+        st, sched = self.settings, spec.schedule
+        _check_settings(spec, st)
+        files, sizes, vh = _check_inputs(algorithm, data.files, spec.output.model_dir)
+        cfg = runner_config(st.runner, list(st.beam_argv or ()))   # else argv's --runner
+        M = int(st.minibatches_per_window or default_window(cfg, sched.minibatch))
+        n_threads = st.n_threads
+        if n_threads is None and not cfg.in_process:
+            # worker processes share the machine's cores; on a remote runner every SDK
+            # process is one of several on its VM, each given work of its own
+            n_threads = (max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
+                         if cfg.local else 1)
+        position = int(getattr(algorithm, "step", 0) or 0)
+        recorded = None
+        if sched.resume:
+            algorithm, position, path, prev_run = _resume(_store(spec), algorithm, vh,
+                                                          position)
+            recorded = pieces_mod.recorded_pieces(prev_run, path is not None)
+        run_info = spec.info()
+        explicit = (st.pieces_per_minibatch if st.pieces_per_minibatch is not None
+                    else run_info.get(pieces_mod.RUN_KEY))
+        pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
+                                           "pieces_per_minibatch")
+        run_info[pieces_mod.RUN_KEY] = pieces
+        B = n_batches(int(sum(sizes)), sched.minibatch)
+        total = int(sched.passes) * B
+        stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
+        unroll = True if st.unroll is None else bool(st.unroll)
+        return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
+                           unroll, run_info, t_start), algorithm
+
+
+def _store(spec: TrainSpec):
+    """The spec's checkpoint store (one in its model directory when it names none)."""
+    if spec.output.checkpoint_store is not None:
+        return spec.output.checkpoint_store
+    from lda_core.storage.checkpoint import CheckpointStore
+    return CheckpointStore(spec.output.model_dir)
+
+
+def with_store(spec: TrainSpec) -> TrainSpec:
+    """``spec`` with its checkpoint store opened (:func:`_store`)."""
+    if spec.output.checkpoint_store is not None:
+        return spec
+    return spec.replace(output=replace(spec.output, checkpoint_store=_store(spec)))
+
+
+def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Optional[str],
+                 session=None):
+    """The waiting run: the session, the windows from ``setup.position`` to ``setup.stop``,
+    the final evaluation and the scratch clean-up; a :class:`BeamTrainResult`."""
+    cfg, B = setup.cfg, setup.n_per_pass
+    spec = with_store(spec)
+    heldout = spec.evaluation.heldout
     if isinstance(heldout, HeldOutShards):
-        heldout = heldout.load()
+        spec = spec.replace(evaluation=replace(spec.evaluation, heldout=heldout.load()))
 
     run_key = uuid.uuid4().hex[:12]
-    scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
+    scratch_root = default_scratch_root(spec.output.model_dir, cfg, scratch_dir)
     scratch = None
     if not cfg.in_process:
         beam_state.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
         scratch = beam_state.new_scratch(scratch_root)
 
-    ses = Session(position=position, run_log=run_log, checkpoint_store=checkpoint_store,
-                  runner=cfg.describe(), run_info=run_info, heldout=heldout,
-                  eval_every=eval_every, progress=progress, t_start=t_start,
-                  pass_stop=pass_stop, batches_per_pass=B)
-    ses.write(start_record(t_start, position, algorithm, max_steps, total, eval_every,
-                           checkpoint_every, ses.run_info, cfg.describe(), M, unroll, pieces))
+    ses = open_session(session, spec, setup.position, runner=cfg.describe(),
+                       run_info=setup.run_info, batches_per_pass=B, t_start=setup.t_start)
+    ses.write(start_record(setup, spec, algorithm, ses.run_info))
     logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
                 "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
-                cfg.describe(), B, batch_size, D, position, stop, M,
-                "unrolled" if unroll else "one pipeline per minibatch", pieces)
-    run = _WindowRun(cfg, files, sizes, int(seed), int(batch_size), pieces, M, stop, unroll,
-                     n_threads, deterministic_combine, fanout, run_key, scratch)
+                cfg.describe(), B, spec.schedule.minibatch, setup.n_docs, setup.position,
+                setup.stop, setup.M,
+                "unrolled" if setup.unroll else "one pipeline per minibatch", setup.pieces)
+    run = _WindowRun(setup, int(spec.schedule.seed), int(spec.schedule.minibatch), run_key,
+                     scratch)
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
@@ -339,18 +364,9 @@ def _run_windows(cfg, algorithm, files, sizes, model_dir, *, position, stop, tot
 @dataclass
 class _WindowRun:
     """A waiting run's fixed settings, and its loop over windows."""
-    cfg: RunnerConfig
-    files: List[str]
-    sizes: List[int]
+    setup: WindowSetup
     seed: int
     batch_size: int
-    pieces: int
-    M: int
-    stop: int
-    unroll: bool
-    n_threads: Optional[int]
-    deterministic: bool
-    fanout: Optional[int]
     run_key: str
     scratch: Optional[str]
 
@@ -362,7 +378,7 @@ class _WindowRun:
             beam_state.put_local(key, beam_state.private_copy(algo))
             return StateRef(key, None, pos)
         # a scratch copy even when the state was just published as a checkpoint: workers
-        # load it in tens of ms, a checkpoint directory (sha256 of every array) took ~1.2 s
+        # load it far faster than a checkpoint directory (sha256 of every array)
         path = os.path.join(self.scratch, "state-%09d.npz" % pos)
         beam_state.save_scratch(algo, path)
         return StateRef(key, path, pos)
@@ -370,38 +386,40 @@ class _WindowRun:
     def parallel_phases(self) -> List[str]:
         """The phases every worker runs at once for each step (their seconds, summed over
         the workers in the timing records, overlap in wall time)."""
-        if self.cfg.in_process:
+        cfg = self.setup.cfg
+        if cfg.in_process:
             return []
-        if self.unroll and chained(self.cfg, self.scratch) and self.deterministic \
-                and not self.fanout:
+        if self.setup.unroll and chained(cfg, self.scratch):
             return list(PARALLEL_PHASES)
         return ["read", "estep", "stats_encode"]
 
     def windows(self, algorithm, ses: Session):
         """Window after window until ``stop``: run the window's pipeline(s), then
         :func:`after_window`. Returns (final algorithm, windows run, Beam counters)."""
+        st = self.setup
+        cfg, stop, M = st.cfg, st.stop, st.M
         counters_total: Dict[str, int] = {}
         windows = 0
-        n_windows = max(1, -(-(self.stop - ses.position) // self.M))
-        while ses.position < self.stop and not ses.passes_stopped:
+        n_windows = max(1, -(-(stop - ses.position) // M))
+        while ses.position < stop and not ses.passes_stopped:
             w_start = time.time()
-            end = min(self.stop, ses.position + self.M)
+            end = min(stop, ses.position + M)
             if ses.pass_stop is not None:    # --passes auto: windows end at pass ends
                 end = min(end, (ses.position // ses.batches_per_pass + 1) * ses.batches_per_pass)
-            steps = plan_steps(self.files, self.sizes, seed=self.seed,
+            steps = plan_steps(st.files, st.sizes, seed=self.seed,
                                batch_size=self.batch_size, start=ses.position, stop=end,
-                               pieces_per_minibatch=self.pieces)
+                               pieces_per_minibatch=st.pieces)
             times = PhaseTimes()
             start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
-            if self.unroll:
+            if st.unroll:
                 infos, new_algo, error, counters = _run_unrolled(
-                    self.cfg, steps, start_ref, self.run_key, self.scratch, self.n_threads,
-                    self.deterministic, self.fanout, times,
-                    run_steps=self.stop - ses.position if windows == 0 else None)
+                    cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
+                    True, None, times,
+                    run_steps=stop - ses.position if windows == 0 else None)
             else:
                 infos, new_algo, error, counters = _run_stepwise(
-                    self.cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
-                    self.n_threads, self.deterministic, self.fanout, self.state_ref, times)
+                    cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
+                    st.n_threads, True, None, self.state_ref, times)
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
             if infos:
@@ -414,14 +432,13 @@ class _WindowRun:
                 ses.write(times.record(len(infos), time.time() - w_start, window=windows,
                                        graph_bytes_per_step=times.nbytes.get(
                                            "pipeline_build", 0) / max(1, len(steps)),
-                                       runner=self.cfg.describe(),
-                                       workers=self.cfg.num_workers,
+                                       runner=cfg.describe(), workers=cfg.num_workers,
                                        parallel=self.parallel_phases()))
                 if self.scratch is not None:
-                    _clean_scratch(self.scratch, keep=None)
+                    _clean_scratch(self.scratch)
                 else:
                     beam_state.drop_local(self.run_key + "/")
-            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, self.stop,
+            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
                         time.time() - w_start, _session.docs_seen(algorithm))
         return algorithm, windows, counters_total
 
@@ -442,19 +459,14 @@ def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[Step
              % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))
 
 
-def _strip_runner(argv: List[str]) -> Optional[str]:
-    from pipelines.runtime.beam_options import _strip_option
-    return _strip_option(argv, "runner")
-
-
-def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
-    if keep is None and beam_state.is_remote(scratch):
-        beam_state.remove_tree(scratch)      # objects: no folder to keep
+def _clean_scratch(scratch: str) -> None:
+    """Empty a run's scratch folder after a window (an object-store one is removed: objects
+    have no folder to keep)."""
+    if beam_state.is_remote(scratch):
+        beam_state.remove_tree(scratch)
         return
     for name in os.listdir(scratch):
         p = os.path.join(scratch, name)
-        if keep is not None and os.path.abspath(p) == os.path.abspath(keep):
-            continue
         if os.path.isdir(p):
             shutil.rmtree(p, ignore_errors=True)
         else:
@@ -462,3 +474,4 @@ def _clean_scratch(scratch: str, keep: Optional[str]) -> None:
                 os.unlink(p)
             except OSError:
                 pass
+
