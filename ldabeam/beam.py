@@ -192,6 +192,12 @@ def _vocab_documents(kv):
         yield kv[1]
 
 
+# the keywords of Vectorize that build a vocabulary: ldabeam vectorize's options of the same
+# names (pipelines.ingest.vectorize.VectorizeOptions)
+VECTORIZE_OPTIONS = ("no_below", "no_above", "keep_n", "keep_tokens", "stopwords", "lowercase",
+                     "deaccent", "min_token_len", "max_token_len", "token_pattern", "segmenter")
+
+
 class Vectorize(beam.PTransform):
     """``str`` / ``dict`` records -> :class:`VectorizeResult` ``(rows, vocabulary,
     dead_letters)``, with ``ldabeam vectorize``'s tokenizer, vocabulary builder and
@@ -199,26 +205,32 @@ class Vectorize(beam.PTransform):
 
     ``model``: a model directory -- its vocabulary and recorded preprocessing are used (the
     rows can then go to :class:`InferTopics` or ``LdaModel.transform``); else the vocabulary
-    is built from the PCollection with ``no_below`` / ``no_above`` / ``keep_n`` (gensim's
-    ``filter_extremes``; the vectorize defaults when None) and the tokenizer options
-    (``lowercase``, ``deaccent``, ``min_token_len``, ``max_token_len``, ``stopwords`` as a
-    spec: ``gensim`` or a file). ``min_tokens``: documents with fewer tokens are dropped (as
-    ``--min-article-tokens``). ``tokenizer``: a model's custom tokenizer callable (with
-    ``model``). The vocabulary record is ``{"tokens", "df", "cf",
+    is built from the PCollection with ``options``, the keywords of ``ldabeam vectorize``'s
+    vocabulary and tokenizer options (:data:`VECTORIZE_OPTIONS`: ``no_below`` / ``no_above`` /
+    ``keep_n`` / ``keep_tokens`` as gensim's ``filter_extremes``, the vectorize defaults when
+    not given; ``lowercase``, ``deaccent``, ``min_token_len``, ``max_token_len``,
+    ``token_pattern``, ``segmenter``, ``stopwords`` as a spec: ``gensim`` or a file).
+    ``min_tokens``: documents with fewer tokens are dropped (as ``--min-article-tokens``).
+    ``tokenizer``: a custom tokenizer callable (text -> tokens; with ``model``, the one the
+    model was trained with). The vocabulary record is ``{"tokens", "df", "cf",
     "num_docs"}``; documents with no word of the vocabulary have no row."""
 
-    def __init__(self, model: Optional[str] = None, *, no_below: Optional[int] = None,
-                 no_above: Optional[float] = None, keep_n: Optional[int] = -1,
-                 lowercase: bool = True, deaccent: bool = True, min_token_len: int = 2,
-                 max_token_len: int = 15, stopwords: Optional[str] = None,
-                 min_tokens: int = 1, id_field: str = "id", text_field: str = "text",
-                 tokenizer=None):
+    def __init__(self, model: Optional[str] = None, *, min_tokens: int = 1,
+                 id_field: str = "id", text_field: str = "text", tokenizer=None, **options):
         super().__init__()
+        unknown = sorted(set(options) - set(VECTORIZE_OPTIONS))
+        if unknown:
+            from lda_core.errors import UsageError
+            raise UsageError("Vectorize: unknown option(s) %s; the options are %s"
+                             % (", ".join(unknown), ", ".join(VECTORIZE_OPTIONS)))
+        if model and options:
+            from lda_core.errors import UsageError
+            raise UsageError("Vectorize(model=...) uses the model's vocabulary and recorded "
+                             "preprocessing; %s apply only when the vocabulary is built "
+                             "(no model)" % ", ".join(sorted(options)))
         self._model = model
         self._tokenizer = tokenizer
-        self._prune = dict(no_below=no_below, no_above=no_above, keep_n=keep_n)
-        self._tok = dict(lowercase=lowercase, deaccent=deaccent, min_token_len=min_token_len,
-                         max_token_len=max_token_len, stopwords=stopwords)
+        self._options = options
         self._min_tokens = int(min_tokens)
         self._fields = dict(id_field=id_field, text_field=text_field)
 
@@ -242,8 +254,8 @@ class Vectorize(beam.PTransform):
         if self._model:
             cfg, vpath, vocab = self._model_setup()
         else:
-            vo = VectorizeOptions(inputs=["<pcollection>"], output="<none>", **self._prune,
-                                  **self._tok)
+            vo = VectorizeOptions(inputs=["<pcollection>"], output="<none>",
+                                  tokenizer=self._tokenizer, **self._options)
             vo.validate()
             cfg = vo.tokenizer_config(load_stopwords(vo.stopwords))
             vpath, vocab = None, None

@@ -251,10 +251,13 @@ def test_no_private_names_across_modules():
         assert len(offenders) <= PRIVATE_USES_LEFT, "\n" + "\n".join(offenders)
 
 
-# the training layer passes a TrainSpec and a runner's settings object, never long lists of
-# keywords; numba kernels (``@njit`` / ``@numba.jit``) are exempt
+# the training layer passes a TrainSpec and a runner's settings object, an algorithm takes its
+# SPEC's settings, never long lists of keywords; numba kernels (``@njit`` / ``@numba.jit``) and
+# the scikit-learn estimators' constructors (scikit-learn's convention: every parameter a
+# keyword of __init__) are exempt
 MAX_PARAMETERS = 12
-PARAMETER_RULE_FOLDERS = ("lda_core/training", "pipelines/commands", "pipelines/training")
+PARAMETER_RULE_FOLDERS = ("lda_core", "pipelines", "ldabeam")
+PARAMETER_RULE_EXEMPT = {("lda_core/sklearn_api.py", "__init__")}
 
 
 def _numba_kernel(node) -> bool:
@@ -276,12 +279,13 @@ def _long_parameter_lists():
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             n = _parameter_count(node)
-            if n > MAX_PARAMETERS and not _numba_kernel(node):
+            exempt = (src.rel.replace(os.sep, "/"), node.name) in PARAMETER_RULE_EXEMPT
+            if n > MAX_PARAMETERS and not _numba_kernel(node) and not exempt:
                 offenders.append("%s: %s has %d parameters" % (src.where(node), node.name, n))
     return sorted(offenders)
 
 
-def test_no_long_parameter_lists_in_training():
+def test_no_long_parameter_lists():
     offenders = _long_parameter_lists()
     assert not offenders, "\n" + "\n".join(offenders)
 

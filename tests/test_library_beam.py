@@ -146,6 +146,27 @@ def test_infer_topics_and_vectorize_on_plain_pcollections(model, records, tmp_pa
                     checked(check_records), label="ThetaOfRows")
 
 
+def test_vectorize_takes_vectorize_options_and_refuses_the_rest(model, records):
+    """Vectorize's vocabulary options are ldabeam vectorize's (token_pattern, segmenter, ...
+    included); an unknown one, or one given with a model (whose recorded preprocessing
+    rules), is a UsageError naming it rather than silently ignored."""
+    from lda_core.errors import UsageError
+    with pytest.raises(UsageError, match="unknown option.*min_len"):
+        Vectorize(min_len=3)
+    with pytest.raises(UsageError, match="no_below apply only when the vocabulary is built"):
+        Vectorize(model, no_below=2)
+
+    def check_vocab(vs):
+        tokens = vs[0]["tokens"]
+        assert tokens and all(t.isalpha() and len(t) >= 7 for t in tokens), tokens[:20]
+
+    with beam.Pipeline(options=pipeline_options()) as p:
+        built = (p | beam.Create(records)
+                 | Vectorize(no_below=1, no_above=1.0, token_pattern=r"[a-z]{7,}",
+                             max_token_len=30))
+        assert_that(built.vocabulary, checked(check_vocab), label="LongWords")
+
+
 @pytest.mark.slow
 def test_streaming_handler_switches_to_a_new_checkpoint(model, records, tmp_path):
     """The model metadata side input names a checkpoint published while the pipeline runs
