@@ -54,8 +54,10 @@ setup(
         "matplotlib>=3.6",
     ],
     extras_require={
+        # apache-beam[gcp]: tests/test_dataflow_translation.py translates the training window
+        # with the DataflowRunner's dry run (offline); it skips with the reason without it
         "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "jieba>=0.42.1",
-                 "janome>=0.5.0"],
+                 "janome>=0.5.0", "apache-beam[gcp]>=2.60"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
         # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package

@@ -170,10 +170,10 @@ def build_chain(p, tasks, steps: List[StepPlan], start_pcoll, run_key: str, scra
     prev = None
     for j, sp in enumerate(steps):
         pieces = tasks[j] | "Step%d" % sp.position >> beam.ParDo(
-            ChainedEStepFn(sp, prev, run_key, scratch, n_threads), start,
+            ChainedEStepFn(sp.bare(), prev, run_key, scratch, n_threads), start,
             beam.pvalue.AsList(pieces))
-        prev = sp
+        prev = sp.bare()      # the DoFns read no rows: the graph carries no read plan
     return (p | "Finish" >> beam.Create([None], reshuffle=False)
             | "Last%d" % steps[-1].position >> beam.ParDo(
-                ChainedFinishFn(steps[-1], run_key, scratch, n_threads), start,
+                ChainedFinishFn(steps[-1].bare(), run_key, scratch, n_threads), start,
                 beam.pvalue.AsList(pieces)))

@@ -1,14 +1,21 @@
 """Shard planning for the Beam trainer: which rows of which shard make up each piece of each
-minibatch of a window (:func:`plan_steps`, from ``lda_core.training.ordering.plan_pass`` and the shard
-row counts alone, so membership never depends on how Beam bundles the work), and reading a
-piece's rows (:func:`read_task`; one cached shard per process)."""
+minibatch of a window, and reading a piece's rows (:func:`read_task`; one cached shard per
+process).
+
+The graph carries no row indices. A window's read tasks are named by ``(position, piece)``
+plus one :class:`ReadPlan` (shard files, their row counts, seed, S, P) that the graph holds
+once; each worker derives a task's rows from them (``lda_core.training.ordering.plan_pass``:
+the same rows, in the same order, as the in-process trainer's stream), so membership never
+depends on how Beam bundles the work and the graph grows by the transforms of a step only.
+"""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,11 +28,58 @@ logger = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------ read tasks
 
 @dataclass(frozen=True)
+class ReadPlan:
+    """Everything a worker needs to derive any read task of a run: the shard files, their
+    row counts (from the Parquet metadata), the order's seed, the minibatch size S and the
+    pieces per minibatch P."""
+    files: Tuple[str, ...]
+    sizes: Tuple[int, ...]
+    seed: int
+    batch_size: int
+    pieces: int
+
+    @property
+    def n_docs(self) -> int:
+        return int(sum(self.sizes))
+
+    def step_size(self, position: int) -> Tuple[int, int, int]:
+        """``(pass index, batch index, documents)`` of global step ``position``."""
+        from lda_core.training.ordering import locate_step, n_batches
+        D, S = self.n_docs, self.batch_size
+        p, b = locate_step(position, D, S)
+        n = S if b < n_batches(D, S) - 1 else D - S * b
+        return p, b, int(n)
+
+    def n_pieces(self, position: int) -> int:
+        """Read tasks (non-empty pieces) of step ``position``."""
+        from lda_core.training.pieces import piece_bounds
+        return len(piece_bounds(self.step_size(position)[2], self.pieces))
+
+    def piece_rows(self, position: int, piece: int) -> List[Tuple[int, np.ndarray]]:
+        """Piece ``piece`` of step ``position`` as ``[(shard index, rows), ...]`` in minibatch
+        order."""
+        return _step_pieces(self, int(position))[int(piece)]
+
+
 class ReadTask:
-    """One piece of a minibatch: rows of one or more shards (minibatch order)."""
-    position: int                              # global step index of the minibatch
-    piece: int                                 # piece index within the minibatch
-    parts: Tuple[Tuple[str, np.ndarray], ...]  # (shard file, row indices)
+    """One piece of a minibatch: ``(position, piece)`` of a :class:`ReadPlan`; its rows
+    (``parts``: ``(shard file, row indices)`` in minibatch order) are derived where they are
+    read."""
+    __slots__ = ("position", "piece", "plan")
+
+    def __init__(self, position: int, piece: int, plan: ReadPlan):
+        self.position, self.piece, self.plan = int(position), int(piece), plan
+
+    def __reduce__(self):
+        return ReadTask, (self.position, self.piece, self.plan)
+
+    def __repr__(self):
+        return "ReadTask(position=%d, piece=%d)" % (self.position, self.piece)
+
+    @property
+    def parts(self) -> Tuple[Tuple[str, np.ndarray], ...]:
+        return tuple((self.plan.files[s], rows)
+                     for s, rows in self.plan.piece_rows(self.position, self.piece))
 
     @property
     def n_docs(self) -> int:
@@ -39,6 +93,14 @@ class StepPlan:
     batch_index: int
     n_docs: int
     tasks: List[ReadTask] = field(default_factory=list)
+
+    def bare(self) -> "StepPlan":
+        """This step without its read tasks (what a DoFn that reads nothing carries)."""
+        return StepPlan(self.position, self.pass_index, self.batch_index, self.n_docs)
+
+    @property
+    def read_plan(self) -> Optional[ReadPlan]:
+        return self.tasks[0].plan if self.tasks else None
 
 
 def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
@@ -64,33 +126,43 @@ def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
     return [o for o in out if o]
 
 
+@functools.lru_cache(maxsize=4)
+def _pass_plan(sizes: Tuple[int, ...], seed: int, pass_index: int, batch_size: int):
+    from lda_core.training.ordering import plan_pass
+    return plan_pass(sizes, seed, pass_index, batch_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_segments(sizes: Tuple[int, ...], seed: int, pass_index: int, batch_size: int,
+                    shard: int):
+    # consecutive steps read the same shards: their permutations are drawn once per process
+    return _pass_plan(sizes, seed, pass_index, batch_size).shard_segments(shard)
+
+
+@functools.lru_cache(maxsize=8)
+def _step_pieces(plan: ReadPlan, position: int) -> List[List[Tuple[int, np.ndarray]]]:
+    """The pieces of step ``position``: its members (``PassPlan.batch_members``, the rows
+    the in-process stream gathers) cut by :func:`_split_rows`."""
+    p, b, _ = plan.step_size(position)
+    key = (plan.sizes, plan.seed, p, plan.batch_size)
+    members = []
+    for j in _pass_plan(*key).shards_of_batch(b):
+        members.extend((seg.shard, seg.rows) for seg in _shard_segments(*key, j)
+                       if seg.batch == b)
+    return _split_rows(members, plan.pieces)
+
+
 def plan_steps(files: Sequence[str], shard_sizes: Sequence[int], *, seed: int,
                batch_size: int, start: int, stop: int, pieces_per_minibatch: int
                ) -> List[StepPlan]:
-    """The read tasks of global steps ``[start, stop)`` (from ``plan_pass``)."""
-    from lda_core.training.ordering import locate_step, n_batches, plan_pass
-    D = int(sum(shard_sizes))
-    B = n_batches(D, batch_size)
+    """The steps ``[start, stop)`` with their read tasks (rows derived when read)."""
+    plan = ReadPlan(tuple(str(f) for f in files), tuple(int(n) for n in shard_sizes),
+                    int(seed), int(batch_size), int(pieces_per_minibatch))
     out: List[StepPlan] = []
-    pos = start
-    while pos < stop:
-        p, b0 = locate_step(pos, D, batch_size)
-        last = min(stop, (p + 1) * B)          # this pass's part of the range
-        plan = plan_pass(shard_sizes, seed, p, batch_size)
-        members: Dict[int, List[Tuple[int, np.ndarray]]] = OrderedDict()
-        b1 = last - p * B
-        for seg in plan.iter_segments(b0):
-            if seg.batch >= b1:
-                break
-            members.setdefault(seg.batch, []).append((seg.shard, seg.rows))
-        for b in range(b0, b1):
-            m = members.get(b, [])
-            sp = StepPlan(p * B + b, p, b, int(sum(len(r) for _, r in m)))
-            for k, piece in enumerate(_split_rows(m, pieces_per_minibatch)):
-                sp.tasks.append(ReadTask(sp.position, k, tuple((files[s], np.asarray(r))
-                                                             for s, r in piece)))
-            out.append(sp)
-        pos = last
+    for pos in range(int(start), int(stop)):
+        p, b, n = plan.step_size(pos)
+        out.append(StepPlan(pos, p, b, n, [ReadTask(pos, k, plan)
+                                           for k in range(plan.n_pieces(pos))]))
     return out
 
 

@@ -21,7 +21,7 @@ from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
 
 logger = logging.getLogger(__name__)
-from pipelines.training.beam_plan import StepPlan, read_task
+from pipelines.training.beam_plan import ReadTask, StepPlan, read_task
 
 METRICS_NAMESPACE = "ldabeam"
 
@@ -354,7 +354,12 @@ class TrainStep(beam.PTransform):
 
 
 class WindowTasks(beam.PTransform):
-    """All read tasks of a window, spread over the workers once, split by minibatch."""
+    """All read tasks of a window, spread over the workers once, split by minibatch.
+
+    The graph holds one element: the window's :class:`~pipelines.training.beam_plan.ReadPlan`
+    and its positions with their piece counts; the tasks ``(position, ReadTask)`` are made
+    from it in a worker, and each derives its rows where it is read -- no row index is in
+    the graph, so a step adds only its transforms to it."""
 
     def __init__(self, steps: List[StepPlan]):
         super().__init__()
@@ -362,9 +367,23 @@ class WindowTasks(beam.PTransform):
 
     def expand(self, pbegin):
         first = self.steps[0].position
-        tasks = [(sp.position, t) for sp in self.steps for t in sp.tasks]
-        created = pbegin | "Create" >> beam.Create(tasks, reshuffle=True)
+        plan = self.steps[0].read_plan
+        if plan is None or any(sp.read_plan != plan for sp in self.steps):
+            raise ValueError("WindowTasks needs the read tasks of one ReadPlan")
+        spec = (plan, tuple((sp.position, len(sp.tasks)) for sp in self.steps))
+        created = (pbegin
+                   | "Create" >> beam.Create([spec], reshuffle=False)
+                   | "Expand" >> beam.FlatMap(_window_tasks))
+        if sum(n for _, n in spec[1]) > 1:
+            created = created | "Spread" >> beam.Reshuffle()
         if len(self.steps) == 1:
             return [created]
         return created | "ByMinibatch" >> beam.Partition(
             lambda kv, n: kv[0] - first, len(self.steps))
+
+
+def _window_tasks(spec):
+    plan, positions = spec
+    for position, n_pieces in positions:
+        for k in range(n_pieces):
+            yield position, ReadTask(position, k, plan)

@@ -414,7 +414,8 @@ class _WindowRun:
             if st.unroll:
                 infos, new_algo, error, counters = _run_unrolled(
                     cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
-                    True, None, times)
+                    True, None, times,
+                    run_steps=stop - ses.position if windows == 0 else None)
             else:
                 infos, new_algo, error, counters = _run_stepwise(
                     cfg, steps, algorithm, start_ref, self.run_key, self.scratch,

@@ -39,17 +39,49 @@ def _query_counters(result) -> Dict[str, int]:
     return out
 
 
-def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None
-                  ) -> Dict[str, int]:
+# Dataflow's limits on one job ("Request quotas"): the graph a job stages, and the JSON request
+GRAPH_LIMIT_BYTES = 10 * 1024 * 1024
+REQUEST_LIMIT_BYTES = 20 * 1024 * 1024
+
+
+def jobs_line(runner: str, run_steps: int, window_steps: int, graph_bytes: int) -> str:
+    """One line: how many jobs (windows) a run of ``run_steps`` steps takes in windows of
+    ``window_steps``, and why -- the window's graph bytes per step against Dataflow's graph
+    limit, which bounds the steps one job can hold."""
+    per_step = graph_bytes / max(1, window_steps)
+    fits = int(GRAPH_LIMIT_BYTES // max(1.0, per_step))
+    jobs = max(1, -(-int(run_steps) // max(1, int(window_steps))))
+    head = ("%s: this run is %d job%s (%d steps, windows of %d, one job each); its graph is "
+            "%.1f kB per step, so one job holds at most %d steps within Dataflow's %d MB graph "
+            "limit" % (runner, jobs, "" if jobs == 1 else "s", run_steps, window_steps,
+                       per_step / 1000.0, fits, GRAPH_LIMIT_BYTES // (1024 * 1024)))
+    if graph_bytes > GRAPH_LIMIT_BYTES:
+        return head + ": this window is over it, give --minibatches-per-window %d or fewer" % fits
+    if jobs > 1 and run_steps <= fits:
+        return head + " (--minibatches-per-window %d makes it one job)" % run_steps
+    if jobs > 1 and window_steps < fits:
+        return head + " (--minibatches-per-window %d: %d jobs)" % (
+            fits, -(-int(run_steps) // fits))
+    return head
+
+
+def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
+                  run_steps: Optional[int] = None, window_steps: int = 1) -> Dict[str, int]:
     """Build and run one pipeline; its Beam counters. The per-phase costs the workers
-    reported (:mod:`pipelines.training.beam_cost`) are added to ``times``."""
+    reported (:mod:`pipelines.training.beam_cost`) are added to ``times``. ``run_steps``
+    (the steps left in the run, given for its first window): on a remote runner the driver
+    says how many jobs the run takes (:func:`jobs_line`) before submitting this one."""
     t0 = time.time()
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     build(p)
     t1 = time.time()
     # the graph's size as a runner receives it (the runner API proto): what bounds the steps
     # one job can hold (Dataflow's request and graph limits)
-    graph_bytes = p.to_runner_api().ByteSize() if times is not None else None
+    graph_bytes = p.to_runner_api().ByteSize() \
+        if times is not None or (run_steps and not cfg.local) else None
+    if run_steps and not cfg.local:
+        (logger.warning if graph_bytes > GRAPH_LIMIT_BYTES else logger.info)(
+            jobs_line(cfg.runner, run_steps, window_steps, graph_bytes))
     t1b = time.time()
     result = p.run()
     result.wait_until_finish()      # metrics are complete only after this
@@ -102,14 +134,15 @@ def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
 
 def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
                   scratch: Optional[str], n_threads, deterministic, fanout,
-                  times: Optional[PhaseTimes] = None):
-    """One pipeline for the whole window; returns (infos, final algorithm, error, counters)."""
+                  times: Optional[PhaseTimes] = None, run_steps: Optional[int] = None):
+    """One pipeline for the whole window; returns (infos, final algorithm, error, counters).
+    ``run_steps``: the steps left in the run (first window: see :func:`_run_pipeline`)."""
 
     def build(p):
         _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
                       fanout)
 
-    counters = _run_pipeline(cfg, build, times)
+    counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
     infos, algo, error = _collect_window(steps, start_ref, run_key, scratch)
     return infos, algo, error, counters
 

@@ -1,0 +1,125 @@
+"""The 3.3 M-document plan is one Dataflow job: the DataflowRunner's own translation of the
+training window, without submitting it.
+
+With the ``[gcp]`` extra, ``--dry_run=True --no_auth`` and valid-looking ``--project``,
+``--region`` and ``gs://`` temp/staging locations, the DataflowRunner translates a pipeline
+and returns before any request is sent: ``result.job.proto`` is the job request (its JSON is
+what is posted) and ``result.job.proto_pipeline`` the pipeline it stages. Dataflow accepts
+requests of at most 20 MB and job graphs of at most 10 MB (its "Request quotas" page).
+
+The window is the one a remote runner runs (two stages per step: E-step of the pieces, the
+combine and the global step; state references as side inputs), built for one pass of
+3,300,000 documents at S = 4,096 (806 steps) over 165 shards of 20,000 rows (the vectorize
+pipeline's automatic sharding; synthetic row counts, nothing is read). The whole 806-step
+window is translated. The graph carries no row indices (workers derive their read tasks from
+the plan), so a step costs only its transforms; with pickled row indices (~5 bytes per
+document) the same window was over 10 MB.
+"""
+from __future__ import annotations
+
+import pytest
+
+D, S, SHARD_ROWS, PIECES = 3_300_000, 4096, 20_000, 16
+GRAPH_LIMIT = 10 * 1024 * 1024       # Dataflow's job graph limit
+REQUEST_LIMIT = 20 * 1024 * 1024     # Dataflow's job request limit
+
+
+def _dataflow():
+    try:
+        from apache_beam.runners.dataflow import dataflow_runner  # noqa: F401
+        from apache_beam.runners.dataflow.internal import apiclient  # noqa: F401
+    except ImportError as e:
+        pytest.skip("the DataflowRunner cannot import (install ldabeam[gcp]): %s" % e)
+
+
+def _cfg():
+    from pipelines.runtime.beam_options import runner_config
+    return runner_config("DataflowRunner", [
+        "--project=ldabeam-dry-run", "--region=us-central1",
+        "--temp_location=gs://ldabeam-dry-run/tmp",
+        "--staging_location=gs://ldabeam-dry-run/staging",
+        "--no_auth", "--dry_run=True", "--sdk_location=container", "--num_workers=16"])
+
+
+def _window(p, cfg, n_steps: int, batch_size: int = S):
+    """The remote runner's window of ``n_steps`` steps over the synthetic plan, in ``p``."""
+    from pipelines.training.beam_plan import plan_steps
+    from pipelines.training.beam_state import StateRef
+    from pipelines.training.beam_window import _build_window
+    n_shards = -(-D // SHARD_ROWS)
+    sizes = [min(SHARD_ROWS, D - i * SHARD_ROWS) for i in range(n_shards)]
+    files = ["gs://ldabeam-corpus/enwiki/shards/train-%05d-of-%05d.parquet" % (i, n_shards)
+             for i in range(n_shards)]
+    steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
+                       pieces_per_minibatch=PIECES)
+    scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
+    start = StateRef("run/0", scratch + "/state-000000000.npz", 0)
+    _build_window(p, cfg, steps, start, "run", scratch, 1, True, None)
+
+
+def _translate(n_steps: int):
+    """The Dataflow dry-run translation of a window of ``n_steps`` steps: (request bytes,
+    pipeline bytes)."""
+    import apache_beam as beam
+    cfg = _cfg()
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    _window(p, cfg, n_steps)
+    result = p.run()
+    return len(result.job.json().encode("utf-8")), result.job.proto_pipeline.ByteSize()
+
+
+@pytest.mark.slow
+def test_the_wikipedia_pass_is_one_dataflow_job():
+    _dataflow()
+    from lda_core.training.ordering import n_batches
+    n_steps = n_batches(D, S)
+    assert n_steps == 806
+    small_request, small_pipeline = _translate(2)
+    request, pipeline = _translate(n_steps)
+    per_step = (pipeline - small_pipeline) / (n_steps - 2)
+    print("Dataflow dry run, %d steps: request %d bytes, pipeline %d bytes, %.0f bytes "
+          "per step" % (n_steps, request, pipeline, per_step))
+    assert request <= REQUEST_LIMIT
+    assert pipeline <= GRAPH_LIMIT
+    # the graph grows by a step's transforms only (no per-document data)
+    assert per_step <= 12_000
+
+
+def test_graph_bytes_per_step_do_not_grow_with_the_minibatch():
+    """The runner API graph (what ``graph_bytes_per_step`` in the timing record measures) of
+    the remote window grows by a step's transforms only: the same at S = 256 and
+    S = 4,096, under the 12 kB per step that fit 806 steps in one job (with pickled row
+    indices a step at S = 4,096 was ~31 kB). Needs no Dataflow SDK: the graph is built, not
+    run."""
+    import apache_beam as beam
+
+    def per_step(batch_size):
+        sizes = []
+        for n in (4, 20):
+            p = beam.Pipeline()
+            _window(p, _cfg(), n, batch_size)
+            sizes.append(p.to_runner_api().ByteSize())
+        return (sizes[1] - sizes[0]) / 16
+
+    small, large = per_step(256), per_step(S)
+    print("graph bytes per step: S=256 %.0f, S=4096 %.0f" % (small, large))
+    assert large <= 12_000
+    assert abs(large - small) <= 0.02 * small
+
+
+def test_the_driver_says_how_many_jobs_a_remote_run_takes():
+    """The first window of a remote run logs one line: jobs, and the graph bytes per step
+    against the 10 MB limit that bound them (with the window that makes the run fewer jobs,
+    or, when the window is over the limit, the largest one that is not)."""
+    from pipelines.training.beam_window import GRAPH_LIMIT_BYTES, jobs_line
+    per_step = 10_000
+    line = jobs_line("DataflowRunner", 806, 64, 64 * per_step)
+    assert line.startswith("DataflowRunner: this run is 13 jobs (806 steps, windows of 64")
+    fits = GRAPH_LIMIT_BYTES // per_step
+    assert "10.0 kB per step" in line and "at most %d steps" % fits in line
+    assert line.endswith("(--minibatches-per-window 806 makes it one job)")
+    one = jobs_line("DataflowRunner", 806, 806, 806 * per_step)
+    assert "this run is 1 job (" in one and "--minibatches-per-window" not in one
+    over = jobs_line("FlinkRunner", 3000, 2000, 2000 * per_step)
+    assert over.endswith("this window is over it, give --minibatches-per-window %d or fewer"
+                         % fits)
