@@ -45,7 +45,7 @@ def _cfg(dry_run: bool):
 def _window(p, cfg, n_steps: int, batch_size: int):
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
-    from pipelines.training.beam_window import _build_window
+    from pipelines.training.beam_window import build_window
     n_shards = -(-D // SHARD_ROWS)
     sizes = [min(SHARD_ROWS, D - i * SHARD_ROWS) for i in range(n_shards)]
     files = ["gs://ldabeam-corpus/enwiki/shards/train-%05d-of-%05d.parquet" % (i, n_shards)
@@ -53,7 +53,7 @@ def _window(p, cfg, n_steps: int, batch_size: int):
     steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
-    _build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
+    build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
                   "run", scratch, 1, True, None)
 
 

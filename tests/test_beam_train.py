@@ -153,13 +153,13 @@ def test_in_process_steps_are_grouped_by_documents():
     """In-process, consecutive minibatches share one transform until it holds
     IN_PROCESS_DOCS_PER_TRANSFORM documents (Beam's cost per transform is fixed)."""
     from pipelines.training.beam_plan import StepPlan
-    from pipelines.training.beam_steps import _group_steps
+    from pipelines.training.beam_steps import group_steps
     steps = [StepPlan(i, 0, i, 100) for i in range(10)]
-    groups = _group_steps(steps, 250)
+    groups = group_steps(steps, 250)
     assert [[sp.position for sp in g] for g in groups] == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
                                                            [9]]
-    assert [len(g) for g in _group_steps(steps, 1)] == [1] * 10     # big minibatches: alone
-    assert _group_steps([], 10) == []
+    assert [len(g) for g in group_steps(steps, 1)] == [1] * 10     # big minibatches: alone
+    assert group_steps([], 10) == []
 
 
 def test_one_pipeline_per_minibatch_equals_inprocess_trainer(kos_small, tmp_path):

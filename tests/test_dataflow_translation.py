@@ -45,7 +45,7 @@ def _window(p, cfg, n_steps: int, batch_size: int = S):
     """The remote runner's window of ``n_steps`` steps over the synthetic plan, in ``p``."""
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
-    from pipelines.training.beam_window import _build_window
+    from pipelines.training.beam_window import build_window
     n_shards = -(-D // SHARD_ROWS)
     sizes = [min(SHARD_ROWS, D - i * SHARD_ROWS) for i in range(n_shards)]
     files = ["gs://ldabeam-corpus/enwiki/shards/train-%05d-of-%05d.parquet" % (i, n_shards)
@@ -54,7 +54,7 @@ def _window(p, cfg, n_steps: int, batch_size: int = S):
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
     start = StateRef("run/0", scratch + "/state-000000000.npz", 0)
-    _build_window(p, cfg, steps, start, "run", scratch, 1, True, None)
+    build_window(p, cfg, steps, start, "run", scratch, 1, True, None)
 
 
 def _translate(n_steps: int):

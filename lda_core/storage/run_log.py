@@ -55,13 +55,13 @@ logger = logging.getLogger(__name__)
 RUN_LOG_FILE = "run_log.jsonl"
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, np.ndarray):
-        return _jsonable(v.tolist())
+        return jsonable(v.tolist())
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating, float)):
@@ -103,7 +103,7 @@ class RunLog:
         self._f = open(path, "a", encoding="utf-8")
 
     def write(self, record: Dict[str, Any]) -> None:
-        line = json.dumps(_jsonable(record), sort_keys=True, allow_nan=False)
+        line = json.dumps(jsonable(record), sort_keys=True, allow_nan=False)
         if self._buffered:
             if self._closed:
                 raise ValueError("write to a closed run log %s" % self.path)
@@ -201,7 +201,7 @@ def append_records(path: str, records, files=None) -> None:
     first): appended to a local file; on an object store (no append) the object is read, the
     lines added and the whole object rewritten in one upload."""
     files = files or files_for(path)
-    data = "".join(json.dumps(_jsonable(r), sort_keys=True, allow_nan=False) + "\n"
+    data = "".join(json.dumps(jsonable(r), sort_keys=True, allow_nan=False) + "\n"
                    for r in records).encode("utf-8")
     if getattr(files, "can_append", True):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -40,8 +40,8 @@ from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_plan import StepPlan
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import sum_in_order
-from pipelines.training.beam_steps import (LeanDoFn, _StepMetrics, _global_step, _remove_quietly,
-                                           _store_info, piece_statistics)
+from pipelines.training.beam_steps import (LeanDoFn, StepMetrics, global_step_info, remove_quietly,
+                                           store_step_info, piece_statistics)
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ def state_path(scratch: str, position: int) -> str:
 def _load(path: str, n_threads: Optional[int]):
     t0 = time.perf_counter()
     algo = beam_state.load_algorithm(path)
-    beam_cost.report("state_delivery", time.perf_counter() - t0, beam_state._size(path))
-    beam_state._set_threads(algo, n_threads)
+    beam_cost.report("state_delivery", time.perf_counter() - t0, beam_state.state_file_size(path))
+    beam_state.set_threads(algo, n_threads)
     return algo
 
 
@@ -94,11 +94,11 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
             algo = _load(path, n_threads)
         stats = sum_in_order(dict(prev_pieces))
         key = "%s/%d" % (run_key, position)
-        info = _global_step(algo, stats, prev.position, prev.n_docs)
+        info = global_step_info(algo, stats, prev.position, prev.n_docs)
         if "error" in info:
             _COPY[0] = None
             if publisher:
-                _store_info(scratch, key, info)
+                store_step_info(scratch, key, info)
                 logger.error("global step at position %d failed: %s", prev.position,
                              info["error"])
             return None
@@ -107,14 +107,14 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
             t0 = time.perf_counter()
             beam_state.save_scratch(algo, state_path(scratch, position))
             beam_cost.report("publish", time.perf_counter() - t0)
-            _store_info(scratch, key, info)
+            store_step_info(scratch, key, info)
             beam_cost.mark(beam_cost.LAST_STEP)
             if position - 2 > start.position:
-                _remove_quietly(state_path(scratch, position - 2))
+                remove_quietly(state_path(scratch, position - 2))
             prefix = "stats-%09d-" % (position - 2)
             for name in beam_state.list_names(scratch):
                 if name.startswith(prefix):
-                    _remove_quietly(os.path.join(scratch, name))
+                    remove_quietly(os.path.join(scratch, name))
         return algo
 
 
@@ -128,7 +128,7 @@ class ChainedEStepFn(LeanDoFn):
                  n_threads: Optional[int] = None):
         self.step, self.prev, self.run_key, self.scratch = step, prev, run_key, scratch
         self.n_threads = n_threads
-        self.metrics = _StepMetrics()
+        self.metrics = StepMetrics()
 
     def process(self, element, start: Optional[StateRef], prev_pieces):
         position, task = element

@@ -79,7 +79,7 @@ class FinishWindowFn(LeanDoFn):
 
     Runs once (main input: one element), after the window's last global step (its state
     reference is a side input, so Beam runs this only when the window is done). Collects the
-    steps' infos and the last good state (:func:`_collect_window`); evaluates on the held-out
+    steps' infos and the last good state (:func:`collect_window`); evaluates on the held-out
     documents (read here) when a multiple of ``eval_every`` was reached in the window or, as
     at the end of a waiting run, when the window ends the launch unevaluated; publishes the
     checkpoint through :class:`lda_core.storage.checkpoint.CheckpointStore` (the object-store layer
@@ -106,8 +106,8 @@ class FinishWindowFn(LeanDoFn):
                 raise TrainingError(msg)
             return
         from lda_core.storage.checkpoint import CheckpointStore
-        from pipelines.training.beam_window import _collect_window
-        infos, algo, error = _collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
+        from pipelines.training.beam_window import collect_window
+        infos, algo, error = collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         records = _Records()
         records.write(f.start_record)
         heldout = None
@@ -213,7 +213,7 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     state in the run's scratch folder, build the window's pipeline with
     :class:`FinishWindowFn` at the end and submit it without waiting."""
     from pipelines.training import detached
-    from pipelines.training.beam_window import _build_window
+    from pipelines.training.beam_window import build_window
     cfg, position, stop, model_dir = setup.cfg, setup.position, setup.stop, \
         spec.output.model_dir
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
@@ -252,7 +252,7 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
         t_start=setup.t_start)
 
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
-    final = _build_window(p, cfg, steps, start_ref, run_key, scratch, setup.n_threads,
+    final = build_window(p, cfg, steps, start_ref, run_key, scratch, setup.n_threads,
                           True, None)
     (p | "FinishStart" >> beam.Create([None], reshuffle=False)
      | "FinishWindow" >> beam.ParDo(FinishWindowFn(finish),

@@ -71,7 +71,7 @@ from pipelines.training.beam_plan import plan_steps, read_task
 from pipelines.training.beam_steps import METRICS_NAMESPACE
 from pipelines.training.beam_train import (BeamTrainResult, check_shards, default_scratch_root,
                                            resume_from_latest)
-from pipelines.training.beam_window import _query_counters
+from pipelines.training.beam_window import query_counters
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def _run_window(cfg: RunnerConfig, window: SequentialWindow) -> Tuple[Dict[str, 
      | "Sampler" >> beam.ParDo(SequentialWindowFn()))
     result = p.run()
     result.wait_until_finish()
-    counters = _query_counters(result)
+    counters = query_counters(result)
     out = beam_state.read_json(window.result_path)
     if out is None:
         raise TrainingError("the window starting at minibatch %d produced no result "

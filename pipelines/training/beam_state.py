@@ -121,7 +121,7 @@ def save_scratch(algorithm, path: str) -> str:
     (never resumed from; a killed run's scratch is deleted unread). Measured at K=100,
     V=29,403 on this machine: ~0.9 s for ``TopicState.save`` (sha256 + fsync of 24 MB) vs a
     few tens of ms here. Data only: read back with ``allow_pickle=False``."""
-    from lda_core.storage.run_log import _jsonable
+    from lda_core.storage.run_log import jsonable
     # written out at once: the algorithm's own arrays where it can hand them over uncopied
     state = algorithm.to_state(copy=False)
     meta = dict(algorithm=state.algorithm, n_topics=state.n_topics, n_words=state.n_words,
@@ -130,7 +130,7 @@ def save_scratch(algorithm, path: str) -> str:
     arrays = dict(state.arrays)
     if _META in arrays:
         raise ValueError("array name %r is reserved" % _META)
-    arrays[_META] = np.frombuffer(json.dumps(_jsonable(meta)).encode("utf-8"), np.uint8)
+    arrays[_META] = np.frombuffer(json.dumps(jsonable(meta)).encode("utf-8"), np.uint8)
     if is_remote(path):
         # one object upload: it appears whole (no rename on object stores)
         buf = io.BytesIO()
@@ -157,7 +157,7 @@ def load_scratch(path: str):
     return TopicState(arrays=arrays, **meta)
 
 
-def _set_threads(algorithm, n_threads: Optional[int]) -> None:
+def set_threads(algorithm, n_threads: Optional[int]) -> None:
     if n_threads is not None and hasattr(algorithm, "n_threads"):
         algorithm.n_threads = int(n_threads)
 
@@ -176,15 +176,15 @@ def acquire(ref: StateRef, n_threads: Optional[int] = None):
             from pipelines.training import beam_cost
             t0 = time.perf_counter()
             held = _Held(load_algorithm(ref.path))
-            beam_cost.report("state_delivery", time.perf_counter() - t0, _size(ref.path))
+            beam_cost.report("state_delivery", time.perf_counter() - t0, state_file_size(ref.path))
             return held
 
         algo = _HANDLE.acquire(load, tag=ref.key).algorithm
-    _set_threads(algo, n_threads)
+    set_threads(algo, n_threads)
     return algo
 
 
-def _size(path: str) -> Optional[int]:
+def state_file_size(path: str) -> Optional[int]:
     """Bytes of a state file (None for a directory or an object)."""
     try:
         return os.path.getsize(path) if os.path.isfile(path) else None
@@ -204,9 +204,9 @@ def private_copy(algorithm):
 
 
 def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
-    from lda_core.storage.run_log import _jsonable
+    from lda_core.storage.run_log import jsonable
     from pipelines.ingest.dataset import write_bytes_atomic
-    write_bytes_atomic(path, json.dumps(_jsonable(obj), sort_keys=True).encode("utf-8"))
+    write_bytes_atomic(path, json.dumps(jsonable(obj), sort_keys=True).encode("utf-8"))
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:

@@ -45,7 +45,7 @@ class LeanDoFn(beam.DoFn):
         return [m for m in self._BEAM_METHODS if hasattr(self, m)]
 
 
-class _StepMetrics:
+class StepMetrics:
     """The Beam counters of the E-step (namespace ``ldabeam``)."""
 
     def __init__(self):
@@ -78,7 +78,7 @@ class EStepFn(LeanDoFn):
     def __init__(self, n_threads: Optional[int] = None, spill_dir: Optional[str] = None):
         self.n_threads = n_threads
         self.spill_dir = spill_dir
-        self.metrics = _StepMetrics()
+        self.metrics = StepMetrics()
 
     def process(self, element, ref: Optional[StateRef]):
         position, task = element
@@ -89,7 +89,7 @@ class EStepFn(LeanDoFn):
                                                       self.spill_dir))
 
 
-def piece_statistics(algo, task, metrics: "_StepMetrics", spill_dir: Optional[str]):
+def piece_statistics(algo, task, metrics: "StepMetrics", spill_dir: Optional[str]):
     """The E-step of one piece (read, ``local_step``, Beam counters and costs): its
     statistics, or with ``spill_dir`` the :class:`~pipelines.training.beam_stats.SpilledStats`
     reference of the file they were written to."""
@@ -114,9 +114,9 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
     still read it). The step's log info, or its error, is stored under the new version's key
     for the driver; None when the step failed (the rest of the window then does nothing)."""
     key = "%s/%d" % (run_key, position + 1)
-    info = _global_step(algo, stats, position, n_docs)
+    info = global_step_info(algo, stats, position, n_docs)
     if "error" in info:
-        _store_info(scratch, key, info)
+        store_step_info(scratch, key, info)
         logger.error("global step at position %d failed: %s", position, info["error"])
         return None
     if scratch is None:
@@ -129,12 +129,12 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
         new = StateRef(key, path, position + 1)
         beam_state.offer(new, algo)
         beam_cost.report("publish", time.perf_counter() - t0)
-    _store_info(scratch, key, info)
+    store_step_info(scratch, key, info)
     beam_cost.mark(beam_cost.LAST_STEP)
     return new
 
 
-def _global_step(algo, stats: SuffStats, position: int, n_docs: int) -> Dict[str, Any]:
+def global_step_info(algo, stats: SuffStats, position: int, n_docs: int) -> Dict[str, Any]:
     """The validated global step (:func:`lda_core.training.session.apply_step`) from ``position``:
     its info with the driver's bookkeeping, or ``{"error": reason, "position": ...}``."""
     t0 = time.time()
@@ -179,14 +179,14 @@ class GlobalStepFn(LeanDoFn):
             # every reader of state t-1 and of step t's spilled pieces has finished (see
             # above): free their scratch files now rather than at the end of the window
             # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
-            _remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
+            remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
             for name in beam_state.list_names(self.scratch):
                 if name.startswith("stats-%09d-" % self.position):
-                    _remove_quietly(os.path.join(self.scratch, name))
+                    remove_quietly(os.path.join(self.scratch, name))
         yield new
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
     beam_state.remove_file(path)
 
 
@@ -212,7 +212,7 @@ class InProcessStepFn(LeanDoFn):
         if not steps or any(not sp.tasks for sp in steps):
             raise ValueError("InProcessStepFn needs the read tasks of every minibatch")
         self.steps, self.run_key, self.n_threads = steps, run_key, n_threads
-        self.metrics = _StepMetrics()
+        self.metrics = StepMetrics()
 
     def process(self, ref: StateRef):
         algo = beam_state.acquire(ref, self.n_threads)
@@ -242,7 +242,7 @@ class InProcessStepFn(LeanDoFn):
 IN_PROCESS_DOCS_PER_TRANSFORM = 4096
 
 
-def _group_steps(steps: Sequence[StepPlan], docs_per_group: int) -> List[List[StepPlan]]:
+def group_steps(steps: Sequence[StepPlan], docs_per_group: int) -> List[List[StepPlan]]:
     groups: List[List[StepPlan]] = []
     docs = 0
     for sp in steps:
@@ -258,14 +258,14 @@ def _info_path(scratch: str, key: str) -> str:
     return os.path.join(scratch, "info-%09d.json" % int(key.rsplit("/", 1)[1]))
 
 
-def _store_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> None:
+def store_step_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> None:
     if scratch is None:
         beam_state.put_local_info(key, info)
     else:
         beam_state.write_json_atomic(_info_path(scratch, key), info)
 
 
-def _load_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]:
+def load_step_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]:
     if scratch is None:
         return beam_state.get_local_info(key)
     return beam_state.read_json(_info_path(scratch, key))

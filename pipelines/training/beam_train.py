@@ -79,7 +79,7 @@ from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: w
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
     SCRATCH_DIR, WindowSetup, after_window, default_scratch_root, start_record)
-from pipelines.training.beam_window import _run_stepwise, _run_unrolled, chained
+from pipelines.training.beam_window import run_stepwise, run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
@@ -412,12 +412,12 @@ class _WindowRun:
             times = PhaseTimes()
             start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
             if st.unroll:
-                infos, new_algo, error, counters = _run_unrolled(
+                infos, new_algo, error, counters = run_unrolled(
                     cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
                     True, None, times,
                     run_steps=stop - ses.position if windows == 0 else None)
             else:
-                infos, new_algo, error, counters = _run_stepwise(
+                infos, new_algo, error, counters = run_stepwise(
                     cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
                     st.n_threads, True, None, self.state_ref, times)
             for k, v in counters.items():

@@ -1,6 +1,6 @@
 """Running one window of the Beam trainer: build its pipeline (unrolled, or one pipeline per
 minibatch with the global step on the driver), run it, and collect the steps' infos and the
-last good state (:func:`_collect_window`, also run by a detached window's last DoFn)."""
+last good state (:func:`collect_window`, also run by a detached window's last DoFn)."""
 from __future__ import annotations
 
 import logging
@@ -19,13 +19,13 @@ from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import decode_stats
 from pipelines.training.beam_steps import (IN_PROCESS_DOCS_PER_TRANSFORM, METRICS_NAMESPACE,
                                            InProcessStepFn, MinibatchStatistics, TrainStep,
-                                           WindowTasks, WriteStatsFn, _global_step, _group_steps,
-                                           _load_info)
+                                           WindowTasks, WriteStatsFn, global_step_info, group_steps,
+                                           load_step_info)
 
 logger = logging.getLogger(__name__)
 
 
-def _query_counters(result) -> Dict[str, int]:
+def query_counters(result) -> Dict[str, int]:
     out: Dict[str, int] = {}
     try:
         res = result.metrics().query()
@@ -92,17 +92,17 @@ def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
         for phase, sec in w.seconds.items():
             times.add(phase, sec, w.nbytes.get(phase))
         times.add("pipeline_build", t1b - t1, graph_bytes)
-    return _query_counters(result)
+    return query_counters(result)
 
 
-def _build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+def build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
                   scratch: Optional[str], n_threads, deterministic, fanout):
     """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
     final state's reference (empty when a step failed)."""
     ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
     if scratch is None and all(sp.tasks for sp in steps):
         # in-process: one fused chain of whole steps (InProcessStepFn)
-        for group in _group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
+        for group in group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
             ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
                 InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
         return ref
@@ -132,22 +132,22 @@ def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
             and not beam_state.is_remote(scratch))
 
 
-def _run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+def run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
                   scratch: Optional[str], n_threads, deterministic, fanout,
                   times: Optional[PhaseTimes] = None, run_steps: Optional[int] = None):
     """One pipeline for the whole window; returns (infos, final algorithm, error, counters).
     ``run_steps``: the steps left in the run (first window: see :func:`_run_pipeline`)."""
 
     def build(p):
-        _build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
+        build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
                       fanout)
 
     counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
-    infos, algo, error = _collect_window(steps, start_ref, run_key, scratch)
+    infos, algo, error = collect_window(steps, start_ref, run_key, scratch)
     return infos, algo, error, counters
 
 
-def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
+def collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
                     scratch: Optional[str]):
     """After an unrolled window: the global steps' infos up to the first missing or failed
     one, the state after the last good step (None if none) and the error ``(step, message)``
@@ -156,7 +156,7 @@ def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str
     last_key = start_ref.key
     for sp in steps:
         key = "%s/%d" % (run_key, sp.position + 1)
-        info = _load_info(scratch, key)
+        info = load_step_info(scratch, key)
         if info is None:
             error = (sp.position + 1, "the pipeline produced no state for this step")
             break
@@ -175,7 +175,7 @@ def _collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str
     return infos, algo, error
 
 
-def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
+def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
                   scratch: Optional[str], n_threads, deterministic, fanout, state_ref,
                   times: Optional[PhaseTimes] = None):
     """One pipeline per minibatch, the global step on the driver."""
@@ -206,7 +206,7 @@ def _run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, ru
             path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
             stats = decode_stats(beam_state.read_bytes(path))
         # the pipeline has finished reading ``algo`` (its readers use a copy)
-        info = _global_step(algo, stats, sp.position, sp.n_docs)
+        info = global_step_info(algo, stats, sp.position, sp.n_docs)
         if "error" in info:
             error = (sp.position + 1, info["error"])
             break
