@@ -343,3 +343,29 @@ def test_import_resolution(text, expected, tmp_path):
     src.text, src.lines, src.tree = text, text.splitlines(), ast.parse(text)
     src._parents = {}
     assert ("pipelines.cli" in [t for _, t, _ in src.imports()]) is expected
+
+
+# local/remote differences live in the file layer (lda_core/storage, pipelines/runtime) and
+# the two modules that open user paths (datasets; input files and globs)
+REMOTE_TEST_MODULES = {"pipelines/ingest/dataset.py", "pipelines/ingest/input_files.py"}
+FILE_LAYER = ("lda_core/storage/", "pipelines/runtime/")
+
+
+def _is_remote_callers():
+    found = set()
+    for src in SOURCES.values():
+        rel = src.rel.replace(os.sep, "/")
+        if rel.startswith(FILE_LAYER):
+            continue
+        for node in ast.walk(src.tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                if name == "is_remote":
+                    found.add(rel)
+    return found
+
+
+def test_local_and_remote_paths_differ_only_in_the_file_layer():
+    callers = _is_remote_callers()
+    assert callers <= REMOTE_TEST_MODULES, sorted(callers - REMOTE_TEST_MODULES)

@@ -284,7 +284,7 @@ def test_a_pickle_or_a_foreign_class_is_never_decoded(kos_paths):
 def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     """A run's scratch folder is created fresh (a folder someone prepared at the old,
     predictable name is never used), mode 0700, owned by this user."""
-    from pipelines.training import beam_state
+    from pipelines.runtime import scratch as scratch_space
     from pipelines.runtime.beam_options import runner_config
     from pipelines.training.beam_train import default_scratch_root
     md = str(tmp_path / "model")
@@ -297,7 +297,7 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     os.chmod(root, 0o777)
     with open(os.path.join(root, "stats-000000000.bin"), "wb") as f:
         f.write(b"planted")
-    a, b = beam_state.new_scratch(root), beam_state.new_scratch(root)
+    a, b = scratch_space.new_scratch(root), scratch_space.new_scratch(root)
     assert a != b and root not in (a, b)
     for p in (a, b):
         st = os.lstat(p)
@@ -305,23 +305,24 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
         assert st.st_uid == os.geteuid() and os.listdir(p) == []
     os.chmod(a, 0o755)
     with pytest.raises(PermissionError, match="not a private folder"):
-        beam_state.check_private(a)
-    beam_state.remove_stale_scratch(root)
+        scratch_space.check_private(a)
+    scratch_space.remove_stale_scratch(root)
     assert not os.path.exists(a) and not os.path.exists(b)
 
 
 def test_multi_process_run_uses_a_private_scratch_folder(kos200, tmp_path, monkeypatch):
     """The Beam trainer with worker processes: its scratch folder is one that
     ``new_scratch`` created (0700) and it is gone after the run."""
-    from pipelines.training import beam_state, beam_train
+    from pipelines.runtime import scratch as scratch_space
+    from pipelines.training import beam_train
     made = []
-    real = beam_state.new_scratch
+    real = scratch_space.new_scratch
 
     def spy(root):
         p = real(root)
         made.append((p, stat.S_IMODE(os.lstat(p).st_mode)))
         return p
-    monkeypatch.setattr(beam_state, "new_scratch", spy)
+    monkeypatch.setattr(scratch_space, "new_scratch", spy)
     algo, files = new_vb(kos200)
     beam_train.train(algo, files, str(tmp_path / "m"), batch_size=50, seed=1,
                      minibatches_per_window=4, max_steps=2, scratch_dir=str(tmp_path / "shm"),

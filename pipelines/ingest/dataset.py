@@ -78,6 +78,16 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
+def file_identity(path: str) -> Tuple[str, float, int]:
+    """``(path, modification time, size)`` of a local file, to key a cache of what was read
+    from it (a rewritten file gets a new key); an object-store path is ``(path, 0.0, 0)``:
+    objects the trainer reads are written once."""
+    if is_remote(path):
+        return (path, 0.0, 0)
+    st = os.stat(path)
+    return (path, st.st_mtime, st.st_size)
+
+
 def exists(path: str) -> bool:
     if is_remote(path):
         from apache_beam.io.filesystems import FileSystems

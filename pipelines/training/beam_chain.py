@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple
 
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_plan import StepPlan
 from pipelines.training.beam_state import StateRef
@@ -112,7 +113,7 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
             if position - 2 > start.position:
                 remove_quietly(state_path(scratch, position - 2))
             prefix = "stats-%09d-" % (position - 2)
-            for name in beam_state.list_names(scratch):
+            for name in scratch_space.list_names(scratch):
                 if name.startswith(prefix):
                     remove_quietly(os.path.join(scratch, name))
         return algo

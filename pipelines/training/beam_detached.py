@@ -17,6 +17,7 @@ import apache_beam as beam
 from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_run, beam_state
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_run import WindowSetup
@@ -132,7 +133,7 @@ class FinishWindowFn(LeanDoFn):
         if f.run_log_path is not None:
             _append_records(f.run_log_path, records.items)
         beam_state.drop_local(f.run_key + "/")
-        beam_state.remove_tree(f.run_dir)
+        scratch_space.remove_tree(f.run_dir)
         logger.info("detached window %s: steps %d..%d published as %s%s", f.run_key,
                     f.start_ref.position, ses.position, ses.last_checkpoint or "nothing",
                     "" if not ses.metrics else ": " + ", ".join(
@@ -225,8 +226,8 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     run_key = uuid.uuid4().hex[:12]
     scratch_root = beam_run.default_scratch_root(model_dir, cfg, scratch_dir)
     # left by a killed run: never read, just removed (launches on one model do not overlap)
-    beam_state.remove_stale_scratch(scratch_root)
-    run_dir = beam_state.new_scratch(scratch_root)
+    scratch_space.remove_stale_scratch(scratch_root)
+    run_dir = scratch_space.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
     w_stop = min(stop, position + setup.M)
     steps = plan_steps(setup.files, setup.sizes, seed=spec.schedule.seed,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
@@ -177,11 +176,7 @@ def _read_shard_cached(path: str) -> DocBatch:
     of a minibatch are spread over its shard, so the pieces of a window read the same shards."""
     from pipelines.ingest import dataset
     from pipelines.training.shard_stream import read_shard_counted
-    if dataset.is_remote(path):
-        key = (path, 0.0, 0)
-    else:
-        st = os.stat(path)
-        key = (path, st.st_mtime, st.st_size)
+    key = dataset.file_identity(path)
     hit = _SHARD_CACHE.get(key)
     if hit is not None:
         _SHARD_CACHE.move_to_end(key)

@@ -3,39 +3,21 @@
 start record, and the bookkeeping after a window."""
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core.training import session as _session
 from lda_core.training.session import Session
 from lda_core.training.spec import TrainSpec
-from pipelines.ingest import dataset
+from pipelines.runtime import scratch as scratch_space
 from pipelines.runtime.beam_options import RunnerConfig
 from pipelines.training.beam_plan import StepPlan
 
-SCRATCH_DIR = ".beam-scratch"
-
-
 def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
-    """Where the states of the steps inside a window go when workers are other processes.
-
-    Local runners: shared memory (``/dev/shm``) -- every worker is on the driver's machine,
-    and a state is written there without disk write-back. Remote runners, and any model directory
-    on an object store (``gs://`` ...): ``MODEL_DIR/.beam-scratch`` (read and written through
-    Beam's ``FileSystems`` there). Locally this is a name prefix: each run's folder is created
-    fresh and private beside it (:func:`pipelines.training.beam_state.new_scratch`). A killed run's
-    folder is removed unread by the next run on the same model directory."""
-    tag = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:16]
-    if scratch_dir:
-        return os.path.join(scratch_dir, "ldabeam-scratch-%s" % tag)
-    if dataset.is_remote(model_dir):
-        return dataset.join(model_dir, SCRATCH_DIR)
-    if cfg.local and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        return os.path.join("/dev/shm", "ldabeam-scratch-%s" % tag)
-    return os.path.join(model_dir, SCRATCH_DIR)
+    """Where the states of the steps inside a window go when workers are other processes
+    (:func:`pipelines.runtime.scratch.default_root`)."""
+    return scratch_space.default_root(model_dir, cfg.local, scratch_dir)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core.errors import UsageError
 from pipelines.ingest import dataset
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from lda_core.training import session as _session
@@ -376,7 +377,7 @@ def _start_state(algorithm, model_dir, cfg, scratch_dir, start_ckpt, position, v
     checkpoint, or the fresh sampler saved in the scratch folder)."""
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(model_dir, cfg, scratch_dir)
-    scratch = beam_state.new_scratch(scratch_root)
+    scratch = scratch_space.new_scratch(scratch_root)
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
         start_path = os.path.join(scratch, "initial")
@@ -404,7 +405,7 @@ def _run_windows(run, ses, gibbs, passes, start_path, start_ckpt):
         final = run.materialise(head_path)
     finally:
         ses.close_progress()
-        beam_state.remove_tree(run.scratch)
+        scratch_space.remove_tree(run.scratch)
         _drop_live(run.run_key)
     end = ses.end(_session.docs_seen(final), windows=windows, beam_metrics=counters_total)
     logger.info("Beam sequential sampler finished at %s %d (%d this run, %d windows, %.1f s)%s",

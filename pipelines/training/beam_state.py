@@ -28,19 +28,17 @@ global step works on a private copy (:func:`private_copy`).
 from __future__ import annotations
 
 import copy
-import io
 import json
 import logging
 import os
 import threading
 import time
-import uuid
 from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 from apache_beam.utils import shared
 
-from pipelines.runtime import object_store_files
+from pipelines.runtime import object_store_files, scratch
 
 object_store_files.register()
 
@@ -131,27 +129,13 @@ def save_scratch(algorithm, path: str) -> str:
     if _META in arrays:
         raise ValueError("array name %r is reserved" % _META)
     arrays[_META] = np.frombuffer(json.dumps(jsonable(meta)).encode("utf-8"), np.uint8)
-    if is_remote(path):
-        # one object upload: it appears whole (no rename on object stores)
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        object_store_files.files_for(path).write_atomic(path, buf.getvalue())
-        return path
-    tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    scratch.write_npz_atomic(path, arrays)
     return path
 
 
 def load_scratch(path: str):
     from lda_core.storage.state import TopicState
-    src = io.BytesIO(read_bytes(path)) if is_remote(path) else path
-    with np.load(src, allow_pickle=False) as z:
+    with np.load(scratch.npz_source(path), allow_pickle=False) as z:
         meta = json.loads(bytes(z[_META]).decode("utf-8"))
         arrays = {k: z[k] for k in z.files if k != _META}
     return TopicState(arrays=arrays, **meta)
@@ -215,97 +199,3 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     if not fs.exists(path):
         return None
     return json.loads(fs.read_bytes(path).decode("utf-8"))
-
-
-# -- scratch folders on a local disk or an object store (lda_core file layer of the path) ---
-
-is_remote = object_store_files.is_remote
-
-
-def read_bytes(path: str) -> bytes:
-    return object_store_files.files_for(path).read_bytes(path)
-
-
-def make_dirs(path: str) -> None:
-    """``os.makedirs(exist_ok=True)`` locally; nothing on an object store."""
-    object_store_files.files_for(path).makedirs(path)
-
-
-def remove_tree(path: str) -> None:
-    """Remove a folder and everything in it, if present (errors ignored)."""
-    object_store_files.files_for(path).remove_tree(path)
-
-
-def remove_file(path: str) -> None:
-    """Remove one file, if present (errors ignored)."""
-    try:
-        object_store_files.files_for(path).remove_file(path)
-    except OSError:
-        pass
-
-
-def list_names(path: str):
-    """Names in a folder (``[]`` when it does not exist)."""
-    fs = object_store_files.files_for(path)
-    try:
-        return fs.listdir(path) if fs.isdir(path) else []
-    except OSError:
-        return []
-
-
-# ------------------------------------------------------------------------------ scratch folders
-
-def new_scratch(root: str) -> str:
-    """A fresh folder for one run's scratch files (states, statistics, infos).
-
-    Locally (``/dev/shm`` or a folder beside the model): created by ``tempfile.mkdtemp``
-    under ``root``'s parent with ``root``'s name and an unpredictable suffix -- it cannot
-    exist before (no other user can prepare it), mode 0700 -- and checked to be a real folder
-    owned by this user before anything is written into it (:func:`check_private`). On an object
-    store: ``root/<random id>`` (the bucket's permissions apply)."""
-    if is_remote(root):
-        path = root.rstrip("/") + "/" + uuid.uuid4().hex
-        make_dirs(path)
-        return path
-    import tempfile
-    parent, prefix = os.path.split(os.path.abspath(root))
-    os.makedirs(parent, exist_ok=True)
-    path = tempfile.mkdtemp(prefix=prefix + "-", dir=parent)
-    check_private(path)
-    return path
-
-
-def check_private(path: str) -> None:
-    """PermissionError unless ``path`` is a folder (not a link) owned by this user that no
-    one else can read or write."""
-    import stat
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise PermissionError("scratch folder %s is not a private folder of this user (owner "
-                              "uid %d, mode %o): refusing to use it" % (path, st.st_uid,
-                                                                       st.st_mode & 0o7777))
-
-
-def remove_stale_scratch(root: str) -> None:
-    """Remove, unread, the scratch folders a killed run on the same model left (those of
-    :func:`new_scratch` for ``root`` that this user owns; other users' are not touched)."""
-    if is_remote(root):
-        remove_tree(root)
-        return
-    import shutil
-    import stat
-    parent, prefix = os.path.split(os.path.abspath(root))
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(prefix + "-"):
-            continue
-        p = os.path.join(parent, name)
-        try:
-            st = os.lstat(p)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            shutil.rmtree(p, ignore_errors=True)

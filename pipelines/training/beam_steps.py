@@ -16,6 +16,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core.training import session as _session
 from lda_core.algorithms.algorithm import SuffStats
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
@@ -180,14 +181,14 @@ class GlobalStepFn(LeanDoFn):
             # above): free their scratch files now rather than at the end of the window
             # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
             remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
-            for name in beam_state.list_names(self.scratch):
+            for name in scratch_space.list_names(self.scratch):
                 if name.startswith("stats-%09d-" % self.position):
                     remove_quietly(os.path.join(self.scratch, name))
         yield new
 
 
 def remove_quietly(path: str) -> None:
-    beam_state.remove_file(path)
+    scratch_space.remove_file(path)
 
 
 class InProcessStepFn(LeanDoFn):

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -70,6 +69,7 @@ from lda_core.training.runner import TrainData
 from lda_core.training.session import open_session
 from lda_core.training.spec import TrainSpec, split_keywords
 from lda_core.training.trainer import TrainResult
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from pipelines.training.beam_state import StateRef
@@ -78,7 +78,7 @@ from pipelines.training.beam_chain import PARALLEL_PHASES
 from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
-    SCRATCH_DIR, WindowSetup, after_window, default_scratch_root, start_record)
+    WindowSetup, after_window, default_scratch_root, start_record)
 from pipelines.training.beam_window import run_stepwise, run_unrolled, chained
 
 logger = logging.getLogger(__name__)
@@ -327,8 +327,8 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     scratch_root = default_scratch_root(spec.output.model_dir, cfg, scratch_dir)
     scratch = None
     if not cfg.in_process:
-        beam_state.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
-        scratch = beam_state.new_scratch(scratch_root)
+        scratch_space.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
+        scratch = scratch_space.new_scratch(scratch_root)
 
     ses = open_session(session, spec, setup.position, runner=cfg.describe(),
                        run_info=setup.run_info, batches_per_pass=B, t_start=setup.t_start)
@@ -347,9 +347,7 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     finally:
         ses.close_progress()
         if scratch is not None:
-            beam_state.remove_tree(scratch)
-            if beam_state.is_remote(scratch_root):
-                beam_state.remove_tree(scratch_root)
+            scratch_space.remove_run(scratch, scratch_root)
         beam_state.drop_local(run_key + "/")
     end = ses.end(_session.docs_seen(algorithm), windows=windows, beam_metrics=counters_total)
     logger.info("Beam training finished at step %d (%d steps, %d windows, %.1f s)%s",
@@ -435,7 +433,7 @@ class _WindowRun:
                                        runner=cfg.describe(), workers=cfg.num_workers,
                                        parallel=self.parallel_phases()))
                 if self.scratch is not None:
-                    _clean_scratch(self.scratch)
+                    scratch_space.clean(self.scratch)
                 else:
                     beam_state.drop_local(self.run_key + "/")
             _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
@@ -457,21 +455,3 @@ def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[Step
                 n_docs_seen, score, eta)
     ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
              % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))
-
-
-def _clean_scratch(scratch: str) -> None:
-    """Empty a run's scratch folder after a window (an object-store one is removed: objects
-    have no folder to keep)."""
-    if beam_state.is_remote(scratch):
-        beam_state.remove_tree(scratch)
-        return
-    for name in os.listdir(scratch):
-        p = os.path.join(scratch, name)
-        if os.path.isdir(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-

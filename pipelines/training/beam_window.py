@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import apache_beam as beam
 
 from lda_core.training.phase_times import PhaseTimes
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_chain import build_chain
 from pipelines.runtime.beam_options import RunnerConfig
@@ -115,7 +116,7 @@ def build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: st
         ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
             sp, run_key, scratch, n_threads, deterministic, fanout,
             in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
-            spill=cfg.local and not beam_state.is_remote(scratch))
+            spill=scratch_space.spill_dir(scratch, cfg.local) is not None)
     return ref
 
 
@@ -128,8 +129,7 @@ def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
     """Whether an unrolled window runs as one stage per step (:mod:`pipelines.training.beam_chain`):
     worker processes on this machine with a local scratch folder, where statistics pieces
     are spilled to files every worker reads (and the combine is the deterministic one)."""
-    return (CHAINED_STEPS and scratch is not None and cfg.local
-            and not beam_state.is_remote(scratch))
+    return CHAINED_STEPS and scratch_space.spill_dir(scratch, cfg.local) is not None
 
 
 def run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
@@ -192,8 +192,7 @@ def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run
             (tasks
              | "Statistics" >> MinibatchStatistics(
                  view, n_threads, deterministic, fanout,
-                 spill_dir=scratch if cfg.local and not beam_state.is_remote(scratch)
-                 else None)
+                 spill_dir=scratch_space.spill_dir(scratch, cfg.local))
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
         c = _run_pipeline(cfg, build, times)
@@ -204,7 +203,7 @@ def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run
             stats = beam_state.get_local_info(key)
         else:
             path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
-            stats = decode_stats(beam_state.read_bytes(path))
+            stats = decode_stats(scratch_space.read_bytes(path))
         # the pipeline has finished reading ``algo`` (its readers use a copy)
         info = global_step_info(algo, stats, sp.position, sp.n_docs)
         if "error" in info:
