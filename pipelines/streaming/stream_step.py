@@ -17,7 +17,7 @@ from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
-from apache_beam.utils import shared
+from pipelines.runtime import process_cache
 
 from lda_core.training import session as _session
 from lda_core.docbatch import DocBatch
@@ -30,21 +30,12 @@ NS = "ldabeam"
 
 # ----------------------------------------------------------------------------- state access
 
-class _Held:
-    def __init__(self, algorithm, info=None):
-        self.algorithm = algorithm
-        self.info = info or {}
-
-
-_SHARED = shared.Shared()
-
-
 def latest_step(model_dir: str) -> Optional[int]:
     from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(model_dir).pointer()
 
 
-def _held(model_dir: str, step: int) -> _Held:
+def _held(model_dir: str, step: int) -> process_cache.Held:
     """Checkpoint ``step`` of ``model_dir`` (algorithm and info), loaded once per process."""
     from lda_core.algorithms.algorithm import algorithm_class
     from lda_core.storage.checkpoint import CheckpointStore
@@ -54,10 +45,10 @@ def _held(model_dir: str, step: int) -> _Held:
         path = CheckpointStore(model_dir).path(step)
         logger.info("stream: loading checkpoint %s (pid %d)", path, os.getpid())
         st = TopicState.load(path)
-        return _Held(algorithm_class(st.algorithm).from_state(st), st.info)
+        return process_cache.Held(algorithm_class(st.algorithm).from_state(st), st.info)
 
     from pipelines.ingest import dataset
-    return _SHARED.acquire(load, tag="%s@%d" % (dataset.absolute(model_dir), step))
+    return process_cache.acquire("%s@%d" % (dataset.absolute(model_dir), step), load)
 
 
 def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):

@@ -11,8 +11,9 @@ published checkpoint or a scratch state of the window). Workers resolve it with
 1. the in-process table (:func:`put_local`): with the in-process DirectRunner the driver and
    the workers share one process, so the state of step t produced by the global-step DoFn is
    handed to the E-step of step t+1 as the very same object (no copy, no file);
-2. otherwise ``apache_beam.utils.shared.Shared``, keyed by the version: the first DoFn of a
-   process that needs version ``key`` loads the directory once; every thread and every later
+2. otherwise the process cache (:mod:`pipelines.runtime.process_cache`, Beam's ``Shared``),
+   keyed by the version: the first DoFn of a process that needs version ``key`` loads the
+   directory once; every thread and every later
    bundle of that process reuses it until a newer version is asked for (then the old one is
    released: one state per process, bounded memory).
 
@@ -36,9 +37,8 @@ import time
 from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
-from apache_beam.utils import shared
 
-from pipelines.runtime import object_store_files, scratch
+from pipelines.runtime import object_store_files, process_cache, scratch
 
 object_store_files.register()
 
@@ -52,17 +52,9 @@ class StateRef(NamedTuple):
     position: int          # minibatches of the seeded order consumed (global step index)
 
 
-class _Held:
-    """Weak-referenceable holder (``Shared`` keeps weak references)."""
-
-    def __init__(self, algorithm):
-        self.algorithm = algorithm
-
-
 _LOCK = threading.Lock()
 _LOCAL: Dict[str, Any] = {}        # key -> algorithm (in-process runner only)
 _LOCAL_INFO: Dict[str, Any] = {}   # key -> global-step info / error (in-process runner only)
-_HANDLE = shared.Shared()          # one per process (module global, never pickled)
 
 
 def put_local(key: str, algorithm) -> None:
@@ -159,11 +151,11 @@ def acquire(ref: StateRef, n_threads: Optional[int] = None):
             logger.info("loading state %s from %s (pid %d)", ref.key, ref.path, os.getpid())
             from pipelines.training import beam_cost
             t0 = time.perf_counter()
-            held = _Held(load_algorithm(ref.path))
+            held = process_cache.Held(load_algorithm(ref.path))
             beam_cost.report("state_delivery", time.perf_counter() - t0, state_file_size(ref.path))
             return held
 
-        algo = _HANDLE.acquire(load, tag=ref.key).algorithm
+        algo = process_cache.acquire(ref.key, load).algorithm
     set_threads(algo, n_threads)
     return algo
 
@@ -179,7 +171,7 @@ def state_file_size(path: str) -> Optional[int]:
 def offer(ref: StateRef, algorithm) -> None:
     """Make ``algorithm`` the cached copy of version ``ref`` in this process (the worker that
     ran the global step does not read back the file it just wrote)."""
-    _HANDLE.acquire(lambda: _Held(algorithm), tag=ref.key)
+    process_cache.acquire(ref.key, lambda: process_cache.Held(algorithm))
 
 
 def private_copy(algorithm):
