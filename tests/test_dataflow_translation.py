@@ -121,5 +121,18 @@ def test_the_driver_says_how_many_jobs_a_remote_run_takes():
     one = jobs_line("DataflowRunner", 806, 806, 806 * per_step)
     assert "this run is 1 job (" in one and "--minibatches-per-window" not in one
     over = jobs_line("FlinkRunner", 3000, 2000, 2000 * per_step)
+    # the default window of a remote runner holds the Wikipedia pass (806 steps at S = 4,096)
+    # in one job, whatever the minibatch size; local runners keep windows sized in documents
+    from pipelines.runtime.beam_options import runner_config
+    from pipelines.training.beam_train import REMOTE_WINDOW_STEPS, default_window
+    remote = runner_config("DataflowRunner", ["--project=p", "--region=us-central1",
+                                              "--temp_location=gs://ldabeam-test/tmp"])
+    assert not remote.local
+    assert default_window(remote, 4096) == default_window(remote, 64) == REMOTE_WINDOW_STEPS
+    # 11 kB per step: the measured 9.8 kB (graph_bytes test) with a margin
+    assert REMOTE_WINDOW_STEPS >= 806 and REMOTE_WINDOW_STEPS * 11_000 < GRAPH_LIMIT_BYTES
+    local = runner_config("DirectRunner", ["--direct_running_mode=multi_processing",
+                                           "--direct_num_workers=2"])
+    assert default_window(local, 256) == 1024
     assert over.endswith("this window is over it, give --minibatches-per-window %d or fewer"
                          % fits)

@@ -90,6 +90,11 @@ logger = logging.getLogger(__name__)
 DOCS_PER_WINDOW_IN_PROCESS = 65536
 DOCS_PER_WINDOW_WORKERS = 262144
 MAX_WINDOW = 10000           # cap on the graph depth of one unrolled pipeline
+# on a remote runner a window is a job, whose start costs minutes: as many steps as fit in
+# Dataflow's 10 MB job graph with a margin (the graph bytes per step do not depend on the
+# minibatch size; docs/beam-training.md "Graph size and jobs"), so a one-pass run of 3.3 M
+# documents at S = 4,096 (806 steps) is one job
+REMOTE_WINDOW_STEPS = 900
 
 
 # ------------------------------------------------------------------------------ driver
@@ -193,7 +198,9 @@ def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
 
 
 def default_window(cfg: RunnerConfig, batch_size: int) -> int:
-    """Minibatches per window when not given (see DOCS_PER_WINDOW_*)."""
+    """Minibatches per window when not given (see DOCS_PER_WINDOW_*, REMOTE_WINDOW_STEPS)."""
+    if not cfg.local:
+        return REMOTE_WINDOW_STEPS
     docs = DOCS_PER_WINDOW_IN_PROCESS if cfg.in_process else DOCS_PER_WINDOW_WORKERS
     return int(min(MAX_WINDOW, max(1, -(-docs // max(1, int(batch_size))))))
 
