@@ -85,8 +85,6 @@ def test_train_through_the_portable_runner_equals_direct(runs):
 
 
 def test_infer_through_the_portable_runner_equals_direct(runs, portable, tmp_path):
-    if importlib.util.find_spec("pipelines.commands.infer") is None:
-        pytest.skip("ldabeam infer has not landed yet (pipelines/commands/infer.py)")
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pipelines.cli import main
