@@ -7,7 +7,6 @@ This is how a Flink or Dataflow submission is tested offline here: the same job 
 artifact staging and worker protocol, without the cluster (whose job-server jar is downloaded
 from Maven Central at run time). Services are always killed at the end.
 """
-import importlib
 import os
 import sys
 
