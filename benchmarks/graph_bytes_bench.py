@@ -33,7 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "graph_bytes.json")
 
 
-def _cfg(dry_run: bool):
+def dataflow_config(dry_run: bool):
+    """The DataflowRunner configuration of the measurements (valid-looking, never submitted)."""
     from pipelines.runtime.beam_options import runner_config
     argv = ["--project=ldabeam-dry-run", "--region=us-central1",
             "--temp_location=gs://ldabeam-dry-run/tmp",
@@ -42,7 +43,9 @@ def _cfg(dry_run: bool):
     return runner_config("DataflowRunner", argv + (["--dry_run=True"] if dry_run else []))
 
 
-def _window(p, cfg, n_steps: int, batch_size: int):
+def wikipedia_window(p, cfg, n_steps: int, batch_size: int):
+    """The remote runner's window of ``n_steps`` steps over the synthetic 3.3 M-document plan,
+    built in ``p``."""
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
     from pipelines.training.beam_window import build_window
@@ -62,17 +65,17 @@ def runner_api_per_step(batch_size: int) -> float:
     sizes = []
     for n in (4, 20):
         p = beam.Pipeline()
-        _window(p, _cfg(False), n, batch_size)
+        wikipedia_window(p, dataflow_config(False), n, batch_size)
         sizes.append(p.to_runner_api().ByteSize())
     return (sizes[1] - sizes[0]) / 16.0
 
 
 def dataflow_dry_run(n_steps: int, batch_size: int):
     import apache_beam as beam
-    cfg = _cfg(True)
+    cfg = dataflow_config(True)
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     t0 = time.process_time()
-    _window(p, cfg, n_steps, batch_size)
+    wikipedia_window(p, cfg, n_steps, batch_size)
     result = p.run()
     return {"steps": n_steps, "request_bytes": len(result.job.json().encode("utf-8")),
             "pipeline_bytes": result.job.proto_pipeline.ByteSize(),

@@ -17,11 +17,18 @@ document) the same window was over 10 MB.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
-D, S, SHARD_ROWS, PIECES = 3_300_000, 4096, 20_000, 16
-GRAPH_LIMIT = 10 * 1024 * 1024       # Dataflow's job graph limit
-REQUEST_LIMIT = 20 * 1024 * 1024     # Dataflow's job request limit
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the plan and the window are the benchmark's (benchmarks/graph_bytes_bench.py), so the test
+# and the results file measure the same graph
+from benchmarks.graph_bytes_bench import (D, GRAPH_LIMIT, REQUEST_LIMIT,  # noqa: E402
+                                          dataflow_config, wikipedia_window)
+
+S = 4096
 
 
 def _dataflow():
@@ -32,38 +39,13 @@ def _dataflow():
         pytest.skip("the DataflowRunner cannot import (install ldabeam[gcp]): %s" % e)
 
 
-def _cfg():
-    from pipelines.runtime.beam_options import runner_config
-    return runner_config("DataflowRunner", [
-        "--project=ldabeam-dry-run", "--region=us-central1",
-        "--temp_location=gs://ldabeam-dry-run/tmp",
-        "--staging_location=gs://ldabeam-dry-run/staging",
-        "--no_auth", "--dry_run=True", "--sdk_location=container", "--num_workers=16"])
-
-
-def _window(p, cfg, n_steps: int, batch_size: int = S):
-    """The remote runner's window of ``n_steps`` steps over the synthetic plan, in ``p``."""
-    from pipelines.training.beam_plan import plan_steps
-    from pipelines.training.beam_state import StateRef
-    from pipelines.training.beam_window import build_window
-    n_shards = -(-D // SHARD_ROWS)
-    sizes = [min(SHARD_ROWS, D - i * SHARD_ROWS) for i in range(n_shards)]
-    files = ["gs://ldabeam-corpus/enwiki/shards/train-%05d-of-%05d.parquet" % (i, n_shards)
-             for i in range(n_shards)]
-    steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
-                       pieces_per_minibatch=PIECES)
-    scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
-    start = StateRef("run/0", scratch + "/state-000000000.npz", 0)
-    build_window(p, cfg, steps, start, "run", scratch, 1, True, None)
-
-
 def _translate(n_steps: int):
     """The Dataflow dry-run translation of a window of ``n_steps`` steps: (request bytes,
     pipeline bytes)."""
     import apache_beam as beam
-    cfg = _cfg()
+    cfg = dataflow_config(True)
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
-    _window(p, cfg, n_steps)
+    wikipedia_window(p, cfg, n_steps, S)
     result = p.run()
     return len(result.job.json().encode("utf-8")), result.job.proto_pipeline.ByteSize()
 
@@ -97,7 +79,7 @@ def test_graph_bytes_per_step_do_not_grow_with_the_minibatch():
         sizes = []
         for n in (4, 20):
             p = beam.Pipeline()
-            _window(p, _cfg(), n, batch_size)
+            wikipedia_window(p, dataflow_config(True), n, batch_size)
             sizes.append(p.to_runner_api().ByteSize())
         return (sizes[1] - sizes[0]) / 16
 
