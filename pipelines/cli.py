@@ -250,7 +250,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             code = _report(command, e)
     if process_entry:
         _ignore_signals_while_exiting()
+        if code in EXIT_SIGNAL.values():
+            _exit_now(code)
     return code
+
+
+def _exit_now(code: int) -> None:
+    """End an interrupted command's process with ``code`` once its line is printed: the
+    interpreter's own shutdown would report an interrupt that reached a Beam thread hand-over
+    or a finalizer as a death by SIGINT (exit -2) and print the tracebacks of finalizers it
+    interrupted. Outputs are already in their published-or-not state; the streams and the
+    log handlers are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _ignore_signals_while_exiting() -> None:
