@@ -17,6 +17,7 @@ from lda_core.errors import InputError, ResourceError
 from pipelines import cli
 from pipelines.ingest import dataset
 
+from child_processes import interruptible
 from test_cli_train import make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -256,7 +257,7 @@ def _interrupt(argv, sig, marker, cwd):
         [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     p = subprocess.Popen([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in argv],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         cwd=str(cwd))
+                         cwd=str(cwd), preexec_fn=interruptible)
     seen = ""
     deadline = time.time() + 600
     while marker not in seen and time.time() < deadline and p.poll() is None:

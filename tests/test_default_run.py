@@ -17,6 +17,8 @@ import pytest
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 
+from child_processes import interruptible
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -164,7 +166,8 @@ def test_ctrl_c_publishes_the_steps_done_and_resume_continues(tmp_path, kos_ds):
            "--topics", 10, "--passes", 50, "--heldout", "none", "--checkpoint-every", 0,
            "--no-progress"]
     child = subprocess.Popen([str(c) for c in cmd], cwd=REPO, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)
     log = os.path.join(m, "run_log.jsonl")
     deadline = time.time() + 600
     while time.time() < deadline and child.poll() is None:
