@@ -492,8 +492,8 @@ class OnlineVB(StochasticAlgorithm):
                 raise DataIntegrityError("state array %r has shape %s, expected %s"
                                          % (name, tuple(state.arrays[name].shape), shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
-        settings = cls.SPEC.recorded(p)
-        settings.setdefault("reseed", 0.0)        # states written before re-seeding existed
+        # states written before re-seeding existed did not re-seed
+        settings = cls.SPEC.recorded(p, older={"reseed": 0.0})
         # α and η as the state holds them (the optional Newton steps change them)
         settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
                         eta=float(scal[2]))

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from lda_core.errors import UsageError
+from lda_core.errors import DataIntegrityError, UsageError
 
 __all__ = ["is_number", "check_number", "check_int", "check_positive", "check_choice", "Param",
            "ParamSpec"]
@@ -209,10 +209,21 @@ class ParamSpec(tuple):
         """The recorded settings of ``obj`` as JSON values, in declaration order."""
         return {p.name: p.export(getattr(obj, p.attribute)) for p in self if p.record}
 
-    def recorded(self, params: Dict[str, Any]) -> Dict[str, Any]:
+    def recorded(self, params: Dict[str, Any],
+                 older: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The settings of a checkpoint's ``params`` this spec records (the constructor's
-        keywords to rebuild the algorithm; the others, state, are left out)."""
-        return {p.name: params[p.name] for p in self if p.record and p.name in params}
+        keywords to rebuild the algorithm; the others, state, are left out). A recorded
+        setting missing from ``params`` is a DataIntegrityError (an edited or damaged
+        checkpoint is never rebuilt with defaults in its place), except those of ``older``:
+        settings added after states were first written, with the value those states meant."""
+        older = older or {}
+        missing = [p.name for p in self
+                   if p.record and p.name not in params and p.name not in older]
+        if missing:
+            raise DataIntegrityError("the checkpoint's parameters lack %s (recorded by every "
+                                     "checkpoint of this algorithm)" % ", ".join(missing))
+        return {p.name: params[p.name] if p.name in params else older[p.name]
+                for p in self if p.record and (p.name in params or p.name in older)}
 
     def resolve(self, given: Dict[str, Any], owner: str) -> Dict[str, Any]:
         """Every setting of the spec, checked: ``given`` values, the defaults for the rest. A

@@ -317,8 +317,8 @@ class SCVB0(StochasticAlgorithm):
     def from_state(cls, state, *, n_threads: Optional[int] = None,
                    take: bool = False) -> "SCVB0":
         state.validate(algorithm=cls.name)
-        p = cls.SPEC.recorded(state.params)
-        p.setdefault("reseed", 0.0)          # states written before re-seeding existed
+        # states written before re-seeding existed did not re-seed
+        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0})
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
                        n_threads=n_threads, **p)
