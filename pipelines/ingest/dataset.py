@@ -147,7 +147,7 @@ def match_sizes(pattern: str) -> List[Tuple[str, int]]:
         res = FileSystems.match([pattern])[0]
         return sorted((m.path, int(m.size_in_bytes)) for m in res.metadata_list)
     out = []
-    for path in sorted(glob.glob(pattern)):
+    for path in match(pattern):
         try:
             out.append((path, os.path.getsize(path)))
         except OSError:
