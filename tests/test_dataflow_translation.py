@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the plan and the window are the benchmark's (benchmarks/graph_bytes_bench.py), so the test
 # and the results file measure the same graph
 from benchmarks.graph_bytes_bench import (D, GRAPH_LIMIT, REQUEST_LIMIT,  # noqa: E402
-                                          dataflow_config, wikipedia_window)
+                                          dataflow_config, runner_api_per_step,
+                                          wikipedia_window)
 
 S = 4096
 
@@ -73,17 +74,7 @@ def test_graph_bytes_per_step_do_not_grow_with_the_minibatch():
     S = 4,096, under the 12 kB per step that fit 806 steps in one job (with pickled row
     indices a step at S = 4,096 was ~31 kB). Needs no Dataflow SDK: the graph is built, not
     run."""
-    import apache_beam as beam
-
-    def per_step(batch_size):
-        sizes = []
-        for n in (4, 20):
-            p = beam.Pipeline()
-            wikipedia_window(p, dataflow_config(True), n, batch_size)
-            sizes.append(p.to_runner_api().ByteSize())
-        return (sizes[1] - sizes[0]) / 16
-
-    small, large = per_step(256), per_step(S)
+    small, large = runner_api_per_step(256), runner_api_per_step(S)
     print("graph bytes per step: S=256 %.0f, S=4096 %.0f" % (small, large))
     assert large <= 12_000
     assert abs(large - small) <= 0.02 * small
