@@ -215,7 +215,7 @@ def choose_runner(args, beam_argv, algorithm: str, route: Route):
     return BeamRunner(BeamSettings(
         beam_argv=tuple(beam_argv), runner=args.runner,
         minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
-        n_threads=args.threads, detach=detach))
+        n_threads=args.threads, detach=detach, exchange=getattr(args, "exchange", None)))
 
 
 def build_spec(args, algorithm: str, settings, schedule: Schedule, heldout, output: Output,

@@ -211,6 +211,14 @@ def add_arguments(p) -> None:
                         "worker count; recorded in the checkpoints, so --resume keeps it "
                         "(default 1 on local runners; remote runners: at least 4, and "
                         "--num_workers / --max_num_workers of the first run)")
+    g.add_argument("--exchange", choices=("state", "word-blocks"), default=None,
+                   help="Beam runners, online-vb and scvb0: how a step's state and statistics "
+                        "move between workers. word-blocks: each worker reads only its "
+                        "documents' words' rows and the statistics go to the owners of "
+                        "--word-blocks blocks of words (no worker holds the whole state); "
+                        "state: every worker reads the whole state and one worker sums the "
+                        "statistics (default: word-blocks on remote runners, state on this "
+                        "machine; same bits either way at the same --pieces and --word-blocks)")
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
                         "(default: the Beam trainer's choice)")

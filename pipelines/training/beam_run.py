@@ -40,6 +40,7 @@ class WindowSetup:
     unroll: bool
     run_info: Dict[str, Any]
     t_start: float
+    word_blocks: bool = False     # the word-sharded exchange (pipelines.training.beam_sharded)
 
     @property
     def n_docs(self) -> int:

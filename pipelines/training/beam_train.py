@@ -79,7 +79,8 @@ from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: w
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
     WindowSetup, after_window, default_scratch_root, start_record)
-from pipelines.training.beam_window import run_stepwise, run_unrolled, chained
+from pipelines.training import beam_sharded
+from pipelines.training.beam_window import run_sharded, run_stepwise, run_unrolled, chained
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +228,42 @@ class BeamSettings:
     n_threads: Optional[int] = None
     scratch_dir: Optional[str] = None
     detach: bool = False
+    exchange: Optional[str] = None
+
+
+# how a step's state and statistics move between workers (BeamSettings.exchange)
+EXCHANGE_STATE = "state"              # every worker reads the whole state; one reducer
+EXCHANGE_WORD_BLOCKS = "word-blocks"  # word-sharded (pipelines.training.beam_sharded)
+EXCHANGES = (EXCHANGE_STATE, EXCHANGE_WORD_BLOCKS)
+
+
+def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm,
+                         detach: bool = False, unroll: bool = True) -> bool:
+    """Whether the steps run the word-sharded exchange (:mod:`pipelines.training.beam_sharded`).
+
+    Default: on a remote runner, for an algorithm whose state can be cut by word block
+    (``word_sharded``), waiting for its windows; otherwise the whole-state exchange (in
+    process, local worker processes sharing a scratch folder, detached windows). An explicit
+    ``word-blocks`` that cannot run is a usage error naming why."""
+    if exchange is not None and exchange not in EXCHANGES:
+        raise UsageError("--exchange must be one of %s, got %r" % (", ".join(EXCHANGES),
+                                                                   exchange))
+    capable = bool(getattr(type(algorithm), "word_sharded", False))
+    if exchange == EXCHANGE_STATE:
+        return False
+    if exchange == EXCHANGE_WORD_BLOCKS:
+        why = (None if capable else "algorithm %s keeps no word-block state (online-vb and "
+               "scvb0 do)" % getattr(algorithm, "name", "?"))
+        why = why or ("the in-process runner has one worker: give worker processes "
+                      "(--direct_running_mode=multi_processing) or a remote runner"
+                      if cfg.in_process else None)
+        why = why or ("--detach is not available with it yet" if detach else None)
+        why = why or ("it runs unrolled windows only (drop --no-unroll)" if not unroll
+                      else None)
+        if why:
+            raise UsageError("--exchange word-blocks: %s" % why)
+        return True
+    return capable and not cfg.local and not detach and unroll
 
 
 SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
@@ -301,8 +338,17 @@ class BeamRunner:
         total = int(sched.passes) * B
         stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
         unroll = True if st.unroll is None else bool(st.unroll)
+        sharded = word_blocks_exchange(st.exchange, cfg, algorithm, st.detach, unroll)
+        if (sharded and not cfg.local and recorded is None and int(position) == 0
+                and "word_blocks" not in spec.algorithm.settings
+                and int(getattr(algorithm, "word_blocks", 1)) == 1):
+            # a fresh remote run: one word block per piece (at least one per worker), so
+            # the global step spreads over the workers as the E-step does; recorded in the
+            # checkpoints like any setting, so every resume keeps it
+            algorithm.word_blocks = pieces
+        run_info["exchange"] = EXCHANGE_WORD_BLOCKS if sharded else EXCHANGE_STATE
         return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
-                           unroll, run_info, t_start), algorithm
+                           unroll, run_info, t_start, sharded), algorithm
 
 
 def _store(spec: TrainSpec):
@@ -394,6 +440,8 @@ class _WindowRun:
         cfg = self.setup.cfg
         if cfg.in_process:
             return []
+        if self.setup.word_blocks:
+            return ["read", "estep", "stats_encode", "state_delivery"]
         if self.setup.unroll and chained(cfg, self.scratch):
             return list(PARALLEL_PHASES)
         return ["read", "estep", "stats_encode"]
@@ -415,13 +463,22 @@ class _WindowRun:
                                batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)
             times = PhaseTimes()
-            start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
-            if st.unroll:
+            if st.word_blocks:
+                start = times.timed("state_delivery", beam_sharded.write_start, algorithm,
+                                    self.scratch, self.run_key, ses.position)
+                infos, new_algo, error, counters = run_sharded(
+                    cfg, steps, start, self.run_key, st.n_threads, times,
+                    run_steps=stop - ses.position if windows == 0 else None)
+            elif st.unroll:
+                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
+                                        ses.position)
                 infos, new_algo, error, counters = run_unrolled(
                     cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
                     True, None, times,
                     run_steps=stop - ses.position if windows == 0 else None)
             else:
+                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
+                                        ses.position)
                 infos, new_algo, error, counters = run_stepwise(
                     cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
                     st.n_threads, True, None, self.state_ref, times)
