@@ -43,10 +43,10 @@ import numpy as np
 from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.estep_vb import local_ids
-from lda_core.algorithms.online_vb import split_dead_topics
 from lda_core.algorithms.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
 from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
+from lda_core.algorithms.word_blocks import dead_topic_splits, split_rows
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,9 @@ class SCVB0(StochasticAlgorithm):
                 self._pi = 1.0
             # re-seed collapsed topics (lda_core.algorithms.online_vb.split_dead_topics); N^Z is shared
             # between the two halves in the proportion of their N^Φ
-            splits = split_dead_topics(self._ntilde, stats.nz, self.reseed, self.seed, t)
+            sp = dead_topic_splits(stats.nz, self.reseed, self.seed, t)
+            splits = [(k, j, sk, sj) for (k, j), (sk, sj)
+                      in zip(sp.pairs, split_rows(self._ntilde, 0, sp))]
             for k, j, sk, sj in splits:
                 before = self.nz[j]
                 self.nz[k] = before * (sk / (sk + sj) if sk + sj > 0 else 0.5)
