@@ -204,3 +204,64 @@ def test_header_and_partial_bytes_round_trip(kos):
     assert len(h.to_bytes()) < 2000 + 64 * K
     with pytest.raises(ValueError):
         BlockHeader.from_bytes(h.to_bytes()[:-3])
+
+
+# -- SCVB0 ----------------------------------------------------------------------------------
+
+from lda_core.algorithms.scvb0 import SCVB0  # noqa: E402
+
+SCVB0_SETTINGS = {"reseed": {"reseed": 0.95, "corpus_tokens": 200000},
+                  "float32": {"dtype": "float32", "renorm_below": 0.5, "s_phi": 1.0,
+                              "tau_phi": 1.0}}
+
+
+@pytest.mark.parametrize("B", [1, 2, 3, 8])
+@pytest.mark.parametrize("what", sorted(SCVB0_SETTINGS))
+def test_scvb0_cluster_equals_inprocess(kos, B, what):
+    batch, V = kos
+    batches = minibatches(batch)
+    settings = SCVB0_SETTINGS[what]
+    ref, ref_infos = inprocess_run(SCVB0, V, batches, B, settings)
+    got, infos = cluster_run(SCVB0, V, batches, B, settings)
+    assert_same_state(got, ref)
+    assert ref.step == STEPS and got.word_blocks == B
+    assert [i["reseeded"] for i in infos] == [i["reseeded"] for i in ref_infos]
+    if what == "reseed":
+        assert sum(i["reseeded"] for i in ref_infos) > 0
+
+
+def test_scvb0_refused_step_leaves_every_block_and_the_header_unchanged(kos):
+    batch, V = kos
+    mb = minibatches(batch)
+    algo = SCVB0(K, V, word_blocks=3, seed=3)
+    algo.global_step(algo.local_step(mb[0]))
+    stats = local_step_pieces(algo, mb[1], PIECES)
+    lo, hi = block_bounds(V, 3)[1]
+    i = int(np.nonzero((stats.block.rows >= lo) & (stats.block.rows < hi))[0][0])
+    stats.block.values[i, 0] = np.inf
+    before = [algo.block_rows(b).copy() for b in range(3)]
+    header = algo.shard_header().to_bytes()
+    with pytest.raises(StepRefused):
+        algo.global_step(stats)
+    assert all(np.array_equal(algo.block_rows(b), before[b]) for b in range(3))
+    assert algo.shard_header().to_bytes() == header
+    hdr = BlockHeader.from_bytes(header)
+    blocks = stats.split_by_block(3)
+    plan = SCVB0.plan_step(hdr, blocks[0])
+    owners = [r.copy() for r in before]
+    parts = [SCVB0.update_block(hdr, plan, b, owners[b], blocks[b]) for b in range(3)]
+    assert [p.flags["finite"] for p in parts] == [True, False, True]
+    assert np.array_equal(owners[1], before[1])
+    with pytest.raises(StepRefused):
+        SCVB0.finish_step(hdr, plan, parts)
+
+
+def test_scvb0_word_blocks_recorded_in_checkpoints(kos):
+    batch, V = kos
+    algo = SCVB0(K, V, word_blocks=4, seed=3)
+    algo.global_step(algo.local_step(minibatches(batch)[0]))
+    state = algo.to_state()
+    assert state.params["word_blocks"] == 4
+    assert SCVB0.from_state(state).word_blocks == 4
+    del state.params["word_blocks"]
+    assert SCVB0.from_state(state).word_blocks == 1

@@ -72,7 +72,7 @@ from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
-                                             combine_partials,
+                                             combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
 
 logger = logging.getLogger(__name__)
@@ -478,9 +478,10 @@ class OnlineVB(StochasticAlgorithm):
 
     @classmethod
     def finish_splits(cls, header: BlockHeader, splits: Splits, parts, info):
-        """(header after the step, log info) from the split partials in block order."""
+        """(header after the step, log info) from the split partials in block order (none
+        needed -- ``parts`` may be empty -- when ``splits.needs_blocks`` is False)."""
         algo = cls._from_header(header, None)
-        info = algo._finish_splits(splits, combine_partials(list(parts), header.n_blocks),
+        info = algo._finish_splits(splits, combine_splits(splits, parts, header.n_blocks),
                                    dict(info))
         return algo.shard_header(), info
 

@@ -203,6 +203,15 @@ class Splits:
             raise ValueError("damaged re-seeding splits: %s" % e) from None
 
 
+def combine_splits(splits: Splits, parts: Sequence[BlockPartial], n_blocks: int) -> BlockPartial:
+    """:func:`combine_partials` of the blocks' split partials; when no block had work
+    (``splits.needs_blocks`` False) ``parts`` may be empty."""
+    parts = list(parts or [])
+    if not parts and not splits.needs_blocks:
+        return BlockPartial(block=-1, sums={"split": np.zeros((0, 2), np.float64)})
+    return combine_partials(parts, n_blocks)
+
+
 def dead_topic_splits(mass: np.ndarray, reseed: float, seed: int, step: int) -> Splits:
     """Which topics to re-seed after step ``step`` (online VB's docstring, "Re-seeding"):
     every topic k whose share of ``mass`` (the minibatch's tokens per topic) is below
