@@ -265,3 +265,36 @@ def test_scvb0_word_blocks_recorded_in_checkpoints(kos):
     assert SCVB0.from_state(state).word_blocks == 4
     del state.params["word_blocks"]
     assert SCVB0.from_state(state).word_blocks == 1
+
+
+def test_cli_resume_keeps_the_recorded_word_blocks(kos_paths, tmp_path, capsys):
+    """`ldabeam train --word-blocks 4` is recorded; `--resume --word-blocks 2` is a one-line
+    usage error; `--resume` alone continues with 4 and ends on the bits of an uninterrupted
+    run with 4 blocks."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    from pipelines import cli
+    from test_cli_train import make_dataset
+    ds = make_dataset(str(tmp_path / "ds"), kos_paths, n_train=200, n_held=20)
+    md = str(tmp_path / "m")
+    base = ["train", "--shards", ds, "--algorithm", "online-vb", "--topics", "5",
+            "--minibatch", "40", "--seed", "3", "--passes", "1", "--runner", "inprocess",
+            "--no-progress"]
+
+    def run(*extra):
+        rc = cli.main(base + list(extra))
+        return rc, capsys.readouterr()
+
+    rc, _ = run("--output", md, "--word-blocks", "4", "--max-steps", "2")
+    assert rc == 0 and CheckpointStore(md).latest().params["word_blocks"] == 4
+    rc, (out, err) = run("--output", md, "--resume", "--word-blocks", "2")
+    assert rc == 2 and "--word-blocks 2: this run was trained with 4 word blocks" in err
+    rc, _ = run("--output", md, "--resume")
+    assert rc == 0
+    got = CheckpointStore(md).latest()
+    assert got.params["word_blocks"] == 4
+    rc, _ = run("--output", str(tmp_path / "ref"), "--word-blocks", "4")
+    assert rc == 0
+    ref = CheckpointStore(str(tmp_path / "ref")).latest()
+    assert ref.step == got.step == 5
+    for k in ref.arrays:
+        assert ref.arrays[k].tobytes() == got.arrays[k].tobytes(), k

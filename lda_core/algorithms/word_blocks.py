@@ -69,13 +69,17 @@ def add_in_order(partials: Sequence[Any]) -> Any:
     return out
 
 
-def check_resumed_blocks(explicit: Optional[int], recorded: int) -> None:
-    """A resumed run keeps the checkpoint's B (it fixes the summation order): a different
-    explicit ``--word-blocks`` is a UsageError."""
-    if explicit is not None and int(explicit) != int(recorded):
+def check_resumed_blocks(cls, explicit: Optional[int], params: Dict[str, Any]) -> None:
+    """A resumed run of a word-sharded algorithm ``cls`` keeps the checkpoint's B (recorded
+    in its ``params``; 1 when older): it fixes the summation order, so a different explicit
+    ``--word-blocks`` is a UsageError."""
+    if explicit is None or not getattr(cls, "word_sharded", False):
+        return
+    recorded = int(params.get("word_blocks", 1))
+    if int(explicit) != recorded:
         raise UsageError("--word-blocks %d: this run was trained with %d word blocks (recorded "
                          "in its checkpoint); resume without --word-blocks or with "
-                         "--word-blocks %d" % (int(explicit), int(recorded), int(recorded)))
+                         "--word-blocks %d" % (int(explicit), recorded, recorded))
 
 
 def _float_arrays(arrays: Dict[str, np.ndarray]) -> List[Tuple[str, str, np.ndarray]]:
