@@ -26,7 +26,7 @@ If ``corpus_tokens`` (C) is not given, the number of tokens seen so far (includi
 current minibatch) is used, which is the natural choice for an open-ended stream.
 
 Collapsed topics are re-seeded after each step as in online VB
-(``lda_core.algorithms.online_vb.split_dead_topics``; ``reseed`` = 0.02, 0 turns it off): a topic with
+(``lda_core.algorithms.word_blocks.dead_topic_splits``; ``reseed`` = 0.02, 0 turns it off): a topic with
 less than ``reseed``/K of the minibatch's N̂^Z takes a Beta(½, ½) share of each word of the
 busiest topic's Ñ column, drawn from (seed, step, topic); N^Z_j is shared between the two in
 the proportion of their columns (docs/algorithms.md gives its effect on dead topics).
