@@ -345,7 +345,7 @@ class OnlineVB(StochasticAlgorithm):
             for b, sl in enumerate(blocks_of(ids, self.n_words, B)):
                 if sl.stop > sl.start:
                     self._check_chunk(ups[b], flags[b], ids[sl], s[sl])
-        checked = [self._block_partial(b, plan, ups[b], flags[b]) for b in range(B)]
+        checked = [self._block_partial(b, plan, ups[b], flags[b], sums=False) for b in range(B)]
         self._refusal(plan, combine_partials(checked, B))
         if plan.skip:
             return self._finish(plan, None)[1]
@@ -518,12 +518,16 @@ class OnlineVB(StochasticAlgorithm):
         if upd is not None and flags["finite"]:
             upd.check(ids, s)
 
-    def _block_partial(self, b: int, plan: StepPlan, upd, flags) -> BlockPartial:
+    def _block_partial(self, b: int, plan: StepPlan, upd, flags,
+                       sums: bool = True) -> BlockPartial:
+        """The block's flags and sums (``sums`` False: only what the refusal reads, before
+        anything is written)."""
         if upd is None:
             return BlockPartial(block=b, flags=dict(flags, lambda_finite=True))
-        return BlockPartial(block=b, flags=dict(flags, lambda_finite=upd.ok()),
-                            sums={"colsum": upd.colsum_part(), "mass": upd.mass,
-                                  "change": np.array([upd.total])},
+        out = {"change": np.array([upd.total])}
+        if sums:
+            out.update(colsum=upd.colsum_part(), mass=upd.mass)
+        return BlockPartial(block=b, flags=dict(flags, lambda_finite=upd.ok()), sums=out,
                             counts={"size": upd.size})
 
     def _refusal(self, plan: StepPlan, combined: BlockPartial) -> None:
