@@ -67,28 +67,18 @@ from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.params import (Param, ParamSpec, check_choice, check_int,
                                         check_positive)
-from lda_core.algorithms.vb_lazy_lambda import LazyLambdaUpdate
+from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate, new_colsum,
+                                                 refuse_update)
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
+from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
+                                             StepPlan, block_bounds, blocks_of,
+                                             combine_partials, combine_splits,
+                                             dead_topic_splits, split_rows)
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = ("float32", "float64")
 _KERNELS = ("numba", "numpy")
-
-
-@njit(cache=True, error_model="numpy")
-def _split_column(ntilde, j, k, u):
-    """Ñ_·k ← u ⊙ Ñ_·j, Ñ_·j ← (1 − u) ⊙ Ñ_·j in one pass over the rows; (Σ Ñ_·k, Σ Ñ_·j)."""
-    sk = 0.0
-    sj = 0.0
-    for w in range(ntilde.shape[0]):
-        c = ntilde[w, j]
-        a = u[w] * c
-        ntilde[w, k] = a
-        ntilde[w, j] = c - a
-        sk += a
-        sj += c - a
-    return sk, sj
 
 
 @njit(cache=True, error_model="numpy")
@@ -105,34 +95,6 @@ def _finite_nonnegative(s):
     return finite, negative
 
 
-def split_dead_topics(ntilde: np.ndarray, mass: np.ndarray, reseed: float, seed: int,
-                      step: int):
-    """Re-seed collapsed topics of a word-major V x K count-like matrix in place (module
-    docstring, "Re-seeding"): every topic k whose share of ``mass`` (this minibatch's tokens
-    per topic) is below ``reseed``/K takes the fraction u ~ Beta(1/2, 1/2) of each word of the
-    topic j with the largest remaining share, drawn from (seed, step, k) so that every runner
-    agrees. Returns [(k, j, Σ_w column k, Σ_w column j)] in the order applied."""
-    K = ntilde.shape[1]
-    total = float(mass.sum())
-    if reseed <= 0 or K < 2 or total <= 0:
-        return []
-    share = np.asarray(mass, np.float64) / total
-    dead = np.nonzero(share < reseed / K)[0]
-    if len(dead) == 0 or len(dead) == K:
-        return []
-    share = share.copy()
-    out = []
-    for k in dead:
-        j = int(np.argmax(share))
-        rng = np.random.default_rng([int(seed), int(step), int(k), 0x5EED])
-        # Beta(1/2, 1/2) is the arcsine law: sin²(πU/2) with U uniform
-        u = np.sin(0.5 * np.pi * rng.random(ntilde.shape[0])) ** 2
-        sk, sj = _split_column(ntilde, j, int(k), u)
-        out.append((int(k), j, sk, sj))
-        share[k] = share[j] = share[j] / 2.0
-    return out
-
-
 class OnlineVB(StochasticAlgorithm):
     """Online variational Bayes for LDA (see module docstring for the equations and defaults).
 
@@ -141,6 +103,8 @@ class OnlineVB(StochasticAlgorithm):
 
     name = "online-vb"
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
+    word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
+    _row_ids: Optional[np.ndarray] = None    # an E-step view's word ids (estep_view)
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train`, the Flex Template metadata and OnlineLDA's mapping of its
@@ -176,6 +140,10 @@ class OnlineVB(StochasticAlgorithm):
         Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
               help="a topic with less than reseed/K of a minibatch's tokens is re-seeded "
                    "(0: never)"),
+        Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
+              help="word blocks of the global step (contiguous vocabulary ranges, each "
+                   "updatable by its own worker); its sums are added in block order, so the "
+                   "result depends on this number, not on the workers (--resume keeps it)"),
     )
 
     def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,
@@ -252,8 +220,14 @@ class OnlineVB(StochasticAlgorithm):
 
     def exp_elog_beta(self, word_ids: np.ndarray) -> np.ndarray:
         """exp(E[log β]) for the rows ``word_ids`` (sorted unique), U x K in ``self.dtype``."""
-        return exp_elog_beta_rows(self._ntilde, word_ids, self._a, self._pi,
-                                           self._colsum(), dtype=self.dtype)
+        rows = word_ids
+        if self._row_ids is not None:            # an E-step view: its rows are _row_ids'
+            rows = np.searchsorted(self._row_ids, word_ids)
+            if len(word_ids) and (rows[-1] >= len(self._row_ids)
+                                  or not np.array_equal(self._row_ids[rows], word_ids)):
+                raise ValueError("the batch has words whose rows this E-step view does not hold")
+        return exp_elog_beta_rows(self._ntilde, rows, self._a, self._pi,
+                                  self._colsum(), dtype=self.dtype)
 
     def elog_beta_dense(self) -> np.ndarray:
         """E[log β] word-major V x K float64 (dense; for the η step and the exact ELBO)."""
@@ -350,73 +324,282 @@ class OnlineVB(StochasticAlgorithm):
         """λ ← (1−ρ_t)λ + ρ_t(η + (D/S)·sstats) on the lazily scaled λ (module docstring).
 
         ``stats``: the minibatch's :class:`VBStats`, or a :class:`VBStatsSum` of its pieces
-        (the summed rows are then never whole: they are formed block by block, twice). Two
-        passes over the row blocks: the first checks everything (non-finite or negative
-        statistics, a non-finite new λ: ValueError, the state untouched), the second writes
-        λ; same values as one block of all rows, bit for bit. A minibatch with no (non-empty)
+        (the summed rows are then never whole: they are formed chunk by chunk, twice). The
+        step is the word-block sequence of ``lda_core.algorithms.word_blocks`` over this
+        algorithm's ``word_blocks`` blocks: every block is checked first (non-finite or
+        negative statistics, a non-finite new λ: StepRefused, the state untouched), then every
+        block written, and their sums added in block order. A minibatch with no (non-empty)
         documents is not a step: the state is unchanged and ``skipped`` is set.
         Returns log info: t, rho, docs, tokens, empty, capped, iterations (mean per document),
-        mean_change (mean |Δλ| over the touched words' rows), bound (training per-word bound
-        of the minibatch, λ before the step), alpha (mean), eta."""
+        mean_change (mean |Δλ| over the rows of the statistics), bound (training per-word bound
+        of the minibatch, λ before the step), alpha (mean), eta, pi, reseeded."""
+        if self._row_ids is not None:
+            raise TypeError("an E-step view (estep_view) holds only some rows of λ: it has no "
+                            "global step")
+        plan = self._plan(stats)
+        B = self.word_blocks
+        bounds = self._bounds()
+        ups = [self._block_update(plan, lo, self._ntilde[lo:hi]) for lo, hi in bounds]
+        flags = [self._block_flags() for _ in range(B)]
+        for ids, s in stats.row_blocks():            # pass 1: reads only
+            for b, sl in enumerate(blocks_of(ids, self.n_words, B)):
+                if sl.stop > sl.start:
+                    self._check_chunk(ups[b], flags[b], ids[sl], s[sl])
+        checked = [self._block_partial(b, plan, ups[b], flags[b], sums=False) for b in range(B)]
+        self._refusal(plan, combine_partials(checked, B))
+        if plan.skip:
+            return self._finish(plan, None)[1]
+        for u in ups:
+            u.start()
+        for ids, s in stats.row_blocks():            # pass 2: the same chunks, written
+            for b, sl in enumerate(blocks_of(ids, self.n_words, B)):
+                if sl.stop > sl.start:
+                    ups[b].apply(ids[sl], s[sl])
+        parts = [self._block_partial(b, plan, ups[b], flags[b]) for b in range(B)]
+        splits, info = self._finish(plan, combine_partials(parts, B))
+        sparts = [self._split_block(splits, b, self._ntilde[lo:hi])
+                  for b, (lo, hi) in enumerate(bounds)]
+        return self._finish_splits(splits, combine_partials(sparts, B), info)
+
+    # -- the global step by word blocks (lda_core.algorithms.word_blocks) -------------------
+    def _bounds(self):
+        """[(lo, hi)]: the words of each block."""
+        return block_bounds(self.n_words, self.word_blocks)
+
+    def block_rows(self, b: int) -> np.ndarray:
+        """Rows [lo, hi) of Ñ (λ = a + π Ñ) of word block ``b``: a view."""
+        lo, hi = self._bounds()[b]
+        return self._ntilde[lo:hi]
+
+    def shard_header(self) -> BlockHeader:
+        """Everything but Ñ's rows: settings, Σ_w Ñ_w, α, a, π, η, step counters."""
+        return BlockHeader(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
+                           n_blocks=self.word_blocks, vocab_hash=self.vocab_hash,
+                           params=self.params(),
+                           counters={"step": self.step, "docs_seen": self.docs_seen},
+                           arrays={"ntilde_colsum": self._ntilde_colsum.copy(),
+                                   "alpha": self.alpha.copy(),
+                                   "scalars": np.array([self._a, self._pi, self.eta])})
+
+    @classmethod
+    def _from_header(cls, header: BlockHeader, ntilde: Optional[np.ndarray],
+                     n_threads: Optional[int] = None, kernel: str = "numba") -> "OnlineVB":
+        if header.algorithm != cls.name:
+            raise DataIntegrityError("word-block header is for algorithm %r, not %r"
+                                     % (header.algorithm, cls.name))
+        K = header.n_topics
+        settings = cls.SPEC.recorded(header.params, older={"reseed": 0.0, "word_blocks": 1})
+        scal = header.arrays["scalars"]
+        settings.update(alpha=np.asarray(header.arrays["alpha"], np.float64), eta=float(scal[2]))
+        obj = cls.__new__(cls)
+        obj._configure(K, header.n_words, header.vocab_hash, n_threads, kernel, settings)
+        if obj.word_blocks != header.n_blocks:
+            raise DataIntegrityError("word-block header has %d blocks but its settings %d"
+                                     % (header.n_blocks, obj.word_blocks))
+        obj._ntilde = ntilde
+        obj._ntilde_colsum = np.array(header.arrays["ntilde_colsum"], np.float64)
+        obj._a, obj._pi = float(scal[0]), float(scal[1])
+        obj.step, obj.docs_seen = header.counters["step"], header.counters["docs_seen"]
+        return obj
+
+    @classmethod
+    def from_shards(cls, header: BlockHeader, rows) -> "OnlineVB":
+        """The algorithm whose Ñ is the blocks' rows ``rows`` (block order) and the rest
+        ``header`` (the inverse of :meth:`shard_header` and :meth:`block_rows`)."""
+        rows = list(rows)
+        bounds = block_bounds(header.n_words, header.n_blocks)
+        if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)
+                                           for r, (lo, hi) in zip(rows, bounds)):
+            raise DataIntegrityError("word-block rows have shapes %s, expected %s"
+                                     % ([np.shape(r) for r in rows],
+                                        [(hi - lo, header.n_topics) for lo, hi in bounds]))
+        ntilde = np.ascontiguousarray(np.concatenate(rows), dtype=np.float64)
+        return cls._from_header(header, ntilde)
+
+    @classmethod
+    def estep_view(cls, header: BlockHeader, word_ids: np.ndarray, rows: np.ndarray,
+                   n_threads: Optional[int] = None, kernel: str = "numba") -> "OnlineVB":
+        """An algorithm holding only the rows ``rows`` of Ñ of the sorted unique words
+        ``word_ids``: its ``local_step`` of a batch whose words are among them gives the
+        statistics of the full algorithm's, bit for bit."""
+        word_ids = np.asarray(word_ids, np.int64)
+        if np.shape(rows) != (len(word_ids), header.n_topics):
+            raise ValueError("rows have shape %s, expected (%d, %d)"
+                             % (np.shape(rows), len(word_ids), header.n_topics))
+        obj = cls._from_header(header, np.ascontiguousarray(rows, dtype=np.float64),
+                               n_threads=n_threads, kernel=kernel)
+        obj._row_ids = word_ids
+        return obj
+
+    @classmethod
+    def plan_step(cls, header: BlockHeader, stats: VBStats) -> StepPlan:
+        """ρ, D/S, the new a, π and α from the statistics' small part (any block's)."""
+        return cls._from_header(header, None)._plan(stats)
+
+    @classmethod
+    def update_block(cls, header: BlockHeader, plan: StepPlan, b: int, rows: np.ndarray,
+                     stats: VBStats) -> BlockPartial:
+        """Check block ``b``'s statistics ``stats`` and, if they pass, apply the step to its
+        rows ``rows`` in place; the partial carries the checks' flags and the block's sums."""
+        algo = cls._from_header(header, None)
+        lo, hi = header.bounds(b)
+        if np.shape(rows) != (hi - lo, header.n_topics):
+            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
+                             % (b, np.shape(rows), hi - lo, header.n_topics))
+        upd, flags = algo._block_update(plan, lo, rows), algo._block_flags()
+        for ids, s in stats.row_blocks():
+            if len(ids) and (ids[0] < lo or ids[-1] >= hi):
+                raise ValueError("statistics rows outside block %d's words [%d, %d)"
+                                 % (b, lo, hi))
+            algo._check_chunk(upd, flags, ids, s)
+        if not plan.skip and flags["finite"] and flags["nonnegative"] and upd.ok():
+            upd.start()
+            for ids, s in stats.row_blocks():
+                upd.apply(ids, s)
+        return algo._block_partial(b, plan, upd, flags)
+
+    @classmethod
+    def finish_step(cls, header: BlockHeader, plan: StepPlan, parts):
+        """(header after the λ update, the re-seeding :class:`Splits`, log info) from the
+        blocks' partials in block order; StepRefused if any block refused."""
+        algo = cls._from_header(header, None)
+        parts = list(parts)
+        combined = combine_partials(parts, header.n_blocks)
+        algo._refusal(plan, combined)
+        splits, info = algo._finish(plan, None if plan.skip else combined)
+        return algo.shard_header(), splits, info
+
+    @classmethod
+    def split_block(cls, header: BlockHeader, splits: Splits, b: int,
+                    rows: np.ndarray) -> BlockPartial:
+        """Apply the re-seeding ``splits`` to block ``b``'s rows in place; its sums (the
+        split columns', and Σ ψ(λ) when the η step is due)."""
+        return cls._from_header(header, None)._split_block(splits, b, rows)
+
+    @classmethod
+    def finish_splits(cls, header: BlockHeader, splits: Splits, parts, info):
+        """(header after the step, log info) from the split partials in block order (none
+        needed -- ``parts`` may be empty -- when ``splits.needs_blocks`` is False)."""
+        algo = cls._from_header(header, None)
+        info = algo._finish_splits(splits, combine_splits(splits, parts, header.n_blocks),
+                                   dict(info))
+        return algo.shard_header(), info
+
+    def _plan(self, stats) -> StepPlan:
         self._check_stats(stats)
         if not (np.all(np.isfinite(stats.sum_elogtheta)) and math.isfinite(stats.score)):
             raise self._refuse_nonfinite(stats)
-        upd = None
-        if stats.n_docs > 0:
-            rho, scale = self._rho_and_scale(stats)
-            upd = LazyLambdaUpdate(self._ntilde, self._ntilde_colsum, self._a, self._pi, rho,
-                                   scale, self.eta, self.step)
-        finite, negative = True, False
-        for ids, s in stats.row_blocks():            # pass 1: reads only
-            f, n = _finite_nonnegative(s)
-            finite, negative = finite and f, negative or n
-            if upd is not None and finite:
-                upd.check(ids, s)
-        if not finite:
-            raise self._refuse_nonfinite(stats)
-        if negative:
-            raise StepRefused("refusing negative statistics; the state is left unchanged at "
-                              "step %d" % self.step)
-        if upd is None:
-            logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
-                           "skipped", self.step, stats.n_empty)
-            return {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0,
-                    "empty": stats.n_empty, "skipped": True}
+        info = {"docs": stats.n_docs, "tokens": stats.n_tokens, "empty": stats.n_empty,
+                "capped": stats.n_capped, "n_iterations": stats.n_iterations,
+                "score": stats.score, "stats_step": stats.step}
+        if stats.n_docs <= 0:
+            return StepPlan(skip=True, info=info, values={})
+        rho, scale = self._rho_and_scale(stats)
         new_alpha = self.alpha
         if self.optimize_alpha:
             new_alpha = hyperparams.newton_dirichlet_step(self.alpha, stats.n_docs,
                                                           stats.sum_elogtheta, rho)
-        upd.start()                                  # refuses a non-finite λ: nothing written
-        for ids, s in stats.row_blocks():            # pass 2: the same blocks, written
-            upd.apply(ids, s)
-        self._ntilde_colsum, new_a, pi_after, mean_change = upd.finish()
-        self._a, self._pi = new_a, pi_after
-        self.alpha = new_alpha
-        reseeded = self._reseed_dead(upd.mass)
+        return StepPlan(skip=False, info=info, values={
+            "lambda": LazyLambdaStep(self._a, self._pi, rho, scale, self.eta),
+            "alpha": new_alpha})
+
+    def _block_update(self, plan: StepPlan, lo: int, rows: np.ndarray):
+        return None if plan.skip else LazyLambdaUpdate(rows, lo, plan.values["lambda"])
+
+    @staticmethod
+    def _block_flags() -> Dict[str, bool]:
+        return {"finite": True, "nonnegative": True}
+
+    @staticmethod
+    def _check_chunk(upd, flags, ids, s) -> None:
+        f, n = _finite_nonnegative(s)
+        flags["finite"] = flags["finite"] and f
+        flags["nonnegative"] = flags["nonnegative"] and not n
+        if upd is not None and flags["finite"]:
+            upd.check(ids, s)
+
+    def _block_partial(self, b: int, plan: StepPlan, upd, flags,
+                       sums: bool = True) -> BlockPartial:
+        """The block's flags and sums (``sums`` False: only what the refusal reads, before
+        anything is written)."""
+        if upd is None:
+            return BlockPartial(block=b, flags=dict(flags, lambda_finite=True))
+        out = {"change": np.array([upd.total])}
+        if sums:
+            out.update(colsum=upd.colsum_part(), mass=upd.mass)
+        return BlockPartial(block=b, flags=dict(flags, lambda_finite=upd.ok()), sums=out,
+                            counts={"size": upd.size})
+
+    def _refusal(self, plan: StepPlan, combined: BlockPartial) -> None:
+        """Raise StepRefused when the combined checks of every block refuse the step."""
+        if not combined.flags["finite"]:
+            raise StepRefused("refusing a minibatch with non-finite statistics (%d documents, "
+                              "computed at step %d); the state is left unchanged at step %d"
+                              % (plan.info["docs"], plan.info["stats_step"], self.step))
+        if not combined.flags["nonnegative"]:
+            raise StepRefused("refusing negative statistics; the state is left unchanged at "
+                              "step %d" % self.step)
+        if plan.skip:
+            return
+        lam = plan.values["lambda"]
+        if not (math.isfinite(lam.new_a) and combined.flags["lambda_finite"]
+                and math.isfinite(float(combined.sums["change"][0]))):
+            raise refuse_update(self.step, lam.rho, lam.scale)
+
+    def _finish(self, plan: StepPlan, combined: Optional[BlockPartial]):
+        """The header's part of the step from the blocks' combined sums; (splits, info)."""
+        pi = plan.info
+        if plan.skip:
+            logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
+                           "skipped", self.step, pi["empty"])
+            return (Splits(step=self.step, seed=self.seed, pairs=[]),
+                    {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0, "empty": pi["empty"],
+                     "skipped": True})
+        lam = plan.values["lambda"]
+        self._ntilde_colsum = new_colsum(lam, self._ntilde_colsum, combined.sums["colsum"])
+        self._a, self._pi = lam.new_a, lam.pi_after
+        size = combined.counts["size"]
+        mean_change = float(combined.sums["change"][0]) / size if size else 0.0
+        self.alpha = plan.values["alpha"]
+        splits = dead_topic_splits(combined.sums["mass"], self.reseed, self.seed, self.step)
+        splits.eta_sums = bool(self.optimize_eta)
         self.step += 1
-        self.docs_seen += stats.n_docs
-        if self.optimize_eta:
-            self.eta = hyperparams.newton_symmetric_eta_step(
-                self.eta, self.n_topics, self.n_words, float(self.elog_beta_dense().sum()), rho)
-        info = {"t": self.step, "rho": rho, "docs": stats.n_docs, "tokens": stats.n_tokens,
-                "empty": stats.n_empty, "capped": stats.n_capped,
-                "iterations": stats.n_iterations / max(1, stats.n_docs),
+        self.docs_seen += pi["docs"]
+        info = {"t": self.step, "rho": lam.rho, "docs": pi["docs"], "tokens": pi["tokens"],
+                "empty": pi["empty"], "capped": pi["capped"],
+                "iterations": pi["n_iterations"] / max(1, pi["docs"]),
                 "mean_change": mean_change,
-                "bound": stats.score / stats.n_tokens if stats.n_tokens else float("nan"),
-                "alpha": float(self.alpha.mean()), "eta": self.eta, "pi": self._pi,
-                "reseeded": reseeded,
+                "bound": pi["score"] / pi["tokens"] if pi["tokens"] else float("nan"),
                 "skipped": False}
+        return splits, info
+
+    def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
+        lo, hi = self._bounds()[b]
+        if np.shape(rows) != (hi - lo, self.n_topics):
+            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
+                             % (b, np.shape(rows), hi - lo, self.n_topics))
+        sums = {"split": split_rows(rows, lo, splits)}
+        if splits.eta_sums:         # Σ_w Σ_k ψ(λ_wk) over the block, for the η step
+            sums["psi"] = np.array([float(np.sum(psi(self._a + self._pi * rows)))])
+        return BlockPartial(block=b, sums=sums)
+
+    def _finish_splits(self, splits: Splits, combined: BlockPartial,
+                       info: Dict[str, Any]) -> Dict[str, Any]:
+        if info.get("skipped"):
+            return info
+        for (k, j), (sk, sj) in zip(splits.pairs, combined.sums["split"]):
+            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
+        if self.optimize_eta:
+            # Σ_kw E[log β_kw] = Σ_wk ψ(λ_wk) − V Σ_k ψ(c_k), c the kept column sums
+            sum_elog = (float(combined.sums["psi"][0])
+                        - self.n_words * float(np.sum(psi(self._colsum()))))
+            self.eta = hyperparams.newton_symmetric_eta_step(
+                self.eta, self.n_topics, self.n_words, sum_elog, info["rho"])
+        info.update({"alpha": float(self.alpha.mean()), "eta": self.eta, "pi": self._pi,
+                     "reseeded": len(splits.pairs)})
         logger.debug("global step %(t)d: rho=%(rho).4g docs=%(docs)d mean_change=%(mean_change)"
                      ".4g bound=%(bound).4f", info)
         return info
-
-    def _reseed_dead(self, mass: np.ndarray) -> int:
-        """Split the busiest topic into every topic whose share of this minibatch's tokens is
-        below ``reseed``/K (module docstring, "Re-seeding"); returns how many were re-seeded."""
-        splits = split_dead_topics(self._ntilde, mass, self.reseed, self.seed, self.step)
-        for k, j, sk, sj in splits:
-            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
-        return len(splits)
 
     # -- inference & evaluation -------------------------------------------------------------
     def infer(self, batch: DocBatch) -> np.ndarray:
@@ -493,7 +676,7 @@ class OnlineVB(StochasticAlgorithm):
                                          % (name, tuple(state.arrays[name].shape), shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
         # states written before re-seeding existed did not re-seed
-        settings = cls.SPEC.recorded(p, older={"reseed": 0.0})
+        settings = cls.SPEC.recorded(p, older={"reseed": 0.0, "word_blocks": 1})
         # α and η as the state holds them (the optional Newton steps change them)
         settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
                         eta=float(scal[2]))

@@ -26,7 +26,7 @@ If ``corpus_tokens`` (C) is not given, the number of tokens seen so far (includi
 current minibatch) is used, which is the natural choice for an open-ended stream.
 
 Collapsed topics are re-seeded after each step as in online VB
-(``lda_core.algorithms.online_vb.split_dead_topics``; ``reseed`` = 0.02, 0 turns it off): a topic with
+(``lda_core.algorithms.word_blocks.dead_topic_splits``; ``reseed`` = 0.02, 0 turns it off): a topic with
 less than ``reseed``/K of the minibatch's N̂^Z takes a Beta(½, ½) share of each word of the
 busiest topic's Ñ column, drawn from (seed, step, topic); N^Z_j is shared between the two in
 the proportion of their columns (docs/algorithms.md gives its effect on dead topics).
@@ -43,10 +43,13 @@ import numpy as np
 from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.estep_vb import local_ids
-from lda_core.algorithms.online_vb import split_dead_topics
 from lda_core.algorithms.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
 from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
+from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
+                                             StepPlan, block_bounds, blocks_of,
+                                             combine_partials, combine_splits,
+                                             dead_topic_splits, split_rows)
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
 
 logger = logging.getLogger(__name__)
@@ -69,17 +72,30 @@ class SCVB0Stats(TopicStats):
 
     Unscaled sums; the global step multiplies by C/|M| with |M| = ``n_tokens``."""
 
-    MAGIC: ClassVar[bytes] = b"LDASCVB1"
+    MAGIC: ClassVar[bytes] = b"LDASCVB2"
     LABEL: ClassVar[str] = "SCVB0"
+    SAME: ClassVar[tuple] = ("n_words",)
 
     block: Optional[RowBlock] = None
     nz: Optional[np.ndarray] = None
+    n_words: int = 0
 
     def __post_init__(self):
         if self.block is None:
             self.block = RowBlock(self.n_topics)
         if self.nz is None:
             self.nz = np.zeros(self.n_topics, np.float64)
+
+    def split_by_block(self, n_blocks: int) -> "list[SCVB0Stats]":
+        """One :class:`SCVB0Stats` per word block (``lda_core.algorithms.word_blocks``): that
+        block's rows and, in every one, the whole statistics' N^Z sums and counters. Merging
+        the pieces' block statistics in piece order gives each row the bits of the whole
+        minibatch's merge."""
+        rows, vals = self.block.rows, self.block.values
+        return [SCVB0Stats(n_topics=self.n_topics, n_words=self.n_words,
+                           block=RowBlock(self.n_topics, rows[sl].copy(), vals[sl].copy()),
+                           nz=self.nz.copy(), **self.counters())
+                for sl in blocks_of(rows, self.n_words, n_blocks)]
 
     def merge(self, other: "SCVB0Stats") -> "SCVB0Stats":
         self.check_mergeable(other)
@@ -105,7 +121,9 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
+    _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train`, the Flex Template metadata and SCVB0LDA's mapping of its
@@ -152,6 +170,10 @@ class SCVB0(StochasticAlgorithm):
         Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
               help="a topic with less than reseed/K of a minibatch's N^Z is re-seeded "
                    "(0: never)"),
+        Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
+              help="word blocks of the global step (contiguous vocabulary ranges, each "
+                   "updatable by its own worker); its sums are added in block order, so the "
+                   "result depends on this number, not on the workers (--resume keeps it)"),
     )
 
     def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,
@@ -196,7 +218,13 @@ class SCVB0(StochasticAlgorithm):
         check_batch_words(batch, self.n_words)
         uniq, inv = local_ids(batch.word_ids, self.n_words)
         uniq = uniq.astype(np.int32)
-        tile = lazy_tile(uniq, self._ntilde, float(self._pi), self.nz, self.eta,
+        rows = uniq
+        if self._row_ids is not None:            # an E-step view: its rows are _row_ids'
+            rows = np.searchsorted(self._row_ids, uniq).astype(np.int32)
+            if len(uniq) and (rows[-1] >= len(self._row_ids)
+                              or not np.array_equal(self._row_ids[rows], uniq)):
+                raise ValueError("the batch has words whose rows this E-step view does not hold")
+        tile = lazy_tile(rows, self._ntilde, float(self._pi), self.nz, self.eta,
                          float(self.n_words))
         seeds = doc_seeds(self.seed, self.step, batch.doc_ids, tag)
         # a fixed document split (not the thread count): the chunks' sums are added in chunk
@@ -217,66 +245,243 @@ class SCVB0(StochasticAlgorithm):
 
     # -- StochasticAlgorithm --------------------------------------------------------------
     def empty_stats(self) -> SCVB0Stats:
-        return SCVB0Stats(n_topics=self.n_topics)
+        return SCVB0Stats(n_topics=self.n_topics, n_words=self.n_words)
 
     def local_step(self, batch: DocBatch, **kw) -> SCVB0Stats:
         """Burn-in + 1 passes per document with N^Φ, N^Z frozen; returns Σ m·γ per word."""
         uniq, _, acc, updates = self._run(batch, self.burn_in + 1, True, "scvb0")
         lens = batch.doc_lengths
-        return SCVB0Stats(n_topics=self.n_topics, block=RowBlock(self.n_topics, uniq, acc),
+        return SCVB0Stats(n_topics=self.n_topics, n_words=self.n_words,
+                          block=RowBlock(self.n_topics, uniq, acc),
                           nz=acc.sum(0), n_docs=batch.n_docs, n_tokens=int(lens.sum()),
                           n_empty=int((lens == 0).sum()), n_iterations=int(updates.sum()),
                           n_capped=0)
 
     def global_step(self, stats: SCVB0Stats) -> Dict[str, Any]:
+        """Paper eqs. 7-8 on the lazily scaled N^Φ (module docstring), as the word-block
+        sequence of ``lda_core.algorithms.word_blocks`` over ``word_blocks`` blocks: the
+        statistics are checked first (non-finite values, word ids outside [0, V): StepRefused,
+        the state untouched), then every block is written and re-seeded."""
+        if self._row_ids is not None:
+            raise TypeError("an E-step view (estep_view) holds only some rows of N^Phi: it has "
+                            "no global step")
+        plan = self._plan(stats)
+        rows = stats.block.rows
+        if not np.all(np.isfinite(stats.block.values)):
+            raise self._refuse_nonfinite()
+        if len(rows) and (rows.max() >= self.n_words or rows.min() < 0):
+            raise self._refuse_range()
+        B = self.word_blocks
+        bounds = block_bounds(self.n_words, B)
+        for b, sl in enumerate(blocks_of(rows, self.n_words, B)):
+            lo, hi = bounds[b]
+            self._apply_block(plan, lo, self._ntilde[lo:hi], rows[sl], stats.block.values[sl])
+        parts = [BlockPartial(block=b, flags=self._block_flags()) for b in range(B)]
+        splits, info = self._finish(plan, combine_partials(parts, B))
+        if plan.values["active"]:
+            self._touched_rows = rows
+        sparts = [self._split_block(splits, b, self._ntilde[lo:hi])
+                  for b, (lo, hi) in enumerate(bounds)] if splits.needs_blocks else []
+        return self._finish_splits(splits, combine_splits(splits, sparts, B), info)
+
+    # -- the global step by word blocks (lda_core.algorithms.word_blocks) -------------------
+    def block_rows(self, b: int) -> np.ndarray:
+        """Rows [lo, hi) of Ñ (N^Φ = π Ñ) of word block ``b``: a view."""
+        lo, hi = block_bounds(self.n_words, self.word_blocks)[b]
+        return self._ntilde[lo:hi]
+
+    def shard_header(self) -> BlockHeader:
+        """Everything but Ñ's rows: settings, N^Z, π, step counters."""
+        return BlockHeader(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
+                           n_blocks=self.word_blocks, vocab_hash=self.vocab_hash,
+                           params=self.params(),
+                           counters={"step": self.step, "docs_seen": self.docs_seen,
+                                     "tokens_seen": self.tokens_seen},
+                           arrays={"nz": self.nz.copy(), "pi": np.array([self._pi])})
+
+    @classmethod
+    def _from_header(cls, header: BlockHeader, ntilde: Optional[np.ndarray],
+                     n_threads: Optional[int] = None) -> "SCVB0":
+        if header.algorithm != cls.name:
+            raise DataIntegrityError("word-block header is for algorithm %r, not %r"
+                                     % (header.algorithm, cls.name))
+        p = cls.SPEC.recorded(header.params, older={"reseed": 0.0, "word_blocks": 1})
+        obj = cls.__new__(cls)
+        obj._configure(header.n_topics, header.n_words, vocab_hash=header.vocab_hash,
+                       n_threads=n_threads, **p)
+        if obj.word_blocks != header.n_blocks:
+            raise DataIntegrityError("word-block header has %d blocks but its settings %d"
+                                     % (header.n_blocks, obj.word_blocks))
+        obj._ntilde = ntilde
+        obj.nz = np.array(header.arrays["nz"], np.float64)
+        obj._pi = float(header.arrays["pi"][0])
+        obj.step = header.counters["step"]
+        obj.docs_seen = header.counters["docs_seen"]
+        obj.tokens_seen = header.counters["tokens_seen"]
+        return obj
+
+    @classmethod
+    def from_shards(cls, header: BlockHeader, rows) -> "SCVB0":
+        """The algorithm whose Ñ is the blocks' rows ``rows`` (block order) and the rest
+        ``header`` (the inverse of :meth:`shard_header` and :meth:`block_rows`)."""
+        rows = list(rows)
+        bounds = block_bounds(header.n_words, header.n_blocks)
+        if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)
+                                           for r, (lo, hi) in zip(rows, bounds)):
+            raise DataIntegrityError("word-block rows have shapes %s, expected %s"
+                                     % ([np.shape(r) for r in rows],
+                                        [(hi - lo, header.n_topics) for lo, hi in bounds]))
+        obj = cls._from_header(header, None)
+        obj._ntilde = np.ascontiguousarray(np.concatenate(rows), dtype=obj.dtype)
+        return obj
+
+    @classmethod
+    def estep_view(cls, header: BlockHeader, word_ids: np.ndarray, rows: np.ndarray,
+                   n_threads: Optional[int] = None) -> "SCVB0":
+        """An algorithm holding only the rows ``rows`` of Ñ of the sorted unique words
+        ``word_ids``: its ``local_step`` of a batch whose words are among them gives the
+        statistics of the full algorithm's, bit for bit."""
+        word_ids = np.asarray(word_ids, np.int64)
+        if np.shape(rows) != (len(word_ids), header.n_topics):
+            raise ValueError("rows have shape %s, expected (%d, %d)"
+                             % (np.shape(rows), len(word_ids), header.n_topics))
+        obj = cls._from_header(header, None, n_threads=n_threads)
+        obj._ntilde = np.ascontiguousarray(rows, dtype=obj.dtype)
+        obj._row_ids = word_ids
+        return obj
+
+    @classmethod
+    def plan_step(cls, header: BlockHeader, stats: SCVB0Stats) -> StepPlan:
+        """ρ, C/|M|, the new π and N^Z from the statistics' small part (any block's)."""
+        return cls._from_header(header, None)._plan(stats)
+
+    @classmethod
+    def update_block(cls, header: BlockHeader, plan: StepPlan, b: int, rows: np.ndarray,
+                     stats: SCVB0Stats) -> BlockPartial:
+        """Check block ``b``'s statistics and, if they pass, apply the step to its rows
+        ``rows`` in place; the partial carries the checks' flags."""
+        algo = cls._from_header(header, None)
+        lo, hi = header.bounds(b)
+        if np.shape(rows) != (hi - lo, header.n_topics):
+            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
+                             % (b, np.shape(rows), hi - lo, header.n_topics))
+        ids, vals = stats.block.rows, stats.block.values
+        flags = {"finite": bool(np.all(np.isfinite(vals))),
+                 "in_range": not len(ids) or bool(ids[0] >= lo and ids[-1] < hi)}
+        if all(flags.values()):
+            algo._apply_block(plan, lo, rows, ids, vals)
+        return BlockPartial(block=b, flags=flags)
+
+    @classmethod
+    def finish_step(cls, header: BlockHeader, plan: StepPlan, parts):
+        """(header after the N^Φ update, the re-seeding :class:`Splits`, log info) from the
+        blocks' partials in block order; StepRefused if any block refused."""
+        algo = cls._from_header(header, None)
+        splits, info = algo._finish(plan, combine_partials(list(parts), header.n_blocks))
+        return algo.shard_header(), splits, info
+
+    @classmethod
+    def split_block(cls, header: BlockHeader, splits: Splits, b: int,
+                    rows: np.ndarray) -> BlockPartial:
+        """Apply the re-seeding ``splits`` to block ``b``'s rows in place; the split columns'
+        sums over them."""
+        return cls._from_header(header, None)._split_block(splits, b, rows)
+
+    @classmethod
+    def finish_splits(cls, header: BlockHeader, splits: Splits, parts, info):
+        """(header after the step, log info) from the split partials in block order (none
+        needed -- ``parts`` may be empty -- when ``splits.needs_blocks`` is False)."""
+        algo = cls._from_header(header, None)
+        info = algo._finish_splits(splits, combine_splits(splits, parts, header.n_blocks),
+                                   dict(info))
+        return algo.shard_header(), info
+
+    def _refuse_nonfinite(self):
+        return StepRefused("SCVB0 statistics contain non-finite values; state left unchanged "
+                           "(step %d)" % self.step)
+
+    def _refuse_range(self):
+        return StepRefused("statistics name word ids outside [0, %d)" % self.n_words)
+
+    @staticmethod
+    def _block_flags():
+        return {"finite": True, "in_range": True}
+
+    def _plan(self, stats: SCVB0Stats) -> StepPlan:
         if not isinstance(stats, SCVB0Stats) or stats.n_topics != self.n_topics:
             raise ValueError("global_step needs SCVB0 statistics of %d topics, got %r"
                              % (self.n_topics, stats))
-        if not (np.all(np.isfinite(stats.block.values)) and np.all(np.isfinite(stats.nz))):
-            raise StepRefused("SCVB0 statistics contain non-finite values; state left unchanged "
-                              "(step %d)" % self.step)
-        if len(stats.block.rows) and (stats.block.rows.max() >= self.n_words
-                                      or stats.block.rows.min() < 0):
-            raise StepRefused("statistics name word ids outside [0, %d)" % self.n_words)
+        if not np.all(np.isfinite(stats.nz)):
+            raise self._refuse_nonfinite()
         t = self.step
         rho = self.rho_phi(t)
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens,
                     empty=stats.n_empty, updates=stats.n_iterations)
+        values = {"active": stats.n_tokens > 0, "mass": stats.nz.copy()}
         if stats.n_tokens > 0:
             C = self.corpus_tokens or (self.tokens_seen + stats.n_tokens)
             scale = float(C) / float(stats.n_tokens)
-            if rho >= 1.0:
-                self._ntilde[:] = 0
-                self._pi = 1.0
-                self.nz = np.zeros(self.n_topics, np.float64)
-            else:
-                self._pi *= (1.0 - rho)
-                self.nz = (1.0 - rho) * self.nz
+            zero = rho >= 1.0
+            pi = 1.0 if zero else self._pi * (1.0 - rho)
+            nz = np.zeros(self.n_topics, np.float64) if zero else (1.0 - rho) * self.nz
             # N^Φ_rows += ρ N̂^Φ  <=>  Ñ_rows += ρ (C/|M|) Σmγ / π
-            lazy_add_rows(self._ntilde, stats.block.rows, stats.block.values,
-                          rho * scale / self._pi)
-            self._touched_rows = stats.block.rows
-            self.nz = self.nz + rho * scale * stats.nz
-            if self._pi < self.renorm_below:
+            values.update(zero=zero, pi=pi, coef=rho * scale / pi, C=int(C),
+                          nz=nz + rho * scale * stats.nz, renorm=pi < self.renorm_below)
+        return StepPlan(skip=False, info=info, values=values)
+
+    def _apply_block(self, plan: StepPlan, lo: int, rows: np.ndarray, ids: np.ndarray,
+                     values: np.ndarray) -> None:
+        """The step on one block's rows (``ids``: the statistics' global word ids in it)."""
+        v = plan.values
+        if not v["active"]:
+            return
+        if v["zero"]:
+            rows[:] = 0
+        lazy_add_rows(rows, ids - lo if lo else ids, values, v["coef"])
+        if v["renorm"]:
+            rows *= rows.dtype.type(v["pi"])
+
+    def _finish(self, plan: StepPlan, combined: BlockPartial):
+        if not combined.flags["finite"]:
+            raise self._refuse_nonfinite()
+        if not combined.flags["in_range"]:
+            raise self._refuse_range()
+        v, info = plan.values, dict(plan.info)
+        t = self.step
+        splits = Splits(step=t, seed=self.seed, pairs=[])
+        if v["active"]:
+            self._pi, self.nz = v["pi"], v["nz"]
+            if v["renorm"]:
                 logger.info("scvb0: renormalising the lazy scale factor (pi=%.3g) at t=%d",
                             self._pi, t)
-                self._ntilde *= self._ntilde.dtype.type(self._pi)
                 self._pi = 1.0
-            # re-seed collapsed topics (lda_core.algorithms.online_vb.split_dead_topics); N^Z is shared
-            # between the two halves in the proportion of their N^Φ
-            splits = split_dead_topics(self._ntilde, stats.nz, self.reseed, self.seed, t)
-            for k, j, sk, sj in splits:
-                before = self.nz[j]
-                self.nz[k] = before * (sk / (sk + sj) if sk + sj > 0 else 0.5)
-                self.nz[j] = before - self.nz[k]
-            info["reseeded"] = len(splits)
-            info["C"] = int(C)
+            # re-seed collapsed topics (lda_core.algorithms.word_blocks.dead_topic_splits)
+            splits = dead_topic_splits(v["mass"], self.reseed, self.seed, t)
+            info["C"] = v["C"]
         self.step += 1
-        self.docs_seen += int(stats.n_docs)
-        self.tokens_seen += int(stats.n_tokens)
+        self.docs_seen += int(info["docs"])
+        self.tokens_seen += int(info["tokens"])
+        return splits, info
+
+    def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
+        lo, hi = block_bounds(self.n_words, self.word_blocks)[b]
+        if np.shape(rows) != (hi - lo, self.n_topics):
+            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
+                             % (b, np.shape(rows), hi - lo, self.n_topics))
+        return BlockPartial(block=b, sums={"split": split_rows(rows, lo, splits)})
+
+    def _finish_splits(self, splits: Splits, combined: BlockPartial,
+                       info: Dict[str, Any]) -> Dict[str, Any]:
+        # N^Z is shared between the two halves in the proportion of their N^Φ
+        for (k, j), (sk, sj) in zip(splits.pairs, combined.sums["split"]):
+            before = self.nz[j]
+            self.nz[k] = before * (sk / (sk + sj) if sk + sj > 0 else 0.5)
+            self.nz[j] = before - self.nz[k]
+        if "C" in info:
+            info["reseeded"] = len(splits.pairs)
         info["pi"] = self._pi
-        logger.debug("scvb0 step t=%d rho=%.4g docs=%d tokens=%d", t, rho, stats.n_docs,
-                     stats.n_tokens)
+        logger.debug("scvb0 step t=%d rho=%.4g docs=%d tokens=%d", info["t"], info["rho"],
+                     info["docs"], info["tokens"])
         return info
 
     def nonfinite_state(self) -> Optional[str]:
@@ -318,7 +523,7 @@ class SCVB0(StochasticAlgorithm):
                    take: bool = False) -> "SCVB0":
         state.validate(algorithm=cls.name)
         # states written before re-seeding existed did not re-seed
-        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0})
+        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
                        n_threads=n_threads, **p)

@@ -6,11 +6,12 @@ exactly the dense update in real arithmetic. When π falls below ``RENORM_PI`` (
 ρ = 1, i.e. batch VB) it is folded into Ñ (Ñ ← π Ñ, π ← 1) before the rows are added.
 Nothing is modified unless every new value is finite.
 
-The statistics may come in blocks of rows (a minibatch's summed statistics need not be held
-whole): :class:`LazyLambdaUpdate` checks every block first (nothing written), then applies
-them in the same order; each row's arithmetic, and every running sum over rows, is the one
-of a single block holding all the rows, so the result is bit for bit the same however the
-rows are cut.
+The rows are updated per word block (``lda_core.algorithms.word_blocks``): a
+:class:`LazyLambdaUpdate` per block checks the statistics' rows of its block (chunk by chunk:
+a minibatch's summed statistics need not be held whole; nothing written), and after every
+block was checked applies them in the same order. Each row's arithmetic and every running sum
+over a block's rows is that of one chunk holding all of them; the blocks' sums are then added
+in block order.
 """
 from __future__ import annotations
 
@@ -63,67 +64,85 @@ def _add_row_sums(s, mass):
             mass[k] += s[i, k]
 
 
-def _refuse(step: int, rho: float, scale: float):
+def refuse_update(step: int, rho: float, scale: float):
     return StepRefused("refusing the update at step %d: it would make λ non-finite (rho=%g, "
                        "D/S=%g); the state is left unchanged" % (step, rho, scale))
 
 
-class LazyLambdaUpdate:
-    """λ ← (1 − ρ) λ + ρ (η + scale·s) on ``ntilde`` (module docstring), the rows of s given
-    in blocks: :meth:`check` every block (reads only), :meth:`start` (ValueError, nothing
-    modified, if a new value would not be finite), :meth:`apply` the same blocks in the same
-    order, :meth:`finish`. ``colsum`` is Σ_w Ñ_w before the step."""
+class LazyLambdaStep:
+    """The scalars of λ ← (1 − ρ) λ + ρ (η + scale·s) on λ = a + π Ñ (module docstring): the
+    new a and π, whether π is folded into Ñ first (``renorm``, by ``fold``), and the
+    coefficient of the statistics' rows."""
 
-    def __init__(self, ntilde: np.ndarray, colsum: np.ndarray, a: float, pi: float,
-                 rho: float, scale: float, eta: float, step: int):
-        self.ntilde, self.colsum, self.a, self.pi = ntilde, colsum, a, pi
-        self.rho, self.scale, self.step = rho, scale, step
+    def __init__(self, a: float, pi: float, rho: float, scale: float, eta: float):
+        self.a, self.pi, self.rho, self.scale = a, pi, rho, scale
         self.new_a = (1.0 - rho) * a + rho * eta
         new_pi = (1.0 - rho) * pi
         self.renorm = new_pi < RENORM_PI
         self.fold = new_pi if self.renorm else 1.0
         self.pi_after = 1.0 if self.renorm else new_pi
         self.coef = rho * scale / self.pi_after
+
+
+class LazyLambdaUpdate:
+    """One word block's part of a :class:`LazyLambdaStep` on its rows ``ntilde`` (rows
+    ``[lo, lo + len)`` of Ñ), the statistics' rows given in chunks of (global word ids, s):
+    :meth:`check` every chunk (reads only), :meth:`ok`, :meth:`start` (folds π in if due),
+    :meth:`apply` the same chunks in the same order. Running sums start at 0 in each block:
+    ``total``/``size`` (Σ |Δλ| over the rows checked), ``mass`` (Σ_w s_w) and the column-sum
+    change (:meth:`colsum_part`)."""
+
+    def __init__(self, ntilde: np.ndarray, lo: int, plan: LazyLambdaStep):
+        self.ntilde, self.lo, self.plan = ntilde, int(lo), plan
         self.total = 0.0          # Σ |Δλ| over the rows checked
         self.size = 0             # entries checked
         self.finite = True
         self.mass = np.zeros(ntilde.shape[1], np.float64)
         self._delta = np.zeros(ntilde.shape[1], np.float64)
 
+    def _local(self, ids: np.ndarray) -> np.ndarray:
+        return ids - self.lo if self.lo else ids
+
     def check(self, ids: np.ndarray, s: np.ndarray) -> None:
-        """Read-only pass over one block: are its new values finite, and their |Δλ|."""
-        if self.renorm:
+        """Read-only pass over one chunk: are its new values finite, and their |Δλ|."""
+        p, ids = self.plan, self._local(ids)
+        if p.renorm:
             old_rows = self.ntilde[ids]
-            new_rows = old_rows * self.fold + self.coef * s
+            new_rows = old_rows * p.fold + p.coef * s
             self.finite = self.finite and bool(np.all(np.isfinite(new_rows)))
-            if len(ids):       # np.mean's sum when the rows come in one block
-                self.total += float(np.sum(np.abs((self.new_a + self.pi_after * new_rows)
-                                                  - (self.a + self.pi * old_rows))))
+            if len(ids):       # np.mean's sum when the rows come in one chunk
+                self.total += float(np.sum(np.abs((p.new_a + p.pi_after * new_rows)
+                                                  - (p.a + p.pi * old_rows))))
         else:
-            self.total = _check_row_update(self.ntilde, ids, s, self.coef, self.a, self.pi,
-                                           self.new_a, self.pi_after, self.total)
+            self.total = _check_row_update(self.ntilde, ids, s, p.coef, p.a, p.pi,
+                                           p.new_a, p.pi_after, self.total)
         self.size += s.size
 
+    def ok(self) -> bool:
+        """Every new value checked is finite (the λ check of this block)."""
+        return self.finite and math.isfinite(self.total)
+
     def start(self) -> None:
-        """After every block was checked: refuse (ValueError, nothing modified) a step that
-        would make λ non-finite; otherwise fold π into Ñ if it is due."""
-        if not (math.isfinite(self.new_a) and self.finite and math.isfinite(self.total)):
-            raise _refuse(self.step, self.rho, self.scale)
-        if self.renorm:
-            self.ntilde *= self.fold
+        """After the step was accepted: fold π into this block's rows if it is due."""
+        if self.plan.renorm:
+            self.ntilde *= self.plan.fold
 
     def apply(self, ids: np.ndarray, s: np.ndarray) -> None:
-        if self.renorm:
-            # Ñ was folded by start(): these rows are the old rows × fold, as checked
-            self.ntilde[ids] = self.ntilde[ids] + self.coef * s
+        p, ids = self.plan, self._local(ids)
+        if p.renorm:
+            # the rows were folded by start(): these rows are the old rows × fold, as checked
+            self.ntilde[ids] = self.ntilde[ids] + p.coef * s
             _add_row_sums(s, self.mass)
         else:
-            _apply_row_update(self.ntilde, ids, s, self.coef, self._delta, self.mass)
+            _apply_row_update(self.ntilde, ids, s, p.coef, self._delta, self.mass)
 
-    def finish(self):
-        """(Σ_w Ñ_w after, a, π, mean |Δλ| over the touched rows); ``self.mass`` holds
-        Σ_w s_w over the blocks applied."""
-        colsum = (self.ntilde.sum(axis=0) if self.renorm else self.colsum + self._delta)
-        mean_change = self.total / self.size if self.size else 0.0
-        return colsum, self.new_a, self.pi_after, mean_change
+    def colsum_part(self) -> np.ndarray:
+        """After :meth:`apply`: this block's part of Σ_w Ñ_w after the step -- its rows'
+        column sums when π was folded in, else the change of the column sums."""
+        return self.ntilde.sum(axis=0) if self.plan.renorm else self._delta
 
+
+def new_colsum(plan: LazyLambdaStep, colsum: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """Σ_w Ñ_w after the step from the blocks' :meth:`LazyLambdaUpdate.colsum_part` summed in
+    block order and ``colsum``, the sums before it."""
+    return part if plan.renorm else colsum + part

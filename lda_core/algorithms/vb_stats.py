@@ -59,7 +59,9 @@ class VBStats(SuffStats):
     per-document terms of the bound with λ fixed, paper eq. 16's numerator);
     ``sum_elogtheta`` (K) is Σ_d E[log θ_d] (used by the α Newton step). ``gamma`` (n x K) and
     ``gamma_doc_ids`` are present only when the local step was asked for them. ``step`` is the
-    global step of the state the statistics were computed with (-1 if unknown)."""
+    global step of the state the statistics were computed with (-1 if unknown). ``span``
+    (lo, hi): the statistics of one word block (:meth:`split_by_block`): rows only in
+    ``[lo, hi)``, and ``dense`` means all of those rows; None: all V words."""
 
     n_topics: int
     n_words: int
@@ -76,9 +78,14 @@ class VBStats(SuffStats):
     step: int = -1
     gamma: Optional[np.ndarray] = None
     gamma_doc_ids: Optional[Tuple[str, ...]] = None
+    span: Optional[Tuple[int, int]] = None
 
     def __post_init__(self):
         K = int(self.n_topics)
+        if self.span is not None:
+            self.span = (int(self.span[0]), int(self.span[1]))
+            if not 0 <= self.span[0] <= self.span[1] <= self.n_words:
+                raise ValueError("span %s is not a word range of V=%d" % (self.span, self.n_words))
         if self.word_ids is None:
             self.word_ids = np.zeros(0, np.int32)
         if self.sstats is None:
@@ -102,6 +109,30 @@ class VBStats(SuffStats):
     def empty(cls, n_topics: int, n_words: int, step: int = -1) -> "VBStats":
         return cls(n_topics=int(n_topics), n_words=int(n_words), step=int(step))
 
+    def rows_range(self) -> Tuple[int, int]:
+        """The word range these statistics may hold rows of: ``span``, else (0, V)."""
+        return self.span if self.span is not None else (0, int(self.n_words))
+
+    def split_by_block(self, n_blocks: int) -> List["VBStats"]:
+        """One :class:`VBStats` per word block (``lda_core.algorithms.word_blocks``): that
+        block's rows (its ``span``) and, in every one, the whole statistics' counters, score,
+        Σ E[log θ] and step (γ, per document, in none). Merging the pieces' block statistics
+        in piece order gives each row the bits of the whole minibatch's merge."""
+        from lda_core.algorithms.word_blocks import block_bounds, blocks_of
+        if self.span is not None:
+            raise ValueError("statistics of the word block %s cannot be split again"
+                             % (self.span,))
+        V = int(self.n_words)
+        out = []
+        for (lo, hi), sl in zip(block_bounds(V, n_blocks), blocks_of(self.word_ids, V, n_blocks)):
+            out.append(VBStats(n_topics=self.n_topics, n_words=V,
+                               word_ids=self.word_ids[sl].copy(), sstats=self.sstats[sl].copy(),
+                               dense=self.dense, score=self.score,
+                               sum_elogtheta=self.sum_elogtheta.copy(), step=self.step,
+                               span=None if (lo, hi) == (0, V) else (lo, hi),
+                               **self.counters()))
+        return out
+
     # -- add ------------------------------------------------------------------------------
     def add_block(self, word_ids: np.ndarray, block: np.ndarray) -> "VBStats":
         """Add a word-major block (rows ``word_ids``, sorted unique) into the statistics."""
@@ -110,10 +141,11 @@ class VBStats(SuffStats):
         if block.shape != (len(word_ids), self.n_topics):
             raise ValueError("block has shape %s, expected (%d, %d)"
                              % (block.shape, len(word_ids), self.n_topics))
-        if len(word_ids) and (word_ids[0] < 0 or word_ids[-1] >= self.n_words):
-            raise ValueError("word ids outside [0, %d)" % self.n_words)
+        lo, hi = self.rows_range()
+        if len(word_ids) and (word_ids[0] < lo or word_ids[-1] >= hi):
+            raise ValueError("word ids outside [%d, %d)" % (lo, hi))
         if self.dense:
-            self.sstats[word_ids] += block
+            self.sstats[word_ids - lo if lo else word_ids] += block
             return self
         if len(self.word_ids) == 0:
             self.word_ids, self.sstats = word_ids.copy(), block.copy()
@@ -123,17 +155,24 @@ class VBStats(SuffStats):
             if not _is_subset(word_ids, self.word_ids):
                 self.reserve_rows(word_ids)
                 if self.dense:
-                    self.sstats[word_ids] += block
+                    self.sstats[word_ids - lo if lo else word_ids] += block
                     return self
             self.sstats[np.searchsorted(self.word_ids, word_ids)] += block
-        if len(self.word_ids) > DENSE_FRACTION * self.n_words:
+        if len(self.word_ids) > DENSE_FRACTION * (hi - lo):
             self._densify()
         return self
 
-    def _check_mergeable(self, n_topics: int, n_words: int, step: int) -> None:
+    def _check_mergeable(self, n_topics: int, n_words: int, step: int, span=None) -> None:
         if n_topics != self.n_topics or n_words != self.n_words:
             raise ValueError("cannot merge statistics of K=%d, V=%d into K=%d, V=%d"
                              % (n_topics, n_words, self.n_topics, self.n_words))
+        span = None if span is None else (int(span[0]), int(span[1]))
+        if span != self.span and self.span is None and len(self.word_ids) == 0 \
+                and not self.dense:
+            self.span = span          # an empty accumulator takes the first block's range
+        if span != self.span:
+            raise ValueError("cannot merge statistics of the word range %s into those of %s"
+                             % (span, self.span))
         if self.step >= 0 and step >= 0 and self.step != step:
             raise ValueError("cannot merge statistics computed at global steps %d and %d"
                              % (self.step, step))
@@ -147,7 +186,7 @@ class VBStats(SuffStats):
         def add_rows(rows, r0, header, arrays):
             if not at:
                 self._check_mergeable(int(header["n_topics"]), int(header["n_words"]),
-                                      int(header["step"]))
+                                      int(header["step"]), header.get("span"))
                 wid = arrays["word_ids"]
                 if bool(header["dense"]):
                     self._densify()
@@ -157,7 +196,8 @@ class VBStats(SuffStats):
             self.sstats[at["pos"][r0:r0 + len(rows)]] += rows
 
         header, arrays = read_arrays(f, _MAGIC, size, sinks={"sstats": add_rows})
-        if at and len(self.word_ids) > DENSE_FRACTION * self.n_words:
+        if at and len(self.word_ids) > DENSE_FRACTION * (self.rows_range()[1]
+                                                         - self.rows_range()[0]):
             self._densify()
         arrays["word_ids"] = np.zeros(0, np.int32)      # the rest: counters, score, ...
         arrays["sstats"] = np.zeros((0, self.n_topics), np.float64)
@@ -170,6 +210,7 @@ class VBStats(SuffStats):
         f.seek(start)
         try:
             out = cls.empty(int(header["n_topics"]), int(header["n_words"]))
+            out.span = None if header.get("span") is None else tuple(header["span"])
         except (KeyError, TypeError) as e:
             raise ValueError("damaged VBStats byte string: %s" % e) from None
         out.reserve_rows(np.union1d(arrays["word_ids"], ids).astype(np.int32))
@@ -190,7 +231,8 @@ class VBStats(SuffStats):
         union = np.union1d(self.word_ids, ids).astype(np.int32)
         if len(union) == len(self.word_ids):
             return
-        if len(union) > DENSE_FRACTION * self.n_words:
+        lo, hi = self.rows_range()
+        if len(union) > DENSE_FRACTION * (hi - lo):
             self._densify()
             return
         out = np.zeros((len(union), self.n_topics), np.float64)
@@ -200,9 +242,10 @@ class VBStats(SuffStats):
     def _densify(self) -> None:
         if self.dense:
             return
-        out = np.zeros((self.n_words, self.n_topics), np.float64)
-        out[self.word_ids] = self.sstats
-        self.word_ids = np.arange(self.n_words, dtype=np.int32)
+        lo, hi = self.rows_range()
+        out = np.zeros((hi - lo, self.n_topics), np.float64)
+        out[self.word_ids - lo if lo else self.word_ids] = self.sstats
+        self.word_ids = np.arange(lo, hi, dtype=np.int32)
         self.sstats = out
         self.dense = True
 
@@ -211,7 +254,7 @@ class VBStats(SuffStats):
         """Add ``other`` into ``self`` (union of word ids, float64 sums); returns ``self``."""
         if not isinstance(other, VBStats):
             raise TypeError("can only merge VBStats, got %s" % type(other).__name__)
-        self._check_mergeable(other.n_topics, other.n_words, other.step)
+        self._check_mergeable(other.n_topics, other.n_words, other.step, other.span)
         if len(other.word_ids):
             if other.dense and not self.dense:
                 self._densify()
@@ -236,7 +279,7 @@ class VBStats(SuffStats):
     # -- extract --------------------------------------------------------------------------
     def to_dense(self) -> np.ndarray:
         """The statistics as a dense V x K float64 array (word-major)."""
-        if self.dense:
+        if self.dense and self.span is None:
             return self.sstats
         out = np.zeros((self.n_words, self.n_topics), np.float64)
         out[self.word_ids] = self.sstats
@@ -276,6 +319,8 @@ class VBStats(SuffStats):
                       dense=bool(self.dense), score=repr(float(self.score)),
                       step=int(self.step),
                       gamma_doc_ids=None if self.gamma is None else list(self.gamma_doc_ids))
+        if self.span is not None:
+            header["span"] = list(self.span)
         return header, [(name, dt, getattr(self, name)) for name, dt in self._ARRAYS
                         if getattr(self, name) is not None]
 
@@ -299,6 +344,7 @@ class VBStats(SuffStats):
                        sum_elogtheta=arrays["sum_elogtheta"], step=int(header["step"]),
                        gamma=arrays.get("gamma"),
                        gamma_doc_ids=None if gids is None else tuple(gids),
+                       span=None if header.get("span") is None else tuple(header["span"]),
                        **{c: int(header[c]) for c in cls.COUNTERS})
         except (KeyError, TypeError) as e:
             raise ValueError("damaged VBStats byte string: %s" % e) from None
@@ -421,20 +467,22 @@ class VBStatsSum:
         self._pieces: List[_PieceFile] = [_PieceFile(*p) for p in parts]
         first = self._pieces[0].meta
         meta = VBStats.empty(first.n_topics, first.n_words)
+        meta.span = first.span
         for p in self._pieces:
             meta.merge(p.meta)
         self.meta = meta
         for name in VBStats.COUNTERS + ("n_topics", "n_words", "score", "sum_elogtheta",
-                                        "step", "gamma", "gamma_doc_ids"):
+                                        "step", "gamma", "gamma_doc_ids", "span"):
             setattr(self, name, getattr(meta, name))
         ids = [p.word_ids for p in self._pieces]
         rest = np.unique(np.concatenate(ids[1:])) if len(ids) > 1 else np.zeros(0, np.int32)
         union = np.union1d(ids[0], rest)
         # merging in order: the first piece is reserved for all the later pieces' rows
         # (dense past DENSE_FRACTION of V) unless they hold none; a dense piece makes it dense
+        lo, hi = meta.rows_range()
         self.dense = (any(p.dense for p in self._pieces)
-                      or (len(rest) > 0 and len(union) > DENSE_FRACTION * self.n_words))
-        self.word_ids = (np.arange(self.n_words, dtype=np.int64) if self.dense
+                      or (len(rest) > 0 and len(union) > DENSE_FRACTION * (hi - lo)))
+        self.word_ids = (np.arange(lo, hi, dtype=np.int64) if self.dense
                          else union.astype(np.int64))
         self._passes = 0
 

@@ -494,11 +494,13 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     naming the ignored ones) or fresh from the options."""
     if state is not None:
         from lda_core.algorithms.algorithm import algorithm_class
+        from lda_core.algorithms.word_blocks import check_resumed_blocks
         given = [k for k, v in settings.items() if v is not None and k != "threads"]
         if given:
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
+        check_resumed_blocks(cls, settings.get("word_blocks"), state.params)
         algo = cls.from_state(state, n_threads=args.threads or None)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
