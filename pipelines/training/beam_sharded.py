@@ -53,7 +53,7 @@ import apache_beam as beam
 import numpy as np
 
 from lda_core.algorithms.algorithm import algorithm_class
-from lda_core.algorithms.word_blocks import block_bounds
+from lda_core.algorithms.word_blocks import BlockHeader, BlockPartial, Splits, block_bounds
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
 from lda_core.training import session as _session
@@ -185,9 +185,12 @@ _LOCK = threading.Lock()
 _HEADERS: Dict[str, Any] = {}      # version key -> decoded header (a few per process)
 
 
-def _header_class(ref_key: str, data: bytes):
-    from lda_core.algorithms import word_blocks
-    return word_blocks.header_from_bytes(data)
+def _decode_header(data: bytes):
+    try:
+        return BlockHeader.from_bytes(data)
+    except ValueError as e:
+        raise DataIntegrityError("a word-block header in the run's scratch folder is damaged "
+                                 "(%s): resume the run" % e) from None
 
 
 def load_header(folder: str, position: int, key: str, pre: bool = False):
@@ -196,7 +199,7 @@ def load_header(folder: str, position: int, key: str, pre: bool = False):
     with _LOCK:
         h = _HEADERS.get(tag)
     if h is None:
-        h = _header_class(tag, _read(header_path(folder, position, pre), traffic.SCALARS))
+        h = _decode_header(_read(header_path(folder, position, pre), traffic.SCALARS))
         with _LOCK:
             if len(_HEADERS) > 8:
                 _HEADERS.clear()
@@ -245,9 +248,7 @@ class ShardedEStepFn(LeanDoFn):
             ids = np.unique(batch.word_ids).astype(np.int64)
             rows = _gather_rows(ref, header, ids)
         with beam_cost.timed("estep"):
-            view = cls.estep_view(header, ids, rows)
-            if self.n_threads is not None and hasattr(view, "n_threads"):
-                view.n_threads = int(self.n_threads)
+            view = cls.estep_view(header, ids, rows, n_threads=self.n_threads)
             stats = view.local_step(batch)
         self.metrics.report(stats)
         t0 = time.perf_counter()
@@ -271,7 +272,7 @@ def _gather_rows(ref: ShardRef, header, ids: np.ndarray) -> np.ndarray:
             parts.append(read_rows(rows_path(ref.folder, ref.position, b, ref.stage),
                                    ids[i0:i1] - lo))
     if not parts:
-        return np.zeros((0, header.n_topics), header.rows_dtype)
+        return np.zeros((0, header.n_topics), np.float64)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
@@ -315,7 +316,8 @@ class BlockStepFn(LeanDoFn):
         part = cls.update_block(header, plan, b, rows, stats)
         write_rows(rows_path(ref.folder, pos + 1, b, UPDATED), rows)
         beam_cost.report("global_step", time.perf_counter() - t0)
-        yield 0, (b, part.to_bytes(), plan.to_bytes() if b == 0 else None, None)
+        # the plan is not data of the model: block 0's owner hands it to the finisher as it is
+        yield 0, (b, part.to_bytes(), plan if b == 0 else None, None)
 
 
 def _in_block_order(parts, n_blocks: int, position: int):
@@ -348,8 +350,8 @@ class FinishStepFn(LeanDoFn):
                 raise StepRefused(refused[0])
             for _, data, _, _ in parts:
                 traffic.record_in(len(data), traffic.SCALARS)
-            plan = cls.plan_from_bytes(parts[0][2])
-            partials = [cls.partial_from_bytes(data) for _, data, _, _ in parts]
+            plan = parts[0][2]
+            partials = [BlockPartial.from_bytes(data) for _, data, _, _ in parts]
             header2, splits, info = cls.finish_step(header, plan, partials)
         except StepRefused as e:
             store_step_info(ref.folder, key, {"error": str(e), "position": pos + 1})
@@ -369,11 +371,18 @@ def _json_bytes(obj) -> bytes:
     return json.dumps(jsonable(obj), sort_keys=True).encode("utf-8")
 
 
-def _load_pre(pre: PreSplitRef):
+def _splits_path(folder: str, position: int) -> str:
+    return os.path.join(folder, "splits-%09d.bin" % position)
+
+
+def _load_pre(pre: PreSplitRef, with_info: bool = False):
+    """(header before re-seeding, the splits, the step's info so far or None)."""
     import json
     header2 = load_header(pre.folder, pre.position, pre.key, pre=True)
-    d = json.loads(_read(header_path(pre.folder, pre.position, pre=True) + ".json", traffic.SCALARS))
-    return header2, [tuple(s) for s in d["splits"]], d["info"]
+    splits = Splits.from_bytes(_read(_splits_path(pre.folder, pre.position), traffic.SCALARS))
+    info = (json.loads(_read(_splits_path(pre.folder, pre.position) + ".json",
+                             traffic.SCALARS)) if with_info else None)
+    return header2, splits, info
 
 
 class SplitBlockFn(LeanDoFn):
@@ -383,13 +392,13 @@ class SplitBlockFn(LeanDoFn):
         if pre is None:
             return
         header2, splits, _ = _load_pre(pre)
-        cls = algorithm_class(header2.algorithm)
-        if not cls.split_needs_rows(header2, splits):
-            yield 0, (b, cls.split_block(header2, splits, b, None).to_bytes())
+        if not splits.needs_blocks:          # nothing to split or sum: no block is read
+            yield 0, (b, None)
             return
+        cls = algorithm_class(header2.algorithm)
         rows = np.array(read_block(rows_path(pre.folder, pre.position, b, UPDATED)))
         part = cls.split_block(header2, splits, b, rows)
-        if splits:
+        if splits.pairs:
             write_rows(rows_path(pre.folder, pre.position, b, SPLIT), rows)
         yield 0, (b, part.to_bytes())
 
@@ -406,15 +415,16 @@ class FinishSplitsFn(LeanDoFn):
         if pre is None:
             return
         t0 = time.perf_counter()
-        header2, splits, info = _load_pre(pre)
+        header2, splits, info = _load_pre(pre, with_info=True)
         cls = algorithm_class(header2.algorithm)
         parts = _in_block_order([(b, d) for b, d in parts], header2.n_blocks,
                                 self.step.position)
         for _, data in parts:
-            traffic.record_in(len(data), traffic.SCALARS)
+            traffic.record_in(len(data or b""), traffic.SCALARS)
+        decoded = ([BlockPartial.from_bytes(d) for _, d in parts] if splits.needs_blocks
+                   else [])
         try:
-            header3, info = cls.finish_splits(
-                header2, splits, [cls.split_partial_from_bytes(d) for _, d in parts], info)
+            header3, info = cls.finish_splits(header2, splits, decoded, info)
         except StepRefused as e:
             store_step_info(pre.folder, pre.key, {"error": str(e), "position": pre.position})
             return
@@ -424,7 +434,7 @@ class FinishSplitsFn(LeanDoFn):
         info["docs_in_minibatch"] = self.step.n_docs
         info["docs_seen"] = int(getattr(header3, "docs_seen", 0))
         info["position"] = pre.position
-        stage = SPLIT if splits else UPDATED
+        stage = SPLIT if splits.pairs else UPDATED
         info["shard_stage"] = stage
         err = _session.check_info(info)
         if err:
@@ -443,7 +453,8 @@ def _remove_version(folder: str, position: int, n_blocks: int) -> None:
         return
     for pre in (False, True):
         scratch_space.remove_file(header_path(folder, position, pre))
-    scratch_space.remove_file(header_path(folder, position, True) + ".json")
+    scratch_space.remove_file(_splits_path(folder, position))
+    scratch_space.remove_file(_splits_path(folder, position) + ".json")
     for b in range(n_blocks):
         for stage in (UPDATED, SPLIT):
             scratch_space.remove_file(rows_path(folder, position, b, stage))
