@@ -37,8 +37,25 @@ with the keys the cluster model reads (``runner``, ``K``, ``V``, ``S``, ``docs``
 (Parquet bytes decoded, summed over the workers; Beam runners), ``breakdown``,
 ``final_state``).
 
+``--workers-sweep``: what a step moves with W = 1, 2, 4, 8, 16 worker processes (``--sweep-workers``)
+run as a cluster runner runs them (docs/beam-training.md "What a step moves"): the DirectRunner's
+``multi_processing`` mode with two stages per step (E-step; combine and global step in one
+worker), statistics through the runner (never spilled to files), states in a scratch folder
+on disk (not ``/dev/shm``), and every counted transfer throttled to ``--emulate-bandwidth``
+bytes per second (:mod:`lda_core.storage.traffic`), so that 16 processes on a few cores wait
+for their bytes as on a network. Synthetic corpus D = 4,096, V = 5,000, K = 20, S = 256 (16
+steps, one window), P = 2 W pieces per minibatch (``--sweep-pieces-per-worker``; as in issue
+24's table). Per W: documents/second and its ratio to the
+in-process trainer with the same pieces (run just before, in this process; unthrottled: it
+moves nothing), the ``timing`` record's ``bytes.in_per_worker_step``,
+``bytes.out_per_worker_step``, ``bytes.reducer_in_step`` and ``graph_bytes_per_step``, the
+state bytes, the statistics bytes per piece, and the final λ against the in-process run. Rows
+go to ``benchmarks/results/beam_train_bench_workers.json`` with the load average at each row.
+
     python benchmarks/beam_train_bench.py [--docs 200000] [--minibatch 4096] [--portable]
                                           [--skip-workers] [--big [--big-docs 4096]]
+    python benchmarks/beam_train_bench.py --workers-sweep [--sweep-workers 1,2,4,8,16]
+                                          [--emulate-bandwidth 50e6]
 """
 from __future__ import annotations
 
@@ -234,6 +251,113 @@ def portable_pool():
             "--environment_type=EXTERNAL", "--environment_config=localhost:%d" % wp], procs
 
 
+def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
+    """One ``--workers-sweep`` row: the in-process reference with P pieces, then the
+    cluster-like Beam run on W worker processes (module docstring)."""
+    from lda_core.storage import traffic
+    from lda_core.storage.run_log import RunLog
+    from lda_core.training.trainer import train as inprocess_train
+    from pipelines.training import beam_train, beam_window
+    from pipelines.training.shard_stream import ShardStream
+    traffic.set_bandwidth(None)
+    ref = _algo(K, V, D, S, vh)
+    t0 = time.time()
+    inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
+                    pieces=P)
+    ref_wall = time.time() - t0
+    beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = False, False
+    os.environ[traffic.ENV] = repr(float(bandwidth))     # the worker processes inherit it
+    traffic.set_bandwidth(bandwidth)                     # and the driver (start state)
+    md = os.path.join(tmp, "w%d" % W)
+    os.makedirs(md, exist_ok=True)
+    log_path = os.path.join(md, "run_log.jsonl")
+    a = _algo(K, V, D, S, vh)
+    load_before = os.getloadavg()
+    c0, t0 = _cpu(), time.time()
+    try:
+        with RunLog(log_path) as rl:
+            r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
+                                 pieces_per_minibatch=P, progress=False, run_log=rl,
+                                 beam_argv=["--runner=DirectRunner",
+                                            "--direct_running_mode=multi_processing",
+                                            "--direct_num_workers=%d" % W],
+                                 scratch_dir=os.path.join(tmp, "scratch"))
+    finally:
+        beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = True, True
+        os.environ.pop(traffic.ENV, None)
+        traffic.set_bandwidth(None)
+    wall, cpu = time.time() - t0, _cpu() - c0
+    timing = breakdown(log_path)
+    steps = max(1, int(timing["steps"]))
+    nb = timing["bytes_per_step"]
+    sb = state_bytes(r.algorithm)
+    per = dict(timing["per_step"])
+    return dict(
+        workers=W, pieces=P, K=K, V=V, S=S, docs=D, steps=steps, wall_s=wall, cpu_s=cpu,
+        docs_per_s=D / wall, inprocess_docs_per_s=D / ref_wall,
+        docs_per_s_ratio=ref_wall / wall, emulate_bandwidth=bandwidth,
+        in_per_worker_step=nb.get("in_per_worker_step"),
+        out_per_worker_step=nb.get("out_per_worker_step"),
+        reducer_in_step=nb.get("reducer_in_step"),
+        graph_bytes_per_step=timing["graph_bytes_per_step"],
+        state_bytes=sb,
+        stats_bytes_per_step=nb.get("stats_encode", 0.0),
+        stats_bytes_per_piece=nb.get("stats_encode", 0.0) / P,
+        state_loaded_per_step_over_state=nb.get("state_delivery", 0.0) / sb,
+        in_per_worker_step_over_state=(nb.get("in_per_worker_step") or 0.0) / sb,
+        pipeline_start_s=per.get("pipeline_start", 0.0) * steps,
+        breakdown=per, final_state=compare(r.algorithm, ref),
+        load_average_before=list(load_before), load_average_after=list(os.getloadavg()))
+
+
+def _print_sweep(r):
+    print("  W=%-3d %6.1f s  %6.0f docs/s  ratio %.3f  in/worker/step %9.0f B (%.2f x state)  "
+          "out/worker/step %9.0f B  reducer in/step %9.0f B  graph/step %6.0f B  state %d B  "
+          "stats/piece %.0f B  final %s  load %.1f"
+          % (r["workers"], r["wall_s"], r["docs_per_s"], r["docs_per_s_ratio"],
+             r["in_per_worker_step"] or 0, r["in_per_worker_step_over_state"],
+             r["out_per_worker_step"] or 0, r["reducer_in_step"] or 0,
+             r["graph_bytes_per_step"], r["state_bytes"], r["stats_bytes_per_piece"],
+             r["final_state"], r["load_average_after"][0]))
+
+
+def workers_sweep(args, argv):
+    """``--workers-sweep`` (module docstring)."""
+    from pipelines.ingest import dataset
+    from pipelines.training.shard_stream import read_shard
+    K, V, S, D0 = args.sweep_topics, args.sweep_words, args.sweep_minibatch, args.sweep_docs
+    ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (D0, V, K)), D0, V, K)
+    files = dataset.resolve_shards(ds)
+    vh = dataset.check_vocab_hash(files, None)
+    D = dataset.count_documents(files)
+    _algo(K, V, D, 64, vh).local_step(read_shard(files[0]).take(range(64)))   # numba
+    print("workers sweep: D=%d V=%d K=%d S=%d, cluster-like (two stages per step, statistics "
+          "through the runner, scratch on disk), throttle %.3g B/s; load average %s, %d CPUs"
+          % (D, V, K, S, args.emulate_bandwidth, "%.2f %.2f %.2f" % os.getloadavg(),
+             os.cpu_count() or 0))
+    tmp = tempfile.mkdtemp(prefix="beam-sweep-")
+    rows = []
+    try:
+        for W in [int(w) for w in args.sweep_workers.split(",")]:
+            rows.append(sweep_row(W, W * args.sweep_pieces_per_worker, files, K, V, D, S, vh,
+                                  tmp, args.emulate_bandwidth))
+            _print_sweep(rows[-1])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json is None:
+        args.json = os.path.join(common.REPO, "benchmarks", "results",
+                                 "beam_train_bench_workers.json")
+    res = {"results": rows, "configuration": (
+        "DirectRunner multi_processing, W worker processes, P = %d W pieces per minibatch; "
+        "two stages per step (beam_window.CHAINED_STEPS = False), statistics through the "
+        "runner (beam_window.SPILL_STATS = False), scratch states on disk (scratch_dir), "
+        "every counted transfer throttled to %.3g bytes/s (%s)"
+        % (args.sweep_pieces_per_worker, args.emulate_bandwidth, "LDABEAM_EMULATE_BANDWIDTH")),
+        "machine_load": args.machine_load}
+    if args.json:
+        common.save_results(res, args.json, argv, os.path.basename(__file__))
+
+
 def main(argv=None):
     p = common.base_parser(__doc__)
     p.add_argument("--data", default=os.path.join(common.CACHE, "synth"),
@@ -265,7 +389,23 @@ def main(argv=None):
                    help="write the results here ('' not at all; default "
                         "benchmarks/results/beam_train_bench.json, with --big-only "
                         "beam_train_bench_big.json)")
+    p.add_argument("--workers-sweep", action="store_true",
+                   help="what a step moves for W worker processes run as a cluster runs them "
+                        "(module docstring); results to beam_train_bench_workers.json")
+    p.add_argument("--sweep-workers", default="1,2,4,8,16")
+    p.add_argument("--emulate-bandwidth", type=float, default=50e6,
+                   help="bytes/s every counted transfer is throttled to in the sweep")
+    p.add_argument("--sweep-pieces-per-worker", type=int, default=2)
+    p.add_argument("--sweep-docs", type=int, default=4096)
+    p.add_argument("--sweep-words", type=int, default=5000)
+    p.add_argument("--sweep-topics", type=int, default=20)
+    p.add_argument("--sweep-minibatch", type=int, default=256)
+    p.add_argument("--machine-load", default="",
+                   help="what else ran on the machine meanwhile (saved with the results)")
     args = p.parse_args(argv)
+    if args.workers_sweep:
+        logging.basicConfig(level=logging.WARNING)
+        return workers_sweep(args, argv)
     if args.json is None:
         args.json = os.path.join(common.REPO, "benchmarks", "results",
                                  "beam_train_bench_big.json" if args.big_only

@@ -27,6 +27,12 @@ TIMING_PHASES = (
     "checkpoint",       # driver: publishing the window's checkpoint
 )
 
+# bytes moved per step (lda_core.storage.traffic), in a ``timing`` record's ``bytes``: the most
+# any worker process took in / sent out in a step, and the most statistics any reducer (block
+# owner) received in a step, each the mean over the record's steps -- per step, not summed
+# like the phases' bytes (sum_timing weighs them by the steps)
+STEP_BYTES = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step")
+
 
 class PhaseTimes:
     """Seconds (and bytes) per phase, summed over a run's or a window's steps
@@ -35,6 +41,31 @@ class PhaseTimes:
     def __init__(self):
         self.seconds: Dict[str, float] = {}
         self.nbytes: Dict[str, int] = {}
+        # step position -> [max bytes in, max out, max reducer in] over the worker processes
+        self.step_traffic: Dict[int, list] = {}
+
+    def add_step_traffic(self, position: int, n_in: int, n_out: int, reducer_in: int) -> None:
+        """The most one worker process moved in step ``position`` (in, out) and the most
+        statistics one reducer received (maxima over what is added for the step)."""
+        row = self.step_traffic.setdefault(int(position), [0, 0, 0])
+        for i, v in enumerate((n_in, n_out, reducer_in)):
+            row[i] = max(row[i], int(v))
+
+    def merge(self, other: "PhaseTimes") -> None:
+        """Add ``other``'s seconds, bytes and step traffic to these."""
+        for phase, sec in other.seconds.items():
+            self.add(phase, sec, other.nbytes.get(phase))
+        for pos, row in other.step_traffic.items():
+            self.add_step_traffic(pos, *row)
+
+    def step_bytes(self, steps: int) -> Dict[str, float]:
+        """:data:`STEP_BYTES` from the steps' traffic: the mean over ``steps`` steps (a step
+        that moved nothing counts as 0; {} when no step reported any traffic)."""
+        rows = list(self.step_traffic.values())
+        if not rows:
+            return {}
+        n = max(int(steps), len(rows))
+        return {name: sum(r[i] for r in rows) / n for i, name in enumerate(STEP_BYTES)}
 
     def add(self, phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + float(seconds)
@@ -50,7 +81,9 @@ class PhaseTimes:
             self.add(phase, time.perf_counter() - t0)
 
     def record(self, steps: int, wall: float, **extra) -> Dict[str, Any]:
-        return timing_record(steps, wall, self.seconds, self.nbytes, **extra)
+        rec = timing_record(steps, wall, self.seconds, self.nbytes, **extra)
+        rec["bytes"].update(self.step_bytes(steps))
+        return rec
 
 
 def timing_record(steps: int, wall: float, seconds: Dict[str, float],
@@ -72,7 +105,9 @@ def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     """``timing`` records summed: steps, wall, seconds and bytes per phase, and both per step
     (``per_step``, ``bytes_per_step``); ``workers``: the most worker processes a record ran
     its E-steps on, and ``parallel`` the phases they all ran at once (their seconds overlap
-    in wall time)."""
+    in wall time). The per-step byte fields (:data:`STEP_BYTES`) are weighed by each record's
+    steps: ``bytes`` holds their sum over the steps, ``bytes_per_step`` their mean;
+    ``graph_bytes_per_step`` is the pipeline graph's bytes per step."""
     steps, wall, sec, nb, workers, parallel = 0, 0.0, {}, {}, 1, set()
     for r in records:
         workers = max(workers, int(r.get("workers") or 1))
@@ -82,9 +117,11 @@ def sum_timing(records: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
         for k, v in (r.get("seconds") or {}).items():
             sec[k] = sec.get(k, 0.0) + float(v)
         for k, v in (r.get("bytes") or {}).items():
-            nb[k] = nb.get(k, 0) + int(v)
+            w = int(r.get("steps") or 0) if k in STEP_BYTES else 1
+            nb[k] = nb.get(k, 0) + v * w
     n = max(1, steps)
     return dict(steps=steps, wall=wall, seconds=sec, bytes=nb, workers=workers,
                 parallel=sorted(parallel),
                 per_step={k: v / n for k, v in sec.items()},
-                bytes_per_step={k: v / n for k, v in nb.items()})
+                bytes_per_step={k: v / n for k, v in nb.items()},
+                graph_bytes_per_step=nb.get("pipeline_build", 0) / n)

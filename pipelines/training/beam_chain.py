@@ -135,11 +135,13 @@ class ChainedEStepFn(LeanDoFn):
         position, task = element
         if start is None:
             return
-        algo = advance(self.run_key, position, start, self.prev, prev_pieces, self.scratch,
-                       task.piece == 0, self.n_threads)
-        if algo is None:
-            return
-        yield task.piece, piece_statistics(algo, task, self.metrics, self.scratch)
+        with beam_cost.step(self.run_key, position):
+            algo = advance(self.run_key, position, start, self.prev, prev_pieces, self.scratch,
+                           task.piece == 0, self.n_threads)
+            if algo is None:
+                return
+            out = piece_statistics(algo, task, self.metrics, self.scratch)
+        yield task.piece, out
 
 
 class ChainedFinishFn(LeanDoFn):
@@ -154,8 +156,10 @@ class ChainedFinishFn(LeanDoFn):
         if start is None:
             return
         position = self.last.position + 1
-        algo = advance(self.run_key, position, start, self.last, last_pieces, self.scratch,
-                       True, self.n_threads)
+        # the last step's global step: its bytes are that step's
+        with beam_cost.step(self.run_key, self.last.position):
+            algo = advance(self.run_key, position, start, self.last, last_pieces, self.scratch,
+                           True, self.n_threads)
         if algo is not None:
             yield StateRef("%s/%d" % (self.run_key, position), state_path(self.scratch,
                                                                           position), position)

@@ -8,6 +8,15 @@ start and the last global-step end of a window are distributions of Unix millise
 (``first_estep_ms`` min, ``last_step_ms`` max), from which the driver derives the
 pipeline's start-up and finish. The driver reads them after ``wait_until_finish()`` and writes
 one ``timing`` record per window (:func:`window_times`, :func:`lda_core.training.phase_times.timing_record`).
+
+Bytes moved per step (:mod:`lda_core.storage.traffic`): a worker runs each step's work inside
+``with step(run, position):``; every byte it records is charged to that step in the process,
+and the process's running totals for the step are reported as distributions
+``step_in@<position>``, ``step_out@<position>`` and ``step_reduce_in@<position>`` (the
+statistics received: what a reducer, a block owner, takes in). A distribution's maximum is then
+the most any one process moved in that step (its last report is its total); the driver takes
+the mean over the window's steps (:func:`window_times`: ``bytes.in_per_worker_step``,
+``bytes.out_per_worker_step``, ``bytes.reducer_in_step`` of the ``timing`` record).
 """
 from __future__ import annotations
 
@@ -16,11 +25,38 @@ from typing import Any, Dict, Optional
 
 from apache_beam.metrics import Metrics
 
+from lda_core.storage import traffic
 from lda_core.training.phase_times import PhaseTimes
 
 NAMESPACE = "ldabeam_cost"
 FIRST_ESTEP = "first_estep_ms"
 LAST_STEP = "last_step_ms"
+# per-step traffic distributions: "<prefix><position>" (module docstring)
+STEP_IN, STEP_OUT, STEP_REDUCE_IN = "step_in@", "step_out@", "step_reduce_in@"
+# the kinds of bytes a reducer (block owner) receives
+REDUCER_KINDS = (traffic.STATISTICS,)
+
+
+def step(run_key: str, position: int):
+    """``with step(run_key, position):`` charges the bytes this thread moves to that step."""
+    return traffic.step((run_key, int(position)))
+
+
+def _report_step(key, moved: "traffic.StepBytes") -> None:
+    """The traffic listener: this process's totals so far for step ``key``."""
+    if not (isinstance(key, tuple) and len(key) == 2):
+        return
+    pos = int(key[1])
+    if moved.n_in:
+        Metrics.distribution(NAMESPACE, STEP_IN + str(pos)).update(moved.n_in)
+    if moved.n_out:
+        Metrics.distribution(NAMESPACE, STEP_OUT + str(pos)).update(moved.n_out)
+    red = sum(moved.inbound.get(k, 0) for k in REDUCER_KINDS)
+    if red:
+        Metrics.distribution(NAMESPACE, STEP_REDUCE_IN + str(pos)).update(red)
+
+
+traffic.set_listener(_report_step)
 
 
 def report(phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
@@ -51,8 +87,9 @@ class timed:
 
 def query(result) -> Dict[str, Any]:
     """This namespace's counters and distributions of a finished pipeline:
-    ``{"us": {phase: int}, "bytes": {phase: int}, "first_estep_ms": .., "last_step_ms": ..}``."""
-    out: Dict[str, Any] = {"us": {}, "bytes": {}}
+    ``{"us": {phase: int}, "bytes": {phase: int}, "first_estep_ms": .., "last_step_ms": ..,
+    "steps": {position: (max bytes in, max out, max reducer in)}}``."""
+    out: Dict[str, Any] = {"us": {}, "bytes": {}, "steps": {}}
     try:
         res = result.metrics().query()
     except Exception:  # pragma: no cover - runner-specific
@@ -73,6 +110,10 @@ def query(result) -> Dict[str, Any]:
         if v is None or not v.count:
             continue
         name = d.key.metric.name
+        for i, prefix in enumerate((STEP_IN, STEP_OUT, STEP_REDUCE_IN)):
+            if name.startswith(prefix):
+                row = out["steps"].setdefault(int(name[len(prefix):]), [0, 0, 0])
+                row[i] = max(row[i], int(v.max))
         if name == FIRST_ESTEP:
             out[name] = min(out.get(name, v.min), v.min)
         elif name == LAST_STEP:
@@ -93,4 +134,6 @@ def window_times(costs: Dict[str, Any], t_build: float, t_run: float,
         times.add("pipeline_start", max(0.0, first / 1000.0 - t_run))
     if last is not None:
         times.add("pipeline_finish", max(0.0, t_end - last / 1000.0))
+    for pos, (n_in, n_out, red) in costs.get("steps", {}).items():
+        times.add_step_traffic(pos, n_in, n_out, red)
     return times

@@ -185,6 +185,8 @@ def _read_shard_cached(path: str) -> DocBatch:
     from pipelines.training import beam_cost
     # what is really read: the Parquet bytes of every shard decoded (a cache hit reads none)
     beam_cost.report("read", 0.0, nbytes)
+    from lda_core.storage import traffic
+    traffic.record_in(nbytes, traffic.READ)
     _SHARD_CACHE[key] = batch
     while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
         _SHARD_CACHE.popitem(last=False)

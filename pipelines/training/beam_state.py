@@ -20,7 +20,9 @@ published checkpoint or a scratch state of the window). Workers resolve it with
 States, scratch files and JSON hand-overs may live on an object store (``gs://`` ...; the
 Beam trainer's scratch folder is then ``MODEL_DIR/.beam-scratch``): the helpers below go
 through the ``lda_core`` file layer of the path (:mod:`pipelines.runtime.object_store_files`), so a
-worker reads what the driver wrote through Beam's ``FileSystems``.
+worker reads what the driver wrote through Beam's ``FileSystems``. Every state and hand-over read
+or written here is counted (and throttled when asked) by :mod:`lda_core.storage.traffic`: a
+state as ``state``, a step's info as ``info``.
 
 The E-step derives its inputs (exp(E[log β]) for the words of each piece) from that one copy;
 nothing is recomputed per document. The state objects here are treated as read-only: the
@@ -38,6 +40,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.storage import traffic
 from pipelines.runtime import object_store_files, process_cache, scratch
 
 object_store_files.register()
@@ -98,6 +101,8 @@ def load_algorithm(path: str):
     else:
         from lda_core.storage.state import TopicState
         state = TopicState.load(path)
+        traffic.record_in(sum(int(np.asarray(a).nbytes) for a in state.arrays.values()),
+                          traffic.STATE)
     # the arrays just read are this call's own: no second copy of λ (a worker's peak memory
     # while it loads a big model)
     return algorithm_class(state.algorithm).from_state(state, take=True)
@@ -122,14 +127,22 @@ def save_scratch(algorithm, path: str) -> str:
         raise ValueError("array name %r is reserved" % _META)
     arrays[_META] = np.frombuffer(json.dumps(jsonable(meta)).encode("utf-8"), np.uint8)
     scratch.write_npz_atomic(path, arrays)
+    traffic.record_out(_npz_bytes(arrays), traffic.STATE)
     return path
+
+
+def _npz_bytes(arrays) -> int:
+    """The bytes of an uncompressed ``.npz`` of ``arrays``, less its small per-array headers."""
+    return int(sum(np.asarray(a).nbytes for a in arrays.values()))
 
 
 def load_scratch(path: str):
     from lda_core.storage.state import TopicState
     with np.load(scratch.npz_source(path), allow_pickle=False) as z:
-        meta = json.loads(bytes(z[_META]).decode("utf-8"))
+        raw = z[_META]
+        meta = json.loads(bytes(raw).decode("utf-8"))
         arrays = {k: z[k] for k in z.files if k != _META}
+    traffic.record_in(_npz_bytes(arrays) + raw.nbytes, traffic.STATE)
     return TopicState(arrays=arrays, **meta)
 
 
@@ -182,7 +195,9 @@ def private_copy(algorithm):
 def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
     from lda_core.storage.run_log import jsonable
     from pipelines.ingest.dataset import write_bytes_atomic
-    write_bytes_atomic(path, json.dumps(jsonable(obj), sort_keys=True).encode("utf-8"))
+    data = json.dumps(jsonable(obj), sort_keys=True).encode("utf-8")
+    write_bytes_atomic(path, data)
+    traffic.record_out(len(data), traffic.INFO)
 
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -190,4 +205,6 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     fs = object_store_files.files_for(path)
     if not fs.exists(path):
         return None
-    return json.loads(fs.read_bytes(path).decode("utf-8"))
+    data = fs.read_bytes(path)
+    traffic.record_in(len(data), traffic.INFO)
+    return json.loads(data.decode("utf-8"))

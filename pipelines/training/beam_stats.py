@@ -32,6 +32,11 @@ pieces (~10 MB each at K=100) going through Beam's gRPC data plane to the runner
 combining worker cost ~1 s per step, several times the E-step itself; a file in ``/dev/shm``
 is written and read back in a few ms. The combine treats a spilled piece like any other and
 loads it when it merges (``extract_output``), in the same piece order.
+
+Every statistics byte encoded, decoded, spilled or read back here is counted (and throttled
+when asked) as ``statistics`` by :mod:`lda_core.storage.traffic`: :func:`encode_stats` /
+:func:`decode_stats` (so every coder, the accumulators' included, and the hand-over to the
+driver), :func:`spill_stats` and the reads of a :class:`SpilledStats` file.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ import apache_beam as beam
 from apache_beam.coders import Coder
 
 from lda_core.algorithms.algorithm import SuffStats
+from lda_core.storage import traffic
 
 _MAGIC_BYTES = b"SB"     # stats serialised by the class's own to_bytes
 _MAGIC_SPILLED = b"SF"   # a SpilledStats reference (the statistics are in a file)
@@ -77,10 +83,11 @@ class SpilledStats(NamedTuple):
         return self._read(lambda cls, f, size: cls.read_row_ids(f, size))
 
     def segment(self):
-        """(statistics class, path, offset, size): where the class's ``write_to`` bytes lie."""
-        return self._read(lambda cls, f, size: (cls, self.path, f.tell(), size))
+        """(statistics class, path, offset, size): where the class's ``write_to`` bytes lie
+        (counted as read whole: whoever is handed the segment reads it)."""
+        return self._read(lambda cls, f, size: (cls, self.path, f.tell(), size), whole=True)
 
-    def _read(self, fn):
+    def _read(self, fn, whole: bool = False):
         import os
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -90,7 +97,9 @@ class SpilledStats(NamedTuple):
                                  % (self.path, bytes(head[:2])))
             (n,) = struct.unpack("<H", head[2:4])
             cls = _load_class(f.read(n).decode())
-            return fn(cls, f, size - 4 - n)
+            out = fn(cls, f, size - 4 - n)
+            traffic.record_in(size if whole else f.tell(), traffic.STATISTICS)
+            return out
 
 
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
@@ -110,6 +119,7 @@ def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    traffic.record_out(nbytes, traffic.STATISTICS)
     return SpilledStats(path, nbytes)
 
 
@@ -139,8 +149,11 @@ def encode_stats(stats: SuffStats) -> bytes:
     """``SuffStats`` -> bytes (the class's ``to_bytes``); a :class:`SpilledStats` reference
     -> its path."""
     if isinstance(stats, SpilledStats):
-        return _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
-    return _encode_head(stats) + stats.to_bytes()
+        out = _MAGIC_SPILLED + struct.pack("<q", int(stats.nbytes)) + stats.path.encode()
+    else:
+        out = _encode_head(stats) + stats.to_bytes()
+    traffic.record_out(len(out), traffic.STATISTICS)
+    return out
 
 
 def _encode_head(stats: SuffStats) -> bytes:
@@ -154,6 +167,7 @@ def _encode_head(stats: SuffStats) -> bytes:
 def decode_stats(data: bytes) -> SuffStats:
     """Inverse of :func:`encode_stats`."""
     data = memoryview(data)
+    traffic.record_in(data.nbytes, traffic.STATISTICS)
     magic = bytes(data[:2])
     if magic == _MAGIC_BYTES:
         (n,) = struct.unpack("<H", data[2:4])

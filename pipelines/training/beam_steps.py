@@ -85,9 +85,15 @@ class EStepFn(LeanDoFn):
         position, task = element
         if ref is None:           # an earlier step of this window failed: nothing to do
             return
-        algo = beam_state.acquire(ref, self.n_threads)
-        yield position, (task.piece, piece_statistics(algo, task, self.metrics,
-                                                      self.spill_dir))
+        with beam_cost.step(run_of(ref), position):
+            algo = beam_state.acquire(ref, self.n_threads)
+            out = piece_statistics(algo, task, self.metrics, self.spill_dir)
+        yield position, (task.piece, out)
+
+
+def run_of(ref: StateRef) -> str:
+    """The run key of a state version ("<run id>/<position>")."""
+    return ref.key.rsplit("/", 1)[0]
 
 
 def piece_statistics(algo, task, metrics: "StepMetrics", spill_dir: Optional[str]):
@@ -166,6 +172,12 @@ class GlobalStepFn(LeanDoFn):
         _, stats = element
         if ref is None or stats is None:
             return
+        with beam_cost.step(run_of(ref), self.position):
+            new = self._step(ref, stats)
+        if new is not None:
+            yield new
+
+    def _step(self, ref: StateRef, stats) -> Optional[StateRef]:
         base = beam_state.acquire(ref, self.n_threads)
         # DirectRunner (in-process or worker processes): no bundle retries, and every reader
         # of version t-1 (the E-steps of step t) has finished before this step starts, so the
@@ -175,7 +187,7 @@ class GlobalStepFn(LeanDoFn):
         new = apply_global_step(algo, stats, self.run_key, self.position, self.n_docs,
                                 self.scratch)
         if new is None:
-            return
+            return None
         if self.in_place and self.scratch is not None:
             # every reader of state t-1 and of step t's spilled pieces has finished (see
             # above): free their scratch files now rather than at the end of the window
@@ -184,7 +196,7 @@ class GlobalStepFn(LeanDoFn):
             for name in scratch_space.list_names(self.scratch):
                 if name.startswith("stats-%09d-" % self.position):
                     remove_quietly(os.path.join(self.scratch, name))
-        yield new
+        return new
 
 
 def remove_quietly(path: str) -> None:
@@ -220,22 +232,26 @@ class InProcessStepFn(LeanDoFn):
         beam_cost.mark(beam_cost.FIRST_ESTEP)
         new = ref
         for sp in self.steps:
-            stats = None
-            for task in sorted(sp.tasks, key=lambda t: t.piece):
-                with beam_cost.timed("read"):
-                    batch = read_task(task)
-                with beam_cost.timed("estep"):
-                    st = algo.local_step(batch)
-                self.metrics.report(st)
-                if stats is None:
-                    stats = st
-                else:
-                    with beam_cost.timed("stats_combine"):
-                        stats = stats.merge(st)
-            new = apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
+            with beam_cost.step(self.run_key, sp.position):
+                new = self._step(algo, sp)
             if new is None:
                 return
         yield new
+
+    def _step(self, algo, sp: StepPlan) -> Optional[StateRef]:
+        stats = None
+        for task in sorted(sp.tasks, key=lambda t: t.piece):
+            with beam_cost.timed("read"):
+                batch = read_task(task)
+            with beam_cost.timed("estep"):
+                st = algo.local_step(batch)
+            self.metrics.report(st)
+            if stats is None:
+                stats = st
+            else:
+                with beam_cost.timed("stats_combine"):
+                    stats = stats.merge(st)
+        return apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
 
 
 # in-process, consecutive minibatches are grouped into one transform until it holds this many
@@ -280,6 +296,11 @@ class WriteStatsFn(LeanDoFn):
 
     def process(self, element):
         _, stats = element
+        with beam_cost.step(self.run_key, self.position):
+            key = self._hand(stats)
+        yield key
+
+    def _hand(self, stats) -> str:
         key = "%s/stats-%d" % (self.run_key, self.position)
         if self.scratch is None:
             beam_state.put_local_info(key, stats)
@@ -287,7 +308,7 @@ class WriteStatsFn(LeanDoFn):
             from pipelines.ingest.dataset import write_bytes_atomic
             write_bytes_atomic(os.path.join(self.scratch, "stats-%09d.bin" % self.position),
                                encode_stats(stats))
-        yield key
+        return key
 
 
 # ------------------------------------------------------------------------------ transforms

@@ -89,9 +89,7 @@ def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
     t2 = time.time()
     logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1b)
     if times is not None:
-        w = beam_cost.window_times(beam_cost.query(result), t0, t1, t2)
-        for phase, sec in w.seconds.items():
-            times.add(phase, sec, w.nbytes.get(phase))
+        times.merge(beam_cost.window_times(beam_cost.query(result), t0, t1, t2))
         times.add("pipeline_build", t1b - t1, graph_bytes)
     return query_counters(result)
 
@@ -116,20 +114,30 @@ def build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: st
         ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
             sp, run_key, scratch, n_threads, deterministic, fanout,
             in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
-            spill=scratch_space.spill_dir(scratch, cfg.local) is not None)
+            spill=spill_dir(cfg, scratch) is not None)
     return ref
 
 
 # False: every unrolled window runs its steps as two stages (E-step; combine + global step
 # in one worker), as remote runners do -- the reference the benchmark compares against
 CHAINED_STEPS = True
+# False: statistics always travel through the runner, as on remote runners, never as files
+# in a local scratch folder (with CHAINED_STEPS = False and a scratch folder on disk: the
+# cluster-like configuration of benchmarks/beam_train_bench.py --workers-sweep)
+SPILL_STATS = True
+
+
+def spill_dir(cfg: RunnerConfig, scratch: Optional[str]) -> Optional[str]:
+    """Where E-steps spill their statistics (:func:`pipelines.runtime.scratch.spill_dir`),
+    or None when they go through the runner (or :data:`SPILL_STATS` is False)."""
+    return scratch_space.spill_dir(scratch, cfg.local) if SPILL_STATS else None
 
 
 def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
     """Whether an unrolled window runs as one stage per step (:mod:`pipelines.training.beam_chain`):
     worker processes on this machine with a local scratch folder, where statistics pieces
     are spilled to files every worker reads (and the combine is the deterministic one)."""
-    return CHAINED_STEPS and scratch_space.spill_dir(scratch, cfg.local) is not None
+    return CHAINED_STEPS and spill_dir(cfg, scratch) is not None
 
 
 def run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
@@ -210,7 +218,7 @@ def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run
             (tasks
              | "Statistics" >> MinibatchStatistics(
                  view, n_threads, deterministic, fanout,
-                 spill_dir=scratch_space.spill_dir(scratch, cfg.local))
+                 spill_dir=spill_dir(cfg, scratch))
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
         c = _run_pipeline(cfg, build, times)
