@@ -5,9 +5,9 @@ piece's rows -- ends bit for bit where the in-process trainer does at the same B
 reference of one step; refused steps; B recorded in checkpoints."""
 import numpy as np
 import pytest
-from scipy.special import psi
 
 from lda_core.algorithms.online_vb import OnlineVB
+from lda_core.algorithms.scvb0 import SCVB0
 from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
                                              blocks_of, split_draw)
 from lda_core.errors import StepRefused
@@ -208,7 +208,6 @@ def test_header_and_partial_bytes_round_trip(kos):
 
 # -- SCVB0 ----------------------------------------------------------------------------------
 
-from lda_core.algorithms.scvb0 import SCVB0  # noqa: E402
 
 SCVB0_SETTINGS = {"reseed": {"reseed": 0.95, "corpus_tokens": 200000},
                   "float32": {"dtype": "float32", "renorm_below": 0.5, "s_phi": 1.0,
