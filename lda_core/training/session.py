@@ -188,7 +188,7 @@ def start_record(position: int, algorithm, *, max_steps=None, total_steps=None, 
 
 
 # info keys a step record always has, and scalar ones it copies when the step reports them
-_STEP_OPTIONAL = ("elbo", "bound", "alpha", "eta", "skipped")
+_STEP_OPTIONAL = ("elbo", "bound", "alpha", "eta", "skipped", "reseeded")
 
 
 def step_record(step: int, pass_index: int, batch: int, info: Dict[str, Any], *,

@@ -47,7 +47,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -129,7 +129,9 @@ def _npy_layout(f, path: str):
     """(shape, dtype, data offset) of the ``.npy`` file open as ``f``; data arrays only."""
     try:
         version = np.lib.format.read_magic(f)
-        shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(f)
     except (ValueError, OSError) as e:
         raise DataIntegrityError("%s: not a block file (%s); the run's scratch folder was "
                                  "damaged: resume the run" % (path, e)) from None
@@ -236,9 +238,13 @@ class ShardedEStepFn(LeanDoFn):
         self.metrics = StepMetrics()
 
     def process(self, element, ref: Optional[ShardRef]):
-        position, task = element
         if ref is None:              # an earlier step of this window failed
-            return
+            return []
+        with beam_cost.step(_run_of(ref.key), element[0]):
+            return self._estep(element, ref)
+
+    def _estep(self, element, ref: ShardRef):
+        position, task = element
         beam_cost.mark(beam_cost.FIRST_ESTEP)
         header = load_header(ref.folder, ref.position, ref.key)
         cls = algorithm_class(header.algorithm)
@@ -298,6 +304,12 @@ class BlockStepFn(LeanDoFn):
         self.n_pieces = len(step.tasks)
 
     def process(self, element, ref: Optional[ShardRef]):
+        if ref is None:
+            return []
+        with beam_cost.step(_run_of(ref.key), self.step.position):
+            return list(self._process(element, ref))
+
+    def _process(self, element, ref: Optional[ShardRef]):
         b, pieces = element
         if ref is None:
             return
@@ -320,6 +332,11 @@ class BlockStepFn(LeanDoFn):
         yield 0, (b, part.to_bytes(), plan if b == 0 else None, None)
 
 
+def _run_of(key: str) -> str:
+    """The run key of a version key ("<run id>/<position>")."""
+    return key.rsplit("/", 1)[0]
+
+
 def _in_block_order(parts, n_blocks: int, position: int):
     parts = sorted(parts, key=lambda p: p[0])
     if [p[0] for p in parts] != list(range(n_blocks)):
@@ -336,6 +353,12 @@ class FinishStepFn(LeanDoFn):
         self.step = step.bare()
 
     def process(self, element, ref: Optional[ShardRef]):
+        if ref is None:
+            return []
+        with beam_cost.step(_run_of(ref.key), self.step.position):
+            return list(self._process(element, ref))
+
+    def _process(self, element, ref: Optional[ShardRef]):
         _, parts = element
         if ref is None:
             return
@@ -357,11 +380,10 @@ class FinishStepFn(LeanDoFn):
             store_step_info(ref.folder, key, {"error": str(e), "position": pos + 1})
             logger.error("global step at position %d refused: %s", pos, e)
             return
-        pre = {"splits": [list(map(int, s)) for s in splits], "info": info}
-        _write(header_path(ref.folder, pos + 1, pre=True),
-               header2.to_bytes(), traffic.SCALARS)
-        _write(header_path(ref.folder, pos + 1, pre=True) + ".json",
-               _json_bytes(pre), traffic.SCALARS)
+        _write(header_path(ref.folder, pos + 1, pre=True), header2.to_bytes(), traffic.SCALARS)
+        _write(_splits_path(ref.folder, pos + 1), splits.to_bytes(), traffic.SCALARS)
+        _write(_splits_path(ref.folder, pos + 1) + ".json", _json_bytes(info),
+               traffic.SCALARS)
         yield PreSplitRef(key, ref.folder, pos + 1)
 
 
@@ -390,6 +412,12 @@ class SplitBlockFn(LeanDoFn):
 
     def process(self, b, pre: Optional[PreSplitRef]):
         if pre is None:
+            return []
+        with beam_cost.step(_run_of(pre.key), pre.position - 1):
+            return list(self._process(b, pre))
+
+    def _process(self, b, pre: Optional[PreSplitRef]):
+        if pre is None:
             return
         header2, splits, _ = _load_pre(pre)
         if not splits.needs_blocks:          # nothing to split or sum: no block is read
@@ -411,6 +439,12 @@ class FinishSplitsFn(LeanDoFn):
         self.step = step.bare()
 
     def process(self, element, pre: Optional[PreSplitRef]):
+        if pre is None:
+            return []
+        with beam_cost.step(_run_of(pre.key), self.step.position):
+            return list(self._process(element, pre))
+
+    def _process(self, element, pre: Optional[PreSplitRef]):
         _, parts = element
         if pre is None:
             return
