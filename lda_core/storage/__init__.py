@@ -2,5 +2,6 @@
 
 ``state`` (``TopicState`` and its data-only file format), ``files`` (the file layer:
 ``LocalFiles`` and the registry of URL-scheme layers), ``checkpoint`` (``CheckpointStore``: atomic publish, ``LATEST``), ``lease`` (one writer per
-model directory), ``run_log`` (the JSON-lines training log).
+model directory), ``run_log`` (the JSON-lines training log), ``traffic`` (the bytes a process
+moves, per step, and the bandwidth throttle).
 """
