@@ -89,6 +89,22 @@ def write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
             os.unlink(tmp)
 
 
+def write_bytes(path: str, data: bytes) -> None:
+    """``data`` published whole at ``path``: locally a temporary sibling and a rename (not
+    fsynced: scratch lives only while its window runs), on an object store one upload."""
+    if is_remote(path):
+        object_store_files.files_for(path).write_atomic(path, data)
+        return
+    tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def npz_source(path: str):
     """What ``np.load`` reads ``path`` from: the local path, or the object's bytes."""
     return io.BytesIO(read_bytes(path)) if is_remote(path) else path

@@ -46,7 +46,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
@@ -105,17 +104,7 @@ def _read(path: str, what: str) -> bytes:
 def _write(path: str, data: bytes, what: str) -> None:
     """Publish ``data`` whole at ``path`` (temporary name + rename locally; one upload on an
     object store), counted as bytes out."""
-    if object_store_files.is_remote(path):
-        object_store_files.files_for(path).write_atomic(path, data)
-    else:
-        tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    scratch_space.write_bytes(path, data)
     traffic.record_out(len(data), what)
 
 
