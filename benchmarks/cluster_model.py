@@ -483,12 +483,20 @@ def _bytes_of(row: dict) -> Optional[Dict[str, float]]:
 
 
 def _row_exchange(row: dict, c: dict) -> str:
-    """The exchange a measured row ran: its ``exchange`` field, else "state" when a worker
-    read at least half the state per step (only the state exchange reads it whole)."""
+    """The exchange a measured row ran: its ``exchange`` field; else the word-block one when
+    it records its word blocks; else the exchange whose analytic bytes into a worker are
+    nearest the measured ones (only the state exchange reads the whole state at every W)."""
     if row.get("exchange"):
         return exchange_of(str(row["exchange"]).replace("sharded", "word-blocks"))
-    state = row["K"] * row["V"] * c["state_bytes_per_value"]
-    return "state" if _bytes_of(row)["in_per_worker_step"] >= 0.5 * state else "word-blocks"
+    if row.get("word_blocks") or row.get("blocks"):
+        return "word-blocks"
+    W = int(row.get("workers") or row.get("W"))
+    nnz = row.get("nnz_per_doc") or row["nnz"] / row["docs"]
+    got = _bytes_of(row)["in_per_worker_step"]
+    run = {"K": row["K"], "V": row["V"], "nnz_per_doc": nnz}
+    cc = dict(c, bytes_factor={})
+    return min(("state", "word-blocks"), key=lambda ex: abs(math.log(
+        max(got, 1.0) / max(step_bytes(cc, run, W, row["S"], ex)["in_per_worker"], 1.0))))
 
 
 def workers_bytes(path: str, c: dict, src: dict) -> None:
@@ -882,6 +890,13 @@ def _latency_key(L: float) -> str:
     return "%g" % L
 
 
+def _best(rows: List[dict], within: float = 0.95) -> dict:
+    """The fewest workers whose speed-up is within 5 % of the fastest W's (beyond it more
+    workers cost more for little)."""
+    top = max(r["speedup"] for r in rows)
+    return min((r for r in rows if r["speedup"] >= within * top), key=lambda r: r["workers"])
+
+
 def run_exchange(c: dict, run: dict, S: int, combine: str, latencies) -> dict:
     """Every W at every per-stage latency for one exchange, with the jobs line."""
     ex = exchange_of(combine)
@@ -911,6 +926,11 @@ def print_exchange(run: dict, res: dict, latencies) -> None:
         print("%7d %5d | %9.2f %9.2f %9.2f | %s"
               % (r["workers"], r["windows"], b["in_per_worker"] / 1e6, b["out_per_worker"] / 1e6,
                  b["busiest"] / 1e6, " | ".join(cells)))
+    print("  best W (fewest workers within 5 %% of the fastest): %s" % "; ".join(
+        "%s s/stage: W = %d, speed-up %.2f, %s, $%.2f, Amdahl limit %.1f"
+        % (_latency_key(L), b["workers"], b["speedup"], _hms(b["total_s"]), b["cost_usd"],
+           b["amdahl_limit"])
+        for L, b in ((L, _best(res["by_latency"][_latency_key(L)])) for L in latencies)))
     L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
     rows = res["by_latency"][_latency_key(L)]
     keys = list(rows[0]["parts_s"])
@@ -1067,6 +1087,11 @@ def markdown(results: List[dict], latencies) -> str:
                 out.append("| %d | %d | %.2f | %.2f | %.2f | %s |"
                            % (r["workers"], r["windows"], b["in_per_worker"] / 1e6,
                               b["out_per_worker"] / 1e6, b["busiest"] / 1e6, " | ".join(cells)))
+            out.append("\nBest W (fewest workers within 5 %% of the fastest): %s." % "; ".join(
+                "%s s per stage: W = %d, speed-up %.2f, %s, $%.2f (Amdahl limit %.1f)"
+                % (_latency_key(L), b["workers"], b["speedup"], _hms(b["total_s"]),
+                   b["cost_usd"], b["amdahl_limit"])
+                for L, b in ((L, _best(er["by_latency"][_latency_key(L)])) for L in latencies)))
             L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
             rows = er["by_latency"][_latency_key(L)]
             keys = list(rows[0]["parts_s"])
