@@ -303,7 +303,7 @@ def time_shares(r: dict, job_start_s: float) -> Dict[str, float]:
 
 
 # per-step parts by name, for "what dominates"
-PART_NAMES = {"estep": "E-step", "delivery": "state delivery (bytes into a worker)",
+PART_NAMES = {"estep": "E-step", "delivery": "delivery (bytes into a worker)",
               "combine": "combine (every piece into one reducer)",
               "stats_out": "statistics out of a worker",
               "owner": "block owner (its block's statistics in, its block read + written)",
@@ -599,7 +599,6 @@ def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[floa
     from pipelines.training.beam_train import REMOTE_WINDOW_STEPS
     from pipelines.training.beam_window import GRAPH_LIMIT_BYTES, REQUEST_LIMIT_BYTES
     doc = _load(path) if path and os.path.exists(path) else {}
-    tag = _run_tag(doc, path) if doc else "%s absent" % _results_name(path or "?")
     graph: Dict[str, tuple] = {}
     for key, entry in doc.items():
         if not isinstance(entry, dict) or _graph_per_step(entry) is None:
@@ -608,9 +607,10 @@ def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[floa
         ex = "word-blocks" if ("shard" in name or "word" in name) else (
             "state" if key == "after" or entry.get("exchange") == "state" else None)
         if ex:
-            graph[ex] = _graph_per_step(entry) + ("%s[%r] (commit %s): %s"
+            graph[ex] = _graph_per_step(entry) + ("%s[%r], run %s, commit %s"
                                                   % (_results_name(path), key,
-                                                     entry.get("commit", "?"), tag),)
+                                                     entry.get("run", "?"),
+                                                     entry.get("commit", "?")),)
     if word_blocks_graph:
         graph["word-blocks"] = (word_blocks_graph, "given", "--word-blocks-graph-bytes")
     c["steps_per_job"], c["graph_bytes_per_step"] = {}, {}
@@ -621,12 +621,16 @@ def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[floa
             fits = int(GRAPH_LIMIT_BYTES // g[0])
             c["steps_per_job"][ex] = min(REMOTE_WINDOW_STEPS, fits)
             c["graph_bytes_per_step"][ex] = g[0]
+            if ex == "tree":                  # the state exchange's graph, not measured apart
+                continue
             lines.append("%s: %.2f kB of graph per step (%s; %s), so a job holds at most %d "
                          "steps; %d per job" % (ex, g[0] / 1e3, g[1], g[2], fits,
                                                 c["steps_per_job"][ex]))
         else:
             c["steps_per_job"][ex] = REMOTE_WINDOW_STEPS
             c["graph_bytes_per_step"][ex] = None
+            if ex == "tree":
+                continue
             lines.append("%s: graph bytes per step NOT MEASURED; the remote window's %d steps "
                          "per job are taken, which fit only if a step is <= %.2f kB"
                          % (ex, REMOTE_WINDOW_STEPS, GRAPH_LIMIT_BYTES / REMOTE_WINDOW_STEPS
