@@ -54,9 +54,10 @@ def test_estep_work_is_conserved_and_spread_by_documents():
     assert cm.step_parts(C, CLOUD, RUN, 256, S)["estep"] == pytest.approx(t_doc)
 
 
-@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded"])
-def test_speedup_is_bounded_by_the_amdahl_limit(combine):
-    rows = cm.sweep(C, CLOUD, RUN, S, combine=combine)
+@pytest.mark.parametrize("latency", [None, 0.2, 3.0])
+@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded", "state", "word-blocks"])
+def test_speedup_is_bounded_by_the_amdahl_limit(combine, latency):
+    rows = cm.sweep(C, CLOUD, RUN, S, combine=combine, stage_latency=latency)
     assert rows[0]["workers"] == 1 and rows[0]["speedup"] == pytest.approx(1.0)
     limit = rows[0]["amdahl_limit"]
     assert limit > 1
