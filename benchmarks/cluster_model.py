@@ -3,40 +3,66 @@
 
 Every number the model uses is either read from a results file of another benchmark script
 (each printed with the file, row and run it came from), measured here on the bundled
-Wikipedia sample or on the code itself (a state's and a statistics block's bytes), or a cloud
-constant stated as an assumption in ``CLOUD`` below. When a results file lacks a key written
-by its newer script, the older file's value is used and the output says "from the older run".
+Wikipedia sample or on the code itself (a state's, a header's and a statistics block's
+bytes), or a cloud constant stated as an assumption in ``CLOUD`` and ``STAGE_LATENCIES_S``
+below. When a results file lacks a key written by its newer script, the older file's value
+is used and the output says "from the older run".
 
-The model of one training step of online VB on W workers of c vCPUs each::
+Two exchanges, side by side (``--exchange``; the older ``--combine lifted|sharded`` names
+them too). One training step of online VB on W workers of c vCPUs, with P = W pieces per
+minibatch and B = W word blocks (``--pieces-per-worker``, ``--blocks-per-worker``)::
 
-    E-step      = ceil(S / (W c)) x t_doc              documents are the unit spread over cores
-                  t_doc = nnz/doc x iterations x CPU-s per (non-zero x iteration) at K
-    delivery    = 2 x bytes / bandwidth                written once by the global step's
-                  worker, then read by every worker at once (the whole state when the
-                  runner reloads it every step, else the combined statistics)
-    combine     = W x partial bytes / bandwidth        combiner-lifted: one reducer receives a
-                  partial per worker (``--combine tree``: ceil(log2 W) x partial bytes;
-                  ``--combine sharded``, a design not built: statistics keyed by word block,
-                  partial bytes once, the global step spread over W, each worker reading only
-                  its words' rows of the state)
-                  partial bytes = min(V, ceil(S/W) x nnz/doc) x K x bytes per statistic
-    global step = measured global step x (K V) / (K0 V0)   serial
-    overhead    = the runner's measured per-step overhead  serial, assumed independent of W
-    step        = E-step + delivery + combine + global step + overhead
+    E-step       = ceil(S / (W c)) x t_doc        documents are the unit spread over cores
+                   t_doc = nnz/doc x iterations x CPU-s per (non-zero x iteration) at K
+    latency      = stages per step x the per-stage latency of a cluster runner (an
+                   ASSUMPTION: rows at 0.2, 1 and 3 s, ``--stage-latency``)
 
-    train     = windows x job start + steps x step        steps = ceil(D/S); one pipeline per
-                                                           window of ceil(docs per window / S)
+  state exchange (as built for remote runners; 2 stages: E-step; combine + global step)
+    delivery     = 2 x state / bandwidth          written once by the global step's worker,
+                                                  then read whole by every worker
+    combine      = P x piece / bandwidth          one reducer receives every piece
+                   piece = min(V, ceil(S/P) x nnz/doc) x K x bytes per statistic
+    global step  = measured x (K V) / (K0 V0)     serial, in that one worker
+
+  word-block exchange (as built: pipelines/training/beam_sharded.py; 5 stages: E-step,
+  block step, finish, split, finish)
+    delivery     = (header + min(V, ceil(S/W) x nnz/doc) x K x row bytes) / bandwidth
+                                                  the K-vectors and the rows of the worker's
+                                                  pieces' words only
+    stats out    = its pieces' statistics / bandwidth, cut by block (the piece's small part
+                   -- counters, score, Σ E[log θ] -- in every block's cut)
+    owner        = (its block's statistics from every piece + 2 x ceil(V/B) x K x row bytes)
+                   / bandwidth                    block read and written
+    global step  = measured x (K V) / (K0 V0) / B  spread over the owners
+
+    step  = E-step + delivery + (combine | stats out + owner) + global step + latency
+    train = jobs x job start + steps x step       steps = ceil(D/S); a job is a window of
+                                                  at most beam_train.REMOTE_WINDOW_STEPS
+                                                  steps, fewer if a step's graph bytes
+                                                  (graph_bytes.json) overflow Dataflow's
+                                                  10 MB graph limit
     vectorize = job start + D x vectorize CPU-s per document / (W c)
     cost      = W x (c x $/vCPU-h + GB x $/GB-h) x (train + vectorize) hours
+
+The byte counts are analytic unless benchmarks/results/beam_train_bench_workers.json
+exists: then each of its rows' measured bytes into / out of a worker and into the busiest
+reducer, over the analytic count at that row's shape, scales the analytic counts (the
+largest ratio over the rows); the output says which it used.
 
 Run (a): the 3.3 M-article Wikipedia run of Hoffman et al. (K = 100, V = 7,995), documents
 shaped like the bundled sample's articles under a 7,995-word vocabulary; run (b): 100 M
 documents at K = 1,000, V = 100,000, shaped like the documents the E-step benchmark timed.
-Both for W = 1, 2, 4, ..., 256; speed-up against W is plotted (matplotlib) or tabulated (CSV).
+Both for W = 1, 2, 4, ..., 256; the headline is the speed-up at 16 and 64 workers against
+the issue's targets (>= 8 for (a), >= 15 for (b) at 64 workers and 1 s per stage), with the
+largest term of the total when a target is missed. Speed-up against W is plotted
+(matplotlib) or tabulated (CSV).
 
-    python benchmarks/cluster_model.py [--minibatch 4096] [--combine lifted|tree|sharded]
-        [--job-start SECONDS] [--bandwidth BYTES_PER_S] [--estep-json F] [--beam-json F]
-        [--vectorize-json F] [--json OUT] [--plot OUT.png] [--markdown OUT.md]
+    python benchmarks/cluster_model.py [--minibatch 4096] [--exchange state|word-blocks|tree]
+        [--combine lifted|tree|sharded] [--stage-latency S ...] [--pieces-per-worker N]
+        [--blocks-per-worker N] [--job-start SECONDS] [--bandwidth BYTES_PER_S]
+        [--estep-json F] [--beam-json F] [--workers-json F] [--graph-json F]
+        [--word-blocks-graph-bytes N] [--vectorize-json F] [--json OUT] [--plot OUT.png]
+        [--markdown OUT.md]
 """
 from __future__ import annotations
 
@@ -79,48 +105,146 @@ RUN_B = {"name": "(b) 100 M documents, K=1,000, V=100,000", "D": 100_000_000, "K
 
 
 # ------------------------------------------------------------------------- the model
-def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted") -> dict:
-    """Seconds of each part of one training step on ``W`` workers (module docstring)."""
+# Stages per step (each a scheduling round of the runner: its per-stage latency) of each
+# exchange. "state" is the exchange remote runners run today (docs/beam-training.md, "How it
+# works": E-step; CombinePerKey + global step in one worker, which reads and writes the whole
+# state); "word-blocks" the word-sharded one as built (pipelines/training/beam_sharded.py:
+# E-step, block step, finish, split, finish); "tree" is a what-if, the state exchange with
+# Beam's hot-key fan-out (one more stage).
+EXCHANGE_STAGES = {"state": 2, "tree": 3, "word-blocks": 5}
+# the older ``--combine`` names (the CLI contract: extend, never rename)
+EXCHANGE_ALIASES = {"lifted": "state", "sharded": "word-blocks"}
+# per-stage latency of a cluster runner (scheduling a stage on every worker, its side inputs,
+# the shuffle's barrier): an ASSUMPTION, not measured here (no cluster); the tables print
+# every row
+STAGE_LATENCIES_S = (0.2, 1.0, 3.0)
+ROW_BYTES_PER_VALUE = 8           # online VB keeps its word-major rows in float64 (.npy blocks)
+HEADLINE_WORKERS = (16, 64)
+HEADLINE_LATENCY_S = 1.0
+TARGETS = {"a": 8.0, "b": 15.0}   # issue 24's speed-up targets at 64 workers, 1 s per stage
+
+
+def exchange_of(combine: str) -> str:
+    """The exchange a ``--combine`` / ``--exchange`` name means (ValueError if none)."""
+    ex = EXCHANGE_ALIASES.get(combine, combine)
+    if ex not in EXCHANGE_STAGES:
+        raise ValueError("combine must be 'lifted', 'tree' or 'sharded' (or the exchange "
+                         "'state' or 'word-blocks'), got %r" % (combine,))
+    return ex
+
+
+def shape(c: dict, W: int) -> tuple:
+    """(P pieces, B word blocks) on ``W`` workers: ``pieces_per_worker`` and
+    ``blocks_per_worker`` (default 1 each: P = B = W, a piece and a block per worker)."""
+    return (max(1, round(W * c.get("pieces_per_worker", 1))),
+            max(1, round(W * c.get("blocks_per_worker", 1))))
+
+
+def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> dict:
+    """Bytes moved in one step on ``W`` workers, by role (each a sum over the step's stages):
+
+    ``in_per_worker``   into one E-step worker: the whole state (state exchange; the
+                        combined statistics when the state is shipped once), or the header
+                        and the rows of its pieces' words (word blocks)
+    ``out_per_worker``  out of one E-step worker: its pieces' statistics (word blocks: cut
+                        by block, the piece's small part -- counters, score, Σ E[log θ] --
+                        in every block's cut)
+    ``reducer_in``      into the busiest reducer: every piece (state exchange, lifted; a
+                        tree: ceil(log2 P) pieces), or block b's cut of every piece (word
+                        blocks; the words of a piece taken as spread evenly over the blocks)
+    ``reducer_rows``    the state the reducer reads and writes (the whole state, written
+                        once for the workers to read), or the owner's block (read + written)
+    ``busiest``         the worker that runs an E-step and a reducer: the sum of the four
+    ``total``           summed over every worker and reducer
+
+    A piece's words are bounded by min(V, n x non-zeros/doc) for its n documents; the
+    measured/analytic factors of ``c["bytes_factor"][exchange]`` (from
+    beam_train_bench_workers.json when it exists) multiply the analytic counts."""
+    ex = exchange_of(combine)
+    K, V, nnz = run["K"], run["V"], run["nnz_per_doc"]
+    P, B = shape(c, W)
+    sb, rb = c["stats_bytes_per_value"], c.get("row_bytes_per_value", ROW_BYTES_PER_VALUE)
+    piece_words = min(V, math.ceil(S / P) * nnz)
+    worker_words = min(V, math.ceil(S / W) * nnz)
+    pieces_per_worker = P / W
+    f = c.get("bytes_factor", {}).get(ex, {})
+    if ex == "word-blocks":
+        small = c.get("stats_small_bytes", {}).get(K, 0.0)
+        header = c.get("header_bytes", {}).get(K, 0.0)
+        b = {"in_per_worker": header + worker_words * K * rb,
+             "out_per_worker": pieces_per_worker * (piece_words * K * sb + B * small),
+             "reducer_in": P * (piece_words / B * K * sb + small),
+             "reducer_rows": 2 * math.ceil(V / B) * K * rb}
+        n_reducers = B
+    else:
+        state = K * V * c["state_bytes_per_value"]
+        combined = min(V, S * nnz) * K * sb
+        piece = piece_words * K * sb
+        fan_in = (math.ceil(math.log2(P)) if P > 1 else 1) if ex == "tree" else P
+        b = {"in_per_worker": state if c["state_reloaded_per_step"] else combined,
+             "out_per_worker": pieces_per_worker * piece,
+             "reducer_in": fan_in * piece,
+             "reducer_rows": 2 * state}
+        n_reducers = 1
+    b["in_per_worker"] *= f.get("in", 1.0)
+    b["out_per_worker"] *= f.get("out", 1.0)
+    b["reducer_in"] *= f.get("reducer", 1.0)
+    b["busiest"] = sum(b[k] for k in ("in_per_worker", "out_per_worker", "reducer_in",
+                                      "reducer_rows"))
+    b["total"] = (W * (b["in_per_worker"] + b["out_per_worker"])
+                  + n_reducers * (b["reducer_in"] + b["reducer_rows"]))
+    return b
+
+
+def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted",
+               stage_latency: Optional[float] = None) -> dict:
+    """Seconds of each part of one training step on ``W`` workers (module docstring). The
+    ``overhead`` is the stages per step x ``stage_latency`` when given, else the runner's
+    measured per-step overhead (a local runner's)."""
+    ex = exchange_of(combine)
     K, V = run["K"], run["V"]
     cores = W * cloud["vcpus_per_worker"]
     bw = cloud["network_bytes_per_s"]
     t_doc = run["nnz_per_doc"] * run["iterations"] * c["estep_s_per_nnz_iter"][K]
-    partial = min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
-    combined = min(V, S * run["nnz_per_doc"]) * K * c["stats_bytes_per_value"]
-    state = K * V * c["state_bytes_per_value"]
     kv0, g0 = min(c["global_step_points"], key=lambda p: abs(math.log(p[0] / (K * V))))
     global_step = g0 * (K * V) / kv0
-    # written once by the global step's worker, then read by every worker (in parallel)
-    delivery = 2 * (state if c["state_reloaded_per_step"] else combined) / bw
-    if combine == "tree":
-        combine_s = math.ceil(math.log2(W)) * partial / bw if W > 1 else partial / bw
-    elif combine == "lifted":
-        combine_s = W * partial / bw
-    elif combine == "sharded":
-        # keyed by word block: every worker sends 1/W of its partial to each of W reducers,
-        # which apply the global step to their rows; a worker then reads only its words' rows
-        combine_s = partial / bw
-        global_step /= W
-        delivery = (state / W + min(V, math.ceil(S / W) * run["nnz_per_doc"]) * K
-                    * c["state_bytes_per_value"]) / bw
+    b = step_bytes(c, run, W, S, ex)
+    parts = {"estep": math.ceil(S / cores) * t_doc}
+    if ex == "word-blocks":
+        # E-step workers read the header and their rows and send their statistics; the
+        # block owners (one stage later) receive their blocks' statistics, read and write
+        # their blocks and apply the global step to 1/B of the rows each
+        parts.update(delivery=b["in_per_worker"] / bw, stats_out=b["out_per_worker"] / bw,
+                     owner=(b["reducer_in"] + b["reducer_rows"]) / bw,
+                     global_step=global_step / shape(c, W)[1])
     else:
-        raise ValueError("combine must be 'lifted', 'tree' or 'sharded', got %r" % (combine,))
-    return {
-        "estep": math.ceil(S / cores) * t_doc,
-        "delivery": delivery,
-        "combine": combine_s,
-        "global_step": global_step,
-        "overhead": c["per_step_overhead_s"],
-    }
+        # written once by the global step's worker, then read by every worker (in parallel);
+        # one reducer receives the pieces
+        parts.update(delivery=(b["reducer_rows"] if c["state_reloaded_per_step"]
+                               else 2 * b["in_per_worker"]) / bw,
+                     combine=b["reducer_in"] / bw, global_step=global_step)
+    parts["overhead"] = (c["per_step_overhead_s"] if stage_latency is None
+                         else EXCHANGE_STAGES[ex] * stage_latency)
+    return parts
 
 
-def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted") -> dict:
+def steps_per_job(c: dict, S: int, combine: str = "lifted") -> int:
+    """Minibatches one pipeline (one Dataflow job) holds: ``c["steps_per_job"][exchange]``
+    when the remote window is known (``jobs``), else the local worker runner's window in
+    documents (``docs_per_window``, capped at ``max_window``)."""
+    per_job = c.get("steps_per_job")
+    if per_job:
+        return int(per_job[exchange_of(combine)])
+    return min(c["max_window"], max(1, math.ceil(c["docs_per_window"] / S)))
+
+
+def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lifted",
+            stage_latency: Optional[float] = None) -> dict:
     """Wall seconds and dollars of vectorize + one training pass of ``run`` on ``W`` workers."""
-    parts = step_parts(c, cloud, run, W, S, combine)
+    parts = step_parts(c, cloud, run, W, S, combine, stage_latency)
     step = sum(parts.values())
     steps = math.ceil(run["D"] / S)
-    per_window = min(c["max_window"], max(1, math.ceil(c["docs_per_window"] / S)))
-    windows = math.ceil(steps / per_window)
+    windows = math.ceil(steps / steps_per_job(c, S, combine))
     cores = W * cloud["vcpus_per_worker"]
     train = windows * cloud["job_start_s"] + steps * step
     vectorize = cloud["job_start_s"] + run["D"] * run["vectorize_cpu_s_per_doc"] / cores
@@ -129,42 +253,73 @@ def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lif
                     + cloud["memory_gb_per_worker"] * cloud["price_per_gb_hour"])
     return {"workers": W, "S": S, "steps": steps, "windows": windows, "step_s": step,
             "parts_s": parts, "train_s": train, "vectorize_s": vectorize, "total_s": total,
-            "cost_usd": per_hour * total / 3600.0}
+            "cost_usd": per_hour * total / 3600.0, "bytes": step_bytes(c, run, W, S, combine)}
 
 
-def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted") -> float:
+# parts that grow with the partitioning (P pieces, B blocks) and are >= 0: left out of the
+# serial part (Amdahl) at W -> infinity
+_PARTITION_PARTS = ("combine", "stats_out", "owner")
+
+
+def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted",
+             stage_latency: Optional[float] = None) -> float:
     """What no number of workers shortens (Amdahl's serial part, a lower bound of every W's
     total): the job starts, and per step the parts at W -> infinity -- one document's E-step
-    per core, the state delivery, the global step (spread over W only when sharded) and the
-    overhead; the combine is left out (it is >= 0 and, lifted, grows with W)."""
-    p = project(c, cloud, run, 1, S, combine)
-    parts = step_parts(c, cloud, run, 2 ** 40, S, combine)
-    per_step = sum(v for k, v in parts.items() if k != "combine")
+    per core, the delivery, the global step (spread over the blocks with word blocks) and the
+    overhead (or the stages' latency); the combine, statistics and owner bytes are left out
+    (>= 0; they grow with the pieces and blocks)."""
+    p = project(c, cloud, run, 1, S, combine, stage_latency)
+    parts = step_parts(c, cloud, run, 2 ** 40, S, combine, stage_latency)
+    per_step = sum(v for k, v in parts.items() if k not in _PARTITION_PARTS)
     return (p["windows"] + 1) * cloud["job_start_s"] + p["steps"] * per_step
 
 
 def sweep(c: dict, cloud: dict, run: dict, S: int, workers=WORKERS,
-          combine: str = "lifted") -> List[dict]:
-    """``project`` for every W, with the speed-up over W = 1 and the Amdahl limit."""
-    rows = [project(c, cloud, run, W, S, combine) for W in workers]
-    base = project(c, cloud, run, 1, S, combine)["total_s"]
-    limit = base / serial_s(c, cloud, run, S, combine)
+          combine: str = "lifted", stage_latency: Optional[float] = None) -> List[dict]:
+    """``project`` for every W, with the speed-up over W = 1 (of the same exchange) and the
+    Amdahl limit."""
+    rows = [project(c, cloud, run, W, S, combine, stage_latency) for W in workers]
+    base = project(c, cloud, run, 1, S, combine, stage_latency)
+    limit = base["total_s"] / serial_s(c, cloud, run, S, combine, stage_latency)
     for r in rows:
-        r["speedup"] = base / r["total_s"]
+        r["speedup"] = base["total_s"] / r["total_s"]
+        r["train_speedup"] = base["train_s"] / r["train_s"]
         r["amdahl_limit"] = limit
     return rows
 
 
 def time_shares(r: dict, job_start_s: float) -> Dict[str, float]:
     """Where the total of one ``project`` row goes, as fractions: job starts, vectorize work,
-    E-step, bytes moved (state delivery + combine), global step + overhead."""
+    E-step, bytes moved (delivery, combine / statistics out, owners), global step,
+    overhead (the stages' latency when modelled)."""
     p, n = r["parts_s"], r["steps"]
     parts = {"job starts": (r["windows"] + 1) * job_start_s,
              "vectorize": r["vectorize_s"] - job_start_s,
              "E-step": n * p["estep"],
-             "bytes moved": n * (p["delivery"] + p["combine"]),
-             "global step + overhead": n * (p["global_step"] + p["overhead"])}
+             "bytes moved": n * sum(p.get(k, 0.0) for k in ("delivery",) + _PARTITION_PARTS),
+             "global step": n * p["global_step"],
+             "overhead": n * p["overhead"]}
     return {k: v / r["total_s"] for k, v in parts.items()}
+
+
+# per-step parts by name, for "what dominates"
+PART_NAMES = {"estep": "E-step", "delivery": "delivery (bytes into a worker)",
+              "combine": "combine (every piece into one reducer)",
+              "stats_out": "statistics out of a worker",
+              "owner": "block owner (its block's statistics in, its block read + written)",
+              "global_step": "global step", "overhead": "stage latency"}
+
+
+def dominating(r: dict, job_start_s: float) -> tuple:
+    """(name, seconds, share of the total) of the largest term of a ``project`` row: the job
+    starts, the vectorize work, or one per-step part x the steps."""
+    terms = {"job starts (%d x %.0f s)" % (r["windows"] + 1, job_start_s):
+             (r["windows"] + 1) * job_start_s,
+             "vectorize": r["vectorize_s"] - job_start_s}
+    for k, v in r["parts_s"].items():
+        terms["%s x %d steps" % (PART_NAMES.get(k, k), r["steps"])] = v * r["steps"]
+    name = max(terms, key=terms.get)
+    return name, terms[name], terms[name] / r["total_s"]
 
 
 def flattening_point(rows: List[dict], gain: float = 1.10) -> Optional[int]:
@@ -176,13 +331,14 @@ def flattening_point(rows: List[dict], gain: float = 1.10) -> Optional[int]:
 
 
 def busy_minibatch(c: dict, cloud: dict, run: dict, W: int, share: float,
-                   combine: str = "lifted") -> Optional[int]:
+                   combine: str = "lifted", stage_latency: Optional[float] = None
+                   ) -> Optional[int]:
     """The smallest power-of-two S (256 .. min(2^22, D)) whose step spends at least ``share``
     of its time in the E-step on ``W`` workers (None: none does)."""
     for e in range(8, 23):
         if 2 ** e > run["D"]:
             break
-        parts = step_parts(c, cloud, run, W, 2 ** e, combine)
+        parts = step_parts(c, cloud, run, W, 2 ** e, combine, stage_latency)
         if parts["estep"] >= share * sum(parts.values()):
             return 2 ** e
     return None
@@ -315,6 +471,189 @@ def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
     stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
                     sstats=np.ones((V, K)), n_docs=1, n_tokens=1)
     return {"state": state_bytes / (K * V), "stats": len(stats.to_bytes()) / (K * V)}
+
+
+def measured_small_bytes(K: int) -> Dict[str, float]:
+    """Bytes at K of what the word-block exchange moves besides rows, measured on the code:
+    ``header`` = the online-VB state's arrays other than its word-major rows (column sums,
+    α, scalars) and its JSON parameters; ``stats_small`` = a statistics block with no rows
+    (counters, score, Σ E[log θ]: what every block's cut of a piece carries)."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.algorithms.vb_stats import VBStats
+    state = OnlineVB(K, 50, seed=0).to_state()
+    header = sum(np.asarray(a).nbytes for name, a in state.arrays.items()
+                 if np.asarray(a).ndim < 2)
+    header += len(json.dumps(getattr(state, "params", {}) or {}, default=str))
+    small = VBStats(n_topics=K, n_words=50, word_ids=np.zeros(0, np.int32),
+                    sstats=np.zeros((0, K)), n_docs=1, n_tokens=1, sum_elogtheta=np.ones(K))
+    return {"header": float(header), "stats_small": float(len(small.to_bytes()))}
+
+
+BYTES_FIELDS = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step")
+
+
+def _bytes_of(row: dict) -> Optional[Dict[str, float]]:
+    """The three ``bytes.*`` fields of a bench row (nested under ``bytes`` or ``timing``, or
+    flat ``bytes.NAME`` keys), or None when any is absent."""
+    out = {}
+    for name in BYTES_FIELDS:
+        for holder in (row, row.get("timing") or {}):
+            v = (holder.get("bytes") or {}).get(name) if isinstance(holder.get("bytes"),
+                                                                   dict) else None
+            if v is None:
+                v = holder.get("bytes." + name)
+            if v is not None:
+                out[name] = float(v)
+                break
+    return out if len(out) == len(BYTES_FIELDS) else None
+
+
+def _row_exchange(row: dict, c: dict) -> str:
+    """The exchange a measured row ran: its ``exchange`` field; else the word-block one when
+    it records its word blocks; else the exchange whose analytic bytes into a worker are
+    nearest the measured ones (only the state exchange reads the whole state at every W)."""
+    if row.get("exchange"):
+        return exchange_of(str(row["exchange"]).replace("sharded", "word-blocks"))
+    if row.get("word_blocks") or row.get("blocks"):
+        return "word-blocks"
+    W = int(row.get("workers") or row.get("W"))
+    nnz = row.get("nnz_per_doc") or row["nnz"] / row["docs"]
+    got = _bytes_of(row)["in_per_worker_step"]
+    run = {"K": row["K"], "V": row["V"], "nnz_per_doc": nnz}
+    cc = dict(c, bytes_factor={})
+    return min(("state", "word-blocks"), key=lambda ex: abs(math.log(
+        max(got, 1.0) / max(step_bytes(cc, run, W, row["S"], ex)["in_per_worker"], 1.0))))
+
+
+def workers_bytes(path: str, c: dict, src: dict) -> None:
+    """Measured bytes per worker and step (``benchmarks/beam_train_bench.py``'s W = 1 ... 16
+    rows) when ``path`` exists: each row's measured / analytic ratio (``step_bytes`` at the
+    row's K, V, S, P, B and non-zeros per document), the largest over the rows, becomes
+    ``c["bytes_factor"][exchange]``; without the file, or without the shape of its run, the
+    analytic counts are used as they are. ``src["bytes"]`` says which."""
+    if not path or not os.path.exists(path):
+        src["bytes"] = ("analytic byte counts (step_bytes): %s is absent (benchmarks/"
+                        "beam_train_bench.py writes it)" % _results_name(path or "?"))
+        return
+    doc = _load(path)
+    tag = _run_tag(doc, path)
+    rows = [r for key in ("results", "rows") if isinstance(doc.get(key), list)
+            for r in doc[key] if _bytes_of(r)]
+    usable, ratios = [], {}
+    for r in rows:
+        W = r.get("workers") or r.get("W")
+        nnz = r.get("nnz_per_doc") or (r["nnz"] / r["docs"] if r.get("nnz") and r.get("docs")
+                                       else None)
+        if not (W and nnz and r.get("K") and r.get("V") and r.get("S")):
+            continue
+        W = int(W if not isinstance(W, (list, tuple)) else len(W))
+        P, B = r.get("pieces") or W, r.get("word_blocks") or r.get("blocks") or W
+        cc = dict(c, pieces_per_worker=P / W, blocks_per_worker=B / W, bytes_factor={})
+        ex = _row_exchange(r, c)
+        model = step_bytes(cc, {"K": r["K"], "V": r["V"], "nnz_per_doc": nnz}, W, r["S"], ex)
+        got = _bytes_of(r)
+        for key, m in (("in", "in_per_worker"), ("out", "out_per_worker"),
+                       ("reducer", "reducer_in")):
+            name = {"in": "in_per_worker_step", "out": "out_per_worker_step",
+                    "reducer": "reducer_in_step"}[key]
+            if model[m] > 0:
+                ratios.setdefault(ex, {}).setdefault(key, []).append(got[name] / model[m])
+        usable.append("W=%d %s: in %.3g, out %.3g, reducer %.3g bytes"
+                      % (W, ex, got["in_per_worker_step"], got["out_per_worker_step"],
+                         got["reducer_in_step"]))
+    if not usable:
+        src["bytes"] = ("analytic byte counts (step_bytes): %s has %d rows with bytes but none "
+                        "with the run's shape (workers, K, V, S, non-zeros per document) to "
+                        "scale them by: %s" % (_results_name(path), len(rows), tag))
+        return
+    c["bytes_factor"] = {ex: {k: max(v) for k, v in by.items()} for ex, by in ratios.items()}
+    src["bytes"] = ("measured bytes / analytic bytes, the largest over the rows, multiply the "
+                    "analytic counts: %s; rows %s: %s"
+                    % (json.dumps({ex: {k: round(v, 3) for k, v in f.items()}
+                                   for ex, f in c["bytes_factor"].items()}),
+                       "; ".join(usable), tag))
+
+
+def _graph_per_step(entry: dict) -> Optional[tuple]:
+    """(graph bytes per step, how) of a graph_bytes.json entry: the DataflowRunner dry run's
+    pipeline bytes / steps when it ran, else the runner API bytes per step (largest S)."""
+    dr = entry.get("dataflow_dry_run") or {}
+    if dr.get("pipeline_bytes") and dr.get("steps"):
+        return (dr["pipeline_bytes"] / dr["steps"],
+                "DataflowRunner dry run: %s-byte pipeline, %s-byte request for %d steps"
+                % (format(dr["pipeline_bytes"], ","), format(dr.get("request_bytes", 0), ","),
+                   dr["steps"]))
+    per = entry.get("runner_api_bytes_per_step") or {}
+    if per:
+        S = max(per, key=int)
+        return float(per[S]), "runner API graph at S = %s" % S
+    return None
+
+
+def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[float] = None
+                 ) -> None:
+    """Steps per job of each exchange on Dataflow: the remote window
+    (``beam_train.REMOTE_WINDOW_STEPS``) unless a step's graph bytes (measured:
+    ``graph_bytes.json``; the word-block exchange's: an entry named for it, or
+    ``word_blocks_graph``) make fewer fit in the 10 MB graph limit."""
+    from pipelines.training.beam_train import REMOTE_WINDOW_STEPS
+    from pipelines.training.beam_window import GRAPH_LIMIT_BYTES, REQUEST_LIMIT_BYTES
+    doc = _load(path) if path and os.path.exists(path) else {}
+    graph: Dict[str, tuple] = {}
+    for key, entry in doc.items():
+        if not isinstance(entry, dict) or _graph_per_step(entry) is None:
+            continue
+        name = str(entry.get("exchange") or key)
+        ex = "word-blocks" if ("shard" in name or "word" in name) else (
+            "state" if key == "after" or entry.get("exchange") == "state" else None)
+        if ex:
+            graph[ex] = _graph_per_step(entry) + ("%s[%r], run %s, commit %s"
+                                                  % (_results_name(path), key,
+                                                     entry.get("run", "?"),
+                                                     entry.get("commit", "?")),)
+    if word_blocks_graph:
+        graph["word-blocks"] = (word_blocks_graph, "given", "--word-blocks-graph-bytes")
+    c["steps_per_job"], c["graph_bytes_per_step"] = {}, {}
+    lines = []
+    for ex in EXCHANGE_STAGES:
+        g = graph.get(ex if ex != "tree" else "state")
+        if g:
+            fits = int(GRAPH_LIMIT_BYTES // g[0])
+            c["steps_per_job"][ex] = min(REMOTE_WINDOW_STEPS, fits)
+            c["graph_bytes_per_step"][ex] = g[0]
+            if ex == "tree":                  # the state exchange's graph, not measured apart
+                continue
+            lines.append("%s: %.2f kB of graph per step (%s; %s), so a job holds at most %d "
+                         "steps; %d per job" % (ex, g[0] / 1e3, g[1], g[2], fits,
+                                                c["steps_per_job"][ex]))
+        else:
+            c["steps_per_job"][ex] = REMOTE_WINDOW_STEPS
+            c["graph_bytes_per_step"][ex] = None
+            if ex == "tree":
+                continue
+            lines.append("%s: graph bytes per step NOT MEASURED; the remote window's %d steps "
+                         "per job are taken, which fit only if a step is <= %.2f kB"
+                         % (ex, REMOTE_WINDOW_STEPS, GRAPH_LIMIT_BYTES / REMOTE_WINDOW_STEPS
+                            / 1e3))
+    src["jobs"] = ("a window is one job of at most %d steps (beam_train.REMOTE_WINDOW_STEPS); "
+                   "Dataflow limits: %d MB JSON request, %d MB job graph (beam_window."
+                   "REQUEST_LIMIT_BYTES / GRAPH_LIMIT_BYTES; the dry run's request carries no "
+                   "steps, the pipeline is staged as a file, so the graph limit binds). %s"
+                   % (REMOTE_WINDOW_STEPS, REQUEST_LIMIT_BYTES // 2 ** 20,
+                      GRAPH_LIMIT_BYTES // 2 ** 20, "; ".join(lines)))
+
+
+def jobs_line(c: dict, run: dict, S: int, combine: str) -> str:
+    """How many jobs a run takes with ``combine``, and why (one line)."""
+    ex = exchange_of(combine)
+    steps = math.ceil(run["D"] / S)
+    per = steps_per_job(c, S, ex)
+    g = (c.get("graph_bytes_per_step") or {}).get(ex)
+    return ("%d steps -> %d job%s of <= %d steps (%s)"
+            % (steps, math.ceil(steps / per),
+               "" if math.ceil(steps / per) == 1 else "s", per,
+               "%.0f kB of graph per job" % (min(per, steps) * g / 1e3) if g
+               else "graph bytes per step not measured"))
 
 
 def beam_constants(path: str, c: dict, src: dict, big_path: str = "") -> None:
@@ -480,6 +819,25 @@ def load_constants(args) -> tuple:
         worker_memory(doc.get("results") or [], _run_tag(doc, args.beam_big_json), src)
     vec = vectorize_constants(args.vectorize_json, src)
     c["docs_per_window"], c["max_window"] = window_settings(src)
+    job_settings(args.graph_json, c, src, args.word_blocks_graph_bytes)
+    c["pieces_per_worker"] = args.pieces_per_worker
+    c["blocks_per_worker"] = args.blocks_per_worker
+    c["row_bytes_per_value"] = ROW_BYTES_PER_VALUE
+    c["header_bytes"], c["stats_small_bytes"] = {}, {}
+    for K in (RUN_A["K"], RUN_B["K"]):
+        small = measured_small_bytes(K)
+        c["header_bytes"][K], c["stats_small_bytes"][K] = small["header"], small["stats_small"]
+    src["word-block bytes"] = (
+        "rows %d bytes per topic-word value (online VB's float64 rows in the block files); "
+        "header %s bytes, a statistics cut's small part (counters, score, sum E[log theta]) "
+        "%s bytes at K = %s: measured on OnlineVB(K, 50).to_state() (non-row arrays + JSON "
+        "parameters) and on an empty VBStats.to_bytes(); P = %g x W pieces, B = %g x W blocks"
+        % (ROW_BYTES_PER_VALUE, " / ".join("%.0f" % c["header_bytes"][K] for K in
+                                            c["header_bytes"]),
+           " / ".join("%.0f" % c["stats_small_bytes"][K] for K in c["stats_small_bytes"]),
+           " / ".join(str(K) for K in c["header_bytes"]), args.pieces_per_worker,
+           args.blocks_per_worker))
+    workers_bytes(args.workers_json, c, src)
     sample = sample_stats(src)
     union_bound_check(src)
     runs = []
@@ -558,47 +916,8 @@ def _hms(s: float) -> str:
     return "%.1f h" % (s / 3600) if s >= 3 * 3600 else "%.1f min" % (s / 60)
 
 
-def print_run(c: dict, run: dict, rows: List[dict]) -> None:
-    print("\n%s: D=%s, K=%d, V=%s, S=%d; per document %.0f non-zeros x %.1f iterations = "
-          "%.2f CPU-ms of E-step, %.2f CPU-ms of vectorize (%s)"
-          % (run["name"], format(run["D"], ","), run["K"], format(run["V"], ","), rows[0]["S"],
-             run["nnz_per_doc"], run["iterations"], run["t_doc_s"] * 1e3,
-             run["vectorize_cpu_s_per_doc"] * 1e3, run["shape"]))
-    print("%7s %6s %7s | %9s %9s %9s %9s %9s %8s | %10s %10s %10s %9s %8s"
-          % ("workers", "steps", "windows", "E-step s", "deliver s", "combine s", "global s",
-             "overhd s", "step s", "train", "vectorize", "total", "cost $", "speed-up"))
-    for r in rows:
-        p = r["parts_s"]
-        print("%7d %6d %7d | %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f | %10s %10s %10s %9.2f %8.2f"
-              % (r["workers"], r["steps"], r["windows"], p["estep"], p["delivery"],
-                 p["combine"], p["global_step"], p["overhead"], r["step_s"], _hms(r["train_s"]),
-                 _hms(r["vectorize_s"]), _hms(r["total_s"]), r["cost_usd"], r["speedup"]))
-    state = run["K"] * run["V"] * c["state_bytes_per_value"]
-    print("State %.0f MB per copy (2 copies: %.1f %% of a %.0f GB worker); statistics %.0f KB "
-          "per document before merging" % (state / 1e6, 200 * state / 1e9
-                                           / CLOUD["memory_gb_per_worker"],
-                                           CLOUD["memory_gb_per_worker"],
-                                           run["nnz_per_doc"] * run["K"]
-                                           * c["stats_bytes_per_value"] / 1e3))
-    flat = flattening_point(rows)
-    print("Amdahl limit of the speed-up (what no W shortens: job starts; per step one "
-          "document's E-step, the state, the global step, the overhead): %.1f; speed-up "
-          "flattens (doubling W gains < 10 %%) from W = %s"
-          % (rows[0]["amdahl_limit"], flat if flat else "never within 256"))
-
-
-def variants(c: dict) -> List[tuple]:
-    """(label, constants, combine): the runner as measured, then cumulatively changed where
-    the data moves -- the fewest pipelines (``--minibatches-per-window`` at its cap, so a
-    Dataflow job boots its workers fewer times), a tree combine (Beam's hot-key ``fanout``),
-    and the state shipped once per worker (workers apply the global step to their own copy
-    from the combined statistics). Each uses the same measured constants."""
-    fewest = dict(c, docs_per_window=10 ** 15)
-    return [("as measured (defaults)", c, "lifted"),
-            ("+ windows of %d minibatches" % c["max_window"], fewest, "lifted"),
-            ("+ tree combine", fewest, "tree"),
-            ("+ state shipped once", dict(fewest, state_reloaded_per_step=False), "tree"),
-            ("+ sharded by word (a design, not built)", fewest, "sharded")]
+def _latency_key(L: float) -> str:
+    return "%g" % L
 
 
 def _best(rows: List[dict], within: float = 0.95) -> dict:
@@ -608,115 +927,250 @@ def _best(rows: List[dict], within: float = 0.95) -> dict:
     return min((r for r in rows if r["speedup"] >= within * top), key=lambda r: r["workers"])
 
 
-def what_ifs(c: dict, run: dict, S: int) -> List[dict]:
-    """Best W (fastest total), its speed-up, wall and cost, and the speed-up at 256 workers
-    for each of :func:`variants`."""
+def run_exchange(c: dict, run: dict, S: int, combine: str, latencies) -> dict:
+    """Every W at every per-stage latency for one exchange, with the jobs line."""
+    ex = exchange_of(combine)
+    by_latency = {_latency_key(L): sweep(c, CLOUD, run, S, combine=ex, stage_latency=L)
+                  for L in latencies}
+    return {"exchange": ex, "stages_per_step": EXCHANGE_STAGES[ex],
+            "jobs": jobs_line(c, run, S, ex), "by_latency": by_latency}
+
+
+def print_exchange(run: dict, res: dict, latencies) -> None:
+    """Speed-up (vectorize + training, against 1 worker of the same exchange) at each latency,
+    the bytes per worker and step, and the parts of a step at the headline latency."""
+    ex = res["exchange"]
+    print("\n%s -- %s exchange, %d stages per step; %s"
+          % (run["name"], ex, res["stages_per_step"], res["jobs"]))
+    head = " | ".join("%5s s/stage: step s  total  speed-up" % _latency_key(L)
+                      for L in latencies)
+    print("%7s %5s | %9s %9s %9s | %s" % ("workers", "jobs", "in MB", "out MB", "busiest MB",
+                                          head))
+    rows0 = res["by_latency"][_latency_key(latencies[0])]
+    for i, r in enumerate(rows0):
+        b = r["bytes"]
+        cells = []
+        for L in latencies:
+            x = res["by_latency"][_latency_key(L)][i]
+            cells.append("%19.2f %9s %8.2f" % (x["step_s"], _hms(x["total_s"]), x["speedup"]))
+        print("%7d %5d | %9.2f %9.2f %9.2f | %s"
+              % (r["workers"], r["windows"], b["in_per_worker"] / 1e6, b["out_per_worker"] / 1e6,
+                 b["busiest"] / 1e6, " | ".join(cells)))
+    print("  best W (fewest workers within 5 %% of the fastest): %s" % "; ".join(
+        "%s s/stage: W = %d, speed-up %.2f, %s, $%.2f, Amdahl limit %.1f"
+        % (_latency_key(L), b["workers"], b["speedup"], _hms(b["total_s"]), b["cost_usd"],
+           b["amdahl_limit"])
+        for L, b in ((L, _best(res["by_latency"][_latency_key(L)])) for L in latencies)))
+    L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
+    rows = res["by_latency"][_latency_key(L)]
+    keys = list(rows[0]["parts_s"])
+    print("  parts of a step at %s s per stage (seconds):" % _latency_key(L))
+    print("  %7s %s %8s %10s %10s %10s %9s %8s %8s"
+          % ("workers", " ".join("%11s" % k for k in keys), "step", "train", "vectorize",
+             "total", "cost $", "speed-up", "train x"))
+    for r in rows:
+        print("  %7d %s %8.3f %10s %10s %10s %9.2f %8.2f %8.2f"
+              % (r["workers"], " ".join("%11.4f" % r["parts_s"][k] for k in keys), r["step_s"],
+                 _hms(r["train_s"]), _hms(r["vectorize_s"]), _hms(r["total_s"]), r["cost_usd"],
+                 r["speedup"], r["train_speedup"]))
+
+
+def headline(results: List[dict], latencies) -> List[dict]:
+    """Speed-up of both runs with both exchanges at ``HEADLINE_WORKERS`` and every latency;
+    at 64 workers and 1 s per stage against the issue's targets, with the dominating term
+    when a target is missed."""
     out = []
-    print("What if (S=%d) %-36s %7s %6s %9s %10s %9s %9s %8s"
-          % (S, "", "windows", "best W", "speed-up", "total", "cost $", "at W=256", "Amdahl"))
-    for label, cc, combine in variants(c):
-        rows = sweep(cc, CLOUD, run, S, combine=combine)
-        best = _best(rows)
-        out.append({"what": label, "windows": best["windows"], "best_workers": best["workers"],
-                    "best_speedup": best["speedup"], "best_total_s": best["total_s"],
-                    "best_cost_usd": best["cost_usd"], "speedup_at_256": rows[-1]["speedup"],
-                    "total_at_256_s": rows[-1]["total_s"], "cost_at_256_usd": rows[-1]["cost_usd"],
-                    "amdahl_limit": rows[0]["amdahl_limit"],
-                    "busy_minibatch_at_256": busy_minibatch(cc, CLOUD, run, 256, 0.5, combine)})
-        print("  %-50s %7d %6d %9.2f %10s %9.2f %9.2f %8.1f"
-              % (label, best["windows"], best["workers"], best["speedup"],
-                 _hms(best["total_s"]), best["cost_usd"], rows[-1]["speedup"],
-                 rows[0]["amdahl_limit"]))
+    print("\nHeadline: speed-up of vectorize + one training pass against 1 worker of the same "
+          "exchange (training alone in brackets)")
+    for res, key in zip(results, ("a", "b")):
+        for ex, er in res["exchanges"].items():
+            for L in latencies:
+                rows = er["by_latency"][_latency_key(L)]
+                for W in HEADLINE_WORKERS:
+                    r = next((x for x in rows if x["workers"] == W), None)
+                    if r is None:
+                        continue
+                    name, sec, share = dominating(r, CLOUD["job_start_s"])
+                    ref = res["exchanges"].get("state")
+                    ref = ref["by_latency"][_latency_key(L)][0] if ref else None
+                    line = {"run": key, "exchange": ex, "stage_latency_s": L, "workers": W,
+                            "speedup": r["speedup"], "train_speedup": r["train_speedup"],
+                            "speedup_vs_state_1_worker": (ref["total_s"] / r["total_s"]
+                                                          if ref else None),
+                            "total_s": r["total_s"], "step_s": r["step_s"],
+                            "jobs": r["windows"], "dominating": name,
+                            "dominating_share": share}
+                    is_target = W == 64 and L == HEADLINE_LATENCY_S
+                    if is_target:
+                        line["target"] = TARGETS[key]
+                        line["meets_target"] = r["speedup"] >= TARGETS[key]
+                    out.append(line)
+                    print("  (%s) %-11s %4s s/stage W=%3d: speed-up %6.2f (%6.2f; %s), step "
+                          "%.3f s, %d job%s, total %s; largest term: %s, %.0f %% of the total%s"
+                          % (key, ex, _latency_key(L), W, r["speedup"], r["train_speedup"],
+                             "%.2f vs the state exchange on 1 worker"
+                             % line["speedup_vs_state_1_worker"] if ref else "-",
+                             r["step_s"], r["windows"], "" if r["windows"] == 1 else "s",
+                             _hms(r["total_s"]), name, 100 * share,
+                             ("  [target >= %g: %s]" % (TARGETS[key], "met" if
+                                                         line["meets_target"] else "NOT met"))
+                             if is_target else ""))
+    for line in out:
+        if "target" not in line:
+            continue
+        res = results["ab".index(line["run"])]
+        need = latency_for(res["constants"], res["run"], res["S"], line["exchange"], 64,
+                           line["target"])
+        line["latency_for_target_s"] = need
+        print("(%s) %s exchange at 64 workers, %g s per stage: speed-up %.2f, target %g %s; "
+              "the target needs %s; largest term: %s, %.0f %% of the total (%s)"
+              % (line["run"], line["exchange"], line["stage_latency_s"], line["speedup"],
+                 line["target"], "met" if line["meets_target"] else "NOT met",
+                 "no more than %.3f s per stage" % need if need is not None
+                 else "more than this model allows even at 0 s per stage",
+                 line["dominating"], 100 * line["dominating_share"],
+                 WHY.get(line["dominating"].split(" x ")[0].split(" (")[0], "")))
     return out
 
 
-def minibatch_table(c: dict, run: dict, sizes=(1024, 4096, 16384, 65536, 262144)) -> List[dict]:
-    """For each minibatch size S, as measured and with every change of :func:`variants`: the
-    best W with its speed-up, wall and cost, and the E-step's share of a step at 256 workers."""
-    first, last = variants(c)[0], variants(c)[-1]
-    print("Minibatch size S: %s | %s and every change before it" % (first[0], last[0]))
-    print("%8s %6s | %6s %9s %10s %9s %10s | %6s %9s %10s %9s %10s"
-          % ("S", "steps", "best W", "speed-up", "total", "cost $", "E-step@256",
-             "best W", "speed-up", "total", "cost $", "E-step@256"))
+# why a term does not shrink with more workers (the headline's explanation)
+WHY = {"stage latency": "stages per step x seconds per stage x steps: a fixed cost per step, "
+                        "whatever the workers",
+       "combine": "one reducer receives every piece: P x a piece's statistics, which do not "
+                  "shrink while a piece's words cover the vocabulary",
+       "state delivery": "every worker reads the whole state every step",
+       "job starts": "one job start per window, whatever the workers",
+       "vectorize": "spread over the workers' cores (shrinks with W)",
+       "global step": "serial in one worker (state exchange)",
+       "block owner": "its block's statistics in from every piece, its block read and written",
+       "statistics out of a worker": "its pieces' statistics, cut by block",
+       "E-step": "one document per core at the least"}
+
+
+def latency_for(c: dict, run: dict, S: int, combine: str, W: int, target: float
+                ) -> Optional[float]:
+    """The largest per-stage latency (seconds, to 1 ms) at which ``W`` workers reach a
+    speed-up of ``target`` with ``combine`` (None: not even at 0 s)."""
+    def up(L):
+        return (project(c, CLOUD, run, 1, S, combine, L)["total_s"]
+                / project(c, CLOUD, run, W, S, combine, L)["total_s"])
+    if up(0.0) < target:
+        return None
+    lo, hi = 0.0, 1.0
+    while up(hi) >= target and hi < 1e4:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-3:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if up(mid) >= target else (lo, mid)
+    return lo
+
+
+def minibatch_sensitivity(c: dict, run: dict, exchanges, W: int = 64,
+                          L: float = HEADLINE_LATENCY_S,
+                          sizes=(4096, 16384, 65536, 262144)) -> List[dict]:
+    """Speed-up at ``W`` workers and ``L`` s per stage for larger minibatches (fewer steps,
+    so fewer stage latencies; S changes the model learned: Hoffman et al.'s best was 4,096)."""
     out = []
     for S in [s for s in sizes if s <= run["D"]]:
         line = {"S": S, "steps": math.ceil(run["D"] / S)}
-        cells = []
-        for key, (_, cc, combine) in (("measured", first), ("all_changes", last)):
-            rows = sweep(cc, CLOUD, run, S, combine=combine)
-            best = _best(rows)
-            p256 = rows[-1]["parts_s"]
-            share = p256["estep"] / sum(p256.values())
-            line[key] = {"best_workers": best["workers"], "speedup": best["speedup"],
-                         "total_s": best["total_s"], "cost_usd": best["cost_usd"],
-                         "estep_share_at_256": share}
-            cells.append("%6d %9.2f %10s %9.2f %9.1f%%" % (best["workers"], best["speedup"],
-                                                           _hms(best["total_s"]),
-                                                           best["cost_usd"], 100 * share))
-        print("%8d %6d | %s | %s" % (S, line["steps"], cells[0], cells[1]))
+        for ex in exchanges:
+            r = sweep(c, CLOUD, run, S, workers=[W], combine=ex, stage_latency=L)[0]
+            line[ex] = {"speedup": r["speedup"], "total_s": r["total_s"], "jobs": r["windows"]}
         out.append(line)
+        print("  S = %7s, %6s steps: %s" % (format(S, ","), format(line["steps"], ","), "; ".join(
+            "%s speed-up %.2f (total %s, %d job%s)" % (ex, line[ex]["speedup"],
+                                                      _hms(line[ex]["total_s"]),
+                                                      line[ex]["jobs"],
+                                                      "" if line[ex]["jobs"] == 1 else "s")
+            for ex in exchanges)))
     return out
 
 
-def markdown(results: List[dict]) -> str:
+def markdown(results: List[dict], latencies) -> str:
     """The tables of the run as Markdown (docs/cluster.md section 8 quotes them)."""
     out = []
     for res in results:
         run = res["run"]
-        out.append("**%s**, S = %d: %d steps; per document %.0f non-zeros x %.1f iterations = "
+        out.append("**%s**, S = %d: %s steps; per document %.0f non-zeros x %.1f iterations = "
                    "%.2f CPU-ms of E-step, %.2f CPU-ms of vectorize.\n"
-                   % (run["name"], res["rows"][0]["S"], res["rows"][0]["steps"],
-                      run["nnz_per_doc"], run["iterations"], run["t_doc_s"] * 1e3,
+                   % (run["name"], res["S"], format(res["steps"], ","), run["nnz_per_doc"],
+                      run["iterations"], run["t_doc_s"] * 1e3,
                       run["vectorize_cpu_s_per_doc"] * 1e3))
-        out.append("| workers | windows | E-step s | state s | combine s | global step s | "
-                   "overhead s | step s | train | vectorize | total | cost | speed-up |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in res["rows"]:
-            p = r["parts_s"]
-            out.append("| %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %s | %s | %s | "
-                       "$%.2f | %.2f |" % (r["workers"], r["windows"], p["estep"],
-                                           p["delivery"], p["combine"], p["global_step"],
-                                           p["overhead"], r["step_s"], _hms(r["train_s"]),
-                                           _hms(r["vectorize_s"]), _hms(r["total_s"]),
-                                           r["cost_usd"], r["speedup"]))
-        out.append("\nAmdahl limit %.1f; flattens (doubling W gains < 10 %%) from W = %s. "
-                   "Where the total goes:" % (res["rows"][0]["amdahl_limit"],
-                                              res["flattens_from_workers"]))
-        best = _best(res["rows"])
-        for r in sorted({id(x): x for x in (res["rows"][0], best, res["rows"][-1])}.values(),
-                        key=lambda x: x["workers"]):
-            out.append("W = %d: %s." % (r["workers"], ", ".join(
-                "%s %.0f %%" % (k, 100 * v) for k, v in time_shares(r, CLOUD["job_start_s"])
-                .items())) + ("  " if r is not res["rows"][-1] else ""))
+        for ex, er in res["exchanges"].items():
+            out.append("*%s exchange* (%d stages per step; %s). Speed-up of vectorize + "
+                       "training against 1 worker of this exchange, per-stage latency "
+                       "assumed %s s:\n" % (ex, er["stages_per_step"], er["jobs"],
+                                            " / ".join(_latency_key(L) for L in latencies)))
+            out.append("| workers | jobs | MB into a worker | MB out of a worker | MB through "
+                       "the busiest worker | " + " | ".join(
+                           "%s s: step s | total | speed-up" % _latency_key(L)
+                           for L in latencies) + " |")
+            out.append("|---|---|---|---|---|" + "---|---|---|" * len(latencies))
+            rows0 = er["by_latency"][_latency_key(latencies[0])]
+            for i, r in enumerate(rows0):
+                b = r["bytes"]
+                cells = []
+                for L in latencies:
+                    x = er["by_latency"][_latency_key(L)][i]
+                    cells.append("%.2f | %s | %.2f" % (x["step_s"], _hms(x["total_s"]),
+                                                       x["speedup"]))
+                out.append("| %d | %d | %.2f | %.2f | %.2f | %s |"
+                           % (r["workers"], r["windows"], b["in_per_worker"] / 1e6,
+                              b["out_per_worker"] / 1e6, b["busiest"] / 1e6, " | ".join(cells)))
+            out.append("\nBest W (fewest workers within 5 %% of the fastest): %s." % "; ".join(
+                "%s s per stage: W = %d, speed-up %.2f, %s, $%.2f (Amdahl limit %.1f)"
+                % (_latency_key(L), b["workers"], b["speedup"], _hms(b["total_s"]),
+                   b["cost_usd"], b["amdahl_limit"])
+                for L, b in ((L, _best(er["by_latency"][_latency_key(L)])) for L in latencies)))
+            L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
+            rows = er["by_latency"][_latency_key(L)]
+            keys = list(rows[0]["parts_s"])
+            out.append("\nParts of a step at %s s per stage (seconds), and the totals:\n"
+                       % _latency_key(L))
+            out.append("| workers | " + " | ".join(PART_NAMES.get(k, k) for k in keys)
+                       + " | step | train | total | cost | speed-up | training speed-up |")
+            out.append("|---|" + "---|" * (len(keys) + 6))
+            for r in rows:
+                out.append("| %d | %s | %.3f | %s | %s | $%.2f | %.2f | %.2f |"
+                           % (r["workers"], " | ".join("%.4f" % r["parts_s"][k] for k in keys),
+                              r["step_s"], _hms(r["train_s"]), _hms(r["total_s"]),
+                              r["cost_usd"], r["speedup"], r["train_speedup"]))
+            out.append("")
+        out.append("At 64 workers and %g s per stage, by minibatch size (fewer, larger steps; "
+                   "S changes the model learned):\n" % res["by_minibatch_latency_s"])
+        exs = list(res["exchanges"])
+        out.append("| S | steps | " + " | ".join("%s: speed-up | total | jobs" % ex
+                                                for ex in exs) + " |")
+        out.append("|---|---|" + "---|---|---|" * len(exs))
+        for line in res["by_minibatch_at_64"]:
+            out.append("| %s | %s | %s |" % (format(line["S"], ","), format(line["steps"], ","),
+                                             " | ".join("%.2f | %s | %d" % (
+                                                 line[ex]["speedup"], _hms(line[ex]["total_s"]),
+                                                 line[ex]["jobs"]) for ex in exs)))
         out.append("")
-        out.append("| what if (S = %d) | windows | best W | speed-up | total | cost | "
-                   "speed-up at 256 | Amdahl limit | S for E-step >= 50 %% at 256 |"
-                   % res["rows"][0]["S"])
-        out.append("|---|---|---|---|---|---|---|---|---|")
-        for w in res["what_if"]:
-            busy = w["busy_minibatch_at_256"]
-            out.append("| %s | %d | %d | %.2f | %s | $%.2f | %.2f | %.1f | %s |"
-                       % (w["what"], w["windows"], w["best_workers"], w["best_speedup"],
-                          _hms(w["best_total_s"]), w["best_cost_usd"], w["speedup_at_256"],
-                          w["amdahl_limit"], format(busy, ",") if busy else
-                          "none <= min(D, 2^22)"))
-        out.append("\n| S | steps | as measured: best W | speed-up | total | cost | "
-                   "all changes incl. the sharded design: best W | speed-up | total | cost | "
-                   "E-step share of a step at 256 workers |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        for line in res["by_minibatch"]:
-            m, a = line["measured"], line["all_changes"]
-            out.append("| %s | %s | %d | %.2f | %s | $%.2f | %d | %.2f | %s | $%.2f | %.1f %% |"
-                       % (format(line["S"], ","), format(line["steps"], ","),
-                          m["best_workers"], m["speedup"], _hms(m["total_s"]), m["cost_usd"],
-                          a["best_workers"], a["speedup"], _hms(a["total_s"]), a["cost_usd"],
-                          100 * a["estep_share_at_256"]))
-        out.append("")
-    return "\n".join(out)
+    out.append("| run | exchange | s per stage | workers | speed-up | training speed-up | "
+               "vs the state exchange on 1 worker | step s | jobs | total | largest term "
+               "(share of the total) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for h in results[0]["headline_all"]:
+        target = ""
+        if "target" in h:
+            need = h.get("latency_for_target_s")
+            target = " (target %g: %s; needs %s)" % (
+                h["target"], "met" if h["meets_target"] else "**not met**",
+                "<= %.3f s per stage" % need if need is not None else "more than 0 s allows")
+        out.append("| (%s) | %s | %s | %d | %.2f%s | %.2f | %s | %.3f | %d | %s | %s (%.0f %%) |"
+                   % (h["run"], h["exchange"], _latency_key(h["stage_latency_s"]), h["workers"],
+                      h["speedup"], target, h["train_speedup"],
+                      "%.2f" % h["speedup_vs_state_1_worker"]
+                      if h.get("speedup_vs_state_1_worker") else "-", h["step_s"], h["jobs"],
+                      _hms(h["total_s"]), h["dominating"], 100 * h["dominating_share"]))
+    return "\n".join(out) + "\n"
 
 
-def plot(results: List[dict], path: str) -> str:
-    """Speed-up against workers for each run: a PNG if matplotlib is installed, else a CSV."""
+def plot(results: List[dict], path: str, latencies) -> str:
+    """Speed-up against workers for each run, both exchanges, every latency: a PNG if
+    matplotlib is installed, else a CSV."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -725,35 +1179,37 @@ def plot(results: List[dict], path: str) -> str:
         path = os.path.splitext(path)[0] + ".csv"
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["run", "variant", "workers", "speedup", "amdahl_limit"])
+            w.writerow(["run", "exchange", "stage_latency_s", "workers", "speedup",
+                        "amdahl_limit"])
             for res in results:
-                for key in ("rows", "rows_all_changes"):
-                    for r in res[key]:
-                        w.writerow([res["run"]["name"], key, r["workers"], r["speedup"],
-                                    r["amdahl_limit"]])
+                for ex, er in res["exchanges"].items():
+                    for L, rows in er["by_latency"].items():
+                        for r in rows:
+                            w.writerow([res["run"]["name"], ex, L, r["workers"], r["speedup"],
+                                        r["amdahl_limit"]])
         return path
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, axes = plt.subplots(1, len(results), figsize=(11, 4.4), sharey=True)
     ws = np.array(WORKERS)
-    ax.plot(ws, ws, color="0.7", ls=":", label="ideal")
-    for res, color in zip(results, ("C0", "C1")):
-        rows, alt = res["rows"], res["rows_all_changes"]
-        ax.plot(ws, [r["speedup"] for r in rows], "o-", color=color,
-                label=res["run"]["name"] + ": as measured")
-        ax.plot(ws, [r["speedup"] for r in alt], "s--", color=color, ms=4, lw=1,
-                label="... fewest windows, tree combine, state once, sharded (a design)")
-        ax.axhline(rows[0]["amdahl_limit"], color=color, ls=":", lw=0.8)
-        ax.axhline(alt[0]["amdahl_limit"], color=color, ls="-.", lw=0.6)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("workers (%s, %d vCPU each)" % (CLOUD["machine_type"],
-                                                  CLOUD["vcpus_per_worker"]))
-    ax.set_ylabel("speed-up of vectorize + one training pass vs 1 worker")
-    ax.set_title("Projected speed-up, S = %d (horizontal lines: Amdahl limits)"
-                 % results[0]["rows"][0]["S"], fontsize=10)
-    ax.set_xticks(ws)
-    ax.set_xticklabels([str(w) for w in ws])
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", lw=0.3)
+    styles = {"state": "o-", "tree": "^:", "word-blocks": "s--"}
+    for ax, res in zip(np.atleast_1d(axes), results):
+        ax.plot(ws, ws, color="0.7", ls=":", label="ideal")
+        for ex, er in res["exchanges"].items():
+            for L, color in zip(latencies, ("C0", "C1", "C3", "C4")):
+                rows = er["by_latency"][_latency_key(L)]
+                ax.plot(ws, [r["speedup"] for r in rows], styles.get(ex, "x-"), color=color,
+                        ms=3, lw=1, label="%s, %s s/stage" % (ex, _latency_key(L)))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(ws)
+        ax.set_xticklabels([str(w) for w in ws])
+        ax.set_xlabel("workers (%s, %d vCPU each)" % (CLOUD["machine_type"],
+                                                      CLOUD["vcpus_per_worker"]))
+        ax.set_title(res["run"]["name"], fontsize=9)
+        ax.grid(True, which="both", lw=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("speed-up of vectorize + one pass vs 1 worker")
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    fig.suptitle("Projected speed-up, S = %d, by exchange and per-stage latency (assumed)"
+                 % results[0]["S"], fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -766,9 +1222,21 @@ def main(argv=None):
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--minibatch", type=int, default=4096,
                     help="minibatch size S (default: the worker runners' default, 4096)")
-    ap.add_argument("--combine", choices=["lifted", "tree", "sharded"], default="lifted",
-                    help="how the partial statistics reach the global step (default: lifted, "
-                         "Beam's CombinePerKey: one reducer receives one partial per worker)")
+    ap.add_argument("--exchange", action="append", default=None,
+                    choices=sorted(EXCHANGE_STAGES),
+                    help="the exchange(s) modelled (repeat for several; default: state and "
+                         "word-blocks, side by side)")
+    ap.add_argument("--combine", choices=["lifted", "tree", "sharded"], default=None,
+                    help="older name of --exchange: lifted = state, sharded = word-blocks, "
+                         "tree = the state exchange with a fan-out stage (a what-if)")
+    ap.add_argument("--stage-latency", type=float, action="append", default=None,
+                    help="seconds of a cluster runner's per-stage latency, an assumption "
+                         "(repeat for several rows; default: %s)"
+                    % ", ".join(_latency_key(L) for L in STAGE_LATENCIES_S))
+    ap.add_argument("--pieces-per-worker", type=float, default=1.0,
+                    help="P / W: pieces per minibatch per worker (default 1)")
+    ap.add_argument("--blocks-per-worker", type=float, default=1.0,
+                    help="B / W: word blocks per worker (default 1)")
     ap.add_argument("--job-start", type=float, default=None,
                     help="seconds to start one pipeline's workers (default %.0f: Dataflow "
                          "booting VMs; a standing Flink cluster needs only the job submission)"
@@ -779,6 +1247,15 @@ def main(argv=None):
     ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
     ap.add_argument("--beam-big-json", default=os.path.join(RESULTS, "beam_train_bench_big.json"),
                     help="the big-model run's results, if kept apart (worker memory only)")
+    ap.add_argument("--workers-json",
+                    default=os.path.join(RESULTS, "beam_train_bench_workers.json"),
+                    help="measured bytes per worker and step for W = 1 ... 16 (used when it "
+                         "exists; else the analytic byte counts)")
+    ap.add_argument("--graph-json", default=os.path.join(RESULTS, "graph_bytes.json"),
+                    help="graph bytes per step (benchmarks/graph_bytes_bench.py)")
+    ap.add_argument("--word-blocks-graph-bytes", type=float, default=None,
+                    help="graph bytes per step of the word-block exchange, when measured "
+                         "elsewhere (default: an entry of --graph-json named for it)")
     ap.add_argument("--vectorize-json", default=os.path.join(RESULTS, "vectorize_bench.json"))
     ap.add_argument("--json", default=os.path.join(RESULTS, "cluster_model.json"),
                     help="write the tables here ('' not at all)")
@@ -790,37 +1267,60 @@ def main(argv=None):
         CLOUD["job_start_s"] = args.job_start
     if args.bandwidth is not None:
         CLOUD["network_bytes_per_s"] = args.bandwidth
+    exchanges = list(dict.fromkeys(args.exchange or ([exchange_of(args.combine)] if args.combine
+                                                     else ["state", "word-blocks"])))
+    if args.combine and args.exchange and exchange_of(args.combine) not in exchanges:
+        exchanges.append(exchange_of(args.combine))
+    latencies = tuple(args.stage_latency or STAGE_LATENCIES_S)
     c, runs, src = load_constants(args)
+    if "per-step overhead" in src:
+        src["per-step overhead"] += (
+            "; NOT charged here: the per-stage latency rows replace it (this local runner's "
+            "two-stage step is %.3f s per stage)" % (c["per_step_overhead_s"]
+                                                     / EXCHANGE_STAGES["state"]))
     print("Cloud constants (assumptions): %s" % json.dumps(CLOUD))
+    print("Per-stage latency of a cluster runner (ASSUMPTION, not measured here): %s s per "
+          "stage; stages per step: %s" % (", ".join(_latency_key(L) for L in latencies),
+                                          ", ".join("%s %d" % (ex, EXCHANGE_STAGES[ex])
+                                                    for ex in exchanges)))
     print("Measured constants and where they come from:")
     for k, v in src.items():
         print("  %-24s %s" % (k + ":", v))
     results = []
     for run in runs:
-        rows = sweep(c, CLOUD, run, args.minibatch, combine=args.combine)
-        print_run(c, run, rows)
-        busy = {"%d%%" % (100 * share): busy_minibatch(c, CLOUD, run, 256, share, args.combine)
-                for share in (0.5, 0.9)}
-        print("At 256 workers the E-step is >= 50 %% of a step from S = %s, >= 90 %% from S = %s"
-              % (busy["50%"], busy["90%"]))
-        whatif = what_ifs(c, run, args.minibatch)
-        by_s = minibatch_table(c, run)
-        label, cc, combine = variants(c)[-1]
-        results.append({"run": run, "rows": rows, "busy_minibatch_at_256": busy,
-                        "rows_all_changes": sweep(cc, CLOUD, run, args.minibatch,
-                                                  combine=combine),
-                        "flattens_from_workers": flattening_point(rows), "what_if": whatif,
-                        "by_minibatch": by_s})
+        res = {"run": run, "S": args.minibatch, "steps": math.ceil(run["D"] / args.minibatch),
+               "exchanges": {}}
+        for ex in exchanges:
+            er = run_exchange(c, run, args.minibatch, ex, latencies)
+            print_exchange(run, er, latencies)
+            er["busy_minibatch_at_64"] = busy_minibatch(
+                c, CLOUD, run, 64, 0.5, ex,
+                HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0])
+            res["exchanges"][ex] = er
+        L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
+        print("\n%s at 64 workers, %g s per stage, by minibatch size:" % (run["name"], L))
+        res["by_minibatch_at_64"] = minibatch_sensitivity(c, run, exchanges, L=L)
+        res["by_minibatch_latency_s"] = L
+        res["constants"] = c
+        results.append(res)
+    head = headline(results, latencies)
+    for res in results:
+        res["headline_all"] = head
     if args.plot:
-        print("speed-up plot: %s" % plot(results, args.plot))
+        print("speed-up plot: %s" % plot(results, args.plot, latencies))
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(results))
+            f.write(markdown(results, latencies))
         print("Markdown tables: %s" % args.markdown)
     if args.json:
+        for res in results:
+            res.pop("headline_all", None)
+            res.pop("constants", None)
         common.save_results({"cloud": CLOUD, "constants": c, "sources": src,
-                             "combine": args.combine, "minibatch": args.minibatch,
-                             "runs": results}, args.json, argv, os.path.basename(__file__))
+                             "exchanges": exchanges, "stage_latencies_s": list(latencies),
+                             "stages_per_step": {ex: EXCHANGE_STAGES[ex] for ex in exchanges},
+                             "minibatch": args.minibatch, "headline": head, "runs": results},
+                            args.json, argv, os.path.basename(__file__))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ constants, and its reading of results files in the older and the newer layouts."
 import json
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -53,9 +54,10 @@ def test_estep_work_is_conserved_and_spread_by_documents():
     assert cm.step_parts(C, CLOUD, RUN, 256, S)["estep"] == pytest.approx(t_doc)
 
 
-@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded"])
-def test_speedup_is_bounded_by_the_amdahl_limit(combine):
-    rows = cm.sweep(C, CLOUD, RUN, S, combine=combine)
+@pytest.mark.parametrize("latency", [None, 0.2, 3.0])
+@pytest.mark.parametrize("combine", ["lifted", "tree", "sharded", "state", "word-blocks"])
+def test_speedup_is_bounded_by_the_amdahl_limit(combine, latency):
+    rows = cm.sweep(C, CLOUD, RUN, S, combine=combine, stage_latency=latency)
     assert rows[0]["workers"] == 1 and rows[0]["speedup"] == pytest.approx(1.0)
     limit = rows[0]["amdahl_limit"]
     assert limit > 1
@@ -88,12 +90,156 @@ def test_state_shipped_once_delivers_the_combined_statistics():
     assert parts["delivery"] == pytest.approx(2 * min(100, S * 5) * 10 * 8 / 1e6)
 
 
-def test_sharded_moves_each_workers_words_once_and_spreads_the_global_step():
-    parts = cm.step_parts(C, CLOUD, RUN, 10, S, "sharded")
+def test_word_blocks_step_is_the_exchange_as_built():
+    """Per step: the header and the rows of a worker's pieces' words in; its pieces'
+    statistics out (the small part in every block's cut); an owner receives its block's
+    cut of every piece, reads and writes its block, applies 1/B of the global step; five
+    stages of latency."""
+    c = dict(C, header_bytes={10: 300.0}, stats_small_bytes={10: 200.0})
+    parts = cm.step_parts(c, CLOUD, RUN, 10, S, "sharded", stage_latency=1.0)
     words = min(100, 10 * 5)                                  # 10 documents per worker
-    assert parts["combine"] == pytest.approx(words * 10 * 8 / 1e6)
-    assert parts["delivery"] == pytest.approx((100 / 10 + words) * 10 * 8 / 1e6)
+    assert parts["delivery"] == pytest.approx((300 + words * 10 * 8) / 1e6)
+    assert parts["stats_out"] == pytest.approx((words * 10 * 8.0 + 10 * 200) / 1e6)
+    assert parts["owner"] == pytest.approx((10 * (words / 10 * 10 * 8.0 + 200)
+                                            + 2 * 10 * 10 * 8) / 1e6)
     assert parts["global_step"] == pytest.approx(0.01 * 1000 / 500 / 10)
+    assert parts["overhead"] == pytest.approx(5 * 1.0)
+    assert cm.step_parts(c, CLOUD, RUN, 10, S, "word-blocks", 1.0) == parts   # the alias
+    state = cm.step_parts(c, CLOUD, RUN, 10, S, "state", stage_latency=1.0)
+    assert state == cm.step_parts(c, CLOUD, RUN, 10, S, "lifted", stage_latency=1.0)
+    assert state["overhead"] == pytest.approx(2 * 1.0)
+    # without a latency the runner's measured per-step overhead is charged
+    assert cm.step_parts(c, CLOUD, RUN, 10, S, "sharded")["overhead"] == 0.05
+
+
+# a run whose pieces' words cover the vocabulary at few workers and not at many
+BIG = {"name": "big", "D": 10 ** 6, "K": 50, "V": 2000, "nnz_per_doc": 20, "iterations": 10,
+       "vectorize_cpu_s_per_doc": 1e-3}
+S_BIG = 1024
+
+
+@pytest.mark.parametrize("pieces_per_worker", [1, 2])
+def test_word_blocks_bytes_per_worker_do_not_grow_with_workers(pieces_per_worker):
+    c = dict(C, pieces_per_worker=pieces_per_worker, header_bytes={50: 1000.0},
+             stats_small_bytes={50: 500.0})
+    rows = [cm.step_bytes(c, BIG, W, S_BIG, "word-blocks") for W in cm.WORKERS]
+    for a, b, W in zip(rows, rows[1:], cm.WORKERS):
+        for key in ("in_per_worker", "reducer_rows"):
+            assert b[key] <= a[key] * (1 + 1e-12), (key, W)
+        # the statistics' rows do not grow; only the small part, which every block's cut of
+        # a piece carries (one per piece into an owner, one per block out of a worker), does
+        P = pieces_per_worker * W
+        assert b["reducer_in"] - 2 * P * 500.0 <= (a["reducer_in"] - P * 500.0) * (1 + 1e-12)
+        assert b["out_per_worker"] - pieces_per_worker * 2 * W * 500.0 <= \
+            (a["out_per_worker"] - pieces_per_worker * W * 500.0) * (1 + 1e-12)
+    assert rows[-1]["in_per_worker"] < rows[0]["in_per_worker"] / 20      # 80 words of 2,000
+    # with no small part nothing a worker moves grows with W
+    c0 = dict(c, stats_small_bytes={50: 0.0})
+    busiest = [cm.step_bytes(c0, BIG, W, S_BIG, "word-blocks")["busiest"] for W in cm.WORKERS]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(busiest, busiest[1:]))
+
+
+def test_state_exchange_bytes_per_worker_grow_with_workers():
+    state = BIG["K"] * BIG["V"] * C["state_bytes_per_value"]
+    rows = [cm.step_bytes(C, BIG, W, S_BIG, "state") for W in cm.WORKERS]
+    for r, W in zip(rows, cm.WORKERS):
+        assert r["in_per_worker"] >= state                 # every worker reads it whole
+        assert r["total"] >= W * state
+    # while a piece's words cover the vocabulary (here up to W = 8) the one reducer receives
+    # a whole vocabulary's statistics per piece: its bytes grow with W
+    busiest = [r["busiest"] for r in rows]
+    assert all(b > a for a, b in zip(busiest[:4], busiest[1:5]))
+    # and the word-block exchange's busiest worker moves less from 2 workers on
+    blocks = [cm.step_bytes(C, BIG, W, S_BIG, "word-blocks")["busiest"] for W in cm.WORKERS]
+    assert all(w < s for w, s in zip(blocks[1:], busiest[1:]))
+
+
+def test_measured_byte_factors_multiply_the_analytic_counts(tmp_path):
+    c = dict(C, header_bytes={50: 1000.0}, stats_small_bytes={50: 500.0})
+    src = {}
+    cm.workers_bytes(str(tmp_path / "beam_train_bench_workers.json"), c, src)
+    assert "analytic" in src["bytes"] and "absent" in src["bytes"]
+    assert "bytes_factor" not in c
+    rows = []
+    for W in (1, 2, 4, 8, 16):
+        a = cm.step_bytes(c, BIG, W, S_BIG, "word-blocks")
+        rows.append({"runner": "beam-workers-%d" % W, "workers": W, "K": 50, "V": 2000,
+                     "S": S_BIG, "nnz_per_doc": 20, "word_blocks": W,
+                     "bytes": {"in_per_worker_step": 1.05 * a["in_per_worker"],
+                               "out_per_worker_step": 0.9 * a["out_per_worker"],
+                               "reducer_in_step": (1.2 if W == 8 else 1.0) * a["reducer_in"]}})
+    path = tmp_path / "beam_train_bench_workers.json"
+    path.write_text(json.dumps({"results": [dict(r, K=None) for r in rows], "run": {}}))
+    src = {}
+    cm.workers_bytes(str(path), c, src)
+    assert "analytic" in src["bytes"] and "none with the run's shape" in src["bytes"]
+    path.write_text(json.dumps({"results": rows, "run": {}}))
+    src = {}
+    cm.workers_bytes(str(path), c, src)
+    assert c["bytes_factor"]["word-blocks"] == pytest.approx({"in": 1.05, "out": 0.9,
+                                                              "reducer": 1.2})
+    assert "measured bytes / analytic bytes" in src["bytes"]
+    plain = cm.step_bytes(dict(c, bytes_factor={}), BIG, 64, S_BIG, "word-blocks")
+    scaled = cm.step_bytes(c, BIG, 64, S_BIG, "word-blocks")
+    assert scaled["in_per_worker"] == pytest.approx(1.05 * plain["in_per_worker"])
+    assert scaled["reducer_in"] == pytest.approx(1.2 * plain["reducer_in"])
+    # a row that does not say: a worker that read the whole state at 16 workers ran the state
+    # exchange, one that read its words' rows the word-block one
+    state = 50 * 2000 * C["state_bytes_per_value"]
+    bare = {k: v for k, v in rows[-1].items() if k != "word_blocks"}
+    assert cm._row_exchange(dict(bare, bytes=dict(bare["bytes"], in_per_worker_step=state)),
+                            c) == "state"
+    assert cm._row_exchange(bare, c) == "word-blocks"
+    assert cm._row_exchange(dict(bare, exchange="sharded"), c) == "word-blocks"
+    assert cm._row_exchange(dict(rows[-1], exchange="state"), c) == "state"
+
+
+def test_jobs_from_the_measured_graph_bytes():
+    from pipelines.training.beam_train import REMOTE_WINDOW_STEPS
+    from pipelines.training.beam_window import GRAPH_LIMIT_BYTES
+    path = os.path.join(REPO, "benchmarks", "results", "graph_bytes.json")
+    with open(path) as f:
+        dry = json.load(f)["after"]["dataflow_dry_run"]
+    c, src = {}, {}
+    cm.job_settings(path, c, src)
+    per_step = dry["pipeline_bytes"] / dry["steps"]
+    assert c["graph_bytes_per_step"]["state"] == pytest.approx(per_step)
+    assert c["steps_per_job"]["state"] == min(REMOTE_WINDOW_STEPS, GRAPH_LIMIT_BYTES // per_step)
+    assert c["graph_bytes_per_step"]["word-blocks"] is None
+    assert c["steps_per_job"]["word-blocks"] == REMOTE_WINDOW_STEPS
+    assert "NOT MEASURED" in src["jobs"] and "10 MB" in src["jobs"] and "20 MB" in src["jobs"]
+    cm.job_settings(path, c, src, word_blocks_graph=20_000)
+    assert c["steps_per_job"]["word-blocks"] == GRAPH_LIMIT_BYTES // 20_000 < REMOTE_WINDOW_STEPS
+    run = dict(RUN, D=3_300_000)
+    assert cm.project(c | C, CLOUD, run, 4, 4096, "sharded", 1.0)["windows"] == \
+        math.ceil(806 / (GRAPH_LIMIT_BYTES // 20_000))
+    assert cm.jobs_line(c, run, 4096, "lifted").startswith("806 steps -> 1 job ")
+
+
+def test_latency_rows_and_the_headline_are_printed(monkeypatch, capsys, tmp_path):
+    def constants(args):
+        return dict(C, pieces_per_worker=1, blocks_per_worker=1), [dict(RUN, t_doc_s=5e-5)], \
+            {"test": "constants of the test"}
+    monkeypatch.setattr(cm, "load_constants", constants)
+    out_json, md = tmp_path / "m.json", tmp_path / "m.md"
+    cm.main(["--json", str(out_json), "--plot", "", "--markdown", str(md)])
+    out = capsys.readouterr().out
+    assert "ASSUMPTION" in out
+    for L in ("0.2", "1", "3"):
+        assert "%s s/stage" % L in out
+    for ex in ("state", "word-blocks"):
+        assert "%s exchange, %d stages per step" % (ex, cm.EXCHANGE_STAGES[ex]) in out
+        for W in (16, 64):
+            assert re.search(r"\(a\) %s +1 s/stage W= *%d: speed-up" % (ex, W), out)
+    assert "target 8" in out and "largest term" in out
+    res = json.loads(out_json.read_text())
+    assert res["stage_latencies_s"] == [0.2, 1.0, 3.0]
+    assert {h["exchange"] for h in res["headline"]} == {"state", "word-blocks"}
+    assert "| 0.2 s: step s |" in md.read_text()
+    cm.main(["--json", "", "--plot", "", "--combine", "sharded", "--stage-latency", "0.5"])
+    out = capsys.readouterr().out
+    assert "0.5 s/stage" in out and "1 s/stage" not in out
+    assert "word-blocks exchange" in out and "state exchange," not in out
 
 
 def test_flattening_point_and_busy_minibatch():
@@ -222,14 +368,21 @@ def test_the_script_end_to_end(tmp_path):
     res = json.loads(out_json.read_text())
     assert [r["run"]["D"] for r in res["runs"]] == [3_300_000, 100_000_000]
     for run in res["runs"]:
-        rows = run["rows"]
-        assert [r["workers"] for r in rows] == cm.WORKERS
-        assert rows[0]["speedup"] == pytest.approx(1.0)
-        assert all(0 < r["speedup"] <= r["amdahl_limit"] * (1 + 1e-9) for r in rows)
-        assert all(math.isfinite(r["cost_usd"]) and r["cost_usd"] > 0 for r in rows)
+        assert set(run["exchanges"]) == {"state", "word-blocks"}
+        for ex in run["exchanges"].values():
+            assert set(ex["by_latency"]) == {"0.2", "1", "3"}
+            for rows in ex["by_latency"].values():
+                assert [r["workers"] for r in rows] == cm.WORKERS
+                assert rows[0]["speedup"] == pytest.approx(1.0)
+                assert all(0 < r["speedup"] <= r["amdahl_limit"] * (1 + 1e-9) for r in rows)
+                assert all(math.isfinite(r["cost_usd"]) and r["cost_usd"] > 0 for r in rows)
+    heads = {(h["run"], h["exchange"]) for h in res["headline"] if "target" in h}
+    assert heads == {(r, ex) for r in "ab" for ex in ("state", "word-blocks")}
     for key in ("estep K=100", "estep K=1000", "per-step overhead", "global step",
-                "vectorize wiki", "vectorize jsonl", "Wikipedia article shape"):
+                "vectorize wiki", "vectorize jsonl", "Wikipedia article shape", "jobs", "bytes",
+                "word-block bytes"):
         assert res["sources"][key]
     assert png.exists() or (tmp_path / "m.csv").exists()
     tables = md.read_text()
-    assert tables.count("\n| 1 | ") == 2 and tables.count("\n| 256 | ") == 2
+    # per run and exchange: the latency table and the parts table
+    assert tables.count("\n| 1 | ") == 8 and tables.count("\n| 256 | ") == 8
