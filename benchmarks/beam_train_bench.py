@@ -251,16 +251,36 @@ def portable_pool():
             "--environment_type=EXTERNAL", "--environment_config=localhost:%d" % wp], procs
 
 
-def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
+def expected_word_block_bytes(files, S, P, W, K, V, header_bytes):
+    """What the word-sharded exchange should move per step, from the corpus alone: a
+    worker's E-step reads the header and its pieces' words' rows (P/W pieces of the mean
+    piece's distinct words, K float64 each); a block owner (B = W blocks) reads and writes
+    its V/B rows. Mean over the run's minibatches."""
+    from lda_core.training.pieces import piece_bounds
+    from pipelines.training.shard_stream import ShardStream
+    piece_words = []
+    for mb in ShardStream(files, batch_size=S, seed=0, passes=1):
+        batch = mb.batch
+        for lo, hi in piece_bounds(batch.n_docs, P):
+            piece_words.append(len(np.unique(batch.take(range(lo, hi)).word_ids)))
+    rows = float(np.mean(piece_words)) * K * 8
+    return dict(estep_in=header_bytes + rows * P / W, estep_rows_per_piece=rows,
+                owner_block_bytes=V / W * K * 8)
+
+
+def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     """One ``--workers-sweep`` row: the in-process reference with P pieces, then the
-    cluster-like Beam run on W worker processes (module docstring)."""
+    cluster-like Beam run on W worker processes (module docstring); ``exchange``
+    "word-blocks": the word-sharded exchange with B = W word blocks."""
     from lda_core.storage import traffic
     from lda_core.storage.run_log import RunLog
     from lda_core.training.trainer import train as inprocess_train
     from pipelines.training import beam_train, beam_window
     from pipelines.training.shard_stream import ShardStream
     traffic.set_bandwidth(None)
+    blocks = W if exchange == "word-blocks" else 1
     ref = _algo(K, V, D, S, vh)
+    ref.word_blocks = blocks
     t0 = time.time()
     inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
                     pieces=P)
@@ -272,6 +292,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
     a = _algo(K, V, D, S, vh)
+    a.word_blocks = blocks
     load_before = os.getloadavg()
     c0, t0 = _cpu(), time.time()
     try:
@@ -281,7 +302,8 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
                                  beam_argv=["--runner=DirectRunner",
                                             "--direct_running_mode=multi_processing",
                                             "--direct_num_workers=%d" % W],
-                                 scratch_dir=os.path.join(tmp, "scratch"))
+                                 scratch_dir=os.path.join(tmp, "scratch"),
+                                 exchange=exchange)
     finally:
         beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = True, True
         os.environ.pop(traffic.ENV, None)
@@ -292,7 +314,24 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
     nb = timing["bytes_per_step"]
     sb = state_bytes(r.algorithm)
     per = dict(timing["per_step"])
+    extra = {}
+    if exchange == "word-blocks":
+        exp = expected_word_block_bytes(files, S, P, W, K, V, len(a.shard_header().to_bytes()))
+        stats_total = nb.get("stats_encode", 0.0)
+        exp["owner_in"] = exp["owner_block_bytes"] + stats_total / W
+        exp["in_per_worker"] = exp["estep_in"] + exp["owner_in"]
+        exp["out_per_worker"] = stats_total / W + exp["owner_block_bytes"]
+        extra = dict(expected=exp,
+                     in_over_expected=(nb.get("in_per_worker_step") or 0.0)
+                     / exp["in_per_worker"],
+                     out_over_expected=(nb.get("out_per_worker_step") or 0.0)
+                     / exp["out_per_worker"],
+                     reducer_in_over_even_share=(nb.get("reducer_in_step") or 0.0)
+                     / max(1.0, stats_total / W))
     return dict(
+        exchange=exchange, word_blocks=blocks, nnz=int(sum(
+            len(m.batch.word_ids) for m in ShardStream(files, batch_size=S, seed=0, passes=1))),
+        **extra,
         workers=W, pieces=P, K=K, V=V, S=S, docs=D, steps=steps, wall_s=wall, cpu_s=cpu,
         docs_per_s=D / wall, inprocess_docs_per_s=D / ref_wall,
         docs_per_s_ratio=ref_wall / wall, emulate_bandwidth=bandwidth,
@@ -311,10 +350,17 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth):
 
 
 def _print_sweep(r):
-    print("  W=%-3d %6.1f s  %6.0f docs/s  ratio %.3f  in/worker/step %9.0f B (%.2f x state)  "
+    if r.get("expected"):
+        print("  W=%-3d word-blocks: in/worker/step %.2f x expected (header + its pieces' rows "
+              "+ its block + its share of the statistics), out %.2f x expected, busiest "
+              "block owner %.2f x an even share of the statistics"
+              % (r["workers"], r["in_over_expected"], r["out_over_expected"],
+                 r["reducer_in_over_even_share"]))
+    print(("  %-11s W=%-3d" % (r.get("exchange", "state"), r["workers"]))
+          + " %6.1f s  %6.0f docs/s  ratio %.3f  in/worker/step %9.0f B (%.2f x state)  "
           "out/worker/step %9.0f B  reducer in/step %9.0f B  graph/step %6.0f B  state %d B  "
           "stats/piece %.0f B  final %s  load %.1f"
-          % (r["workers"], r["wall_s"], r["docs_per_s"], r["docs_per_s_ratio"],
+          % (r["wall_s"], r["docs_per_s"], r["docs_per_s_ratio"],
              r["in_per_worker_step"] or 0, r["in_per_worker_step_over_state"],
              r["out_per_worker_step"] or 0, r["reducer_in_step"] or 0,
              r["graph_bytes_per_step"], r["state_bytes"], r["stats_bytes_per_piece"],
@@ -338,10 +384,13 @@ def workers_sweep(args, argv):
     tmp = tempfile.mkdtemp(prefix="beam-sweep-")
     rows = []
     try:
+        exchanges = (["state", "word-blocks"] if args.sweep_exchange == "both"
+                     else [args.sweep_exchange])
         for W in [int(w) for w in args.sweep_workers.split(",")]:
-            rows.append(sweep_row(W, W * args.sweep_pieces_per_worker, files, K, V, D, S, vh,
-                                  tmp, args.emulate_bandwidth))
-            _print_sweep(rows[-1])
+            for exchange in exchanges:
+                rows.append(sweep_row(W, W * args.sweep_pieces_per_worker, files, K, V, D, S,
+                                      vh, tmp, args.emulate_bandwidth, exchange))
+                _print_sweep(rows[-1])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json is None:
@@ -396,6 +445,8 @@ def main(argv=None):
     p.add_argument("--emulate-bandwidth", type=float, default=50e6,
                    help="bytes/s every counted transfer is throttled to in the sweep")
     p.add_argument("--sweep-pieces-per-worker", type=int, default=2)
+    p.add_argument("--sweep-exchange", choices=("state", "word-blocks", "both"),
+                   default="both", help="the exchange(s) each W runs (word-blocks: B = W)")
     p.add_argument("--sweep-docs", type=int, default=4096)
     p.add_argument("--sweep-words", type=int, default=5000)
     p.add_argument("--sweep-topics", type=int, default=20)

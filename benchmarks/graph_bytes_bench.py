@@ -43,9 +43,10 @@ def dataflow_config(dry_run: bool):
     return runner_config("DataflowRunner", argv + (["--dry_run=True"] if dry_run else []))
 
 
-def wikipedia_window(p, cfg, n_steps: int, batch_size: int):
+def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "state"):
     """The remote runner's window of ``n_steps`` steps over the synthetic 3.3 M-document plan,
-    built in ``p``."""
+    built in ``p``; ``exchange`` "word-blocks": the word-sharded steps
+    (:mod:`pipelines.training.beam_sharded`, B = PIECES word blocks)."""
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
     from pipelines.training.beam_window import build_window
@@ -56,26 +57,32 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int):
     steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
+    if exchange == "word-blocks":
+        from pipelines.training.beam_sharded import UPDATED, ShardRef, build_sharded
+        from pipelines.training.beam_steps import WindowTasks
+        tasks = p | "Tasks" >> WindowTasks(steps)
+        build_sharded(p, tasks, steps, ShardRef("run/0", scratch, 0, UPDATED), PIECES, 1)
+        return
     build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
                   "run", scratch, 1, True, None)
 
 
-def runner_api_per_step(batch_size: int) -> float:
+def runner_api_per_step(batch_size: int, exchange: str = "state") -> float:
     import apache_beam as beam
     sizes = []
     for n in (4, 20):
         p = beam.Pipeline()
-        wikipedia_window(p, dataflow_config(False), n, batch_size)
+        wikipedia_window(p, dataflow_config(False), n, batch_size, exchange)
         sizes.append(p.to_runner_api().ByteSize())
     return (sizes[1] - sizes[0]) / 16.0
 
 
-def dataflow_dry_run(n_steps: int, batch_size: int):
+def dataflow_dry_run(n_steps: int, batch_size: int, exchange: str = "state"):
     import apache_beam as beam
     cfg = dataflow_config(True)
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     t0 = time.process_time()
-    wikipedia_window(p, cfg, n_steps, batch_size)
+    wikipedia_window(p, cfg, n_steps, batch_size, exchange)
     result = p.run()
     return {"steps": n_steps, "request_bytes": len(result.job.json().encode("utf-8")),
             "pipeline_bytes": result.job.proto_pipeline.ByteSize(),

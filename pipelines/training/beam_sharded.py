@@ -251,9 +251,9 @@ class ShardedEStepFn(LeanDoFn):
         for b, part in enumerate(stats.split_by_block(header.n_blocks)):
             data = encode_stats(part)
             traffic.record_out(len(data), traffic.STATISTICS)
-            out.append((b, (task.piece, data)))
+            out.append((b, (task.piece, data, ref)))
         beam_cost.report("stats_encode", time.perf_counter() - t0,
-                         sum(len(d) for _, (_, d) in out))
+                         sum(len(v[1]) for _, v in out))
         return out
 
 
@@ -274,11 +274,12 @@ def _gather_rows(ref: ShardRef, header, ids: np.ndarray) -> np.ndarray:
 def _merge_pieces(pieces, expected: int, block: int, position: int):
     """The block's statistics pieces decoded and summed in piece order."""
     pieces = sorted(pieces, key=lambda kv: kv[0])
-    if [k for k, _ in pieces] != list(range(expected)):
+    if [kv[0] for kv in pieces] != list(range(expected)):
         raise DataIntegrityError("step %d, block %d: pieces %s arrived, expected 0..%d"
-                                 % (position + 1, block, [k for k, _ in pieces], expected - 1))
+                                 % (position + 1, block, [kv[0] for kv in pieces],
+                                    expected - 1))
     total = None
-    for _, data in pieces:
+    for _, data, _ in pieces:
         traffic.record_in(len(data), traffic.STATISTICS)
         st = decode_stats(data)
         total = st if total is None else total.merge(st)
@@ -292,33 +293,31 @@ class BlockStepFn(LeanDoFn):
         self.step = step.bare()
         self.n_pieces = len(step.tasks)
 
-    def process(self, element, ref: Optional[ShardRef]):
-        if ref is None:
-            return []
-        with beam_cost.step(_run_of(ref.key), self.step.position):
-            return list(self._process(element, ref))
-
-    def _process(self, element, ref: Optional[ShardRef]):
+    def process(self, element):
         b, pieces = element
-        if ref is None:
-            return
+        pieces = list(pieces)
+        ref = pieces[0][2]          # the version every E-step read (the same for all)
+        with beam_cost.step(_run_of(ref.key), self.step.position):
+            return list(self._process(b, pieces, ref))
+
+    def _process(self, b: int, pieces, ref: ShardRef):
         pos = self.step.position
         header = load_header(ref.folder, ref.position, ref.key)
         cls = algorithm_class(header.algorithm)
         t0 = time.perf_counter()
         with beam_cost.timed("stats_combine"):
-            stats = _merge_pieces(list(pieces), self.n_pieces, b, pos)
+            stats = _merge_pieces(pieces, self.n_pieces, b, pos)
         try:
             plan = cls.plan_step(header, stats)
         except StepRefused as e:
-            yield 0, (b, None, None, str(e))
+            yield 0, (b, None, None, str(e), ref)
             return
         rows = np.array(read_block(rows_path(ref.folder, ref.position, b, ref.stage)))
         part = cls.update_block(header, plan, b, rows, stats)
         write_rows(rows_path(ref.folder, pos + 1, b, UPDATED), rows)
         beam_cost.report("global_step", time.perf_counter() - t0)
         # the plan is not data of the model: block 0's owner hands it to the finisher as it is
-        yield 0, (b, part.to_bytes(), plan if b == 0 else None, None)
+        yield 0, (b, part.to_bytes(), plan if b == 0 else None, None, ref)
 
 
 def _run_of(key: str) -> str:
@@ -341,29 +340,27 @@ class FinishStepFn(LeanDoFn):
     def __init__(self, step: StepPlan):
         self.step = step.bare()
 
-    def process(self, element, ref: Optional[ShardRef]):
-        if ref is None:
-            return []
-        with beam_cost.step(_run_of(ref.key), self.step.position):
-            return list(self._process(element, ref))
-
-    def _process(self, element, ref: Optional[ShardRef]):
+    def process(self, element):
         _, parts = element
-        if ref is None:
-            return
+        parts = list(parts)
+        ref = parts[0][4]          # the version every owner read (the same for all)
+        with beam_cost.step(_run_of(ref.key), self.step.position):
+            return list(self._process(parts, ref))
+
+    def _process(self, parts, ref: ShardRef):
         pos = self.step.position
         key = "%s/%d" % (ref.key.rsplit("/", 1)[0], pos + 1)
         header = load_header(ref.folder, ref.position, ref.key)
         cls = algorithm_class(header.algorithm)
-        parts = _in_block_order(list(parts), header.n_blocks, pos)
+        parts = _in_block_order(parts, header.n_blocks, pos)
         refused = [p[3] for p in parts if p[3]]
         try:
             if refused:
                 raise StepRefused(refused[0])
-            for _, data, _, _ in parts:
-                traffic.record_in(len(data), traffic.SCALARS)
+            for p in parts:
+                traffic.record_in(len(p[1]), traffic.SCALARS)
             plan = parts[0][2]
-            partials = [BlockPartial.from_bytes(data) for _, data, _, _ in parts]
+            partials = [BlockPartial.from_bytes(p[1]) for p in parts]
             header2, splits, info = cls.finish_step(header, plan, partials)
         except StepRefused as e:
             store_step_info(ref.folder, key, {"error": str(e), "position": pos + 1})
@@ -410,14 +407,14 @@ class SplitBlockFn(LeanDoFn):
             return
         header2, splits, _ = _load_pre(pre)
         if not splits.needs_blocks:          # nothing to split or sum: no block is read
-            yield 0, (b, None)
+            yield 0, (b, None, pre)
             return
         cls = algorithm_class(header2.algorithm)
         rows = np.array(read_block(rows_path(pre.folder, pre.position, b, UPDATED)))
         part = cls.split_block(header2, splits, b, rows)
         if splits.pairs:
             write_rows(rows_path(pre.folder, pre.position, b, SPLIT), rows)
-        yield 0, (b, part.to_bytes())
+        yield 0, (b, part.to_bytes(), pre)
 
 
 class FinishSplitsFn(LeanDoFn):
@@ -427,20 +424,18 @@ class FinishSplitsFn(LeanDoFn):
     def __init__(self, step: StepPlan):
         self.step = step.bare()
 
-    def process(self, element, pre: Optional[PreSplitRef]):
-        if pre is None:
-            return []
-        with beam_cost.step(_run_of(pre.key), self.step.position):
-            return list(self._process(element, pre))
-
-    def _process(self, element, pre: Optional[PreSplitRef]):
+    def process(self, element):
         _, parts = element
-        if pre is None:
-            return
+        parts = list(parts)
+        pre = parts[0][2]
+        with beam_cost.step(_run_of(pre.key), self.step.position):
+            return list(self._process(parts, pre))
+
+    def _process(self, parts, pre: PreSplitRef):
         t0 = time.perf_counter()
         header2, splits, info = _load_pre(pre, with_info=True)
         cls = algorithm_class(header2.algorithm)
-        parts = _in_block_order([(b, d) for b, d in parts], header2.n_blocks,
+        parts = _in_block_order([(b, d) for b, d, _ in parts], header2.n_blocks,
                                 self.step.position)
         for _, data in parts:
             traffic.record_in(len(data or b""), traffic.SCALARS)
@@ -498,14 +493,14 @@ class ShardedStep(beam.PTransform):
         partials = (tasks
                     | "EStep" >> beam.ParDo(ShardedEStepFn(self.n_threads), view)
                     | "ByBlock" >> beam.GroupByKey()
-                    | "BlockStep" >> beam.ParDo(BlockStepFn(self.step), view)
+                    | "BlockStep" >> beam.ParDo(BlockStepFn(self.step))
                     | "Partials" >> beam.GroupByKey())
-        pre = partials | "Finish" >> beam.ParDo(FinishStepFn(self.step), view)
+        pre = partials | "Finish" >> beam.ParDo(FinishStepFn(self.step))
         pre_view = beam.pvalue.AsSingleton(pre, default_value=None)
         return (blocks
                 | "Split" >> beam.ParDo(SplitBlockFn(), pre_view)
                 | "SplitPartials" >> beam.GroupByKey()
-                | "FinishSplits" >> beam.ParDo(FinishSplitsFn(self.step), pre_view))
+                | "FinishSplits" >> beam.ParDo(FinishSplitsFn(self.step)))
 
 
 def build_sharded(p, tasks, steps: Sequence[StepPlan], start: ShardRef, n_blocks: int,
