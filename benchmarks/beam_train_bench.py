@@ -318,14 +318,18 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     if exchange == "word-blocks":
         exp = expected_word_block_bytes(files, S, P, W, K, V, len(a.shard_header().to_bytes()))
         stats_total = nb.get("stats_encode", 0.0)
+        # the documents a worker reads (Parquet bytes, summed over the workers per step)
+        exp["estep_in"] += (nb.get("read") or 0.0) / W
         exp["owner_in"] = exp["owner_block_bytes"] + stats_total / W
-        exp["in_per_worker"] = exp["estep_in"] + exp["owner_in"]
-        exp["out_per_worker"] = stats_total / W + exp["owner_block_bytes"]
+        exp["owner_out"] = exp["owner_block_bytes"]
+        exp["out_per_worker"] = stats_total / W
         extra = dict(expected=exp,
-                     in_over_expected=(nb.get("in_per_worker_step") or 0.0)
-                     / exp["in_per_worker"],
+                     in_over_expected=(nb.get("in_per_worker_step") or 0.0) / exp["estep_in"],
                      out_over_expected=(nb.get("out_per_worker_step") or 0.0)
                      / exp["out_per_worker"],
+                     owner_in_step=nb.get("owner_in_step"),
+                     owner_out_step=nb.get("owner_out_step"),
+                     owner_in_over_expected=(nb.get("owner_in_step") or 0.0) / exp["owner_in"],
                      reducer_in_over_even_share=(nb.get("reducer_in_step") or 0.0)
                      / max(1.0, stats_total / W))
     return dict(
@@ -351,11 +355,11 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
 
 def _print_sweep(r):
     if r.get("expected"):
-        print("  W=%-3d word-blocks: in/worker/step %.2f x expected (header + its pieces' rows "
-              "+ its block + its share of the statistics), out %.2f x expected, busiest "
-              "block owner %.2f x an even share of the statistics"
+        print("  W=%-3d word-blocks: per worker and step, in %.2f x (header + its P/W pieces' "
+              "rows + its share of the documents read), out %.2f x (its share of the statistics); busiest block owner: in %.2f x "
+              "(its block + its share of the statistics), statistics in %.2f x an even share"
               % (r["workers"], r["in_over_expected"], r["out_over_expected"],
-                 r["reducer_in_over_even_share"]))
+                 r["owner_in_over_expected"], r["reducer_in_over_even_share"]))
     print(("  %-11s W=%-3d" % (r.get("exchange", "state"), r["workers"]))
           + " %6.1f s  %6.0f docs/s  ratio %.3f  in/worker/step %9.0f B (%.2f x state)  "
           "out/worker/step %9.0f B  reducer in/step %9.0f B  graph/step %6.0f B  state %d B  "

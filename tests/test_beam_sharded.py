@@ -176,3 +176,45 @@ def test_block_rows_are_read_by_range(tmp_path):
         f.write(b"not a block")
     with pytest.raises(DataIntegrityError, match="bad.npy"):
         read_rows(bad, np.array([0]))
+
+
+def test_a_worker_moves_only_its_words_rows_and_an_owner_only_its_block(kos_pieces, tmp_path):
+    """What the DoFns move, exactly (lda_core.storage.traffic): an E-step reads the header and
+    the rows of its piece's distinct words -- never the whole state -- and sends its
+    statistics cut by block; a block's owner receives that block's statistics from every
+    piece, reads its own block and writes it back."""
+    from lda_core.algorithms.word_blocks import block_bounds
+    from lda_core.storage import traffic
+    from pipelines.ingest import dataset
+    from pipelines.training import beam_sharded as bs
+    from pipelines.training.beam_plan import plan_steps, read_task
+    algo, files = _vb(kos_pieces, word_blocks=4)
+    K, V = algo.n_topics, algo.n_words
+    folder = str(tmp_path)
+    traffic.reset()
+    start = bs.write_start(algo, folder, "run", 0)
+    header_bytes = os.path.getsize(bs.header_path(folder, 0))
+    sizes = [dataset.count_documents([f]) for f in files]
+    step = plan_steps(files, sizes, seed=3, batch_size=40, start=0, stop=1,
+                      pieces_per_minibatch=P)[0]
+    by_block = {}
+    for task in step.tasks:
+        traffic.reset()
+        out = bs.ShardedEStepFn().process((0, task), start)
+        got = traffic.totals()
+        words = np.unique(read_task(task).word_ids)
+        state_in = got.inbound.get(traffic.STATE, 0)
+        assert state_in == len(words) * K * 8 < V * K * 8
+        assert got.inbound.get(traffic.SCALARS, 0) <= header_bytes    # once per process
+        assert got.outbound[traffic.STATISTICS] == sum(len(v[1]) for _, v in out)
+        assert [b for b, _ in out] == list(range(4))
+        for b, v in out:
+            by_block.setdefault(b, []).append(v)
+    for b, (lo, hi) in enumerate(block_bounds(V, 4)):
+        traffic.reset()
+        (elem,) = bs.BlockStepFn(step).process((b, by_block[b]))
+        got = traffic.totals()
+        assert got.inbound[traffic.STATISTICS] == sum(len(v[1]) for v in by_block[b])
+        rows_file = os.path.getsize(bs.rows_path(folder, 1, b, bs.UPDATED))
+        assert got.inbound[traffic.STATE] == rows_file < (hi - lo) * K * 8 + 256
+        assert got.outbound[traffic.STATE] == rows_file

@@ -31,7 +31,8 @@ TIMING_PHASES = (
 # any worker process took in / sent out in a step, and the most statistics any reducer (block
 # owner) received in a step, each the mean over the record's steps -- per step, not summed
 # like the phases' bytes (sum_timing weighs them by the steps)
-STEP_BYTES = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step")
+STEP_BYTES = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step",
+              "owner_in_step", "owner_out_step")
 
 
 class PhaseTimes:
@@ -44,11 +45,13 @@ class PhaseTimes:
         # step position -> [max bytes in, max out, max reducer in] over the worker processes
         self.step_traffic: Dict[int, list] = {}
 
-    def add_step_traffic(self, position: int, n_in: int, n_out: int, reducer_in: int) -> None:
-        """The most one worker process moved in step ``position`` (in, out) and the most
-        statistics one reducer received (maxima over what is added for the step)."""
-        row = self.step_traffic.setdefault(int(position), [0, 0, 0])
-        for i, v in enumerate((n_in, n_out, reducer_in)):
+    def add_step_traffic(self, position: int, n_in: int, n_out: int, reducer_in: int,
+                         owner_in: int = 0, owner_out: int = 0) -> None:
+        """The most one worker process moved in step ``position`` (in, out), the most
+        statistics one reducer received, and the most one word block's owner moved (in, out;
+        the word-sharded exchange) -- maxima over what is added for the step."""
+        row = self.step_traffic.setdefault(int(position), [0] * len(STEP_BYTES))
+        for i, v in enumerate((n_in, n_out, reducer_in, owner_in, owner_out)):
             row[i] = max(row[i], int(v))
 
     def merge(self, other: "PhaseTimes") -> None:
@@ -65,7 +68,10 @@ class PhaseTimes:
         if not rows:
             return {}
         n = max(int(steps), len(rows))
-        return {name: sum(r[i] for r in rows) / n for i, name in enumerate(STEP_BYTES)}
+        out = {name: sum(r[i] for r in rows) / n for i, name in enumerate(STEP_BYTES)}
+        if not (out["owner_in_step"] or out["owner_out_step"]):
+            del out["owner_in_step"], out["owner_out_step"]     # no word-block owners
+        return out
 
     def add(self, phase: str, seconds: float, nbytes: Optional[int] = None) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + float(seconds)

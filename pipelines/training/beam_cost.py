@@ -33,6 +33,9 @@ FIRST_ESTEP = "first_estep_ms"
 LAST_STEP = "last_step_ms"
 # per-step traffic distributions: "<prefix><position>" (module docstring)
 STEP_IN, STEP_OUT, STEP_REDUCE_IN = "step_in@", "step_out@", "step_reduce_in@"
+# what one word block's owner moved in a step (the word-sharded exchange): in, out
+OWNER_IN, OWNER_OUT = "owner_in@", "owner_out@"
+_PREFIXES = (STEP_IN, STEP_OUT, STEP_REDUCE_IN, OWNER_IN, OWNER_OUT)
 # the kinds of bytes a reducer (block owner) receives
 REDUCER_KINDS = (traffic.STATISTICS,)
 
@@ -42,11 +45,26 @@ def step(run_key: str, position: int):
     return traffic.step((run_key, int(position)))
 
 
+def block_step(run_key: str, position: int, block: int):
+    """``with block_step(run_key, position, block):`` charges the bytes this thread moves to
+    the owner of word block ``block`` in that step (reported per owner: what it received as
+    the statistics of its block is the step's reducer input, :data:`STEP_REDUCE_IN`)."""
+    return traffic.step((run_key, int(position), int(block)))
+
+
 def _report_step(key, moved: "traffic.StepBytes") -> None:
-    """The traffic listener: this process's totals so far for step ``key``."""
-    if not (isinstance(key, tuple) and len(key) == 2):
+    """The traffic listener: this process's totals so far for step ``key`` (a block owner's
+    for a :func:`block_step` key)."""
+    if not isinstance(key, tuple) or len(key) not in (2, 3):
         return
     pos = int(key[1])
+    if len(key) == 3:
+        red = sum(moved.inbound.get(k, 0) for k in REDUCER_KINDS)
+        for prefix, n in ((OWNER_IN, moved.n_in), (OWNER_OUT, moved.n_out),
+                          (STEP_REDUCE_IN, red)):
+            if n:
+                Metrics.distribution(NAMESPACE, prefix + str(pos)).update(n)
+        return
     if moved.n_in:
         Metrics.distribution(NAMESPACE, STEP_IN + str(pos)).update(moved.n_in)
     if moved.n_out:
@@ -110,9 +128,9 @@ def query(result) -> Dict[str, Any]:
         if v is None or not v.count:
             continue
         name = d.key.metric.name
-        for i, prefix in enumerate((STEP_IN, STEP_OUT, STEP_REDUCE_IN)):
+        for i, prefix in enumerate(_PREFIXES):
             if name.startswith(prefix):
-                row = out["steps"].setdefault(int(name[len(prefix):]), [0, 0, 0])
+                row = out["steps"].setdefault(int(name[len(prefix):]), [0] * len(_PREFIXES))
                 row[i] = max(row[i], int(v.max))
         if name == FIRST_ESTEP:
             out[name] = min(out.get(name, v.min), v.min)
@@ -134,6 +152,6 @@ def window_times(costs: Dict[str, Any], t_build: float, t_run: float,
         times.add("pipeline_start", max(0.0, first / 1000.0 - t_run))
     if last is not None:
         times.add("pipeline_finish", max(0.0, t_end - last / 1000.0))
-    for pos, (n_in, n_out, red) in costs.get("steps", {}).items():
-        times.add_step_traffic(pos, n_in, n_out, red)
+    for pos, row in costs.get("steps", {}).items():
+        times.add_step_traffic(pos, *row)
     return times

@@ -249,8 +249,7 @@ class ShardedEStepFn(LeanDoFn):
         t0 = time.perf_counter()
         out = []
         for b, part in enumerate(stats.split_by_block(header.n_blocks)):
-            data = encode_stats(part)
-            traffic.record_out(len(data), traffic.STATISTICS)
+            data = encode_stats(part)         # counted as statistics out there
             out.append((b, (task.piece, data, ref)))
         beam_cost.report("stats_encode", time.perf_counter() - t0,
                          sum(len(v[1]) for _, v in out))
@@ -280,8 +279,7 @@ def _merge_pieces(pieces, expected: int, block: int, position: int):
                                     expected - 1))
     total = None
     for _, data, _ in pieces:
-        traffic.record_in(len(data), traffic.STATISTICS)
-        st = decode_stats(data)
+        st = decode_stats(data)               # counted as statistics in there
         total = st if total is None else total.merge(st)
     return total
 
@@ -297,7 +295,8 @@ class BlockStepFn(LeanDoFn):
         b, pieces = element
         pieces = list(pieces)
         ref = pieces[0][2]          # the version every E-step read (the same for all)
-        with beam_cost.step(_run_of(ref.key), self.step.position):
+        # charged to this block's owner, not to the process (which may own several blocks)
+        with beam_cost.block_step(_run_of(ref.key), self.step.position, b):
             return list(self._process(b, pieces, ref))
 
     def _process(self, b: int, pieces, ref: ShardRef):
