@@ -437,6 +437,12 @@ def main(argv=None):
     p.add_argument("--big-only", action="store_true",
                    help="only the --big run (its row alone in --json)")
     p.add_argument("--big-docs", type=int, default=4096)
+    p.add_argument("--big-exchange", choices=("state", "word-blocks"), default="state",
+                   help="--big-only: the exchange of the big run (word-blocks: "
+                        "--big-workers processes, P = B = W)")
+    p.add_argument("--big-workers", type=int, default=4)
+    p.add_argument("--big-steps", type=int, default=None,
+                   help="stop the big word-blocks run after this many steps")
     p.add_argument("--big-minibatch", type=int, default=1024)
     p.add_argument("--json", default=None,
                    help="write the results here ('' not at all; default "
@@ -474,7 +480,8 @@ def main(argv=None):
     if args.big_only:
         tmp = tempfile.mkdtemp(prefix="beam-bench-")
         try:
-            rows = [big_run(args, tmp)]
+            rows = [big_word_blocks_run(args, tmp) if args.big_exchange == "word-blocks"
+                    else big_run(args, tmp)]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if args.json:
@@ -565,6 +572,54 @@ def big_run(args, tmp):
     print("      state %.0f MB; peak RSS of the worker processes: %s (max %.2f x state)"
           % (sb / 1e6, ", ".join("%.0f MB" % (x / 1e6) for x in peaks),
              row["worker_peak_over_state"] or float("nan")))
+    return row
+
+
+def big_word_blocks_run(args, tmp):
+    """K = 1,000, V = 100,000 on W = ``--big-workers`` worker processes with the word-sharded
+    exchange (P = B = W, scratch on disk, statistics through the runner): peak RSS per worker
+    process against the state -- no worker holds the whole state."""
+    from lda_core.storage.run_log import RunLog
+    from pipelines.ingest import dataset
+    from pipelines.training import beam_train
+    K, V, S, W = 1000, 100000, args.big_minibatch, args.big_workers
+    ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.big_docs, V, K)), args.big_docs,
+               V, K)
+    files = dataset.resolve_shards(ds)
+    vh = dataset.check_vocab_hash(files, None)
+    D = dataset.count_documents(files)
+    a = _algo(K, V, D, S, vh)
+    a.word_blocks = W
+    md = os.path.join(tmp, "big-word-blocks")
+    os.makedirs(md, exist_ok=True)
+    log_path = os.path.join(md, "run_log.jsonl")
+    c0, t0 = _cpu(), time.time()
+    with ChildPeak() as peak, RunLog(log_path) as rl:
+        r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S, progress=False,
+                             run_log=rl, pieces_per_minibatch=W, exchange="word-blocks",
+                             max_steps=args.big_steps,
+                             scratch_dir=os.path.join(tmp, "scratch"),
+                             beam_argv=["--runner=DirectRunner",
+                                        "--direct_running_mode=multi_processing",
+                                        "--direct_num_workers=%d" % W])
+    wall, cpu = time.time() - t0, _cpu() - c0
+    sb = state_bytes(r.algorithm)
+    timing = breakdown(log_path)
+    peaks = sorted(peak.peaks.values(), reverse=True)
+    worker_peaks = peaks[:W]
+    row = dict(runner="beam-workers-%d-word-blocks" % W, exchange="word-blocks", K=K, V=V,
+               S=S, docs=D, workers=W, pieces=W, word_blocks=W, steps=timing["steps"],
+               wall_s=wall, cpu_s=cpu, state_bytes=sb, worker_peak_rss_bytes=worker_peaks,
+               all_descendant_peaks=peaks,
+               worker_peak_over_state=(worker_peaks[0] / sb) if worker_peaks else None,
+               bytes_per_step=timing["bytes_per_step"], load_average=os.getloadavg())
+    print("  %s: %d steps, state %.0f MB; peak RSS of the %d busiest worker processes: %s "
+          "(max %.2f x state); per step: in/worker %.1f MB, owner in %.1f MB"
+          % (row["runner"], row["steps"], sb / 1e6, W,
+             ", ".join("%.0f MB" % (x / 1e6) for x in worker_peaks),
+             row["worker_peak_over_state"] or float("nan"),
+             (timing["bytes_per_step"].get("in_per_worker_step") or 0) / 1e6,
+             (timing["bytes_per_step"].get("owner_in_step") or 0) / 1e6))
     return row
 
 

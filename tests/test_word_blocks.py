@@ -9,7 +9,8 @@ import pytest
 from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.algorithms.scvb0 import SCVB0
 from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
-                                             blocks_of, split_draw)
+                                             blocks_of, in_word_order, rows_of_words,
+                                             split_draw)
 from lda_core.errors import StepRefused
 from lda_core.training.pieces import local_step_pieces, piece_bounds
 from uci_slices import uci_docbatch
@@ -51,7 +52,7 @@ def cluster_run(cls, V, batches, B, settings):
         block_stats = [None] * B
         for lo, hi in piece_bounds(batch.n_docs, PIECES):
             piece = batch.take(np.arange(lo, hi))
-            ids = np.unique(piece.word_ids)
+            ids = np.sort(rows_of_words(np.unique(piece.word_ids), V, B))   # state rows
             view = cls.estep_view(BlockHeader.from_bytes(header_bytes), ids,
                                   rows_of(owners, bounds, ids))
             for b, sb in enumerate(view.local_step(piece).split_by_block(B)):
@@ -130,7 +131,7 @@ def test_online_vb_step_matches_numpy_reference(kos):
     algo.global_step(algo.local_step(mb[0]))      # a state that is not the initial draw
     lam = algo.lambda_()
     stats = local_step_pieces(algo, mb[1], PIECES)
-    sst = stats.to_dense().T
+    sst = in_word_order(stats.to_dense(), 3).T        # statistics are kept by state row
     rho = (4.0 + 1) ** -0.7
     want = (1 - rho) * lam + rho * (algo.eta + (1000.0 / stats.n_docs) * sst)
     algo.global_step(stats)
@@ -145,9 +146,19 @@ def test_split_draw_is_a_slice_of_the_whole_draw():
 
 
 def test_block_bounds_and_blocks_of():
-    assert block_bounds(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    """Words are dealt to the blocks round-robin (word w: block w mod B, row w // B in it),
+    so that the frequent words -- the low ids -- spread over every block."""
+    assert block_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
     ids = np.array([0, 2, 3, 7, 9])
-    assert [ids[s].tolist() for s in blocks_of(ids, 10, 3)] == [[0, 2], [3], [7, 9]]
+    assert [ids[s].tolist() for s in blocks_of(ids, 10, 3)] == [[0, 2, 3], [], [7, 9]]
+    rows = rows_of_words(np.arange(10), 10, 3)
+    assert rows.tolist() == [0, 4, 7, 1, 5, 8, 2, 6, 9, 3]
+    from lda_core.algorithms.word_blocks import words_of_rows
+    assert np.array_equal(words_of_rows(10, 3)[rows], np.arange(10))
+    assert np.array_equal(rows_of_words(np.arange(7), 7, 1), np.arange(7))
+    # the first words of a frequency-ordered vocabulary land in different blocks
+    first = rows_of_words(np.arange(3), 10, 3)
+    assert [int(np.searchsorted([4, 7, 10], r, side="right")) for r in first] == [0, 1, 2]
 
 
 def _poisoned(algo, batch, block):

@@ -72,6 +72,7 @@ from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
+                                             in_row_order, in_word_order, rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
 
@@ -152,7 +153,9 @@ class OnlineVB(StochasticAlgorithm):
         E-step implementation ("numba", or the "numpy" reference)."""
         self._configure(n_topics, n_words, vocab_hash, n_threads, kernel, settings)
         rng = np.random.default_rng(self.seed)
-        self._ntilde = rng.gamma(100.0, 1.0 / 100.0, (self.n_words, self.n_topics))
+        # drawn in word order, held in row order (word_blocks.rows_of_words)
+        self._ntilde = self._in_row_order(
+            rng.gamma(100.0, 1.0 / 100.0, (self.n_words, self.n_topics)))
         self._ntilde_colsum = self._ntilde.sum(axis=0)        # word-major Ñ, its column sums
         self._a = self.eta
         self._pi = 1.0
@@ -193,10 +196,21 @@ class OnlineVB(StochasticAlgorithm):
         K, V = lam.shape
         obj = cls.__new__(cls)
         obj._configure(K, V, None, None, "numba", settings)
-        obj._ntilde = np.ascontiguousarray(lam.T)
+        obj._ntilde = np.ascontiguousarray(obj._in_row_order(lam.T))
         obj._ntilde_colsum = obj._ntilde.sum(axis=0)
         obj._a, obj._pi = 0.0, 1.0
         return obj
+
+    # -- word ids and state rows (lda_core.algorithms.word_blocks.rows_of_words) ------------
+    def _word_rows(self, word_ids: np.ndarray) -> np.ndarray:
+        """The state rows of ``word_ids`` (the ids themselves with one word block)."""
+        return rows_of_words(word_ids, self.n_words, self.word_blocks)
+
+    def _in_word_order(self, by_row: np.ndarray) -> np.ndarray:
+        return in_word_order(by_row, self.word_blocks)
+
+    def _in_row_order(self, by_word: np.ndarray) -> np.ndarray:
+        return in_row_order(by_word, self.word_blocks)
 
     # -- λ views ----------------------------------------------------------------------------
     def nonfinite_state(self) -> Optional[str]:
@@ -210,7 +224,7 @@ class OnlineVB(StochasticAlgorithm):
 
     def lambda_(self) -> np.ndarray:
         """λ, K x V float64 (materialised)."""
-        return (self._a + self._pi * self._ntilde).T.copy()
+        return self._in_word_order(self._a + self._pi * self._ntilde).T.copy()
 
     def topic_word(self) -> np.ndarray:
         """E[β] = λ_k / Σ_v λ_kv, K x V float64 (rows sum to 1)."""
@@ -219,19 +233,21 @@ class OnlineVB(StochasticAlgorithm):
         return lam
 
     def exp_elog_beta(self, word_ids: np.ndarray) -> np.ndarray:
-        """exp(E[log β]) for the rows ``word_ids`` (sorted unique), U x K in ``self.dtype``."""
-        rows = word_ids
-        if self._row_ids is not None:            # an E-step view: its rows are _row_ids'
-            rows = np.searchsorted(self._row_ids, word_ids)
-            if len(word_ids) and (rows[-1] >= len(self._row_ids)
-                                  or not np.array_equal(self._row_ids[rows], word_ids)):
+        """exp(E[log β]) for the words ``word_ids`` (sorted unique), U x K in ``self.dtype``
+        (row i: word ``word_ids[i]``)."""
+        rows = self._word_rows(word_ids)
+        if self._row_ids is not None:            # an E-step view: it holds rows _row_ids
+            want = rows
+            rows = np.searchsorted(self._row_ids, want)
+            if len(want) and (rows.max() >= len(self._row_ids)
+                              or not np.array_equal(self._row_ids[rows], want)):
                 raise ValueError("the batch has words whose rows this E-step view does not hold")
         return exp_elog_beta_rows(self._ntilde, rows, self._a, self._pi,
                                   self._colsum(), dtype=self.dtype)
 
     def elog_beta_dense(self) -> np.ndarray:
         """E[log β] word-major V x K float64 (dense; for the η step and the exact ELBO)."""
-        lam = self._a + self._pi * self._ntilde
+        lam = self._in_word_order(self._a + self._pi * self._ntilde)
         return psi(lam) - psi(lam.sum(axis=0))[None, :]
 
     # -- local step -------------------------------------------------------------------------
@@ -285,8 +301,12 @@ class OnlineVB(StochasticAlgorithm):
         batch.check_vocab(V)
         res, keep, ne, uniq = self._estep(batch, gamma0, max_iter, salt)
         n_empty = batch.n_docs - ne.n_docs
-        sstats = res.sstats
-        stats = VBStats(n_topics=K, n_words=V, word_ids=uniq.astype(np.int32),
+        sstats, rows = res.sstats, uniq
+        if self.word_blocks > 1:                 # statistics are kept by state row
+            rows = self._word_rows(uniq)
+            order = np.argsort(rows, kind="stable")
+            rows, sstats = rows[order], sstats[order]
+        stats = VBStats(n_topics=K, n_words=V, word_ids=rows.astype(np.int32),
                         sstats=sstats, n_docs=ne.n_docs, n_tokens=ne.n_tokens,
                         n_empty=n_empty, n_iterations=int(res.iterations.sum()),
                         n_capped=int(np.count_nonzero(~res.converged)),
@@ -417,12 +437,13 @@ class OnlineVB(StochasticAlgorithm):
         return cls._from_header(header, ntilde)
 
     @classmethod
-    def estep_view(cls, header: BlockHeader, word_ids: np.ndarray, rows: np.ndarray,
+    def estep_view(cls, header: BlockHeader, row_ids: np.ndarray, rows: np.ndarray,
                    n_threads: Optional[int] = None, kernel: str = "numba") -> "OnlineVB":
-        """An algorithm holding only the rows ``rows`` of Ñ of the sorted unique words
-        ``word_ids``: its ``local_step`` of a batch whose words are among them gives the
-        statistics of the full algorithm's, bit for bit."""
-        word_ids = np.asarray(word_ids, np.int64)
+        """An algorithm holding only the rows ``rows`` of Ñ, the state rows ``row_ids``
+        (sorted unique; :func:`~lda_core.algorithms.word_blocks.rows_of_words` of the words):
+        its ``local_step`` of a batch whose words are among them gives the statistics of the
+        full algorithm's, bit for bit."""
+        word_ids = np.asarray(row_ids, np.int64)
         if np.shape(rows) != (len(word_ids), header.n_topics):
             raise ValueError("rows have shape %s, expected (%d, %d)"
                              % (np.shape(rows), len(word_ids), header.n_topics))
@@ -578,7 +599,7 @@ class OnlineVB(StochasticAlgorithm):
         if np.shape(rows) != (hi - lo, self.n_topics):
             raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
                              % (b, np.shape(rows), hi - lo, self.n_topics))
-        sums = {"split": split_rows(rows, lo, splits)}
+        sums = {"split": split_rows(rows, lo, splits, self.n_words, self.word_blocks)}
         if splits.eta_sums:         # Σ_w Σ_k ψ(λ_wk) over the block, for the η step
             sums["psi"] = np.array([float(np.sum(psi(self._a + self._pi * rows)))])
         return BlockPartial(block=b, sums=sums)
@@ -647,7 +668,9 @@ class OnlineVB(StochasticAlgorithm):
         ``copy=False``: ``ntilde`` is the algorithm's own array, not a copy (for a caller that
         writes the state out at once: no second V x K array of a big model)."""
         from lda_core.storage.state import TopicState
-        arrays = {"ntilde": self._ntilde.copy() if copy else self._ntilde,
+        # in word order whatever the word blocks (only this class knows its row order)
+        ntilde = self._in_word_order(self._ntilde)
+        arrays = {"ntilde": ntilde.copy() if copy and ntilde is self._ntilde else ntilde,
                   "ntilde_colsum": self._ntilde_colsum.copy(),
                   "alpha": self.alpha.copy(),
                   "scalars": np.array([self._a, self._pi, self.eta], np.float64)}
@@ -685,6 +708,7 @@ class OnlineVB(StochasticAlgorithm):
         obj._ntilde = (np.ascontiguousarray(state.arrays["ntilde"], dtype=np.float64) if take
                        else np.array(state.arrays["ntilde"], dtype=np.float64, order="C",
                                      copy=True))
+        obj._ntilde = np.ascontiguousarray(obj._in_row_order(obj._ntilde))
         obj._ntilde_colsum = np.array(state.arrays["ntilde_colsum"], np.float64, copy=True)
         obj._a, obj._pi = float(scal[0]), float(scal[1])
         obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)

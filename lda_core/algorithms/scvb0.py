@@ -48,6 +48,7 @@ from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
+                                             in_row_order, in_word_order, rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
@@ -184,9 +185,10 @@ class SCVB0(StochasticAlgorithm):
         # Algorithm 2: "randomly initialize N^Φ" (uniform in [0, init_scale)); N^Z = Σ_w N^Φ_w
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([_INIT_TAG,
                                                                           self.seed])))
-        self._ntilde = (rng.random((self.n_words, self.n_topics))
-                        * self.init_scale).astype(self.dtype)
-        self.nz = self._ntilde.sum(0, dtype=np.float64)
+        ntilde = (rng.random((self.n_words, self.n_topics)) * self.init_scale).astype(self.dtype)
+        self.nz = ntilde.sum(0, dtype=np.float64)
+        # drawn in word order, held in row order (word_blocks.rows_of_words)
+        self._ntilde = np.ascontiguousarray(in_row_order(ntilde, self.word_blocks))
 
     def _configure(self, n_topics, n_words, *, vocab_hash, n_threads=None, **settings):
         self.n_topics = check_number("n_topics", n_topics, 1, 1 << 20, integer=True)
@@ -209,7 +211,7 @@ class SCVB0(StochasticAlgorithm):
 
     def n_phi(self) -> np.ndarray:
         """N^Φ (V x K float64) = π·Ñ (a dense copy; for tests and export)."""
-        return self._pi * self._ntilde.astype(np.float64)
+        return self._pi * in_word_order(self._ntilde, self.word_blocks).astype(np.float64)
 
     def rho_phi(self, t: int) -> float:
         return float(min(1.0, self.s_phi * (self.tau_phi + t) ** (-self.kappa_phi)))
@@ -218,11 +220,12 @@ class SCVB0(StochasticAlgorithm):
         check_batch_words(batch, self.n_words)
         uniq, inv = local_ids(batch.word_ids, self.n_words)
         uniq = uniq.astype(np.int32)
-        rows = uniq
-        if self._row_ids is not None:            # an E-step view: its rows are _row_ids'
-            rows = np.searchsorted(self._row_ids, uniq).astype(np.int32)
-            if len(uniq) and (rows[-1] >= len(self._row_ids)
-                              or not np.array_equal(self._row_ids[rows], uniq)):
+        rows = rows_of_words(uniq, self.n_words, self.word_blocks).astype(np.int32)
+        if self._row_ids is not None:            # an E-step view: it holds rows _row_ids
+            want = rows
+            rows = np.searchsorted(self._row_ids, want).astype(np.int32)
+            if len(want) and (rows.max() >= len(self._row_ids)
+                              or not np.array_equal(self._row_ids[rows], want)):
                 raise ValueError("the batch has words whose rows this E-step view does not hold")
         tile = lazy_tile(rows, self._ntilde, float(self._pi), self.nz, self.eta,
                          float(self.n_words))
@@ -251,9 +254,15 @@ class SCVB0(StochasticAlgorithm):
         """Burn-in + 1 passes per document with N^Φ, N^Z frozen; returns Σ m·γ per word."""
         uniq, _, acc, updates = self._run(batch, self.burn_in + 1, True, "scvb0")
         lens = batch.doc_lengths
+        nz = acc.sum(0)
+        rows = uniq
+        if self.word_blocks > 1:                 # statistics are kept by state row
+            rows = rows_of_words(uniq, self.n_words, self.word_blocks)
+            order = np.argsort(rows, kind="stable")
+            rows, acc = rows[order].astype(np.int32), acc[order]
         return SCVB0Stats(n_topics=self.n_topics, n_words=self.n_words,
-                          block=RowBlock(self.n_topics, uniq, acc),
-                          nz=acc.sum(0), n_docs=batch.n_docs, n_tokens=int(lens.sum()),
+                          block=RowBlock(self.n_topics, rows, acc),
+                          nz=nz, n_docs=batch.n_docs, n_tokens=int(lens.sum()),
                           n_empty=int((lens == 0).sum()), n_iterations=int(updates.sum()),
                           n_capped=0)
 
@@ -336,12 +345,13 @@ class SCVB0(StochasticAlgorithm):
         return obj
 
     @classmethod
-    def estep_view(cls, header: BlockHeader, word_ids: np.ndarray, rows: np.ndarray,
+    def estep_view(cls, header: BlockHeader, row_ids: np.ndarray, rows: np.ndarray,
                    n_threads: Optional[int] = None) -> "SCVB0":
-        """An algorithm holding only the rows ``rows`` of Ñ of the sorted unique words
-        ``word_ids``: its ``local_step`` of a batch whose words are among them gives the
-        statistics of the full algorithm's, bit for bit."""
-        word_ids = np.asarray(word_ids, np.int64)
+        """An algorithm holding only the rows ``rows`` of Ñ, the state rows ``row_ids``
+        (sorted unique; :func:`~lda_core.algorithms.word_blocks.rows_of_words` of the words):
+        its ``local_step`` of a batch whose words are among them gives the statistics of the
+        full algorithm's, bit for bit."""
+        word_ids = np.asarray(row_ids, np.int64)
         if np.shape(rows) != (len(word_ids), header.n_topics):
             raise ValueError("rows have shape %s, expected (%d, %d)"
                              % (np.shape(rows), len(word_ids), header.n_topics))
@@ -468,7 +478,8 @@ class SCVB0(StochasticAlgorithm):
         if np.shape(rows) != (hi - lo, self.n_topics):
             raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
                              % (b, np.shape(rows), hi - lo, self.n_topics))
-        return BlockPartial(block=b, sums={"split": split_rows(rows, lo, splits)})
+        return BlockPartial(block=b, sums={"split": split_rows(rows, lo, splits, self.n_words,
+                                                                  self.word_blocks)})
 
     def _finish_splits(self, splits: Splits, combined: BlockPartial,
                        info: Dict[str, Any]) -> Dict[str, Any]:
@@ -493,7 +504,8 @@ class SCVB0(StochasticAlgorithm):
 
     def topic_word(self) -> np.ndarray:
         """φ_kw = (N^Φ_wk + η)/(N^Z_k + Vη), K x V float64 (rows renormalised to sum to 1)."""
-        phi = (self._pi * self._ntilde.T.astype(np.float64)) + self.eta
+        phi = (self._pi * in_word_order(self._ntilde, self.word_blocks).T.astype(np.float64)
+               + self.eta)
         phi /= phi.sum(1, keepdims=True)
         return phi
 
@@ -510,7 +522,9 @@ class SCVB0(StochasticAlgorithm):
         from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
-                          arrays={"ntilde": self._ntilde.copy() if copy else self._ntilde,
+                          # in word order whatever the word blocks
+                          arrays={"ntilde": self._ntilde.copy() if copy and self.word_blocks == 1
+                                  else in_word_order(self._ntilde, self.word_blocks),
                                   "nz": self.nz.copy(),
                                   "pi": np.array([self._pi], np.float64)},
                           params=self.params(), step=int(self.step),
@@ -536,7 +550,8 @@ class SCVB0(StochasticAlgorithm):
         if nz.shape != (state.n_topics,) or pi.shape != (1,):
             raise DataIntegrityError("arrays nz/pi have shapes %s/%s, expected (%d,)/(1,)"
                                      % (nz.shape, pi.shape, state.n_topics))
-        obj._ntilde = np.array(nt, dtype=obj.dtype)
+        obj._ntilde = np.ascontiguousarray(in_row_order(np.array(nt, dtype=obj.dtype),
+                                                        obj.word_blocks))
         obj.nz = nz.copy()
         obj._pi = float(pi[0])
         obj.step = int(state.step)

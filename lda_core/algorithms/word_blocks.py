@@ -40,11 +40,53 @@ _MAGIC_SPLITS = b"LDAWBS01"
 
 
 def block_bounds(n_words: int, n_blocks: int) -> List[Tuple[int, int]]:
-    """The B contiguous word ranges ``[(lo, hi)]``, ``lo = V*b//B`` (some empty when B > V)."""
+    """The B contiguous *row* ranges ``[(lo, hi)]`` of the word-major state: block b holds the
+    words w with w mod B = b (:func:`rows_of_words`), V // B of them plus one for the first
+    V mod B blocks (some empty when B > V)."""
     V, B = int(n_words), int(n_blocks)
     if B < 1:
         raise UsageError("word_blocks must be at least 1, got %d" % B)
-    return [(V * b // B, V * (b + 1) // B) for b in range(B)]
+    q, r = divmod(V, B)
+    lo = [b * q + min(b, r) for b in range(B + 1)]
+    return [(lo[b], lo[b + 1]) for b in range(B)]
+
+
+def rows_of_words(word_ids: np.ndarray, n_words: int, n_blocks: int) -> np.ndarray:
+    """The state row of each word id: word w is row ``w // B`` of block ``w mod B``.
+
+    Words are dealt to the blocks round-robin rather than cut into ranges because word ids
+    follow frequency (first occurrence): contiguous ranges would give the first block most of
+    every minibatch's statistics, and its owner most of the step's traffic. With B = 1 the
+    rows are the word ids."""
+    ids = np.asarray(word_ids, np.int64)
+    B = int(n_blocks)
+    if B == 1:
+        return ids
+    q, r = divmod(int(n_words), B)
+    b = ids % B
+    return b * q + np.minimum(b, r) + ids // B
+
+
+def in_word_order(by_row: np.ndarray, n_blocks: int) -> np.ndarray:
+    """A word-major array held in row order (V rows), in word order (itself when B = 1)."""
+    if int(n_blocks) == 1:
+        return by_row
+    V = by_row.shape[0]
+    return by_row[rows_of_words(np.arange(V), V, n_blocks)]
+
+
+def in_row_order(by_word: np.ndarray, n_blocks: int) -> np.ndarray:
+    """A word-major array in word order (V rows), in row order (itself when B = 1)."""
+    if int(n_blocks) == 1:
+        return by_word
+    return by_word[words_of_rows(by_word.shape[0], n_blocks)]
+
+
+def words_of_rows(n_words: int, n_blocks: int) -> np.ndarray:
+    """The word id held by each state row (the inverse of :func:`rows_of_words`)."""
+    out = np.empty(int(n_words), np.int64)
+    out[rows_of_words(np.arange(int(n_words)), n_words, n_blocks)] = np.arange(int(n_words))
+    return out
 
 
 def blocks_of(sorted_word_ids: np.ndarray, n_words: int, n_blocks: int) -> List[slice]:
@@ -264,12 +306,19 @@ def split_draw(seed: int, step: int, k: int, lo: int, hi: int) -> np.ndarray:
     return np.sin(0.5 * np.pi * rng.random(int(hi) - int(lo))) ** 2
 
 
-def split_rows(rows: np.ndarray, lo: int, splits: Splits) -> np.ndarray:
-    """Apply ``splits`` to the word rows ``[lo, lo + len(rows))`` of a word-major count-like
-    matrix in place; returns per pair (Σ column k, Σ column j) over these rows (P x 2)."""
+def split_rows(rows: np.ndarray, lo: int, splits: Splits, n_words: int,
+               n_blocks: int) -> np.ndarray:
+    """Apply ``splits`` to the state rows ``[lo, lo + len(rows))`` of a word-major count-like
+    matrix in place; returns per pair (Σ column k, Σ column j) over these rows (P x 2). Each
+    row takes the draw of its word (:func:`words_of_rows`), so the split is the same for
+    any number of word blocks."""
     out = np.zeros((len(splits.pairs), 2), np.float64)
     hi = int(lo) + rows.shape[0]
+    words = None if int(n_blocks) == 1 else words_of_rows(n_words, n_blocks)[lo:hi]
     for i, (k, j) in enumerate(splits.pairs):
-        u = split_draw(splits.seed, splits.step, k, lo, hi)
+        if words is None:
+            u = split_draw(splits.seed, splits.step, k, lo, hi)
+        else:
+            u = split_draw(splits.seed, splits.step, k, 0, n_words)[words]
         out[i] = _split_column(rows, j, k, u)
     return out

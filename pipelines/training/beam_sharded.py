@@ -52,7 +52,8 @@ import apache_beam as beam
 import numpy as np
 
 from lda_core.algorithms.algorithm import algorithm_class
-from lda_core.algorithms.word_blocks import BlockHeader, BlockPartial, Splits, block_bounds
+from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
+                                             rows_of_words)
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
 from lda_core.training import session as _session
@@ -240,7 +241,8 @@ class ShardedEStepFn(LeanDoFn):
         with beam_cost.timed("read"):
             batch = read_task(task)
         with beam_cost.timed("state_delivery"):
-            ids = np.unique(batch.word_ids).astype(np.int64)
+            ids = np.sort(rows_of_words(np.unique(batch.word_ids), header.n_words,
+                                        header.n_blocks))
             rows = _gather_rows(ref, header, ids)
         with beam_cost.timed("estep"):
             view = cls.estep_view(header, ids, rows, n_threads=self.n_threads)
@@ -257,7 +259,7 @@ class ShardedEStepFn(LeanDoFn):
 
 
 def _gather_rows(ref: ShardRef, header, ids: np.ndarray) -> np.ndarray:
-    """The rows ``ids`` (sorted unique word ids) of version ``ref``, read block by block."""
+    """The state rows ``ids`` (sorted unique) of version ``ref``, read block by block."""
     bounds = block_bounds(header.n_words, header.n_blocks)
     parts = []
     for b, (lo, hi) in enumerate(bounds):
