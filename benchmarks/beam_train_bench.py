@@ -280,7 +280,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     traffic.set_bandwidth(None)
     blocks = W if exchange == "word-blocks" else 1
     ref = _algo(K, V, D, S, vh)
-    ref.word_blocks = blocks
+    ref.set_word_blocks(blocks)
     t0 = time.time()
     inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
                     pieces=P)
@@ -292,7 +292,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
     a = _algo(K, V, D, S, vh)
-    a.word_blocks = blocks
+    a.set_word_blocks(blocks)
     load_before = os.getloadavg()
     c0, t0 = _cpu(), time.time()
     try:
@@ -589,7 +589,7 @@ def big_word_blocks_run(args, tmp):
     vh = dataset.check_vocab_hash(files, None)
     D = dataset.count_documents(files)
     a = _algo(K, V, D, S, vh)
-    a.word_blocks = W
+    a.set_word_blocks(W)
     md = os.path.join(tmp, "big-word-blocks")
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")

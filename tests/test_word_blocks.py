@@ -308,3 +308,20 @@ def test_cli_resume_keeps_the_recorded_word_blocks(kos_paths, tmp_path, capsys):
     assert ref.step == got.step == 5
     for k in ref.arrays:
         assert ref.arrays[k].tobytes() == got.arrays[k].tobytes(), k
+
+
+@pytest.mark.parametrize("cls", [OnlineVB, SCVB0])
+def test_set_word_blocks_keeps_the_model_and_equals_a_fresh_start(kos, cls):
+    """Re-laying out a fresh state in B blocks changes nothing of the model, and training it
+    lands on the bits of one constructed with B blocks (what a remote run's default does)."""
+    batch, V = kos
+    settings = VB_SETTINGS["reseed"] if cls is OnlineVB else SCVB0_SETTINGS["reseed"]
+    a = cls(K, V, seed=3, **settings)
+    before = a.topic_word()
+    a.set_word_blocks(3)
+    assert a.word_blocks == 3 and np.array_equal(a.topic_word(), before)
+    b = cls(K, V, seed=3, word_blocks=3, **settings)
+    for mb in minibatches(batch):
+        for algo in (a, b):
+            algo.global_step(local_step_pieces(algo, mb, PIECES))
+    assert_same_state(a, b)

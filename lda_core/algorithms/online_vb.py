@@ -206,6 +206,14 @@ class OnlineVB(StochasticAlgorithm):
         """The state rows of ``word_ids`` (the ids themselves with one word block)."""
         return rows_of_words(word_ids, self.n_words, self.word_blocks)
 
+    def set_word_blocks(self, n_blocks: int) -> None:
+        """Hold the state in ``n_blocks`` word blocks from now on (its rows re-laid out; the
+        model is unchanged). Only a run's first step may change B: it fixes the sums."""
+        n_blocks = check_int("word_blocks", n_blocks, 1, MAX_BLOCKS)
+        self._ntilde = np.ascontiguousarray(in_row_order(self._in_word_order(self._ntilde),
+                                                         n_blocks))
+        self.word_blocks = n_blocks
+
     def _in_word_order(self, by_row: np.ndarray) -> np.ndarray:
         return in_word_order(by_row, self.word_blocks)
 

@@ -209,6 +209,14 @@ class SCVB0(StochasticAlgorithm):
         n = self.n_threads or numba.get_num_threads()
         return n
 
+    def set_word_blocks(self, n_blocks: int) -> None:
+        """Hold the state in ``n_blocks`` word blocks from now on (its rows re-laid out; the
+        model is unchanged). Only a run's first step may change B: it fixes the sums."""
+        n_blocks = check_number("word_blocks", n_blocks, 1, MAX_BLOCKS, integer=True)
+        self._ntilde = np.ascontiguousarray(
+            in_row_order(in_word_order(self._ntilde, self.word_blocks), n_blocks))
+        self.word_blocks = n_blocks
+
     def n_phi(self) -> np.ndarray:
         """N^Φ (V x K float64) = π·Ñ (a dense copy; for tests and export)."""
         return self._pi * in_word_order(self._ntilde, self.word_blocks).astype(np.float64)

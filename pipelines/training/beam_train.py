@@ -345,7 +345,7 @@ class BeamRunner:
             # a fresh remote run: one word block per piece (at least one per worker), so
             # the global step spreads over the workers as the E-step does; recorded in the
             # checkpoints like any setting, so every resume keeps it
-            algorithm.word_blocks = pieces
+            algorithm.set_word_blocks(pieces)
         run_info["exchange"] = EXCHANGE_WORD_BLOCKS if sharded else EXCHANGE_STATE
         return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
                            unroll, run_info, t_start, sharded), algorithm
