@@ -400,7 +400,8 @@ class SplitBlockFn(LeanDoFn):
     def process(self, b, pre: Optional[PreSplitRef]):
         if pre is None:
             return []
-        with beam_cost.step(_run_of(pre.key), pre.position - 1):
+        # charged to the block's owner, as its block step is
+        with beam_cost.block_step(_run_of(pre.key), pre.position - 1, b):
             return list(self._process(b, pre))
 
     def _process(self, b, pre: Optional[PreSplitRef]):
