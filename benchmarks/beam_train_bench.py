@@ -441,6 +441,8 @@ def main(argv=None):
                    help="--big-only: the exchange of the big run (word-blocks: "
                         "--big-workers processes, P = B = W)")
     p.add_argument("--big-workers", type=int, default=4)
+    p.add_argument("--big-pieces", type=int, default=None,
+                   help="pieces per minibatch of the big word-blocks run (default: the workers)")
     p.add_argument("--big-steps", type=int, default=None,
                    help="stop the big word-blocks run after this many steps")
     p.add_argument("--big-minibatch", type=int, default=1024)
@@ -583,6 +585,7 @@ def big_word_blocks_run(args, tmp):
     from pipelines.ingest import dataset
     from pipelines.training import beam_train
     K, V, S, W = 1000, 100000, args.big_minibatch, args.big_workers
+    P = args.big_pieces or W
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.big_docs, V, K)), args.big_docs,
                V, K)
     files = dataset.resolve_shards(ds)
@@ -596,7 +599,7 @@ def big_word_blocks_run(args, tmp):
     c0, t0 = _cpu(), time.time()
     with ChildPeak() as peak, RunLog(log_path) as rl:
         r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S, progress=False,
-                             run_log=rl, pieces_per_minibatch=W, exchange="word-blocks",
+                             run_log=rl, pieces_per_minibatch=P, exchange="word-blocks",
                              max_steps=args.big_steps,
                              scratch_dir=os.path.join(tmp, "scratch"),
                              beam_argv=["--runner=DirectRunner",
@@ -608,7 +611,7 @@ def big_word_blocks_run(args, tmp):
     peaks = sorted(peak.peaks.values(), reverse=True)
     worker_peaks = peaks[:W]
     row = dict(runner="beam-workers-%d-word-blocks" % W, exchange="word-blocks", K=K, V=V,
-               S=S, docs=D, workers=W, pieces=W, word_blocks=W, steps=timing["steps"],
+               S=S, docs=D, workers=W, pieces=P, word_blocks=W, steps=timing["steps"],
                wall_s=wall, cpu_s=cpu, state_bytes=sb, worker_peak_rss_bytes=worker_peaks,
                all_descendant_peaks=peaks,
                worker_peak_over_state=(worker_peaks[0] / sb) if worker_peaks else None,

@@ -89,16 +89,20 @@ def write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
             os.unlink(tmp)
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """``data`` published whole at ``path``: locally a temporary sibling and a rename (not
-    fsynced: scratch lives only while its window runs), on an object store one upload."""
+def write_bytes(path: str, data) -> None:
+    """``data`` (bytes, or a list of byte buffers written one after the other, e.g. a header
+    and an array's own memory) published whole at ``path``: locally a temporary sibling and a
+    rename (not fsynced: scratch lives only while its window runs), on an object store one
+    upload."""
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
     if is_remote(path):
-        object_store_files.files_for(path).write_atomic(path, data)
+        object_store_files.files_for(path).write_atomic(path, b"".join(parts))
         return
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for part in parts:
+                f.write(part)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -102,17 +102,20 @@ def _read(path: str, what: str) -> bytes:
     return data
 
 
-def _write(path: str, data: bytes, what: str) -> None:
-    """Publish ``data`` whole at ``path`` (temporary name + rename locally; one upload on an
-    object store), counted as bytes out."""
+def _write(path: str, data, what: str) -> None:
+    """Publish ``data`` (bytes, or a list of buffers) whole at ``path`` (temporary name +
+    rename locally; one upload on an object store), counted as bytes out."""
     scratch_space.write_bytes(path, data)
-    traffic.record_out(len(data), what)
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    traffic.record_out(sum(memoryview(p).nbytes for p in parts), what)
 
 
 def write_rows(path: str, rows: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(rows), allow_pickle=False)
-    _write(path, buf.getvalue(), traffic.STATE)
+    """A block's rows as an ``.npy`` file, written from the array's own memory."""
+    rows = np.ascontiguousarray(rows)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(rows))
+    _write(path, [head.getvalue(), memoryview(rows.reshape(-1).view(np.uint8))], traffic.STATE)
 
 
 def _npy_layout(f, path: str):
@@ -131,12 +134,20 @@ def _npy_layout(f, path: str):
 
 
 def read_block(path: str) -> np.ndarray:
-    """A whole block file (its owner's rows), counted as bytes in."""
-    data = _read(path, traffic.STATE)
-    arr = np.load(io.BytesIO(data), allow_pickle=False)
-    if arr.ndim != 2:
-        raise DataIntegrityError("%s: not a block file of rows" % path)
-    return arr
+    """A whole block file (its owner's rows) read straight into a new writable array,
+    counted as bytes in."""
+    with object_store_files.files_for(path).open_read(path) as f:
+        shape, dtype, offset = _npy_layout(f, path)
+        out = np.empty(shape, dtype)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done:])
+            if not got:
+                raise DataIntegrityError("%s: truncated block file" % path)
+            done += got
+    traffic.record_in(offset + out.nbytes, traffic.STATE)
+    return out
 
 
 def read_rows(path: str, local_ids: np.ndarray) -> np.ndarray:
@@ -313,7 +324,7 @@ class BlockStepFn(LeanDoFn):
         except StepRefused as e:
             yield 0, (b, None, None, str(e), ref)
             return
-        rows = np.array(read_block(rows_path(ref.folder, ref.position, b, ref.stage)))
+        rows = read_block(rows_path(ref.folder, ref.position, b, ref.stage))
         part = cls.update_block(header, plan, b, rows, stats)
         write_rows(rows_path(ref.folder, pos + 1, b, UPDATED), rows)
         beam_cost.report("global_step", time.perf_counter() - t0)
@@ -412,7 +423,7 @@ class SplitBlockFn(LeanDoFn):
             yield 0, (b, None, pre)
             return
         cls = algorithm_class(header2.algorithm)
-        rows = np.array(read_block(rows_path(pre.folder, pre.position, b, UPDATED)))
+        rows = read_block(rows_path(pre.folder, pre.position, b, UPDATED))
         part = cls.split_block(header2, splits, b, rows)
         if splits.pairs:
             write_rows(rows_path(pre.folder, pre.position, b, SPLIT), rows)
