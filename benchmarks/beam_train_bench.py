@@ -441,6 +441,8 @@ def main(argv=None):
                    help="--big-only: the exchange of the big run (word-blocks: "
                         "--big-workers processes, P = B = W)")
     p.add_argument("--big-workers", type=int, default=4)
+    p.add_argument("--big-blocks", type=int, default=None,
+                   help="word blocks of the big word-blocks run (default: the workers)")
     p.add_argument("--big-pieces", type=int, default=None,
                    help="pieces per minibatch of the big word-blocks run (default: the workers)")
     p.add_argument("--big-steps", type=int, default=None,
@@ -586,13 +588,14 @@ def big_word_blocks_run(args, tmp):
     from pipelines.training import beam_train
     K, V, S, W = 1000, 100000, args.big_minibatch, args.big_workers
     P = args.big_pieces or W
+    B = args.big_blocks or W
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (args.big_docs, V, K)), args.big_docs,
                V, K)
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     D = dataset.count_documents(files)
     a = _algo(K, V, D, S, vh)
-    a.set_word_blocks(W)
+    a.set_word_blocks(B)
     md = os.path.join(tmp, "big-word-blocks")
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
@@ -611,7 +614,7 @@ def big_word_blocks_run(args, tmp):
     peaks = sorted(peak.peaks.values(), reverse=True)
     worker_peaks = peaks[:W]
     row = dict(runner="beam-workers-%d-word-blocks" % W, exchange="word-blocks", K=K, V=V,
-               S=S, docs=D, workers=W, pieces=P, word_blocks=W, steps=timing["steps"],
+               S=S, docs=D, workers=W, pieces=P, word_blocks=B, steps=timing["steps"],
                wall_s=wall, cpu_s=cpu, state_bytes=sb, worker_peak_rss_bytes=worker_peaks,
                all_descendant_peaks=peaks,
                worker_peak_over_state=(worker_peaks[0] / sb) if worker_peaks else None,

@@ -525,20 +525,28 @@ def _row_exchange(row: dict, c: dict) -> str:
         max(got, 1.0) / max(step_bytes(cc, run, W, row["S"], ex)["in_per_worker"], 1.0))))
 
 
-def workers_bytes(path: str, c: dict, src: dict) -> None:
+def workers_bytes(path, c: dict, src: dict) -> None:
     """Measured bytes per worker and step (``benchmarks/beam_train_bench.py``'s W = 1 ... 16
-    rows) when ``path`` exists: each row's measured / analytic ratio (``step_bytes`` at the
+    rows) when ``path`` exists (a path, or a list of paths whose rows are pooled: one
+    results file per exchange): each row's measured / analytic ratio (``step_bytes`` at the
     row's K, V, S, P, B and non-zeros per document), the largest over the rows, becomes
     ``c["bytes_factor"][exchange]``; without the file, or without the shape of its run, the
     analytic counts are used as they are. ``src["bytes"]`` says which."""
-    if not path or not os.path.exists(path):
+    paths = [p for p in ([path] if isinstance(path, str) or path is None else list(path))
+             if p and os.path.exists(p)]
+    if not paths:
         src["bytes"] = ("analytic byte counts (step_bytes): %s is absent (benchmarks/"
-                        "beam_train_bench.py writes it)" % _results_name(path or "?"))
+                        "beam_train_bench.py writes it)"
+                        % _results_name((path if isinstance(path, str) else None) or "?"))
         return
-    doc = _load(path)
-    tag = _run_tag(doc, path)
-    rows = [r for key in ("results", "rows") if isinstance(doc.get(key), list)
-            for r in doc[key] if _bytes_of(r)]
+    rows, tags = [], []
+    for one in paths:
+        doc = _load(one)
+        tags.append(_run_tag(doc, one))
+        rows += [r for key in ("results", "rows") if isinstance(doc.get(key), list)
+                 for r in doc[key] if _bytes_of(r)]
+    tag = "; ".join(tags)
+    path = paths[0]
     usable, ratios = [], {}
     for r in rows:
         W = r.get("workers") or r.get("W")
@@ -837,7 +845,9 @@ def load_constants(args) -> tuple:
            " / ".join("%.0f" % c["stats_small_bytes"][K] for K in c["stats_small_bytes"]),
            " / ".join(str(K) for K in c["header_bytes"]), args.pieces_per_worker,
            args.blocks_per_worker))
-    workers_bytes(args.workers_json, c, src)
+    workers_bytes(args.workers_json or [
+        os.path.join(RESULTS, "beam_train_bench_workers.json"),
+        os.path.join(RESULTS, "beam_train_bench_workers_word_blocks.json")], c, src)
     sample = sample_stats(src)
     union_bound_check(src)
     runs = []
@@ -1247,10 +1257,11 @@ def main(argv=None):
     ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
     ap.add_argument("--beam-big-json", default=os.path.join(RESULTS, "beam_train_bench_big.json"),
                     help="the big-model run's results, if kept apart (worker memory only)")
-    ap.add_argument("--workers-json",
-                    default=os.path.join(RESULTS, "beam_train_bench_workers.json"),
-                    help="measured bytes per worker and step for W = 1 ... 16 (used when it "
-                         "exists; else the analytic byte counts)")
+    ap.add_argument("--workers-json", action="append", default=None,
+                    help="measured bytes per worker and step for W = 1 ... 16, one file per "
+                         "exchange (repeatable; default: beam_train_bench_workers.json and "
+                         "beam_train_bench_workers_word_blocks.json; used when they exist, "
+                         "else the analytic byte counts)")
     ap.add_argument("--graph-json", default=os.path.join(RESULTS, "graph_bytes.json"),
                     help="graph bytes per step (benchmarks/graph_bytes_bench.py)")
     ap.add_argument("--word-blocks-graph-bytes", type=float, default=None,

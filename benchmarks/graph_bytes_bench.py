@@ -94,6 +94,9 @@ def main(argv=None):
     ap.add_argument("--label", default="after")
     ap.add_argument("--commit", help="the commit of the code measured (default: HEAD of the "
                     "tree pipelines is imported from)")
+    ap.add_argument("--exchange", choices=("state", "word-blocks"), default="state",
+                    help="the remote window's steps: the state exchange, or the word-sharded "
+                         "one (record it with --label word-blocks)")
     ap.add_argument("--dataflow", action="store_true",
                     help="also the DataflowRunner dry-run of the 806-step window")
     args = ap.parse_args(argv)
@@ -105,15 +108,16 @@ def main(argv=None):
            "run": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "load": round(os.getloadavg()[0], 1),
            "documents": D, "shards": -(-D // SHARD_ROWS), "pieces": PIECES,
+           "exchange": args.exchange,
            "runner_api_bytes_per_step": {}}
     for S in (256, 4096):
-        b = runner_api_per_step(S)
+        b = runner_api_per_step(S, args.exchange)
         out["runner_api_bytes_per_step"][str(S)] = round(b)
         print("%s: runner API graph %.0f bytes per step at S=%d: %d steps fit in %d MB"
               % (args.label, b, S, GRAPH_LIMIT // b, GRAPH_LIMIT // 2 ** 20))
     if args.dataflow:
         n = n_batches(D, 4096)
-        dr = dataflow_dry_run(n, 4096)
+        dr = dataflow_dry_run(n, 4096, args.exchange)
         dr["pipeline_within_limit"] = dr["pipeline_bytes"] <= GRAPH_LIMIT
         dr["request_within_limit"] = dr["request_bytes"] <= REQUEST_LIMIT
         out["dataflow_dry_run"] = dr

@@ -259,9 +259,13 @@ class ShardedEStepFn(LeanDoFn):
             view = cls.estep_view(header, ids, rows, n_threads=self.n_threads)
             stats = view.local_step(batch)
         self.metrics.report(stats)
+        del view, rows                        # a worker holds one piece's copy at a time
         t0 = time.perf_counter()
+        parts = stats.split_by_block(header.n_blocks)
+        del stats
         out = []
-        for b, part in enumerate(stats.split_by_block(header.n_blocks)):
+        for b in range(len(parts)):
+            part, parts[b] = parts[b], None
             data = encode_stats(part)         # counted as statistics out there
             out.append((b, (task.piece, data, ref)))
         beam_cost.report("stats_encode", time.perf_counter() - t0,
