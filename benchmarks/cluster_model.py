@@ -502,6 +502,8 @@ def _bytes_of(row: dict) -> Optional[Dict[str, float]]:
                                                                    dict) else None
             if v is None:
                 v = holder.get("bytes." + name)
+            if v is None:       # beam_train_bench.py's rows: the fields at the top level
+                v = holder.get(name) if isinstance(holder.get(name), (int, float)) else None
             if v is not None:
                 out[name] = float(v)
                 break
