@@ -194,7 +194,7 @@ def test_measured_byte_factors_multiply_the_analytic_counts(tmp_path):
     assert cm._row_exchange(dict(rows[-1], exchange="state"), c) == "state"
 
 
-def test_jobs_from_the_measured_graph_bytes():
+def test_jobs_from_the_measured_graph_bytes(tmp_path):
     from pipelines.training.beam_train import REMOTE_WINDOW_STEPS
     from pipelines.training.beam_window import GRAPH_LIMIT_BYTES
     path = os.path.join(REPO, "benchmarks", "results", "graph_bytes.json")
@@ -205,9 +205,22 @@ def test_jobs_from_the_measured_graph_bytes():
     per_step = dry["pipeline_bytes"] / dry["steps"]
     assert c["graph_bytes_per_step"]["state"] == pytest.approx(per_step)
     assert c["steps_per_job"]["state"] == min(REMOTE_WINDOW_STEPS, GRAPH_LIMIT_BYTES // per_step)
-    assert c["graph_bytes_per_step"]["word-blocks"] is None
-    assert c["steps_per_job"]["word-blocks"] == REMOTE_WINDOW_STEPS
-    assert "NOT MEASURED" in src["jobs"] and "10 MB" in src["jobs"] and "20 MB" in src["jobs"]
+    # the word-block exchange's own dry run (graph_bytes_bench.py --exchange word-blocks)
+    wb = json.load(open(path))["word-blocks"]["dataflow_dry_run"]
+    wb_per_step = wb["pipeline_bytes"] / wb["steps"]
+    assert c["graph_bytes_per_step"]["word-blocks"] == pytest.approx(wb_per_step)
+    assert c["steps_per_job"]["word-blocks"] == min(REMOTE_WINDOW_STEPS,
+                                                    GRAPH_LIMIT_BYTES // wb_per_step)
+    assert "10 MB" in src["jobs"] and "20 MB" in src["jobs"]
+    c_none, src_none = {}, {}
+    bare = {k: v for k, v in json.load(open(path)).items() if k != "word-blocks"}
+    tmp = str(tmp_path / "graph_bytes_no_word_blocks.json")
+    with open(tmp, "w") as f:
+        json.dump(bare, f)
+    cm.job_settings(tmp, c_none, src_none)
+    assert c_none["graph_bytes_per_step"]["word-blocks"] is None
+    assert c_none["steps_per_job"]["word-blocks"] == REMOTE_WINDOW_STEPS
+    assert "NOT MEASURED" in src_none["jobs"]
     cm.job_settings(path, c, src, word_blocks_graph=20_000)
     assert c["steps_per_job"]["word-blocks"] == GRAPH_LIMIT_BYTES // 20_000 < REMOTE_WINDOW_STEPS
     run = dict(RUN, D=3_300_000)
