@@ -72,7 +72,8 @@ from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
-                                             in_row_order, in_word_order, rows_of_words,
+                                             in_row_order, in_word_order, joined_rows,
+                                             rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
 
@@ -434,15 +435,7 @@ class OnlineVB(StochasticAlgorithm):
     def from_shards(cls, header: BlockHeader, rows) -> "OnlineVB":
         """The algorithm whose Ñ is the blocks' rows ``rows`` (block order) and the rest
         ``header`` (the inverse of :meth:`shard_header` and :meth:`block_rows`)."""
-        rows = list(rows)
-        bounds = block_bounds(header.n_words, header.n_blocks)
-        if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)
-                                           for r, (lo, hi) in zip(rows, bounds)):
-            raise DataIntegrityError("word-block rows have shapes %s, expected %s"
-                                     % ([np.shape(r) for r in rows],
-                                        [(hi - lo, header.n_topics) for lo, hi in bounds]))
-        ntilde = np.ascontiguousarray(np.concatenate(rows), dtype=np.float64)
-        return cls._from_header(header, ntilde)
+        return cls._from_header(header, joined_rows(header, rows, np.float64))
 
     @classmethod
     def estep_view(cls, header: BlockHeader, row_ids: np.ndarray, rows: np.ndarray,

@@ -48,7 +48,8 @@ from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
-                                             in_row_order, in_word_order, rows_of_words,
+                                             in_row_order, in_word_order, joined_rows,
+                                             rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
@@ -341,15 +342,8 @@ class SCVB0(StochasticAlgorithm):
     def from_shards(cls, header: BlockHeader, rows) -> "SCVB0":
         """The algorithm whose Ñ is the blocks' rows ``rows`` (block order) and the rest
         ``header`` (the inverse of :meth:`shard_header` and :meth:`block_rows`)."""
-        rows = list(rows)
-        bounds = block_bounds(header.n_words, header.n_blocks)
-        if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)
-                                           for r, (lo, hi) in zip(rows, bounds)):
-            raise DataIntegrityError("word-block rows have shapes %s, expected %s"
-                                     % ([np.shape(r) for r in rows],
-                                        [(hi - lo, header.n_topics) for lo, hi in bounds]))
         obj = cls._from_header(header, None)
-        obj._ntilde = np.ascontiguousarray(np.concatenate(rows), dtype=obj.dtype)
+        obj._ntilde = joined_rows(header, rows, obj.dtype)
         return obj
 
     @classmethod

@@ -67,6 +67,20 @@ def rows_of_words(word_ids: np.ndarray, n_words: int, n_blocks: int) -> np.ndarr
     return b * q + np.minimum(b, r) + ids // B
 
 
+def joined_rows(header: "BlockHeader", rows, dtype) -> np.ndarray:
+    """The blocks' rows ``rows`` (block order) as one word-major array in row order, after
+    checking each block's shape against ``header`` (DataIntegrityError otherwise)."""
+    from lda_core.errors import DataIntegrityError
+    rows = list(rows)
+    bounds = block_bounds(header.n_words, header.n_blocks)
+    if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)
+                                       for r, (lo, hi) in zip(rows, bounds)):
+        raise DataIntegrityError("word-block rows have shapes %s, expected %s"
+                                 % ([np.shape(r) for r in rows],
+                                    [(hi - lo, header.n_topics) for lo, hi in bounds]))
+    return np.ascontiguousarray(np.concatenate(rows), dtype=dtype)
+
+
 def in_word_order(by_row: np.ndarray, n_blocks: int) -> np.ndarray:
     """A word-major array held in row order (V rows), in word order (itself when B = 1)."""
     if int(n_blocks) == 1:

@@ -61,7 +61,7 @@ from pipelines.runtime import object_store_files, scratch as scratch_space
 from pipelines.training import beam_cost
 from pipelines.training.beam_plan import StepPlan, read_task
 from pipelines.training.beam_stats import decode_stats, encode_stats
-from pipelines.training.beam_steps import (LeanDoFn, StepMetrics, load_step_info,
+from pipelines.training.beam_steps import (LeanDoFn, StepMetrics, collect_infos,
                                            store_step_info)
 
 logger = logging.getLogger(__name__)
@@ -534,16 +534,7 @@ def build_sharded(p, tasks, steps: Sequence[StepPlan], start: ShardRef, n_blocks
 def collect(steps: Sequence[StepPlan], start: ShardRef, run_key: str):
     """After a word-sharded window: the steps' infos up to the first missing or failed one,
     the whole state after the last good step (None if none) and the error or None."""
-    infos, error = [], None
-    for sp in steps:
-        info = load_step_info(start.folder, "%s/%d" % (run_key, sp.position + 1))
-        if info is None:
-            error = (sp.position + 1, "the pipeline produced no state for this step")
-            break
-        if "error" in info:
-            error = (sp.position + 1, info["error"])
-            break
-        infos.append(info)
+    infos, error = collect_infos(steps, start.folder, run_key)
     if not infos:
         return infos, None, error
     last = infos[-1]

@@ -282,6 +282,22 @@ def store_step_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> N
         beam_state.write_json_atomic(_info_path(scratch, key), info)
 
 
+def collect_infos(steps, scratch: Optional[str], run_key: str):
+    """After a window: the steps' infos up to the first missing or failed one, and the error
+    ``(step, message)`` or None."""
+    infos, error = [], None
+    for sp in steps:
+        info = load_step_info(scratch, "%s/%d" % (run_key, sp.position + 1))
+        if info is None:
+            error = (sp.position + 1, "the pipeline produced no state for this step")
+            break
+        if "error" in info:
+            error = (sp.position + 1, info["error"])
+            break
+        infos.append(info)
+    return infos, error
+
+
 def load_step_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]:
     if scratch is None:
         return beam_state.get_local_info(key)

@@ -21,7 +21,7 @@ from pipelines.training.beam_stats import decode_stats
 from pipelines.training.beam_steps import (IN_PROCESS_DOCS_PER_TRANSFORM, METRICS_NAMESPACE,
                                            InProcessStepFn, MinibatchStatistics, TrainStep,
                                            WindowTasks, WriteStatsFn, global_step_info, group_steps,
-                                           load_step_info)
+                                           collect_infos)
 
 logger = logging.getLogger(__name__)
 
@@ -178,21 +178,10 @@ def collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
     """After an unrolled window: the global steps' infos up to the first missing or failed
     one, the state after the last good step (None if none) and the error ``(step, message)``
     or None. Run by the driver, or (``--detach``) by the window's last DoFn."""
-    infos, error = [], None
-    last_key = start_ref.key
-    for sp in steps:
-        key = "%s/%d" % (run_key, sp.position + 1)
-        info = load_step_info(scratch, key)
-        if info is None:
-            error = (sp.position + 1, "the pipeline produced no state for this step")
-            break
-        if "error" in info:
-            error = (sp.position + 1, info["error"])
-            break
-        infos.append(info)
-        last_key = key
+    infos, error = collect_infos(steps, scratch, run_key)
     if not infos:
         return infos, None, error
+    last_key = "%s/%d" % (run_key, steps[len(infos) - 1].position + 1)
     if scratch is None:
         algo = beam_state.get_local(last_key)
     else:
