@@ -72,7 +72,7 @@ from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
-                                             in_row_order, in_word_order, joined_rows,
+                                             check_rows, in_row_order, in_word_order, joined_rows,
                                              rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
@@ -445,9 +445,7 @@ class OnlineVB(StochasticAlgorithm):
         its ``local_step`` of a batch whose words are among them gives the statistics of the
         full algorithm's, bit for bit."""
         word_ids = np.asarray(row_ids, np.int64)
-        if np.shape(rows) != (len(word_ids), header.n_topics):
-            raise ValueError("rows have shape %s, expected (%d, %d)"
-                             % (np.shape(rows), len(word_ids), header.n_topics))
+        check_rows(rows, len(word_ids), header.n_topics, "an E-step view")
         obj = cls._from_header(header, np.ascontiguousarray(rows, dtype=np.float64),
                                n_threads=n_threads, kernel=kernel)
         obj._row_ids = word_ids
@@ -465,9 +463,7 @@ class OnlineVB(StochasticAlgorithm):
         rows ``rows`` in place; the partial carries the checks' flags and the block's sums."""
         algo = cls._from_header(header, None)
         lo, hi = header.bounds(b)
-        if np.shape(rows) != (hi - lo, header.n_topics):
-            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
-                             % (b, np.shape(rows), hi - lo, header.n_topics))
+        check_rows(rows, hi - lo, header.n_topics, "block %d" % b)
         upd, flags = algo._block_update(plan, lo, rows), algo._block_flags()
         for ids, s in stats.row_blocks():
             if len(ids) and (ids[0] < lo or ids[-1] >= hi):
@@ -597,9 +593,7 @@ class OnlineVB(StochasticAlgorithm):
 
     def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
         lo, hi = self._bounds()[b]
-        if np.shape(rows) != (hi - lo, self.n_topics):
-            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
-                             % (b, np.shape(rows), hi - lo, self.n_topics))
+        check_rows(rows, hi - lo, self.n_topics, "block %d" % b)
         sums = {"split": split_rows(rows, lo, splits, self.n_words, self.word_blocks)}
         if splits.eta_sums:         # Σ_w Σ_k ψ(λ_wk) over the block, for the η step
             sums["psi"] = np.array([float(np.sum(psi(self._a + self._pi * rows)))])

@@ -48,7 +48,7 @@ from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
 from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
                                              StepPlan, block_bounds, blocks_of,
-                                             in_row_order, in_word_order, joined_rows,
+                                             check_rows, in_row_order, in_word_order, joined_rows,
                                              rows_of_words,
                                              combine_partials, combine_splits,
                                              dead_topic_splits, split_rows)
@@ -354,9 +354,7 @@ class SCVB0(StochasticAlgorithm):
         its ``local_step`` of a batch whose words are among them gives the statistics of the
         full algorithm's, bit for bit."""
         word_ids = np.asarray(row_ids, np.int64)
-        if np.shape(rows) != (len(word_ids), header.n_topics):
-            raise ValueError("rows have shape %s, expected (%d, %d)"
-                             % (np.shape(rows), len(word_ids), header.n_topics))
+        check_rows(rows, len(word_ids), header.n_topics, "an E-step view")
         obj = cls._from_header(header, None, n_threads=n_threads)
         obj._ntilde = np.ascontiguousarray(rows, dtype=obj.dtype)
         obj._row_ids = word_ids
@@ -374,9 +372,7 @@ class SCVB0(StochasticAlgorithm):
         ``rows`` in place; the partial carries the checks' flags."""
         algo = cls._from_header(header, None)
         lo, hi = header.bounds(b)
-        if np.shape(rows) != (hi - lo, header.n_topics):
-            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
-                             % (b, np.shape(rows), hi - lo, header.n_topics))
+        check_rows(rows, hi - lo, header.n_topics, "block %d" % b)
         ids, vals = stats.block.rows, stats.block.values
         flags = {"finite": bool(np.all(np.isfinite(vals))),
                  "in_range": not len(ids) or bool(ids[0] >= lo and ids[-1] < hi)}
@@ -477,9 +473,7 @@ class SCVB0(StochasticAlgorithm):
 
     def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
         lo, hi = block_bounds(self.n_words, self.word_blocks)[b]
-        if np.shape(rows) != (hi - lo, self.n_topics):
-            raise ValueError("block %d has rows of shape %s, expected (%d, %d)"
-                             % (b, np.shape(rows), hi - lo, self.n_topics))
+        check_rows(rows, hi - lo, self.n_topics, "block %d" % b)
         return BlockPartial(block=b, sums={"split": split_rows(rows, lo, splits, self.n_words,
                                                                   self.word_blocks)})
 

@@ -67,6 +67,13 @@ def rows_of_words(word_ids: np.ndarray, n_words: int, n_blocks: int) -> np.ndarr
     return b * q + np.minimum(b, r) + ids // B
 
 
+def check_rows(rows: np.ndarray, n_rows: int, n_topics: int, what: str) -> None:
+    """ValueError unless ``rows`` is ``n_rows`` x ``n_topics`` (``what`` names them)."""
+    if np.shape(rows) != (int(n_rows), int(n_topics)):
+        raise ValueError("%s has rows of shape %s, expected (%d, %d)"
+                         % (what, np.shape(rows), n_rows, n_topics))
+
+
 def joined_rows(header: "BlockHeader", rows, dtype) -> np.ndarray:
     """The blocks' rows ``rows`` (block order) as one word-major array in row order, after
     checking each block's shape against ``header`` (DataIntegrityError otherwise)."""
