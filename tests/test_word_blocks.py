@@ -8,7 +8,7 @@ import pytest
 
 from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.algorithms.scvb0 import SCVB0
-from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
+from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, block_bounds,
                                              blocks_of, in_word_order, rows_of_words,
                                              split_draw)
 from lda_core.errors import StepRefused
@@ -65,14 +65,8 @@ def cluster_run(cls, V, batches, B, settings):
             part = cls.update_block(own, plan, b, owners[b], block_stats[b])
             parts.append(BlockPartial.from_bytes(part.to_bytes()))
         plan = cls.plan_step(header, block_stats[0])
-        header2, splits, info = cls.finish_step(header, plan, parts)
-        splits = Splits.from_bytes(splits.to_bytes())
-        h2 = header2.to_bytes()
-        sparts = [BlockPartial.from_bytes(cls.split_block(BlockHeader.from_bytes(h2), splits, b,
-                                                          owners[b]).to_bytes())
-                  for b in range(B)]
-        header3, info = cls.finish_splits(header2, splits, sparts, info)
-        header_bytes = header3.to_bytes()
+        header2, info = cls.finish_step(header, plan, parts)
+        header_bytes = header2.to_bytes()
         infos.append(info)
     return cls.from_shards(BlockHeader.from_bytes(header_bytes), owners), infos
 
