@@ -188,6 +188,8 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
              "reducer_rows": 2 * state}
         n_reducers = 1
     b["in_per_worker"] *= f.get("in", 1.0)
+    # of which the previous step's partials (word blocks: one per block, so they grow with B)
+    b["partials_in"] = (B * partial if ex == "word-blocks" else 0.0) * f.get("in", 1.0)
     b["out_per_worker"] *= f.get("out", 1.0)
     b["reducer_in"] *= f.get("reducer", 1.0)
     b["busiest"] = sum(b[k] for k in ("in_per_worker", "out_per_worker", "reducer_in",
@@ -215,7 +217,8 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
         # E-step workers add the previous step's partials, read their rows and send their
         # block owners (one stage later) receive their blocks' statistics, read and write
         # their blocks and apply the global step to 1/B of the rows each
-        parts.update(delivery=b["in_per_worker"] / bw, stats_out=b["out_per_worker"] / bw,
+        parts.update(delivery=(b["in_per_worker"] - b["partials_in"]) / bw,
+                     partials=b["partials_in"] / bw, stats_out=b["out_per_worker"] / bw,
                      owner=(b["reducer_in"] + b["reducer_rows"]) / bw,
                      global_step=global_step / shape(c, W)[1])
     else:
@@ -259,7 +262,7 @@ def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lif
 
 # parts that grow with the partitioning (P pieces, B blocks) and are >= 0: left out of the
 # serial part (Amdahl) at W -> infinity
-_PARTITION_PARTS = ("combine", "stats_out", "owner")
+_PARTITION_PARTS = ("combine", "stats_out", "owner", "partials")
 
 
 def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted",
@@ -267,8 +270,8 @@ def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted",
     """What no number of workers shortens (Amdahl's serial part, a lower bound of every W's
     total): the job starts, and per step the parts at W -> infinity -- one document's E-step
     per core, the delivery, the global step (spread over the blocks with word blocks) and the
-    overhead (or the stages' latency); the combine, statistics and owner bytes are left out
-    (>= 0; they grow with the pieces and blocks)."""
+    overhead (or the stages' latency); the combine, statistics, partials and owner bytes are
+    left out (>= 0; they grow with the pieces and blocks)."""
     p = project(c, cloud, run, 1, S, combine, stage_latency)
     parts = step_parts(c, cloud, run, 2 ** 40, S, combine, stage_latency)
     per_step = sum(v for k, v in parts.items() if k not in _PARTITION_PARTS)
@@ -308,6 +311,7 @@ PART_NAMES = {"estep": "E-step", "delivery": "delivery (bytes into a worker)",
               "combine": "combine (every piece into one reducer)",
               "stats_out": "statistics out of a worker",
               "owner": "block owner (its block's statistics in, its block read + written)",
+              "partials": "the previous step's block partials into a worker",
               "global_step": "global step", "overhead": "stage latency"}
 
 
