@@ -256,10 +256,10 @@ class _BlockOwnerFn(beam.DoFn):
         yield b
 
 
-def chained_window(ch: Channel, first: int, last: int, runner) -> None:
+def chained_window(ch: Channel, first: int, last: int, workers: int = 0) -> None:
     """Steps first..last as one pipeline, two stages per step."""
     P = ch.n_pieces
-    with beam.Pipeline(runner=runner) as p:
+    with _pipeline(workers) as p:
         tasks = (p | "tasks" >> beam.Create([(t, k) for t in range(first, last + 1)
                                              for k in range(P)])
                  | "by step" >> beam.Partition(lambda tk, n: tk[0] - first, last - first + 1))
@@ -353,10 +353,10 @@ class BlockStateFn(beam.DoFn):
         yield t, b
 
 
-def streaming_loop(ch: Channel, first: int, last: int, runner,
-                   poll: float = 0.002) -> None:
+def streaming_loop(ch: Channel, first: int, last: int, poll: float = 0.002,
+                   workers: int = 0) -> None:
     """Steps first..last as ONE pipeline (the loop)."""
-    with beam.Pipeline(runner=runner) as p:
+    with _pipeline(workers) as p:
         _ = (p | beam.Create([(first, last)])
              | "tasks" >> beam.ParDo(StepSourceFn(ch, first, last, poll))
              | "E-step" >> beam.ParDo(_LoopEStepFn(ch)).with_output_types(
@@ -389,12 +389,17 @@ def same_state(a, b) -> bool:
             and all(np.array_equal(sa.arrays[k], sb.arrays[k]) for k in sa.arrays))
 
 
-def fn_api_runner():
+def _pipeline(workers: int):
+    """A pipeline on the FnApiRunner: in-process (``workers`` 0) or with that many local
+    worker processes (the DirectRunner's multi_processing mode)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    return FnApiRunner()
+    argv = (["--direct_running_mode=multi_processing", "--direct_num_workers=%d" % workers]
+            if workers else [])
+    return beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(argv))
 
 
-def run_chained(folder, K, V, B, P, minibatches, window_steps):
+def run_chained(folder, K, V, B, P, minibatches, window_steps, workers=0):
     """(final algorithm, per-window records) of the chained windows."""
     ch = Channel(folder, B, P)
     ch.start(new_algo(K, V, B))
@@ -404,23 +409,26 @@ def run_chained(folder, K, V, B, P, minibatches, window_steps):
     for first in range(1, n + 1, window_steps):
         last = min(n, first + window_steps - 1)
         EVENTS.clear()
-        t0 = time.perf_counter()
-        chained_window(ch, first, last, fn_api_runner())
-        t1 = time.perf_counter()
-        windows.append(_timing(t0, t1, first, last))
+        t0, w0 = time.perf_counter(), time.time()
+        chained_window(ch, first, last, workers)
+        t1, w1 = time.perf_counter(), time.time()
+        windows.append(_file_timing(ch, w0, w1, first, last) if workers
+                       else _timing(t0, t1, first, last))
     return ch.final(n), windows
 
 
-def run_loop(folder, K, V, B, P, minibatches, poll=0.002):
+def run_loop(folder, K, V, B, P, minibatches, poll=0.002, workers=0):
     ch = Channel(folder, B, P)
     ch.start(new_algo(K, V, B))
     ch.publish_pieces(split_pieces(minibatches, P))
     n = len(minibatches)
     EVENTS.clear()
     POLLS.clear()
-    t0 = time.perf_counter()
-    streaming_loop(ch, 1, n, fn_api_runner(), poll)
-    t1 = time.perf_counter()
+    t0, w0 = time.perf_counter(), time.time()
+    streaming_loop(ch, 1, n, poll, workers)
+    t1, w1 = time.perf_counter(), time.time()
+    if workers:
+        return ch.final(n), _file_timing(ch, w0, w1, 1, n)
     rec = _timing(t0, t1, 1, n)
     claims = [EVENTS[("claim", t)] for t in range(1, n + 1)]
     rec["round_trip_s"] = float(np.median(np.diff(claims))) if n > 1 else None
@@ -439,6 +447,19 @@ def _timing(t0, t1, first, last) -> dict:
     return {"steps": steps, "wall_s": t1 - t0, "start_s": e - t0,
             "per_step_s": (o - e) / steps, "finish_s": t1 - o,
             "step_intervals_s": [float(x) for x in np.diff(done)]}
+
+
+def _file_timing(ch: Channel, w0, w1, first, last) -> dict:
+    """With worker processes (whose events this process does not see): the intervals
+    between the steps' last published partials (file times), and start + finish as the
+    wall time less the steps at the median interval."""
+    done = [max(os.stat(ch.path("partial", t, b)).st_mtime for b in range(ch.n_blocks))
+            for t in range(first, last + 1)]
+    steps = last - first + 1
+    iv = [float(x) for x in np.diff(done)]
+    step = float(np.median(iv)) if iv else w1 - w0
+    return {"steps": steps, "wall_s": w1 - w0, "per_step_s": step,
+            "start_s": (w1 - w0) - steps * step, "finish_s": 0.0, "step_intervals_s": iv}
 
 
 # ------------------------------------------------------------------------- the model
@@ -481,44 +502,25 @@ def load_kos(n_docs: int):
     return uci_docbatch(os.path.join(data, "uci-bow-kos", "docword.kos.txt.gz"), n_docs)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--topics", type=int, default=20)
-    ap.add_argument("--minibatch", type=int, default=128)
-    ap.add_argument("--pieces", type=int, default=2)
-    ap.add_argument("--blocks", type=int, default=4)
-    ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--window-steps", type=int, default=4)
-    ap.add_argument("--poll", type=float, default=0.002)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--json", default=RESULTS)
-    a = ap.parse_args(argv)
-    n = a.windows * a.window_steps
-    batch, V = load_kos(a.minibatch * n)
-    mbs = [batch.take(np.arange(i, i + a.minibatch)) for i in range(0, batch.n_docs,
-                                                                   a.minibatch)]
-    K, B, P = a.topics, a.blocks, a.pieces
-    ref = inprocess(K, V, B, P, mbs)              # the kernels' first compile
-    inproc_step = float("inf")
-    for _ in range(2):
-        t0 = time.perf_counter()
-        ref = inprocess(K, V, B, P, mbs)
-        inproc_step = min(inproc_step, (time.perf_counter() - t0) / n)
+def measure(a, K, V, B, P, mbs, ref, inproc_step, workers, repeats) -> dict:
+    """Both options ``repeats`` times (alternating which goes first), on the FnApiRunner
+    in-process (``workers`` 0) or with worker processes; their times, bits and ratios."""
+    print("-- FnApiRunner %s" % ("with %d worker processes" % workers if workers
+                                 else "in-process"))
     runs = []
-    for r in range(a.repeats):
+    for r in range(repeats):
         for kind in (("chained", "loop") if r % 2 == 0 else ("loop", "chained")):
             folder = tempfile.mkdtemp(prefix="ldabeam-loop-bench-")
             try:
                 if kind == "chained":
-                    algo, windows = run_chained(folder, K, V, B, P, mbs, a.window_steps)
+                    algo, windows = run_chained(folder, K, V, B, P, mbs, a.window_steps, workers)
                     rec = {"kind": kind, "repeat": r, "windows": windows,
                            "start_s": float(np.mean([w["start_s"] + w["finish_s"]
                                                      for w in windows])),
                            "per_step_s": float(np.mean([w["per_step_s"] for w in windows])),
                            "wall_s": float(sum(w["wall_s"] for w in windows))}
                 else:
-                    algo, rec = run_loop(folder, K, V, B, P, mbs, a.poll)
+                    algo, rec = run_loop(folder, K, V, B, P, mbs, a.poll, workers)
                     rec = dict(rec, kind=kind, repeat=r,
                                start_s=rec["start_s"] + rec["finish_s"])
             finally:
@@ -550,6 +552,40 @@ def main(argv=None) -> None:
           "loop %.4f s" % (inproc_step, steady["chained"], steady["loop"]))
     for k, v in ratios.items():
         print("%-42s %.2f" % (k, v))
+    return {"workers": workers, "runs": runs, "best": best, "steady_step_s": steady,
+            "ratios": ratios}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topics", type=int, default=20)
+    ap.add_argument("--minibatch", type=int, default=128)
+    ap.add_argument("--pieces", type=int, default=2)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--window-steps", type=int, default=4)
+    ap.add_argument("--poll", type=float, default=0.002)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2,
+                    help="also measure with this many local worker processes (0: not)")
+    ap.add_argument("--json", default=RESULTS)
+    a = ap.parse_args(argv)
+    n = a.windows * a.window_steps
+    batch, V = load_kos(a.minibatch * n)
+    mbs = [batch.take(np.arange(i, i + a.minibatch)) for i in range(0, batch.n_docs,
+                                                                   a.minibatch)]
+    K, B, P = a.topics, a.blocks, a.pieces
+    ref = inprocess(K, V, B, P, mbs)              # the kernels' first compile
+    inproc_step = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        ref = inprocess(K, V, B, P, mbs)
+        inproc_step = min(inproc_step, (time.perf_counter() - t0) / n)
+    results = {"in_process": measure(a, K, V, B, P, mbs, ref, inproc_step, 0, a.repeats)}
+    if a.workers:
+        results["worker_processes"] = measure(a, K, V, B, P, mbs, ref, inproc_step,
+                                              a.workers, 1)
     model = model_rows()
     for m in model:
         print("%s: %d steps, %d chained job(s) of <= %d steps, %.1f s/stage: chained %.0f s "
@@ -564,10 +600,9 @@ def main(argv=None) -> None:
                               "K": K, "V": V, "S": a.minibatch, "pieces": P, "blocks": B,
                               "steps": n, "window_steps": a.window_steps,
                               "algorithm": ALGO.name, "settings": SETTINGS,
-                              "runner": "FnApiRunner in-process", "poll_s": a.poll},
-                  "inprocess_step_s": inproc_step, "runs": runs, "best": best,
-                  "steady_step_s": steady, "ratios": ratios,
-                  "model": model}, a.json)
+                              "runner": "FnApiRunner (the DirectRunner's engine)",
+                              "poll_s": a.poll},
+                  "inprocess_step_s": inproc_step, "model": model, **results}, a.json)
 
 
 if __name__ == "__main__":
