@@ -11,7 +11,9 @@ from ``lda_core``'s word-block API only (``shard_header``, ``estep_view``, ``pla
     owner of block b                the pieces summed in piece order, the plan, its rows
                                     updated -> rows-t-b, partial-t-b (block 0: its
                                     statistics too, for the plan of the finish)
-    finish of step t                partials in block order -> header-t
+    finish of step t                partials in block order -> header-t (by whoever
+                                    needs header t first: the next step's E-steps, the
+                                    loop's source, the driver at the end)
 
 (a) **chained windows**: N windows of M steps, each window a new pipeline (a Dataflow job)
     started from the channel the previous one left; a step is two stages: the E-steps (the
@@ -26,7 +28,8 @@ from ``lda_core``'s word-block API only (``shard_header``, ``estep_view``, ``pla
 
 Both must end on the in-process trainer's bits (``algo.global_step(local_step_pieces(...))``
 at the same (seed, S, P, B)); the results file says whether they did. Runner: Beam's
-FnApiRunner in-process (what ``--runner DirectRunner`` runs). The streaming DirectRunner
+FnApiRunner (what ``--runner DirectRunner`` runs), in-process and with ``--workers`` local
+worker processes (step times then from the partials' file times). The streaming DirectRunner
 (``BundleBasedDirectRunner``, ``streaming=True``) cannot run any splittable source here --
 ``PeriodicImpulse``, ``fileio.MatchContinuously`` or this one -- (its transform overrides
 fail: "... ProcessKeyedElements/GroupByKey/GroupByKey, _GroupByKeyOnly) was not replaced as
@@ -40,11 +43,12 @@ round trip against a chained step, and what ``benchmarks/cluster_model.py``'s jo
 
     PYTHONPATH=. LDABEAM_SHARED_DATA=/work/shared/data \\
         python benchmarks/streaming_loop_bench.py [--windows 4] [--window-steps 4]
+        [--repeats 2] [--workers 2] [--topics 20] [--minibatch 128] [--pieces 2]
+        [--blocks 4] [--poll 0.002] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
-import glob
 import io
 import math
 import os
@@ -494,12 +498,25 @@ def model_rows() -> List[dict]:
 
 
 def load_kos(n_docs: int):
+    """(DocBatch of the first ``n_docs`` documents of KOS, V) from the shared data
+    (``LDABEAM_SHARED_DATA``, else ../shared/data beside the repository), read by the
+    project's UCI reader; a dead letter is an error here (the corpus is a fixed input)."""
+    from lda_core.docbatch import DocBatch
+    from pipelines.ingest.bow_sources import iter_bow_documents, read_bow_vocab
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.join(here, "tests"))
-    from uci_slices import uci_docbatch
-    data = os.environ.get("LDABEAM_SHARED_DATA", os.path.join(os.path.dirname(here), "shared",
-                                                               "data"))
-    return uci_docbatch(os.path.join(data, "uci-bow-kos", "docword.kos.txt.gz"), n_docs)
+    data = os.environ.get("LDABEAM_SHARED_DATA",
+                          os.path.join(os.path.dirname(here), "shared", "data"))
+    path = os.path.join(data, "uci-bow-kos", "docword.kos.txt.gz")
+    V = len(read_bow_vocab(path, "uci", None))
+    rows, ids = [], []
+    for item in iter_bow_documents(path, "uci", V):
+        if not isinstance(item, tuple):
+            raise DataIntegrityError("%s: %s" % (path, item))
+        ids.append("kos%s" % item[0])
+        rows.append((item[1], item[2]))
+        if len(rows) == n_docs:
+            break
+    return DocBatch.from_rows(rows, doc_ids=ids), V
 
 
 def measure(a, K, V, B, P, mbs, ref, inproc_step, workers, repeats) -> dict:
