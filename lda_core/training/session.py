@@ -488,8 +488,10 @@ class Session:
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
-        state = stamp(algorithm.to_state(), pos, docs_seen(algorithm), runner=self.runner,
-                      run_info=self.run_info, vocab_hash=self.vocab_hash,
+        # word-sharded algorithms with B > 1: their rows as B block files, uncopied
+        from lda_core.storage.blocks import checkpoint_state
+        state = stamp(checkpoint_state(algorithm), pos, docs_seen(algorithm),
+                      runner=self.runner, run_info=self.run_info, vocab_hash=self.vocab_hash,
                       sequential=is_sequential(algorithm))
         self.last_checkpoint = self.store.publish(state)
         self.last_published = pos
