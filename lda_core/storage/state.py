@@ -774,7 +774,8 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
         raise StateFormatError("%s is %d bytes, more than the %d allowed for a state.json"
                                % (path, size, MAX_STATE_JSON_BYTES))
     with files.open_read(path) as f:
-        raw = f.read(MAX_STATE_JSON_BYTES + 1)
+        # its size, not the cap: read(n) allocates n bytes before it reads
+        raw = f.read(size + 1)
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
