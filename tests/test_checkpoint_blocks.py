@@ -236,6 +236,28 @@ def test_publish_blocks_equals_publish_of_the_assembled_state(cls, B, kos, tmp_p
     assert read_block_header(b).to_bytes() == header.to_bytes()
 
 
+@pytest.mark.parametrize("cls", [OnlineVB, SCVB0])
+def test_session_publish_blocks_is_session_publish(cls, kos, tmp_path, monkeypatch):
+    """The trainer's bookkeeping publishes the same checkpoint, stamped the same way, from the
+    header and block files as from the assembled algorithm."""
+    from lda_core.training import session as session_mod
+    from lda_core.training.spec import Output
+    monkeypatch.setattr(session_mod.time, "time", lambda: 1234.5)   # the stamp's wall_time
+    algo = trained(cls, kos, 4)
+    sources = block_files(algo, str(tmp_path / "scratch"))
+    paths = []
+    for name, publish in (("a", lambda s: s.publish(algo, 7)),
+                          ("b", lambda s: s.publish_blocks(algo.shard_header(), sources, 7))):
+        ses = session_mod.Session(output=Output(checkpoint_store=CheckpointStore(
+            str(tmp_path / name)), progress=False), runner="test", run_info={"x": 1},
+            vocab_hash="ab" * 32)
+        paths.append(publish(ses))
+        assert publish(ses) is None and ses.last_checkpoint == paths[-1]   # once per position
+    assert files_of(paths[0]) == files_of(paths[1])
+    info = TopicState.load(paths[1]).info
+    assert info["trainer"]["minibatches_done"] == 7 and info["run"] == {"x": 1}
+
+
 def test_publish_blocks_checks_each_block_against_the_header(kos, tmp_path):
     algo = trained(OnlineVB, kos, 4)
     sources = block_files(algo, str(tmp_path / "scratch"))

@@ -78,6 +78,9 @@ def algorithm_from_state(state: TopicState, n_threads: Optional[int] = None,
     rows = state.arrays.get(ROWS)
     if not isinstance(rows, RowBlocks):
         return cls.from_state(state, n_threads=n_threads, take=take)
+    if not getattr(cls, "word_sharded", False):
+        raise DataIntegrityError("state of %s holds %r as word blocks, which only word-sharded "
+                                 "algorithms write" % (state.algorithm, ROWS))
     header = cls.header_of_state(state)
     if header.n_blocks != rows.n_blocks:
         raise DataIntegrityError("state of %s holds %d word blocks but its settings say "
