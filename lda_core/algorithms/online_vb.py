@@ -688,6 +688,53 @@ class OnlineVB(StochasticAlgorithm):
         return obj
 
 
+    # -- checkpoints by word blocks (lda_core.storage.blocks) -------------------------------
+    @classmethod
+    def state_without_rows(cls, header: BlockHeader):
+        """The :meth:`to_state` of the algorithm of ``header`` without its word-major array
+        ``ntilde`` (O(K): what a checkpoint holds beside the row blocks)."""
+        state = cls._from_header(header, np.zeros((0, header.n_topics))).to_state(copy=False)
+        del state.arrays["ntilde"]
+        return state
+
+    @classmethod
+    def header_of_state(cls, state) -> BlockHeader:
+        """The word-block header of the algorithm of ``state``, read from all its arrays but
+        ``ntilde`` (not touched: it may be absent or held in blocks)."""
+        if state.algorithm != cls.name:
+            raise DataIntegrityError(
+                "state is for algorithm %r, not %r" % (state.algorithm, cls.name))
+        K = state.n_topics
+        for name, shape in {"ntilde_colsum": (K,), "alpha": (K,), "scalars": (3,)}.items():
+            if name not in state.arrays or np.shape(state.arrays[name]) != shape:
+                raise DataIntegrityError("state array %r is %s, expected shape %s"
+                                         % (name, np.shape(state.arrays[name]) if name in
+                                            state.arrays else "missing", shape))
+        scal = np.asarray(state.arrays["scalars"], np.float64)
+        settings = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
+                        eta=float(scal[2]))
+        obj = cls.__new__(cls)
+        obj._configure(K, state.n_words, state.vocab_hash, None, "numba", settings)
+        obj._ntilde_colsum = np.array(state.arrays["ntilde_colsum"], np.float64, copy=True)
+        obj._a, obj._pi = float(scal[0]), float(scal[1])
+        obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)
+        return obj.shard_header()
+
+    @classmethod
+    def row_dtype(cls, header: BlockHeader) -> np.dtype:
+        """The dtype of Ñ's rows (what a block file of this algorithm holds)."""
+        return np.dtype(np.float64)
+
+    @classmethod
+    def from_header_rows(cls, header: BlockHeader, rows: np.ndarray,
+                         n_threads: Optional[int] = None) -> "OnlineVB":
+        """The algorithm whose Ñ in row order is ``rows`` itself (V x K float64, C order:
+        not copied) and the rest ``header`` (:meth:`from_shards` of one contiguous array)."""
+        check_rows(rows, header.n_words, header.n_topics, "the word-major rows")
+        return cls._from_header(header, np.ascontiguousarray(rows, dtype=np.float64),
+                                n_threads=n_threads)
+
 class BatchVB(OnlineVB):
     """Batch variational Bayes: the special case S = D, ρ = 1 (λ ← η + sstats over the whole
     corpus), iterated by :meth:`fit` until the relative ELBO change is below ``rel_tol``.

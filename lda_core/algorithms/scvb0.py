@@ -542,3 +542,49 @@ class SCVB0(StochasticAlgorithm):
         obj.docs_seen = int(state.docs_seen)
         obj.tokens_seen = int(state.info.get("tokens_seen", 0))
         return obj
+
+    # -- checkpoints by word blocks (lda_core.storage.blocks) -------------------------------
+    @classmethod
+    def state_without_rows(cls, header: BlockHeader):
+        """The :meth:`to_state` of the algorithm of ``header`` without its word-major array
+        ``ntilde`` (O(K): what a checkpoint holds beside the row blocks)."""
+        obj = cls._from_header(header, None)
+        obj._ntilde = np.zeros((0, header.n_topics), obj.dtype)
+        state = obj.to_state(copy=False)
+        del state.arrays["ntilde"]
+        return state
+
+    @classmethod
+    def header_of_state(cls, state) -> BlockHeader:
+        """The word-block header of the algorithm of ``state``, read from all its arrays but
+        ``ntilde`` (not touched: it may be absent or held in blocks)."""
+        state.validate(algorithm=cls.name)
+        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        obj = cls.__new__(cls)
+        obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash, **p)
+        nz = np.asarray(state.arrays.get("nz"), np.float64)
+        pi = np.asarray(state.arrays.get("pi"), np.float64)
+        if nz.shape != (state.n_topics,) or pi.shape != (1,):
+            raise DataIntegrityError("arrays nz/pi have shapes %s/%s, expected (%d,)/(1,)"
+                                     % (nz.shape, pi.shape, state.n_topics))
+        obj.nz = nz.copy()
+        obj._pi = float(pi[0])
+        obj.step = int(state.step)
+        obj.docs_seen = int(state.docs_seen)
+        obj.tokens_seen = int(state.info.get("tokens_seen", 0))
+        return obj.shard_header()
+
+    @classmethod
+    def row_dtype(cls, header: BlockHeader) -> np.dtype:
+        """The dtype of Ñ's rows (the ``dtype`` setting: what a block file holds)."""
+        return np.dtype(cls._from_header(header, None).dtype)
+
+    @classmethod
+    def from_header_rows(cls, header: BlockHeader, rows: np.ndarray,
+                         n_threads: Optional[int] = None) -> "SCVB0":
+        """The algorithm whose Ñ in row order is ``rows`` itself (V x K of the row dtype,
+        C order: not copied) and the rest ``header`` (:meth:`from_shards` of one array)."""
+        check_rows(rows, header.n_words, header.n_topics, "the word-major rows")
+        obj = cls._from_header(header, None, n_threads=n_threads)
+        obj._ntilde = np.ascontiguousarray(rows, dtype=obj.dtype)
+        return obj
