@@ -163,6 +163,19 @@ def _check_entry(name: str, meta: Any):
     return fname, dtype, shape, sha
 
 
+def _block_npy_header(f: BinaryIO, fsize: int, where: str, fname: str, dtype: np.dtype,
+                      shape: tuple, says: str, sha) -> int:
+    """:func:`_check_npy_header` of a word-block file, which must be in C order; the header's
+    bytes are added to the running ``sha`` and the data offset returned."""
+    forder, offset = _check_npy_header(f, fsize, where, fname, dtype, shape, says)
+    if forder and shape[0] > 1 and shape[1] > 1:
+        raise StateFormatError("%s: %s is in Fortran order; block files are C order"
+                               % (where, fname))
+    f.seek(0)
+    sha.update(f.read(offset))
+    return offset
+
+
 def _check_npy_header(f: BinaryIO, fsize: int, where: str, fname: str, dtype: np.dtype,
                       shape: tuple, says: str):
     """Parse the .npy header of the open file ``f`` (``fsize`` bytes) and check it against
@@ -362,13 +375,8 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
     step = max(item, _CHUNK - _CHUNK % item)
     n_nan = n_inf = 0
     with src_files.open_read(src) as f:
-        forder, offset = _check_npy_header(f, fsize, where, src, dtype, shape,
-                                           "the word-block header needs")
-        if forder and shape[0] > 1 and shape[1] > 1:
-            raise StateFormatError("%s %s is in Fortran order; block files are C order"
-                                   % (where, src))
-        f.seek(0)
-        src_sha.update(f.read(offset))
+        _block_npy_header(f, fsize, where, src, dtype, shape,
+                          "the word-block header needs", src_sha)
         with files.open_write(path) as out:
             w = _HashingWriter(out)
             np.lib.format.write_array_header_1_0(
@@ -482,13 +490,8 @@ def _read_block(files: LocalFiles, directory: str, fname: str, dtype: np.dtype, 
                                % (directory, fname))
     h = hashlib.sha256()
     with files.open_read(path) as f:
-        forder, offset = _check_npy_header(f, files.size(path), directory, fname, dtype, shape,
-                                           "state.json says")
-        if forder and shape[0] > 1 and shape[1] > 1:
-            raise StateFormatError("%s: %s is in Fortran order; block files are C order"
-                                   % (directory, fname))
-        f.seek(0)
-        h.update(f.read(offset))
+        _block_npy_header(f, files.size(path), directory, fname, dtype, shape,
+                          "state.json says", h)
         rows, K = shape
         per = max(1, _CHUNK // max(1, K * dtype.itemsize))
         tmp = None if dest.flags.c_contiguous else np.empty((min(per, rows), K), dtype)
