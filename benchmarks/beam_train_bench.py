@@ -251,11 +251,12 @@ def portable_pool():
             "--environment_type=EXTERNAL", "--environment_config=localhost:%d" % wp], procs
 
 
-def expected_word_block_bytes(files, S, P, W, K, V, header_bytes):
+def expected_word_block_bytes(files, S, P, W, K, V, partials_bytes):
     """What the word-sharded exchange should move per step, from the corpus alone: a
-    worker's E-step reads the header and its pieces' words' rows (P/W pieces of the mean
-    piece's distinct words, K float64 each); a block owner (B = W blocks) reads and writes
-    its V/B rows. Mean over the run's minibatches."""
+    worker's E-step reads the previous step's block partials (``partials_bytes``, all B of
+    them) and its pieces' words' rows (P/W pieces of the mean piece's distinct words, K
+    float64 each); a block owner (B = W blocks) reads and writes its V/B rows. Mean over the
+    run's minibatches."""
     from lda_core.training.pieces import piece_bounds
     from pipelines.training.shard_stream import ShardStream
     piece_words = []
@@ -264,8 +265,14 @@ def expected_word_block_bytes(files, S, P, W, K, V, header_bytes):
         for lo, hi in piece_bounds(batch.n_docs, P):
             piece_words.append(len(np.unique(batch.take(range(lo, hi)).word_ids)))
     rows = float(np.mean(piece_words)) * K * 8
-    return dict(estep_in=header_bytes + rows * P / W, estep_rows_per_piece=rows,
+    return dict(estep_in=partials_bytes + rows * P / W, estep_rows_per_piece=rows,
                 owner_block_bytes=V / W * K * 8)
+
+
+def _partial_bytes(K: int) -> float:
+    """An online-VB block owner's partial at K (benchmarks/cluster_model.py measures it)."""
+    from benchmarks.cluster_model import measured_small_bytes
+    return measured_small_bytes(K)["partial"]
 
 
 def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
@@ -316,7 +323,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     per = dict(timing["per_step"])
     extra = {}
     if exchange == "word-blocks":
-        exp = expected_word_block_bytes(files, S, P, W, K, V, len(a.shard_header().to_bytes()))
+        exp = expected_word_block_bytes(files, S, P, W, K, V, W * _partial_bytes(K))
         stats_total = nb.get("stats_encode", 0.0)
         # the documents a worker reads (Parquet bytes, summed over the workers per step)
         exp["estep_in"] += (nb.get("read") or 0.0) / W
@@ -355,7 +362,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
 
 def _print_sweep(r):
     if r.get("expected"):
-        print("  W=%-3d word-blocks: per worker and step, in %.2f x (header + its P/W pieces' "
+        print("  W=%-3d word-blocks: per worker and step, in %.2f x (the B partials + its P/W pieces' "
               "rows + its share of the documents read), out %.2f x (its share of the statistics); busiest block owner: in %.2f x "
               "(its block + its share of the statistics), statistics in %.2f x an even share"
               % (r["workers"], r["in_over_expected"], r["out_over_expected"],

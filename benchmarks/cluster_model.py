@@ -24,13 +24,13 @@ minibatch and B = W word blocks (``--pieces-per-worker``, ``--blocks-per-worker`
                    piece = min(V, ceil(S/P) x nnz/doc) x K x bytes per statistic
     global step  = measured x (K V) / (K0 V0)     serial, in that one worker
 
-  word-block exchange (as built: pipelines/training/beam_sharded.py; 5 stages: E-step,
-  block step, finish, split, finish)
-    delivery     = (header + min(V, ceil(S/W) x nnz/doc) x K x row bytes) / bandwidth
-                                                  the K-vectors and the rows of the worker's
-                                                  pieces' words only
+  word-block exchange (as built: pipelines/training/beam_sharded.py; 2 stages: E-step,
+  which first adds the previous step's B partials into the header; block step)
+    delivery     = (B x partial + min(V, ceil(S/W) x nnz/doc) x K x row bytes) / bandwidth
+                                                  the owners' K-vector partials and the rows
+                                                  of the worker's pieces' words only
     stats out    = its pieces' statistics / bandwidth, cut by block (the piece's small part
-                   -- counters, score, Σ E[log θ] -- in every block's cut)
+                   -- counters, score, Σ E[log θ], tokens per topic -- in every block's cut)
     owner        = (its block's statistics from every piece + 2 x ceil(V/B) x K x row bytes)
                    / bandwidth                    block read and written
     global step  = measured x (K V) / (K0 V0) / B  spread over the owners
@@ -109,9 +109,9 @@ RUN_B = {"name": "(b) 100 M documents, K=1,000, V=100,000", "D": 100_000_000, "K
 # exchange. "state" is the exchange remote runners run today (docs/beam-training.md, "How it
 # works": E-step; CombinePerKey + global step in one worker, which reads and writes the whole
 # state); "word-blocks" the word-sharded one as built (pipelines/training/beam_sharded.py:
-# E-step, block step, finish, split, finish); "tree" is a what-if, the state exchange with
-# Beam's hot-key fan-out (one more stage).
-EXCHANGE_STAGES = {"state": 2, "tree": 3, "word-blocks": 5}
+# E-step, which adds the previous step's partials; block step); "tree" is a what-if, the
+# state exchange with Beam's hot-key fan-out (one more stage).
+EXCHANGE_STAGES = {"state": 2, "tree": 3, "word-blocks": 2}
 # the older ``--combine`` names (the CLI contract: extend, never rename)
 EXCHANGE_ALIASES = {"lifted": "state", "sharded": "word-blocks"}
 # per-stage latency of a cluster runner (scheduling a stage on every worker, its side inputs,
@@ -144,8 +144,9 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
     """Bytes moved in one step on ``W`` workers, by role (each a sum over the step's stages):
 
     ``in_per_worker``   into one E-step worker: the whole state (state exchange; the
-                        combined statistics when the state is shipped once), or the header
-                        and the rows of its pieces' words (word blocks)
+                        combined statistics when the state is shipped once), or the
+                        previous step's B partials and the rows of its pieces' words (word
+                        blocks)
     ``out_per_worker``  out of one E-step worker: its pieces' statistics (word blocks: cut
                         by block, the piece's small part -- counters, score, Σ E[log θ] --
                         in every block's cut)
@@ -170,8 +171,8 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
     f = c.get("bytes_factor", {}).get(ex, {})
     if ex == "word-blocks":
         small = c.get("stats_small_bytes", {}).get(K, 0.0)
-        header = c.get("header_bytes", {}).get(K, 0.0)
-        b = {"in_per_worker": header + worker_words * K * rb,
+        partial = c.get("partial_bytes", {}).get(K, 0.0)
+        b = {"in_per_worker": B * partial + worker_words * K * rb,
              "out_per_worker": pieces_per_worker * (piece_words * K * sb + B * small),
              "reducer_in": P * (piece_words / B * K * sb + small),
              "reducer_rows": 2 * math.ceil(V / B) * K * rb}
@@ -187,6 +188,8 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
              "reducer_rows": 2 * state}
         n_reducers = 1
     b["in_per_worker"] *= f.get("in", 1.0)
+    # of which the previous step's partials (word blocks: one per block, so they grow with B)
+    b["partials_in"] = (B * partial if ex == "word-blocks" else 0.0) * f.get("in", 1.0)
     b["out_per_worker"] *= f.get("out", 1.0)
     b["reducer_in"] *= f.get("reducer", 1.0)
     b["busiest"] = sum(b[k] for k in ("in_per_worker", "out_per_worker", "reducer_in",
@@ -211,10 +214,11 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
     b = step_bytes(c, run, W, S, ex)
     parts = {"estep": math.ceil(S / cores) * t_doc}
     if ex == "word-blocks":
-        # E-step workers read the header and their rows and send their statistics; the
+        # E-step workers add the previous step's partials, read their rows and send their
         # block owners (one stage later) receive their blocks' statistics, read and write
         # their blocks and apply the global step to 1/B of the rows each
-        parts.update(delivery=b["in_per_worker"] / bw, stats_out=b["out_per_worker"] / bw,
+        parts.update(delivery=(b["in_per_worker"] - b["partials_in"]) / bw,
+                     partials=b["partials_in"] / bw, stats_out=b["out_per_worker"] / bw,
                      owner=(b["reducer_in"] + b["reducer_rows"]) / bw,
                      global_step=global_step / shape(c, W)[1])
     else:
@@ -258,7 +262,7 @@ def project(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "lif
 
 # parts that grow with the partitioning (P pieces, B blocks) and are >= 0: left out of the
 # serial part (Amdahl) at W -> infinity
-_PARTITION_PARTS = ("combine", "stats_out", "owner")
+_PARTITION_PARTS = ("combine", "stats_out", "owner", "partials")
 
 
 def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted",
@@ -266,8 +270,8 @@ def serial_s(c: dict, cloud: dict, run: dict, S: int, combine: str = "lifted",
     """What no number of workers shortens (Amdahl's serial part, a lower bound of every W's
     total): the job starts, and per step the parts at W -> infinity -- one document's E-step
     per core, the delivery, the global step (spread over the blocks with word blocks) and the
-    overhead (or the stages' latency); the combine, statistics and owner bytes are left out
-    (>= 0; they grow with the pieces and blocks)."""
+    overhead (or the stages' latency); the combine, statistics, partials and owner bytes are
+    left out (>= 0; they grow with the pieces and blocks)."""
     p = project(c, cloud, run, 1, S, combine, stage_latency)
     parts = step_parts(c, cloud, run, 2 ** 40, S, combine, stage_latency)
     per_step = sum(v for k, v in parts.items() if k not in _PARTITION_PARTS)
@@ -307,6 +311,7 @@ PART_NAMES = {"estep": "E-step", "delivery": "delivery (bytes into a worker)",
               "combine": "combine (every piece into one reducer)",
               "stats_out": "statistics out of a worker",
               "owner": "block owner (its block's statistics in, its block read + written)",
+              "partials": "the previous step's block partials into a worker",
               "global_step": "global step", "overhead": "stage latency"}
 
 
@@ -477,16 +482,24 @@ def measured_small_bytes(K: int) -> Dict[str, float]:
     """Bytes at K of what the word-block exchange moves besides rows, measured on the code:
     ``header`` = the online-VB state's arrays other than its word-major rows (column sums,
     α, scalars) and its JSON parameters; ``stats_small`` = a statistics block with no rows
-    (counters, score, Σ E[log θ]: what every block's cut of a piece carries)."""
+    (counters, score, Σ E[log θ], tokens per topic: what every block's cut of a piece
+    carries); ``partial`` = an online-VB block owner's partial (flags, column sums, |Δλ|,
+    re-seeding sums: what every E-step task reads of each block per step)."""
     from lda_core.algorithms.online_vb import OnlineVB
     from lda_core.algorithms.vb_stats import VBStats
+    from lda_core.algorithms.word_blocks import BlockPartial
     state = OnlineVB(K, 50, seed=0).to_state()
     header = sum(np.asarray(a).nbytes for name, a in state.arrays.items()
                  if np.asarray(a).ndim < 2)
     header += len(json.dumps(getattr(state, "params", {}) or {}, default=str))
     small = VBStats(n_topics=K, n_words=50, word_ids=np.zeros(0, np.int32),
                     sstats=np.zeros((0, K)), n_docs=1, n_tokens=1, sum_elogtheta=np.ones(K))
-    return {"header": float(header), "stats_small": float(len(small.to_bytes()))}
+    partial = BlockPartial(block=0, flags={"finite": True, "nonnegative": True,
+                                           "lambda_finite": True},
+                           sums={"change": np.zeros(1), "colsum": np.zeros(K),
+                                 "split": np.zeros((0, 2))}, counts={"size": 1})
+    return {"header": float(header), "stats_small": float(len(small.to_bytes())),
+            "partial": float(len(partial.to_bytes()))}
 
 
 BYTES_FIELDS = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step")
@@ -833,17 +846,21 @@ def load_constants(args) -> tuple:
     c["pieces_per_worker"] = args.pieces_per_worker
     c["blocks_per_worker"] = args.blocks_per_worker
     c["row_bytes_per_value"] = ROW_BYTES_PER_VALUE
-    c["header_bytes"], c["stats_small_bytes"] = {}, {}
+    c["header_bytes"], c["stats_small_bytes"], c["partial_bytes"] = {}, {}, {}
     for K in (RUN_A["K"], RUN_B["K"]):
         small = measured_small_bytes(K)
         c["header_bytes"][K], c["stats_small_bytes"][K] = small["header"], small["stats_small"]
+        c["partial_bytes"][K] = small["partial"]
     src["word-block bytes"] = (
         "rows %d bytes per topic-word value (online VB's float64 rows in the block files); "
-        "header %s bytes, a statistics cut's small part (counters, score, sum E[log theta]) "
-        "%s bytes at K = %s: measured on OnlineVB(K, 50).to_state() (non-row arrays + JSON "
-        "parameters) and on an empty VBStats.to_bytes(); P = %g x W pieces, B = %g x W blocks"
+        "header %s bytes, an owner's partial %s bytes, a statistics cut's small part "
+        "(counters, score, sum E[log theta], tokens per topic) %s bytes at K = %s: measured "
+        "on OnlineVB(K, 50).to_state() (non-row arrays + JSON parameters), on "
+        "BlockPartial.to_bytes() and on an empty VBStats.to_bytes(); P = %g x W pieces, "
+        "B = %g x W blocks"
         % (ROW_BYTES_PER_VALUE, " / ".join("%.0f" % c["header_bytes"][K] for K in
                                             c["header_bytes"]),
+           " / ".join("%.0f" % c["partial_bytes"][K] for K in c["partial_bytes"]),
            " / ".join("%.0f" % c["stats_small_bytes"][K] for K in c["stats_small_bytes"]),
            " / ".join(str(K) for K in c["header_bytes"]), args.pieces_per_worker,
            args.blocks_per_worker))

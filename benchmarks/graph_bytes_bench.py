@@ -58,10 +58,10 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "sta
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
     if exchange == "word-blocks":
-        from pipelines.training.beam_sharded import UPDATED, ShardRef, build_sharded
+        from pipelines.training.beam_sharded import ShardRef, build_sharded
         from pipelines.training.beam_steps import WindowTasks
         tasks = p | "Tasks" >> WindowTasks(steps)
-        build_sharded(p, tasks, steps, ShardRef("run/0", scratch, 0, UPDATED), PIECES, 1)
+        build_sharded(p, tasks, steps, ShardRef("run/0", scratch, 0), 1)
         return
     build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
                   "run", scratch, 1, True, None)

@@ -200,7 +200,7 @@ def test_a_worker_moves_only_its_words_rows_and_an_owner_only_its_block(kos_piec
     by_block = {}
     for task in step.tasks:
         traffic.reset()
-        out = bs.ShardedEStepFn().process((0, task), start)
+        out = bs.ShardedEStepFn().process((0, task), [start])
         got = traffic.totals()
         words = np.unique(read_task(task).word_ids)
         state_in = got.inbound.get(traffic.STATE, 0)
@@ -210,11 +210,21 @@ def test_a_worker_moves_only_its_words_rows_and_an_owner_only_its_block(kos_piec
         assert [b for b, _ in out] == list(range(4))
         for b, v in out:
             by_block.setdefault(b, []).append(v)
+    outs = []
     for b, (lo, hi) in enumerate(block_bounds(V, 4)):
         traffic.reset()
         (elem,) = bs.BlockStepFn(step).process((b, by_block[b]))
         got = traffic.totals()
         assert got.inbound[traffic.STATISTICS] == sum(len(v[1]) for v in by_block[b])
-        rows_file = os.path.getsize(bs.rows_path(folder, 1, b, bs.UPDATED))
+        rows_file = os.path.getsize(bs.rows_path(folder, 1, b))
         assert got.inbound[traffic.STATE] == rows_file < (hi - lo) * K * 8 + 256
         assert got.outbound[traffic.STATE] == rows_file
+        outs.append(elem)
+    # the next step's tasks take the owners' partials (O(B K) bytes), not the state
+    traffic.reset()
+    version = bs.resolve_version(outs)
+    assert version.ref.position == 1 and version.info["position"] == 1
+    got = traffic.totals()
+    assert got.inbound.get(traffic.STATE, 0) == 0
+    assert got.inbound[traffic.SCALARS] == sum(len(o.partial) for o in outs) < 4 * (4 * K * 8
+                                                                                    + 512)

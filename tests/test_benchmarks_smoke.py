@@ -546,3 +546,23 @@ def test_verify_bench(bench_env, tmp_path):
     assert rec["verify_over_read"] == pytest.approx(ratio, abs=0.01)
     for k in ("hash_mb_s", "read_mb_s", "verify_mb_s"):
         assert finite(rec[k], k) > 0
+
+
+def test_streaming_loop_bench(bench_env, tmp_path):
+    """Chained windows against the streaming loop on KOS, in-process only: both end on the
+    in-process bits, every ratio and the model's rows reported."""
+    js = tmp_path / "loop.json"
+    out, _ = run(bench_env, "streaming_loop_bench.py", "--windows", 2, "--window-steps", 2,
+                 "--repeats", 1, "--workers", 0, "--minibatch", 32, "--json", js)
+    grab(r"loop_step_over_chained_step\s+%s" % NUMBER, out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert rec["problem"]["steps"] == 4 and "worker_processes" not in rec
+    res = rec["in_process"]
+    assert all(r["bit_identical_to_inprocess"] for r in res["runs"])
+    assert sorted(r["kind"] for r in res["runs"]) == ["chained", "loop"]
+    for k, v in res["ratios"].items():
+        assert finite(v, k) > 0
+    for m in rec["model"]:            # what the loop saves is the chain's extra job starts
+        assert m["chained_jobs"] == math.ceil(m["steps"] / m["steps_per_job"])
+        assert m["loop_saves_s"] == pytest.approx((m["chained_jobs"] - 1) * m["job_start_s"])

@@ -91,19 +91,21 @@ def test_state_shipped_once_delivers_the_combined_statistics():
 
 
 def test_word_blocks_step_is_the_exchange_as_built():
-    """Per step: the header and the rows of a worker's pieces' words in; its pieces'
-    statistics out (the small part in every block's cut); an owner receives its block's
-    cut of every piece, reads and writes its block, applies 1/B of the global step; five
-    stages of latency."""
-    c = dict(C, header_bytes={10: 300.0}, stats_small_bytes={10: 200.0})
+    """Per step: the previous step's B partials and the rows of a worker's pieces' words
+    in; its pieces' statistics out (the small part in every block's cut); an owner receives
+    its block's cut of every piece, reads and writes its block, applies 1/B of the global
+    step; two stages of latency."""
+    c = dict(C, header_bytes={10: 300.0}, stats_small_bytes={10: 200.0},
+             partial_bytes={10: 150.0})
     parts = cm.step_parts(c, CLOUD, RUN, 10, S, "sharded", stage_latency=1.0)
     words = min(100, 10 * 5)                                  # 10 documents per worker
-    assert parts["delivery"] == pytest.approx((300 + words * 10 * 8) / 1e6)
+    assert parts["delivery"] == pytest.approx(words * 10 * 8 / 1e6)
+    assert parts["partials"] == pytest.approx(10 * 150 / 1e6)        # B = 10 partials
     assert parts["stats_out"] == pytest.approx((words * 10 * 8.0 + 10 * 200) / 1e6)
     assert parts["owner"] == pytest.approx((10 * (words / 10 * 10 * 8.0 + 200)
                                             + 2 * 10 * 10 * 8) / 1e6)
     assert parts["global_step"] == pytest.approx(0.01 * 1000 / 500 / 10)
-    assert parts["overhead"] == pytest.approx(5 * 1.0)
+    assert parts["overhead"] == pytest.approx(2 * 1.0)
     assert cm.step_parts(c, CLOUD, RUN, 10, S, "word-blocks", 1.0) == parts   # the alias
     state = cm.step_parts(c, CLOUD, RUN, 10, S, "state", stage_latency=1.0)
     assert state == cm.step_parts(c, CLOUD, RUN, 10, S, "lifted", stage_latency=1.0)

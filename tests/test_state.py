@@ -246,9 +246,9 @@ def test_missing_directory(tmp_path):
 
 
 def test_wrong_version(saved):
-    _edit_json(saved, lambda m: m.update(version=2))
-    with pytest.raises(StateFormatError, match=r"written by format version 2, this ldabeam "
-                                               r"reads version 1"):
+    _edit_json(saved, lambda m: m.update(version=3))
+    with pytest.raises(StateFormatError, match=r"written by format version 3, this ldabeam "
+                                               r"reads versions 1 and 2"):
         TopicState.load(saved)
 
 

@@ -23,6 +23,7 @@ def _same(a: VBStats, b: VBStats):
     assert np.array_equal(a.word_ids, b.word_ids)
     assert a.sstats.tobytes() == b.sstats.tobytes()
     assert a.sum_elogtheta.tobytes() == b.sum_elogtheta.tobytes()
+    assert a.topic_mass.tobytes() == b.topic_mass.tobytes()
     assert (a.score, a.n_docs, a.n_tokens, a.step) == (b.score, b.n_docs, b.n_tokens, b.step)
 
 
@@ -48,9 +49,10 @@ def test_write_to_read_from_round_trip_and_errors(tmp_path):
     path.write_bytes(bytes(bad))
     with open(path, "rb") as f, pytest.raises(ValueError, match="CRC-32"):
         VBStats.read_from(f, n)
-    path.write_bytes(raw[:-100])
+    cut = 100 + st.topic_mass.nbytes          # into sstats, past the K-vectors after it
+    path.write_bytes(raw[:-cut])
     with open(path, "rb") as f, pytest.raises(ValueError, match="truncated.*array sstats"):
-        VBStats.read_from(f, n - 100)          # sizes checked before the allocation
+        VBStats.read_from(f, n - cut)          # sizes checked before the allocation
     with open(path, "rb") as f, pytest.raises(ValueError, match="truncated.*array sstats"):
         VBStats.read_from(f, n)                # the file ends before its stated size
 

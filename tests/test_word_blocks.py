@@ -8,7 +8,7 @@ import pytest
 
 from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.algorithms.scvb0 import SCVB0
-from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
+from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, block_bounds,
                                              blocks_of, in_word_order, rows_of_words,
                                              split_draw)
 from lda_core.errors import StepRefused
@@ -65,14 +65,8 @@ def cluster_run(cls, V, batches, B, settings):
             part = cls.update_block(own, plan, b, owners[b], block_stats[b])
             parts.append(BlockPartial.from_bytes(part.to_bytes()))
         plan = cls.plan_step(header, block_stats[0])
-        header2, splits, info = cls.finish_step(header, plan, parts)
-        splits = Splits.from_bytes(splits.to_bytes())
-        h2 = header2.to_bytes()
-        sparts = [BlockPartial.from_bytes(cls.split_block(BlockHeader.from_bytes(h2), splits, b,
-                                                          owners[b]).to_bytes())
-                  for b in range(B)]
-        header3, info = cls.finish_splits(header2, splits, sparts, info)
-        header_bytes = header3.to_bytes()
+        header2, info = cls.finish_step(header, plan, parts)
+        header_bytes = header2.to_bytes()
         infos.append(info)
     return cls.from_shards(BlockHeader.from_bytes(header_bytes), owners), infos
 
@@ -325,3 +319,37 @@ def test_set_word_blocks_keeps_the_model_and_equals_a_fresh_start(kos, cls):
         for algo in (a, b):
             algo.global_step(local_step_pieces(algo, mb, PIECES))
     assert_same_state(a, b)
+
+
+def test_reseeding_is_decided_from_the_statistics_small_part(kos):
+    """The re-seeding splits are part of the plan: every block's cut of a piece carries the
+    piece's tokens per topic (``topic_mass``), pieces add it in piece order, so each owner
+    decides the same splits from its own block's statistics and applies them in the same
+    visit as its update (one round of partials per step)."""
+    batch, V = kos
+    B = 3
+    algo = OnlineVB(K, V, word_blocks=B, seed=3, reseed=0.9)   # most topics count as dead
+    pieces = [algo.local_step(batch.take(np.arange(lo, hi)))
+              for lo, hi in piece_bounds(S, PIECES)]
+    for p in pieces:                 # Σ_w of the piece's rows, row by row
+        assert np.array_equal(p.topic_mass, p.sstats.sum(axis=0))
+    cuts = [p.split_by_block(B) for p in pieces]
+    for p, c in zip(pieces, cuts):
+        assert all(np.array_equal(cb.topic_mass, p.topic_mass) for cb in c)
+    merged = [None] * B
+    for c in cuts:                   # each owner merges its block's cuts in piece order
+        for b in range(B):
+            cb = type(c[b]).from_bytes(c[b].to_bytes())
+            merged[b] = cb if merged[b] is None else merged[b].merge(cb)
+    mass = pieces[0].topic_mass + pieces[1].topic_mass + pieces[2].topic_mass
+    header = algo.shard_header()
+    plans = [OnlineVB.plan_step(header, m) for m in merged]
+    assert all(np.array_equal(m.topic_mass, mass) for m in merged)
+    pairs = [p.values["splits"].pairs for p in plans]
+    assert pairs[0] and all(pr == pairs[0] for pr in pairs)
+    # an owner's partial holds the split columns' sums of its rows after the splits
+    rows = [algo.block_rows(b).copy() for b in range(B)]
+    part = OnlineVB.update_block(header, plans[1], 1, rows[1], merged[1])
+    assert part.sums["split"].shape == (len(pairs[0]), 2)
+    k, j = pairs[0][-1]
+    assert np.isclose(part.sums["split"][-1][0], rows[1][:, k].sum(), rtol=1e-12)

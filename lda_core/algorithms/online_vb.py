@@ -70,12 +70,11 @@ from lda_core.algorithms.params import (Param, ParamSpec, check_choice, check_in
 from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate, new_colsum,
                                                  refuse_update)
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
-from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
+from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial,
                                              StepPlan, block_bounds, blocks_of,
                                              check_rows, in_row_order, in_word_order, joined_rows,
                                              rows_of_words,
-                                             combine_partials, combine_splits,
-                                             dead_topic_splits, split_rows)
+                                             combine_partials, dead_topic_splits, split_rows)
 
 logger = logging.getLogger(__name__)
 
@@ -357,8 +356,8 @@ class OnlineVB(StochasticAlgorithm):
         step is the word-block sequence of ``lda_core.algorithms.word_blocks`` over this
         algorithm's ``word_blocks`` blocks: every block is checked first (non-finite or
         negative statistics, a non-finite new λ: StepRefused, the state untouched), then every
-        block written, and their sums added in block order. A minibatch with no (non-empty)
-        documents is not a step: the state is unchanged and ``skipped`` is set.
+        block written and re-seeded, and their sums added in block order. A minibatch with no
+        (non-empty) documents is not a step: the state is unchanged and ``skipped`` is set.
         Returns log info: t, rho, docs, tokens, empty, capped, iterations (mean per document),
         mean_change (mean |Δλ| over the rows of the statistics), bound (training per-word bound
         of the minibatch, λ before the step), alpha (mean), eta, pi, reseeded."""
@@ -374,21 +373,19 @@ class OnlineVB(StochasticAlgorithm):
             for b, sl in enumerate(blocks_of(ids, self.n_words, B)):
                 if sl.stop > sl.start:
                     self._check_chunk(ups[b], flags[b], ids[sl], s[sl])
-        checked = [self._block_partial(b, plan, ups[b], flags[b], sums=False) for b in range(B)]
+        checked = [self._block_partial(b, plan, ups[b], flags[b], None) for b in range(B)]
         self._refusal(plan, combine_partials(checked, B))
         if plan.skip:
-            return self._finish(plan, None)[1]
+            return self._finish(plan, None)
         for u in ups:
             u.start()
         for ids, s in stats.row_blocks():            # pass 2: the same chunks, written
             for b, sl in enumerate(blocks_of(ids, self.n_words, B)):
                 if sl.stop > sl.start:
                     ups[b].apply(ids[sl], s[sl])
-        parts = [self._block_partial(b, plan, ups[b], flags[b]) for b in range(B)]
-        splits, info = self._finish(plan, combine_partials(parts, B))
-        sparts = [self._split_block(splits, b, self._ntilde[lo:hi])
-                  for b, (lo, hi) in enumerate(bounds)]
-        return self._finish_splits(splits, combine_partials(sparts, B), info)
+        parts = [self._block_partial(b, plan, ups[b], flags[b], self._ntilde[lo:hi])
+                 for b, (lo, hi) in enumerate(bounds)]
+        return self._finish(plan, combine_partials(parts, B))
 
     # -- the global step by word blocks (lda_core.algorithms.word_blocks) -------------------
     def _bounds(self):
@@ -453,14 +450,16 @@ class OnlineVB(StochasticAlgorithm):
 
     @classmethod
     def plan_step(cls, header: BlockHeader, stats: VBStats) -> StepPlan:
-        """ρ, D/S, the new a, π and α from the statistics' small part (any block's)."""
+        """ρ, D/S, the new a, π and α, and the re-seeding splits, from the statistics' small
+        part (any block's: every owner computes the same plan)."""
         return cls._from_header(header, None)._plan(stats)
 
     @classmethod
     def update_block(cls, header: BlockHeader, plan: StepPlan, b: int, rows: np.ndarray,
                      stats: VBStats) -> BlockPartial:
-        """Check block ``b``'s statistics ``stats`` and, if they pass, apply the step to its
-        rows ``rows`` in place; the partial carries the checks' flags and the block's sums."""
+        """Check block ``b``'s statistics ``stats`` and, if they pass, apply the step and
+        then the plan's re-seeding splits to its rows ``rows`` in place; the partial carries
+        the checks' flags and the block's sums."""
         algo = cls._from_header(header, None)
         lo, hi = header.bounds(b)
         check_rows(rows, hi - lo, header.n_topics, "block %d" % b)
@@ -470,37 +469,22 @@ class OnlineVB(StochasticAlgorithm):
                 raise ValueError("statistics rows outside block %d's words [%d, %d)"
                                  % (b, lo, hi))
             algo._check_chunk(upd, flags, ids, s)
-        if not plan.skip and flags["finite"] and flags["nonnegative"] and upd.ok():
+        done = not plan.skip and flags["finite"] and flags["nonnegative"] and upd.ok()
+        if done:
             upd.start()
             for ids, s in stats.row_blocks():
                 upd.apply(ids, s)
-        return algo._block_partial(b, plan, upd, flags)
+        return algo._block_partial(b, plan, upd, flags, rows if done else None)
 
     @classmethod
     def finish_step(cls, header: BlockHeader, plan: StepPlan, parts):
-        """(header after the λ update, the re-seeding :class:`Splits`, log info) from the
-        blocks' partials in block order; StepRefused if any block refused."""
+        """(header after the step, log info) from the blocks' partials in block order;
+        StepRefused if any block refused."""
         algo = cls._from_header(header, None)
         parts = list(parts)
         combined = combine_partials(parts, header.n_blocks)
         algo._refusal(plan, combined)
-        splits, info = algo._finish(plan, None if plan.skip else combined)
-        return algo.shard_header(), splits, info
-
-    @classmethod
-    def split_block(cls, header: BlockHeader, splits: Splits, b: int,
-                    rows: np.ndarray) -> BlockPartial:
-        """Apply the re-seeding ``splits`` to block ``b``'s rows in place; its sums (the
-        split columns', and Σ ψ(λ) when the η step is due)."""
-        return cls._from_header(header, None)._split_block(splits, b, rows)
-
-    @classmethod
-    def finish_splits(cls, header: BlockHeader, splits: Splits, parts, info):
-        """(header after the step, log info) from the split partials in block order (none
-        needed -- ``parts`` may be empty -- when ``splits.needs_blocks`` is False)."""
-        algo = cls._from_header(header, None)
-        info = algo._finish_splits(splits, combine_splits(splits, parts, header.n_blocks),
-                                   dict(info))
+        info = algo._finish(plan, None if plan.skip else combined)
         return algo.shard_header(), info
 
     def _plan(self, stats) -> StepPlan:
@@ -517,9 +501,13 @@ class OnlineVB(StochasticAlgorithm):
         if self.optimize_alpha:
             new_alpha = hyperparams.newton_dirichlet_step(self.alpha, stats.n_docs,
                                                           stats.sum_elogtheta, rho)
+        # collapsed topics, decided from the minibatch's tokens per topic (the statistics'
+        # small part), so every owner applies the splits right after its block's update
+        splits = dead_topic_splits(stats.topic_mass, self.reseed, self.seed, self.step)
+        splits.eta_sums = bool(self.optimize_eta)
         return StepPlan(skip=False, info=info, values={
             "lambda": LazyLambdaStep(self._a, self._pi, rho, scale, self.eta),
-            "alpha": new_alpha})
+            "alpha": new_alpha, "splits": splits})
 
     def _block_update(self, plan: StepPlan, lo: int, rows: np.ndarray):
         return None if plan.skip else LazyLambdaUpdate(rows, lo, plan.values["lambda"])
@@ -537,14 +525,21 @@ class OnlineVB(StochasticAlgorithm):
             upd.check(ids, s)
 
     def _block_partial(self, b: int, plan: StepPlan, upd, flags,
-                       sums: bool = True) -> BlockPartial:
-        """The block's flags and sums (``sums`` False: only what the refusal reads, before
-        anything is written)."""
+                       rows: Optional[np.ndarray]) -> BlockPartial:
+        """The block's flags and sums. ``rows``: the block's rows after its update, then
+        re-seeded here (the plan's splits) and summed for the η step when due; None: only
+        what the refusal reads (nothing was written)."""
         if upd is None:
             return BlockPartial(block=b, flags=dict(flags, lambda_finite=True))
         out = {"change": np.array([upd.total])}
-        if sums:
-            out.update(colsum=upd.colsum_part(), mass=upd.mass)
+        if rows is not None:
+            out["colsum"] = upd.colsum_part()
+            lo = self._bounds()[b][0]
+            splits = plan.values["splits"]
+            out["split"] = split_rows(rows, lo, splits, self.n_words, self.word_blocks)
+            if splits.eta_sums:        # Σ_w Σ_k ψ(λ_wk) over the block, λ after the step
+                lam = plan.values["lambda"]
+                out["psi"] = np.array([float(np.sum(psi(lam.new_a + lam.pi_after * rows)))])
         return BlockPartial(block=b, flags=dict(flags, lambda_finite=upd.ok()), sums=out,
                             counts={"size": upd.size})
 
@@ -564,55 +559,38 @@ class OnlineVB(StochasticAlgorithm):
                 and math.isfinite(float(combined.sums["change"][0]))):
             raise refuse_update(self.step, lam.rho, lam.scale)
 
-    def _finish(self, plan: StepPlan, combined: Optional[BlockPartial]):
-        """The header's part of the step from the blocks' combined sums; (splits, info)."""
+    def _finish(self, plan: StepPlan, combined: Optional[BlockPartial]) -> Dict[str, Any]:
+        """The header's part of the step from the blocks' combined sums; the log info."""
         pi = plan.info
         if plan.skip:
             logger.warning("global step %d: minibatch has no non-empty documents (%d empty); "
                            "skipped", self.step, pi["empty"])
-            return (Splits(step=self.step, seed=self.seed, pairs=[]),
-                    {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0, "empty": pi["empty"],
-                     "skipped": True})
+            return {"t": self.step, "rho": 0.0, "docs": 0, "tokens": 0, "empty": pi["empty"],
+                    "skipped": True}
         lam = plan.values["lambda"]
+        splits = plan.values["splits"]
         self._ntilde_colsum = new_colsum(lam, self._ntilde_colsum, combined.sums["colsum"])
         self._a, self._pi = lam.new_a, lam.pi_after
+        for (k, j), (sk, sj) in zip(splits.pairs, combined.sums["split"]):
+            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
         size = combined.counts["size"]
         mean_change = float(combined.sums["change"][0]) / size if size else 0.0
         self.alpha = plan.values["alpha"]
-        splits = dead_topic_splits(combined.sums["mass"], self.reseed, self.seed, self.step)
-        splits.eta_sums = bool(self.optimize_eta)
         self.step += 1
         self.docs_seen += pi["docs"]
-        info = {"t": self.step, "rho": lam.rho, "docs": pi["docs"], "tokens": pi["tokens"],
-                "empty": pi["empty"], "capped": pi["capped"],
-                "iterations": pi["n_iterations"] / max(1, pi["docs"]),
-                "mean_change": mean_change,
-                "bound": pi["score"] / pi["tokens"] if pi["tokens"] else float("nan"),
-                "skipped": False}
-        return splits, info
-
-    def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
-        lo, hi = self._bounds()[b]
-        check_rows(rows, hi - lo, self.n_topics, "block %d" % b)
-        sums = {"split": split_rows(rows, lo, splits, self.n_words, self.word_blocks)}
-        if splits.eta_sums:         # Σ_w Σ_k ψ(λ_wk) over the block, for the η step
-            sums["psi"] = np.array([float(np.sum(psi(self._a + self._pi * rows)))])
-        return BlockPartial(block=b, sums=sums)
-
-    def _finish_splits(self, splits: Splits, combined: BlockPartial,
-                       info: Dict[str, Any]) -> Dict[str, Any]:
-        if info.get("skipped"):
-            return info
-        for (k, j), (sk, sj) in zip(splits.pairs, combined.sums["split"]):
-            self._ntilde_colsum[k], self._ntilde_colsum[j] = sk, sj
         if self.optimize_eta:
             # Σ_kw E[log β_kw] = Σ_wk ψ(λ_wk) − V Σ_k ψ(c_k), c the kept column sums
             sum_elog = (float(combined.sums["psi"][0])
                         - self.n_words * float(np.sum(psi(self._colsum()))))
             self.eta = hyperparams.newton_symmetric_eta_step(
-                self.eta, self.n_topics, self.n_words, sum_elog, info["rho"])
-        info.update({"alpha": float(self.alpha.mean()), "eta": self.eta, "pi": self._pi,
-                     "reseeded": len(splits.pairs)})
+                self.eta, self.n_topics, self.n_words, sum_elog, lam.rho)
+        info = {"t": self.step, "rho": lam.rho, "docs": pi["docs"], "tokens": pi["tokens"],
+                "empty": pi["empty"], "capped": pi["capped"],
+                "iterations": pi["n_iterations"] / max(1, pi["docs"]),
+                "mean_change": mean_change,
+                "bound": pi["score"] / pi["tokens"] if pi["tokens"] else float("nan"),
+                "skipped": False, "alpha": float(self.alpha.mean()), "eta": self.eta,
+                "pi": self._pi, "reseeded": len(splits.pairs)}
         logger.debug("global step %(t)d: rho=%(rho).4g docs=%(docs)d mean_change=%(mean_change)"
                      ".4g bound=%(bound).4f", info)
         return info
@@ -709,6 +687,53 @@ class OnlineVB(StochasticAlgorithm):
         obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)
         return obj
 
+
+    # -- checkpoints by word blocks (lda_core.storage.blocks) -------------------------------
+    @classmethod
+    def state_without_rows(cls, header: BlockHeader):
+        """The :meth:`to_state` of the algorithm of ``header`` without its word-major array
+        ``ntilde`` (O(K): what a checkpoint holds beside the row blocks)."""
+        state = cls._from_header(header, np.zeros((0, header.n_topics))).to_state(copy=False)
+        del state.arrays["ntilde"]
+        return state
+
+    @classmethod
+    def header_of_state(cls, state) -> BlockHeader:
+        """The word-block header of the algorithm of ``state``, read from all its arrays but
+        ``ntilde`` (not touched: it may be absent or held in blocks)."""
+        if state.algorithm != cls.name:
+            raise DataIntegrityError(
+                "state is for algorithm %r, not %r" % (state.algorithm, cls.name))
+        K = state.n_topics
+        for name, shape in {"ntilde_colsum": (K,), "alpha": (K,), "scalars": (3,)}.items():
+            if name not in state.arrays or np.shape(state.arrays[name]) != shape:
+                raise DataIntegrityError("state array %r is %s, expected shape %s"
+                                         % (name, np.shape(state.arrays[name]) if name in
+                                            state.arrays else "missing", shape))
+        scal = np.asarray(state.arrays["scalars"], np.float64)
+        settings = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
+                        eta=float(scal[2]))
+        obj = cls.__new__(cls)
+        obj._configure(K, state.n_words, state.vocab_hash, None, "numba", settings)
+        obj._ntilde_colsum = np.array(state.arrays["ntilde_colsum"], np.float64, copy=True)
+        obj._a, obj._pi = float(scal[0]), float(scal[1])
+        obj.step, obj.docs_seen = int(state.step), int(state.docs_seen)
+        return obj.shard_header()
+
+    @classmethod
+    def row_dtype(cls, header: BlockHeader) -> np.dtype:
+        """The dtype of Ñ's rows (what a block file of this algorithm holds)."""
+        return np.dtype(np.float64)
+
+    @classmethod
+    def from_header_rows(cls, header: BlockHeader, rows: np.ndarray,
+                         n_threads: Optional[int] = None) -> "OnlineVB":
+        """The algorithm whose Ñ in row order is ``rows`` itself (V x K float64, C order:
+        not copied) and the rest ``header`` (:meth:`from_shards` of one contiguous array)."""
+        check_rows(rows, header.n_words, header.n_topics, "the word-major rows")
+        return cls._from_header(header, np.ascontiguousarray(rows, dtype=np.float64),
+                                n_threads=n_threads)
 
 class BatchVB(OnlineVB):
     """Batch variational Bayes: the special case S = D, ρ = 1 (λ ← η + sstats over the whole

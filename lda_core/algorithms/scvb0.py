@@ -50,8 +50,7 @@ from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockParti
                                              StepPlan, block_bounds, blocks_of,
                                              check_rows, in_row_order, in_word_order, joined_rows,
                                              rows_of_words,
-                                             combine_partials, combine_splits,
-                                             dead_topic_splits, split_rows)
+                                             combine_partials, dead_topic_splits, split_rows)
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
 
 logger = logging.getLogger(__name__)
@@ -291,16 +290,16 @@ class SCVB0(StochasticAlgorithm):
             raise self._refuse_range()
         B = self.word_blocks
         bounds = block_bounds(self.n_words, B)
+        parts = []
         for b, sl in enumerate(blocks_of(rows, self.n_words, B)):
             lo, hi = bounds[b]
-            self._apply_block(plan, lo, self._ntilde[lo:hi], rows[sl], stats.block.values[sl])
-        parts = [BlockPartial(block=b, flags=self._block_flags()) for b in range(B)]
-        splits, info = self._finish(plan, combine_partials(parts, B))
+            block = self._ntilde[lo:hi]
+            self._apply_block(plan, lo, block, rows[sl], stats.block.values[sl])
+            parts.append(self._block_partial(plan, b, block, self._block_flags()))
+        info = self._finish(plan, combine_partials(parts, B))
         if plan.values["active"]:
             self._touched_rows = rows
-        sparts = [self._split_block(splits, b, self._ntilde[lo:hi])
-                  for b, (lo, hi) in enumerate(bounds)] if splits.needs_blocks else []
-        return self._finish_splits(splits, combine_splits(splits, sparts, B), info)
+        return info
 
     # -- the global step by word blocks (lda_core.algorithms.word_blocks) -------------------
     def block_rows(self, b: int) -> np.ndarray:
@@ -362,46 +361,33 @@ class SCVB0(StochasticAlgorithm):
 
     @classmethod
     def plan_step(cls, header: BlockHeader, stats: SCVB0Stats) -> StepPlan:
-        """ρ, C/|M|, the new π and N^Z from the statistics' small part (any block's)."""
+        """ρ, C/|M|, the new π and N^Z, and the re-seeding splits, from the statistics' small
+        part (any block's: every owner computes the same plan)."""
         return cls._from_header(header, None)._plan(stats)
 
     @classmethod
     def update_block(cls, header: BlockHeader, plan: StepPlan, b: int, rows: np.ndarray,
                      stats: SCVB0Stats) -> BlockPartial:
-        """Check block ``b``'s statistics and, if they pass, apply the step to its rows
-        ``rows`` in place; the partial carries the checks' flags."""
+        """Check block ``b``'s statistics and, if they pass, apply the step and then the
+        plan's re-seeding splits to its rows ``rows`` in place; the partial carries the
+        checks' flags and the split columns' sums over the block."""
         algo = cls._from_header(header, None)
         lo, hi = header.bounds(b)
         check_rows(rows, hi - lo, header.n_topics, "block %d" % b)
         ids, vals = stats.block.rows, stats.block.values
         flags = {"finite": bool(np.all(np.isfinite(vals))),
                  "in_range": not len(ids) or bool(ids[0] >= lo and ids[-1] < hi)}
-        if all(flags.values()):
-            algo._apply_block(plan, lo, rows, ids, vals)
-        return BlockPartial(block=b, flags=flags)
+        if not all(flags.values()):
+            return BlockPartial(block=b, flags=flags)
+        algo._apply_block(plan, lo, rows, ids, vals)
+        return algo._block_partial(plan, b, rows, flags)
 
     @classmethod
     def finish_step(cls, header: BlockHeader, plan: StepPlan, parts):
-        """(header after the N^Φ update, the re-seeding :class:`Splits`, log info) from the
-        blocks' partials in block order; StepRefused if any block refused."""
+        """(header after the step, log info) from the blocks' partials in block order;
+        StepRefused if any block refused."""
         algo = cls._from_header(header, None)
-        splits, info = algo._finish(plan, combine_partials(list(parts), header.n_blocks))
-        return algo.shard_header(), splits, info
-
-    @classmethod
-    def split_block(cls, header: BlockHeader, splits: Splits, b: int,
-                    rows: np.ndarray) -> BlockPartial:
-        """Apply the re-seeding ``splits`` to block ``b``'s rows in place; the split columns'
-        sums over them."""
-        return cls._from_header(header, None)._split_block(splits, b, rows)
-
-    @classmethod
-    def finish_splits(cls, header: BlockHeader, splits: Splits, parts, info):
-        """(header after the step, log info) from the split partials in block order (none
-        needed -- ``parts`` may be empty -- when ``splits.needs_blocks`` is False)."""
-        algo = cls._from_header(header, None)
-        info = algo._finish_splits(splits, combine_splits(splits, parts, header.n_blocks),
-                                   dict(info))
+        info = algo._finish(plan, combine_partials(list(parts), header.n_blocks))
         return algo.shard_header(), info
 
     def _refuse_nonfinite(self):
@@ -425,7 +411,12 @@ class SCVB0(StochasticAlgorithm):
         rho = self.rho_phi(t)
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens,
                     empty=stats.n_empty, updates=stats.n_iterations)
-        values = {"active": stats.n_tokens > 0, "mass": stats.nz.copy()}
+        # collapsed topics, decided from the minibatch's tokens per topic, so every owner
+        # applies the splits right after its block's update
+        splits = Splits(step=t, seed=self.seed, pairs=[])
+        if stats.n_tokens > 0:
+            splits = dead_topic_splits(stats.nz, self.reseed, self.seed, t)
+        values = {"active": stats.n_tokens > 0, "splits": splits}
         if stats.n_tokens > 0:
             C = self.corpus_tokens or (self.tokens_seen + stats.n_tokens)
             scale = float(C) / float(stats.n_tokens)
@@ -449,36 +440,33 @@ class SCVB0(StochasticAlgorithm):
         if v["renorm"]:
             rows *= rows.dtype.type(v["pi"])
 
-    def _finish(self, plan: StepPlan, combined: BlockPartial):
+    def _block_partial(self, plan: StepPlan, b: int, rows: np.ndarray,
+                       flags: Dict[str, bool]) -> BlockPartial:
+        """Block ``b``'s partial after its update: its rows re-seeded (the plan's splits) and
+        the split columns' sums over them."""
+        lo, hi = block_bounds(self.n_words, self.word_blocks)[b]
+        check_rows(rows, hi - lo, self.n_topics, "block %d" % b)
+        split = split_rows(rows, lo, plan.values["splits"], self.n_words, self.word_blocks)
+        return BlockPartial(block=b, flags=flags, sums={"split": split})
+
+    def _finish(self, plan: StepPlan, combined: BlockPartial) -> Dict[str, Any]:
         if not combined.flags["finite"]:
             raise self._refuse_nonfinite()
         if not combined.flags["in_range"]:
             raise self._refuse_range()
         v, info = plan.values, dict(plan.info)
         t = self.step
-        splits = Splits(step=t, seed=self.seed, pairs=[])
+        splits = v["splits"]
         if v["active"]:
             self._pi, self.nz = v["pi"], v["nz"]
             if v["renorm"]:
                 logger.info("scvb0: renormalising the lazy scale factor (pi=%.3g) at t=%d",
                             self._pi, t)
                 self._pi = 1.0
-            # re-seed collapsed topics (lda_core.algorithms.word_blocks.dead_topic_splits)
-            splits = dead_topic_splits(v["mass"], self.reseed, self.seed, t)
             info["C"] = v["C"]
         self.step += 1
         self.docs_seen += int(info["docs"])
         self.tokens_seen += int(info["tokens"])
-        return splits, info
-
-    def _split_block(self, splits: Splits, b: int, rows: np.ndarray) -> BlockPartial:
-        lo, hi = block_bounds(self.n_words, self.word_blocks)[b]
-        check_rows(rows, hi - lo, self.n_topics, "block %d" % b)
-        return BlockPartial(block=b, sums={"split": split_rows(rows, lo, splits, self.n_words,
-                                                                  self.word_blocks)})
-
-    def _finish_splits(self, splits: Splits, combined: BlockPartial,
-                       info: Dict[str, Any]) -> Dict[str, Any]:
         # N^Z is shared between the two halves in the proportion of their N^Φ
         for (k, j), (sk, sj) in zip(splits.pairs, combined.sums["split"]):
             before = self.nz[j]
@@ -553,4 +541,50 @@ class SCVB0(StochasticAlgorithm):
         obj.step = int(state.step)
         obj.docs_seen = int(state.docs_seen)
         obj.tokens_seen = int(state.info.get("tokens_seen", 0))
+        return obj
+
+    # -- checkpoints by word blocks (lda_core.storage.blocks) -------------------------------
+    @classmethod
+    def state_without_rows(cls, header: BlockHeader):
+        """The :meth:`to_state` of the algorithm of ``header`` without its word-major array
+        ``ntilde`` (O(K): what a checkpoint holds beside the row blocks)."""
+        obj = cls._from_header(header, None)
+        obj._ntilde = np.zeros((0, header.n_topics), obj.dtype)
+        state = obj.to_state(copy=False)
+        del state.arrays["ntilde"]
+        return state
+
+    @classmethod
+    def header_of_state(cls, state) -> BlockHeader:
+        """The word-block header of the algorithm of ``state``, read from all its arrays but
+        ``ntilde`` (not touched: it may be absent or held in blocks)."""
+        state.validate(algorithm=cls.name)
+        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        obj = cls.__new__(cls)
+        obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash, **p)
+        nz = np.asarray(state.arrays.get("nz"), np.float64)
+        pi = np.asarray(state.arrays.get("pi"), np.float64)
+        if nz.shape != (state.n_topics,) or pi.shape != (1,):
+            raise DataIntegrityError("arrays nz/pi have shapes %s/%s, expected (%d,)/(1,)"
+                                     % (nz.shape, pi.shape, state.n_topics))
+        obj.nz = nz.copy()
+        obj._pi = float(pi[0])
+        obj.step = int(state.step)
+        obj.docs_seen = int(state.docs_seen)
+        obj.tokens_seen = int(state.info.get("tokens_seen", 0))
+        return obj.shard_header()
+
+    @classmethod
+    def row_dtype(cls, header: BlockHeader) -> np.dtype:
+        """The dtype of Ñ's rows (the ``dtype`` setting: what a block file holds)."""
+        return np.dtype(cls._from_header(header, None).dtype)
+
+    @classmethod
+    def from_header_rows(cls, header: BlockHeader, rows: np.ndarray,
+                         n_threads: Optional[int] = None) -> "SCVB0":
+        """The algorithm whose Ñ in row order is ``rows`` itself (V x K of the row dtype,
+        C order: not copied) and the rest ``header`` (:meth:`from_shards` of one array)."""
+        check_rows(rows, header.n_words, header.n_topics, "the word-major rows")
+        obj = cls._from_header(header, None, n_threads=n_threads)
+        obj._ntilde = np.ascontiguousarray(rows, dtype=obj.dtype)
         return obj

@@ -43,9 +43,9 @@ def _check_row_update(ntilde, ids, s, coef, a, pi, new_a, new_pi, total):
 
 
 @njit(cache=True, error_model="numpy")
-def _apply_row_update(ntilde, ids, s, coef, delta_colsum, mass):
-    """Ñ_w ← Ñ_w + coef·s_w for the touched rows; delta_colsum_k += Σ_w coef·s_wk and
-    mass_k += Σ_w s_wk (row by row: the sums of ``s.sum(axis=0)``'s order)."""
+def _apply_row_update(ntilde, ids, s, coef, delta_colsum):
+    """Ñ_w ← Ñ_w + coef·s_w for the touched rows; delta_colsum_k += Σ_w coef·s_wk (row by
+    row)."""
     K = s.shape[1]
     for i in range(ids.shape[0]):
         w = ids[i]
@@ -53,15 +53,6 @@ def _apply_row_update(ntilde, ids, s, coef, delta_colsum, mass):
             d = coef * s[i, k]
             ntilde[w, k] = ntilde[w, k] + d
             delta_colsum[k] += d
-            mass[k] += s[i, k]
-
-
-@njit(cache=True, error_model="numpy")
-def _add_row_sums(s, mass):
-    """mass_k += Σ_w s_wk, row by row (the order of ``s.sum(axis=0)``)."""
-    for i in range(s.shape[0]):
-        for k in range(s.shape[1]):
-            mass[k] += s[i, k]
 
 
 def refuse_update(step: int, rho: float, scale: float):
@@ -89,15 +80,14 @@ class LazyLambdaUpdate:
     ``[lo, lo + len)`` of Ñ), the statistics' rows given in chunks of (global word ids, s):
     :meth:`check` every chunk (reads only), :meth:`ok`, :meth:`start` (folds π in if due),
     :meth:`apply` the same chunks in the same order. Running sums start at 0 in each block:
-    ``total``/``size`` (Σ |Δλ| over the rows checked), ``mass`` (Σ_w s_w) and the column-sum
-    change (:meth:`colsum_part`)."""
+    ``total``/``size`` (Σ |Δλ| over the rows checked) and the column-sum change
+    (:meth:`colsum_part`)."""
 
     def __init__(self, ntilde: np.ndarray, lo: int, plan: LazyLambdaStep):
         self.ntilde, self.lo, self.plan = ntilde, int(lo), plan
         self.total = 0.0          # Σ |Δλ| over the rows checked
         self.size = 0             # entries checked
         self.finite = True
-        self.mass = np.zeros(ntilde.shape[1], np.float64)
         self._delta = np.zeros(ntilde.shape[1], np.float64)
 
     def _local(self, ids: np.ndarray) -> np.ndarray:
@@ -132,9 +122,8 @@ class LazyLambdaUpdate:
         if p.renorm:
             # the rows were folded by start(): these rows are the old rows × fold, as checked
             self.ntilde[ids] = self.ntilde[ids] + p.coef * s
-            _add_row_sums(s, self.mass)
         else:
-            _apply_row_update(self.ntilde, ids, s, p.coef, self._delta, self.mass)
+            _apply_row_update(self.ntilde, ids, s, p.coef, self._delta)
 
     def colsum_part(self) -> np.ndarray:
         """After :meth:`apply`: this block's part of Σ_w Ñ_w after the step -- its rows'

@@ -57,7 +57,9 @@ class VBStats(SuffStats):
     ``word_ids``: sorted unique int32 ids of the word rows present (``arange(V)`` when
     ``dense``); ``sstats``: ``len(word_ids) x K`` float64. ``score`` is Σ_d ELBO_d (the
     per-document terms of the bound with λ fixed, paper eq. 16's numerator);
-    ``sum_elogtheta`` (K) is Σ_d E[log θ_d] (used by the α Newton step). ``gamma`` (n x K) and
+    ``sum_elogtheta`` (K) is Σ_d E[log θ_d] (used by the α Newton step); ``topic_mass`` (K)
+    is Σ_w sstats_w, the minibatch's tokens per topic (re-seeding decides from it before any
+    word block is updated; merging adds it, in the pieces' order). ``gamma`` (n x K) and
     ``gamma_doc_ids`` are present only when the local step was asked for them. ``step`` is the
     global step of the state the statistics were computed with (-1 if unknown). ``span``
     (lo, hi): the statistics of one word block (:meth:`split_by_block`): rows only in
@@ -75,6 +77,7 @@ class VBStats(SuffStats):
     n_capped: int = 0
     score: float = 0.0
     sum_elogtheta: np.ndarray = None
+    topic_mass: np.ndarray = None
     step: int = -1
     gamma: Optional[np.ndarray] = None
     gamma_doc_ids: Optional[Tuple[str, ...]] = None
@@ -95,6 +98,12 @@ class VBStats(SuffStats):
         self.word_ids = np.ascontiguousarray(self.word_ids, dtype=np.int32)
         self.sstats = np.ascontiguousarray(self.sstats, dtype=np.float64)
         self.sum_elogtheta = np.ascontiguousarray(self.sum_elogtheta, dtype=np.float64)
+        if self.topic_mass is None:          # the rows' column sums, row by row
+            self.topic_mass = self.sstats.sum(axis=0)
+        self.topic_mass = np.ascontiguousarray(self.topic_mass, dtype=np.float64)
+        if self.topic_mass.shape != (K,):
+            raise ValueError("topic_mass has shape %s, expected (%d,)"
+                             % (self.topic_mass.shape, K))
         if self.sstats.shape != (len(self.word_ids), K):
             raise ValueError("sstats has shape %s, expected (%d, %d)"
                              % (self.sstats.shape, len(self.word_ids), K))
@@ -128,14 +137,23 @@ class VBStats(SuffStats):
             out.append(VBStats(n_topics=self.n_topics, n_words=V,
                                word_ids=self.word_ids[sl].copy(), sstats=self.sstats[sl].copy(),
                                dense=self.dense, score=self.score,
-                               sum_elogtheta=self.sum_elogtheta.copy(), step=self.step,
+                               sum_elogtheta=self.sum_elogtheta.copy(),
+                               topic_mass=self.topic_mass.copy(), step=self.step,
                                span=None if (lo, hi) == (0, V) else (lo, hi),
                                **self.counters()))
         return out
 
     # -- add ------------------------------------------------------------------------------
     def add_block(self, word_ids: np.ndarray, block: np.ndarray) -> "VBStats":
-        """Add a word-major block (rows ``word_ids``, sorted unique) into the statistics."""
+        """Add a word-major block (rows ``word_ids``, sorted unique) into the statistics, and
+        its column sums into ``topic_mass``."""
+        block = np.asarray(block, dtype=np.float64)
+        self._add_word_rows(word_ids, block)          # checks the block's shape
+        self.topic_mass = self.topic_mass + block.sum(axis=0)
+        return self
+
+    def _add_word_rows(self, word_ids: np.ndarray, block: np.ndarray) -> "VBStats":
+        """The rows of :meth:`add_block` only (``merge`` adds the small part apart)."""
         word_ids = np.ascontiguousarray(word_ids, dtype=np.int32)
         block = np.asarray(block, dtype=np.float64)
         if block.shape != (len(word_ids), self.n_topics):
@@ -258,10 +276,11 @@ class VBStats(SuffStats):
         if len(other.word_ids):
             if other.dense and not self.dense:
                 self._densify()
-            self.add_block(other.word_ids, other.sstats)
+            self._add_word_rows(other.word_ids, other.sstats)
         self.merge_counters(other)
         self.score += other.score
         self.sum_elogtheta = self.sum_elogtheta + other.sum_elogtheta
+        self.topic_mass = self.topic_mass + other.topic_mass
         if self.step < 0:
             self.step = other.step
         if other.gamma is not None:
@@ -287,7 +306,7 @@ class VBStats(SuffStats):
 
     def is_finite(self) -> bool:
         return bool(np.all(np.isfinite(self.sstats)) and np.all(np.isfinite(self.sum_elogtheta))
-                    and math.isfinite(self.score))
+                    and np.all(np.isfinite(self.topic_mass)) and math.isfinite(self.score))
 
     @property
     def nbytes(self) -> int:
@@ -303,7 +322,8 @@ class VBStats(SuffStats):
         return VBStatsSum(parts)
 
     # -- bytes ----------------------------------------------------------------------------
-    _ARRAYS = (("word_ids", "<i4"), ("sstats", "<f8"), ("sum_elogtheta", "<f8"), ("gamma", "<f8"))
+    _ARRAYS = (("word_ids", "<i4"), ("sstats", "<f8"), ("sum_elogtheta", "<f8"),
+               ("topic_mass", "<f8"), ("gamma", "<f8"))
 
     def to_bytes(self) -> bytes:
         """Data only (:func:`lda_core.algorithms.algorithm.pack_arrays`): counters, score and step in
@@ -341,7 +361,8 @@ class VBStats(SuffStats):
             return cls(n_topics=int(header["n_topics"]), n_words=int(header["n_words"]),
                        word_ids=arrays["word_ids"], sstats=arrays["sstats"],
                        dense=bool(header["dense"]), score=float(header["score"]),
-                       sum_elogtheta=arrays["sum_elogtheta"], step=int(header["step"]),
+                       sum_elogtheta=arrays["sum_elogtheta"],
+                       topic_mass=arrays.get("topic_mass"), step=int(header["step"]),
                        gamma=arrays.get("gamma"),
                        gamma_doc_ids=None if gids is None else tuple(gids),
                        span=None if header.get("span") is None else tuple(header["span"]),
@@ -472,7 +493,7 @@ class VBStatsSum:
             meta.merge(p.meta)
         self.meta = meta
         for name in VBStats.COUNTERS + ("n_topics", "n_words", "score", "sum_elogtheta",
-                                        "step", "gamma", "gamma_doc_ids", "span"):
+                                        "topic_mass", "step", "gamma", "gamma_doc_ids", "span"):
             setattr(self, name, getattr(meta, name))
         ids = [p.word_ids for p in self._pieces]
         rest = np.unique(np.concatenate(ids[1:])) if len(ids) > 1 else np.zeros(0, np.int32)

@@ -12,9 +12,13 @@ B = 1 the sums are those of one pass over all rows. The sequence, for an algorit
     header = algo.shard_header()                            # O(K) bytes (to_bytes/from_bytes)
     plan = cls.plan_step(header, stats_b)                   # the same on every owner
     part_b = cls.update_block(header, plan, b, rows_b, stats_b)     # rows_b changed in place
-    header2, splits, info = cls.finish_step(header, plan, [part_0, ..., part_B-1])
-    spart_b = cls.split_block(header2, splits, b, rows_b)   # re-seeding, η sums (in place)
-    header3, info = cls.finish_splits(header2, splits, [spart_0, ...], info)
+    header2, info = cls.finish_step(header, plan, [part_0, ..., part_B-1])
+
+The plan holds everything decided before any row changes, the re-seeding of collapsed
+topics included (it reads only the statistics' small part: the minibatch's tokens per
+topic), so an owner applies the update and then the splits to its rows in one visit, and
+one round of partials finishes the step: a cluster needs one exchange of statistics and one
+of partials per step.
 
 ``algo.global_step(stats)`` in one process is this very sequence over its own blocks, with
 every block checked before any is written. This module holds what the algorithms share:
@@ -219,10 +223,13 @@ def combine_partials(parts: Sequence[BlockPartial], n_blocks: int) -> BlockParti
         raise ValueError("need one partial per word block in block order (0..%d), got blocks %s"
                          % (int(n_blocks) - 1, [p.block for p in parts]))
     first = parts[0]
+    # a block that refused its statistics returns flags only: the step is refused then, and
+    # only the sums every block has are added
     return BlockPartial(
         block=-1,
         flags={k: all(p.flags[k] for p in parts) for k in first.flags},
-        sums={k: add_in_order([p.sums[k] for p in parts]) for k in first.sums},
+        sums={k: add_in_order([p.sums[k] for p in parts]) for k in first.sums
+              if all(k in p.sums for p in parts)},
         counts={k: sum(p.counts[k] for p in parts) for k in first.counts})
 
 
@@ -243,16 +250,12 @@ class StepPlan:
 class Splits:
     """Re-seeding decisions of one step: ``pairs`` [(dead topic k, split topic j)] in the
     order applied, the draws from (``seed``, ``step``, k); ``eta_sums``: the η step needs
-    per-block sums too. ``needs_blocks``: whether :func:`split_block`-style work is due."""
+    per-block sums too (Σ ψ(λ) over the rows after the splits)."""
 
     step: int
     seed: int
     pairs: List[Tuple[int, int]]
     eta_sums: bool = False
-
-    @property
-    def needs_blocks(self) -> bool:
-        return bool(self.pairs) or self.eta_sums
 
     def to_bytes(self) -> bytes:
         return pack_arrays(_MAGIC_SPLITS, {"step": int(self.step), "seed": int(self.seed),
@@ -268,15 +271,6 @@ class Splits:
                        eta_sums=bool(h["eta_sums"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError("damaged re-seeding splits: %s" % e) from None
-
-
-def combine_splits(splits: Splits, parts: Sequence[BlockPartial], n_blocks: int) -> BlockPartial:
-    """:func:`combine_partials` of the blocks' split partials; when no block had work
-    (``splits.needs_blocks`` False) ``parts`` may be empty."""
-    parts = list(parts or [])
-    if not parts and not splits.needs_blocks:
-        return BlockPartial(block=-1, sums={"split": np.zeros((0, 2), np.float64)})
-    return combine_partials(parts, n_blocks)
 
 
 def dead_topic_splits(mass: np.ndarray, reseed: float, seed: int, step: int) -> Splits:

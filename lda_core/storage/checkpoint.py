@@ -43,13 +43,14 @@ import errno
 import logging
 import re
 import uuid
-from typing import List, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 import numpy as np
 
 from lda_core.errors import ResourceError, TrainingError, UsageError
 from lda_core.training.faults import fault_point
-from lda_core.storage.state import LocalFiles, StateFormatError, TopicState, files_for
+from lda_core.storage.state import (LocalFiles, RowBlocks, StateFormatError, TopicState,
+                                    files_for)
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +85,20 @@ def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
     chunks of ``chunk`` values: no full-size temporaries)."""
     bad = []
     for name in sorted(state.arrays):
-        a = np.asarray(state.arrays[name])
-        if a.dtype.kind not in "fc":
-            continue
-        flat = a.reshape(-1)
+        v = state.arrays[name]
+        # word blocks held as arrays are scanned here, those in files while they are copied
+        parts = ([p for p in v.parts if isinstance(p, np.ndarray)] if isinstance(v, RowBlocks)
+                 else [np.asarray(v)])
         n_nan = n_inf = 0
-        for s in range(0, flat.size, chunk):
-            blk = flat[s:s + chunk]
-            n_nan += int(np.count_nonzero(np.isnan(blk)))
-            n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c" else blk)))
+        for a in parts:
+            if a.dtype.kind not in "fc":
+                continue
+            flat = a.reshape(-1)
+            for s in range(0, flat.size, chunk):
+                blk = flat[s:s + chunk]
+                n_nan += int(np.count_nonzero(np.isnan(blk)))
+                n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c"
+                                                          else blk)))
         if n_nan or n_inf:
             bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
     if bad:
@@ -106,12 +112,14 @@ def check_loadable(state: TopicState, where: str) -> None:
     so :meth:`CheckpointStore.latest_checkpoint` falls back to the previous checkpoint
     instead of every reader failing later. An algorithm not installed here is not checked."""
     from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.storage.blocks import algorithm_from_state
     try:
-        cls = algorithm_class(state.algorithm)
+        algorithm_class(state.algorithm)
     except ValueError:
         return
     try:
-        cls.from_state(state)
+        # a state read in word blocks: the algorithm takes (shares) its rows, no copy
+        algorithm_from_state(state, take=isinstance(state.arrays.get("ntilde"), RowBlocks))
     except (KeyError, IndexError, TypeError, ValueError, OverflowError, MemoryError,
             RecursionError) as e:
         raise StateFormatError("%s: damaged checkpoint, %s cannot be built from it (%s: %s)"
@@ -202,16 +210,33 @@ class CheckpointStore:
         return None if name is None else self.files.join(self.root, name)
 
     # -- reading --------------------------------------------------------------------------
-    def load(self, step: int) -> TopicState:
-        """The checkpoint of ``step`` (FileNotFoundError if absent, StateFormatError if bad)."""
-        return TopicState.load(self.path(step), files=self.files)
+    def load(self, step: int, row_order: bool = False) -> TopicState:
+        """The checkpoint of ``step`` (FileNotFoundError if absent, StateFormatError if bad);
+        ``row_order``: as in :meth:`TopicState.load`."""
+        return TopicState.load(self.path(step), files=self.files, row_order=row_order)
 
-    def latest(self) -> Optional[TopicState]:
-        """The newest committed valid checkpoint (see module docstring for the fall-back)."""
-        found = self.latest_checkpoint()
+    def latest(self, row_order: bool = False) -> Optional[TopicState]:
+        """The newest committed valid checkpoint (see module docstring for the fall-back).
+        ``row_order``: word blocks as :class:`~lda_core.storage.state.RowBlocks` (for
+        :func:`lda_core.storage.blocks.algorithm_from_state`: a resume holds one V x K
+        array), else every array as one plain array in word order."""
+        found = self.latest_checkpoint(row_order=row_order)
         return None if found is None else found[1]
 
-    def latest_checkpoint(self):
+    def latest_blocks(self, dest):
+        """``(Checkpoint, BlockHeader)``: the word blocks of the newest committed valid
+        checkpoint copied to ``dest`` (:func:`lda_core.storage.blocks.copy_blocks`: B paths,
+        or a function of the block index), with the same fall-back to older checkpoints as
+        :meth:`latest_checkpoint`; None when the store holds no checkpoint. No V x K array is
+        allocated for a blocked checkpoint, or an unblocked one of B = 1."""
+        from lda_core.storage.blocks import copy_blocks
+
+        def load(path: str):
+            header = copy_blocks(path, dest, files=self.files)
+            return header, int(header.counters["step"])
+        return self._find_latest(load)
+
+    def latest_checkpoint(self, row_order: bool = False):
         """``(Checkpoint, TopicState)`` of the newest committed valid checkpoint, or None.
 
         A reader racing a writer that prunes (``keep_last``) can find the checkpoint it was
@@ -219,12 +244,22 @@ class CheckpointStore:
         is read again, and if it has moved meanwhile the attempt is repeated from the new
         pointer (at most :data:`RACE_RETRIES` times) without reporting the vanished
         checkpoint as damaged. Only an attempt during which the pointer stayed put reports
-        its fall-backs (warnings) or its error."""
+        its fall-backs (warnings) or its error. ``row_order``: as in :meth:`latest`."""
+        def load(path: str):
+            state = TopicState.load(path, files=self.files, row_order=row_order)
+            if self.check_algorithm:
+                check_loadable(state, path)
+            return state, state.step
+        return self._find_latest(load)
+
+    def _find_latest(self, load):
+        """:meth:`latest_checkpoint` with ``load(path) -> (value, step)`` reading each
+        candidate (StateFormatError or OSError: damaged, the next older one is tried)."""
         for attempt in range(RACE_RETRIES + 1):
             name = self.pointer_name()
             notes: List[tuple] = []
             try:
-                found, error = self._latest_once(name, notes), None
+                found, error = self._latest_once(name, notes, load), None
             except StateFormatError as e:
                 found, error = None, e
             if (found is not None and not notes) or attempt == RACE_RETRIES \
@@ -239,7 +274,7 @@ class CheckpointStore:
                         self.files.join(self.root, POINTER), name)
         raise AssertionError("unreachable")   # pragma: no cover
 
-    def _latest_once(self, name: Optional[str], notes: List[tuple]):
+    def _latest_once(self, name: Optional[str], notes: List[tuple], load):
         """One attempt of :meth:`latest_checkpoint` from pointer ``name`` (read before the
         listing); warnings are appended to ``notes`` instead of logged."""
         ckpts = self.list_checkpoints()
@@ -270,17 +305,15 @@ class CheckpointStore:
         failures = []
         for c in candidates:
             try:
-                state = TopicState.load(c.path, files=self.files)
-                if self.check_algorithm:
-                    check_loadable(state, c.path)
+                state, step = load(c.path)
             except (StateFormatError, OSError) as e:
                 notes.append(("skipping checkpoint %s (damaged checkpoint, using the previous "
                               "one): %s", c.path, e))
                 failures.append("%s (%s)" % (self.files.basename(c.path), e))
                 continue
-            if state.step != c.step:
+            if step != c.step:
                 msg = "state.json says step %d but the directory is %s" % (
-                    state.step, self.files.basename(c.path))
+                    step, self.files.basename(c.path))
                 notes.append(("skipping checkpoint %s: %s", c.path, msg))
                 failures.append("%s (%s)" % (self.files.basename(c.path), msg))
                 continue
@@ -310,7 +343,7 @@ class CheckpointStore:
         name = self._new_name(state.step)
         path = self.files.join(self.root, name)
         try:
-            state.save(path, files=self.files)
+            state.save(path, files=self.files, refuse_nonfinite=check_finite)
             fault_point("publish-written")
             self.files.write_atomic(self.files.join(self.root, POINTER),
                                     (name + "\n").encode("utf-8"))
@@ -332,6 +365,30 @@ class CheckpointStore:
         if self.keep_last is not None:
             self.prune(keep_last=self.keep_last, protect=state.step, protect_name=name)
         return path
+
+    def publish_blocks(self, header, sources, source_files: Optional[LocalFiles] = None,
+                       prepare: Optional[Callable[[TopicState], TopicState]] = None,
+                       check_finite: bool = True) -> str:
+        """Publish the checkpoint of a word-sharded algorithm from its word-block ``header``
+        (:class:`lda_core.algorithms.word_blocks.BlockHeader`) and its B row blocks, the plain
+        ``.npy`` files ``sources`` (block order; any file layer, ``source_files`` default
+        :func:`files_for` of the first), exactly as :meth:`publish` publishes the assembled
+        algorithm's :func:`lda_core.storage.blocks.checkpoint_state` (the same files, bit
+        for bit). No process holds the state: the O(K) part comes from the header, each
+        block is copied in bounded chunks, its shape and dtype checked against the header and
+        its sha256 computed on the way (NaN or +inf in a block: TrainingError, nothing
+        published). Publication (temporary name and rename, or unique name and LATEST last),
+        pruning and the lease rules are those of :meth:`publish`. ``prepare``: applied to the
+        O(K) state before it is written (e.g. ``lda_core.training.session.stamp``: the trainer
+        info). Returns the path."""
+        from lda_core.storage.blocks import state_from_block_files
+        state = state_from_block_files(header, sources, source_files)
+        if prepare is not None:
+            state = prepare(state)
+        if header.counters.get("step") != state.step:
+            raise UsageError("word-block header step %s does not match its state's %d"
+                             % (header.counters.get("step"), state.step))
+        return self.publish(state, check_finite=check_finite)
 
     def remove_leftovers(self) -> List[str]:
         """Delete what killed publishes left behind (temporary checkpoint directories and

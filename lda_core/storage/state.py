@@ -37,11 +37,11 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, Optional
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from lda_core.errors import DataIntegrityError, InputError
+from lda_core.errors import DataIntegrityError, InputError, TrainingError
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,14 @@ def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
             and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes())
 
 
+def _values_equal(a, b) -> bool:
+    """Arrays bit for bit; word-blocked arrays (:class:`RowBlocks`) by block count and rows."""
+    if isinstance(a, RowBlocks) or isinstance(b, RowBlocks):
+        return (isinstance(a, RowBlocks) and isinstance(b, RowBlocks)
+                and a.n_blocks == b.n_blocks and _arrays_equal(a.rows(), b.rows()))
+    return _arrays_equal(a, b)
+
+
 class _HashingWriter:
     """A write-only file wrapper that feeds everything written to sha256."""
 
@@ -155,6 +163,55 @@ def _check_entry(name: str, meta: Any):
     return fname, dtype, shape, sha
 
 
+def _block_npy_header(f: BinaryIO, fsize: int, where: str, fname: str, dtype: np.dtype,
+                      shape: tuple, says: str, sha) -> int:
+    """:func:`_check_npy_header` of a word-block file, which must be in C order; the header's
+    bytes are added to the running ``sha`` and the data offset returned."""
+    forder, offset = _check_npy_header(f, fsize, where, fname, dtype, shape, says)
+    if forder and shape[0] > 1 and shape[1] > 1:
+        raise StateFormatError("%s: %s is in Fortran order; block files are C order"
+                               % (where, fname))
+    f.seek(0)
+    sha.update(f.read(offset))
+    return offset
+
+
+def _check_npy_header(f: BinaryIO, fsize: int, where: str, fname: str, dtype: np.dtype,
+                      shape: tuple, says: str):
+    """Parse the .npy header of the open file ``f`` (``fsize`` bytes) and check it against
+    ``dtype`` and ``shape`` (``says``: who declared them, for the message) and the data size
+    against the file size; returns ``(fortran_order, data offset)``. Nothing is allocated."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            hshape, forder, hdtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            hshape, forder, hdtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError("unsupported .npy version %s" % (version,))
+    except ValueError as e:
+        raise StateFormatError("%s: %s is not a valid .npy file (%s)" % (where, fname, e))
+    offset = f.tell()
+    if hdtype.hasobject:
+        raise StateFormatError("%s: %s holds Python objects; model files are data, never "
+                               "code" % (where, fname))
+    if hdtype != dtype:
+        raise StateFormatError("%s: %s has dtype %s in its header but %s %s"
+                               % (where, fname, hdtype.str, says, dtype.str))
+    if tuple(hshape) != tuple(shape):
+        raise StateFormatError("%s: %s has shape %s in its header but %s %s"
+                               % (where, fname, tuple(hshape), says, tuple(shape)))
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= int(n)
+    if fsize - offset != nbytes:
+        raise StateFormatError(
+            "%s: %s is %s: expected %d bytes of data for shape %s %s, the file has %d"
+            % (where, fname, "truncated" if fsize - offset < nbytes else "too long",
+               nbytes, tuple(shape), dtype.str, fsize - offset))
+    return forder, offset
+
+
 def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]) -> np.ndarray:
     """Read one array after checking its JSON entry against the .npy header and file size.
 
@@ -171,31 +228,8 @@ def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]
     fsize = files.size(path)
     h = hashlib.sha256()
     with files.open_read(path) as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                hshape, forder, hdtype = np.lib.format.read_array_header_1_0(f)
-            elif version in ((2, 0), (3, 0)):
-                hshape, forder, hdtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError("unsupported .npy version %s" % (version,))
-        except ValueError as e:
-            raise StateFormatError("%s: %s is not a valid .npy file (%s)" % (directory, fname, e))
-        offset = f.tell()
-        if hdtype.hasobject:
-            raise StateFormatError("%s: %s holds Python objects; model files are data, never "
-                                   "code" % (directory, fname))
-        if hdtype != dtype:
-            raise StateFormatError("%s: %s has dtype %s in its header but state.json says %s"
-                                   % (directory, fname, hdtype.str, dtype.str))
-        if tuple(hshape) != shape:
-            raise StateFormatError("%s: %s has shape %s in its header but state.json says %s"
-                                   % (directory, fname, tuple(hshape), shape))
-        if fsize - offset != nbytes:
-            raise StateFormatError(
-                "%s: %s is %s: expected %d bytes of data for shape %s %s, the file has %d"
-                % (directory, fname, "truncated" if fsize - offset < nbytes else "too long",
-                   nbytes, shape, dtype.str, fsize - offset))
+        forder, offset = _check_npy_header(f, fsize, directory, fname, dtype, shape,
+                                           "state.json says")
         f.seek(0)
         h.update(f.read(offset))
         arr = np.empty(shape, dtype=dtype, order="F" if forder else "C")
@@ -217,6 +251,281 @@ def _read_npy(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any]
     if forder:
         arr = np.ascontiguousarray(arr)
     return arr
+
+
+# ---------------------------------------------------------------------------------------------
+# word-blocked arrays (the word-major state of word-sharded algorithms, B > 1)
+# ---------------------------------------------------------------------------------------------
+BLOCKED_FORMAT_VERSION = 2       # state.json "version" of a directory holding a blocked array
+READ_VERSIONS = (STATE_FORMAT_VERSION, BLOCKED_FORMAT_VERSION)
+BLOCK_LAYOUT = "word-blocks"
+
+
+def block_file_name(name: str, b: int) -> str:
+    """The file of block ``b`` of the blocked array ``name`` in a state directory."""
+    return "%s.block-%04d.npy" % (name, int(b))
+
+
+def block_row_counts(n_words: int, n_blocks: int) -> List[int]:
+    """Rows of each of the B word blocks (``lda_core.algorithms.word_blocks.block_bounds``)."""
+    from lda_core.algorithms.word_blocks import block_bounds
+    return [hi - lo for lo, hi in block_bounds(n_words, n_blocks)]
+
+
+class RowBlocks:
+    """A word-major array (``shape`` = V x K) held as B word blocks in *row order*: block b
+    holds the words b, b + B, b + 2B, ... (word w is row w // B of block w mod B, as
+    ``lda_core.algorithms.word_blocks.rows_of_words`` lays out a word-sharded algorithm's
+    state), and the blocks one after the other are the algorithm's row-order array.
+
+    ``parts``: per block its rows, either an array or the path of a plain ``.npy`` file (read
+    through ``files``, default :func:`files_for` of the path) that :meth:`TopicState.save`
+    copies in bounded chunks. ``whole``: the one contiguous row-order array the parts are
+    views of, when there is one (what ``TopicState.load(..., row_order=True)`` gives).
+
+    Nothing converts a RowBlocks to an array implicitly (no ``__array__``): a reader that
+    expects word order fails loudly instead of reading rows in the wrong order."""
+
+    def __init__(self, shape, dtype, parts: Sequence[Union[np.ndarray, str]],
+                 files: Optional[LocalFiles] = None, whole: Optional[np.ndarray] = None):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype = _check_dtype(np.dtype(dtype), "word-blocked array")
+        self.parts = list(parts)
+        self.files = files
+        self.whole = whole
+        if not self.parts:
+            raise ValueError("a word-blocked array needs at least one block")
+
+    @classmethod
+    def of_array(cls, whole: np.ndarray, n_blocks: int) -> "RowBlocks":
+        """The blocks of the row-order array ``whole`` (views, no copy)."""
+        whole = np.asarray(whole)
+        cuts = np.cumsum([0] + block_row_counts(whole.shape[0], n_blocks))
+        return cls(whole.shape, whole.dtype,
+                   [whole[cuts[b]:cuts[b + 1]] for b in range(int(n_blocks))], whole=whole)
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.dtype.itemsize
+
+    def part(self, b: int) -> np.ndarray:
+        """The rows of block ``b`` (a file part is read)."""
+        p = self.parts[b]
+        if isinstance(p, np.ndarray):
+            return p
+        files = self.files or files_for(p)
+        with files.open_read(p) as f:
+            return np.load(f, allow_pickle=False)
+
+    def rows(self) -> np.ndarray:
+        """The whole array in row order (``whole`` itself when there is one, else a copy)."""
+        if self.whole is not None:
+            return self.whole
+        return np.concatenate([self.part(b) for b in range(self.n_blocks)]) \
+            if self.n_blocks > 1 else np.ascontiguousarray(self.part(0))
+
+    def word_order(self) -> np.ndarray:
+        """The array in word order (one new V x K array, filled block by block)."""
+        out = np.empty(self.shape, self.dtype)
+        for b in range(self.n_blocks):
+            out[b::self.n_blocks] = self.part(b)
+        return out
+
+
+def _readinto_full(f: BinaryIO, mv: memoryview) -> int:
+    """Fill ``mv`` from ``f`` (several reads if need be); the bytes read (short at EOF)."""
+    pos = 0
+    while pos < len(mv):       # each pass advances by >= 1 byte or leaves: bounded
+        n = f.readinto(mv[pos:])
+        if not n:
+            break
+        pos += n
+    return pos
+
+
+def _nonfinite_counts(a: np.ndarray):
+    if a.dtype.kind not in "fc":
+        return 0, 0
+    return (int(np.count_nonzero(np.isnan(a))),
+            int(np.count_nonzero(np.isposinf(a.real if a.dtype.kind == "c" else a))))
+
+
+def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
+             shape: tuple, nonfinite: Optional[List[str]] = None,
+             expect_sha: Optional[str] = None) -> Dict[str, Any]:
+    """Copy the plain .npy file ``src`` (file layer ``src_files``) to ``path`` (layer
+    ``files``) in chunks of about 16 MiB, after checking its header against ``dtype`` and
+    ``shape`` (2-D) and its size; the written file is byte for byte what the state writer
+    writes for the same array. ``nonfinite``: a list to which a message is appended when the
+    data holds NaN or +inf. ``expect_sha``: the sha256 the source file must have (a block of a
+    checkpoint); on a mismatch the copy is deleted and StateFormatError names the source.
+    Returns the JSON entry of the copy (file, rows, sha256, nbytes)."""
+    shape = (int(shape[0]), int(shape[1]))
+    nbytes = dtype.itemsize * shape[0] * shape[1]
+    where = "word-block file"
+    if not src_files.exists(src):
+        raise StateFormatError("%s %s is missing (the block was never written)" % (where, src))
+    fsize = src_files.size(src)
+    src_sha = hashlib.sha256()
+    item = dtype.itemsize
+    step = max(item, _CHUNK - _CHUNK % item)
+    n_nan = n_inf = 0
+    with src_files.open_read(src) as f:
+        _block_npy_header(f, fsize, where, src, dtype, shape,
+                          "the word-block header needs", src_sha)
+        with files.open_write(path) as out:
+            w = _HashingWriter(out)
+            np.lib.format.write_array_header_1_0(
+                w, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                    "shape": tuple(shape)})
+            buf = np.empty(min(step, nbytes), np.uint8)
+            left = nbytes
+            while left:
+                mv = memoryview(buf[:min(step, left)])
+                n = _readinto_full(f, mv)
+                if n != len(mv):
+                    raise StateFormatError("%s %s is truncated: read %d of %d data bytes"
+                                           % (where, src, nbytes - left + n, nbytes))
+                w.write(mv)
+                src_sha.update(mv)
+                if nonfinite is not None:
+                    a, i = _nonfinite_counts(buf[:n].view(dtype))
+                    n_nan += a
+                    n_inf += i
+                left -= n
+            files.sync_file(out)
+    if expect_sha is not None and src_sha.hexdigest() != expect_sha:
+        files.remove_file(path)
+        raise StateFormatError("%s is corrupt: sha256 %s, its state.json records %s -- use "
+                               "the previous checkpoint (CheckpointStore.latest_blocks falls "
+                               "back to it)" % (src, src_sha.hexdigest(), expect_sha))
+    if n_nan or n_inf:
+        nonfinite.append("%s has %d NaN and %d +inf values" % (src, n_nan, n_inf))
+    return {"file": files.basename(path), "rows": int(shape[0]), "sha256": w.sha.hexdigest(),
+            "nbytes": int(nbytes)}
+
+
+def _write_blocks(files: LocalFiles, directory: str, name: str, rb: RowBlocks,
+                  nonfinite: Optional[List[str]]) -> Dict[str, Any]:
+    """Write the blocked array ``name``: one .npy per block and its JSON entry."""
+    V, K = rb.shape
+    blocks = []
+    for b, (part, rows) in enumerate(zip(rb.parts, block_row_counts(V, rb.n_blocks))):
+        path = files.join(directory, block_file_name(name, b) if rb.n_blocks > 1
+                          else name + ".npy")
+        if isinstance(part, np.ndarray):
+            if part.shape != (rows, K) or part.dtype != rb.dtype:
+                raise ValueError("block %d of array %r is %s %s, expected %s %s"
+                                 % (b, name, part.dtype, part.shape, rb.dtype, (rows, K)))
+            e = _write_npy(files, path, part)
+            e = {"file": e["file"], "rows": rows, "sha256": e["sha256"], "nbytes": e["nbytes"]}
+        else:
+            e = copy_npy(rb.files or files_for(part), part, files, path, rb.dtype, (rows, K),
+                          nonfinite)
+        blocks.append(e)
+    return {"layout": BLOCK_LAYOUT, "n_blocks": rb.n_blocks, "dtype": rb.dtype.str,
+            "shape": [V, K], "blocks": blocks}
+
+
+def _check_blocked_entry(directory: str, name: str, meta: Dict[str, Any]):
+    """The dtype, shape and ``[(file, rows, sha256)]`` of the blocked array ``name``, each
+    checked (the block row counts must be those of ``n_blocks`` word blocks of V words)."""
+    where = "%s/%s: array %r" % (directory, STATE_FILE, name)
+    B = meta.get("n_blocks")
+    blocks = meta.get("blocks")
+    if meta.get("layout") != BLOCK_LAYOUT or not isinstance(B, int) or isinstance(B, bool) \
+            or B < 1 or not isinstance(blocks, list) or len(blocks) != B:
+        raise StateFormatError("%s has an invalid word-block entry (layout %r, n_blocks %r, %s "
+                               "block entries)" % (where, meta.get("layout"), B,
+                                                   len(blocks) if isinstance(blocks, list)
+                                                   else "no"))
+    try:
+        dtype = np.dtype(meta.get("dtype"))
+    except TypeError:
+        raise StateFormatError("%s has an invalid dtype %r" % (where, meta.get("dtype")))
+    _check_dtype(dtype, where)
+    shape = meta.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)):
+        raise StateFormatError("%s has an invalid shape %r" % (where, shape))
+    want = block_row_counts(shape[0], B)
+    out = []
+    for b, e in enumerate(blocks):
+        if not isinstance(e, dict):
+            raise StateFormatError("%s: block %d entry is not an object" % (where, b))
+        fname, _, _, sha = _check_entry("%s block %d" % (name, b),
+                                        dict(e, dtype=dtype.str, shape=[e.get("rows"), 0]))
+        if fname != block_file_name(name, b) or e.get("rows") != want[b]:
+            raise StateFormatError("%s: block %d is %r with %r rows, expected %s with %d rows"
+                                   % (where, b, fname, e.get("rows"),
+                                      block_file_name(name, b), want[b]))
+        out.append((fname, want[b], sha))
+    return dtype, (shape[0], shape[1]), out
+
+
+def array_files(directory: str, name: str, meta: Any):
+    """The dtype, shape and ``[(file, rows, sha256)]`` of the 2-D array ``name`` of a state
+    directory from its state.json entry ``meta``, checked: one file for a plain array, one per
+    word block for a word-blocked one (:class:`RowBlocks`)."""
+    if isinstance(meta, dict) and "layout" in meta:
+        return _check_blocked_entry(directory, name, meta)
+    fname, dtype, shape, sha = _check_entry(name, meta)
+    if len(shape) != 2:
+        raise StateFormatError("%s/%s: array %r has shape %s, expected 2 dimensions"
+                               % (directory, STATE_FILE, name, shape))
+    return dtype, shape, [(fname, shape[0], sha)]
+
+
+def _read_block(files: LocalFiles, directory: str, fname: str, dtype: np.dtype, shape: tuple,
+                sha: str, dest: np.ndarray) -> None:
+    """Read block file ``fname`` into ``dest`` (rows x K, any strides) in bounded chunks,
+    checking header, size and sha256 (StateFormatError naming the file otherwise)."""
+    path = files.join(directory, fname)
+    if not files.exists(path):
+        raise StateFormatError("%s: word-block file %s listed in state.json is missing"
+                               % (directory, fname))
+    h = hashlib.sha256()
+    with files.open_read(path) as f:
+        _block_npy_header(f, files.size(path), directory, fname, dtype, shape,
+                          "state.json says", h)
+        rows, K = shape
+        per = max(1, _CHUNK // max(1, K * dtype.itemsize))
+        tmp = None if dest.flags.c_contiguous else np.empty((min(per, rows), K), dtype)
+        for r0 in range(0, rows, per):
+            r1 = min(rows, r0 + per)
+            into = dest[r0:r1] if tmp is None else tmp[:r1 - r0]
+            mv = memoryview(into.reshape(-1).view(np.uint8))
+            n = _readinto_full(f, mv)
+            h.update(mv[:n])
+            if n != len(mv):
+                raise StateFormatError("%s: %s is truncated" % (directory, fname))
+            if tmp is not None:
+                dest[r0:r1] = into
+    got = h.hexdigest()
+    if got != sha:
+        raise StateFormatError("%s: %s is corrupt: sha256 %s, state.json records %s -- the "
+                               "previous checkpoint is used; delete this one or retrain"
+                               % (directory, fname, got, sha))
+
+
+def _read_blocks(files: LocalFiles, directory: str, name: str, meta: Dict[str, Any],
+                 row_order: bool) -> Union[np.ndarray, RowBlocks]:
+    """The blocked array ``name``: in word order (a plain array, what every reader gets by
+    default), or with ``row_order`` the blocks as one contiguous row-order array (a
+    :class:`RowBlocks`; what a resumed word-sharded algorithm holds, no permuted copy)."""
+    dtype, shape, blocks = _check_blocked_entry(directory, name, meta)
+    B = len(blocks)
+    whole = np.empty(shape, dtype)
+    lo = 0
+    for b, (fname, rows, sha) in enumerate(blocks):
+        dest = whole[lo:lo + rows] if row_order else whole[b::B]
+        _read_block(files, directory, fname, dtype, (rows, shape[1]), sha, dest)
+        lo += rows
+    return RowBlocks.of_array(whole, B) if row_order else whole
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +593,7 @@ class TopicState:
             return False
         if set(self.arrays) != set(other.arrays):
             return False
-        return all(_arrays_equal(self.arrays[k], other.arrays[k]) for k in self.arrays)
+        return all(_values_equal(self.arrays[k], other.arrays[k]) for k in self.arrays)
 
     __hash__ = None
 
@@ -327,31 +636,58 @@ class TopicState:
                 "arrays": array_entries}
 
     # -- save / load ----------------------------------------------------------------------
-    def save(self, directory: str, files: Optional[LocalFiles] = None) -> None:
+    def save(self, directory: str, files: Optional[LocalFiles] = None,
+             refuse_nonfinite: bool = False) -> None:
         """Write the complete state under a temporary name, then publish it as ``directory``.
 
         The JSON is serialised first (so a non-JSON-able value fails before anything is
         written); the temporary directory is removed if anything fails. ``files``: the file
         layer (default :func:`files_for` ``(directory)``); on a layer without atomic directory
         rename (object stores) the files are written under ``directory`` itself, ``state.json``
-        last."""
+        last. A :class:`RowBlocks` array of B > 1 blocks is written as B block files (state.json
+        version 2); of one block, as the plain array it is. ``refuse_nonfinite``: block files
+        copied from ``.npy`` sources are scanned while copied, and NaN or +inf in them is a
+        TrainingError before anything is published."""
         files = files or files_for(directory)
         if self.version != STATE_FORMAT_VERSION:
             raise ValueError("cannot save a state of format version %s; this ldabeam writes "
                              "version %d" % (self.version, STATE_FORMAT_VERSION))
-        arrays = {}
+        arrays: Dict[str, Any] = {}
         for k, a in self.arrays.items():
+            if isinstance(a, RowBlocks):
+                if a.n_blocks == 1 and isinstance(a.parts[0], np.ndarray):
+                    a = a.parts[0]          # one block is the plain array
+                else:
+                    arrays[k] = a
+                    continue
             a = np.asarray(a)
             _check_dtype(a.dtype, "array %r" % k)
             arrays[k] = a
+        blocked = any(isinstance(a, RowBlocks) and a.n_blocks > 1 for a in arrays.values())
         # fail early on non-JSON-able params / info / rng
         json.dumps(self._header({}), default=_json_default)
         tmp = files.make_temp_dir(directory)
         try:
             entries = {}
+            nonfinite: Optional[List[str]] = [] if refuse_nonfinite else None
             for k in sorted(arrays):
-                entries[k] = _write_npy(files, files.join(tmp, k + ".npy"), arrays[k])
-            data = json.dumps(self._header(entries), default=_json_default, indent=1,
+                if isinstance(arrays[k], RowBlocks):
+                    entries[k] = _write_blocks(files, tmp, k, arrays[k], nonfinite)
+                    if arrays[k].n_blocks == 1:     # one block file is the plain array
+                        e = entries[k]["blocks"][0]
+                        entries[k] = {"file": e["file"], "dtype": entries[k]["dtype"],
+                                      "shape": entries[k]["shape"], "sha256": e["sha256"],
+                                      "nbytes": e["nbytes"]}
+                else:
+                    entries[k] = _write_npy(files, files.join(tmp, k + ".npy"), arrays[k])
+            if nonfinite:
+                raise TrainingError("refusing to checkpoint step %d of %s: %s (the previous "
+                                    "checkpoint stays the latest)"
+                                    % (self.step, self.algorithm, "; ".join(nonfinite)))
+            head = self._header(entries)
+            if blocked:
+                head["version"] = BLOCKED_FORMAT_VERSION
+            data = json.dumps(head, default=_json_default, indent=1,
                               sort_keys=False).encode("utf-8")
             with files.open_write(files.join(tmp, STATE_FILE)) as f:
                 f.write(data)
@@ -365,11 +701,18 @@ class TopicState:
                      directory)
 
     @classmethod
-    def load(cls, directory: str, files: Optional[LocalFiles] = None) -> "TopicState":
+    def load(cls, directory: str, files: Optional[LocalFiles] = None,
+             row_order: bool = False, skip_arrays: Sequence[str] = ()) -> "TopicState":
         """Read a state directory, checking version, fields, shapes, dtypes and checksums.
 
-        Raises FileNotFoundError if ``directory`` does not exist and :class:`StateFormatError`
-        (a ValueError) saying precisely what is wrong otherwise."""
+        A word-blocked array comes back in word order, as one plain array (what every reader
+        expects; read block by block straight into place), or with ``row_order`` as a
+        :class:`RowBlocks` over one contiguous row-order array (for
+        ``lda_core.storage.blocks.algorithm_from_state``: a word-sharded algorithm takes it
+        as its state, no permuted copy). Raises FileNotFoundError if ``directory`` does not
+        exist and :class:`StateFormatError` (a ValueError) saying precisely what is wrong
+        otherwise. ``skip_arrays``: names of arrays not read (left out of the state; their
+        entries are still checked when read later, e.g. by ``lda_core.storage.blocks``)."""
         files = files or files_for(directory)
         if not files.isdir(directory):
             raise FileNotFoundError("no topic state at %s (directory does not exist)"
@@ -381,21 +724,34 @@ class TopicState:
             if not isinstance(name, str) or not _ARRAY_NAME.match(name):
                 raise StateFormatError("%s: state.json lists an invalid array name %r"
                                        % (directory, name))
-            arrays[name] = _read_npy(files, directory, name, entries[name])
+            if name in skip_arrays:
+                continue
+            if isinstance(entries[name], dict) and "layout" in entries[name]:
+                if meta["version"] != BLOCKED_FORMAT_VERSION:
+                    raise StateFormatError("%s/%s: array %r is word-blocked but the version is "
+                                           "%s, not %d" % (directory, STATE_FILE, name,
+                                                           meta["version"],
+                                                           BLOCKED_FORMAT_VERSION))
+                arrays[name] = _read_blocks(files, directory, name, entries[name], row_order)
+            else:
+                arrays[name] = _read_npy(files, directory, name, entries[name])
         try:
             return cls(algorithm=meta["algorithm"], n_topics=meta["n_topics"],
                        n_words=meta["n_words"], vocab_hash=meta["vocab_hash"], arrays=arrays,
                        params=meta["params"], step=meta["step"], docs_seen=meta["docs_seen"],
-                       rng=meta["rng"], info=meta["info"], version=meta["version"])
+                       rng=meta["rng"], info=meta["info"], version=STATE_FORMAT_VERSION)
         except ValueError as e:
             raise StateFormatError("%s/state.json: %s" % (directory, e))
 
     # -- conveniences -------------------------------------------------------------------
     def nbytes(self) -> int:
-        return int(sum(np.asarray(a).nbytes for a in self.arrays.values()))
+        return int(sum(a.nbytes if isinstance(a, RowBlocks) else np.asarray(a).nbytes
+                       for a in self.arrays.values()))
 
     def describe(self) -> str:
-        arrs = ", ".join("%s %s %s" % (k, np.asarray(a).dtype, tuple(np.shape(a)))
+        arrs = ", ".join("%s %s %s in %d word blocks" % (k, a.dtype, a.shape, a.n_blocks)
+                         if isinstance(a, RowBlocks)
+                         else "%s %s %s" % (k, np.asarray(a).dtype, tuple(np.shape(a)))
                          for k, a in sorted(self.arrays.items()))
         return ("%s state v%d: K=%d V=%d step=%d docs_seen=%d vocab=%s arrays: %s"
                 % (self.algorithm, self.version, self.n_topics, self.n_words, self.step,
@@ -421,7 +777,8 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
         raise StateFormatError("%s is %d bytes, more than the %d allowed for a state.json"
                                % (path, size, MAX_STATE_JSON_BYTES))
     with files.open_read(path) as f:
-        raw = f.read(MAX_STATE_JSON_BYTES + 1)
+        # its size, not the cap: read(n) allocates n bytes before it reads
+        raw = f.read(size + 1)
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -434,9 +791,10 @@ def read_state_json(directory: str, files: Optional[LocalFiles] = None) -> Dict[
         raise StateFormatError("%s: not an ldabeam topic state (format %r, expected %r)"
                                % (path, meta.get("format"), FORMAT_NAME))
     version = meta.get("version")
-    if version != STATE_FORMAT_VERSION:
+    if version not in READ_VERSIONS or isinstance(version, bool):
         raise StateFormatError("%s was written by format version %s, this ldabeam reads "
-                               "version %d" % (path, version, STATE_FORMAT_VERSION))
+                               "versions %s" % (path, version,
+                                                " and ".join(map(str, READ_VERSIONS))))
     for k, t in _REQUIRED.items():
         if k not in meta:
             raise StateFormatError("%s: field %r is missing" % (path, k))

@@ -488,10 +488,28 @@ class Session:
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
-        state = stamp(algorithm.to_state(), pos, docs_seen(algorithm), runner=self.runner,
-                      run_info=self.run_info, vocab_hash=self.vocab_hash,
+        # word-sharded algorithms with B > 1: their rows as B block files, uncopied
+        from lda_core.storage.blocks import checkpoint_state
+        state = stamp(checkpoint_state(algorithm), pos, docs_seen(algorithm),
+                      runner=self.runner, run_info=self.run_info, vocab_hash=self.vocab_hash,
                       sequential=is_sequential(algorithm))
         self.last_checkpoint = self.store.publish(state)
+        self.last_published = pos
+        return self.last_checkpoint
+
+    def publish_blocks(self, header, sources, position: Optional[int] = None) -> Optional[str]:
+        """:meth:`publish` of the word-sharded algorithm whose word-block header is ``header``
+        and whose row blocks are the ``.npy`` files ``sources`` (block order), without
+        assembling it (:meth:`lda_core.storage.checkpoint.CheckpointStore.publish_blocks`):
+        the same checkpoint, stamped the same way."""
+        pos = self.position if position is None else int(position)
+        if self.store is None or self.last_published == pos:
+            return None
+        n_docs = int(header.counters.get("docs_seen", 0))
+        self.last_checkpoint = self.store.publish_blocks(
+            header, sources,
+            prepare=lambda state: stamp(state, pos, n_docs, runner=self.runner,
+                                        run_info=self.run_info, vocab_hash=self.vocab_hash))
         self.last_published = pos
         return self.last_checkpoint
 

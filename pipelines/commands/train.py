@@ -425,7 +425,8 @@ def _open_model_dir(args, vocab, shard_hash):
     store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
     if args.resume:
-        state = store.latest()
+        # word blocks stay in row order: the resumed algorithm takes them as its state
+        state = store.latest(row_order=True)
         if state is None:
             raise UsageError("--resume: no checkpoint in %s to resume from" % args.output)
         state.validate(algorithm=args.algorithm, n_topics=args.topics, n_words=len(vocab),
@@ -501,7 +502,8 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
         check_resumed_blocks(cls, settings.get("word_blocks"), state.params)
-        algo = cls.from_state(state, n_threads=args.threads or None)
+        from lda_core.storage.blocks import algorithm_from_state
+        algo = algorithm_from_state(state, n_threads=args.threads or None, take=True)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
         return algo

@@ -162,7 +162,7 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
                     ) -> Dict[str, Any]:
     """Top words of ``topics`` at each kept checkpoint up to ``until_step`` (at most
     ``max_checkpoints``, spread evenly, always the last)."""
-    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.storage.blocks import algorithm_from_state
     from lda_core.storage.checkpoint import CheckpointStore
     from lda_core.evaluation.metrics import top_words
     store = CheckpointStore(model_dir, check_algorithm=True)
@@ -173,11 +173,11 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
     cols = []
     for c in ckpts:
         try:
-            state = store.load(c.step)
+            state = store.load(c.step, row_order=True)
         except Exception as e:   # a corrupt old checkpoint must not stop the report
             logger.warning("report: skipping checkpoint %s: %s", c.path, e)
             continue
-        phi = algorithm_class(state.algorithm).from_state(state).topic_word()
+        phi = algorithm_from_state(state, take=True).topic_word()
         tw = top_words(phi[topics], vocab_tokens, n=n_words)
         cols.append({"step": int(state.step), "docs_seen": int(state.docs_seen),
                      "words": {int(k): [str(w) for w, _ in t] for k, t in zip(topics, tw)}})

@@ -21,15 +21,16 @@ from pipelines.ingest import dataset
 @dataclass
 class OpenedModel:
     path: str                       # the checkpoint directory (absolute / URL)
-    state: Any                      # its lda_core.storage.state.TopicState
+    state: Any                      # its lda_core.storage.state.TopicState (word blocks
+                                    # in row order: build the algorithm with algorithm())
     model_dir: str                  # MODEL_DIR (absolute / URL)
     vocab: Optional[dataset.Vocabulary]
     vocab_path: Optional[str]
 
     def algorithm(self):
-        """The trained algorithm, rebuilt from the state."""
-        from lda_core.algorithms.algorithm import algorithm_class
-        return algorithm_class(self.state.algorithm).from_state(self.state)
+        """The trained algorithm, rebuilt from the state (its own copy of the arrays)."""
+        from lda_core.storage.blocks import algorithm_from_state
+        return algorithm_from_state(self.state)
 
 
 def open_model(model: str) -> OpenedModel:
@@ -42,10 +43,11 @@ def open_model(model: str) -> OpenedModel:
         raise FileNotFoundError("model directory %s does not exist" % model)
     if dataset.exists(dataset.join(model, "state.json")):
         path = dataset.absolute(model)
-        state = TopicState.load(path)
+        # word blocks stay in row order: algorithm() copies them once, no permutation
+        state = TopicState.load(path, row_order=True)
         model_dir = dataset.model_dir_of(path)
     else:
-        found = CheckpointStore(model, check_algorithm=True).latest_checkpoint()
+        found = CheckpointStore(model, check_algorithm=True).latest_checkpoint(row_order=True)
         if found is None:
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))

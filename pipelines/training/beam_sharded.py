@@ -1,43 +1,40 @@
 """The word-sharded exchange: a step in which no worker holds the whole state.
 
 The state of a word-sharded algorithm (``word_sharded`` on its class: online VB, SCVB0) is
-cut into B contiguous word blocks (:mod:`lda_core.algorithms.word_blocks`; B is the
-algorithm's ``word_blocks`` setting, recorded in its checkpoints) plus a small *header*
-(the K-vectors and scalars: column sums, α, η, the lazy scale, the step counters). Inside a
-window every state version lives in the run's scratch folder as one header file and B block
-files (``.npy``, data only), and a step is::
+cut into B word blocks (:mod:`lda_core.algorithms.word_blocks`; B is the algorithm's
+``word_blocks`` setting, recorded in its checkpoints) plus a small *header* (the K-vectors
+and scalars: column sums, α, η, the lazy scale, the step counters). Inside a window every
+state version lives in the run's scratch folder as one header file and B block files
+(``.npy``, data only), and a step is two stages::
 
     read tasks of minibatch t
-      | ParDo(ShardedEStepFn, side = ref[t-1])   header + only the rows of the piece's words
-      |                                          (range reads of the block files); the
-      |                                          piece's statistics cut by word block:
-      |                                          (block b, (piece, bytes)) for every b
+      | ParDo(ShardedEStepFn, side = version t-1)   the header of version t-1 (from the
+      |                                          owners' partials of step t-1: every task
+      |                                          adds them the same way, and piece 0
+      |                                          publishes it) + only the rows of the
+      |                                          piece's words (range reads of the block
+      |                                          files); the piece's statistics cut by
+      |                                          word block: (block b, (piece, bytes)) for
+      |                                          every b
       | GroupByKey                               block b's pieces reach b's owner
-      | ParDo(BlockStepFn, side = ref[t-1])      the pieces summed in piece order; the plan
-      |                                          of the step (from the statistics' small
-      |                                          part: every owner computes the same); the
-      |                                          owner's rows updated and written as version
-      |                                          t (temporary name + rename: a retry writes
-      |                                          the same bytes); its K-vector partial
-      | GroupByKey (one key)
-      | ParDo(FinishStepFn)                      partials added in block order -> header of
-      |                                          version t before re-seeding, and the
-      |                                          re-seeding decisions
-    Create(blocks)
-      | ParDo(SplitBlockFn, side = that)         owners apply the re-seeding splits to their
-      |                                          rows (nothing read when there is none)
-      | GroupByKey (one key)
-      | ParDo(FinishSplitsFn)                    -> header of version t, the step's info for
-                                                    the driver -> ref[t]
+      | ParDo(BlockStepFn)                       the pieces summed in piece order; the plan
+                                                 of the step (from the statistics' small
+                                                 part, re-seeding included: every owner
+                                                 computes the same); the owner's rows
+                                                 updated, re-seeded and written as version
+                                                 t (temporary name + rename: a retry writes
+                                                 the same bytes); its K-vector partial
+                                                 -> "version t" for step t+1
 
-Every sum is the one the in-process trainer makes at the same B (pieces in piece order,
-partials in block order), so the final state is bit for bit the in-process one at the same
+After a window's last step one more task (``FinishWindowFn``) adds the last partials. Every
+sum is the one the in-process trainer makes at the same B (pieces in piece order, partials
+in block order), so the final state is bit for bit the in-process one at the same
 (seed, S, P, B), whatever the number of workers, their bundling or a retry. What a worker
-moves per step: the header and its pieces' rows in, its pieces' statistics out; an owner
-receives its block's statistics and reads and writes its block. Bytes are counted by
-:mod:`lda_core.storage.traffic`. The window's first version is written by the driver from
-the checkpoint it starts from, and the driver assembles the last one
-(``from_shards``) to publish the window's checkpoint.
+moves per step: the partials of the previous step (O(B K)) and its pieces' rows in, its
+pieces' statistics out; an owner receives its block's statistics and reads and writes its
+block. Bytes are counted by :mod:`lda_core.storage.traffic`. The window's first version is
+written by the driver from the checkpoint it starts from, and the driver assembles the last
+one (``from_shards``) to publish the window's checkpoint.
 """
 from __future__ import annotations
 
@@ -52,7 +49,7 @@ import apache_beam as beam
 import numpy as np
 
 from lda_core.algorithms.algorithm import algorithm_class
-from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, Splits, block_bounds,
+from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, block_bounds,
                                              rows_of_words)
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
@@ -66,32 +63,34 @@ from pipelines.training.beam_steps import (LeanDoFn, StepMetrics, collect_infos,
 
 logger = logging.getLogger(__name__)
 
-# which block files hold a version's rows: written by the block step ("u"), or rewritten by
-# the re-seeding splits ("s")
-UPDATED, SPLIT = "u", "s"
-
 
 class ShardRef(NamedTuple):
     """A word-sharded state version as it travels through the graph (a few dozen bytes)."""
     key: str           # "<run id>/<position>"
     folder: str        # the run's scratch folder
     position: int      # minibatches consumed
-    stage: str         # UPDATED or SPLIT: which block files hold the rows
 
 
-class PreSplitRef(NamedTuple):
-    """The header of a version before re-seeding, and the splits to apply (FinishStepFn)."""
-    key: str
-    folder: str
-    position: int
+class BlockOut(NamedTuple):
+    """What a block's owner hands on after step ``ref.position + 1``: its partial (bytes;
+    None when the step was refused), the step's plan (block 0's owner only: every owner
+    computed the same), the refusal or None, the version the step started from, and for
+    the step's log the minibatch's documents and the owner's seconds."""
+    block: int
+    partial: Optional[bytes]
+    plan: Any
+    error: Optional[str]
+    ref: ShardRef
+    n_docs: int
+    seconds: float
 
 
-def header_path(folder: str, position: int, pre: bool = False) -> str:
-    return os.path.join(folder, "header-%09d%s.bin" % (position, "-pre" if pre else ""))
+def header_path(folder: str, position: int) -> str:
+    return os.path.join(folder, "header-%09d.bin" % position)
 
 
-def rows_path(folder: str, position: int, block: int, stage: str) -> str:
-    return os.path.join(folder, "rows-%09d-%04d-%s.npy" % (position, block, stage))
+def rows_path(folder: str, position: int, block: int) -> str:
+    return os.path.join(folder, "rows-%09d-%04d.npy" % (position, block))
 
 
 # ------------------------------------------------------------------------------ files
@@ -182,10 +181,10 @@ def read_rows(path: str, local_ids: np.ndarray) -> np.ndarray:
         return out
 
 
-# ------------------------------------------------------------------------------ headers
+# ------------------------------------------------------------------------------ versions
 
 _LOCK = threading.Lock()
-_HEADERS: Dict[str, Any] = {}      # version key -> decoded header (a few per process)
+_HEADERS: Dict[str, Any] = {}      # version key -> (header, step info or None); a few per process
 
 
 def _decode_header(data: bytes):
@@ -196,18 +195,26 @@ def _decode_header(data: bytes):
                                  "(%s): resume the run" % e) from None
 
 
-def load_header(folder: str, position: int, key: str, pre: bool = False):
-    """The header of version ``key`` (decoded once per process)."""
-    tag = key + ("/pre" if pre else "")
+def _cached(key: str):
     with _LOCK:
-        h = _HEADERS.get(tag)
-    if h is None:
-        h = _decode_header(_read(header_path(folder, position, pre), traffic.SCALARS))
-        with _LOCK:
-            if len(_HEADERS) > 8:
-                _HEADERS.clear()
-            _HEADERS[tag] = h
-    return h
+        return _HEADERS.get(key)
+
+
+def _cache(key: str, value) -> None:
+    with _LOCK:
+        if len(_HEADERS) > 8:
+            _HEADERS.clear()
+        _HEADERS[key] = value
+
+
+def load_header(ref: ShardRef):
+    """The header of version ``ref`` from its file (decoded once per process)."""
+    got = _cached(ref.key)
+    if got is None:
+        got = (_decode_header(_read(header_path(ref.folder, ref.position), traffic.SCALARS)),
+               None)
+        _cache(ref.key, got)
+    return got[0]
 
 
 def write_start(algorithm, folder: str, run_key: str, position: int) -> ShardRef:
@@ -215,39 +222,134 @@ def write_start(algorithm, folder: str, run_key: str, position: int) -> ShardRef
     header = algorithm.shard_header()
     _write(header_path(folder, position), header.to_bytes(), traffic.SCALARS)
     for b in range(header.n_blocks):
-        write_rows(rows_path(folder, position, b, UPDATED), algorithm.block_rows(b))
-    return ShardRef("%s/%d" % (run_key, position), folder, position, UPDATED)
+        write_rows(rows_path(folder, position, b), algorithm.block_rows(b))
+    return ShardRef("%s/%d" % (run_key, position), folder, position)
 
 
 def load_state(ref: ShardRef):
     """The whole algorithm of version ``ref`` (the driver, after a window)."""
-    header = load_header(ref.folder, ref.position, ref.key)
+    header = load_header(ref)
     cls = algorithm_class(header.algorithm)
-    rows = [read_block(rows_path(ref.folder, ref.position, b, ref.stage))
+    rows = [read_block(rows_path(ref.folder, ref.position, b))
             for b in range(header.n_blocks)]
     return cls.from_shards(header, rows)
+
+
+def _run_of(key: str) -> str:
+    """The run key of a version key ("<run id>/<position>")."""
+    return key.rsplit("/", 1)[0]
+
+
+def _in_block_order(outs, n_blocks: int, position: int):
+    outs = sorted(outs, key=lambda o: o.block)
+    if [o.block for o in outs] != list(range(n_blocks)):
+        raise DataIntegrityError("step %d: partials of blocks %s arrived, expected 0..%d"
+                                 % (position + 1, [o.block for o in outs], n_blocks - 1))
+    return outs
+
+
+class Version(NamedTuple):
+    ref: ShardRef
+    header: Any
+    info: Optional[Dict[str, Any]]    # the log of the step that made it (None: the start)
+
+
+def resolve_version(side: Sequence[Any]) -> Optional[Version]:
+    """The state version a step starts from, given its side input: the window's start
+    ``[ShardRef]``, or the owners' :class:`BlockOut` of the previous step, whose partials are
+    added here in block order into that step's header (the same bits in every task; cached
+    per process). None when the previous step produced nothing (an earlier step failed);
+    StepRefused when that step was refused (by a block, or by its log's checks)."""
+    side = list(side)
+    if not side:
+        return None
+    if len(side) == 1 and isinstance(side[0], ShardRef):
+        return Version(side[0], load_header(side[0]), None)
+    prev = side[0].ref
+    key = "%s/%d" % (_run_of(prev.key), prev.position + 1)
+    ref = ShardRef(key, prev.folder, prev.position + 1)
+    got = _cached(key)
+    if got is not None:
+        return Version(ref, got[0], got[1])
+    header = load_header(prev)
+    outs = _in_block_order(side, header.n_blocks, prev.position)
+    refused = [o.error for o in outs if o.error]
+    if refused:
+        raise StepRefused(refused[0])
+    for o in outs:
+        traffic.record_in(len(o.partial), traffic.SCALARS)
+    t0 = time.perf_counter()
+    cls = algorithm_class(header.algorithm)
+    header2, info = cls.finish_step(header, outs[0].plan,
+                                    [BlockPartial.from_bytes(o.partial) for o in outs])
+    info = dict(info)
+    info["global_step_seconds"] = max(o.seconds for o in outs) + time.perf_counter() - t0
+    info["docs_in_minibatch"] = outs[0].n_docs
+    info["docs_seen"] = int(header2.counters.get("docs_seen", 0))
+    info["position"] = ref.position
+    err = _session.check_info(info)
+    if err:
+        raise StepRefused(err)
+    _cache(key, (header2, info))
+    return Version(ref, header2, info)
+
+
+def publish_version(v: Version) -> None:
+    """Write version ``v``'s header and its step's log for the owners of the next step and
+    the driver (the same bytes from any task that does it: a retry rewrites them), and
+    remove the files of the version two steps back, which no step reads any more (every
+    reader of version t-2 finished before step t's owners started)."""
+    _write(header_path(v.ref.folder, v.ref.position), v.header.to_bytes(), traffic.SCALARS)
+    store_step_info(v.ref.folder, v.ref.key, v.info)
+    _remove_version(v.ref.folder, v.ref.position - 2, v.header.n_blocks)
+
+
+def _refused_step(side: Sequence[Any], error: str) -> None:
+    """Record the refusal of the step the side input ``side`` ended."""
+    prev = side[0].ref
+    key = "%s/%d" % (_run_of(prev.key), prev.position + 1)
+    store_step_info(prev.folder, key, {"error": error, "position": prev.position + 1})
+    logger.error("global step at position %d refused: %s", prev.position, error)
+
+
+def _remove_version(folder: str, position: int, n_blocks: int) -> None:
+    """Files of a version no step reads any more."""
+    if position < 0:
+        return
+    scratch_space.remove_file(header_path(folder, position))
+    for b in range(n_blocks):
+        scratch_space.remove_file(rows_path(folder, position, b))
 
 
 # ------------------------------------------------------------------------------ DoFns
 
 class ShardedEStepFn(LeanDoFn):
-    """The E-step of one piece with only its words' rows of state ``ref`` (side input); its
-    statistics cut by word block, ``(block, (piece, encoded statistics))`` for every block."""
+    """The E-step of one piece with only its words' rows of the version the side input
+    names; its statistics cut by word block, ``(block, (piece, encoded statistics, ref))``
+    for every block. Piece 0's task also publishes that version (:func:`publish_version`)."""
 
     def __init__(self, n_threads: Optional[int] = None):
         self.n_threads = n_threads
         self.metrics = StepMetrics()
 
-    def process(self, element, ref: Optional[ShardRef]):
-        if ref is None:              # an earlier step of this window failed
-            return []
-        with beam_cost.step(_run_of(ref.key), element[0]):
-            return self._estep(element, ref)
-
-    def _estep(self, element, ref: ShardRef):
+    def process(self, element, side):
         position, task = element
+        try:
+            version = resolve_version(side)
+        except StepRefused as e:
+            if task.piece == 0:
+                _refused_step(side, str(e))
+            return []
+        if version is None:            # an earlier step of this window failed
+            return []
+        with beam_cost.step(_run_of(version.ref.key), position):
+            if version.info is not None and task.piece == 0:
+                publish_version(version)
+            return self._estep(task, version)
+
+    def _estep(self, task, version: Version):
         beam_cost.mark(beam_cost.FIRST_ESTEP)
-        header = load_header(ref.folder, ref.position, ref.key)
+        header, ref = version.header, version.ref
         cls = algorithm_class(header.algorithm)
         with beam_cost.timed("read"):
             batch = read_task(task)
@@ -280,8 +382,7 @@ def _gather_rows(ref: ShardRef, header, ids: np.ndarray) -> np.ndarray:
     for b, (lo, hi) in enumerate(bounds):
         i0, i1 = np.searchsorted(ids, [lo, hi])
         if i1 > i0:
-            parts.append(read_rows(rows_path(ref.folder, ref.position, b, ref.stage),
-                                   ids[i0:i1] - lo))
+            parts.append(read_rows(rows_path(ref.folder, ref.position, b), ids[i0:i1] - lo))
     if not parts:
         return np.zeros((0, header.n_topics), np.float64)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -302,7 +403,8 @@ def _merge_pieces(pieces, expected: int, block: int, position: int):
 
 
 class BlockStepFn(LeanDoFn):
-    """The owner of one word block: the step applied to its rows (version t-1 -> t)."""
+    """The owner of one word block: the step applied to its rows (version t-1 -> t), then
+    the step's re-seeding; -> :class:`BlockOut`."""
 
     def __init__(self, step: StepPlan):
         self.step = step.bare()
@@ -314,11 +416,11 @@ class BlockStepFn(LeanDoFn):
         ref = pieces[0][2]          # the version every E-step read (the same for all)
         # charged to this block's owner, not to the process (which may own several blocks)
         with beam_cost.block_step(_run_of(ref.key), self.step.position, b):
-            return list(self._process(b, pieces, ref))
+            return [self._process(b, pieces, ref)]
 
-    def _process(self, b: int, pieces, ref: ShardRef):
+    def _process(self, b: int, pieces, ref: ShardRef) -> BlockOut:
         pos = self.step.position
-        header = load_header(ref.folder, ref.position, ref.key)
+        header = load_header(ref)
         cls = algorithm_class(header.algorithm)
         t0 = time.perf_counter()
         with beam_cost.timed("stats_combine"):
@@ -326,209 +428,61 @@ class BlockStepFn(LeanDoFn):
         try:
             plan = cls.plan_step(header, stats)
         except StepRefused as e:
-            yield 0, (b, None, None, str(e), ref)
-            return
-        rows = read_block(rows_path(ref.folder, ref.position, b, ref.stage))
+            return BlockOut(b, None, None, str(e), ref, self.step.n_docs, 0.0)
+        rows = read_block(rows_path(ref.folder, ref.position, b))
         part = cls.update_block(header, plan, b, rows, stats)
-        write_rows(rows_path(ref.folder, pos + 1, b, UPDATED), rows)
-        beam_cost.report("global_step", time.perf_counter() - t0)
-        # the plan is not data of the model: block 0's owner hands it to the finisher as it is
-        yield 0, (b, part.to_bytes(), plan if b == 0 else None, None, ref)
+        write_rows(rows_path(ref.folder, pos + 1, b), rows)
+        seconds = time.perf_counter() - t0
+        beam_cost.report("global_step", seconds)
+        # the plan is not data of the model: block 0's owner hands it on as it is
+        return BlockOut(b, part.to_bytes(), plan if b == 0 else None, None, ref,
+                        self.step.n_docs, seconds)
 
 
-def _run_of(key: str) -> str:
-    """The run key of a version key ("<run id>/<position>")."""
-    return key.rsplit("/", 1)[0]
+class FinishWindowFn(LeanDoFn):
+    """After a window's last step: its header and log published (-> the last ShardRef)."""
 
-
-def _in_block_order(parts, n_blocks: int, position: int):
-    parts = sorted(parts, key=lambda p: p[0])
-    if [p[0] for p in parts] != list(range(n_blocks)):
-        raise DataIntegrityError("step %d: partials of blocks %s arrived, expected 0..%d"
-                                 % (position + 1, [p[0] for p in parts], n_blocks - 1))
-    return parts
-
-
-class FinishStepFn(LeanDoFn):
-    """The blocks' partials added in block order: the header of version t before
-    re-seeding, and the re-seeding decisions (-> a :class:`PreSplitRef`)."""
-
-    def __init__(self, step: StepPlan):
-        self.step = step.bare()
-
-    def process(self, element):
-        _, parts = element
-        parts = list(parts)
-        ref = parts[0][4]          # the version every owner read (the same for all)
-        with beam_cost.step(_run_of(ref.key), self.step.position):
-            return list(self._process(parts, ref))
-
-    def _process(self, parts, ref: ShardRef):
-        pos = self.step.position
-        key = "%s/%d" % (ref.key.rsplit("/", 1)[0], pos + 1)
-        header = load_header(ref.folder, ref.position, ref.key)
-        cls = algorithm_class(header.algorithm)
-        parts = _in_block_order(parts, header.n_blocks, pos)
-        refused = [p[3] for p in parts if p[3]]
+    def process(self, _, side):
+        side = list(side)
         try:
-            if refused:
-                raise StepRefused(refused[0])
-            for p in parts:
-                traffic.record_in(len(p[1]), traffic.SCALARS)
-            plan = parts[0][2]
-            partials = [BlockPartial.from_bytes(p[1]) for p in parts]
-            header2, splits, info = cls.finish_step(header, plan, partials)
+            version = resolve_version(side)
         except StepRefused as e:
-            store_step_info(ref.folder, key, {"error": str(e), "position": pos + 1})
-            logger.error("global step at position %d refused: %s", pos, e)
+            _refused_step(side, str(e))
             return
-        _write(header_path(ref.folder, pos + 1, pre=True), header2.to_bytes(), traffic.SCALARS)
-        _write(_splits_path(ref.folder, pos + 1), splits.to_bytes(), traffic.SCALARS)
-        _write(_splits_path(ref.folder, pos + 1) + ".json", _json_bytes(info),
-               traffic.SCALARS)
-        yield PreSplitRef(key, ref.folder, pos + 1)
-
-
-def _json_bytes(obj) -> bytes:
-    import json
-    from lda_core.storage.run_log import jsonable
-    return json.dumps(jsonable(obj), sort_keys=True).encode("utf-8")
-
-
-def _splits_path(folder: str, position: int) -> str:
-    return os.path.join(folder, "splits-%09d.bin" % position)
-
-
-def _load_pre(pre: PreSplitRef, with_info: bool = False):
-    """(header before re-seeding, the splits, the step's info so far or None)."""
-    import json
-    header2 = load_header(pre.folder, pre.position, pre.key, pre=True)
-    splits = Splits.from_bytes(_read(_splits_path(pre.folder, pre.position), traffic.SCALARS))
-    info = (json.loads(_read(_splits_path(pre.folder, pre.position) + ".json",
-                             traffic.SCALARS)) if with_info else None)
-    return header2, splits, info
-
-
-class SplitBlockFn(LeanDoFn):
-    """The owner of one block applies the step's re-seeding splits to its rows."""
-
-    def process(self, b, pre: Optional[PreSplitRef]):
-        if pre is None:
-            return []
-        # charged to the block's owner, as its block step is
-        with beam_cost.block_step(_run_of(pre.key), pre.position - 1, b):
-            return list(self._process(b, pre))
-
-    def _process(self, b, pre: Optional[PreSplitRef]):
-        if pre is None:
+        if version is None or version.info is None:
             return
-        header2, splits, _ = _load_pre(pre)
-        if not splits.needs_blocks:          # nothing to split or sum: no block is read
-            yield 0, (b, None, pre)
-            return
-        cls = algorithm_class(header2.algorithm)
-        rows = read_block(rows_path(pre.folder, pre.position, b, UPDATED))
-        part = cls.split_block(header2, splits, b, rows)
-        if splits.pairs:
-            write_rows(rows_path(pre.folder, pre.position, b, SPLIT), rows)
-        yield 0, (b, part.to_bytes(), pre)
-
-
-class FinishSplitsFn(LeanDoFn):
-    """The split partials added in block order: the header of version t and the step's info
-    for the driver (-> ``ref[t]``); the files of version t-2 are removed."""
-
-    def __init__(self, step: StepPlan):
-        self.step = step.bare()
-
-    def process(self, element):
-        _, parts = element
-        parts = list(parts)
-        pre = parts[0][2]
-        with beam_cost.step(_run_of(pre.key), self.step.position):
-            return list(self._process(parts, pre))
-
-    def _process(self, parts, pre: PreSplitRef):
-        t0 = time.perf_counter()
-        header2, splits, info = _load_pre(pre, with_info=True)
-        cls = algorithm_class(header2.algorithm)
-        parts = _in_block_order([(b, d) for b, d, _ in parts], header2.n_blocks,
-                                self.step.position)
-        for _, data in parts:
-            traffic.record_in(len(data or b""), traffic.SCALARS)
-        decoded = ([BlockPartial.from_bytes(d) for _, d in parts] if splits.needs_blocks
-                   else [])
-        try:
-            header3, info = cls.finish_splits(header2, splits, decoded, info)
-        except StepRefused as e:
-            store_step_info(pre.folder, pre.key, {"error": str(e), "position": pre.position})
-            return
-        _write(header_path(pre.folder, pre.position), header3.to_bytes(), traffic.SCALARS)
-        info = dict(info)
-        info["global_step_seconds"] = time.perf_counter() - t0
-        info["docs_in_minibatch"] = self.step.n_docs
-        info["docs_seen"] = int(getattr(header3, "docs_seen", 0))
-        info["position"] = pre.position
-        stage = SPLIT if splits.pairs else UPDATED
-        info["shard_stage"] = stage
-        err = _session.check_info(info)
-        if err:
-            store_step_info(pre.folder, pre.key, {"error": err, "position": pre.position})
-            return
-        store_step_info(pre.folder, pre.key, info)
-        _remove_version(pre.folder, pre.position - 2, header2.n_blocks)
-        beam_cost.mark(beam_cost.LAST_STEP)
-        yield ShardRef(pre.key, pre.folder, pre.position, stage)
-
-
-def _remove_version(folder: str, position: int, n_blocks: int) -> None:
-    """Files of a version no step reads any more (every reader of version t-2 finished
-    before step t's block step started)."""
-    if position < 0:
-        return
-    for pre in (False, True):
-        scratch_space.remove_file(header_path(folder, position, pre))
-    scratch_space.remove_file(_splits_path(folder, position))
-    scratch_space.remove_file(_splits_path(folder, position) + ".json")
-    for b in range(n_blocks):
-        for stage in (UPDATED, SPLIT):
-            scratch_space.remove_file(rows_path(folder, position, b, stage))
+        with beam_cost.step(_run_of(version.ref.key), version.ref.position - 1):
+            publish_version(version)
+            beam_cost.mark(beam_cost.LAST_STEP)
+        yield version.ref
 
 
 # ------------------------------------------------------------------------------ transforms
 
 class ShardedStep(beam.PTransform):
-    """One word-sharded step: (read tasks of minibatch t, blocks, ref[t-1]) -> ref[t]."""
+    """One word-sharded step: (read tasks of minibatch t, version t-1) -> the owners'
+    :class:`BlockOut` of step t (version t)."""
 
     def __init__(self, step: StepPlan, n_threads: Optional[int] = None):
         super().__init__()
         self.step, self.n_threads = step, n_threads
 
     def expand(self, pcolls):
-        tasks, blocks, prev = pcolls
-        view = beam.pvalue.AsSingleton(prev, default_value=None)
-        partials = (tasks
-                    | "EStep" >> beam.ParDo(ShardedEStepFn(self.n_threads), view)
-                    | "ByBlock" >> beam.GroupByKey()
-                    | "BlockStep" >> beam.ParDo(BlockStepFn(self.step))
-                    | "Partials" >> beam.GroupByKey())
-        pre = partials | "Finish" >> beam.ParDo(FinishStepFn(self.step))
-        pre_view = beam.pvalue.AsSingleton(pre, default_value=None)
-        return (blocks
-                | "Split" >> beam.ParDo(SplitBlockFn(), pre_view)
-                | "SplitPartials" >> beam.GroupByKey()
-                | "FinishSplits" >> beam.ParDo(FinishSplitsFn(self.step)))
+        tasks, prev = pcolls
+        return (tasks
+                | "EStep" >> beam.ParDo(ShardedEStepFn(self.n_threads), beam.pvalue.AsList(prev))
+                | "ByBlock" >> beam.GroupByKey()
+                | "BlockStep" >> beam.ParDo(BlockStepFn(self.step)))
 
 
-def build_sharded(p, tasks, steps: Sequence[StepPlan], start: ShardRef, n_blocks: int,
-                  n_threads: Optional[int]):
+def build_sharded(p, tasks, steps: Sequence[StepPlan], start: ShardRef, n_threads: Optional[int]):
     """The unrolled window's word-sharded steps in pipeline ``p``; ``tasks``: the window's
     read tasks split by minibatch (:class:`~pipelines.training.beam_steps.WindowTasks`)."""
-    ref = p | "State%d" % start.position >> beam.Create([start], reshuffle=False)
-    blocks = p | "Blocks" >> beam.Create(list(range(n_blocks)))
+    version = p | "State%d" % start.position >> beam.Create([start], reshuffle=False)
     for j, sp in enumerate(steps):
-        ref = (tasks[j], blocks, ref) | "Step%d" % sp.position >> ShardedStep(sp, n_threads)
-    return ref
+        version = (tasks[j], version) | "Step%d" % sp.position >> ShardedStep(sp, n_threads)
+    return (p | "End" >> beam.Create([None], reshuffle=False)
+            | "FinishWindow" >> beam.ParDo(FinishWindowFn(), beam.pvalue.AsList(version)))
 
 
 def collect(steps: Sequence[StepPlan], start: ShardRef, run_key: str):
@@ -537,7 +491,6 @@ def collect(steps: Sequence[StepPlan], start: ShardRef, run_key: str):
     infos, error = collect_infos(steps, start.folder, run_key)
     if not infos:
         return infos, None, error
-    last = infos[-1]
-    pos = int(last["position"])
-    ref = ShardRef("%s/%d" % (run_key, pos), start.folder, pos, last["shard_stage"])
+    pos = int(infos[-1]["position"])
+    ref = ShardRef("%s/%d" % (run_key, pos), start.folder, pos)
     return infos, load_state(ref), error

@@ -95,17 +95,17 @@ _META = "__ldabeam_state_meta__"
 def load_algorithm(path: str):
     """A state -> the algorithm object it describes: a published checkpoint directory
     (``TopicState.load``: version, shapes and checksums verified) or a scratch file."""
-    from lda_core.algorithms.algorithm import algorithm_class
+    from lda_core.storage.blocks import algorithm_from_state
     if path.endswith(SCRATCH_SUFFIX):
         state = load_scratch(path)
     else:
         from lda_core.storage.state import TopicState
-        state = TopicState.load(path)
-        traffic.record_in(sum(int(np.asarray(a).nbytes) for a in state.arrays.values()),
-                          traffic.STATE)
+        # word blocks read in row order: the algorithm takes them as they are
+        state = TopicState.load(path, row_order=True)
+        traffic.record_in(state.nbytes(), traffic.STATE)
     # the arrays just read are this call's own: no second copy of λ (a worker's peak memory
     # while it loads a big model)
-    return algorithm_class(state.algorithm).from_state(state, take=True)
+    return algorithm_from_state(state, take=True)
 
 
 def save_scratch(algorithm, path: str) -> str:

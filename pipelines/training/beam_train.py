@@ -150,15 +150,15 @@ def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
 def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     """:func:`resume_from_latest` and the checkpoint's run information (``info["run"]``)."""
     from lda_core.training.trainer import resume_position
-    found = checkpoint_store.latest_checkpoint()
+    found = checkpoint_store.latest_checkpoint(row_order=True)
     if found is None:
         return algorithm, position, None, {}
     ck, state = found
     state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
                    n_words=algorithm.n_words, vocab_hash=vocab_hash)
     if state.step != getattr(algorithm, "step", state.step):
-        from lda_core.algorithms.algorithm import algorithm_class
-        algorithm = algorithm_class(state.algorithm).from_state(state)
+        from lda_core.storage.blocks import algorithm_from_state
+        algorithm = algorithm_from_state(state, take=True)
     position = resume_position(state)
     logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
     return algorithm, position, ck.path, dict((state.info or {}).get("run") or {})

@@ -160,13 +160,12 @@ def run_sharded(cfg, steps: List[StepPlan], start, run_key: str, n_threads,
     """One pipeline for the whole window, word-sharded (:mod:`pipelines.training.beam_sharded`);
     returns (infos, final algorithm, error, counters)."""
     from pipelines.training import beam_sharded
-    n_blocks = int(beam_sharded.load_header(start.folder, start.position, start.key).n_blocks)
 
     def build(p):
         tasks = p | "Tasks" >> WindowTasks(steps)
         if len(steps) == 1:
             tasks = [tasks[0]] if isinstance(tasks, list) else tasks
-        beam_sharded.build_sharded(p, tasks, steps, start, n_blocks, n_threads)
+        beam_sharded.build_sharded(p, tasks, steps, start, n_threads)
 
     counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
     infos, algo, error = beam_sharded.collect(steps, start, run_key)
