@@ -16,7 +16,7 @@ from apache_beam.metrics import Metrics
 
 from lda_core.training import session as _session
 from lda_core.algorithms.algorithm import SuffStats
-from pipelines.runtime import scratch as scratch_space
+from pipelines.runtime import memory, scratch as scratch_space
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
@@ -44,6 +44,16 @@ class LeanDoFn(beam.DoFn):
 
     def __dir__(self):
         return [m for m in self._BEAM_METHODS if hasattr(self, m)]
+
+    def setup(self):
+        # the worker's allocator settings (pipelines.runtime.memory): large arrays freed
+        # are returned to the system, not kept in per-thread arenas
+        memory.tune_allocator()
+
+    def finish_bundle(self):
+        # what the bundle freed inside the arenas (the data plane's receive buffers) goes
+        # back to the system before the next stage's data arrives
+        memory.release()
 
 
 class StepMetrics:
