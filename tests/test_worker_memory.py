@@ -31,6 +31,8 @@ SCRIPT = textwrap.dedent("""
 
     out = {}
 
+    memory.worker_process = lambda: True      # as in an SDK worker process
+
     def work(setup):
         fn = LeanDoFn()
         if setup:
@@ -78,3 +80,20 @@ def test_finish_bundle_releases_what_the_arenas_kept():
     # settings are for); the bundle's end hands the free pages back
     assert held > 120 << 20, held
     assert after < 24 << 20, after
+
+
+def test_a_driver_running_bundles_in_process_keeps_its_allocator():
+    """Only an SDK worker process is tuned: the in-process runner calls the same setup in the
+    driver, whose allocator (and the in-process trainer's speed) is left as it was."""
+    script = textwrap.dedent("""
+        from pipelines.runtime import memory
+        from pipelines.training.beam_steps import LeanDoFn
+        fn = LeanDoFn()
+        fn.setup()
+        fn.finish_bundle()
+        print(memory.worker_process(), memory._TUNED)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=REPO),
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "[]"]

@@ -25,6 +25,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import sys
 import threading
 import time
 from typing import Optional
@@ -76,6 +77,15 @@ def _glibc():
                     lib.mallinfo2.restype = _MallInfo2
             _LIBC.append(lib)
         return _LIBC[0]
+
+
+def worker_process() -> bool:
+    """Whether this process is a Beam SDK worker (``python -m
+    apache_beam.runners.worker.sdk_worker_main``: the local runner's worker processes and a
+    remote runner's), not a driver that runs bundles in-process: only a worker's allocator is
+    tuned, so a driver's (and the in-process trainer's) speed is left as it was."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "apache_beam.runners.worker.sdk_worker_main"
 
 
 def tune_allocator() -> bool:

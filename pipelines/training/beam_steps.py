@@ -46,14 +46,16 @@ class LeanDoFn(beam.DoFn):
         return [m for m in self._BEAM_METHODS if hasattr(self, m)]
 
     def setup(self):
-        # the worker's allocator settings (pipelines.runtime.memory): large arrays freed
-        # are returned to the system, not kept in per-thread arenas
-        memory.tune_allocator()
+        # a worker process's allocator settings (pipelines.runtime.memory): large arrays
+        # freed are returned to the system, not kept in per-thread arenas
+        if memory.worker_process():
+            memory.tune_allocator()
 
     def finish_bundle(self):
-        # what the bundle freed inside the arenas (the data plane's receive buffers) goes
-        # back to the system before the next stage's data arrives
-        memory.release()
+        # what the bundle freed inside a worker's arenas (the data plane's receive buffers)
+        # goes back to the system before the next stage's data arrives
+        if memory.worker_process():
+            memory.release()
 
 
 class StepMetrics:
