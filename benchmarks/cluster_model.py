@@ -172,7 +172,8 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
     if ex == "word-blocks":
         small = c.get("stats_small_bytes", {}).get(K, 0.0)
         partial = c.get("partial_bytes", {}).get(K, 0.0)
-        b = {"in_per_worker": B * partial + worker_words * K * rb,
+        # of what comes in, the previous step's partials: one per block, growing with B
+        b = {"partials_in": B * partial, "in_per_worker": B * partial + worker_words * K * rb,
              "out_per_worker": pieces_per_worker * (piece_words * K * sb + B * small),
              "reducer_in": P * (piece_words / B * K * sb + small),
              "reducer_rows": 2 * math.ceil(V / B) * K * rb}
@@ -182,14 +183,14 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
         combined = min(V, S * nnz) * K * sb
         piece = piece_words * K * sb
         fan_in = (math.ceil(math.log2(P)) if P > 1 else 1) if ex == "tree" else P
-        b = {"in_per_worker": state if c["state_reloaded_per_step"] else combined,
+        b = {"partials_in": 0.0,
+             "in_per_worker": state if c["state_reloaded_per_step"] else combined,
              "out_per_worker": pieces_per_worker * piece,
              "reducer_in": fan_in * piece,
              "reducer_rows": 2 * state}
         n_reducers = 1
     b["in_per_worker"] *= f.get("in", 1.0)
-    # of which the previous step's partials (word blocks: one per block, so they grow with B)
-    b["partials_in"] = (B * partial if ex == "word-blocks" else 0.0) * f.get("in", 1.0)
+    b["partials_in"] *= f.get("in", 1.0)
     b["out_per_worker"] *= f.get("out", 1.0)
     b["reducer_in"] *= f.get("reducer", 1.0)
     b["busiest"] = sum(b[k] for k in ("in_per_worker", "out_per_worker", "reducer_in",

@@ -504,7 +504,6 @@ class OnlineVB(StochasticAlgorithm):
         # collapsed topics, decided from the minibatch's tokens per topic (the statistics'
         # small part), so every owner applies the splits right after its block's update
         splits = dead_topic_splits(stats.topic_mass, self.reseed, self.seed, self.step)
-        splits.eta_sums = bool(self.optimize_eta)
         return StepPlan(skip=False, info=info, values={
             "lambda": LazyLambdaStep(self._a, self._pi, rho, scale, self.eta),
             "alpha": new_alpha, "splits": splits})
@@ -537,7 +536,7 @@ class OnlineVB(StochasticAlgorithm):
             lo = self._bounds()[b][0]
             splits = plan.values["splits"]
             out["split"] = split_rows(rows, lo, splits, self.n_words, self.word_blocks)
-            if splits.eta_sums:        # Σ_w Σ_k ψ(λ_wk) over the block, λ after the step
+            if self.optimize_eta:      # Σ_w Σ_k ψ(λ_wk) over the block, λ after the step
                 lam = plan.values["lambda"]
                 out["psi"] = np.array([float(np.sum(psi(lam.new_a + lam.pi_after * rows)))])
         return BlockPartial(block=b, flags=dict(flags, lambda_finite=upd.ok()), sums=out,

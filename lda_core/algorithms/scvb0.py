@@ -411,13 +411,11 @@ class SCVB0(StochasticAlgorithm):
         rho = self.rho_phi(t)
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens,
                     empty=stats.n_empty, updates=stats.n_iterations)
-        # collapsed topics, decided from the minibatch's tokens per topic, so every owner
-        # applies the splits right after its block's update
-        splits = Splits(step=t, seed=self.seed, pairs=[])
+        values = {"active": stats.n_tokens > 0, "splits": Splits(step=t, seed=self.seed, pairs=[])}
         if stats.n_tokens > 0:
-            splits = dead_topic_splits(stats.nz, self.reseed, self.seed, t)
-        values = {"active": stats.n_tokens > 0, "splits": splits}
-        if stats.n_tokens > 0:
+            # collapsed topics, decided from the minibatch's tokens per topic, so every owner
+            # applies the splits right after its block's update
+            values["splits"] = dead_topic_splits(stats.nz, self.reseed, self.seed, t)
             C = self.corpus_tokens or (self.tokens_seen + stats.n_tokens)
             scale = float(C) / float(stats.n_tokens)
             zero = rho >= 1.0

@@ -40,7 +40,6 @@ from lda_core.errors import UsageError
 MAX_BLOCKS = 4096
 _MAGIC_HEADER = b"LDAWBH01"
 _MAGIC_PARTIAL = b"LDAWBP01"
-_MAGIC_SPLITS = b"LDAWBS01"
 
 
 def block_bounds(n_words: int, n_blocks: int) -> List[Tuple[int, int]]:
@@ -249,28 +248,12 @@ class StepPlan:
 @dataclass
 class Splits:
     """Re-seeding decisions of one step: ``pairs`` [(dead topic k, split topic j)] in the
-    order applied, the draws from (``seed``, ``step``, k); ``eta_sums``: the η step needs
-    per-block sums too (Σ ψ(λ) over the rows after the splits)."""
+    order applied, the draws from (``seed``, ``step``, k). Part of a step's plan, which every
+    owner computes itself: never stored."""
 
     step: int
     seed: int
     pairs: List[Tuple[int, int]]
-    eta_sums: bool = False
-
-    def to_bytes(self) -> bytes:
-        return pack_arrays(_MAGIC_SPLITS, {"step": int(self.step), "seed": int(self.seed),
-                                           "eta_sums": bool(self.eta_sums)},
-                           [("pairs", "<i8", np.asarray(self.pairs, np.int64).reshape(-1, 2))])
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "Splits":
-        h, a = unpack_arrays(_MAGIC_SPLITS, data)
-        try:
-            return cls(step=int(h["step"]), seed=int(h["seed"]),
-                       pairs=[(int(k), int(j)) for k, j in a["pairs"].reshape(-1, 2)],
-                       eta_sums=bool(h["eta_sums"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError("damaged re-seeding splits: %s" % e) from None
 
 
 def dead_topic_splits(mass: np.ndarray, reseed: float, seed: int, step: int) -> Splits:

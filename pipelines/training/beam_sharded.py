@@ -223,6 +223,11 @@ def write_start(algorithm, folder: str, run_key: str, position: int) -> ShardRef
     _write(header_path(folder, position), header.to_bytes(), traffic.SCALARS)
     for b in range(header.n_blocks):
         write_rows(rows_path(folder, position, b), algorithm.block_rows(b))
+    return version_ref(run_key, folder, position)
+
+
+def version_ref(run_key: str, folder: str, position: int) -> ShardRef:
+    """The reference of the version after ``position`` minibatches of run ``run_key``."""
     return ShardRef("%s/%d" % (run_key, position), folder, position)
 
 
@@ -266,9 +271,8 @@ def resolve_version(side: Sequence[Any]) -> Optional[Version]:
     if len(side) == 1 and isinstance(side[0], ShardRef):
         return Version(side[0], load_header(side[0]), None)
     prev = side[0].ref
-    key = "%s/%d" % (_run_of(prev.key), prev.position + 1)
-    ref = ShardRef(key, prev.folder, prev.position + 1)
-    got = _cached(key)
+    ref = version_ref(_run_of(prev.key), prev.folder, prev.position + 1)
+    got = _cached(ref.key)
     if got is not None:
         return Version(ref, got[0], got[1])
     header = load_header(prev)
@@ -290,7 +294,7 @@ def resolve_version(side: Sequence[Any]) -> Optional[Version]:
     err = _session.check_info(info)
     if err:
         raise StepRefused(err)
-    _cache(key, (header2, info))
+    _cache(ref.key, (header2, info))
     return Version(ref, header2, info)
 
 
@@ -307,8 +311,8 @@ def publish_version(v: Version) -> None:
 def _refused_step(side: Sequence[Any], error: str) -> None:
     """Record the refusal of the step the side input ``side`` ended."""
     prev = side[0].ref
-    key = "%s/%d" % (_run_of(prev.key), prev.position + 1)
-    store_step_info(prev.folder, key, {"error": error, "position": prev.position + 1})
+    ref = version_ref(_run_of(prev.key), prev.folder, prev.position + 1)
+    store_step_info(ref.folder, ref.key, {"error": error, "position": ref.position})
     logger.error("global step at position %d refused: %s", prev.position, error)
 
 
@@ -492,5 +496,4 @@ def collect(steps: Sequence[StepPlan], start: ShardRef, run_key: str):
     if not infos:
         return infos, None, error
     pos = int(infos[-1]["position"])
-    ref = ShardRef("%s/%d" % (run_key, pos), start.folder, pos)
-    return infos, load_state(ref), error
+    return infos, load_state(version_ref(run_key, start.folder, pos)), error
