@@ -8,14 +8,15 @@ DEMO   := demo_output
 # numba's compiled-kernel cache lives beside the sources (editable install) unless set
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-fast bench clean venv
+.PHONY: demo test test-fast coverage bench clean venv
 
 venv: $(STAMP)
 
-$(STAMP): setup.py
+# every install takes the pinned versions of constraints.txt (python tools/pins.py update)
+$(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -43,6 +44,13 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -ra -m "not slow" tests
+
+# line coverage of lda_core/, pipelines/ and ldabeam/ over the whole suite (slower than make test)
+coverage: $(STAMP)
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	$(PY) -m coverage run -m pytest -q -p no:randomly --timeout=3600 tests || true
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report | tail -n 1
 
 clean:
 	rm -rf $(DEMO) .pytest_cache build *.egg-info

