@@ -119,7 +119,7 @@ def run_stream(tmp):
     from apache_beam.transforms import window
     from pipelines.streaming import stream, stream_parse
     from pipelines.ingest import synthetic
-    from test_stream import _messages, _model, V, K, W
+    from helpers.streams import K, V, W, messages as _messages, stream_model as _model
     spec = synthetic.SyntheticSpec(n_docs=320, n_words=V, n_topics=K, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)
     batch, vocab = synthetic.generate(spec), synthetic.vocabulary(spec)
@@ -149,7 +149,7 @@ def main(argv=None):
     ap.add_argument("path")
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args(argv)
-    from test_cli_train import make_dataset
+    from helpers.uci import kos_dataset as make_dataset
     docword = os.path.join(KOS, "docword.kos.txt.gz")
     vocab = os.path.join(KOS, "vocab.kos.txt")
     if not os.path.exists(docword):

@@ -28,7 +28,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 sys.path.insert(0, os.path.join(common.REPO, "tests"))
-from corpora import completion, halves  # noqa: E402  (the tests' corpus reader and score)
+from helpers.news20 import completion, halves  # noqa: E402  (the tests' corpus reader and score)
 
 
 def main(argv=None):

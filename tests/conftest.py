@@ -1,22 +1,12 @@
-"""Shared fixtures: the real corpora in ../shared/data, the bundled Wikipedia sample and the fake
-object store (fakegs://) of the object-store tests."""
+"""Shared fixtures: the real corpora in ../shared/data, the bundled Wikipedia sample, the fake
+object store (fakegs://) of the object-store tests, the benchmark harness and the KOS datasets
+several modules train on. Helpers every test may import live in ``tests/helpers`` (no test
+module imports another)."""
 import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",
-                             os.path.join(os.path.dirname(REPO), "shared", "data"))
-WIKI_SAMPLE = os.path.join(REPO, "data", "enwiki-sample-206pages.xml.bz2")
-
-
-def shared_path(*parts):
-    """Path under ../shared/data, or skip the test with the reason if it is absent."""
-    p = os.path.join(SHARED_DATA, *parts)
-    if not os.path.exists(p):
-        pytest.skip("shared corpus %s is absent (set LDABEAM_SHARED_DATA to the folder that "
-                    "holds the corpora of ../shared/data/MANIFEST.md)" % p)
-    return p
+from helpers.paths import WIKI_SAMPLE, shared_path
 
 
 @pytest.fixture(scope="session")
@@ -41,13 +31,27 @@ def news20_tar():
     return shared_path("20news-bydate", "20news-bydate.tar.gz")
 
 
+@pytest.fixture(scope="session")
+def bp():
+    """../shared/bench/bench_peers.py imported as a module (skip if absent)."""
+    from helpers.evaluation import bench_peers
+    return bench_peers()
+
+
+@pytest.fixture(scope="module")
+def kos_pieces(kos_paths, tmp_path_factory):
+    """300 KOS documents in 3 training shards (the reduction-shape tests)."""
+    from helpers.uci import kos_train_dataset
+    return kos_train_dataset(kos_paths, str(tmp_path_factory.mktemp("kosp") / "ds"), 300)
+
+
 @pytest.fixture
 def store_root(tmp_path, monkeypatch):
-    """The fake object store ``fakegs://bucket`` (tests/fake_object_store.py) backed by
+    """The fake object store ``fakegs://bucket`` (tests/helpers/fake_object_store.py) backed by
     tmp_path/objects. Renames are refused (nothing may rely on them on an object store) and the
     working directory is an empty folder that must stay empty, so a URL mistaken for a local
     path (a folder named 'fakegs:') shows."""
-    import fake_object_store as fos
+    from helpers import fake_object_store as fos
     root = tmp_path / "objects"
     root.mkdir()
     cwd = tmp_path / "cwd"

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from test_beam_train import make_kos_dataset
+from helpers.uci import kos_train_dataset as make_kos_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable

@@ -7,51 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from test_beam_train import inprocess_reference, make_kos_dataset, new_vb
-
-
-@pytest.fixture(scope="module")
-def kos_pieces(kos_paths, tmp_path_factory):
-    """300 KOS documents in 3 shards."""
-    return make_kos_dataset(kos_paths, str(tmp_path_factory.mktemp("kosp") / "ds"), 300)
-
-
-def _mp(w):
-    return ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
-            "--direct_num_workers=%d" % w]
-
-
-def new_scvb0(dataset_dir, *, K=6, S=40, seed=3, n_threads=None):
-    from lda_core.algorithms.scvb0 import SCVB0
-    from pipelines.ingest import dataset
-    files = dataset.resolve_shards(dataset_dir)
-    vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
-    algo = SCVB0(K, V, batch_size=S, seed=seed, vocab_hash=vh, n_threads=n_threads,
-                 corpus_tokens=None)
-    return algo, files
-
-
-def _inprocess(algo, files, passes=1, **kw):
-    from lda_core.training.trainer import train
-    from pipelines.training.shard_stream import ShardStream
-    stream = ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=passes)
-    train(algo, stream, progress=False, **kw)
-    return algo
-
-
-def _beam(algo, files, md, argv, **kw):
-    from pipelines.training import beam_train
-    return beam_train.train(algo, files, md, seed=algo.seed, batch_size=algo.batch_size,
-                            beam_argv=argv, progress=False, **kw)
-
-
-def _same_bits(a, b):
-    sa, sb = a.to_state(), b.to_state()
-    assert sa.step == sb.step
-    assert sorted(sa.arrays) == sorted(sb.arrays)
-    for name in sa.arrays:
-        assert sa.arrays[name].tobytes() == sb.arrays[name].tobytes(), name
+from helpers.bits import same_bits as _same_bits
+from helpers.trainers import (mp_argv as _mp, new_scvb0, new_vb,
+                              train_beam as _beam, train_inprocess as _inprocess)
 
 
 # ------------------------------------------------------------------ the shape itself

@@ -10,68 +10,18 @@ The states travel between steps as files (a worker is not assumed to share the d
 memory), which is the transport used on clusters.
 """
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
-from test_beam_train import beam_run, inprocess_reference, make_kos_dataset, max_rel
-
-PY = sys.executable
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc, timeout: float = 60.0) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError("service exited early with code %s" % proc.returncode)
-        with socket.socket() as s:
-            if s.connect_ex(("localhost", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError("nothing listens on port %d after %.0f s" % (port, timeout))
-
-
-class _Service:
-    """A subprocess listening on a free port; killed on exit."""
-
-    def __init__(self, args, log_path, env=None):
-        self.port = _free_port()
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen([a.replace("{port}", str(self.port)) for a in args],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
-
-    def __enter__(self):
-        try:
-            _wait_port(self.port, self.proc)
-        except Exception:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
-        self.log.close()
+from helpers.bits import max_rel
+from helpers.procs import PY, Service as _Service, job_service as _job_service
+from helpers.trainers import beam_run, inprocess_reference
+from helpers.uci import kos_train_dataset as make_kos_dataset
 
 
 @pytest.fixture(scope="module")
 def kos_tiny(kos_paths, tmp_path_factory):
     return make_kos_dataset(kos_paths, str(tmp_path_factory.mktemp("kos") / "ds"), 240, 2)
-
-
-def _job_service(tmp_path):
-    return _Service([PY, "-m", "apache_beam.runners.portability.local_job_service_main",
-                     "--port", "{port}"], str(tmp_path / "job_service.log"))
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from lda_core.errors import StepRefused
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import RunLog, read_run_log
 
-from test_beam_train import make_kos_dataset
+from helpers.uci import kos_train_dataset as make_kos_dataset
 
 DIRECT = ["--runner=DirectRunner"]
 S = 32                           # 240 documents: 8 minibatches, the last one short (16)

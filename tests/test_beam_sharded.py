@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from lda_core.errors import UsageError
-from test_beam_pieces import _beam, _inprocess, _mp, _same_bits, kos_pieces  # noqa: F401
+from helpers.bits import same_bits as _same_bits
+from helpers.trainers import mp_argv as _mp, train_beam as _beam, train_inprocess as _inprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P, B = 4, 3

@@ -13,7 +13,6 @@ round trips), the read plan (every document exactly once per pass, in the in-pro
 and bad input (vocabulary-hash mismatch, empty shard set, missing output, a checkpoint of
 another algorithm or K).
 """
-import gzip
 import os
 import pickle
 import shutil
@@ -25,89 +24,12 @@ import pytest
 
 from lda_core.docbatch import DocBatch
 
+from helpers.bits import max_rel
+from helpers.trainers import beam_run, inprocess_reference, new_vb
+from helpers.uci import kos_train_dataset as make_kos_dataset, read_kos, write_dataset
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
-
-
-# ------------------------------------------------------------------ shared helpers (also used
-# by test_beam_portable.py and test_beam_crash_resume.py)
-
-def read_kos(docword_gz: str, vocab_txt: str, max_docs: int):
-    """The first ``max_docs`` KOS documents (UCI docword, 1-based ids) as a DocBatch."""
-    import scipy.sparse as sp
-    rows, cols, vals = [], [], []
-    with gzip.open(docword_gz, "rt") as f:
-        int(f.readline())
-        n_words = int(f.readline())
-        f.readline()
-        for line in f:
-            d, w, c = line.split()
-            d = int(d) - 1
-            if d >= max_docs:
-                break          # the file is sorted by document
-            rows.append(d)
-            cols.append(int(w) - 1)
-            vals.append(int(c))
-    X = sp.csr_matrix((vals, (rows, cols)), shape=(max_docs, n_words))
-    with open(vocab_txt) as f:
-        tokens = [l.strip() for l in f if l.strip()]
-    return DocBatch.from_csr(X, doc_ids=["kos-%d" % i for i in range(max_docs)]), tokens
-
-
-def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
-    """A dataset directory (vocab.tsv, manifest.json, train/*.parquet) like vectorize's."""
-    from pipelines.ingest import dataset
-    voc = dataset.Vocabulary(tokens)
-    h = voc.hash
-    os.makedirs(os.path.join(out, "train"), exist_ok=True)
-    voc.write(os.path.join(out, dataset.VOCAB_FILE))
-    for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), n_shards)):
-        dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
-                            dataset.docbatch_to_table(batch.take(ix)), h)
-    dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
-                                 "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
-                                 "splits": dataset.shard_listing(out)})
-    return h
-
-
-def make_kos_dataset(kos_paths, out: str, n_docs: int, n_shards: int = 3) -> str:
-    batch, tokens = read_kos(kos_paths[0], kos_paths[1], n_docs)
-    write_dataset(out, batch, tokens, n_shards)
-    return out
-
-
-def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
-    from lda_core.algorithms.online_vb import OnlineVB
-    from pipelines.ingest import dataset
-    files = dataset.resolve_shards(dataset_dir)
-    vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
-    D = dataset.count_documents(files)
-    algo = OnlineVB(K, V, batch_size=S, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
-                    tau0=16.0)
-    return algo, files
-
-
-def inprocess_reference(dataset_dir: str, *, passes=1, **kw):
-    from lda_core.training.trainer import train
-    from pipelines.training.shard_stream import ShardStream
-    algo, files = new_vb(dataset_dir, **kw)
-    stream = ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=passes)
-    train(algo, stream, progress=False)
-    return algo
-
-
-def max_rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-300)))
-
-
-def beam_run(dataset_dir, model_dir, *, passes=1, beam_argv=("--runner=DirectRunner",), **kw):
-    from pipelines.training import beam_train
-    algo, files = new_vb(dataset_dir, **{k: kw.pop(k) for k in ("K", "S", "seed", "dtype")
-                                          if k in kw})
-    return beam_train.train(algo, files, model_dir, passes=passes, seed=algo.seed,
-                            batch_size=algo.batch_size, beam_argv=list(beam_argv),
-                            progress=False, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from lda_core.storage.blocks import (algorithm_from_state, checkpoint_state, cop
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.state import (BLOCKED_FORMAT_VERSION, STATE_FORMAT_VERSION, RowBlocks,
                                     StateFormatError, TopicState)
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 7
@@ -284,7 +284,7 @@ def test_publish_blocks_checks_each_block_against_the_header(kos, tmp_path):
 
 
 def test_publish_blocks_on_an_object_store(kos, store_root, tmp_path):
-    import fake_object_store  # noqa: F401 (the fakegs:// Beam file system)
+    import helpers.fake_object_store  # noqa: F401 (the fakegs:// Beam file system)
     from pipelines.runtime.object_store_files import register
     register()                  # the Beam FileSystems layer for URLs
     algo = trained(SCVB0, kos, 4)

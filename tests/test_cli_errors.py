@@ -17,8 +17,8 @@ from lda_core.errors import InputError, ResourceError
 from pipelines import cli
 from pipelines.ingest import dataset
 
-from child_processes import interruptible
-from test_cli_train import make_dataset
+from helpers.procs import interruptible
+from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

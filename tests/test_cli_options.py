@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import cli
 
-from test_cli_train import make_dataset
+from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,5 +1,4 @@
 """`ldabeam train / evaluate / export / topics` end to end on a KOS-derived dataset directory."""
-import gzip
 import importlib.util
 import json
 import os
@@ -9,11 +8,12 @@ import pytest
 
 from lda_core.algorithms.algorithm import available_algorithms
 from lda_core.storage.checkpoint import CheckpointStore
-from lda_core.docbatch import DocBatch
 from lda_core.storage.run_log import read_run_log
 from pipelines import cli
 from pipelines.ingest import dataset
-from pipelines.training.shard_stream import gather
+
+from helpers.cli import COMMON, final_arrays as _final_arrays, ldabeam, one_line_error as _one_line_error
+from helpers.uci import kos_dataset as make_dataset
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),
                                 reason="online-vb is not installed")
@@ -22,61 +22,9 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                      "shared", "bench", "bench_peers.py")
 
 
-def make_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit=False):
-    """A dataset directory (train/ heldout/ vocab.tsv manifest.json) of real KOS documents."""
-    docword, vocab_file = kos_paths
-    rows = {}
-    N = n_train + n_held
-    with gzip.open(docword, "rt") as f:
-        for _ in range(3):
-            f.readline()
-        for line in f:
-            d, w, c = map(int, line.split())
-            if d > N:
-                break
-            rows.setdefault(d, ([], []))
-            rows[d][0].append(w - 1)
-            rows[d][1].append(c)
-    b = DocBatch.from_rows([rows.get(d, ([], [])) for d in range(1, N + 1)],
-                           doc_ids=["kos-%d" % d for d in range(1, N + 1)],
-                           labels=["g%d" % (d % 3) for d in range(1, N + 1)])
-    tokens = [l.strip() for l in open(vocab_file)]
-    if vocab_edit:
-        tokens[0] = tokens[0] + "_other"
-    vocab = dataset.Vocabulary(tokens)
-    os.makedirs(os.path.join(out, "train"))
-    os.makedirs(os.path.join(out, "heldout"))
-    vocab.write(os.path.join(out, "vocab.tsv"))
-    edges = np.linspace(0, n_train, n_shards + 1).astype(int)
-    for i in range(n_shards):
-        dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
-                            dataset.docbatch_to_table(gather(b, np.arange(edges[i], edges[i + 1]))),
-                            vocab.hash)
-    dataset.write_shard(os.path.join(out, "heldout", dataset.shard_name(0, 1)),
-                        dataset.docbatch_to_table(gather(b, np.arange(n_train, N))), vocab.hash)
-    dataset.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
-                                 "splits": dataset.shard_listing(out)})
-    return out
-
-
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory, kos_paths):
     return make_dataset(str(tmp_path_factory.mktemp("kosds") / "ds"), kos_paths)
-
-
-def ldabeam(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def _final_arrays(model_dir):
-    st = CheckpointStore(model_dir).latest()
-    return st, {k: np.asarray(v) for k, v in st.arrays.items()}
-
-
-COMMON = ["--algorithm", "online-vb", "--topics", 8, "--minibatch", 64, "--seed", 4,
-          "--dtype", "float64", "--alpha", 0.1, "--eta", 0.01, "--no-progress"]
 
 
 def test_train_topics_evaluate_export(tmp_path, ds, capsys):
@@ -165,14 +113,6 @@ def test_cli_resume_is_bit_for_bit(tmp_path, ds, capsys, stop):
         assert np.array_equal(a[k], b[k]), k
     recs = read_run_log(os.path.join(part, "run_log.jsonl"))
     assert [r["step"] for r in recs if r["event"] == "step"] == list(range(1, 17))
-
-
-def _one_line_error(capsys, argv, match):
-    rc, out, err = ldabeam(capsys, *argv)
-    assert rc == 2, (rc, out, err)
-    lines = [l for l in err.strip().split("\n") if l and "WARNING" not in l]
-    assert len(lines) == 1, err
-    assert match in lines[0], lines[0]
 
 
 def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsys):

@@ -2,7 +2,6 @@
 held-out scoring that leaves topic health to the end, the checkpoint published before the
 evaluation that follows it, metrics that work for any V, Ctrl-C that keeps the steps done, and
 one line about the first numba compile."""
-import gzip
 import json
 import logging
 import os
@@ -17,7 +16,8 @@ import pytest
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 
-from child_processes import interruptible
+from helpers.procs import interruptible
+from helpers.uci import uci_file_slice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,30 +36,11 @@ def _cli(*argv, check=True, **kw):
     return p
 
 
-def _kos_slice(folder, kos_paths, n_docs):
-    """The first ``n_docs`` documents of UCI KOS as a UCI docword/vocab pair in ``folder``."""
-    docword, vocab = kos_paths
-    lines = []
-    with gzip.open(docword, "rt") as f:
-        D, W, _ = int(f.readline()), int(f.readline()), int(f.readline())
-        for line in f:
-            if int(line.split()[0]) > n_docs:
-                break
-            lines.append(line)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "docword.kos.txt"), "w") as out:
-        out.write("%d\n%d\n%d\n" % (n_docs, W, len(lines)))
-        out.writelines(lines)
-    with open(vocab) as src, open(os.path.join(folder, "vocab.kos.txt"), "w") as out:
-        out.write(src.read())
-    return os.path.join(folder, "docword.kos.txt")
-
-
 @pytest.fixture(scope="module")
 def kos_ds(tmp_path_factory, kos_paths):
     """1,200 KOS documents vectorized with a 5 % held-out split."""
     root = tmp_path_factory.mktemp("kos_default")
-    src = _kos_slice(str(root / "uci"), kos_paths, 1200)
+    src = uci_file_slice(str(root / "uci"), kos_paths[0], kos_paths[1], 1200)
     ds = str(root / "ds")
     _cli("--log-level", "WARNING", "vectorize", "--format", "uci", "--input", src, "--output",
          ds, "--holdout-fraction", 0.05)
@@ -134,7 +115,7 @@ def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths
     follows the final checkpoint; a failing held-out score (the cadence, every 2 steps)
     publishes the steps done before the error propagates. The old trainer evaluated
     first and published nothing."""
-    from uci_slices import uci_docbatch
+    from helpers.uci import uci_docbatch
     from lda_core.evaluation import metrics
     from lda_core.training.trainer import HeldOut, train
     from pipelines.training.algorithm_options import build_algorithm

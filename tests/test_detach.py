@@ -23,7 +23,7 @@ import os
 import numpy as np
 import pytest
 
-import fake_object_store as fos
+from helpers import fake_object_store as fos
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 from lda_core.storage.state import TopicState, files_for
@@ -33,7 +33,7 @@ from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
 
-from test_cli_train import make_dataset
+from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -408,7 +408,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     run-log records itself -- equal, bit for bit, to the waiting Beam trainer with the same
     pieces (the default for this runner: ``beam_train.default_pieces``)."""
     import time
-    from test_beam_portable import PY, _job_service, _Service
+    from helpers.procs import PY, Service as _Service, job_service as _job_service
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(PY) + os.pathsep + env.get("PATH", "")
     md = str(tmp_path / "model")

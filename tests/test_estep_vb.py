@@ -9,7 +9,7 @@ from lda_core.algorithms import estep_vb as E
 from lda_core.algorithms import vb_digamma as DK
 from lda_core.algorithms import vb_gamma_init as GI
 from lda_core.algorithms.online_vb import OnlineVB
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,4 @@
 """The shared evaluation metrics, checked against the peer benchmark harness and sklearn."""
-import importlib.util
-import os
 import re
 import tarfile
 
@@ -10,25 +8,8 @@ import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core.evaluation import metrics as ev
-from conftest import SHARED_DATA
-from uci_slices import uci_csr, uci_vocab
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the harness sits beside the corpora (../shared/bench next to ../shared/data), also when
-# LDABEAM_SHARED_DATA points the tests of a worktree at them
-HARNESS = os.path.join(os.path.dirname(SHARED_DATA), "bench", "bench_peers.py")
-
-
-@pytest.fixture(scope="module")
-def bp():
-    """../shared/bench/bench_peers.py imported as a module (skip if absent)."""
-    if not os.path.exists(HARNESS):
-        pytest.skip("benchmark harness %s is absent" % HARNESS)
-    spec = importlib.util.spec_from_file_location("bench_peers", HARNESS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from helpers.evaluation import fit_phi
+from helpers.uci import uci_csr, uci_vocab
 
 def read_20ng(tar_path, per_group=25, min_df=3):
     """A slice of 20 Newsgroups train: ``per_group`` posts of each group, headers dropped,

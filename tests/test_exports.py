@@ -3,7 +3,6 @@ a gensim LdaModel (loadable, same top words, CoherenceModel runs on it) and pyLD
 data (checked for content); phi-npy keeps working."""
 import json
 import os
-import tarfile
 
 import numpy as np
 import pytest
@@ -11,49 +10,8 @@ import pytest
 from pipelines.ingest import dataset
 from pipelines.cli import main as cli_main
 
-K = 8
-PER_GROUP = 30
+from helpers.models import NEWS20_K as K, news20_run
 
-
-def _write_news20_jsonl(tar_path, path, per_group=PER_GROUP):
-    """``per_group`` training posts of each group as JSON lines (headers dropped, the Subject
-    as title, the group as label)."""
-    seen, n = {}, 0
-    with tarfile.open(tar_path, "r:gz") as t, open(path, "w", encoding="utf-8") as out:
-        for m in t:
-            parts = m.name.split("/")
-            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
-                continue
-            g = parts[1]
-            if seen.get(g, 0) >= per_group:
-                continue
-            seen[g] = seen.get(g, 0) + 1
-            text = t.extractfile(m).read().decode("latin-1")
-            head, _, body = text.partition("\n\n")
-            subject = next((line[8:].strip() for line in head.split("\n")
-                            if line.startswith("Subject:")), "")
-            out.write(json.dumps({"id": "%s/%s" % (g, parts[2]), "title": subject or None,
-                                  "label": g, "text": body}) + "\n")
-            n += 1
-    return n
-
-
-def news20_run(tmp_path_factory, tar_path):
-    """(dataset dir, model dir) of a real small run, built once per test session."""
-    base = tmp_path_factory.getbasetemp() / "news20_run"
-    ds, model = str(base / "ds"), str(base / "model")
-    if os.path.exists(os.path.join(model, "run_log.jsonl")):
-        return ds, model
-    base.mkdir(exist_ok=True)
-    src = str(base / "posts.jsonl")
-    _write_news20_jsonl(tar_path, src)
-    assert cli_main(["vectorize", "--input", src, "--format", "jsonl", "--output", ds,
-                     "--holdout-fraction", "0.1"]) == 0
-    assert cli_main(["train", "--shards", ds, "--output", model, "--topics", str(K),
-                     "--algorithm", "online-vb", "--minibatch", "48", "--passes", "1", "--seed", "1", "--eval-every", "3",
-                     "--checkpoint-every", "3", "--keep-checkpoints", "20",
-                     "--no-progress"]) == 0
-    return ds, model
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from lda_core.training.faults import ENV
 from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
 from pipelines import cli
 
-from test_cli_train import make_dataset
+from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8                      # 240 documents, minibatches of 30, one pass
@@ -345,7 +345,7 @@ def test_kills_during_vectorize_and_infer(ds, small_model, tmp_path, capsys):
     import time
     from pipelines.ingest import dataset
     from pipelines.infer import read_theta
-    from test_output_rules import reuters_texts
+    from helpers.reuters import reuters_texts
     rng = random.Random(22)
     texts = str(tmp_path / "texts")
     reuters_texts(texts, 40)

@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from corpora import news20_posts
+from helpers.news20 import news20_posts
 
 from pipelines.ingest import text_sources as ts
 from pipelines.ingest.text_sources import (DeadLetter, InputError, RawDocument, expand_inputs,
@@ -177,7 +177,7 @@ def test_format_of_head(head, fmt):
 def test_inputs_on_an_object_store_are_told_and_read_the_same(store_root, posts):
     """``fakegs://`` (tests/fake_object_store.py, a Beam file system): dotted names, a gzip
     post without a suffix, listed, sniffed in threads and read as local files are."""
-    import fake_object_store as fos
+    from helpers import fake_object_store as fos
     root = pathlib.Path(os.environ[fos.ROOT_ENV]) / "bucket" / "posts"
     root.mkdir(parents=True)
     chosen = posts[:12]

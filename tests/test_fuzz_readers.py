@@ -25,7 +25,7 @@ from pipelines.ingest import dataset
 from pipelines.ingest.bow_sources import iter_bow_documents
 from pipelines.ingest.text_sources import DeadLetter, InputError, RawDocument, read_documents
 
-from conftest import WIKI_SAMPLE, shared_path
+from helpers.paths import WIKI_SAMPLE, shared_path
 
 SEED = 14
 CASE_SECONDS = 10          # a case that takes longer is a hang

@@ -7,28 +7,7 @@ from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.gibbs import CollapsedGibbs, infer_theta
 
-
-def planted_corpus(n_docs=300, K=4, words_per_topic=8, doc_len=50, seed=0):
-    """Documents from K disjoint planted topics (uniform over their own words), θ ~ Dir(0.1)."""
-    rng = np.random.default_rng(seed)
-    V = K * words_per_topic
-    phi = np.zeros((K, V))
-    for k in range(K):
-        phi[k, k * words_per_topic:(k + 1) * words_per_topic] = 1.0 / words_per_topic
-    rows = []
-    for _ in range(n_docs):
-        n = rng.multinomial(doc_len, rng.dirichlet(np.full(K, 0.1)) @ phi)
-        w = np.nonzero(n)[0]
-        rows.append((w, n[w]))
-    return DocBatch.from_rows(rows), phi
-
-
-def recovered(est, phi):
-    """Order-free topic match: mean over true topics of the best cosine similarity."""
-    e = est / np.linalg.norm(est, axis=1, keepdims=True)
-    t = phi / np.linalg.norm(phi, axis=1, keepdims=True)
-    sim = t @ e.T
-    return float(sim.max(axis=1).mean())
+from helpers.planted import planted_counts as planted_corpus, recovered
 
 
 def test_conditional_hand_computed():

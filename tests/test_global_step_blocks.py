@@ -9,7 +9,7 @@ import pytest
 
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from lda_core.docbatch import DocBatch
 from lda_core.storage.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
 from lda_core.storage.run_log import RUN_LOG_FILE, RunLog, read_run_log
 
-from test_cli_train import COMMON, _one_line_error as one_line_error, ldabeam, make_dataset
+from helpers.cli import COMMON, ldabeam, one_line_error
+from helpers.uci import kos_dataset as make_dataset
 
 
 @pytest.fixture(scope="module")
@@ -359,7 +360,7 @@ def _refused(capsys, argv, match, watch):
 def test_overlapping_paths_and_held_outputs_of_every_writing_command(tmp_path, ds, hmodel,
                                                                      kos_paths, capsys,
                                                                      monkeypatch):
-    from test_output_rules import reuters_texts
+    from helpers.reuters import reuters_texts
     texts = str(tmp_path / "texts")
     reuters_texts(texts, 5)
     infer_out = str(tmp_path / "theta")
@@ -433,7 +434,7 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
     from lda_core.storage import output_paths
     from pipelines.ingest import dataset
     from pipelines.infer import read_theta
-    from test_output_rules import reuters_texts
+    from helpers.reuters import reuters_texts
     out = str(tmp_path / "out")
     texts = reuters_texts(str(tmp_path / "texts"), 20)
     argv = {"vectorize": ["vectorize", "--input"] + texts + ["--format", "text", "--output",

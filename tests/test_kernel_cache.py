@@ -21,26 +21,6 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _kos_rows(path, n_docs):
-    """The first ``n_docs`` documents of UCI KOS as (word_ids, counts) rows, and V."""
-    import gzip
-    with gzip.open(path, "rt") as f:
-        int(f.readline())
-        V = int(f.readline())
-        int(f.readline())
-        docs = {}
-        for line in f:
-            d, w, c = map(int, line.split())
-            if d > n_docs:
-                break
-            docs.setdefault(d, []).append((w - 1, c))
-    rows = []
-    for d in sorted(docs):
-        pairs = sorted(docs[d])
-        rows.append(([w for w, _ in pairs], [c for _, c in pairs]))
-    return rows, V
-
-
 def _fingerprint(obj) -> dict:
     st = obj.to_state()
     return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
@@ -56,7 +36,8 @@ def _train_all(docword: str) -> dict:
     from lda_core.algorithms.scvb0 import SCVB0
     from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
 
-    rows, V = _kos_rows(docword, 240)
+    from helpers.uci import uci_rows
+    rows, V = uci_rows(docword, 240)
     batches = [DocBatch.from_rows(rows[i:i + 60], doc_ids=["kos%d" % j
                                                            for j in range(i, i + 60)])
                for i in range(0, 240, 60)]

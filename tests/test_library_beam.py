@@ -22,8 +22,8 @@ from pipelines.infer import read_theta
 from pipelines.ingest import dataset
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 from pipelines.runtime.beam_options import pipeline_options
-from corpora import news20_posts
-from test_library_model import copy_model
+from helpers.models import copy_model
+from helpers.news20 import news20_posts
 
 K = 6
 

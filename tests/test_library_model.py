@@ -8,13 +8,13 @@ Models are trained by the command line on the bundled Wikipedia sample; the new 
 import json
 import math
 import os
-import shutil
 
 import numpy as np
 import pytest
 
 import ldabeam
-from corpora import completion, halves, news20_posts
+from helpers.models import copy_model
+from helpers.news20 import completion, halves, news20_posts
 from ldabeam.model import _grown
 from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.cli import main as cli_main
@@ -64,12 +64,6 @@ def infer_cli(model, records, tmp_path):
                      "--output", out]) == 0
     t = read_theta(out)
     return dict(zip(t.column("doc_id").to_pylist(), np.array(t.column("theta").to_pylist())))
-
-
-def copy_model(model, tmp_path, name="copy"):
-    dst = str(tmp_path / name)
-    shutil.copytree(model, dst)
-    return dst
 
 
 def log_lik(model, docs):

@@ -18,7 +18,7 @@ from pipelines.cli import main as cli_main
 from pipelines.infer import read_theta
 from pipelines.ingest.tokenize import tokenize
 from pipelines.runtime.beam_options import pipeline_options
-from corpora import news20_posts
+from helpers.news20 import news20_posts
 
 
 def split_words(text):

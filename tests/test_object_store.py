@@ -21,7 +21,8 @@ import re
 import numpy as np
 import pytest
 
-import fake_object_store as fos
+from helpers import fake_object_store as fos
+from helpers.fake_object_store import objects_under as _objects
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import RunLog, read_run_log
 from lda_core.storage.state import StateFormatError, TopicState
@@ -29,16 +30,11 @@ from pipelines import cli
 from pipelines.ingest import dataset
 from pipelines.runtime.object_store_files import ObjectStoreFiles
 
-from test_cli_train import make_dataset
+from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-
-
-def _objects(root_url):
-    fs = ObjectStoreFiles()
-    return [p[len(root_url) + 1:] for p in fs._list(root_url)]
 
 
 def make_state(step, K=4, V=50, seed=0):

@@ -7,7 +7,7 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.algorithms.gibbs import CollapsedGibbs
 from lda_core.algorithms.online_samplers import OLDA, IncrementalGibbs
 
-from test_gibbs import planted_corpus, recovered
+from helpers.planted import planted_counts as planted_corpus, recovered
 
 
 def test_registry_names():

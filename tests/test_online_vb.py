@@ -12,8 +12,8 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
 from lda_core.algorithms.vb_stats import VBStats
-from test_topic_health import run_and_resume
-from uci_slices import uci_docbatch
+from helpers.models import run_and_resume
+from helpers.uci import uci_docbatch
 
 
 @pytest.fixture(scope="module")

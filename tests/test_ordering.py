@@ -2,10 +2,11 @@
 import numpy as np
 import pytest
 
-from lda_core.docbatch import DocBatch
 from lda_core.training.ordering import locate_step, n_batches, plan_pass
 from pipelines.ingest import dataset
 from pipelines.training.shard_stream import ShardStream, gather, read_shard
+
+from helpers.uci import kos_shards
 
 SIZES = [7, 0, 13, 5, 31, 1]
 
@@ -70,39 +71,8 @@ def test_locate_step_and_bad_input():
 
 # ------------------------------------------------------------------ shard stream on real text
 
-def _kos_docs(kos_paths, n_docs):
-    import gzip
-    docword, _ = kos_paths
-    rows = {}
-    with gzip.open(docword, "rt") as f:
-        D, W, _ = (int(f.readline()) for _ in range(3))
-        for line in f:
-            d, w, c = map(int, line.split())
-            if d > n_docs:
-                break
-            rows.setdefault(d, ([], []))
-            rows[d][0].append(w - 1)
-            rows[d][1].append(c)
-    docs = [rows.get(d, ([], [])) for d in range(1, n_docs + 1)]
-    return DocBatch.from_rows(docs, doc_ids=["kos-%d" % d for d in range(1, n_docs + 1)]), W
-
-
-def write_kos_shards(tmp_path, kos_paths, n_docs=300, sizes=(80, 0, 150, 70), vh="kos-v1"):
-    batch, W = _kos_docs(kos_paths, n_docs)
-    assert sum(sizes) == n_docs
-    files, s = [], 0
-    d = tmp_path / "shards"
-    d.mkdir(exist_ok=True)
-    for i, n in enumerate(sizes):
-        p = str(d / dataset.shard_name(i, len(sizes)))
-        dataset.write_shard(p, dataset.docbatch_to_table(gather(batch, np.arange(s, s + n))), vh)
-        files.append(p)
-        s += n
-    return files, batch, W
-
-
 def test_stream_equals_plan_over_the_whole_corpus_in_memory(tmp_path, kos_paths):
-    files, corpus, _ = write_kos_shards(tmp_path, kos_paths)
+    files, corpus, _ = kos_shards(tmp_path, kos_paths)
     # reading one shard at a time gives what the plan says over all shards held at once
     offsets = np.cumsum([0] + [len(read_shard(f)) for f in files])
     st = ShardStream(files, batch_size=64, seed=9, passes=2)
@@ -131,7 +101,7 @@ def test_stream_equals_plan_over_the_whole_corpus_in_memory(tmp_path, kos_paths)
 def test_stream_order_does_not_depend_on_how_shards_are_cut(tmp_path, kos_paths):
     """The order depends on the shard row counts only: same sizes -> same minibatch (shard,
     row) membership; and a different shard layout still covers each document once."""
-    files, corpus, _ = write_kos_shards(tmp_path, kos_paths)
+    files, corpus, _ = kos_shards(tmp_path, kos_paths)
     a = [m.batch.doc_ids for m in ShardStream(files, batch_size=50, seed=1)]
     b = [m.batch.doc_ids for m in ShardStream(list(files), batch_size=50, seed=1)]
     assert a == b
@@ -139,7 +109,7 @@ def test_stream_order_does_not_depend_on_how_shards_are_cut(tmp_path, kos_paths)
 
 
 def test_stream_checks_the_vocabulary_hash(tmp_path, kos_paths):
-    files, _, _ = write_kos_shards(tmp_path, kos_paths)
+    files, _, _ = kos_shards(tmp_path, kos_paths)
     with pytest.raises(ValueError, match="other-hash"):
         ShardStream(files, batch_size=10, expected_vocab_hash="other-hash")
     odd = str(tmp_path / "shards" / "odd.parquet")

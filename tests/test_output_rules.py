@@ -5,7 +5,6 @@ its listing last; readers accept only published outputs. Plus the lesser items: 
 killed checkpoint publishes, a symlinked run log, an empty lease file."""
 import json
 import os
-import re
 import uuid
 
 import pytest
@@ -16,27 +15,13 @@ from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.lease import LEASE_FILE, ModelLease
 from lda_core.storage.run_log import RUN_LOG_FILE, RunLog
 
-from conftest import shared_path
-from test_cli_train import _one_line_error as one_line_error, ldabeam, make_dataset
+from helpers.cli import ldabeam, one_line_error
+from helpers.reuters import reuters_texts
+from helpers.uci import kos_dataset as make_dataset
 
 TRAIN = ["--algorithm", "online-vb", "--topics", 4, "--minibatch", 50, "--seed", 2,
          "--passes", 1, "--checkpoint-every", 2, "--eval-every", 0, "--heldout", "none",
          "--no-progress"]
-
-
-def reuters_texts(folder, n, start=0):
-    """``n`` real Reuters-21578 article bodies (reut2-000.sgm) as text files in ``folder``."""
-    sgm = shared_path("reuters21578", "reut2-000.sgm")
-    text = open(sgm, encoding="latin-1").read()
-    bodies = [re.sub(r"&#\d+;", " ", b) for b in re.findall(r"<BODY>(.*?)</BODY>", text, re.S)]
-    os.makedirs(folder, exist_ok=True)
-    out = []
-    for i, body in enumerate(bodies[start:start + n]):
-        p = os.path.join(folder, "r%03d.txt" % (start + i))
-        with open(p, "w") as f:
-            f.write(body)
-        out.append(p)
-    return out
 
 
 def snapshot(folder):

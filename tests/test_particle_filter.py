@@ -7,7 +7,7 @@ from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.algorithms.particle_filter import ParticleFilter
 from lda_core.algorithms.particle_tree import NaiveStore, TreeStore, slot_mapping
 
-from test_gibbs import planted_corpus, recovered
+from helpers.planted import planted_counts as planted_corpus, recovered
 
 
 def _run(store, batch, K, V, P=12, ess=6.0, n_rejuv=5, seed=3, init_docs=20, cuts=(60, 120)):

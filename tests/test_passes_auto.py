@@ -10,7 +10,8 @@ from lda_core.algorithms.algorithm import available_algorithms
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 from lda_core.training.pass_stop import AUTO_KEY, AUTO_MIN_GAIN, PassStop
-from tests.test_cli_train import COMMON, _final_arrays, _one_line_error, ldabeam, make_dataset
+from helpers.cli import COMMON, final_arrays as _final_arrays, ldabeam, one_line_error as _one_line_error
+from helpers.uci import kos_dataset as make_dataset
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),
                                 reason="online-vb is not installed")

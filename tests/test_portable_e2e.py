@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_beam_portable import PY, _Service
+from helpers.procs import PY, Service as _Service
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from apache_beam.pvalue import TaggedOutput
 
-from corpora import news20_posts
+from helpers.news20 import news20_posts
 
 from lda_core.errors import InputError, UsageError
 from pipelines.cli import main as cli_main

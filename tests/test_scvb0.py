@@ -3,42 +3,17 @@ import pickle
 
 import numpy as np
 import pytest
-from scipy.optimize import linear_sum_assignment
 
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.scvb0 import SCVB0, SCVB0Stats
 from lda_core.algorithms.scvb0_kernel import scvb0_estep
 from lda_core.algorithms.sparse_stats import RowBlock, SparseTriplets
-from uci_slices import uci_docbatch
+from helpers.planted import match_topics, planted_tokens as planted_corpus
+from helpers.trainers import run_both_trainers
+from helpers.uci import uci_docbatch
 
 
 # ----------------------------------------------------------------------------- helpers
-def planted_corpus(K=4, words_per_topic=10, n_docs=300, doc_len=60, seed=1):
-    """Documents drawn from K planted topics on disjoint word blocks (truth K x V)."""
-    rng = np.random.default_rng(seed)
-    V = K * words_per_topic
-    truth = np.zeros((K, V))
-    for k in range(K):
-        truth[k, k * words_per_topic:(k + 1) * words_per_topic] = 1.0 / words_per_topic
-    rows = []
-    for _ in range(n_docs):
-        theta = rng.dirichlet(np.full(K, 0.3))
-        z = rng.choice(K, size=doc_len, p=theta)
-        w = np.array([rng.choice(V, p=truth[k]) for k in z])
-        u, c = np.unique(w, return_counts=True)
-        rows.append((u, c))
-    return DocBatch.from_rows(rows, doc_ids=["d%d" % i for i in range(n_docs)]), truth
-
-
-def match_topics(phi, truth):
-    """Order-free matching by cosine similarity; returns the matched similarities."""
-    a = phi / np.linalg.norm(phi, axis=1, keepdims=True)
-    b = truth / np.linalg.norm(truth, axis=1, keepdims=True)
-    sim = b @ a.T
-    r, c = linear_sum_assignment(-sim)
-    return sim[r, c]
-
-
 def reference_doc(word_rows, counts, tile, alpha, passes, s, tau, kappa, order=None):
     """Numpy SCVB0 for one document, processing every token separately (no clumping) but
     holding γ fixed for the m copies of a word, as eq. 9 assumes (the schedule index t
@@ -267,32 +242,6 @@ def test_sparse_triplets_merge_equals_dense_sum():
 
 
 # ----------------------------------------------------------------------------- trainers
-def run_both_trainers(name, kos_paths, tmp_path, **kw):
-    """The in-process trainer and the Beam trainer (DirectRunner, windows of 4 minibatches)
-    on 400 KOS documents in 3 shards, from the same initial state and order."""
-    from test_beam_train import make_kos_dataset
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.training.trainer import train
-    from pipelines.training import beam_train
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import ShardStream
-    ds = make_kos_dataset(kos_paths, str(tmp_path / "ds"), 400)
-    files = dataset.resolve_shards(ds)
-    vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(ds))
-
-    def make():
-        return algorithm_class(name)(8, V, batch_size=50, seed=1, vocab_hash=vh, **kw)
-
-    ref = make()
-    train(ref, ShardStream(files, batch_size=50, seed=1, passes=1), progress=False)
-    res = beam_train.train(make(), files, str(tmp_path / "m"), passes=1, seed=1, batch_size=50,
-                           beam_argv=["--runner=DirectRunner"], progress=False,
-                           minibatches_per_window=4)
-    assert ref.step == res.algorithm.step == 8
-    return ref.to_state().arrays, res.algorithm.to_state().arrays
-
-
 def test_inprocess_and_beam_trainers_agree(kos_paths, tmp_path):
     a, b = run_both_trainers("scvb0", kos_paths, tmp_path, corpus_tokens=100000)
     assert a.keys() == b.keys()

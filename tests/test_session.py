@@ -29,7 +29,8 @@ from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.training.session import CHECKED, TrainingError, apply_step, check_info, eval_due
 
-from test_beam_train import make_kos_dataset, new_vb
+from helpers.trainers import new_vb
+from helpers.uci import kos_train_dataset as make_kos_dataset
 
 REFUSAL = r"minibatch 3\b.*could not be applied: .*non-finite"
 BAD_T = 2          # the global step t (0-based) whose minibatch is poisoned: minibatch 3
@@ -163,7 +164,7 @@ def test_stream_global_step_refuses(tmp_path, monkeypatch, poison):
     from apache_beam.transforms import window
     from pipelines.streaming import stream
     from pipelines.ingest import synthetic
-    from test_stream import _model
+    from helpers.streams import stream_model as _model
     spec = synthetic.SyntheticSpec(n_docs=200, n_words=300, n_topics=5, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)
     batch, vocab = synthetic.generate(spec), synthetic.vocabulary(spec)
@@ -234,7 +235,7 @@ def test_check_state_names_the_non_finite_part_of_each_state(kos_paths):
 def _stats_of_each(kos_paths):
     from lda_core.algorithms.scvb0 import SCVB0
     from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
-    from test_beam_train import read_kos
+    from helpers.uci import read_kos
     batch, tokens = read_kos(kos_paths[0], kos_paths[1], 40)
     V = len(tokens)
     out = []

@@ -10,7 +10,7 @@ from lda_core.docbatch import DocBatch
 from pipelines.ingest import dataset
 from pipelines.training import beam_plan
 from pipelines.training.shard_stream import ShardStream, read_shard
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 
 def _reference_rows(files):

@@ -4,7 +4,6 @@ and import / get_params / fit without scikit-learn."""
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
 
 import numpy as np
@@ -12,22 +11,10 @@ import pytest
 
 from lda_core.sklearn_api import OnlineLDA, SCVB0LDA
 
+from helpers.news20 import train_texts as news20_texts
+
 sklearn = pytest.importorskip("sklearn", reason="scikit-learn (optional extra) not installed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def news20_texts(tar_path, per_group=15):
-    out, seen = [], {}
-    with tarfile.open(tar_path, "r:gz") as t:
-        for m in t:
-            parts = m.name.split("/")
-            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
-                continue
-            if seen.get(parts[1], 0) >= per_group:
-                continue
-            seen[parts[1]] = seen.get(parts[1], 0) + 1
-            out.append(t.extractfile(m).read().decode("latin-1").partition("\n\n")[2])
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ sklearn = pytest.importorskip("sklearn", reason="scikit-learn (optional extra) n
 @pytest.fixture(scope="module")
 def counts(news20_tar):
     from sklearn.feature_extraction.text import CountVectorizer
-    from test_sklearn_api import news20_texts
+    from helpers.news20 import train_texts as news20_texts
     texts = news20_texts(news20_tar, per_group=10)
     return CountVectorizer(min_df=3, max_df=0.5).fit_transform(texts)
 

@@ -10,7 +10,8 @@ from scipy.stats import chisquare
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.sparse_gibbs_kernel import _draw, merge_into_csr
 from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsStats, SparseGibbsVB
-from test_scvb0 import match_topics, planted_corpus
+from helpers.planted import match_topics, planted_tokens as planted_corpus
+from helpers.trainers import run_both_trainers
 
 
 @numba.njit(cache=False)
@@ -193,7 +194,6 @@ def test_empty_documents_and_counters():
 
 
 def test_inprocess_and_beam_trainers_agree_exactly(kos_paths, tmp_path):
-    from test_scvb0 import run_both_trainers
     a, b = run_both_trainers("sparse-gibbs-vb", kos_paths, tmp_path, corpus_size=400)
     assert a.keys() == b.keys()
     for k in a:

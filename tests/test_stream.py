@@ -20,7 +20,10 @@ from lda_core.storage.state import TopicState
 from pipelines.ingest import dataset, synthetic
 from pipelines.streaming import stream, stream_parse
 
-V, K, W = 300, 5, 60.0      # vocabulary, topics, window seconds
+from helpers.streams import (K, V, W, Cell, messages as _messages, run_file_route,
+                             stream_args as _cmd_args, stream_model as _model,
+                             streaming_options as _streaming_options)
+
 
 
 @pytest.fixture(scope="module")
@@ -28,32 +31,6 @@ def corpus():
     spec = synthetic.SyntheticSpec(n_docs=320, n_words=V, n_topics=K, doc_length=50.0,
                                    alpha=0.1, eta=0.05, seed=3)
     return synthetic.generate(spec), synthetic.vocabulary(spec)
-
-
-def _model(tmp_path, vocab, corpus_size=None):
-    model = str(tmp_path / "model")
-    vpath = str(tmp_path / "vocab.tsv")
-    vocab.write(vpath)
-    algo, mv = stream.initial_checkpoint(model, topics=K, vocab_path=vpath, batch_size=80,
-                                         corpus_size=corpus_size, seed=5,
-                                         settings=dict(alpha=0.1, eta=0.05))
-    return model, mv, algo
-
-
-def _messages(batch, vocab, lo, hi, as_text_every=3):
-    """Documents lo..hi-1 as JSON messages: every third as text, the others as ids."""
-    out = []
-    for i in range(lo, hi):
-        w, c = batch.doc(i)
-        if i % as_text_every == 0:
-            words = []
-            for wi, ci in zip(w, c):
-                words += [vocab.tokens[wi]] * int(ci)
-            out.append(json.dumps({"doc_id": batch.doc_ids[i], "text": " ".join(words)}))
-        else:
-            out.append(json.dumps({"doc_id": batch.doc_ids[i], "word_ids": w.tolist(),
-                                   "counts": c.tolist()}))
-    return out
 
 
 def _run(p_build):
@@ -151,25 +128,6 @@ def test_docs_to_batch_orders_and_deduplicates():
     assert batch.doc_ids == ("a", "b") and batch.indptr.tolist() == [0, 2, 3]
 
 
-class Cell:
-    """A Beam state cell (bag or value) for calling the stateful DoFn directly."""
-
-    def __init__(self, v=None):
-        self.v = v
-
-    def add(self, x):
-        self.v.append(x)
-
-    def read(self):
-        return list(self.v) if isinstance(self.v, list) else self.v
-
-    def clear(self):
-        self.v = []
-
-    def write(self, x):
-        self.v = x
-
-
 def test_stale_estep_is_recomputed(tmp_path, corpus):
     """A window whose E-step read an older checkpoint is recomputed against the current state
     (so the result never depends on how fast the checkpoints were published)."""
@@ -265,27 +223,11 @@ SUBSCRIPTION = "projects/my-project/subscriptions/ldabeam-docs"
 TOPIC = "projects/my-project/topics/ldabeam-docs"
 
 
-def _cmd_args(argv):
-    import argparse
-    from pipelines.commands import stream as cmd
-    p = argparse.ArgumentParser()
-    cmd.add_arguments(p)
-    args, rest = p.parse_known_args(argv)
-    assert rest == []
-    return args
-
-
 def _proto_transforms(p):
     """unique name -> (urn, payload bytes) of every transform of the runner API proto."""
     proto = p.to_runner_api()
     return {t.unique_name: (t.spec.urn, t.spec.payload)
             for t in proto.components.transforms.values()}
-
-
-def _streaming_options(argv=()):
-    opts = PipelineOptions(list(argv))
-    opts.view_as(StandardOptions).streaming = True
-    return opts
 
 
 @pytest.mark.parametrize("source", ["subscription", "topic"])
@@ -411,20 +353,6 @@ def test_file_route_graph_for_streaming_runners(tmp_path, corpus, monkeypatch, c
     from apache_beam.utils.timestamp import MAX_TIMESTAMP
     assert mc.transform.file_pattern == inbox and mc.transform.interval == 7.0
     assert mc.transform.stop_ts == MAX_TIMESTAMP          # no --stop-after: watch forever
-
-
-def run_file_route(model, inbox, dead):
-    """One job of the MatchContinuously route (``ldabeam stream --input-glob`` as built for a
-    streaming runner) on the FnApiRunner over the ``*.jsonl`` files present in ``inbox``: one
-    day-long window, the step applied on arrival."""
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from pipelines.commands import stream as cmd
-    args = _cmd_args(["--model", model, "--input-glob", str(inbox / "*.jsonl"),
-                      "--poll-seconds", "1", "--stop-after", "2", "--window-seconds", "86400",
-                      "--order", "arrival", "--deadletter", dead])
-    setup = cmd.prepare(args)
-    with beam.Pipeline(runner=FnApiRunner(), options=_streaming_options()) as p:
-        cmd.build_pipeline(p, args, setup)
 
 
 def test_file_route_runs_on_the_fn_api_runner(tmp_path, corpus):

@@ -12,8 +12,8 @@ from lda_core.algorithms.online_vb import OnlineVB
 from pipelines.ingest import dataset
 from pipelines.streaming import stream, stream_parse
 from pipelines.streaming.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
-from test_beam_train import read_kos
-from test_stream import Cell, run_file_route
+from helpers.streams import Cell, run_file_route
+from helpers.uci import read_kos
 
 K = 6
 

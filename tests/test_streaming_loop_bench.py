@@ -5,7 +5,7 @@ KOS; the loop runs every step in order, each step's E-steps after the previous s
 import numpy as np
 import pytest
 
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 K, S, P, B, STEPS = 8, 50, 3, 3, 4
 

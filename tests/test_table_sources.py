@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from corpora import news20_posts
+from helpers.news20 import news20_posts
 
 from pipelines.ingest import bigquery_source, dataset
 from pipelines.ingest import text_sources as ts

@@ -8,8 +8,8 @@ import pytest
 from lda_core.evaluation import metrics as ev
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
-from test_evaluation import bp  # noqa: F401  (the harness, imported as a module)
-from uci_slices import uci_csr, uci_vocab
+from helpers.models import run_and_resume
+from helpers.uci import uci_csr, uci_vocab
 
 
 @pytest.fixture(scope="module")
@@ -32,23 +32,6 @@ def planted(K=10, W=30, D=600, N=60, seed=0):
         u, c = np.unique(words, return_counts=True)
         rows.append((u, c))
     return DocBatch.from_rows(rows), K * W
-
-
-def run_and_resume(make, steps, cut, tmp_path, apply=None):
-    """(the run of ``steps`` in one go, the run of steps[:cut], saved, loaded and continued
-    with steps[cut:]) for the algorithm ``make()``; ``apply(m, batch)`` does one step."""
-    from lda_core.storage.state import TopicState
-    apply = apply or (lambda m, b: m.global_step(m.local_step(b)))
-    full = make()
-    infos = [apply(full, b) for b in steps]
-    half = make()
-    for b in steps[:cut]:
-        apply(half, b)
-    half.to_state().save(str(tmp_path / "ck"))
-    resumed = type(half).from_state(TopicState.load(str(tmp_path / "ck")))
-    for b in steps[cut:]:
-        apply(resumed, b)
-    return full, resumed, infos
 
 
 def train(batch, V, K, seed, reseed=None, passes=3, S=50):

@@ -17,7 +17,7 @@ import pytest
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 from pipelines.cli import main as cli_main
-from test_exports import K, news20_run
+from helpers.models import NEWS20_K as K, news20_run
 
 CHROMIUM = "/usr/bin/chromium"
 

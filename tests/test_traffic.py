@@ -120,7 +120,7 @@ def _mp(w):
 
 @pytest.fixture(scope="module")
 def kos_small(kos_paths, tmp_path_factory):
-    from test_beam_train import make_kos_dataset
+    from helpers.uci import kos_train_dataset as make_kos_dataset
     return make_kos_dataset(kos_paths, str(tmp_path_factory.mktemp("kost") / "ds"), 300)
 
 
@@ -138,7 +138,7 @@ def test_cluster_like_two_workers_report_what_a_step_moves(kos_small, tmp_path, 
     statistics -- the relations the current design implies."""
     from lda_core.storage.run_log import RunLog, read_run_log
     from pipelines.training import beam_train, beam_window
-    from test_beam_train import new_vb
+    from helpers.trainers import new_vb
     monkeypatch.setattr(beam_window, "CHAINED_STEPS", False)
     monkeypatch.setattr(beam_window, "SPILL_STATS", False)
     algo, files = new_vb(kos_small, K=5, S=40, seed=3)
@@ -172,7 +172,7 @@ def test_local_chained_workers_report_step_bytes(kos_small, tmp_path):
     worker applies the global step itself from the pieces' files, so it reads all of them."""
     from lda_core.storage.run_log import RunLog, read_run_log
     from pipelines.training import beam_train
-    from test_beam_train import new_vb
+    from helpers.trainers import new_vb
     algo, files = new_vb(kos_small, K=5, S=40, seed=3)
     md = str(tmp_path / "m")
     os.makedirs(md)

@@ -12,7 +12,7 @@ import pytest
 import ldabeam
 from pipelines.cli import main as cli
 from pipelines.ingest import dataset
-from corpora import completion, halves
+from helpers.news20 import completion, halves
 
 PRUNE = ["--no-below", "3", "--no-above", "0.5", "--stopwords", "gensim"]
 
@@ -325,8 +325,8 @@ def test_beam_update_of_a_model_on_an_object_store(store_root, kos_paths, tmp_pa
     """The Beam update of a model on an object store (the fake ``fakegs://``, with no
     renames) writes its dataset and scratch model there, ends with the state the in-process
     update of the same model on a local disk ends with, and leaves no ``updating/`` object."""
-    from test_cli_train import make_dataset
-    from test_object_store import _objects
+    from helpers.fake_object_store import objects_under as _objects
+    from helpers.uci import kos_dataset as make_dataset
     ds = make_dataset(str(tmp_path / "kos"), kos_paths, n_train=300, n_held=60)
     fit = ["--shards", ds, "--algorithm", "online-vb", "--topics", "5", "--minibatch", "50",
            "--seed", "2", "--no-progress", "--heldout", "none"]

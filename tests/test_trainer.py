@@ -12,7 +12,7 @@ from lda_core.storage.run_log import RunLog, iter_run_log, read_run_log
 from lda_core.training.trainer import HeldOut, Minibatch, TrainingError, train
 from pipelines.training.shard_stream import ShardStream, read_docs
 
-from test_ordering import write_kos_shards
+from helpers.uci import kos_shards as write_kos_shards
 
 ALGOS = [a for a in ("online-vb", "scvb0") if a in available_algorithms()]
 

@@ -13,7 +13,7 @@ from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, block_bo
                                              split_draw)
 from lda_core.errors import StepRefused
 from lda_core.training.pieces import local_step_pieces, piece_bounds
-from uci_slices import uci_docbatch
+from helpers.uci import uci_docbatch
 
 K = 8
 S = 50
@@ -277,7 +277,7 @@ def test_cli_resume_keeps_the_recorded_word_blocks(kos_paths, tmp_path, capsys):
     run with 4 blocks."""
     from lda_core.storage.checkpoint import CheckpointStore
     from pipelines import cli
-    from test_cli_train import make_dataset
+    from helpers.uci import kos_dataset as make_dataset
     ds = make_dataset(str(tmp_path / "ds"), kos_paths, n_train=200, n_held=20)
     md = str(tmp_path / "m")
     base = ["train", "--shards", ds, "--algorithm", "online-vb", "--topics", "5",

@@ -1,10 +1,14 @@
-"""Real corpora for the tests and benchmarks: the posts of 20 Newsgroups (../shared/data) and
-the held-out score the update tests and benchmark compare models by.
+"""20 Newsgroups (../shared/data) for the tests and benchmarks, and the held-out score the
+update tests and benchmark compare models by.
 
-``news20_posts`` is the one reader of the 20 Newsgroups tar: every test picks its slice
-(split, every n-th, a skip, a limit, a cap per newsgroup) and the part of a post it needs
-(:class:`Post`). Benchmarks import it with ``tests/`` on ``sys.path``.
+``news20_posts`` is the one reader of the 20 Newsgroups tar (read once per process): every
+test picks its slice (split, every n-th, a skip, a limit, a cap per newsgroup) and the part of
+a post it needs (:class:`Post`); :func:`train_texts` and :func:`write_train_jsonl` are the
+slices of the estimator and export tests. Benchmarks import it with ``tests/`` on
+``sys.path`` (``from helpers.news20 import ...``).
 """
+import functools
+import json
 import tarfile
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -56,22 +60,50 @@ def news20_posts(tar_path: str, split: Optional[str] = None, every: int = 1, ski
     out: List[Post] = []
     seen: dict = {}
     i = 0
-    with tarfile.open(tar_path, "r|gz") as tar:
-        for m in tar:
-            if not m.isfile() or (prefix and not m.name.startswith(prefix)):
+    for p in _all_posts(tar_path):
+        if prefix and not p.name.startswith(prefix):
+            continue
+        if per_group is not None:
+            seen[p.group] = seen.get(p.group, 0) + 1
+            if seen[p.group] > per_group:
                 continue
-            if per_group is not None:
-                group = m.name.split("/")[-2]
-                seen[group] = seen.get(group, 0) + 1
-                if seen[group] > per_group:
-                    continue
-            i += 1
-            if i <= skip or (i - skip - 1) % every:
-                continue
-            out.append(Post(m.name, tar.extractfile(m).read()))
-            if limit is not None and len(out) >= limit:
-                break
+        i += 1
+        if i <= skip or (i - skip - 1) % every:
+            continue
+        out.append(p)
+        if limit is not None and len(out) >= limit:
+            break
     return out
+
+
+@functools.lru_cache(maxsize=2)
+def _all_posts(tar_path: str):
+    """Every file of the tar, in tar order (read once per process)."""
+    with tarfile.open(tar_path, "r|gz") as tar:
+        return tuple(Post(m.name, tar.extractfile(m).read()) for m in tar if m.isfile())
+
+
+def train_texts(tar_path: str, per_group: int = 15) -> List[str]:
+    """The first ``per_group`` training posts of each newsgroup: the text after the header
+    block ("" for a post without one)."""
+    return [p.text.partition("\n\n")[2] for p in news20_posts(tar_path, "train",
+                                                               per_group=per_group)]
+
+
+def write_train_jsonl(tar_path: str, path: str, per_group: int) -> int:
+    """The first ``per_group`` training posts of each newsgroup as JSON lines (headers
+    dropped, the Subject as title, the group as label); the number written."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for p in news20_posts(tar_path, "train", per_group=per_group):
+            head, _, body = p.text.partition("\n\n")
+            subject = next((line[8:].strip() for line in head.split("\n")
+                            if line.startswith("Subject:")), "")
+            out.write(json.dumps({"id": "%s/%s" % (p.group, p.name.split("/")[2]),
+                                  "title": subject or None, "label": p.group,
+                                  "text": body}) + "\n")
+            n += 1
+    return n
 
 
 def halves(tar_path: str, every: int):

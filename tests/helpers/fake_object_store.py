@@ -207,7 +207,16 @@ def worker_site_dir(folder: str) -> str:
     """A folder with a ``sitecustomize.py`` that registers this scheme in any Python process
     started with the folder on its ``PYTHONPATH`` (Beam's worker processes)."""
     os.makedirs(folder, exist_ok=True)
-    here = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
-        f.write("import sys\nsys.path.insert(0, %r)\nimport fake_object_store  # noqa\n" % here)
+        f.write("import sys\nsys.path.insert(0, %r)\nimport helpers.fake_object_store  # noqa\n"
+                % tests)
     return folder
+
+
+def objects_under(root_url):
+    """The keys of the objects under ``root_url`` (a model folder on the store), relative to
+    it, as the project's file layer lists them."""
+    from pipelines.runtime.object_store_files import ObjectStoreFiles
+    fs = ObjectStoreFiles()
+    return [p[len(root_url) + 1:] for p in fs._list(root_url)]
