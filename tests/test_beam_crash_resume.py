@@ -10,16 +10,15 @@
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
+from helpers import warm
+from helpers.paths import REPO, repo_env
 from helpers.uci import kos_train_dataset as make_kos_dataset
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
 STEPS = 12
 
 
@@ -29,19 +28,15 @@ def kos_ds(kos_paths, tmp_path_factory):
 
 
 def _args(ds, md, *extra):
-    return [PY, "-m", "pipelines.cli", "train", "--shards", ds, "--output", md, "--topics", "6",
+    return ["-m", "pipelines.cli", "train", "--shards", ds, "--output", md, "--topics", "6",
             "--algorithm", "online-vb", "--minibatch", "30", "--seed", "3", "--dtype", "float64", "--runner",
             "DirectRunner", "--unroll", "--minibatches-per-window", "2", "--eval-every", "0",
             "--heldout", "none", "--keep-checkpoints", "0", "--no-progress"] + list(extra)
 
 
-def _env():
-    return dict(os.environ, PYTHONPATH=REPO)
-
-
 def _run(ds, md, *extra):
-    r = subprocess.run(_args(ds, md, *extra), cwd=REPO, env=_env(), capture_output=True,
-                       text=True, timeout=600)
+    r = warm.run(_args(ds, md, *extra), cwd=REPO, env=repo_env(), capture_output=True,
+                 text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return r
 
@@ -64,8 +59,8 @@ def test_sigkill_mid_window_then_resume_is_identical(kos_ds, uninterrupted, tmp_
     _, ref = uninterrupted
     md = str(tmp_path / "model")
     latest = os.path.join(md, "checkpoints", "LATEST")
-    proc = subprocess.Popen(_args(kos_ds, md), cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = warm.popen(_args(kos_ds, md), cwd=REPO, env=repo_env(), stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
     try:
         t0 = time.time()
         while not os.path.exists(latest) and proc.poll() is None and time.time() - t0 < 300:

@@ -16,20 +16,19 @@ another algorithm or K).
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from lda_core.docbatch import DocBatch
 
+from helpers import warm
 from helpers.bits import max_rel
+from helpers.paths import repo_env
 from helpers.trainers import beam_run, inprocess_reference, new_vb
 from helpers.uci import kos_train_dataset as make_kos_dataset, read_kos, write_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +98,7 @@ def test_float32_estep_tolerance(kos_small, tmp_path):
     assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-4
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_path):
     ref = inprocess_reference(kos_small)
@@ -354,9 +354,9 @@ def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
 
 
 def _cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([PY, "-m", "pipelines.cli"] + list(args), cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    """``ldabeam ARGS`` in a process of its own (its log lines on its standard error)."""
+    return warm.run(["-m", "pipelines.cli"] + list(args), cwd=REPO, env=repo_env(),
+                    capture_output=True, text=True, timeout=timeout)
 
 
 def test_cli_bad_checkpoint_and_output(kos_small, tmp_path):

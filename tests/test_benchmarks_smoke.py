@@ -1,6 +1,7 @@
 """Every benchmark script under benchmarks/ run end to end, small, so none breaks unnoticed.
 
-Each script runs in a subprocess (as a user runs it) with its smallest arguments, on a subset of
+Each script runs in a process of its own (as a user runs it; forked from the tests' warm
+interpreter, so without re-importing Beam and numba) with its smallest arguments, on a subset of
 20 Newsgroups prepared here (``prepare_20news.py --limit``) in a temporary
 ``LDABEAM_BENCH_CACHE``, writing its results to a temporary path given by its options. The
 scripts run from a copy of benchmarks/*.py in a temporary tree (their default results folder
@@ -21,12 +22,12 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from helpers import warm
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("LDABEAM_SHARED_DATA",       # as tests/conftest.py finds it
@@ -88,10 +89,11 @@ def bench_env(news20_tar, tmp_path_factory):
 
 
 def run(env, script, *args, timeout=900, expect_rc=0):
-    """``python benchmarks/SCRIPT ARGS`` (the copy) in a subprocess; (stdout, stdout + stderr)."""
-    cmd = [sys.executable, str(env["bench"] / script)] + [str(a) for a in args]
-    p = subprocess.run(cmd, cwd=str(env["root"]), env=env["env"], capture_output=True,
-                       text=True, timeout=timeout)
+    """``python benchmarks/SCRIPT ARGS`` (the copy) in a child process (forked from the warm
+    interpreter, ``helpers.warm``); (stdout, stdout + stderr)."""
+    cmd = [str(env["bench"] / script)] + [str(a) for a in args]
+    p = warm.run(cmd, cwd=str(env["root"]), env=env["env"], capture_output=True, text=True,
+                 timeout=timeout)
     out = p.stdout + "\n" + p.stderr
     assert p.returncode == expect_rc, "%s exited %d (expected %d):\n%s" % (
         " ".join(cmd), p.returncode, expect_rc, out[-4000:])
@@ -525,8 +527,8 @@ def test_reuters_converter(bench_env, tmp_path):
     code = ("import sys; sys.path.insert(0, %r); from benchmarks import quality_bench as q; "
             "q.reuters_to_uci(%r, %r)" % (str(bench_env["bench"].parent), str(sgm),
                                           str(tmp_path / "uci")))
-    p = subprocess.run([sys.executable, "-c", code], env=bench_env["env"],
-                       capture_output=True, text=True, timeout=600)
+    p = warm.run(["-c", code], env=bench_env["env"], capture_output=True, text=True,
+                 timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     with open(tmp_path / "uci" / "docword.txt") as f:
         D, V, nnz = (int(f.readline()) for _ in range(3))

@@ -8,7 +8,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +16,8 @@ from lda_core.errors import InputError, ResourceError
 from pipelines import cli
 from pipelines.ingest import dataset
 
-from helpers.procs import interruptible
+from helpers import warm
+from helpers.paths import repo_env
 from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,11 +253,9 @@ def test_vectorize_names_an_input_file_name_that_is_not_utf8(tmp_path, capsys):
 def _interrupt(argv, sig, marker, cwd):
     """Run ``ldabeam ARGV`` in a subprocess, send ``sig`` once ``marker`` appears on its
     standard error; returns (exit code, standard error)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    p = subprocess.Popen([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in argv],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         cwd=str(cwd), preexec_fn=interruptible)
+    p = warm.popen(["-m", "pipelines.cli"] + [str(a) for a in argv], stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True, env=repo_env(), cwd=str(cwd),
+                   interruptible=True)
     seen = ""
     deadline = time.time() + 600
     while marker not in seen and time.time() < deadline and p.poll() is None:

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -16,21 +15,20 @@ import pytest
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 
-from helpers.procs import interruptible
+from helpers import warm
+from helpers.paths import repo_env
 from helpers.uci import uci_file_slice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    return repo_env()
 
 
 def _cli(*argv, check=True, **kw):
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in argv],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, **kw)
+    p = warm.run(["-m", "pipelines.cli"] + [str(a) for a in argv], cwd=REPO, env=_env(),
+                 capture_output=True, text=True, **kw)
     if check:
         assert p.returncode == 0, (argv, p.stdout[-2000:], p.stderr[-3000:])
     return p
@@ -143,12 +141,11 @@ def test_ctrl_c_publishes_the_steps_done_and_resume_continues(tmp_path, kos_ds):
     steps done since the last one is published, one line is printed and the exit code is
     130; --resume continues from that step."""
     m = str(tmp_path / "m")
-    cmd = [sys.executable, "-m", "pipelines.cli", "train", "--shards", kos_ds, "--output", m,
+    cmd = ["-m", "pipelines.cli", "train", "--shards", kos_ds, "--output", m,
            "--topics", 10, "--passes", 50, "--heldout", "none", "--checkpoint-every", 0,
            "--no-progress"]
-    child = subprocess.Popen([str(c) for c in cmd], cwd=REPO, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=interruptible)
+    child = warm.popen([str(c) for c in cmd], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, interruptible=True)
     log = os.path.join(m, "run_log.jsonl")
     deadline = time.time() + 600
     while time.time() < deadline and child.poll() is None:

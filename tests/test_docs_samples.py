@@ -17,21 +17,25 @@ as soon as it lands. Each block is one of:
   namespace, in order).
 
 ``test_every_block_is_accounted_for`` fails on a block that is none of these and on a list
-entry that matches no block. The run tests are slow (a fresh numba cache is compiled by the
-warm-up samples); ``-k README`` or ``-k cluster`` picks one file.
+entry that matches no block. ``-k README`` or ``-k cluster`` picks one file.
+
+The numba warm-up samples compile every kernel into an empty ``NUMBA_CACHE_DIR`` and then load
+them: that cold compile is the session's one (conftest.py ``cold_numba_cache`` runs the same
+warm-up command on an empty cache and checks it), whose cache is copied into the sample's
+folder before the sample runs (:func:`test_sample_runs`; the sample's own emptying of the
+folder is dropped by a :data:`SUBST` rule).
 """
 import glob
 import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WIKI_SAMPLE = os.path.join(REPO, "data", "enwiki-sample-206pages.xml.bz2")
+from helpers import warm
+from helpers.paths import REPO, WIKI_SAMPLE
 DOC_FILES = ["README.md"] + sorted(os.path.relpath(p, REPO)
                                    for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
 
@@ -90,6 +94,9 @@ SUBST = [
     (None, r"--minibatch 4096\b", "--minibatch 32", "small"),
     (None, r"--holdout-fraction 0\.01\b", "--holdout-fraction 0.1",
      "1 % of the sample's 106 articles is one article"),
+    ("docs/cluster.md", r"(?m)^rm -rf /tmp/nbcache\n", "",
+     "emptying the numba cache for a cold compile: the session's cold compile ran the same "
+     "warm-up on an empty cache (conftest.py cold_numba_cache); its cache is copied in"),
     ("docs/", r"/tmp/", "$W/", "the docs' scratch paths go to the test's scratch folder"),
     ("docs/", r"--docs 2000 --words 2000", "--docs 600 --words 500", "small"),
     (None, r"--stop-after \d+", "--stop-after 90",
@@ -277,19 +284,22 @@ def runnable_script(block, env=None):
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A folder linking the repository's top-level entries, with ``ldabeam``/``python``
-    shims (``.venv/bin``) running this tree, and a scratch folder per doc file."""
+    shims (``.venv/bin``) running this tree, and a scratch folder per doc file. The shims fork
+    each command from the tests' warm interpreter (``helpers.warm``: a new process without the
+    imports' start-up), or start a cold one when the command's environment needs it (e.g. the
+    numba warm-up's NUMBA_CACHE_DIR)."""
     root = tmp_path_factory.mktemp("docs_sandbox")
     for name in os.listdir(REPO):
         if name not in (".venv", ".git", "demo_output") and not name.startswith("."):
             os.symlink(os.path.join(REPO, name), str(root / name))
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    shims = {"python": 'exec %s "$@"' % shlex.quote(sys.executable),
-             "ldabeam": 'exec %s -m pipelines.cli "$@"' % shlex.quote(sys.executable)}
+    shims = {"python": warm.shim("python"),
+             "ldabeam": warm.shim("ldabeam", ["-m", "pipelines.cli"])}
     shims["python3"] = shims["python"]
     for name, body in shims.items():
         p = bin_dir / name
-        p.write_text("#!/bin/sh\n%s\n" % body)
+        p.write_text(body)
         p.chmod(0o755)
     return root
 
@@ -299,6 +309,7 @@ def _env(sandbox, scratch):
     env["PATH"] = "%s:%s" % (sandbox / ".venv" / "bin", env.get("PATH", ""))
     env["PYTHONPATH"] = REPO + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["W"] = str(scratch)
+    env.update(warm.shell_env())
     return env
 
 
@@ -351,9 +362,10 @@ def test_every_block_is_accounted_for():
             compile(pre + b.text, b.name, "exec")      # a Python sample is Python
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("block", RUN, ids=[b.name for b in RUN])
-def test_sample_runs(block, sandbox):
+def test_sample_runs(block, sandbox, request):
     if block.lang.startswith("py") and "sklearn" in block.text:
         pytest.importorskip("sklearn", reason="scikit-learn (the [test] extra) not installed")
     scratch, env = _scratch(sandbox, block.path)
@@ -361,6 +373,9 @@ def test_sample_runs(block, sandbox):
     if not script.strip():
         pytest.skip("every command of %s needs a service: %s"
                     % (block.name, "; ".join("%s (%s)" % d for d in dropped)))
+    if "nbcache" in block.text:       # the warm-up samples: the session's cold compile's cache
+        cold = request.getfixturevalue("cold_numba_cache")["dir"]
+        script = 'rm -rf "$W/nbcache" && cp -r %s "$W/nbcache"\n%s' % (shlex.quote(cold), script)
     r = _run(script, sandbox, env)
     assert r.returncode == 0, ("%s failed (exit %d)\n--- script\n%s\n--- stdout\n%s\n"
                                "--- stderr\n%s" % (block.name, r.returncode, script,
@@ -386,6 +401,7 @@ def demo_commands(demo_dir, venv):
     return recipe
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_demo_target_gives_healthy_topics(sandbox):
     """`make demo`'s own commands (from the Makefile) run, and give what the demo is for:

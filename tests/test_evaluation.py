@@ -1,6 +1,5 @@
 """The shared evaluation metrics, checked against the peer benchmark harness and sklearn."""
 import re
-import tarfile
 
 import numpy as np
 import pytest
@@ -9,25 +8,16 @@ import scipy.sparse as sp
 from lda_core.docbatch import DocBatch
 from lda_core.evaluation import metrics as ev
 from helpers.evaluation import fit_phi
+from helpers.news20 import news20_posts
 from helpers.uci import uci_csr, uci_vocab
 
 def read_20ng(tar_path, per_group=25, min_df=3):
     """A slice of 20 Newsgroups train: ``per_group`` posts of each group, headers dropped,
     lowercase alphabetic tokens of 3+ letters, words in >= ``min_df`` posts."""
-    docs, labels, seen = [], [], {}
-    with tarfile.open(tar_path, "r:gz") as t:
-        for m in t:
-            parts = m.name.split("/")
-            if not m.isfile() or len(parts) != 3 or not parts[0].endswith("train"):
-                continue
-            g = parts[1]
-            if seen.get(g, 0) >= per_group:
-                continue
-            seen[g] = seen.get(g, 0) + 1
-            text = t.extractfile(m).read().decode("latin-1")
-            body = text.split("\n\n", 1)[-1]
-            docs.append(re.findall(r"[a-z]{3,}", body.lower()))
-            labels.append(g)
+    docs, labels = [], []
+    for post in news20_posts(tar_path, "train", per_group=per_group):
+        docs.append(re.findall(r"[a-z]{3,}", post.body.lower()))
+        labels.append(post.group)
     df = {}
     for toks in docs:
         for w in set(toks):
@@ -44,18 +34,6 @@ def read_20ng(tar_path, per_group=25, min_df=3):
     X.sum_duplicates()
     X.sort_indices()
     return X, vocab, labels
-
-
-def fit_phi(X, K, seed=0, iters=5, eta=0.01):
-    """Topic-like rows by a few hard-EM steps of a multinomial mixture on the documents."""
-    rng = np.random.RandomState(seed)
-    z = rng.randint(0, K, X.shape[0])
-    for _ in range(iters):
-        Z = sp.csr_matrix((np.ones(len(z)), (z, np.arange(len(z)))), shape=(K, X.shape[0]))
-        phi = np.asarray((Z @ X).todense()) + eta
-        phi /= phi.sum(1, keepdims=True)
-        z = np.asarray(X @ np.log(phi).T).argmax(1)
-    return phi
 
 
 @pytest.fixture(scope="module")

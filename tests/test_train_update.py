@@ -12,6 +12,7 @@ import pytest
 import ldabeam
 from pipelines.cli import main as cli
 from pipelines.ingest import dataset
+from helpers import warm
 from helpers.news20 import completion, halves
 
 PRUNE = ["--no-below", "3", "--no-above", "0.5", "--stopwords", "gensim"]
@@ -277,7 +278,6 @@ def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inpr
     update again resumes the scratch run and ends with the in-process update's state."""
     import signal
     import subprocess
-    import sys
     from lda_core.training.faults import ENV
     base, ref = inprocess_reference
     md = _copy_model(base, small["work"] / ("crash-" + fault.replace(":", "-")))
@@ -287,8 +287,8 @@ def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inpr
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo)
     env[ENV] = fault
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv, cwd=repo, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    p = warm.run(["-m", "pipelines.cli"] + argv, cwd=repo, env=env,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
     assert p.returncode == -signal.SIGKILL
     assert os.path.isdir(os.path.join(md, "updating"))      # the scratch run was under way
     after_kill = checkpoint_state(md)
@@ -346,7 +346,6 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     update (1 pass): that one clears updating/ and trains its own steps from the model."""
     import signal
     import subprocess
-    import sys
     from lda_core.training.faults import ENV
     md = fresh_model(small, "other-after-kill")
     before = checkpoint_state(md)
@@ -355,9 +354,9 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo)
     env[ENV] = "ended"
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli"] + argv + ["--passes", "2"],
-                       cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=900)
+    p = warm.run(["-m", "pipelines.cli"] + argv + ["--passes", "2"],
+                 cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 timeout=900)
     assert p.returncode == -signal.SIGKILL
     assert os.path.exists(os.path.join(md, "updating", "update.json"))
     caplog.set_level("INFO", logger="pipelines.commands.train_update")
@@ -369,6 +368,7 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     assert state.step == before.step + -(-upd["documents"] // 50)
 
 
+@pytest.mark.serial
 def test_update_with_beam_worker_processes_equals_the_inprocess_update(small,
                                                                       inprocess_reference):
     """The Beam update with worker processes (the multi-process DirectRunner: the E-step runs

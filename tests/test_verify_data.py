@@ -15,6 +15,8 @@ from lda_core.errors import DataIntegrityError, InputError
 from pipelines import cli
 from pipelines.ingest import dataset
 
+from helpers import warm
+
 SHARD = os.path.join("train", "part-00000-of-00001.parquet")
 TRAIN = ["--topics", "4", "--passes", "1", "--heldout", "none", "--no-progress"]
 
@@ -272,18 +274,17 @@ def test_readers_racing_a_pruning_trainer(ds, tmp_path, capsys):
     report, export), CheckpointStore.latest_checkpoint (resume, stream) and an in-process
     `ldabeam infer` -- read the model in a loop. Every read succeeds, none reports damage."""
     import subprocess
-    import sys
     import time
     from lda_core.storage.checkpoint import CheckpointStore
     from pipelines.runtime.model_dir import open_model
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     m = str(tmp_path / "m")
-    cmd = [sys.executable, "-m", "pipelines.cli", "--log-level", "WARNING", "train",
+    cmd = ["-m", "pipelines.cli", "--log-level", "WARNING", "train",
            "--shards", ds, "--output", m, "--topics", "4", "--minibatch", "2", "--passes", "6",
            "--checkpoint-every", "1", "--keep-checkpoints", "1", "--heldout", "none",
            "--no-progress"]
     env = dict(os.environ, PYTHONPATH=repo)
-    trainer = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    trainer = warm.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reads, steps, failures, infers = 0, set(), [], 0
     try:
         deadline = time.time() + 600

@@ -54,6 +54,7 @@ def _base_path():
 
 
 BASE_PATH = None
+IMPORT_ENV = {}
 
 
 def _read_request(conn):
@@ -138,6 +139,8 @@ def _child(req, fds, keep_closed):
     env = req["env"]
     os.environ.clear()
     os.environ.update(env)
+    for k, v in IMPORT_ENV.items():
+        os.environ.setdefault(k, v)
     os.chdir(req["cwd"])
     _streams(env)
     import random
@@ -203,12 +206,16 @@ def _child(req, fds, keep_closed):
 
 
 def serve(sock_path):
-    global BASE_PATH
+    global BASE_PATH, IMPORT_ENV
+    before = dict(os.environ)
     for mod in PRELOAD:
         try:
             importlib.import_module(mod)
         except ImportError:
             pass
+    # what the imports set in the environment (numba_config: OMP_WAIT_POLICY): a new
+    # interpreter would set it when it imports them, so each child does
+    IMPORT_ENV = {k: v for k, v in os.environ.items() if before.get(k) != v}
     BASE_PATH = _base_path()
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(sock_path)
