@@ -8,7 +8,7 @@ DEMO   := demo_output
 # numba's compiled-kernel cache lives beside the sources (editable install) unless set
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-fast coverage bench clean venv
+.PHONY: demo test test-fast test-sweep coverage bench clean venv
 
 venv: $(STAMP)
 
@@ -39,16 +39,37 @@ demo: $(STAMP)
 	@echo "report in $(abspath $(DEMO))/report.html (its Topic health section: each topic's"
 	@echo "share of the tokens and NPMI; dead_topics / effective_topics / npmi are printed above)"
 
+# The whole suite in two runs (both always run; the target fails if either failed): the tests
+# that start no worker processes on 2 pytest-xdist workers (a module's tests stay on one
+# worker: its fixtures are built once), then the tests marked serial (the multi-process
+# DirectRunner, the portable runner, several commands at once: they use both cores
+# themselves) one at a time. The 30 slowest test phases of both runs are printed at the end.
+# The opt-in sweeps (marker sweep) are make test-sweep's; docs/testing.md has the fast subset.
+PARALLEL := -n 2 --dist loadscope
+DURATIONS = $(abspath .pytest-durations.jsonl)
+
 test: $(STAMP)
-	$(PY) -m pytest -ra --durations=30 --timeout=1800 tests
+	rm -f $(DURATIONS)
+	export LDABEAM_TEST_DURATIONS=$(DURATIONS); \
+	$(PY) -m pytest -ra --timeout=1800 $(PARALLEL) -m "not serial" tests; a=$$?; \
+	$(PY) -m pytest -ra --timeout=1800 -m serial tests; b=$$?; \
+	$(PY) tests/helpers/durations.py $(DURATIONS) 30; rm -f $(DURATIONS); \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 
+# while developing: the tests not marked slow (nor serial), on 2 workers
 test-fast: $(STAMP)
-	$(PY) -m pytest -ra -m "not slow" tests
+	$(PY) -m pytest -ra $(PARALLEL) -m "not slow and not serial" tests
 
-# line coverage of lda_core/, pipelines/ and ldabeam/ over the whole suite (slower than make test)
+# the opt-in sweeps: every arrival of every kill point, kills at random times
+test-sweep: $(STAMP)
+	LDABEAM_SWEEP=1 $(PY) -m pytest -ra --timeout=7200 -m sweep tests
+
+# line coverage of lda_core/, pipelines/ and ldabeam/ over the whole suite, run as make test
+# runs it (child processes, forked ones and xdist workers included: .coveragerc)
 coverage: $(STAMP)
 	rm -rf .coverage-data && mkdir -p .coverage-data
-	$(PY) -m coverage run -m pytest -q -p no:randomly --timeout=3600 tests || true
+	$(PY) -m coverage run -m pytest -q -p no:randomly --timeout=3600 $(PARALLEL) -m "not serial" tests || true
+	$(PY) -m coverage run -m pytest -q -p no:randomly --timeout=3600 -m serial tests || true
 	$(PY) -m coverage combine -q
 	$(PY) -m coverage report | tail -n 1
 

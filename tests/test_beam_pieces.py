@@ -81,6 +81,7 @@ def test_resume_keeps_the_recorded_pieces_and_refuses_another(kos_pieces, tmp_pa
 
 # ------------------------------------------------------------------ worker processes
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_online_vb_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
@@ -92,6 +93,7 @@ def test_online_vb_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers)
     _same_bits(ref, res.algorithm)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_scvb0_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
@@ -103,6 +105,7 @@ def test_scvb0_same_bits_for_any_worker_count(kos_pieces, tmp_path, workers):
     _same_bits(ref, res.algorithm)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_stopped_at_two_workers_resumed_at_four_same_bits(kos_pieces, tmp_path):
     ref, files = new_vb(kos_pieces, K=5, S=40, seed=3)
@@ -167,6 +170,7 @@ def test_timing_record_reports_graph_bytes_per_step(kos_pieces, tmp_path):
         assert r["graph_bytes_per_step"] == r["bytes"]["pipeline_build"] / r["steps"]
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_one_piece_two_stage_worker_run_equals_inprocess(kos_pieces, tmp_path, monkeypatch):
     """P = 1 (the local default) on worker processes with two stages per step (the shape remote

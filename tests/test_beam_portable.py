@@ -18,6 +18,8 @@ from helpers.procs import PY, Service as _Service, job_service as _job_service
 from helpers.trainers import beam_run, inprocess_reference
 from helpers.uci import kos_train_dataset as make_kos_dataset
 
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def kos_tiny(kos_paths, tmp_path_factory):

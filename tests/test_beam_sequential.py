@@ -111,6 +111,7 @@ def test_every_window_loading_its_checkpoint_gives_the_same_state(kos_seq, tmp_p
     assert_same_state(res.algorithm, ref)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_worker_process_equals_inprocess_trainer(kos_seq, tmp_path):
     """The DoFn in a worker process (multi_processing DirectRunner): loads and publishes the

@@ -259,6 +259,7 @@ def test_detached_windows_on_an_object_store(ds, waiting_run, store_root, capsys
     assert len(recs) == 12 + 2 * 3
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_detached_windows_with_worker_processes_on_an_object_store(
         ds, store_root, capsys, tmp_path, monkeypatch):
@@ -400,6 +401,7 @@ def test_detached_infer_to_an_object_store(ds, waiting_run, store_root, capsys):
 
 # ------------------------------------------------------------------ a job that outlives the launch
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys):
     """PortableRunner against the SDK's job service with an EXTERNAL worker pool: the job

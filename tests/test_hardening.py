@@ -14,7 +14,9 @@ from lda_core.docbatch import DocBatch
 from lda_core.storage.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
 from lda_core.storage.run_log import RUN_LOG_FILE, RunLog, read_run_log
 
+from helpers import warm
 from helpers.cli import COMMON, ldabeam, one_line_error
+from helpers.paths import repo_env
 from helpers.uci import kos_dataset as make_dataset
 
 
@@ -425,6 +427,7 @@ def test_overlapping_paths_and_held_outputs_of_every_writing_command(tmp_path, d
     assert OVERLAP["cases"] >= 20 and OVERLAP["refused"] == OVERLAP["cases"]
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["vectorize", "synth", "infer"])
 def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
@@ -443,10 +446,9 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
                       "--docs-per-shard", 100],
             "infer": ["infer", "--model", hmodel, "--shards", ds, "--output", out,
                       "--batch-size", 20]}[cmd]
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__)))
-    procs = [subprocess.Popen([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in argv],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [warm.popen(["-m", "pipelines.cli"] + [str(a) for a in argv], env=repo_env(),
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
     res = [(p.wait(timeout=900), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()

@@ -15,7 +15,7 @@ import pytest
 
 from helpers.procs import PY, Service as _Service
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _max_rel(a, b):

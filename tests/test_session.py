@@ -311,6 +311,7 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     assert not os.path.exists(a) and not os.path.exists(b)
 
 
+@pytest.mark.serial
 def test_multi_process_run_uses_a_private_scratch_folder(kos200, tmp_path, monkeypatch):
     """The Beam trainer with worker processes: its scratch folder is one that
     ``new_scratch`` created (0700) and it is gone after the run."""

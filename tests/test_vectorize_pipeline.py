@@ -391,6 +391,7 @@ def test_bad_inputs_go_to_dead_letters_and_good_documents_survive(wiki_sample, t
     assert m2["counts"]["oov_tokens_dropped"] >= 3
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_same_shards_in_process_and_multi_processing(wiki_sample, tmp_path):
     kw = dict(holdout_fraction=0.2, num_shards=3, no_below=2)
