@@ -10,7 +10,9 @@
     are allowed; a literal naming a project logger is not);
 (d) no module but the scikit-learn wrapper (whose ``get_params`` is defined by its estimators'
     signatures) reads a signature with ``inspect.signature``: what an algorithm accepts is its
-    declared interface and parameter spec, never guessed.
+    declared interface and parameter spec, never guessed;
+(e) no test module imports another test module or conftest.py: what tests share lives in
+    ``tests/helpers`` (and fixtures in conftest.py), so a test file can change alone.
 
 Each failure lists the offenders as file:line.
 """
@@ -369,3 +371,29 @@ def _is_remote_callers():
 def test_local_and_remote_paths_differ_only_in_the_file_layer():
     callers = _is_remote_callers()
     assert callers <= REMOTE_TEST_MODULES, sorted(callers - REMOTE_TEST_MODULES)
+
+
+def test_no_test_module_imports_another():
+    tests = os.path.join(REPO, "tests")
+    names = {f[:-3] for f in os.listdir(tests) if f.endswith(".py")}
+    offenders = []
+    for f in sorted(os.listdir(tests)) + ["helpers/" + h for h in
+                                          sorted(os.listdir(os.path.join(tests, "helpers")))]:
+        if not f.endswith(".py"):
+            continue
+        path = os.path.join(tests, f)
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), filename=path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            for m in mods:
+                parts = m.split(".")
+                first = parts[1] if parts[0] == "tests" and len(parts) > 1 else parts[0]
+                if first in names and (first.startswith("test_") or first == "conftest"):
+                    offenders.append("tests/%s:%d imports %s" % (f, node.lineno, m))
+    assert not offenders, "\n".join(offenders)
