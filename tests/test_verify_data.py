@@ -268,11 +268,14 @@ def test_a_word_id_beyond_the_vocabulary_names_document_and_shard(ds, tmp_path, 
 # ----------------------------------------------------------------------------- defect 11
 
 @pytest.mark.slow
-def test_readers_racing_a_pruning_trainer(ds, tmp_path, capsys):
+def test_readers_racing_a_pruning_trainer(ds, model, tmp_path, capsys):
     """A real trainer publishing a checkpoint every step and keeping one (so each publish
     prunes the previous) in a subprocess; meanwhile the readers -- open_model (topics,
     report, export), CheckpointStore.latest_checkpoint (resume, stream) and an in-process
-    `ldabeam infer` -- read the model in a loop. Every read succeeds, none reports damage."""
+    `ldabeam infer` -- read the model in a loop. Every read succeeds, none reports damage.
+    The in-process infer runs once on another model first: its first run in a test process
+    loads (or compiles) its kernels, which may take longer than the whole trainer does, and
+    the readers must race the trainer, not that."""
     import subprocess
     import time
     from lda_core.storage.checkpoint import CheckpointStore
@@ -284,6 +287,9 @@ def test_readers_racing_a_pruning_trainer(ds, tmp_path, capsys):
            "--checkpoint-every", "1", "--keep-checkpoints", "1", "--heldout", "none",
            "--no-progress"]
     env = dict(os.environ, PYTHONPATH=repo)
+    rc, _, err = ldabeam(capsys, "infer", "--model", model, "--shards", ds, "--split",
+                         "heldout", "--output", tmp_path / "warm-up")
+    assert rc == 0, err
     trainer = warm.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reads, steps, failures, infers = 0, set(), [], 0
     try:
