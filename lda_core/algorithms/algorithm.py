@@ -374,7 +374,15 @@ class TopicModel(abc.ABC):
 class StochasticAlgorithm(TopicModel):
     """Local/global-step algorithms (see module docstring). Their constructors take, beside
     the settings of :attr:`SPEC`, the keywords ``vocab_hash`` (recorded in the state) and
-    ``n_threads`` (the E-step's threads)."""
+    ``n_threads`` (the E-step's threads).
+
+    ``stats_type``: the class of what ``local_step`` returns (how a checkpoint's pending
+    statistics are read back). ``pending``: the statistics in flight of a pipelined run
+    (:class:`lda_core.training.staleness.Pending`), set by the trainer and carried through
+    checkpoints by the storage layer; None when there are none."""
+
+    stats_type: ClassVar[Optional[type]] = None
+    pending: Any = None
 
     @abc.abstractmethod
     def empty_stats(self) -> SuffStats:

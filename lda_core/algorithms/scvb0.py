@@ -98,6 +98,29 @@ class SCVB0Stats(TopicStats):
                            nz=self.nz.copy(), **self.counters())
                 for sl in blocks_of(rows, self.n_words, n_blocks)]
 
+    @classmethod
+    def join_blocks(cls, parts) -> "SCVB0Stats":
+        """The inverse of :meth:`split_by_block`: the parts of blocks 0..B-1 (block order)
+        as one :class:`SCVB0Stats`. Every part carries the same N^Z sums and counters;
+        ValueError when they differ."""
+        parts = list(parts)
+        first = parts[0]
+        for p in parts[1:]:
+            if (p.n_topics, p.n_words, p.counters()) != (first.n_topics, first.n_words,
+                                                         first.counters()) \
+                    or not np.array_equal(p.nz, first.nz):
+                raise ValueError("word-block statistics of different minibatches cannot be "
+                                 "joined")
+        if len(parts) == 1:
+            return first
+        rows = np.concatenate([p.block.rows for p in parts])
+        if len(rows) > 1 and np.any(np.diff(rows) <= 0):
+            raise ValueError("word-block statistics are not in block order")
+        return SCVB0Stats(n_topics=first.n_topics, n_words=first.n_words,
+                          block=RowBlock(first.n_topics, rows,
+                                         np.concatenate([p.block.values for p in parts])),
+                          nz=first.nz.copy(), **first.counters())
+
     def merge(self, other: "SCVB0Stats") -> "SCVB0Stats":
         self.check_mergeable(other)
         self.block.merge(other.block)
@@ -122,6 +145,7 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
     _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)

@@ -89,6 +89,7 @@ class SparseGibbsVB(StochasticAlgorithm):
     """Sparse Gibbs-within-VB on the local/global-step interface (module docstring)."""
 
     name = "sparse-gibbs-vb"
+    stats_type = SparseGibbsStats
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)

@@ -143,6 +143,36 @@ class VBStats(SuffStats):
                                **self.counters()))
         return out
 
+    @classmethod
+    def join_blocks(cls, parts: Sequence["VBStats"]) -> "VBStats":
+        """The inverse of :meth:`split_by_block`: the parts of blocks 0..B-1 (block order)
+        as one :class:`VBStats` of all V words. Every part carries the same small part
+        (counters, score, Σ E[log θ], topic mass, step); ValueError when they differ."""
+        parts = list(parts)
+        first = parts[0]
+        V = int(first.n_words)
+        for p in parts[1:]:
+            if (p.n_topics, p.n_words, p.step, p.counters(), p.score) != (
+                    first.n_topics, first.n_words, first.step, first.counters(), first.score) \
+                    or not np.array_equal(p.sum_elogtheta, first.sum_elogtheta) \
+                    or not np.array_equal(p.topic_mass, first.topic_mass):
+                raise ValueError("word-block statistics of different minibatches cannot be "
+                                 "joined")
+        if len(parts) == 1 and first.span is None:
+            return first
+        spans = [p.rows_range() for p in parts]
+        if spans[0][0] != 0 or spans[-1][1] != V or any(
+                a[1] != b[0] for a, b in zip(spans, spans[1:])):
+            raise ValueError("word-block statistics cover %s, not the V=%d words in block "
+                             "order" % (spans, V))
+        dense = all(p.dense for p in parts)
+        return VBStats(n_topics=first.n_topics, n_words=V,
+                       word_ids=np.concatenate([p.word_ids for p in parts]),
+                       sstats=np.concatenate([p.sstats for p in parts]), dense=dense,
+                       score=first.score, sum_elogtheta=first.sum_elogtheta.copy(),
+                       topic_mass=first.topic_mass.copy(), step=first.step,
+                       **first.counters())
+
     # -- add ------------------------------------------------------------------------------
     def add_block(self, word_ids: np.ndarray, block: np.ndarray) -> "VBStats":
         """Add a word-major block (rows ``word_ids``, sorted unique) into the statistics, and

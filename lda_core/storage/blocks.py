@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
 import numpy as np
 
 from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage import pending as pending_stats
 from lda_core.storage.state import (LocalFiles, RowBlocks, StateFormatError, TopicState,
                                     array_files, block_row_counts, copy_npy, files_for,
                                     read_state_json)
@@ -59,11 +60,15 @@ def checkpoint_state(algorithm) -> TopicState:
     cls = type(algorithm)
     B = int(getattr(algorithm, "word_blocks", 1) or 1)
     if not getattr(cls, "word_sharded", False) or B == 1:
-        return algorithm.to_state()
-    header = algorithm.shard_header()
-    state = cls.state_without_rows(header)
-    state.arrays[ROWS] = RowBlocks((header.n_words, header.n_topics), cls.row_dtype(header),
-                                   [algorithm.block_rows(b) for b in range(B)])
+        state = algorithm.to_state()
+    else:
+        header = algorithm.shard_header()
+        state = cls.state_without_rows(header)
+        state.arrays[ROWS] = RowBlocks((header.n_words, header.n_topics),
+                                       cls.row_dtype(header),
+                                       [algorithm.block_rows(b) for b in range(B)])
+    # the statistics in flight of a pipelined run (lda_core.storage.pending)
+    pending_stats.add_to_state(state, getattr(algorithm, "pending", None))
     return state
 
 
@@ -75,6 +80,15 @@ def algorithm_from_state(state: TopicState, n_threads: Optional[int] = None,
     all), a copy without; a plain array goes through the algorithm's ``from_state``."""
     from lda_core.algorithms.algorithm import algorithm_class
     cls = algorithm_class(state.algorithm)
+    pending = pending_stats.pending_of_state(state, getattr(cls, "stats_type", None))
+    pending_stats.strip_from_state(state)
+    algo = _algorithm_of(cls, state, n_threads, take)
+    if pending is not None:
+        algo.pending = pending
+    return algo
+
+
+def _algorithm_of(cls, state: TopicState, n_threads: Optional[int], take: bool):
     rows = state.arrays.get(ROWS)
     if not isinstance(rows, RowBlocks):
         return cls.from_state(state, n_threads=n_threads, take=take)

@@ -38,16 +38,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Deque, Dict, Iterable, Iterator, NamedTuple, Optional
 
 from lda_core.errors import UsageError
 from lda_core.training import session as _session
 from lda_core.training import pieces as _pieces
+from lda_core.training import staleness as _staleness
+from lda_core.storage.pending import Pending
 from lda_core.docbatch import DocBatch
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.runner import TrainData
@@ -62,11 +65,13 @@ logger = logging.getLogger(__name__)
 
 
 class Minibatch(NamedTuple):
-    """One minibatch of the seeded order: ``step`` is its 0-based global index."""
+    """One minibatch of the seeded order: ``step`` is its 0-based global index; ``beyond``:
+    past the end of the schedule (read only to E-step it ahead, :func:`_iterate`)."""
     step: int
     pass_index: int
     batch_index: int
     batch: DocBatch
+    beyond: bool = False
 
 
 @dataclass
@@ -81,9 +86,16 @@ class TrainResult:
     converged: Optional[bool] = None
 
 
-def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
+def _iterate(minibatches, start_step: int, lookahead: int = 0) -> Iterator[Minibatch]:
+    """The minibatches from ``start_step`` on. ``lookahead``: a pipelined run also E-steps
+    the next ``lookahead`` minibatches past the schedule's end (its last checkpoint carries
+    their statistics); a source that can go on past its passes (``extends``) yields them,
+    marked :attr:`Minibatch.beyond` so that they are never applied."""
     if hasattr(minibatches, "iter_from"):
-        it = minibatches.iter_from(start_step)
+        if lookahead and getattr(minibatches, "extends", False):
+            it = minibatches.iter_from(start_step, extra_steps=lookahead)
+        else:
+            it = minibatches.iter_from(start_step)
         skip = 0
     else:
         it = iter(minibatches)
@@ -170,6 +182,10 @@ class InProcessRunner:
         run_info = spec.info()
         run_info[_pieces.RUN_KEY] = _pieces.resolve_pieces(
             self.pieces, _pieces.recorded_pieces(run_info, False))
+        s = _staleness.resolve_staleness(None, _staleness.recorded_staleness(run_info, False))
+        if s or _staleness.RUN_KEY in run_info:
+            _staleness.check_pipelinable(algorithm, s)
+            run_info[_staleness.RUN_KEY] = s
         if sched.pass_stop is not None:
             check_pass_stop(algorithm, spec.evaluation.heldout, bpp, accumulate)
         if accumulate and not bpp:
@@ -185,8 +201,9 @@ class InProcessRunner:
                   checkpoint_every=spec.output.checkpoint_every, run=ses.run_info)
         ses.catch_up(algorithm)
         loop = (_PassLoop(algorithm, bpp, sched.rel_tol) if accumulate
-                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
-        stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
+                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY], s, ses.position))
+        start = ses.position * bpp if accumulate else ses.position
+        stream = _iterate(minibatches, start, lookahead=s)
         return _loop(ses, loop, algorithm, stream, spec)
 
 
@@ -372,30 +389,84 @@ def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
 
 
 class _StepLoop:
-    """One global step (or ``process`` call) per minibatch."""
+    """One global step (or ``process`` call) per minibatch.
+
+    ``staleness`` s > 0 (:mod:`lda_core.training.staleness`): the statistics of minibatch
+    m + s are computed just before step m is applied, with the state after m − 1 steps, and
+    held until their own step; the ones in flight ride on the algorithm (``pending``), so
+    every checkpoint published between two steps carries them. A run that starts without
+    them (fresh, or from a checkpoint written with s = 0) E-steps its first s minibatches
+    with the state it starts from."""
     converged: Optional[bool] = None
 
-    def __init__(self, algorithm, pieces: int = 1):
+    def __init__(self, algorithm, pieces: int = 1, staleness: int = 0, start: int = 0):
         self.algorithm = algorithm
         self.pieces = pieces
+        self.staleness = int(staleness)
+        self.start = int(start)
         self.sequential = _session.is_sequential(algorithm)
         self.times = PhaseTimes()
+        self.pending: Deque[Any] = deque()
 
     def steps(self, stream, stop):
         it = iter(stream)
+        if self.staleness:
+            yield from self._pipelined(it)
+            return
         while True:
             mb = self.times.timed("read", next, it, None)
-            if mb is None:
+            if mb is None or mb.beyond:
                 return
             yield mb, None
+
+    def _estep(self, batch):
+        return self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, batch,
+                                self.pieces)
+
+    def _pipelined(self, it):
+        s = self.staleness
+        ahead: Deque[Minibatch] = deque()      # read, not applied: ahead[0] is next
+
+        def read() -> Optional[Minibatch]:
+            mb = self.times.timed("read", next, it, None)
+            if mb is not None:
+                ahead.append(mb)
+            return mb
+
+        for _ in range(s):
+            if read() is None:
+                break
+        carried = getattr(self.algorithm, "pending", None)
+        if carried is not None and carried.covers(self.start, s) and \
+                [mb.step for mb in ahead] == list(range(self.start, self.start + len(ahead))):
+            self.pending = deque(carried.stats[:len(ahead)])
+        else:
+            if carried is not None:
+                logger.warning("the statistics in flight of the checkpoint (minibatches from "
+                               "%d) are not this run's (from %d, staleness %d): recomputed "
+                               "with the state it starts from", carried.first, self.start, s)
+            self.pending = deque(self._estep(mb.batch) for mb in ahead)
+        self._carry(self.start)
+        while ahead and not ahead[0].beyond:
+            nxt = read()                       # minibatch t + s, with the state after t - 1
+            if nxt is not None:
+                self.pending.append(self._estep(nxt.batch))
+            yield ahead[0], self.pending.popleft()
+            ahead.popleft()
+
+    def _carry(self, first: int) -> None:
+        self.algorithm.pending = Pending(first, list(self.pending)) if self.staleness else None
 
     def apply(self, mb: Minibatch, stats):
         if self.sequential:
             return _session.apply_step(self.algorithm.process, mb.batch)
-        stats = self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, mb.batch,
-                                 self.pieces)
-        return self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
-                                stats)
+        if stats is None:
+            stats = self._estep(mb.batch)
+        out = self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
+                               stats)
+        if self.staleness and out[1] is None:
+            self._carry(mb.step + 1)
+        return out
 
     def note(self, rec) -> None:
         pass

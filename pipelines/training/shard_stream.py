@@ -93,13 +93,24 @@ class ShardStream:
     def __iter__(self) -> Iterator[Minibatch]:
         return self.iter_from(0)
 
-    def iter_from(self, step: int) -> Iterator[Minibatch]:
-        """Minibatches from global step ``step`` (0-based) to the end of the last pass."""
-        if step >= self.total_steps:
+    # the order goes on past the last pass: iter_from(step, extra_steps) reads ahead
+    extends = True
+
+    def iter_from(self, step: int, extra_steps: int = 0) -> Iterator[Minibatch]:
+        """Minibatches from global step ``step`` (0-based) to the end of the last pass, then
+        ``extra_steps`` more of the seeded order (marked ``beyond``: a pipelined run E-steps
+        them ahead, never applies them)."""
+        end = self.total_steps + int(extra_steps)
+        if step >= end:
             return
         p0, b0 = locate_step(step, self.n_docs, self.batch_size)
-        for p in range(p0, self.passes):
-            yield from self._iter_pass(p, b0 if p == p0 else 0)
+        p = p0
+        while p * self.batches_per_pass < end:
+            for mb in self._iter_pass(p, b0 if p == p0 else 0):
+                if mb.step >= end:
+                    return
+                yield mb
+            p += 1
 
     def _iter_pass(self, p: int, start_batch: int) -> Iterator[Minibatch]:
         plan = self.plan(p)
@@ -127,7 +138,8 @@ class ShardStream:
 
     def _emit(self, p: int, b: int, pieces: List[DocBatch]) -> Minibatch:
         batch = pieces[0] if len(pieces) == 1 else DocBatch.concat(pieces)
-        return Minibatch(p * self.batches_per_pass + b, p, b, batch)
+        step = p * self.batches_per_pass + b
+        return Minibatch(step, p, b, batch, step >= self.total_steps)
 
 
 def read_docs(files: Sequence[str], expected_vocab_hash: Optional[str] = None,
