@@ -39,6 +39,7 @@ from lda_core.training.heldout import evaluate_health, timed_evaluate
 from lda_core.training.pass_stop import AUTO_KEY, PassStop
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 
+from lda_core.storage.pending import add_block_files
 logger = logging.getLogger(__name__)
 
 # step info values that must be finite for a step to be accepted
@@ -497,19 +498,27 @@ class Session:
         self.last_published = pos
         return self.last_checkpoint
 
-    def publish_blocks(self, header, sources, position: Optional[int] = None) -> Optional[str]:
+    def publish_blocks(self, header, sources, position: Optional[int] = None,
+                       pending=None) -> Optional[str]:
         """:meth:`publish` of the word-sharded algorithm whose word-block header is ``header``
         and whose row blocks are the ``.npy`` files ``sources`` (block order), without
         assembling it (:meth:`lda_core.storage.checkpoint.CheckpointStore.publish_blocks`):
-        the same checkpoint, stamped the same way."""
+        the same checkpoint, stamped the same way. ``pending``: the statistics in flight
+        (``(first minibatch, count, {array name: uint8 array})``, one array per minibatch
+        and word block: :mod:`lda_core.storage.pending`)."""
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
         n_docs = int(header.counters.get("docs_seen", 0))
-        self.last_checkpoint = self.store.publish_blocks(
-            header, sources,
-            prepare=lambda state: stamp(state, pos, n_docs, runner=self.runner,
-                                        run_info=self.run_info, vocab_hash=self.vocab_hash))
+
+        def prepare(state):
+            if pending is not None:
+                first, n, arrays = pending
+                state.arrays.update(arrays)
+                add_block_files(state, first, n, int(header.n_blocks))
+            return stamp(state, pos, n_docs, runner=self.runner, run_info=self.run_info,
+                         vocab_hash=self.vocab_hash)
+        self.last_checkpoint = self.store.publish_blocks(header, sources, prepare=prepare)
         self.last_published = pos
         return self.last_checkpoint
 

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from lda_core.errors import InputError, OutputError, UsageError
 from lda_core.storage.vocab_file import GROWN_PREFIX
 from lda_core.training import pieces as pieces_mod
+from lda_core.training import staleness as staleness_mod
 from lda_core.training.runner import TrainData
 from lda_core.training.faults import fault_point
 from lda_core.training.session import Session, TrainingInterrupted, resume_position
@@ -303,6 +304,14 @@ def run(args, beam_argv) -> int:
         recorded = pieces_mod.recorded_pieces(prev, state is not None)
         if explicit is not None or recorded is not None:
             run_info[pieces_mod.RUN_KEY] = pieces_mod.resolve_pieces(explicit, recorded)
+        explicit = getattr(args, "staleness", None)
+        recorded = staleness_mod.recorded_staleness(prev, state is not None)
+        if explicit is not None or recorded is not None:
+            run_info[staleness_mod.RUN_KEY] = staleness_mod.resolve_staleness(explicit,
+                                                                              recorded)
+    elif getattr(args, "staleness", None):
+        raise UsageError("--staleness needs an algorithm with minibatch steps (online-vb, "
+                         "scvb0, sparse-gibbs-vb); %s has none" % algorithm)
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")

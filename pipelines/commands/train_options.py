@@ -211,7 +211,13 @@ def add_arguments(p) -> None:
                         "worker count; recorded in the checkpoints, so --resume keeps it "
                         "(default 1 on local runners; remote runners: at least 4, and "
                         "--num_workers / --max_num_workers of the first run)")
-    g.add_argument("--exchange", choices=("state", "word-blocks"), default=None,
+    g.add_argument("--staleness", type=int, default=None, metavar="S",
+                   help="pipelined steps: the E-step of minibatch m reads the state after "
+                        "step m - 1 - S, so on a cluster it overlaps the previous step's "
+                        "update (one barrier per step with S = 1). Part of the result, like "
+                        "--pieces: recorded in the checkpoints, --resume keeps it "
+                        "(default 0)")
+    g.add_argument("--exchange", choices=("remote", "word-blocks", "state"), default=None,
                    help="Beam runners, online-vb and scvb0: how a step's state and statistics "
                         "move between workers. word-blocks: each worker reads only its "
                         "documents' words' rows and the statistics go to the owners of "

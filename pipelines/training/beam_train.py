@@ -63,6 +63,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from lda_core.errors import InputError, UsageError
 from lda_core.training import session as _session
 from lda_core.training import pieces as pieces_mod
+from lda_core.training import staleness as staleness_mod
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
 from lda_core.training.runner import TrainData
@@ -80,7 +81,9 @@ from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: w
 from pipelines.training.beam_run import (  # noqa: F401 (API)
     WindowSetup, after_window, default_scratch_root, start_record)
 from pipelines.training import beam_sharded
-from pipelines.training.beam_window import run_sharded, run_stepwise, run_unrolled, chained
+from pipelines.training.beam_window import (chained, run_pipeline, run_sharded, run_stepwise,
+                                            run_unrolled)
+from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
 
 logger = logging.getLogger(__name__)
 
@@ -233,35 +236,33 @@ class BeamSettings:
 
 # how a step's state and statistics move between workers (BeamSettings.exchange)
 EXCHANGE_STATE = "state"              # every worker reads the whole state; one reducer
-EXCHANGE_WORD_BLOCKS = "word-blocks"  # word-sharded (pipelines.training.beam_sharded)
-EXCHANGES = (EXCHANGE_STATE, EXCHANGE_WORD_BLOCKS)
+EXCHANGE_REMOTE = "remote"            # word blocks through Beam's shuffle (beam_remote)
+EXCHANGE_WORD_BLOCKS = "word-blocks"  # the remote exchange's earlier name
+EXCHANGES = (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS, EXCHANGE_STATE)
 
 
 def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm,
                          detach: bool = False, unroll: bool = True) -> bool:
-    """Whether the steps run the word-sharded exchange (:mod:`pipelines.training.beam_sharded`).
+    """Whether the steps run the remote exchange (:mod:`pipelines.training.beam_remote`).
 
     Default: on a remote runner, for an algorithm whose state can be cut by word block
-    (``word_sharded``), waiting for its windows; otherwise the whole-state exchange (in
-    process, local worker processes sharing a scratch folder, detached windows). An explicit
-    ``word-blocks`` that cannot run is a usage error naming why."""
+    (``word_sharded``), waiting for its windows; otherwise the exchange of this machine.
+    ``--exchange remote`` runs it on any runner (the in-process one included), so that the
+    cluster's path can be run and tested here; where it cannot run, a usage error says why."""
     if exchange is not None and exchange not in EXCHANGES:
         raise UsageError("--exchange must be one of %s, got %r" % (", ".join(EXCHANGES),
                                                                    exchange))
     capable = bool(getattr(type(algorithm), "word_sharded", False))
     if exchange == EXCHANGE_STATE:
         return False
-    if exchange == EXCHANGE_WORD_BLOCKS:
+    if exchange in (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS):
         why = (None if capable else "algorithm %s keeps no word-block state (online-vb and "
                "scvb0 do)" % getattr(algorithm, "name", "?"))
-        why = why or ("the in-process runner has one worker: give worker processes "
-                      "(--direct_running_mode=multi_processing) or a remote runner"
-                      if cfg.in_process else None)
         why = why or ("--detach is not available with it yet" if detach else None)
         why = why or ("it runs unrolled windows only (drop --no-unroll)" if not unroll
                       else None)
         if why:
-            raise UsageError("--exchange word-blocks: %s" % why)
+            raise UsageError("--exchange %s: %s" % (exchange, why))
         return True
     return capable and not cfg.local and not detach and unroll
 
@@ -323,7 +324,7 @@ class BeamRunner:
             n_threads = (max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
                          if cfg.local else 1)
         position = int(getattr(algorithm, "step", 0) or 0)
-        recorded = None
+        recorded, prev_run = None, None
         if sched.resume:
             algorithm, position, path, prev_run = _resume(_store(spec), algorithm, vh,
                                                           position)
@@ -334,6 +335,12 @@ class BeamRunner:
         pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
                                            "pieces_per_minibatch")
         run_info[pieces_mod.RUN_KEY] = pieces
+        staleness = staleness_mod.resolve_staleness(
+            run_info.get(staleness_mod.RUN_KEY),
+            staleness_mod.recorded_staleness(prev_run if recorded is not None else None,
+                                             recorded is not None))
+        staleness_mod.check_pipelinable(algorithm, staleness)
+        run_info[staleness_mod.RUN_KEY] = staleness
         B = n_batches(int(sum(sizes)), sched.minibatch)
         total = int(sched.passes) * B
         stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
@@ -346,7 +353,7 @@ class BeamRunner:
             # the global step spreads over the workers as the E-step does; recorded in the
             # checkpoints like any setting, so every resume keeps it
             algorithm.set_word_blocks(pieces)
-        run_info["exchange"] = EXCHANGE_WORD_BLOCKS if sharded else EXCHANGE_STATE
+        run_info["exchange"] = EXCHANGE_REMOTE if sharded else EXCHANGE_STATE
         return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
                            unroll, run_info, t_start, sharded), algorithm
 
@@ -379,7 +386,7 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(spec.output.model_dir, cfg, scratch_dir)
     scratch = None
-    if not cfg.in_process:
+    if not cfg.in_process or setup.word_blocks:
         scratch_space.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
         scratch = scratch_space.new_scratch(scratch_root)
 
@@ -391,14 +398,24 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
                 cfg.describe(), B, spec.schedule.minibatch, setup.n_docs, setup.position,
                 setup.stop, setup.M,
                 "unrolled" if setup.unroll else "one pipeline per minibatch", setup.pieces)
-    run = _WindowRun(setup, int(spec.schedule.seed), int(spec.schedule.minibatch), run_key,
-                     scratch)
+    if setup.word_blocks:
+        run = RemoteWindows(setup, int(spec.schedule.seed), int(spec.schedule.minibatch),
+                            int(setup.run_info.get(staleness_mod.RUN_KEY, 0)), run_key,
+                            scratch, run_pipeline, plan_steps)
+    else:
+        if int(setup.run_info.get(staleness_mod.RUN_KEY, 0)):
+            raise UsageError("--staleness > 0 runs on the remote exchange (--exchange remote) "
+                             "or in process (--runner inprocess)")
+        run = _WindowRun(setup, int(spec.schedule.seed), int(spec.schedule.minibatch), run_key,
+                         scratch)
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
         ses.evaluate(algorithm)
     finally:
         ses.close_progress()
+        if isinstance(algorithm, LazyAlgorithm):
+            algorithm.published(ses.last_checkpoint or ses.latest_path())
         if scratch is not None:
             scratch_space.remove_run(scratch, scratch_root)
         beam_state.drop_local(run_key + "/")

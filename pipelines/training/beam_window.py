@@ -66,7 +66,7 @@ def jobs_line(runner: str, run_steps: int, window_steps: int, graph_bytes: int) 
     return head
 
 
-def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
+def run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
                   run_steps: Optional[int] = None, window_steps: int = 1) -> Dict[str, int]:
     """Build and run one pipeline; its Beam counters. The per-phase costs the workers
     reported (:mod:`pipelines.training.beam_cost`) are added to ``times``. ``run_steps``
@@ -150,7 +150,7 @@ def run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
         build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
                       fanout)
 
-    counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
+    counters = run_pipeline(cfg, build, times, run_steps, len(steps))
     infos, algo, error = collect_window(steps, start_ref, run_key, scratch)
     return infos, algo, error, counters
 
@@ -167,7 +167,7 @@ def run_sharded(cfg, steps: List[StepPlan], start, run_key: str, n_threads,
             tasks = [tasks[0]] if isinstance(tasks, list) else tasks
         beam_sharded.build_sharded(p, tasks, steps, start, n_threads)
 
-    counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
+    counters = run_pipeline(cfg, build, times, run_steps, len(steps))
     infos, algo, error = beam_sharded.collect(steps, start, run_key)
     return infos, algo, error, counters
 
@@ -209,7 +209,7 @@ def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run
                  spill_dir=spill_dir(cfg, scratch))
              | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
 
-        c = _run_pipeline(cfg, build, times)
+        c = run_pipeline(cfg, build, times)
         for k, v in c.items():
             counters[k] = counters.get(k, 0) + v
         key = "%s/stats-%d" % (run_key, sp.position)
