@@ -373,6 +373,13 @@ class StageRoles:
     def n_blocks(self) -> int:
         return self.start.n_blocks
 
+    @property
+    def targets(self) -> List[int]:
+        """The later stages this stage sends elements to (its tagged outputs)."""
+        out = {st for st, _ in self.rows_to.values()} | {st for st, _ in self.stats_to.values()}
+        out |= set(self.estep_stage.values()) | {st for st, _ in self.producer.values()}
+        return sorted(t for t in out if t > self.stage)
+
     def pending_after(self) -> range:
         return range(self.end, self.end + self.staleness)
 
@@ -797,13 +804,14 @@ def build_window(p, schedule: Schedule, read_plan: ReadPlan, run: str, n_words: 
     for st in range(1, n + 1):
         inputs[st].append(by_stage[st] | ("Stage%dTasks" % st) >> beam.Values())
     if 0 in schedule.reader.values():
+        roles0 = schedule.roles(0)
         first = (by_stage[0] | "Stage0Tasks" >> beam.Values()
                  | "Stage0Spread" >> beam.Reshuffle()
                  | "Stage0Groups" >> beam.Map(_as_group)
-                 | "Stage0" >> beam.ParDo(StageFn(schedule.roles(0), run, n_words, n_threads),
+                 | "Stage0" >> beam.ParDo(StageFn(roles0, run, n_words, n_threads),
                                           []).with_outputs(
-                     LOG, VERSIONS, *[_to(t) for t in range(1, n + 1)]))
-        for t in range(1, n + 1):
+                     LOG, VERSIONS, *[_to(t) for t in roles0.targets]))
+        for t in roles0.targets:
             inputs[t].append(first[_to(t)])
     versions: Dict[int, Any] = {}      # stage -> its owners' VersionOut
     logs = []
@@ -815,13 +823,14 @@ def build_window(p, schedule: Schedule, read_plan: ReadPlan, run: str, n_words: 
         side = ([versions[x] for x in sources] if sources else
                 [p | ("NoVersions%d" % st) >> beam.Create([], reshuffle=False)])
         side = side[0] if len(side) == 1 else tuple(side) | ("Versions%d" % st) >> beam.Flatten()
+        roles = schedule.roles(st)
         out = grouped | ("Stage%d" % st) >> beam.ParDo(
-            StageFn(schedule.roles(st), run, n_words, n_threads),
+            StageFn(roles, run, n_words, n_threads),
             beam.pvalue.AsList(side)).with_outputs(LOG, VERSIONS,
-                                                   *[_to(t) for t in range(st + 1, n + 1)])
+                                                   *[_to(t) for t in roles.targets])
         versions[st] = out[VERSIONS]
         logs.append(out[LOG])
-        for t in range(st + 1, n + 1):
+        for t in roles.targets:
             inputs[t].append(out[_to(t)])
     path = log_path(schedule.start.folder, schedule.end)
     return (tuple(logs) | "Log" >> beam.Flatten()
