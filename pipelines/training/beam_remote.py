@@ -505,6 +505,11 @@ class StageFn(LeanDoFn):
         self.run = run
         self.n_words = int(n_words)
         self.n_threads = n_threads
+        self.metrics = None
+
+    def setup(self):
+        super().setup()
+        # made here, not in the graph: every stage's DoFn is pickled into it
         self.metrics = StepMetrics()
 
     def process(self, element, outs):
@@ -770,17 +775,28 @@ def _json_default(o):
 # ------------------------------------------------------------------------------ the graph
 
 def _reader_tasks(spec):
-    """The reader elements of a window from its one graph element: (stage, (key, task))."""
+    """The reader elements of a window from its one graph element: (key, task)."""
     plan, readers = spec
-    for m, n_pieces, stage in readers:
+    for m, n_pieces, _ in readers:
         for p in range(n_pieces):
-            yield stage, (_key("r", m, p), ReadTask(m, p, plan))
+            yield _key("r", m, p), ReadTask(m, p, plan)
 
 
-def _load_tasks(spec):
-    n_blocks, stage = spec
+def _load_tasks(n_blocks):
     for b in range(n_blocks):
-        yield stage, (_key("l", b), envelope(TASK, b, 0))
+        yield _key("l", b), envelope(TASK, b, 0)
+
+
+class _StageOf:
+    """The partition function of the root elements: a reader's stage is its minibatch's;
+    the loads go to the first stage."""
+
+    def __init__(self, reader_stage: Dict[int, int], load_stage: int):
+        self.reader_stage, self.load_stage = reader_stage, load_stage
+
+    def __call__(self, kv, n):
+        role, m, _ = (kv[0].split(":") + ["0", "0"])[:3]
+        return self.reader_stage[int(m)] if role == "r" else self.load_stage
 
 
 def _as_group(kv):
@@ -796,16 +812,16 @@ def build_window(p, schedule: Schedule, read_plan: ReadPlan, run: str, n_words: 
     readers = tuple((m, schedule.pieces[m], st) for m, st in sorted(schedule.reader.items()))
     tasks = (p | "Readers" >> beam.Create([(read_plan, readers)], reshuffle=False)
              | "ReaderTasks" >> beam.FlatMap(_reader_tasks))
-    loads = (p | "Loads" >> beam.Create([(schedule.start.n_blocks, schedule.load)],
-                                        reshuffle=False)
+    loads = (p | "Loads" >> beam.Create([schedule.start.n_blocks], reshuffle=False)
              | "LoadTasks" >> beam.FlatMap(_load_tasks))
     by_stage = ((tasks, loads) | "Roots" >> beam.Flatten()
-                | "RootsByStage" >> beam.Partition(lambda kv, k: kv[0], n + 1))
+                | "RootsByStage" >> beam.Partition(_StageOf(dict(schedule.reader),
+                                                            schedule.load), n + 1))
     for st in range(1, n + 1):
-        inputs[st].append(by_stage[st] | ("Stage%dTasks" % st) >> beam.Values())
+        inputs[st].append(by_stage[st])
     if 0 in schedule.reader.values():
         roles0 = schedule.roles(0)
-        first = (by_stage[0] | "Stage0Tasks" >> beam.Values()
+        first = (by_stage[0]
                  | "Stage0Spread" >> beam.Reshuffle()
                  | "Stage0Groups" >> beam.Map(_as_group)
                  | "Stage0" >> beam.ParDo(StageFn(roles0, run, n_words, n_threads),
