@@ -170,6 +170,51 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     assert len(read_run_log(os.path.join(md, "run_log.jsonl"), "start")) == 3
 
 
+REMOTE = ["--exchange", "remote", "--staleness", "1", "--pieces", "2", "--word-blocks", "2"]
+
+
+def test_detached_windows_of_the_remote_exchange_equal_a_waiting_run(ds, tmp_path, capsys):
+    """The exchange a template launch runs on a cluster: each window's job publishes its
+    checkpoint (with the statistics in flight) from the window's end files, and the next
+    launch resumes from it: the waiting run's checkpoints and run log."""
+    waiting = str(tmp_path / "waiting")
+    rc, _, err = ldabeam(capsys, "train", "--shards", ds, "--output", waiting, *ARGS, *REMOTE)
+    assert rc == 0, err
+    md = str(tmp_path / "model")
+    _detached_launches(capsys, ds, md, extra=REMOTE)
+    _check_against_waiting(md, waiting)
+    assert CheckpointStore(md).latest().info["pending"]["first"] == 12
+
+
+def test_a_refused_step_of_the_remote_exchange_is_published_up_to_the_step_before(
+        ds, tmp_path, capsys, monkeypatch):
+    """A detached remote window cannot re-run itself: the launch that meets the refusal
+    publishes nothing and logs it; the next launch stops its window before that step and
+    publishes the state there; the one after stops on the refusal again."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.errors import StepRefused
+    real = OnlineVB.plan_step.__func__
+
+    def refusing(cls, header, stats):
+        if header.counters["step"] == 6:
+            raise StepRefused("refusing a minibatch with non-finite statistics (test)")
+        return real(cls, header, stats)
+
+    md = str(tmp_path / "model")
+    _detached_launches(capsys, ds, md, n=1, extra=REMOTE)
+    monkeypatch.setattr(OnlineVB, "plan_step", classmethod(refusing))
+    argv = ["train", "--shards", ds, "--output", md, "--detach", "--resume"] + RESUME + REMOTE
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 2 and "minibatch 7 could not be applied" in err, err
+    assert CheckpointStore(md).pointer() == 5
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 0, err
+    assert CheckpointStore(md).pointer() == 6
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 2 and "minibatch 7 could not be applied" in err, err
+    assert CheckpointStore(md).pointer() == 6
+
+
 def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path):
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""

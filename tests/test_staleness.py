@@ -157,3 +157,25 @@ def test_settings_are_checked():
     with pytest.raises(UsageError, match="minibatch steps"):
         staleness.check_pipelinable(batch, 1)
     staleness.check_pipelinable(batch, 0)
+
+
+def test_the_command_line_resumes_with_the_statistics_in_flight(tmp_path, kos_paths):
+    """`ldabeam train --staleness 1`, stopped by --max-steps and resumed: the uninterrupted
+    run's bits (the resume reads the statistics from the checkpoint the store has just
+    checked is loadable)."""
+    from pipelines import cli
+    from test_cli_train import make_dataset
+    ds = make_dataset(str(tmp_path / "ds"), kos_paths, n_train=300, n_held=60)
+    common = ["train", "--shards", ds, "--algorithm", "scvb0", "--topics", "5",
+              "--minibatch", "50", "--passes", "2", "--staleness", "1", "--pieces", "2",
+              "--no-progress", "--eval-every", "0"]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    assert cli.main(common + ["--output", full]) == 0
+    assert cli.main(common + ["--output", part, "--max-steps", "7"]) == 0
+    assert cli.main(common + ["--output", part, "--resume"]) == 0
+    a, b = CheckpointStore(full).latest(), CheckpointStore(part).latest()
+    assert a.step == b.step == 12 and b.info["pending"]["first"] == 12
+    for k in a.arrays:
+        assert a.arrays[k].tobytes() == b.arrays[k].tobytes(), k
+    assert cli.main(common + ["--output", part, "--resume", "--staleness", "0",
+                              "--passes", "3"]) == 2

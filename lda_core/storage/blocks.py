@@ -81,8 +81,7 @@ def algorithm_from_state(state: TopicState, n_threads: Optional[int] = None,
     from lda_core.algorithms.algorithm import algorithm_class
     cls = algorithm_class(state.algorithm)
     pending = pending_stats.pending_of_state(state, getattr(cls, "stats_type", None))
-    pending_stats.strip_from_state(state)
-    algo = _algorithm_of(cls, state, n_threads, take)
+    algo = _algorithm_of(cls, pending_stats.without_pending(state), n_threads, take)
     if pending is not None:
         algo.pending = pending
     return algo

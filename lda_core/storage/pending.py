@@ -10,6 +10,7 @@ them with the algorithm's statistics class (``stats_type``), never with pickle.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -98,9 +99,12 @@ def pending_of_state(state, stats_type) -> Optional[Pending]:
     return Pending(first, out)
 
 
-def strip_from_state(state) -> None:
-    """Remove the pending statistics from ``state`` (a reader that only uses the model)."""
-    for name in [k for k in state.arrays if k.startswith(ARRAY_PREFIX)]:
-        del state.arrays[name]
-    if state.info and INFO_KEY in state.info:
-        state.info = {k: v for k, v in state.info.items() if k != INFO_KEY}
+def without_pending(state):
+    """``state`` without its pending statistics (a new TopicState sharing every other array:
+    ``state`` itself is left as it is, so that a later reader of it still finds them)."""
+    if not any(k.startswith(ARRAY_PREFIX) for k in state.arrays) and \
+            INFO_KEY not in (state.info or {}):
+        return state
+    return dataclasses.replace(
+        state, arrays={k: v for k, v in state.arrays.items() if not k.startswith(ARRAY_PREFIX)},
+        info={k: v for k, v in (state.info or {}).items() if k != INFO_KEY})

@@ -898,6 +898,19 @@ def collect(schedule: Schedule) -> WindowEnd:
     return WindowEnd(out, None, end, header)
 
 
+def end_sources(start: Start) -> List[str]:
+    """The row-block files of a window's end (what the checkpoint is published from)."""
+    return [rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+
+
+def pending_of(start: Start):
+    """The statistics in flight of a window's end as ``Session.publish_blocks`` takes them
+    (None when there are none)."""
+    if not start.pending_n:
+        return None
+    return start.pending_first, start.pending_n, read_pending(start)
+
+
 def read_pending(start: Start) -> Dict[str, np.ndarray]:
     """The statistics in flight of a window's end files as the checkpoint's arrays
     (``pending.<m>.<b>``: the encoded statistics of each block, data only)."""
@@ -1010,12 +1023,8 @@ class RemoteWindows:
                 current = LazyAlgorithm(got.start, got.header)
 
             def publish(_, pos, got=got):
-                sources = [rows_path(got.start.folder, got.start.position, b)
-                           for b in range(got.start.n_blocks)]
-                pending = (got.start.pending_first, got.start.pending_n,
-                           read_pending(got.start)) if got.start.pending_n else None
-                return times.timed("checkpoint", ses.publish_blocks, got.header, sources, pos,
-                                   pending)
+                return times.timed("checkpoint", ses.publish_blocks, got.header,
+                                   end_sources(got.start), pos, pending_of(got.start))
             try:
                 after_window(ses, current, steps, got.infos, got.error, publish)
             finally:

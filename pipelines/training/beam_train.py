@@ -258,13 +258,12 @@ def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm,
     if exchange in (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS):
         why = (None if capable else "algorithm %s keeps no word-block state (online-vb and "
                "scvb0 do)" % getattr(algorithm, "name", "?"))
-        why = why or ("--detach is not available with it yet" if detach else None)
         why = why or ("it runs unrolled windows only (drop --no-unroll)" if not unroll
                       else None)
         if why:
             raise UsageError("--exchange %s: %s" % (exchange, why))
         return True
-    return capable and not cfg.local and not detach and unroll
+    return capable and not cfg.local and unroll
 
 
 SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
