@@ -210,7 +210,7 @@ def _print_row(r):
 def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None):
     from lda_core.storage.run_log import RunLog
     from pipelines.training import beam_train, beam_window
-    beam_window.CHAINED_STEPS = not name.endswith("-two-stage")
+    exchange = "state" if name.endswith("-two-stage") else None
     md = os.path.join(tmp, name)
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
@@ -219,7 +219,7 @@ def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None):
     with RunLog(log_path) as rl:
         r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
                              minibatches_per_window=window, pieces_per_minibatch=pieces,
-                             beam_argv=bargv, progress=False, run_log=rl)
+                             beam_argv=bargv, progress=False, run_log=rl, exchange=exchange)
     wall, cpu = time.time() - t0, _cpu() - c0
     return wall, cpu, r.algorithm, breakdown(log_path)
 
@@ -292,7 +292,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
                     pieces=P)
     ref_wall = time.time() - t0
-    beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = False, False
+    beam_window.SPILL_STATS = False
     os.environ[traffic.ENV] = repr(float(bandwidth))     # the worker processes inherit it
     traffic.set_bandwidth(bandwidth)                     # and the driver (start state)
     md = os.path.join(tmp, "w%d" % W)
@@ -312,7 +312,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
                                  scratch_dir=os.path.join(tmp, "scratch"),
                                  exchange=exchange)
     finally:
-        beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = True, True
+        beam_window.SPILL_STATS = True
         os.environ.pop(traffic.ENV, None)
         traffic.set_bandwidth(None)
     wall, cpu = time.time() - t0, _cpu() - c0
@@ -409,7 +409,7 @@ def workers_sweep(args, argv):
                                  "beam_train_bench_workers.json")
     res = {"results": rows, "configuration": (
         "DirectRunner multi_processing, W worker processes, P = %d W pieces per minibatch; "
-        "two stages per step (beam_window.CHAINED_STEPS = False), statistics through the "
+        "two stages per step (--exchange state), statistics through the "
         "runner (beam_window.SPILL_STATS = False), scratch states on disk (scratch_dir), "
         "every counted transfer throttled to %.3g bytes/s (%s)"
         % (args.sweep_pieces_per_worker, args.emulate_bandwidth, "LDABEAM_EMULATE_BANDWIDTH")),

@@ -46,7 +46,7 @@ def dataflow_config(dry_run: bool):
 def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "state"):
     """The remote runner's window of ``n_steps`` steps over the synthetic 3.3 M-document plan,
     built in ``p``; ``exchange`` "word-blocks": the word-sharded steps
-    (:mod:`pipelines.training.beam_sharded`, B = PIECES word blocks)."""
+    (:mod:`pipelines.training.beam_remote`, B = PIECES word blocks)."""
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
     from pipelines.training.beam_window import build_window
@@ -65,8 +65,8 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "sta
         schedule = Schedule.of_steps(Start(scratch, 0, PIECES, 0, 0), steps, ahead, s)
         remote(p, schedule, steps[0].read_plan, "run", 100_000, 1)
         return
-    build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
-                  "run", scratch, 1, True, None)
+    build_window(p, cfg, "state", steps, StateRef("run/0", scratch + "/state-000000000.npz",
+                                                  0), "run", scratch, 1)
 
 
 def runner_api_per_step(batch_size: int, exchange: str = "state") -> float:

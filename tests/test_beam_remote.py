@@ -205,24 +205,29 @@ def test_sigkill_at_two_workers_resumed_at_four_same_bits(kos_pieces, tmp_path):
 
 def test_exchange_choice_and_refusals(kos_pieces):
     from lda_core.algorithms.gibbs import CollapsedGibbs
+    from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import word_blocks_exchange
+    from pipelines.training.beam_train import choose_exchange
     vb, _ = _vb(kos_pieces)
     local = runner_config(None, _mp(2))
     inproc = runner_config(None, ["--runner=DirectRunner"])
     df = runner_config("DataflowRunner", ["--project=p", "--region=r",
                                           "--temp_location=gs://b/t"])
-    assert word_blocks_exchange("remote", local, vb) is True
-    assert word_blocks_exchange("remote", inproc, vb) is True          # any runner
-    assert word_blocks_exchange("word-blocks", local, vb) is True      # its earlier name
-    assert word_blocks_exchange(None, df, vb) is True                  # remote default
-    assert word_blocks_exchange(None, local, vb) is False              # this machine
-    with pytest.raises(UsageError, match="unrolled"):
-        word_blocks_exchange("remote", local, vb, unroll=False)
+    assert choose_exchange("remote", local, vb) == "remote"
+    assert choose_exchange("remote", inproc, vb) == "remote"          # any runner
+    assert choose_exchange("word-blocks", local, vb) == "remote"      # its earlier name
+    assert choose_exchange(None, df, vb) == "remote"                  # the remote default
+    assert choose_exchange(None, local, vb) == "local"                # this machine
+    assert choose_exchange(None, inproc, vb) == "in-process"
+    assert choose_exchange("state", local, vb) == "state"
+    # an algorithm whose state has no word blocks takes the state exchange on a cluster
+    assert choose_exchange(None, df, SparseGibbsVB(3, 10)) == "state"
+    with pytest.raises(UsageError, match="worker processes of this machine"):
+        choose_exchange("local", df, vb)
     with pytest.raises(UsageError, match="keeps no word-block state"):
-        word_blocks_exchange("remote", local, CollapsedGibbs(3, 10))
+        choose_exchange("remote", local, CollapsedGibbs(3, 10))
     with pytest.raises(UsageError, match="must be one of"):
-        word_blocks_exchange("blocks", local, vb)
+        choose_exchange("blocks", local, vb)
 
 
 def test_the_schedule_puts_one_barrier_per_step_with_staleness_one():

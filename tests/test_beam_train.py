@@ -491,10 +491,10 @@ def test_default_pieces_do_not_follow_local_workers_and_cover_remote_ones(tmp_pa
     assert default_pieces(runner_config("DirectRunner", [])) == DEFAULT_PIECES
     assert default_pieces(mp) == DEFAULT_PIECES
     local = default_scratch_root(str(tmp_path / "m"), mp)
-    assert beam_window.chained(mp, local)
+    assert beam_window.spill_dir(mp, local) == local       # local workers share files
     df = ["--project=p", "--region=r", "--temp_location=gs://b/t"]
     from lda_core.training.pieces import REMOTE_MIN_PIECES
     assert default_pieces(runner_config("DataflowRunner", df)) == REMOTE_MIN_PIECES
     assert default_pieces(runner_config("DataflowRunner", df + ["--num_workers=8",
                                                                 "--max_num_workers=32"])) == 32
-    assert not beam_window.chained(mp, "fakegs://bucket/m/.beam-scratch")
+    assert beam_window.spill_dir(mp, "fakegs://bucket/m/.beam-scratch") is None

@@ -9,7 +9,7 @@
 * a step that fails mid-window: the steps before it are published, the error is logged and
   the launch fails; the next launch resumes from there and still ends bit for bit equal;
 * a launch after the last window submits nothing; ``--detach`` with the in-process trainer,
-  a stream sampler or ``--no-unroll`` is refused before any work;
+  a stream sampler is refused before any work;
 * ``ldabeam vectorize --detach`` / ``ldabeam infer --detach`` write what the waiting commands
   write.
 
@@ -361,7 +361,6 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
 @pytest.mark.parametrize("extra, message", [
     (["--runner", "inprocess"], "--detach needs a Beam --runner"),
     (["--runner", "DirectRunner", "--algorithm", "o-lda"], "not available for algorithm o-lda"),
-    (["--runner", "DirectRunner", "--no-unroll"], "--no-unroll applies the global steps"),
 ])
 def test_detach_is_refused_where_it_cannot_work(ds, tmp_path, capsys, extra, message):
     md = str(tmp_path / "m")

@@ -195,10 +195,6 @@ def choose_runner(args, beam_argv, algorithm: str, route: Route):
                 "--detach is not available for algorithm %s: the stream-order "
                 "samplers' Beam path (pipelines/training/beam_sequential.py) publishes "
                 "and logs from the driver; run it without --detach" % algorithm)
-        if args.unroll is False:
-            raise UsageError("--detach runs each window as one unrolled pipeline that "
-                             "publishes its own checkpoint; --no-unroll applies the global "
-                             "steps on the driver")
     if route.auto and detach:
         raise UsageError("--passes auto does not apply with --detach (each window is a "
                          "separate launch that cannot stop the chain); give --passes N")

@@ -37,6 +37,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from pipelines.runtime import scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_plan import StepPlan
 from pipelines.training.beam_state import StateRef
@@ -57,7 +58,7 @@ PARALLEL_PHASES = ("read", "estep", "stats_encode", "stats_decode", "stats_combi
 
 
 def state_path(scratch: str, position: int) -> str:
-    return os.path.join(scratch, "state-%09d.npz" % position)
+    return scratch_names.state_path(scratch, position)
 
 
 def _load(path: str, n_threads: Optional[int]):
@@ -112,7 +113,7 @@ def advance(run_key: str, position: int, start: StateRef, prev: Optional[StepPla
             beam_cost.mark(beam_cost.LAST_STEP)
             if position - 2 > start.position:
                 remove_quietly(state_path(scratch, position - 2))
-            prefix = "stats-%09d-" % (position - 2)
+            prefix = scratch_names.stats_prefix(position - 2)
             for name in scratch_space.list_names(scratch):
                 if name.startswith(prefix):
                     remove_quietly(os.path.join(scratch, name))

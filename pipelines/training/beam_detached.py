@@ -18,6 +18,7 @@ from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.runtime import scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_run, beam_state
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_run import WindowSetup
@@ -370,7 +371,7 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     run_dir = scratch_space.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
     w_stop = min(stop, position + setup.M)
-    if setup.word_blocks:
+    if setup.exchange == "remote":
         result, w_stop = submit_remote_window(setup, spec, algorithm, run_key, run_dir,
                                               position, w_stop, runs_here)
         return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
@@ -380,7 +381,7 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
                        pieces_per_minibatch=setup.pieces)
     # the window's start state where every worker can read it (the job cannot reach the
     # driver's memory: the driver is gone by then)
-    start_path = os.path.join(run_dir, "state-%09d.npz" % position)
+    start_path = scratch_names.state_path(run_dir, position)
     beam_state.save_scratch(algorithm, start_path)
     start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
     start_record = beam_run.start_record(setup, spec, algorithm)
@@ -398,8 +399,8 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
         t_start=setup.t_start)
 
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
-    final = build_window(p, cfg, steps, start_ref, run_key, scratch, setup.n_threads,
-                          True, None)
+    final = build_window(p, cfg, setup.exchange, steps, start_ref, run_key, scratch,
+                         setup.n_threads)
     (p | "FinishStart" >> beam.Create([None], reshuffle=False)
      | "FinishWindow" >> beam.ParDo(FinishWindowFn(finish),
                                     beam.pvalue.AsSingleton(final, default_value=None)))

@@ -56,8 +56,11 @@ from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
 from lda_core.training import session as _session
 from pipelines.runtime import object_store_files, scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_cost
+from lda_core.training.phase_times import PhaseTimes
 from pipelines.training.beam_plan import ReadPlan, ReadTask, StepPlan, read_task
+from pipelines.training.beam_run import after_window, log_window
 from pipelines.training.beam_stats import decode_stats, encode_stats
 from pipelines.training.beam_steps import LeanDoFn, StepMetrics
 
@@ -65,28 +68,6 @@ logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ file names
-
-def _join(folder: str, name: str) -> str:
-    return object_store_files.files_for(folder).join(folder, name)
-
-
-def header_path(folder: str, position: int) -> str:
-    return _join(folder, "header-%09d.bin" % position)
-
-
-def rows_path(folder: str, position: int, block: int) -> str:
-    return _join(folder, "rows-%09d-%04d.npy" % (position, block))
-
-
-def pending_path(folder: str, position: int, m: int, block: int) -> str:
-    """The statistics of minibatch ``m`` in flight at ``position``, block ``block``."""
-    return _join(folder, "pending-%09d-%09d-%04d.bin" % (position, m, block))
-
-
-def log_path(folder: str, position: int) -> str:
-    """The log of the window that ends at ``position``."""
-    return _join(folder, "window-%09d.json" % position)
-
 
 class Start(NamedTuple):
     """A window's start as the graph carries it: the scratch folder and the position whose
@@ -104,9 +85,9 @@ class Start(NamedTuple):
 
 def start_paths(start: Start) -> List[str]:
     """Every file of a window's start (what the run removes once it is no longer needed)."""
-    out = [header_path(start.folder, start.position)]
-    out += [rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
-    out += [pending_path(start.folder, start.position, m, b)
+    out = [scratch_names.header_path(start.folder, start.position)]
+    out += [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    out += [scratch_names.pending_path(start.folder, start.position, m, b)
             for m in start.pending_minibatches() for b in range(start.n_blocks)]
     return out
 
@@ -155,16 +136,16 @@ def write_start(algorithm, folder: str, position: int) -> Start:
     flight (``algorithm.pending``) for the minibatches from ``position`` on."""
     header = algorithm.shard_header()
     B = header.n_blocks
-    scratch_space.write_bytes(header_path(folder, position), header.to_bytes())
+    scratch_space.write_bytes(scratch_names.header_path(folder, position), header.to_bytes())
     for b in range(B):
-        write_rows(rows_path(folder, position, b), algorithm.block_rows(b))
+        write_rows(scratch_names.rows_path(folder, position, b), algorithm.block_rows(b))
     pending = getattr(algorithm, "pending", None)
     first, n = position, 0
     if pending is not None and int(pending.first) == int(position):
         first, n = int(pending.first), len(pending.stats)
         for i, st in enumerate(pending.stats):
             for b, part in enumerate(st.split_by_block(B) if B > 1 else [st]):
-                write_blob(pending_path(folder, position, first + i, b), encode_stats(part))
+                write_blob(scratch_names.pending_path(folder, position, first + i, b), encode_stats(part))
     return Start(folder, int(position), B, first, n)
 
 
@@ -433,7 +414,7 @@ def resolve(run: str, start: Start, k: int, outs: Sequence[VersionOut]
     if got is not None:
         return got
     if k == start.position:
-        header = decode_header(read_blob(header_path(start.folder, start.position)))
+        header = decode_header(read_blob(scratch_names.header_path(start.folder, start.position)))
         got = (header, None)
         _remember(run, k, got)
         return got
@@ -613,10 +594,10 @@ class StageFn(LeanDoFn):
         got = self._unpack(values)
         with beam_cost.block_step(self.run, start.position, b):
             with beam_cost.timed("state_delivery"):
-                rows = read_rows(rows_path(start.folder, start.position, b))
+                rows = read_rows(scratch_names.rows_path(start.folder, start.position, b))
             yield from self._send_rows(start.position, b, rows, self._requests(got))
             for m in start.pending_minibatches():
-                data = read_blob(pending_path(start.folder, start.position, m, b))
+                data = read_blob(scratch_names.pending_path(start.folder, start.position, m, b))
                 stage, prefix = self.roles.stats_to[m]
                 yield beam.pvalue.TaggedOutput(_to(stage), ("%s:%d" % (prefix, b),
                                                             envelope(STATS, -1, m, data)))
@@ -732,7 +713,7 @@ class StageFn(LeanDoFn):
         folder = roles.start.folder
         with beam_cost.block_step(self.run, end - 1, b):
             rows = self._block_rows(got, header, end, b)
-            path = rows_path(folder, end, b)
+            path = scratch_names.rows_path(folder, end, b)
             with beam_cost.timed("publish"):
                 write_rows(path, rows)
             yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, written=path))
@@ -741,11 +722,11 @@ class StageFn(LeanDoFn):
                 by_m.setdefault(m, []).append((piece, m, payload))
             for m in roles.pending_after():
                 stats = self._merged(by_m.get(m, []), m, b)
-                path = pending_path(folder, end, m, b)
+                path = scratch_names.pending_path(folder, end, m, b)
                 write_blob(path, encode_stats(stats))
                 yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, written=path))
             if b == 0:
-                scratch_space.write_bytes(header_path(folder, end), header.to_bytes())
+                scratch_space.write_bytes(scratch_names.header_path(folder, end), header.to_bytes())
                 if info is not None:
                     yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, info=info))
             beam_cost.mark(beam_cost.LAST_STEP)
@@ -848,7 +829,7 @@ def build_window(p, schedule: Schedule, read_plan: ReadPlan, run: str, n_words: 
         logs.append(out[LOG])
         for t in roles.targets:
             inputs[t].append(out[_to(t)])
-    path = log_path(schedule.start.folder, schedule.end)
+    path = scratch_names.window_log_path(schedule.start.folder, schedule.end)
     return (tuple(logs) | "Log" >> beam.Flatten()
             | "LogAll" >> beam.combiners.ToList()
             | "WriteLog" >> beam.ParDo(WriteLogFn(path)))
@@ -872,7 +853,7 @@ def collect(schedule: Schedule) -> WindowEnd:
     sched = schedule
     folder = sched.start.folder
     try:
-        records = json.loads(scratch_space.read_bytes(log_path(folder, sched.end)))
+        records = json.loads(scratch_space.read_bytes(scratch_names.window_log_path(folder, sched.end)))
     except (OSError, ValueError) as e:
         logger.debug("window log unreadable: %s", e)
         records = []
@@ -890,17 +871,17 @@ def collect(schedule: Schedule) -> WindowEnd:
         out.append(infos[pos])
     done = error is None
     end = Start(folder, sched.end, sched.start.n_blocks, sched.end, sched.staleness)
-    want = set(start_paths(end)) - {header_path(folder, sched.end)}
+    want = set(start_paths(end)) - {scratch_names.header_path(folder, sched.end)}
     if not done or not want <= written:
         return WindowEnd(out, error or (sched.end, "the window's last stage wrote no state"),
                          None, None)
-    header = decode_header(read_blob(header_path(folder, sched.end)))
+    header = decode_header(read_blob(scratch_names.header_path(folder, sched.end)))
     return WindowEnd(out, None, end, header)
 
 
 def end_sources(start: Start) -> List[str]:
     """The row-block files of a window's end (what the checkpoint is published from)."""
-    return [rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    return [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
 
 
 def pending_of(start: Start):
@@ -918,7 +899,7 @@ def read_pending(start: Start) -> Dict[str, np.ndarray]:
     out = {}
     for m in start.pending_minibatches():
         for b in range(start.n_blocks):
-            data = decode_stats(read_blob(pending_path(start.folder, start.position, m, b)))
+            data = decode_stats(read_blob(scratch_names.pending_path(start.folder, start.position, m, b)))
             out[array_name(m, b)] = as_bytes_array(data.to_bytes())
     return out
 
@@ -926,7 +907,7 @@ def read_pending(start: Start) -> Dict[str, np.ndarray]:
 def load_algorithm(start: Start, header: BlockHeader):
     """The whole algorithm of a window's end files (for the driver's evaluation)."""
     cls = algorithm_class(header.algorithm)
-    rows = [read_rows(rows_path(start.folder, start.position, b))
+    rows = [read_rows(scratch_names.rows_path(start.folder, start.position, b))
             for b in range(start.n_blocks)]
     return cls.from_shards(header, rows)
 
@@ -984,8 +965,6 @@ class RemoteWindows:
     plan_steps: Any             # beam_plan.plan_steps
 
     def windows(self, algorithm, ses):
-        from pipelines.training.beam_run import after_window
-        from lda_core.training.phase_times import PhaseTimes
         st = self.setup
         stop, M = st.stop, st.M
         counters_total: Dict[str, int] = {}
@@ -1038,10 +1017,9 @@ class RemoteWindows:
             if got.start is not None:
                 for path in start_paths(start):
                     scratch_space.remove_file(path)
-                scratch_space.remove_file(log_path(self.scratch, got.start.position))
+                scratch_space.remove_file(scratch_names.window_log_path(self.scratch, got.start.position))
                 start = got.start
-            from pipelines.training.beam_train import _log_window
-            _log_window(ses, windows, n_windows, steps[:len(got.infos)], counters, stop,
+            log_window(ses, windows, n_windows, steps[:len(got.infos)], counters, stop,
                         time.time() - w_start, int(current.docs_seen))
         return current, windows, counters_total
 

@@ -62,6 +62,7 @@ from apache_beam.metrics import Metrics
 from lda_core.errors import UsageError
 from pipelines.ingest import dataset
 from pipelines.runtime import scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_state
 from pipelines.runtime.beam_options import RunnerConfig, runner_config
 from lda_core.training import session as _session
@@ -463,7 +464,7 @@ class _SeqRun:
             window = SequentialWindow(
                 start_path=head_path, start_is_checkpoint=head_is_ckpt, position=ses.position,
                 stop=min(self.stop, ses.position + self.M),
-                result_path=os.path.join(self.scratch, "result-%09d.json" % ses.position),
+                result_path=scratch_names.result_path(self.scratch, ses.position),
                 **self.base)
             out, counters = _run_window(self.cfg, window)
             windows += 1

@@ -1,7 +1,7 @@
-"""The Beam trainer's DoFns and composite transforms: the E-step over a minibatch's pieces
-(:class:`EStepFn`, :class:`MinibatchStatistics`), the global step (:class:`GlobalStepFn`,
-:class:`TrainStep`), the in-process fused chain (:class:`InProcessStepFn`) and the hand-over
-of statistics in one-pipeline-per-minibatch mode (:class:`WriteStatsFn`). No maths: every
+"""The Beam trainer's DoFns and composite transforms of the whole-state exchanges: the E-step
+over a minibatch's pieces (:class:`EStepFn`, :class:`MinibatchStatistics`), the global step
+(:class:`GlobalStepFn`, :class:`TrainStep`) and the in-process fused chain
+(:class:`InProcessStepFn`). No maths: every
 step is the ``lda_core`` one, validated by :func:`lda_core.training.session.apply_step`
 (module docstring of :mod:`pipelines.training.beam_train`)."""
 from __future__ import annotations
@@ -17,6 +17,7 @@ from apache_beam.metrics import Metrics
 from lda_core.training import session as _session
 from lda_core.algorithms.algorithm import SuffStats
 from pipelines.runtime import memory, scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
@@ -79,7 +80,7 @@ class StepMetrics:
 
 
 def _spill_path(spill_dir: str, position: int, piece: int) -> str:
-    return os.path.join(spill_dir, "stats-%09d-%04d.bin" % (position, piece))
+    return scratch_names.stats_path(spill_dir, position, piece)
 
 
 class EStepFn(LeanDoFn):
@@ -143,7 +144,7 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
         new = StateRef(key, None, position + 1)
     else:
         t0 = time.perf_counter()
-        path = os.path.join(scratch, "state-%09d.npz" % (position + 1))
+        path = scratch_names.state_path(scratch, position + 1)
         beam_state.save_scratch(algo, path)
         new = StateRef(key, path, position + 1)
         beam_state.offer(new, algo)
@@ -204,9 +205,9 @@ class GlobalStepFn(LeanDoFn):
             # every reader of state t-1 and of step t's spilled pieces has finished (see
             # above): free their scratch files now rather than at the end of the window
             # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
-            remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
+            remove_quietly(scratch_names.state_path(self.scratch, self.position))
             for name in scratch_space.list_names(self.scratch):
-                if name.startswith("stats-%09d-" % self.position):
+                if name.startswith(scratch_names.stats_prefix(self.position)):
                     remove_quietly(os.path.join(self.scratch, name))
         return new
 
@@ -284,7 +285,7 @@ def group_steps(steps: Sequence[StepPlan], docs_per_group: int) -> List[List[Ste
 
 
 def _info_path(scratch: str, key: str) -> str:
-    return os.path.join(scratch, "info-%09d.json" % int(key.rsplit("/", 1)[1]))
+    return scratch_names.info_path(scratch, int(key.rsplit("/", 1)[1]))
 
 
 def store_step_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> None:
@@ -316,29 +317,6 @@ def load_step_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]
     return beam_state.read_json(_info_path(scratch, key))
 
 
-class WriteStatsFn(LeanDoFn):
-    """Non-unrolled mode: hand the merged statistics of one minibatch to the driver."""
-
-    def __init__(self, run_key: str, position: int, scratch: Optional[str]):
-        self.run_key, self.position, self.scratch = run_key, position, scratch
-
-    def process(self, element):
-        _, stats = element
-        with beam_cost.step(self.run_key, self.position):
-            key = self._hand(stats)
-        yield key
-
-    def _hand(self, stats) -> str:
-        key = "%s/stats-%d" % (self.run_key, self.position)
-        if self.scratch is None:
-            beam_state.put_local_info(key, stats)
-        else:
-            from pipelines.ingest.dataset import write_bytes_atomic
-            write_bytes_atomic(os.path.join(self.scratch, "stats-%09d.bin" % self.position),
-                               encode_stats(stats))
-        return key
-
-
 # ------------------------------------------------------------------------------ transforms
 
 def _only_piece(element):
@@ -349,17 +327,15 @@ def _only_piece(element):
 class MinibatchStatistics(beam.PTransform):
     """Read tasks ``(position, ReadTask)`` of one minibatch -> ``(position, merged stats)``.
 
-    ``single_piece``: the minibatch is one piece (the in-process runner, whose E-step kernel
-    already uses every core), so there is nothing to combine: the E-step output goes straight
-    on, and the E-step and the global step fuse into one stage (one stage per step instead of
-    two plus a shuffle)."""
+    ``single_piece``: the minibatch is one piece, so there is nothing to combine: the E-step
+    output goes straight on, and the E-step and the global step fuse into one stage (one
+    stage per step instead of two plus a shuffle). Pieces are combined in piece order
+    (:class:`~pipelines.training.beam_stats.StatsCombineFn`): the in-process trainer's sums."""
 
-    def __init__(self, ref_view, n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, single_piece: bool = False,
+    def __init__(self, ref_view, n_threads: Optional[int] = None, single_piece: bool = False,
                  spill_dir: Optional[str] = None):
         super().__init__()
         self.ref_view, self.n_threads = ref_view, n_threads
-        self.deterministic, self.fanout = deterministic, fanout
         self.single_piece = single_piece
         self.spill_dir = spill_dir
 
@@ -371,22 +347,19 @@ class MinibatchStatistics(beam.PTransform):
         if self.single_piece:
             return pieces | "OnePiece" >> beam.Map(_only_piece).with_output_types(
                 Tuple[int, SuffStats])
-        combine = beam.CombinePerKey(StatsCombineFn(self.deterministic))
-        if self.fanout:
-            combine = combine.with_hot_key_fanout(self.fanout)
-        return pieces | "Combine" >> combine.with_output_types(Tuple[int, SuffStats])
+        return pieces | "Combine" >> beam.CombinePerKey(StatsCombineFn()).with_output_types(
+            Tuple[int, SuffStats])
 
 
 class TrainStep(beam.PTransform):
-    """One unrolled step: (read tasks of minibatch t, state ref[t-1]) -> ref[t]."""
+    """One step of the state exchange: (read tasks of minibatch t, state ref[t-1]) -> ref[t]."""
 
     def __init__(self, step: StepPlan, run_key: str, scratch: Optional[str],
-                 n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, in_place: bool = False,
+                 n_threads: Optional[int] = None, in_place: bool = False,
                  spill: bool = False):
         super().__init__()
         self.step, self.run_key, self.scratch = step, run_key, scratch
-        self.n_threads, self.deterministic, self.fanout = n_threads, deterministic, fanout
+        self.n_threads = n_threads
         self.in_place = in_place
         self.spill = spill and scratch is not None
 
@@ -396,7 +369,7 @@ class TrainStep(beam.PTransform):
         single = len(self.step.tasks) == 1
         # a single piece goes straight to the global step (no combine to read a spilled file)
         stats = tasks | "Statistics" >> MinibatchStatistics(
-            view, self.n_threads, self.deterministic, self.fanout, single_piece=single,
+            view, self.n_threads, single_piece=single,
             spill_dir=self.scratch if self.spill and not single else None)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,

@@ -79,10 +79,9 @@ from pipelines.training.beam_chain import PARALLEL_PHASES
 from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
-    WindowSetup, after_window, default_scratch_root, start_record)
-from pipelines.training import beam_sharded
-from pipelines.training.beam_window import (chained, run_pipeline, run_sharded, run_stepwise,
-                                            run_unrolled)
+    WindowSetup, after_window, default_scratch_root, log_window, start_record)
+from pipelines.training import scratch_names
+from pipelines.training.beam_window import run_pipeline, run_unrolled
 from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
 
 logger = logging.getLogger(__name__)
@@ -195,10 +194,6 @@ def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
     if M is not None and not (1 <= int(M) <= MAX_WINDOW):
         raise UsageError("minibatches_per_window must be in [1, %d], got %r"
                          % (MAX_WINDOW, M))
-    if settings.detach and settings.unroll is False:
-        raise UsageError("--detach runs the window as one unrolled pipeline that publishes "
-                         "its own checkpoint; --no-unroll applies the global steps on the "
-                         "driver, which a detached launch does not wait for")
 
 
 def default_window(cfg: RunnerConfig, batch_size: int) -> int:
@@ -234,36 +229,52 @@ class BeamSettings:
     exchange: Optional[str] = None
 
 
-# how a step's state and statistics move between workers (BeamSettings.exchange)
-EXCHANGE_STATE = "state"              # every worker reads the whole state; one reducer
-EXCHANGE_REMOTE = "remote"            # word blocks through Beam's shuffle (beam_remote)
+# how a step's state and statistics move between workers (BeamSettings.exchange); one
+# strategy object each (:func:`exchange_windows`)
+EXCHANGE_REMOTE = "remote"          # word blocks through Beam's shuffle (beam_remote)
 EXCHANGE_WORD_BLOCKS = "word-blocks"  # the remote exchange's earlier name
-EXCHANGES = (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS, EXCHANGE_STATE)
+EXCHANGE_LOCAL = "local"            # worker processes of this machine, each its own copy
+EXCHANGE_STATE = "state"            # the whole state to every worker, one reducer
+EXCHANGE_IN_PROCESS = "in-process"  # the in-process runner: one fused chain of steps
+EXCHANGES = (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS, EXCHANGE_LOCAL, EXCHANGE_STATE)
 
 
-def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm,
-                         detach: bool = False, unroll: bool = True) -> bool:
-    """Whether the steps run the remote exchange (:mod:`pipelines.training.beam_remote`).
+def choose_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm) -> str:
+    """The exchange a run's steps use (one of :data:`EXCHANGES` but the alias, or
+    ``in-process``).
 
-    Default: on a remote runner, for an algorithm whose state can be cut by word block
-    (``word_sharded``), waiting for its windows; otherwise the exchange of this machine.
-    ``--exchange remote`` runs it on any runner (the in-process one included), so that the
-    cluster's path can be run and tested here; where it cannot run, a usage error says why."""
+    Default: on a remote runner the remote exchange (:mod:`pipelines.training.beam_remote`)
+    for an algorithm whose state can be cut by word block (``word_sharded``: online VB,
+    SCVB0), else the state exchange; on this machine the in-process runner's fused chain or,
+    with worker processes, the local one (:mod:`pipelines.training.beam_chain`).
+    ``--exchange remote`` runs the cluster's exchange on any runner (the in-process one
+    included), so that the cluster's path can be run and tested here; where a named exchange
+    cannot run, a usage error says why."""
     if exchange is not None and exchange not in EXCHANGES:
         raise UsageError("--exchange must be one of %s, got %r" % (", ".join(EXCHANGES),
                                                                    exchange))
     capable = bool(getattr(type(algorithm), "word_sharded", False))
-    if exchange == EXCHANGE_STATE:
-        return False
     if exchange in (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS):
-        why = (None if capable else "algorithm %s keeps no word-block state (online-vb and "
-               "scvb0 do)" % getattr(algorithm, "name", "?"))
-        why = why or ("it runs unrolled windows only (drop --no-unroll)" if not unroll
-                      else None)
-        if why:
-            raise UsageError("--exchange %s: %s" % (exchange, why))
-        return True
-    return capable and not cfg.local and unroll
+        if not capable:
+            raise UsageError("--exchange %s: algorithm %s keeps no word-block state "
+                             "(online-vb and scvb0 do)" % (exchange,
+                                                           getattr(algorithm, "name", "?")))
+        return EXCHANGE_REMOTE
+    if exchange == EXCHANGE_LOCAL:
+        if cfg.in_process or not cfg.local:
+            raise UsageError("--exchange local: worker processes of this machine only "
+                             "(--direct_running_mode=multi_processing)")
+        return EXCHANGE_LOCAL
+    if exchange == EXCHANGE_STATE:
+        return EXCHANGE_IN_PROCESS if cfg.in_process else EXCHANGE_STATE
+    if not cfg.local:
+        return EXCHANGE_REMOTE if capable else EXCHANGE_STATE
+    return EXCHANGE_IN_PROCESS if cfg.in_process else EXCHANGE_LOCAL
+
+
+def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm) -> bool:
+    """Whether the steps run the remote exchange (:func:`choose_exchange`)."""
+    return choose_exchange(exchange, cfg, algorithm) == EXCHANGE_REMOTE
 
 
 SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
@@ -316,6 +327,10 @@ class BeamRunner:
         files, sizes, vh = _check_inputs(algorithm, data.files, spec.output.model_dir)
         cfg = runner_config(st.runner, list(st.beam_argv or ()))   # else argv's --runner
         M = int(st.minibatches_per_window or default_window(cfg, sched.minibatch))
+        if st.unroll is False:
+            # one pipeline per minibatch: a window of one step
+            logger.info("--no-unroll: windows of one minibatch (--minibatches-per-window 1)")
+            M = 1
         n_threads = st.n_threads
         if n_threads is None and not cfg.in_process:
             # worker processes share the machine's cores; on a remote runner every SDK
@@ -343,8 +358,8 @@ class BeamRunner:
         B = n_batches(int(sum(sizes)), sched.minibatch)
         total = int(sched.passes) * B
         stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
-        unroll = True if st.unroll is None else bool(st.unroll)
-        sharded = word_blocks_exchange(st.exchange, cfg, algorithm, st.detach, unroll)
+        exchange = choose_exchange(st.exchange, cfg, algorithm)
+        sharded = exchange == EXCHANGE_REMOTE
         if (sharded and not cfg.local and recorded is None and int(position) == 0
                 and "word_blocks" not in spec.algorithm.settings
                 and int(getattr(algorithm, "word_blocks", 1)) == 1):
@@ -352,9 +367,9 @@ class BeamRunner:
             # the global step spreads over the workers as the E-step does; recorded in the
             # checkpoints like any setting, so every resume keeps it
             algorithm.set_word_blocks(pieces)
-        run_info["exchange"] = EXCHANGE_REMOTE if sharded else EXCHANGE_STATE
+        run_info["exchange"] = exchange
         return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
-                           unroll, run_info, t_start, sharded), algorithm
+                           run_info, t_start, exchange), algorithm
 
 
 def _store(spec: TrainSpec):
@@ -385,28 +400,20 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(spec.output.model_dir, cfg, scratch_dir)
     scratch = None
-    if not cfg.in_process or setup.word_blocks:
+    if setup.exchange != EXCHANGE_IN_PROCESS:
         scratch_space.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
         scratch = scratch_space.new_scratch(scratch_root)
 
     ses = open_session(session, spec, setup.position, runner=cfg.describe(),
                        run_info=setup.run_info, batches_per_pass=B, t_start=setup.t_start)
     ses.write(start_record(setup, spec, algorithm, ses.run_info))
-    logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
-                "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
-                cfg.describe(), B, spec.schedule.minibatch, setup.n_docs, setup.position,
-                setup.stop, setup.M,
-                "unrolled" if setup.unroll else "one pipeline per minibatch", setup.pieces)
-    if setup.word_blocks:
-        run = RemoteWindows(setup, int(spec.schedule.seed), int(spec.schedule.minibatch),
-                            int(setup.run_info.get(staleness_mod.RUN_KEY, 0)), run_key,
-                            scratch, run_pipeline, plan_steps)
-    else:
-        if int(setup.run_info.get(staleness_mod.RUN_KEY, 0)):
-            raise UsageError("--staleness > 0 runs on the remote exchange (--exchange remote) "
-                             "or in process (--runner inprocess)")
-        run = _WindowRun(setup, int(spec.schedule.seed), int(spec.schedule.minibatch), run_key,
-                         scratch)
+    staleness = int(setup.run_info.get(staleness_mod.RUN_KEY, 0))
+    logger.info("Beam trainer: %s, %s exchange, %d minibatches of %d documents per pass "
+                "(D=%d), steps %d..%d, windows of %d minibatch(es), %d piece(s) per "
+                "minibatch%s", cfg.describe(), setup.exchange, B, spec.schedule.minibatch,
+                setup.n_docs, setup.position, setup.stop, setup.M, setup.pieces,
+                ", staleness %d" % staleness if staleness else "")
+    run = exchange_windows(setup, spec, staleness, run_key, scratch)
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
@@ -428,9 +435,25 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
                            end["checkpoint"], None, windows, counters_total)
 
 
+def exchange_windows(setup: WindowSetup, spec: TrainSpec, staleness: int, run_key: str,
+                     scratch: Optional[str]):
+    """The strategy object of the run's exchange: its loop over windows
+    (``windows(algorithm, session) -> (algorithm, windows run, Beam counters)``)."""
+    seed, batch_size = int(spec.schedule.seed), int(spec.schedule.minibatch)
+    if setup.exchange == EXCHANGE_REMOTE:
+        return RemoteWindows(setup, seed, batch_size, staleness, run_key, scratch,
+                             run_pipeline, plan_steps)
+    if staleness:
+        raise UsageError("--staleness %d runs on the remote exchange (--exchange remote) or "
+                         "in process (--runner inprocess)" % staleness)
+    return VersionWindows(setup, seed, batch_size, run_key, scratch)
+
+
 @dataclass
-class _WindowRun:
-    """A waiting run's fixed settings, and its loop over windows."""
+class VersionWindows:
+    """The exchanges that hand a whole state version from step to step (in-process, local
+    worker processes, the state exchange): a waiting run's fixed settings, and its loop over
+    windows."""
     setup: WindowSetup
     seed: int
     batch_size: int
@@ -446,24 +469,21 @@ class _WindowRun:
             return StateRef(key, None, pos)
         # a scratch copy even when the state was just published as a checkpoint: workers
         # load it far faster than a checkpoint directory (sha256 of every array)
-        path = os.path.join(self.scratch, "state-%09d.npz" % pos)
+        path = scratch_names.state_path(self.scratch, pos)
         beam_state.save_scratch(algo, path)
         return StateRef(key, path, pos)
 
     def parallel_phases(self) -> List[str]:
         """The phases every worker runs at once for each step (their seconds, summed over
         the workers in the timing records, overlap in wall time)."""
-        cfg = self.setup.cfg
-        if cfg.in_process:
+        if self.setup.exchange == EXCHANGE_IN_PROCESS:
             return []
-        if self.setup.word_blocks:
-            return ["read", "estep", "stats_encode", "state_delivery"]
-        if self.setup.unroll and chained(cfg, self.scratch):
+        if self.setup.exchange == EXCHANGE_LOCAL:
             return list(PARALLEL_PHASES)
         return ["read", "estep", "stats_encode"]
 
     def windows(self, algorithm, ses: Session):
-        """Window after window until ``stop``: run the window's pipeline(s), then
+        """Window after window until ``stop``: run the window's pipeline, then
         :func:`after_window`. Returns (final algorithm, windows run, Beam counters)."""
         st = self.setup
         cfg, stop, M = st.cfg, st.stop, st.M
@@ -479,25 +499,10 @@ class _WindowRun:
                                batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)
             times = PhaseTimes()
-            if st.word_blocks:
-                start = times.timed("state_delivery", beam_sharded.write_start, algorithm,
-                                    self.scratch, self.run_key, ses.position)
-                infos, new_algo, error, counters = run_sharded(
-                    cfg, steps, start, self.run_key, st.n_threads, times,
-                    run_steps=stop - ses.position if windows == 0 else None)
-            elif st.unroll:
-                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
-                                        ses.position)
-                infos, new_algo, error, counters = run_unrolled(
-                    cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
-                    True, None, times,
-                    run_steps=stop - ses.position if windows == 0 else None)
-            else:
-                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
-                                        ses.position)
-                infos, new_algo, error, counters = run_stepwise(
-                    cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
-                    st.n_threads, True, None, self.state_ref, times)
+            start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
+            infos, new_algo, error, counters = run_unrolled(
+                cfg, st.exchange, steps, start_ref, self.run_key, self.scratch, st.n_threads,
+                times, run_steps=stop - ses.position if windows == 0 else None)
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
             if infos:
@@ -516,22 +521,6 @@ class _WindowRun:
                     scratch_space.clean(self.scratch)
                 else:
                     beam_state.drop_local(self.run_key + "/")
-            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
-                        time.time() - w_start, _session.docs_seen(algorithm))
+            log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
+                       time.time() - w_start, _session.docs_seen(algorithm))
         return algorithm, windows, counters_total
-
-
-def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],
-                counters: Dict[str, int], stop: int, seconds: float, n_docs_seen: int):
-    """The INFO line and the progress line after a window."""
-    done = len(steps)
-    rate = ses.steps_run / max(1e-9, time.time() - ses.t_start)
-    eta = (stop - ses.position) / rate if rate > 0 else float("nan")
-    score = _session.score_text(ses.metrics)
-    logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
-                windows, n_windows, ses.position - done, ses.position,
-                sum(s.n_docs for s in steps), seconds,
-                ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
-                n_docs_seen, score, eta)
-    ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
-             % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))
