@@ -326,10 +326,12 @@ class GcsEmulator:
                 raise
 
     def objects(self, url: str) -> List[str]:
-        """The URLs of the objects under ``url`` (``gs://bucket/prefix``; recursive, sorted)."""
+        """The URLs of the objects under the folder ``url`` (``gs://bucket/folder``, or
+        ``gs://bucket`` for all; recursive, sorted)."""
         if not url.startswith("gs://"):
             raise ValueError("not a gs:// URL: %r" % url)
         bucket, _, prefix = url[len("gs://"):].partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
         out, token = [], None
         while True:
             q = {"prefix": prefix}
