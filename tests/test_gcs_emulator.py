@@ -207,3 +207,23 @@ def test_no_server_outlives_its_owner(tmp_path):
             owner.kill()
             owner.wait()
         owner.stdout.close()
+
+
+def test_the_latency_proxy_delays_each_request_once():
+    """Every request Beam's gcsio sends through the proxy (uploads with a body, reads,
+    listings, deletes) is one request start for the proxy, so each costs one delay; the
+    downloads go through it too (the server names the proxy in its media links)."""
+    import latency_proxy
+    port = gcs_emulator.free_port()
+    with gcs_emulator.GcsEmulator([BUCKET], external_url="http://127.0.0.1:%d" % port) as emu, \
+            latency_proxy.LatencyProxy(("127.0.0.1", emu.port), 0.005, port=port) as proxy, \
+            emu.exported(endpoint="http://127.0.0.1:%d" % proxy.port):
+        fs = ObjectStoreFiles()
+        url = "gs://%s/proxied/x.bin" % BUCKET
+        fs.write_atomic(url, os.urandom(3 << 20))
+        assert len(fs.read_bytes(url)) == fs.size(url) == 3 << 20
+        assert fs.listdir("gs://%s/proxied" % BUCKET) == ["x.bin"]
+        assert fs.remove_file(url) == 0
+        served = emu.log.counts()
+        assert served["download"] >= 1 and served["upload"] >= 2 and served["delete"] == 1
+        assert proxy.requests == served["total"]

@@ -21,6 +21,9 @@ What :class:`GcsEmulator` does:
   is a closed loopback port all the same); ``GOOGLE_CLOUD_PROJECT``; ``NO_GCE_CHECK`` and
   ``GCE_METADATA_HOST`` / ``GCE_METADATA_IP`` (a loopback port held bound and never
   listened on, so a metadata-server probe is refused at once);
+* ``external_url``: the address the server names in the links it returns (an object's
+  ``mediaLink``, which ``google-cloud-storage`` downloads from, and upload locations): a
+  latency proxy in front of the server must be that address, or downloads bypass it;
 * :attr:`GcsEmulator.log`: the requests the server served, from its log (one line per
   request with method, path and status), by kind (:func:`request_kind`); the emulator's own
   bookkeeping requests (bucket creation, :meth:`GcsEmulator.objects`) carry a marker and are
@@ -165,7 +168,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port free at the moment of the call."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -175,8 +179,10 @@ class GcsEmulator:
     """One fake-gcs-server process (module docstring); a context manager."""
 
     def __init__(self, buckets: Iterable[str] = ("ldabeam",), root: Optional[str] = None,
-                 port: Optional[int] = None, start_timeout: float = 30.0):
+                 port: Optional[int] = None, external_url: Optional[str] = None,
+                 start_timeout: float = 30.0):
         self.buckets = list(buckets)
+        self.external_url = external_url
         self._own_root = root is None
         self.root = root or tempfile.mkdtemp(prefix="ldabeam-gcs-emulator-")
         self.port = port
@@ -205,13 +211,14 @@ class GcsEmulator:
                        "token": "emulator", "expiry": "2099-01-01T00:00:00Z",
                        "token_uri": "http://%s/token" % self._closed_address()}, f)
         for attempt in range(3):
-            self.port = self.port or _free_port()
+            self.port = self.port or free_port()
             log = open(self.log.path, "ab")
             try:
                 self._proc = subprocess.Popen(
                     [binary_path(), "-scheme", "http", "-host", "127.0.0.1",
                      "-port", str(self.port), "-backend", "filesystem",
-                     "-filesystem-root", data, "-log-level", "info"],
+                     "-filesystem-root", data, "-log-level", "info"]
+                    + (["-external-url", self.external_url] if self.external_url else []),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     preexec_fn=_die_with_parent)
             finally:
