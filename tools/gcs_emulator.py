@@ -325,6 +325,41 @@ class GcsEmulator:
             raw = r.read()
         return json.loads(raw) if raw.strip() else None
 
+    def _raw(self, method: str, target: str, data: Optional[bytes] = None) -> bytes:
+        sep = "&" if "?" in target else "?"
+        req = urllib.request.Request(self.url + target + sep + PROBE, data=data, method=method,
+                                     headers={"Content-Type": "application/octet-stream"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.read()
+
+    @staticmethod
+    def _split(url: str):
+        if not url.startswith("gs://"):
+            raise ValueError("not a gs:// URL: %r" % url)
+        bucket, _, name = url[len("gs://"):].partition("/")
+        return urllib.parse.quote(bucket, safe=""), name
+
+    def read(self, url: str) -> bytes:
+        """The bytes of the object ``url`` (uncounted)."""
+        bucket, name = self._split(url)
+        return self._raw("GET", "/download/storage/v1/b/%s/o/%s?alt=media"
+                         % (bucket, urllib.parse.quote(name, safe="")))
+
+    def upload(self, local_path: str, url: str) -> None:
+        """The local file as the object ``url`` (uncounted); a folder: every file under it,
+        under ``url/`` with the same relative names."""
+        if os.path.isdir(local_path):
+            for dirpath, _, names in os.walk(local_path):
+                for n in names:
+                    p = os.path.join(dirpath, n)
+                    rel = os.path.relpath(p, local_path).replace(os.sep, "/")
+                    self.upload(p, url.rstrip("/") + "/" + rel)
+            return
+        bucket, name = self._split(url)
+        with open(local_path, "rb") as f:
+            self._raw("POST", "/upload/storage/v1/b/%s/o?uploadType=media&name=%s"
+                      % (bucket, urllib.parse.quote(name, safe="")), f.read())
+
     def create_bucket(self, name: str) -> None:
         try:
             self._call("POST", "/storage/v1/b?project=%s" % PROJECT, {"name": name})
