@@ -35,10 +35,12 @@ Results: ``benchmarks/results/object_store_bench.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,9 @@ sys.path.insert(0, os.path.join(common.REPO, "tools"))
 import gcs_emulator  # noqa: E402  (tools/ is not a package)
 import latency_proxy  # noqa: E402
 
+# the environment the benchmark was started with: importing the pipelines (here, to read the
+# results) changes os.environ, and the commands under test (--code) must not inherit that
+BASE_ENV = dict(os.environ)
 BUCKET = "bench"
 RESULTS = os.path.join(common.REPO, "benchmarks", "results", "object_store_bench.json")
 
@@ -102,7 +107,7 @@ def train_argv(args, shards, model, B):
 
 def run_train(args, argv, env, log_path):
     """``ldabeam train`` as a child process from ``--code``; its wall seconds."""
-    e = dict(os.environ)
+    e = dict(BASE_ENV)
     e.update(env)
     e["PYTHONPATH"] = os.pathsep.join([args.code] + [p for p in e.get("PYTHONPATH", "")
                                                       .split(os.pathsep) if p])
@@ -110,7 +115,11 @@ def run_train(args, argv, env, log_path):
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     with open(log_path, "w") as out:
-        p = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=e, cwd=args.code)
+        p = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=e, cwd=args.code,
+                           # killed with the benchmark (it outlives a SIGTERM while its
+                           # client retries a store that is gone)
+                           preexec_fn=functools.partial(gcs_emulator.die_with_parent,
+                                                        signal.SIGKILL))
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         with open(log_path) as f:
@@ -181,7 +190,8 @@ def emulator_row(args, shards, B, work, latency_ms):
             proxy = subprocess.Popen(
                 [common.PYTHON, latency_proxy.__file__, "--target",
                  "127.0.0.1:%d" % emu.port, "--delay-ms", str(latency_ms), "--port",
-                 str(proxy_port)], stdout=subprocess.PIPE, text=True)
+                 str(proxy_port)], stdout=subprocess.PIPE, text=True,
+                preexec_fn=gcs_emulator.die_with_parent)
             if not proxy.stdout.readline().startswith("listening on"):
                 raise SystemExit("the latency proxy did not start")
         try:

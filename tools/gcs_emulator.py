@@ -159,12 +159,13 @@ class RequestLog:
         return out
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: the kernel sends SIGTERM when the parent thread dies."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """``preexec_fn`` of a child process: the kernel sends it ``sig`` when the thread that
+    started it dies (Linux; elsewhere nothing)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)       # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):       # not Linux: stop() and atexit still stop it
+        libc.prctl(1, int(sig))             # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):       # not Linux: stop() still stops it
         pass
 
 
@@ -220,7 +221,7 @@ class GcsEmulator:
                      "-filesystem-root", data, "-log-level", "info"]
                     + (["-external-url", self.external_url] if self.external_url else []),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent)
+                    preexec_fn=die_with_parent)
             finally:
                 log.close()
             if self._wait_ready():
