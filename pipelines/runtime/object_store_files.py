@@ -301,7 +301,10 @@ def _gcs_client(path: str):
     """The ``GcsIO`` of the ``gs://`` file system (its client and retry settings), or None for
     another scheme: Beam's ``FileSystems.delete`` lists every path before deleting it and has
     no single-object delete, ``GcsIO`` has both (``delete_batch``, ``delete``)."""
-    fs = _fs().get_filesystem(path)
+    try:
+        fs = _fs().get_filesystem(path)
+    except ValueError:                        # no file system for the scheme: deletes fail
+        return None                           # one by one and are counted
     make = getattr(fs, "_gcsIO", None) if fs.scheme() == "gs" else None
     return make() if make is not None else None
 
