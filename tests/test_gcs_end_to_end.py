@@ -4,10 +4,11 @@ the server:
 
 * ``ldabeam vectorize --output gs://...`` of the bundled Wikipedia sample: the dataset and
   nothing else (no lease, no temporary object);
-* ``ldabeam train --output gs://...`` in-process, and on the DirectRunner with 2 worker
-  processes that exchange the step's state through the store (``--exchange`` is the one
-  parameter of that test): the same bits as the in-process run, no scratch object and no
-  lease left, and the window's scratch objects were downloaded from the store;
+* ``ldabeam train --output gs://...`` in-process, on the DirectRunner in this process (online
+  VB, and o-LDA's sequential DoFn), and on the DirectRunner with 2 worker processes that
+  exchange the step's state through the store (``--exchange`` is the one parameter of that
+  test): the same bits as the in-process run, no scratch object and no lease left, and the
+  window's scratch objects were downloaded from the store;
 * ``topics`` / ``evaluate`` / ``infer`` reading the model and the shards from gs://, ``infer``
   writing its output there.
 
@@ -149,6 +150,33 @@ def test_worker_processes_exchange_through_the_store(emulator, shards, reference
         assert got.arrays[k].tobytes() == ref.arrays[k].tobytes(), k
     assert counts["bucket_lookup"] == 0
     record(record_property, "train_workers_2_" + exchange, counts, steps_of(md))
+
+
+@pytest.mark.parametrize("algorithm", ["online-vb", "o-lda"])
+def test_the_beam_runner_in_process_leaves_nothing(emulator, shards, reference, algorithm,
+                                                   record_property):
+    """The DirectRunner in this process (the window trainer for online VB, one sequential
+    DoFn per window for o-LDA) with the model on the store: no lease, no scratch object;
+    online VB on the in-process run's bits."""
+    md = gs("beam-in-process-" + algorithm)
+    args = list(TRAIN) + ["--runner", "DirectRunner"]
+    args[args.index("--algorithm") + 1] = algorithm
+    if algorithm == "o-lda":          # a sequential sampler: no pieces, no word blocks
+        for flag in ("--pieces", "--word-blocks"):
+            i = args.index(flag)
+            del args[i:i + 2]
+    m = emulator.log.mark()
+    assert cli.main(["--log-level", "WARNING", "train", "--shards", shards[0], "--output", md]
+                    + [str(a) for a in args]) == 0
+    counts = emulator.log.counts(m)
+    assert left_behind(emulator, md) == []
+    got = CheckpointStore(md).latest()
+    if algorithm == "online-vb":
+        ref = CheckpointStore(reference[0]).latest()
+        for k in ref.arrays:
+            assert got.arrays[k].tobytes() == ref.arrays[k].tobytes(), k
+    assert counts["bucket_lookup"] == 0
+    record(record_property, "train_beam_in_process_" + algorithm, counts, steps_of(md))
 
 
 def test_readers_read_the_model_and_shards_from_the_store(emulator, shards, reference, capsys,
