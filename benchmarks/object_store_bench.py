@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import functools
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -51,7 +52,17 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
 
-sys.path.insert(0, os.path.join(common.REPO, "tools"))
+
+def source_root() -> str:
+    """The project's source tree: this script's, or (a copy of the script elsewhere) the one
+    the Python path finds ``lda_core`` in (found without importing it)."""
+    if os.path.isdir(os.path.join(common.REPO, "tools")):
+        return common.REPO
+    spec = importlib.util.find_spec("lda_core")
+    return os.path.dirname(os.path.dirname(spec.origin)) if spec else common.REPO
+
+
+sys.path.insert(0, os.path.join(source_root(), "tools"))
 import gcs_emulator  # noqa: E402  (tools/ is not a package)
 import latency_proxy  # noqa: E402
 
@@ -78,7 +89,11 @@ def parse_args(argv=None):
     ap.add_argument("--exchange", default="word-blocks", help="ldabeam train --exchange")
     ap.add_argument("--shards-on-store", action="store_true",
                     help="read the shards from the store too (default: local disk)")
-    ap.add_argument("--code", default=common.REPO,
+    ap.add_argument("--credential-lookup", action="store_true",
+                    help="no credentials file: every process waits out Beam's credential "
+                         "look-up (google.auth.default retried with back-off) before its "
+                         "first request, as a client without credentials does")
+    ap.add_argument("--code", default=source_root(),
                     help="the source tree the commands run from (default: this repository)")
     ap.add_argument("--data", default=os.path.join(common.CACHE, "object_store_bench"),
                     help="where the synthetic corpus is written once")
@@ -197,6 +212,8 @@ def emulator_row(args, shards, B, work, latency_ms):
         try:
             model = "gs://%s/model" % BUCKET
             env = emu.environment(endpoint=external)
+            if args.credential_lookup:
+                del env["GOOGLE_APPLICATION_CREDENTIALS"]
             load = os.getloadavg()[0]
             m = emu.log.mark()
             cmd_wall = run_train(args, train_argv(args, shards, model, B), env,
@@ -269,6 +286,7 @@ def main(argv=None):
         "docs": args.docs, "words": args.words, "topics": args.topics,
         "minibatch": args.minibatch, "pieces": args.pieces, "workers": args.workers,
         "exchange": args.exchange, "shards_on_store": args.shards_on_store,
+        "credential_lookup": args.credential_lookup,
         "code": args.code, "code_commit": code_commit}}, args.output)
 
 
