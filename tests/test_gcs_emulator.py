@@ -7,8 +7,9 @@ extra, on loopback), with the requests counted by the server:
 * deletes: a tree is one listing and one batch request; the emulator refuses the batch ("not
   multi-part") and the layer falls back to single deletes, so nothing is left; one object is
   one request; what cannot be deleted is counted and reported in one warning, once;
-* a size is one metadata request, a missing object reads as FileNotFoundError, and the
-  client's background bucket lookups are off;
+* a whole object is written with one request and read with one; a size is one metadata
+  request; a missing object reads as FileNotFoundError; the client's background bucket
+  lookups are off;
 * a lease on a gs:// directory is gone after its holder releases it.
 """
 import json
@@ -147,6 +148,26 @@ def test_what_cannot_be_deleted_is_counted_and_reported_once(emulator, caplog, m
     assert fs.remove_tree("gs://%s/stuck" % BUCKET) == 0
 
 
+def test_whole_objects_are_one_request_each_way(emulator):
+    """write_atomic is one upload request (up to 8 MiB) and read_bytes one download; the
+    read channels (open_read / open_write) keep Beam's own requests."""
+    fs = ObjectStoreFiles()
+    url = "gs://%s/whole/state.npz" % BUCKET
+    data = os.urandom(5 << 20)
+    m = emulator.log.mark()
+    fs.write_atomic(url, data)
+    got = emulator.log.counts(m)
+    assert (got["upload"], got["total"]) == (1, 1), got
+    m = emulator.log.mark()
+    assert fs.read_bytes(url) == data
+    got = emulator.log.counts(m)
+    assert (got["download"], got["total"]) == (1, 1), got
+    fs.write_atomic(url, b"new")                    # replaced whole
+    assert fs.read_bytes(url) == b"new"
+    with pytest.raises(FileNotFoundError):
+        fs.read_bytes(url + ".missing")
+
+
 def test_size_and_a_missing_object(emulator):
     fs = ObjectStoreFiles()
     url = "gs://%s/size/blob.bin" % BUCKET
@@ -220,10 +241,14 @@ def test_the_latency_proxy_delays_each_request_once():
             emu.exported(endpoint="http://127.0.0.1:%d" % proxy.port):
         fs = ObjectStoreFiles()
         url = "gs://%s/proxied/x.bin" % BUCKET
-        fs.write_atomic(url, os.urandom(3 << 20))
+        fs.write_atomic(url, os.urandom(3 << 20))                 # one request, 3 MiB body
+        with fs.open_write(url + ".2") as f:                       # resumable: two requests
+            f.write(os.urandom(1 << 20))
         assert len(fs.read_bytes(url)) == fs.size(url) == 3 << 20
-        assert fs.listdir("gs://%s/proxied" % BUCKET) == ["x.bin"]
-        assert fs.remove_file(url) == 0
+        with fs.open_read(url + ".2") as f:
+            assert len(f.read()) == 1 << 20
+        assert fs.listdir("gs://%s/proxied" % BUCKET) == ["x.bin", "x.bin.2"]
+        assert fs.remove_tree("gs://%s/proxied" % BUCKET) == 0
         served = emu.log.counts()
-        assert served["download"] >= 1 and served["upload"] >= 2 and served["delete"] == 1
+        assert served["download"] >= 2 and served["upload"] == 3 and served["delete"] == 2
         assert proxy.requests == served["total"]
