@@ -566,3 +566,23 @@ def test_streaming_loop_bench(bench_env, tmp_path):
     for m in rec["model"]:            # what the loop saves is the chain's extra job starts
         assert m["chained_jobs"] == math.ceil(m["steps"] / m["steps_per_job"])
         assert m["loop_saves_s"] == pytest.approx((m["chained_jobs"] - 1) * m["job_start_s"])
+
+
+def test_object_store_bench(bench_env, tmp_path):
+    """Local disk against the GCS emulator through the latency proxy: every row on the local
+    run's bits, nothing left on the store, requests counted."""
+    js = tmp_path / "object_store.json"
+    out, _ = run(bench_env, "object_store_bench.py", "--docs", 300, "--words", 500,
+                 "--minibatch", 100, "--word-blocks", 2, "--latencies-ms", "0,5", "--no-direct",
+                 "--data", tmp_path / "data", "--output", js)
+    grab(r"emulator\+5 ms\s+2\s+%s\s+%s" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rows = json.load(f)["rows"]
+    assert [r["storage"] for r in rows] == ["local", "emulator+0 ms", "emulator+5 ms"]
+    for r in rows:
+        assert r["steps"] == 3 and r["objects_left"] == 0 and finite(r["per_step_s"]) > 0
+    for r in rows[1:]:
+        assert r["same_bits_as_local"] is True
+        assert r["requests_per_step"] > 0 and r["requests"]["bucket_lookup"] == 0
+        assert finite(r["wall_vs_local"]) > 0
+    assert rows[2]["per_step_vs_0ms"] > 0

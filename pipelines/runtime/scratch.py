@@ -65,10 +65,12 @@ def clean(scratch: str) -> None:
 
 def remove_run(scratch: str, root: str) -> None:
     """Remove a finished run's folder, and on an object store the root prefix too (a local
-    root is only a name prefix other runs share)."""
-    remove_tree(scratch)
+    root is only a name prefix other runs share; on an object store the run's folder lies
+    under the root, so one listing of the root finds both)."""
     if is_remote(root):
         remove_tree(root)
+        return
+    remove_tree(scratch)
 
 
 def write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
@@ -130,18 +132,33 @@ def remove_tree(path: str) -> None:
 
 
 def remove_file(path: str) -> None:
-    """Remove one file, if present (errors ignored)."""
+    """Remove one file, if present (errors ignored; on an object store one request, and an
+    object that cannot be deleted is reported once by the file layer)."""
     try:
         object_store_files.files_for(path).remove_file(path)
     except OSError:
         pass
 
 
+def remove_files(paths) -> None:
+    """Remove files, if present (errors ignored): on an object store the store's batch delete
+    (one request for up to 100 objects on ``gs://``), with single deletes for what it refuses
+    and one warning for what is left."""
+    paths = list(paths)
+    if not paths:
+        return
+    if is_remote(paths[0]):
+        object_store_files.files_for(paths[0]).remove_files(paths)
+        return
+    for p in paths:
+        remove_file(p)
+
+
 def list_names(path: str):
-    """Names in a folder (``[]`` when it does not exist)."""
+    """Names in a folder (``[]`` when it does not exist; one listing on an object store)."""
     fs = object_store_files.files_for(path)
     try:
-        return fs.listdir(path) if fs.isdir(path) else []
+        return fs.listdir(path)
     except OSError:
         return []
 
