@@ -55,7 +55,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
 from lda_core.training import session as _session
-from pipelines.runtime import object_store_files, scratch as scratch_space
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import scratch_names
 from pipelines.training import beam_cost
 from lda_core.training.phase_times import PhaseTimes
@@ -106,7 +106,8 @@ def write_rows(path: str, rows: np.ndarray) -> None:
 
 def read_rows(path: str) -> np.ndarray:
     """A block file written by :func:`write_rows` (no pickle; two-dimensional rows only)."""
-    with object_store_files.files_for(path).open_read(path) as f:
+    data = scratch_space.read_bytes(path)     # one request on an object store
+    with io.BytesIO(data) as f:
         try:
             rows = np.load(f, allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
@@ -1015,9 +1016,8 @@ class RemoteWindows:
                                                  "state_delivery"]))
                 times = PhaseTimes()
             if got.start is not None:
-                for path in start_paths(start):
-                    scratch_space.remove_file(path)
-                scratch_space.remove_file(scratch_names.window_log_path(self.scratch, got.start.position))
+                scratch_space.remove_files(start_paths(start) + [
+                    scratch_names.window_log_path(self.scratch, got.start.position)])
                 start = got.start
             log_window(ses, windows, n_windows, steps[:len(got.infos)], counters, stop,
                         time.time() - w_start, int(current.docs_seen))
