@@ -86,7 +86,8 @@ class Start(NamedTuple):
 def start_paths(start: Start) -> List[str]:
     """Every file of a window's start (what the run removes once it is no longer needed)."""
     out = [scratch_names.header_path(start.folder, start.position)]
-    out += [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    out += [scratch_names.rows_path(start.folder, start.position, b)
+            for b in range(start.n_blocks)]
     out += [scratch_names.pending_path(start.folder, start.position, m, b)
             for m in start.pending_minibatches() for b in range(start.n_blocks)]
     return out
@@ -142,11 +143,16 @@ def write_start(algorithm, folder: str, position: int) -> Start:
         write_rows(scratch_names.rows_path(folder, position, b), algorithm.block_rows(b))
     pending = getattr(algorithm, "pending", None)
     first, n = position, 0
-    if pending is not None and int(pending.first) == int(position):
+    if pending is not None and int(pending.first) != int(position):
+        logger.warning("the statistics in flight of the checkpoint (minibatches from %d) are "
+                       "not this run's (from %d): recomputed with the state it starts from",
+                       pending.first, position)
+    elif pending is not None:
         first, n = int(pending.first), len(pending.stats)
         for i, st in enumerate(pending.stats):
             for b, part in enumerate(st.split_by_block(B) if B > 1 else [st]):
-                write_blob(scratch_names.pending_path(folder, position, first + i, b), encode_stats(part))
+                write_blob(scratch_names.pending_path(folder, position, first + i, b),
+                           encode_stats(part))
     return Start(folder, int(position), B, first, n)
 
 
@@ -727,7 +733,8 @@ class StageFn(LeanDoFn):
                 write_blob(path, encode_stats(stats))
                 yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, written=path))
             if b == 0:
-                scratch_space.write_bytes(scratch_names.header_path(folder, end), header.to_bytes())
+                scratch_space.write_bytes(scratch_names.header_path(folder, end),
+                                          header.to_bytes())
                 if info is not None:
                     yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, info=info))
             beam_cost.mark(beam_cost.LAST_STEP)
@@ -854,7 +861,8 @@ def collect(schedule: Schedule) -> WindowEnd:
     sched = schedule
     folder = sched.start.folder
     try:
-        records = json.loads(scratch_space.read_bytes(scratch_names.window_log_path(folder, sched.end)))
+        records = json.loads(scratch_space.read_bytes(
+            scratch_names.window_log_path(folder, sched.end)))
     except (OSError, ValueError) as e:
         logger.debug("window log unreadable: %s", e)
         records = []
@@ -882,7 +890,8 @@ def collect(schedule: Schedule) -> WindowEnd:
 
 def end_sources(start: Start) -> List[str]:
     """The row-block files of a window's end (what the checkpoint is published from)."""
-    return [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    return [scratch_names.rows_path(start.folder, start.position, b)
+            for b in range(start.n_blocks)]
 
 
 def pending_of(start: Start):
@@ -900,7 +909,8 @@ def read_pending(start: Start) -> Dict[str, np.ndarray]:
     out = {}
     for m in start.pending_minibatches():
         for b in range(start.n_blocks):
-            data = decode_stats(read_blob(scratch_names.pending_path(start.folder, start.position, m, b)))
+            data = decode_stats(read_blob(scratch_names.pending_path(start.folder,
+                                                                     start.position, m, b)))
             out[array_name(m, b)] = as_bytes_array(data.to_bytes())
     return out
 
