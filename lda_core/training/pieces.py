@@ -80,10 +80,13 @@ def piece_bounds(n_docs: int, pieces: int) -> List[Tuple[int, int]]:
 def local_step_pieces(algorithm, batch, pieces: int, **kw):
     """The E-step statistics of ``batch`` in ``pieces`` pieces (:func:`piece_bounds`) summed
     left to right with ``SuffStats.merge``, the first piece's object being the total (as the
-    Beam trainer's combine does)."""
+    Beam trainer's combine does). An algorithm with a ``local_step_pieces(batch, bounds)`` of
+    its own gives those sums from one E-step over the batch."""
     bounds = piece_bounds(batch.n_docs, pieces)
     if len(bounds) == 1:
         return algorithm.local_step(batch, **kw)
+    if hasattr(algorithm, "local_step_pieces") and not kw:
+        return algorithm.local_step_pieces(batch, bounds)
     total = None
     for lo, hi in bounds:
         st = algorithm.local_step(batch.take(np.arange(lo, hi)), **kw)
