@@ -232,3 +232,26 @@ def test_a_participant_behind_or_beside_another_leaves_the_window_to_it(kos_chai
     assert ref.position == STEPS and not beam_chain._ACTIVE
     gc.collect()
     assert len(loaded) == 1 and loaded[0]() is None
+
+
+@pytest.mark.parametrize("kind", ["online-vb", "scvb0"])
+def test_spilled_pieces_are_scratch_frames_without_a_checksum(kos_chain, tmp_path, kind):
+    """A piece spilled to the scratch folder is written without its CRC-32 (a scratch file,
+    as the states) and read back the same; a reader that verifies refuses such a frame."""
+    from pipelines.training.beam_stats import decode_stats, encode_stats, spill_stats
+    from pipelines.training.beam_plan import read_task
+    algo, files = (new_vb(kos_chain, K=5, S=40, seed=3) if kind == "online-vb"
+                   else new_scvb0(kos_chain))
+    plans, plan, start = _window(algo, files, str(tmp_path / "s"))
+    st = algo.local_step(read_task(plans[0].tasks[1]))
+    spilled = spill_stats(st, str(tmp_path / "p.bin"))
+    raw = open(spilled.path, "rb").read()
+    assert b'"crc32":null' in raw and len(raw) == spilled.nbytes
+    assert encode_stats(spilled.load()) == encode_stats(st)
+    head = len(encode_stats(st)) - len(st.to_bytes())
+    with open(spilled.path, "rb") as f:
+        f.seek(head)
+        with pytest.raises(ValueError, match="no CRC-32"):
+            type(st).read_from(f, len(raw) - head)
+    with pytest.raises(ValueError, match="no CRC-32"):
+        decode_stats(raw)

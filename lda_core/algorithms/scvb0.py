@@ -114,9 +114,9 @@ class SCVB0Stats(TopicStats):
     def to_bytes(self) -> bytes:
         return self.pack(self._arrays())
 
-    def write_to(self, f) -> int:
+    def write_to(self, f, checksum: bool = True) -> int:
         """:meth:`to_bytes`'s bytes written straight from the arrays (no byte copy)."""
-        return self.write_packed(f, self._arrays())
+        return self.write_packed(f, self._arrays(), checksum)
 
     @staticmethod
     def _build(K, a):
@@ -129,8 +129,8 @@ class SCVB0Stats(TopicStats):
         return cls.unpack(data, cls._build)
 
     @classmethod
-    def read_from(cls, f, size: int) -> "SCVB0Stats":
-        return cls.read_packed(f, size, cls._build)
+    def read_from(cls, f, size: int, verify: bool = True) -> "SCVB0Stats":
+        return cls.read_packed(f, size, cls._build, verify)
 
     # row-structured: a merge of many pieces sizes its sum once (SuffStats.reserve_rows) and
     # adds each piece's rows as they are read, with the sums and layout of ``merge``
@@ -145,7 +145,7 @@ class SCVB0Stats(TopicStats):
         self.block.reserve(ids)
 
     @classmethod
-    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "SCVB0Stats":
+    def read_reserved(cls, f, size: int, ids: np.ndarray, verify: bool = True) -> "SCVB0Stats":
         start = f.tell()
         header, arrays = read_arrays(f, cls.MAGIC, size, stop_after="rows")
         f.seek(start)
@@ -154,9 +154,9 @@ class SCVB0Stats(TopicStats):
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError("damaged %s statistics: %s" % (cls.LABEL, e)) from None
         out.reserve_rows(np.union1d(arrays["rows"], ids).astype(np.int32))
-        return out.merge_from(f, size)
+        return out.merge_from(f, size, verify)
 
-    def merge_from(self, f, size: int) -> "SCVB0Stats":
+    def merge_from(self, f, size: int, verify: bool = True) -> "SCVB0Stats":
         """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
         of ``f``, their rows added into ``self`` as they are read (~32 MB at a time)."""
         at = {}
@@ -172,7 +172,7 @@ class SCVB0Stats(TopicStats):
                 at["ids"] = arrays["rows"]
             self.block.add_rows(at["ids"][r0:r0 + len(rows)], rows)
 
-        header, arrays = read_arrays(f, self.MAGIC, size, sinks={"values": add})
+        header, arrays = read_arrays(f, self.MAGIC, size, sinks={"values": add}, verify=verify)
         K = int(header["n_topics"])
         arrays["values"] = np.zeros((0, K), np.float64)   # the rows are added already
         arrays["rows"] = np.zeros(0, np.int32)

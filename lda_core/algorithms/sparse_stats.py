@@ -343,9 +343,10 @@ class TopicStats(SuffStats):
         """The frame of ``to_bytes``: counters, ``n_topics`` and ``SAME`` in the header."""
         return pack_arrays(self.MAGIC, self._header(), arrays)
 
-    def write_packed(self, f, arrays: Sequence[Tuple[str, str, np.ndarray]]) -> int:
+    def write_packed(self, f, arrays: Sequence[Tuple[str, str, np.ndarray]],
+                     checksum: bool = True) -> int:
         """:meth:`pack`'s bytes written to ``f`` straight from the arrays; their number."""
-        return write_arrays(f, self.MAGIC, self._header(), arrays)
+        return write_arrays(f, self.MAGIC, self._header(), arrays, checksum)
 
     def _header(self) -> Dict[str, Any]:
         header = dict(self.counters(), n_topics=int(self.n_topics))
@@ -353,10 +354,10 @@ class TopicStats(SuffStats):
         return header
 
     @classmethod
-    def read_packed(cls, f, size: int, build) -> "TopicStats":
+    def read_packed(cls, f, size: int, build, verify: bool = True) -> "TopicStats":
         """:meth:`unpack` of the next ``size`` bytes of the binary file ``f``, each array read
         into its own allocation."""
-        return cls._unpacked(*read_arrays(f, cls.MAGIC, size), build)
+        return cls._unpacked(*read_arrays(f, cls.MAGIC, size, verify=verify), build)
 
     @classmethod
     def unpack(cls, data: bytes, build) -> "TopicStats":
