@@ -2,15 +2,19 @@
 """Beam trainer throughput and per-step cost breakdown vs the in-process trainer.
 
 Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs D --words V
---topics K`` (default D = 200,000, V = 8,000, K = 100; written once into ``--data``). Online
-VB (K = 100, α=0.1, η=0.01, κ=0.7, τ0=64), minibatch S (default 4,096), one pass, in one
-process, one after the other:
+--topics K`` (default D = 200,000, V = 8,000, K = 100; written once into ``--data``). The
+default algorithm of ``ldabeam train`` (SCVB0) with its own defaults, or ``--algorithm
+online-vb`` (α=0.1, η=0.01, κ=0.7, τ0=64); minibatch S (default 4,096), one pass, the
+trainers' default pieces per minibatch P (``--pieces`` for another, the same for every row),
+in one process, one after the other -- the issue's ``ldabeam train ... --minibatch 4096
+--passes 1`` in-process and with ``--runner DirectRunner --direct_running_mode=multi_processing
+--direct_num_workers=2``:
 
 1. ``in-process``: the in-process trainer (``lda_core.training.trainer.train``, numba threads: the
    reference);
 2. ``beam-in-process``: the Beam trainer on the DirectRunner in-process (``in_memory``);
 3. ``beam-workers-2``: the Beam trainer on the DirectRunner with 2 worker processes
-   (``multi_processing``): one stage per step, each worker advancing its own copy of the
+   (``multi_processing``): one stage per window, each worker advancing its own copy of the
    state (:mod:`pipelines.training.beam_chain`); and ``beam-workers-2-two-stage``, the same with the
    two stages per step remote runners run (E-step; combine and global step in one worker,
    state handed to the others as a file);
