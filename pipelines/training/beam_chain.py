@@ -125,18 +125,21 @@ class WindowRun:
         self.run_key, self.scratch, self.n_threads = run_key, scratch, n_threads
         self.metrics = metrics
         self.slowest_piece = 0.0
+        # the window's own marks (a scratch folder that outlived a window cannot end the next)
+        at = "%09d" % steps[0].position
+        self.final, self.done, self.abort = "final-" + at, "done-" + at, "abort-" + at
 
     def run(self, first_piece: int) -> Optional[StateRef]:
         """The window from this participant's side; the final state's reference if this
         participant published it, else None."""
-        if _marked(self.scratch, "done") or _marked(self.scratch, "abort"):
+        if _marked(self.scratch, self.done) or _marked(self.scratch, self.abort):
             return None
         try:
             return self._run(first_piece)
         except _Stop:
             return None
         except BaseException as e:
-            _mark(self.scratch, "abort", "%s: %s" % (type(e).__name__, e))
+            _mark(self.scratch, self.abort, "%s: %s" % (type(e).__name__, e))
             raise
 
     def _run(self, first_piece: int) -> Optional[StateRef]:
@@ -150,7 +153,7 @@ class WindowRun:
                 self._pieces(algo, sp, first_piece)
             prev = sp
         last = self.steps[-1]
-        if not claim(self.scratch, "final"):
+        if not claim(self.scratch, self.final):
             return None
         with beam_cost.step(self.run_key, last.position):
             algo = self._advance(algo, last)
@@ -158,13 +161,14 @@ class WindowRun:
             t0 = time.perf_counter()
             beam_state.save_scratch(algo, state_path(self.scratch, position))
             beam_cost.report("publish", time.perf_counter() - t0)
-        _mark(self.scratch, "done")
+        _mark(self.scratch, self.done)
         return StateRef("%s/%d" % (self.run_key, position), state_path(self.scratch, position),
                         position)
 
     # -- one step ---------------------------------------------------------------------------
     def _gone(self, position: int) -> bool:
-        return _marked(self.scratch, "gone-%09d" % position) or _marked(self.scratch, "done")
+        return (_marked(self.scratch, "gone-%09d" % position)
+                or _marked(self.scratch, self.done))
 
     def _pieces(self, algo, sp: StepPlan, first_piece: int) -> None:
         """Claim and compute pieces of step ``sp``: ``first_piece`` first, then every piece no
@@ -197,7 +201,7 @@ class WindowRun:
             path = _spill_path(self.scratch, sp.position, k)
             delay, since = POLL_MIN, time.perf_counter()
             while not os.path.exists(path):
-                if _marked(self.scratch, "abort") or self._gone(sp.position):
+                if _marked(self.scratch, self.abort) or self._gone(sp.position):
                     raise _Stop()
                 if not _claimed(self.scratch, _piece_name(sp.position, k)):
                     raise _Stop()       # freed: the others are past this step
