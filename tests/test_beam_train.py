@@ -337,56 +337,6 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     assert np.array_equal(got.lambda_(), expect.lambda_())
 
 
-def test_chained_workers_advance_their_own_copy_bit_for_bit(kos_small, tmp_path):
-    """One stage per step (pipelines.training.beam_chain): a worker applies the previous step's global
-    step to its own copy from the spilled pieces; the worker of piece 0 publishes the state
-    and the info and frees step t-2; a worker whose copy is behind loads state t-1 from the
-    scratch folder. Every copy equals the one-process global step of the merged pieces, bit
-    for bit; refused statistics stop the chain with the error stored for the driver."""
-    from pipelines.training import beam_chain, beam_state
-    from pipelines.training.beam_plan import StepPlan
-    from pipelines.training.beam_stats import merge_in_order, spill_stats
-    from pipelines.training.beam_steps import _spill_path
-    from pipelines.training.shard_stream import read_shard
-    algo, files = new_vb(kos_small)
-    batch = read_shard(files[0])
-    scratch = str(tmp_path / "scratch")
-    os.makedirs(scratch)
-    start = beam_state.StateRef("r/0", beam_chain.state_path(scratch, 0), 0)
-    beam_state.save_scratch(algo, start.path)
-    ref, _ = new_vb(kos_small)
-    plans = [StepPlan(t, 0, t, 40) for t in range(4)]
-    pieces = []
-    beam_chain._COPY[0] = None
-    for t in range(3):
-        mb = batch.take(range(40 * t, 40 * t + 40))
-        if t:
-            if t == 2:
-                beam_chain._COPY[0] = None           # this process ran no piece of step 1
-            got = beam_chain.advance("r", t, start, plans[t - 1], pieces, scratch, True, None)
-            ref.global_step(merge_in_order(dict(pieces)))
-            assert np.array_equal(got.lambda_(), ref.lambda_()) and got.step == ref.step == t
-            saved = beam_state.load_algorithm(beam_chain.state_path(scratch, t))
-            assert np.array_equal(saved.lambda_(), ref.lambda_())
-            assert os.path.exists(os.path.join(scratch, "info-%09d.json" % t))
-        else:
-            got = beam_chain.advance("r", 0, start, None, [], scratch, False, None)
-        halves = (mb.take(range(20)), mb.take(range(20, 40)))
-        pieces = [(k, spill_stats(got.local_step(h), _spill_path(scratch, t, k)))
-                  for k, h in enumerate(halves)]
-    names = sorted(os.listdir(scratch))
-    assert not [n for n in names if n.startswith("stats-%09d-" % 0)]   # t-2 freed at t=2
-    assert "state-%09d.npz" % 1 in names and "state-%09d.npz" % 2 in names
-    # refused statistics: no copy, the error stored under the new version for the driver
-    bad = merge_in_order(dict(pieces))
-    bad.sstats[:] = np.nan
-    nan_piece = [(0, spill_stats(bad, _spill_path(scratch, 2, 9)))]
-    assert beam_chain.advance("r", 3, start, plans[2], nan_piece, scratch, True, None) is None
-    assert "error" in beam_state.read_json(os.path.join(scratch, "info-%09d.json" % 3))
-    assert beam_chain.advance("r", 4, start, plans[3], [], scratch, True, None) is None
-    beam_chain._COPY[0] = None
-
-
 def _check_one(got, expected):
     assert len(got) == 1 and got[0][0] == expected[0]
     assert abs(got[0][1] - expected[1]) <= 1e-9 * abs(expected[1])

@@ -65,7 +65,13 @@ def warm_kernels(make_algorithm: Callable[[int, int], object], evaluate: bool = 
         docs = tiny_corpus()
         algo = make_algorithm(50, docs.n_docs)
         for lo in (0, 100):
-            algo.global_step(algo.local_step(docs.take(np.arange(lo, lo + 100))))
+            # two pieces a step, merged as workers merge them: plainly, then into a sum
+            # reserved for both (the merge kernels of each form)
+            first, second = (algo.local_step(docs.take(np.arange(lo + k, lo + k + 50)))
+                             for k in (0, 50))
+            if lo and second.row_ids() is not None:
+                first.reserve_rows(second.row_ids())
+            algo.global_step(first.merge(second))
         if evaluate:
             from lda_core.training.trainer import HeldOut
             from lda_core.training.trainer import evaluate as run_evaluation

@@ -161,7 +161,7 @@ def default_pieces(cfg: RunnerConfig) -> int:
     """Pieces per minibatch for a fresh run when ``pieces_per_minibatch`` is not given
     (:mod:`lda_core.training.pieces`: the value is recorded in the checkpoints and every later
     resume keeps it, so the sums never depend on the worker count). Local runners, in-process
-    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (1), as the in-process
+    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (2), as the in-process
     trainer. Remote runners: at least one piece per worker the first run may use
     (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
     from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
