@@ -316,7 +316,8 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
     from pipelines.training import beam_state
     from pipelines.training.beam_stats import spill_stats
-    from pipelines.training.beam_steps import GlobalStepFn, _spill_path
+    from pipelines.training.beam_steps import GlobalStepFn
+    from pipelines.training.scratch_names import stats_path as _spill_path
     from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")
