@@ -8,6 +8,7 @@ import pytest
 from lda_core.evaluation import metrics as ev
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
+from lda_core.training.in_memory import fit_batch_vb
 from test_evaluation import bp  # noqa: F401  (the harness, imported as a module)
 from uci_slices import uci_csr, uci_vocab
 
@@ -100,7 +101,7 @@ def test_reseeding_resumes_bit_for_bit_and_is_split_independent(tmp_path):
 def test_reseed_conserves_mass_and_batch_vb_keeps_all_topics():
     batch, V = planted()
     m = BatchVB(10, V, alpha=0.1, eta=0.01, seed=3)
-    m.fit([batch], max_passes=15)
+    fit_batch_vb(m, [batch], max_passes=15)
     assert ev.topic_usage(m.topic_word(), batch)["dead"] == 0
     from lda_core.algorithms.word_blocks import dead_topic_splits, split_rows
     o = OnlineVB(10, V, seed=0)
