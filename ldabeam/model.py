@@ -41,6 +41,10 @@ import numpy as np
 
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
 from lda_core.storage.vocab_file import grown_vocab_name
+from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
+from lda_core.training.ordering import n_batches, plan_pass
+from lda_core.training.session import Session
+from lda_core.training.spec import Output
 from ldabeam import preprocess
 
 logger = logging.getLogger(__name__)
@@ -285,9 +289,6 @@ class LdaModel:
         return int(recorded_pieces(self._info.get("run") or {}, True))
 
     def _steps(self, batch, passes: int, runner: Optional[Callable] = None) -> Dict[str, Any]:
-        from lda_core.training.ordering import plan_pass
-        from lda_core.training.pieces import local_step_pieces
-        from lda_core.training.session import apply_step
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
         docs = batch.take(keep) if len(keep) < batch.n_docs else batch
@@ -311,22 +312,26 @@ class LdaModel:
             self._index = None
         else:
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            for p in range(passes):
-                plan = plan_pass(sizes, seed, p, S)
+
+            def minibatches(p: int):
+                """Pass ``p``'s minibatches: the seeded order's rows of each, gathered."""
                 rows: List[np.ndarray] = []
                 cur = None
-                for seg in list(plan.iter_segments()) + [None]:
+                for seg in list(plan_pass(sizes, seed, p, S).iter_segments()) + [None]:
                     if seg is None or (cur is not None and seg.batch != cur):
-                        stats = local_step_pieces(algo, docs.take(np.concatenate(rows)), pieces)
-                        info, err = apply_step(algo.global_step, stats)
-                        if err:
-                            raise TrainingError(
-                                "update: minibatch %d of pass %d could not be applied: %s; the "
-                                "model is left as it was before update()" % (cur + 1, p + 1, err))
+                        yield docs.take(np.concatenate(rows))
                         rows = []
                     if seg is not None:
                         cur = seg.batch
                         rows.append(offsets[seg.shard] + seg.rows)
+
+            try:
+                train_in_memory(algo, MemoryMinibatches(minibatches, passes,
+                                                        n_batches(docs.n_docs, S)),
+                                pieces=pieces)
+            except TrainingError as e:
+                raise TrainingError("update: %s; the model is left as it was before update()"
+                                    % e) from None
         steps = int(algo.step) - start
         self._info.setdefault("updates", []).append(
             {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
@@ -430,17 +435,20 @@ class LdaModel:
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
         ``tokenizer.json``, each written atomically."""
         from pipelines.ingest import dataset
-        state = self._algo.to_state()
-        info = dict(self._info)          # the run's records (trainer, run, updates) ...
-        info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
-        state.info = info
+        # the checkpoint's position stays the one of the run that trained the model (an
+        # update applies steps outside that run's order); the run's records (trainer, run,
+        # updates) go with it
+        trainer = self._info.get("trainer") or {}
+        session = Session(position=int(trainer.get("minibatches_done", self._algo.step)),
+                          output=Output(checkpoint_store=store, progress=False),
+                          runner=trainer.get("runner"))
         grown = None
         if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
             # written first under its hash's name: the checkpoint published next finds it
             # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
             grown = dataset.join(target, grown_vocab_name(self._vocab.hash))
             self._vocab.write(grown)
-        path = store.publish(state)
+        path = session.publish(self._algo, info=self._info)
         if self._vocab is not None:
             self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
         if grown is not None:

@@ -257,7 +257,8 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
     from lda_core.algorithms.algorithm import algorithm_class
     from lda_core.storage.checkpoint import CheckpointStore
     from lda_core.training.pieces import RUN_KEY
-    from lda_core.training.session import TrainingInterrupted, stamp
+    from lda_core.training.session import Session, TrainingInterrupted
+    from lda_core.training.spec import Output
     from pipelines.ingest import dataset
 
     def run(job):
@@ -273,16 +274,16 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
             clear_updating(dataset.absolute(args.output))
             write_update_dataset(job, data, settings)
             record = dataset.open_shards(data).record()
-            state = job.algorithm.to_state()
-            state.info = dict(state.info or {})
             run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
                             passes=job.passes, n_docs=int(job.documents.n_docs),
                             n_shards=len(job.shard_sizes), runner=args.runner,
-                            algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
+                            algorithm=job.algorithm.name, vocab_hash=job.vocabulary.hash,
                             dataset=record)
             run_info[RUN_KEY] = job.pieces
-            stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
-            start = CheckpointStore(model).publish(state)
+            # the scratch run's first checkpoint, at position 0 of its order
+            start = Session(output=Output(checkpoint_store=CheckpointStore(model),
+                                          progress=False),
+                            runner=args.runner, run_info=run_info).publish(job.algorithm)
             # written once the starting checkpoint is: its presence says the scratch run is
             # this update's (resumable() compares it)
             dataset.write_bytes_atomic(dataset.join(scratch, BASE_FILE),

@@ -57,7 +57,8 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from lda_core.errors import InputError, UsageError
-from lda_core.training import session as _session
+from lda_core.training.session import Session, is_sequential
+from lda_core.training.spec import Output
 from pipelines.streaming.stream_parse import ParseConfig, dead_letter, parse_document
 
 logger = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
-    if _session.is_sequential(algo):
+    if is_sequential(algo):
         raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
@@ -288,9 +289,8 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
         with dataset.open_read(vocab_path) as f:
             dataset.write_bytes_atomic(model_vocab, f.read())
-    state = _session.stamp(algo.to_state(), 0, 0)
-    state.info["stream"] = dict(initial=True)
-    store.publish(state)
+    Session(output=Output(checkpoint_store=store, progress=False)).publish(
+        algo, position=0, info={"stream": dict(initial=True)})
     return algo, model_vocab
 
 

@@ -1,7 +1,8 @@
 """The streaming job's training half: the E-step of a window against the newest checkpoint
 (:class:`EStepLatestFn`) and the single-key stateful global step (:class:`ApplyGlobalStepFn`:
-windows applied in order, validated by :func:`lda_core.training.session.apply_step`, one checkpoint
-stamped by :func:`lda_core.training.session.stamp` per window). See :mod:`pipelines.streaming.stream`."""
+windows applied in order by :meth:`lda_core.training.session.Session.step`, one checkpoint
+published by :meth:`lda_core.training.session.Session.publish` per window). See
+:mod:`pipelines.streaming.stream`."""
 from __future__ import annotations
 
 import logging
@@ -19,9 +20,9 @@ from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteState
                                               TimerSpec, on_timer)
 from pipelines.runtime import process_cache
 
-from lda_core.training import session as _session
 from lda_core.docbatch import DocBatch
-from lda_core.training.session import TrainingError
+from lda_core.training.session import Session, TrainingError
+from lda_core.training.spec import Output
 
 logger = logging.getLogger(__name__)
 
@@ -307,24 +308,24 @@ class ApplyGlobalStepFn(beam.DoFn):
             if self.corpus_size != -1 and hasattr(algo, "corpus_size"):
                 algo.corpus_size = self.corpus_size
             t0 = time.time()
-            before = int(algo.step)
-            info, err = _session.apply_step(algo.global_step, stats)
-            if err is not None:
+            session = Session(position=int(algo.step),
+                              output=Output(checkpoint_store=self.store, progress=False))
+            try:
+                info = session.step(algo, stats, " (window ending %s)" % wend)
+            except TrainingError:
                 # the window is refused and the job fails; this worker's copy may hold the
                 # refused step, so the next attempt reloads the latest checkpoint
                 self.algo = None
-                raise TrainingError(_session.error_message(
-                    before + 1, err, self.store.pointer_path(), " (window ending %s)" % wend))
+                raise
             if info.get("skipped"):
                 continue
-            state = _session.stamp(algo.to_state(), int(algo.step), _session.docs_seen(algo))
             record = next_record(self.record, wend, delivered, batch.doc_ids, self.files,
                                  read)
-            state.info["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
-                                        estep_recomputed=bool(recomputed),
-                                        estep_state_step=used, rho=info.get("rho"),
-                                        global_step_seconds=time.time() - t0, **record)
-            path = self.store.publish(state)
+            stream = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
+                          estep_recomputed=bool(recomputed), estep_state_step=used,
+                          rho=info.get("rho"), global_step_seconds=time.time() - t0, **record)
+            # checkpoints are named by the algorithm's step
+            path = session.publish(algo, position=int(algo.step), info={"stream": stream})
             self.record = record
             applied.write(int(algo.step))
             self.steps.inc()
