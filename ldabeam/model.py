@@ -435,13 +435,10 @@ class LdaModel:
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
         ``tokenizer.json``, each written atomically."""
         from pipelines.ingest import dataset
-        # the checkpoint's position stays the one of the run that trained the model (an
-        # update applies steps outside that run's order); the run's records (trainer, run,
-        # updates) go with it
-        trainer = self._info.get("trainer") or {}
-        session = Session(position=int(trainer.get("minibatches_done", self._algo.step)),
-                          output=Output(checkpoint_store=store, progress=False),
-                          runner=trainer.get("runner"))
+        # the run's records (trainer, run, updates) stay as they were: an update applies
+        # steps outside the order of the run that trained the model, which --resume continues
+        session = Session(position=int(self._algo.step),
+                          output=Output(checkpoint_store=store, progress=False))
         grown = None
         if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
             # written first under its hash's name: the checkpoint published next finds it

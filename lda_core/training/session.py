@@ -502,21 +502,24 @@ class Session:
     def publish(self, algorithm, position: Optional[int] = None,
                 info: Optional[Dict[str, Any]] = None) -> Optional[str]:
         """Publish ``algorithm`` at ``position`` (default: the session's) as a checkpoint,
-        stamped (:func:`stamp`); not twice for one position. ``info``: entries the caller
-        records in the checkpoint's info (a streaming window's record, an estimator's
-        parameters, a library model's update history) under what the algorithm keeps there
-        itself and the stamp."""
+        stamped (:func:`stamp`); not twice for one position. ``info``: records the caller
+        keeps in the checkpoint's info (a streaming window's record, an estimator's
+        parameters, a loaded model's run records, which then stay as they were rather than
+        the stamp's); what the algorithm keeps there itself comes first."""
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
         # word-sharded algorithms with B > 1: their rows as B block files, uncopied
         from lda_core.storage.blocks import checkpoint_state
         state = checkpoint_state(algorithm)
-        if info:
-            state.info = dict(info, **(state.info or {}))
+        own = dict(state.info or {})
         state = stamp(state, pos, docs_seen(algorithm),
                       runner=self.runner, run_info=self.run_info, vocab_hash=self.vocab_hash,
                       sequential=is_sequential(algorithm))
+        if info:
+            state.info = dict(state.info)
+            state.info.update(info)
+            state.info.update(own)
         self.last_checkpoint = self.store.publish(state)
         self.last_published = pos
         return self.last_checkpoint
