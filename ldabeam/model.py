@@ -39,13 +39,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.lease import ModelLease
 from lda_core.storage.vocab_file import grown_vocab_name
 from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
 from lda_core.training.ordering import n_batches, plan_pass
+from lda_core.training.pieces import recorded_pieces
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
 from ldabeam import preprocess
+from pipelines.ingest import dataset
+from pipelines.ingest.tokenize import vocabulary_index
+from pipelines.runtime.model_dir import open_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +102,6 @@ def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
     an object-store URL. ``tokenizer``: the callable the model's training data was tokenized
     with, when it was (the model records its name; raw text is refused without it). Raises
     InputError naming the path when there is no model there."""
-    from pipelines.ingest import dataset            # also registers the object-store layer
-    from pipelines.runtime.model_dir import open_model
     if not isinstance(path, str) or not path:
         raise UsageError("ldabeam.load needs the path of a model directory or checkpoint, "
                          "got %r" % (path,))
@@ -186,7 +191,6 @@ class LdaModel:
 
     def _lookup(self):
         if self._index is None:
-            from pipelines.ingest.tokenize import vocabulary_index
             self._index = vocabulary_index(self._vocab.tokens)
         return self._index
 
@@ -219,7 +223,7 @@ class LdaModel:
         infer --input FILE.jsonl`` writes for them. A document with no known word gets
         α/Σα (``infer`` writes no row for it)."""
         batch, _ = self._batch(docs, ids, "transform")
-        from pipelines.infer import infer_gamma
+        from pipelines.infer import infer_gamma     # imports Beam, which only transform needs
         g = infer_gamma(self._algo, batch, "infer")
         return g / g.sum(axis=1, keepdims=True)
 
@@ -260,7 +264,6 @@ class LdaModel:
         return summary
 
     def _restore(self, state, vocab) -> None:
-        from lda_core.algorithms.algorithm import algorithm_class
         self._algo = algorithm_class(state.algorithm).from_state(state)
         self._vocab = vocab
         self._index = None
@@ -285,7 +288,6 @@ class LdaModel:
         """E-step pieces per minibatch of the run that trained the model (its checkpoint's
         record; 1 for a model that records none): an update sums its statistics the same
         way (lda_core.training.pieces)."""
-        from lda_core.training.pieces import recorded_pieces
         return int(recorded_pieces(self._info.get("run") or {}, True))
 
     def _steps(self, batch, passes: int, runner: Optional[Callable] = None) -> Dict[str, Any]:
@@ -342,7 +344,6 @@ class LdaModel:
     def _grow(self, docs, ids) -> List[str]:
         """Add the new documents' words that pass the model's pruning rules (module
         docstring); returns them in their new id order."""
-        from pipelines.ingest import dataset
         self._need_vocab("update(grow_vocab=True)")
         _, items = preprocess.split_records(docs, self._prep, ids)
         counts = preprocess.token_counts(items, self._prep)
@@ -388,9 +389,8 @@ class LdaModel:
     def _prune_rules(self):
         """The pruning rules of the vectorize run the model's training data came from (its
         manifest, found through the run log), else the vectorize defaults."""
-        from pipelines.ingest import dataset
-        from pipelines.ingest.vocabulary import PruneSettings
-        from pipelines.infer import training_shards
+        from pipelines.ingest.vocabulary import PruneSettings   # imports Beam (the vocabulary
+        # pipeline); only grow_vocab needs the pruning rules
         shards = training_shards(self.model_dir) if self.model_dir else None
         for d in ([shards, dataset.parent(shards.rstrip("/"))] if shards else []):
             if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
@@ -416,9 +416,6 @@ class LdaModel:
         is new, empty, or the directory the model was loaded from (a new checkpoint there, as
         a resumed ``ldabeam train`` would publish); a directory holding another model's
         checkpoints is refused. Holds the directory's writer lease while it writes."""
-        from pipelines.ingest import dataset
-        from lda_core.storage.checkpoint import CheckpointStore
-        from lda_core.storage.lease import ModelLease
         if not isinstance(model_dir, str) or not model_dir:
             raise UsageError("save needs a model directory path, got %r" % (model_dir,))
         target = dataset.absolute(model_dir)
@@ -434,7 +431,6 @@ class LdaModel:
         """What :meth:`save` does once it holds the lease of ``target`` (``ldabeam train
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
         ``tokenizer.json``, each written atomically."""
-        from pipelines.ingest import dataset
         # the run's records (trainer, run, updates) stay as they were: an update applies
         # steps outside the order of the run that trained the model, which --resume continues
         session = Session(position=int(self._algo.step),
@@ -462,7 +458,6 @@ class LdaModel:
 
 def _vocab_hash_at(model_dir: str):
     """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
-    from pipelines.ingest import dataset
     path = dataset.join(model_dir, dataset.VOCAB_FILE)
     try:
         return dataset.Vocabulary.read(path).hash if dataset.exists(path) else None
@@ -473,7 +468,6 @@ def _vocab_hash_at(model_dir: str):
 def _grown(algo, n_new: int, vocab_hash: str):
     """The algorithm with ``n_new`` word rows appended at the prior (module docstring), built
     through its state format: the word-major array gets zero rows, V and the hash change."""
-    from lda_core.algorithms.algorithm import algorithm_class
     state = algo.to_state()
     name = _WORD_ROWS[state.algorithm]
     rows = state.arrays[name]

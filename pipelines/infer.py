@@ -59,9 +59,12 @@ from apache_beam.pvalue import AsList, AsSingleton
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
 from lda_core.storage import output_paths
-from pipelines.training import beam_state
-from pipelines.ingest import dataset
+from pipelines.ingest import dataset, vectorize as vz
+from pipelines.ingest.tokenize import model_settings, Preprocessor, RECORD_KEYS
+from pipelines.ingest.vectorize import VectorizeOptions
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.model_dir import open_model
+from pipelines.training import beam_state
 
 logger = logging.getLogger(__name__)
 
@@ -146,24 +149,10 @@ class ModelRef:
 def resolve_model(model: str) -> ModelRef:
     """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
     names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
-    from pipelines.runtime.model_dir import open_model
     m = open_model(model)
     st = m.state
     return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
                     m.vocab_path, m.model_dir, m)
-
-
-def training_shards(model_dir: str) -> Optional[str]:
-    """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
-    path = dataset.join(model_dir, RUN_LOG_FILE)
-    if not dataset.exists(path):
-        return None
-    for rec in read_run_log(path, "start")[::-1]:
-        s = (rec.get("run") or {}).get("shards")
-        if s:
-            return s
-    return None
 
 
 # ----------------------------------------------------------------------------- E-step
@@ -343,7 +332,6 @@ def _prepare_output(opts: InferOptions) -> None:
 def model_tokenizer(ref: ModelRef) -> Optional[dict]:
     """The tokenizer settings the model was trained with: MODEL_DIR/tokenizer.json, else the
     manifest of the dataset its run log names; None when neither is found."""
-    from pipelines.ingest.tokenize import model_settings
     settings, _ = model_settings(ref.model_dir)
     return settings if isinstance(settings, dict) else None
 
@@ -357,7 +345,6 @@ def text_preprocessor(opts: InferOptions, ref: ModelRef):
     (:meth:`pipelines.ingest.tokenize.Preprocessor.from_model_dir`): UsageError when it cannot
     be reproduced here (a custom tokenizer not given, a segmenter not installed); a warning
     when it was never recorded (the defaults are used)."""
-    from pipelines.ingest.tokenize import Preprocessor
     pre = Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     if not pre.known:
         logger.warning("infer: the model's tokenizer settings are unknown (%s); raw text is "
@@ -371,8 +358,6 @@ def _text_options(opts: InferOptions, ref: ModelRef):
     (:func:`model_tokenizer`; the vectorize defaults when unknown), with the reader options
     given to infer on top. The tokenizer itself is :func:`text_preprocessor`'s."""
     import dataclasses
-    from pipelines.ingest.tokenize import RECORD_KEYS
-    from pipelines.ingest.vectorize import VectorizeOptions
     settings = model_tokenizer(ref) or {}
     fields = {f.name for f in dataclasses.fields(VectorizeOptions)}
     kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS
@@ -402,7 +387,6 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                   | "Read" >> beam.ParDo(_ReadPiecesFn(opts.batch_size))
                   | "SpreadPieces" >> beam.Reshuffle())
     else:
-        from pipelines.ingest import vectorize as vz
         if ref.vocab_path is None:
             raise FileNotFoundError("raw text needs the model's vocabulary, but %s has no %s"
                                     % (ref.model_dir, dataset.VOCAB_FILE))
@@ -452,7 +436,6 @@ def _checked(opts: InferOptions):
                                                      unverified=opts.unverified).files,
                                  ref.vocab_hash)
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
-        from pipelines.ingest.tokenize import Preprocessor
         Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     _prepare_output(opts)
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
@@ -545,4 +528,4 @@ def read_theta(output: str):
 
 
 __all__ = ["InferOptions", "infer", "submit", "read_summary", "infer_gamma", "theta_table", "resolve_model",
-           "training_shards", "read_theta", "output_schema"]
+           "read_theta", "output_schema"]

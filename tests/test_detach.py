@@ -26,7 +26,8 @@ import pytest
 import fake_object_store as fos
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
-from lda_core.storage.state import TopicState, files_for
+from lda_core.storage.state import TopicState
+from lda_core.storage.files import files_for
 from pipelines import cli
 from pipelines.ingest import dataset
 from pipelines.commands import infer as infer_cmd
@@ -174,7 +175,7 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
@@ -221,7 +222,7 @@ def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes
 def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_path):
     """A retried bundle of the last DoFn finds its checkpoint already published."""
     from pipelines.training import beam_detached
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
     store = CheckpointStore(str(tmp_path / "m"))
@@ -295,7 +296,7 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
@@ -436,7 +437,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     from pipelines.runtime.beam_options import runner_config
     cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
                                            "--environment_type=EXTERNAL",

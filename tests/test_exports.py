@@ -62,13 +62,13 @@ def run20(tmp_path_factory, news20_tar):
 
 
 def _ours(model):
-    from pipelines.commands.export import load_model
+    from pipelines.runtime.model_dir import load_model
     return load_model(model)
 
 
 def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
     from gensim.models import CoherenceModel, LdaModel
-    from lda_core.evaluation.metrics import top_words
+    from lda_core.evaluation.topic_quality import top_words
     ds, model = run20
     path = str(tmp_path / "g" / "lda.gensim")
     assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0

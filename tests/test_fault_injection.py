@@ -1,4 +1,4 @@
-"""SIGKILL the trainer at named points (lda_core.training.faults: during E-steps, while publishing,
+"""SIGKILL the trainer at named points (lda_core.faults: during E-steps, while publishing,
 while pruning, while writing the run log) and at random times, in-process and on the Beam
 runner: after each kill the model directory is readable, ``--resume`` (or a fresh start when
 no checkpoint was committed) ends with the uninterrupted run's state bit for bit, and the
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
-from lda_core.training.faults import ENV
+from lda_core.faults import ENV
 from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
 from pipelines import cli
 

@@ -213,7 +213,7 @@ def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_
                            tmp_path / "r.html", "--max-docs", 50)
     assert rc == 0, err
     assert "skipped 3 damaged line(s) (line 2, 3, 4)" in caplog.text
-    from pipelines.infer import training_shards
+    from pipelines.runtime.model_dir import training_shards
     assert training_shards(model) == os.path.abspath(ds)
     rc, out, err = ldabeam(capsys, "export", "--model", model, "--output",
                            tmp_path / "export")                      # the training shards

@@ -174,7 +174,7 @@ def test_run_log_on_an_object_store(store_root):
 
 
 def test_a_url_without_a_registered_layer_is_refused():
-    from lda_core.storage.state import files_for, REGISTRY
+    from lda_core.storage.files import files_for, REGISTRY
     saved = dict(REGISTRY)
     REGISTRY.clear()
     try:
@@ -359,7 +359,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     # E-step threads (1 per worker on 2 cores) on a local model directory
     ref = str(tmp_path / "ref")
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},

@@ -17,6 +17,7 @@ from corpora import news20_posts
 
 from pipelines.ingest import bigquery_source, dataset
 from pipelines.ingest import text_sources as ts
+from pipelines.ingest import input_files
 from pipelines.ingest import vectorize as vz
 from pipelines.cli import main as cli_main
 from pipelines.infer import InferOptions, infer, read_theta
@@ -130,7 +131,7 @@ def test_csv_tsv_parquet_arrow_give_the_dataset_of_the_same_posts(posts, referen
         assert _rows(tmp_path / ("ds-" + fmt)) == ref_rows, fmt
         assert m["counts"]["dead_letters"] == 0 and m["counts"]["documents_read"] == N_POSTS
     # the Hugging Face folder is read through its .arrow file only
-    assert [os.path.basename(p) for p, _ in ts.expand_inputs([str(tmp_path / "hf")])] == \
+    assert [os.path.basename(p) for p, _ in input_files.expand_inputs([str(tmp_path / "hf")])] == \
         ["data-00000-of-00001.arrow"]
 
 
@@ -162,9 +163,9 @@ def test_bad_rows_are_dead_letters_and_a_missing_column_fails_at_once(posts, tmp
         w.writerow(["blank", "   "])
         w.writerow([good[2][0], good[2][3]])
     docs = list(ts.read_documents(str(p), "csv", text_field="body"))
-    dead = [d for d in docs if isinstance(d, ts.DeadLetter)]
+    dead = [d for d in docs if isinstance(d, input_files.DeadLetter)]
     # the blank row is an empty document (counted as empty by the vectorize), not an error
-    assert [d.doc_id for d in docs if isinstance(d, ts.RawDocument)] == \
+    assert [d.doc_id for d in docs if isinstance(d, input_files.RawDocument)] == \
         [good[0][0], good[1][0], "blank", good[2][0]]
     assert [(d.source, d.position.split(" (")[0]) for d in dead] == [(str(p), "row 2")]
     assert "column 'body' missing" in dead[0].error
@@ -176,12 +177,12 @@ def test_bad_rows_are_dead_letters_and_a_missing_column_fails_at_once(posts, tmp
     assert docs[1].position == "row 2" and docs[1].source.endswith("t.parquet")
     # a column that is not there: the run fails before any work, naming the columns it has
     out = tmp_path / "ds"
-    with pytest.raises(ts.InputError, match=r"no column 'content'; its columns are: id, text"):
+    with pytest.raises(input_files.InputError, match=r"no column 'content'; its columns are: id, text"):
         _vectorize([tmp_path / "t.parquet"], out, text_field="content")
     assert not out.exists()
     # a non-text text column is refused at once too
     pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "n.parquet")
-    with pytest.raises(ts.InputError, match="type int64, expected a string"):
+    with pytest.raises(input_files.InputError, match="type int64, expected a string"):
         list(ts.read_documents(str(tmp_path / "n.parquet"), "parquet"))
     # CLI: one line, exit 2
     assert cli_main(["vectorize", "--input", str(tmp_path / "t.parquet"), "--text-field",
@@ -422,13 +423,13 @@ def test_tables_on_an_object_store(posts, reference, store_root, tmp_path):
         with FileSystems.create("%s/in/%s" % (store_root, rel),
                                 compression_type="uncompressed") as f:
             f.write((local / rel).read_bytes())
-    expanded = ts.expand_inputs([store_root + "/in/*.csv.gz", store_root + "/in/*.parquet",
+    expanded = input_files.expand_inputs([store_root + "/in/*.csv.gz", store_root + "/in/*.parquet",
                                  store_root + "/in/hf"])
     assert [(p.rsplit("/", 1)[-1], f) for p, f in expanded] == [
         ("posts.csv.gz", "csv"), ("a.parquet", "parquet"), ("b.parquet", "parquet"),
         ("data-00000-of-00001.arrow", "arrow")]
     docs = [d for p, f in expanded for d in ts.read_documents(p, f, text_field="title,body")]
-    assert all(isinstance(d, ts.RawDocument) for d in docs)
+    assert all(isinstance(d, input_files.RawDocument) for d in docs)
     by_id = {d.doc_id: d for d in docs}
     assert len(docs) == len(posts) + 120 and set(by_id) == set(ref_rows)
     assert by_id[posts[0][0]].text == posts[0][2] + "\n" + posts[0][3]

@@ -278,7 +278,7 @@ def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inpr
     import signal
     import subprocess
     import sys
-    from lda_core.training.faults import ENV
+    from lda_core.faults import ENV
     base, ref = inprocess_reference
     md = _copy_model(base, small["work"] / ("crash-" + fault.replace(":", "-")))
     before = checkpoint_state(md)
@@ -347,7 +347,7 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     import signal
     import subprocess
     import sys
-    from lda_core.training.faults import ENV
+    from lda_core.faults import ENV
     md = fresh_model(small, "other-after-kill")
     before = checkpoint_state(md)
     argv = ["train", "--update", "--input", small["b"], "--output", md, "--no-progress",

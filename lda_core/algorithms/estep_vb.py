@@ -44,7 +44,9 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from lda_core.algorithms.vb_digamma import (F_ZERO, exp_digamma_for, digamma,  # noqa: E402
                                       exp_digamma_f32_vec)
 from lda_core.algorithms.vb_exp_elog_beta import tiny_cutoff  # noqa: E402

@@ -59,22 +59,21 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core.algorithms import estep_vb, hyperparams
-from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
-from lda_core.training import schedules
+from lda_core.algorithms.algorithm import nonfinite, StochasticAlgorithm
+from lda_core.algorithms.params import check_choice, check_int, check_positive, Param, ParamSpec
 from lda_core.algorithms.vb_exp_elog_beta import exp_elog_beta_rows
 from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma
-from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
-from lda_core.docbatch import DocBatch
-from lda_core.algorithms.params import (Param, ParamSpec, check_choice, check_int,
-                                        check_positive)
 from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate, new_colsum,
-                                                 refuse_update)
+                                                refuse_update)
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
-from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial,
-                                             StepPlan, block_bounds, blocks_of,
-                                             check_rows, in_row_order, in_word_order, joined_rows,
-                                             rows_of_words,
-                                             combine_partials, dead_topic_splits, split_rows)
+from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPartial, blocks_of,
+                                             check_rows, combine_partials, dead_topic_splits,
+                                             in_row_order, in_word_order, joined_rows, MAX_BLOCKS,
+                                             rows_of_words, split_rows, StepPlan)
+from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
+from lda_core.storage.state import TopicState
+from lda_core.training import schedules
 
 logger = logging.getLogger(__name__)
 
@@ -639,7 +638,6 @@ class OnlineVB(StochasticAlgorithm):
         ``ntilde`` (V x K), ``ntilde_colsum`` (K), ``alpha`` (K), ``scalars`` = [a, π, η].
         ``copy=False``: ``ntilde`` is the algorithm's own array, not a copy (for a caller that
         writes the state out at once: no second V x K array of a big model)."""
-        from lda_core.storage.state import TopicState
         # in word order whatever the word blocks (only this class knows its row order)
         ntilde = self._in_word_order(self._ntilde)
         arrays = {"ntilde": ntilde.copy() if copy and ntilde is self._ntilde else ntilde,

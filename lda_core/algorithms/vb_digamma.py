@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from numba import njit, types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from lda_core.algorithms.vb_digamma import exp_digamma, exp_digamma_f32_vec  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from scipy.special import psi  # noqa: E402

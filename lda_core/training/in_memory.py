@@ -11,11 +11,12 @@ model in memory and save it themselves (through a session, :meth:`Session.publis
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
-from lda_core.algorithms.params import check_int, check_positive
 from lda_core.docbatch import DocBatch
+from lda_core.errors import UsageError
 from lda_core.training.runner import TrainData
 from lda_core.training.spec import AlgorithmSpec, Output, Schedule, TrainSpec
 from lda_core.training.trainer import InProcessRunner, Minibatch, TrainResult
@@ -73,11 +74,12 @@ def fit_batch_vb(algorithm, batches, max_passes: int = 100, rel_tol: float = 1e-
     sstats, until the relative ELBO change |ΔL| / |L| < ``rel_tol`` or ``max_passes``. Each
     pass starts every document's E-step from the better of its previous γ and a fresh draw,
     so the ELBO does not decrease. Returns ``{"elbo": [per pass], "passes", "converged"}``."""
-    max_passes = check_int("max_passes", max_passes, 1)
-    rel_tol = check_positive("rel_tol", rel_tol)
+    if isinstance(max_passes, bool) or not isinstance(max_passes, numbers.Integral) \
+            or max_passes < 1:
+        raise UsageError("max_passes must be an integer >= 1, got %r" % (max_passes,))
     batches = [batches] if isinstance(batches, DocBatch) else list(batches)
     log = _Records()
-    res = train_in_memory(algorithm, MemoryMinibatches.repeat(batches, max_passes),
+    res = train_in_memory(algorithm, MemoryMinibatches.repeat(batches, int(max_passes)),
                           warm_start=True, rel_tol=rel_tol, run_log=log)
     elbo = [float(r["elbo"]) for r in log if r.get("event") == "step"]
     return {"elbo": elbo, "passes": len(elbo), "converged": bool(res.converged)}

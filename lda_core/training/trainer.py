@@ -45,18 +45,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
 
-from lda_core.errors import UsageError
-from lda_core.training import session as _session
-from lda_core.training import pieces as _pieces
 from lda_core.docbatch import DocBatch
+from lda_core.errors import UsageError
+from lda_core.faults import fault_point
+from lda_core.training import pieces as _pieces, session as _session
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.runner import TrainData
-from lda_core.training.session import (  # noqa: F401 (API)
-    Session, TrainingError, TrainingInterrupted, open_session, resume_position)
-from lda_core.training.spec import TrainSpec, split_keywords
-from lda_core.training.faults import fault_point
-from lda_core.training.heldout import (  # noqa: F401 (API)
-    HeldOut, evaluate, evaluate_health, timed_evaluate)
+from lda_core.training.session import open_session, Session, TrainingInterrupted
+from lda_core.training.spec import split_keywords, TrainSpec
+# pipelines/training (shard_stream, beam_train, beam_sequential) imports these two from here;
+# they go once it imports them from lda_core.training.session and .heldout
+from lda_core.training.heldout import HeldOut  # noqa: F401
+from lda_core.training.session import resume_position  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@
   pair) on the training shards (``--train-shards``, or the dataset's train split);
 * topic health on a seeded sample of 2,000 of those training documents
   (``pipelines.ingest.doc_sample``, ``--seed``: the documents the trainer logs it on and ``ldabeam
-  report`` plots it on; ``lda_core.evaluation.metrics.topic_health``): ``dead_topics`` (share of
+  report`` plots it on; ``lda_core.evaluation.topic_quality.topic_health``): ``dead_topics`` (share of
   the tokens below 0.1/K),
   ``effective_topics`` (exp entropy of the shares), ``npmi`` (document co-occurrence NPMI of
   the top 10 words), ``topic_diversity`` (``ldabeam report`` shows them per topic);
@@ -34,7 +34,12 @@ import time
 import numpy as np
 
 from lda_core.errors import InputError, UsageError
+from lda_core.evaluation import metrics as evaluation
+from lda_core.training.heldout import evaluate, HeldOut
 from pipelines.ingest import dataset
+from pipelines.ingest.doc_sample import sample_documents
+from pipelines.runtime.model_dir import load_model
+from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +81,6 @@ def _is_dataset(path: str) -> bool:
 
 
 def run(args, beam_argv) -> int:
-    from lda_core.evaluation import metrics as evaluation
-    from lda_core.training.trainer import HeldOut, evaluate
-    from pipelines.ingest.doc_sample import sample_documents
-    from pipelines.runtime.model_dir import load_model
-    from pipelines.training.shard_stream import read_docs
     if not args.shards:
         raise UsageError("--shards HELDOUT_DIR is required")
     if args.left_to_right_docs < 0 or args.particles < 1:

@@ -22,9 +22,11 @@ import os
 import numpy as np
 
 from lda_core.errors import OutputError, UsageError
+from lda_core.storage.npy import write_npy_atomic
+from lda_core.storage.output_paths import check_disjoint
 from pipelines.ingest import dataset
-from pipelines.reports.exports import write_npy_atomic  # noqa: F401 (used by the command)
-from pipelines.runtime.model_dir import load_model  # noqa: F401 (the command API)
+from pipelines.reports import exports
+from pipelines.runtime.model_dir import load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,6 @@ def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output PATH is required")
     # an export never replaces nor lands inside the model or the documents it reads
-    from lda_core.storage.output_paths import check_disjoint
     if args.model:
         check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model),
                                      args.shards])
@@ -76,7 +77,6 @@ def run(args, beam_argv) -> int:
 
 
 def _run_other(args) -> int:
-    from pipelines.reports import exports
     algo, state, vocab = load_model(args.model)
     if vocab is None:
         raise FileNotFoundError("--format %s needs the model's vocabulary (MODEL_DIR/%s)"
@@ -94,7 +94,6 @@ def _run_other(args) -> int:
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
-    from pipelines.infer import training_shards
     model_dir = dataset.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir)
     if not shards:
@@ -117,8 +116,6 @@ def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
     file's df/cf with the document count of its dataset's manifest, or, when the manifest does
     not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    from pipelines.infer import training_shards
-    from pipelines.reports import exports
     shards = args.shards or training_shards(dataset.model_dir_of(args.model))
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "

@@ -28,22 +28,31 @@ import sys
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.algorithms.word_blocks import check_resumed_blocks
 from lda_core.errors import InputError, OutputError, UsageError
+from lda_core.faults import fault_point
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CHECKPOINTS, CheckpointStore
+from lda_core.storage.run_log import iter_run_log, RUN_LOG_FILE, RunLog
 from lda_core.storage.vocab_file import GROWN_PREFIX
 from lda_core.training import pieces as pieces_mod
+from lda_core.training.kernel_warmup import warm_kernels
+from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, default_eval_every, PassStop
 from lda_core.training.runner import TrainData
-from lda_core.training.faults import fault_point
-from lda_core.training.session import Session, TrainingInterrupted, resume_position
+from lda_core.training.session import resume_position, Session, TrainingInterrupted
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
-from lda_core.training.trainer import InProcessRunner, WholeCorpusRunner, check_pass_stop
-from pipelines.ingest import dataset
-from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
+from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCorpusRunner
+from pipelines.commands import train_options
 from pipelines.commands.train_summary import print_detached, print_summary
-from pipelines.training.shard_stream import read_docs
-from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
-    BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HIDDEN, HINTS, PAPERS, keyword_default,
-    option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
+from pipelines.commands.train_update import run_update
+from pipelines.ingest import dataset
+from pipelines.runtime.beam_options import runner_config
+from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_MAX_PASSES,
+                                                  BEAM_WORKERS_MINIBATCH, build_algorithm,
+                                                  DEFAULT_ALGORITHM, default_minibatch,
+                                                  default_passes, GIBBS_SWEEPS)
+from pipelines.training.shard_stream import HeldOutShards, read_docs, ShardStream
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +64,14 @@ def _beam_workers(args, beam_argv) -> bool:
     if args.runner.lower() in ("inprocess", "in-process", "local"):
         return False
     try:
-        from pipelines.runtime.beam_options import runner_config
         return not runner_config(args.runner, list(beam_argv or ())).in_process
     except ValueError:
         return False      # an unknown runner is reported later, with its own message
+
+
+def add_arguments(p) -> None:
+    """The command's options (declared in :mod:`pipelines.commands.train_options`)."""
+    train_options.add_arguments(p)
 
 
 def resolve_heldout(shards: str, heldout: str, unverified: bool = False
@@ -85,7 +98,6 @@ def resolve_heldout(shards: str, heldout: str, unverified: bool = False
 
 def _capability(name: str, what: str) -> bool:
     """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithms.algorithm)."""
-    from lda_core.algorithms.algorithm import algorithm_class
     try:
         return bool(getattr(algorithm_class(name), what, False))
     except ValueError:
@@ -94,8 +106,6 @@ def _capability(name: str, what: str) -> bool:
 
 def _remove_model(model_dir: str) -> None:
     """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
-    from lda_core.storage.checkpoint import CHECKPOINTS
-    from lda_core.storage.run_log import RUN_LOG_FILE
     files = dataset.files_for(model_dir)      # local, or Beam FileSystems for a URL
     if not files.isdir(model_dir):
         return
@@ -112,7 +122,6 @@ def _clear_leftovers(model_dir: str, vocab) -> None:
     and the run log of an earlier run that never checkpointed are leftovers that would make
     ``topics`` / ``infer`` read the wrong words or runs; both are replaced (a warning names
     them)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE
     files = dataset.files_for(model_dir)
     old_vocab = files.join(model_dir, dataset.VOCAB_FILE)
     if files.exists(old_vocab):
@@ -211,7 +220,7 @@ def choose_runner(args, beam_argv, algorithm: str, route: Route):
         return SequentialRunner(SequentialSettings(
             beam_argv=tuple(beam_argv), runner=args.runner,
             minibatches_per_window=args.minibatches_per_window))
-    from pipelines.training.beam_train import BeamRunner, BeamSettings
+    from pipelines.training.beam_train import BeamRunner, BeamSettings  # imports Beam (above)
     return BeamRunner(BeamSettings(
         beam_argv=tuple(beam_argv), runner=args.runner,
         minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
@@ -233,7 +242,6 @@ def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     in the job, where the window is evaluated), else read now; None when there is none."""
     if files is None:
         return None
-    from pipelines.training.shard_stream import HeldOutShards
     shards = HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
     return shards if detach else shards.load()
 
@@ -257,7 +265,6 @@ def run(args, beam_argv) -> int:
     global LAST_SUBMITTED
     t_setup = time.time()
     if getattr(args, "update", False):
-        from pipelines.commands.train_update import run_update
         return run_update(args, beam_argv, run)     # run: the Beam update trains through it
     if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
         raise UsageError("--input and --grow-vocab apply with --update (training on new "
@@ -285,10 +292,8 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
-    from lda_core.training.pass_stop import default_eval_every
     args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
-    from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
@@ -332,7 +337,6 @@ def run(args, beam_argv) -> int:
     if inprocess and not sequential and not whole_corpus:
         # the first run in a fresh environment compiles the kernels: one line, then the
         # compile, then its seconds
-        from lda_core.training.kernel_warmup import warm_kernels
         warm_kernels(lambda v, d: build_algorithm(
             algorithm, algo.n_topics, v,
             settings=settings if state is None else {}, batch_size=100, corpus_size=d,
@@ -388,7 +392,6 @@ def check_resume_dataset(prev: Dict[str, Any], record: Dict[str, Any], args) -> 
     """``--resume`` continues the minibatch order of the same documents: the dataset the
     checkpoint records (``info.run.dataset``: shard names, rows, sha256 digest) must be the
     one ``--shards`` names. UsageError naming the difference and what to do otherwise."""
-    from lda_core.errors import UsageError
     before = prev.get("dataset")
     if not isinstance(before, dict) or "digest" not in before:
         logger.warning("--resume: the checkpoint in %s records no dataset (written by an older "
@@ -420,7 +423,6 @@ def check_resume_dataset(prev: Dict[str, Any], record: Dict[str, Any], args) -> 
 
 def _open_model_dir(args, vocab, shard_hash):
     """The checkpoint store of --output and the state to resume (None for a fresh run)."""
-    from lda_core.storage.checkpoint import CheckpointStore
     keep = args.keep_checkpoints or None
     store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
@@ -494,15 +496,12 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     """The algorithm: from the checkpoint (its settings win over the options, with a warning
     naming the ignored ones) or fresh from the options."""
     if state is not None:
-        from lda_core.algorithms.algorithm import algorithm_class
-        from lda_core.algorithms.word_blocks import check_resumed_blocks
         given = [k for k, v in settings.items() if v is not None and k != "threads"]
         if given:
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
         check_resumed_blocks(cls, settings.get("word_blocks"), state.params)
-        from lda_core.storage.blocks import algorithm_from_state
         algo = algorithm_from_state(state, n_threads=args.threads or None, take=True)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
@@ -530,7 +529,6 @@ def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
 def _run_log_ended(output: str) -> bool:
     """Whether the model's run log ends with a run's ``end`` record (a run killed after its
     last checkpoint has none; a model with no run log counts as ended)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
     path = dataset.join(output, RUN_LOG_FILE)
     if not dataset.exists(path):
         return True
@@ -543,7 +541,6 @@ def _run_log_ended(output: str) -> bool:
 def _open_run_log(output: str, detach: bool):
     """The run log of MODEL_DIR; with --detach the window's job appends the records, so the
     launcher neither opens nor reads the log (only its path)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, RunLog
     if detach:
         return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
     return RunLog(dataset.join(output, RUN_LOG_FILE))
@@ -554,7 +551,6 @@ def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
     (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
     scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
     auto``."""
-    from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
     if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
         if patience is not None:
             raise UsageError("--passes-patience applies only with --passes auto")

@@ -44,7 +44,15 @@ import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, Terminated, TrainingError, UsageError
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.training.pieces import RUN_KEY
+from lda_core.training.session import Session, TrainingInterrupted
+from lda_core.training.spec import Output
+import ldabeam
+from pipelines.ingest import dataset, input_files, text_sources as ts
+from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
 
@@ -88,21 +96,21 @@ def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[
     """``(ids, texts, dead letters)`` of the raw-text inputs, read with the record fields and
     encoding of the model's training data (its recorded settings; the vectorize defaults
     when unknown)."""
-    from pipelines.ingest import text_sources as ts
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import VectorizeOptions
     defaults = VectorizeOptions(inputs=list(patterns), output="").reader_options()
     s = settings or {}
     opts = {k: (s[k] if s.get(k) is not None else v) for k, v in defaults.items()}
-    inputs = ts.expand_inputs(list(patterns), fmt)
-    bow = [p for p, f in inputs if f in ts.BOW_FORMATS]
+    inputs = input_files.expand_inputs(list(patterns), fmt)
+    bow = [p for p, f in inputs if f in input_files.BOW_FORMATS]
     if bow:
         raise UsageError("--input takes raw text (%s), but %s is a bag-of-words corpus; "
                          "vectorise it with `ldabeam vectorize --vocab MODEL_DIR/vocab.tsv` "
-                         "and pass --shards" % (", ".join(ts.TEXT_FORMATS), bow[0]))
+                         "and pass --shards" % (", ".join(input_files.TEXT_FORMATS), bow[0]))
     ids, texts, dead = [], [], 0
     for path, f in inputs:
         for rec in ts.read_documents(path, f, **opts):
-            if isinstance(rec, ts.DeadLetter):
+            if isinstance(rec, input_files.DeadLetter):
                 dead += 1
                 continue
             ids.append(rec.doc_id)
@@ -120,8 +128,6 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     vocabulary, word lists (through the dataset's own vocab.tsv) with ``--grow-vocab``;
     otherwise InputError saying how to get a usable dataset."""
     import numpy as np
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_docs
     dataset.verify(shards)
     files = dataset.resolve_shards(shards)
     shard_hash = dataset.check_vocab_hash(files, None)
@@ -162,7 +168,6 @@ UPDATING = "updating"
 def clear_updating(model_dir: str) -> None:
     """Remove what a Beam update left in ``MODEL_DIR/updating`` (a finished one removes it
     itself; a killed one leaves it for the next update to clear)."""
-    from pipelines.ingest import dataset
     scratch = dataset.join(model_dir, UPDATING)
     files = dataset.files_for(scratch)
     if files.isdir(scratch):
@@ -174,7 +179,6 @@ def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> s
     ``job.shard_sizes`` rows in the job's order, then ``manifest.json``, written last so the
     dataset verifies only once complete)."""
     import numpy as np
-    from pipelines.ingest import dataset
     docs, vocab = job.documents, job.vocabulary
     dataset.make_dirs(dataset.join(out, dataset.TRAIN_SPLIT))
     vocab.write(dataset.join(out, dataset.VOCAB_FILE))
@@ -226,8 +230,6 @@ def resumable(scratch: str, base: Dict[str, Any]):
     """The latest checkpoint of the scratch run in ``scratch`` when it is this update's (same
     base record, its dataset verified against its manifest and the one the checkpoint was
     trained on), else None (the update starts over)."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
     path = dataset.join(scratch, BASE_FILE)
     try:
         if not dataset.exists(path):
@@ -254,12 +256,6 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
     dataset, starting checkpoint, ``train --resume`` on the Beam runner, the trained
     algorithm back. ``settings``: the model's recorded preprocessing (the dataset's
     manifest records it, so the scratch model's tokenizer.json is the model's)."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.training.pieces import RUN_KEY
-    from lda_core.training.session import Session, TrainingInterrupted
-    from lda_core.training.spec import Output
-    from pipelines.ingest import dataset
 
     def run(job):
         scratch = dataset.join(dataset.absolute(args.output), UPDATING)
@@ -338,9 +334,6 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
     """``ldabeam train --update``: checks, the model, the new documents, the update (in this
     process, or on a Beam runner through ``train_run`` -- :func:`pipelines.commands.train.run`,
     handed in by it), the new checkpoint, a summary on stdout."""
-    import ldabeam
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
     passes = check_update_args(args, beam_argv)
     model = ldabeam.load(args.output)
     if args.algorithm and args.algorithm != model.algorithm:

@@ -11,6 +11,9 @@ import argparse
 import os
 
 from lda_core.errors import InputError, UsageError
+from pipelines.cli import main as cli_main
+from pipelines.ingest import dataset
+from pipelines.runtime.beam_options import pipeline_options
 from pipelines.training import detached
 
 # the dataset directory is held (lease) while it is written, and never overlaps an input
@@ -202,6 +205,7 @@ def add_field_arguments(group, defaults: bool = True) -> None:
 
 
 def options_from_args(args):
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import VectorizeOptions
     inputs = list(args.input or [])
     if not inputs and not getattr(args, "query", None):
@@ -231,6 +235,7 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):
@@ -251,8 +256,7 @@ def run(args, beam_argv) -> int:
 
 def _run_detached(opts, beam_argv) -> int:
     global LAST_SUBMITTED
-    from pipelines.ingest import dataset
-    from pipelines.runtime.beam_options import pipeline_options
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import submit, summary
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
@@ -274,7 +278,6 @@ def _run_detached(opts, beam_argv) -> int:
 def main(argv=None) -> int:
     """``python -m pipelines.commands.vectorize ...`` (the same as ``ldabeam vectorize ...``)."""
     import sys
-    from pipelines.cli import main as cli_main
     return cli_main(["vectorize"] + list(sys.argv[1:] if argv is None else argv))
 
 

@@ -37,6 +37,8 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
+from lda_core.storage import output_paths
+from lda_core.storage.npy import write_npy_atomic
 from pipelines.ingest import dataset
 
 logger = logging.getLogger(__name__)
@@ -238,7 +240,6 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
         flush(dataset.HELDOUT_SPLIT, 1)
 
     vocab.write(os.path.join(output, dataset.VOCAB_FILE))
-    from pipelines.reports.exports import write_npy_atomic
     write_npy_atomic(os.path.join(output, PLANTED_TOPICS_FILE), beta)
     manifest = _manifest(spec, n_train, int(heldout_docs), tokens, splits, vh)
     dataset.write_manifest(output, manifest)
@@ -259,7 +260,6 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     dataset.require_local(output, "write_dataset writes local directories; write one here "
                                   "and copy it to the object store afterwards (gsutil -m cp -r)")
     # the rules of every dataset writer (lda_core.storage.output_paths), as vectorize
-    from lda_core.storage import output_paths
     output_paths.prepare_output(output, "dataset", "ldabeam synth", overwrite=overwrite)
 
 

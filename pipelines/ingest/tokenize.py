@@ -39,12 +39,15 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from lda_core.errors import UsageError
-
-if TYPE_CHECKING:
-    from pipelines.ingest.phrases import PhraseTable
+from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, UsageError
+from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
+from pipelines.ingest import dataset
+from pipelines.ingest.dataset import exists
+from pipelines.ingest.input_files import open_binary
+from pipelines.ingest.phrases import PhraseTable
 
 logger = logging.getLogger(__name__)
 
@@ -461,7 +464,6 @@ def load_stopwords(spec: Optional[str]) -> frozenset:
     """
     if spec is None:
         return frozenset()
-    from pipelines.ingest.dataset import exists
     parts = [spec] if "," in spec and exists(spec.strip()) else spec.split(",")
     words = set()
     for part in parts:
@@ -475,7 +477,6 @@ def _stopwords_of(spec: str) -> frozenset:
     if spec.lower() == "gensim":
         from gensim.parsing.preprocessing import STOPWORDS
         return frozenset(STOPWORDS)
-    from pipelines.ingest.text_sources import InputError, open_binary
     try:
         with open_binary(spec) as f:
             data = f.read()
@@ -561,8 +562,6 @@ def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
     """The TokenizerConfig a known record describes, exactly; UsageError when it cannot be
     reproduced here (a custom tokenizer not given, a segmenter not installed, a stop-word
     file gone), InputError when it is malformed."""
-    from lda_core.errors import InputError
-    from pipelines.ingest.phrases import PhraseTable
     custom = settings.get("custom_tokenizer")
     if custom and tokenizer is None:
         raise UsageError("%s: the model's tokens were made by the custom tokenizer %s, which "
@@ -610,11 +609,9 @@ def model_settings(model_dir: str):
     """``(settings, where)`` of a model: ``MODEL_DIR/tokenizer.json`` (written by ``ldabeam
     train``), else the manifest of the dataset its run log names; ``(None, ...)`` when
     neither says."""
-    from pipelines.ingest import dataset
     where = dataset.join(model_dir, dataset.TOKENIZER_FILE)
     settings = dataset.read_tokenizer(model_dir)
     if settings is None:
-        from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
         log = dataset.join(model_dir, RUN_LOG_FILE)
         if dataset.exists(log):
             for rec in read_run_log(log, "start")[::-1]:
@@ -645,7 +642,6 @@ class CountRows:
 
     def to_docbatch(self, doc_ids: Optional[Sequence[str]] = None):
         """The rows as a :class:`lda_core.docbatch.DocBatch` (one document per text)."""
-        from lda_core.docbatch import DocBatch
         return DocBatch.from_rows(self.rows, doc_ids=doc_ids)
 
 
@@ -716,8 +712,6 @@ class Preprocessor:
         """From a ``tokenizer.json`` (its path, local or a URL, or its parsed object): either
         ``{"settings": RECORD, ...}`` as ``ldabeam train`` writes it, or a bare record."""
         import json
-        from lda_core.errors import InputError
-        from pipelines.ingest import dataset
         where = "tokenizer settings"
         if isinstance(source, (str, bytes)) and not str(source).lstrip().startswith("{"):
             where = str(source)
@@ -741,7 +735,6 @@ class Preprocessor:
                        tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a model directory (or one of its checkpoint directories)
         records (:func:`model_settings`)."""
-        from pipelines.ingest import dataset
         settings, where = model_settings(dataset.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
 
@@ -750,14 +743,12 @@ class Preprocessor:
                      tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a dataset's manifest records (``path``: the dataset directory
         or one of its split folders)."""
-        from pipelines.ingest import dataset
         return cls.from_settings(dataset.tokenizer_settings(path), tokenizer=tokenizer,
                                  where="the manifest of %s" % path)
 
     @classmethod
     def from_path(cls, path: str, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """A dataset (it has a manifest) or else a model directory / checkpoint."""
-        from pipelines.ingest import dataset
         if dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)):
             return cls.from_dataset(path, tokenizer=tokenizer)
         return cls.from_model_dir(path, tokenizer=tokenizer)

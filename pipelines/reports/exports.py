@@ -272,9 +272,3 @@ def sample_docs(files: Sequence[str], max_docs: int) -> DocBatch:
         raise InputError("no documents in %s" % ", ".join(files))
     return DocBatch.concat(parts)
 
-
-def write_npy_atomic(path: str, arr: np.ndarray) -> None:
-    """One array as a ``.npy`` file (no pickle), written atomically (local or URL)."""
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    dataset.write_bytes_atomic(path, buf.getvalue())

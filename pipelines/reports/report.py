@@ -13,9 +13,9 @@ is shown on the documents ``ldabeam evaluate`` and the trainer measure it on):
 * per topic: top words with weights, its optional label (MODEL_DIR/topic_labels.json, written
   by ``ldabeam topics --label``), its size — the share of the sample's tokens,
   size_k = Σ_d N_d θ_dk / Σ_d N_d, θ by the model's ``infer`` — and its UMass coherence
-  (Mimno et al. 2011; ``lda_core.evaluation.metrics.umass_coherence`` over the sample, top 10 words);
+  (Mimno et al. 2011; ``lda_core.evaluation.topic_quality.umass_coherence`` over the sample, top 10 words);
 * example documents per topic (largest θ_dk in the sample, at least 1%) with their titles;
-* topic health (``lda_core.evaluation.metrics.topic_health`` over the sample): each topic's share of
+* topic health (``lda_core.evaluation.topic_quality.topic_health`` over the sample): each topic's share of
   the tokens and its NPMI, dead topics (share below 0.1/K) and junk topics (NPMI below 0)
   flagged, the effective number of topics and the topic diversity; when the sample's
   documents carry labels, a label × topic table (documents by most probable topic) and the
@@ -42,7 +42,14 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from lda_core.errors import InputError, UsageError
+from lda_core.evaluation.topic_quality import (normalized_mutual_information, top_words,
+                                               topic_health, umass_coherence)
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
 from pipelines.ingest import dataset
+from pipelines.ingest.doc_sample import sample_documents
+from pipelines.runtime.model_dir import load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +169,6 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
                     ) -> Dict[str, Any]:
     """Top words of ``topics`` at each kept checkpoint up to ``until_step`` (at most
     ``max_checkpoints``, spread evenly, always the last)."""
-    from lda_core.storage.blocks import algorithm_from_state
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.evaluation.metrics import top_words
     store = CheckpointStore(model_dir, check_algorithm=True)
     ckpts = [c for c in store.list_checkpoints() if until_step is None or c.step <= until_step]
     if len(ckpts) > max_checkpoints:
@@ -190,11 +194,6 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     """Everything the page shows, as JSON-able data (see module docstring); the shards are
     verified against their dataset's manifest (``unverified``: also accept shards none
     lists; :func:`pipelines.ingest.dataset.open_shards`)."""
-    from lda_core.evaluation.metrics import top_words, umass_coherence
-    from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
-    from pipelines.runtime.model_dir import load_model
-    from pipelines.ingest.doc_sample import sample_documents
-    from pipelines.infer import training_shards
     algo, state, vocab = load_model(model)
     mdir = model_dir_of(model)
     tokens = vocab.tokens if vocab is not None else None
@@ -285,7 +284,6 @@ def doc_topic_words(docs, i: int, phi_k: np.ndarray, tokens, n: int = 8) -> List
 def health_data(phi, docs, theta) -> Dict[str, Any]:
     """Topic health of the sample (module docstring); ``theta`` is the model's inference of
     ``docs`` (for the label × topic table)."""
-    from lda_core.evaluation.metrics import normalized_mutual_information, topic_health
     h = topic_health(phi, docs)
     K = phi.shape[0]
     h["dead"] = [k for k in range(K) if h["topic_shares"][k] < 0.1 / K]

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
+from lda_core.storage.state import TopicState
 from lda_core.storage.vocab_file import grown_vocab_name
 from pipelines.ingest import dataset
 
@@ -29,14 +33,11 @@ class OpenedModel:
 
     def algorithm(self):
         """The trained algorithm, rebuilt from the state (its own copy of the arrays)."""
-        from lda_core.storage.blocks import algorithm_from_state
         return algorithm_from_state(self.state)
 
 
 def open_model(model: str) -> OpenedModel:
     """The checkpoint ``model`` names (module docstring) with its checked vocabulary."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.storage.state import TopicState
     if not model:
         raise UsageError("--model MODEL_DIR is required")
     if not dataset.isdir(model):        # local, or an object-store URL (gs://, s3://, ...)
@@ -78,3 +79,15 @@ def load_model(model: str):
     """``(algorithm, state, vocabulary or None)`` of :func:`open_model`."""
     m = open_model(model)
     return m.algorithm(), m.state, m.vocab
+
+
+def training_shards(model_dir: str) -> Optional[str]:
+    """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
+    path = dataset.join(model_dir, RUN_LOG_FILE)
+    if not dataset.exists(path):
+        return None
+    for rec in read_run_log(path, "start")[::-1]:
+        s = (rec.get("run") or {}).get("shards")
+        if s:
+            return s
+    return None

@@ -57,9 +57,17 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from lda_core.errors import InputError, UsageError
-from lda_core.training.session import Session, is_sequential
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.training.session import is_sequential, Session
 from lda_core.training.spec import Output
-from pipelines.streaming.stream_parse import ParseConfig, dead_letter, parse_document
+from pipelines.ingest import dataset
+from pipelines.ingest.dataset import join, write_bytes_atomic
+from pipelines.ingest.tokenize import TokenizerConfig
+from pipelines.runtime.model_dir import open_model
+from pipelines.streaming.stream_parse import dead_letter, parse_document, ParseConfig
+from pipelines.streaming.stream_step import (applied_record, ApplyGlobalStepFn, EStepLatestFn,
+                                             latest_step, ORDERS)
+from pipelines.training.algorithm_options import build_algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +86,6 @@ class ParseDocumentsFn(beam.DoFn):
         self.oov = Metrics.counter(NS, "stream_oov_tokens_dropped")
 
     def setup(self):
-        from pipelines.ingest import dataset
-        from pipelines.ingest.tokenize import TokenizerConfig
         vocab = dataset.Vocabulary.read(self.cfg.vocab_path)
         if len(vocab) != self.cfg.n_words:
             raise InputError("vocabulary %s has %d words, the model %d"
@@ -127,10 +133,6 @@ class SplitLateFn(beam.DoFn):
             return
         self.windows.inc()
         yield int(w.max_timestamp().micros), docs
-
-
-from pipelines.streaming.stream_step import (  # noqa: E402,F401 (the job's training half)
-    ORDERS, ApplyGlobalStepFn, EStepLatestFn, WindowResultCoder, latest_step, load_step)
 
 
 # ----------------------------------------------------------------------------- transforms
@@ -204,7 +206,6 @@ class ReadJsonFilesContinuously(beam.PTransform):
         self.pattern, self.interval, self.stop_after = pattern, interval, stop_after
         self.applied: Dict[str, int] = {}
         if model_dir is not None:
-            from pipelines.streaming.stream_step import applied_record
             step = latest_step(model_dir)
             if step is not None:
                 self.applied = {str(k): int(v) for k, v in
@@ -260,9 +261,6 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
-    from pipelines.runtime.model_dir import open_model
     store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
     model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
     if store.latest_checkpoint() is not None:
@@ -277,7 +275,6 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
         raise UsageError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
     vocab = dataset.Vocabulary.read(vocab_path)
-    from pipelines.training.algorithm_options import build_algorithm
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
@@ -322,7 +319,6 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
     only the files present at its first listings). On Dataflow / Flink the pipeline of
     :class:`ReadJsonFilesContinuously` is used instead."""
-    from pipelines.ingest import dataset
     offsets, next_w = _start_position(model_dir, window_seconds)
     sizes: Dict[str, int] = {}            # size at the previous poll (a stable partial line)
     # pending reads: (window index, arrival time, file, start offset, end offset, lines)
@@ -370,8 +366,6 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
 def _start_position(model_dir: str, window_seconds: float):
     """Where a (re)started driver continues: the input position recorded with the newest
     checkpoint (file -> bytes applied) and the first window index free after its window."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.streaming.stream_step import applied_record
     step = CheckpointStore(model_dir).pointer()
     record = applied_record(model_dir, step) if step is not None else {}
     offsets: Dict[str, int] = {str(k): int(v) for k, v in (record.get("files") or {}).items()}
@@ -400,7 +394,6 @@ def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],
     """The non-empty lines of ``path`` after byte ``offset``: ``(new offset, lines)``, or None
     if there is nothing new. A last line without a newline is taken only when the file has not
     grown since the previous poll (or ``take_partial``)."""
-    from pipelines.ingest import dataset
     with dataset.open_read(path) as f:
         if offset:
             f.seek(offset)
@@ -455,7 +448,6 @@ def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_l
     finally:
         _COLLECTED.pop(key, None)
     if dead:
-        from pipelines.ingest.dataset import join, write_bytes_atomic
         name = "deadletter-local-%s.jsonl" % time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         write_bytes_atomic(join(deadletter_dir, name),
                            "".join(_dead_json(d) + "\n" for d in dead).encode("utf-8"))

@@ -18,11 +18,16 @@ from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
-from pipelines.runtime import process_cache
-
+from lda_core.algorithms.algorithm import algorithm_class, pack_arrays, unpack_arrays
 from lda_core.docbatch import DocBatch
+from lda_core.storage.checkpoint import CheckpointStore, RACE_RETRIES
+from lda_core.storage.state import StateFormatError, TopicState
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Output
+from pipelines.ingest import dataset
+from pipelines.runtime import process_cache
+from pipelines.streaming.stream_parse import docs_to_batch, files_read
+from pipelines.training.beam_stats import decode_stats, encode_stats
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +37,11 @@ NS = "ldabeam"
 # ----------------------------------------------------------------------------- state access
 
 def latest_step(model_dir: str) -> Optional[int]:
-    from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(model_dir).pointer()
 
 
 def _held(model_dir: str, step: int) -> process_cache.Held:
     """Checkpoint ``step`` of ``model_dir`` (algorithm and info), loaded once per process."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.storage.state import TopicState
 
     def load():
         path = CheckpointStore(model_dir).path(step)
@@ -48,7 +49,6 @@ def _held(model_dir: str, step: int) -> process_cache.Held:
         st = TopicState.load(path)
         return process_cache.Held(algorithm_class(st.algorithm).from_state(st), st.info)
 
-    from pipelines.ingest import dataset
     return process_cache.acquire("%s@%d" % (dataset.absolute(model_dir), step), load)
 
 
@@ -65,8 +65,6 @@ def load_latest(model_dir: str, n_threads: Optional[int] = None):
     """``(step, algorithm)`` of the checkpoint LATEST names (``(None, None)`` when there is
     none). When that checkpoint vanishes under the reader (the global step published a newer
     one and pruned it), LATEST is read again and the newer one loaded (bounded retries)."""
-    from lda_core.storage.checkpoint import RACE_RETRIES
-    from lda_core.storage.state import StateFormatError
     for attempt in range(RACE_RETRIES + 1):
         step = latest_step(model_dir)
         if step is None:
@@ -139,7 +137,6 @@ class EStepLatestFn(beam.DoFn):
 
     def process(self, element):
         wend, docs = element
-        from pipelines.streaming.stream_parse import docs_to_batch, files_read
         docs = list(docs)
         batch = docs_to_batch(docs)
         step, algo = load_latest(self.model_dir, self.n_threads)
@@ -163,8 +160,6 @@ class WindowResultCoder(Coder):
     _MAGIC = b"LDAWIN01"
 
     def encode(self, value) -> bytes:
-        from lda_core.algorithms.algorithm import pack_arrays
-        from pipelines.training.beam_stats import encode_stats
         wend, batch, stats, used = value[:4]
         read = dict(value[4]) if len(value) > 4 else {}
         stats_b = b"" if stats is None else encode_stats(stats)
@@ -176,8 +171,6 @@ class WindowResultCoder(Coder):
         return struct.pack("<Q", len(head)) + head + stats_b
 
     def decode(self, data: bytes):
-        from lda_core.algorithms.algorithm import unpack_arrays
-        from pipelines.training.beam_stats import decode_stats
         (n,) = struct.unpack("<Q", data[:8])
         h, a = unpack_arrays(self._MAGIC, data[8:8 + n])
         batch = DocBatch(tuple(h["doc_ids"]), a["indptr"], a["word_ids"], a["counts"])
@@ -223,7 +216,6 @@ class ApplyGlobalStepFn(beam.DoFn):
         self.record = None
 
     def setup(self):
-        from lda_core.storage.checkpoint import CheckpointStore
         self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
 
     def _current(self, applied: Optional[int]):
