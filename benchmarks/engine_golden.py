@@ -79,8 +79,10 @@ def run_sklearn(ds, md, kind):
     import scipy.sparse as sp
     from lda_core.sklearn_api import OnlineLDA, SCVB0LDA
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     b = dataset.read_docbatch(dataset.resolve_shards(ds))
-    V = len(dataset.Vocabulary.read(os.path.join(ds, "vocab.tsv")))
+    V = len(Vocabulary.read(os.path.join(ds, "vocab.tsv")))
     X = sp.csr_matrix((b.counts.astype(float), b.word_ids, b.indptr), shape=(b.n_docs, V))
     if kind == "online":
         est = OnlineLDA(5, batch_size=50, max_iter=2, random_state=2, evaluate_every=1,
@@ -106,6 +108,8 @@ def run_update(ds, d, name):
     DirectRunner)."""
     import ldabeam
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     algorithm = "scvb0" if name == "update/scvb0" else "online-vb"
     md = os.path.join(d, "model")
     run_cli(ds, md, algorithm, ["--passes", 1, "--heldout", "none"], 1)
@@ -123,8 +127,8 @@ def run_update(ds, d, name):
     for f in dataset.resolve_shards(ds, "heldout"):
         _sh.copy(f, os.path.join(held, "train", os.path.basename(f)))
     _sh.copy(os.path.join(ds, "vocab.tsv"), os.path.join(held, "vocab.tsv"))
-    dataset.write_manifest(held, {"vocab_hash": dataset.Vocabulary.read(
-        os.path.join(ds, "vocab.tsv")).hash, "splits": dataset.shard_listing(held)})
+    manifest.write_manifest(held, {"vocab_hash": Vocabulary.read(
+        os.path.join(ds, "vocab.tsv")).hash, "splits": manifest.shard_listing(held)})
     from pipelines import cli
     argv = ["train", "--update", "--output", md, "--shards", held, "--passes", 2]
     if name.endswith("direct"):

@@ -39,6 +39,7 @@ from pipelines.ingest.tokenize import load_stopwords
 from pipelines.ingest.vectorize import VectorizeOptions
 from pipelines.ingest.vectorize_steps import ApplyVocabulary, TokenizeDocuments
 from pipelines.ingest.vocabulary import BuildVocabulary
+from pipelines.runtime import paths
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def checkpoint_pattern(model_dir: str) -> str:
     """The files a model directory's published checkpoints are recognised by: one
     ``state.json`` per checkpoint directory, each under a new name (``step-N``, on object
     stores ``step-N-<suffix>``), which is what ``WatchFilePattern`` needs."""
-    return dataset.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
+    return paths.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
 
 
 class WatchCheckpoints(beam.PTransform):
@@ -241,7 +242,7 @@ class Vectorize(beam.PTransform):
         """(TokenizerConfig, vocabulary path, vocabulary) of the model."""
         m = load(self._model, tokenizer=self._tokenizer)
         m._need_vocab("Vectorize(model=...)")
-        vpath = dataset.join(m.model_dir, dataset.VOCAB_FILE)
+        vpath = paths.join(m.model_dir, dataset.VOCAB_FILE)
         fields = {k: v for k, v in (m.preprocessing or {}).items() if k in self._fields}
         self._fields.update({k: v for k, v in fields.items() if v})
         return m._prep.tokenizer_config(), vpath, m._vocab

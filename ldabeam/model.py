@@ -42,16 +42,18 @@ import numpy as np
 from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
 from lda_core.storage.lease import ModelLease
-from lda_core.storage.vocab_file import grown_vocab_name
+from lda_core.storage.vocab_file import grown_vocab_name, Vocabulary
 from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
 from lda_core.training.ordering import n_batches, plan_pass
 from lda_core.training.pieces import recorded_pieces
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
 from ldabeam import preprocess
-from pipelines.ingest import dataset
+from pipelines.ingest import dataset, manifest
 from pipelines.ingest.tokenize import vocabulary_index
+from pipelines.runtime import paths
 from pipelines.runtime.model_dir import open_model, training_shards
 
 logger = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ class UpdateJob:
     returns the algorithm after ``passes`` passes of the order."""
     algorithm: Any
     documents: Any              # lda_core.docbatch.DocBatch
-    vocabulary: Any             # pipelines.ingest.dataset.Vocabulary
+    vocabulary: Any             # lda_core.storage.vocab_file.Vocabulary
     passes: int
     seed: int
     batch_size: int
@@ -106,7 +108,7 @@ def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
         raise UsageError("ldabeam.load needs the path of a model directory or checkpoint, "
                          "got %r" % (path,))
     if path.rstrip("/").endswith("/" + STATE_FILE) or path == STATE_FILE:
-        path = dataset.parent(path.rstrip("/"))
+        path = paths.parent(path.rstrip("/"))
     try:
         m = open_model(path)
     except FileNotFoundError as e:
@@ -373,7 +375,7 @@ class LdaModel:
             if j is not None:
                 vdf[j] += n
                 vcf[j] += cf[t]
-        vocab = dataset.Vocabulary(list(self._vocab.tokens) + cand,
+        vocab = Vocabulary(list(self._vocab.tokens) + cand,
                                    np.concatenate([vdf, [df[t] for t in cand]]).astype(np.int64),
                                    np.concatenate([vcf, [cf[t] for t in cand]]).astype(np.int64))
         if cand:
@@ -392,10 +394,10 @@ class LdaModel:
         from pipelines.ingest.vocabulary import PruneSettings   # imports Beam (the vocabulary
         # pipeline); only grow_vocab needs the pruning rules
         shards = training_shards(self.model_dir) if self.model_dir else None
-        for d in ([shards, dataset.parent(shards.rstrip("/"))] if shards else []):
-            if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
+        for d in ([shards, paths.parent(shards.rstrip("/"))] if shards else []):
+            if d and paths.exists(paths.join(d, dataset.MANIFEST_FILE)):
                 try:
-                    pr = (dataset.read_manifest(d).get("settings") or {}).get("pruning")
+                    pr = (manifest.read_manifest(d).get("settings") or {}).get("pruning")
                 except (OSError, ValueError):
                     pr = None
                 if isinstance(pr, dict):
@@ -418,10 +420,10 @@ class LdaModel:
         checkpoints is refused. Holds the directory's writer lease while it writes."""
         if not isinstance(model_dir, str) or not model_dir:
             raise UsageError("save needs a model directory path, got %r" % (model_dir,))
-        target = dataset.absolute(model_dir)
+        target = paths.absolute(model_dir)
         store = CheckpointStore(target)
         if store.list_checkpoints() and (self.model_dir is None or
-                                         dataset.absolute(self.model_dir) != target):
+                                         paths.absolute(self.model_dir) != target):
             raise OutputError("%s already holds another model's checkpoints; save to a new or "
                               "empty directory" % model_dir)
         with ModelLease(target, "ldabeam.LdaModel.save"):
@@ -439,28 +441,28 @@ class LdaModel:
         if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
             # written first under its hash's name: the checkpoint published next finds it
             # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
-            grown = dataset.join(target, grown_vocab_name(self._vocab.hash))
+            grown = paths.join(target, grown_vocab_name(self._vocab.hash))
             self._vocab.write(grown)
         path = session.publish(self._algo, info=self._info)
         if self._vocab is not None:
-            self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
+            self._vocab.write(paths.join(target, dataset.VOCAB_FILE))
         if grown is not None:
-            dataset.files_for(grown).remove_file(grown)
+            files_for(grown).remove_file(grown)
         if self._prep.settings is not None:
             import json
-            dataset.write_bytes_atomic(
-                dataset.join(target, dataset.TOKENIZER_FILE),
+            paths.write_atomic(
+                paths.join(target, manifest.TOKENIZER_FILE),
                 (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
                             indent=2, sort_keys=True) + "\n").encode("utf-8"))
-        self.model_dir, self.checkpoint = target, dataset.absolute(path)
+        self.model_dir, self.checkpoint = target, paths.absolute(path)
         return self.checkpoint
 
 
 def _vocab_hash_at(model_dir: str):
     """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
-    path = dataset.join(model_dir, dataset.VOCAB_FILE)
+    path = paths.join(model_dir, dataset.VOCAB_FILE)
     try:
-        return dataset.Vocabulary.read(path).hash if dataset.exists(path) else None
+        return Vocabulary.read(path).hash if paths.exists(path) else None
     except (ValueError, OSError):
         return None
 

@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import List, Optional
 
 from lda_core.errors import Terminated, UserError
+from lda_core.storage.files import files_for
 from pipelines.runtime import log_filters
 
 # name -> (module, one-line help). Order is the order shown by `ldabeam --help`.
@@ -121,13 +122,12 @@ def _model_dir_lease(module, args):
     model_dir = getattr(args, spec[0], None) if spec else None
     if not model_dir:
         return contextlib.nullcontext()
-    # only the commands that write a model directory need the lease and the file layer:
-    # `ldabeam --help` / `--version` start without them
+    # only the commands that write a model directory need the lease: `ldabeam --help` /
+    # `--version` start without it
     from lda_core.storage.lease import hold_model_dir
-    from pipelines.ingest import dataset
     return hold_model_dir(model_dir, "ldabeam " + args.command,
                           inputs=[getattr(args, a, None) for a in spec[1]],
-                          files=dataset.files_for(model_dir))
+                          files=files_for(model_dir))
 
 
 def _check_leftovers(parser: argparse.ArgumentParser, command: str, leftovers) -> None:

@@ -59,9 +59,11 @@ from apache_beam.pvalue import AsList, AsSingleton
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
 from lda_core.storage import output_paths
-from pipelines.ingest import dataset, vectorize as vz
+from lda_core.storage.files import files_for
+from pipelines.ingest import dataset, manifest, vectorize as vz
 from pipelines.ingest.tokenize import model_settings, Preprocessor, RECORD_KEYS
 from pipelines.ingest.vectorize import VectorizeOptions
+from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
 from pipelines.runtime.model_dir import open_model
 from pipelines.training import beam_state
@@ -223,7 +225,7 @@ def _write_table(path: str, table: pa.Table, meta: Dict[str, str]) -> None:
     table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
-    dataset.write_bytes_atomic(path, buf.getvalue())
+    paths.write_atomic(path, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- DoFns
@@ -280,10 +282,10 @@ class _InferFn(beam.DoFn):
                              % (batch.max_word_id(), algo.n_words))
         gamma = infer_gamma(algo, batch, self._gamma_seed)
         table = theta_table(batch, gamma, self._top_n, self._write_gamma)
-        path = dataset.join(self._output, name + ".parquet")
+        path = paths.join(self._output, name + ".parquet")
         _write_table(path, table, self._meta)
         if self._csv:
-            dataset.write_bytes_atomic(dataset.join(self._output, name + ".csv"),
+            paths.write_atomic(paths.join(self._output, name + ".csv"),
                                        theta_csv(table))
         self._docs.inc(batch.n_docs)
         yield {"file": name + ".parquet", "documents": batch.n_docs,
@@ -313,7 +315,7 @@ def _summary(_, pieces, stats, info, output):
         known = out["tokens"]
         unknown = out["oov_tokens_dropped"]
         out["unknown_token_share"] = unknown / float(known + unknown) if known + unknown else 0.0
-    dataset.write_bytes_atomic(dataset.join(output, SUMMARY_FILE),
+    paths.write_atomic(paths.join(output, SUMMARY_FILE),
                                (json.dumps(out, indent=2, sort_keys=True) + "\n").encode())
     return out
 
@@ -360,7 +362,7 @@ def _text_options(opts: InferOptions, ref: ModelRef):
     import dataclasses
     settings = model_tokenizer(ref) or {}
     fields = {f.name for f in dataclasses.fields(VectorizeOptions)}
-    kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS
+    kw = {k: settings[k] for k in manifest.TOKENIZER_KEYS
           if k in settings and k in fields and k not in RECORD_KEYS and k != "format"}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
@@ -379,7 +381,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
     stats_parts = []
     if opts.shards:
         # verified by _checked (hashes are computed once per process)
-        files = dataset.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
+        files = manifest.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
         dataset.check_vocab_hash(files, ref.vocab_hash)
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
@@ -432,7 +434,7 @@ def _checked(opts: InferOptions):
     opts.validate()
     ref = resolve_model(opts.model)
     if opts.shards:   # fail now, before creating the output; verified against the manifest
-        dataset.check_vocab_hash(dataset.open_shards(opts.shards, opts.split,
+        dataset.check_vocab_hash(manifest.open_shards(opts.shards, opts.split,
                                                      unverified=opts.unverified).files,
                                  ref.vocab_hash)
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
@@ -491,13 +493,13 @@ def read_summary(output: str) -> Dict[str, Any]:
     """The published summary of a finished inference job (``_summary.json``, or the
     ``summary.json`` of older outputs); DataIntegrityError naming the folder when there is
     none (a job still running, or killed before it published)."""
-    path = output_paths.summary_path(output, dataset.files_for(output))
+    path = output_paths.summary_path(output, files_for(output))
     if path is None:
         raise DataIntegrityError(
             "%s holds no published inference results (no %s): the `ldabeam infer` writing it "
             "is still running or was stopped before the end; wait for it, or re-run it with "
             "--overwrite" % (output, SUMMARY_FILE))
-    with dataset.open_read(path) as f:
+    with paths.open_read(path) as f:
         return json.loads(f.read().decode("utf-8"))
 
 
@@ -509,11 +511,11 @@ def read_theta(output: str):
     names = s.get("files") or []
     tables = []
     for f in names:
-        path = dataset.join(output, f)
-        if not dataset.exists(path):
+        path = paths.join(output, f)
+        if not paths.exists(path):
             raise DataIntegrityError("%s lists %s but it is missing; re-run `ldabeam infer "
                                      "--overwrite`" % (output, f))
-        with dataset.open_read(path) as fh:
+        with paths.open_read(path) as fh:
             tables.append(pq.read_table(fh))
     if not tables:
         raise DataIntegrityError("no inference results in %s (its summary lists no file)"

@@ -20,9 +20,10 @@ P, B = 4, 3
 def _vb(dataset_dir, **kw):
     from lda_core.algorithms.online_vb import OnlineVB
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     D = dataset.count_documents(files)
     settings = dict(batch_size=40, corpus_size=D, seed=3, dtype="float64", tau0=16.0,
                     word_blocks=B)
@@ -33,9 +34,10 @@ def _vb(dataset_dir, **kw):
 def _scvb0(dataset_dir, **kw):
     from lda_core.algorithms.scvb0 import SCVB0
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     settings = dict(batch_size=40, seed=3, word_blocks=B)
     settings.update(kw)
     return SCVB0(6, V, vocab_hash=vh, **settings), files
@@ -186,6 +188,7 @@ def test_a_worker_moves_only_its_words_rows_and_an_owner_only_its_block(kos_piec
     from lda_core.algorithms.word_blocks import block_bounds
     from lda_core.storage import traffic
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training import beam_sharded as bs
     from pipelines.training.beam_plan import plan_steps, read_task
     algo, files = _vb(kos_pieces, word_blocks=4)

@@ -30,6 +30,9 @@ from lda_core.storage.state import TopicState
 from lda_core.storage.files import files_for
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from pipelines.runtime import paths
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
@@ -120,8 +123,8 @@ def _check_against_waiting(md, waiting, windows=WINDOWS):
         _same_state(store.load(b), ref_store.load(b))
     _same_state(store.latest(), ref_store.latest())
     # the run log: every step record once, with the waiting run's values and evaluations
-    log = dataset.join(md, "run_log.jsonl")
-    recs, ref = read_run_log(log), read_run_log(dataset.join(waiting, "run_log.jsonl"))
+    log = paths.join(md, "run_log.jsonl")
+    recs, ref = read_run_log(log), read_run_log(paths.join(waiting, "run_log.jsonl"))
     steps = [r for r in recs if r["event"] == "step"]
     ref_steps = [r for r in ref if r["event"] == "step"]
     assert [r["step"] for r in steps] == list(range(1, 13))
@@ -178,7 +181,7 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
     from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
-    algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
+    algo = build_algorithm("online-vb", 5, len(Vocabulary.read(ds)),
                            settings={"dtype": "float64"}, batch_size=50,
                            corpus_size=dataset.count_documents(files), seed=2, vocab_hash=vh)
     md = str(tmp_path / "api")
@@ -357,7 +360,7 @@ def test_detached_vectorize_and_infer_write_what_the_waiting_commands_write(
     assert rc == 0, err
     assert str(vectorize_cmd.LAST_SUBMITTED.wait_until_finish()).endswith("DONE")
     assert "runs the job in this process" in out_b
-    ma, mb = dataset.read_manifest(a), dataset.read_manifest(b)
+    ma, mb = manifest.read_manifest(a), manifest.read_manifest(b)
     ma["settings"].pop("_inputs", None), mb["settings"].pop("_inputs", None)
     assert ma == mb
     ta, tb = _read_tables(a), _read_tables(b)

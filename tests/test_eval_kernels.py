@@ -9,7 +9,6 @@ import scipy.sparse as sp
 from lda_core.docbatch import DocBatch
 from lda_core.evaluation import metrics as ev
 from lda_core.evaluation import topic_quality as tq
-from lda_core.evaluation import topic_quality as tq
 from test_evaluation import bp, fit_phi  # noqa: F401  (the harness, imported as a module)
 from uci_slices import uci_csr
 

@@ -27,6 +27,7 @@ from lda_core.storage.run_log import RunLog, read_run_log
 from lda_core.storage.state import StateFormatError, TopicState
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.runtime import paths as fspaths
 from pipelines.runtime.object_store_files import ObjectStoreFiles
 
 from test_cli_train import make_dataset
@@ -400,7 +401,7 @@ def test_streaming_job_starts_and_continues_a_model_on_an_object_store(store_roo
     md = store_root + "/streamed"
     vocab = os.path.join(ds, dataset.VOCAB_FILE)
     algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, batch_size=50)
-    assert mv == md + "/" + dataset.VOCAB_FILE and dataset.exists(mv)
+    assert mv == md + "/" + dataset.VOCAB_FILE and fspaths.exists(mv)
     assert CheckpointStore(md).pointer() == 0
     again, _ = stream.initial_checkpoint(md, topics=None, vocab_path=None)
     assert again.n_topics == 4 and again.step == 0

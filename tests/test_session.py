@@ -135,9 +135,10 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
     from lda_core.algorithms.online_samplers import OLDA
     from pipelines.training import beam_sequential
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(kos200)
-    V = len(dataset.Vocabulary.read(kos200))
+    V = len(Vocabulary.read(kos200))
     algo = build_algorithm("o-lda", 5, V, settings={}, batch_size=50, corpus_size=200, seed=1,
                            vocab_hash=dataset.check_vocab_hash(files, None))
     assert isinstance(algo, OLDA)

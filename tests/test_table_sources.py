@@ -16,6 +16,8 @@ import pytest
 from corpora import news20_posts
 
 from pipelines.ingest import bigquery_source, dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import text_sources as ts
 from pipelines.ingest import input_files
 from pipelines.ingest import vectorize as vz
@@ -89,7 +91,7 @@ def _rows(out):
 def _word_rows(out):
     """{doc_id: (title, label, {word: count})}: the rows independent of the vocabulary's id
     order."""
-    tokens = dataset.Vocabulary.read(str(out)).tokens
+    tokens = Vocabulary.read(str(out)).tokens
     return {d: (t, l, {tokens[w]: c for w, c in zip(ws, cs)})
             for d, (t, l, ws, cs) in _rows(out).items()}
 
@@ -295,7 +297,7 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
     _write_jsonl(src, posts)
     ds = tmp_path / "ds"
     _vectorize([src], ds, num_shards=4)
-    assert dataset.verify(str(ds)) == {"shards": 4, "documents": N_POSTS}
+    assert manifest.verify(str(ds)) == {"shards": 4, "documents": N_POSTS}
     train = ["train", "--shards", str(ds), "--output", str(tmp_path / "m"), "--topics", "3",
              "--algorithm", "online-vb", "--minibatch", "60", "--passes", "1", "--no-progress"]
     shard = ds / "train" / "part-00001-of-00004.parquet"
@@ -307,21 +309,21 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
     assert not (tmp_path / "m").exists()                    # refused before any work
     shard.write_bytes(data[:-20] + b"\0" * 20)              # same size, other bytes
     with pytest.raises(ValueError, match="cannot be read|sha256 mismatch"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     # a shard from another run beside the listed ones
     shard.write_bytes(data)
     (ds / "train" / "part-00009-of-00010.parquet").write_bytes(data)
     with pytest.raises(ValueError, match="part-00009-of-00010.parquet is not listed"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     (ds / "train" / "part-00009-of-00010.parquet").unlink()
     # still being written: no manifest yet
     os.rename(ds / "manifest.json", tmp_path / "manifest.json")
     with pytest.raises(ValueError, match="no manifest.json: it is still being written"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     os.rename(tmp_path / "manifest.json", ds / "manifest.json")
     assert cli_main(train) == 0
     # a split folder is verified against the manifest of the dataset around it
-    assert dataset.verify(str(ds / "train")) == {"shards": 4, "documents": N_POSTS}
+    assert manifest.verify(str(ds / "train")) == {"shards": 4, "documents": N_POSTS}
 
 
 # ----------------------------------------------------------------------------- infer raw text
@@ -338,7 +340,7 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
     assert cli_main(["train", "--shards", str(ds), "--output", str(model), "--topics", "4",
                      "--algorithm", "online-vb", "--minibatch", "50", "--passes", "1", "--seed", "2",
                      "--no-progress"]) == 0
-    tok = dataset.read_tokenizer(str(model))
+    tok = manifest.read_tokenizer(str(model))
     assert tok["text_field"] == "title,body" and tok["lowercase"] is False
     new_csv = tmp_path / "new.csv"
     _write_csv(new_csv, new_posts + [("nothing-known", "g", "", "qqzzxx wwvvyy")])

@@ -36,8 +36,9 @@ import numpy as np
 from lda_core.errors import InputError, UsageError
 from lda_core.evaluation import metrics as evaluation
 from lda_core.training.heldout import evaluate, HeldOut
-from pipelines.ingest import dataset
+from pipelines.ingest import dataset, manifest
 from pipelines.ingest.doc_sample import sample_documents
+from pipelines.runtime import paths
 from pipelines.runtime.model_dir import load_model
 from pipelines.training.shard_stream import read_docs
 
@@ -76,8 +77,8 @@ def add_arguments(p) -> None:
 
 
 def _is_dataset(path: str) -> bool:
-    return dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)) or \
-        dataset.exists(dataset.join(path, dataset.TRAIN_SPLIT))
+    return paths.exists(paths.join(path, dataset.MANIFEST_FILE)) or \
+        paths.exists(paths.join(path, dataset.TRAIN_SPLIT))
 
 
 def run(args, beam_argv) -> int:
@@ -92,15 +93,15 @@ def run(args, beam_argv) -> int:
     algo, state, vocab = load_model(args.model)
     split = args.split or dataset.HELDOUT_SPLIT
     unverified = getattr(args, "unverified", False)
-    files = dataset.open_shards(args.shards, split, unverified=unverified).files
+    files = manifest.open_shards(args.shards, split, unverified=unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     train_files = None
     if args.train_shards not in (None, "none"):
-        train_files = dataset.open_shards(args.train_shards, unverified=unverified,
+        train_files = manifest.open_shards(args.train_shards, unverified=unverified,
                                           option="--train-shards").files
     elif args.train_shards is None and _is_dataset(args.shards):
         try:
-            train_files = dataset.open_shards(args.shards, dataset.TRAIN_SPLIT,
+            train_files = manifest.open_shards(args.shards, dataset.TRAIN_SPLIT,
                                               unverified=unverified).files
         except FileNotFoundError:
             train_files = None

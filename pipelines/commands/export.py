@@ -24,8 +24,10 @@ import numpy as np
 from lda_core.errors import OutputError, UsageError
 from lda_core.storage.npy import write_npy_atomic
 from lda_core.storage.output_paths import check_disjoint
-from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
+from pipelines.runtime import paths
 from pipelines.runtime.model_dir import load_model, training_shards
 
 logger = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def run(args, beam_argv) -> int:
         raise UsageError("--output PATH is required")
     # an export never replaces nor lands inside the model or the documents it reads
     if args.model:
-        check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model),
+        check_disjoint(args.output, [args.model, paths.model_dir_of(args.model),
                                      args.shards])
     if args.format in ("gensim", "pyldavis"):
         return _run_other(args)
@@ -94,16 +96,16 @@ def _run_other(args) -> int:
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
-    model_dir = dataset.model_dir_of(args.model)
+    model_dir = paths.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir)
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
-    files = dataset.open_shards(shards, unverified=args.unverified).files
+    files = manifest.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
-                                  info={"model": dataset.absolute(args.model),
+                                  info={"model": paths.absolute(args.model),
                                         "algorithm": state.algorithm, "step": state.step,
                                         "shards": shards})
     print("wrote %s: pyLDAvis prepared data for %d documents (%s)%s"
@@ -116,7 +118,7 @@ def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
     file's df/cf with the document count of its dataset's manifest, or, when the manifest does
     not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    shards = args.shards or training_shards(dataset.model_dir_of(args.model))
+    shards = args.shards or training_shards(paths.model_dir_of(args.model))
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "
@@ -124,11 +126,11 @@ def _dictionary_counts(args, vocab, state):
     n = exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
-    files = dataset.open_shards(shards, unverified=args.unverified).files
-    if dataset.exists(dataset.join(shards, dataset.HELDOUT_SPLIT)):
-        files = files + dataset.open_shards(shards, dataset.HELDOUT_SPLIT,
+    files = manifest.open_shards(shards, unverified=args.unverified).files
+    if paths.exists(paths.join(shards, dataset.HELDOUT_SPLIT)):
+        files = files + manifest.open_shards(shards, dataset.HELDOUT_SPLIT,
                                             unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
-    return (dataset.Vocabulary(vocab.tokens, df=df, cf=cf), n,
+    return (Vocabulary(vocab.tokens, df=df, cf=cf), n,
             "counted over the %d shard files of %s" % (len(files), shards))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from lda_core.errors import UsageError
 from lda_core.storage.output_paths import check_disjoint
-from pipelines.ingest import dataset
 from pipelines.reports.report import write_report
+from pipelines.runtime import paths
 
 
 def add_arguments(p) -> None:
@@ -44,7 +44,7 @@ def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output HTML is required")
     # the page never replaces nor lands inside the model, the documents or the template
-    check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model), args.shards,
+    check_disjoint(args.output, [args.model, paths.model_dir_of(args.model), args.shards,
                                  args.template])
     for name in ("max_docs", "top"):
         if getattr(args, name) < 1:
@@ -61,6 +61,6 @@ def run(args, beam_argv) -> int:
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,
                         template=args.template, unverified=args.unverified)
     print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
-          % (dataset.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
+          % (paths.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
              len(data["evolution"]["checkpoints"])))
     return 0

@@ -16,9 +16,9 @@ import sys
 
 from lda_core.errors import UsageError
 from lda_core.evaluation.topic_quality import top_words
-from pipelines.ingest.dataset import write_bytes_atomic
 from pipelines.reports.report import model_dir_of, read_labels, write_labels
 from pipelines.runtime.model_dir import load_model
+from pipelines.runtime.paths import write_atomic as write_bytes_atomic
 
 
 def add_arguments(p) -> None:

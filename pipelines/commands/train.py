@@ -34,8 +34,9 @@ from lda_core.errors import InputError, OutputError, UsageError
 from lda_core.faults import fault_point
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CHECKPOINTS, CheckpointStore
+from lda_core.storage.files import files_for
 from lda_core.storage.run_log import iter_run_log, RUN_LOG_FILE, RunLog
-from lda_core.storage.vocab_file import GROWN_PREFIX
+from lda_core.storage.vocab_file import GROWN_PREFIX, Vocabulary
 from lda_core.training import pieces as pieces_mod
 from lda_core.training.kernel_warmup import warm_kernels
 from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, default_eval_every, PassStop
@@ -46,7 +47,8 @@ from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCor
 from pipelines.commands import train_options
 from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.commands.train_update import run_update
-from pipelines.ingest import dataset
+from pipelines.ingest import dataset, manifest
+from pipelines.runtime import paths
 from pipelines.runtime.beam_options import runner_config
 from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_MAX_PASSES,
                                                   BEAM_WORKERS_MINIBATCH, build_algorithm,
@@ -77,12 +79,12 @@ def add_arguments(p) -> None:
 def resolve_heldout(shards: str, heldout: str, unverified: bool = False
                     ) -> Optional[List[str]]:
     """Shard files of the held-out set named by ``--heldout`` (None for no evaluation),
-    verified against their dataset's manifest (:func:`pipelines.ingest.dataset.open_shards`)."""
+    verified against their dataset's manifest (:func:`pipelines.ingest.manifest.open_shards`)."""
     if heldout in (None, "", "none"):
         return None
-    is_dataset = dataset.exists(dataset.join(shards, dataset.MANIFEST_FILE)) or \
-        dataset.exists(dataset.join(shards, dataset.TRAIN_SPLIT))
-    opened = lambda path, split, option: dataset.open_shards(
+    is_dataset = paths.exists(paths.join(shards, dataset.MANIFEST_FILE)) or \
+        paths.exists(paths.join(shards, dataset.TRAIN_SPLIT))
+    opened = lambda path, split, option: manifest.open_shards(
         path, split, unverified=unverified, option=option).files
     if heldout == "auto":
         if not is_dataset:
@@ -91,7 +93,7 @@ def resolve_heldout(shards: str, heldout: str, unverified: bool = False
             return opened(shards, dataset.HELDOUT_SPLIT, "--shards")
         except FileNotFoundError:
             return None
-    if is_dataset and "/" not in heldout and not dataset.exists(heldout):
+    if is_dataset and "/" not in heldout and not paths.exists(heldout):
         return opened(shards, heldout, "--shards")
     return opened(heldout, dataset.HELDOUT_SPLIT, "--heldout")
 
@@ -106,7 +108,7 @@ def _capability(name: str, what: str) -> bool:
 
 def _remove_model(model_dir: str) -> None:
     """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
-    files = dataset.files_for(model_dir)      # local, or Beam FileSystems for a URL
+    files = files_for(model_dir)      # local, or Beam FileSystems for a URL
     if not files.isdir(model_dir):
         return
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
@@ -122,11 +124,11 @@ def _clear_leftovers(model_dir: str, vocab) -> None:
     and the run log of an earlier run that never checkpointed are leftovers that would make
     ``topics`` / ``infer`` read the wrong words or runs; both are replaced (a warning names
     them)."""
-    files = dataset.files_for(model_dir)
+    files = files_for(model_dir)
     old_vocab = files.join(model_dir, dataset.VOCAB_FILE)
     if files.exists(old_vocab):
         try:
-            same = dataset.Vocabulary.read(old_vocab).hash == vocab.hash
+            same = Vocabulary.read(old_vocab).hash == vocab.hash
         except (ValueError, OSError, UnicodeDecodeError):
             same = False
         if not same:
@@ -252,11 +254,11 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
         _remove_model(args.output)
     elif not args.resume:
         _clear_leftovers(args.output, vocab)
-    dataset.make_dirs(args.output)
-    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
-    if not dataset.exists(dst_vocab):
-        dataset.files_for(dst_vocab).write_atomic(
-            dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
+    paths.make_dirs(args.output)
+    dst_vocab = paths.join(args.output, dataset.VOCAB_FILE)
+    if not paths.exists(dst_vocab):
+        files_for(dst_vocab).write_atomic(
+            dst_vocab, files_for(vocab_path).read_bytes(vocab_path))
 
 
 def run(args, beam_argv) -> int:
@@ -298,7 +300,7 @@ def run(args, beam_argv) -> int:
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
-    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed,
+    run_info = dict(shards=paths.absolute(args.shards), minibatch=minibatch, seed=seed,
                     passes=passes, n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:
@@ -331,7 +333,7 @@ def run(args, beam_argv) -> int:
     if pass_stop is not None:
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
-    dataset.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
+    manifest.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
     if inprocess and not sequential and not whole_corpus:
@@ -373,15 +375,15 @@ def run(args, beam_argv) -> int:
 
 
 def _resolve_data(args):
-    """The shards (a verified :class:`pipelines.ingest.dataset.ShardSet`), their vocabulary
+    """The shards (a verified :class:`pipelines.ingest.manifest.ShardSet`), their vocabulary
     hash, and the vocabulary that matches it; every shard is checked against its dataset's
     manifest first (names, rows, sha256), once per run."""
-    shard_set = dataset.open_shards(args.shards,
+    shard_set = manifest.open_shards(args.shards,
                                     unverified=getattr(args, "unverified", False))
     files = shard_set.files
     shard_hash = dataset.check_vocab_hash(files, None)
     vocab_path = dataset.find_vocab(args.shards, args.vocab)
-    vocab = dataset.Vocabulary.read(vocab_path)
+    vocab = Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
@@ -529,8 +531,8 @@ def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
 def _run_log_ended(output: str) -> bool:
     """Whether the model's run log ends with a run's ``end`` record (a run killed after its
     last checkpoint has none; a model with no run log counts as ended)."""
-    path = dataset.join(output, RUN_LOG_FILE)
-    if not dataset.exists(path):
+    path = paths.join(output, RUN_LOG_FILE)
+    if not paths.exists(path):
         return True
     last = None
     for last in iter_run_log(path, damaged=[]):
@@ -542,8 +544,8 @@ def _open_run_log(output: str, detach: bool):
     """The run log of MODEL_DIR; with --detach the window's job appends the records, so the
     launcher neither opens nor reads the log (only its path)."""
     if detach:
-        return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
-    return RunLog(dataset.join(output, RUN_LOG_FILE))
+        return _RunLogPath(paths.join(output, RUN_LOG_FILE))
+    return RunLog(paths.join(output, RUN_LOG_FILE))
 
 
 def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):

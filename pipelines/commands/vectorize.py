@@ -12,7 +12,8 @@ import os
 
 from lda_core.errors import InputError, UsageError
 from pipelines.cli import main as cli_main
-from pipelines.ingest import dataset
+from pipelines.ingest import dataset, manifest as dataset_manifest
+from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
 from pipelines.training import detached
 
@@ -261,12 +262,12 @@ def _run_detached(opts, beam_argv) -> int:
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
     LAST_SUBMITTED = result
-    manifest = dataset.join(opts.output, dataset.MANIFEST_FILE)
+    manifest = paths.join(opts.output, dataset.MANIFEST_FILE)
     if detached.job_runs_here(runner, beam_argv):
         result.wait_until_finish()
         print("--detach: the %s runs the job in this process, so it was waited for "
               "(%s)" % (runner, detached.describe(result, runner)))
-        print(summary(dataset.read_manifest(opts.output), opts.output))
+        print(summary(dataset_manifest.read_manifest(opts.output), opts.output))
         return 0
     print("submitted: %s" % detached.describe(result, runner))
     print("the dataset is written to %s; %s appears when the job has finished (check the "

@@ -39,7 +39,9 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
 from lda_core.storage import output_paths
 from lda_core.storage.npy import write_npy_atomic
-from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import dataset, manifest as dataset_manifest
+from pipelines.runtime import paths
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +177,10 @@ def token(i: int, width: int) -> str:
     return "w" + "".join(reversed(out))
 
 
-def vocabulary(spec: SyntheticSpec) -> dataset.Vocabulary:
+def vocabulary(spec: SyntheticSpec) -> Vocabulary:
     """Tokens ``w`` + fixed-width base-26 letters, in id order (sorted like the ids)."""
     width = max(3, int(math.ceil(math.log(spec.n_words, 26))))
-    return dataset.Vocabulary([token(i, width) for i in range(spec.n_words)])
+    return Vocabulary([token(i, width) for i in range(spec.n_words)])
 
 
 def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOCS_PER_SHARD,
@@ -242,7 +244,7 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
     vocab.write(os.path.join(output, dataset.VOCAB_FILE))
     write_npy_atomic(os.path.join(output, PLANTED_TOPICS_FILE), beta)
     manifest = _manifest(spec, n_train, int(heldout_docs), tokens, splits, vh)
-    dataset.write_manifest(output, manifest)
+    dataset_manifest.write_manifest(output, manifest)
     return manifest
 
 
@@ -257,7 +259,7 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     if not 0 <= int(heldout_docs) < spec.n_docs:
         raise UsageError("heldout_docs=%r is outside the allowed range [0, %d)"
                          % (heldout_docs, spec.n_docs))
-    dataset.require_local(output, "write_dataset writes local directories; write one here "
+    paths.require_local(output, "write_dataset writes local directories; write one here "
                                   "and copy it to the object store afterwards (gsutil -m cp -r)")
     # the rules of every dataset writer (lda_core.storage.output_paths), as vectorize
     output_paths.prepare_output(output, "dataset", "ldabeam synth", overwrite=overwrite)

@@ -44,10 +44,11 @@ from typing import Callable, List, Optional, Sequence
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError, UsageError
 from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
-from pipelines.ingest import dataset
-from pipelines.ingest.dataset import exists
+from pipelines.ingest import dataset, manifest
 from pipelines.ingest.input_files import open_binary
 from pipelines.ingest.phrases import PhraseTable
+from pipelines.runtime import paths
+from pipelines.runtime.paths import exists
 
 logger = logging.getLogger(__name__)
 
@@ -609,15 +610,15 @@ def model_settings(model_dir: str):
     """``(settings, where)`` of a model: ``MODEL_DIR/tokenizer.json`` (written by ``ldabeam
     train``), else the manifest of the dataset its run log names; ``(None, ...)`` when
     neither says."""
-    where = dataset.join(model_dir, dataset.TOKENIZER_FILE)
-    settings = dataset.read_tokenizer(model_dir)
+    where = paths.join(model_dir, manifest.TOKENIZER_FILE)
+    settings = manifest.read_tokenizer(model_dir)
     if settings is None:
-        log = dataset.join(model_dir, RUN_LOG_FILE)
-        if dataset.exists(log):
+        log = paths.join(model_dir, RUN_LOG_FILE)
+        if paths.exists(log):
             for rec in read_run_log(log, "start")[::-1]:
                 shards = (rec.get("run") or {}).get("shards")
                 if shards:
-                    settings = dataset.tokenizer_settings(shards)
+                    settings = manifest.tokenizer_settings(shards)
                     if settings is not None:
                         where = "the manifest of %s" % shards
                     break
@@ -646,7 +647,7 @@ class CountRows:
 
 
 def vocabulary_index(vocab):
-    """A vocabulary (tokens in id order, a :class:`~pipelines.ingest.dataset.Vocabulary` or an
+    """A vocabulary (tokens in id order, a :class:`~lda_core.storage.vocab_file.Vocabulary` or an
     Arrow string array) as the Arrow array :func:`vocab_pairs` looks tokens up in; build it
     once and pass it to :meth:`Preprocessor.count_rows` for many calls."""
     import pyarrow as pa
@@ -716,7 +717,7 @@ class Preprocessor:
         if isinstance(source, (str, bytes)) and not str(source).lstrip().startswith("{"):
             where = str(source)
             try:
-                with dataset.open_read(where) as f:
+                with paths.open_read(where) as f:
                     source = f.read()
             except OSError as e:
                 raise InputError("%s cannot be read (%s)" % (where, e)) from e
@@ -735,7 +736,7 @@ class Preprocessor:
                        tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a model directory (or one of its checkpoint directories)
         records (:func:`model_settings`)."""
-        settings, where = model_settings(dataset.model_dir_of(model_dir))
+        settings, where = model_settings(paths.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
 
     @classmethod
@@ -743,13 +744,13 @@ class Preprocessor:
                      tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a dataset's manifest records (``path``: the dataset directory
         or one of its split folders)."""
-        return cls.from_settings(dataset.tokenizer_settings(path), tokenizer=tokenizer,
+        return cls.from_settings(manifest.tokenizer_settings(path), tokenizer=tokenizer,
                                  where="the manifest of %s" % path)
 
     @classmethod
     def from_path(cls, path: str, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """A dataset (it has a manifest) or else a model directory / checkpoint."""
-        if dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)):
+        if paths.exists(paths.join(path, dataset.MANIFEST_FILE)):
             return cls.from_dataset(path, tokenizer=tokenizer)
         return cls.from_model_dir(path, tokenizer=tokenizer)
 
@@ -767,7 +768,7 @@ class Preprocessor:
 
     def count_rows(self, texts: Sequence, vocab) -> CountRows:
         """Bags of words of ``texts`` in a vocabulary's ids (tokens in id order, a
-        :class:`~pipelines.ingest.dataset.Vocabulary` or :func:`vocabulary_index`), one row
+        :class:`~lda_core.storage.vocab_file.Vocabulary` or :func:`vocabulary_index`), one row
         per text; unknown tokens are dropped and counted. An element that is a list (or
         tuple) of strings is taken as tokens already made: counted as they are, with no
         phrases joined and no stop words removed."""

@@ -44,8 +44,9 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from lda_core.errors import InputError, UsageError
 from lda_core.storage import output_paths
-from pipelines.ingest import (bigquery_source, bow_sources, dataset, input_files, text_sources,
-                              wiki_source)
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import (bigquery_source, bow_sources, dataset, input_files,
+                              manifest as dataset_manifest, splits, text_sources, wiki_source)
 from pipelines.ingest.phrases import check_settings, learn_phrases
 from pipelines.ingest.tokenize import (doc_tokens, load_stopwords, Preprocessor, tokenizer_record,
                                        TokenizerConfig, TOKENS_FROM_BOW)
@@ -313,7 +314,7 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
         stats_parts.append(st)
         dead_parts.append(dead)
         if opts.vocab:
-            fixed = dataset.Vocabulary.read(opts.vocab)
+            fixed = Vocabulary.read(opts.vocab)
             vocab_record = p | "FixedVocab" >> beam.Create(
                 [{"tokens": fixed.tokens, "df": fixed.df.tolist(), "cf": fixed.cf.tolist(),
                   "num_docs": None}])
@@ -438,7 +439,7 @@ def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict
         for doc in docs:
             if doc is None or isinstance(doc, input_files.DeadLetter):
                 continue
-            if holdout_fraction and dataset.split_of(doc.doc_id, holdout_fraction, seed) != "train":
+            if holdout_fraction and splits.split_of(doc.doc_id, holdout_fraction, seed) != "train":
                 continue
             if sample < 1.0:
                 h = hashlib.blake2b(("phrases:%d:%s" % (seed, doc.doc_id)).encode("utf-8"),
@@ -490,7 +491,7 @@ def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     opts.validate()
     inputs = resolve_inputs(opts)
     if opts.vocab and inputs[0][1] not in BOW_FORMATS:
-        dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
+        Vocabulary.read(opts.vocab)  # fail now if missing / malformed
     _prepare_output(opts)
     logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
                 ", ".join(sorted({f for _, f in inputs})), opts.output)
@@ -502,7 +503,7 @@ def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
     inputs = _checked_inputs(opts)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, inputs)
-    return dataset.read_manifest(opts.output)
+    return dataset_manifest.read_manifest(opts.output)
 
 
 def submit(opts: VectorizeOptions, beam_argv: Sequence[str] = ()):

@@ -17,7 +17,8 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.ingest import dataset, input_files, text_sources as ts, wiki_source
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import input_files, text_sources as ts, wiki_source
 from pipelines.ingest.input_files import is_archive_name
 from pipelines.ingest.tokenize import (BatchCounts, count_batch, has_cjk, TokenizerConfig,
                                        vocab_pairs, vocabulary_index)
@@ -302,7 +303,7 @@ class _TokenizeFn(CountingDoFn):
 
     def setup(self):
         if self._fixed_vocab:
-            self._index = vocabulary_lookup(dataset.Vocabulary.read(self._fixed_vocab).tokens)
+            self._index = vocabulary_lookup(Vocabulary.read(self._fixed_vocab).tokens)
 
     def start_bundle(self):
         super().start_bundle()

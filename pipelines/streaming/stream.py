@@ -58,12 +58,14 @@ from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from lda_core.errors import InputError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.vocab_file import Vocabulary
 from lda_core.training.session import is_sequential, Session
 from lda_core.training.spec import Output
 from pipelines.ingest import dataset
-from pipelines.ingest.dataset import join, write_bytes_atomic
 from pipelines.ingest.tokenize import TokenizerConfig
+from pipelines.runtime import paths
 from pipelines.runtime.model_dir import open_model
+from pipelines.runtime.paths import join, write_atomic as write_bytes_atomic
 from pipelines.streaming.stream_parse import dead_letter, parse_document, ParseConfig
 from pipelines.streaming.stream_step import (applied_record, ApplyGlobalStepFn, EStepLatestFn,
                                              latest_step, ORDERS)
@@ -86,7 +88,7 @@ class ParseDocumentsFn(beam.DoFn):
         self.oov = Metrics.counter(NS, "stream_oov_tokens_dropped")
 
     def setup(self):
-        vocab = dataset.Vocabulary.read(self.cfg.vocab_path)
+        vocab = Vocabulary.read(self.cfg.vocab_path)
         if len(vocab) != self.cfg.n_words:
             raise InputError("vocabulary %s has %d words, the model %d"
                              % (self.cfg.vocab_path, len(vocab), self.cfg.n_words))
@@ -262,7 +264,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
     store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
-    model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
+    model_vocab = paths.join(model_dir, dataset.VOCAB_FILE)
     if store.latest_checkpoint() is not None:
         m = open_model(model_dir)
         if topics is not None and topics != m.state.n_topics:
@@ -274,7 +276,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if topics is None or vocab_path is None:
         raise UsageError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
-    vocab = dataset.Vocabulary.read(vocab_path)
+    vocab = Vocabulary.read(vocab_path)
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
@@ -282,10 +284,10 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
         raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
-    dataset.make_dirs(model_dir)
-    if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
-        with dataset.open_read(vocab_path) as f:
-            dataset.write_bytes_atomic(model_vocab, f.read())
+    paths.make_dirs(model_dir)
+    if not paths.exists(model_vocab):       # a local folder or an object store (atomic)
+        with paths.open_read(vocab_path) as f:
+            paths.write_atomic(model_vocab, f.read())
     Session(output=Output(checkpoint_store=store, progress=False)).publish(
         algo, position=0, info={"stream": dict(initial=True)})
     return algo, model_vocab
@@ -329,7 +331,7 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     for _ in range(max_polls):
         now = clock()
         done = t_stop is not None and now >= t_stop
-        for path, size in dataset.match_sizes(pattern):
+        for path, size in paths.match_sizes(pattern):
             start = offsets.get(path, 0)
             if size == start:             # nothing new: the file is not opened
                 continue
@@ -394,7 +396,7 @@ def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],
     """The non-empty lines of ``path`` after byte ``offset``: ``(new offset, lines)``, or None
     if there is nothing new. A last line without a newline is taken only when the file has not
     grown since the previous poll (or ``take_partial``)."""
-    with dataset.open_read(path) as f:
+    with paths.open_read(path) as f:
         if offset:
             f.seek(offset)
         data = f.read()

@@ -24,8 +24,7 @@ from lda_core.storage.checkpoint import CheckpointStore, RACE_RETRIES
 from lda_core.storage.state import StateFormatError, TopicState
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Output
-from pipelines.ingest import dataset
-from pipelines.runtime import process_cache
+from pipelines.runtime import paths, process_cache
 from pipelines.streaming.stream_parse import docs_to_batch, files_read
 from pipelines.training.beam_stats import decode_stats, encode_stats
 
@@ -49,7 +48,7 @@ def _held(model_dir: str, step: int) -> process_cache.Held:
         st = TopicState.load(path)
         return process_cache.Held(algorithm_class(st.algorithm).from_state(st), st.info)
 
-    return process_cache.acquire("%s@%d" % (dataset.absolute(model_dir), step), load)
+    return process_cache.acquire("%s@%d" % (paths.absolute(model_dir), step), load)
 
 
 def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
