@@ -11,7 +11,7 @@
   one SDK harness per core, use 1 thread. Results do not depend on the thread count or the
   chunking (bit for bit): the statistics are summed word by word in a fixed order.
 * Idle threads: numba's default OpenMP layer (GNU libgomp) spin-waits between parallel
-  regions, which on a busy machine showed up as ~30% more process CPU time for the same E-step.
+  regions, which costs process CPU time on a machine whose cores are busy with other work.
   The kernel modules call :func:`prefer_passive_wait` when they are imported: it sets
   ``OMP_WAIT_POLICY=PASSIVE`` unless the environment already sets it; it only takes effect if
   libgomp was not loaded before (set it in the environment to be sure, or use

@@ -464,7 +464,7 @@ def _resolve_order(args, beam_argv, state, prev: Dict[str, Any]):
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
     if minibatch is None and algorithm != "online-vb" and _beam_workers(args, beam_argv):
         logger.warning("--minibatch not given: %d, %s's own; on a Beam runner with worker "
-                       "processes every step costs ~0.2-0.5 s of scheduling "
+                       "processes every step pays the runner's scheduling of a stage "
                        "(docs/beam-training.md): give a larger --minibatch, or --algorithm "
                        "online-vb (S = %d there)", default_minibatch(algorithm), algorithm,
                        BEAM_WORKERS_MINIBATCH)

@@ -16,7 +16,7 @@ document depends only on (seed, its index, the spec), never on how many shards a
 which worker generates which chunk, and any chunk can be generated alone.
 
 Cost: one ``searchsorted`` per topic over the chunk's tokens plus one sort of the chunk's
-(document, word) keys -- about 1 s per million tokens here; memory is bounded by one chunk
+(document, word) keys (``benchmarks/scale_bench.py`` measures it); memory is bounded by one chunk
 (a few MB) plus one shard's table while it is written.
 
 Output (:func:`write_dataset`) is an ordinary dataset directory (``pipelines.ingest.dataset``):
