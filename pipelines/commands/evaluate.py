@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from lda_core.errors import InputError, UsageError
-from lda_core.evaluation import metrics as evaluation
+from lda_core.evaluation import metrics as evaluation, topic_quality
 from lda_core.training.heldout import evaluate, HeldOut
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.doc_sample import sample_documents
@@ -125,12 +125,12 @@ def run(args, beam_argv) -> int:
     if train_files is not None:
         ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs,
                         n_words=state.n_words)
-        coh = evaluation.umass_coherence(phi, ref, topn=args.top)
+        coh = topic_quality.umass_coherence(phi, ref, topn=args.top)
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
         health = sample_documents(train_files, state.vocab_hash, seed=args.seed)
-        out.update(evaluation.health_scalars(phi, health, seed=args.seed))
+        out.update(topic_quality.health_scalars(phi, health, seed=args.seed))
         out["health_docs"] = int(health.n_docs)
     if args.left_to_right_docs:
         l2r = evaluation.left_to_right(phi, heldout.docs, particles=args.particles,
@@ -144,11 +144,11 @@ def run(args, beam_argv) -> int:
         keep = [i for i, l in enumerate(labels) if l is not None]
         theta = algo.infer(heldout.docs)
         pred = np.asarray(theta).argmax(axis=1)[keep]
-        out["nmi"] = float(evaluation.normalized_mutual_information(
+        out["nmi"] = float(topic_quality.normalized_mutual_information(
             [labels[i] for i in keep], pred.tolist()))
         out["nmi_docs"] = len(keep)
     if vocab is not None:
-        tops = evaluation.top_words(phi, vocab.tokens, n=min(args.top, 10))
+        tops = topic_quality.top_words(phi, vocab.tokens, n=min(args.top, 10))
         out["top_words_first5"] = [" ".join(str(w) for w, _ in t) for t in tops[:5]]
     out["eval_seconds"] = time.time() - t0
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
