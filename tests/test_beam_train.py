@@ -57,16 +57,18 @@ def read_kos(docword_gz: str, vocab_txt: str, max_docs: int):
 def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
     """A dataset directory (vocab.tsv, manifest.json, train/*.parquet) like vectorize's."""
     from pipelines.ingest import dataset
-    voc = dataset.Vocabulary(tokens)
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
+    voc = Vocabulary(tokens)
     h = voc.hash
     os.makedirs(os.path.join(out, "train"), exist_ok=True)
     voc.write(os.path.join(out, dataset.VOCAB_FILE))
     for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), n_shards)):
         dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
                             dataset.docbatch_to_table(batch.take(ix)), h)
-    dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
+    manifest.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
                                  "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
-                                 "splits": dataset.shard_listing(out)})
+                                 "splits": manifest.shard_listing(out)})
     return h
 
 
@@ -79,9 +81,11 @@ def make_kos_dataset(kos_paths, out: str, n_docs: int, n_shards: int = 3) -> str
 def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
     from lda_core.algorithms.online_vb import OnlineVB
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     D = dataset.count_documents(files)
     algo = OnlineVB(K, V, batch_size=S, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
                     tau0=16.0)
@@ -212,6 +216,8 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
 
 def test_plan_steps_matches_shard_stream_order(kos_small):
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.beam_plan import plan_steps, read_task
     from pipelines.training.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
@@ -348,6 +354,8 @@ def _check_one(got, expected):
 def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
     from pipelines.training import beam_train
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     algo, files = new_vb(kos_small)
     with pytest.raises(FileNotFoundError, match="empty shard set"):
         beam_train.train(algo, [], str(tmp_path / "m1"), beam_argv=["--runner=DirectRunner"])

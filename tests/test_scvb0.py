@@ -278,11 +278,12 @@ def run_both_trainers(name, kos_paths, tmp_path, **kw):
     from lda_core.training.trainer import train
     from pipelines.training import beam_train
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.shard_stream import ShardStream
     ds = make_kos_dataset(kos_paths, str(tmp_path / "ds"), 400)
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(ds))
+    V = len(Vocabulary.read(ds))
 
     def make():
         return algorithm_class(name)(8, V, batch_size=50, seed=1, vocab_hash=vh, **kw)

@@ -40,19 +40,19 @@ from typing import Any, ClassVar, Dict, Optional
 import numba
 import numpy as np
 
-from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite, read_arrays
-from lda_core.docbatch import DocBatch
+from lda_core.algorithms.algorithm import nonfinite, read_arrays, StochasticAlgorithm
 from lda_core.algorithms.estep_vb import local_ids
+from lda_core.algorithms.params import check_number, Param, ParamSpec
 from lda_core.algorithms.scvb0_kernel import (chunk_bounds, doc_seeds, lazy_add_rows, lazy_tile,
                                              scvb0_estep)
-from lda_core.algorithms.params import Param, ParamSpec, check_number
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
-from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
-                                             StepPlan, block_bounds, blocks_of,
-                                             check_rows, in_row_order, in_word_order, joined_rows,
-                                             rows_of_words,
-                                             combine_partials, dead_topic_splits, split_rows)
+from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPartial, blocks_of,
+                                             check_rows, combine_partials, dead_topic_splits,
+                                             in_row_order, in_word_order, joined_rows, MAX_BLOCKS,
+                                             rows_of_words, split_rows, Splits, StepPlan)
+from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
+from lda_core.storage.state import TopicState
 
 logger = logging.getLogger(__name__)
 
@@ -594,7 +594,6 @@ class SCVB0(StochasticAlgorithm):
         return theta
 
     def to_state(self, copy: bool = True):
-        from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
                           # in word order whatever the word blocks

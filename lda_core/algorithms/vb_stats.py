@@ -35,8 +35,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
-from lda_core.algorithms.algorithm import (SuffStats, array_layout, pack_arrays, raw_bytes,
-                                           read_arrays, read_full, unpack_arrays, write_arrays)
+from lda_core.algorithms.algorithm import (array_layout, pack_arrays, raw_bytes, read_arrays,
+                                           read_full, SuffStats, unpack_arrays, write_arrays)
+from lda_core.algorithms.word_blocks import block_bounds, blocks_of
 
 DENSE_FRACTION = 0.5
 
@@ -127,7 +128,6 @@ class VBStats(SuffStats):
         block's rows (its ``span``) and, in every one, the whole statistics' counters, score,
         Σ E[log θ] and step (γ, per document, in none). Merging the pieces' block statistics
         in piece order gives each row the bits of the whole minibatch's merge."""
-        from lda_core.algorithms.word_blocks import block_bounds, blocks_of
         if self.span is not None:
             raise ValueError("statistics of the word block %s cannot be split again"
                              % (self.span,))

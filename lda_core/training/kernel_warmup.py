@@ -16,6 +16,9 @@ from typing import Callable, Optional
 import numpy as np
 from numba.core import event as _event
 
+from lda_core.docbatch import DocBatch
+from lda_core.training.heldout import evaluate as run_evaluation, HeldOut
+
 logger = logging.getLogger(__name__)
 
 MESSAGE = "compiling the numba kernels once (cached for later runs)..."
@@ -39,7 +42,6 @@ class _CompileWatch(_event.Listener):
 
 def tiny_corpus(n_docs: int = 200, n_words: int = 50, seed: int = 0):
     """A seeded random corpus of ``n_docs`` short documents over ``n_words`` words."""
-    from lda_core.docbatch import DocBatch
     rng = np.random.RandomState(seed)
     rows = []
     for _ in range(n_docs):
@@ -73,8 +75,6 @@ def warm_kernels(make_algorithm: Callable[[int, int], object], evaluate: bool = 
                 first.reserve_rows(second.row_ids())
             algo.global_step(first.merge(second))
         if evaluate:
-            from lda_core.training.trainer import HeldOut
-            from lda_core.training.trainer import evaluate as run_evaluation
             held = HeldOut.from_batch(docs.take(np.arange(100)))
             held.health = docs
             run_evaluation(algo, held)
