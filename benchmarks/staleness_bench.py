@@ -77,6 +77,9 @@ WIKI_SAMPLE = os.path.join(common.REPO, "data", "enwiki-sample-sections.jsonl.bz
 # make demo's vectorisation of the sample (Makefile), without its held-out fraction
 WIKI_VECTORIZE = ["--format", "jsonl", "--title-field", "title", "--no-below", 3,
                   "--no-above", 0.2, "--stopwords", "gensim", "--min-token-len", 3]
+# the first steps run unpipelined in the variant that keeps s = 1 within the bound (docs/
+# training.md, "Pipelined steps (staleness)")
+SYNC_STEPS = 32
 EXTRAS = ("dead_topics", "effective_topics", "npmi", "topic_diversity")
 
 
@@ -139,9 +142,10 @@ def training_shards(data: dict) -> list:
 def minibatches(a, algorithm: str, n_docs: int) -> list:
     """(label, S): the algorithm's default, then each ``--large`` S that makes at least
     ``--min-steps-per-pass`` steps a pass over ``n_docs`` documents."""
-    out = [("default", default_minibatch(algorithm))]
-    for S in a.large:
-        if S == out[0][1]:
+    default = default_minibatch(algorithm)
+    out = [("default", default)] if "default" in a.kinds else []
+    for S in (a.large if "large" in a.kinds else ()):
+        if S == default:
             continue
         if n_docs / S >= a.min_steps_per_pass:
             out.append(("large", S))
@@ -153,11 +157,13 @@ def minibatches(a, algorithm: str, n_docs: int) -> list:
 
 
 class Run:
-    """One training run (algorithm, S, s, seed) advanced a pass at a time, with the
-    ``--passes auto`` rule fed the harness's held-out score after every pass."""
+    """One training run (algorithm, S, s, W, seed) advanced a pass at a time, with the
+    ``--passes auto`` rule fed the harness's held-out score after every pass. ``W``
+    (``sync``): the first W steps run with s = 0, the rest with s (from step W the pipeline
+    starts afresh: minibatches W .. W + s − 1 read the state after W steps)."""
 
-    def __init__(self, a, files, data, algorithm, K, S, s, seed):
-        self.s, self.data = s, data
+    def __init__(self, a, files, data, algorithm, K, S, s, seed, sync=0):
+        self.s, self.sync, self.data = s, (sync if s else 0), data
         self.stream = ShardStream(files, batch_size=S, seed=seed, passes=a.max_passes)
         self.alg = build_algorithm(algorithm, K, len(data["vocab"]), settings={},
                                    batch_size=S, corpus_size=self.stream.n_docs, seed=seed,
@@ -173,13 +179,17 @@ class Run:
 
     def one_pass(self, bench) -> None:
         p = len(self.scores) + 1
+        end = p * self.stream.batches_per_pass
         t0, c0 = time.perf_counter(), time.process_time()
-        res = train(self.alg, self.stream, progress=False,
-                    max_steps=p * self.stream.batches_per_pass,
-                    run_info={staleness.RUN_KEY: self.s})
+        if self.alg.step < self.sync:
+            train(self.alg, self.stream, progress=False, max_steps=min(self.sync, end),
+                  run_info={staleness.RUN_KEY: 0})
+        if self.alg.step < end:
+            train(self.alg, self.stream, progress=False, max_steps=end,
+                  run_info={staleness.RUN_KEY: self.s})
         self.train_s += time.perf_counter() - t0
         self.train_cpu_s += time.process_time() - c0
-        assert res.step == p * self.stream.batches_per_pass, (res.step, p)
+        assert self.alg.step == end, (self.alg.step, end)
         phi = self.alg.topic_word()
         ll, _ = bench.heldout_completion(phi, self.data["Xa"], self.data["Xb"])
         self.scores.append(float(ll))
@@ -206,18 +216,24 @@ def judge_extras(bench, data, phi, ll) -> dict:
     return rec
 
 
+def variants(a) -> list:
+    """(s, W) of the runs of one seed: s = 0, then every other s with every ``--sync-steps``
+    W."""
+    return [(0, 0)] + [(s, w) for s in a.staleness if s for w in a.sync_steps]
+
+
 def run_config(a, bench, corpus, data, files, algorithm, label, S, seed) -> list:
-    """s = 0 and s = 1 (``a.staleness``) for one seed, a pass at a time in lockstep until
-    the rule has stopped every run; one record per run."""
+    """The :func:`variants` for one seed, a pass at a time in lockstep until the rule has
+    stopped every run; one record per run."""
     K = a.K or TOPICS[corpus]
-    runs = [Run(a, files, data, algorithm, K, S, s, seed) for s in a.staleness]
+    runs = [Run(a, files, data, algorithm, K, S, s, seed, w) for s, w in variants(a)]
     while not all(r.stopped for r in runs):
         for r in runs:
             r.one_pass(bench)
     recs = []
     for r in runs:
         rec = {"corpus": corpus, "algorithm": algorithm, "minibatch": label, "S": S,
-               "K": K, "seed": seed, "staleness": r.s,
+               "K": K, "seed": seed, "staleness": r.s, "sync_steps": r.sync,
                "steps_per_pass": r.stream.batches_per_pass, "ll_by_pass": r.scores,
                "stop_pass": r.stop, "train_s": r.train_s, "train_cpu_s": r.train_cpu_s,
                "pass1": r.first, "at_stop": r.final}
@@ -240,14 +256,14 @@ def summarise(records, bound: float) -> list:
                   key=lambda k: (CORPORA.index(k[0]) if k[0] in CORPORA else 9, k[1], k[2]))
     for corpus, alg, S, label in keys:
         rs = [r for r in records if (r["corpus"], r["algorithm"], r["S"]) == (corpus, alg, S)]
-        by = {(r["seed"], r["staleness"]): r for r in rs}
-        for s in sorted({r["staleness"] for r in rs} - {0}):
-            seeds = sorted(sd for (sd, st) in by if st == s and (sd, 0) in by)
+        by = {(r["seed"], r["staleness"], r.get("sync_steps", 0)): r for r in rs}
+        for s, w in sorted({(st, w) for (_, st, w) in by if st}):
+            seeds = sorted(sd for (sd, st, ww) in by if (st, ww) == (s, w) and (sd, 0, 0) in by)
             if not seeds:
                 continue
-            pairs = [(by[(sd, 0)], by[(sd, s)]) for sd in seeds]
+            pairs = [(by[(sd, 0, 0)], by[(sd, s, w)]) for sd in seeds]
             row = {"corpus": corpus, "algorithm": alg, "minibatch": label, "S": S,
-                   "K": pairs[0][0]["K"], "staleness": s, "seeds": seeds,
+                   "K": pairs[0][0]["K"], "staleness": s, "sync_steps": w, "seeds": seeds,
                    "steps_per_pass": pairs[0][0]["steps_per_pass"]}
             # held-out LL/token: after pass 1, at each run's own stop, at the s=0 run's stop
             row["diff_pass1"] = _stats([b["ll_by_pass"][0] - z["ll_by_pass"][0]
@@ -273,33 +289,37 @@ def summarise(records, bound: float) -> list:
 
 
 def print_summary(rows, bound: float) -> None:
-    print("\nHeld-out LL/token difference s=1 − s=0 (paired by seed; mean ± sd over the seeds "
-          "[min, max]); bound: a loss of at most %.3g nats/token" % bound)
-    print("| corpus | algorithm | S (steps/pass) | seeds | after pass 1 | at --passes auto "
-          "stop | at equal passes | passes s=0 / s=1 | within |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\nHeld-out LL/token difference s − 0 (W: the first W steps with s = 0; paired by "
+          "seed; mean ± sd over the seeds [min, max]); bound: a loss of at most %.3g "
+          "nats/token" % bound)
+    print("| corpus | algorithm | S (steps/pass) | s, W | seeds | after pass 1 | at --passes "
+          "auto stop | at equal passes | passes s=0 / s | within |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     fmt = lambda d: "%+.4f ± %.4f [%+.4f, %+.4f]" % (d["mean"], d["sd"], d["min"], d["max"])
     for r in rows:
-        print("| %s | %s | %d (%d) | %d | %s | %s | %s | %.1f / %.1f | %s |" % (
-            r["corpus"], r["algorithm"], r["S"], r["steps_per_pass"], len(r["seeds"]),
+        print("| %s | %s | %d (%d) | %d, %d | %d | %s | %s | %s | %.1f / %.1f | %s |" % (
+            r["corpus"], r["algorithm"], r["S"], r["steps_per_pass"], r["staleness"],
+            r["sync_steps"], len(r["seeds"]),
             fmt(r["diff_pass1"]), fmt(r["diff_at_stop"]), fmt(r["diff_equal_passes"]),
             r["s0"]["stop_pass"], r["s1"]["stop_pass"], "yes" if r["within_bound"] else "NO"))
-    print("\nPer seed (s=1 − s=0: after pass 1 / at the stop / at equal passes)")
+    print("\nPer seed (s − 0: after pass 1 / at the stop / at equal passes)")
     for r in rows:
-        print("%s %s S=%d: %s" % (r["corpus"], r["algorithm"], r["S"], "; ".join(
+        print("%s %s S=%d s=%d W=%d: %s" % (
+            r["corpus"], r["algorithm"], r["S"], r["staleness"], r["sync_steps"], "; ".join(
             "seed %d: %+.4f / %+.4f / %+.4f" % (sd, a, b, c) for sd, a, b, c in zip(
                 r["seeds"], r["diff_pass1"]["per_seed"], r["diff_at_stop"]["per_seed"],
                 r["diff_equal_passes"]["per_seed"]))))
-    print("\nTopic quality at the stop (after pass 1), means over the seeds: s=0 → s=1")
-    print("| corpus | algorithm | S | held-out LL/token | dead topics | effective topics | "
-          "NPMI | training CPU s=1/s=0 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\nTopic quality at the stop (after pass 1), means over the seeds: s=0 → s, W")
+    print("| corpus | algorithm | S | s, W | held-out LL/token | dead topics | effective "
+          "topics | NPMI | training CPU s/s=0 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         z, b = r["s0"], r["s1"]
         cell = lambda k, f: (f + " → " + f + " (" + f + " → " + f + ")") % (
             z[k], b[k], z[k + "_pass1"], b[k + "_pass1"])
-        print("| %s | %s | %d | %s | %s | %s | %s | %.2f |" % (
-            r["corpus"], r["algorithm"], r["S"], cell("heldout_ll_per_token", "%.4f"),
+        print("| %s | %s | %d | %d, %d | %s | %s | %s | %s | %.2f |" % (
+            r["corpus"], r["algorithm"], r["S"], r["staleness"], r["sync_steps"],
+            cell("heldout_ll_per_token", "%.4f"),
             cell("dead_topics", "%.1f"), cell("effective_topics", "%.1f"),
             cell("npmi", "%.3f"), b["train_cpu_s"] / z["train_cpu_s"] if z["train_cpu_s"]
             else float("nan")))
@@ -315,10 +335,16 @@ def parse_args(argv):
                    help="FIRST (more seeds for a configuration: run again from here and "
                         "--summarise both logs)")
     p.add_argument("--staleness", default="0,1", help="comma-separated s values (0 first)")
-    p.add_argument("--large", default="1024,4096",
+    p.add_argument("--sync-steps", default="0,%d" % SYNC_STEPS,
+                   help="comma-separated W: each s > 0 also runs with its first W steps at "
+                        "s = 0 (0: pipelined from the first step)")
+    p.add_argument("--large", default="1024",
                    help="large minibatch sizes, run where they make --min-steps-per-pass steps "
                         "a pass (empty: the defaults only)")
     p.add_argument("--min-steps-per-pass", type=float, default=4.0)
+    p.add_argument("--kinds", default="default,large",
+                   help="which minibatches: the algorithm's default, the --large ones, or both "
+                        "(e.g. one process each)")
     p.add_argument("--K", type=int, default=None,
                    help="topics for every corpus (default: 20news 100, nips 50, wiki 20)")
     p.add_argument("--max-passes", type=int, default=10)
@@ -327,7 +353,7 @@ def parse_args(argv):
     p.add_argument("--bound", type=float, default=0.01,
                    help="largest acceptable held-out LL/token loss of s=1 (nats/token)")
     p.add_argument("--quick", action="store_true",
-                   help="a smoke run: 1 seed, K = 5, at most 2 passes, large S = 256")
+                   help="a smoke run: 1 seed, K = 5, at most 2 passes, large S = 256, W = 0, 8")
     p.add_argument("--summarise", metavar="LOG", nargs="+", default=None,
                    help="train nothing: summarise the JSON records printed by earlier runs")
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
@@ -335,6 +361,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.quick:
         a.seeds, a.K, a.max_passes, a.large = 1, a.K or 5, min(a.max_passes, 2), "256"
+        a.sync_steps = "0,8"
     a.corpora = [c for c in a.corpora.split(",") if c]
     a.algorithms = [x for x in a.algorithms.split(",") if x]
     a.staleness = [staleness.check_staleness(int(x), "--staleness") for x in
@@ -342,6 +369,10 @@ def parse_args(argv):
     if not a.staleness or a.staleness[0] != 0:
         p.error("--staleness must start with 0 (the reference every other s is compared to)")
     a.large = [int(x) for x in a.large.split(",") if x]
+    a.kinds = [x for x in a.kinds.split(",") if x]
+    if not a.kinds or set(a.kinds) - {"default", "large"}:
+        p.error("--kinds: default, large or both")
+    a.sync_steps = [int(x) for x in a.sync_steps.split(",") if x] or [0]
     return a
 
 
