@@ -2,7 +2,7 @@
 """What pipelined steps cost in topic quality: staleness s = 1 against s = 0 (issue 35).
 
 With staleness s the E-step of minibatch m reads the state after max(m − s, 0) steps
-(:mod:`lda_core.training.staleness`): on a cluster the E-step of step t + 1 overlaps the
+(:mod:`lda_core.training.staleness`; 0 is the run's start): on a cluster the E-step of step t + 1 overlaps the
 block owners' update of step t. This script measures what that costs in the topics.
 
 Every run is the in-process trainer (:func:`lda_core.training.trainer.train`, the reference
@@ -14,13 +14,16 @@ VB: α = η = 1/K, κ = 0.7, τ0 = 64, float32; SCVB0: α = 0.1, η = 0.01, its 
 schedules), so a run is ``ldabeam train --algorithm A --minibatch S --staleness s --seed N``.
 One process: the numba kernels compile once.
 
-Each (corpus, algorithm, minibatch S, seed) trains s = 0 and s = 1 side by side, one pass at
-a time (a ``train`` call per pass with ``max_steps`` at the pass end; a pipelined run's
-statistics in flight ride on the algorithm into the next call, so the passes are one
-uninterrupted run), until ``--passes auto``'s rule
-(:class:`lda_core.training.pass_stop.PassStop`: a pass must gain ``--min-gain`` nats/token
-over the best earlier one; at most ``--max-passes``) has stopped both. The two runs of a seed
-share the minibatch order and the initial state, so their difference is paired.
+Each (corpus, algorithm, minibatch S, seed) trains side by side s = 0 and, for each other s
+(``--staleness``) and each W of ``--sync-steps``, s with its first W steps at s = 0 (W = 0:
+pipelined from the first step; W = 32 is the variant that keeps s = 1 within the bound,
+docs/training.md "Pipelined steps (staleness)"), one pass at a time (a ``train`` call per
+pass with ``max_steps`` at the pass end; a pipelined run's statistics in flight ride on the
+algorithm into the next call, so the passes are one uninterrupted run), until ``--passes
+auto``'s rule (:class:`lda_core.training.pass_stop.PassStop`: a pass must gain ``--min-gain``
+nats/token over the best earlier one; at most ``--max-passes``) has stopped every run. The
+runs of a seed share the minibatch order and the initial state, so their differences are
+paired.
 
 Every topic-word matrix is judged by the shared harness's own evaluator
 (``../shared/bench/bench_peers.py``: ``heldout_completion`` after every pass;
@@ -38,14 +41,16 @@ for document completion):
   no-above 0.2) but with no held-out fraction; its documents are written as UCI docword and
   split by ``bench_peers.py prepare`` like NIPS (a tenth held out; K = 20).
 
-Minibatches: each algorithm's default (SCVB0 100, online VB 256) and each ``--large`` S where
-the training split makes at least ``--min-steps-per-pass`` steps a pass (a cluster runs large
-minibatches: few steps a pass is where a stale step weighs most).
+Minibatches (``--kinds``): each algorithm's default (SCVB0 100, online VB 256) and each
+``--large`` S (default 1,024) where the training split makes at least ``--min-steps-per-pass``
+steps a pass (a cluster runs large minibatches: few steps a pass is where a stale step weighs
+most). ``--kinds``, ``--algorithms``, ``--first-seed`` and ``--seeds`` split a run over
+processes; ``--summarise`` joins their logs.
 
-Printed: per configuration and seed the held-out LL/token difference (s=1 − s=0) after pass
-1, at each run's own ``--passes auto`` stop, and at equal passes (the s=0 run's stop); their
+Printed: per configuration, variant and seed the held-out LL/token difference (s − 0) after
+pass 1, at each run's own ``--passes auto`` stop, and at equal passes (the s=0 run's stop); their
 mean, standard deviation and range over the seeds, against the ``--bound`` (0.01 nats/token);
-dead / effective topics and NPMI of both. Results: ``benchmarks/results/staleness_bench.json``
+dead / effective topics and NPMI of each. Results: ``benchmarks/results/staleness_bench.json``
 (``common.save_results``); ``--summarise LOG`` rebuilds the tables from the JSON records a run
 printed.
 """
@@ -60,6 +65,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
+from benchmarks.prepare_20news import prepare as prepare_20news  # noqa: E402
 from benchmarks.quality_bench import load_corpus, prepare_small  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
 from lda_core.storage.vocab_file import vocab_hash  # noqa: E402
@@ -114,7 +120,6 @@ def prepare_wiki(cache: str) -> str:
 def prepare(name: str, a) -> str:
     """The harness-prepared directory of corpus ``name``."""
     if name == "20news":
-        from benchmarks.prepare_20news import prepare as prepare_20news
         prepare_20news(a.cache)
         return os.path.join(a.cache, "bench")
     cache = os.path.join(common.CACHE, "staleness")
