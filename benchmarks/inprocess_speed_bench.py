@@ -18,7 +18,8 @@ is the per-document cost (E-step, reading the minibatch from the shard, merging)
 
 Also measured: the global step alone at the projected runs' shapes (K = 100, V = 7,995 and
 K = 1,000, V = 100,000) with statistics touching few rows and every row (their
-``local_step`` on synthetic documents), and the shards' bytes and read-and-decode CPU per
+``local_step`` on synthetic documents; re-seeding off), which shows whether its cost follows
+V or the rows touched, and the shards' bytes and read-and-decode CPU per
 document (``read_shard_counted``: what a reader task of the remote exchange does with a
 whole shard). Results: ``benchmarks/results/inprocess_speed.json``.
 
@@ -118,11 +119,15 @@ def synthetic_batch(n_docs: int, words_per_doc: int, V: int, seed: int = 0) -> D
     return DocBatch([str(i) for i in range(n_docs)], indptr, ids.ravel(), counts.ravel())
 
 
-def global_step_at(algorithm: str, K: int, V: int, touched: int, repeats: int = 2) -> dict:
+def global_step_at(algorithm: str, K: int, V: int, touched: int, repeats: int = 4) -> dict:
     """CPU seconds of one global step at (K, V) whose statistics touch ``touched`` rows (the
-    fastest of ``repeats``), one thread."""
+    fastest of ``repeats``), one thread, re-seeding off: whether its cost follows V or the
+    rows touched."""
     alg = build_algorithm(algorithm, K, V, settings={"threads": 1}, batch_size=4096,
                           corpus_size=10_000_000, seed=0, vocab_hash="synthetic")
+    # a steady-state step: the synthetic documents leave most topics dead, whose re-seeding
+    # (splits of whole rows, a real run's first steps) would be timed instead
+    alg.reseed = 0.0
     per_doc = 100
     batch = synthetic_batch(-(-touched // per_doc), per_doc, V)
     best = float("inf")
@@ -150,9 +155,12 @@ def read_cost(files, repeats: int = 2) -> dict:
 def main(argv=None):
     p = common.base_parser(__doc__)
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--parts", default="read,trainer,global",
+                   help="what to measure (the others are kept from an existing --json)")
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
                                                   "inprocess_speed.json"))
     a = p.parse_args(argv)
+    parts = set(a.parts.split(","))
     numba.set_num_threads(1)
     prepare_20news(a.cache)
     bench = common.bench_module()
@@ -163,17 +171,26 @@ def main(argv=None):
     wiki_root = os.path.join(common.CACHE, "inprocess_speed", "wiki-7995")
     shapes["wiki"] = (shapes["wiki"][0], len(dataset.Vocabulary.read(wiki_root)))
     out = {"trainer": [], "global_step": [], "read": {}}
-    for name, (files, V) in shapes.items():
-        out["read"][name] = dict(read_cost(files), V=V)
-        print("%s: %s" % (name, json.dumps(out["read"][name])), flush=True)
+    if parts != {"read", "trainer", "global"} and a.json and os.path.exists(a.json):
+        with open(a.json) as f:
+            kept = json.load(f)
+        out.update((k, kept[k]) for k in out if k in kept)
+        out["kept_from"] = kept.get("run", {})
+    if "read" in parts:
+        for name, (files, V) in shapes.items():
+            out["read"][name] = dict(read_cost(files), V=V)
+            print("%s: %s" % (name, json.dumps(out["read"][name])), flush=True)
     algorithms = [x for x in a.algorithms.split(",") if x]
+    for key, part in (("trainer", "trainer"), ("global_step", "global")):
+        if part in parts:
+            out[key] = [r for r in out[key] if r["algorithm"] not in algorithms]
     for algorithm in algorithms:
-        for shape, K, max_docs, passes in SHAPES:
+        for shape, K, max_docs, passes in (SHAPES if "trainer" in parts else ()):
             files, V = shapes[shape]
             rec = dict(timed_trainer(files, V, algorithm, K, max_docs, passes), shape=shape)
             out["trainer"].append(rec)
             print(json.dumps(rec), flush=True)
-        for K, V in GLOBAL_SHAPES:
+        for K, V in (GLOBAL_SHAPES if "global" in parts else ()):
             for touched in (max(1000, V // 32), V):
                 rec = global_step_at(algorithm, K, V, touched)
                 out["global_step"].append(rec)

@@ -21,7 +21,11 @@ around the crossing; null when not reached). ``benchmarks/cluster_model.py`` rea
 records (and staleness_bench.py's, when present) for the passes a run needs at each S.
 
     python benchmarks/passes_to_score_bench.py [--sizes 256,1024,4096] [--staleness 0,1]
-        [--seeds 2] [--max-passes 16] [--algorithms scvb0,online-vb] [--json OUT]
+        [--seeds 2] [--first-seed 0] [--max-passes 16] [--algorithms scvb0,online-vb]
+        [--json OUT]
+
+(Split over processes by ``--algorithms`` / ``--first-seed`` with one ``--json`` each: the
+cluster model pools every ``passes_to_score*.json``.)
 """
 from __future__ import annotations
 
@@ -106,27 +110,25 @@ def measure(a, bench, data, files, algorithm: str, seed: int) -> List[dict]:
     n_docs = data["Xtr"].shape[0]
     ref = Run(files, data, algorithm, S0, 0, seed, 1)
     target = ref.one_pass(bench, data)
-    runs = [(ref, 1.0)]
-    for S in [S for S in a.sizes if S != S0 and S <= n_docs // 2]:
-        for s in a.staleness:
-            r = Run(files, data, algorithm, S, s, seed, a.max_passes)
-            while len(r.scores) < a.max_passes and r.one_pass(bench, data) < target:
-                pass
-            runs.append((r, passes_to(target, r.scores)))
-    for s in [s for s in a.staleness if s]:          # the reference S pipelined too
-        r = Run(files, data, algorithm, S0, s, seed, a.max_passes)
-        while len(r.scores) < a.max_passes and r.one_pass(bench, data) < target:
-            pass
-        runs.append((r, passes_to(target, r.scores)))
     out = []
-    for r, p in runs:
+
+    def record(r: Run) -> None:
         rec = {"corpus": "20news", "algorithm": algorithm, "S": r.S, "K": K, "seed": seed,
                "staleness": r.s, "sync_steps": 0, "steps_per_pass": r.stream.batches_per_pass,
                "n_docs": n_docs, "reference_S": S0, "target_ll": target,
-               "ll_by_pass": r.scores, "passes_to_target": p, "train_s": r.train_s,
-               "train_cpu_s": r.train_cpu_s}
+               "ll_by_pass": r.scores, "passes_to_target": passes_to(target, r.scores),
+               "train_s": r.train_s, "train_cpu_s": r.train_cpu_s}
         print(json.dumps(rec), flush=True)
         out.append(rec)
+    record(ref)
+    sizes = [S for S in a.sizes if S != S0 and S <= n_docs // 2]
+    # the reference S pipelined too, then every S at every s
+    for S, s in [(S0, s) for s in a.staleness if s] + [(S, s) for S in sizes
+                                                        for s in a.staleness]:
+        r = Run(files, data, algorithm, S, s, seed, a.max_passes)
+        while len(r.scores) < a.max_passes and r.one_pass(bench, data) < target:
+            pass
+        record(r)
     return out
 
 
@@ -156,6 +158,7 @@ def main(argv=None):
     p.add_argument("--sizes", default="256,1024,4096")
     p.add_argument("--staleness", default="0,1")
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--max-passes", type=int, default=16)
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
                                                   "passes_to_score.json"))
@@ -168,7 +171,7 @@ def main(argv=None):
     files = training_shards(data, os.path.join(common.CACHE, "passes_to_score"))
     records = []
     for algorithm in [x for x in a.algorithms.split(",") if x]:
-        for seed in range(a.seeds):
+        for seed in range(a.first_seed, a.first_seed + a.seeds):
             records += measure(a, bench, data, files, algorithm, seed)
     rows = summarise(records)
     print("load average at the end: %.1f (2 cores, shared)" % os.getloadavg()[0])
