@@ -1287,7 +1287,7 @@ def _layout_text(r: dict) -> str:
 def print_remote(res: dict, costs, latencies) -> None:
     shape, base = res["shape"], res["baseline"]
     print("\n%s, %s -- the remote exchange against the in-process trainer on one %s "
-          "(%d cores): its best S = %d, %.3g passes, %s ($%.2f); %s"
+          "(%d cores): its best S = %d, %.3g pass(es), %s ($%.2f); %s"
           % (res["name"], res["algorithm"], CLOUD["machine_type"], CLOUD["vcpus_per_worker"],
              base["S"], base["passes"], _hms(base["total_s"]),
              rd_cost(base["total_s"], 1), ", ".join("%s %s" % (k, _hms(v))
@@ -1407,7 +1407,7 @@ def remote_markdown(remote: dict, head: List[dict], latencies) -> str:
         L = _latency_key(HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies
                          else latencies[0])
         rows = [r for r in res["by_latency"][L] if r]
-        out.append("**%s, %s**: the one machine's best S = %s, %.3g passes, %s ($%.2f). "
+        out.append("**%s, %s**: the one machine's best S = %s, %.3g pass(es), %s ($%.2f). "
                    "At %s s per barrier, by workers:\n"
                    % (res["name"], res["algorithm"], format(res["baseline"]["S"], ","),
                       res["baseline"]["passes"], _hms(res["baseline"]["total_s"]),
