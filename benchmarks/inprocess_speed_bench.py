@@ -12,7 +12,8 @@ algorithm (online VB, SCVB0; every setting at ``ldabeam train``'s default) and e
   ``benchmarks/prepare_20news.py`` prepares it (the E-step benchmark's documents, the shape
   of run (b)), one pass (a part of it at K = 1,000).
 
-Each is :func:`lda_core.training.trainer.train` at the algorithm's default minibatch with its
+Each is :func:`lda_core.training.trainer.train` at the algorithm's default minibatch (a fresh
+algorithm, timed from its first step, after another compiled the kernels) with its
 ``global_step`` wrapped to count its CPU seconds and the rows its statistics touch: the rest
 is the per-document cost (E-step, reading the minibatch from the shard, merging).
 
@@ -23,7 +24,8 @@ V or the rows touched, and the shards' bytes and read-and-decode CPU per
 document (``read_shard_counted``: what a reader task of the remote exchange does with a
 whole shard). Results: ``benchmarks/results/inprocess_speed.json``.
 
-    python benchmarks/inprocess_speed_bench.py [--algorithms online-vb,scvb0] [--json OUT]
+    python benchmarks/inprocess_speed_bench.py [--algorithms online-vb,scvb0] [--quick]
+        [--parts read,trainer,global] [--json OUT]
 """
 from __future__ import annotations
 
@@ -53,6 +55,9 @@ ALGORITHMS = ("online-vb", "scvb0")
 # (shape, K, documents timed at most, passes over them)
 SHAPES = (("wiki", 100, None, 4), ("20news", 100, None, 1), ("20news", 1000, 3000, 1))
 GLOBAL_SHAPES = ((100, 7995), (1000, 100_000))
+# --quick (a smoke run): K = 100 only, a part of 20 Newsgroups
+QUICK_SHAPES = (("wiki", 100, None, 1), ("20news", 100, 1000, 1))
+QUICK_GLOBAL_SHAPES = ((100, 7995),)
 
 
 def wiki_shards(cache: str) -> list:
@@ -69,10 +74,13 @@ def timed_trainer(files, n_words: int, algorithm: str, K: int, max_docs, passes:
     """One thread: CPU seconds per document (all but the global step) and per global step."""
     S = default_minibatch(algorithm)
     stream = ShardStream(files, batch_size=S, seed=0, passes=passes)
-    alg = build_algorithm(algorithm, K, n_words, settings={"threads": 1}, batch_size=S,
-                          corpus_size=stream.n_docs, seed=0, vocab_hash=stream.vocab_hash,
-                          corpus_tokens=stream.count_tokens)
-    train(alg, stream, progress=False, max_steps=2)              # compiles the kernels
+
+    def fresh():
+        return build_algorithm(algorithm, K, n_words, settings={"threads": 1}, batch_size=S,
+                               corpus_size=stream.n_docs, seed=0,
+                               vocab_hash=stream.vocab_hash, corpus_tokens=stream.count_tokens)
+    train(fresh(), stream, progress=False, max_steps=2)         # compiles the kernels
+    alg = fresh()                                               # timed from its first step
     acc = {"cpu": 0.0, "rows": 0, "steps": 0}
     inner = alg.global_step
 
@@ -87,13 +95,13 @@ def timed_trainer(files, n_words: int, algorithm: str, K: int, max_docs, passes:
     alg.global_step = global_step
     steps = stream.batches_per_pass * passes
     if max_docs:
-        steps = min(steps, 2 + -(-int(max_docs) // S))
+        steps = min(steps, -(-int(max_docs) // S))
     docs0 = alg.docs_seen
     c0, t0 = time.process_time(), time.perf_counter()
     train(alg, stream, progress=False, max_steps=steps)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     docs = alg.docs_seen - docs0
-    nnz = sum(len(mb.batch.word_ids) for mb in _minibatches(stream, 2, steps))
+    nnz = sum(len(mb.batch.word_ids) for mb in _minibatches(stream, 0, steps))
     return {"algorithm": algorithm, "K": K, "V": n_words, "S": S, "docs": docs, "nnz": nnz,
             "steps": acc["steps"], "cpu_s": cpu, "wall_s": wall,
             "global_step_cpu_s": acc["cpu"], "rows_per_step": acc["rows"] / max(1, acc["steps"]),
@@ -155,12 +163,16 @@ def read_cost(files, repeats: int = 2) -> dict:
 def main(argv=None):
     p = common.base_parser(__doc__)
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: K = 100 only, 1,000 documents of 20 Newsgroups")
     p.add_argument("--parts", default="read,trainer,global",
                    help="what to measure (the others are kept from an existing --json)")
     p.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results",
                                                   "inprocess_speed.json"))
     a = p.parse_args(argv)
     parts = set(a.parts.split(","))
+    shapes_timed = QUICK_SHAPES if a.quick else SHAPES
+    global_shapes = QUICK_GLOBAL_SHAPES if a.quick else GLOBAL_SHAPES
     numba.set_num_threads(1)
     prepare_20news(a.cache)
     bench = common.bench_module()
@@ -185,12 +197,12 @@ def main(argv=None):
         if part in parts:
             out[key] = [r for r in out[key] if r["algorithm"] not in algorithms]
     for algorithm in algorithms:
-        for shape, K, max_docs, passes in (SHAPES if "trainer" in parts else ()):
+        for shape, K, max_docs, passes in (shapes_timed if "trainer" in parts else ()):
             files, V = shapes[shape]
             rec = dict(timed_trainer(files, V, algorithm, K, max_docs, passes), shape=shape)
             out["trainer"].append(rec)
             print(json.dumps(rec), flush=True)
-        for K, V in (GLOBAL_SHAPES if "global" in parts else ()):
+        for K, V in (global_shapes if "global" in parts else ()):
             for touched in (max(1000, V // 32), V):
                 rec = global_step_at(algorithm, K, V, touched)
                 out["global_step"].append(rec)
