@@ -61,6 +61,18 @@ def test_workers_and_machine_from_beam_arguments():
         rd.workers_of(["--max_num_workers=0"])
 
 
+def test_defaults_from_beam_arguments():
+    argv = ["--runner=DataflowRunner", "--max_num_workers=64", "--machine_type=n2-standard-4"]
+    got = rd.remote_defaults_for(argv, "scvb0", 1000, 100_000, 100_000_000)
+    assert got == rd.remote_defaults(64, 4, "scvb0", 1000, 100_000, 100_000_000)
+    assert (got.workers, got.vcpus) == (64, 4)
+    alone = rd.remote_defaults_for([], "online-vb", 100, 7995, 3_300_000, 745.0,
+                                   default_workers=2)
+    assert (alone.workers, alone.vcpus) == (2, 1)                 # n1-standard-1
+    with pytest.raises(ValueError, match="quantum-box"):
+        rd.remote_defaults_for(["--machine_type=quantum-box"], "scvb0", 100, 1000, 10_000)
+
+
 def test_constants_agree_with_the_code_they_mirror():
     from lda_core.algorithms.word_blocks import MAX_BLOCKS
     from lda_core.training.pieces import MAX_PIECES

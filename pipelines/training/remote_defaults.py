@@ -3,8 +3,8 @@ threads -- chosen by the cluster model's time to a held-out score.
 
 Pure Python (no Beam): the driver calls :func:`remote_defaults` with the runner's worker count
 (``--num_workers`` / ``--max_num_workers``: :func:`workers_of`), the vCPUs of a worker
-(``--machine_type``: :func:`vcpus_of`), the algorithm, K, V and D, and logs
-:attr:`RemoteDefaults.reason`.
+(``--machine_type``: :func:`vcpus_of`), the algorithm, K, V and D -- or
+:func:`remote_defaults_for` with the Beam arguments -- and logs :attr:`RemoteDefaults.reason`.
 
 The model (docs/cluster.md section 8; ``benchmarks/cluster_model.py`` prints every term with
 the results file it came from). A step of the remote exchange (:mod:`pipelines.training.
@@ -466,6 +466,15 @@ def remote_defaults(workers: int, vcpus: Optional[int], algorithm: str, K: int, 
                  best["step_s"], best["windows"], "" if best["windows"] == 1 else "s",
                  _duration(best["total_s"]), cloud.stage_latency_s))
     return RemoteDefaults(lay.S, lay.P, lay.B, lay.s, lay.T, W, c, best["total_s"], reason)
+
+
+def remote_defaults_for(argv: Sequence[str], algorithm: str, K: int, V: int, D: int,
+                        nnz_per_doc: Optional[float] = None, default_workers: int = 1
+                        ) -> RemoteDefaults:
+    """:func:`remote_defaults` for a Beam argument list: its workers (:func:`workers_of`) and
+    its ``--machine_type``'s vCPUs (:func:`vcpus_of`; ValueError naming an unknown type)."""
+    return remote_defaults(workers_of(argv, default_workers), vcpus_of(machine_of(argv)),
+                           algorithm, K, V, D, nnz_per_doc)
 
 
 def _duration(s: float) -> str:
