@@ -485,13 +485,13 @@ def _duration(s: float) -> str:
 # from the results files; tests/test_remote_defaults.py checks they agree).
 MEASURED: Dict[str, Costs] = {
     'online-vb': Costs(
-        cpu_s_per_nnz={100: 1.12178e-06, 1000: 7.949509e-06},
-        global_s={100: (0.0, 9.174e-07), 1000: (0.0, 1.108e-05)},
+        cpu_s_per_nnz={100: 1.18299e-06, 1000: 8.951784e-06},
+        global_s={100: (0.0, 8.788e-07), 1000: (0.0, 2.269e-05)},
         thread_efficiency={100: 0.6435, 1000: 0.8061},
         row_bytes=8.0, stats_bytes=8.0023,
         small_bytes=(330.4444, 16.0056),
         partial_bytes=(210.8889, 8.0011),
-        read_cpu_s_per_nnz=2.618e-08, file_bytes_per_nnz=2.2136,
+        read_cpu_s_per_nnz=5.136e-08, file_bytes_per_nnz=2.21,
         union_ratio=((0.002773, 1.7346), (0.011091, 0.8045), (0.044363, 1.3429),
                      (0.177451, 1.4656), (0.709803, 2.495), (2.839211, 1.7163),
                      (11.356846, 1.1013), (45.427384, 1.0)),
@@ -500,13 +500,13 @@ MEASURED: Dict[str, Costs] = {
                 1: PassesCurve(points=((1.0, 1.0), (0.257143, 1.8408), (0.071429, 5.6271)))},
         graph_bytes={1: 4486.8, 0: 8571.3}),
     'scvb0': Costs(
-        cpu_s_per_nnz={100: 1.777854e-06, 1000: 2.2221734e-05},
-        global_s={100: (0.0, 4.472e-07), 1000: (0.0, 2.864e-06)},
+        cpu_s_per_nnz={100: 1.342472e-06, 1000: 2.2588369e-05},
+        global_s={100: (0.0, 4.035e-07), 1000: (0.0, 2.871e-06)},
         thread_efficiency={100: 0.6435, 1000: 0.8061},
         row_bytes=8.0, stats_bytes=8.0039,
         small_bytes=(201.6667, 8.0033),
         partial_bytes=(210.8889, 8.0011),
-        read_cpu_s_per_nnz=2.618e-08, file_bytes_per_nnz=2.2136,
+        read_cpu_s_per_nnz=5.136e-08, file_bytes_per_nnz=2.21,
         union_ratio=((0.002773, 1.7346), (0.011091, 0.8045), (0.044363, 1.3429),
                      (0.177451, 1.4656), (0.709803, 2.495), (2.839211, 1.7163),
                      (11.356846, 1.1013), (45.427384, 1.0)),
