@@ -486,6 +486,31 @@ def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
     return {"state": state_bytes / (K * V), "stats": len(stats.to_bytes()) / (K * V)}
 
 
+def measured_small_bytes(K: int) -> Dict[str, float]:
+    """Bytes at K of what a word-block step moves besides rows, measured on the code
+    (benchmarks/beam_train_bench.py reads the partial from here):
+    ``header`` = the online-VB state's arrays other than its word-major rows (column sums,
+    α, scalars) and its JSON parameters; ``stats_small`` = a statistics block with no rows
+    (counters, score, Σ E[log θ], tokens per topic: what every block's cut of a piece
+    carries); ``partial`` = an online-VB block owner's partial (flags, column sums, |Δλ|,
+    re-seeding sums: what every E-step task reads of each block per step)."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.algorithms.vb_stats import VBStats
+    from lda_core.algorithms.word_blocks import BlockPartial
+    state = OnlineVB(K, 50, seed=0).to_state()
+    header = sum(np.asarray(a).nbytes for name, a in state.arrays.items()
+                 if np.asarray(a).ndim < 2)
+    header += len(json.dumps(getattr(state, "params", {}) or {}, default=str))
+    small = VBStats(n_topics=K, n_words=50, word_ids=np.zeros(0, np.int32),
+                    sstats=np.zeros((0, K)), n_docs=1, n_tokens=1, sum_elogtheta=np.ones(K))
+    partial = BlockPartial(block=0, flags={"finite": True, "nonnegative": True,
+                                           "lambda_finite": True},
+                           sums={"change": np.zeros(1), "colsum": np.zeros(K),
+                                 "split": np.zeros((0, 2))}, counts={"size": 1})
+    return {"header": float(header), "stats_small": float(len(small.to_bytes())),
+            "partial": float(len(partial.to_bytes()))}
+
+
 BYTES_FIELDS = ("in_per_worker_step", "out_per_worker_step", "reducer_in_step")
 
 
@@ -961,7 +986,6 @@ def code_bytes(algorithm: str, K: int) -> Dict[str, float]:
     statistics value (a local step's statistics ``to_bytes()`` over rows x K), a block cut's
     small part (a statistics cut of a block the documents do not touch) and an owner's
     partial (online VB's BlockPartial: flags, column sums, |change|, re-seeding sums)."""
-    from lda_core.algorithms.word_blocks import BlockPartial
     V, B = 64, 16
     alg = rd_algorithm(algorithm, K, V)
     ids = np.arange(8, dtype=np.int32)
@@ -971,13 +995,9 @@ def code_bytes(algorithm: str, K: int) -> Dict[str, float]:
     rows = len(np.unique(batch.word_ids))
     cuts = stats.split_by_block(B)
     empty = min(len(c.to_bytes()) for c in cuts)
-    partial = BlockPartial(block=0, flags={"finite": True, "nonnegative": True,
-                                           "lambda_finite": True},
-                           sums={"change": np.zeros(1), "colsum": np.zeros(K),
-                                 "split": np.zeros((0, 2))}, counts={"size": 1})
     return {"row": float(np.asarray(alg.block_rows(0)).dtype.itemsize),
             "stats": (len(stats.to_bytes()) - empty) / (rows * K), "small": float(empty),
-            "partial": float(len(partial.to_bytes()))}
+            "partial": measured_small_bytes(K)["partial"]}
 
 
 def rd_algorithm(algorithm: str, K: int, V: int):
