@@ -5,7 +5,7 @@ reached through Beam's own GCS file system, with 0, 20 and 50 ms added per reque
 Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs 3000 --words
 2000 --topics 20`` (written once under ``--data``). ``ldabeam train``: online VB, K = 20,
 S = 256, one pass (12 steps, one window), P = 4 pieces per minibatch, the DirectRunner with 2
-worker processes (``multi_processing``), ``--exchange word-blocks`` (``--exchange``), for each
+worker processes (``multi_processing``), ``--exchange remote`` (``--exchange``), for each
 B of ``--word-blocks`` (default 2 and 8). Each run is a child process (``python -m
 pipelines.cli``, from the source tree ``--code``: this repository, or a checkout of another
 commit to measure it with the same script), its shards on local disk (``--shards-on-store``:
@@ -22,13 +22,16 @@ record) and per step, the seconds after the pipeline started per step (the timin
 ``pipeline_start`` and ``pipeline_build`` left out), the timing breakdown, the requests the
 server served during the command by kind (tools/gcs_emulator.request_kind) and per step, the
 objects left behind (leases, ``.beam-scratch``, temporary files; locally also the run's
-``/dev/shm`` scratch), and whether the final state equals the local run's bit for bit. Ratios
+``/dev/shm`` scratch), and whether the final state equals the local run's bit for bit. The
+direct emulator row also runs two passes in one window: the difference of the requests over
+the difference of the steps is what one more step costs (``requests_per_step_marginal``: a
+window's start and end cancel), the rest is the window's (``requests_per_window``). Ratios
 printed: each row's wall against the local row of the same B, each latency row's per-step
 seconds against the ``0 ms`` proxied row. The load average is recorded at each row (the
 machine is shared: compare ratios, not seconds).
 
     python benchmarks/object_store_bench.py [--word-blocks 2,8] [--latencies-ms 0,20,50]
-        [--exchange word-blocks] [--shards-on-store] [--code DIR] [--output FILE]
+        [--exchange remote] [--shards-on-store] [--code DIR] [--output FILE]
 
 Results: ``benchmarks/results/object_store_bench.json``.
 """
@@ -86,7 +89,7 @@ def parse_args(argv=None):
                     help="comma-separated delays per request through the proxy")
     ap.add_argument("--no-direct", action="store_true",
                     help="skip the emulator row without the proxy")
-    ap.add_argument("--exchange", default="word-blocks", help="ldabeam train --exchange")
+    ap.add_argument("--exchange", default="remote", help="ldabeam train --exchange")
     ap.add_argument("--shards-on-store", action="store_true",
                     help="read the shards from the store too (default: local disk)")
     ap.add_argument("--credential-lookup", action="store_true",
@@ -110,10 +113,11 @@ def synth(args) -> str:
     return out
 
 
-def train_argv(args, shards, model, B):
+def train_argv(args, shards, model, B, passes=1):
     return ["--log-level", "WARNING", "train", "--shards", shards, "--output", model,
             "--overwrite", "--algorithm", "online-vb", "--topics", str(args.topics),
-            "--minibatch", str(args.minibatch), "--passes", "1", "--pieces", str(args.pieces),
+            "--minibatch", str(args.minibatch), "--passes", str(passes),
+            "--pieces", str(args.pieces),
             "--word-blocks", str(B), "--heldout", "none", "--eval-every", "0",
             "--checkpoint-every", "0", "--no-progress", "--runner", "DirectRunner",
             "--direct_running_mode=multi_processing",
@@ -191,8 +195,9 @@ def local_row(args, shards, B, work):
     return row, final_arrays(model)
 
 
-def emulator_row(args, shards, B, work, latency_ms):
-    """One run against a fresh emulator, directly (``latency_ms`` None) or through the proxy."""
+def emulator_row(args, shards, B, work, latency_ms, passes=1):
+    """One run against a fresh emulator, directly (``latency_ms`` None) or through the proxy;
+    ``passes`` over the corpus, in one window."""
     proxy_port = gcs_emulator.free_port() if latency_ms is not None else None
     external = "http://127.0.0.1:%d" % proxy_port if proxy_port else None
     label = "emulator" if latency_ms is None else "emulator+%g ms" % latency_ms
@@ -216,7 +221,7 @@ def emulator_row(args, shards, B, work, latency_ms):
                 del env["GOOGLE_APPLICATION_CREDENTIALS"]
             load = os.getloadavg()[0]
             m = emu.log.mark()
-            cmd_wall = run_train(args, train_argv(args, shards, model, B), env,
+            cmd_wall = run_train(args, train_argv(args, shards, model, B, passes), env,
                                  os.path.join(work, "%s-B%d.log" % (label.replace(" ", ""), B)))
             counts = emu.log.counts(m)
             row = run_log_summary(emu.read(model + "/run_log.jsonl").decode().splitlines())
@@ -269,16 +274,28 @@ def main(argv=None):
                     row["per_step_vs_0ms"] = round(row["per_step_s"] / zero["per_step_s"], 3)
                     row["after_start_per_step_vs_0ms"] = round(
                         row["after_start_per_step_s"] / zero["after_start_per_step_s"], 3)
+                if lat is None:
+                    # what one more step costs: the same run for two passes in one window,
+                    # less the one-pass run (the window's start and end requests cancel)
+                    two, _ = emulator_row(args, shards, B, work, None, passes=2)
+                    row["requests_per_step_marginal"] = round(
+                        (two["requests"]["total"] - row["requests"]["total"])
+                        / (two["steps"] - row["steps"]), 1)
+                    row["requests_per_window"] = round(
+                        row["requests"]["total"]
+                        - row["requests_per_step_marginal"] * row["steps"], 1)
                 rows.append(row)
                 print(json.dumps(row, sort_keys=True), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("\n%-16s %3s %8s %8s %9s %9s %9s %6s %5s" % (
-        "storage", "B", "wall_s", "vs_local", "s/step", "vs_0ms", "req/step", "left", "bits"))
+    print("\n%-16s %3s %8s %8s %9s %9s %9s %9s %6s %5s" % (
+        "storage", "B", "wall_s", "vs_local", "s/step", "vs_0ms", "req/step", "marginal",
+        "left", "bits"))
     for r in rows:
-        print("%-16s %3d %8.1f %8s %9.3f %9s %9s %6d %5s" % (
+        print("%-16s %3d %8.1f %8s %9.3f %9s %9s %9s %6d %5s" % (
             r["storage"], r["B"], r["wall_s"], r.get("wall_vs_local", "-"), r["per_step_s"],
-            r.get("per_step_vs_0ms", "-"), r.get("requests_per_step", "-"), r["objects_left"],
+            r.get("per_step_vs_0ms", "-"), r.get("requests_per_step", "-"),
+            r.get("requests_per_step_marginal", "-"), r["objects_left"],
             {True: "same", False: "DIFF"}.get(r.get("same_bits_as_local"), "-")))
     code_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code,
                                  capture_output=True, text=True).stdout.strip()

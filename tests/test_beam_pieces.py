@@ -24,9 +24,10 @@ def _mp(w):
 def new_scvb0(dataset_dir, *, K=6, S=40, seed=3, n_threads=None):
     from lda_core.algorithms.scvb0 import SCVB0
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     algo = SCVB0(K, V, batch_size=S, seed=seed, vocab_hash=vh, n_threads=n_threads,
                  corpus_tokens=None)
     return algo, files
@@ -71,6 +72,7 @@ def test_piece_bounds_cover_the_minibatch_in_order():
 def test_beam_plan_cuts_minibatches_like_the_inprocess_pieces(kos_pieces):
     from lda_core.training.pieces import piece_bounds
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.beam_plan import plan_steps
     files = dataset.resolve_shards(kos_pieces)
     sizes = [dataset.count_documents([f]) for f in files]

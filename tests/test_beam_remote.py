@@ -248,3 +248,65 @@ def test_the_schedule_puts_one_barrier_per_step_with_staleness_one():
     # every stage's DoFn knows a constant amount of the schedule
     sizes = {len(repr(resumed.roles(st))) for st in range(1, resumed.n_stages + 1)}
     assert max(sizes) < 2000
+
+
+def test_what_each_role_moves(kos_pieces, tmp_path):
+    """One step of the remote exchange run role by role, the runner's GroupByKey done by
+    hand (lda_core.storage.traffic counts every byte): an E-step receives the rows of its
+    piece's distinct words only -- never the whole state -- and sends its statistics cut by
+    block; a block's owner receives its block's rows and that block's statistics from every
+    piece, and hands on its block; the end files are the in-process trainer's state."""
+    from collections import defaultdict
+    from lda_core.algorithms.word_blocks import block_bounds
+    from lda_core.storage import traffic
+    from pipelines.ingest import dataset
+    from pipelines.training import beam_remote as br
+    from pipelines.training.beam_plan import plan_steps, read_task
+    algo, files = _vb(kos_pieces, word_blocks=4)
+    ref, _ = _vb(kos_pieces, word_blocks=4)
+    _inprocess(ref, files, pieces=P, max_steps=1)
+    K, V = algo.n_topics, algo.n_words
+    sizes = [dataset.count_documents([f]) for f in files]
+    steps = plan_steps(files, sizes, seed=3, batch_size=40, start=0, stop=1,
+                       pieces_per_minibatch=P)
+    start = br.write_start(algo, str(tmp_path), 0)
+    sched = br.Schedule.of_steps(start, steps, [], 0)
+    assert (sched.load, sched.estep[0], sched.owner[0], sched.final) == (1, 2, 3, 4)
+    inbox = defaultdict(lambda: defaultdict(list))     # stage -> key -> values
+    versions = []
+
+    def run(stage, key, values, outs=()):
+        fn = br.StageFn(sched.roles(stage), "run", V, None)
+        fn.setup()
+        traffic.reset()
+        for out in fn.process((key, values), list(outs)):
+            if out.tag == br.VERSIONS:
+                versions.append(out.value)
+            elif out.tag.startswith("to"):
+                k, v = out.value
+                inbox[int(out.tag[2:])][k].append(v)
+        return traffic.totals()
+
+    for task in steps[0].tasks:
+        run(0, "r:0:%d" % task.piece, [task])
+    for b in range(4):
+        run(1, "l:%d" % b, inbox[1]["l:%d" % b] + [br.envelope(br.TASK, b, 0)])
+    for task in steps[0].tasks:
+        got = run(2, "e:0:%d" % task.piece, inbox[2]["e:0:%d" % task.piece])
+        words = np.unique(read_task(task).word_ids)
+        assert got.inbound[traffic.STATE] == len(words) * K * 8 < V * K * 8
+        assert got.outbound[traffic.STATISTICS] > 0
+    for b, (lo, hi) in enumerate(block_bounds(V, 4)):
+        key = "o:0:%d" % b
+        stats_in = sum(len(br.opened(v)[3]) for v in inbox[3][key]
+                       if br.opened(v)[0] == br.STATS)
+        got = run(3, key, inbox[3][key])
+        assert got.inbound[traffic.STATE] == (hi - lo) * K * 8         # its block, nothing more
+        assert got.inbound[traffic.STATISTICS] == stats_in
+        assert len([v for v in inbox[3][key] if br.opened(v)[0] == br.STATS]) == P
+    assert sorted(v.block for v in versions) == [0, 1, 2, 3]
+    for b in range(4):
+        run(4, "f:%d" % b, inbox[4]["f:%d" % b], versions)
+    header = br.decode_header(br.read_blob(br.scratch_names.header_path(str(tmp_path), 1)))
+    end = br.Start(str(tmp_path), 1, 4, 1, 0)
+    _same_bits(ref, br.load_algorithm(end, header))

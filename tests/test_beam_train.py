@@ -57,16 +57,18 @@ def read_kos(docword_gz: str, vocab_txt: str, max_docs: int):
 def write_dataset(out: str, batch: DocBatch, tokens, n_shards: int = 3) -> str:
     """A dataset directory (vocab.tsv, manifest.json, train/*.parquet) like vectorize's."""
     from pipelines.ingest import dataset
-    voc = dataset.Vocabulary(tokens)
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
+    voc = Vocabulary(tokens)
     h = voc.hash
     os.makedirs(os.path.join(out, "train"), exist_ok=True)
     voc.write(os.path.join(out, dataset.VOCAB_FILE))
     for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), n_shards)):
         dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
                             dataset.docbatch_to_table(batch.take(ix)), h)
-    dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
+    manifest.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
                                  "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
-                                 "splits": dataset.shard_listing(out)})
+                                 "splits": manifest.shard_listing(out)})
     return h
 
 
@@ -79,9 +81,11 @@ def make_kos_dataset(kos_paths, out: str, n_docs: int, n_shards: int = 3) -> str
 def new_vb(dataset_dir: str, *, K=8, S=50, seed=1, dtype="float64"):
     from lda_core.algorithms.online_vb import OnlineVB
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     D = dataset.count_documents(files)
     algo = OnlineVB(K, V, batch_size=S, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
                     tau0=16.0)
@@ -212,6 +216,8 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
 
 def test_plan_steps_matches_shard_stream_order(kos_small):
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.beam_plan import plan_steps, read_task
     from pipelines.training.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
@@ -316,7 +322,8 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
     from pipelines.training import beam_state
     from pipelines.training.beam_stats import spill_stats
-    from pipelines.training.beam_steps import GlobalStepFn, _spill_path
+    from pipelines.training.beam_steps import GlobalStepFn
+    from pipelines.training.scratch_names import stats_path as _spill_path
     from pipelines.training.shard_stream import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")
@@ -337,56 +344,6 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     assert np.array_equal(got.lambda_(), expect.lambda_())
 
 
-def test_chained_workers_advance_their_own_copy_bit_for_bit(kos_small, tmp_path):
-    """One stage per step (pipelines.training.beam_chain): a worker applies the previous step's global
-    step to its own copy from the spilled pieces; the worker of piece 0 publishes the state
-    and the info and frees step t-2; a worker whose copy is behind loads state t-1 from the
-    scratch folder. Every copy equals the one-process global step of the merged pieces, bit
-    for bit; refused statistics stop the chain with the error stored for the driver."""
-    from pipelines.training import beam_chain, beam_state
-    from pipelines.training.beam_plan import StepPlan
-    from pipelines.training.beam_stats import merge_in_order, spill_stats
-    from pipelines.training.beam_steps import _spill_path
-    from pipelines.training.shard_stream import read_shard
-    algo, files = new_vb(kos_small)
-    batch = read_shard(files[0])
-    scratch = str(tmp_path / "scratch")
-    os.makedirs(scratch)
-    start = beam_state.StateRef("r/0", beam_chain.state_path(scratch, 0), 0)
-    beam_state.save_scratch(algo, start.path)
-    ref, _ = new_vb(kos_small)
-    plans = [StepPlan(t, 0, t, 40) for t in range(4)]
-    pieces = []
-    beam_chain._COPY[0] = None
-    for t in range(3):
-        mb = batch.take(range(40 * t, 40 * t + 40))
-        if t:
-            if t == 2:
-                beam_chain._COPY[0] = None           # this process ran no piece of step 1
-            got = beam_chain.advance("r", t, start, plans[t - 1], pieces, scratch, True, None)
-            ref.global_step(merge_in_order(dict(pieces)))
-            assert np.array_equal(got.lambda_(), ref.lambda_()) and got.step == ref.step == t
-            saved = beam_state.load_algorithm(beam_chain.state_path(scratch, t))
-            assert np.array_equal(saved.lambda_(), ref.lambda_())
-            assert os.path.exists(os.path.join(scratch, "info-%09d.json" % t))
-        else:
-            got = beam_chain.advance("r", 0, start, None, [], scratch, False, None)
-        halves = (mb.take(range(20)), mb.take(range(20, 40)))
-        pieces = [(k, spill_stats(got.local_step(h), _spill_path(scratch, t, k)))
-                  for k, h in enumerate(halves)]
-    names = sorted(os.listdir(scratch))
-    assert not [n for n in names if n.startswith("stats-%09d-" % 0)]   # t-2 freed at t=2
-    assert "state-%09d.npz" % 1 in names and "state-%09d.npz" % 2 in names
-    # refused statistics: no copy, the error stored under the new version for the driver
-    bad = merge_in_order(dict(pieces))
-    bad.sstats[:] = np.nan
-    nan_piece = [(0, spill_stats(bad, _spill_path(scratch, 2, 9)))]
-    assert beam_chain.advance("r", 3, start, plans[2], nan_piece, scratch, True, None) is None
-    assert "error" in beam_state.read_json(os.path.join(scratch, "info-%09d.json" % 3))
-    assert beam_chain.advance("r", 4, start, plans[3], [], scratch, True, None) is None
-    beam_chain._COPY[0] = None
-
-
 def _check_one(got, expected):
     assert len(got) == 1 and got[0][0] == expected[0]
     assert abs(got[0][1] - expected[1]) <= 1e-9 * abs(expected[1])
@@ -397,6 +354,8 @@ def _check_one(got, expected):
 def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
     from pipelines.training import beam_train
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     algo, files = new_vb(kos_small)
     with pytest.raises(FileNotFoundError, match="empty shard set"):
         beam_train.train(algo, [], str(tmp_path / "m1"), beam_argv=["--runner=DirectRunner"])

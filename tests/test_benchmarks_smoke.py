@@ -194,7 +194,7 @@ def test_train_bench(news20, tmp_path):
 def test_beam_train_bench(bench_env, tmp_path):
     js = tmp_path / "beam.json"
     out, _ = run(bench_env, "beam_train_bench.py", "--docs", 3000, "--minibatch", 512,
-                 "--json", js)
+                 "--algorithm", "online-vb", "--json", js)
     grab(r"beam-in-process .*docs/s ratio %s" % NUMBER, out)
     with open(js) as f:
         rows = json.load(f)["results"]

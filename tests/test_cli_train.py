@@ -13,6 +13,8 @@ from lda_core.docbatch import DocBatch
 from lda_core.storage.run_log import read_run_log
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.training.shard_stream import gather
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),
@@ -43,7 +45,7 @@ def make_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit
     tokens = [l.strip() for l in open(vocab_file)]
     if vocab_edit:
         tokens[0] = tokens[0] + "_other"
-    vocab = dataset.Vocabulary(tokens)
+    vocab = Vocabulary(tokens)
     os.makedirs(os.path.join(out, "train"))
     os.makedirs(os.path.join(out, "heldout"))
     vocab.write(os.path.join(out, "vocab.tsv"))
@@ -54,8 +56,8 @@ def make_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit
                             vocab.hash)
     dataset.write_shard(os.path.join(out, "heldout", dataset.shard_name(0, 1)),
                         dataset.docbatch_to_table(gather(b, np.arange(n_train, N))), vocab.hash)
-    dataset.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
-                                 "splits": dataset.shard_listing(out)})
+    manifest.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
+                                 "splits": manifest.shard_listing(out)})
     return out
 
 
@@ -207,7 +209,7 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
                     "--resume")
     other = make_dataset(str(tmp_path / "other"), kos_paths, n_train=60, n_held=10,
                          vocab_edit=True)
-    h_other = dataset.Vocabulary.read(other).hash
+    h_other = Vocabulary.read(other).hash
     h_model = CheckpointStore(m).latest().vocab_hash
     rc, out, err = ldabeam(capsys, "train", "--shards", other, "--output", m, "--resume")
     assert rc == 2 and h_other[:8] in err and h_model[:8] in err

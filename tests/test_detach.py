@@ -26,9 +26,13 @@ import pytest
 import fake_object_store as fos
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
-from lda_core.storage.state import TopicState, files_for
+from lda_core.storage.state import TopicState
+from lda_core.storage.files import files_for
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from pipelines.runtime import paths
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
@@ -119,8 +123,8 @@ def _check_against_waiting(md, waiting, windows=WINDOWS):
         _same_state(store.load(b), ref_store.load(b))
     _same_state(store.latest(), ref_store.latest())
     # the run log: every step record once, with the waiting run's values and evaluations
-    log = dataset.join(md, "run_log.jsonl")
-    recs, ref = read_run_log(log), read_run_log(dataset.join(waiting, "run_log.jsonl"))
+    log = paths.join(md, "run_log.jsonl")
+    recs, ref = read_run_log(log), read_run_log(paths.join(waiting, "run_log.jsonl"))
     steps = [r for r in recs if r["event"] == "step"]
     ref_steps = [r for r in ref if r["event"] == "step"]
     assert [r["step"] for r in steps] == list(range(1, 13))
@@ -219,10 +223,10 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
-    algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
+    algo = build_algorithm("online-vb", 5, len(Vocabulary.read(ds)),
                            settings={"dtype": "float64"}, batch_size=50,
                            corpus_size=dataset.count_documents(files), seed=2, vocab_hash=vh)
     md = str(tmp_path / "api")
@@ -266,7 +270,7 @@ def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes
 def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_path):
     """A retried bundle of the last DoFn finds its checkpoint already published."""
     from pipelines.training import beam_detached
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
     store = CheckpointStore(str(tmp_path / "m"))
@@ -340,7 +344,7 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
@@ -400,7 +404,7 @@ def test_detached_vectorize_and_infer_write_what_the_waiting_commands_write(
     assert rc == 0, err
     assert str(vectorize_cmd.LAST_SUBMITTED.wait_until_finish()).endswith("DONE")
     assert "runs the job in this process" in out_b
-    ma, mb = dataset.read_manifest(a), dataset.read_manifest(b)
+    ma, mb = manifest.read_manifest(a), manifest.read_manifest(b)
     ma["settings"].pop("_inputs", None), mb["settings"].pop("_inputs", None)
     assert ma == mb
     ta, tb = _read_tables(a), _read_tables(b)
@@ -480,7 +484,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     from pipelines.runtime.beam_options import runner_config
     cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
                                            "--environment_type=EXTERNAL",

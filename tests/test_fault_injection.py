@@ -1,4 +1,4 @@
-"""SIGKILL the trainer at named points (lda_core.training.faults: during E-steps, while publishing,
+"""SIGKILL the trainer at named points (lda_core.faults: during E-steps, while publishing,
 while pruning, while writing the run log) and at random times, in-process and on the Beam
 runner: after each kill the model directory is readable, ``--resume`` (or a fresh start when
 no checkpoint was committed) ends with the uninterrupted run's state bit for bit, and the
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
-from lda_core.training.faults import ENV
+from lda_core.faults import ENV
 from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
 from pipelines import cli
 
@@ -259,19 +259,20 @@ def _check_killed_vectorize(out, ref_manifest, argv, recover, capsys, label):
     from lda_core.errors import OutputError
     from lda_core.storage import output_paths
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     shards = lambda m: [(s["file"], s["sha256"]) for sp in ("train", "heldout")
                         for s in m["splits"][sp]["shards"]]
     if os.path.exists(os.path.join(out, dataset.MANIFEST_FILE)):
         # accepted by the reader: it must be the uninterrupted run's dataset, whole
-        same = shards(dataset.read_manifest(out)) == shards(ref_manifest)
+        same = shards(manifest.read_manifest(out)) == shards(ref_manifest)
         OUTPUT_KILLS["half_accepted"] += not same
         assert same, label
-        assert dataset.verify(out)["documents"] == ref_manifest["counts"]["documents_kept"]
+        assert manifest.verify(out)["documents"] == ref_manifest["counts"]["documents_kept"]
         OUTPUT_KILLS["published"] += 1
     else:
         if dataset.is_dataset_dir(out):
             with pytest.raises(ValueError, match="no manifest.json"):
-                dataset.verify(out)
+                manifest.verify(out)
         left = [f for f in (_tree(out) if os.path.isdir(out) else {})
                 if not f.startswith("lease.json") and f != output_paths.MARKER_FILE]
         if left:
@@ -282,8 +283,8 @@ def _check_killed_vectorize(out, ref_manifest, argv, recover, capsys, label):
         OUTPUT_KILLS["refused"] += 1
     if recover:
         assert cli.main([str(a) for a in argv] + ["--overwrite"]) == 0, label
-        assert shards(dataset.read_manifest(out)) == shards(ref_manifest), label
-        dataset.verify(out)
+        assert shards(manifest.read_manifest(out)) == shards(ref_manifest), label
+        manifest.verify(out)
         OUTPUT_KILLS["recovered"] += 1
     _no_traceback(capsys, label)
 
@@ -344,6 +345,7 @@ def _kill_sweep(name, argv_of, check, ref, inputs, tmp_path, capsys, rng, t_ref)
 def test_kills_during_vectorize_and_infer(ds, small_model, tmp_path, capsys):
     import time
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     from pipelines.infer import read_theta
     from test_output_rules import reuters_texts
     rng = random.Random(22)
@@ -357,7 +359,7 @@ def test_kills_during_vectorize_and_infer(ds, small_model, tmp_path, capsys):
     subprocess.run([sys.executable, "-m", "pipelines.cli"] + [str(a) for a in vec(ref_out)],
                    cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _kill_sweep("vectorize", vec, _check_killed_vectorize, dataset.read_manifest(ref_out),
+    _kill_sweep("vectorize", vec, _check_killed_vectorize, manifest.read_manifest(ref_out),
                 [texts], tmp_path, capsys, rng, time.time() - t0)
 
     inf = lambda out: ["infer", "--model", small_model, "--shards", ds, "--output", out,

@@ -36,7 +36,7 @@ SAMPLE = os.path.join(REPO, "data", "enwiki-sample-sections.jsonl.bz2")
 P, B = 4, 2
 # the exchanges of a step's state between worker processes (the remote runners' default is
 # the word-block exchange)
-EXCHANGES = ["word-blocks", pytest.param("state", marks=pytest.mark.slow)]
+EXCHANGES = ["remote", pytest.param("state", marks=pytest.mark.slow)]
 TRAIN = ["--algorithm", "online-vb", "--topics", 5, "--minibatch", 200, "--seed", 2,
          "--passes", 1, "--pieces", P, "--word-blocks", B, "--eval-every", 0,
          "--checkpoint-every", 0, "--no-progress"]

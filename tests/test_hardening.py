@@ -56,6 +56,7 @@ def test_local_step_refuses_negative_and_too_large_ids():
 def test_a_shard_with_a_negative_word_id_is_refused_naming_shard_and_document(tmp_path):
     import pyarrow as pa
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     t = pa.table({"doc_id": ["a", "b"], "title": [None, None],
                   "word_ids": pa.array([[0, 1], [2, -3]], pa.list_(pa.int32())),
                   "counts": pa.array([[1, 1], [1, 1]], pa.list_(pa.int32())),
@@ -213,7 +214,7 @@ def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_
                            tmp_path / "r.html", "--max-docs", 50)
     assert rc == 0, err
     assert "skipped 3 damaged line(s) (line 2, 3, 4)" in caplog.text
-    from pipelines.infer import training_shards
+    from pipelines.runtime.model_dir import training_shards
     assert training_shards(model) == os.path.abspath(ds)
     rc, out, err = ldabeam(capsys, "export", "--model", model, "--output",
                            tmp_path / "export")                      # the training shards
@@ -432,6 +433,7 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
     published output is complete."""
     from lda_core.storage import output_paths
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     from pipelines.infer import read_theta
     from test_output_rules import reuters_texts
     out = str(tmp_path / "out")
@@ -463,5 +465,5 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
     if cmd == "infer":
         assert read_theta(out).num_rows == 300
     else:
-        assert dataset.verify(out) is not None
+        assert manifest.verify(out) is not None
     assert output_paths.kind_of(out) == ("inference" if cmd == "infer" else "dataset")

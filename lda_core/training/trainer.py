@@ -38,28 +38,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
 import signal
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Iterable, Iterator, NamedTuple, Optional
 
-from lda_core.errors import UsageError
-from lda_core.training import session as _session
-from lda_core.training import pieces as _pieces
-from lda_core.training import staleness as _staleness
-from lda_core.storage.pending import Pending
 from lda_core.docbatch import DocBatch
+from lda_core.errors import UsageError
+from lda_core.faults import fault_point
+from lda_core.training import pieces as _pieces, session as _session, staleness as _staleness
+from lda_core.storage.pending import Pending
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.runner import TrainData
-from lda_core.training.session import (  # noqa: F401 (API)
-    Session, TrainingError, TrainingInterrupted, open_session, resume_position)
-from lda_core.training.spec import TrainSpec, split_keywords
-from lda_core.training.faults import fault_point
-from lda_core.training.heldout import (  # noqa: F401 (API)
-    HeldOut, evaluate, evaluate_health, timed_evaluate)
+from lda_core.training.session import open_session, Session, TrainingInterrupted
+from lda_core.training.spec import split_keywords, TrainSpec
+# pipelines/training (shard_stream, beam_train, beam_sequential) imports these two from here;
+# they go once it imports them from lda_core.training.session and .heldout
+from lda_core.training.heldout import HeldOut  # noqa: F401
+from lda_core.training.session import resume_position  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +163,13 @@ class InProcessRunner:
     ``pieces``: the minibatch's E-step runs in this many pieces summed in piece order
     (:mod:`lda_core.training.pieces`; default ``run_info["pieces_per_minibatch"]``, else
     :data:`~lda_core.training.pieces.DEFAULT_PIECES`), recorded in ``run_info``: the same sums as
-    the Beam trainer's with any number of workers."""
+    the Beam trainer's with any number of workers.
+
+    ``warm_start`` (batch VB on documents held in memory): each pass starts every document's
+    E-step from the better of its previous γ and a fresh draw, and a pass's ELBO is that of
+    the state after it (:class:`_PassLoop`)."""
     pieces: Optional[int] = None
+    warm_start: bool = False
 
     def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None) -> TrainResult:
         """Run the loop over ``data.minibatches``. ``spec.schedule.max_steps`` is the absolute
@@ -200,7 +204,9 @@ class InProcessRunner:
         ses.start(algorithm, max_steps=sched.max_steps, total_steps=sched.total_steps,
                   checkpoint_every=spec.output.checkpoint_every, run=ses.run_info)
         ses.catch_up(algorithm)
-        loop = (_PassLoop(algorithm, bpp, sched.rel_tol) if accumulate
+        if self.warm_start and not (accumulate and hasattr(algorithm, "best_start")):
+            raise UsageError("warm_start applies to batch VB, not %s" % algorithm.name)
+        loop = (_PassLoop(algorithm, bpp, sched.rel_tol, self.warm_start) if accumulate
                 else _StepLoop(algorithm, run_info[_pieces.RUN_KEY], s, ses.position))
         start = ses.position * bpp if accumulate else ses.position
         stream = _iterate(minibatches, start, lookahead=s)
@@ -480,22 +486,44 @@ class _PassLoop:
     minibatch of documents in memory at a time) and applied as one global step per pass; the
     step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
     lags one pass but costs no extra pass over the corpus). Stops when the relative ELBO
-    change falls below ``rel_tol``."""
+    change falls below ``rel_tol``.
+
+    ``warm``: every minibatch's documents stay in memory with their γ; each pass starts a
+    document's E-step from the better of its previous γ and a fresh draw
+    (``algorithm.best_start``: every ELBO_d at least the warm-started one, so the ELBO does
+    not decrease), the statistics are summed onto ``empty_stats()``, and the step's ``elbo``
+    is the exact one of the state after it, with those γ."""
 
     sequential = False
 
-    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float):
+    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float, warm: bool = False):
         self.algorithm, self.bpp, self.rel_tol = algorithm, int(batches_per_pass), rel_tol
         self.pending = None
         self.pending_docs = 0
         self.prev_elbo: Optional[float] = None
         self.converged: Optional[bool] = None
+        self.warm = bool(warm)
+        self.batches: Dict[int, DocBatch] = {}
+        self.gammas: Dict[int, Any] = {}
+
+    def _warm_local_step(self, mb: Minibatch):
+        b = mb.batch_index
+        self.batches[b] = mb.batch
+        start = self.algorithm.best_start(mb.batch, self.gammas.get(b))
+        st = self.algorithm.local_step(mb.batch, return_gamma=True, gamma0=start)
+        self.gammas[b] = st.gamma
+        st.gamma = None
+        st.gamma_doc_ids = None
+        if self.pending is None:
+            self.pending = self.algorithm.empty_stats()
+        return st
 
     def steps(self, stream, stop):
         for mb in stream:
             if stop():
                 return
-            st = self.algorithm.local_step(mb.batch)
+            st = (self._warm_local_step(mb) if self.warm
+                  else self.algorithm.local_step(mb.batch))
             self.pending = st if self.pending is None else self.pending.merge(st)
             self.pending_docs += mb.batch.n_docs
             if mb.batch_index != self.bpp - 1:
@@ -504,6 +532,14 @@ class _PassLoop:
             yield mb, stats
 
     def apply(self, mb: Minibatch, stats):
+        if self.warm:
+            info, err = _session.apply_step(self.algorithm.global_step, stats)
+            if err is None:
+                order = sorted(self.batches)
+                info["elbo"] = self.algorithm.elbo([self.batches[b] for b in order],
+                                                   [self.gammas[b] for b in order])
+                err = _session.check_info(info)
+            return (None, err) if err else (info, None)
         extra = None
         if hasattr(self.algorithm, "topic_term") and hasattr(stats, "score"):
             extra = {"elbo": float(stats.score) + float(self.algorithm.topic_term())}

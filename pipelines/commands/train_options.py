@@ -209,7 +209,7 @@ def add_arguments(p) -> None:
                    help="E-step pieces per minibatch, summed in piece order: the result "
                         "depends on (--seed, --minibatch, P) only, not on the runner or the "
                         "worker count; recorded in the checkpoints, so --resume keeps it "
-                        "(default 1 on local runners; remote runners: at least 4, and "
+                        "(default 2 on local runners; remote runners: at least 4, and "
                         "--num_workers / --max_num_workers of the first run)")
     g.add_argument("--staleness", type=int, default=None, metavar="S",
                    help="pipelined steps: the E-step of minibatch m reads the state after "

@@ -55,7 +55,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import traffic
 from lda_core.training import session as _session
-from pipelines.runtime import object_store_files, scratch as scratch_space
+from pipelines.runtime import scratch as scratch_space
 from pipelines.training import scratch_names
 from pipelines.training import beam_cost
 from lda_core.training.phase_times import PhaseTimes
@@ -86,7 +86,8 @@ class Start(NamedTuple):
 def start_paths(start: Start) -> List[str]:
     """Every file of a window's start (what the run removes once it is no longer needed)."""
     out = [scratch_names.header_path(start.folder, start.position)]
-    out += [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    out += [scratch_names.rows_path(start.folder, start.position, b)
+            for b in range(start.n_blocks)]
     out += [scratch_names.pending_path(start.folder, start.position, m, b)
             for m in start.pending_minibatches() for b in range(start.n_blocks)]
     return out
@@ -106,7 +107,8 @@ def write_rows(path: str, rows: np.ndarray) -> None:
 
 def read_rows(path: str) -> np.ndarray:
     """A block file written by :func:`write_rows` (no pickle; two-dimensional rows only)."""
-    with object_store_files.files_for(path).open_read(path) as f:
+    data = scratch_space.read_bytes(path)     # one request on an object store
+    with io.BytesIO(data) as f:
         try:
             rows = np.load(f, allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
@@ -141,11 +143,16 @@ def write_start(algorithm, folder: str, position: int) -> Start:
         write_rows(scratch_names.rows_path(folder, position, b), algorithm.block_rows(b))
     pending = getattr(algorithm, "pending", None)
     first, n = position, 0
-    if pending is not None and int(pending.first) == int(position):
+    if pending is not None and int(pending.first) != int(position):
+        logger.warning("the statistics in flight of the checkpoint (minibatches from %d) are "
+                       "not this run's (from %d): recomputed with the state it starts from",
+                       pending.first, position)
+    elif pending is not None:
         first, n = int(pending.first), len(pending.stats)
         for i, st in enumerate(pending.stats):
             for b, part in enumerate(st.split_by_block(B) if B > 1 else [st]):
-                write_blob(scratch_names.pending_path(folder, position, first + i, b), encode_stats(part))
+                write_blob(scratch_names.pending_path(folder, position, first + i, b),
+                           encode_stats(part))
     return Start(folder, int(position), B, first, n)
 
 
@@ -726,7 +733,8 @@ class StageFn(LeanDoFn):
                 write_blob(path, encode_stats(stats))
                 yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, written=path))
             if b == 0:
-                scratch_space.write_bytes(scratch_names.header_path(folder, end), header.to_bytes())
+                scratch_space.write_bytes(scratch_names.header_path(folder, end),
+                                          header.to_bytes())
                 if info is not None:
                     yield beam.pvalue.TaggedOutput(LOG, LogRecord(end, info=info))
             beam_cost.mark(beam_cost.LAST_STEP)
@@ -853,7 +861,8 @@ def collect(schedule: Schedule) -> WindowEnd:
     sched = schedule
     folder = sched.start.folder
     try:
-        records = json.loads(scratch_space.read_bytes(scratch_names.window_log_path(folder, sched.end)))
+        records = json.loads(scratch_space.read_bytes(
+            scratch_names.window_log_path(folder, sched.end)))
     except (OSError, ValueError) as e:
         logger.debug("window log unreadable: %s", e)
         records = []
@@ -881,7 +890,8 @@ def collect(schedule: Schedule) -> WindowEnd:
 
 def end_sources(start: Start) -> List[str]:
     """The row-block files of a window's end (what the checkpoint is published from)."""
-    return [scratch_names.rows_path(start.folder, start.position, b) for b in range(start.n_blocks)]
+    return [scratch_names.rows_path(start.folder, start.position, b)
+            for b in range(start.n_blocks)]
 
 
 def pending_of(start: Start):
@@ -899,7 +909,8 @@ def read_pending(start: Start) -> Dict[str, np.ndarray]:
     out = {}
     for m in start.pending_minibatches():
         for b in range(start.n_blocks):
-            data = decode_stats(read_blob(scratch_names.pending_path(start.folder, start.position, m, b)))
+            data = decode_stats(read_blob(scratch_names.pending_path(start.folder,
+                                                                     start.position, m, b)))
             out[array_name(m, b)] = as_bytes_array(data.to_bytes())
     return out
 
@@ -1015,9 +1026,8 @@ class RemoteWindows:
                                                  "state_delivery"]))
                 times = PhaseTimes()
             if got.start is not None:
-                for path in start_paths(start):
-                    scratch_space.remove_file(path)
-                scratch_space.remove_file(scratch_names.window_log_path(self.scratch, got.start.position))
+                scratch_space.remove_files(start_paths(start) + [
+                    scratch_names.window_log_path(self.scratch, got.start.position)])
                 start = got.start
             log_window(ses, windows, n_windows, steps[:len(got.infos)], counters, stop,
                         time.time() - w_start, int(current.docs_seen))

@@ -14,7 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from lda_core.docbatch import DocBatch
 from lda_core.training import session as _session
+from lda_core.training.pieces import local_step_pieces
 from lda_core.algorithms.algorithm import SuffStats
 from pipelines.runtime import memory, scratch as scratch_space
 from pipelines.training import scratch_names
@@ -70,17 +72,14 @@ class StepMetrics:
         self.capped = Metrics.counter(METRICS_NAMESPACE, "documents_at_iteration_cap")
         self.pieces = Metrics.counter(METRICS_NAMESPACE, "pieces")
 
-    def report(self, stats: SuffStats) -> None:
+    def report(self, stats: SuffStats, pieces: int = 1) -> None:
+        """The counters of ``stats`` (the statistics of ``pieces`` pieces)."""
         self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
         self.tokens.inc(int(stats.n_tokens))
         self.empty.inc(int(stats.n_empty))
         self.iterations.inc(int(stats.n_iterations))
         self.capped.inc(int(stats.n_capped))
-        self.pieces.inc()
-
-
-def _spill_path(spill_dir: str, position: int, piece: int) -> str:
-    return scratch_names.stats_path(spill_dir, position, piece)
+        self.pieces.inc(pieces)
 
 
 class EStepFn(LeanDoFn):
@@ -122,7 +121,7 @@ def piece_statistics(algo, task, metrics: "StepMetrics", spill_dir: Optional[str
     if spill_dir is None:
         return stats
     t0 = time.perf_counter()
-    spilled = spill_stats(stats, _spill_path(spill_dir, task.position, task.piece))
+    spilled = spill_stats(stats, scratch_names.stats_path(spill_dir, task.position, task.piece))
     beam_cost.report("stats_encode", time.perf_counter() - t0, spilled.nbytes)
     return spilled
 
@@ -220,16 +219,17 @@ class InProcessStepFn(LeanDoFn):
     """Whole steps for the in-process runner: state ``ref[t-1]`` (main input) -> ``ref[t+G-1]``
     after the ``G`` consecutive minibatches of ``steps``, each with its own global step.
 
-    In-process nothing crosses a process: the pieces of each minibatch are read and
-    E-stepped one after the other and summed in piece order (the in-process trainer's sums,
-    :mod:`lda_core.training.pieces`), and the state reference travels as the *main* input, so
+    In-process nothing crosses a process: the pieces of each minibatch are read and E-stepped
+    as the in-process trainer does (:func:`lda_core.training.pieces.local_step_pieces`: the
+    pieces' sums in piece order, from one E-step where the algorithm can), and the state
+    reference travels as the *main* input, so
     the transforms of a window form one chain of ParDos that Beam fuses into a single stage
     (with the reference as a side input every step was a stage of its own: ~0.1 s of Beam
     scheduling per step here, as much as the E-step of 256 documents). Each transform still
     costs Beam ~10-20 ms to build, translate and set up per bundle whatever its work, so small
     minibatches are grouped (``G`` = :data:`IN_PROCESS_DOCS_PER_TRANSFORM` / S, at least 1):
-    the same calls as one transform per minibatch -- ``local_step`` of each piece, their sum,
-    then :func:`apply_global_step` in place on the window's private copy -- for each of them,
+    the same calls as one transform per minibatch -- the pieces' E-step and sum, then
+    :func:`apply_global_step` in place on the window's private copy -- for each of them,
     in order; a failing step stops the group and the rest of the window."""
 
     def __init__(self, steps: Sequence[StepPlan], run_key: str,
@@ -252,18 +252,15 @@ class InProcessStepFn(LeanDoFn):
         yield new
 
     def _step(self, algo, sp: StepPlan) -> Optional[StateRef]:
-        stats = None
-        for task in sorted(sp.tasks, key=lambda t: t.piece):
-            with beam_cost.timed("read"):
-                batch = read_task(task)
-            with beam_cost.timed("estep"):
-                st = algo.local_step(batch)
-            self.metrics.report(st)
-            if stats is None:
-                stats = st
-            else:
-                with beam_cost.timed("stats_combine"):
-                    stats = stats.merge(st)
+        tasks = sorted(sp.tasks, key=lambda t: t.piece)
+        with beam_cost.timed("read"):
+            parts = [read_task(task) for task in tasks]
+            batch = parts[0] if len(parts) == 1 else DocBatch.concat(parts)
+        # the pieces are the minibatch's piece_bounds: the in-process trainer's E-step
+        # (lda_core.training.pieces), one run over the minibatch where the algorithm can
+        with beam_cost.timed("estep"):
+            stats = local_step_pieces(algo, batch, tasks[0].plan.pieces)
+        self.metrics.report(stats, len(tasks))
         return apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
 
 

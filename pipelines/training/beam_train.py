@@ -1,54 +1,45 @@
-"""The Beam trainer: the in-process trainer's loop, with each minibatch's E-step spread over
+"""The Beam trainer: the in-process trainer's loop, with each minibatch's work spread over
 Beam workers.
 
 Training is a sequence of *windows*; a window is one pipeline run over the next ``M``
-minibatches of the seeded order (:mod:`lda_core.training.ordering`, the same order as the in-process
-trainer). At the end of every window the driver publishes the state as a checkpoint
-(:class:`lda_core.storage.checkpoint.CheckpointStore`, atomic) and the next window starts from it.
+minibatches of the seeded order (:mod:`lda_core.training.ordering`, the in-process trainer's
+order). At the end of every window a checkpoint is published
+(:class:`lda_core.storage.checkpoint.CheckpointStore`, atomic) and the next window starts from
+it; a run killed mid-window loses only that window.
 
-Inside a window, for minibatch ``t`` (all composite transforms below)::
+How a step's state and statistics move between workers is the run's *exchange*, one strategy
+object each (:func:`choose_exchange`, :func:`exchange_windows`):
 
-    Create(read tasks of t)      a few (piece id, [(shard file, rows)]) records: which rows of
-      |                          which shard make up each piece of the minibatch -- decided
-      |                          by plan_pass from the shard row counts alone, so membership
-      |                          never depends on how Beam bundles or splits the work
-    ParDo(EStepFn, side=ref[t-1])  read the rows (pyarrow, one cached shard per process),
-      |                            algorithm.local_step(piece) with the state of version
-      |                            ref[t-1] (loaded once per process: pipelines.training.beam_state),
-      |                            Beam metrics, emit (piece id, stats) as raw bytes
-    CombinePerKey(StatsCombineFn)  lifted: per-bundle pre-combine, no shuffle of pieces;
-      |                            pieces merged in piece order (bit-reproducible sums);
-      |                            skipped when the minibatch is one piece (in-process)
-    ParDo(GlobalStepFn, side=ref[t-1])  -> ref[t]: a copy of state t-1, algorithm.global_step,
-                                           state t stored (in memory for the in-process runner,
-                                           else a scratch directory beside the checkpoints)
+* ``remote`` (remote runners' default for online VB and SCVB0; ``--exchange remote`` runs it on
+  any runner): the state cut into word blocks held by owners, every row, request, statistic and
+  document moving through Beam's shuffle inside the window, files only at its ends
+  (:mod:`pipelines.training.beam_remote`); with staleness 1 one shuffle barrier per step;
+* ``local`` (worker processes of this machine): each worker advances its own copy of the
+  state from the statistics pieces the workers spill to a local scratch folder
+  (:mod:`pipelines.training.beam_chain`);
+* ``state`` (a remote runner's exchange for an algorithm without word blocks: sparse Gibbs-VB):
+  per step the E-step of the pieces with the whole state as a side input, the pieces combined
+  in piece order and the global step in one worker, which hands the next state on as a
+  scratch file (:class:`pipelines.training.beam_steps.TrainStep`);
+* ``in-process`` (the DirectRunner in this process): one fused chain of whole steps
+  (:class:`pipelines.training.beam_steps.InProcessStepFn`).
 
-With the in-process runner (one worker, one piece per minibatch) the window is instead one
-fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
-there); with local worker processes each step is one stage in which every worker
-advances its own copy of the state (:mod:`pipelines.training.beam_chain`). Each window logs the cost
-of its steps by phase in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
-chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
-minibatch* (``unroll=False``): each pipeline stops after the combine, and the driver applies
-the global step itself (for very large minibatches, or runners where a deep graph is a
-problem). Both give the same states as the in-process trainer: the Beam code contains no
-maths; the local step, the merge and the global step are the ``lda_core`` ones.
+Every exchange gives the in-process trainer's state bit for bit at the same (seed, S, P, B,
+staleness): the Beam code contains no maths (the local step, the merge and the global step are
+``lda_core``'s), and every sum is made in a fixed order (pieces in piece order, word blocks in
+block order), so the result depends neither on the number of workers nor on their bundling,
+a retry or a resume at another worker count. Each window logs the cost of its steps by phase
+in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`).
 
-The trade-off (measured in docs/beam-training.md): each pipeline run costs a start-up, and
-with worker processes each chained step costs stage scheduling plus the state hand-over; a
-window costs one start-up, and a crash loses at most one window of work. Windows are therefore
-sized in documents (:func:`default_window`).
+Windows are sized in documents on this machine (a pipeline run's start-up against the work
+lost to a crash) and in steps on a remote runner (as many as one job's graph holds:
+:func:`default_window`). ``--no-unroll`` makes every window one minibatch.
 
-Resume: the run continues from the latest published checkpoint; a run killed mid-window
-loses only that window, and because every step is deterministic (per-document random draws
-from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
-bit for bit, as an uninterrupted one.
-
-Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
-must return soon after ``run()``): exactly one window is submitted and the call returns
-without waiting; the window's pipeline ends in :class:`FinishWindowFn`, which publishes the
-checkpoint, evaluates, appends the window's run-log records and removes the scratch, as the
-driver does after a waiting window (docs/beam-training.md, "Detached windows").
+Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose
+launcher must return soon after ``run()``): exactly one window is submitted and the call
+returns without waiting; the window's pipeline ends in a DoFn that publishes the checkpoint,
+evaluates, appends the window's run-log records and removes the scratch, as the driver does
+after a waiting window (:mod:`pipelines.training.beam_detached`).
 """
 from __future__ import annotations
 
@@ -170,7 +161,7 @@ def default_pieces(cfg: RunnerConfig) -> int:
     """Pieces per minibatch for a fresh run when ``pieces_per_minibatch`` is not given
     (:mod:`lda_core.training.pieces`: the value is recorded in the checkpoints and every later
     resume keeps it, so the sums never depend on the worker count). Local runners, in-process
-    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (1), as the in-process
+    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (2), as the in-process
     trainer. Remote runners: at least one piece per worker the first run may use
     (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
     from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES

@@ -11,11 +11,16 @@ hand over between processes:
   header (``header-<position>.bin``), the row blocks (``rows-<position>-<block>.npy``), the
   statistics in flight (``pending-<position>-<minibatch>-<block>.bin``) and the window's log
   (``window-<position>.json``);
+* the local exchange's marks (:mod:`pipelines.training.beam_chain`: ``chain-<mark>``, e.g. the
+  claim of a piece ``chain-claim-piece-<position>-<piece>``, a freed step's
+  ``chain-gone-<position>``);
 * the stream-order samplers' window results (``result-<position>.json``).
 
 Checkpoint names are :mod:`lda_core.storage.checkpoint`'s.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from pipelines.runtime import object_store_files
 
@@ -62,3 +67,16 @@ def window_log_path(folder: str, position: int) -> str:
 def result_path(folder: str, position: int) -> str:
     """A stream-order sampler's window result at ``position``."""
     return _join(folder, "result-%09d.json" % int(position))
+
+
+def chain_name(kind: str, position: int, piece: Optional[int] = None) -> str:
+    """The name of one of the local exchange's marks: ``kind`` of step ``position`` (and
+    ``piece``)."""
+    name = "%s-%09d" % (kind, int(position))
+    return name if piece is None else "%s-%04d" % (name, int(piece))
+
+
+def chain_mark(name: str) -> str:
+    """The file name of the local exchange's mark ``name`` (a claim is ``claim-<name>``);
+    a name that is a prefix gives the prefix of the marks it begins."""
+    return "chain-" + name
