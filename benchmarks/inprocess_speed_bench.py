@@ -44,8 +44,8 @@ from benchmarks.passes_to_score_bench import training_shards  # noqa: E402
 from benchmarks.prepare_20news import prepare as prepare_20news  # noqa: E402
 from benchmarks.quality_bench import load_corpus  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
+from lda_core.storage.vocab_file import Vocabulary  # noqa: E402
 from lda_core.training.trainer import train  # noqa: E402
-from pipelines.ingest import dataset  # noqa: E402
 from pipelines.ingest.shards import read_shard_counted  # noqa: E402
 from pipelines.training.algorithm_options import build_algorithm, default_minibatch  # noqa: E402
 from pipelines.training.shard_stream import ShardStream  # noqa: E402
@@ -181,7 +181,7 @@ def main(argv=None):
               "20news": (training_shards(data, os.path.join(common.CACHE, "passes_to_score")),
                          len(data["vocab"]))}
     wiki_root = os.path.join(common.CACHE, "inprocess_speed", "wiki-7995")
-    shapes["wiki"] = (shapes["wiki"][0], len(dataset.Vocabulary.read(wiki_root)))
+    shapes["wiki"] = (shapes["wiki"][0], len(Vocabulary.read(wiki_root)))
     out = {"trainer": [], "global_step": [], "read": {}}
     if parts != {"read", "trainer", "global"} and a.json and os.path.exists(a.json):
         with open(a.json) as f:
