@@ -2,15 +2,19 @@
 """Beam trainer throughput and per-step cost breakdown vs the in-process trainer.
 
 Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs D --words V
---topics K`` (default D = 200,000, V = 8,000, K = 100; written once into ``--data``). Online
-VB (K = 100, α=0.1, η=0.01, κ=0.7, τ0=64), minibatch S (default 4,096), one pass, in one
-process, one after the other:
+--topics K`` (default D = 200,000, V = 8,000, K = 100; written once into ``--data``). The
+default algorithm of ``ldabeam train`` (SCVB0) with its own defaults, or ``--algorithm
+online-vb`` (α=0.1, η=0.01, κ=0.7, τ0=64); minibatch S (default 4,096), one pass, the
+trainers' default pieces per minibatch P (``--pieces`` for another, the same for every row),
+in one process, one after the other -- the issue's ``ldabeam train ... --minibatch 4096
+--passes 1`` in-process and with ``--runner DirectRunner --direct_running_mode=multi_processing
+--direct_num_workers=2``:
 
 1. ``in-process``: the in-process trainer (``lda_core.training.trainer.train``, numba threads: the
    reference);
 2. ``beam-in-process``: the Beam trainer on the DirectRunner in-process (``in_memory``);
 3. ``beam-workers-2``: the Beam trainer on the DirectRunner with 2 worker processes
-   (``multi_processing``): one stage per step, each worker advancing its own copy of the
+   (``multi_processing``): one stage per window, each worker advancing its own copy of the
    state (:mod:`pipelines.training.beam_chain`); and ``beam-workers-2-two-stage``, the same with the
    two stages per step remote runners run (E-step; combine and global step in one worker,
    state handed to the others as a file);
@@ -99,7 +103,13 @@ def synth(out: str, docs: int, words: int, topics: int) -> str:
     return out
 
 
-def _algo(K, V, D, S, vh):
+def _algo(K, V, D, S, vh, algorithm="online-vb", tokens=None):
+    """Online VB with the benchmarks' settings (common.ALPHA ...), or ``algorithm`` with its
+    own defaults as ``ldabeam train`` builds it (``tokens``: the corpus's token count C)."""
+    if algorithm != "online-vb":
+        from pipelines.training.algorithm_options import build_algorithm
+        return build_algorithm(algorithm, K, V, settings={}, batch_size=S, corpus_size=D,
+                               seed=0, vocab_hash=vh, corpus_tokens=tokens)
     from lda_core.algorithms.online_vb import OnlineVB
     return OnlineVB(K, V, alpha=common.ALPHA, eta=common.ETA, kappa=common.KAPPA,
                     tau0=common.TAU0, batch_size=S, corpus_size=D, seed=0, vocab_hash=vh)
@@ -162,11 +172,26 @@ def breakdown(run_log_path: str):
     return sum_timing(read_run_log(run_log_path, "timing"))
 
 
+def run_pieces(run_log_path: str):
+    """P of a run (``pieces_per_minibatch`` of its run log's start record)."""
+    from lda_core.storage.run_log import read_run_log
+    for rec in read_run_log(run_log_path, "start"):
+        return (rec.get("run") or {}).get("pieces_per_minibatch")
+    return None
+
+
 def compare(a, ref) -> str:
-    lam, la = ref.lambda_(), a.lambda_()
-    if np.array_equal(lam, la):
+    """"bit-identical" when every array of the two states is, else the largest relative
+    difference over their arrays."""
+    sa, sr = a.to_state().arrays, ref.to_state().arrays
+    if sa.keys() == sr.keys() and all(np.array_equal(sa[k], sr[k]) for k in sr):
         return "bit-identical"
-    return "max rel diff %.1e" % float(np.max(np.abs(la - lam) / lam))
+    worst = 0.0
+    for k in sr:
+        x, y = np.asarray(sa.get(k), np.float64), np.asarray(sr[k], np.float64)
+        if x.shape == y.shape and x.size:
+            worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-300))))
+    return "max rel diff %.1e" % worst
 
 
 def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **extra):
@@ -191,37 +216,43 @@ def _row(name, K, V, S, D, wall, cpu, ref_wall, timing, algo, ref_algo, load, **
                graph_bytes_per_step=nbytes.get("pipeline_build"),
                workers=workers, breakdown=per,
                final_state=compare(algo, ref_algo) if ref_algo is not None else "reference",
+               pieces=timing.get("pieces"), algorithm=getattr(algo, "name", None),
                load_average=load)
     row.update(extra)
     return row
 
 
 def _print_row(r):
-    print("  %-16s %6.1f s wall %6.1f s CPU %7.0f docs/s ratio %s  overhead/step %.3f s  "
-          "final %s" % (r["runner"], r["wall_s"], r["cpu_s"], r["docs_per_s"],
-                        "-" if r["docs_per_s_ratio"] is None else "%.2f" % r["docs_per_s_ratio"],
-                        r["per_step_overhead_s"], r["final_state"]))
+    print("  %-16s P=%s %6.1f s wall %6.1f s CPU %7.0f docs/s ratio %s  overhead/step %.3f s  "
+          "final %s  load %.1f" % (r["runner"], r.get("pieces"), r["wall_s"], r["cpu_s"],
+                                   r["docs_per_s"], "-" if r["docs_per_s_ratio"] is None
+                                   else "%.2f" % r["docs_per_s_ratio"],
+                                   r["per_step_overhead_s"], r["final_state"],
+                                   (r.get("load_average") or [0.0])[0]))
     print("      per step: " + ", ".join("%s %.3f" % kv for kv in sorted(r["breakdown"].items())))
     if r.get("graph_bytes_per_step") is not None:
         print("      graph bytes per step (runner API proto / steps): %.0f"
               % r["graph_bytes_per_step"])
 
 
-def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None):
+def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None,
+             algorithm="online-vb", tokens=None):
     from lda_core.storage.run_log import RunLog
     from pipelines.training import beam_train, beam_window
-    beam_window.CHAINED_STEPS = not name.endswith("-two-stage")
+    exchange = "state" if name.endswith("-two-stage") else None
     md = os.path.join(tmp, name)
     os.makedirs(md, exist_ok=True)
     log_path = os.path.join(md, "run_log.jsonl")
-    a = _algo(K, V, D, S, vh)
+    a = _algo(K, V, D, S, vh, algorithm, tokens)
     c0, t0 = _cpu(), time.time()
     with RunLog(log_path) as rl:
         r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
                              minibatches_per_window=window, pieces_per_minibatch=pieces,
-                             beam_argv=bargv, progress=False, run_log=rl)
+                             beam_argv=bargv, progress=False, run_log=rl, exchange=exchange)
     wall, cpu = time.time() - t0, _cpu() - c0
-    return wall, cpu, r.algorithm, breakdown(log_path)
+    timing = breakdown(log_path)
+    timing["pieces"] = run_pieces(log_path)
+    return wall, cpu, r.algorithm, timing
 
 
 def portable_pool():
@@ -292,7 +323,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
                     pieces=P)
     ref_wall = time.time() - t0
-    beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = False, False
+    beam_window.SPILL_STATS = False
     os.environ[traffic.ENV] = repr(float(bandwidth))     # the worker processes inherit it
     traffic.set_bandwidth(bandwidth)                     # and the driver (start state)
     md = os.path.join(tmp, "w%d" % W)
@@ -312,7 +343,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
                                  scratch_dir=os.path.join(tmp, "scratch"),
                                  exchange=exchange)
     finally:
-        beam_window.CHAINED_STEPS, beam_window.SPILL_STATS = True, True
+        beam_window.SPILL_STATS = True
         os.environ.pop(traffic.ENV, None)
         traffic.set_bandwidth(None)
     wall, cpu = time.time() - t0, _cpu() - c0
@@ -381,7 +412,7 @@ def _print_sweep(r):
 def workers_sweep(args, argv):
     """``--workers-sweep`` (module docstring)."""
     from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     K, V, S, D0 = args.sweep_topics, args.sweep_words, args.sweep_minibatch, args.sweep_docs
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (D0, V, K)), D0, V, K)
     files = dataset.resolve_shards(ds)
@@ -409,7 +440,7 @@ def workers_sweep(args, argv):
                                  "beam_train_bench_workers.json")
     res = {"results": rows, "configuration": (
         "DirectRunner multi_processing, W worker processes, P = %d W pieces per minibatch; "
-        "two stages per step (beam_window.CHAINED_STEPS = False), statistics through the "
+        "two stages per step (--exchange state), statistics through the "
         "runner (beam_window.SPILL_STATS = False), scratch states on disk (scratch_dir), "
         "every counted transfer throttled to %.3g bytes/s (%s)"
         % (args.sweep_pieces_per_worker, args.emulate_bandwidth, "LDABEAM_EMULATE_BANDWIDTH")),
@@ -432,11 +463,16 @@ def main(argv=None):
     p.add_argument("--runners", default=None,
                    help="comma-separated Beam runners to time after the in-process reference "
                         "(default: all of %s)" % ", ".join(RUNNERS))
-    p.add_argument("--pieces", type=int, default=2,
+    p.add_argument("--algorithm", default="scvb0",
+                   help="the algorithm of the main rows, with its own defaults as `ldabeam "
+                        "train` builds it (default scvb0, the command's default); online-vb "
+                        "takes the benchmarks' settings (alpha, eta, kappa, tau0 of "
+                        "benchmarks/common.py)")
+    p.add_argument("--pieces", type=int, default=None,
                    help="E-step pieces per minibatch for every row, the in-process reference "
-                        "included, so all rows compute the same sums (default 2: one per "
-                        "process of the 2-worker rows; the trainers' own default on local "
-                        "runners is 1)")
+                        "included, so all rows compute the same sums (default: the trainers' "
+                        "own default, lda_core.training.pieces.DEFAULT_PIECES, as `ldabeam "
+                        "train` without --pieces)")
     p.add_argument("--portable", action="store_true",
                    help="also run the PortableRunner with an external worker pool")
     p.add_argument("--big", action="store_true",
@@ -503,14 +539,16 @@ def main(argv=None):
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     D = dataset.count_documents(files)
-    warm = _algo(K, V, D, 64, vh)
+    C = ShardStream(files, batch_size=S, seed=0, passes=1).count_tokens()
+    warm = _algo(K, V, D, 64, vh, args.algorithm, C)
     warm.local_step(read_shard(files[0]).take(range(64)))     # numba compile / cache load
-    print("synthetic corpus: D=%d V=%d K=%d S=%d, %d shard(s); load average %s"
-          % (D, V, K, S, len(files), "%.2f %.2f %.2f" % os.getloadavg()))
+    print("synthetic corpus: D=%d V=%d K=%d S=%d, %d shard(s), %s, P %s; load average %s"
+          % (D, V, K, S, len(files), args.algorithm, args.pieces or "default",
+             "%.2f %.2f %.2f" % os.getloadavg()))
     tmp = tempfile.mkdtemp(prefix="beam-bench-")
     rows = []
     try:
-        algo = _algo(K, V, D, S, vh)
+        algo = _algo(K, V, D, S, vh, args.algorithm, C)
         stream = ShardStream(files, batch_size=S, seed=0, passes=1)
         log_path = os.path.join(tmp, "inprocess_run_log.jsonl")
         c0, t0 = _cpu(), time.time()
@@ -518,15 +556,17 @@ def main(argv=None):
             inprocess_train(algo, stream, progress=False, run_log=rl, pieces=args.pieces)
         ref_wall, ref_cpu = time.time() - t0, _cpu() - c0
         ref = algo
+        timing = breakdown(log_path)
+        timing["pieces"] = run_pieces(log_path)
         rows.append(_row("in-process", K, V, S, D, ref_wall, ref_cpu, ref_wall,
-                         breakdown(log_path), algo, None, os.getloadavg()))
+                         timing, algo, None, os.getloadavg()))
         _print_row(rows[-1])
         names = (args.runners.split(",") if args.runners else
                  ["beam-in-process"] + ([] if args.skip_workers else
                                         ["beam-workers-2", "beam-workers-2-two-stage"]))
         for name in names:
             wall, cpu, a, timing = run_beam(name, RUNNERS[name], files, K, V, D, S, vh, tmp,
-                                            args.window, args.pieces)
+                                            args.window, args.pieces, args.algorithm, C)
             rows.append(_row(name, K, V, S, D, wall, cpu, ref_wall, timing, a, ref,
                              os.getloadavg()))
             _print_row(rows[-1])
@@ -534,7 +574,8 @@ def main(argv=None):
             bargv, procs = portable_pool()
             try:
                 wall, cpu, a, timing = run_beam("portable-pool", bargv, files, K, V, D, S, vh,
-                                                tmp, args.window, args.pieces)
+                                                tmp, args.window, args.pieces, args.algorithm,
+                                                C)
                 rows.append(_row("portable-pool", K, V, S, D, wall, cpu, ref_wall, timing, a,
                                  ref, os.getloadavg(), cpu_note="driver only"))
                 _print_row(rows[-1])

@@ -8,7 +8,10 @@ Trains a fixed small run (300 KOS documents from ../shared/data, K=5, S=50, two 
 held-out evaluation every 4 steps, windows of 5 minibatches) of each algorithm with each runner
 that can train it -- in-process, Beam in-process (unrolled and one pipeline per minibatch),
 Beam with two worker processes, detached windows, and the streaming job fed by TestStream --
-and records, for every checkpoint the run kept, the sha256 of each array plus step, documents
+plus the other callers of the training loop: the scikit-learn estimators (``fit``,
+``partial_fit``, online / batch / SCVB0, saved with ``save``), the library's
+``LdaModel.update`` (saved with ``save``) and ``ldabeam train --update`` in-process and on
+the DirectRunner -- and records, for every checkpoint the run kept, the sha256 of each array plus step, documents
 seen, parameters and RNG state, and the run log's step records without their times. ``compare``
 re-runs and reports every difference; the exit status is the number of runs that differ.
 
@@ -64,7 +67,77 @@ def runs():
         out["inprocess/" + a] = (a, extra, 1)
         out["direct/" + a] = (a, extra + DIRECT, 1)
     out["stream/online-vb"] = ("online-vb", None, 0)
+    for name in ("sklearn/online", "sklearn/online-partial", "sklearn/batch", "sklearn/scvb0",
+                 "sklearn/scvb0-partial", "update/online-vb", "update/scvb0",
+                 "update-cli/inprocess", "update-cli/direct"):
+        out[name] = (name.split("/")[1], name, 0)
     return out
+
+
+def run_sklearn(ds, md, kind):
+    """An estimator fit on the training shards (K=5, batch_size=50), saved to ``md``."""
+    import scipy.sparse as sp
+    from lda_core.sklearn_api import OnlineLDA, SCVB0LDA
+    from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
+    b = dataset.read_docbatch(dataset.resolve_shards(ds))
+    V = len(Vocabulary.read(os.path.join(ds, "vocab.tsv")))
+    X = sp.csr_matrix((b.counts.astype(float), b.word_ids, b.indptr), shape=(b.n_docs, V))
+    if kind == "online":
+        est = OnlineLDA(5, batch_size=50, max_iter=2, random_state=2, evaluate_every=1,
+                        perp_tol=1e-9).fit(X)
+    elif kind == "online-partial":
+        est = OnlineLDA(5, batch_size=50, random_state=2, total_samples=300)
+        est.partial_fit(X[:120]).partial_fit(X[120:])
+    elif kind == "batch":
+        est = OnlineLDA(5, learning_method="batch", batch_size=50, max_iter=3,
+                        random_state=2).fit(X)
+    elif kind == "scvb0":
+        est = SCVB0LDA(5, batch_size=50, max_iter=2, random_state=2).fit(X)
+    else:
+        est = SCVB0LDA(5, batch_size=50, random_state=2, total_samples=300)
+        est.partial_fit(X[:120]).partial_fit(X[120:])
+    est.save(md)
+    return md
+
+
+def run_update(ds, d, name):
+    """A model trained in-process (one pass), then continued on the held-out documents:
+    ``LdaModel.update`` (two passes, saved) or ``ldabeam train --update`` (in-process or
+    DirectRunner)."""
+    import ldabeam
+    from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
+    algorithm = "scvb0" if name == "update/scvb0" else "online-vb"
+    md = os.path.join(d, "model")
+    run_cli(ds, md, algorithm, ["--passes", 1, "--heldout", "none"], 1)
+    if name.startswith("update/"):
+        b = dataset.read_docbatch(dataset.resolve_shards(ds, "heldout"))
+        rows = [{"word_ids": b.word_ids[b.indptr[i]:b.indptr[i + 1]],
+                 "counts": b.counts[b.indptr[i]:b.indptr[i + 1]]} for i in range(b.n_docs)]
+        m = ldabeam.load(md)
+        m.update(rows, passes=2, ids=[str(i) for i in b.doc_ids])
+        m.save(md)
+        return md
+    held = os.path.join(d, "held")
+    os.makedirs(os.path.join(held, "train"))
+    import shutil as _sh
+    for f in dataset.resolve_shards(ds, "heldout"):
+        _sh.copy(f, os.path.join(held, "train", os.path.basename(f)))
+    _sh.copy(os.path.join(ds, "vocab.tsv"), os.path.join(held, "vocab.tsv"))
+    manifest.write_manifest(held, {"vocab_hash": Vocabulary.read(
+        os.path.join(ds, "vocab.tsv")).hash, "splits": manifest.shard_listing(held)})
+    from pipelines import cli
+    argv = ["train", "--update", "--output", md, "--shards", held, "--passes", 2]
+    if name.endswith("direct"):
+        argv += ["--runner", "DirectRunner"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        rc = cli.main([str(a) for a in argv])
+    if rc != 0:
+        raise RuntimeError("ldabeam %s failed with %s" % (" ".join(map(str, argv)), rc))
+    return md
 
 
 def digest_store(md):
@@ -168,6 +241,10 @@ def main(argv=None):
             try:
                 if extra is None:
                     md = run_stream(d)
+                elif isinstance(extra, str) and extra.startswith("sklearn/"):
+                    md = run_sklearn(ds, os.path.join(d, "model"), algorithm)
+                elif isinstance(extra, str):
+                    md = run_update(ds, d, extra)
                 else:
                     md = os.path.join(d, "model")
                     run_cli(ds, md, algorithm, extra, launches)

@@ -46,7 +46,7 @@ def dataflow_config(dry_run: bool):
 def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "state"):
     """The remote runner's window of ``n_steps`` steps over the synthetic 3.3 M-document plan,
     built in ``p``; ``exchange`` "word-blocks": the word-sharded steps
-    (:mod:`pipelines.training.beam_sharded`, B = PIECES word blocks)."""
+    (:mod:`pipelines.training.beam_remote`, B = PIECES word blocks)."""
     from pipelines.training.beam_plan import plan_steps
     from pipelines.training.beam_state import StateRef
     from pipelines.training.beam_window import build_window
@@ -57,14 +57,16 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "sta
     steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
-    if exchange == "word-blocks":
-        from pipelines.training.beam_sharded import ShardRef, build_sharded
-        from pipelines.training.beam_steps import WindowTasks
-        tasks = p | "Tasks" >> WindowTasks(steps)
-        build_sharded(p, tasks, steps, ShardRef("run/0", scratch, 0), 1)
+    if exchange in ("remote", "remote-s0"):
+        from pipelines.training.beam_remote import Schedule, Start, build_window as remote
+        s = 0 if exchange == "remote-s0" else 1
+        ahead = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=n_steps,
+                           stop=n_steps + s, pieces_per_minibatch=PIECES)
+        schedule = Schedule.of_steps(Start(scratch, 0, PIECES, 0, 0), steps, ahead, s)
+        remote(p, schedule, steps[0].read_plan, "run", 100_000, 1)
         return
-    build_window(p, cfg, steps, StateRef("run/0", scratch + "/state-000000000.npz", 0),
-                  "run", scratch, 1, True, None)
+    build_window(p, cfg, "state", steps, StateRef("run/0", scratch + "/state-000000000.npz",
+                                                  0), "run", scratch, 1)
 
 
 def runner_api_per_step(batch_size: int, exchange: str = "state") -> float:
@@ -94,7 +96,7 @@ def main(argv=None):
     ap.add_argument("--label", default="after")
     ap.add_argument("--commit", help="the commit of the code measured (default: HEAD of the "
                     "tree pipelines is imported from)")
-    ap.add_argument("--exchange", choices=("state", "word-blocks"), default="state",
+    ap.add_argument("--exchange", choices=("state", "remote", "remote-s0"), default="remote",
                     help="the remote window's steps: the state exchange, or the word-sharded "
                          "one (record it with --label word-blocks)")
     ap.add_argument("--dataflow", action="store_true",

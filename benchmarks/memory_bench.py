@@ -24,7 +24,8 @@ def write_repeated(src: str, dst: str, times: int) -> None:
     """Dataset ``dst`` = the train shards of ``src`` written ``times`` times (ids suffixed)."""
     from lda_core.docbatch import DocBatch
     from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest import manifest
+    from pipelines.ingest.shards import read_shard
     if os.path.exists(os.path.join(dst, "manifest.json")):
         return
     shutil.rmtree(dst, ignore_errors=True)
@@ -42,10 +43,10 @@ def write_repeated(src: str, dst: str, times: int) -> None:
                                 dataset.docbatch_to_table(b), vh)
             i += 1
     shutil.copyfile(os.path.join(src, "vocab.tsv"), os.path.join(dst, "vocab.tsv"))
-    man = dataset.read_manifest(src)
+    man = manifest.read_manifest(src)
     man["repeated"] = times
-    man["splits"] = dataset.shard_listing(dst)   # dst's shards, verified like src's
-    dataset.write_manifest(dst, man)
+    man["splits"] = manifest.shard_listing(dst)   # dst's shards, verified like src's
+    manifest.write_manifest(dst, man)
 
 
 def train_peak(shards: str, model: str, threads=None):
@@ -54,6 +55,7 @@ def train_peak(shards: str, model: str, threads=None):
            + common.protocol_train_args(shards, model, threads))
     wall, rss, _ = common.run_child_peak_rss(cmd)
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     n = dataset.count_documents(dataset.resolve_shards(shards))
     return dict(docs=n, wall_s=wall, peak_rss_mb=rss)
 

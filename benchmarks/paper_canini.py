@@ -127,7 +127,7 @@ def build_dataset(name, min_df=5, max_df_frac=0.5, max_docs=0):
 
 
 def _nmi(labels, clusters):
-    from lda_core.evaluation.metrics import normalized_mutual_information
+    from lda_core.evaluation.topic_quality import normalized_mutual_information
     return normalized_mutual_information(list(labels), list(clusters))
 
 

@@ -3,7 +3,7 @@
 
 1. Quality at K = 200 (paper Fig. 2): after the same number of passes (minibatches of 100
    documents, the same seeded order), the UMass coherence of every topic (top 10 words,
-   ε = 1, on the training documents: ``lda_core.evaluation.metrics.umass_coherence``), its mean, and
+   ε = 1, on the training documents: ``lda_core.evaluation.topic_quality.umass_coherence``), its mean, and
    the number of very poor topics, counted two ways: topics in the worst decile of the pooled
    per-topic coherences of all models of the run, and topics with C(k) < ``--poor`` (default
    -250, i.e. below ≈ -5.6 per word pair). Held-out document completion is reported too.
@@ -123,7 +123,8 @@ def main(argv=None):
         plot(saved("paper_mimno_quality.csv"), saved("paper_mimno_topics.csv"),
              saved("paper_mimno_speed.csv"), os.path.join(a.out, "paper_mimno.png"))
         return 0
-    from lda_core.evaluation.metrics import document_completion, umass_coherence
+    from lda_core.evaluation.metrics import document_completion
+    from lda_core.evaluation.topic_quality import umass_coherence
     train, ha, hb, V = pf.load("20news")
     print("# 20news: %d training documents, V=%d" % (train.n_docs, V), flush=True)
     quality, topics = [], []

@@ -77,11 +77,12 @@ def train_online_vb(train, V, seed, threads):
 
 def train_batch_vb(train, V, seed, threads, max_passes):
     from lda_core.algorithms.online_vb import BatchVB
+    from lda_core.training.in_memory import fit_batch_vb
     algo = BatchVB(K, V, alpha=ALPHA, eta=ETA, corpus_size=train.n_docs, seed=seed,
                    n_threads=threads)
     chunks = [train.take(range(s, min(train.n_docs, s + 4096)))
               for s in range(0, train.n_docs, 4096)]
-    res = algo.fit(chunks, max_passes=max_passes, rel_tol=1e-5)
+    res = fit_batch_vb(algo, chunks, max_passes=max_passes, rel_tol=1e-5)
     return algo, res["passes"], bool(res["converged"])
 
 

@@ -133,12 +133,13 @@ def prepare(cache: str, force: bool = False, limit=None) -> dict:
 def check_vocab_order(cache: str) -> None:
     """The datasets' vocabulary must be the harness's vocab.txt in the same order."""
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     with open(os.path.join(cache, "bench", "vocab.txt")) as f:
         harness = [l.rstrip("\n") for l in f]
     if harness and harness[-1] == "":
         harness.pop()
     for d in ("ds_train", "ds_test"):
-        ours = dataset.Vocabulary.read(os.path.join(cache, d)).tokens
+        ours = Vocabulary.read(os.path.join(cache, d)).tokens
         if ours != harness:
             raise SystemExit("%s/%s/vocab.tsv is not the harness's vocab.txt in order (%d vs %d "
                              "words); phi columns would not line up" % (cache, d, len(ours),

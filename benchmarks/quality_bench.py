@@ -179,13 +179,14 @@ def train_in_process(name, data, K, seed, max_passes, min_gain, bench, passes=No
                                  doc_ids=[str(i) for i in order[s:s + common.BATCH]])
                for s in range(0, D, common.BATCH)]
     from lda_core.training.pass_stop import PassStop
+    from lda_core.training.in_memory import fit_batch_vb
     alg = make_algorithm(name, K, X, seed)
     rule = PassStop(min_gain, max_passes)     # the rule of `ldabeam train --passes auto`
     best, best_phi, used, elapsed, hist = -np.inf, None, 0, 0.0, []
     for p in range(passes or max_passes):
         t0 = time.perf_counter()
         if name == "batch-vb":
-            alg.fit(batches, max_passes=1)
+            fit_batch_vb(alg, batches, max_passes=1)
         else:
             for b in batches:
                 alg.global_step(alg.local_step(b))

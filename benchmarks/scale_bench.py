@@ -279,6 +279,8 @@ def train_once(shards: str, model: str, threads=None, fixed_iter: int = 0) -> di
     """One pass in a child; wall, peak RSS and the trainer's own seconds (with
     ``fixed_iter``, also the CPU breakdown and the fixed-work pass)."""
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     before = startup_run(shards, model, threads)
     shutil.rmtree(model, ignore_errors=True)
     cmd = _train_cmd(shards, model, threads)
@@ -296,12 +298,12 @@ def train_once(shards: str, model: str, threads=None, fixed_iter: int = 0) -> di
     after = startup_run(shards, model, threads)
     start = min(before, after, key=lambda r: r["cpu"])
     files = dataset.resolve_shards(shards)
-    man = dataset.read_manifest(shards) if os.path.exists(
+    man = manifest.read_manifest(shards) if os.path.exists(
         os.path.join(shards, "manifest.json")) else {}
     tokens = (man.get("tokens") or {}).get("train")
     if man.get("repeated"):
         tokens = tokens * int(man["repeated"]) if tokens else None
-    vocab = dataset.Vocabulary.read(os.path.join(shards, "vocab.tsv"))
+    vocab = Vocabulary.read(os.path.join(shards, "vocab.tsv"))
     docs = int(end["docs_seen"])
     # steady state: from the step at 10% of the run to the last step (the one-time start-up
     # -- loading the numba kernels, the first shard, initialising lambda -- left out)

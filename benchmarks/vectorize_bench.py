@@ -150,8 +150,8 @@ def write_inputs(tmp: str, formats, records, copies: int, table_copies: int,
 
 def readable_formats() -> set:
     """The input formats this checkout's ``ldabeam vectorize`` reads."""
-    from pipelines.ingest import text_sources
-    return set(text_sources.FORMATS)
+    from pipelines.ingest import input_files
+    return set(input_files.FORMATS)
 
 
 def input_mb(path: str) -> float:

@@ -1,7 +1,7 @@
 """What verifying a dataset costs: sha256 of its shards against reading them.
 
 Every command that reads shards verifies them once per run against the dataset's manifest
-(``pipelines.ingest.dataset.open_shards``: Parquet footers, row counts, sha256). This script
+(``pipelines.ingest.manifest.open_shards``: Parquet footers, row counts, sha256). This script
 measures, in one process, on real corpora vectorized with ``ldabeam vectorize``:
 
 * ``hash_mb_s``: MB/s of the sha256 of every train shard (what verification adds per run);
@@ -60,22 +60,23 @@ def best(fn, repeat: int) -> float:
 
 def measure(ds: str, repeat: int) -> dict:
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     files = dataset.resolve_shards(ds)
     nbytes = sum(os.path.getsize(f) for f in files)
     mb = nbytes / 1e6
 
     def hash_all():
-        dataset._HASHED.clear()
+        manifest._HASHED.clear()
         for f in files:
-            dataset._file_sha256(f)
+            manifest._file_sha256(f)
 
     def read_all():
         for _ in dataset.iter_shard_batches(files):
             pass
 
     def verify_all():
-        dataset._HASHED.clear()
-        dataset.open_shards(ds)
+        manifest._HASHED.clear()
+        manifest.open_shards(ds)
 
     read_all()                                   # warm the page cache
     t_hash, t_read, t_verify = (best(hash_all, repeat), best(read_all, repeat),

@@ -47,10 +47,22 @@ import logging
 import math
 import numbers
 
+import numba
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import psi
 
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.algorithms.online_vb import BatchVB, OnlineVB
+from lda_core.algorithms.scvb0 import SCVB0
 from lda_core.docbatch import DocBatch
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
+from lda_core.storage.state import TopicState
+from lda_core.storage.vocab_file import VOCAB_FILE, vocab_hash, vocab_tsv
+from lda_core.training.in_memory import MemoryMinibatches, fit_batch_vb, train_in_memory
+from lda_core.training.session import Session
+from lda_core.training.spec import Output
 
 logger = logging.getLogger(__name__)
 
@@ -268,15 +280,23 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         if not first and X.shape[1] != self.components_.shape[1]:
             raise ValueError("X has %d features, but %s is expecting %d features as input"
                              % (X.shape[1], type(self).__name__, self.components_.shape[1]))
-        algo = self.algorithm_
-        base = algo.docs_seen
-        n, S = X.shape[0], int(self.batch_size)
-        for s in range(0, n, S):
-            e = min(n, s + S)
-            b = self._to_batch(X[s:e], tuple("p%d" % (base + i) for i in range(s, e)))
-            algo.global_step(algo.local_step(b))
+        base = self.algorithm_.docs_seen
+        self._train(self._minibatches(X, lambda i: "p%d" % (base + i)))
         self._sync()
         return self
+
+    def _minibatches(self, X, key=str) -> list:
+        """``X`` in minibatches of ``batch_size`` rows in row order; document keys
+        ``key(row)`` (the row's position in the call by default)."""
+        n, S = X.shape[0], int(self.batch_size)
+        return [self._to_batch(X[s:min(n, s + S)], tuple(key(i) for i in range(s, min(n, s + S))))
+                for s in range(0, n, S)]
+
+    def _train(self, batches, passes: int = 1):
+        """One global step per minibatch of ``batches``, ``passes`` times, through the
+        in-process runner (the session validates every step; a refused one raises
+        TrainingError)."""
+        train_in_memory(self.algorithm_, MemoryMinibatches.repeat(batches, passes))
 
     def _sync(self):
         """Copy the fitted algorithm's state to the public attributes (``components_``,
@@ -293,25 +313,25 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         ``ldabeam.load`` read it; the estimator's parameters go into the state's
         ``info["sklearn"]``. ``vocabulary``: the words of the columns of X in order (e.g.
         ``CountVectorizer().get_feature_names_out()``), written as ``MODEL_DIR/vocab.tsv`` and
-        hashed into the state. Returns the checkpoint's path. Object-store URLs need their
+        its hash recorded in the fitted model and the state. Returns the checkpoint's path. Object-store URLs need their
         file layer registered (``import ldabeam`` or ``pipelines`` does it)."""
-        from lda_core.storage.checkpoint import CheckpointStore
-        from lda_core.storage.state import files_for
-        from lda_core.storage.vocab_file import VOCAB_FILE, vocab_hash, vocab_tsv
         _check_is_fitted(self)
-        state = self.algorithm_.to_state()
+        algo = self.algorithm_
         files = files_for(model_dir)
+        tokens = None
         if vocabulary is not None:
             tokens = [str(t) for t in vocabulary]
-            if len(tokens) != state.n_words:
+            if len(tokens) != algo.n_words:
                 raise ValueError("vocabulary has %d words but the model has %d features"
-                                 % (len(tokens), state.n_words))
-            state.vocab_hash = vocab_hash(tokens)
-        state.info = dict(state.info or {})
-        state.info["sklearn"] = {"class": type(self).__name__,
-                                 "params": _json_params(self.get_params(deep=False)),
-                                 "n_iter": int(getattr(self, "n_iter_", 0))}
-        path = CheckpointStore(model_dir, files=files).publish(state)
+                                 % (len(tokens), algo.n_words))
+            algo.vocab_hash = vocab_hash(tokens)     # the fitted model's columns are these words
+        session = Session(position=int(algo.step),
+                          output=Output(checkpoint_store=CheckpointStore(model_dir, files=files),
+                                        progress=False))
+        sklearn = {"class": type(self).__name__,
+                   "params": _json_params(self.get_params(deep=False)),
+                   "n_iter": int(getattr(self, "n_iter_", 0))}
+        path = session.publish(algo, info={"sklearn": sklearn})
         if vocabulary is not None:
             files.write_atomic(files.join(model_dir, VOCAB_FILE),
                                vocab_tsv(tokens).encode("utf-8"))
@@ -323,9 +343,6 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         checkpoint directory -- saved by :meth:`save` or trained by ``ldabeam train`` with a
         matching algorithm. Parameters saved by :meth:`save` are restored; for a model the
         command line trained they are mapped from the state (module docstring)."""
-        from lda_core.algorithms.algorithm import algorithm_class
-        from lda_core.storage.checkpoint import CheckpointStore
-        from lda_core.storage.state import TopicState, files_for
         files = files_for(path)
         if files.exists(files.join(path, "state.json")):
             state = TopicState.load(path, files=files)
@@ -390,13 +407,11 @@ class OnlineLDA(_LDABase):
                              % (self.total_samples,))
 
     def _new_algorithm(self, n_features, corpus_size):
-        from lda_core.algorithms.online_vb import BatchVB, OnlineVB
         self._check_params()
         K = int(self.n_components)
         cls = BatchVB if self.learning_method == "batch" else OnlineVB
         threads = None
         if self.n_jobs is not None and self.n_jobs > 0:
-            import numba
             threads = min(int(self.n_jobs), numba.config.NUMBA_NUM_THREADS)
         self.random_state_ = np.random.RandomState(self.random_state) \
             if isinstance(self.random_state, numbers.Integral) else self.random_state
@@ -418,16 +433,8 @@ class OnlineLDA(_LDABase):
         a = self.algorithm_
         lam = a.lambda_()
         self.components_ = lam
-        from scipy.special import psi
         self.exp_dirichlet_component_ = np.exp(psi(lam) - psi(lam.sum(axis=1))[:, None])
         self.n_batch_iter_ = int(a.step) + 1
-
-    def _minibatches(self, X):
-        n = X.shape[0]
-        S = int(self.batch_size)
-        for s in range(0, n, S):
-            rows = slice(s, min(n, s + S))
-            yield self._to_batch(X[rows], tuple(str(i) for i in range(s, min(n, s + S))))
 
     def fit(self, X, y=None):
         """``max_iter`` passes over X (online: minibatches of ``batch_size`` in row order, D =
@@ -437,14 +444,13 @@ class OnlineLDA(_LDABase):
         algo = self._new_algorithm(X.shape[1], X.shape[0])
         last_bound = None
         self.bound_ = None
+        batches = self._minibatches(X)
         if self.learning_method == "batch":
-            batches = list(self._minibatches(X))
-            res = algo.fit(batches, max_passes=int(self.max_iter))
+            res = fit_batch_vb(algo, batches, max_passes=int(self.max_iter))
             self.n_iter_ = res["passes"]
         else:
             for it in range(int(self.max_iter)):
-                for b in self._minibatches(X):
-                    algo.global_step(algo.local_step(b))
+                self._train(batches)
                 self.n_iter_ = it + 1
                 if self.evaluate_every > 0 and (it + 1) % self.evaluate_every == 0:
                     self._sync()
@@ -475,7 +481,6 @@ class OnlineLDA(_LDABase):
 
     @classmethod
     def _params_of_state(cls, state) -> dict:
-        from lda_core.algorithms.online_vb import OnlineVB
         p = state.params
         # the spec's mapping (a per-topic α as its mean), then the estimator's own
         out = {q.sklearn: float(np.mean(p[q.name])) if q.vector else q.type(p[q.name])
@@ -524,7 +529,6 @@ class SCVB0LDA(_LDABase):
         self.verbose = verbose
 
     def _new_algorithm(self, X_or_V, corpus_tokens):
-        from lda_core.algorithms.scvb0 import SCVB0
         self._check_params()
         K = int(self.n_components)
         # the estimator parameters SCVB0's spec maps (Param.sklearn), checked by the spec
@@ -547,14 +551,9 @@ class SCVB0LDA(_LDABase):
 
     def fit(self, X, y=None):
         X = self._check_X(X, reset=True, where="fit")
-        algo = self._new_algorithm(X.shape[1], max(1, int(X.sum())))
-        n, S = X.shape[0], int(self.batch_size)
-        for it in range(int(self.max_iter)):
-            for s in range(0, n, S):
-                e = min(n, s + S)
-                b = self._to_batch(X[s:e], tuple(str(i) for i in range(s, e)))
-                algo.global_step(algo.local_step(b))
-            self.n_iter_ = it + 1
+        self._new_algorithm(X.shape[1], max(1, int(X.sum())))
+        self._train(self._minibatches(X), passes=int(self.max_iter))
+        self.n_iter_ = int(self.max_iter)
         self._sync()
         return self
 
@@ -570,7 +569,6 @@ class SCVB0LDA(_LDABase):
 
     @classmethod
     def _params_of_state(cls, state) -> dict:
-        from lda_core.algorithms.scvb0 import SCVB0
         p = state.params
         out = {q.sklearn: q.type(p[q.name]) for q in SCVB0.SPEC if q.sklearn}
         return dict(out, n_components=int(state.n_topics),
@@ -593,7 +591,6 @@ def _vb_bound(components, alpha, eta, batch, *, seed, tol, max_iter=100):
     """Σ_d ELBO_d + topic term of ``batch`` for an LDA whose q(β_k) is Dirichlet(components_k)
     (K x V, every entry above 0): the online-VB E-step (at most ``max_iter`` iterations per
     document, scikit-learn's default ``max_doc_update_iter``) and topic term on that λ."""
-    from lda_core.algorithms.online_vb import OnlineVB
     lam = np.asarray(components, np.float64)
     vb = OnlineVB.from_lambda(lam, alpha=alpha, eta=eta, seed=seed, max_iter=max_iter,
                               tol=tol, dtype="float64")

@@ -30,6 +30,17 @@ import numpy as np
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from lda_core.errors import UsageError
+from ldabeam import preprocess
+from ldabeam.model import load
+from ldabeam.preprocess import content_id
+from pipelines.ingest import dataset
+from pipelines.ingest.tokenize import load_stopwords
+from pipelines.ingest.vectorize import VectorizeOptions
+from pipelines.ingest.vectorize_steps import ApplyVocabulary, TokenizeDocuments
+from pipelines.ingest.vocabulary import BuildVocabulary
+from pipelines.runtime import paths
+
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "ldabeam"
@@ -41,8 +52,7 @@ def checkpoint_pattern(model_dir: str) -> str:
     """The files a model directory's published checkpoints are recognised by: one
     ``state.json`` per checkpoint directory, each under a new name (``step-N``, on object
     stores ``step-N-<suffix>``), which is what ``WatchFilePattern`` needs."""
-    from pipelines.ingest import dataset
-    return dataset.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
+    return paths.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
 
 
 class WatchCheckpoints(beam.PTransform):
@@ -77,7 +87,6 @@ class LdaModelHandler(ModelHandler):
     def __init__(self, model: str, *, tokenizer=None, min_batch_size: Optional[int] = None,
                  max_batch_size: Optional[int] = 256, **kwargs):
         if not isinstance(model, str) or not model:
-            from lda_core.errors import UsageError
             raise UsageError("LdaModelHandler needs the path of a model directory or "
                              "checkpoint, got %r" % (model,))
         super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
@@ -90,7 +99,6 @@ class LdaModelHandler(ModelHandler):
         return self._model_uri
 
     def load_model(self):
-        from ldabeam.model import load
         model = load(self._model_uri, tokenizer=self._tokenizer)
         logger.info("LdaModelHandler loaded %s", model)
         return model
@@ -116,7 +124,6 @@ def theta_record(result: PredictionResult, id_field: str = "id", text_field: str
     """``{"doc_id", "theta" (list of K floats), "top_topic", "model"}`` of a prediction; the
     id is the record's id field (``doc_id`` for count rows) or the content hash
     :meth:`ldabeam.LdaModel.transform` keys a document without id by."""
-    from ldabeam import preprocess
     prep = preprocess.Preprocessing({"id_field": id_field, "text_field": text_field})
     ids, _ = preprocess.split_records([result.example], prep)
     theta = np.asarray(result.inference, np.float64)
@@ -163,7 +170,6 @@ def work_item(record, id_field: str = "id", text_field: str = "text",
               title_field: Optional[str] = "title", label_field: Optional[str] = "label"):
     """A ``str`` or ``dict`` record as the vectorize tokenizer's work item ``("doc", 0, seq,
     doc_id, title, label, text)``; a record without an id gets its content hash."""
-    from ldabeam.preprocess import content_id
     if isinstance(record, dict):
         text = record.get(text_field)
         if not isinstance(text, str):
@@ -220,11 +226,9 @@ class Vectorize(beam.PTransform):
         super().__init__()
         unknown = sorted(set(options) - set(VECTORIZE_OPTIONS))
         if unknown:
-            from lda_core.errors import UsageError
             raise UsageError("Vectorize: unknown option(s) %s; the options are %s"
                              % (", ".join(unknown), ", ".join(VECTORIZE_OPTIONS)))
         if model and options:
-            from lda_core.errors import UsageError
             raise UsageError("Vectorize(model=...) uses the model's vocabulary and recorded "
                              "preprocessing; %s apply only when the vocabulary is built "
                              "(no model)" % ", ".join(sorted(options)))
@@ -236,20 +240,14 @@ class Vectorize(beam.PTransform):
 
     def _model_setup(self):
         """(TokenizerConfig, vocabulary path, vocabulary) of the model."""
-        from ldabeam.model import load
-        from pipelines.ingest import dataset
         m = load(self._model, tokenizer=self._tokenizer)
         m._need_vocab("Vectorize(model=...)")
-        vpath = dataset.join(m.model_dir, dataset.VOCAB_FILE)
+        vpath = paths.join(m.model_dir, dataset.VOCAB_FILE)
         fields = {k: v for k, v in (m.preprocessing or {}).items() if k in self._fields}
         self._fields.update({k: v for k, v in fields.items() if v})
         return m._prep.tokenizer_config(), vpath, m._vocab
 
     def expand(self, records):
-        from pipelines.ingest.vectorize_steps import ApplyVocabulary, TokenizeDocuments
-        from pipelines.ingest.vocabulary import BuildVocabulary
-        from pipelines.ingest.tokenize import load_stopwords
-        from pipelines.ingest.vectorize import VectorizeOptions
         p = records.pipeline
         if self._model:
             cfg, vpath, vocab = self._model_setup()

@@ -39,9 +39,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
-from lda_core.storage.vocab_file import grown_vocab_name
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
+from lda_core.storage.lease import ModelLease
+from lda_core.storage.vocab_file import grown_vocab_name, Vocabulary
+from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
+from lda_core.training.ordering import n_batches, plan_pass
+from lda_core.training.pieces import recorded_pieces
+from lda_core.training.session import Session
+from lda_core.training.spec import Output
 from ldabeam import preprocess
+from pipelines.ingest import dataset, manifest
+from pipelines.ingest.tokenize import vocabulary_index
+from pipelines.runtime import paths
+from pipelines.runtime.model_dir import open_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +90,7 @@ class UpdateJob:
     returns the algorithm after ``passes`` passes of the order."""
     algorithm: Any
     documents: Any              # lda_core.docbatch.DocBatch
-    vocabulary: Any             # pipelines.ingest.dataset.Vocabulary
+    vocabulary: Any             # lda_core.storage.vocab_file.Vocabulary
     passes: int
     seed: int
     batch_size: int
@@ -91,13 +104,11 @@ def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
     an object-store URL. ``tokenizer``: the callable the model's training data was tokenized
     with, when it was (the model records its name; raw text is refused without it). Raises
     InputError naming the path when there is no model there."""
-    from pipelines.ingest import dataset            # also registers the object-store layer
-    from pipelines.runtime.model_dir import open_model
     if not isinstance(path, str) or not path:
         raise UsageError("ldabeam.load needs the path of a model directory or checkpoint, "
                          "got %r" % (path,))
     if path.rstrip("/").endswith("/" + STATE_FILE) or path == STATE_FILE:
-        path = dataset.parent(path.rstrip("/"))
+        path = paths.parent(path.rstrip("/"))
     try:
         m = open_model(path)
     except FileNotFoundError as e:
@@ -182,7 +193,6 @@ class LdaModel:
 
     def _lookup(self):
         if self._index is None:
-            from pipelines.ingest.tokenize import vocabulary_index
             self._index = vocabulary_index(self._vocab.tokens)
         return self._index
 
@@ -215,7 +225,7 @@ class LdaModel:
         infer --input FILE.jsonl`` writes for them. A document with no known word gets
         α/Σα (``infer`` writes no row for it)."""
         batch, _ = self._batch(docs, ids, "transform")
-        from pipelines.infer import infer_gamma
+        from pipelines.infer import infer_gamma     # imports Beam, which only transform needs
         g = infer_gamma(self._algo, batch, "infer")
         return g / g.sum(axis=1, keepdims=True)
 
@@ -256,7 +266,6 @@ class LdaModel:
         return summary
 
     def _restore(self, state, vocab) -> None:
-        from lda_core.algorithms.algorithm import algorithm_class
         self._algo = algorithm_class(state.algorithm).from_state(state)
         self._vocab = vocab
         self._index = None
@@ -281,13 +290,9 @@ class LdaModel:
         """E-step pieces per minibatch of the run that trained the model (its checkpoint's
         record; 1 for a model that records none): an update sums its statistics the same
         way (lda_core.training.pieces)."""
-        from lda_core.training.pieces import recorded_pieces
         return int(recorded_pieces(self._info.get("run") or {}, True))
 
     def _steps(self, batch, passes: int, runner: Optional[Callable] = None) -> Dict[str, Any]:
-        from lda_core.training.ordering import plan_pass
-        from lda_core.training.pieces import local_step_pieces
-        from lda_core.training.session import apply_step
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
         docs = batch.take(keep) if len(keep) < batch.n_docs else batch
@@ -311,22 +316,26 @@ class LdaModel:
             self._index = None
         else:
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            for p in range(passes):
-                plan = plan_pass(sizes, seed, p, S)
+
+            def minibatches(p: int):
+                """Pass ``p``'s minibatches: the seeded order's rows of each, gathered."""
                 rows: List[np.ndarray] = []
                 cur = None
-                for seg in list(plan.iter_segments()) + [None]:
+                for seg in list(plan_pass(sizes, seed, p, S).iter_segments()) + [None]:
                     if seg is None or (cur is not None and seg.batch != cur):
-                        stats = local_step_pieces(algo, docs.take(np.concatenate(rows)), pieces)
-                        info, err = apply_step(algo.global_step, stats)
-                        if err:
-                            raise TrainingError(
-                                "update: minibatch %d of pass %d could not be applied: %s; the "
-                                "model is left as it was before update()" % (cur + 1, p + 1, err))
+                        yield docs.take(np.concatenate(rows))
                         rows = []
                     if seg is not None:
                         cur = seg.batch
                         rows.append(offsets[seg.shard] + seg.rows)
+
+            try:
+                train_in_memory(algo, MemoryMinibatches(minibatches, passes,
+                                                        n_batches(docs.n_docs, S)),
+                                pieces=pieces)
+            except TrainingError as e:
+                raise TrainingError("update: %s; the model is left as it was before update()"
+                                    % e) from None
         steps = int(algo.step) - start
         self._info.setdefault("updates", []).append(
             {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
@@ -337,7 +346,6 @@ class LdaModel:
     def _grow(self, docs, ids) -> List[str]:
         """Add the new documents' words that pass the model's pruning rules (module
         docstring); returns them in their new id order."""
-        from pipelines.ingest import dataset
         self._need_vocab("update(grow_vocab=True)")
         _, items = preprocess.split_records(docs, self._prep, ids)
         counts = preprocess.token_counts(items, self._prep)
@@ -367,7 +375,7 @@ class LdaModel:
             if j is not None:
                 vdf[j] += n
                 vcf[j] += cf[t]
-        vocab = dataset.Vocabulary(list(self._vocab.tokens) + cand,
+        vocab = Vocabulary(list(self._vocab.tokens) + cand,
                                    np.concatenate([vdf, [df[t] for t in cand]]).astype(np.int64),
                                    np.concatenate([vcf, [cf[t] for t in cand]]).astype(np.int64))
         if cand:
@@ -383,14 +391,13 @@ class LdaModel:
     def _prune_rules(self):
         """The pruning rules of the vectorize run the model's training data came from (its
         manifest, found through the run log), else the vectorize defaults."""
-        from pipelines.ingest import dataset
-        from pipelines.ingest.vocabulary import PruneSettings
-        from pipelines.infer import training_shards
+        from pipelines.ingest.vocabulary import PruneSettings   # imports Beam (the vocabulary
+        # pipeline); only grow_vocab needs the pruning rules
         shards = training_shards(self.model_dir) if self.model_dir else None
-        for d in ([shards, dataset.parent(shards.rstrip("/"))] if shards else []):
-            if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
+        for d in ([shards, paths.parent(shards.rstrip("/"))] if shards else []):
+            if d and paths.exists(paths.join(d, dataset.MANIFEST_FILE)):
                 try:
-                    pr = (dataset.read_manifest(d).get("settings") or {}).get("pruning")
+                    pr = (manifest.read_manifest(d).get("settings") or {}).get("pruning")
                 except (OSError, ValueError):
                     pr = None
                 if isinstance(pr, dict):
@@ -411,15 +418,12 @@ class LdaModel:
         is new, empty, or the directory the model was loaded from (a new checkpoint there, as
         a resumed ``ldabeam train`` would publish); a directory holding another model's
         checkpoints is refused. Holds the directory's writer lease while it writes."""
-        from pipelines.ingest import dataset
-        from lda_core.storage.checkpoint import CheckpointStore
-        from lda_core.storage.lease import ModelLease
         if not isinstance(model_dir, str) or not model_dir:
             raise UsageError("save needs a model directory path, got %r" % (model_dir,))
-        target = dataset.absolute(model_dir)
+        target = paths.absolute(model_dir)
         store = CheckpointStore(target)
         if store.list_checkpoints() and (self.model_dir is None or
-                                         dataset.absolute(self.model_dir) != target):
+                                         paths.absolute(self.model_dir) != target):
             raise OutputError("%s already holds another model's checkpoints; save to a new or "
                               "empty directory" % model_dir)
         with ModelLease(target, "ldabeam.LdaModel.save"):
@@ -429,38 +433,36 @@ class LdaModel:
         """What :meth:`save` does once it holds the lease of ``target`` (``ldabeam train
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
         ``tokenizer.json``, each written atomically."""
-        from pipelines.ingest import dataset
-        state = self._algo.to_state()
-        info = dict(self._info)          # the run's records (trainer, run, updates) ...
-        info.update(state.info or {})    # ... and what the algorithm keeps there (SCVB0's C)
-        state.info = info
+        # the run's records (trainer, run, updates) stay as they were: an update applies
+        # steps outside the order of the run that trained the model, which --resume continues
+        session = Session(position=int(self._algo.step),
+                          output=Output(checkpoint_store=store, progress=False))
         grown = None
         if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
             # written first under its hash's name: the checkpoint published next finds it
             # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
-            grown = dataset.join(target, grown_vocab_name(self._vocab.hash))
+            grown = paths.join(target, grown_vocab_name(self._vocab.hash))
             self._vocab.write(grown)
-        path = store.publish(state)
+        path = session.publish(self._algo, info=self._info)
         if self._vocab is not None:
-            self._vocab.write(dataset.join(target, dataset.VOCAB_FILE))
+            self._vocab.write(paths.join(target, dataset.VOCAB_FILE))
         if grown is not None:
-            dataset.files_for(grown).remove_file(grown)
+            files_for(grown).remove_file(grown)
         if self._prep.settings is not None:
             import json
-            dataset.write_bytes_atomic(
-                dataset.join(target, dataset.TOKENIZER_FILE),
+            paths.write_atomic(
+                paths.join(target, manifest.TOKENIZER_FILE),
                 (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
                             indent=2, sort_keys=True) + "\n").encode("utf-8"))
-        self.model_dir, self.checkpoint = target, dataset.absolute(path)
+        self.model_dir, self.checkpoint = target, paths.absolute(path)
         return self.checkpoint
 
 
 def _vocab_hash_at(model_dir: str):
     """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
-    from pipelines.ingest import dataset
-    path = dataset.join(model_dir, dataset.VOCAB_FILE)
+    path = paths.join(model_dir, dataset.VOCAB_FILE)
     try:
-        return dataset.Vocabulary.read(path).hash if dataset.exists(path) else None
+        return Vocabulary.read(path).hash if paths.exists(path) else None
     except (ValueError, OSError):
         return None
 
@@ -468,7 +470,6 @@ def _vocab_hash_at(model_dir: str):
 def _grown(algo, n_new: int, vocab_hash: str):
     """The algorithm with ``n_new`` word rows appended at the prior (module docstring), built
     through its state format: the word-major array gets zero rows, V and the hash change."""
-    from lda_core.algorithms.algorithm import algorithm_class
     state = algo.to_state()
     name = _WORD_ROWS[state.algorithm]
     rows = state.arrays[name]

@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import InputError
+from lda_core.errors import InputError, UsageError
+from pipelines.ingest.tokenize import model_settings, Preprocessor
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,6 @@ class Preprocessing:
         """The preprocessing ``model_dir`` records. One that cannot be reproduced here (a
         custom tokenizer not given, a segmenter not installed) is kept as a refusal, raised
         when raw text is prepared: the model's topics stay usable."""
-        from lda_core.errors import UsageError
-        from pipelines.ingest.tokenize import Preprocessor, model_settings
         settings, _ = model_settings(model_dir)
         settings = settings if isinstance(settings, dict) else None
         try:
@@ -72,7 +71,6 @@ class Preprocessing:
         if self.refusal is not None:
             raise self.refusal
         if self.preprocessor is None:
-            from pipelines.ingest.tokenize import Preprocessor
             self.preprocessor = Preprocessor()
         return self.preprocessor
 

@@ -4,3 +4,8 @@ The pipelines are thin compositions of ``lda_core``: composite ``PTransform``s w
 the core's local steps, a ``CombineFn`` that sums statistics, and drivers that apply the core's
 global step between windows.
 """
+from pipelines.runtime import object_store_files
+
+# every path of the pipelines, local or a URL, goes through lda_core's file layer: URLs
+# through Beam's FileSystems (the layer imports Beam only when a URL is used)
+object_store_files.register()

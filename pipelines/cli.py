@@ -23,6 +23,8 @@ from importlib import metadata
 from typing import List, Optional
 
 from lda_core.errors import Terminated, UserError
+from lda_core.storage.files import files_for
+from pipelines.runtime import log_filters
 
 # name -> (module, one-line help). Order is the order shown by `ldabeam --help`.
 COMMANDS = {
@@ -120,11 +122,12 @@ def _model_dir_lease(module, args):
     model_dir = getattr(args, spec[0], None) if spec else None
     if not model_dir:
         return contextlib.nullcontext()
+    # only the commands that write a model directory need the lease: `ldabeam --help` /
+    # `--version` start without it
     from lda_core.storage.lease import hold_model_dir
-    from pipelines.ingest import dataset
     return hold_model_dir(model_dir, "ldabeam " + args.command,
                           inputs=[getattr(args, a, None) for a in spec[1]],
-                          files=dataset.files_for(model_dir))
+                          files=files_for(model_dir))
 
 
 def _check_leftovers(parser: argparse.ArgumentParser, command: str, leftovers) -> None:
@@ -132,7 +135,7 @@ def _check_leftovers(parser: argparse.ArgumentParser, command: str, leftovers) -
     that run pipelines, an error with a suggestion otherwise."""
     if not leftovers:
         return
-    from pipelines.runtime.beam_options import check_unknown_options
+    from pipelines.runtime.beam_options import check_unknown_options  # only when options are left
     ours = [o for a in parser.command_parsers[command]._actions for o in a.option_strings]
     check_unknown_options(command, leftovers, ours, beam=command in BEAM_COMMANDS)
 
@@ -321,7 +324,6 @@ def _run(argv: List[str], command: Optional[str]) -> int:
     args, leftovers = parser.parse_known_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from pipelines.runtime import log_filters
     log_filters.install()      # third-party warnings that do not concern the user
     if args.log_level != "DEBUG":
         # Beam's own INFO lines (type-hint conversions, runner fall-backs, worker pools) drown

@@ -59,9 +59,14 @@ from apache_beam.pvalue import AsList, AsSingleton
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
 from lda_core.storage import output_paths
-from pipelines.training import beam_state
-from pipelines.ingest import dataset
+from lda_core.storage.files import files_for
+from pipelines.ingest import dataset, manifest, vectorize as vz
+from pipelines.ingest.tokenize import model_settings, Preprocessor, RECORD_KEYS
+from pipelines.ingest.vectorize import VectorizeOptions
+from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.model_dir import open_model
+from pipelines.training import beam_state
 
 logger = logging.getLogger(__name__)
 
@@ -146,24 +151,10 @@ class ModelRef:
 def resolve_model(model: str) -> ModelRef:
     """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
     names, with its vocabulary file (MODEL_DIR/vocab.tsv) checked against the state's hash."""
-    from pipelines.runtime.model_dir import open_model
     m = open_model(model)
     st = m.state
     return ModelRef(m.path, st.algorithm, st.n_topics, st.n_words, st.step, st.vocab_hash,
                     m.vocab_path, m.model_dir, m)
-
-
-def training_shards(model_dir: str) -> Optional[str]:
-    """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
-    path = dataset.join(model_dir, RUN_LOG_FILE)
-    if not dataset.exists(path):
-        return None
-    for rec in read_run_log(path, "start")[::-1]:
-        s = (rec.get("run") or {}).get("shards")
-        if s:
-            return s
-    return None
 
 
 # ----------------------------------------------------------------------------- E-step
@@ -234,7 +225,7 @@ def _write_table(path: str, table: pa.Table, meta: Dict[str, str]) -> None:
     table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
-    dataset.write_bytes_atomic(path, buf.getvalue())
+    paths.write_atomic(path, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- DoFns
@@ -291,10 +282,10 @@ class _InferFn(beam.DoFn):
                              % (batch.max_word_id(), algo.n_words))
         gamma = infer_gamma(algo, batch, self._gamma_seed)
         table = theta_table(batch, gamma, self._top_n, self._write_gamma)
-        path = dataset.join(self._output, name + ".parquet")
+        path = paths.join(self._output, name + ".parquet")
         _write_table(path, table, self._meta)
         if self._csv:
-            dataset.write_bytes_atomic(dataset.join(self._output, name + ".csv"),
+            paths.write_atomic(paths.join(self._output, name + ".csv"),
                                        theta_csv(table))
         self._docs.inc(batch.n_docs)
         yield {"file": name + ".parquet", "documents": batch.n_docs,
@@ -324,7 +315,7 @@ def _summary(_, pieces, stats, info, output):
         known = out["tokens"]
         unknown = out["oov_tokens_dropped"]
         out["unknown_token_share"] = unknown / float(known + unknown) if known + unknown else 0.0
-    dataset.write_bytes_atomic(dataset.join(output, SUMMARY_FILE),
+    paths.write_atomic(paths.join(output, SUMMARY_FILE),
                                (json.dumps(out, indent=2, sort_keys=True) + "\n").encode())
     return out
 
@@ -343,7 +334,6 @@ def _prepare_output(opts: InferOptions) -> None:
 def model_tokenizer(ref: ModelRef) -> Optional[dict]:
     """The tokenizer settings the model was trained with: MODEL_DIR/tokenizer.json, else the
     manifest of the dataset its run log names; None when neither is found."""
-    from pipelines.ingest.tokenize import model_settings
     settings, _ = model_settings(ref.model_dir)
     return settings if isinstance(settings, dict) else None
 
@@ -357,7 +347,6 @@ def text_preprocessor(opts: InferOptions, ref: ModelRef):
     (:meth:`pipelines.ingest.tokenize.Preprocessor.from_model_dir`): UsageError when it cannot
     be reproduced here (a custom tokenizer not given, a segmenter not installed); a warning
     when it was never recorded (the defaults are used)."""
-    from pipelines.ingest.tokenize import Preprocessor
     pre = Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     if not pre.known:
         logger.warning("infer: the model's tokenizer settings are unknown (%s); raw text is "
@@ -371,11 +360,9 @@ def _text_options(opts: InferOptions, ref: ModelRef):
     (:func:`model_tokenizer`; the vectorize defaults when unknown), with the reader options
     given to infer on top. The tokenizer itself is :func:`text_preprocessor`'s."""
     import dataclasses
-    from pipelines.ingest.tokenize import RECORD_KEYS
-    from pipelines.ingest.vectorize import VectorizeOptions
     settings = model_tokenizer(ref) or {}
     fields = {f.name for f in dataclasses.fields(VectorizeOptions)}
-    kw = {k: settings[k] for k in dataset.TOKENIZER_KEYS
+    kw = {k: settings[k] for k in manifest.TOKENIZER_KEYS
           if k in settings and k in fields and k not in RECORD_KEYS and k != "format"}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
@@ -394,7 +381,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
     stats_parts = []
     if opts.shards:
         # verified by _checked (hashes are computed once per process)
-        files = dataset.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
+        files = manifest.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
         dataset.check_vocab_hash(files, ref.vocab_hash)
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
@@ -402,7 +389,6 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
                   | "Read" >> beam.ParDo(_ReadPiecesFn(opts.batch_size))
                   | "SpreadPieces" >> beam.Reshuffle())
     else:
-        from pipelines.ingest import vectorize as vz
         if ref.vocab_path is None:
             raise FileNotFoundError("raw text needs the model's vocabulary, but %s has no %s"
                                     % (ref.model_dir, dataset.VOCAB_FILE))
@@ -448,11 +434,10 @@ def _checked(opts: InferOptions):
     opts.validate()
     ref = resolve_model(opts.model)
     if opts.shards:   # fail now, before creating the output; verified against the manifest
-        dataset.check_vocab_hash(dataset.open_shards(opts.shards, opts.split,
+        dataset.check_vocab_hash(manifest.open_shards(opts.shards, opts.split,
                                                      unverified=opts.unverified).files,
                                  ref.vocab_hash)
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
-        from pipelines.ingest.tokenize import Preprocessor
         Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     _prepare_output(opts)
     beam_ref = beam_state.StateRef(key="infer:%s:%d" % (ref.state_path, ref.step),
@@ -508,13 +493,13 @@ def read_summary(output: str) -> Dict[str, Any]:
     """The published summary of a finished inference job (``_summary.json``, or the
     ``summary.json`` of older outputs); DataIntegrityError naming the folder when there is
     none (a job still running, or killed before it published)."""
-    path = output_paths.summary_path(output, dataset.files_for(output))
+    path = output_paths.summary_path(output, files_for(output))
     if path is None:
         raise DataIntegrityError(
             "%s holds no published inference results (no %s): the `ldabeam infer` writing it "
             "is still running or was stopped before the end; wait for it, or re-run it with "
             "--overwrite" % (output, SUMMARY_FILE))
-    with dataset.open_read(path) as f:
+    with paths.open_read(path) as f:
         return json.loads(f.read().decode("utf-8"))
 
 
@@ -526,11 +511,11 @@ def read_theta(output: str):
     names = s.get("files") or []
     tables = []
     for f in names:
-        path = dataset.join(output, f)
-        if not dataset.exists(path):
+        path = paths.join(output, f)
+        if not paths.exists(path):
             raise DataIntegrityError("%s lists %s but it is missing; re-run `ldabeam infer "
                                      "--overwrite`" % (output, f))
-        with dataset.open_read(path) as fh:
+        with paths.open_read(path) as fh:
             tables.append(pq.read_table(fh))
     if not tables:
         raise DataIntegrityError("no inference results in %s (its summary lists no file)"
@@ -545,4 +530,4 @@ def read_theta(output: str):
 
 
 __all__ = ["InferOptions", "infer", "submit", "read_summary", "infer_gamma", "theta_table", "resolve_model",
-           "training_shards", "read_theta", "output_schema"]
+           "read_theta", "output_schema"]

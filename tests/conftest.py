@@ -10,39 +10,13 @@ from helpers.paths import WIKI_SAMPLE, shared_path
 
 
 SWEEP_ENV = "LDABEAM_SWEEP"
-#: tests that start worker processes, marked ``serial`` here rather than in their files (files
-#: being reworked on another branch): file -> test names
-SERIAL_TESTS = {
-    "test_beam_sharded.py": ["test_online_vb_same_bits_as_inprocess_for_any_worker_count",
-                             "test_scvb0_same_bits_as_inprocess_for_any_worker_count",
-                             "test_reseeding_and_hyperparameter_steps_cross_blocks_unchanged",
-                             "test_stopped_at_two_workers_resumed_at_four_same_bits",
-                             "test_sigkill_at_two_workers_resumed_at_four_same_bits"],
-    "test_object_store.py": ["test_beam_worker_processes_exchange_states_through_the_object_store"],
-    "test_traffic.py": ["test_cluster_like_two_workers_report_what_a_step_moves",
-                        "test_local_chained_workers_report_step_bytes"],
-}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Before ``-m`` selects: the tests of :data:`SERIAL_TESTS` get the ``serial`` marker (a
-    name that matches no collected test of its file is reported), and tests marked ``sweep``
-    are skipped unless asked for (LDABEAM_SWEEP=1, ``make test-sweep``): every run already
-    kills each named point at its first, middle and last arrival."""
-    seen = {}
-    for item in items:
-        f = os.path.basename(str(item.fspath))
-        name = getattr(item, "originalname", item.name)
-        if name in SERIAL_TESTS.get(f, ()):
-            item.add_marker(pytest.mark.serial)
-            seen.setdefault(f, set()).add(name)
-    for f, names in SERIAL_TESTS.items():
-        stale = set(names) - seen.get(f, set())
-        if f in {os.path.basename(str(i.fspath)) for i in items} and stale:
-            import warnings
-            warnings.warn(pytest.PytestWarning("conftest.SERIAL_TESTS names no test of %s: %s"
-                                               % (f, sorted(stale))))
+    """Tests marked ``sweep`` are skipped unless asked for (LDABEAM_SWEEP=1, ``make
+    test-sweep``): every run already kills each named point at its first, middle and last
+    arrival."""
     if os.environ.get(SWEEP_ENV) == "1":
         return
     skip = pytest.mark.skip(reason="opt-in sweep: set %s=1 (make test-sweep)" % SWEEP_ENV)

@@ -29,6 +29,7 @@ def test_piece_bounds_cover_the_minibatch_in_order():
 def test_beam_plan_cuts_minibatches_like_the_inprocess_pieces(kos_pieces):
     from lda_core.training.pieces import piece_bounds
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.beam_plan import plan_steps
     files = dataset.resolve_shards(kos_pieces)
     sizes = [dataset.count_documents([f]) for f in files]
@@ -176,11 +177,10 @@ def test_one_piece_two_stage_worker_run_equals_inprocess(kos_pieces, tmp_path, m
     """P = 1 (the local default) on worker processes with two stages per step (the shape remote
     runners run): the single piece goes straight to the global step. It used to be spilled to a
     scratch file that no combine read, and the global step failed on the file reference."""
-    from pipelines.training import beam_window
-    monkeypatch.setattr(beam_window, "CHAINED_STEPS", False)
     ref, files = new_vb(kos_pieces, K=5, S=40, seed=3)
     _inprocess(ref, files, pieces=1)
     algo, _ = new_vb(kos_pieces, K=5, S=40, seed=3)
-    res = _beam(algo, files, str(tmp_path / "m"), _mp(2), pieces_per_minibatch=1)
+    res = _beam(algo, files, str(tmp_path / "m"), _mp(2), pieces_per_minibatch=1,
+                exchange="state")
     assert res.beam_metrics["documents"] == 300
     _same_bits(ref, res.algorithm)

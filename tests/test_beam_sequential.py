@@ -39,8 +39,9 @@ def kos_seq(kos_paths, tmp_path_factory):
 
 def _files(ds):
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     files = dataset.resolve_shards(ds)
-    return files, dataset.check_vocab_hash(files, None), len(dataset.Vocabulary.read(ds))
+    return files, dataset.check_vocab_hash(files, None), len(Vocabulary.read(ds))
 
 
 def _new(name, V, K=5):

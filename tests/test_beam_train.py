@@ -20,6 +20,8 @@ import shutil
 import numpy as np
 import pytest
 
+from lda_core.errors import TrainingError
+
 from lda_core.docbatch import DocBatch
 
 from helpers import warm
@@ -109,7 +111,7 @@ def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_pa
     assert res.beam_metrics["documents"] == 400
     assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     cfg = runner_config("DirectRunner", ["--direct_running_mode=multi_processing"])
     assert not os.path.exists(default_scratch_root(str(tmp_path / "m"), cfg))
 
@@ -134,6 +136,8 @@ def test_max_steps_then_resume_is_bit_identical(kos_small, tmp_path):
 
 def test_plan_steps_matches_shard_stream_order(kos_small):
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.beam_plan import plan_steps, read_task
     from pipelines.training.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
@@ -161,7 +165,7 @@ def test_stats_combine_is_order_independent_and_round_trips(kos_small):
     from apache_beam.testing.util import assert_that
     from pipelines.training.beam_stats import (StatsAccumulatorCoder, StatsCombineFn, decode_piece,
                                                encode_piece, merge_in_order)
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -203,7 +207,7 @@ def test_spilled_pieces_merge_like_inline_ones(kos_small, tmp_path):
     from pipelines.training.beam_stats import (SpilledStats, StatsAccumulatorCoder, StatsCombineFn,
                                                decode_stats, encode_stats, merge_in_order,
                                                spill_stats)
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -238,8 +242,9 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
     from pipelines.training import beam_state
     from pipelines.training.beam_stats import spill_stats
-    from pipelines.training.beam_steps import GlobalStepFn, _spill_path
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.training.beam_steps import GlobalStepFn
+    from pipelines.training.scratch_names import stats_path as _spill_path
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")
     os.makedirs(scratch)
@@ -259,56 +264,6 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     assert np.array_equal(got.lambda_(), expect.lambda_())
 
 
-def test_chained_workers_advance_their_own_copy_bit_for_bit(kos_small, tmp_path):
-    """One stage per step (pipelines.training.beam_chain): a worker applies the previous step's global
-    step to its own copy from the spilled pieces; the worker of piece 0 publishes the state
-    and the info and frees step t-2; a worker whose copy is behind loads state t-1 from the
-    scratch folder. Every copy equals the one-process global step of the merged pieces, bit
-    for bit; refused statistics stop the chain with the error stored for the driver."""
-    from pipelines.training import beam_chain, beam_state
-    from pipelines.training.beam_plan import StepPlan
-    from pipelines.training.beam_stats import merge_in_order, spill_stats
-    from pipelines.training.beam_steps import _spill_path
-    from pipelines.training.shard_stream import read_shard
-    algo, files = new_vb(kos_small)
-    batch = read_shard(files[0])
-    scratch = str(tmp_path / "scratch")
-    os.makedirs(scratch)
-    start = beam_state.StateRef("r/0", beam_chain.state_path(scratch, 0), 0)
-    beam_state.save_scratch(algo, start.path)
-    ref, _ = new_vb(kos_small)
-    plans = [StepPlan(t, 0, t, 40) for t in range(4)]
-    pieces = []
-    beam_chain._COPY[0] = None
-    for t in range(3):
-        mb = batch.take(range(40 * t, 40 * t + 40))
-        if t:
-            if t == 2:
-                beam_chain._COPY[0] = None           # this process ran no piece of step 1
-            got = beam_chain.advance("r", t, start, plans[t - 1], pieces, scratch, True, None)
-            ref.global_step(merge_in_order(dict(pieces)))
-            assert np.array_equal(got.lambda_(), ref.lambda_()) and got.step == ref.step == t
-            saved = beam_state.load_algorithm(beam_chain.state_path(scratch, t))
-            assert np.array_equal(saved.lambda_(), ref.lambda_())
-            assert os.path.exists(os.path.join(scratch, "info-%09d.json" % t))
-        else:
-            got = beam_chain.advance("r", 0, start, None, [], scratch, False, None)
-        halves = (mb.take(range(20)), mb.take(range(20, 40)))
-        pieces = [(k, spill_stats(got.local_step(h), _spill_path(scratch, t, k)))
-                  for k, h in enumerate(halves)]
-    names = sorted(os.listdir(scratch))
-    assert not [n for n in names if n.startswith("stats-%09d-" % 0)]   # t-2 freed at t=2
-    assert "state-%09d.npz" % 1 in names and "state-%09d.npz" % 2 in names
-    # refused statistics: no copy, the error stored under the new version for the driver
-    bad = merge_in_order(dict(pieces))
-    bad.sstats[:] = np.nan
-    nan_piece = [(0, spill_stats(bad, _spill_path(scratch, 2, 9)))]
-    assert beam_chain.advance("r", 3, start, plans[2], nan_piece, scratch, True, None) is None
-    assert "error" in beam_state.read_json(os.path.join(scratch, "info-%09d.json" % 3))
-    assert beam_chain.advance("r", 4, start, plans[3], [], scratch, True, None) is None
-    beam_chain._COPY[0] = None
-
-
 def _check_one(got, expected):
     assert len(got) == 1 and got[0][0] == expected[0]
     assert abs(got[0][1] - expected[1]) <= 1e-9 * abs(expected[1])
@@ -319,6 +274,8 @@ def _check_one(got, expected):
 def test_bad_input_is_refused_before_any_work(kos_small, tmp_path, kos_paths):
     from pipelines.training import beam_train
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
+    from lda_core.storage.vocab_file import Vocabulary
     algo, files = new_vb(kos_small)
     with pytest.raises(FileNotFoundError, match="empty shard set"):
         beam_train.train(algo, [], str(tmp_path / "m1"), beam_argv=["--runner=DirectRunner"])
@@ -394,7 +351,7 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     algo, files = new_vb(kos_small)
     bad = FailingVB.from_state(algo.to_state())
     md = str(tmp_path / "m")
-    with pytest.raises(beam_train.TrainingError, match="minibatch 4 .*non-finite"):
+    with pytest.raises(TrainingError, match="minibatch 4 .*non-finite"):
         beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
                          beam_argv=["--runner=DirectRunner"], progress=False)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
@@ -407,16 +364,17 @@ def test_default_pieces_do_not_follow_local_workers_and_cover_remote_ones(tmp_pa
     from lda_core.training.pieces import DEFAULT_PIECES
     from pipelines.runtime.beam_options import runner_config
     from pipelines.training import beam_window
-    from pipelines.training.beam_train import default_pieces, default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
+    from pipelines.training.beam_train import default_pieces
     mp = runner_config("DirectRunner", ["--direct_running_mode=multi_processing",
                                         "--direct_num_workers=3"])
     assert default_pieces(runner_config("DirectRunner", [])) == DEFAULT_PIECES
     assert default_pieces(mp) == DEFAULT_PIECES
     local = default_scratch_root(str(tmp_path / "m"), mp)
-    assert beam_window.chained(mp, local)
+    assert beam_window.spill_dir(mp, local) == local       # local workers share files
     df = ["--project=p", "--region=r", "--temp_location=gs://b/t"]
     from lda_core.training.pieces import REMOTE_MIN_PIECES
     assert default_pieces(runner_config("DataflowRunner", df)) == REMOTE_MIN_PIECES
     assert default_pieces(runner_config("DataflowRunner", df + ["--num_workers=8",
                                                                 "--max_num_workers=32"])) == 32
-    assert not beam_window.chained(mp, "fakegs://bucket/m/.beam-scratch")
+    assert beam_window.spill_dir(mp, "fakegs://bucket/m/.beam-scratch") is None

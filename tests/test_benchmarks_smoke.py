@@ -196,7 +196,7 @@ def test_train_bench(news20, tmp_path):
 def test_beam_train_bench(bench_env, tmp_path):
     js = tmp_path / "beam.json"
     out, _ = run(bench_env, "beam_train_bench.py", "--docs", 3000, "--minibatch", 512,
-                 "--json", js)
+                 "--algorithm", "online-vb", "--json", js)
     grab(r"beam-in-process .*docs/s ratio %s" % NUMBER, out)
     with open(js) as f:
         rows = json.load(f)["results"]
@@ -474,6 +474,38 @@ def test_quality_bench(news20, tmp_path):
     assert re.findall(r"\| target .*", again) and "20news dead topics" in again
 
 
+def test_staleness_bench(bench_env, tmp_path):
+    """Staleness 1 (pipelined from the first step, and after 8 steps at s = 0) against 0 on
+    the bundled Wikipedia sample (split by the harness here), one seed, K = 5, two passes, at
+    each algorithm's default minibatch and at S = 256; the paired differences are printed and
+    saved, and rebuilt from the printed records."""
+    js = tmp_path / "staleness.json"
+    out, _ = run(bench_env, "staleness_bench.py", "--corpora", "wiki", "--quick", "--json", js)
+    for w in (0, 8):
+        grab(r"\| wiki \| scvb0 \| 100 \(14\) \| 1, %d \| 1 \| %s ± %s .*\| (?:yes|NO) \|"
+             % (w, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert {(r["algorithm"], r["S"], r["sync_steps"]) for r in rec["summary"]} == {
+        (a, S, w) for a, S in (("scvb0", 100), ("scvb0", 256), ("online-vb", 256))
+        for w in (0, 8)}
+    assert sorted((r["staleness"], r["sync_steps"]) for r in rec["records"]) == \
+        [(0, 0)] * 3 + [(1, 0)] * 3 + [(1, 8)] * 3
+    for r in rec["records"]:
+        assert len(r["ll_by_pass"]) == 2 and r["stop_pass"] == 2
+        for part in ("pass1", "at_stop"):
+            for k in ("heldout_ll_per_token", "dead_topics", "effective_topics", "npmi"):
+                finite(r[part][k], k)
+    for row in rec["summary"]:
+        for k in ("diff_pass1", "diff_at_stop", "diff_equal_passes"):
+            finite(row[k]["mean"], k)
+    log = tmp_path / "staleness.log"
+    log.write_text(out)
+    again, _ = run(bench_env, "staleness_bench.py", "--summarise", log, "--json",
+                   tmp_path / "s.json")
+    assert again.count("| wiki |") == 12
+
+
 def test_defaults_bench(bench_env, tmp_path):
     """The default command against online VB with --passes auto on the bundled sample: both
     runs recorded with their evaluations, dead topics and the time ratio."""
@@ -568,3 +600,73 @@ def test_streaming_loop_bench(bench_env, tmp_path):
     for m in rec["model"]:            # what the loop saves is the chain's extra job starts
         assert m["chained_jobs"] == math.ceil(m["steps"] / m["steps_per_job"])
         assert m["loop_saves_s"] == pytest.approx((m["chained_jobs"] - 1) * m["job_start_s"])
+
+
+def test_object_store_bench(bench_env, tmp_path):
+    """Local disk against the GCS emulator through the latency proxy: every row on the local
+    run's bits, nothing left on the store, requests counted."""
+    js = tmp_path / "object_store.json"
+    out, _ = run(bench_env, "object_store_bench.py", "--docs", 300, "--words", 500,
+                 "--minibatch", 100, "--word-blocks", 2, "--latencies-ms", "0,5", "--no-direct",
+                 "--data", tmp_path / "data", "--output", js)
+    grab(r"emulator\+5 ms\s+2\s+%s\s+%s" % (NUMBER, NUMBER), out)
+    with open(js) as f:
+        rows = json.load(f)["rows"]
+    assert [r["storage"] for r in rows] == ["local", "emulator+0 ms", "emulator+5 ms"]
+    for r in rows:
+        assert r["steps"] == 3 and r["objects_left"] == 0 and finite(r["per_step_s"]) > 0
+    for r in rows[1:]:
+        assert r["same_bits_as_local"] is True
+        assert r["requests_per_step"] > 0 and r["requests"]["bucket_lookup"] == 0
+        assert finite(r["wall_vs_local"]) > 0
+    assert rows[2]["per_step_vs_0ms"] > 0
+
+
+# ------------------------------------------------------------- the cluster model's two scripts
+# benchmarks/passes_to_score_bench.py and benchmarks/inprocess_speed_bench.py write what
+# benchmarks/cluster_model.py reads (on main these two were tests/test_model_benches_smoke.py,
+# which imported this module's fixtures; here they share its prepared subset)
+
+def test_passes_to_score_bench(news20, tmp_path):
+    out_json = tmp_path / "passes.json"
+    out, _ = run(news20, "passes_to_score_bench.py", "--algorithms", "online-vb", "--sizes",
+                 512, "--staleness", "0,1", "--seeds", 1, "--max-passes", 2, "--json", out_json)
+    res = json.loads(out_json.read_text())
+    recs = res["records"]
+    assert {(r["S"], r["staleness"]) for r in recs} == {(256, 0), (256, 1), (512, 0), (512, 1)}
+    ref = next(r for r in recs if r["S"] == 256 and r["staleness"] == 0)
+    assert ref["passes_to_target"] == 1.0 and len(ref["ll_by_pass"]) == 1
+    for r in recs:
+        assert r["target_ll"] == ref["ll_by_pass"][0]
+        assert all(math.isfinite(x) and x < 0 for x in r["ll_by_pass"])
+        assert 1 <= len(r["ll_by_pass"]) <= 2
+        reached = [i for i, x in enumerate(r["ll_by_pass"]) if x >= r["target_ll"]]
+        if r["passes_to_target"] is None:
+            assert not reached and len(r["ll_by_pass"]) == 2
+        else:
+            assert reached and reached[0] < r["passes_to_target"] <= reached[0] + 1
+    assert r["steps_per_pass"] == math.ceil(r["n_docs"] / r["S"])
+    assert "passes to the target" in out
+
+
+def test_inprocess_speed_bench(news20, tmp_path):
+    out_json = tmp_path / "speed.json"
+    run(news20, "inprocess_speed_bench.py", "--quick", "--json", out_json)
+    res = json.loads(out_json.read_text())
+    assert set(res["read"]) == {"wiki", "20news"}
+    for r in res["read"].values():
+        assert r["file_bytes_per_doc"] > 0 and r["read_cpu_s_per_doc"] > 0 and r["V"] > 1000
+    assert {(r["algorithm"], r["shape"]) for r in res["trainer"]} == {
+        (a, s) for a in ("online-vb", "scvb0") for s in ("wiki", "20news")}
+    for r in res["trainer"]:
+        assert r["steps"] >= 1 and r["docs"] > 0 and r["nnz"] > r["docs"]
+        assert 0 < r["global_step_cpu_s"] < r["cpu_s"]
+        assert r["cpu_s_per_doc"] > 0 and r["rows_per_step"] > 0
+    assert {(r["algorithm"], r["K"], r["V"]) for r in res["global_step"]} == {
+        (a, 100, 7995) for a in ("online-vb", "scvb0")}
+    # only the trainer's rows again: the rest is kept from the file
+    run(news20, "inprocess_speed_bench.py", "--quick", "--parts", "global", "--algorithms",
+        "scvb0", "--json", out_json)
+    again = json.loads(out_json.read_text())
+    assert again["trainer"] == res["trainer"] and again["read"] == res["read"]
+    assert {r["algorithm"] for r in again["global_step"]} == {"online-vb", "scvb0"}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipelines.ingest.bow_sources import iter_bow_documents, read_bow_vocab
-from pipelines.ingest.text_sources import DeadLetter, InputError, expand_inputs
+from pipelines.ingest.input_files import DeadLetter, InputError, expand_inputs
 
 
 def split(items):

@@ -206,7 +206,7 @@ def test_resume_round_trip_is_exact(nips_counts, tmp_path):
 
 class MemoryFiles:
     """An object-store-like file layer (flat keys, no directories, no atomic rename) that
-    replaces lda_core.storage.state.LocalFiles: proves every file operation of the state and the
+    replaces lda_core.storage.files.LocalFiles: proves every file operation of the state and the
     store goes through the replaceable object (what the pipelines' gs:// wrapper relies on)."""
 
     def __init__(self):

@@ -15,6 +15,8 @@ import pytest
 from lda_core.errors import InputError, ResourceError
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 
 from helpers import warm
 from helpers.paths import repo_env
@@ -194,10 +196,10 @@ def test_shards_at_an_infer_output_say_so(model, infer_output, tmp_path, capsys)
 def test_a_malformed_tokenizer_json_names_its_path(model, tmp_path, content):
     md = tmp_path / "m"
     md.mkdir()
-    (md / dataset.TOKENIZER_FILE).write_bytes(content)
+    (md / manifest.TOKENIZER_FILE).write_bytes(content)
     with pytest.raises(InputError, match="%s is not a tokenizer record" %
-                       os.path.join(str(md), dataset.TOKENIZER_FILE)):
-        dataset.read_tokenizer(str(md))
+                       os.path.join(str(md), manifest.TOKENIZER_FILE)):
+        manifest.read_tokenizer(str(md))
 
 
 def test_infer_with_a_malformed_tokenizer_json_is_one_line(model, tmp_path, capsys):
@@ -205,20 +207,20 @@ def test_infer_with_a_malformed_tokenizer_json_is_one_line(model, tmp_path, caps
     import shutil
     md = str(tmp_path / "m")
     shutil.copytree(model, md)
-    with open(os.path.join(md, dataset.TOKENIZER_FILE), "w") as f:
+    with open(os.path.join(md, manifest.TOKENIZER_FILE), "w") as f:
         json.dump([{"lowercase": True}], f)
     text = tmp_path / "docs.txt"
     text.write_text("a document about the economy and the election\n")
     one_line_error(capsys, ["infer", "--model", md, "--input", text, "--format", "lines",
                             "--output", tmp_path / "theta"],
-                   os.path.join(md, dataset.TOKENIZER_FILE), "not a tokenizer record")
+                   os.path.join(md, manifest.TOKENIZER_FILE), "not a tokenizer record")
 
 
 def test_a_vocabulary_that_is_not_utf8_names_its_path(tmp_path):
     p = tmp_path / "vocab.tsv"
     p.write_bytes(b"token\tid\tdf\tcf\ncaf\xe9\t0\t1\t1\n")
     with pytest.raises(InputError, match=r"%s is not UTF-8 text \(byte 18\)" % p):
-        dataset.Vocabulary.read(str(p))
+        Vocabulary.read(str(p))
 
 
 def test_vectorize_of_zero_documents_is_an_error(tmp_path, capsys):

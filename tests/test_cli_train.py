@@ -11,6 +11,7 @@ from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 from pipelines import cli
 from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
 
 from helpers.cli import COMMON, final_arrays as _final_arrays, ldabeam, one_line_error as _one_line_error
 from helpers.uci import kos_dataset as make_dataset
@@ -147,7 +148,7 @@ def test_bad_input_one_clear_line_before_any_work(tmp_path, ds, kos_paths, capsy
                     "--resume")
     other = make_dataset(str(tmp_path / "other"), kos_paths, n_train=60, n_held=10,
                          vocab_edit=True)
-    h_other = dataset.Vocabulary.read(other).hash
+    h_other = Vocabulary.read(other).hash
     h_model = CheckpointStore(m).latest().vocab_hash
     rc, out, err = ldabeam(capsys, "train", "--shards", other, "--output", m, "--resume")
     assert rc == 2 and h_other[:8] in err and h_model[:8] in err

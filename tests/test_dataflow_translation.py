@@ -40,7 +40,7 @@ def _dataflow():
         pytest.skip("the DataflowRunner cannot import (install ldabeam[gcp]): %s" % e)
 
 
-def _translate(n_steps: int, exchange: str = "state"):
+def _translate(n_steps: int, exchange: str = "remote"):
     """The Dataflow dry-run translation of a window of ``n_steps`` steps: (request bytes,
     pipeline bytes)."""
     import apache_beam as beam
@@ -52,11 +52,11 @@ def _translate(n_steps: int, exchange: str = "state"):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exchange", ["state", "word-blocks"])
+@pytest.mark.parametrize("exchange", ["remote", "remote-s0"])
 def test_the_wikipedia_pass_is_one_dataflow_job(exchange):
-    """Either exchange: the word-sharded step (pipelines.training.beam_sharded) has more
-    stages, and carries its state version in its elements rather than as side inputs so that
-    its graph stays within the per-step budget."""
+    """The remote exchange (pipelines.training.beam_remote) with staleness 1 (one stage per
+    step, the remote default) and 0 (two): each stage's DoFn carries only its own part of the
+    schedule, so the graph grows by a step's transforms only."""
     _dataflow()
     from lda_core.training.ordering import n_batches
     n_steps = n_batches(D, S)
@@ -72,7 +72,7 @@ def test_the_wikipedia_pass_is_one_dataflow_job(exchange):
     assert per_step <= 12_000
 
 
-@pytest.mark.parametrize("exchange", ["state", "word-blocks"])
+@pytest.mark.parametrize("exchange", ["remote", "remote-s0"])
 def test_graph_bytes_per_step_do_not_grow_with_the_minibatch(exchange):
     """The runner API graph (what ``graph_bytes_per_step`` in the timing record measures) of
     the remote window grows by a step's transforms only: the same at S = 256 and

@@ -114,8 +114,9 @@ def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths
     publishes the steps done before the error propagates. The old trainer evaluated
     first and published nothing."""
     from helpers.uci import uci_docbatch
-    from lda_core.evaluation import metrics
-    from lda_core.training.trainer import HeldOut, train
+    from lda_core.evaluation import metrics, topic_quality
+    from lda_core.training.trainer import train
+    from lda_core.training.heldout import HeldOut
     from pipelines.training.algorithm_options import build_algorithm
     docs, W = uci_docbatch(kos_paths[0], 500)
     batches = [docs.take(np.arange(lo, lo + 100)) for lo in range(0, 400, 100)]
@@ -127,7 +128,8 @@ def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths
     def broken(*a, **k):
         raise MemoryError("topic health ran out of memory")
 
-    monkeypatch.setattr(metrics, failing, broken)
+    monkeypatch.setattr(topic_quality if failing == "health_scalars" else metrics, failing,
+                        broken)
     store = CheckpointStore(str(tmp_path / "m"))
     with pytest.raises(MemoryError):
         train(algo, batches, heldout=held, eval_every=2, checkpoint_store=store,

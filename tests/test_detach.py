@@ -9,7 +9,7 @@
 * a step that fails mid-window: the steps before it are published, the error is logged and
   the launch fails; the next launch resumes from there and still ends bit for bit equal;
 * a launch after the last window submits nothing; ``--detach`` with the in-process trainer,
-  a stream sampler or ``--no-unroll`` is refused before any work;
+  a stream sampler is refused before any work;
 * ``ldabeam vectorize --detach`` / ``ldabeam infer --detach`` write what the waiting commands
   write.
 
@@ -26,12 +26,17 @@ import pytest
 from helpers import fake_object_store as fos
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
-from lda_core.storage.state import TopicState, files_for
+from lda_core.storage.state import TopicState
+from lda_core.storage.files import files_for
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from pipelines.runtime import paths
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
+from pipelines.training.beam_detached import SubmittedWindow
 
 from helpers.uci import kos_dataset as make_dataset
 
@@ -119,8 +124,8 @@ def _check_against_waiting(md, waiting, windows=WINDOWS):
         _same_state(store.load(b), ref_store.load(b))
     _same_state(store.latest(), ref_store.latest())
     # the run log: every step record once, with the waiting run's values and evaluations
-    log = dataset.join(md, "run_log.jsonl")
-    recs, ref = read_run_log(log), read_run_log(dataset.join(waiting, "run_log.jsonl"))
+    log = paths.join(md, "run_log.jsonl")
+    recs, ref = read_run_log(log), read_run_log(paths.join(waiting, "run_log.jsonl"))
     steps = [r for r in recs if r["event"] == "step"]
     ref_steps = [r for r in ref if r["event"] == "step"]
     assert [r["step"] for r in steps] == list(range(1, 13))
@@ -156,7 +161,7 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     _check_against_waiting(md, waiting_run)
     # nothing is left in the scratch folders of the runs
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     root = default_scratch_root(md, runner_config("DirectRunner", []))
     assert not os.path.exists(root) or os.listdir(root) == []
     # a launch after the last window submits nothing and says so
@@ -170,20 +175,65 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     assert len(read_run_log(os.path.join(md, "run_log.jsonl"), "start")) == 3
 
 
+REMOTE = ["--exchange", "remote", "--staleness", "1", "--pieces", "2", "--word-blocks", "2"]
+
+
+def test_detached_windows_of_the_remote_exchange_equal_a_waiting_run(ds, tmp_path, capsys):
+    """The exchange a template launch runs on a cluster: each window's job publishes its
+    checkpoint (with the statistics in flight) from the window's end files, and the next
+    launch resumes from it: the waiting run's checkpoints and run log."""
+    waiting = str(tmp_path / "waiting")
+    rc, _, err = ldabeam(capsys, "train", "--shards", ds, "--output", waiting, *ARGS, *REMOTE)
+    assert rc == 0, err
+    md = str(tmp_path / "model")
+    _detached_launches(capsys, ds, md, extra=REMOTE)
+    _check_against_waiting(md, waiting)
+    assert CheckpointStore(md).latest().info["pending"]["first"] == 12
+
+
+def test_a_refused_step_of_the_remote_exchange_is_published_up_to_the_step_before(
+        ds, tmp_path, capsys, monkeypatch):
+    """A detached remote window cannot re-run itself: the launch that meets the refusal
+    publishes nothing and logs it; the next launch stops its window before that step and
+    publishes the state there; the one after stops on the refusal again."""
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.errors import StepRefused
+    real = OnlineVB.plan_step.__func__
+
+    def refusing(cls, header, stats):
+        if header.counters["step"] == 6:
+            raise StepRefused("refusing a minibatch with non-finite statistics (test)")
+        return real(cls, header, stats)
+
+    md = str(tmp_path / "model")
+    _detached_launches(capsys, ds, md, n=1, extra=REMOTE)
+    monkeypatch.setattr(OnlineVB, "plan_step", classmethod(refusing))
+    argv = ["train", "--shards", ds, "--output", md, "--detach", "--resume"] + RESUME + REMOTE
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 2 and "minibatch 7 could not be applied" in err, err
+    assert CheckpointStore(md).pointer() == 5
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 0, err
+    assert CheckpointStore(md).pointer() == 6
+    rc, out, err = ldabeam(capsys, *argv)
+    assert rc == 2 and "minibatch 7 could not be applied" in err, err
+    assert CheckpointStore(md).pointer() == 6
+
+
 def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path):
     """``beam_train.train(..., detach=True)`` returns the submitted window (the runner's
     PipelineResult): here the DirectRunner, whose job is done when run() returns."""
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
-    algo = build_algorithm("online-vb", 5, len(dataset.Vocabulary.read(ds)),
+    algo = build_algorithm("online-vb", 5, len(Vocabulary.read(ds)),
                            settings={"dtype": "float64"}, batch_size=50,
                            corpus_size=dataset.count_documents(files), seed=2, vocab_hash=vh)
     md = str(tmp_path / "api")
     sub = beam_train.train(algo, files, md, seed=2, batch_size=50, minibatches_per_window=4,
                            beam_argv=["--runner=DirectRunner"], progress=False, detach=True)
-    assert isinstance(sub, beam_train.SubmittedWindow)
+    assert isinstance(sub, SubmittedWindow)
     assert (sub.start, sub.stop, sub.total) == (0, 4, 6)
     assert str(sub.wait()).endswith("DONE")
     assert CheckpointStore(md).pointer() == 4
@@ -221,7 +271,7 @@ def test_a_failed_step_publishes_the_steps_before_it_and_the_next_launch_resumes
 def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_path):
     """A retried bundle of the last DoFn finds its checkpoint already published."""
     from pipelines.training import beam_detached
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
     store = CheckpointStore(str(tmp_path / "m"))
@@ -296,7 +346,7 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     assert [r["step"] for r in ends] == [2, 3] and all(r["metrics"] for r in ends)
     # the in-process Beam trainer with the same pieces and E-step threads, waiting
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
@@ -317,7 +367,6 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
 @pytest.mark.parametrize("extra, message", [
     (["--runner", "inprocess"], "--detach needs a Beam --runner"),
     (["--runner", "DirectRunner", "--algorithm", "o-lda"], "not available for algorithm o-lda"),
-    (["--runner", "DirectRunner", "--no-unroll"], "--no-unroll applies the global steps"),
 ])
 def test_detach_is_refused_where_it_cannot_work(ds, tmp_path, capsys, extra, message):
     md = str(tmp_path / "m")
@@ -357,7 +406,7 @@ def test_detached_vectorize_and_infer_write_what_the_waiting_commands_write(
     assert rc == 0, err
     assert str(vectorize_cmd.LAST_SUBMITTED.wait_until_finish()).endswith("DONE")
     assert "runs the job in this process" in out_b
-    ma, mb = dataset.read_manifest(a), dataset.read_manifest(b)
+    ma, mb = manifest.read_manifest(a), manifest.read_manifest(b)
     ma["settings"].pop("_inputs", None), mb["settings"].pop("_inputs", None)
     assert ma == mb
     ta, tb = _read_tables(a), _read_tables(b)
@@ -438,7 +487,7 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and steps[-1]["metrics"]
     assert waited > 0
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     from pipelines.runtime.beam_options import runner_config
     cfg = runner_config("PortableRunner", ["--job_endpoint=localhost:%d" % js.port,
                                            "--environment_type=EXTERNAL",

@@ -135,9 +135,9 @@ PRELUDES = [
      "texts = [filter_wiki(t) for _, t, _ in extract_pages(bz2.open(%r), ('0',))][:80]\n"
      % WIKI_SAMPLE, "`texts`: a list of documents (the bundled sample's pages)"),
     ("docs/input-formats.md", "Preprocessor.from_model_dir",
-     "from pipelines.ingest import dataset\n"
+     "from lda_core.storage.vocab_file import Vocabulary\n"
      "texts = ['The court heard the appeal of the state', 'Apollo 11 landed on the Moon']\n"
-     "vocab = dataset.Vocabulary.read('$W/model/vocab.tsv')\n"
+     "vocab = Vocabulary.read('$W/model/vocab.tsv')\n"
      "doc_ids = ['court', 'apollo']\n",
      "`texts`, `vocab`, `doc_ids`: what the text around it names (the model's vocabulary)"),
 ]

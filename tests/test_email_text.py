@@ -10,6 +10,8 @@ import tarfile
 import pytest
 
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import text_sources as ts
 from pipelines.ingest import vectorize as vz
 
@@ -103,8 +105,8 @@ def test_vectorize_strip_quotes_drops_the_attribution_words(tmp_path, news20_tar
             strip_quotes=strip, strip_signatures=strip, no_above=1.0), IN_PROCESS)
         assert m["settings"]["strip_quotes"] is strip
         assert m["settings"]["strip_signatures"] is strip
-        assert dataset.tokenizer_settings(str(out))["strip_quotes"] is strip
-        v = dataset.Vocabulary.read(str(out))
+        assert manifest.tokenizer_settings(str(out))["strip_quotes"] is strip
+        v = Vocabulary.read(str(out))
         df[strip] = dict(zip(v.tokens, v.df.tolist()))
     # "article" and "writes" are in the attribution lines ("In article <...> ... writes:")
     for word in ("article", "writes"):
@@ -165,5 +167,5 @@ def test_cli_options_reach_the_manifest(tmp_path, news20_tar, capsys):
     out = tmp_path / "ds"
     assert main(["vectorize", "--input", str(src), "--output", str(out), "--encoding",
                  "latin-1", "--strip-headers", "--strip-quotes", "--strip-signatures"]) == 0
-    s = dataset.read_manifest(str(out))["settings"]
+    s = manifest.read_manifest(str(out))["settings"]
     assert (s["strip_headers"], s["strip_quotes"], s["strip_signatures"]) == (True, True, True)

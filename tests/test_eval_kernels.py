@@ -72,12 +72,12 @@ def test_usage_and_health_equal_the_harness_on_nips(bp, nips):
     X, phi = nips
     shares, dead, eff = bp.topic_usage(phi, X)
     b = DocBatch.from_csr(X)
-    u = ev.topic_usage(phi, b)
+    u = tq.topic_usage(phi, b)
     assert np.max(np.abs(u["shares"] - shares)) < 1e-12 and u["dead"] == dead
     assert abs(u["effective"] - eff) < 1e-9
     ref = bp.quality_extras(phi, X)
     for docs in (b, X):                             # the DocBatch and the matrix paths
-        h = ev.topic_health(phi, docs)
+        h = tq.topic_health(phi, docs)
         assert h["dead_topics"] == ref["dead_topics"] and h["health_docs"] == X.shape[0]
         assert abs(h["effective_topics"] - ref["effective_topics"]) < 1e-9
         assert abs(h["npmi"] - ref["npmi"]) < 1e-9
@@ -88,18 +88,18 @@ def test_health_of_a_docbatch_equals_the_matrix_path_beyond_the_sample(kos_big):
     """More documents than the sample: the DocBatch path draws the sample once for usage
     and NPMI; the numbers are those of the matrix path (two draws of the same rows)."""
     X, phi = kos_big
-    assert X.shape[0] > ev.USAGE_DOCS
-    a = ev.topic_health(phi, DocBatch.from_csr(X), seed=7)
-    m = ev.topic_health(phi, X, seed=7)
-    assert a["health_docs"] == m["health_docs"] == ev.USAGE_DOCS
+    assert X.shape[0] > tq.USAGE_DOCS
+    a = tq.topic_health(phi, DocBatch.from_csr(X), seed=7)
+    m = tq.topic_health(phi, X, seed=7)
+    assert a["health_docs"] == m["health_docs"] == tq.USAGE_DOCS
     assert a["dead_topics"] == m["dead_topics"]
     assert abs(a["effective_topics"] - m["effective_topics"]) < 1e-9
     assert a["npmi"] == m["npmi"] and a["npmi_per_topic"] == m["npmi_per_topic"]
     assert a["topic_diversity"] == m["topic_diversity"]
     assert np.allclose(a["topic_shares"], m["topic_shares"], rtol=1e-12, atol=1e-15)
     # the one sort serves NPMI's top 10 and diversity's top 25 as two sorts would
-    assert a["npmi"] == ev.npmi_coherence(phi, tq.usage_sample(X, ev.USAGE_DOCS, 7))["mean"]
-    assert a["topic_diversity"] == ev.topic_diversity(phi)
+    assert a["npmi"] == tq.npmi_coherence(phi, tq.usage_sample(X, tq.USAGE_DOCS, 7))["mean"]
+    assert a["topic_diversity"] == tq.topic_diversity(phi)
     # NPMI on the sample rows of the matrix, as sp.csr slicing gives them
-    rows = np.sort(np.random.RandomState(7).permutation(X.shape[0])[:ev.USAGE_DOCS])
-    assert a["npmi"] == ev.npmi_coherence(phi, sp.csr_matrix(X[rows]))["mean"]
+    rows = np.sort(np.random.RandomState(7).permutation(X.shape[0])[:tq.USAGE_DOCS])
+    assert a["npmi"] == tq.npmi_coherence(phi, sp.csr_matrix(X[rows]))["mean"]

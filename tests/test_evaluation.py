@@ -7,9 +7,11 @@ import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core.evaluation import metrics as ev
+from lda_core.evaluation import topic_quality as tq
 from helpers.evaluation import fit_phi
 from helpers.news20 import news20_posts
 from helpers.uci import uci_csr, uci_vocab
+
 
 def read_20ng(tar_path, per_group=25, min_df=3):
     """A slice of 20 Newsgroups train: ``per_group`` posts of each group, headers dropped,
@@ -172,14 +174,14 @@ def test_umass_equals_the_harness(bp, kos, topn):
     Xbin = X.copy()
     Xbin.data[:] = 1
     s, pair, top = bp.umass(phi, Xbin, topn=topn)
-    got = ev.umass_coherence(phi, DocBatch.from_csr(X), topn=topn, topic_chunk=7)
+    got = tq.umass_coherence(phi, DocBatch.from_csr(X), topn=topn, topic_chunk=7)
     assert np.array_equal(got["top"], top)
     assert got["per_topic"].shape == (25,)
     assert abs(got["mean_sum"] - s) <= 1e-10
     assert abs(got["mean_pair"] - pair) <= 1e-10
     assert got["mean_pair"] == pytest.approx(got["mean_sum"] / (topn * (topn - 1) / 2))
     # a sparse matrix of counts (not binary) gives the same result
-    got2 = ev.umass_coherence(phi, X, topn=topn)
+    got2 = tq.umass_coherence(phi, X, topn=topn)
     assert np.allclose(got2["per_topic"], got["per_topic"], rtol=0, atol=1e-12)
 
 
@@ -188,7 +190,7 @@ def test_umass_by_hand():
     docs = DocBatch.from_rows([([0, 1], [1, 1]), ([0], [2]), ([1, 2], [1, 1]),
                                ([0, 1, 2], [1, 1, 1])])
     phi = np.array([[0.5, 0.3, 0.2]])
-    got = ev.umass_coherence(phi, docs, topn=3)
+    got = tq.umass_coherence(phi, docs, topn=3)
     D = {0: 3, 1: 3, 2: 2}
     D2 = {(1, 0): 2, (2, 0): 1, (2, 1): 2}
     want = sum(np.log((D2[(m, l)] + 1.0) / D[l]) for m in (1, 2) for l in range(m))
@@ -198,7 +200,7 @@ def test_umass_by_hand():
 def test_umass_top_word_absent_from_the_reference_docs_is_infinite(caplog):
     docs = DocBatch.from_rows([([0, 1], [1, 1])])
     phi = np.array([[0.1, 0.2, 0.7]])
-    got = ev.umass_coherence(phi, docs, topn=3)
+    got = tq.umass_coherence(phi, docs, topn=3)
     assert got["per_topic"][0] == np.inf
     assert "infinite for 1 topic" in caplog.text
 
@@ -207,17 +209,17 @@ def test_umass_top_word_absent_from_the_reference_docs_is_infinite(caplog):
 def test_top_words(kos):
     X, vocab = kos
     phi = fit_phi(X, K=6, seed=2)
-    tw = ev.top_words(phi, vocab, n=8)
+    tw = tq.top_words(phi, vocab, n=8)
     assert len(tw) == 6 and all(len(t) == 8 for t in tw)
     for k, topic in enumerate(tw):
         weights = [w for _, w in topic]
         assert weights == sorted(weights, reverse=True)
         assert [tok for tok, _ in topic] == [vocab[i] for i in np.argsort(-phi[k])[:8]]
         assert weights[0] == pytest.approx(phi[k].max() / phi[k].sum())
-    ids = ev.top_words(np.array([[1.0, 3.0, 3.0, 2.0]]), n=10)
+    ids = tq.top_words(np.array([[1.0, 3.0, 3.0, 2.0]]), n=10)
     assert ids == [[(1, 0.3333333333333333), (2, 0.3333333333333333), (3, 2 / 9), (0, 1 / 9)]]
     with pytest.raises(ValueError, match="vocab_tokens has 2 tokens but phi has V=4"):
-        ev.top_words(np.ones((1, 4)), ["a", "b"])
+        tq.top_words(np.ones((1, 4)), ["a", "b"])
 
 
 # ----------------------------------------------------------------------------------- NMI
@@ -226,20 +228,20 @@ def test_nmi_equals_sklearn(news20):
     X, _, labels = news20
     phi = fit_phi(X, K=20, seed=4)
     pred = np.asarray(X @ np.log(phi).T).argmax(1)
-    got = ev.normalized_mutual_information(labels, pred)
+    got = tq.normalized_mutual_information(labels, pred)
     assert got == pytest.approx(metrics.normalized_mutual_info_score(labels, pred), abs=1e-12)
     assert 0.0 < got < 1.0
     rng = np.random.RandomState(0)
     for n, ka, kb in ((50, 3, 7), (1000, 20, 20), (7, 7, 1)):
         a, b = rng.randint(0, ka, n), rng.randint(0, kb, n)
-        assert ev.normalized_mutual_information(a, b) == pytest.approx(
+        assert tq.normalized_mutual_information(a, b) == pytest.approx(
             metrics.normalized_mutual_info_score(a, b), abs=1e-12)
     for a, b in (([1, 1, 1], [2, 2, 2]), ([], []), ([0, 1, 2], [5, 6, 7]),
                  (["x", "y", "x"], ["q", "q", "q"]), ([0, 0, 1, 1], [1, 1, 0, 0])):
-        assert ev.normalized_mutual_information(a, b) == pytest.approx(
+        assert tq.normalized_mutual_information(a, b) == pytest.approx(
             metrics.normalized_mutual_info_score(a, b), abs=1e-12)
     with pytest.raises(ValueError, match="labels_true has 2 entries but labels_pred has 3"):
-        ev.normalized_mutual_information([0, 1], [0, 1, 2])
+        tq.normalized_mutual_information([0, 1], [0, 1, 2])
 
 
 # ------------------------------------------------------------------------ evaluate_model

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest as dataset_manifest
 from pipelines.cli import main as cli_main
 
 from helpers.models import NEWS20_K as K, news20_run
@@ -20,13 +21,13 @@ def run20(tmp_path_factory, news20_tar):
 
 
 def _ours(model):
-    from pipelines.commands.export import load_model
+    from pipelines.runtime.model_dir import load_model
     return load_model(model)
 
 
 def test_gensim_export_loads_with_same_top_words_and_coherence(run20, tmp_path):
     from gensim.models import CoherenceModel, LdaModel
-    from lda_core.evaluation.metrics import top_words
+    from lda_core.evaluation.topic_quality import top_words
     ds, model = run20
     path = str(tmp_path / "g" / "lda.gensim")
     assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
@@ -62,7 +63,7 @@ def test_gensim_dictionary_filter_extremes(run20, tmp_path, capsys):
     ds, model = run20
     path = str(tmp_path / "g" / "lda.gensim")
     assert cli_main(["export", "--model", model, "--format", "gensim", "--output", path]) == 0
-    manifest = dataset.read_manifest(ds)
+    manifest = dataset_manifest.read_manifest(ds)
     n_docs = manifest["counts"]["train_documents"] + manifest["counts"]["heldout_documents"]
     assert "over %d documents" % n_docs in capsys.readouterr().out
     d = LdaModel.load(path).id2word

@@ -1,4 +1,4 @@
-"""SIGKILL the trainer at named points (lda_core.training.faults: during E-steps, while publishing,
+"""SIGKILL the trainer at named points (lda_core.faults: during E-steps, while publishing,
 while pruning, while writing the run log, while exiting), in-process and on the Beam runner:
 after each kill the model directory is readable, ``--resume`` (or a fresh start when no
 checkpoint was committed) ends with the uninterrupted run's state bit for bit, and the run log
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
-from lda_core.training.faults import ENV
+from lda_core.faults import ENV
 from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
 from pipelines import cli
 
@@ -353,19 +353,20 @@ def _check_killed_vectorize(out, ref_manifest, argv, recover, capsys, label):
     from lda_core.errors import OutputError
     from lda_core.storage import output_paths
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     shards = lambda m: [(s["file"], s["sha256"]) for sp in ("train", "heldout")
                         for s in m["splits"][sp]["shards"]]
     if os.path.exists(os.path.join(out, dataset.MANIFEST_FILE)):
         # accepted by the reader: it must be the uninterrupted run's dataset, whole
-        same = shards(dataset.read_manifest(out)) == shards(ref_manifest)
+        same = shards(manifest.read_manifest(out)) == shards(ref_manifest)
         OUTPUT_KILLS["half_accepted"] += not same
         assert same, label
-        assert dataset.verify(out)["documents"] == ref_manifest["counts"]["documents_kept"]
+        assert manifest.verify(out)["documents"] == ref_manifest["counts"]["documents_kept"]
         OUTPUT_KILLS["published"] += 1
     else:
         if dataset.is_dataset_dir(out):
             with pytest.raises(ValueError, match="no manifest.json"):
-                dataset.verify(out)
+                manifest.verify(out)
         left = [f for f in (_tree(out) if os.path.isdir(out) else {})
                 if not f.startswith("lease.json") and f != output_paths.MARKER_FILE]
         if left:
@@ -376,8 +377,8 @@ def _check_killed_vectorize(out, ref_manifest, argv, recover, capsys, label):
         OUTPUT_KILLS["refused"] += 1
     if recover:
         assert cli.main([str(a) for a in argv] + ["--overwrite"]) == 0, label
-        assert shards(dataset.read_manifest(out)) == shards(ref_manifest), label
-        dataset.verify(out)
+        assert shards(manifest.read_manifest(out)) == shards(ref_manifest), label
+        manifest.verify(out)
         OUTPUT_KILLS["recovered"] += 1
     _no_traceback(capsys, label)
 
@@ -450,7 +451,7 @@ def _kill_sweep(name, argv_of, check, ref, inputs, tmp_path, capsys, rng, t_ref)
 def writers(ds, small_model, tmp_path_factory):
     """The inputs, commands and uninterrupted outputs of the writer kills: vectorize of 40
     Reuters articles, infer of the small model on the KOS dataset."""
-    from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     from pipelines.infer import read_theta
     from helpers.reuters import reuters_texts
     root = tmp_path_factory.mktemp("writers")
@@ -464,8 +465,8 @@ def writers(ds, small_model, tmp_path_factory):
     _inproc(vec(str(root / "vec-ref")))
     _inproc(inf(str(root / "inf-ref")))
     return {"vectorize": (vec, _check_killed_vectorize,
-                          dataset.read_manifest(str(root / "vec-ref")), [texts],
-                          dataset.MANIFEST_FILE),
+                          manifest.read_manifest(str(root / "vec-ref")), [texts],
+                          manifest.MANIFEST_FILE),
             "infer": (inf, _check_killed_infer, read_theta(str(root / "inf-ref")),
                       [ds, small_model], "_summary.json")}
 

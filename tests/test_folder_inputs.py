@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from pipelines.ingest import text_sources as ts
+from pipelines.ingest import input_files
 from pipelines.ingest import vectorize as vz
 from pipelines.ingest import vectorize_steps as vzs
 
@@ -35,7 +35,7 @@ def folder(news20_tar, tmp_path_factory):
 
 def test_small_files_are_grouped_into_few_elements_and_batches(folder):
     root, n = folder
-    inputs = ts.expand_inputs([str(root)])
+    inputs = input_files.expand_inputs([str(root)])
     assert len(inputs) == n + 1
     files = [(i, p, f) for i, (p, f) in enumerate(inputs)]
     groups = vzs.group_inputs(files)

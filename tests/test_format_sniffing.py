@@ -15,9 +15,10 @@ import pytest
 
 from helpers.news20 import news20_posts
 
-from pipelines.ingest import text_sources as ts
-from pipelines.ingest.text_sources import (DeadLetter, InputError, RawDocument, expand_inputs,
-                                           format_of_head, read_documents)
+from pipelines.ingest import input_files
+from pipelines.ingest.text_sources import read_documents
+from pipelines.ingest.input_files import (DeadLetter, InputError, RawDocument, expand_inputs,
+                                          format_of_head)
 
 
 def news20_members(tar_path, every=1, limit=None):
@@ -35,8 +36,8 @@ def test_every_20_newsgroups_post_is_text_by_content(news20_tar):
     read as ``text``: no post looks like JSON, CSV, a dump or a binary file."""
     members = news20_members(news20_tar)
     assert len(members) == 18846
-    wrong = [(name, format_of_head(data[:ts.SNIFF_BYTES])) for name, data in members
-             if format_of_head(data[:ts.SNIFF_BYTES]) != "text"]
+    wrong = [(name, format_of_head(data[:input_files.SNIFF_BYTES])) for name, data in members
+             if format_of_head(data[:input_files.SNIFF_BYTES]) != "text"]
     assert wrong == []
 
 
@@ -171,7 +172,7 @@ def test_binary_content_and_unreadable_kinds_are_refused_by_name(tmp_path):
     (b"BZh is not always bzip2\n", "text"),
 ])
 def test_format_of_head(head, fmt):
-    assert format_of_head(head[:ts.SNIFF_BYTES]) == fmt
+    assert format_of_head(head[:input_files.SNIFF_BYTES]) == fmt
 
 
 def test_inputs_on_an_object_store_are_told_and_read_the_same(store_root, posts):

@@ -23,7 +23,8 @@ from lda_core.storage.run_log import iter_run_log
 from lda_core.storage.state import StateFormatError, TopicState
 from pipelines.ingest import dataset
 from pipelines.ingest.bow_sources import iter_bow_documents
-from pipelines.ingest.text_sources import DeadLetter, InputError, RawDocument, read_documents
+from pipelines.ingest.text_sources import read_documents
+from pipelines.ingest.input_files import DeadLetter, InputError, RawDocument
 
 from helpers.paths import WIKI_SAMPLE, shared_path
 

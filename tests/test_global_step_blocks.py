@@ -134,36 +134,3 @@ def test_sum_in_order_of_spilled_pieces_is_the_lazy_sum(kos, tmp_path):
     assert isinstance(sum_in_order(dict(enumerate(copy.deepcopy(pieces)))), VBStats)
 
 
-def test_a_worker_frees_its_stale_copy_before_loading_another(kos, tmp_path, monkeypatch):
-    """A worker process holds one state: a copy of another window, or one too far behind,
-    is released before the next copy is loaded (never two big states at once)."""
-    import gc
-    import weakref
-    from pipelines.training import beam_chain, beam_state
-    from pipelines.training.beam_plan import StepPlan
-    batch, V = kos
-    scratch = str(tmp_path)
-    start = beam_state.StateRef("r/0", beam_chain.state_path(scratch, 0), 0)
-    beam_state.save_scratch(_model(OnlineVB, V), start.path)
-    beam_state.save_scratch(_model(OnlineVB, V), beam_chain.state_path(scratch, 1))
-    real_load, alive = beam_chain._load, []
-
-    def load(path, n_threads):
-        gc.collect()
-        alive.append(stale() is not None)
-        return real_load(path, n_threads)
-
-    monkeypatch.setattr(beam_chain, "_load", load)
-    piece = _pieces(_model(OnlineVB, V), batch, 20, 1)[0]
-    from pipelines.training.beam_stats import spill_stats
-    pieces = [(0, spill_stats(piece, str(tmp_path / "s.bin")))]
-    # the window's start; a copy behind: state 1 (a fresh model) loaded, then one step
-    for position, prev, step in ((0, None, 0), (2, StepPlan(1, 0, 1, 20), 1)):
-        old = _model(OnlineVB, V)
-        stale = weakref.ref(old)
-        beam_chain._COPY[0] = ("another window", 7, old)
-        del old
-        got = beam_chain.advance("r", position, start, prev, pieces if prev else [], scratch,
-                                 False, None)
-        assert got is not None and got.step == step and alive[-1] is False
-    beam_chain._COPY[0] = None

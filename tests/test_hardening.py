@@ -10,6 +10,7 @@ import time
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
 from lda_core.docbatch import DocBatch
 from lda_core.storage.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
 from lda_core.storage.run_log import RUN_LOG_FILE, RunLog, read_run_log
@@ -59,6 +60,7 @@ def test_local_step_refuses_negative_and_too_large_ids():
 def test_a_shard_with_a_negative_word_id_is_refused_naming_shard_and_document(tmp_path):
     import pyarrow as pa
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     t = pa.table({"doc_id": ["a", "b"], "title": [None, None],
                   "word_ids": pa.array([[0, 1], [2, -3]], pa.list_(pa.int32())),
                   "counts": pa.array([[1, 1], [1, 1]], pa.list_(pa.int32())),
@@ -177,7 +179,7 @@ def test_heartbeat_refreshes_and_notices_a_takeover(tmp_path):
 def test_lease_on_the_object_store(store_root):
     from pipelines.runtime import object_store_files
     model = "fakegs://bucket/models/m"
-    files = object_store_files.files_for(model)
+    files = files_for(model)
     a = ModelLease(model, "a", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
     with pytest.raises(LeaseHeld, match="being written by a by"):
         ModelLease(model, "b", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
@@ -216,7 +218,7 @@ def test_a_torn_run_log_line_is_repaired_on_resume_and_readers_keep_working(tmp_
                            tmp_path / "r.html", "--max-docs", 50)
     assert rc == 0, err
     assert "skipped 3 damaged line(s) (line 2, 3, 4)" in caplog.text
-    from pipelines.infer import training_shards
+    from pipelines.runtime.model_dir import training_shards
     assert training_shards(model) == os.path.abspath(ds)
     rc, out, err = ldabeam(capsys, "export", "--model", model, "--output",
                            tmp_path / "export")                      # the training shards
@@ -234,7 +236,7 @@ def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, 
     assert [r["event"] for r in read_run_log(p)] == ["start", "end", "step"]
     url = "fakegs://bucket/m/run_log.jsonl"
     from pipelines.runtime import object_store_files
-    files = object_store_files.files_for(url)
+    files = files_for(url)
     files.write_atomic(url, b'{"event": "start"}\n{"event": "st')
     append_records(url, [{"event": "step", "step": 1}])
     assert [r["event"] for r in read_run_log(url)] == ["start", "step"]
@@ -436,6 +438,7 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
     published output is complete."""
     from lda_core.storage import output_paths
     from pipelines.ingest import dataset
+    from pipelines.ingest import manifest
     from pipelines.infer import read_theta
     from helpers.reuters import reuters_texts
     out = str(tmp_path / "out")
@@ -466,5 +469,5 @@ def test_two_concurrent_writers_of_one_output(tmp_path, ds, hmodel, cmd):
     if cmd == "infer":
         assert read_theta(out).num_rows == 300
     else:
-        assert dataset.verify(out) is not None
+        assert manifest.verify(out) is not None
     assert output_paths.kind_of(out) == ("inference" if cmd == "infer" else "dataset")

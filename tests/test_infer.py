@@ -12,6 +12,7 @@ from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.training.trainer import train
 from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.cli import main as cli_main
 from pipelines.infer import InferOptions, infer, read_theta
 from pipelines.ingest.tokenize import tokenize
@@ -49,7 +50,7 @@ def trained(wiki_ds, tmp_path_factory):
     model = str(tmp_path_factory.mktemp("infer") / "model")
     os.makedirs(model)
     shutil.copy(os.path.join(wiki_ds, dataset.VOCAB_FILE), model)
-    vocab = dataset.Vocabulary.read(wiki_ds)
+    vocab = Vocabulary.read(wiki_ds)
     docs = dataset.read_docbatch(dataset.resolve_shards(wiki_ds))
     batches = [docs.take(np.arange(i, min(i + S, docs.n_docs)))
                for i in range(0, docs.n_docs, S)]
@@ -117,7 +118,7 @@ def test_infer_columns_and_default_seed(trained, wiki_ds, tmp_path):
 
 def test_raw_text_unknown_words_ignored_and_counted(trained, tmp_path):
     model, _, _, _ = trained
-    vocab = dataset.Vocabulary.read(os.path.join(model, dataset.VOCAB_FILE))
+    vocab = Vocabulary.read(os.path.join(model, dataset.VOCAB_FILE))
     known = vocab.tokens[:40]
     lines = [" ".join(known[:10] + ["qwzxunknownone", "plokmijnunknown"]),
              " ".join(known[10:30] + ["qwzxunknownone"] * 3),

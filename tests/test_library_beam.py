@@ -20,6 +20,7 @@ from ldabeam.beam import (InferTopics, LdaModelHandler, Vectorize, checkpoint_pa
 from pipelines.cli import main as cli_main
 from pipelines.infer import read_theta
 from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 from pipelines.runtime.beam_options import pipeline_options
 from helpers.models import copy_model
@@ -100,7 +101,7 @@ def test_infer_topics_and_vectorize_on_plain_pcollections(model, records, tmp_pa
     ds = str(tmp_path / "ds")
     vectorize(VectorizeOptions(inputs=[str(src)], output=ds, format="jsonl", no_below=2,
                                no_above=0.8))
-    cli_vocab = dataset.Vocabulary.read(ds)
+    cli_vocab = Vocabulary.read(ds)
     cli_docs = dataset.read_docbatch(dataset.resolve_shards(ds))
     cli_bags = {}
     for d in range(cli_docs.n_docs):

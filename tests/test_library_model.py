@@ -20,6 +20,8 @@ from lda_core.errors import InputError, OutputError, UsageError
 from pipelines.cli import main as cli_main
 from pipelines.infer import read_theta
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest.tokenize import tokenize
 from pipelines.ingest.vectorize import VectorizeOptions, vectorize
 
@@ -215,7 +217,7 @@ def test_grow_vocab_adds_pruned_new_words_at_the_prior(vb_model, wiki_ds, record
     m = ldabeam.load(model)
     V0 = m.n_words
     old_vocab = m.vocabulary
-    rules = dataset.read_manifest(wiki_ds)["settings"]["pruning"]
+    rules = manifest.read_manifest(wiki_ds)["settings"]["pruning"]
     # the growth alone leaves every existing row as it was and puts new rows at the prior
     st0 = m._algo.to_state()
     grown = _grown(m._algo, 3, "h").to_state()
@@ -265,7 +267,7 @@ def test_sklearn_estimators_save_and_load_the_model_format(cls_name, wiki_ds, tm
                                                             capsys):
     import scipy.sparse as sp
     docs = dataset.read_docbatch(dataset.resolve_shards(wiki_ds))
-    vocab = dataset.Vocabulary.read(wiki_ds)
+    vocab = Vocabulary.read(wiki_ds)
     X = sp.csr_matrix((docs.counts.astype(np.float64), docs.word_ids, docs.indptr),
                       shape=(docs.n_docs, len(vocab)))
     cls = getattr(ldabeam, cls_name)

@@ -28,6 +28,7 @@ from lda_core.storage.run_log import RunLog, read_run_log
 from lda_core.storage.state import StateFormatError, TopicState
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.runtime import paths as fspaths
 from pipelines.runtime.object_store_files import ObjectStoreFiles
 
 from helpers.uci import kos_dataset as make_dataset
@@ -170,7 +171,7 @@ def test_run_log_on_an_object_store(store_root):
 
 
 def test_a_url_without_a_registered_layer_is_refused():
-    from lda_core.storage.state import files_for, REGISTRY
+    from lda_core.storage.files import files_for, REGISTRY
     saved = dict(REGISTRY)
     REGISTRY.clear()
     try:
@@ -307,7 +308,7 @@ def test_cli_infer_reads_a_model_on_an_object_store(store_root, ds, capsys, tmp_
 def test_beam_trainer_in_process_with_a_model_on_an_object_store(store_root, ds, capsys,
                                                                  local_reference):
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     md = store_root + "/beam"
     assert default_scratch_root(md, runner_config("DirectRunner", [])) == md + "/.beam-scratch"
     beam = ["--runner", "DirectRunner", "--minibatches-per-window", 3]
@@ -324,6 +325,7 @@ def test_beam_trainer_in_process_with_a_model_on_an_object_store(store_root, ds,
     assert not any(".beam-scratch" in o for o in _objects(md))
 
 
+@pytest.mark.serial
 def test_beam_worker_processes_exchange_states_through_the_object_store(
         store_root, ds, capsys, tmp_path, monkeypatch):
     """Two DirectRunner worker processes (they import the fake scheme through a
@@ -355,7 +357,7 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     # E-step threads (1 per worker on 2 cores) on a local model directory
     ref = str(tmp_path / "ref")
     from pipelines.training import beam_train
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
@@ -396,7 +398,7 @@ def test_streaming_job_starts_and_continues_a_model_on_an_object_store(store_roo
     md = store_root + "/streamed"
     vocab = os.path.join(ds, dataset.VOCAB_FILE)
     algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, batch_size=50)
-    assert mv == md + "/" + dataset.VOCAB_FILE and dataset.exists(mv)
+    assert mv == md + "/" + dataset.VOCAB_FILE and fspaths.exists(mv)
     assert CheckpointStore(md).pointer() == 0
     again, _ = stream.initial_checkpoint(md, topics=None, vocab_path=None)
     assert again.n_topics == 4 and again.step == 0

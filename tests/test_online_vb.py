@@ -12,6 +12,7 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
 from lda_core.algorithms.vb_stats import VBStats
+from lda_core.training.in_memory import fit_batch_vb
 from helpers.models import run_and_resume
 from helpers.uci import uci_docbatch
 
@@ -239,8 +240,8 @@ def test_resume_is_bit_for_bit(kos, tmp_path):
 def test_batch_vb_elbo_never_decreases(kos):
     batch, V = kos
     m = BatchVB(10, V, alpha=0.1, eta=0.05, dtype="float64", seed=2)
-    out = m.fit([batch.take(range(0, 150)), batch.take(range(150, 300))], max_passes=25,
-                rel_tol=1e-5)
+    out = fit_batch_vb(m, [batch.take(range(0, 150)), batch.take(range(150, 300))],
+                       max_passes=25, rel_tol=1e-5)
     elbo = np.array(out["elbo"])
     assert len(elbo) >= 3 and np.all(np.isfinite(elbo))
     assert np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[:-1]))
@@ -257,7 +258,7 @@ def test_planted_topics_are_recovered():
         for i in range(0, batch.n_docs, 100):
             online.global_step(online.local_step(batch.take(range(i, i + 100))))
     batchvb = BatchVB(K, V, alpha=0.1, eta=0.01, dtype="float64", seed=0)
-    batchvb.fit(batch, max_passes=100)
+    fit_batch_vb(batchvb, batch, max_passes=100)
     for m in (online, batchvb):
         l1 = matched_l1(m.topic_word(), beta)
         assert np.all(l1 < 0.25), l1          # 0 = identical, 2 = disjoint

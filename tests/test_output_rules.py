@@ -103,7 +103,8 @@ def test_overwrite_removes_exactly_what_the_manifest_lists(tmp_path, capsys):
                            "--topics", 3, "--overwrite")
     assert rc == 0, err
     from pipelines.ingest import dataset
-    assert dataset.verify(ds)["documents"] == 30
+    from pipelines.ingest import manifest
+    assert manifest.verify(ds)["documents"] == 30
     assert sorted(os.listdir(os.path.join(ds, "train"))) == ["part-00000-of-00001.parquet"]
     # a file that no listing names makes --overwrite refuse, and nothing is removed
     open(os.path.join(ds, "train", "extra.parquet"), "wb").write(b"x")

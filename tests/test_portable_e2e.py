@@ -74,7 +74,7 @@ def test_vectorize_through_the_portable_runner_equals_direct(runs):
 
 
 def test_train_through_the_portable_runner_equals_direct(runs):
-    from pipelines.commands.export import load_model
+    from pipelines.runtime.model_dir import load_model
     (_, m1), (_, m2) = runs["direct"], runs["portable"]
     a1, s1, _ = load_model(m1)
     a2, s2, _ = load_model(m2)

@@ -17,6 +17,8 @@ from helpers.news20 import news20_posts
 from lda_core.errors import InputError, UsageError
 from pipelines.cli import main as cli_main
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import vectorize_steps as vzs
 from pipelines.ingest.phrases import PhraseTable, learn_phrases
 from pipelines.infer import read_summary
@@ -190,7 +192,7 @@ def _api_theta(model, pre, posts):
     from pipelines.infer import infer_gamma, resolve_model
     from pipelines.training.beam_state import load_algorithm
     ref = resolve_model(model)
-    vocab = dataset.Vocabulary.read(ref.vocab_path)
+    vocab = Vocabulary.read(ref.vocab_path)
     cr = pre.count_rows([t for _, t in posts], vocab)
     keep = [i for i, (ids, _) in enumerate(cr.rows) if len(ids)]
     from lda_core.docbatch import DocBatch
@@ -222,13 +224,13 @@ def phrase_model(news20_tar, tmp_path_factory):
 @pytest.mark.slow
 def test_phrases_are_recorded_and_reproduce_the_training_rows(phrase_model):
     tmp, posts, ds, model = phrase_model
-    settings = dataset.read_manifest(ds)["settings"]
+    settings = manifest.read_manifest(ds)["settings"]
     table = settings["phrases"]
     assert len(table["phrasegrams"]) > 50 and "writes" in settings["stopword_list"]
-    vocab = dataset.Vocabulary.read(ds)
+    vocab = Vocabulary.read(ds)
     phrase_words = [t for t in vocab.tokens if "_" in t and t in dict(table["phrasegrams"])]
     assert len(phrase_words) > 20
-    assert dataset.read_tokenizer(model)["phrases"] == table
+    assert manifest.read_tokenizer(model)["phrases"] == table
     # the Preprocessor of the model gives every training and held-out row exactly
     pre = Preprocessor.from_model_dir(model)
     assert pre.known and len(pre.config.phrases) == len(table["phrasegrams"])
@@ -266,7 +268,7 @@ def test_infer_and_preprocessor_reapply_phrases_and_they_change_theta(phrase_mod
     # the same model without its phrase table: other tokens, other θ
     bare = str(tmp / "bare")
     shutil.copytree(model, bare)
-    tok_path = os.path.join(bare, dataset.TOKENIZER_FILE)
+    tok_path = os.path.join(bare, manifest.TOKENIZER_FILE)
     tok = json.load(open(tok_path))
     tok["settings"]["phrases"] = None
     json.dump(tok, open(tok_path, "w"))
@@ -285,7 +287,7 @@ def test_custom_tokenizer_model_refuses_raw_text_without_it(news20_tar, tmp_path
     src = write_jsonl(tmp_path / "posts.jsonl", posts)
     ds, model = str(tmp_path / "ds"), str(tmp_path / "model")
     vectorize(VectorizeOptions(inputs=[src], output=ds, no_below=2, tokenizer=split_words))
-    assert dataset.read_manifest(ds)["settings"]["custom_tokenizer"].endswith(":split_words")
+    assert manifest.read_manifest(ds)["settings"]["custom_tokenizer"].endswith(":split_words")
     assert cli_main(["train", "--shards", ds, "--output", model, "--topics", "4",
                      "--algorithm", "online-vb", "--passes", "1", "--no-progress"]) == 0
     capsys.readouterr()
@@ -298,7 +300,7 @@ def test_custom_tokenizer_model_refuses_raw_text_without_it(news20_tar, tmp_path
         Preprocessor.from_model_dir(model)
     pre = Preprocessor.from_model_dir(model, tokenizer=split_words)
     batch = dataset.read_docbatch(dataset.resolve_shards(ds))
-    cr = pre.count_rows([dict(posts)[d] for d in batch.doc_ids], dataset.Vocabulary.read(ds))
+    cr = pre.count_rows([dict(posts)[d] for d in batch.doc_ids], Vocabulary.read(ds))
     assert np.concatenate([i for i, _ in cr.rows]).tolist() == batch.word_ids.tolist()
     from pipelines.infer import InferOptions, infer
     s = infer(InferOptions(model=model, inputs=[src], output=out, tokenizer=split_words))
@@ -333,7 +335,7 @@ def test_bag_of_words_model_warns_and_reports_unknown_tokens(news20_tar, tmp_pat
     mm = _gensim_phrases_mm(posts[:300], str(tmp_path))
     ds, model = str(tmp_path / "ds"), str(tmp_path / "model")
     assert cli_main(["vectorize", "--input", mm, "--format", "mm", "--output", ds]) == 0
-    assert dataset.read_manifest(ds)["settings"]["tokens_from"] == "bag-of-words"
+    assert manifest.read_manifest(ds)["settings"]["tokens_from"] == "bag-of-words"
     assert cli_main(["train", "--shards", ds, "--output", model, "--topics", "4",
                      "--algorithm", "online-vb", "--passes", "1", "--no-progress"]) == 0
     capsys.readouterr()
@@ -405,7 +407,7 @@ def test_stream_tokenizes_text_messages_with_the_models_preprocessing(phrase_mod
     args, _ = p.parse_known_args(["--model", copy, "--input-glob", str(tmp / "in" / "*.jsonl")])
     setup = cmd.prepare(args)
     assert setup.parse.tokenizer == Preprocessor.from_model_dir(model).config
-    vocab = dataset.Vocabulary.read(ds)
+    vocab = Vocabulary.read(ds)
     phrase = next(t for t in vocab.tokens if t.count("_") == 1 and t.replace("_", "").isalpha())
     text = "%s %s" % (phrase.replace("_", " "), phrase.replace("_", " "))
     doc, dead, _ = parse_document(json.dumps({"doc_id": "x", "text": text}), vocab.index,
@@ -444,15 +446,15 @@ def test_vectorize_new_documents_with_a_models_preprocessing(phrase_model, capsy
     assert "leave out --stopwords" in capsys.readouterr().err
     assert cli_main(["vectorize", "--input", new_jsonl, "--output", out, "--vocab", vocab_path,
                      "--tokenizer-from", model]) == 0
-    assert dataset.read_manifest(out)["settings"]["phrases"] == \
-        dataset.read_manifest(ds)["settings"]["phrases"]
+    assert manifest.read_manifest(out)["settings"]["phrases"] == \
+        manifest.read_manifest(ds)["settings"]["phrases"]
     pre = Preprocessor.from_model_dir(model)
     assert Preprocessor.from_dataset(out).config == pre.config
     batch = dataset.read_docbatch(dataset.resolve_shards(out))
     text = dict(posts)
-    cr = pre.count_rows([text[d] for d in batch.doc_ids], dataset.Vocabulary.read(vocab_path))
+    cr = pre.count_rows([text[d] for d in batch.doc_ids], Vocabulary.read(vocab_path))
     for d, (ids, counts) in enumerate(cr.rows):
         a, b = batch.indptr[d], batch.indptr[d + 1]
         assert ids.tolist() == batch.word_ids[a:b].tolist()
         assert counts.tolist() == batch.counts[a:b].tolist()
-    assert sum("_" in t for t in dataset.Vocabulary.read(vocab_path).tokens) > 20
+    assert sum("_" in t for t in Vocabulary.read(vocab_path).tokens) > 20

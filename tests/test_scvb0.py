@@ -6,7 +6,7 @@ import pytest
 
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.scvb0 import SCVB0, SCVB0Stats
-from lda_core.algorithms.scvb0_kernel import scvb0_estep
+from lda_core.algorithms.scvb0_kernel import chunk_bounds, scvb0_estep
 from lda_core.algorithms.sparse_stats import RowBlock, SparseTriplets
 from helpers.planted import match_topics, planted_tokens as planted_corpus
 from helpers.trainers import run_both_trainers
@@ -58,8 +58,10 @@ def test_kernel_matches_numpy_reference():
     docs = [([0, 3, 5, 11], [1, 4, 2, 7]), ([1, 2], [3, 1]), ([], []), ([4, 6, 7, 8, 9], [1, 1, 2, 1, 9])]
     b = DocBatch.from_rows(docs)
     alpha, passes, s, tau, kappa = 0.1, 3, 1.0, 10.0, 0.9
-    nt, acc, upd = scvb0_estep(b.indptr, b.word_ids, b.counts, tile, alpha, passes, s, tau, kappa,
-                               np.arange(4, dtype=np.int64), False, 2, True)
+    chunks, piece_chunks = chunk_bounds([(0, b.n_docs)], 2)
+    nt, acc, nz, upd = scvb0_estep(b.indptr, b.word_ids, b.counts, tile, alpha, passes, s, tau,
+                                   kappa, np.arange(4, dtype=np.int64), False, chunks,
+                                   piece_chunks, True)
     ref_acc = np.zeros_like(tile)
     for d, (w, c) in enumerate(docs):
         if not w:
@@ -70,6 +72,7 @@ def test_kernel_matches_numpy_reference():
         ref_acc += racc
         assert upd[d] == passes * len(w)
     np.testing.assert_allclose(acc, ref_acc, rtol=1e-9, atol=1e-12)
+    assert nz.tobytes() == acc.sum(0).tobytes()        # N^Z: the rows added in row order
     # Σ_u acc = tokens of the batch (γ sums to 1 per clump)
     assert acc.sum() == pytest.approx(b.n_tokens, rel=1e-12)
 

@@ -136,9 +136,10 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
     from lda_core.algorithms.online_samplers import OLDA
     from pipelines.training import beam_sequential
     from pipelines.ingest import dataset
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(kos200)
-    V = len(dataset.Vocabulary.read(kos200))
+    V = len(Vocabulary.read(kos200))
     algo = build_algorithm("o-lda", 5, V, settings={}, batch_size=50, corpus_size=200, seed=1,
                            vocab_hash=dataset.check_vocab_hash(files, None))
     assert isinstance(algo, OLDA)
@@ -162,7 +163,7 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_stream_global_step_refuses(tmp_path, monkeypatch, poison):
     from apache_beam.transforms import window
-    from pipelines.streaming import stream
+    from pipelines.streaming import stream_step
     from pipelines.ingest import synthetic
     from helpers.streams import stream_model as _model
     spec = synthetic.SyntheticSpec(n_docs=200, n_words=300, n_topics=5, doc_length=50.0,
@@ -170,7 +171,7 @@ def test_stream_global_step_refuses(tmp_path, monkeypatch, poison):
     batch, vocab = synthetic.generate(spec), synthetic.vocabulary(spec)
     model, _, algo0 = _model(tmp_path, vocab)
     POISONS[poison](monkeypatch)
-    fn = stream.ApplyGlobalStepFn(model, order="arrival")
+    fn = stream_step.ApplyGlobalStepFn(model, order="arrival")
     fn.setup()
 
     class Cell:
@@ -287,7 +288,7 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     predictable name is never used), mode 0700, owned by this user."""
     from pipelines.runtime import scratch as scratch_space
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     md = str(tmp_path / "model")
     root = default_scratch_root(md, runner_config("DirectRunner", []),
                                 scratch_dir=str(tmp_path / "shm"))

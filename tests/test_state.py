@@ -7,7 +7,7 @@ import pytest
 
 from lda_core.storage.state import (STATE_FORMAT_VERSION, StateFormatError, TopicState,
                                     read_state_json)
-from pipelines.ingest.dataset import vocab_hash
+from lda_core.storage.vocab_file import vocab_hash
 from helpers.uci import uci_triples, uci_vocab
 
 

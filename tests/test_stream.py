@@ -19,6 +19,7 @@ from lda_core.algorithms.online_vb import OnlineVB
 from lda_core.storage.state import TopicState
 from pipelines.ingest import dataset, synthetic
 from pipelines.streaming import stream, stream_parse
+from pipelines.streaming import stream_step
 
 from helpers.streams import (K, V, W, Cell, messages as _messages, run_file_route,
                              stream_args as _cmd_args, stream_model as _model,
@@ -133,7 +134,7 @@ def test_stale_estep_is_recomputed(tmp_path, corpus):
     (so the result never depends on how fast the checkpoints were published)."""
     batch, vocab = corpus
     model, vpath, algo0 = _model(tmp_path, vocab, corpus_size=1000)
-    fn = stream.ApplyGlobalStepFn(model)
+    fn = stream_step.ApplyGlobalStepFn(model)
     fn.setup()
     mb1 = batch.take(np.arange(0, 40))
     mb2 = batch.take(np.arange(40, 80))

@@ -10,6 +10,7 @@ import pytest
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.algorithms.online_vb import OnlineVB
 from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.streaming import stream, stream_parse
 from pipelines.streaming.stream_step import MAX_DOC_IDS, ApplyGlobalStepFn, next_record
 from helpers.streams import Cell, run_file_route
@@ -21,7 +22,7 @@ K = 6
 @pytest.fixture(scope="module")
 def kos(kos_paths):
     batch, tokens = read_kos(kos_paths[0], kos_paths[1], 240)
-    return batch, dataset.Vocabulary(tokens)
+    return batch, Vocabulary(tokens)
 
 
 def _model(tmp_path, vocab, keep_last=None):
@@ -58,7 +59,7 @@ def _drive(model, mv, inbox, dead, t0, stop_after, drops):
         drops[0]()
     return stream.run_local_directory(
         str(inbox / "*.jsonl"), model, stream_parse.ParseConfig(vocab_path=mv, n_words=len(
-            dataset.Vocabulary.read(mv))),
+            Vocabulary.read(mv))),
         window_seconds=10.0, poll_seconds=4.0, stop_after=stop_after, deadletter_dir=dead,
         clock=lambda: clock["t"], sleep=sleep)
 

@@ -8,6 +8,7 @@ import pytest
 
 from lda_core.docbatch import DocBatch
 from pipelines.ingest import dataset, synthetic
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest.synthetic import SyntheticSpec
 
 
@@ -75,7 +76,7 @@ def test_write_dataset_does_not_depend_on_sharding(tmp_path):
     assert ha.n_docs == 300 and ha.doc_ids[0] == synthetic.doc_id(2000)
     vh = dataset.check_vocab_hash(fa + fb, None)
     assert vh == m1["vocabulary"]["hash"] == m2["vocabulary"]["hash"]
-    assert dataset.Vocabulary.read(str(tmp_path / "a")).hash == vh
+    assert Vocabulary.read(str(tmp_path / "a")).hash == vh
     beta = np.load(str(tmp_path / "a" / synthetic.PLANTED_TOPICS_FILE), allow_pickle=False)
     np.testing.assert_array_equal(beta, synthetic.planted_topics(spec))
     assert m1["counts"]["train_documents"] == 2000

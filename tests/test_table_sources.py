@@ -16,7 +16,10 @@ import pytest
 from helpers.news20 import news20_posts
 
 from pipelines.ingest import bigquery_source, dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import text_sources as ts
+from pipelines.ingest import input_files
 from pipelines.ingest import vectorize as vz
 from pipelines.cli import main as cli_main
 from pipelines.infer import InferOptions, infer, read_theta
@@ -88,7 +91,7 @@ def _rows(out):
 def _word_rows(out):
     """{doc_id: (title, label, {word: count})}: the rows independent of the vocabulary's id
     order."""
-    tokens = dataset.Vocabulary.read(str(out)).tokens
+    tokens = Vocabulary.read(str(out)).tokens
     return {d: (t, l, {tokens[w]: c for w, c in zip(ws, cs)})
             for d, (t, l, ws, cs) in _rows(out).items()}
 
@@ -130,7 +133,7 @@ def test_csv_tsv_parquet_arrow_give_the_dataset_of_the_same_posts(posts, referen
         assert _rows(tmp_path / ("ds-" + fmt)) == ref_rows, fmt
         assert m["counts"]["dead_letters"] == 0 and m["counts"]["documents_read"] == N_POSTS
     # the Hugging Face folder is read through its .arrow file only
-    assert [os.path.basename(p) for p, _ in ts.expand_inputs([str(tmp_path / "hf")])] == \
+    assert [os.path.basename(p) for p, _ in input_files.expand_inputs([str(tmp_path / "hf")])] == \
         ["data-00000-of-00001.arrow"]
 
 
@@ -162,9 +165,9 @@ def test_bad_rows_are_dead_letters_and_a_missing_column_fails_at_once(posts, tmp
         w.writerow(["blank", "   "])
         w.writerow([good[2][0], good[2][3]])
     docs = list(ts.read_documents(str(p), "csv", text_field="body"))
-    dead = [d for d in docs if isinstance(d, ts.DeadLetter)]
+    dead = [d for d in docs if isinstance(d, input_files.DeadLetter)]
     # the blank row is an empty document (counted as empty by the vectorize), not an error
-    assert [d.doc_id for d in docs if isinstance(d, ts.RawDocument)] == \
+    assert [d.doc_id for d in docs if isinstance(d, input_files.RawDocument)] == \
         [good[0][0], good[1][0], "blank", good[2][0]]
     assert [(d.source, d.position.split(" (")[0]) for d in dead] == [(str(p), "row 2")]
     assert "column 'body' missing" in dead[0].error
@@ -176,12 +179,12 @@ def test_bad_rows_are_dead_letters_and_a_missing_column_fails_at_once(posts, tmp
     assert docs[1].position == "row 2" and docs[1].source.endswith("t.parquet")
     # a column that is not there: the run fails before any work, naming the columns it has
     out = tmp_path / "ds"
-    with pytest.raises(ts.InputError, match=r"no column 'content'; its columns are: id, text"):
+    with pytest.raises(input_files.InputError, match=r"no column 'content'; its columns are: id, text"):
         _vectorize([tmp_path / "t.parquet"], out, text_field="content")
     assert not out.exists()
     # a non-text text column is refused at once too
     pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "n.parquet")
-    with pytest.raises(ts.InputError, match="type int64, expected a string"):
+    with pytest.raises(input_files.InputError, match="type int64, expected a string"):
         list(ts.read_documents(str(tmp_path / "n.parquet"), "parquet"))
     # CLI: one line, exit 2
     assert cli_main(["vectorize", "--input", str(tmp_path / "t.parquet"), "--text-field",
@@ -294,7 +297,7 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
     _write_jsonl(src, posts)
     ds = tmp_path / "ds"
     _vectorize([src], ds, num_shards=4)
-    assert dataset.verify(str(ds)) == {"shards": 4, "documents": N_POSTS}
+    assert manifest.verify(str(ds)) == {"shards": 4, "documents": N_POSTS}
     train = ["train", "--shards", str(ds), "--output", str(tmp_path / "m"), "--topics", "3",
              "--algorithm", "online-vb", "--minibatch", "60", "--passes", "1", "--no-progress"]
     shard = ds / "train" / "part-00001-of-00004.parquet"
@@ -306,21 +309,21 @@ def test_training_refuses_an_incomplete_dataset(posts, tmp_path, capsys):
     assert not (tmp_path / "m").exists()                    # refused before any work
     shard.write_bytes(data[:-20] + b"\0" * 20)              # same size, other bytes
     with pytest.raises(ValueError, match="cannot be read|sha256 mismatch"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     # a shard from another run beside the listed ones
     shard.write_bytes(data)
     (ds / "train" / "part-00009-of-00010.parquet").write_bytes(data)
     with pytest.raises(ValueError, match="part-00009-of-00010.parquet is not listed"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     (ds / "train" / "part-00009-of-00010.parquet").unlink()
     # still being written: no manifest yet
     os.rename(ds / "manifest.json", tmp_path / "manifest.json")
     with pytest.raises(ValueError, match="no manifest.json: it is still being written"):
-        dataset.verify(str(ds))
+        manifest.verify(str(ds))
     os.rename(tmp_path / "manifest.json", ds / "manifest.json")
     assert cli_main(train) == 0
     # a split folder is verified against the manifest of the dataset around it
-    assert dataset.verify(str(ds / "train")) == {"shards": 4, "documents": N_POSTS}
+    assert manifest.verify(str(ds / "train")) == {"shards": 4, "documents": N_POSTS}
 
 
 # ----------------------------------------------------------------------------- infer raw text
@@ -337,7 +340,7 @@ def test_model_trained_from_csv_infers_raw_csv_like_vectorize_then_infer(posts, 
     assert cli_main(["train", "--shards", str(ds), "--output", str(model), "--topics", "4",
                      "--algorithm", "online-vb", "--minibatch", "50", "--passes", "1", "--seed", "2",
                      "--no-progress"]) == 0
-    tok = dataset.read_tokenizer(str(model))
+    tok = manifest.read_tokenizer(str(model))
     assert tok["text_field"] == "title,body" and tok["lowercase"] is False
     new_csv = tmp_path / "new.csv"
     _write_csv(new_csv, new_posts + [("nothing-known", "g", "", "qqzzxx wwvvyy")])
@@ -422,13 +425,13 @@ def test_tables_on_an_object_store(posts, reference, store_root, tmp_path):
         with FileSystems.create("%s/in/%s" % (store_root, rel),
                                 compression_type="uncompressed") as f:
             f.write((local / rel).read_bytes())
-    expanded = ts.expand_inputs([store_root + "/in/*.csv.gz", store_root + "/in/*.parquet",
+    expanded = input_files.expand_inputs([store_root + "/in/*.csv.gz", store_root + "/in/*.parquet",
                                  store_root + "/in/hf"])
     assert [(p.rsplit("/", 1)[-1], f) for p, f in expanded] == [
         ("posts.csv.gz", "csv"), ("a.parquet", "parquet"), ("b.parquet", "parquet"),
         ("data-00000-of-00001.arrow", "arrow")]
     docs = [d for p, f in expanded for d in ts.read_documents(p, f, text_field="title,body")]
-    assert all(isinstance(d, ts.RawDocument) for d in docs)
+    assert all(isinstance(d, input_files.RawDocument) for d in docs)
     by_id = {d.doc_id: d for d in docs}
     assert len(docs) == len(posts) + 120 and set(by_id) == set(ref_rows)
     assert by_id[posts[0][0]].text == posts[0][2] + "\n" + posts[0][3]

@@ -35,8 +35,6 @@ NOT_IN_TEMPLATE = {
                   "launcher VM",
         "no-unroll": "the 'unroll' parameter is both forms of --unroll/--no-unroll "
                      "(unroll=false becomes --no-unroll)",
-        "exchange": "a template launch is one detached window, which runs the state exchange "
-                    "(--exchange word-blocks is refused with --detach)",
         "passes-patience": "it applies only with --passes auto, which the template's 'passes' "
                            "(a number) does not offer: a detached launch cannot stop the "
                            "chain of windows on the held-out score",

@@ -11,9 +11,11 @@ import re
 import pytest
 
 from pipelines.ingest import text_sources as ts
-from pipelines.ingest.text_sources import (FORMATS, DeadLetter, InputError, RawDocument,
-                                           detect_format, expand_inputs, iter_wiki_page_chunks,
-                                           parse_wiki_page, read_documents)
+from pipelines.ingest import wiki_source
+from pipelines.ingest.text_sources import read_documents
+from pipelines.ingest.wiki_source import iter_wiki_page_chunks, parse_wiki_page
+from pipelines.ingest.input_files import (FORMATS, DeadLetter, InputError, RawDocument,
+                                          detect_format, expand_inputs)
 from pipelines.ingest.tokenize import TokenizerConfig, tokenize
 
 # gensim WikiCorpus tokenizes with lower=True and no de-accenting, drops articles under 50 tokens
@@ -45,13 +47,13 @@ def wiki_docs(wiki_sample):
 def test_wiki_sample_matches_gensim_wikicorpus(wiki_sample, wiki_docs):
     from gensim.corpora import Dictionary
     from gensim.corpora.wikicorpus import ARTICLE_MIN_WORDS, WikiCorpus
-    assert ts.ARTICLE_MIN_TOKENS == ARTICLE_MIN_WORDS
+    assert wiki_source.ARTICLE_MIN_TOKENS == ARTICLE_MIN_WORDS
     wc = WikiCorpus(wiki_sample, dictionary=Dictionary(), processes=1, metadata=True)
     ref = {pageid: (title, tokens) for tokens, (pageid, title) in wc.get_texts()}
     ours = {}
     for d in wiki_docs:
         toks = tokenize(d.text, GENSIM_WIKI_CFG)
-        if len(toks) >= ts.ARTICLE_MIN_TOKENS:
+        if len(toks) >= wiki_source.ARTICLE_MIN_TOKENS:
             ours[d.doc_id] = (d.title, toks)
     assert len(ref) == 106
     assert ours.keys() == ref.keys()
@@ -69,7 +71,7 @@ def test_fast_markup_stripping_is_gensims(wiki_xml):
     import html
     for raw in texts:
         text = html.unescape(raw.decode("utf-8"))   # what ElementTree gives for the element
-        assert ts.strip_wiki_markup(text) == filter_wiki(text)
+        assert wiki_source.strip_wiki_markup(text) == filter_wiki(text)
     # random strings of markup fragments (nesting, tables, links, unclosed templates)
     frags = ["{", "}", "{{", "}}", "|", "!", "!!", "||", "|-", "|}", "{|", "\n", " ", "  ", "\t",
              "[[", "]]", "[", "]", ":", "en:", "de-x:", "ab", "bgcolor", "colspan", "1 colspan",
@@ -78,7 +80,7 @@ def test_fast_markup_stripping_is_gensims(wiki_xml):
     rng = random.Random(0)
     for _ in range(3000):
         s = "".join(rng.choice(frags) for _ in range(rng.randint(0, 40)))
-        assert ts.strip_wiki_markup(s) == filter_wiki(s), repr(s)
+        assert wiki_source.strip_wiki_markup(s) == filter_wiki(s), repr(s)
 
 
 def test_wiki_pages_titles_ids_positions(wiki_sample, wiki_docs):

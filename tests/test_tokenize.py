@@ -7,7 +7,7 @@ from gensim.parsing.preprocessing import STOPWORDS
 from gensim.utils import deaccent as gensim_deaccent
 from gensim.utils import tokenize as gensim_tokenize
 
-from pipelines.ingest.text_sources import InputError
+from pipelines.ingest.input_files import InputError
 from pipelines.ingest.tokenize import (DEFAULT, TokenizerConfig, config_from_options, deaccent,
                                        load_stopwords, tokenize)
 
@@ -174,6 +174,7 @@ def test_batch_tokenizer_equals_tokenize_on_real_text(news20_tar, wiki_sample, c
     sample's articles after markup stripping."""
     import tarfile
     from pipelines.ingest import text_sources as ts
+    from pipelines.ingest import input_files
     texts = []
     with tarfile.open(news20_tar, "r|gz") as tar:
         for m in tar:
@@ -183,7 +184,7 @@ def test_batch_tokenizer_equals_tokenize_on_real_text(news20_tar, wiki_sample, c
                 break
     assert any(not t.isascii() for t in texts)
     pages = [d.text for d in ts.read_documents(wiki_sample, "wiki")
-             if isinstance(d, ts.RawDocument)]
+             if isinstance(d, input_files.RawDocument)]
     assert len(pages) > 100 and any(not t.isascii() for t in pages)
     n = _check_batch(texts + pages, cfg)
     assert n > 60000

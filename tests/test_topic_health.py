@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from lda_core.evaluation import metrics as ev
+from lda_core.evaluation import topic_quality as tq
 from lda_core.docbatch import DocBatch
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
+from lda_core.training.in_memory import fit_batch_vb
 from helpers.models import run_and_resume
 from helpers.uci import uci_csr, uci_vocab
 
@@ -46,9 +48,9 @@ def train(batch, V, K, seed, reseed=None, passes=3, S=50):
 
 def test_planted_topics_die_without_reseeding_and_live_with_it():
     batch, V = planted()
-    old = [ev.topic_usage(train(batch, V, 10, seed, 0.0).topic_word(), batch)["dead"]
+    old = [tq.topic_usage(train(batch, V, 10, seed, 0.0).topic_word(), batch)["dead"]
            for seed in range(4)]
-    new = [ev.topic_usage(train(batch, V, 10, seed).topic_word(), batch)["dead"]
+    new = [tq.topic_usage(train(batch, V, 10, seed).topic_word(), batch)["dead"]
            for seed in range(4)]
     assert sum(old) >= 4 and min(old) >= 1          # every seed lost a topic before
     assert new == [0, 0, 0, 0]
@@ -83,8 +85,8 @@ def test_reseeding_resumes_bit_for_bit_and_is_split_independent(tmp_path):
 def test_reseed_conserves_mass_and_batch_vb_keeps_all_topics():
     batch, V = planted()
     m = BatchVB(10, V, alpha=0.1, eta=0.01, seed=3)
-    m.fit([batch], max_passes=15)
-    assert ev.topic_usage(m.topic_word(), batch)["dead"] == 0
+    fit_batch_vb(m, [batch], max_passes=15)
+    assert tq.topic_usage(m.topic_word(), batch)["dead"] == 0
     from lda_core.algorithms.word_blocks import dead_topic_splits, split_rows
     o = OnlineVB(10, V, seed=0)
     before = o._ntilde.copy()
@@ -107,16 +109,16 @@ def test_metrics_match_the_harness(bp, kos_csr):
     K, V = 12, X.shape[1]
     phi = np.random.default_rng(0).gamma(0.3, 1.0, (K, V))
     ref = bp.quality_extras(phi, X)
-    h = ev.topic_health(phi, X)
+    h = tq.topic_health(phi, X)
     assert h["dead_topics"] == ref["dead_topics"]
     assert abs(h["effective_topics"] - ref["effective_topics"]) < 1e-6
     assert abs(h["npmi"] - ref["npmi"]) < 1e-6
     assert abs(h["topic_diversity"] - ref["topic_diversity"]) < 1e-12
     # the same from a DocBatch, and the usage sample with fewer documents than asked for
     b = DocBatch.from_csr(X)
-    assert abs(ev.npmi_coherence(phi, b)["mean"] - ref["npmi"]) < 1e-6
+    assert abs(tq.npmi_coherence(phi, b)["mean"] - ref["npmi"]) < 1e-6
     shares, dead, eff = bp.topic_usage(phi, X, max_docs=100, seed=5)
-    u = ev.topic_usage(phi, b, max_docs=100, seed=5)
+    u = tq.topic_usage(phi, b, max_docs=100, seed=5)
     assert np.max(np.abs(u["shares"] - shares)) < 1e-9 and u["dead"] == dead
     assert abs(u["effective"] - eff) < 1e-6 and u["n_docs"] == 100
 
@@ -147,12 +149,12 @@ def test_coherence_matches_gensim_coherence_model(kos_csr):
                         topn=10)
     # gensim's u_mass: log((D(w_m, w_l)/D + 1e-12) / (D(w_l)/D)) over the same pairs, per
     # pair mean: ours with ε = 1e-12·D
-    ours = ev.umass_coherence(phi, X, topn=10, eps=1e-12 * X.shape[0])
+    ours = tq.umass_coherence(phi, X, topn=10, eps=1e-12 * X.shape[0])
     assert np.allclose(ours["per_topic"] / 45.0, cm.get_coherence_per_topic(), atol=1e-9)
     longest = max(len(t) for t in texts)
     cm = CoherenceModel(topics=topics, texts=texts, dictionary=dictionary, coherence="c_npmi",
                         window_size=longest + 1, topn=10)
-    got = ev.npmi_coherence(phi, X, topn=10)["per_topic"]
+    got = tq.npmi_coherence(phi, X, topn=10)["per_topic"]
     assert np.allclose(got, cm.get_coherence_per_topic(), atol=1e-6)
     assert np.all(np.abs(got) > 1e-3)                 # not vacuous
 

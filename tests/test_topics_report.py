@@ -40,7 +40,7 @@ def labelled(run20, tmp_path_factory):
 
 
 def _model(m):
-    from pipelines.commands.export import load_model
+    from pipelines.runtime.model_dir import load_model
     return load_model(m)
 
 
@@ -110,7 +110,7 @@ def test_report_is_self_contained_with_real_plots(report):
 
 
 def test_report_topic_health_and_labels(report):
-    from lda_core.evaluation.metrics import topic_health
+    from lda_core.evaluation.topic_quality import topic_health
     from pipelines.ingest.doc_sample import sample_documents
     from pipelines.ingest import dataset
     ds, m, _, page, data = report
@@ -150,7 +150,7 @@ def test_report_numbers_are_the_run_logs(report):
 
 
 def test_report_topics_evolution_and_examples(report):
-    from lda_core.evaluation.metrics import umass_coherence
+    from lda_core.evaluation.topic_quality import umass_coherence
     from pipelines.ingest import dataset
     ds, m, _, page, data = report
     algo, state, vocab = _model(m)

@@ -12,6 +12,7 @@ import pytest
 import ldabeam
 from pipelines.cli import main as cli
 from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
 from helpers import warm
 from helpers.news20 import completion, halves
 
@@ -80,7 +81,7 @@ def test_update_with_shards_of_the_models_vocabulary(small, capsys):
     assert cli(["train", "--update", "--shards", ds_b, "--output", model, "--no-progress"]) == 0
     after = ldabeam.load(model)
     S = 50
-    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == before._vocab.hash
+    assert Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == before._vocab.hash
     assert after.vocabulary == before.vocabulary
     assert after.step > before.step and after.step - before.step <= -(-small["n_b"] // S)
     assert not np.allclose(after.topic_word(), before.topic_word())
@@ -102,11 +103,11 @@ def test_update_refuses_shards_of_another_vocabulary_without_grow_vocab(small, c
     # with --grow-vocab the same shards are read as words and the new ones added
     assert cli(["train", "--update", "--grow-vocab", "--shards", ds_b, "--output", model,
                 "--no-progress"]) == 0
-    vocab = dataset.Vocabulary.read(os.path.join(model, "vocab.tsv"))
+    vocab = Vocabulary.read(os.path.join(model, "vocab.tsv"))
     state = checkpoint_state(model)
     assert state.step > step
     assert state.n_words == len(vocab) and state.vocab_hash == vocab.hash
-    first = dataset.Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv"))
+    first = Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv"))
     assert vocab.tokens[:len(first)] == first.tokens and len(vocab) > len(first)
 
 
@@ -115,10 +116,10 @@ def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small,
     """A --grow-vocab update killed after publishing its checkpoint but before replacing
     vocab.tsv: the grown vocabulary was written first under its hash's name, so the model opens
     with it (before, vocab.tsv and the latest checkpoint disagreed and every reader refused)."""
-    from pipelines.ingest.dataset import Vocabulary
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.runtime.model_dir import open_model
     model = fresh_model(small, "stopped")
-    old_hash = dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash
+    old_hash = Vocabulary.read(os.path.join(model, "vocab.tsv")).hash
     ds_b = vectorize(small["b"], str(small["work"] / "ds-b-stopped"))
     real_write = Vocabulary.write
 
@@ -133,7 +134,7 @@ def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small,
     monkeypatch.setattr(Vocabulary, "write", real_write)
     capsys.readouterr()
     state = checkpoint_state(model)
-    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == old_hash
+    assert Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == old_hash
     assert state.vocab_hash != old_hash           # the grown checkpoint is the latest
     opened = open_model(model)
     assert opened.vocab.hash == state.vocab_hash and len(opened.vocab) == state.n_words
@@ -141,7 +142,7 @@ def test_grow_vocab_update_stopped_before_replacing_vocab_tsv_still_opens(small,
     # the next update replaces vocab.tsv and removes the waiting file
     assert cli(["train", "--update", "--shards", ds_b, "--output", model, "--no-progress",
                 "--grow-vocab"]) == 0
-    assert dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == \
+    assert Vocabulary.read(os.path.join(model, "vocab.tsv")).hash == \
         checkpoint_state(model).vocab_hash
     assert not [n for n in os.listdir(model) if n.startswith("vocab-")]
 
@@ -177,7 +178,7 @@ def test_update_grow_vocab_close_to_joint_training(news20_tar, tmp_path, algorit
     ds_ab = vectorize(ab, str(tmp_path / "ds-ab"))
     joint = train(ds_ab, str(tmp_path / "joint"), algorithm, topics, passes, minibatch)
     model = train(ds_a, str(tmp_path / "upd"), algorithm, topics, passes, minibatch)
-    v0 = len(dataset.Vocabulary.read(os.path.join(model, "vocab.tsv")))
+    v0 = len(Vocabulary.read(os.path.join(model, "vocab.tsv")))
     assert cli(["train", "--update", "--grow-vocab", "--input", b, "--output", model,
                 "--passes", str(passes), "--no-progress"]) == 0
     upd, jm = ldabeam.load(model), ldabeam.load(joint)
@@ -247,7 +248,7 @@ def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algo
     assert ldabeam.load(base).vocabulary == ldabeam.load(ref).vocabulary
     if grow:
         assert len(ldabeam.load(base).vocabulary) > len(
-            dataset.Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv")))
+            Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv")))
     ua, ub = a.info["updates"][-1], b.info["updates"][-1]
     assert {k: ua[k] for k in ("documents", "tokens", "passes", "steps", "from_step")} == \
         {k: ub[k] for k in ("documents", "tokens", "passes", "steps", "from_step")}
@@ -278,7 +279,7 @@ def test_beam_update_killed_leaves_the_model_and_a_rerun_finishes_it(small, inpr
     update again resumes the scratch run and ends with the in-process update's state."""
     import signal
     import subprocess
-    from lda_core.training.faults import ENV
+    from lda_core.faults import ENV
     base, ref = inprocess_reference
     md = _copy_model(base, small["work"] / ("crash-" + fault.replace(":", "-")))
     before = checkpoint_state(md)
@@ -346,7 +347,7 @@ def test_another_update_after_a_killed_one_starts_over(small, caplog):
     update (1 pass): that one clears updating/ and trains its own steps from the model."""
     import signal
     import subprocess
-    from lda_core.training.faults import ENV
+    from lda_core.faults import ENV
     md = fresh_model(small, "other-after-kill")
     before = checkpoint_state(md)
     argv = ["train", "--update", "--input", small["b"], "--output", md, "--no-progress",

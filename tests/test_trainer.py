@@ -9,7 +9,9 @@ from lda_core.algorithms.algorithm import algorithm_class, available_algorithms
 from lda_core.errors import StepRefused
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import RunLog, iter_run_log, read_run_log
-from lda_core.training.trainer import HeldOut, Minibatch, TrainingError, train
+from lda_core.training.trainer import Minibatch, train
+from lda_core.training.heldout import HeldOut
+from lda_core.training.session import TrainingError
 from pipelines.training.shard_stream import ShardStream, read_docs
 
 from helpers.uci import kos_shards as write_kos_shards

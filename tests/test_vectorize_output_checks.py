@@ -12,6 +12,8 @@ import pytest
 from apache_beam.pvalue import TaggedOutput
 
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from pipelines.runtime import paths
 from pipelines.ingest import vectorize_output as vzo
 from pipelines.ingest import vectorize_steps as vzs
 from pipelines.ingest.tokenize import TokenizerConfig, count_batch
@@ -76,7 +78,7 @@ def test_consistent_shards_are_published_and_verify(rows, tmp_path):
     m = _finish(tmp_path, entries, len(rows))
     assert m["counts"]["documents_kept"] == len(rows)
     assert len(m["splits"]["train"]["shards"]) == N_SHARDS
-    assert dataset.verify(str(tmp_path)) == {"shards": N_SHARDS, "documents": len(rows)}
+    assert manifest.verify(str(tmp_path)) == {"shards": N_SHARDS, "documents": len(rows)}
 
 
 def test_a_key_grouped_twice_is_refused_not_published_short(rows, tmp_path):
@@ -116,7 +118,7 @@ def test_a_shard_with_the_same_row_count_but_other_rows_is_refused(rows, tmp_pat
     path = os.path.join(str(tmp_path), entries[0]["file"])
     t = pq.read_table(path)
     changed = t.set_column(5, "n_tokens", [np.asarray(t.column("n_tokens")) + 1])
-    dataset.write_bytes_atomic(path, dataset.table_bytes(changed, VOCAB_HASH))
+    paths.write_atomic(path, dataset.table_bytes(changed, VOCAB_HASH))
     with pytest.raises(vzo.LostDocumentsError, match="sha256 mismatch"):
         _finish(tmp_path, entries, len(rows))
 

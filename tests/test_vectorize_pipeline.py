@@ -16,8 +16,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest
+from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import vectorize as vz
 from pipelines.ingest import vectorize_output as vzo
+from pipelines.ingest import splits
 from pipelines.ingest import vectorize_steps as vzs
 from pipelines.cli import main as cli_main
 from pipelines.ingest.tokenize import BatchCounts, TokenizerConfig
@@ -53,12 +56,12 @@ def _all_rows(out):
 # ----------------------------------------------------------------------------- helpers
 
 def test_doc_hash_is_stable_and_split_is_near_fraction():
-    assert vzo.doc_hash("12", 0) == vzo.doc_hash("12", 0)
-    assert vzo.doc_hash("12", 0) != vzo.doc_hash("12", 1)
+    assert splits.doc_hash("12", 0) == splits.doc_hash("12", 0)
+    assert splits.doc_hash("12", 0) != splits.doc_hash("12", 1)
     # a fixed value: the split must never change between versions/platforms
-    u, order = vzo.doc_hash("Anarchism", 0)
+    u, order = splits.doc_hash("Anarchism", 0)
     assert (round(u, 12), order) == (0.831694856558, 9524379588825707308)
-    n = sum(vzo.split_of(str(i), 0.2) == "heldout" for i in range(20000))
+    n = sum(splits.split_of(str(i), 0.2) == "heldout" for i in range(20000))
     assert 3700 < n < 4300
 
 
@@ -163,12 +166,12 @@ def test_write_shards_transform_is_sorted_and_split(tmp_path):
         for f in dataset.resolve_shards(str(tmp_path), split):
             assert dataset.shard_vocab_hash(f) == "abc"
             ids = pq.read_table(f).column("doc_id").to_pylist()
-            keys = [vzo.doc_hash(d, 0)[1] for d in ids]
+            keys = [splits.doc_hash(d, 0)[1] for d in ids]
             assert keys == sorted(keys)
             for d in ids:
                 got[d] = split
     assert len(got) == 200
-    assert all(s == vzo.split_of(d, 0.25, 0) for d, s in got.items())
+    assert all(s == splits.split_of(d, 0.25, 0) for d, s in got.items())
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -197,7 +200,7 @@ def test_wiki_sample_matches_gensim_wikicorpus(wiki_sample, gensim_sample, tmp_p
     assert m["counts"]["documents_kept"] == len(gensim_sample) == 106
     d = Dictionary(t for _, _, t in gensim_sample)
     d.filter_extremes(no_below=2, no_above=0.5)
-    vocab = dataset.Vocabulary.read(str(out))
+    vocab = Vocabulary.read(str(out))
     assert vocab.tokens == [d[i] for i in range(len(d))]
     assert vocab.df.tolist() == [d.dfs[i] for i in range(len(d))]
     for pid, title, tokens in gensim_sample:
@@ -216,10 +219,10 @@ def test_make_demo_cli_and_fixed_vocabulary(wiki_sample, tmp_path, capsys):
                      "--no-below", "2", "--no-above", "0.5", "--runner=FnApiRunner"]) == 0
     printed = capsys.readouterr().out
     assert "106 read" in printed and "V = " in printed and str(out) in printed
-    m = dataset.read_manifest(str(out))
+    m = manifest.read_manifest(str(out))
     assert m["counts"]["train_documents"] + m["counts"]["heldout_documents"] == 106
     assert m["counts"]["heldout_documents"] == sum(
-        vzo.split_of(d, 0.1) == "heldout" for d in _all_rows(out))
+        splits.split_of(d, 0.1) == "heldout" for d in _all_rows(out))
     assert 0 < m["counts"]["heldout_documents"] < 25
     # the same text against the fixed vocabulary gives the same rows, no corpus-wide pass
     out2 = tmp_path / "fixed"
@@ -273,7 +276,7 @@ def test_uci_kos_exact(kos_paths, tmp_path):
     m = vz.vectorize(_opts([docword], out, format="uci"), IN_PROCESS)
     assert m["counts"]["documents_kept"] == 3430
     assert m["tokens"]["total"] == 467714
-    vocab = dataset.Vocabulary.read(str(out))
+    vocab = Vocabulary.read(str(out))
     with open(vocab_file) as f:
         assert vocab.tokens == [l.strip() for l in f if l.strip()]
     assert len(vocab) == 6906 and m["vocabulary"]["size"] == 6906
@@ -297,7 +300,7 @@ def test_uci_kos_pruning_on_request_keeps_file_order(kos_paths, tmp_path):
     out = tmp_path / "kos"
     m = vz.vectorize(_opts([docword], out, format="uci", no_below=50, no_above=0.3,
                            keep_n=0), IN_PROCESS)
-    vocab = dataset.Vocabulary.read(str(out))
+    vocab = Vocabulary.read(str(out))
     with open(vocab_file) as f:
         orig = [l.strip() for l in f if l.strip()]
     pos = [orig.index(t) for t in vocab.tokens]
@@ -325,7 +328,7 @@ def test_ldac_and_mm_round_trip(tmp_path):
                          IN_PROCESS)
         rows = _rows(out)
         assert m["counts"]["documents_kept"] == 3
-        assert dataset.Vocabulary.read(str(out)).tokens == words
+        assert Vocabulary.read(str(out)).tokens == words
         got = sorted((list(zip(r[2], r[3])) for r in rows.values()), key=str)
         assert got == sorted(([tuple(x) for x in d] for d in corpus), key=str)
 
@@ -421,7 +424,7 @@ def test_jsonl_and_lines_inputs_with_fields_and_stopwords(tmp_path):
                            stopwords="gensim"), IN_PROCESS)
     rows = _rows(out)
     assert sorted(rows) == ["k0", "k1", "k2"] and {r[1] for r in rows.values()} == {"space"}
-    vocab = dataset.Vocabulary.read(str(out)).tokens
+    vocab = Vocabulary.read(str(out)).tokens
     assert "the" not in vocab and "rocket" in vocab and "weather" in vocab
     assert m["counts"]["dead_letters"] == 1          # the "not json" line
     out2 = tmp_path / "lines"
@@ -517,7 +520,7 @@ def test_rows_lost_before_the_shards_fail_the_run_without_a_manifest(wiki_sample
     real_key_by_split = vzo._key_by_split
 
     def lose_every_tenth(element, fraction, seed):
-        rows = [r for r in vzo.as_rows(element) if int(vzo.doc_hash(r[0], 0)[1]) % 10]
+        rows = [r for r in vzo.as_rows(element) if int(splits.doc_hash(r[0], 0)[1]) % 10]
         return real_key_by_split(rows, fraction, seed)
 
     monkeypatch.setattr(vzo, "_key_by_split", lose_every_tenth)
@@ -526,4 +529,4 @@ def test_rows_lost_before_the_shards_fail_the_run_without_a_manifest(wiki_sample
         vz.vectorize(_opts([wiki_sample], lossy, holdout_fraction=0.1), IN_PROCESS)
     assert not os.path.exists(os.path.join(str(lossy), dataset.MANIFEST_FILE))
     with pytest.raises(Exception):
-        dataset.verify(str(lossy))
+        manifest.verify(str(lossy))

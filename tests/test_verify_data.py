@@ -14,6 +14,8 @@ import pytest
 from lda_core.errors import DataIntegrityError, InputError
 from pipelines import cli
 from pipelines.ingest import dataset
+from pipelines.ingest import manifest as dataset_manifest
+from lda_core.storage.vocab_file import Vocabulary
 
 from helpers import warm
 
@@ -68,14 +70,14 @@ def plus_one(words, counts):
 def relist(d):
     """Record the shards now in dataset ``d`` in its manifest (names, rows, sha256), as
     vectorize would have: a consistent dataset of other documents."""
-    man = dataset.read_manifest(d)
+    man = dataset_manifest.read_manifest(d)
     for split in ("train", "heldout"):
         for e in man["splits"][split]["shards"]:
             path = os.path.join(d, e["file"])
             e["documents"] = pq.ParquetFile(path).metadata.num_rows
             with open(path, "rb") as f:
                 e["sha256"] = hashlib.sha256(f.read()).hexdigest()
-    dataset.write_manifest(d, man)
+    dataset_manifest.write_manifest(d, man)
 
 
 # ----------------------------------------------------------------------------- defect 5
@@ -120,9 +122,9 @@ def test_shards_without_a_manifest_need_unverified(ds, tmp_path, capsys):
     rc, _, err = ldabeam(capsys, "train", "--shards", os.path.join(killed, "train"),
                          "--output", m, "--unverified", *TRAIN)
     assert rc == 0, err
-    with open(os.path.join(m, dataset.TOKENIZER_FILE)) as f:
-        assert json.load(f)["settings"] == dataset.TOKENIZER_UNKNOWN
-    assert dataset.read_tokenizer(m) == dataset.TOKENIZER_UNKNOWN
+    with open(os.path.join(m, dataset_manifest.TOKENIZER_FILE)) as f:
+        assert json.load(f)["settings"] == dataset_manifest.TOKENIZER_UNKNOWN
+    assert dataset_manifest.read_tokenizer(m) == dataset_manifest.TOKENIZER_UNKNOWN
 
 
 def test_a_shard_not_listed_or_missing_is_refused(ds, tmp_path, capsys):
@@ -133,12 +135,12 @@ def test_a_shard_not_listed_or_missing_is_refused(ds, tmp_path, capsys):
                          "--output", tmp_path / "m", *TRAIN)
     assert rc == 2 and "train/part-00007-of-00009.parquet is not listed" in err, err
     # a glob that leaves the stray shard out reads the listed one
-    assert len(dataset.open_shards(os.path.join(extra, "train", "part-00000*")).files) == 1
+    assert len(dataset_manifest.open_shards(os.path.join(extra, "train", "part-00000*")).files) == 1
     gone = copy_of(ds, tmp_path / "gone")
     os.unlink(os.path.join(gone, "heldout", "part-00000-of-00001.parquet"))
     with pytest.raises(DataIntegrityError, match="heldout/part-00000-of-00001.parquet listed "
                                                  "in manifest.json is missing"):
-        dataset.verify(gone)
+        dataset_manifest.verify(gone)
     shutil.copyfile(os.path.join(gone, SHARD),
                     os.path.join(gone, "heldout", "part-00000-of-00002.parquet"))
     # the held-out split training evaluates on is verified as well
@@ -157,13 +159,13 @@ def test_manifest_entries_are_confined_to_the_dataset(ds, tmp_path, capsys, entr
     d = copy_of(ds, tmp_path / "d")
     outside = str(tmp_path / "outside.parquet")
     shutil.copyfile(os.path.join(d, SHARD), outside)
-    man = dataset.read_manifest(d)
+    man = dataset_manifest.read_manifest(d)
     man["splits"]["heldout"]["shards"][0]["file"] = outside if entry == "ABSOLUTE" else entry
-    dataset.write_manifest(d, man)
+    dataset_manifest.write_manifest(d, man)
     rc, _, err = ldabeam(capsys, "train", "--shards", d, "--output", tmp_path / "m", *TRAIN)
     assert rc == 2 and "not a path inside the dataset" in err, err
     with pytest.raises(DataIntegrityError, match="not a path inside the dataset"):
-        dataset.verify(d)
+        dataset_manifest.verify(d)
 
 
 @pytest.mark.parametrize("manifest", [{}, {"splits": {}}, {"splits": {"train": {}}}, []])
@@ -179,7 +181,7 @@ def test_a_manifest_listing_no_shards_is_an_integrity_error(ds, tmp_path, capsys
             or "is not a JSON object" in err, err
         assert not os.path.exists(str(tmp_path / "m" / "checkpoints"))
     with pytest.raises(DataIntegrityError):
-        dataset.verify(d)
+        dataset_manifest.verify(d)
 
 
 def test_hashing_is_done_once_per_process(ds, monkeypatch):
@@ -187,11 +189,11 @@ def test_hashing_is_done_once_per_process(ds, monkeypatch):
     checks): each file is hashed once."""
     calls = []
     real = dataset.hashlib.sha256
-    monkeypatch.setattr(dataset, "_HASHED", {})
+    monkeypatch.setattr(dataset_manifest, "_HASHED", {})
     monkeypatch.setattr(dataset.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
-    dataset.open_shards(ds)
-    dataset.open_shards(os.path.join(ds, "train"))
-    dataset.open_shards(os.path.join(ds, SHARD))
+    dataset_manifest.open_shards(ds)
+    dataset_manifest.open_shards(os.path.join(ds, "train"))
+    dataset_manifest.open_shards(os.path.join(ds, SHARD))
     assert len(calls) == 1
 
 
@@ -223,10 +225,10 @@ def test_a_model_trained_from_a_glob_records_the_dataset_tokenizer(ds, tmp_path,
     rc, _, err = ldabeam(capsys, "train", "--shards", os.path.join(ds, "train", "*.parquet"),
                          "--output", m, *TRAIN)
     assert rc == 0, err
-    recorded = dataset.read_tokenizer(m)
-    settings = dataset.read_manifest(ds)["settings"]
+    recorded = dataset_manifest.read_tokenizer(m)
+    settings = dataset_manifest.read_manifest(ds)["settings"]
     assert isinstance(recorded, dict) and recorded
-    assert recorded == {k: settings[k] for k in dataset.TOKENIZER_KEYS if k in settings}
+    assert recorded == {k: settings[k] for k in dataset_manifest.TOKENIZER_KEYS if k in settings}
 
 
 # ----------------------------------------------------------------------------- defect 14 (data)
@@ -239,21 +241,21 @@ def test_non_utf8_vocabulary_and_tokenizer_name_file_and_line(ds, tmp_path):
     with open(vpath, "wb") as f:
         f.write(b"\n".join(lines))
     with pytest.raises(InputError, match=r"vocab.tsv is not UTF-8 text \(byte \d+\) at line 3"):
-        dataset.Vocabulary.read(vpath)
+        Vocabulary.read(vpath)
     m = tmp_path / "m"
     m.mkdir()
-    (m / dataset.TOKENIZER_FILE).write_bytes(b'{"settings":\n {"stopwords": "caf\xe9"}}\n')
+    (m / dataset_manifest.TOKENIZER_FILE).write_bytes(b'{"settings":\n {"stopwords": "caf\xe9"}}\n')
     with pytest.raises(InputError, match=r"tokenizer.json is not a tokenizer record .*not "
                                          r"UTF-8 text: byte \d+ at line 2"):
-        dataset.read_tokenizer(str(m))
-    (m / dataset.TOKENIZER_FILE).write_bytes(b'[1, 2]')
+        dataset_manifest.read_tokenizer(str(m))
+    (m / dataset_manifest.TOKENIZER_FILE).write_bytes(b'[1, 2]')
     with pytest.raises(InputError, match="tokenizer.json"):
-        dataset.read_tokenizer(str(m))
+        dataset_manifest.read_tokenizer(str(m))
 
 
 def test_a_word_id_beyond_the_vocabulary_names_document_and_shard(ds, tmp_path, capsys):
     d = copy_of(ds, tmp_path / "d")
-    V = len(dataset.Vocabulary.read(d))
+    V = len(Vocabulary.read(d))
 
     def beyond(words, counts):
         words[5][-1] = V + 7

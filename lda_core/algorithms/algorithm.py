@@ -83,16 +83,20 @@ class SuffStats(abc.ABC):
     def from_bytes(cls, data: bytes) -> "SuffStats":
         ...
 
-    def write_to(self, f) -> int:
+    # The file forms below are for scratch files: ``checksum=False`` writes a frame without
+    # its CRC-32 where the writer's own folder holds it only while a window runs (as the
+    # scratch states), and ``verify=False`` reads one without checking it; a frame without a
+    # CRC-32 is refused wherever one is verified.
+    def write_to(self, f, checksum: bool = True) -> int:
         """Write :meth:`to_bytes`'s bytes to the binary file ``f``; returns their number.
         Classes with large arrays write them straight from their memory
-        (:func:`write_arrays`)."""
+        (:func:`write_arrays`; only those can leave the CRC-32 out)."""
         b = self.to_bytes()
         f.write(b)
         return len(b)
 
     @classmethod
-    def read_from(cls, f, size: int) -> "SuffStats":
+    def read_from(cls, f, size: int, verify: bool = True) -> "SuffStats":
         """Inverse of :meth:`write_to`: the statistics from the next ``size`` bytes of
         ``f``."""
         return cls.from_bytes(f.read(size))
@@ -115,20 +119,21 @@ class SuffStats(abc.ABC):
         """Make room (zero rows) for the sorted unique row ids ``ids``."""
 
     @classmethod
-    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "SuffStats":
+    def read_reserved(cls, f, size: int, ids: np.ndarray, verify: bool = True) -> "SuffStats":
         """:meth:`read_from` then :meth:`reserve_rows` ``(ids)``; row-structured classes
         allocate the reserved layout first and add the rows as they are read."""
-        st = cls.read_from(f, size)
+        st = cls.read_from(f, size, verify)
         st.reserve_rows(ids)
         return st
 
-    def merge_from(self, f, size: int) -> "SuffStats":
+    def merge_from(self, f, size: int, verify: bool = True) -> "SuffStats":
         """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
         of ``f``; row-structured classes add the rows as they are read."""
-        return self.merge(type(self).read_from(f, size))
+        return self.merge(type(self).read_from(f, size, verify))
 
     @classmethod
-    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]]) -> Optional[Any]:
+    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]],
+                 verify: bool = True) -> Optional[Any]:
         """The sum, in the order given, of the statistics :meth:`write_to` wrote to the file
         segments ``parts`` = ``[(path, offset, size)]``, as an object the algorithm's
         ``global_step`` takes in place of the merged statistics without the sum ever being
@@ -137,15 +142,17 @@ class SuffStats(abc.ABC):
 
 
 def _packed_prefix(magic: bytes, header: Dict[str, Any],
-                   arrays: Sequence[Tuple[str, str, np.ndarray]]
+                   arrays: Sequence[Tuple[str, str, np.ndarray]], checksum: bool = True
                    ) -> Tuple[bytes, list]:
     """(``magic | u32 header length | JSON header``, the arrays as contiguous little-endian
-    arrays) of :func:`pack_arrays`; the CRC-32 is taken over the arrays' own memory."""
-    out, spec, crc = [], [], 0
+    arrays) of :func:`pack_arrays`; the CRC-32 is taken over the arrays' own memory (null
+    without ``checksum``)."""
+    out, spec, crc = [], [], 0 if checksum else None
     for name, dt, a in arrays:
         a = np.ascontiguousarray(a, dtype=dt)
         spec.append([name, dt, list(a.shape)])
-        crc = zlib.crc32(raw_bytes(a), crc)
+        if checksum:
+            crc = zlib.crc32(raw_bytes(a), crc)
         out.append(a)
     h = json.dumps(dict(header, arrays=spec, crc32=crc), separators=(",", ":")).encode()
     return magic + struct.pack("<I", len(h)) + h, out
@@ -165,10 +172,11 @@ def pack_arrays(magic: bytes, header: Dict[str, Any],
 
 
 def write_arrays(f, magic: bytes, header: Dict[str, Any],
-                 arrays: Sequence[Tuple[str, str, np.ndarray]]) -> int:
+                 arrays: Sequence[Tuple[str, str, np.ndarray]], checksum: bool = True) -> int:
     """Write :func:`pack_arrays`'s bytes to the binary file ``f`` straight from the arrays'
-    memory (no byte copy of a large block); returns the number of bytes written."""
-    prefix, out = _packed_prefix(magic, header, arrays)
+    memory (no byte copy of a large block); returns the number of bytes written.
+    ``checksum=False``: no CRC-32 (a scratch file; see :meth:`SuffStats.write_to`)."""
+    prefix, out = _packed_prefix(magic, header, arrays, checksum)
     f.write(prefix)
     for a in out:
         f.write(raw_bytes(a))
@@ -195,7 +203,7 @@ def _parse_header(raw: bytes):
     try:
         header = json.loads(bytes(raw).decode("utf-8"))
         spec = [(str(n), str(dt), [int(x) for x in shape]) for n, dt, shape in header["arrays"]]
-        crc_want = int(header["crc32"])
+        crc_want = None if header["crc32"] is None else int(header["crc32"])
     except (ValueError, TypeError, KeyError, RecursionError) as e:
         raise ValueError("damaged statistics header: %s" % e) from None
     out = []
@@ -213,6 +221,7 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     hlen = _parse_prefix(magic, mv[:len(magic) + 4], len(mv))
     pos = len(magic) + 4
     header, spec, crc_want = _parse_header(mv[pos:pos + hlen])
+    _check_has_crc(crc_want)
     pos += hlen
     arrays: Dict[str, np.ndarray] = {}
     crc = 0
@@ -227,6 +236,12 @@ def unpack_arrays(magic: bytes, data: bytes) -> Tuple[Dict[str, Any], Dict[str, 
     if crc != crc_want:
         raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
     return header, arrays
+
+
+def _check_has_crc(crc_want) -> None:
+    if crc_want is None:
+        raise ValueError("statistics byte string has no CRC-32 (a scratch file's frame, "
+                         "read here where it must be checked)")
 
 
 def array_layout(f, magic: bytes, size: int
@@ -253,7 +268,7 @@ _CHUNK_BYTES = 1 << 25
 
 
 def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
-                sinks: Optional[Dict[str, Any]] = None
+                sinks: Optional[Dict[str, Any]] = None, verify: bool = True
                 ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """:func:`unpack_arrays` of the next ``size`` bytes of the binary file ``f``, each array
     read straight into its own allocation (no file-bytes buffer, no second copy); the same
@@ -261,10 +276,13 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
     it and it; the CRC, which covers all of them, is then not checked). ``sinks``: arrays
     not kept but handed in blocks of rows (~32 MB) to ``sinks[name](rows, first_row,
     header, arrays_so_far)``, so a large array is consumed without ever being held whole (a CRC
-    failure is then reported after the sink has seen the rows)."""
+    failure is then reported after the sink has seen the rows). ``verify=False``: the CRC-32
+    is neither taken nor required (a scratch file: :meth:`SuffStats.write_to`)."""
     head = f.read(len(magic) + 4)
     hlen = _parse_prefix(magic, head, size)
     header, spec, crc_want = _parse_header(f.read(hlen))
+    if verify and stop_after is None:
+        _check_has_crc(crc_want)
     pos = len(magic) + 4 + hlen
     arrays: Dict[str, np.ndarray] = {}
     crc = 0
@@ -278,20 +296,22 @@ def read_arrays(f, magic: bytes, size: int, stop_after: Optional[str] = None,
             for r0 in range(0, shape[0], step):
                 rows = block[:min(step, shape[0] - r0)]
                 read_full(f, raw_bytes(rows), name)
-                crc = zlib.crc32(raw_bytes(rows), crc)
+                if verify:
+                    crc = zlib.crc32(raw_bytes(rows), crc)
                 sinks[name](rows, r0, header, arrays)
             pos += n
             continue
         a = np.empty(shape, dtype=dt)
         read_full(f, raw_bytes(a), name)
-        crc = zlib.crc32(raw_bytes(a), crc)
+        if verify:
+            crc = zlib.crc32(raw_bytes(a), crc)
         arrays[name] = a
         pos += n
         if name == stop_after:
             return header, arrays
     if pos != size:
         raise ValueError("statistics byte string has %d trailing bytes" % (size - pos))
-    if crc != crc_want:
+    if verify and crc != crc_want:
         raise ValueError("statistics byte string fails its CRC-32 check (damaged)")
     return header, arrays
 
@@ -374,7 +394,15 @@ class TopicModel(abc.ABC):
 class StochasticAlgorithm(TopicModel):
     """Local/global-step algorithms (see module docstring). Their constructors take, beside
     the settings of :attr:`SPEC`, the keywords ``vocab_hash`` (recorded in the state) and
-    ``n_threads`` (the E-step's threads)."""
+    ``n_threads`` (the E-step's threads).
+
+    ``stats_type``: the class of what ``local_step`` returns (how a checkpoint's pending
+    statistics are read back). ``pending``: the statistics in flight of a pipelined run
+    (:class:`lda_core.training.staleness.Pending`), set by the trainer and carried through
+    checkpoints by the storage layer; None when there are none."""
+
+    stats_type: ClassVar[Optional[type]] = None
+    pending: Any = None
 
     @abc.abstractmethod
     def empty_stats(self) -> SuffStats:

@@ -44,7 +44,9 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from lda_core.algorithms.vb_digamma import (F_ZERO, exp_digamma_for, digamma,  # noqa: E402
                                       exp_digamma_f32_vec)
 from lda_core.algorithms.vb_exp_elog_beta import tiny_cutoff  # noqa: E402
@@ -375,7 +377,7 @@ def _check_inputs(indptr, lids, cts, eb, alpha, gamma0):
 def _local_ids(word_ids, n_words, mark):
     """(sorted unique word ids, each non-zero's index into them), with ``mark`` (n_words
     int32, all -1) as scratch, left all -1 again. O(nnz + distinct words): a counting pass
-    instead of np.unique + searchsorted (~10% of a K = 100 local step)."""
+    instead of np.unique + searchsorted, which sort."""
     nnz = word_ids.shape[0]
     n_u = 0
     for i in range(nnz):

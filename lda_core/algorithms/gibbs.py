@@ -39,9 +39,10 @@ import numpy as np
 
 from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.algorithms.algorithm import SequentialSampler
+from lda_core.algorithms.params import check_int, Param, ParamSpec
 from lda_core.docbatch import DocBatch
-from lda_core.algorithms.params import Param, ParamSpec, check_int
 from lda_core.errors import DataIntegrityError, InputError
+from lda_core.storage.state import TopicState
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +335,6 @@ class CollapsedGibbs(CountsSampler):
     def to_state(self, copy: bool = True):
         """The state (``copy`` is accepted for the interface; the arrays are always
         copied)."""
-        from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "z": self.assignments.copy()}
         if self.phi_sum is not None:

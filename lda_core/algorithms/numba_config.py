@@ -11,10 +11,11 @@
   one SDK harness per core, use 1 thread. Results do not depend on the thread count or the
   chunking (bit for bit): the statistics are summed word by word in a fixed order.
 * Idle threads: numba's default OpenMP layer (GNU libgomp) spin-waits between parallel
-  regions, which on a busy machine showed up as ~30% more process CPU time for the same E-step.
-  Importing this module (``lda_core.algorithms.estep_vb`` and the other kernel modules do) sets ``OMP_WAIT_POLICY=PASSIVE`` unless
-  the environment already sets it; it only takes effect if libgomp was not loaded before
-  (set it in the environment to be sure, or use ``NUMBA_THREADING_LAYER=workqueue``).
+  regions, which costs process CPU time on a machine whose cores are busy with other work.
+  The kernel modules call :func:`prefer_passive_wait` when they are imported: it sets
+  ``OMP_WAIT_POLICY=PASSIVE`` unless the environment already sets it; it only takes effect if
+  libgomp was not loaded before (set it in the environment to be sure, or use
+  ``NUMBA_THREADING_LAYER=workqueue``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ from typing import Optional
 
 from lda_core.errors import UsageError
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def prefer_passive_wait() -> None:
+    """Idle OpenMP threads sleep instead of spinning (module docstring), unless the
+    environment says otherwise; called by the kernel modules before numba starts threads."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def max_threads() -> int:

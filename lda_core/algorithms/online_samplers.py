@@ -34,11 +34,12 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from lda_core.algorithms import gibbs_kernel as gk
-from lda_core.docbatch import DocBatch
 from lda_core.algorithms.gibbs import (CollapsedGibbs, CountsSampler, grow_rows, phi_from_counts,
                                        restore_tokens, rng_from_json, rng_to_json)
 from lda_core.algorithms.params import Param, ParamSpec
+from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage.state import TopicState
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +235,6 @@ class _OnlineGibbs(CountsSampler):
     def to_state(self, copy: bool = True):
         """The complete state; during the batch prefix it holds the buffered documents
         (``copy`` is accepted for the interface; the arrays are always copied)."""
-        from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "z": self.assignments.copy()}
         arrays.update(prefix_to_arrays(self._pending))

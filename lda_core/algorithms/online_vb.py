@@ -59,22 +59,21 @@ from numba import njit
 from scipy.special import gammaln, psi
 
 from lda_core.algorithms import estep_vb, hyperparams
-from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
-from lda_core.training import schedules
+from lda_core.algorithms.algorithm import nonfinite, StochasticAlgorithm
+from lda_core.algorithms.params import check_choice, check_int, check_positive, Param, ParamSpec
 from lda_core.algorithms.vb_exp_elog_beta import exp_elog_beta_rows
 from lda_core.algorithms.vb_gamma_init import doc_keys, init_gamma
-from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
-from lda_core.docbatch import DocBatch
-from lda_core.algorithms.params import (Param, ParamSpec, check_choice, check_int,
-                                        check_positive)
 from lda_core.algorithms.vb_lazy_lambda import (LazyLambdaStep, LazyLambdaUpdate, new_colsum,
-                                                 refuse_update)
+                                                refuse_update)
 from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
-from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial,
-                                             StepPlan, block_bounds, blocks_of,
-                                             check_rows, in_row_order, in_word_order, joined_rows,
-                                             rows_of_words,
-                                             combine_partials, dead_topic_splits, split_rows)
+from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPartial, blocks_of,
+                                             check_rows, combine_partials, dead_topic_splits,
+                                             in_row_order, in_word_order, joined_rows, MAX_BLOCKS,
+                                             rows_of_words, split_rows, StepPlan)
+from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
+from lda_core.storage.state import TopicState
+from lda_core.training import schedules
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +104,7 @@ class OnlineVB(StochasticAlgorithm):
     name = "online-vb"
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
+    stats_type = VBStats
     _row_ids: Optional[np.ndarray] = None    # an E-step view's word ids (estep_view)
 
     # every setting, in params() order (a new setting is one line here; the constructor,
@@ -639,7 +639,6 @@ class OnlineVB(StochasticAlgorithm):
         ``ntilde`` (V x K), ``ntilde_colsum`` (K), ``alpha`` (K), ``scalars`` = [a, π, η].
         ``copy=False``: ``ntilde`` is the algorithm's own array, not a copy (for a caller that
         writes the state out at once: no second V x K array of a big model)."""
-        from lda_core.storage.state import TopicState
         # in word order whatever the word blocks (only this class knows its row order)
         ntilde = self._in_word_order(self._ntilde)
         arrays = {"ntilde": ntilde.copy() if copy and ntilde is self._ntilde else ntilde,
@@ -734,9 +733,12 @@ class OnlineVB(StochasticAlgorithm):
         return cls._from_header(header, np.ascontiguousarray(rows, dtype=np.float64),
                                 n_threads=n_threads)
 
+
 class BatchVB(OnlineVB):
     """Batch variational Bayes: the special case S = D, ρ = 1 (λ ← η + sstats over the whole
-    corpus), iterated by :meth:`fit` until the relative ELBO change is below ``rel_tol``.
+    corpus), iterated by the in-process runner until the relative ELBO change is below
+    ``rel_tol`` (one global step per pass; on documents held in memory, with warm starts:
+    :func:`lda_core.training.in_memory.fit_batch_vb`).
 
     ``global_step`` expects the statistics of the *whole* corpus (merge the local steps of all
     its batches). κ, τ0, batch_size and corpus_size are validated but unused. With
@@ -764,7 +766,7 @@ class BatchVB(OnlineVB):
                 total += self.local_step(b, gamma0=gammas[i], max_iter=0).score
         return total + self.topic_term()
 
-    def _best_start(self, batch: DocBatch, warm: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    def best_start(self, batch: DocBatch, warm: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Per document, the better (higher ELBO_d under the current λ) of the E-step fit from
         the warm start ``warm`` and from a fresh seeded Gamma(100, 1/100) draw.
 
@@ -780,37 +782,3 @@ class BatchVB(OnlineVB):
         better = fresh.scores > warmr.scores
         out[keep] = np.where(better[:, None], fresh.gamma, warmr.gamma)
         return out
-
-    def fit(self, batches: Union[DocBatch, Sequence[DocBatch]], max_passes: int = 100,
-            rel_tol: float = 1e-5, callback=None) -> Dict[str, Any]:
-        """Iterate E-step over all documents / λ ← η + sstats until the relative ELBO change
-        |ΔL| / |L| < ``rel_tol`` or ``max_passes``. Each pass starts every document's E-step
-        from the better of its previous γ and a fresh draw (:meth:`_best_start`), so the ELBO
-        does not decrease. Returns
-        ``{"elbo": [per pass], "passes", "converged"}``; ``callback(pass, info)`` if given."""
-        max_passes = check_int("max_passes", max_passes, 1)
-        rel_tol = check_positive("rel_tol", rel_tol)
-        batches = [batches] if isinstance(batches, DocBatch) else list(batches)
-        gammas = [None] * len(batches)
-        history = []
-        converged = False
-        for p in range(max_passes):
-            total = self.empty_stats()
-            for i, b in enumerate(batches):
-                gammas[i] = self._best_start(b, gammas[i])
-                st = self.local_step(b, return_gamma=True, gamma0=gammas[i])
-                gammas[i] = st.gamma
-                st.gamma = None
-                st.gamma_doc_ids = None
-                total.merge(st)
-            info = self.global_step(total)
-            elbo = self.elbo(batches, gammas)
-            info["elbo"] = elbo
-            history.append(elbo)
-            logger.info("batch VB pass %d: ELBO %.6f (%d documents)", p + 1, elbo, total.n_docs)
-            if callback is not None:
-                callback(p, info)
-            if len(history) > 1 and abs(history[-1] - history[-2]) < rel_tol * abs(history[-2]):
-                converged = True
-                break
-        return {"elbo": history, "passes": len(history), "converged": converged}

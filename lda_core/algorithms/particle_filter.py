@@ -33,15 +33,15 @@ import numpy as np
 
 from lda_core.algorithms import gibbs_kernel as gk
 from lda_core.algorithms.algorithm import SequentialSampler
+from lda_core.algorithms.gibbs import (check_counts, grow_rows, infer_theta, rng_from_json,
+                                       rng_to_json, TokenCorpus)
+from lda_core.algorithms.online_samplers import (add_initial_sample, prefix_from_arrays,
+                                                 prefix_to_arrays, resolve_init_docs, STREAM_SPEC)
+from lda_core.algorithms.params import check_int, Param
+from lda_core.algorithms.particle_tree import slot_mapping, STORES
 from lda_core.docbatch import DocBatch
-from lda_core.algorithms.gibbs import (TokenCorpus, grow_rows, infer_theta, rng_from_json,
-                                       rng_to_json)
-from lda_core.algorithms.online_samplers import (STREAM_SPEC, add_initial_sample,
-                                                 prefix_from_arrays, prefix_to_arrays,
-                                                 resolve_init_docs)
-from lda_core.algorithms.params import Param, check_int
-from lda_core.algorithms.particle_tree import STORES, slot_mapping
 from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage.state import TopicState
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +223,6 @@ class ParticleFilter(SequentialSampler):
         return infer_theta(batch, self.topic_word(), self.alpha)
 
     def check_invariants(self):
-        from lda_core.algorithms.gibbs import check_counts
         for p in range(self.P):
             check_counts(self.corpus.tok_w, self.corpus.tok_d, self.store.full(p), self.nwk[p],
                          self.nk[p], self.ndk[p, :self.corpus.n_docs])
@@ -233,7 +232,6 @@ class ParticleFilter(SequentialSampler):
         """The complete state; during the batch prefix (no particle store yet) it holds the
         buffered prefix documents instead, so a resumed run starts from the same prefix
         (``copy`` is accepted for the interface; the arrays are always copied)."""
-        from lda_core.storage.state import TopicState
         arrays = {"tok_w": self.corpus.tok_w.copy(), "doc_ptr": self.corpus.doc_ptr.copy(),
                   "logw": self.logw.copy()}
         if self.store is not None:

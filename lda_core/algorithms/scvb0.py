@@ -40,24 +40,26 @@ from typing import Any, ClassVar, Dict, Optional
 import numba
 import numpy as np
 
-from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
-from lda_core.docbatch import DocBatch
+from lda_core.algorithms.algorithm import nonfinite, read_arrays, StochasticAlgorithm
 from lda_core.algorithms.estep_vb import local_ids
-from lda_core.algorithms.scvb0_kernel import doc_seeds, lazy_add_rows, lazy_tile, scvb0_estep
-from lda_core.algorithms.params import Param, ParamSpec, check_number
+from lda_core.algorithms.params import check_number, Param, ParamSpec
+from lda_core.algorithms.scvb0_kernel import (chunk_bounds, doc_seeds, lazy_add_rows, lazy_tile,
+                                             scvb0_estep)
 from lda_core.algorithms.sparse_stats import RowBlock, TopicStats
-from lda_core.algorithms.word_blocks import (MAX_BLOCKS, BlockHeader, BlockPartial, Splits,
-                                             StepPlan, block_bounds, blocks_of,
-                                             check_rows, in_row_order, in_word_order, joined_rows,
-                                             rows_of_words,
-                                             combine_partials, dead_topic_splits, split_rows)
+from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPartial, blocks_of,
+                                             check_rows, combine_partials, dead_topic_splits,
+                                             in_row_order, in_word_order, joined_rows, MAX_BLOCKS,
+                                             rows_of_words, split_rows, Splits, StepPlan)
+from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
+from lda_core.storage.state import TopicState
 
 logger = logging.getLogger(__name__)
 
 _INIT_TAG = 0x53435642  # "SCVB": keeps the initialisation stream apart from other seed uses
-# Document chunks of the E-step kernel (its parallel loop; one U x K float64 sum per chunk):
-# fixed, so the statistics are the same bits with any number of threads.
+# Document chunks of a piece in the E-step kernel (its parallel loop; one float64 block of
+# the rows each chunk touches): fixed, so the statistics are the same bits with any number of
+# threads.
 ESTEP_CHUNKS = 4
 
 
@@ -98,6 +100,29 @@ class SCVB0Stats(TopicStats):
                            nz=self.nz.copy(), **self.counters())
                 for sl in blocks_of(rows, self.n_words, n_blocks)]
 
+    @classmethod
+    def join_blocks(cls, parts) -> "SCVB0Stats":
+        """The inverse of :meth:`split_by_block`: the parts of blocks 0..B-1 (block order)
+        as one :class:`SCVB0Stats`. Every part carries the same N^Z sums and counters;
+        ValueError when they differ."""
+        parts = list(parts)
+        first = parts[0]
+        for p in parts[1:]:
+            if (p.n_topics, p.n_words, p.counters()) != (first.n_topics, first.n_words,
+                                                         first.counters()) \
+                    or not np.array_equal(p.nz, first.nz):
+                raise ValueError("word-block statistics of different minibatches cannot be "
+                                 "joined")
+        if len(parts) == 1:
+            return first
+        rows = np.concatenate([p.block.rows for p in parts])
+        if len(rows) > 1 and np.any(np.diff(rows) <= 0):
+            raise ValueError("word-block statistics are not in block order")
+        return SCVB0Stats(n_topics=first.n_topics, n_words=first.n_words,
+                          block=RowBlock(first.n_topics, rows,
+                                         np.concatenate([p.block.values for p in parts])),
+                          nz=first.nz.copy(), **first.counters())
+
     def merge(self, other: "SCVB0Stats") -> "SCVB0Stats":
         self.check_mergeable(other)
         self.block.merge(other.block)
@@ -105,23 +130,83 @@ class SCVB0Stats(TopicStats):
         self.merge_counters(other)
         return self
 
+    def _arrays(self):
+        return [("rows", "<i4", self.block.rows), ("values", "<f8", self.block.values),
+                ("nz", "<f8", self.nz)]
+
     def to_bytes(self) -> bytes:
-        return self.pack([("rows", "<i4", self.block.rows), ("values", "<f8", self.block.values),
-                          ("nz", "<f8", self.nz)])
+        return self.pack(self._arrays())
+
+    def write_to(self, f, checksum: bool = True) -> int:
+        """:meth:`to_bytes`'s bytes written straight from the arrays (no byte copy)."""
+        return self.write_packed(f, self._arrays(), checksum)
+
+    @staticmethod
+    def _build(K, a):
+        if a["values"].shape != (len(a["rows"]), K) or a["nz"].shape != (K,):
+            raise ValueError("array shapes do not match K=%d" % K)
+        return {"block": RowBlock(K, a["rows"], a["values"]), "nz": a["nz"]}
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SCVB0Stats":
-        def build(K, a):
-            if a["values"].shape != (len(a["rows"]), K) or a["nz"].shape != (K,):
-                raise ValueError("array shapes do not match K=%d" % K)
-            return {"block": RowBlock(K, a["rows"], a["values"]), "nz": a["nz"]}
-        return cls.unpack(data, build)
+        return cls.unpack(data, cls._build)
+
+    @classmethod
+    def read_from(cls, f, size: int, verify: bool = True) -> "SCVB0Stats":
+        return cls.read_packed(f, size, cls._build, verify)
+
+    # row-structured: a merge of many pieces sizes its sum once (SuffStats.reserve_rows) and
+    # adds each piece's rows as they are read, with the sums and layout of ``merge``
+    def row_ids(self) -> np.ndarray:
+        return self.block.rows
+
+    @classmethod
+    def read_row_ids(cls, f, size: int) -> np.ndarray:
+        return read_arrays(f, cls.MAGIC, size, stop_after="rows")[1]["rows"]
+
+    def reserve_rows(self, ids: np.ndarray) -> None:
+        self.block.reserve(ids)
+
+    @classmethod
+    def read_reserved(cls, f, size: int, ids: np.ndarray, verify: bool = True) -> "SCVB0Stats":
+        start = f.tell()
+        header, arrays = read_arrays(f, cls.MAGIC, size, stop_after="rows")
+        f.seek(start)
+        try:
+            out = cls(n_topics=int(header["n_topics"]), n_words=int(header["n_words"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError("damaged %s statistics: %s" % (cls.LABEL, e)) from None
+        out.reserve_rows(np.union1d(arrays["rows"], ids).astype(np.int32))
+        return out.merge_from(f, size, verify)
+
+    def merge_from(self, f, size: int, verify: bool = True) -> "SCVB0Stats":
+        """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
+        of ``f``, their rows added into ``self`` as they are read (~32 MB at a time)."""
+        at = {}
+
+        def add(rows, r0, header, arrays):
+            if not at:
+                if (int(header.get("n_topics", -1)) != self.n_topics
+                        or int(header.get("n_words", -1)) != self.n_words):
+                    raise ValueError("cannot merge %s statistics of K=%s, V=%s into K=%d, V=%d"
+                                     % (self.LABEL, header.get("n_topics"),
+                                        header.get("n_words"), self.n_topics, self.n_words))
+                self.block.reserve(arrays["rows"])
+                at["ids"] = arrays["rows"]
+            self.block.add_rows(at["ids"][r0:r0 + len(rows)], rows)
+
+        header, arrays = read_arrays(f, self.MAGIC, size, sinks={"values": add}, verify=verify)
+        K = int(header["n_topics"])
+        arrays["values"] = np.zeros((0, K), np.float64)   # the rows are added already
+        arrays["rows"] = np.zeros(0, np.int32)
+        return self.merge(type(self)._unpacked(header, arrays, self._build))
 
 
 class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
     _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)
@@ -224,7 +309,9 @@ class SCVB0(StochasticAlgorithm):
     def rho_phi(self, t: int) -> float:
         return float(min(1.0, self.s_phi * (self.tau_phi + t) ** (-self.kappa_phi)))
 
-    def _run(self, batch: DocBatch, passes: int, accumulate: bool, tag: str):
+    def _run(self, batch: DocBatch, passes: int, accumulate: bool, tag: str, pieces=None):
+        """The kernel over ``batch`` cut into ``pieces`` (document ranges; default one):
+        (distinct words, N^Θ, the pieces' Σ m·γ summed in piece order, its N^Z, updates)."""
         check_batch_words(batch, self.n_words)
         uniq, inv = local_ids(batch.word_ids, self.n_words)
         uniq = uniq.astype(np.int32)
@@ -240,19 +327,19 @@ class SCVB0(StochasticAlgorithm):
         seeds = doc_seeds(self.seed, self.step, batch.doc_ids, tag)
         # a fixed document split (not the thread count): the chunks' sums are added in chunk
         # order, so the bits of a piece's statistics do not depend on the threads
-        n_chunks = max(1, min(ESTEP_CHUNKS, batch.n_docs))
+        chunks, piece_chunks = chunk_bounds(pieces or [(0, batch.n_docs)], ESTEP_CHUNKS)
         old = numba.get_num_threads()
         try:
             if self.n_threads:
                 numba.set_num_threads(self.n_threads)
-            ntheta, acc, updates = scvb0_estep(
+            ntheta, acc, nz, updates = scvb0_estep(
                 batch.indptr, inv.astype(np.int32).ravel(), batch.counts, tile, self.alpha,
                 passes, self.s_theta, self.tau_theta, self.kappa_theta, seeds,
-                self.shuffle_tokens, n_chunks, accumulate)
+                self.shuffle_tokens, chunks, piece_chunks, accumulate)
         finally:
             if self.n_threads:
                 numba.set_num_threads(old)
-        return uniq, ntheta, acc, updates
+        return uniq, ntheta, acc, nz, updates
 
     # -- StochasticAlgorithm --------------------------------------------------------------
     def empty_stats(self) -> SCVB0Stats:
@@ -260,9 +347,15 @@ class SCVB0(StochasticAlgorithm):
 
     def local_step(self, batch: DocBatch, **kw) -> SCVB0Stats:
         """Burn-in + 1 passes per document with N^Φ, N^Z frozen; returns Σ m·γ per word."""
-        uniq, _, acc, updates = self._run(batch, self.burn_in + 1, True, "scvb0")
+        return self.local_step_pieces(batch, None)
+
+    def local_step_pieces(self, batch: DocBatch, pieces) -> SCVB0Stats:
+        """The statistics of ``batch`` cut into ``pieces`` (document ranges, in order; None:
+        one) merged in piece order -- the bits of each piece's :meth:`local_step` merged with
+        ``SCVB0Stats.merge`` -- from one kernel run over the whole batch (one tile, one
+        parallel region)."""
+        uniq, _, acc, nz, updates = self._run(batch, self.burn_in + 1, True, "scvb0", pieces)
         lens = batch.doc_lengths
-        nz = acc.sum(0)
         rows = uniq
         if self.word_blocks > 1:                 # statistics are kept by state row
             rows = rows_of_words(uniq, self.n_words, self.word_blocks)
@@ -495,13 +588,12 @@ class SCVB0(StochasticAlgorithm):
         """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes."""
         passes = self.infer_passes if passes is None else check_number("passes", passes, 1, 10000,
                                                                integer=True)
-        _, ntheta, _, _ = self._run(batch, passes, False, "scvb0-infer")
+        _, ntheta, _, _, _ = self._run(batch, passes, False, "scvb0-infer")
         theta = ntheta + self.alpha
         theta /= theta.sum(1, keepdims=True)
         return theta
 
     def to_state(self, copy: bool = True):
-        from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
                           # in word order whatever the word blocks

@@ -35,16 +35,17 @@ import numba
 import numpy as np
 from scipy.special import digamma
 
-from lda_core.algorithms.algorithm import StochasticAlgorithm, nonfinite
-from lda_core.docbatch import DocBatch
+from lda_core.algorithms.algorithm import nonfinite, StochasticAlgorithm
 from lda_core.algorithms.estep_vb import local_ids
-from lda_core.algorithms.params import Param, ParamSpec, check_number
+from lda_core.algorithms.params import check_number, Param, ParamSpec
 from lda_core.algorithms.scvb0 import check_batch_words
 from lda_core.algorithms.scvb0_kernel import doc_seeds
-from lda_core.errors import DataIntegrityError, StepRefused, UsageError
-from lda_core.training.schedules import rho as schedule_rho
 from lda_core.algorithms.sparse_gibbs_kernel import gather_rows, merge_into_csr, sgvb_estep
 from lda_core.algorithms.sparse_stats import SparseTriplets, TopicStats
+from lda_core.docbatch import DocBatch
+from lda_core.errors import DataIntegrityError, StepRefused, UsageError
+from lda_core.storage.state import TopicState
+from lda_core.training.schedules import rho as schedule_rho
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class SparseGibbsVB(StochasticAlgorithm):
     """Sparse Gibbs-within-VB on the local/global-step interface (module docstring)."""
 
     name = "sparse-gibbs-vb"
+    stats_type = SparseGibbsStats
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
@@ -278,7 +280,6 @@ class SparseGibbsVB(StochasticAlgorithm):
     def to_state(self, copy: bool = True):
         """The state (``copy`` is accepted for the interface; the arrays are always copied:
         they are small next to a dense model)."""
-        from lda_core.storage.state import TopicState
         return TopicState(algorithm=self.name, n_topics=self.n_topics, n_words=self.n_words,
                           vocab_hash=self.vocab_hash,
                           arrays={"indptr": self._indptr.copy(), "topics": self._topics.copy(),

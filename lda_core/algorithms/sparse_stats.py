@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Dict, Optional, Sequence, Tuple
 import numba
 import numpy as np
 
-from lda_core.algorithms.algorithm import SuffStats, pack_arrays, unpack_arrays
+from lda_core.algorithms.algorithm import (SuffStats, pack_arrays, read_arrays, unpack_arrays,
+                                           write_arrays)
 
 _MAGIC_ROWS = b"LDBR"
 _MAGIC_TRIP = b"LDBT"
@@ -64,6 +65,65 @@ def merge_sorted_keys(k1, v1, k2, v2):
         j += 1
         n += 1
     return keys[:n].copy(), vals[:n].copy()
+
+
+@numba.njit(cache=True)
+def add_rows_at(values, pos, rows):
+    """``values[pos[i]] += rows[i]`` for every i (``pos`` unique): one pass, no temporary."""
+    K = values.shape[1]
+    for i in range(pos.shape[0]):
+        r = pos[i]
+        for k in range(K):
+            values[r, k] += rows[i, k]
+
+
+@numba.njit(cache=True)
+def merge_rows(r1, v1, r2, v2):
+    """The union of two blocks of rows (sorted unique ids ``r1``, ``r2``; values ``v1``,
+    ``v2``): rows in both get ``v1 + v2``, the others their own values. One pass."""
+    n1, n2, K = r1.shape[0], r2.shape[0], v1.shape[1]
+    rows = np.empty(n1 + n2, np.int32)
+    i = j = n = 0
+    while i < n1 or j < n2:
+        if j >= n2 or (i < n1 and r1[i] < r2[j]):
+            rows[n] = r1[i]
+            i += 1
+        elif i >= n1 or r2[j] < r1[i]:
+            rows[n] = r2[j]
+            j += 1
+        else:
+            rows[n] = r1[i]
+            i += 1
+            j += 1
+        n += 1
+    vals = np.empty((n, K), np.float64)
+    i = j = 0
+    for m in range(n):
+        r = rows[m]
+        if i < n1 and r1[i] == r:
+            if j < n2 and r2[j] == r:
+                for k in range(K):
+                    vals[m, k] = v1[i, k] + v2[j, k]
+                j += 1
+            else:
+                for k in range(K):
+                    vals[m, k] = v1[i, k]
+            i += 1
+        else:
+            for k in range(K):
+                vals[m, k] = v2[j, k]
+            j += 1
+    return rows[:n].copy(), vals
+
+
+def _holds(rows: np.ndarray, ids: np.ndarray, pos: Optional[np.ndarray] = None) -> bool:
+    """Whether the sorted unique ``rows`` hold every one of the sorted unique ``ids``
+    (``pos``: ``searchsorted(rows, ids)`` when known)."""
+    if len(ids) == 0:
+        return True
+    if pos is None:
+        pos = np.searchsorted(rows, ids)
+    return bool(pos[-1] < len(rows)) and np.array_equal(rows[pos], ids)
 
 
 def _header_topics(header: Dict[str, Any], what: str) -> int:
@@ -107,12 +167,31 @@ class RowBlock:
         if len(self.rows) == len(other.rows) and np.array_equal(self.rows, other.rows):
             self.values = self.values + other.values
             return self
-        rows = np.union1d(self.rows, other.rows).astype(np.int32)
-        vals = np.zeros((len(rows), self.n_topics), np.float64)
-        vals[np.searchsorted(rows, self.rows)] += self.values
-        vals[np.searchsorted(rows, other.rows)] += other.values
-        self.rows, self.values = rows, vals
+        pos = np.searchsorted(self.rows, other.rows)
+        if _holds(self.rows, other.rows, pos):
+            # other's rows are among self's (e.g. reserved): added in place, the same sums
+            add_rows_at(self.values, pos, other.values)
+            return self
+        self.rows, self.values = merge_rows(self.rows, self.values, other.rows, other.values)
         return self
+
+    def reserve(self, ids: np.ndarray) -> None:
+        """Zero rows for the sorted unique word ids ``ids`` not held yet: the layout merging
+        blocks of those rows gives (so later merges add in place)."""
+        if len(ids) == 0 or _holds(self.rows, ids):
+            return
+        rows = np.union1d(self.rows, ids).astype(np.int32)
+        vals = np.zeros((len(rows), self.n_topics), np.float64)
+        vals[np.searchsorted(rows, self.rows)] = self.values
+        self.rows, self.values = rows, vals
+
+    def add_rows(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """Add ``values`` (one row per id of the sorted unique ``ids``, all held) into the
+        block in place: the sums :meth:`merge` forms."""
+        pos = np.searchsorted(self.rows, ids)
+        if not _holds(self.rows, ids, pos):
+            raise ValueError("add_rows: rows not reserved in the block")
+        add_rows_at(self.values, pos, np.ascontiguousarray(values, np.float64))
 
     def to_dense(self, n_words: int) -> np.ndarray:
         out = np.zeros((n_words, self.n_topics), np.float64)
@@ -262,15 +341,32 @@ class TopicStats(SuffStats):
 
     def pack(self, arrays: Sequence[Tuple[str, str, np.ndarray]]) -> bytes:
         """The frame of ``to_bytes``: counters, ``n_topics`` and ``SAME`` in the header."""
+        return pack_arrays(self.MAGIC, self._header(), arrays)
+
+    def write_packed(self, f, arrays: Sequence[Tuple[str, str, np.ndarray]],
+                     checksum: bool = True) -> int:
+        """:meth:`pack`'s bytes written to ``f`` straight from the arrays; their number."""
+        return write_arrays(f, self.MAGIC, self._header(), arrays, checksum)
+
+    def _header(self) -> Dict[str, Any]:
         header = dict(self.counters(), n_topics=int(self.n_topics))
         header.update((f, int(getattr(self, f))) for f in self.SAME)
-        return pack_arrays(self.MAGIC, header, arrays)
+        return header
+
+    @classmethod
+    def read_packed(cls, f, size: int, build, verify: bool = True) -> "TopicStats":
+        """:meth:`unpack` of the next ``size`` bytes of the binary file ``f``, each array read
+        into its own allocation."""
+        return cls._unpacked(*read_arrays(f, cls.MAGIC, size, verify=verify), build)
 
     @classmethod
     def unpack(cls, data: bytes, build) -> "TopicStats":
         """Inverse of :meth:`pack`: ``build(K, arrays)`` returns the subclass's own fields
         (ValueError for shapes that do not fit); any damage is a ValueError."""
-        h, a = unpack_arrays(cls.MAGIC, data)
+        return cls._unpacked(*unpack_arrays(cls.MAGIC, data), build)
+
+    @classmethod
+    def _unpacked(cls, h, a, build) -> "TopicStats":
         try:
             K = int(h["n_topics"])
             fields = dict(build(K, a), **{f: int(h[f]) for f in cls.SAME + cls.COUNTERS})

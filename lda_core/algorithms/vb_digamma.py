@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from numba import njit, types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
@@ -155,7 +157,7 @@ def exp_digamma_f32_vec(x):
     exp(ψ(y)) = y·exp(u) at y ≥ 6 by series. Relative error < 3.5e-7·(1 + |ψ(x)|) -- that of
     ψ rounded to float32, as in gensim's float32 E-step -- wherever the value is above 1e-28;
     values below ~5e-30 are returned as exactly 0 (the E-step stores values below 1e-18 as 0
-    anyway, see :func:`tiny_cutoff`; a subnormal intermediate would cost ~100 cycles)."""
+    anyway, see :func:`tiny_cutoff`; a subnormal intermediate would be slow)."""
     x1 = x + _F_ONE
     x2 = x + _F_TWO
     x3 = x + _F_THREE

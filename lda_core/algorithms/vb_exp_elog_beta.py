@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from lda_core.algorithms.vb_digamma import exp_digamma, exp_digamma_f32_vec  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from scipy.special import psi  # noqa: E402
@@ -22,9 +24,8 @@ def tiny_cutoff(arr):
     another, which made results depend on the thread that handled a document or word; (2) the
     E-step multiplies two stored values (exp(E[log θ]) x exp(E[log β])): with both above the
     square root of the smallest normal number the product is never subnormal, and subnormal
-    arithmetic costs ~100 cycles an operation here -- on a well-trained model (most λ_kw near
-    η, so most exp(E[log β_kw]) tiny) that had made the E-step ~20% and exp(E[log β]) ~2x
-    slower per document. Such values are far below the ε (1.2e-7 in float32) that every
+    arithmetic is slow on most CPUs -- on a well-trained model (most λ_kw near η, so most
+    exp(E[log β_kw]) tiny) it would slow the E-step and exp(E[log β]) down. Such values are far below the ε (1.2e-7 in float32) that every
     phinorm includes: flushing them changes γ and the statistics by less than float32's own
     rounding."""
     return 1e-18 if arr.itemsize == 4 else 1e-150

@@ -14,7 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lda_core.algorithms import numba_config  # noqa: F401  (sets OMP_WAIT_POLICY before numba's threads start)
+from lda_core.algorithms import numba_config
+
+numba_config.prefer_passive_wait()     # before numba starts its threads
 from numba import njit, prange  # noqa: E402
 
 _U64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -35,8 +35,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
-from lda_core.algorithms.algorithm import (SuffStats, array_layout, pack_arrays, raw_bytes,
-                                           read_arrays, read_full, unpack_arrays, write_arrays)
+from lda_core.algorithms.algorithm import (array_layout, pack_arrays, raw_bytes, read_arrays,
+                                           read_full, SuffStats, unpack_arrays, write_arrays)
+from lda_core.algorithms.word_blocks import block_bounds, blocks_of
 
 DENSE_FRACTION = 0.5
 
@@ -127,7 +128,6 @@ class VBStats(SuffStats):
         block's rows (its ``span``) and, in every one, the whole statistics' counters, score,
         Σ E[log θ] and step (γ, per document, in none). Merging the pieces' block statistics
         in piece order gives each row the bits of the whole minibatch's merge."""
-        from lda_core.algorithms.word_blocks import block_bounds, blocks_of
         if self.span is not None:
             raise ValueError("statistics of the word block %s cannot be split again"
                              % (self.span,))
@@ -142,6 +142,36 @@ class VBStats(SuffStats):
                                span=None if (lo, hi) == (0, V) else (lo, hi),
                                **self.counters()))
         return out
+
+    @classmethod
+    def join_blocks(cls, parts: Sequence["VBStats"]) -> "VBStats":
+        """The inverse of :meth:`split_by_block`: the parts of blocks 0..B-1 (block order)
+        as one :class:`VBStats` of all V words. Every part carries the same small part
+        (counters, score, Σ E[log θ], topic mass, step); ValueError when they differ."""
+        parts = list(parts)
+        first = parts[0]
+        V = int(first.n_words)
+        for p in parts[1:]:
+            if (p.n_topics, p.n_words, p.step, p.counters(), p.score) != (
+                    first.n_topics, first.n_words, first.step, first.counters(), first.score) \
+                    or not np.array_equal(p.sum_elogtheta, first.sum_elogtheta) \
+                    or not np.array_equal(p.topic_mass, first.topic_mass):
+                raise ValueError("word-block statistics of different minibatches cannot be "
+                                 "joined")
+        if len(parts) == 1 and first.span is None:
+            return first
+        spans = [p.rows_range() for p in parts]
+        if spans[0][0] != 0 or spans[-1][1] != V or any(
+                a[1] != b[0] for a, b in zip(spans, spans[1:])):
+            raise ValueError("word-block statistics cover %s, not the V=%d words in block "
+                             "order" % (spans, V))
+        dense = all(p.dense for p in parts)
+        return VBStats(n_topics=first.n_topics, n_words=V,
+                       word_ids=np.concatenate([p.word_ids for p in parts]),
+                       sstats=np.concatenate([p.sstats for p in parts]), dense=dense,
+                       score=first.score, sum_elogtheta=first.sum_elogtheta.copy(),
+                       topic_mass=first.topic_mass.copy(), step=first.step,
+                       **first.counters())
 
     # -- add ------------------------------------------------------------------------------
     def add_block(self, word_ids: np.ndarray, block: np.ndarray) -> "VBStats":
@@ -195,7 +225,7 @@ class VBStats(SuffStats):
             raise ValueError("cannot merge statistics computed at global steps %d and %d"
                              % (self.step, step))
 
-    def merge_from(self, f, size: int) -> "VBStats":
+    def merge_from(self, f, size: int, verify: bool = True) -> "VBStats":
         """:meth:`merge` of the statistics :meth:`write_to` wrote to the next ``size`` bytes
         of ``f``, their rows added into ``self`` as they are read (~32 MB at a time: the
         piece is never held whole); the same sums and layout as ``merge(read_from(...))``."""
@@ -213,7 +243,8 @@ class VBStats(SuffStats):
                 at["pos"] = np.searchsorted(self.word_ids, wid)
             self.sstats[at["pos"][r0:r0 + len(rows)]] += rows
 
-        header, arrays = read_arrays(f, _MAGIC, size, sinks={"sstats": add_rows})
+        header, arrays = read_arrays(f, _MAGIC, size, sinks={"sstats": add_rows},
+                                     verify=verify)
         if at and len(self.word_ids) > DENSE_FRACTION * (self.rows_range()[1]
                                                          - self.rows_range()[0]):
             self._densify()
@@ -222,7 +253,7 @@ class VBStats(SuffStats):
         return self.merge(self._from_unpacked(header, arrays))
 
     @classmethod
-    def read_reserved(cls, f, size: int, ids: np.ndarray) -> "VBStats":
+    def read_reserved(cls, f, size: int, ids: np.ndarray, verify: bool = True) -> "VBStats":
         start = f.tell()
         header, arrays = read_arrays(f, _MAGIC, size, stop_after="word_ids")
         f.seek(start)
@@ -232,7 +263,7 @@ class VBStats(SuffStats):
         except (KeyError, TypeError) as e:
             raise ValueError("damaged VBStats byte string: %s" % e) from None
         out.reserve_rows(np.union1d(arrays["word_ids"], ids).astype(np.int32))
-        return out.merge_from(f, size)
+        return out.merge_from(f, size, verify)
 
     def row_ids(self) -> np.ndarray:
         return self.word_ids
@@ -318,8 +349,9 @@ class VBStats(SuffStats):
         yield self.word_ids.astype(np.int64), self.sstats
 
     @classmethod
-    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]]) -> "VBStatsSum":
-        return VBStatsSum(parts)
+    def lazy_sum(cls, parts: Sequence[Tuple[str, int, int]],
+                 verify: bool = True) -> "VBStatsSum":
+        return VBStatsSum(parts, verify=verify)
 
     # -- bytes ----------------------------------------------------------------------------
     _ARRAYS = (("word_ids", "<i4"), ("sstats", "<f8"), ("sum_elogtheta", "<f8"),
@@ -330,9 +362,9 @@ class VBStats(SuffStats):
         the header, the arrays raw little-endian, a CRC-32 of them."""
         return pack_arrays(_MAGIC, *self._packable())
 
-    def write_to(self, f) -> int:
+    def write_to(self, f, checksum: bool = True) -> int:
         """:meth:`to_bytes`'s bytes written straight from the arrays (no byte copy)."""
-        return write_arrays(f, _MAGIC, *self._packable())
+        return write_arrays(f, _MAGIC, *self._packable(), checksum=checksum)
 
     def _packable(self):
         header = dict(self.counters(), n_topics=int(self.n_topics), n_words=int(self.n_words),
@@ -349,10 +381,10 @@ class VBStats(SuffStats):
         return cls._from_unpacked(*unpack_arrays(_MAGIC, b))
 
     @classmethod
-    def read_from(cls, f, size: int) -> "VBStats":
+    def read_from(cls, f, size: int, verify: bool = True) -> "VBStats":
         """:meth:`from_bytes` of the next ``size`` bytes of ``f``, each array read into its
         own allocation (no file-bytes buffer)."""
-        return cls._from_unpacked(*read_arrays(f, _MAGIC, size))
+        return cls._from_unpacked(*read_arrays(f, _MAGIC, size, verify=verify))
 
     @classmethod
     def _from_unpacked(cls, header, arrays) -> "VBStats":
@@ -456,6 +488,9 @@ class _PieceFile:
         if self.next_row != len(self.word_ids):
             raise ValueError("%s: %d of %d statistics rows read" % (self.path, self.next_row,
                                                                    len(self.word_ids)))
+        if self.crc_want is None:
+            raise ValueError("%s: statistics byte string has no CRC-32 (a scratch file's frame, "
+                             "read here where it must be checked)" % self.path)
         crc = self.crc
         for a in self.after:
             crc = zlib.crc32(raw_bytes(np.ascontiguousarray(a)), crc)
@@ -481,10 +516,12 @@ class VBStatsSum:
 
     BLOCK_BYTES = 1 << 25
 
-    def __init__(self, parts: Sequence[Tuple[str, int, int]], block_bytes: Optional[int] = None):
+    def __init__(self, parts: Sequence[Tuple[str, int, int]], block_bytes: Optional[int] = None,
+                 verify: bool = True):
         if not parts:
             raise ValueError("no statistics pieces to sum")
         self.block_bytes = int(block_bytes or self.BLOCK_BYTES)
+        self.verify = verify
         self._pieces: List[_PieceFile] = [_PieceFile(*p) for p in parts]
         first = self._pieces[0].meta
         meta = VBStats.empty(first.n_topics, first.n_words)
@@ -512,7 +549,7 @@ class VBStatsSum:
         one block to the next (use a block before asking for the next)."""
         K = self.n_topics
         per = max(1, self.block_bytes // (8 * K))
-        check = self._passes == 0
+        check = self.verify and self._passes == 0
         self._passes += 1
         rows = self.word_ids
         block = np.empty((min(per, max(1, len(rows))), K), np.float64)

@@ -35,23 +35,12 @@ import numpy as np
 from numba import njit
 
 from lda_core.algorithms.algorithm import pack_arrays, unpack_arrays
-from lda_core.errors import UsageError
+from lda_core.errors import DataIntegrityError, UsageError
+from lda_core.storage.state import block_bounds
 
 MAX_BLOCKS = 4096
 _MAGIC_HEADER = b"LDAWBH01"
 _MAGIC_PARTIAL = b"LDAWBP01"
-
-
-def block_bounds(n_words: int, n_blocks: int) -> List[Tuple[int, int]]:
-    """The B contiguous *row* ranges ``[(lo, hi)]`` of the word-major state: block b holds the
-    words w with w mod B = b (:func:`rows_of_words`), V // B of them plus one for the first
-    V mod B blocks (some empty when B > V)."""
-    V, B = int(n_words), int(n_blocks)
-    if B < 1:
-        raise UsageError("word_blocks must be at least 1, got %d" % B)
-    q, r = divmod(V, B)
-    lo = [b * q + min(b, r) for b in range(B + 1)]
-    return [(lo[b], lo[b + 1]) for b in range(B)]
 
 
 def rows_of_words(word_ids: np.ndarray, n_words: int, n_blocks: int) -> np.ndarray:
@@ -80,7 +69,6 @@ def check_rows(rows: np.ndarray, n_rows: int, n_topics: int, what: str) -> None:
 def joined_rows(header: "BlockHeader", rows, dtype) -> np.ndarray:
     """The blocks' rows ``rows`` (block order) as one word-major array in row order, after
     checking each block's shape against ``header`` (DataIntegrityError otherwise)."""
-    from lda_core.errors import DataIntegrityError
     rows = list(rows)
     bounds = block_bounds(header.n_words, header.n_blocks)
     if len(rows) != len(bounds) or any(np.shape(r) != (hi - lo, header.n_topics)

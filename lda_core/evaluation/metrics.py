@@ -30,11 +30,10 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError
-from lda_core.evaluation.topic_quality import (  # noqa: F401 (re-exported: one namespace of metrics)
-    PROTOCOL_ALPHA, PROTOCOL_ITERS, PROTOCOL_TOPN, USAGE_DOCS, USAGE_ITERS, ROW_CHUNK,
-    as_batch, check_phi, check_words, fit_theta_numpy, normalized_phi_T, health_scalars,
-    normalized_mutual_information, npmi_coherence, top_words, topic_diversity, topic_health,
-    topic_usage, umass_coherence)
+from lda_core.evaluation import kernels
+from lda_core.evaluation.topic_quality import (as_batch, check_phi, check_words, fit_theta_numpy,
+                                               normalized_phi_T, PROTOCOL_ALPHA, PROTOCOL_ITERS,
+                                               PROTOCOL_TOPN, top_words, umass_coherence)
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +106,6 @@ def _completion_docs_numpy(phiT, a: DocBatch, b: DocBatch, alpha, iters, chunk=2
 def _get_completion_kernel():
     """The per-document numba kernel (:func:`lda_core.evaluation.kernels.completion`;
     compiled once, cached on disk), or None without numba."""
-    from lda_core.evaluation import kernels
     return kernels.completion
 
 

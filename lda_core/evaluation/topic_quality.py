@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError
+from lda_core.evaluation import kernels
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +265,6 @@ def _usage_of_sample(phi, sample: DocBatch, alpha, iters, backend) -> Dict[str, 
     if sample.n_tokens == 0:
         raise InputError("topic usage needs documents with at least one token")
     phiT = normalized_phi_T(phi)
-    from lda_core.evaluation import kernels
     if kernels.usage is not None and backend in ("auto", "numba"):
         per_doc = np.zeros((sample.n_docs, K))
         kernels.usage(phiT, sample.indptr, sample.word_ids,

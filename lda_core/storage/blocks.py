@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import DataIntegrityError, UsageError
-from lda_core.storage.state import (LocalFiles, RowBlocks, StateFormatError, TopicState,
-                                    array_files, block_row_counts, copy_npy, files_for,
-                                    read_state_json)
+from lda_core.storage import npy, pending as pending_stats
+from lda_core.storage.files import files_for, LocalFiles
+from lda_core.storage.state import (array_files, block_row_counts, copy_npy, read_state_json,
+                                    RowBlocks, StateFormatError, TopicState)
 
 if TYPE_CHECKING:
     from lda_core.algorithms.word_blocks import BlockHeader
@@ -44,7 +46,6 @@ Destinations = Union[Sequence[str], Callable[[int], str]]
 
 
 def _sharded_class(name: str, where: str):
-    from lda_core.algorithms.algorithm import algorithm_class
     cls = algorithm_class(name)
     if not getattr(cls, "word_sharded", False):
         raise UsageError("%s: algorithm %s is not word-sharded (no word blocks to copy)"
@@ -59,11 +60,15 @@ def checkpoint_state(algorithm) -> TopicState:
     cls = type(algorithm)
     B = int(getattr(algorithm, "word_blocks", 1) or 1)
     if not getattr(cls, "word_sharded", False) or B == 1:
-        return algorithm.to_state()
-    header = algorithm.shard_header()
-    state = cls.state_without_rows(header)
-    state.arrays[ROWS] = RowBlocks((header.n_words, header.n_topics), cls.row_dtype(header),
-                                   [algorithm.block_rows(b) for b in range(B)])
+        state = algorithm.to_state()
+    else:
+        header = algorithm.shard_header()
+        state = cls.state_without_rows(header)
+        state.arrays[ROWS] = RowBlocks((header.n_words, header.n_topics),
+                                       cls.row_dtype(header),
+                                       [algorithm.block_rows(b) for b in range(B)])
+    # the statistics in flight of a pipelined run (lda_core.storage.pending)
+    pending_stats.add_to_state(state, getattr(algorithm, "pending", None))
     return state
 
 
@@ -73,8 +78,15 @@ def algorithm_from_state(state: TopicState, n_threads: Optional[int] = None,
     :class:`RowBlocks` (``TopicState.load(..., row_order=True)``) becomes the algorithm's
     row-order array itself with ``take`` (the caller gives the state up: one V x K array in
     all), a copy without; a plain array goes through the algorithm's ``from_state``."""
-    from lda_core.algorithms.algorithm import algorithm_class
     cls = algorithm_class(state.algorithm)
+    pending = pending_stats.pending_of_state(state, getattr(cls, "stats_type", None))
+    algo = _algorithm_of(cls, pending_stats.without_pending(state), n_threads, take)
+    if pending is not None:
+        algo.pending = pending
+    return algo
+
+
+def _algorithm_of(cls, state: TopicState, n_threads: Optional[int], take: bool):
     rows = state.arrays.get(ROWS)
     if not isinstance(rows, RowBlocks):
         return cls.from_state(state, n_threads=n_threads, take=take)
@@ -178,4 +190,4 @@ def copy_blocks(path: str, dest: Destinations, files: Optional[LocalFiles] = Non
 
 def _write_rows(files: LocalFiles, path: str, rows: np.ndarray) -> None:
     with files.open_write(path) as f:
-        np.lib.format.write_array(f, rows, allow_pickle=False)
+        npy.write_array(f, rows)

@@ -33,7 +33,7 @@ store holds no checkpoint at all, and raises :class:`lda_core.storage.state.Stat
 checkpoints exist but none of them is valid (so a resume never silently restarts from
 scratch over a damaged model directory).
 
-File operations go through a file layer (:func:`lda_core.storage.state.files_for` of the model
+File operations go through a file layer (:func:`lda_core.storage.files.files_for` of the model
 directory unless one is passed): local here, Beam ``FileSystems`` for URLs once
 ``pipelines.runtime.object_store_files`` is imported.
 """
@@ -47,10 +47,12 @@ from typing import Callable, List, NamedTuple, Optional
 
 import numpy as np
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import ResourceError, TrainingError, UsageError
-from lda_core.training.faults import fault_point
-from lda_core.storage.state import (LocalFiles, RowBlocks, StateFormatError, TopicState,
-                                    files_for)
+from lda_core.faults import fault_point
+from lda_core.storage.blocks import algorithm_from_state, copy_blocks, state_from_block_files
+from lda_core.storage.files import files_for, LocalFiles
+from lda_core.storage.state import RowBlocks, StateFormatError, TopicState
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +113,6 @@ def check_loadable(state: TopicState, where: str) -> None:
     parameter, arrays that disagree with each other, ...: an edited or damaged checkpoint),
     so :meth:`CheckpointStore.latest_checkpoint` falls back to the previous checkpoint
     instead of every reader failing later. An algorithm not installed here is not checked."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.blocks import algorithm_from_state
     try:
         algorithm_class(state.algorithm)
     except ValueError:
@@ -131,7 +131,7 @@ class CheckpointStore:
 
     ``keep_last``: keep only this many newest checkpoints after each publish (``None`` keeps
     all); the one just published and the one ``LATEST`` names are never deleted.
-    ``files``: the file layer (default :func:`lda_core.storage.state.files_for` ``(model_dir)``).
+    ``files``: the file layer (default :func:`lda_core.storage.files.files_for` ``(model_dir)``).
     ``check_algorithm``: :meth:`latest_checkpoint` also builds the algorithm from each
     candidate (:func:`check_loadable`), so an edited or damaged checkpoint that passes the
     format checks still falls back to the previous one (what the commands use).
@@ -229,7 +229,6 @@ class CheckpointStore:
         or a function of the block index), with the same fall-back to older checkpoints as
         :meth:`latest_checkpoint`; None when the store holds no checkpoint. No V x K array is
         allocated for a blocked checkpoint, or an unblocked one of B = 1."""
-        from lda_core.storage.blocks import copy_blocks
 
         def load(path: str):
             header = copy_blocks(path, dest, files=self.files)
@@ -381,7 +380,6 @@ class CheckpointStore:
         pruning and the lease rules are those of :meth:`publish`. ``prepare``: applied to the
         O(K) state before it is written (e.g. ``lda_core.training.session.stamp``: the trainer
         info). Returns the path."""
-        from lda_core.storage.blocks import state_from_block_files
         state = state_from_block_files(header, sources, source_files)
         if prepare is not None:
             state = prepare(state)

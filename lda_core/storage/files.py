@@ -189,7 +189,7 @@ _SCHEME = re.compile(r"^([A-Za-z][-A-Za-z0-9+.]*)://")
 
 def path_scheme(path: str) -> Optional[str]:
     """The URL scheme of ``path`` (``"gs"`` for ``gs://b/x``), None for a local path
-    (``file://`` URLs count as local, as in ``pipelines.ingest.dataset.is_remote``)."""
+    (``file://`` URLs count as local, as in ``pipelines.runtime.paths.is_remote``)."""
     m = _SCHEME.match(str(path))
     if m is None or m.group(1).lower() == "file":
         return None
@@ -223,3 +223,15 @@ def files_for(path: str):
         layer = layer()
         REGISTRY[scheme if scheme in REGISTRY else "*"] = layer
     return layer
+
+
+def decode_text(raw: bytes, path: str, what: str) -> str:
+    """``raw`` as UTF-8; InputError naming ``path`` (a ``what``), the offset and the line of
+    the first byte that is not UTF-8 otherwise."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError("%s is not UTF-8 text (byte %d) at line %d: a %s is written by "
+                         "ldabeam in UTF-8; restore it or save it as UTF-8"
+                         % (path, e.start, line, what)) from None

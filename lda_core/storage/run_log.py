@@ -46,9 +46,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from lda_core.training.faults import armed, die
+from lda_core.faults import armed, die
+from lda_core.storage.files import files_for, LocalFiles
 from lda_core.storage.output_paths import check_not_link
-from lda_core.storage.state import LocalFiles, files_for
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def jsonable(v: Any) -> Any:
 class RunLog:
     """Append-only JSON-lines writer (each record flushed; fsync optional).
 
-    ``files``: the file layer (default :func:`lda_core.storage.state.files_for` ``(path)``); on one
+    ``files``: the file layer (default :func:`lda_core.storage.files.files_for` ``(path)``); on one
     that cannot append (object stores) the records are buffered and the whole object is
     rewritten at flush points (module docstring)."""
 
@@ -226,7 +226,7 @@ def iter_run_log(path: str, files=None, damaged: Optional[List[int]] = None
     """Records of a run log in file order. A line that is not a JSON object (torn by a kill,
     edited, invalid UTF-8) is skipped: its number is appended to ``damaged`` when given and a
     warning names the skipped lines. ``files``: the file layer (default
-    :func:`lda_core.storage.state.files_for` ``(path)``)."""
+    :func:`lda_core.storage.files.files_for` ``(path)``)."""
     files = files or files_for(path)
     if isinstance(files, LocalFiles):
         with open(path, "rb") as f:

@@ -37,11 +37,13 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Union
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from lda_core.errors import DataIntegrityError, InputError, TrainingError
+from lda_core.errors import DataIntegrityError, InputError, TrainingError, UsageError
+from lda_core.storage import npy
+from lda_core.storage.files import files_for, LocalFiles
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +59,6 @@ class StateFormatError(DataIntegrityError):
     """A state directory that is incomplete, corrupt, or of another format version."""
 
 
-# the file layer (lda_core.storage.files); imported here by the modules that used to find it here
-from lda_core.storage.files import (LOCAL_FILES, LocalFiles, REGISTRY, files_for,  # noqa: F401
-                            path_scheme, register_files)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +128,7 @@ def _write_npy(files: LocalFiles, path: str, arr: np.ndarray) -> Dict[str, Any]:
     with files.open_write(path) as f:
         w = _HashingWriter(f)
         # not a real file object, so numpy writes the data in 16 MiB chunks through ``w``
-        np.lib.format.write_array(w, arr, allow_pickle=False)
+        npy.write_array(w, arr)
         files.sync_file(f)
     return {"file": os.path.basename(path), "dtype": arr.dtype.str,
             "shape": list(arr.shape), "sha256": w.sha.hexdigest(), "nbytes": int(arr.nbytes)}
@@ -182,13 +181,7 @@ def _check_npy_header(f: BinaryIO, fsize: int, where: str, fname: str, dtype: np
     ``dtype`` and ``shape`` (``says``: who declared them, for the message) and the data size
     against the file size; returns ``(fortran_order, data offset)``. Nothing is allocated."""
     try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            hshape, forder, hdtype = np.lib.format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            hshape, forder, hdtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError("unsupported .npy version %s" % (version,))
+        hshape, forder, hdtype = npy.read_header(f)
     except ValueError as e:
         raise StateFormatError("%s: %s is not a valid .npy file (%s)" % (where, fname, e))
     offset = f.tell()
@@ -266,9 +259,20 @@ def block_file_name(name: str, b: int) -> str:
     return "%s.block-%04d.npy" % (name, int(b))
 
 
+def block_bounds(n_words: int, n_blocks: int) -> List[Tuple[int, int]]:
+    """The B contiguous *row* ranges ``[(lo, hi)]`` of the word-major state: block b holds the
+    words w with w mod B = b (``lda_core.algorithms.word_blocks.rows_of_words``), V // B of them plus one for the first
+    V mod B blocks (some empty when B > V)."""
+    V, B = int(n_words), int(n_blocks)
+    if B < 1:
+        raise UsageError("word_blocks must be at least 1, got %d" % B)
+    q, r = divmod(V, B)
+    lo = [b * q + min(b, r) for b in range(B + 1)]
+    return [(lo[b], lo[b + 1]) for b in range(B)]
+
+
 def block_row_counts(n_words: int, n_blocks: int) -> List[int]:
-    """Rows of each of the B word blocks (``lda_core.algorithms.word_blocks.block_bounds``)."""
-    from lda_core.algorithms.word_blocks import block_bounds
+    """Rows of each of the B word blocks (:func:`block_bounds`)."""
     return [hi - lo for lo, hi in block_bounds(n_words, n_blocks)]
 
 
@@ -319,7 +323,7 @@ class RowBlocks:
             return p
         files = self.files or files_for(p)
         with files.open_read(p) as f:
-            return np.load(f, allow_pickle=False)
+            return npy.read_array(f)
 
     def rows(self) -> np.ndarray:
         """The whole array in row order (``whole`` itself when there is one, else a copy)."""
@@ -379,9 +383,7 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
                           "the word-block header needs", src_sha)
         with files.open_write(path) as out:
             w = _HashingWriter(out)
-            np.lib.format.write_array_header_1_0(
-                w, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                    "shape": tuple(shape)})
+            npy.write_header(w, dtype, shape)
             buf = np.empty(min(step, nbytes), np.uint8)
             left = nbytes
             while left:

@@ -10,6 +10,8 @@ from typing import Dict, Optional
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+# called through their modules, so a test can make an evaluation fail there
+from lda_core.evaluation import metrics, topic_quality
 
 
 @dataclass
@@ -28,11 +30,10 @@ class HeldOut:
     def from_batch(cls, docs: DocBatch, seed: int = 0) -> "HeldOut":
         """Non-empty documents for the bound; those with >= 2 tokens split in halves for
         document completion (as the harness does)."""
-        from lda_core.evaluation.metrics import split_halves
         docs = docs.non_empty()
         keep = np.nonzero(docs.doc_lengths >= 2)[0]
         two = docs if len(keep) == docs.n_docs else docs.take(keep)
-        a, b = split_halves(two, seed)
+        a, b = metrics.split_halves(two, seed)
         return cls(docs, a, b, seed)
 
 
@@ -44,14 +45,13 @@ def evaluate(algorithm, heldout: HeldOut, alpha: Optional[float] = None,
     protocol's evaluation prior α = 0.1 unless ``alpha`` is given — the same for every model,
     as in ``../shared/bench``), topic health on ``heldout.health`` (a sample of training
     documents) when given and ``health`` (dead and effective topics, NPMI, topic diversity:
-    ``lda_core.evaluation.metrics.health_scalars``) and, when the algorithm defines
+    ``lda_core.evaluation.topic_quality.health_scalars``) and, when the algorithm defines
     it, the per-word bound of paper eq. 16 (a bound, not a perplexity). Without ``health``
     this is the cheap score a run takes at its pass ends and evaluation cadence."""
-    from lda_core.evaluation.metrics import PROTOCOL_ALPHA, document_completion
     out: Dict[str, float] = {}
-    alpha = PROTOCOL_ALPHA if alpha is None else float(alpha)
+    alpha = topic_quality.PROTOCOL_ALPHA if alpha is None else float(alpha)
     phi = algorithm.topic_word()
-    dc = document_completion(phi, heldout.first, heldout.second, alpha=alpha)
+    dc = metrics.document_completion(phi, heldout.first, heldout.second, alpha=alpha)
     out["completion_ll_per_token"] = float(dc["ll_per_token"])
     out["completion_perplexity"] = float(dc.get("perplexity", math.exp(-dc["ll_per_token"])))
     if health:
@@ -68,8 +68,7 @@ def evaluate_health(phi, heldout: HeldOut) -> Dict[str, float]:
     no sample of training documents): what a run adds to its last evaluation."""
     if heldout.health is None:
         return {}
-    from lda_core.evaluation.metrics import health_scalars
-    return health_scalars(phi, heldout.health, seed=heldout.seed)
+    return topic_quality.health_scalars(phi, heldout.health, seed=heldout.seed)
 
 
 def timed_evaluate(algorithm, heldout: HeldOut, health: bool = True) -> Dict[str, float]:

@@ -16,6 +16,9 @@ from typing import Callable, Optional
 import numpy as np
 from numba.core import event as _event
 
+from lda_core.docbatch import DocBatch
+from lda_core.training.heldout import evaluate as run_evaluation, HeldOut
+
 logger = logging.getLogger(__name__)
 
 MESSAGE = "compiling the numba kernels once (cached for later runs)..."
@@ -39,7 +42,6 @@ class _CompileWatch(_event.Listener):
 
 def tiny_corpus(n_docs: int = 200, n_words: int = 50, seed: int = 0):
     """A seeded random corpus of ``n_docs`` short documents over ``n_words`` words."""
-    from lda_core.docbatch import DocBatch
     rng = np.random.RandomState(seed)
     rows = []
     for _ in range(n_docs):
@@ -65,10 +67,14 @@ def warm_kernels(make_algorithm: Callable[[int, int], object], evaluate: bool = 
         docs = tiny_corpus()
         algo = make_algorithm(50, docs.n_docs)
         for lo in (0, 100):
-            algo.global_step(algo.local_step(docs.take(np.arange(lo, lo + 100))))
+            # two pieces a step, merged as workers merge them: plainly, then into a sum
+            # reserved for both (the merge kernels of each form)
+            first, second = (algo.local_step(docs.take(np.arange(lo + k, lo + k + 50)))
+                             for k in (0, 50))
+            if lo and second.row_ids() is not None:
+                first.reserve_rows(second.row_ids())
+            algo.global_step(first.merge(second))
         if evaluate:
-            from lda_core.training.trainer import HeldOut
-            from lda_core.training.trainer import evaluate as run_evaluation
             held = HeldOut.from_batch(docs.take(np.arange(100)))
             held.health = docs
             run_evaluation(algo, held)

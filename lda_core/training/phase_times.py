@@ -22,6 +22,7 @@ TIMING_PHASES = (
     "stats_encode",     # encoding (and spilling) the statistics of a piece
     "stats_decode",     # decoding (loading) spilled or shipped statistics
     "stats_combine",    # merging the pieces of a minibatch
+    "stats_wait",       # a worker waiting for the pieces other workers compute
     "global_step",      # global_step (the M-step)
     "publish",          # handing state t to the next step's readers (scratch file)
     "checkpoint",       # driver: publishing the window's checkpoint

@@ -22,12 +22,17 @@ import numpy as np
 
 from lda_core.errors import UsageError
 
-# Pieces per minibatch when none is given and none is recorded, on a local runner. One: every
-# piece is an E-step with its own statistics and a merge, which costs SCVB0's small minibatches
-# far more than the parallelism across two local workers returns (docs/beam-training.md,
-# "The reduction shape"). A remote runner's first run takes at least REMOTE_MIN_PIECES, or one
-# per worker it may use, so the E-step spreads over the workers.
-DEFAULT_PIECES = 1
+# Pieces per minibatch when none is given and none is recorded, on every local runner (the
+# in-process trainer, Beam in-process, local worker processes), whatever the worker count, so
+# the bits never follow the runner. Two: one piece per process of two local workers, each on
+# one core, so defaults give parallelism and exactness together; the in-process trainer runs
+# both pieces in one E-step (an algorithm's local_step_pieces: SCVB0's kernel sums each piece
+# apart in the same parallel region) rather than one after the other. More pieces cost every
+# runner: each piece's statistics cover most of the minibatch's words, so every piece adds a
+# block to zero, sum, spill and read (docs/beam-training.md, "The reduction shape"). A remote
+# runner's first run takes at least REMOTE_MIN_PIECES, or one per worker it may use, so the
+# E-step spreads over the workers.
+DEFAULT_PIECES = 2
 REMOTE_MIN_PIECES = 4
 # Pieces of runs whose checkpoints predate the recorded value (the in-process trainer's one).
 LEGACY_PIECES = 1
@@ -80,10 +85,14 @@ def piece_bounds(n_docs: int, pieces: int) -> List[Tuple[int, int]]:
 def local_step_pieces(algorithm, batch, pieces: int, **kw):
     """The E-step statistics of ``batch`` in ``pieces`` pieces (:func:`piece_bounds`) summed
     left to right with ``SuffStats.merge``, the first piece's object being the total (as the
-    Beam trainer's combine does)."""
+    Beam trainer's combine does). An algorithm whose class has a ``local_step_pieces(batch,
+    bounds)`` gives those sums from one E-step over the batch (an object that only forwards
+    to an algorithm, e.g. one wrapping its ``local_step``, gets the pieces' own calls)."""
     bounds = piece_bounds(batch.n_docs, pieces)
     if len(bounds) == 1:
         return algorithm.local_step(batch, **kw)
+    if getattr(type(algorithm), "local_step_pieces", None) is not None and not kw:
+        return algorithm.local_step_pieces(batch, bounds)
     total = None
     for lo, hi in bounds:
         st = algorithm.local_step(batch.take(np.arange(lo, hi)), **kw)

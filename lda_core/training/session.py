@@ -39,6 +39,7 @@ from lda_core.training.heldout import evaluate_health, timed_evaluate
 from lda_core.training.pass_stop import AUTO_KEY, PassStop
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 
+from lda_core.storage.pending import add_block_files
 logger = logging.getLogger(__name__)
 
 # step info values that must be finite for a step to be accepted
@@ -118,8 +119,12 @@ def check_state(algorithm) -> Optional[str]:
 
 
 def error_message(step: int, reason: str, last_checkpoint: Optional[str],
-                  detail: str = "") -> str:
-    """The message of a step that could not be applied (``step``: 1-based position)."""
+                  detail: str = "", stored: bool = True) -> str:
+    """The message of a step that could not be applied (``step``: 1-based position);
+    ``stored``: the run publishes checkpoints (an in-memory run has none to name)."""
+    if not stored:
+        return "minibatch %d%s could not be applied: %s; training stopped" % (step, detail,
+                                                                             reason)
     return ("minibatch %d%s could not be applied: %s; training stopped, the last good "
             "checkpoint (%s) stays the latest" % (step, detail, reason,
                                                    last_checkpoint or "none written"))
@@ -398,7 +403,8 @@ class Session:
 
     def fail(self, step: int, reason: str, detail: str = "", **extra) -> None:
         """Log the refusal of step ``step`` and raise :class:`TrainingError`."""
-        msg = error_message(step, reason, self.last_checkpoint or self.latest_path(), detail)
+        msg = error_message(step, reason, self.last_checkpoint or self.latest_path(), detail,
+                            stored=self.store is not None)
         logger.error(msg)
         self.write(error_record(step, msg, **extra))
         raise TrainingError(msg)
@@ -481,35 +487,65 @@ class Session:
     def passes_stopped(self) -> bool:
         return self.pass_stop is not None and self.pass_stop.stopped
 
+    # -- one step with statistics computed elsewhere
+    def step(self, algorithm, stats, detail: str = "") -> Dict[str, Any]:
+        """Apply one global step of ``algorithm`` with ``stats`` computed elsewhere (a
+        streaming window's E-step), validated as every runner's step (:func:`apply_step`):
+        a refusal raises :class:`TrainingError` (:meth:`fail`, ``detail`` naming the input);
+        otherwise the position moves past it and the step's info is returned."""
+        info, err = apply_step(algorithm.global_step, stats)
+        if err is not None:
+            self.fail(self.position + 1, err, detail)
+        self.applied(1)
+        return info
+
     # -- checkpoints
-    def publish(self, algorithm, position: Optional[int] = None) -> Optional[str]:
+    def publish(self, algorithm, position: Optional[int] = None,
+                info: Optional[Dict[str, Any]] = None) -> Optional[str]:
         """Publish ``algorithm`` at ``position`` (default: the session's) as a checkpoint,
-        stamped (:func:`stamp`); not twice for one position."""
+        stamped (:func:`stamp`); not twice for one position. ``info``: records the caller
+        keeps in the checkpoint's info (a streaming window's record, an estimator's
+        parameters, a loaded model's run records, which then stay as they were rather than
+        the stamp's); what the algorithm keeps there itself comes first."""
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
         # word-sharded algorithms with B > 1: their rows as B block files, uncopied
         from lda_core.storage.blocks import checkpoint_state
-        state = stamp(checkpoint_state(algorithm), pos, docs_seen(algorithm),
+        state = checkpoint_state(algorithm)
+        own = dict(state.info or {})
+        state = stamp(state, pos, docs_seen(algorithm),
                       runner=self.runner, run_info=self.run_info, vocab_hash=self.vocab_hash,
                       sequential=is_sequential(algorithm))
+        if info:
+            state.info = dict(state.info)
+            state.info.update(info)
+            state.info.update(own)
         self.last_checkpoint = self.store.publish(state)
         self.last_published = pos
         return self.last_checkpoint
 
-    def publish_blocks(self, header, sources, position: Optional[int] = None) -> Optional[str]:
+    def publish_blocks(self, header, sources, position: Optional[int] = None,
+                       pending=None) -> Optional[str]:
         """:meth:`publish` of the word-sharded algorithm whose word-block header is ``header``
         and whose row blocks are the ``.npy`` files ``sources`` (block order), without
         assembling it (:meth:`lda_core.storage.checkpoint.CheckpointStore.publish_blocks`):
-        the same checkpoint, stamped the same way."""
+        the same checkpoint, stamped the same way. ``pending``: the statistics in flight
+        (``(first minibatch, count, {array name: uint8 array})``, one array per minibatch
+        and word block: :mod:`lda_core.storage.pending`)."""
         pos = self.position if position is None else int(position)
         if self.store is None or self.last_published == pos:
             return None
         n_docs = int(header.counters.get("docs_seen", 0))
-        self.last_checkpoint = self.store.publish_blocks(
-            header, sources,
-            prepare=lambda state: stamp(state, pos, n_docs, runner=self.runner,
-                                        run_info=self.run_info, vocab_hash=self.vocab_hash))
+
+        def prepare(state):
+            if pending is not None:
+                first, n, arrays = pending
+                state.arrays.update(arrays)
+                add_block_files(state, first, n, int(header.n_blocks))
+            return stamp(state, pos, n_docs, runner=self.runner, run_info=self.run_info,
+                         vocab_hash=self.vocab_hash)
+        self.last_checkpoint = self.store.publish_blocks(header, sources, prepare=prepare)
         self.last_published = pos
         return self.last_checkpoint
 

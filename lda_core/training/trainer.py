@@ -42,31 +42,31 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Deque, Dict, Iterable, Iterator, NamedTuple, Optional
 
-from lda_core.errors import UsageError
-from lda_core.training import session as _session
-from lda_core.training import pieces as _pieces
 from lda_core.docbatch import DocBatch
+from lda_core.errors import UsageError
+from lda_core.faults import fault_point
+from lda_core.training import pieces as _pieces, session as _session, staleness as _staleness
+from lda_core.storage.pending import Pending
 from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.runner import TrainData
-from lda_core.training.session import (  # noqa: F401 (API)
-    Session, TrainingError, TrainingInterrupted, open_session, resume_position)
-from lda_core.training.spec import TrainSpec, split_keywords
-from lda_core.training.faults import fault_point
-from lda_core.training.heldout import (  # noqa: F401 (API)
-    HeldOut, evaluate, evaluate_health, timed_evaluate)
+from lda_core.training.session import open_session, Session, TrainingInterrupted
+from lda_core.training.spec import split_keywords, TrainSpec
 
 logger = logging.getLogger(__name__)
 
 
 class Minibatch(NamedTuple):
-    """One minibatch of the seeded order: ``step`` is its 0-based global index."""
+    """One minibatch of the seeded order: ``step`` is its 0-based global index; ``beyond``:
+    past the end of the schedule (read only to E-step it ahead, :func:`_iterate`)."""
     step: int
     pass_index: int
     batch_index: int
     batch: DocBatch
+    beyond: bool = False
 
 
 @dataclass
@@ -81,9 +81,16 @@ class TrainResult:
     converged: Optional[bool] = None
 
 
-def _iterate(minibatches, start_step: int) -> Iterator[Minibatch]:
+def _iterate(minibatches, start_step: int, lookahead: int = 0) -> Iterator[Minibatch]:
+    """The minibatches from ``start_step`` on. ``lookahead``: a pipelined run also E-steps
+    the next ``lookahead`` minibatches past the schedule's end (its last checkpoint carries
+    their statistics); a source that can go on past its passes (``extends``) yields them,
+    marked :attr:`Minibatch.beyond` so that they are never applied."""
     if hasattr(minibatches, "iter_from"):
-        it = minibatches.iter_from(start_step)
+        if lookahead and getattr(minibatches, "extends", False):
+            it = minibatches.iter_from(start_step, extra_steps=lookahead)
+        else:
+            it = minibatches.iter_from(start_step)
         skip = 0
     else:
         it = iter(minibatches)
@@ -152,8 +159,13 @@ class InProcessRunner:
     ``pieces``: the minibatch's E-step runs in this many pieces summed in piece order
     (:mod:`lda_core.training.pieces`; default ``run_info["pieces_per_minibatch"]``, else
     :data:`~lda_core.training.pieces.DEFAULT_PIECES`), recorded in ``run_info``: the same sums as
-    the Beam trainer's with any number of workers."""
+    the Beam trainer's with any number of workers.
+
+    ``warm_start`` (batch VB on documents held in memory): each pass starts every document's
+    E-step from the better of its previous γ and a fresh draw, and a pass's ELBO is that of
+    the state after it (:class:`_PassLoop`)."""
     pieces: Optional[int] = None
+    warm_start: bool = False
 
     def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None) -> TrainResult:
         """Run the loop over ``data.minibatches``. ``spec.schedule.max_steps`` is the absolute
@@ -170,6 +182,10 @@ class InProcessRunner:
         run_info = spec.info()
         run_info[_pieces.RUN_KEY] = _pieces.resolve_pieces(
             self.pieces, _pieces.recorded_pieces(run_info, False))
+        s = _staleness.resolve_staleness(None, _staleness.recorded_staleness(run_info, False))
+        if s or _staleness.RUN_KEY in run_info:
+            _staleness.check_pipelinable(algorithm, s)
+            run_info[_staleness.RUN_KEY] = s
         if sched.pass_stop is not None:
             check_pass_stop(algorithm, spec.evaluation.heldout, bpp, accumulate)
         if accumulate and not bpp:
@@ -184,9 +200,12 @@ class InProcessRunner:
         ses.start(algorithm, max_steps=sched.max_steps, total_steps=sched.total_steps,
                   checkpoint_every=spec.output.checkpoint_every, run=ses.run_info)
         ses.catch_up(algorithm)
-        loop = (_PassLoop(algorithm, bpp, sched.rel_tol) if accumulate
-                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY]))
-        stream = _iterate(minibatches, ses.position * bpp if accumulate else ses.position)
+        if self.warm_start and not (accumulate and hasattr(algorithm, "best_start")):
+            raise UsageError("warm_start applies to batch VB, not %s" % algorithm.name)
+        loop = (_PassLoop(algorithm, bpp, sched.rel_tol, self.warm_start) if accumulate
+                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY], s, ses.position))
+        start = ses.position * bpp if accumulate else ses.position
+        stream = _iterate(minibatches, start, lookahead=s)
         return _loop(ses, loop, algorithm, stream, spec)
 
 
@@ -372,30 +391,84 @@ def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
 
 
 class _StepLoop:
-    """One global step (or ``process`` call) per minibatch."""
+    """One global step (or ``process`` call) per minibatch.
+
+    ``staleness`` s > 0 (:mod:`lda_core.training.staleness`): the statistics of minibatch
+    m + s are computed just before step m is applied, with the state after m − 1 steps, and
+    held until their own step; the ones in flight ride on the algorithm (``pending``), so
+    every checkpoint published between two steps carries them. A run that starts without
+    them (fresh, or from a checkpoint written with s = 0) E-steps its first s minibatches
+    with the state it starts from."""
     converged: Optional[bool] = None
 
-    def __init__(self, algorithm, pieces: int = 1):
+    def __init__(self, algorithm, pieces: int = 1, staleness: int = 0, start: int = 0):
         self.algorithm = algorithm
         self.pieces = pieces
+        self.staleness = int(staleness)
+        self.start = int(start)
         self.sequential = _session.is_sequential(algorithm)
         self.times = PhaseTimes()
+        self.pending: Deque[Any] = deque()
 
     def steps(self, stream, stop):
         it = iter(stream)
+        if self.staleness:
+            yield from self._pipelined(it)
+            return
         while True:
             mb = self.times.timed("read", next, it, None)
-            if mb is None:
+            if mb is None or mb.beyond:
                 return
             yield mb, None
+
+    def _estep(self, batch):
+        return self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, batch,
+                                self.pieces)
+
+    def _pipelined(self, it):
+        s = self.staleness
+        ahead: Deque[Minibatch] = deque()      # read, not applied: ahead[0] is next
+
+        def read() -> Optional[Minibatch]:
+            mb = self.times.timed("read", next, it, None)
+            if mb is not None:
+                ahead.append(mb)
+            return mb
+
+        for _ in range(s):
+            if read() is None:
+                break
+        carried = getattr(self.algorithm, "pending", None)
+        if carried is not None and carried.covers(self.start, s) and \
+                [mb.step for mb in ahead] == list(range(self.start, self.start + len(ahead))):
+            self.pending = deque(carried.stats[:len(ahead)])
+        else:
+            if carried is not None:
+                logger.warning("the statistics in flight of the checkpoint (minibatches from "
+                               "%d) are not this run's (from %d, staleness %d): recomputed "
+                               "with the state it starts from", carried.first, self.start, s)
+            self.pending = deque(self._estep(mb.batch) for mb in ahead)
+        self._carry(self.start)
+        while ahead and not ahead[0].beyond:
+            nxt = read()                       # minibatch t + s, with the state after t - 1
+            if nxt is not None:
+                self.pending.append(self._estep(nxt.batch))
+            yield ahead[0], self.pending.popleft()
+            ahead.popleft()
+
+    def _carry(self, first: int) -> None:
+        self.algorithm.pending = Pending(first, list(self.pending)) if self.staleness else None
 
     def apply(self, mb: Minibatch, stats):
         if self.sequential:
             return _session.apply_step(self.algorithm.process, mb.batch)
-        stats = self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, mb.batch,
-                                 self.pieces)
-        return self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
-                                stats)
+        if stats is None:
+            stats = self._estep(mb.batch)
+        out = self.times.timed("global_step", _session.apply_step, self.algorithm.global_step,
+                               stats)
+        if self.staleness and out[1] is None:
+            self._carry(mb.step + 1)
+        return out
 
     def note(self, rec) -> None:
         pass
@@ -409,22 +482,44 @@ class _PassLoop:
     minibatch of documents in memory at a time) and applied as one global step per pass; the
     step's ``elbo`` is that of the state *before* it (γ fit by this pass's E-step: the sequence
     lags one pass but costs no extra pass over the corpus). Stops when the relative ELBO
-    change falls below ``rel_tol``."""
+    change falls below ``rel_tol``.
+
+    ``warm``: every minibatch's documents stay in memory with their γ; each pass starts a
+    document's E-step from the better of its previous γ and a fresh draw
+    (``algorithm.best_start``: every ELBO_d at least the warm-started one, so the ELBO does
+    not decrease), the statistics are summed onto ``empty_stats()``, and the step's ``elbo``
+    is the exact one of the state after it, with those γ."""
 
     sequential = False
 
-    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float):
+    def __init__(self, algorithm, batches_per_pass: int, rel_tol: float, warm: bool = False):
         self.algorithm, self.bpp, self.rel_tol = algorithm, int(batches_per_pass), rel_tol
         self.pending = None
         self.pending_docs = 0
         self.prev_elbo: Optional[float] = None
         self.converged: Optional[bool] = None
+        self.warm = bool(warm)
+        self.batches: Dict[int, DocBatch] = {}
+        self.gammas: Dict[int, Any] = {}
+
+    def _warm_local_step(self, mb: Minibatch):
+        b = mb.batch_index
+        self.batches[b] = mb.batch
+        start = self.algorithm.best_start(mb.batch, self.gammas.get(b))
+        st = self.algorithm.local_step(mb.batch, return_gamma=True, gamma0=start)
+        self.gammas[b] = st.gamma
+        st.gamma = None
+        st.gamma_doc_ids = None
+        if self.pending is None:
+            self.pending = self.algorithm.empty_stats()
+        return st
 
     def steps(self, stream, stop):
         for mb in stream:
             if stop():
                 return
-            st = self.algorithm.local_step(mb.batch)
+            st = (self._warm_local_step(mb) if self.warm
+                  else self.algorithm.local_step(mb.batch))
             self.pending = st if self.pending is None else self.pending.merge(st)
             self.pending_docs += mb.batch.n_docs
             if mb.batch_index != self.bpp - 1:
@@ -433,6 +528,14 @@ class _PassLoop:
             yield mb, stats
 
     def apply(self, mb: Minibatch, stats):
+        if self.warm:
+            info, err = _session.apply_step(self.algorithm.global_step, stats)
+            if err is None:
+                order = sorted(self.batches)
+                info["elbo"] = self.algorithm.elbo([self.batches[b] for b in order],
+                                                   [self.gammas[b] for b in order])
+                err = _session.check_info(info)
+            return (None, err) if err else (info, None)
         extra = None
         if hasattr(self.algorithm, "topic_term") and hasattr(stats, "score"):
             extra = {"elbo": float(stats.score) + float(self.algorithm.topic_term())}

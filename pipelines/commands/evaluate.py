@@ -11,7 +11,7 @@
   pair) on the training shards (``--train-shards``, or the dataset's train split);
 * topic health on a seeded sample of 2,000 of those training documents
   (``pipelines.ingest.doc_sample``, ``--seed``: the documents the trainer logs it on and ``ldabeam
-  report`` plots it on; ``lda_core.evaluation.metrics.topic_health``): ``dead_topics`` (share of
+  report`` plots it on; ``lda_core.evaluation.topic_quality.topic_health``): ``dead_topics`` (share of
   the tokens below 0.1/K),
   ``effective_topics`` (exp entropy of the shares), ``npmi`` (document co-occurrence NPMI of
   the top 10 words), ``topic_diversity`` (``ldabeam report`` shows them per topic);
@@ -34,7 +34,13 @@ import time
 import numpy as np
 
 from lda_core.errors import InputError, UsageError
-from pipelines.ingest import dataset
+from lda_core.evaluation import metrics as evaluation, topic_quality
+from lda_core.training.heldout import evaluate, HeldOut
+from pipelines.ingest import dataset, manifest
+from pipelines.ingest.doc_sample import sample_documents
+from pipelines.runtime import paths
+from pipelines.runtime.model_dir import load_model
+from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +77,11 @@ def add_arguments(p) -> None:
 
 
 def _is_dataset(path: str) -> bool:
-    return dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)) or \
-        dataset.exists(dataset.join(path, dataset.TRAIN_SPLIT))
+    return paths.exists(paths.join(path, dataset.MANIFEST_FILE)) or \
+        paths.exists(paths.join(path, dataset.TRAIN_SPLIT))
 
 
 def run(args, beam_argv) -> int:
-    from lda_core.evaluation import metrics as evaluation
-    from lda_core.training.trainer import HeldOut, evaluate
-    from pipelines.ingest.doc_sample import sample_documents
-    from pipelines.runtime.model_dir import load_model
-    from pipelines.training.shard_stream import read_docs
     if not args.shards:
         raise UsageError("--shards HELDOUT_DIR is required")
     if args.left_to_right_docs < 0 or args.particles < 1:
@@ -92,15 +93,15 @@ def run(args, beam_argv) -> int:
     algo, state, vocab = load_model(args.model)
     split = args.split or dataset.HELDOUT_SPLIT
     unverified = getattr(args, "unverified", False)
-    files = dataset.open_shards(args.shards, split, unverified=unverified).files
+    files = manifest.open_shards(args.shards, split, unverified=unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     train_files = None
     if args.train_shards not in (None, "none"):
-        train_files = dataset.open_shards(args.train_shards, unverified=unverified,
+        train_files = manifest.open_shards(args.train_shards, unverified=unverified,
                                           option="--train-shards").files
     elif args.train_shards is None and _is_dataset(args.shards):
         try:
-            train_files = dataset.open_shards(args.shards, dataset.TRAIN_SPLIT,
+            train_files = manifest.open_shards(args.shards, dataset.TRAIN_SPLIT,
                                               unverified=unverified).files
         except FileNotFoundError:
             train_files = None
@@ -124,12 +125,12 @@ def run(args, beam_argv) -> int:
     if train_files is not None:
         ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs,
                         n_words=state.n_words)
-        coh = evaluation.umass_coherence(phi, ref, topn=args.top)
+        coh = topic_quality.umass_coherence(phi, ref, topn=args.top)
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
         health = sample_documents(train_files, state.vocab_hash, seed=args.seed)
-        out.update(evaluation.health_scalars(phi, health, seed=args.seed))
+        out.update(topic_quality.health_scalars(phi, health, seed=args.seed))
         out["health_docs"] = int(health.n_docs)
     if args.left_to_right_docs:
         l2r = evaluation.left_to_right(phi, heldout.docs, particles=args.particles,
@@ -143,11 +144,11 @@ def run(args, beam_argv) -> int:
         keep = [i for i, l in enumerate(labels) if l is not None]
         theta = algo.infer(heldout.docs)
         pred = np.asarray(theta).argmax(axis=1)[keep]
-        out["nmi"] = float(evaluation.normalized_mutual_information(
+        out["nmi"] = float(topic_quality.normalized_mutual_information(
             [labels[i] for i in keep], pred.tolist()))
         out["nmi_docs"] = len(keep)
     if vocab is not None:
-        tops = evaluation.top_words(phi, vocab.tokens, n=min(args.top, 10))
+        tops = topic_quality.top_words(phi, vocab.tokens, n=min(args.top, 10))
         out["top_words_first5"] = [" ".join(str(w) for w, _ in t) for t in tops[:5]]
     out["eval_seconds"] = time.time() - t0
     json.dump(out, sys.stdout, indent=1, sort_keys=True)

@@ -22,9 +22,13 @@ import os
 import numpy as np
 
 from lda_core.errors import OutputError, UsageError
-from pipelines.ingest import dataset
-from pipelines.reports.exports import write_npy_atomic  # noqa: F401 (used by the command)
-from pipelines.runtime.model_dir import load_model  # noqa: F401 (the command API)
+from lda_core.storage.npy import write_npy_atomic
+from lda_core.storage.output_paths import check_disjoint
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import dataset, manifest
+from pipelines.reports import exports
+from pipelines.runtime import paths
+from pipelines.runtime.model_dir import load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +62,8 @@ def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output PATH is required")
     # an export never replaces nor lands inside the model or the documents it reads
-    from lda_core.storage.output_paths import check_disjoint
     if args.model:
-        check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model),
+        check_disjoint(args.output, [args.model, paths.model_dir_of(args.model),
                                      args.shards])
     if args.format in ("gensim", "pyldavis"):
         return _run_other(args)
@@ -76,7 +79,6 @@ def run(args, beam_argv) -> int:
 
 
 def _run_other(args) -> int:
-    from pipelines.reports import exports
     algo, state, vocab = load_model(args.model)
     if vocab is None:
         raise FileNotFoundError("--format %s needs the model's vocabulary (MODEL_DIR/%s)"
@@ -94,17 +96,16 @@ def _run_other(args) -> int:
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
-    from pipelines.infer import training_shards
-    model_dir = dataset.model_dir_of(args.model)
+    model_dir = paths.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir)
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
-    files = dataset.open_shards(shards, unverified=args.unverified).files
+    files = manifest.open_shards(shards, unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
-                                  info={"model": dataset.absolute(args.model),
+                                  info={"model": paths.absolute(args.model),
                                         "algorithm": state.algorithm, "step": state.step,
                                         "shards": shards})
     print("wrote %s: pyLDAvis prepared data for %d documents (%s)%s"
@@ -117,9 +118,7 @@ def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
     file's df/cf with the document count of its dataset's manifest, or, when the manifest does
     not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    from pipelines.infer import training_shards
-    from pipelines.reports import exports
-    shards = args.shards or training_shards(dataset.model_dir_of(args.model))
+    shards = args.shards or training_shards(paths.model_dir_of(args.model))
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "
@@ -127,11 +126,11 @@ def _dictionary_counts(args, vocab, state):
     n = exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
-    files = dataset.open_shards(shards, unverified=args.unverified).files
-    if dataset.exists(dataset.join(shards, dataset.HELDOUT_SPLIT)):
-        files = files + dataset.open_shards(shards, dataset.HELDOUT_SPLIT,
+    files = manifest.open_shards(shards, unverified=args.unverified).files
+    if paths.exists(paths.join(shards, dataset.HELDOUT_SPLIT)):
+        files = files + manifest.open_shards(shards, dataset.HELDOUT_SPLIT,
                                             unverified=args.unverified).files
     dataset.check_vocab_hash(files, state.vocab_hash)
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
-    return (dataset.Vocabulary(vocab.tokens, df=df, cf=cf), n,
+    return (Vocabulary(vocab.tokens, df=df, cf=cf), n,
             "counted over the %d shard files of %s" % (len(files), shards))

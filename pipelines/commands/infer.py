@@ -7,8 +7,9 @@ The pipeline is :mod:`pipelines.infer` (same E-step code and frozen state as tra
 """
 from __future__ import annotations
 
+from pipelines.commands.vectorize import add_field_arguments, INPUT_FORMATS
+from pipelines.runtime.beam_options import pipeline_options
 from pipelines.training import detached
-from pipelines.commands.vectorize import INPUT_FORMATS, add_field_arguments
 
 # the output folder is held (lease) while it is written, and never overlaps an input
 MODEL_DIR = ("output", ("model", "shards", "input"))
@@ -74,7 +75,7 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 
 def run(args, beam_argv) -> int:
     global LAST_SUBMITTED
-    from pipelines.infer import InferOptions, infer
+    from pipelines.infer import InferOptions, infer  # imports Beam: only when the command runs
     opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
                         inputs=list(args.input or []), input_format=args.input_format,
                         query=args.query, write_csv=args.write_csv,
@@ -84,8 +85,8 @@ def run(args, beam_argv) -> int:
                         overwrite=args.overwrite, threads=args.threads,
                         unverified=args.unverified)
     if getattr(args, "detach", False):
+        # imports Beam: only when the command runs
         from pipelines.infer import SUMMARY_FILE, read_summary, submit
-        from pipelines.runtime.beam_options import pipeline_options
         runner = detached.runner_of_options(pipeline_options(beam_argv))
         result = submit(opts, beam_argv)
         LAST_SUBMITTED = result
@@ -115,7 +116,7 @@ def _print_raw_text(s: dict) -> None:
     know (dropped); a warning line when that share is large or when CJK documents gave no
     token. (Unknown tokenizer settings are warned about by pipelines.infer before the run.)"""
     import sys
-    from pipelines.infer import UNKNOWN_SHARE_WARNING
+    from pipelines.infer import UNKNOWN_SHARE_WARNING  # imports Beam: only when the command runs
     share = s.get("unknown_token_share", 0.0)
     print("raw text: %d documents read; unknown tokens: %d of %d (%.1f%%), ignored; %d "
           "documents with no known word skipped"

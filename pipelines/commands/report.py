@@ -6,8 +6,11 @@ See :mod:`pipelines.reports.report` for what the page shows.
 """
 from __future__ import annotations
 
+import importlib
 from lda_core.errors import UsageError
-from pipelines.ingest import dataset
+from lda_core.storage.output_paths import check_disjoint
+from pipelines.reports.report import write_report
+from pipelines.runtime import paths
 
 
 def add_arguments(p) -> None:
@@ -36,14 +39,12 @@ def add_arguments(p) -> None:
 
 
 def run(args, beam_argv) -> int:
-    from pipelines.reports.report import write_report
     if not args.model:
         raise UsageError("--model MODEL_DIR is required")
     if not args.output:
         raise UsageError("--output HTML is required")
     # the page never replaces nor lands inside the model, the documents or the template
-    from lda_core.storage.output_paths import check_disjoint
-    check_disjoint(args.output, [args.model, dataset.model_dir_of(args.model), args.shards,
+    check_disjoint(args.output, [args.model, paths.model_dir_of(args.model), args.shards,
                                  args.template])
     for name in ("max_docs", "top"):
         if getattr(args, name) < 1:
@@ -52,7 +53,7 @@ def run(args, beam_argv) -> int:
     if args.examples < 0:
         raise UsageError("--examples must be >= 0, got %d" % args.examples)
     try:
-        import matplotlib  # noqa: F401  (the plots; an optional extra of the package)
+        importlib.import_module("matplotlib")   # the plots; an optional extra of the package
     except ImportError:
         raise UsageError("ldabeam report draws its plots with matplotlib, which is not "
                          "installed: pip install 'ldabeam[report]' (or matplotlib)")
@@ -60,6 +61,6 @@ def run(args, beam_argv) -> int:
                         top_n=args.top, examples=args.examples, evolution_topics=args.topic,
                         template=args.template, unverified=args.unverified)
     print("report: %s (%s, K=%d, step %d, %d checkpoints in the evolution table)"
-          % (dataset.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
+          % (paths.absolute(args.output), data["algorithm"], data["n_topics"], data["step"],
              len(data["evolution"]["checkpoints"])))
     return 0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lda_core.errors import UsageError
+from pipelines.ingest.tokenize import Preprocessor
+from pipelines.runtime.beam_options import pipeline_options
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +107,6 @@ class Setup:
 def model_tokenizer(model: str):
     """The model's recorded preprocessing for text messages (UsageError when it cannot be
     reproduced here); None, with a warning, when it was never recorded (the defaults)."""
-    from pipelines.ingest.tokenize import Preprocessor
     pre = Preprocessor.from_model_dir(model)
     if not pre.known:
         logging.getLogger(__name__).warning(
@@ -117,7 +118,7 @@ def model_tokenizer(model: str):
 
 def prepare(args) -> Setup:
     """Check the options and load (or create) the model; raises ValueError on bad options."""
-    from pipelines.streaming import stream, stream_parse
+    from pipelines.streaming import stream, stream_parse  # imports Beam: only when the command runs
     if not args.model:
         raise UsageError("--model MODEL_DIR is required")
     sources = [s for s in (args.subscription, args.topic, args.input_glob) if s]
@@ -152,7 +153,7 @@ def build_pipeline(p, args, setup: Setup):
     arriving under ``--input-glob`` through ``fileio.MatchContinuously``) -> StreamTrain ->
     dead letters written under ``setup.dead_dir``. Returns StreamTrain's outputs. (The local
     runner's ``--input-glob`` route does not use it: see ``run``.)"""
-    from pipelines.streaming import stream
+    from pipelines.streaming import stream  # imports Beam: only when the command runs
     if args.input_glob:
         raw = p | "Files" >> stream.ReadJsonFilesContinuously(args.input_glob,
                                                               args.poll_seconds,
@@ -177,8 +178,7 @@ LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "")
 def run(args, beam_argv) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
-    from pipelines.streaming import stream
-    from pipelines.runtime.beam_options import pipeline_options
+    from pipelines.streaming import stream  # imports Beam: only when the command runs
     setup = prepare(args)
     algo = setup.algo
     opts = pipeline_options(beam_argv, in_memory=False, streaming=True)

@@ -15,6 +15,10 @@ import json
 import sys
 
 from lda_core.errors import UsageError
+from lda_core.evaluation.topic_quality import top_words
+from pipelines.reports.report import model_dir_of, read_labels, write_labels
+from pipelines.runtime.model_dir import load_model
+from pipelines.runtime.paths import write_atomic as write_bytes_atomic
 
 
 def add_arguments(p) -> None:
@@ -36,7 +40,6 @@ def add_arguments(p) -> None:
 
 
 def _update_labels(args, state) -> None:
-    from pipelines.reports.report import model_dir_of, read_labels, write_labels
     mdir = model_dir_of(args.model)
     labels = read_labels(mdir)
     for k, text in args.label or []:
@@ -56,9 +59,6 @@ def _update_labels(args, state) -> None:
 
 
 def run(args, beam_argv) -> int:
-    from lda_core.evaluation.metrics import top_words
-    from pipelines.runtime.model_dir import load_model
-    from pipelines.reports.report import model_dir_of, read_labels
     if args.top < 1:
         raise UsageError("--top must be >= 1, got %d" % args.top)
     algo, state, vocab = load_model(args.model)
@@ -91,7 +91,6 @@ def run(args, beam_argv) -> int:
             print("topic %*d%s: %s" % (width, k, lab, words), file=out)
     text = out.getvalue()
     if args.output:
-        from pipelines.ingest.dataset import write_bytes_atomic
         write_bytes_atomic(args.output, text.encode("utf-8"))
         print("wrote %s (%s, %d topics)" % (args.output, args.format, len(tops)),
               file=sys.stderr)

@@ -28,22 +28,34 @@ import sys
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.algorithms.word_blocks import check_resumed_blocks
 from lda_core.errors import InputError, OutputError, UsageError
-from lda_core.storage.vocab_file import GROWN_PREFIX
+from lda_core.faults import fault_point
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CHECKPOINTS, CheckpointStore
+from lda_core.storage.files import files_for
+from lda_core.storage.run_log import iter_run_log, RUN_LOG_FILE, RunLog
+from lda_core.storage.vocab_file import GROWN_PREFIX, Vocabulary
 from lda_core.training import pieces as pieces_mod
+from lda_core.training import staleness as staleness_mod
+from lda_core.training.kernel_warmup import warm_kernels
+from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, default_eval_every, PassStop
 from lda_core.training.runner import TrainData
-from lda_core.training.faults import fault_point
-from lda_core.training.session import Session, TrainingInterrupted, resume_position
+from lda_core.training.session import resume_position, Session, TrainingInterrupted
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
-from lda_core.training.trainer import InProcessRunner, WholeCorpusRunner, check_pass_stop
-from pipelines.ingest import dataset
-from pipelines.commands.train_options import add_arguments  # noqa: F401 (the command)
+from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCorpusRunner
+from pipelines.commands import train_options
 from pipelines.commands.train_summary import print_detached, print_summary
-from pipelines.training.shard_stream import read_docs
-from pipelines.training.algorithm_options import (  # noqa: F401 (the command's API)
-    BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH, DEFAULT_ALGORITHM, DEFAULT_MINIBATCH,
-    GIBBS_SWEEPS, HIDDEN, HINTS, PAPERS, keyword_default,
-    option_flag, algorithm_option_dests, build_algorithm, default_minibatch, default_passes)
+from pipelines.commands.train_update import run_update
+from pipelines.ingest import dataset, manifest
+from pipelines.runtime import paths
+from pipelines.runtime.beam_options import runner_config
+from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_MAX_PASSES,
+                                                  BEAM_WORKERS_MINIBATCH, build_algorithm,
+                                                  DEFAULT_ALGORITHM, default_minibatch,
+                                                  default_passes, GIBBS_SWEEPS)
+from pipelines.training.shard_stream import HeldOutShards, read_docs, ShardStream
 
 logger = logging.getLogger(__name__)
 
@@ -55,21 +67,25 @@ def _beam_workers(args, beam_argv) -> bool:
     if args.runner.lower() in ("inprocess", "in-process", "local"):
         return False
     try:
-        from pipelines.runtime.beam_options import runner_config
         return not runner_config(args.runner, list(beam_argv or ())).in_process
     except ValueError:
         return False      # an unknown runner is reported later, with its own message
 
 
+def add_arguments(p) -> None:
+    """The command's options (declared in :mod:`pipelines.commands.train_options`)."""
+    train_options.add_arguments(p)
+
+
 def resolve_heldout(shards: str, heldout: str, unverified: bool = False
                     ) -> Optional[List[str]]:
     """Shard files of the held-out set named by ``--heldout`` (None for no evaluation),
-    verified against their dataset's manifest (:func:`pipelines.ingest.dataset.open_shards`)."""
+    verified against their dataset's manifest (:func:`pipelines.ingest.manifest.open_shards`)."""
     if heldout in (None, "", "none"):
         return None
-    is_dataset = dataset.exists(dataset.join(shards, dataset.MANIFEST_FILE)) or \
-        dataset.exists(dataset.join(shards, dataset.TRAIN_SPLIT))
-    opened = lambda path, split, option: dataset.open_shards(
+    is_dataset = paths.exists(paths.join(shards, dataset.MANIFEST_FILE)) or \
+        paths.exists(paths.join(shards, dataset.TRAIN_SPLIT))
+    opened = lambda path, split, option: manifest.open_shards(
         path, split, unverified=unverified, option=option).files
     if heldout == "auto":
         if not is_dataset:
@@ -78,14 +94,13 @@ def resolve_heldout(shards: str, heldout: str, unverified: bool = False
             return opened(shards, dataset.HELDOUT_SPLIT, "--shards")
         except FileNotFoundError:
             return None
-    if is_dataset and "/" not in heldout and not dataset.exists(heldout):
+    if is_dataset and "/" not in heldout and not paths.exists(heldout):
         return opened(shards, heldout, "--shards")
     return opened(heldout, dataset.HELDOUT_SPLIT, "--heldout")
 
 
 def _capability(name: str, what: str) -> bool:
     """Whether algorithm ``name`` declares capability ``what`` (lda_core.algorithms.algorithm)."""
-    from lda_core.algorithms.algorithm import algorithm_class
     try:
         return bool(getattr(algorithm_class(name), what, False))
     except ValueError:
@@ -94,9 +109,7 @@ def _capability(name: str, what: str) -> bool:
 
 def _remove_model(model_dir: str) -> None:
     """Remove what ``ldabeam train`` wrote in ``model_dir`` (and nothing else)."""
-    from lda_core.storage.checkpoint import CHECKPOINTS
-    from lda_core.storage.run_log import RUN_LOG_FILE
-    files = dataset.files_for(model_dir)      # local, or Beam FileSystems for a URL
+    files = files_for(model_dir)      # local, or Beam FileSystems for a URL
     if not files.isdir(model_dir):
         return
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
@@ -112,12 +125,11 @@ def _clear_leftovers(model_dir: str, vocab) -> None:
     and the run log of an earlier run that never checkpointed are leftovers that would make
     ``topics`` / ``infer`` read the wrong words or runs; both are replaced (a warning names
     them)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE
-    files = dataset.files_for(model_dir)
+    files = files_for(model_dir)
     old_vocab = files.join(model_dir, dataset.VOCAB_FILE)
     if files.exists(old_vocab):
         try:
-            same = dataset.Vocabulary.read(old_vocab).hash == vocab.hash
+            same = Vocabulary.read(old_vocab).hash == vocab.hash
         except (ValueError, OSError, UnicodeDecodeError):
             same = False
         if not same:
@@ -194,10 +206,6 @@ def choose_runner(args, beam_argv, algorithm: str, route: Route):
                 "--detach is not available for algorithm %s: the stream-order "
                 "samplers' Beam path (pipelines/training/beam_sequential.py) publishes "
                 "and logs from the driver; run it without --detach" % algorithm)
-        if args.unroll is False:
-            raise UsageError("--detach runs each window as one unrolled pipeline that "
-                             "publishes its own checkpoint; --no-unroll applies the global "
-                             "steps on the driver")
     if route.auto and detach:
         raise UsageError("--passes auto does not apply with --detach (each window is a "
                          "separate launch that cannot stop the chain); give --passes N")
@@ -211,7 +219,7 @@ def choose_runner(args, beam_argv, algorithm: str, route: Route):
         return SequentialRunner(SequentialSettings(
             beam_argv=tuple(beam_argv), runner=args.runner,
             minibatches_per_window=args.minibatches_per_window))
-    from pipelines.training.beam_train import BeamRunner, BeamSettings
+    from pipelines.training.beam_train import BeamRunner, BeamSettings  # imports Beam (above)
     return BeamRunner(BeamSettings(
         beam_argv=tuple(beam_argv), runner=args.runner,
         minibatches_per_window=args.minibatches_per_window, unroll=args.unroll,
@@ -233,7 +241,6 @@ def _heldout(files, shard_hash, max_docs, seed: int, detach: bool, train_files):
     in the job, where the window is evaluated), else read now; None when there is none."""
     if files is None:
         return None
-    from pipelines.training.shard_stream import HeldOutShards
     shards = HeldOutShards(tuple(files), shard_hash, max_docs, seed, tuple(train_files))
     return shards if detach else shards.load()
 
@@ -244,11 +251,11 @@ def _prepare_output(args, vocab_path: str, vocab) -> None:
         _remove_model(args.output)
     elif not args.resume:
         _clear_leftovers(args.output, vocab)
-    dataset.make_dirs(args.output)
-    dst_vocab = dataset.join(args.output, dataset.VOCAB_FILE)
-    if not dataset.exists(dst_vocab):
-        dataset.files_for(dst_vocab).write_atomic(
-            dst_vocab, dataset.files_for(vocab_path).read_bytes(vocab_path))
+    paths.make_dirs(args.output)
+    dst_vocab = paths.join(args.output, dataset.VOCAB_FILE)
+    if not paths.exists(dst_vocab):
+        files_for(dst_vocab).write_atomic(
+            dst_vocab, files_for(vocab_path).read_bytes(vocab_path))
 
 
 def run(args, beam_argv) -> int:
@@ -257,7 +264,6 @@ def run(args, beam_argv) -> int:
     global LAST_SUBMITTED
     t_setup = time.time()
     if getattr(args, "update", False):
-        from pipelines.commands.train_update import run_update
         return run_update(args, beam_argv, run)     # run: the Beam update trains through it
     if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
         raise UsageError("--input and --grow-vocab apply with --update (training on new "
@@ -285,15 +291,13 @@ def run(args, beam_argv) -> int:
         dataset.check_vocab_hash(heldout_files, shard_hash)
     pass_stop, passes = _resolve_passes(args, algorithm, state, prev, heldout_files, detach,
                                         whole_corpus, accumulates, sequential)
-    from lda_core.training.pass_stop import default_eval_every
     args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
-    from pipelines.training.shard_stream import ShardStream
     stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
-    run_info = dict(shards=dataset.absolute(args.shards), minibatch=minibatch, seed=seed,
+    run_info = dict(shards=paths.absolute(args.shards), minibatch=minibatch, seed=seed,
                     passes=passes, n_docs=stream.n_docs, n_shards=len(files), runner=args.runner,
                     algorithm=algorithm, vocab_hash=shard_hash, dataset=data_record)
     if not whole_corpus and not sequential:
@@ -303,6 +307,14 @@ def run(args, beam_argv) -> int:
         recorded = pieces_mod.recorded_pieces(prev, state is not None)
         if explicit is not None or recorded is not None:
             run_info[pieces_mod.RUN_KEY] = pieces_mod.resolve_pieces(explicit, recorded)
+        explicit = getattr(args, "staleness", None)
+        recorded = staleness_mod.recorded_staleness(prev, state is not None)
+        if explicit is not None or recorded is not None:
+            run_info[staleness_mod.RUN_KEY] = staleness_mod.resolve_staleness(explicit,
+                                                                              recorded)
+    elif getattr(args, "staleness", None):
+        raise UsageError("--staleness needs an algorithm with minibatch steps (online-vb, "
+                         "scvb0, sparse-gibbs-vb); %s has none" % algorithm)
 
     # --- runner dispatch ---------------------------------------------------------------------
     inprocess = args.runner.lower() in ("inprocess", "in-process", "local")
@@ -326,13 +338,12 @@ def run(args, beam_argv) -> int:
     if pass_stop is not None:
         check_pass_stop(algo, heldout, stream.batches_per_pass, accumulates)
     _prepare_output(args, vocab_path, vocab)
-    dataset.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
+    manifest.record_tokenizer(shard_set, args.output)   # MODEL_DIR/tokenizer.json
 
     run_log = _open_run_log(args.output, detach)
     if inprocess and not sequential and not whole_corpus:
         # the first run in a fresh environment compiles the kernels: one line, then the
         # compile, then its seconds
-        from lda_core.training.kernel_warmup import warm_kernels
         warm_kernels(lambda v, d: build_algorithm(
             algorithm, algo.n_topics, v,
             settings=settings if state is None else {}, batch_size=100, corpus_size=d,
@@ -369,15 +380,15 @@ def run(args, beam_argv) -> int:
 
 
 def _resolve_data(args):
-    """The shards (a verified :class:`pipelines.ingest.dataset.ShardSet`), their vocabulary
+    """The shards (a verified :class:`pipelines.ingest.manifest.ShardSet`), their vocabulary
     hash, and the vocabulary that matches it; every shard is checked against its dataset's
     manifest first (names, rows, sha256), once per run."""
-    shard_set = dataset.open_shards(args.shards,
+    shard_set = manifest.open_shards(args.shards,
                                     unverified=getattr(args, "unverified", False))
     files = shard_set.files
     shard_hash = dataset.check_vocab_hash(files, None)
     vocab_path = dataset.find_vocab(args.shards, args.vocab)
-    vocab = dataset.Vocabulary.read(vocab_path)
+    vocab = Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
@@ -388,7 +399,6 @@ def check_resume_dataset(prev: Dict[str, Any], record: Dict[str, Any], args) -> 
     """``--resume`` continues the minibatch order of the same documents: the dataset the
     checkpoint records (``info.run.dataset``: shard names, rows, sha256 digest) must be the
     one ``--shards`` names. UsageError naming the difference and what to do otherwise."""
-    from lda_core.errors import UsageError
     before = prev.get("dataset")
     if not isinstance(before, dict) or "digest" not in before:
         logger.warning("--resume: the checkpoint in %s records no dataset (written by an older "
@@ -420,7 +430,6 @@ def check_resume_dataset(prev: Dict[str, Any], record: Dict[str, Any], args) -> 
 
 def _open_model_dir(args, vocab, shard_hash):
     """The checkpoint store of --output and the state to resume (None for a fresh run)."""
-    from lda_core.storage.checkpoint import CheckpointStore
     keep = args.keep_checkpoints or None
     store = CheckpointStore(args.output, keep_last=keep, check_algorithm=True)
     state = None
@@ -460,7 +469,7 @@ def _resolve_order(args, beam_argv, state, prev: Dict[str, Any]):
                     "processes (per-step overhead; docs/beam-training.md)", minibatch)
     if minibatch is None and algorithm != "online-vb" and _beam_workers(args, beam_argv):
         logger.warning("--minibatch not given: %d, %s's own; on a Beam runner with worker "
-                       "processes every step costs ~0.2-0.5 s of scheduling "
+                       "processes every step pays the runner's scheduling of a stage "
                        "(docs/beam-training.md): give a larger --minibatch, or --algorithm "
                        "online-vb (S = %d there)", default_minibatch(algorithm), algorithm,
                        BEAM_WORKERS_MINIBATCH)
@@ -494,15 +503,12 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
     """The algorithm: from the checkpoint (its settings win over the options, with a warning
     naming the ignored ones) or fresh from the options."""
     if state is not None:
-        from lda_core.algorithms.algorithm import algorithm_class
-        from lda_core.algorithms.word_blocks import check_resumed_blocks
         given = [k for k, v in settings.items() if v is not None and k != "threads"]
         if given:
             logger.warning("--resume: %s ignored, the checkpoint's settings are used",
                            ", ".join("--" + g.replace("_", "-") for g in given))
         cls = algorithm_class(state.algorithm)
         check_resumed_blocks(cls, settings.get("word_blocks"), state.params)
-        from lda_core.storage.blocks import algorithm_from_state
         algo = algorithm_from_state(state, n_threads=args.threads or None, take=True)
         logger.info("resuming %s from step %d (%d documents seen)", state.algorithm,
                     state.step, state.docs_seen)
@@ -530,9 +536,8 @@ def _check_resume_has_steps(args, state, start: int, total_steps: int) -> None:
 def _run_log_ended(output: str) -> bool:
     """Whether the model's run log ends with a run's ``end`` record (a run killed after its
     last checkpoint has none; a model with no run log counts as ended)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, iter_run_log
-    path = dataset.join(output, RUN_LOG_FILE)
-    if not dataset.exists(path):
+    path = paths.join(output, RUN_LOG_FILE)
+    if not paths.exists(path):
         return True
     last = None
     for last in iter_run_log(path, damaged=[]):
@@ -543,10 +548,9 @@ def _run_log_ended(output: str) -> bool:
 def _open_run_log(output: str, detach: bool):
     """The run log of MODEL_DIR; with --detach the window's job appends the records, so the
     launcher neither opens nor reads the log (only its path)."""
-    from lda_core.storage.run_log import RUN_LOG_FILE, RunLog
     if detach:
-        return _RunLogPath(dataset.join(output, RUN_LOG_FILE))
-    return RunLog(dataset.join(output, RUN_LOG_FILE))
+        return _RunLogPath(paths.join(output, RUN_LOG_FILE))
+    return RunLog(paths.join(output, RUN_LOG_FILE))
 
 
 def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
@@ -554,7 +558,6 @@ def _pass_stop(passes, prev: Dict[str, Any], patience: Optional[int]):
     (with ``--passes-patience``), the checkpoint's (its settings and its history of pass
     scores) when a resumed auto run is continued without ``--passes`` or with ``--passes
     auto``."""
-    from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, PassStop
     if not (passes == "auto" or (passes is None and AUTO_KEY in prev)):
         if patience is not None:
             raise UsageError("--passes-patience applies only with --passes auto")

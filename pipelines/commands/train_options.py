@@ -209,19 +209,30 @@ def add_arguments(p) -> None:
                    help="E-step pieces per minibatch, summed in piece order: the result "
                         "depends on (--seed, --minibatch, P) only, not on the runner or the "
                         "worker count; recorded in the checkpoints, so --resume keeps it "
-                        "(default 1 on local runners; remote runners: at least 4, and "
+                        "(default 2 on local runners; remote runners: at least 4, and "
                         "--num_workers / --max_num_workers of the first run)")
-    g.add_argument("--exchange", choices=("state", "word-blocks"), default=None,
-                   help="Beam runners, online-vb and scvb0: how a step's state and statistics "
-                        "move between workers. word-blocks: each worker reads only its "
-                        "documents' words' rows and the statistics go to the owners of "
-                        "--word-blocks blocks of words (no worker holds the whole state); "
-                        "state: every worker reads the whole state and one worker sums the "
-                        "statistics (default: word-blocks on remote runners, state on this "
-                        "machine; same bits either way at the same --pieces and --word-blocks)")
+    g.add_argument("--staleness", type=int, default=None, metavar="S",
+                   help="pipelined steps: the E-step of minibatch m reads the state after "
+                        "step m - 1 - S, so on a cluster it overlaps the previous step's "
+                        "update (one barrier per step with S = 1). Part of the result, like "
+                        "--pieces: recorded in the checkpoints, --resume keeps it "
+                        "(default 0)")
+    g.add_argument("--exchange", choices=("remote", "word-blocks", "local", "state"),
+                   default=None,
+                   help="Beam runners: how a step's state and statistics move between "
+                        "workers. remote (word-blocks is its earlier name; online-vb and "
+                        "scvb0): the state cut into --word-blocks blocks of words, each held "
+                        "by an owner, and every row, statistic and document moving through "
+                        "Beam's shuffle inside a window (files only at its ends); local: "
+                        "worker processes of this machine, each with its own copy of the "
+                        "state; state: every worker reads the whole state and one worker "
+                        "sums the statistics. Default: remote on remote runners (state for "
+                        "sparse-gibbs-vb), local with worker processes; same bits at the "
+                        "same --pieces, --word-blocks and --staleness")
     g.add_argument("--unroll", action=argparse.BooleanOptionalAction, default=None,
                    help="Beam runners: chain the window's minibatches inside one pipeline "
-                        "(default: the Beam trainer's choice)")
+                        "(default); --no-unroll runs one pipeline per minibatch "
+                        "(--minibatches-per-window 1)")
     g.add_argument("--detach", action="store_true",
                    help="Beam runners, local/global-step algorithms: submit ONE window "
                         "(--minibatches-per-window minibatches from the start, or with "

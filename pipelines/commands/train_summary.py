@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from pipelines.training import detached
+
 
 def print_detached(args, algorithm, algo, stream, sub) -> None:
     """What a detached launch did: the window it submitted, where its results will be."""
@@ -13,7 +15,6 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
                  and sub.total == args.max_steps else "every pass done"), file=out)
         print("  model: %s" % args.output, file=out)
         return
-    from pipelines.training import detached
     print("%s %s: K=%d, V=%d, D=%d documents, minibatch %d; window of minibatches %d..%d "
           "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
                                algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,

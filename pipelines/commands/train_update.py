@@ -44,7 +44,18 @@ import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, Terminated, TrainingError, UsageError
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
+from lda_core.storage.vocab_file import Vocabulary
+from lda_core.training.pieces import RUN_KEY
+from lda_core.training.session import Session, TrainingInterrupted
+from lda_core.training.spec import Output
+import ldabeam
+from pipelines.ingest import dataset, input_files, manifest as dataset_manifest, text_sources as ts
+from pipelines.runtime import paths
+from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
 
@@ -88,21 +99,21 @@ def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[
     """``(ids, texts, dead letters)`` of the raw-text inputs, read with the record fields and
     encoding of the model's training data (its recorded settings; the vectorize defaults
     when unknown)."""
-    from pipelines.ingest import text_sources as ts
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import VectorizeOptions
     defaults = VectorizeOptions(inputs=list(patterns), output="").reader_options()
     s = settings or {}
     opts = {k: (s[k] if s.get(k) is not None else v) for k, v in defaults.items()}
-    inputs = ts.expand_inputs(list(patterns), fmt)
-    bow = [p for p, f in inputs if f in ts.BOW_FORMATS]
+    inputs = input_files.expand_inputs(list(patterns), fmt)
+    bow = [p for p, f in inputs if f in input_files.BOW_FORMATS]
     if bow:
         raise UsageError("--input takes raw text (%s), but %s is a bag-of-words corpus; "
                          "vectorise it with `ldabeam vectorize --vocab MODEL_DIR/vocab.tsv` "
-                         "and pass --shards" % (", ".join(ts.TEXT_FORMATS), bow[0]))
+                         "and pass --shards" % (", ".join(input_files.TEXT_FORMATS), bow[0]))
     ids, texts, dead = [], [], 0
     for path, f in inputs:
         for rec in ts.read_documents(path, f, **opts):
-            if isinstance(rec, ts.DeadLetter):
+            if isinstance(rec, input_files.DeadLetter):
                 dead += 1
                 continue
             ids.append(rec.doc_id)
@@ -120,9 +131,7 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     vocabulary, word lists (through the dataset's own vocab.tsv) with ``--grow-vocab``;
     otherwise InputError saying how to get a usable dataset."""
     import numpy as np
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_docs
-    dataset.verify(shards)
+    dataset_manifest.verify(shards)
     files = dataset.resolve_shards(shards)
     shard_hash = dataset.check_vocab_hash(files, None)
     model_hash = getattr(model._algo, "vocab_hash", None) or model._vocab.hash
@@ -137,9 +146,9 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
                          "the model's (%s); pass --grow-vocab to add its new words, or "
                          "vectorize it with --vocab %s" % (
                              shards, shard_hash, model_hash,
-                             dataset.join(model.model_dir, dataset.VOCAB_FILE)))
+                             paths.join(model.model_dir, dataset.VOCAB_FILE)))
     vocab_path = dataset.find_vocab(shards, vocab_opt)
-    vocab = dataset.Vocabulary.read(vocab_path)
+    vocab = Vocabulary.read(vocab_path)
     if vocab.hash != shard_hash:
         raise InputError("vocabulary %s has hash %s but the shards were vectorised with %s"
                          % (vocab_path, vocab.hash, shard_hash))
@@ -162,9 +171,8 @@ UPDATING = "updating"
 def clear_updating(model_dir: str) -> None:
     """Remove what a Beam update left in ``MODEL_DIR/updating`` (a finished one removes it
     itself; a killed one leaves it for the next update to clear)."""
-    from pipelines.ingest import dataset
-    scratch = dataset.join(model_dir, UPDATING)
-    files = dataset.files_for(scratch)
+    scratch = paths.join(model_dir, UPDATING)
+    files = files_for(scratch)
     if files.isdir(scratch):
         files.remove_tree(scratch)
 
@@ -174,21 +182,20 @@ def write_update_dataset(job, out: str, settings: Optional[Dict[str, Any]]) -> s
     ``job.shard_sizes`` rows in the job's order, then ``manifest.json``, written last so the
     dataset verifies only once complete)."""
     import numpy as np
-    from pipelines.ingest import dataset
     docs, vocab = job.documents, job.vocabulary
-    dataset.make_dirs(dataset.join(out, dataset.TRAIN_SPLIT))
-    vocab.write(dataset.join(out, dataset.VOCAB_FILE))
+    paths.make_dirs(paths.join(out, dataset.TRAIN_SPLIT))
+    vocab.write(paths.join(out, dataset.VOCAB_FILE))
     n, lo = len(job.shard_sizes), 0
     for j, size in enumerate(job.shard_sizes):
         part = docs.take(np.arange(lo, lo + size))
-        dataset.write_shard(dataset.join(out, dataset.TRAIN_SPLIT, dataset.shard_name(j, n)),
+        dataset.write_shard(paths.join(out, dataset.TRAIN_SPLIT, dataset.shard_name(j, n)),
                             dataset.docbatch_to_table(part), vocab.hash)
         lo += size
     manifest = {"n_docs": int(docs.n_docs), "vocab_size": len(vocab), "vocab_hash": vocab.hash,
-                "source": "ldabeam train --update", "splits": dataset.shard_listing(out)}
+                "source": "ldabeam train --update", "splits": dataset_manifest.shard_listing(out)}
     if settings:
         manifest["settings"] = dict(settings)
-    dataset.write_manifest(out, manifest)
+    dataset_manifest.write_manifest(out, manifest)
     return out
 
 
@@ -226,17 +233,15 @@ def resumable(scratch: str, base: Dict[str, Any]):
     """The latest checkpoint of the scratch run in ``scratch`` when it is this update's (same
     base record, its dataset verified against its manifest and the one the checkpoint was
     trained on), else None (the update starts over)."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
-    path = dataset.join(scratch, BASE_FILE)
+    path = paths.join(scratch, BASE_FILE)
     try:
-        if not dataset.exists(path):
+        if not paths.exists(path):
             return None
-        with dataset.open_read(path) as f:
+        with paths.open_read(path) as f:
             if json.loads(f.read().decode("utf-8")) != base:
                 return None
-        record = dataset.open_shards(dataset.join(scratch, "data")).record()
-        latest = CheckpointStore(dataset.join(scratch, "model")).latest()
+        record = dataset_manifest.open_shards(paths.join(scratch, "data")).record()
+        latest = CheckpointStore(paths.join(scratch, "model")).latest()
     except (OSError, ValueError) as e:     # DataIntegrityError, a damaged file: start over
         logger.info("--update: %s is not resumable (%s); starting over", scratch, e)
         return None
@@ -254,15 +259,10 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
     dataset, starting checkpoint, ``train --resume`` on the Beam runner, the trained
     algorithm back. ``settings``: the model's recorded preprocessing (the dataset's
     manifest records it, so the scratch model's tokenizer.json is the model's)."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.training.pieces import RUN_KEY
-    from lda_core.training.session import TrainingInterrupted, stamp
-    from pipelines.ingest import dataset
 
     def run(job):
-        scratch = dataset.join(dataset.absolute(args.output), UPDATING)
-        data, model = dataset.join(scratch, "data"), dataset.join(scratch, "model")
+        scratch = paths.join(paths.absolute(args.output), UPDATING)
+        data, model = paths.join(scratch, "data"), paths.join(scratch, "model")
         base = update_base(job, base_checkpoint)
         start_step = int(job.algorithm.step)
         latest = resumable(scratch, base)
@@ -270,22 +270,22 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
             logger.info("--update: resuming the update stopped at step %d in %s (steps %d..%d)",
                         latest.step, scratch, start_step, start_step + base["steps"])
         else:
-            clear_updating(dataset.absolute(args.output))
+            clear_updating(paths.absolute(args.output))
             write_update_dataset(job, data, settings)
-            record = dataset.open_shards(data).record()
-            state = job.algorithm.to_state()
-            state.info = dict(state.info or {})
+            record = dataset_manifest.open_shards(data).record()
             run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
                             passes=job.passes, n_docs=int(job.documents.n_docs),
                             n_shards=len(job.shard_sizes), runner=args.runner,
-                            algorithm=state.algorithm, vocab_hash=job.vocabulary.hash,
+                            algorithm=job.algorithm.name, vocab_hash=job.vocabulary.hash,
                             dataset=record)
             run_info[RUN_KEY] = job.pieces
-            stamp(state, 0, int(state.docs_seen), runner=args.runner, run_info=run_info)
-            start = CheckpointStore(model).publish(state)
+            # the scratch run's first checkpoint, at position 0 of its order
+            start = Session(output=Output(checkpoint_store=CheckpointStore(model),
+                                          progress=False),
+                            runner=args.runner, run_info=run_info).publish(job.algorithm)
             # written once the starting checkpoint is: its presence says the scratch run is
             # this update's (resumable() compares it)
-            dataset.write_bytes_atomic(dataset.join(scratch, BASE_FILE),
+            paths.write_atomic(paths.join(scratch, BASE_FILE),
                                        (json.dumps(base, sort_keys=True) + "\n").encode())
             logger.info("--update on %s: %d documents in %s, starting checkpoint %s",
                         args.runner, job.documents.n_docs, data, start)
@@ -323,7 +323,7 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
         if rc in (130, 143):
             logger.warning("--update interrupted: %s is unchanged; run the same `ldabeam train "
                            "--update` again to continue the update from its last checkpoint "
-                           "in %s", args.output, dataset.join(args.output, UPDATING))
+                           "in %s", args.output, paths.join(args.output, UPDATING))
             raise (Terminated if rc == 143 else KeyboardInterrupt)(
                 "the update's training run stopped (exit %d)" % rc)
         if rc != 0:
@@ -337,9 +337,6 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
     """``ldabeam train --update``: checks, the model, the new documents, the update (in this
     process, or on a Beam runner through ``train_run`` -- :func:`pipelines.commands.train.run`,
     handed in by it), the new checkpoint, a summary on stdout."""
-    import ldabeam
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
     passes = check_update_args(args, beam_argv)
     model = ldabeam.load(args.output)
     if args.algorithm and args.algorithm != model.algorithm:
@@ -365,9 +362,9 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
         runner = beam_runner(args, beam_argv, train_run, model.preprocessing, model.checkpoint)
     summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner)
     keep = args.keep_checkpoints or None
-    store = CheckpointStore(dataset.absolute(args.output), keep_last=keep, check_algorithm=True)
-    path = model.publish_leased(dataset.absolute(args.output), store)
-    clear_updating(dataset.absolute(args.output))
+    store = CheckpointStore(paths.absolute(args.output), keep_last=keep, check_algorithm=True)
+    path = model.publish_leased(paths.absolute(args.output), store)
+    clear_updating(paths.absolute(args.output))
     print("updated %s (%s) on %s: %d documents, %d tokens, %d passes, steps %d -> %d%s"
           % (args.output, model.algorithm, source, summary["documents"], summary["tokens"],
              passes, step0, model.step,

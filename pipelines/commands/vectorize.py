@@ -11,6 +11,10 @@ import argparse
 import os
 
 from lda_core.errors import InputError, UsageError
+from pipelines.cli import main as cli_main
+from pipelines.ingest import dataset, manifest as dataset_manifest
+from pipelines.runtime import paths
+from pipelines.runtime.beam_options import pipeline_options
 from pipelines.training import detached
 
 # the dataset directory is held (lease) while it is written, and never overlaps an input
@@ -202,6 +206,7 @@ def add_field_arguments(group, defaults: bool = True) -> None:
 
 
 def options_from_args(args):
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import VectorizeOptions
     inputs = list(args.input or [])
     if not inputs and not getattr(args, "query", None):
@@ -231,6 +236,7 @@ LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (f
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import summary, vectorize
     opts = options_from_args(args)
     if getattr(args, "detach", False):
@@ -251,18 +257,17 @@ def run(args, beam_argv) -> int:
 
 def _run_detached(opts, beam_argv) -> int:
     global LAST_SUBMITTED
-    from pipelines.ingest import dataset
-    from pipelines.runtime.beam_options import pipeline_options
+    # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import submit, summary
     runner = detached.runner_of_options(pipeline_options(beam_argv))
     result = submit(opts, beam_argv)
     LAST_SUBMITTED = result
-    manifest = dataset.join(opts.output, dataset.MANIFEST_FILE)
+    manifest = paths.join(opts.output, dataset.MANIFEST_FILE)
     if detached.job_runs_here(runner, beam_argv):
         result.wait_until_finish()
         print("--detach: the %s runs the job in this process, so it was waited for "
               "(%s)" % (runner, detached.describe(result, runner)))
-        print(summary(dataset.read_manifest(opts.output), opts.output))
+        print(summary(dataset_manifest.read_manifest(opts.output), opts.output))
         return 0
     print("submitted: %s" % detached.describe(result, runner))
     print("the dataset is written to %s; %s appears when the job has finished (check the "
@@ -274,7 +279,6 @@ def _run_detached(opts, beam_argv) -> int:
 def main(argv=None) -> int:
     """``python -m pipelines.commands.vectorize ...`` (the same as ``ldabeam vectorize ...``)."""
     import sys
-    from pipelines.cli import main as cli_main
     return cli_main(["vectorize"] + list(sys.argv[1:] if argv is None else argv))
 
 

@@ -4,11 +4,12 @@ letters as the file readers; the columns are named as for tables
 (:class:`pipelines.ingest.table_sources.Columns`)."""
 from __future__ import annotations
 
+import importlib
 from typing import Optional
 
 from lda_core.errors import UsageError
-from pipelines.ingest import text_sources as ts
-from pipelines.ingest.table_sources import Columns, cell_text, row_document
+from pipelines.ingest import input_files
+from pipelines.ingest.table_sources import cell_text, Columns, row_document
 
 BIGQUERY_SCHEME = "bq://"
 
@@ -32,8 +33,8 @@ def bigquery_table(spec: str) -> str:
 def require_bigquery() -> None:
     """Fail with the extra to install when Beam's BigQuery client libraries are missing."""
     try:
-        import apache_beam.io.gcp.bigquery  # noqa: F401
-        from google.cloud import bigquery  # noqa: F401
+        importlib.import_module("apache_beam.io.gcp.bigquery")
+        importlib.import_module("google.cloud.bigquery")
     except ImportError as e:
         raise UsageError("BigQuery input needs Beam's Google Cloud extra (%s): pip install "
                          "'ldabeam[gcp]'" % e) from e
@@ -49,7 +50,7 @@ def _bigquery_rows_to_items(row: dict, idx: int, cols_spec: dict, source: str):
     doc_id = cell_text(row.get(cols.id)) if cols.id else None
     position = "row %s" % doc_id if doc_id else "row (no id)"
     doc = row_document(row, cols, source, "bq", 0, position)
-    if isinstance(doc, ts.DeadLetter):
+    if isinstance(doc, input_files.DeadLetter):
         return [TaggedOutput("dead", doc.to_json())]
     if not doc_id:
         doc_id = "bq:" + hashlib.blake2b(doc.text.encode("utf-8"), digest_size=8).hexdigest()

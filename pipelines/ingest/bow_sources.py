@@ -3,7 +3,7 @@
 Pure Python + numpy, no pipeline. Each reader streams its file line by line (bounded memory:
 one document at a time) and yields ``(doc_id, word_ids, counts)`` with ``word_ids`` sorted,
 unique, 0-based ``int32`` and ``counts`` ``int32 > 0`` (repeated word ids within a document are
-summed), or a :class:`~pipelines.ingest.text_sources.DeadLetter` for a document that cannot be parsed.
+summed), or a :class:`~pipelines.ingest.input_files.DeadLetter` for a document that cannot be parsed.
 Sizes read from a header are validated before anything is allocated from them. The vocabulary
 ORDER of the corpus is kept (word id i of the file is vocabulary entry i), so a model trained on
 it lines up column for column with the corpus' own vocabulary.
@@ -37,12 +37,12 @@ import os
 import re
 from typing import Dict, Iterator, List, Optional
 
-from pipelines.ingest.bow_triples import (MAX_DOCS, MAX_LINE_BYTES, MAX_VOCAB, BowItem,
-                                          BrokenStream, TriplesSource, iter_grouped_triples,
-                                          pack_bow, parse_int)
-from pipelines.ingest.input_files import input_file_exists
-from pipelines.ingest.text_sources import (DeadLetter, InputError, snippet_of, compression_of,
-                                           iter_lines, open_decompressed)
+from pipelines.ingest.bow_triples import (BowItem, BrokenStream, iter_grouped_triples, MAX_DOCS,
+                                          MAX_LINE_BYTES, MAX_VOCAB, pack_bow, parse_int,
+                                          TriplesSource)
+from pipelines.ingest.input_files import (compression_of, DeadLetter, input_file_exists, InputError,
+                                          iter_lines, open_decompressed, snippet_of)
+from pipelines.ingest.text_sources import primed
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,6 @@ def iter_bow_documents(path: str, fmt: str, vocab_size: Optional[int] = None
     if vocab_size is not None and not 0 < vocab_size <= MAX_VOCAB:
         raise InputError("vocab_size=%r is out of range [1, %d]" % (vocab_size, MAX_VOCAB))
     gen = readers[fmt](path, vocab_size)
-    from pipelines.ingest.text_sources import primed
     return primed(gen)
 
 

@@ -301,8 +301,8 @@ def iter_grouped_triples(path: str, src: "TriplesSource", n_docs: int, n_words: 
                           allow_float: bool) -> Iterator[BowItem]:
     """Shared by uci and mm: the body lines ``doc word value`` (1-based), grouped by doc.
 
-    Blocks of well-formed lines are parsed with numpy (``np.fromstring``, ~25x faster than
-    Python line splitting); a block with anything unusual is parsed line by line, which
+    Blocks of well-formed lines are parsed with numpy (``np.fromstring``, much faster than
+    Python line splitting: ``benchmarks/ingest_bench.py``); a block with anything unusual is parsed line by line, which
     gives the precise dead letters.
     """
     g = _Grouper(path, n_docs, n_words, allow_float)

@@ -1,7 +1,7 @@
 """The documents topic health is measured on: a seeded sample of training documents.
 
 Topic usage (dead and effective topics), NPMI and topic diversity have one definition
-(:func:`lda_core.evaluation.metrics.topic_health`) and one document set: :func:`sample_documents` of
+(:func:`lda_core.evaluation.topic_quality.topic_health`) and one document set: :func:`sample_documents` of
 the training shards, with the seed of the evaluation (0 unless given). The trainer logs them at
 its evaluation steps, ``ldabeam evaluate`` prints them and ``ldabeam report`` plots them, so a
 model's numbers agree wherever they are shown.
@@ -14,7 +14,7 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError, UsageError
-from lda_core.evaluation.metrics import USAGE_DOCS
+from lda_core.evaluation.topic_quality import USAGE_DOCS
 from pipelines.ingest import dataset
 from pipelines.ingest.shards import gather, read_shard
 
@@ -26,7 +26,7 @@ def sample_documents(files: Sequence[str], expected_vocab_hash: Optional[str] = 
                      columns: Sequence[str] = COLUMNS) -> DocBatch:
     """The non-empty ones of ``max_docs`` documents of ``files`` drawn without replacement
     (``RandomState(seed).permutation`` of the row numbers, as
-    :func:`lda_core.evaluation.metrics.topic_usage` draws), in file order; every document when there
+    :func:`lda_core.evaluation.topic_quality.topic_usage` draws), in file order; every document when there
     are no more. The row counts come from the Parquet footers and one shard is read at a time
     (memory: one shard plus the sample)."""
     if max_docs < 1:

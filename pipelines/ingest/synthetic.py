@@ -16,7 +16,7 @@ document depends only on (seed, its index, the spec), never on how many shards a
 which worker generates which chunk, and any chunk can be generated alone.
 
 Cost: one ``searchsorted`` per topic over the chunk's tokens plus one sort of the chunk's
-(document, word) keys -- about 1 s per million tokens here; memory is bounded by one chunk
+(document, word) keys (``benchmarks/scale_bench.py`` measures it); memory is bounded by one chunk
 (a few MB) plus one shard's table while it is written.
 
 Output (:func:`write_dataset`) is an ordinary dataset directory (``pipelines.ingest.dataset``):
@@ -37,7 +37,11 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
-from pipelines.ingest import dataset
+from lda_core.storage import output_paths
+from lda_core.storage.npy import write_npy_atomic
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import dataset, manifest as dataset_manifest
+from pipelines.runtime import paths
 
 logger = logging.getLogger(__name__)
 
@@ -173,10 +177,10 @@ def token(i: int, width: int) -> str:
     return "w" + "".join(reversed(out))
 
 
-def vocabulary(spec: SyntheticSpec) -> dataset.Vocabulary:
+def vocabulary(spec: SyntheticSpec) -> Vocabulary:
     """Tokens ``w`` + fixed-width base-26 letters, in id order (sorted like the ids)."""
     width = max(3, int(math.ceil(math.log(spec.n_words, 26))))
-    return dataset.Vocabulary([token(i, width) for i in range(spec.n_words)])
+    return Vocabulary([token(i, width) for i in range(spec.n_words)])
 
 
 def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOCS_PER_SHARD,
@@ -238,10 +242,9 @@ def write_dataset(spec: SyntheticSpec, output: str, *, docs_per_shard: int = DOC
         flush(dataset.HELDOUT_SPLIT, 1)
 
     vocab.write(os.path.join(output, dataset.VOCAB_FILE))
-    from pipelines.reports.exports import write_npy_atomic
     write_npy_atomic(os.path.join(output, PLANTED_TOPICS_FILE), beta)
     manifest = _manifest(spec, n_train, int(heldout_docs), tokens, splits, vh)
-    dataset.write_manifest(output, manifest)
+    dataset_manifest.write_manifest(output, manifest)
     return manifest
 
 
@@ -256,10 +259,9 @@ def _prepare_output(spec: SyntheticSpec, output: str, docs_per_shard, heldout_do
     if not 0 <= int(heldout_docs) < spec.n_docs:
         raise UsageError("heldout_docs=%r is outside the allowed range [0, %d)"
                          % (heldout_docs, spec.n_docs))
-    dataset.require_local(output, "write_dataset writes local directories; write one here "
+    paths.require_local(output, "write_dataset writes local directories; write one here "
                                   "and copy it to the object store afterwards (gsutil -m cp -r)")
     # the rules of every dataset writer (lda_core.storage.output_paths), as vectorize
-    from lda_core.storage import output_paths
     output_paths.prepare_output(output, "dataset", "ldabeam synth", overwrite=overwrite)
 
 

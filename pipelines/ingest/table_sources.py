@@ -3,8 +3,8 @@
 One row is one document. Columns are chosen by name with the reader options of every text
 format (``id_field``, ``text_field``, ``title_field``, ``label_field``); ``text_field`` may
 name several columns separated by commas (``"title,body"``), whose values are joined with a
-newline. Pure Python readers (streams of :class:`~pipelines.ingest.text_sources.RawDocument` /
-:class:`~pipelines.ingest.text_sources.DeadLetter`, as the other readers in
+newline. Pure Python readers (streams of :class:`~pipelines.ingest.input_files.RawDocument` /
+:class:`~pipelines.ingest.input_files.DeadLetter`, as the other readers in
 :mod:`pipelines.ingest.text_sources`), plus :class:`ReadBigQueryDocuments`, the Beam transform of
 the BigQuery input.
 
@@ -25,7 +25,7 @@ the BigQuery input.
   a column ``key`` to the rows of the files below it, when the file has no such column.
 
 Only the text columns are required: a table without one of them (or without an id / title /
-label column named with a non-default name) raises :class:`~pipelines.ingest.text_sources.InputError`
+label column named with a non-default name) raises :class:`~pipelines.ingest.input_files.InputError`
 at once, naming the columns it has. A row whose text columns are all missing (null, or a CSV
 row with too few fields) is a dead letter naming the file and the row; a row whose text is
 empty is an empty document (counted by the vectorize as ``empty_documents``); a missing id

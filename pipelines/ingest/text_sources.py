@@ -43,23 +43,13 @@ import re
 import tarfile
 from typing import Iterator, Optional, Tuple, Union
 
-# the readers' records, errors and file layer, and the wiki reader, re-exported: callers
-# import them from here
-from pipelines.ingest.input_files import (is_hidden, snippet_of, BOW_FORMATS, ChunkReader,
-                                          COUNTING_REPLACE, decode_counted, error_handler,
-                                          replaced_so_far, compression_of, DeadLetter,
-                                          DECOMPRESS_ERRORS,
-                                          DEFAULT_MAX_DOC_BYTES, detect_format, expand_inputs,
-                                          FORMATS, InputError, is_archive_name,
-                                          format_of_head, is_tar_name, is_web,
-                                          iter_lines, peek_head,
-                                          open_binary, open_decompressed, RawDocument, READ_BLOCK,
-                                          sniff_format, SNIFF_BYTES, SNIPPET_CHARS, TABLE_FORMATS,
-                                          TABLE_SUFFIXES, TEXT_FORMATS)  # noqa: F401
-from pipelines.ingest.wiki_source import (read_wiki, ARTICLE_MIN_TOKENS, IGNORED_NAMESPACES,
-                                          iter_wiki_page_chunks, MEDIAWIKI_NS_PREFIX,
-                                          parse_wiki_page, remove_markup, remove_template,
-                                          strip_wiki_markup)  # noqa: F401
+from pipelines.ingest import table_sources
+from pipelines.ingest.input_files import (BOW_FORMATS, DeadLetter, decode_counted,
+                                          DECOMPRESS_ERRORS, DEFAULT_MAX_DOC_BYTES, detect_format,
+                                          FORMATS, InputError, is_archive_name, is_hidden,
+                                          is_tar_name, iter_lines, open_decompressed, peek_head,
+                                          RawDocument, sniff_format, snippet_of, TABLE_FORMATS)
+from pipelines.ingest.wiki_source import read_wiki
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +326,6 @@ def _read_jsonl(path: str, encoding="utf-8", encoding_errors="strict", id_field=
 def _table_reader(fmt: str):
     """The reader of one table format (:func:`pipelines.ingest.table_sources.read_table`)."""
     def read(path: str, **options):
-        from pipelines.ingest import table_sources
         return table_sources.read_table(path, fmt, **options)
     return read
 

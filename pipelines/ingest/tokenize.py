@@ -39,12 +39,16 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from lda_core.errors import UsageError
-
-if TYPE_CHECKING:
-    from pipelines.ingest.phrases import PhraseTable
+from lda_core.docbatch import DocBatch
+from lda_core.errors import InputError, UsageError
+from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
+from pipelines.ingest import dataset, manifest
+from pipelines.ingest.input_files import open_binary
+from pipelines.ingest.phrases import PhraseTable
+from pipelines.runtime import paths
+from pipelines.runtime.paths import exists
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +134,8 @@ def token_pattern(min_len: int, max_len: int, ascii_only: bool = False) -> "re.P
     longer than ``max_len`` yields nothing (not its prefix), as in gensim.
 
     ``ascii_only=True`` gives the same matches on pure-ASCII text, where ``[^\\W\\d]`` is
-    exactly ``[A-Za-z_]``: a plain character set that the regex engine tests ~1.8x faster than
-    the Unicode classes.
+    exactly ``[A-Za-z_]``: a plain character set, which the regex engine tests faster than the
+    Unicode classes.
     """
     if min_len < 1 or max_len < min_len:
         raise UsageError("token lengths must satisfy 1 <= min_len <= max_len, got %d, %d"
@@ -461,7 +465,6 @@ def load_stopwords(spec: Optional[str]) -> frozenset:
     """
     if spec is None:
         return frozenset()
-    from pipelines.ingest.dataset import exists
     parts = [spec] if "," in spec and exists(spec.strip()) else spec.split(",")
     words = set()
     for part in parts:
@@ -475,7 +478,6 @@ def _stopwords_of(spec: str) -> frozenset:
     if spec.lower() == "gensim":
         from gensim.parsing.preprocessing import STOPWORDS
         return frozenset(STOPWORDS)
-    from pipelines.ingest.text_sources import InputError, open_binary
     try:
         with open_binary(spec) as f:
             data = f.read()
@@ -561,8 +563,6 @@ def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
     """The TokenizerConfig a known record describes, exactly; UsageError when it cannot be
     reproduced here (a custom tokenizer not given, a segmenter not installed, a stop-word
     file gone), InputError when it is malformed."""
-    from lda_core.errors import InputError
-    from pipelines.ingest.phrases import PhraseTable
     custom = settings.get("custom_tokenizer")
     if custom and tokenizer is None:
         raise UsageError("%s: the model's tokens were made by the custom tokenizer %s, which "
@@ -610,17 +610,15 @@ def model_settings(model_dir: str):
     """``(settings, where)`` of a model: ``MODEL_DIR/tokenizer.json`` (written by ``ldabeam
     train``), else the manifest of the dataset its run log names; ``(None, ...)`` when
     neither says."""
-    from pipelines.ingest import dataset
-    where = dataset.join(model_dir, dataset.TOKENIZER_FILE)
-    settings = dataset.read_tokenizer(model_dir)
+    where = paths.join(model_dir, manifest.TOKENIZER_FILE)
+    settings = manifest.read_tokenizer(model_dir)
     if settings is None:
-        from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
-        log = dataset.join(model_dir, RUN_LOG_FILE)
-        if dataset.exists(log):
+        log = paths.join(model_dir, RUN_LOG_FILE)
+        if paths.exists(log):
             for rec in read_run_log(log, "start")[::-1]:
                 shards = (rec.get("run") or {}).get("shards")
                 if shards:
-                    settings = dataset.tokenizer_settings(shards)
+                    settings = manifest.tokenizer_settings(shards)
                     if settings is not None:
                         where = "the manifest of %s" % shards
                     break
@@ -645,12 +643,11 @@ class CountRows:
 
     def to_docbatch(self, doc_ids: Optional[Sequence[str]] = None):
         """The rows as a :class:`lda_core.docbatch.DocBatch` (one document per text)."""
-        from lda_core.docbatch import DocBatch
         return DocBatch.from_rows(self.rows, doc_ids=doc_ids)
 
 
 def vocabulary_index(vocab):
-    """A vocabulary (tokens in id order, a :class:`~pipelines.ingest.dataset.Vocabulary` or an
+    """A vocabulary (tokens in id order, a :class:`~lda_core.storage.vocab_file.Vocabulary` or an
     Arrow string array) as the Arrow array :func:`vocab_pairs` looks tokens up in; build it
     once and pass it to :meth:`Preprocessor.count_rows` for many calls."""
     import pyarrow as pa
@@ -716,13 +713,11 @@ class Preprocessor:
         """From a ``tokenizer.json`` (its path, local or a URL, or its parsed object): either
         ``{"settings": RECORD, ...}`` as ``ldabeam train`` writes it, or a bare record."""
         import json
-        from lda_core.errors import InputError
-        from pipelines.ingest import dataset
         where = "tokenizer settings"
         if isinstance(source, (str, bytes)) and not str(source).lstrip().startswith("{"):
             where = str(source)
             try:
-                with dataset.open_read(where) as f:
+                with paths.open_read(where) as f:
                     source = f.read()
             except OSError as e:
                 raise InputError("%s cannot be read (%s)" % (where, e)) from e
@@ -741,8 +736,7 @@ class Preprocessor:
                        tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a model directory (or one of its checkpoint directories)
         records (:func:`model_settings`)."""
-        from pipelines.ingest import dataset
-        settings, where = model_settings(dataset.model_dir_of(model_dir))
+        settings, where = model_settings(paths.model_dir_of(model_dir))
         return cls.from_settings(settings, tokenizer=tokenizer, where=where)
 
     @classmethod
@@ -750,15 +744,13 @@ class Preprocessor:
                      tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """The preprocessing a dataset's manifest records (``path``: the dataset directory
         or one of its split folders)."""
-        from pipelines.ingest import dataset
-        return cls.from_settings(dataset.tokenizer_settings(path), tokenizer=tokenizer,
+        return cls.from_settings(manifest.tokenizer_settings(path), tokenizer=tokenizer,
                                  where="the manifest of %s" % path)
 
     @classmethod
     def from_path(cls, path: str, *, tokenizer: Optional[Callable] = None) -> "Preprocessor":
         """A dataset (it has a manifest) or else a model directory / checkpoint."""
-        from pipelines.ingest import dataset
-        if dataset.exists(dataset.join(path, dataset.MANIFEST_FILE)):
+        if paths.exists(paths.join(path, dataset.MANIFEST_FILE)):
             return cls.from_dataset(path, tokenizer=tokenizer)
         return cls.from_model_dir(path, tokenizer=tokenizer)
 
@@ -776,7 +768,7 @@ class Preprocessor:
 
     def count_rows(self, texts: Sequence, vocab) -> CountRows:
         """Bags of words of ``texts`` in a vocabulary's ids (tokens in id order, a
-        :class:`~pipelines.ingest.dataset.Vocabulary` or :func:`vocabulary_index`), one row
+        :class:`~lda_core.storage.vocab_file.Vocabulary` or :func:`vocabulary_index`), one row
         per text; unknown tokens are dropped and counted. An element that is a list (or
         tuple) of strings is taken as tokens already made: counted as they are, with no
         phrases joined and no stop words removed."""

@@ -43,23 +43,25 @@ import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from lda_core.errors import InputError, UsageError
-from pipelines.ingest import dataset, text_sources
-from pipelines.runtime.beam_options import pipeline_options
-from lda_core.errors import UsageError
-from pipelines.ingest.tokenize import (TOKENS_FROM_BOW, TokenizerConfig, doc_tokens,
-                                       load_stopwords, tokenizer_record)
-from pipelines.ingest.vectorize_bow import ReadBowFn, RemapBowFn, bow_vocab_record
-from pipelines.ingest.vectorize_output import (MAX_SHARDS, WriteDeadLetters, WriteShards,
-                                               finish_manifest, write_vocabulary)
-from pipelines.ingest.vectorize_steps import (DEAD, STATS, VOCAB_STATS, ApplyVocabulary,
-                                              ReadWorkItems, TokenizeDocuments,
-                                              group_inputs)
+from lda_core.storage import output_paths
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import (bigquery_source, bow_sources, dataset, input_files,
+                              manifest as dataset_manifest, splits, text_sources, wiki_source)
+from pipelines.ingest.phrases import check_settings, learn_phrases
+from pipelines.ingest.tokenize import (doc_tokens, load_stopwords, Preprocessor, tokenizer_record,
+                                       TokenizerConfig, TOKENS_FROM_BOW)
+from pipelines.ingest.vectorize_bow import bow_vocab_record, ReadBowFn, RemapBowFn
+from pipelines.ingest.vectorize_output import (finish_manifest, MAX_SHARDS, write_vocabulary,
+                                               WriteDeadLetters, WriteShards)
+from pipelines.ingest.vectorize_steps import (ApplyVocabulary, DEAD, group_inputs, ReadWorkItems,
+                                              STATS, TokenizeDocuments, VOCAB_STATS)
 from pipelines.ingest.vocabulary import BuildVocabulary, PruneSettings
+from pipelines.runtime.beam_options import pipeline_options
 
 logger = logging.getLogger(__name__)
 
-BOW_FORMATS = text_sources.BOW_FORMATS
-TEXT_FORMATS = text_sources.TEXT_FORMATS
+BOW_FORMATS = input_files.BOW_FORMATS
+TEXT_FORMATS = input_files.TEXT_FORMATS
 BIGQUERY_FORMAT = "bigquery"     # --input bq://PROJECT.DATASET.TABLE or --query
 QUERY_INPUT = "bq-query"         # the input name of --query
 WIKI_MIN_ARTICLE_TOKENS = 50     # gensim.corpora.wikicorpus.ARTICLE_MIN_WORDS
@@ -138,7 +140,6 @@ class VectorizeOptions:
         if self.tokenizer_from:
             recorded_tokenizer(self)       # refused now, before the output is prepared
         if self.learn_phrases:
-            from pipelines.ingest.phrases import check_settings
             check_settings(self.phrases_min_count, self.phrases_threshold, self.phrases_scoring)
         if not 0.0 < self.phrases_sample <= 1.0:
             raise UsageError("--phrases-sample must be a share of the train documents in "
@@ -212,7 +213,6 @@ def _prepare_output(opts: VectorizeOptions) -> None:
     """The output rules (:mod:`lda_core.storage.output_paths`): never an input (nor the fixed
     vocabulary), never another kind of output; ``--overwrite`` removes only what the old
     manifest lists; the directory is then marked as this dataset's."""
-    from lda_core.storage import output_paths
     output_paths.prepare_output(opts.output, "dataset", "ldabeam vectorize",
                                 inputs=list(opts.inputs) + [opts.vocab],
                                 overwrite=opts.overwrite)
@@ -221,11 +221,9 @@ def _prepare_output(opts: VectorizeOptions) -> None:
 def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     """Expand the input globs; fail at once (InputError / ValueError naming it) on an unusable
     input or an unsupported mix."""
-    from pipelines.ingest import bigquery_source
-    from pipelines.ingest import text_sources as ts
-    if opts.format not in ts.FORMATS:
+    if opts.format not in input_files.FORMATS:
         raise UsageError("unsupported --format %r (expected one of %s)"
-                         % (opts.format, ", ".join(ts.FORMATS)))
+                         % (opts.format, ", ".join(input_files.FORMATS)))
     bq = [i for i in opts.inputs if bigquery_source.is_bigquery(i)]
     if opts.query:
         bq.append(QUERY_INPUT)
@@ -235,7 +233,7 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
             bigquery_source.bigquery_table(spec)        # ValueError naming a malformed spec
     if bq:
         bigquery_source.require_bigquery()
-    inputs = ts.expand_inputs(files, opts.format) if files else []
+    inputs = input_files.expand_inputs(files, opts.format) if files else []
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
         raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
@@ -263,15 +261,13 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
 def preflight(path: str, fmt: str, reader_options: dict, vocab: Optional[str] = None) -> None:
     """Open ``path`` and read its first record so that a wholly unusable input (missing, not
     a dump, not an archive) fails before any pipeline work, with a message naming it."""
-    from pipelines.ingest import text_sources as ts
     if fmt in BOW_FORMATS:
-        from pipelines.ingest import bow_sources
         tokens = bow_sources.read_bow_vocab(path, fmt, vocab)
         gen = bow_sources.iter_bow_documents(path, fmt, len(tokens))
     elif fmt == "wiki":
-        gen = ts.iter_wiki_page_chunks(path)
+        gen = wiki_source.iter_wiki_page_chunks(path)
     else:
-        gen = ts.read_documents(path, fmt, **reader_options)
+        gen = text_sources.read_documents(path, fmt, **reader_options)
     try:
         next(gen, None)
     finally:
@@ -287,7 +283,6 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
     dead_parts = []
 
     if is_bow:
-        from pipelines.ingest import bow_sources
         path, fmt = inputs[0]
         tokens = bow_sources.read_bow_vocab(path, fmt, opts.vocab)
         settings = opts.prune_settings() if opts.pruning_requested() else None
@@ -319,7 +314,7 @@ def build_pipeline(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple[
         stats_parts.append(st)
         dead_parts.append(dead)
         if opts.vocab:
-            fixed = dataset.Vocabulary.read(opts.vocab)
+            fixed = Vocabulary.read(opts.vocab)
             vocab_record = p | "FixedVocab" >> beam.Create(
                 [{"tokens": fixed.tokens, "df": fixed.df.tolist(), "cf": fixed.cf.tolist(),
                   "num_docs": None}])
@@ -387,7 +382,6 @@ def read_text_items(p: beam.Pipeline, opts: VectorizeOptions, inputs: List[Tuple
     for i, (path, f) in enumerate(inputs):
         if f != BIGQUERY_FORMAT:
             continue
-        from pipelines.ingest import bigquery_source
         src = bigquery_source.ReadBigQueryDocuments(
             i, table=None if path == QUERY_INPUT else path,
             query=opts.query if path == QUERY_INPUT else None, id_field=opts.id_field,
@@ -405,7 +399,6 @@ def recorded_tokenizer(opts: VectorizeOptions):
     """``(TokenizerConfig, stop-word spec)`` of ``--tokenizer-from`` (a model or a dataset):
     its recorded preprocessing, phrases included; UsageError when it records none or names a
     custom tokenizer not given, or when tokenizer options are given beside it."""
-    from pipelines.ingest.tokenize import Preprocessor
     d = VectorizeOptions(inputs=[], output="")
     clash = [name for name, flag in (
         ("--phrases", opts.learn_phrases), ("--stopwords", opts.stopwords is not None),
@@ -444,9 +437,9 @@ def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict
         docs = _wiki_documents(path) if fmt == "wiki" else \
             text_sources.read_documents(path, fmt, **reader_options)
         for doc in docs:
-            if doc is None or isinstance(doc, text_sources.DeadLetter):
+            if doc is None or isinstance(doc, input_files.DeadLetter):
                 continue
-            if holdout_fraction and dataset.split_of(doc.doc_id, holdout_fraction, seed) != "train":
+            if holdout_fraction and splits.split_of(doc.doc_id, holdout_fraction, seed) != "train":
                 continue
             if sample < 1.0:
                 h = hashlib.blake2b(("phrases:%d:%s" % (seed, doc.doc_id)).encode("utf-8"),
@@ -464,10 +457,10 @@ def training_token_lists(inputs: Sequence[Tuple[str, str]], reader_options: dict
 
 def _wiki_documents(path: str):
     """The articles of a dump as vectorize parses them (skipped pages give None)."""
-    for item in text_sources.iter_wiki_page_chunks(path):
-        if not isinstance(item, text_sources.DeadLetter):
+    for item in wiki_source.iter_wiki_page_chunks(path):
+        if not isinstance(item, input_files.DeadLetter):
             position, xml = item
-            yield text_sources.parse_wiki_page(xml, path, position)
+            yield wiki_source.parse_wiki_page(xml, path, position)
 
 
 def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]):
@@ -479,7 +472,6 @@ def tokenizer_with_phrases(opts: VectorizeOptions, inputs: List[Tuple[str, str]]
     cfg = opts.tokenizer_config(load_stopwords(opts.stopwords))
     if not opts.learn_phrases:
         return cfg
-    from pipelines.ingest.phrases import learn_phrases
     counts = {}
     token_lists = training_token_lists(
         inputs, opts.reader_options(), cfg, [opts.min_tokens_for(f) for _, f in inputs],
@@ -499,7 +491,7 @@ def _checked_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
     opts.validate()
     inputs = resolve_inputs(opts)
     if opts.vocab and inputs[0][1] not in BOW_FORMATS:
-        dataset.Vocabulary.read(opts.vocab)  # fail now if missing / malformed
+        Vocabulary.read(opts.vocab)  # fail now if missing / malformed
     _prepare_output(opts)
     logger.info("vectorize: %d input(s) (%s) -> %s", len(inputs),
                 ", ".join(sorted({f for _, f in inputs})), opts.output)
@@ -511,7 +503,7 @@ def vectorize(opts: VectorizeOptions, beam_argv: Sequence[str] = ()) -> dict:
     inputs = _checked_inputs(opts)
     with beam.Pipeline(options=pipeline_options(beam_argv)) as p:
         build_pipeline(p, opts, inputs)
-    return dataset.read_manifest(opts.output)
+    return dataset_manifest.read_manifest(opts.output)
 
 
 def submit(opts: VectorizeOptions, beam_argv: Sequence[str] = ()):

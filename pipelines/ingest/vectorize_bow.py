@@ -9,10 +9,11 @@ from typing import Optional
 import numpy as np
 from apache_beam.pvalue import TaggedOutput
 
+from pipelines.ingest import bow_sources, input_files
 from pipelines.ingest.vectorize_output import arrays_to_row
-from pipelines.ingest.vectorize_steps import CountingDoFn, deadletter_dict, windowed
-from pipelines.ingest.vectorize_steps import DEAD, VOCAB_STATS
-from pipelines.ingest.vocabulary import PruneSettings, bow_prune
+from pipelines.ingest.vectorize_steps import (CountingDoFn, DEAD, deadletter_dict, VOCAB_STATS,
+                                              windowed)
+from pipelines.ingest.vocabulary import bow_prune, PruneSettings
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +31,10 @@ class ReadBowFn(CountingDoFn):
         self._n = 0
 
     def process(self, element):
-        from pipelines.ingest import bow_sources
-        from pipelines.ingest import text_sources as ts
         _, path, fmt = element
         try:
             for item in bow_sources.iter_bow_documents(path, fmt, self._V):
-                if isinstance(item, ts.DeadLetter):
+                if isinstance(item, input_files.DeadLetter):
                     self._count("dead_letters")
                     yield TaggedOutput(DEAD, deadletter_dict(item))
                     continue

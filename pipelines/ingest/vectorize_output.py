@@ -16,10 +16,11 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from lda_core.errors import LdaBeamError
-from pipelines.ingest import dataset
-from pipelines.ingest.dataset import doc_hash, split_of  # noqa: F401 (API)
+from pipelines.ingest import dataset, manifest as dataset_manifest
+from pipelines.ingest.splits import doc_hash
 from pipelines.ingest.vectorize_steps import NAMESPACE
 from pipelines.ingest.vocabulary import record_to_vocabulary
+from pipelines.runtime import paths
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class _WriteShardFn(beam.DoFn):
         rows = [r for _, r in items]
         table = rows_to_table(rows)
         name = dataset.shard_name(index, n)
-        sha = dataset.write_shard(dataset.join(self._output, split, name), table,
+        sha = dataset.write_shard(paths.join(self._output, split, name), table,
                                   vocab_hash_value)
         Metrics.counter(NAMESPACE, "shards_written").inc()
         yield {"split": split, "file": "%s/%s" % (split, name), "index": index, "n_shards": n,
@@ -121,7 +122,7 @@ class _WriteShardFn(beam.DoFn):
 
 def write_vocabulary(record: dict, output: str) -> dict:
     vocab = record_to_vocabulary(record)
-    vocab.write(dataset.join(output, dataset.VOCAB_FILE))
+    vocab.write(paths.join(output, dataset.VOCAB_FILE))
     return {"size": len(vocab), "hash": vocab.hash, "num_docs": record.get("num_docs")}
 
 
@@ -130,10 +131,10 @@ def _write_deadletters(records: list, output: str) -> dict:
                                              str(d.get("error"))))
     files = []
     if records:
-        path = dataset.join(output, dataset.DEADLETTER_DIR, DEADLETTER_FILE)
+        path = paths.join(output, dataset.DEADLETTER_DIR, DEADLETTER_FILE)
         data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
                        for r in records)
-        dataset.write_bytes_atomic(path, data.encode("utf-8"))
+        paths.write_atomic(path, data.encode("utf-8"))
         files.append("%s/%s" % (dataset.DEADLETTER_DIR, DEADLETTER_FILE))
     return {"count": len(records), "files": files}
 
@@ -149,7 +150,7 @@ def check_accounted(counts, output: str, stats: Optional[dict] = None) -> None:
     Every document read is kept, counted as dropped (empty, too short, empty after pruning) or
     dead-lettered; dead letters also count records that failed before they were read as
     documents, so they bound the identity from above. A shortfall means rows were lost on the
-    way to the shards: the dataset is left without its manifest (so ``dataset.verify`` refuses
+    way to the shards: the dataset is left without its manifest (so ``dataset_manifest.verify`` refuses
     it as incomplete) instead of being published short. ``stats`` (the summed per-bundle
     counts), when given, also locates a loss between the tokenizer and the vocabulary step
     (documents the tokenizer kept for the vocabulary vs documents that step received).
@@ -212,7 +213,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         for i in range(n):
             if i not in present:
                 name = dataset.shard_name(i, n)
-                sha = dataset.write_shard(dataset.join(output, split, name), empty_table,
+                sha = dataset.write_shard(paths.join(output, split, name), empty_table,
                                           vocab_info["hash"])
                 lst.append({"split": split, "file": "%s/%s" % (split, name), "index": i,
                             "n_shards": n, "documents": 0, "tokens": 0, "sha256": sha})
@@ -244,7 +245,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
     }
     check_accounted(counts, output, stats)
     try:
-        dataset.check_shard_listing(output, split_info,
+        dataset_manifest.check_shard_listing(output, split_info,
                                     check_hashes=None,
                                     listing="the manifest being written")
     except ValueError as e:
@@ -264,7 +265,7 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
                        holdout_fraction=settings["holdout_fraction"], seed=settings["seed"]),
         "deadletter": dead_info,
     }
-    dataset.write_manifest(output, manifest)
+    dataset_manifest.write_manifest(output, manifest)
     return manifest
 
 

@@ -17,8 +17,10 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.ingest import dataset
-from pipelines.ingest.tokenize import (BatchCounts, TokenizerConfig, count_batch, has_cjk,
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import input_files, text_sources as ts, wiki_source
+from pipelines.ingest.input_files import is_archive_name
+from pipelines.ingest.tokenize import (BatchCounts, count_batch, has_cjk, TokenizerConfig,
                                        vocab_pairs, vocabulary_index)
 from pipelines.ingest.vocabulary import TokenStatsAccumulator
 
@@ -83,7 +85,6 @@ def group_inputs(files: Sequence[Tuple[int, str, str]]) -> list:
     11,314 posts took five times as long as the same posts in one tarball). Any other input
     (a dump, an archive, a table, JSON lines) is an element of its own, so large inputs
     still spread over the workers."""
-    from pipelines.ingest.input_files import is_archive_name
     groups, small = [], []
     for item in files:
         if item[2] == "text" and not is_archive_name(item[1]):
@@ -131,13 +132,12 @@ class _ReadWorkItemsFn(CountingDoFn):
             yield ("batch", batch)
 
     def _items(self, element):
-        from pipelines.ingest import text_sources as ts
         idx, path, fmt = element
         seq = 0
         try:
             if fmt == "wiki":
-                for item in ts.iter_wiki_page_chunks(path):
-                    if isinstance(item, ts.DeadLetter):
+                for item in wiki_source.iter_wiki_page_chunks(path):
+                    if isinstance(item, input_files.DeadLetter):
                         self._count("dead_letters")
                         yield TaggedOutput(DEAD, deadletter_dict(item))
                         continue
@@ -146,7 +146,7 @@ class _ReadWorkItemsFn(CountingDoFn):
                     seq += 1
             else:
                 for item in ts.read_documents(path, fmt, **self._reader_options):
-                    if isinstance(item, ts.DeadLetter):
+                    if isinstance(item, input_files.DeadLetter):
                         self._count("dead_letters")
                         yield TaggedOutput(DEAD, deadletter_dict(item))
                         continue
@@ -303,7 +303,7 @@ class _TokenizeFn(CountingDoFn):
 
     def setup(self):
         if self._fixed_vocab:
-            self._index = vocabulary_lookup(dataset.Vocabulary.read(self._fixed_vocab).tokens)
+            self._index = vocabulary_lookup(Vocabulary.read(self._fixed_vocab).tokens)
 
     def start_bundle(self):
         super().start_bundle()
@@ -317,18 +317,17 @@ class _TokenizeFn(CountingDoFn):
                                    "error": "%s: %s" % (type(e).__name__, e), "snippet": ""})
 
     def process(self, element):
-        from pipelines.ingest import text_sources as ts
         metas, texts, where = [], [], []
         for item in _work_items(element):
             position = item[4] if item[0] == "page" else "doc %s" % item[3]
             try:
                 if item[0] == "page":
                     _, idx, seq, source, position, xml = item
-                    doc = ts.parse_wiki_page(xml, source, position)
+                    doc = wiki_source.parse_wiki_page(xml, source, position)
                     if doc is None:
                         self._count("skipped_pages")
                         continue
-                    if isinstance(doc, ts.DeadLetter):
+                    if isinstance(doc, input_files.DeadLetter):
                         self._count("dead_letters")
                         yield TaggedOutput(DEAD, deadletter_dict(doc))
                         continue

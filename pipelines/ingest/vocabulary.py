@@ -41,7 +41,7 @@ import apache_beam as beam
 import numpy as np
 
 from lda_core.errors import UsageError
-from pipelines.ingest.dataset import Vocabulary
+from lda_core.storage.vocab_file import Vocabulary
 
 logger = logging.getLogger(__name__)
 

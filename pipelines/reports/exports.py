@@ -32,7 +32,9 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
-from pipelines.ingest import dataset
+from lda_core.storage.vocab_file import Vocabulary
+from pipelines.ingest import dataset, manifest
+from pipelines.runtime import paths
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def model_eta(algo) -> float:
     return float(1.0 / algo.n_topics) if e is None or np.ndim(e) else float(e)
 
 
-def gensim_dictionary(vocab: dataset.Vocabulary, num_docs: int):
+def gensim_dictionary(vocab: Vocabulary, num_docs: int):
     """A gensim ``Dictionary`` with our ids (token i -> id i), the vocabulary's df and cf, and
     the corpus counts gensim relates them to: ``num_docs`` (the documents the df were counted
     over: ``filter_extremes(no_above=f)`` keeps df <= f * num_docs), ``num_pos`` (tokens) and
@@ -87,17 +89,17 @@ def gensim_dictionary(vocab: dataset.Vocabulary, num_docs: int):
     return d
 
 
-def vocab_num_docs(vocab: dataset.Vocabulary, shards: Optional[str]) -> Optional[int]:
+def vocab_num_docs(vocab: Vocabulary, shards: Optional[str]) -> Optional[int]:
     """The number of documents ``vocab``'s df were counted over: the ``vocabulary.num_docs``
     of the manifest of dataset ``shards`` (the dataset directory or one of its split folders)
     when that manifest describes this vocabulary (same hash); None when unknown (no manifest,
     or a dataset vectorized with a fixed ``--vocab``, whose df come from another corpus)."""
     if not shards:
         return None
-    for d in (shards, dataset.parent(shards.rstrip("/"))):
-        if d and dataset.exists(dataset.join(d, dataset.MANIFEST_FILE)):
+    for d in (shards, paths.parent(shards.rstrip("/"))):
+        if d and paths.exists(paths.join(d, dataset.MANIFEST_FILE)):
             try:
-                info = dataset.read_manifest(d).get("vocabulary") or {}
+                info = manifest.read_manifest(d).get("vocabulary") or {}
             except (OSError, ValueError):
                 return None
             n = info.get("num_docs")
@@ -123,7 +125,7 @@ def shard_vocab_counts(files: Sequence[str], n_words: int):
     return n, df, cf
 
 
-def to_gensim(algo, vocab: dataset.Vocabulary, num_docs: int):
+def to_gensim(algo, vocab: Vocabulary, num_docs: int):
     """A ``gensim.models.LdaModel`` holding this model's λ, α and η (module docstring), its
     dictionary's df relative to ``num_docs`` documents (:func:`gensim_dictionary`)."""
     from gensim.models import LdaModel
@@ -141,7 +143,7 @@ def to_gensim(algo, vocab: dataset.Vocabulary, num_docs: int):
     return lda
 
 
-def export_gensim(algo, vocab: dataset.Vocabulary, path: str, num_docs: int):
+def export_gensim(algo, vocab: Vocabulary, path: str, num_docs: int):
     """Save the gensim model at ``path`` (gensim's ``save``: PATH plus PATH.state, PATH.id2word
     and .npy side files); load it with ``LdaModel.load(path)``."""
     d = os.path.dirname(os.path.abspath(path))
@@ -151,7 +153,7 @@ def export_gensim(algo, vocab: dataset.Vocabulary, path: str, num_docs: int):
     return lda
 
 
-def pyldavis_data(algo, vocab: dataset.Vocabulary, docs: DocBatch,
+def pyldavis_data(algo, vocab: Vocabulary, docs: DocBatch,
                   doc_topic: Optional[np.ndarray] = None) -> Dict[str, Any]:
     """The keyword arguments of ``pyLDAvis.prepare`` for ``docs`` (θ by ``algo.infer`` unless
     given); documents with no token are left out (pyLDAvis weighs topics by doc length)."""
@@ -171,7 +173,7 @@ def pyldavis_data(algo, vocab: dataset.Vocabulary, docs: DocBatch,
             "doc_ids": list(docs.doc_ids)}
 
 
-def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: str,
+def export_pyldavis(algo, vocab: Vocabulary, docs: DocBatch, out_dir: str,
                     info: Optional[Dict[str, Any]] = None, html: bool = True) -> Dict[str, Any]:
     """Write DIR/pyldavis.npz + DIR/pyldavis.json (+ DIR/pyldavis.html when pyLDAvis is
     installed and ``html``). Returns ``{"files": [...], "html": path or None, ...}``."""
@@ -182,12 +184,12 @@ def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: st
                         doc_topic_dists=data["doc_topic_dists"],
                         doc_lengths=data["doc_lengths"],
                         term_frequency=data["term_frequency"])
-    dataset.write_bytes_atomic(os.path.join(out_dir, PYLDAVIS_NPZ), buf.getvalue())
+    paths.write_atomic(os.path.join(out_dir, PYLDAVIS_NPZ), buf.getvalue())
     meta = {"vocab": data["vocab"], "doc_ids": data["doc_ids"],
             "n_topics": int(algo.n_topics), "n_words": int(algo.n_words),
             "n_docs": len(data["doc_ids"]), "info": info or {},
             "usage": "d = pipelines.reports.exports.load_pyldavis(DIR); pyLDAvis.prepare(**d)"}
-    dataset.write_bytes_atomic(os.path.join(out_dir, PYLDAVIS_JSON),
+    paths.write_atomic(os.path.join(out_dir, PYLDAVIS_JSON),
                                json.dumps(meta, ensure_ascii=False).encode("utf-8"))
     files = [PYLDAVIS_NPZ, PYLDAVIS_JSON]
     html_path = None
@@ -200,7 +202,7 @@ def export_pyldavis(algo, vocab: dataset.Vocabulary, docs: DocBatch, out_dir: st
         else:
             vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
             html_path = os.path.join(out_dir, PYLDAVIS_HTML)
-            dataset.write_bytes_atomic(html_path, offline_html(vis).encode("utf-8"))
+            paths.write_atomic(html_path, offline_html(vis).encode("utf-8"))
             files.append(PYLDAVIS_HTML)
     return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
 
@@ -272,9 +274,3 @@ def sample_docs(files: Sequence[str], max_docs: int) -> DocBatch:
         raise InputError("no documents in %s" % ", ".join(files))
     return DocBatch.concat(parts)
 
-
-def write_npy_atomic(path: str, arr: np.ndarray) -> None:
-    """One array as a ``.npy`` file (no pickle), written atomically (local or URL)."""
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    dataset.write_bytes_atomic(path, buf.getvalue())

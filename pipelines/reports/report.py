@@ -13,9 +13,9 @@ is shown on the documents ``ldabeam evaluate`` and the trainer measure it on):
 * per topic: top words with weights, its optional label (MODEL_DIR/topic_labels.json, written
   by ``ldabeam topics --label``), its size — the share of the sample's tokens,
   size_k = Σ_d N_d θ_dk / Σ_d N_d, θ by the model's ``infer`` — and its UMass coherence
-  (Mimno et al. 2011; ``lda_core.evaluation.metrics.umass_coherence`` over the sample, top 10 words);
+  (Mimno et al. 2011; ``lda_core.evaluation.topic_quality.umass_coherence`` over the sample, top 10 words);
 * example documents per topic (largest θ_dk in the sample, at least 1%) with their titles;
-* topic health (``lda_core.evaluation.metrics.topic_health`` over the sample): each topic's share of
+* topic health (``lda_core.evaluation.topic_quality.topic_health`` over the sample): each topic's share of
   the tokens and its NPMI, dead topics (share below 0.1/K) and junk topics (NPMI below 0)
   flagged, the effective number of topics and the topic diversity; when the sample's
   documents carry labels, a label × topic table (documents by most probable topic) and the
@@ -42,7 +42,15 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from lda_core.errors import InputError, UsageError
-from pipelines.ingest import dataset
+from lda_core.evaluation.topic_quality import (normalized_mutual_information, top_words,
+                                               topic_health, umass_coherence)
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
+from pipelines.ingest import dataset, manifest
+from pipelines.ingest.doc_sample import sample_documents
+from pipelines.runtime import paths
+from pipelines.runtime.model_dir import load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +71,15 @@ METRIC_NAMES = {"completion_ll_per_token": "held-out document completion (log li
 # ----------------------------------------------------------------------------- labels
 
 def labels_path(model_dir: str) -> str:
-    return dataset.join(model_dir, LABELS_FILE)
+    return paths.join(model_dir, LABELS_FILE)
 
 
 def read_labels(model_dir: str) -> Dict[int, str]:
     """{topic: label} from MODEL_DIR/topic_labels.json ({} when absent)."""
     path = labels_path(model_dir)
-    if not dataset.exists(path):       # local, or an object-store URL
+    if not paths.exists(path):       # local, or an object-store URL
         return {}
-    with dataset.open_read(path) as f:
+    with paths.open_read(path) as f:
         try:
             raw = json.loads(f.read().decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -93,7 +101,7 @@ def write_labels(model_dir: str, labels: Dict[int, str], n_topics: int) -> str:
             raise UsageError("topic %d is outside the model's topics [0, %d)" % (k, n_topics))
     path = labels_path(model_dir)
     data = {str(k): labels[k] for k in sorted(labels)}
-    dataset.write_bytes_atomic(path, (json.dumps(data, indent=1, ensure_ascii=False)
+    paths.write_atomic(path, (json.dumps(data, indent=1, ensure_ascii=False)
                                       + "\n").encode("utf-8"))
     return path
 
@@ -101,7 +109,7 @@ def write_labels(model_dir: str, labels: Dict[int, str], n_topics: int) -> str:
 # ----------------------------------------------------------------------------- data
 
 def model_dir_of(model: str) -> str:
-    return dataset.model_dir_of(model)
+    return paths.model_dir_of(model)
 
 
 def heldout_curve(records: List[Dict[str, Any]]) -> Dict[str, List]:
@@ -162,9 +170,6 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
                     ) -> Dict[str, Any]:
     """Top words of ``topics`` at each kept checkpoint up to ``until_step`` (at most
     ``max_checkpoints``, spread evenly, always the last)."""
-    from lda_core.storage.blocks import algorithm_from_state
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.evaluation.metrics import top_words
     store = CheckpointStore(model_dir, check_algorithm=True)
     ckpts = [c for c in store.list_checkpoints() if until_step is None or c.step <= until_step]
     if len(ckpts) > max_checkpoints:
@@ -189,18 +194,13 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
            n_evolution: int = 3, unverified: bool = False) -> Dict[str, Any]:
     """Everything the page shows, as JSON-able data (see module docstring); the shards are
     verified against their dataset's manifest (``unverified``: also accept shards none
-    lists; :func:`pipelines.ingest.dataset.open_shards`)."""
-    from lda_core.evaluation.metrics import top_words, umass_coherence
-    from lda_core.storage.run_log import RUN_LOG_FILE, read_run_log
-    from pipelines.runtime.model_dir import load_model
-    from pipelines.ingest.doc_sample import sample_documents
-    from pipelines.infer import training_shards
+    lists; :func:`pipelines.ingest.manifest.open_shards`)."""
     algo, state, vocab = load_model(model)
     mdir = model_dir_of(model)
     tokens = vocab.tokens if vocab is not None else None
     K = state.n_topics
-    log_path = dataset.join(mdir, RUN_LOG_FILE)
-    records = read_run_log(log_path) if dataset.exists(log_path) else []
+    log_path = paths.join(mdir, RUN_LOG_FILE)
+    records = read_run_log(log_path) if paths.exists(log_path) else []
     starts = [r for r in records if r.get("event") == "start"]
     ends = [r for r in records if r.get("event") == "end"]
     curve = heldout_curve(records)
@@ -223,7 +223,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     shards = shards or training_shards(mdir)
     size = None
     if shards:
-        files = dataset.open_shards(shards, unverified=unverified).files
+        files = manifest.open_shards(shards, unverified=unverified).files
         dataset.check_vocab_hash(files, state.vocab_hash)
         docs = sample_documents(files, max_docs=max_docs)
         theta = np.asarray(algo.infer(docs), np.float64)
@@ -285,7 +285,6 @@ def doc_topic_words(docs, i: int, phi_k: np.ndarray, tokens, n: int = 8) -> List
 def health_data(phi, docs, theta) -> Dict[str, Any]:
     """Topic health of the sample (module docstring); ``theta`` is the model's inference of
     ``docs`` (for the label × topic table)."""
-    from lda_core.evaluation.metrics import normalized_mutual_information, topic_health
     h = topic_health(phi, docs)
     K = phi.shape[0]
     h["dead"] = [k for k in range(K) if h["topic_shares"][k] < 0.1 / K]
@@ -538,6 +537,6 @@ def write_report(model: str, output: str, template: Optional[str] = None,
                                 % template)
     data = gather(model, **kw)
     page = render(data, template)
-    dataset.make_dirs(dataset.parent(output))
-    dataset.write_bytes_atomic(output, page.encode("utf-8"))
+    paths.make_dirs(paths.parent(output))
+    paths.write_atomic(output, page.encode("utf-8"))
     return data

@@ -198,8 +198,8 @@ def runner_config(runner: str = "DirectRunner", beam_argv: Sequence[str] = ()) -
                          "the in-process trainer)" % (runner, ", ".join(RUNNERS)))
     if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check"))
                for a in argv):
-        # construction-time type checking inspects every DoFn signature of the graph again
-        # (~40 ms per unrolled step here); the trainer declares its element types itself
+        # construction-time type checking inspects every DoFn signature of the graph again,
+        # for every unrolled step; the trainer declares its element types itself
         argv.append("--no_pipeline_type_check")
     cfg = RunnerConfig(runner=runner, argv=argv)
     if runner in ("DirectRunner", "FnApiRunner"):

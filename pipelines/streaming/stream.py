@@ -57,8 +57,19 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from lda_core.errors import InputError, UsageError
-from lda_core.training import session as _session
-from pipelines.streaming.stream_parse import ParseConfig, dead_letter, parse_document
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.vocab_file import Vocabulary
+from lda_core.training.session import is_sequential, Session
+from lda_core.training.spec import Output
+from pipelines.ingest import dataset
+from pipelines.ingest.tokenize import TokenizerConfig
+from pipelines.runtime import paths
+from pipelines.runtime.model_dir import open_model
+from pipelines.runtime.paths import join, write_atomic as write_bytes_atomic
+from pipelines.streaming.stream_parse import dead_letter, parse_document, ParseConfig
+from pipelines.streaming.stream_step import (applied_record, ApplyGlobalStepFn, EStepLatestFn,
+                                             latest_step, ORDERS)
+from pipelines.training.algorithm_options import build_algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +88,7 @@ class ParseDocumentsFn(beam.DoFn):
         self.oov = Metrics.counter(NS, "stream_oov_tokens_dropped")
 
     def setup(self):
-        from pipelines.ingest import dataset
-        from pipelines.ingest.tokenize import TokenizerConfig
-        vocab = dataset.Vocabulary.read(self.cfg.vocab_path)
+        vocab = Vocabulary.read(self.cfg.vocab_path)
         if len(vocab) != self.cfg.n_words:
             raise InputError("vocabulary %s has %d words, the model %d"
                              % (self.cfg.vocab_path, len(vocab), self.cfg.n_words))
@@ -126,10 +135,6 @@ class SplitLateFn(beam.DoFn):
             return
         self.windows.inc()
         yield int(w.max_timestamp().micros), docs
-
-
-from pipelines.streaming.stream_step import (  # noqa: E402,F401 (the job's training half)
-    ORDERS, ApplyGlobalStepFn, EStepLatestFn, WindowResultCoder, latest_step, load_step)
 
 
 # ----------------------------------------------------------------------------- transforms
@@ -203,7 +208,6 @@ class ReadJsonFilesContinuously(beam.PTransform):
         self.pattern, self.interval, self.stop_after = pattern, interval, stop_after
         self.applied: Dict[str, int] = {}
         if model_dir is not None:
-            from pipelines.streaming.stream_step import applied_record
             step = latest_step(model_dir)
             if step is not None:
                 self.applied = {str(k): int(v) for k, v in
@@ -259,11 +263,8 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
     fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.ingest import dataset
-    from pipelines.runtime.model_dir import open_model
     store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
-    model_vocab = dataset.join(model_dir, dataset.VOCAB_FILE)
+    model_vocab = paths.join(model_dir, dataset.VOCAB_FILE)
     if store.latest_checkpoint() is not None:
         m = open_model(model_dir)
         if topics is not None and topics != m.state.n_topics:
@@ -275,22 +276,20 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
     if topics is None or vocab_path is None:
         raise UsageError("%s holds no checkpoint: give --topics K and --vocab VOCAB_TSV to "
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
-    vocab = dataset.Vocabulary.read(vocab_path)
-    from pipelines.training.algorithm_options import build_algorithm
+    vocab = Vocabulary.read(vocab_path)
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
                            batch_size=batch_size, corpus_size=corpus_size, seed=seed,
                            vocab_hash=vocab.hash)
-    if _session.is_sequential(algo):
+    if is_sequential(algo):
         raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
                          % algorithm)
-    dataset.make_dirs(model_dir)
-    if not dataset.exists(model_vocab):       # a local folder or an object store (atomic)
-        with dataset.open_read(vocab_path) as f:
-            dataset.write_bytes_atomic(model_vocab, f.read())
-    state = _session.stamp(algo.to_state(), 0, 0)
-    state.info["stream"] = dict(initial=True)
-    store.publish(state)
+    paths.make_dirs(model_dir)
+    if not paths.exists(model_vocab):       # a local folder or an object store (atomic)
+        with paths.open_read(vocab_path) as f:
+            paths.write_atomic(model_vocab, f.read())
+    Session(output=Output(checkpoint_store=store, progress=False)).publish(
+        algo, position=0, info={"stream": dict(initial=True)})
     return algo, model_vocab
 
 
@@ -322,7 +321,6 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     (the bundle-based DirectRunner cannot execute its splittable DoFn; the FnApiRunner reads
     only the files present at its first listings). On Dataflow / Flink the pipeline of
     :class:`ReadJsonFilesContinuously` is used instead."""
-    from pipelines.ingest import dataset
     offsets, next_w = _start_position(model_dir, window_seconds)
     sizes: Dict[str, int] = {}            # size at the previous poll (a stable partial line)
     # pending reads: (window index, arrival time, file, start offset, end offset, lines)
@@ -333,7 +331,7 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
     for _ in range(max_polls):
         now = clock()
         done = t_stop is not None and now >= t_stop
-        for path, size in dataset.match_sizes(pattern):
+        for path, size in paths.match_sizes(pattern):
             start = offsets.get(path, 0)
             if size == start:             # nothing new: the file is not opened
                 continue
@@ -370,8 +368,6 @@ def run_local_directory(pattern: str, model_dir: str, parse: ParseConfig, *,
 def _start_position(model_dir: str, window_seconds: float):
     """Where a (re)started driver continues: the input position recorded with the newest
     checkpoint (file -> bytes applied) and the first window index free after its window."""
-    from lda_core.storage.checkpoint import CheckpointStore
-    from pipelines.streaming.stream_step import applied_record
     step = CheckpointStore(model_dir).pointer()
     record = applied_record(model_dir, step) if step is not None else {}
     offsets: Dict[str, int] = {str(k): int(v) for k, v in (record.get("files") or {}).items()}
@@ -400,8 +396,7 @@ def _read_new_lines(path: str, offset: int, sizes: Dict[str, int],
     """The non-empty lines of ``path`` after byte ``offset``: ``(new offset, lines)``, or None
     if there is nothing new. A last line without a newline is taken only when the file has not
     grown since the previous poll (or ``take_partial``)."""
-    from pipelines.ingest import dataset
-    with dataset.open_read(path) as f:
+    with paths.open_read(path) as f:
         if offset:
             f.seek(offset)
         data = f.read()
@@ -455,7 +450,6 @@ def _run_bounded(items, model_dir, parse, window_seconds, deadletter_dir, keep_l
     finally:
         _COLLECTED.pop(key, None)
     if dead:
-        from pipelines.ingest.dataset import join, write_bytes_atomic
         name = "deadletter-local-%s.jsonl" % time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         write_bytes_atomic(join(deadletter_dir, name),
                            "".join(_dead_json(d) + "\n" for d in dead).encode("utf-8"))

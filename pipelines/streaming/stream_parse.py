@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 import numpy as np
 
 from lda_core.docbatch import DocBatch
+from pipelines.ingest.tokenize import tokenize, TokenizerConfig
 
 MAX_JSON_BYTES = 10 * 1024 * 1024       # a larger message is dead-lettered, not parsed
 MAX_DOC_WORDS = 1_000_000               # unique words per document (checked before arrays)
@@ -134,7 +135,6 @@ def _parse_word_ids(obj: Dict[str, Any], did: str, V: int, raw):
 def _parse_text(text: str, did: str, index: Dict[str, int], cfg: ParseConfig, tokenizer):
     """Text tokenized like the vectorize pipeline -> the document of its in-vocabulary words
     (the others dropped and counted), or a dead letter when no word is in the vocabulary."""
-    from pipelines.ingest.tokenize import TokenizerConfig, tokenize
     if tokenizer is None:
         tokenizer = cfg.tokenizer or TokenizerConfig(lowercase=cfg.lowercase, deaccent=cfg.deaccent,
                                     min_len=cfg.min_token_len, max_len=cfg.max_token_len)

@@ -1,7 +1,8 @@
 """The streaming job's training half: the E-step of a window against the newest checkpoint
 (:class:`EStepLatestFn`) and the single-key stateful global step (:class:`ApplyGlobalStepFn`:
-windows applied in order, validated by :func:`lda_core.training.session.apply_step`, one checkpoint
-stamped by :func:`lda_core.training.session.stamp` per window). See :mod:`pipelines.streaming.stream`."""
+windows applied in order by :meth:`lda_core.training.session.Session.step`, one checkpoint
+published by :meth:`lda_core.training.session.Session.publish` per window). See
+:mod:`pipelines.streaming.stream`."""
 from __future__ import annotations
 
 import logging
@@ -17,11 +18,15 @@ from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (BagStateSpec, ReadModifyWriteStateSpec,
                                               TimerSpec, on_timer)
-from pipelines.runtime import process_cache
-
-from lda_core.training import session as _session
+from lda_core.algorithms.algorithm import algorithm_class, pack_arrays, unpack_arrays
 from lda_core.docbatch import DocBatch
-from lda_core.training.session import TrainingError
+from lda_core.storage.checkpoint import CheckpointStore, RACE_RETRIES
+from lda_core.storage.state import StateFormatError, TopicState
+from lda_core.training.session import Session, TrainingError
+from lda_core.training.spec import Output
+from pipelines.runtime import paths, process_cache
+from pipelines.streaming.stream_parse import docs_to_batch, files_read
+from pipelines.training.beam_stats import decode_stats, encode_stats
 
 logger = logging.getLogger(__name__)
 
@@ -31,15 +36,11 @@ NS = "ldabeam"
 # ----------------------------------------------------------------------------- state access
 
 def latest_step(model_dir: str) -> Optional[int]:
-    from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(model_dir).pointer()
 
 
 def _held(model_dir: str, step: int) -> process_cache.Held:
     """Checkpoint ``step`` of ``model_dir`` (algorithm and info), loaded once per process."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.storage.state import TopicState
 
     def load():
         path = CheckpointStore(model_dir).path(step)
@@ -47,8 +48,7 @@ def _held(model_dir: str, step: int) -> process_cache.Held:
         st = TopicState.load(path)
         return process_cache.Held(algorithm_class(st.algorithm).from_state(st), st.info)
 
-    from pipelines.ingest import dataset
-    return process_cache.acquire("%s@%d" % (dataset.absolute(model_dir), step), load)
+    return process_cache.acquire("%s@%d" % (paths.absolute(model_dir), step), load)
 
 
 def load_step(model_dir: str, step: int, n_threads: Optional[int] = None):
@@ -64,8 +64,6 @@ def load_latest(model_dir: str, n_threads: Optional[int] = None):
     """``(step, algorithm)`` of the checkpoint LATEST names (``(None, None)`` when there is
     none). When that checkpoint vanishes under the reader (the global step published a newer
     one and pruned it), LATEST is read again and the newer one loaded (bounded retries)."""
-    from lda_core.storage.checkpoint import RACE_RETRIES
-    from lda_core.storage.state import StateFormatError
     for attempt in range(RACE_RETRIES + 1):
         step = latest_step(model_dir)
         if step is None:
@@ -138,7 +136,6 @@ class EStepLatestFn(beam.DoFn):
 
     def process(self, element):
         wend, docs = element
-        from pipelines.streaming.stream_parse import docs_to_batch, files_read
         docs = list(docs)
         batch = docs_to_batch(docs)
         step, algo = load_latest(self.model_dir, self.n_threads)
@@ -162,8 +159,6 @@ class WindowResultCoder(Coder):
     _MAGIC = b"LDAWIN01"
 
     def encode(self, value) -> bytes:
-        from lda_core.algorithms.algorithm import pack_arrays
-        from pipelines.training.beam_stats import encode_stats
         wend, batch, stats, used = value[:4]
         read = dict(value[4]) if len(value) > 4 else {}
         stats_b = b"" if stats is None else encode_stats(stats)
@@ -175,8 +170,6 @@ class WindowResultCoder(Coder):
         return struct.pack("<Q", len(head)) + head + stats_b
 
     def decode(self, data: bytes):
-        from lda_core.algorithms.algorithm import unpack_arrays
-        from pipelines.training.beam_stats import decode_stats
         (n,) = struct.unpack("<Q", data[:8])
         h, a = unpack_arrays(self._MAGIC, data[8:8 + n])
         batch = DocBatch(tuple(h["doc_ids"]), a["indptr"], a["word_ids"], a["counts"])
@@ -222,7 +215,6 @@ class ApplyGlobalStepFn(beam.DoFn):
         self.record = None
 
     def setup(self):
-        from lda_core.storage.checkpoint import CheckpointStore
         self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
 
     def _current(self, applied: Optional[int]):
@@ -307,24 +299,24 @@ class ApplyGlobalStepFn(beam.DoFn):
             if self.corpus_size != -1 and hasattr(algo, "corpus_size"):
                 algo.corpus_size = self.corpus_size
             t0 = time.time()
-            before = int(algo.step)
-            info, err = _session.apply_step(algo.global_step, stats)
-            if err is not None:
+            session = Session(position=int(algo.step),
+                              output=Output(checkpoint_store=self.store, progress=False))
+            try:
+                info = session.step(algo, stats, " (window ending %s)" % wend)
+            except TrainingError:
                 # the window is refused and the job fails; this worker's copy may hold the
                 # refused step, so the next attempt reloads the latest checkpoint
                 self.algo = None
-                raise TrainingError(_session.error_message(
-                    before + 1, err, self.store.pointer_path(), " (window ending %s)" % wend))
+                raise
             if info.get("skipped"):
                 continue
-            state = _session.stamp(algo.to_state(), int(algo.step), _session.docs_seen(algo))
             record = next_record(self.record, wend, delivered, batch.doc_ids, self.files,
                                  read)
-            state.info["stream"] = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
-                                        estep_recomputed=bool(recomputed),
-                                        estep_state_step=used, rho=info.get("rho"),
-                                        global_step_seconds=time.time() - t0, **record)
-            path = self.store.publish(state)
+            stream = dict(window_end_micros=int(wend), docs=int(batch.n_docs),
+                          estep_recomputed=bool(recomputed), estep_state_step=used,
+                          rho=info.get("rho"), global_step_seconds=time.time() - t0, **record)
+            # checkpoints are named by the algorithm's step
+            path = session.publish(algo, position=int(algo.step), info={"stream": stream})
             self.record = record
             applied.write(int(algo.step))
             self.steps.inc()

@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import append_records, read_run_log, run_log_exists
 from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.runtime import scratch as scratch_space
+from pipelines.training import beam_remote, detached
 from pipelines.training import beam_run, beam_state
+from pipelines.training import scratch_names
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_run import WindowSetup
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_steps import LeanDoFn
+from pipelines.training.beam_window import build_window, collect_window
 from pipelines.training.shard_stream import HeldOutShards
 
 logger = logging.getLogger(__name__)
@@ -106,8 +110,6 @@ class FinishWindowFn(LeanDoFn):
             if kind == "error":
                 raise TrainingError(msg)
             return
-        from lda_core.storage.checkpoint import CheckpointStore
-        from pipelines.training.beam_window import collect_window
         infos, algo, error = collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         records = _Records()
         records.write(f.start_record)
@@ -156,14 +158,12 @@ class _Records:
 def _append_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
     """Append ``records`` to the run log ``path`` in one write (one writer per window at a
     time): :func:`lda_core.storage.run_log.append_records`."""
-    from lda_core.storage.run_log import append_records
     append_records(path, records)
 
 
 def _window_in_log(path: Optional[str], run_key: str):
     """``("end", None)`` / ``("error", message)`` when the run log already holds the window
     ``run_key``'s last record, else None."""
-    from lda_core.storage.run_log import read_run_log, run_log_exists
     if path is None or not run_log_exists(path):
         return None
     for rec in read_run_log(path):
@@ -208,13 +208,147 @@ def _publish_once(store, algo, pos: int, runner: str, run_info) -> Optional[str]
                    run_info=run_info).publish(algo, pos)
 
 
+@dataclass
+class RemoteFinish:
+    """What the last DoFn of a detached window of the remote exchange needs (the window's
+    :class:`~pipelines.training.beam_remote.Schedule` and its steps without read tasks:
+    a few dozen bytes per step in the graph)."""
+    model_dir: str
+    keep_last: Optional[int]
+    run_log_path: Optional[str]
+    run_key: str
+    run_dir: str
+    schedule: Any
+    steps: List[StepPlan]
+    eval_every: int
+    heldout: Any
+    runner: str
+    run_info: Optional[Dict[str, Any]]
+    start_record: Dict[str, Any]
+    t_start: float
+
+
+class FinishRemoteWindowFn(LeanDoFn):
+    """:class:`FinishWindowFn` for a window of the remote exchange: after its log is written
+    (main input), the checkpoint is published from the window's end files, evaluated when
+    due, the run-log records appended and the run's scratch folder removed. A step refused
+    inside the window leaves no end files: nothing is published and the error is logged; the
+    next launch runs the window up to the step before (:func:`refused_position`), which
+    publishes that state, and the launch after it stops on the refusal again, as a waiting
+    run stops."""
+
+    def __init__(self, spec: RemoteFinish):
+        self.spec = spec
+
+    def process(self, _):
+        f = self.spec
+        seen = _window_in_log(f.run_log_path, f.run_key)
+        if seen is not None:
+            kind, msg = seen
+            logger.info("window %s is already in the run log (%s): a retried bundle",
+                        f.run_key, kind)
+            if kind == "error":
+                raise TrainingError(msg)
+            return
+        got = beam_remote.collect(f.schedule)
+        records = _Records()
+        records.write(f.start_record)
+        heldout = None
+        if f.heldout is not None and got.start is not None:
+            heldout = f.heldout.load() if isinstance(f.heldout, HeldOutShards) else f.heldout
+        store = CheckpointStore(f.model_dir, keep_last=f.keep_last)
+        ses = Session(position=f.schedule.first,
+                      output=Output(checkpoint_store=store, run_log=records, progress=False),
+                      evaluation=Evaluation(heldout, f.eval_every), runner=f.runner,
+                      run_info=f.run_info, t_start=f.t_start)
+        algo = (beam_remote.LazyAlgorithm(got.start, got.header) if got.start is not None
+                else None)
+        infos = got.infos if got.start is not None else []
+
+        def publish(_, pos):
+            done = _published_position(store)
+            if done is not None and done >= pos:
+                return store.pointer_path() if done == pos else None
+            return ses.publish_blocks(got.header, beam_remote.end_sources(got.start), pos,
+                                      beam_remote.pending_of(got.start))
+        msg = None
+        try:
+            beam_run.after_window(ses, algo, f.steps, infos, got.error, publish,
+                                  run_key=f.run_key)
+            ses.evaluate(algo)
+            ses.end(int(algo.docs_seen), windows=1, beam_metrics=None, run_key=f.run_key)
+        except TrainingError as e:
+            msg = str(e)
+        if f.run_log_path is not None:
+            _append_records(f.run_log_path, records.items)
+        scratch_space.remove_tree(f.run_dir)
+        logger.info("detached window %s: steps %d..%d published as %s", f.run_key,
+                    f.schedule.first, ses.position, ses.last_checkpoint or "nothing")
+        if msg is not None:
+            raise TrainingError(msg)
+        yield ses.position
+
+
+def refused_position(run_log_path: Optional[str], position: int) -> Optional[int]:
+    """The step of the last run-log record of the model when it is an error past
+    ``position`` (a detached window of the remote exchange refused it without publishing
+    the steps before), else None."""
+    if run_log_path is None or not run_log_exists(run_log_path):
+        return None
+    last = None
+    for rec in read_run_log(run_log_path):
+        if rec.get("event") in ("error", "end"):
+            last = rec
+    if last is not None and last.get("event") == "error":
+        step = last.get("step")
+        if isinstance(step, int) and step > position + 1:
+            return step
+    return None
+
+
+def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key: str,
+                         run_dir: str, position: int, w_stop: int, runs_here: bool):
+    """:func:`submit_window` for the remote exchange."""
+    s = int(setup.run_info.get("staleness", 0))
+    run_log_path = getattr(spec.output.run_log, "path", None)
+    refused = refused_position(run_log_path, position)
+    if refused is not None and refused - 1 < w_stop:
+        logger.info("the last launch refused step %d: this window stops before it, so the "
+                    "state after step %d is published", refused, refused - 1)
+        w_stop = refused - 1
+    kw = dict(seed=spec.schedule.seed, batch_size=spec.schedule.minibatch,
+              pieces_per_minibatch=setup.pieces)
+    steps = plan_steps(setup.files, setup.sizes, start=position, stop=w_stop, **kw)
+    ahead = plan_steps(setup.files, setup.sizes, start=w_stop, stop=w_stop + s, **kw)
+    start = beam_remote.write_start(algorithm, run_dir, position)
+    schedule = beam_remote.Schedule.of_steps(start, steps, ahead, s)
+    start_record = beam_run.start_record(setup, spec, algorithm)
+    start_record["run"]["detached"] = True
+    start_record["run_key"] = run_key
+    start_record["window"] = [position, w_stop]
+    finish = RemoteFinish(
+        model_dir=spec.output.model_dir, keep_last=spec.output.keep_checkpoints,
+        run_log_path=run_log_path, run_key=run_key, run_dir=run_dir, schedule=schedule,
+        steps=[sp.bare() for sp in steps], eval_every=int(spec.evaluation.every or 0),
+        heldout=spec.evaluation.heldout, runner=setup.cfg.describe(),
+        run_info=setup.run_info, start_record=start_record, t_start=setup.t_start)
+    cfg = setup.cfg
+    p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
+    log = beam_remote.build_window(p, schedule, steps[0].read_plan, run_key,
+                                   int(algorithm.n_words), setup.n_threads)
+    log | "FinishWindow" >> beam.ParDo(FinishRemoteWindowFn(finish))
+    logger.info("Beam trainer, detached, remote exchange: %s, steps %d..%d of %d (window %s), "
+                "%d piece(s) per minibatch, staleness %d; the job publishes the checkpoint "
+                "and the run log", cfg.describe(), position, w_stop, setup.stop, run_key,
+                setup.pieces, s)
+    return p.run(), w_stop
+
+
 def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
                   scratch_dir: Optional[str] = None) -> SubmittedWindow:
     """A detached launch (``BeamSettings.detach``): plan the next window, put its start
     state in the run's scratch folder, build the window's pipeline with
     :class:`FinishWindowFn` at the end and submit it without waiting."""
-    from pipelines.training import detached
-    from pipelines.training.beam_window import build_window
     cfg, position, stop, model_dir = setup.cfg, setup.position, setup.stop, \
         spec.output.model_dir
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)
@@ -230,12 +364,17 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     run_dir = scratch_space.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
     w_stop = min(stop, position + setup.M)
+    if setup.exchange == "remote":
+        result, w_stop = submit_remote_window(setup, spec, algorithm, run_key, run_dir,
+                                              position, w_stop, runs_here)
+        return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
+                               run_key, runs_here)
     steps = plan_steps(setup.files, setup.sizes, seed=spec.schedule.seed,
                        batch_size=spec.schedule.minibatch, start=position, stop=w_stop,
                        pieces_per_minibatch=setup.pieces)
     # the window's start state where every worker can read it (the job cannot reach the
     # driver's memory: the driver is gone by then)
-    start_path = os.path.join(run_dir, "state-%09d.npz" % position)
+    start_path = scratch_names.state_path(run_dir, position)
     beam_state.save_scratch(algorithm, start_path)
     start_ref = StateRef("%s/%d" % (run_key, position), start_path, position)
     start_record = beam_run.start_record(setup, spec, algorithm)
@@ -253,8 +392,8 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
         t_start=setup.t_start)
 
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
-    final = build_window(p, cfg, steps, start_ref, run_key, scratch, setup.n_threads,
-                          True, None)
+    final = build_window(p, cfg, setup.exchange, steps, start_ref, run_key, scratch,
+                         setup.n_threads)
     (p | "FinishStart" >> beam.Create([None], reshuffle=False)
      | "FinishWindow" >> beam.ParDo(FinishWindowFn(finish),
                                     beam.pvalue.AsSingleton(final, default_value=None)))

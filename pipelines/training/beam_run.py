@@ -3,6 +3,8 @@
 start record, and the bookkeeping after a window."""
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -12,6 +14,8 @@ from lda_core.training.spec import TrainSpec
 from pipelines.runtime import scratch as scratch_space
 from pipelines.runtime.beam_options import RunnerConfig
 from pipelines.training.beam_plan import StepPlan
+
+logger = logging.getLogger(__name__)
 
 def default_scratch_root(model_dir: str, cfg: RunnerConfig,
                          scratch_dir: Optional[str] = None) -> str:
@@ -25,8 +29,8 @@ class WindowSetup:
     """A Beam run's set-up, resolved once by the driver (``BeamRunner.run``) before any
     window: the runner, the shards and their row counts, the positions (start, where this run
     stops, where the schedule ends), the minibatches per pass, the window size ``M``, the
-    pieces per minibatch, the E-step threads per worker, whether windows are unrolled, the run
-    information (pieces recorded) and when the run started."""
+    pieces per minibatch, the E-step threads per worker, the run information (pieces recorded)
+    and when the run started, and the exchange of its steps."""
     cfg: RunnerConfig
     files: List[str]
     sizes: List[int]
@@ -37,10 +41,9 @@ class WindowSetup:
     M: int
     pieces: int
     n_threads: Optional[int]
-    unroll: bool
     run_info: Dict[str, Any]
     t_start: float
-    word_blocks: bool = False     # the word-sharded exchange (pipelines.training.beam_sharded)
+    exchange: str                 # pipelines.training.beam_train.EXCHANGES (or in-process)
 
     @property
     def n_docs(self) -> int:
@@ -56,7 +59,7 @@ def start_record(setup: WindowSetup, spec: TrainSpec, algorithm,
         eval_every=spec.evaluation.every, checkpoint_every=spec.output.checkpoint_every,
         wall_time=setup.t_start,
         run=dict(setup.run_info if run_info is None else run_info, runner=setup.cfg.describe(),
-                 minibatches_per_window=setup.M, unroll=setup.unroll,
+                 minibatches_per_window=setup.M, exchange=setup.exchange,
                  pieces_per_minibatch=setup.pieces))
 
 
@@ -81,3 +84,19 @@ def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict
     if error is not None:
         ses.fail(error[0], error[1], **error_fields)
     return metrics
+
+
+def log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],
+                counters: Dict[str, int], stop: int, seconds: float, n_docs_seen: int):
+    """The INFO line and the progress line after a window."""
+    done = len(steps)
+    rate = ses.steps_run / max(1e-9, time.time() - ses.t_start)
+    eta = (stop - ses.position) / rate if rate > 0 else float("nan")
+    score = _session.score_text(ses.metrics)
+    logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
+                windows, n_windows, ses.position - done, ses.position,
+                sum(s.n_docs for s in steps), seconds,
+                ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
+                n_docs_seen, score, eta)
+    ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
+             % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))

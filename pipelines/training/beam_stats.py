@@ -50,6 +50,7 @@ from apache_beam.coders import Coder
 
 from lda_core.algorithms.algorithm import SuffStats
 from lda_core.storage import traffic
+from pipelines.training import beam_cost
 
 _MAGIC_BYTES = b"SB"     # stats serialised by the class's own to_bytes
 _MAGIC_SPILLED = b"SF"   # a SpilledStats reference (the statistics are in a file)
@@ -63,20 +64,20 @@ class SpilledStats(NamedTuple):
     def load(self) -> SuffStats:
         """The statistics, each array read from the file straight into its own allocation
         (the class's ``read_from``: no buffer of the file's bytes)."""
-        return self._read(lambda cls, f, size: cls.read_from(f, size))
+        return self._read(lambda cls, f, size: cls.read_from(f, size, verify=False))
 
     def merge_into(self, total: SuffStats) -> SuffStats:
         """``total.merge(self.load())`` without loading the piece whole: the class's
         ``merge_from`` adds it as it is read."""
         def into(cls, f, size):
-            return (total.merge_from(f, size) if cls is type(total)
-                    else total.merge(cls.read_from(f, size)))
+            return (total.merge_from(f, size, verify=False) if cls is type(total)
+                    else total.merge(cls.read_from(f, size, verify=False)))
         return self._read(into)
 
     def load_reserved(self, ids) -> SuffStats:
         """``load()`` then ``reserve_rows(ids)``, the reserved layout allocated first
         (the class's ``read_reserved``)."""
-        return self._read(lambda cls, f, size: cls.read_reserved(f, size, ids))
+        return self._read(lambda cls, f, size: cls.read_reserved(f, size, ids, verify=False))
 
     def row_ids(self):
         """The statistics' ``row_ids`` (``SuffStats.read_row_ids``), read from the file."""
@@ -105,8 +106,10 @@ class SpilledStats(NamedTuple):
 def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
     """Write ``stats`` (encoded: :func:`encode_stats`) to the local scratch file ``path``,
     published by a rename; returns the reference. The header and the body are written one
-    after the other (no third copy of a large block in memory); not fsynced: a scratch file
-    lives only while its window runs."""
+    after the other (no third copy of a large block in memory); neither fsynced nor
+    checksummed (``write_to(checksum=False)``, read back with ``verify=False``): a scratch
+    file lives only while its window runs, in the run's private folder, as the scratch
+    states do."""
     import os
     import uuid
     head = _encode_head(stats)
@@ -114,7 +117,7 @@ def spill_stats(stats: SuffStats, path: str) -> SpilledStats:
     try:
         with open(tmp, "wb") as f:
             f.write(head)
-            nbytes = len(head) + stats.write_to(f)
+            nbytes = len(head) + stats.write_to(f, checksum=False)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -207,7 +210,6 @@ def stats_nbytes(stats) -> int:
 
 def _costed(phase: str, fn, arg):
     """``fn(arg)``, its seconds (and the encoded bytes) reported as ``phase``'s cost."""
-    from pipelines.training import beam_cost
     t0 = time.perf_counter()
     out = fn(arg)
     beam_cost.report(phase, time.perf_counter() - t0,
@@ -367,7 +369,6 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     """``total`` (if any) merged with the pieces in piece-id order (canonical order:
     bundling-independent sums): what :class:`StatsCombineFn` outputs. Loading spilled pieces
     and merging are reported as the ``stats_decode`` / ``stats_combine`` costs."""
-    from pipelines.training import beam_cost
     t0 = time.perf_counter()
     total = unspill(total)
     order = sorted(pieces)
@@ -408,10 +409,9 @@ def sum_in_order(pieces: Dict[int, Any]):
     global step itself); otherwise the merged statistics."""
     order = sorted(pieces)
     if order and all(isinstance(pieces[p], SpilledStats) for p in order):
-        from pipelines.training import beam_cost
         t0 = time.perf_counter()
         segs = [pieces[p].segment() for p in order]
-        lazy = (segs[0][0].lazy_sum([s[1:] for s in segs])
+        lazy = (segs[0][0].lazy_sum([s[1:] for s in segs], verify=False)
                 if all(s[0] is segs[0][0] for s in segs) else None)
         beam_cost.report("stats_decode", time.perf_counter() - t0)
         if lazy is not None:

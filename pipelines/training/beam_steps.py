@@ -1,7 +1,7 @@
-"""The Beam trainer's DoFns and composite transforms: the E-step over a minibatch's pieces
-(:class:`EStepFn`, :class:`MinibatchStatistics`), the global step (:class:`GlobalStepFn`,
-:class:`TrainStep`), the in-process fused chain (:class:`InProcessStepFn`) and the hand-over
-of statistics in one-pipeline-per-minibatch mode (:class:`WriteStatsFn`). No maths: every
+"""The Beam trainer's DoFns and composite transforms of the whole-state exchanges: the E-step
+over a minibatch's pieces (:class:`EStepFn`, :class:`MinibatchStatistics`), the global step
+(:class:`GlobalStepFn`, :class:`TrainStep`) and the in-process fused chain
+(:class:`InProcessStepFn`). No maths: every
 step is the ``lda_core`` one, validated by :func:`lda_core.training.session.apply_step`
 (module docstring of :mod:`pipelines.training.beam_train`)."""
 from __future__ import annotations
@@ -14,12 +14,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from lda_core.docbatch import DocBatch
 from lda_core.training import session as _session
+from lda_core.training.pieces import local_step_pieces
 from lda_core.algorithms.algorithm import SuffStats
 from pipelines.runtime import memory, scratch as scratch_space
+from pipelines.training import scratch_names
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
+from pipelines.training.beam_stats import spill_stats, StatsCombineFn
 
 logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import ReadTask, StepPlan, read_task
@@ -69,17 +72,14 @@ class StepMetrics:
         self.capped = Metrics.counter(METRICS_NAMESPACE, "documents_at_iteration_cap")
         self.pieces = Metrics.counter(METRICS_NAMESPACE, "pieces")
 
-    def report(self, stats: SuffStats) -> None:
+    def report(self, stats: SuffStats, pieces: int = 1) -> None:
+        """The counters of ``stats`` (the statistics of ``pieces`` pieces)."""
         self.docs.inc(int(stats.n_docs) + int(stats.n_empty))
         self.tokens.inc(int(stats.n_tokens))
         self.empty.inc(int(stats.n_empty))
         self.iterations.inc(int(stats.n_iterations))
         self.capped.inc(int(stats.n_capped))
-        self.pieces.inc()
-
-
-def _spill_path(spill_dir: str, position: int, piece: int) -> str:
-    return os.path.join(spill_dir, "stats-%09d-%04d.bin" % (position, piece))
+        self.pieces.inc(pieces)
 
 
 class EStepFn(LeanDoFn):
@@ -121,7 +121,7 @@ def piece_statistics(algo, task, metrics: "StepMetrics", spill_dir: Optional[str
     if spill_dir is None:
         return stats
     t0 = time.perf_counter()
-    spilled = spill_stats(stats, _spill_path(spill_dir, task.position, task.piece))
+    spilled = spill_stats(stats, scratch_names.stats_path(spill_dir, task.position, task.piece))
     beam_cost.report("stats_encode", time.perf_counter() - t0, spilled.nbytes)
     return spilled
 
@@ -143,7 +143,7 @@ def apply_global_step(algo, stats: SuffStats, run_key: str, position: int, n_doc
         new = StateRef(key, None, position + 1)
     else:
         t0 = time.perf_counter()
-        path = os.path.join(scratch, "state-%09d.npz" % (position + 1))
+        path = scratch_names.state_path(scratch, position + 1)
         beam_state.save_scratch(algo, path)
         new = StateRef(key, path, position + 1)
         beam_state.offer(new, algo)
@@ -204,9 +204,9 @@ class GlobalStepFn(LeanDoFn):
             # every reader of state t-1 and of step t's spilled pieces has finished (see
             # above): free their scratch files now rather than at the end of the window
             # (a window of 64 steps would otherwise hold 64 states of 24 MB in /dev/shm)
-            remove_quietly(os.path.join(self.scratch, "state-%09d.npz" % self.position))
+            remove_quietly(scratch_names.state_path(self.scratch, self.position))
             for name in scratch_space.list_names(self.scratch):
-                if name.startswith("stats-%09d-" % self.position):
+                if name.startswith(scratch_names.stats_prefix(self.position)):
                     remove_quietly(os.path.join(self.scratch, name))
         return new
 
@@ -219,16 +219,17 @@ class InProcessStepFn(LeanDoFn):
     """Whole steps for the in-process runner: state ``ref[t-1]`` (main input) -> ``ref[t+G-1]``
     after the ``G`` consecutive minibatches of ``steps``, each with its own global step.
 
-    In-process nothing crosses a process: the pieces of each minibatch are read and
-    E-stepped one after the other and summed in piece order (the in-process trainer's sums,
-    :mod:`lda_core.training.pieces`), and the state reference travels as the *main* input, so
+    In-process nothing crosses a process: the pieces of each minibatch are read and E-stepped
+    as the in-process trainer does (:func:`lda_core.training.pieces.local_step_pieces`: the
+    pieces' sums in piece order, from one E-step where the algorithm can), and the state
+    reference travels as the *main* input, so
     the transforms of a window form one chain of ParDos that Beam fuses into a single stage
     (with the reference as a side input every step was a stage of its own: ~0.1 s of Beam
     scheduling per step here, as much as the E-step of 256 documents). Each transform still
     costs Beam ~10-20 ms to build, translate and set up per bundle whatever its work, so small
     minibatches are grouped (``G`` = :data:`IN_PROCESS_DOCS_PER_TRANSFORM` / S, at least 1):
-    the same calls as one transform per minibatch -- ``local_step`` of each piece, their sum,
-    then :func:`apply_global_step` in place on the window's private copy -- for each of them,
+    the same calls as one transform per minibatch -- the pieces' E-step and sum, then
+    :func:`apply_global_step` in place on the window's private copy -- for each of them,
     in order; a failing step stops the group and the rest of the window."""
 
     def __init__(self, steps: Sequence[StepPlan], run_key: str,
@@ -251,18 +252,15 @@ class InProcessStepFn(LeanDoFn):
         yield new
 
     def _step(self, algo, sp: StepPlan) -> Optional[StateRef]:
-        stats = None
-        for task in sorted(sp.tasks, key=lambda t: t.piece):
-            with beam_cost.timed("read"):
-                batch = read_task(task)
-            with beam_cost.timed("estep"):
-                st = algo.local_step(batch)
-            self.metrics.report(st)
-            if stats is None:
-                stats = st
-            else:
-                with beam_cost.timed("stats_combine"):
-                    stats = stats.merge(st)
+        tasks = sorted(sp.tasks, key=lambda t: t.piece)
+        with beam_cost.timed("read"):
+            parts = [read_task(task) for task in tasks]
+            batch = parts[0] if len(parts) == 1 else DocBatch.concat(parts)
+        # the pieces are the minibatch's piece_bounds: the in-process trainer's E-step
+        # (lda_core.training.pieces), one run over the minibatch where the algorithm can
+        with beam_cost.timed("estep"):
+            stats = local_step_pieces(algo, batch, tasks[0].plan.pieces)
+        self.metrics.report(stats, len(tasks))
         return apply_global_step(algo, stats, self.run_key, sp.position, sp.n_docs, None)
 
 
@@ -284,7 +282,7 @@ def group_steps(steps: Sequence[StepPlan], docs_per_group: int) -> List[List[Ste
 
 
 def _info_path(scratch: str, key: str) -> str:
-    return os.path.join(scratch, "info-%09d.json" % int(key.rsplit("/", 1)[1]))
+    return scratch_names.info_path(scratch, int(key.rsplit("/", 1)[1]))
 
 
 def store_step_info(scratch: Optional[str], key: str, info: Dict[str, Any]) -> None:
@@ -316,29 +314,6 @@ def load_step_info(scratch: Optional[str], key: str) -> Optional[Dict[str, Any]]
     return beam_state.read_json(_info_path(scratch, key))
 
 
-class WriteStatsFn(LeanDoFn):
-    """Non-unrolled mode: hand the merged statistics of one minibatch to the driver."""
-
-    def __init__(self, run_key: str, position: int, scratch: Optional[str]):
-        self.run_key, self.position, self.scratch = run_key, position, scratch
-
-    def process(self, element):
-        _, stats = element
-        with beam_cost.step(self.run_key, self.position):
-            key = self._hand(stats)
-        yield key
-
-    def _hand(self, stats) -> str:
-        key = "%s/stats-%d" % (self.run_key, self.position)
-        if self.scratch is None:
-            beam_state.put_local_info(key, stats)
-        else:
-            from pipelines.ingest.dataset import write_bytes_atomic
-            write_bytes_atomic(os.path.join(self.scratch, "stats-%09d.bin" % self.position),
-                               encode_stats(stats))
-        return key
-
-
 # ------------------------------------------------------------------------------ transforms
 
 def _only_piece(element):
@@ -349,17 +324,15 @@ def _only_piece(element):
 class MinibatchStatistics(beam.PTransform):
     """Read tasks ``(position, ReadTask)`` of one minibatch -> ``(position, merged stats)``.
 
-    ``single_piece``: the minibatch is one piece (the in-process runner, whose E-step kernel
-    already uses every core), so there is nothing to combine: the E-step output goes straight
-    on, and the E-step and the global step fuse into one stage (one stage per step instead of
-    two plus a shuffle)."""
+    ``single_piece``: the minibatch is one piece, so there is nothing to combine: the E-step
+    output goes straight on, and the E-step and the global step fuse into one stage (one
+    stage per step instead of two plus a shuffle). Pieces are combined in piece order
+    (:class:`~pipelines.training.beam_stats.StatsCombineFn`): the in-process trainer's sums."""
 
-    def __init__(self, ref_view, n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, single_piece: bool = False,
+    def __init__(self, ref_view, n_threads: Optional[int] = None, single_piece: bool = False,
                  spill_dir: Optional[str] = None):
         super().__init__()
         self.ref_view, self.n_threads = ref_view, n_threads
-        self.deterministic, self.fanout = deterministic, fanout
         self.single_piece = single_piece
         self.spill_dir = spill_dir
 
@@ -371,22 +344,19 @@ class MinibatchStatistics(beam.PTransform):
         if self.single_piece:
             return pieces | "OnePiece" >> beam.Map(_only_piece).with_output_types(
                 Tuple[int, SuffStats])
-        combine = beam.CombinePerKey(StatsCombineFn(self.deterministic))
-        if self.fanout:
-            combine = combine.with_hot_key_fanout(self.fanout)
-        return pieces | "Combine" >> combine.with_output_types(Tuple[int, SuffStats])
+        return pieces | "Combine" >> beam.CombinePerKey(StatsCombineFn()).with_output_types(
+            Tuple[int, SuffStats])
 
 
 class TrainStep(beam.PTransform):
-    """One unrolled step: (read tasks of minibatch t, state ref[t-1]) -> ref[t]."""
+    """One step of the state exchange: (read tasks of minibatch t, state ref[t-1]) -> ref[t]."""
 
     def __init__(self, step: StepPlan, run_key: str, scratch: Optional[str],
-                 n_threads: Optional[int] = None, deterministic: bool = True,
-                 fanout: Optional[int] = None, in_place: bool = False,
+                 n_threads: Optional[int] = None, in_place: bool = False,
                  spill: bool = False):
         super().__init__()
         self.step, self.run_key, self.scratch = step, run_key, scratch
-        self.n_threads, self.deterministic, self.fanout = n_threads, deterministic, fanout
+        self.n_threads = n_threads
         self.in_place = in_place
         self.spill = spill and scratch is not None
 
@@ -396,7 +366,7 @@ class TrainStep(beam.PTransform):
         single = len(self.step.tasks) == 1
         # a single piece goes straight to the global step (no combine to read a spilled file)
         stats = tasks | "Statistics" >> MinibatchStatistics(
-            view, self.n_threads, self.deterministic, self.fanout, single_piece=single,
+            view, self.n_threads, single_piece=single,
             spill_dir=self.scratch if self.spill and not single else None)
         return stats | "GlobalStep" >> beam.ParDo(
             GlobalStepFn(self.run_key, self.step.position, self.step.n_docs, self.scratch,

@@ -1,54 +1,45 @@
-"""The Beam trainer: the in-process trainer's loop, with each minibatch's E-step spread over
+"""The Beam trainer: the in-process trainer's loop, with each minibatch's work spread over
 Beam workers.
 
 Training is a sequence of *windows*; a window is one pipeline run over the next ``M``
-minibatches of the seeded order (:mod:`lda_core.training.ordering`, the same order as the in-process
-trainer). At the end of every window the driver publishes the state as a checkpoint
-(:class:`lda_core.storage.checkpoint.CheckpointStore`, atomic) and the next window starts from it.
+minibatches of the seeded order (:mod:`lda_core.training.ordering`, the in-process trainer's
+order). At the end of every window a checkpoint is published
+(:class:`lda_core.storage.checkpoint.CheckpointStore`, atomic) and the next window starts from
+it; a run killed mid-window loses only that window.
 
-Inside a window, for minibatch ``t`` (all composite transforms below)::
+How a step's state and statistics move between workers is the run's *exchange*, one strategy
+object each (:func:`choose_exchange`, :func:`exchange_windows`):
 
-    Create(read tasks of t)      a few (piece id, [(shard file, rows)]) records: which rows of
-      |                          which shard make up each piece of the minibatch -- decided
-      |                          by plan_pass from the shard row counts alone, so membership
-      |                          never depends on how Beam bundles or splits the work
-    ParDo(EStepFn, side=ref[t-1])  read the rows (pyarrow, one cached shard per process),
-      |                            algorithm.local_step(piece) with the state of version
-      |                            ref[t-1] (loaded once per process: pipelines.training.beam_state),
-      |                            Beam metrics, emit (piece id, stats) as raw bytes
-    CombinePerKey(StatsCombineFn)  lifted: per-bundle pre-combine, no shuffle of pieces;
-      |                            pieces merged in piece order (bit-reproducible sums);
-      |                            skipped when the minibatch is one piece (in-process)
-    ParDo(GlobalStepFn, side=ref[t-1])  -> ref[t]: a copy of state t-1, algorithm.global_step,
-                                           state t stored (in memory for the in-process runner,
-                                           else a scratch directory beside the checkpoints)
+* ``remote`` (remote runners' default for online VB and SCVB0; ``--exchange remote`` runs it on
+  any runner): the state cut into word blocks held by owners, every row, request, statistic and
+  document moving through Beam's shuffle inside the window, files only at its ends
+  (:mod:`pipelines.training.beam_remote`); with staleness 1 one shuffle barrier per step;
+* ``local`` (worker processes of this machine): each worker advances its own copy of the
+  state from the statistics pieces the workers spill to a local scratch folder
+  (:mod:`pipelines.training.beam_chain`);
+* ``state`` (a remote runner's exchange for an algorithm without word blocks: sparse Gibbs-VB):
+  per step the E-step of the pieces with the whole state as a side input, the pieces combined
+  in piece order and the global step in one worker, which hands the next state on as a
+  scratch file (:class:`pipelines.training.beam_steps.TrainStep`);
+* ``in-process`` (the DirectRunner in this process): one fused chain of whole steps
+  (:class:`pipelines.training.beam_steps.InProcessStepFn`).
 
-With the in-process runner (one worker, one piece per minibatch) the window is instead one
-fused chain of :class:`InProcessStepFn` ParDos taking the state reference as main input (see
-there); with local worker processes each step is one stage in which every worker
-advances its own copy of the state (:mod:`pipelines.training.beam_chain`). Each window logs the cost
-of its steps by phase in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`). *Unrolled* (``unroll=True``, the default): the ``M`` minibatches of a window are
-chained in one pipeline, ``ref[t]`` being the singleton side input of step ``t+1``. *One pipeline per
-minibatch* (``unroll=False``): each pipeline stops after the combine, and the driver applies
-the global step itself (for very large minibatches, or runners where a deep graph is a
-problem). Both give the same states as the in-process trainer: the Beam code contains no
-maths; the local step, the merge and the global step are the ``lda_core`` ones.
+Every exchange gives the in-process trainer's state bit for bit at the same (seed, S, P, B,
+staleness): the Beam code contains no maths (the local step, the merge and the global step are
+``lda_core``'s), and every sum is made in a fixed order (pieces in piece order, word blocks in
+block order), so the result depends neither on the number of workers nor on their bundling,
+a retry or a resume at another worker count. Each window logs the cost of its steps by phase
+in a ``timing`` run-log record (:mod:`pipelines.training.beam_cost`).
 
-The trade-off (measured in docs/beam-training.md): each pipeline run costs a start-up, and
-with worker processes each chained step costs stage scheduling plus the state hand-over; a
-window costs one start-up, and a crash loses at most one window of work. Windows are therefore
-sized in documents (:func:`default_window`).
+Windows are sized in documents on this machine (a pipeline run's start-up against the work
+lost to a crash) and in steps on a remote runner (as many as one job's graph holds:
+:func:`default_window`). ``--no-unroll`` makes every window one minibatch.
 
-Resume: the run continues from the latest published checkpoint; a run killed mid-window
-loses only that window, and because every step is deterministic (per-document random draws
-from (seed, step, doc id), sums in a fixed order) the resumed run ends with the same state,
-bit for bit, as an uninterrupted one.
-
-Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose launcher
-must return soon after ``run()``): exactly one window is submitted and the call returns
-without waiting; the window's pipeline ends in :class:`FinishWindowFn`, which publishes the
-checkpoint, evaluates, appends the window's run-log records and removes the scratch, as the
-driver does after a waiting window (docs/beam-training.md, "Detached windows").
+Detached (``BeamSettings.detach``, ``ldabeam train --detach``; Dataflow Flex Templates, whose
+launcher must return soon after ``run()``): exactly one window is submitted and the call
+returns without waiting; the window's pipeline ends in a DoFn that publishes the checkpoint,
+evaluates, appends the window's run-log records and removes the scratch, as the driver does
+after a waiting window (:mod:`pipelines.training.beam_detached`).
 """
 from __future__ import annotations
 
@@ -60,27 +51,34 @@ from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from lda_core.algorithms.algorithm import StochasticAlgorithm
 from lda_core.errors import InputError, UsageError
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.training import session as _session
 from lda_core.training import pieces as pieces_mod
+from lda_core.training import staleness as staleness_mod
+from lda_core.training.ordering import n_batches
 from lda_core.training.phase_times import PhaseTimes
-from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
+from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
 from lda_core.training.runner import TrainData
-from lda_core.training.session import open_session
-from lda_core.training.spec import TrainSpec, split_keywords
+from lda_core.training.session import resume_position
+from lda_core.training.session import open_session, Session
+from lda_core.training.spec import split_keywords, TrainSpec
 from lda_core.training.trainer import TrainResult
+from pipelines.ingest import dataset
+from pipelines.ingest.shards import shard_row_counts
 from pipelines.runtime import scratch as scratch_space
-from pipelines.training import beam_state
-from pipelines.runtime.beam_options import RunnerConfig, runner_config
-from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_plan import StepPlan, plan_steps
+from pipelines.runtime.beam_options import runner_config, RunnerConfig
+from pipelines.training import beam_state, scratch_names
 from pipelines.training.beam_chain import PARALLEL_PHASES
-from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
-    HeldOutShards, SubmittedWindow, submit_window)
-from pipelines.training.beam_run import (  # noqa: F401 (API)
-    WindowSetup, after_window, default_scratch_root, start_record)
-from pipelines.training import beam_sharded
-from pipelines.training.beam_window import run_sharded, run_stepwise, run_unrolled, chained
+from pipelines.training.beam_detached import HeldOutShards, submit_window
+from pipelines.training.beam_plan import plan_steps
+from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
+from pipelines.training.beam_run import (after_window, default_scratch_root, log_window,
+                                         start_record, WindowSetup)
+from pipelines.training.beam_state import StateRef
+from pipelines.training.beam_window import run_pipeline, run_unrolled
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +107,6 @@ class BeamTrainResult(TrainResult):
 
 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
-    from lda_core.algorithms.algorithm import StochasticAlgorithm
     if not model_dir:
         raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not isinstance(algorithm, StochasticAlgorithm):
@@ -126,8 +123,6 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
 def check_shards(algorithm, files: Sequence[str]):
     """(files, documents per file, vocabulary hash) of a non-empty shard set whose vocabulary
     is ``algorithm``'s; a clear error before any work otherwise (both Beam trainers)."""
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import shard_row_counts
     files = list(files)
     if not files:
         raise FileNotFoundError("no shard files to train on (empty shard set)")
@@ -149,7 +144,6 @@ def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
 
 def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     """:func:`resume_from_latest` and the checkpoint's run information (``info["run"]``)."""
-    from lda_core.training.trainer import resume_position
     found = checkpoint_store.latest_checkpoint(row_order=True)
     if found is None:
         return algorithm, position, None, {}
@@ -157,7 +151,6 @@ def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
                    n_words=algorithm.n_words, vocab_hash=vocab_hash)
     if state.step != getattr(algorithm, "step", state.step):
-        from lda_core.storage.blocks import algorithm_from_state
         algorithm = algorithm_from_state(state, take=True)
     position = resume_position(state)
     logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
@@ -168,10 +161,9 @@ def default_pieces(cfg: RunnerConfig) -> int:
     """Pieces per minibatch for a fresh run when ``pieces_per_minibatch`` is not given
     (:mod:`lda_core.training.pieces`: the value is recorded in the checkpoints and every later
     resume keeps it, so the sums never depend on the worker count). Local runners, in-process
-    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (1), as the in-process
+    or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (2), as the in-process
     trainer. Remote runners: at least one piece per worker the first run may use
     (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
-    from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
     if cfg.local:
         return DEFAULT_PIECES
     workers = [cfg.num_workers]
@@ -192,10 +184,6 @@ def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
     if M is not None and not (1 <= int(M) <= MAX_WINDOW):
         raise UsageError("minibatches_per_window must be in [1, %d], got %r"
                          % (MAX_WINDOW, M))
-    if settings.detach and settings.unroll is False:
-        raise UsageError("--detach runs the window as one unrolled pipeline that publishes "
-                         "its own checkpoint; --no-unroll applies the global steps on the "
-                         "driver, which a detached launch does not wait for")
 
 
 def default_window(cfg: RunnerConfig, batch_size: int) -> int:
@@ -231,39 +219,52 @@ class BeamSettings:
     exchange: Optional[str] = None
 
 
-# how a step's state and statistics move between workers (BeamSettings.exchange)
-EXCHANGE_STATE = "state"              # every worker reads the whole state; one reducer
-EXCHANGE_WORD_BLOCKS = "word-blocks"  # word-sharded (pipelines.training.beam_sharded)
-EXCHANGES = (EXCHANGE_STATE, EXCHANGE_WORD_BLOCKS)
+# how a step's state and statistics move between workers (BeamSettings.exchange); one
+# strategy object each (:func:`exchange_windows`)
+EXCHANGE_REMOTE = "remote"          # word blocks through Beam's shuffle (beam_remote)
+EXCHANGE_WORD_BLOCKS = "word-blocks"  # the remote exchange's earlier name
+EXCHANGE_LOCAL = "local"            # worker processes of this machine, each its own copy
+EXCHANGE_STATE = "state"            # the whole state to every worker, one reducer
+EXCHANGE_IN_PROCESS = "in-process"  # the in-process runner: one fused chain of steps
+EXCHANGES = (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS, EXCHANGE_LOCAL, EXCHANGE_STATE)
 
 
-def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm,
-                         detach: bool = False, unroll: bool = True) -> bool:
-    """Whether the steps run the word-sharded exchange (:mod:`pipelines.training.beam_sharded`).
+def choose_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm) -> str:
+    """The exchange a run's steps use (one of :data:`EXCHANGES` but the alias, or
+    ``in-process``).
 
-    Default: on a remote runner, for an algorithm whose state can be cut by word block
-    (``word_sharded``), waiting for its windows; otherwise the whole-state exchange (in
-    process, local worker processes sharing a scratch folder, detached windows). An explicit
-    ``word-blocks`` that cannot run is a usage error naming why."""
+    Default: on a remote runner the remote exchange (:mod:`pipelines.training.beam_remote`)
+    for an algorithm whose state can be cut by word block (``word_sharded``: online VB,
+    SCVB0), else the state exchange; on this machine the in-process runner's fused chain or,
+    with worker processes, the local one (:mod:`pipelines.training.beam_chain`).
+    ``--exchange remote`` runs the cluster's exchange on any runner (the in-process one
+    included), so that the cluster's path can be run and tested here; where a named exchange
+    cannot run, a usage error says why."""
     if exchange is not None and exchange not in EXCHANGES:
         raise UsageError("--exchange must be one of %s, got %r" % (", ".join(EXCHANGES),
                                                                    exchange))
     capable = bool(getattr(type(algorithm), "word_sharded", False))
+    if exchange in (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS):
+        if not capable:
+            raise UsageError("--exchange %s: algorithm %s keeps no word-block state "
+                             "(online-vb and scvb0 do)" % (exchange,
+                                                           getattr(algorithm, "name", "?")))
+        return EXCHANGE_REMOTE
+    if exchange == EXCHANGE_LOCAL:
+        if cfg.in_process or not cfg.local:
+            raise UsageError("--exchange local: worker processes of this machine only "
+                             "(--direct_running_mode=multi_processing)")
+        return EXCHANGE_LOCAL
     if exchange == EXCHANGE_STATE:
-        return False
-    if exchange == EXCHANGE_WORD_BLOCKS:
-        why = (None if capable else "algorithm %s keeps no word-block state (online-vb and "
-               "scvb0 do)" % getattr(algorithm, "name", "?"))
-        why = why or ("the in-process runner has one worker: give worker processes "
-                      "(--direct_running_mode=multi_processing) or a remote runner"
-                      if cfg.in_process else None)
-        why = why or ("--detach is not available with it yet" if detach else None)
-        why = why or ("it runs unrolled windows only (drop --no-unroll)" if not unroll
-                      else None)
-        if why:
-            raise UsageError("--exchange word-blocks: %s" % why)
-        return True
-    return capable and not cfg.local and not detach and unroll
+        return EXCHANGE_IN_PROCESS if cfg.in_process else EXCHANGE_STATE
+    if not cfg.local:
+        return EXCHANGE_REMOTE if capable else EXCHANGE_STATE
+    return EXCHANGE_IN_PROCESS if cfg.in_process else EXCHANGE_LOCAL
+
+
+def word_blocks_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm) -> bool:
+    """Whether the steps run the remote exchange (:func:`choose_exchange`)."""
+    return choose_exchange(exchange, cfg, algorithm) == EXCHANGE_REMOTE
 
 
 SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
@@ -294,7 +295,7 @@ class BeamRunner:
     ``checkpoint_every`` is accepted for the CLI's sake: the Beam trainer publishes a
     checkpoint at the end of every window. ``eval_every``: held-out evaluation at the end of a
     window in which a multiple of it was reached (and at the end). The held-out set: a
-    :class:`lda_core.training.trainer.HeldOut`, or a :class:`HeldOutShards` (read when
+    :class:`lda_core.training.heldout.HeldOut`, or a :class:`HeldOutShards` (read when
     evaluated). ``pass_stop`` (``--passes auto``; not with ``detach``): windows end at pass
     ends at the latest, where :func:`after_window` feeds the held-out score to the rule, and
     the run stops when it says so. ``resume``: continue from the latest checkpoint."""
@@ -309,13 +310,16 @@ class BeamRunner:
     def setup(self, spec: TrainSpec, algorithm, data: TrainData):
         """The run's :class:`WindowSetup` and the algorithm to start from (the latest
         checkpoint's when resuming)."""
-        from lda_core.training.ordering import n_batches
         t_start = time.time()
         st, sched = self.settings, spec.schedule
         _check_settings(spec, st)
         files, sizes, vh = _check_inputs(algorithm, data.files, spec.output.model_dir)
         cfg = runner_config(st.runner, list(st.beam_argv or ()))   # else argv's --runner
         M = int(st.minibatches_per_window or default_window(cfg, sched.minibatch))
+        if st.unroll is False:
+            # one pipeline per minibatch: a window of one step
+            logger.info("--no-unroll: windows of one minibatch (--minibatches-per-window 1)")
+            M = 1
         n_threads = st.n_threads
         if n_threads is None and not cfg.in_process:
             # worker processes share the machine's cores; on a remote runner every SDK
@@ -323,7 +327,7 @@ class BeamRunner:
             n_threads = (max(1, (os.cpu_count() or 1) // max(1, cfg.num_workers))
                          if cfg.local else 1)
         position = int(getattr(algorithm, "step", 0) or 0)
-        recorded = None
+        recorded, prev_run = None, None
         if sched.resume:
             algorithm, position, path, prev_run = _resume(_store(spec), algorithm, vh,
                                                           position)
@@ -334,11 +338,17 @@ class BeamRunner:
         pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
                                            "pieces_per_minibatch")
         run_info[pieces_mod.RUN_KEY] = pieces
+        staleness = staleness_mod.resolve_staleness(
+            run_info.get(staleness_mod.RUN_KEY),
+            staleness_mod.recorded_staleness(prev_run if recorded is not None else None,
+                                             recorded is not None))
+        staleness_mod.check_pipelinable(algorithm, staleness)
+        run_info[staleness_mod.RUN_KEY] = staleness
         B = n_batches(int(sum(sizes)), sched.minibatch)
         total = int(sched.passes) * B
         stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
-        unroll = True if st.unroll is None else bool(st.unroll)
-        sharded = word_blocks_exchange(st.exchange, cfg, algorithm, st.detach, unroll)
+        exchange = choose_exchange(st.exchange, cfg, algorithm)
+        sharded = exchange == EXCHANGE_REMOTE
         if (sharded and not cfg.local and recorded is None and int(position) == 0
                 and "word_blocks" not in spec.algorithm.settings
                 and int(getattr(algorithm, "word_blocks", 1)) == 1):
@@ -346,16 +356,15 @@ class BeamRunner:
             # the global step spreads over the workers as the E-step does; recorded in the
             # checkpoints like any setting, so every resume keeps it
             algorithm.set_word_blocks(pieces)
-        run_info["exchange"] = EXCHANGE_WORD_BLOCKS if sharded else EXCHANGE_STATE
+        run_info["exchange"] = exchange
         return WindowSetup(cfg, files, sizes, position, stop, total, B, M, pieces, n_threads,
-                           unroll, run_info, t_start, sharded), algorithm
+                           run_info, t_start, exchange), algorithm
 
 
 def _store(spec: TrainSpec):
     """The spec's checkpoint store (one in its model directory when it names none)."""
     if spec.output.checkpoint_store is not None:
         return spec.output.checkpoint_store
-    from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(spec.output.model_dir)
 
 
@@ -379,26 +388,28 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     run_key = uuid.uuid4().hex[:12]
     scratch_root = default_scratch_root(spec.output.model_dir, cfg, scratch_dir)
     scratch = None
-    if not cfg.in_process:
+    if setup.exchange != EXCHANGE_IN_PROCESS:
         scratch_space.remove_stale_scratch(scratch_root)   # a killed run's: removed unread
         scratch = scratch_space.new_scratch(scratch_root)
 
     ses = open_session(session, spec, setup.position, runner=cfg.describe(),
                        run_info=setup.run_info, batches_per_pass=B, t_start=setup.t_start)
     ses.write(start_record(setup, spec, algorithm, ses.run_info))
-    logger.info("Beam trainer: %s, %d minibatches of %d documents per pass (D=%d), steps "
-                "%d..%d, windows of %d minibatch(es), %s, %d piece(s) per minibatch",
-                cfg.describe(), B, spec.schedule.minibatch, setup.n_docs, setup.position,
-                setup.stop, setup.M,
-                "unrolled" if setup.unroll else "one pipeline per minibatch", setup.pieces)
-    run = _WindowRun(setup, int(spec.schedule.seed), int(spec.schedule.minibatch), run_key,
-                     scratch)
+    staleness = int(setup.run_info.get(staleness_mod.RUN_KEY, 0))
+    logger.info("Beam trainer: %s, %s exchange, %d minibatches of %d documents per pass "
+                "(D=%d), steps %d..%d, windows of %d minibatch(es), %d piece(s) per "
+                "minibatch%s", cfg.describe(), setup.exchange, B, spec.schedule.minibatch,
+                setup.n_docs, setup.position, setup.stop, setup.M, setup.pieces,
+                ", staleness %d" % staleness if staleness else "")
+    run = exchange_windows(setup, spec, staleness, run_key, scratch)
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
         ses.evaluate(algorithm)
     finally:
         ses.close_progress()
+        if isinstance(algorithm, LazyAlgorithm):
+            algorithm.published(ses.last_checkpoint or ses.latest_path())
         if scratch is not None:
             scratch_space.remove_run(scratch, scratch_root)
         beam_state.drop_local(run_key + "/")
@@ -412,9 +423,25 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
                            end["checkpoint"], None, windows, counters_total)
 
 
+def exchange_windows(setup: WindowSetup, spec: TrainSpec, staleness: int, run_key: str,
+                     scratch: Optional[str]):
+    """The strategy object of the run's exchange: its loop over windows
+    (``windows(algorithm, session) -> (algorithm, windows run, Beam counters)``)."""
+    seed, batch_size = int(spec.schedule.seed), int(spec.schedule.minibatch)
+    if setup.exchange == EXCHANGE_REMOTE:
+        return RemoteWindows(setup, seed, batch_size, staleness, run_key, scratch,
+                             run_pipeline, plan_steps)
+    if staleness:
+        raise UsageError("--staleness %d runs on the remote exchange (--exchange remote) or "
+                         "in process (--runner inprocess)" % staleness)
+    return VersionWindows(setup, seed, batch_size, run_key, scratch)
+
+
 @dataclass
-class _WindowRun:
-    """A waiting run's fixed settings, and its loop over windows."""
+class VersionWindows:
+    """The exchanges that hand a whole state version from step to step (in-process, local
+    worker processes, the state exchange): a waiting run's fixed settings, and its loop over
+    windows."""
     setup: WindowSetup
     seed: int
     batch_size: int
@@ -430,24 +457,21 @@ class _WindowRun:
             return StateRef(key, None, pos)
         # a scratch copy even when the state was just published as a checkpoint: workers
         # load it far faster than a checkpoint directory (sha256 of every array)
-        path = os.path.join(self.scratch, "state-%09d.npz" % pos)
+        path = scratch_names.state_path(self.scratch, pos)
         beam_state.save_scratch(algo, path)
         return StateRef(key, path, pos)
 
     def parallel_phases(self) -> List[str]:
         """The phases every worker runs at once for each step (their seconds, summed over
         the workers in the timing records, overlap in wall time)."""
-        cfg = self.setup.cfg
-        if cfg.in_process:
+        if self.setup.exchange == EXCHANGE_IN_PROCESS:
             return []
-        if self.setup.word_blocks:
-            return ["read", "estep", "stats_encode", "state_delivery"]
-        if self.setup.unroll and chained(cfg, self.scratch):
+        if self.setup.exchange == EXCHANGE_LOCAL:
             return list(PARALLEL_PHASES)
         return ["read", "estep", "stats_encode"]
 
     def windows(self, algorithm, ses: Session):
-        """Window after window until ``stop``: run the window's pipeline(s), then
+        """Window after window until ``stop``: run the window's pipeline, then
         :func:`after_window`. Returns (final algorithm, windows run, Beam counters)."""
         st = self.setup
         cfg, stop, M = st.cfg, st.stop, st.M
@@ -463,25 +487,10 @@ class _WindowRun:
                                batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)
             times = PhaseTimes()
-            if st.word_blocks:
-                start = times.timed("state_delivery", beam_sharded.write_start, algorithm,
-                                    self.scratch, self.run_key, ses.position)
-                infos, new_algo, error, counters = run_sharded(
-                    cfg, steps, start, self.run_key, st.n_threads, times,
-                    run_steps=stop - ses.position if windows == 0 else None)
-            elif st.unroll:
-                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
-                                        ses.position)
-                infos, new_algo, error, counters = run_unrolled(
-                    cfg, steps, start_ref, self.run_key, self.scratch, st.n_threads,
-                    True, None, times,
-                    run_steps=stop - ses.position if windows == 0 else None)
-            else:
-                start_ref = times.timed("state_delivery", self.state_ref, algorithm,
-                                        ses.position)
-                infos, new_algo, error, counters = run_stepwise(
-                    cfg, steps, algorithm, start_ref, self.run_key, self.scratch,
-                    st.n_threads, True, None, self.state_ref, times)
+            start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)
+            infos, new_algo, error, counters = run_unrolled(
+                cfg, st.exchange, steps, start_ref, self.run_key, self.scratch, st.n_threads,
+                times, run_steps=stop - ses.position if windows == 0 else None)
             for k, v in counters.items():
                 counters_total[k] = counters_total.get(k, 0) + v
             if infos:
@@ -500,22 +509,6 @@ class _WindowRun:
                     scratch_space.clean(self.scratch)
                 else:
                     beam_state.drop_local(self.run_key + "/")
-            _log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
-                        time.time() - w_start, _session.docs_seen(algorithm))
+            log_window(ses, windows, n_windows, steps[:len(infos)], counters, stop,
+                       time.time() - w_start, _session.docs_seen(algorithm))
         return algorithm, windows, counters_total
-
-
-def _log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],
-                counters: Dict[str, int], stop: int, seconds: float, n_docs_seen: int):
-    """The INFO line and the progress line after a window."""
-    done = len(steps)
-    rate = ses.steps_run / max(1e-9, time.time() - ses.t_start)
-    eta = (stop - ses.position) / rate if rate > 0 else float("nan")
-    score = _session.score_text(ses.metrics)
-    logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
-                windows, n_windows, ses.position - done, ses.position,
-                sum(s.n_docs for s in steps), seconds,
-                ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
-                n_docs_seen, score, eta)
-    ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
-             % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))

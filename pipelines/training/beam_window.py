@@ -1,27 +1,25 @@
-"""Running one window of the Beam trainer: build its pipeline (unrolled, or one pipeline per
-minibatch with the global step on the driver), run it, and collect the steps' infos and the
-last good state (:func:`collect_window`, also run by a detached window's last DoFn)."""
+"""Running one window of the Beam trainer's whole-state exchanges: build its pipeline, run it
+(:func:`run_pipeline`, which every exchange's windows go through), and collect the steps'
+infos and the last good state (:func:`collect_window`, also run by a detached window's last
+DoFn)."""
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
 from lda_core.training.phase_times import PhaseTimes
 from pipelines.runtime import scratch as scratch_space
-from pipelines.training import beam_cost, beam_state
+from pipelines.training import beam_cost, beam_state, scratch_names
 from pipelines.training.beam_chain import build_chain
 from pipelines.runtime.beam_options import RunnerConfig
 from pipelines.training.beam_plan import StepPlan
 from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_stats import decode_stats
 from pipelines.training.beam_steps import (IN_PROCESS_DOCS_PER_TRANSFORM, METRICS_NAMESPACE,
-                                           InProcessStepFn, MinibatchStatistics, TrainStep,
-                                           WindowTasks, WriteStatsFn, global_step_info, group_steps,
-                                           collect_infos)
+                                           InProcessStepFn, TrainStep, WindowTasks,
+                                           collect_infos, group_steps)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ def jobs_line(runner: str, run_steps: int, window_steps: int, graph_bytes: int) 
     return head
 
 
-def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
+def run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
                   run_steps: Optional[int] = None, window_steps: int = 1) -> Dict[str, int]:
     """Build and run one pipeline; its Beam counters. The per-phase costs the workers
     reported (:mod:`pipelines.training.beam_cost`) are added to ``times``. ``run_steps``
@@ -94,36 +92,34 @@ def _run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
     return query_counters(result)
 
 
-def build_window(p, cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
-                  scratch: Optional[str], n_threads, deterministic, fanout):
-    """The unrolled window's transforms in pipeline ``p``; returns the PCollection of the
-    final state's reference (empty when a step failed)."""
+def build_window(p, cfg: RunnerConfig, exchange: str, steps: List[StepPlan],
+                 start_ref: StateRef, run_key: str, scratch: Optional[str], n_threads):
+    """The window's transforms in pipeline ``p`` for the whole-state exchanges
+    (``exchange``: ``in-process``, ``local`` or ``state``; the remote one is
+    :mod:`pipelines.training.beam_remote`); returns the PCollection of the final state's
+    reference (empty when a step failed)."""
     ref = p | "State%d" % start_ref.position >> beam.Create([start_ref], reshuffle=False)
-    if scratch is None and all(sp.tasks for sp in steps):
-        # in-process: one fused chain of whole steps (InProcessStepFn)
+    if exchange == "in-process":
+        # one fused chain of whole steps (InProcessStepFn)
         for group in group_steps(steps, IN_PROCESS_DOCS_PER_TRANSFORM):
             ref = ref | "Steps%d" % group[0].position >> beam.ParDo(
                 InProcessStepFn(group, run_key, n_threads)).with_output_types(StateRef)
         return ref
     tasks = p | "Tasks" >> WindowTasks(steps)
-    if chained(cfg, scratch) and deterministic and not fanout:
+    spill = spill_dir(cfg, scratch) is not None
+    if exchange == "local" and spill:
         # worker processes on this machine: one stage per step, each worker advancing its
         # own copy of the state (pipelines.training.beam_chain)
         return build_chain(p, tasks, steps, ref, run_key, scratch, n_threads)
     for j, sp in enumerate(steps):
         ref = (tasks[j], ref) | "Step%d" % sp.position >> TrainStep(
-            sp, run_key, scratch, n_threads, deterministic, fanout,
-            in_place=cfg.runner in ("DirectRunner", "FnApiRunner"),
-            spill=spill_dir(cfg, scratch) is not None)
+            sp, run_key, scratch, n_threads,
+            in_place=cfg.runner in ("DirectRunner", "FnApiRunner"), spill=spill)
     return ref
 
 
-# False: every unrolled window runs its steps as two stages (E-step; combine + global step
-# in one worker), as remote runners do -- the reference the benchmark compares against
-CHAINED_STEPS = True
-# False: statistics always travel through the runner, as on remote runners, never as files
-# in a local scratch folder (with CHAINED_STEPS = False and a scratch folder on disk: the
-# cluster-like configuration of benchmarks/beam_train_bench.py --workers-sweep)
+# False: statistics always travel through the runner, never as files in a local scratch
+# folder (the cluster-like configuration of benchmarks/beam_train_bench.py --workers-sweep)
 SPILL_STATS = True
 
 
@@ -133,42 +129,17 @@ def spill_dir(cfg: RunnerConfig, scratch: Optional[str]) -> Optional[str]:
     return scratch_space.spill_dir(scratch, cfg.local) if SPILL_STATS else None
 
 
-def chained(cfg: RunnerConfig, scratch: Optional[str]) -> bool:
-    """Whether an unrolled window runs as one stage per step (:mod:`pipelines.training.beam_chain`):
-    worker processes on this machine with a local scratch folder, where statistics pieces
-    are spilled to files every worker reads (and the combine is the deterministic one)."""
-    return CHAINED_STEPS and spill_dir(cfg, scratch) is not None
-
-
-def run_unrolled(cfg, steps: List[StepPlan], start_ref: StateRef, run_key: str,
-                  scratch: Optional[str], n_threads, deterministic, fanout,
-                  times: Optional[PhaseTimes] = None, run_steps: Optional[int] = None):
+def run_unrolled(cfg, exchange: str, steps: List[StepPlan], start_ref: StateRef, run_key: str,
+                 scratch: Optional[str], n_threads, times: Optional[PhaseTimes] = None,
+                 run_steps: Optional[int] = None):
     """One pipeline for the whole window; returns (infos, final algorithm, error, counters).
-    ``run_steps``: the steps left in the run (first window: see :func:`_run_pipeline`)."""
+    ``run_steps``: the steps left in the run (first window: see :func:`run_pipeline`)."""
 
     def build(p):
-        build_window(p, cfg, steps, start_ref, run_key, scratch, n_threads, deterministic,
-                      fanout)
+        build_window(p, cfg, exchange, steps, start_ref, run_key, scratch, n_threads)
 
-    counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
+    counters = run_pipeline(cfg, build, times, run_steps, len(steps))
     infos, algo, error = collect_window(steps, start_ref, run_key, scratch)
-    return infos, algo, error, counters
-
-
-def run_sharded(cfg, steps: List[StepPlan], start, run_key: str, n_threads,
-                times: Optional[PhaseTimes] = None, run_steps: Optional[int] = None):
-    """One pipeline for the whole window, word-sharded (:mod:`pipelines.training.beam_sharded`);
-    returns (infos, final algorithm, error, counters)."""
-    from pipelines.training import beam_sharded
-
-    def build(p):
-        tasks = p | "Tasks" >> WindowTasks(steps)
-        if len(steps) == 1:
-            tasks = [tasks[0]] if isinstance(tasks, list) else tasks
-        beam_sharded.build_sharded(p, tasks, steps, start, n_threads)
-
-    counters = _run_pipeline(cfg, build, times, run_steps, len(steps))
-    infos, algo, error = beam_sharded.collect(steps, start, run_key)
     return infos, algo, error, counters
 
 
@@ -184,49 +155,6 @@ def collect_window(steps: Sequence[StepPlan], start_ref: StateRef, run_key: str,
     if scratch is None:
         algo = beam_state.get_local(last_key)
     else:
-        algo = beam_state.load_algorithm(os.path.join(scratch, "state-%09d.npz"
-                                                      % (steps[len(infos) - 1].position + 1)))
+        algo = beam_state.load_algorithm(scratch_names.state_path(
+            scratch, steps[len(infos) - 1].position + 1))
     return infos, algo, error
-
-
-def run_stepwise(cfg, steps: List[StepPlan], algorithm, start_ref: StateRef, run_key: str,
-                  scratch: Optional[str], n_threads, deterministic, fanout, state_ref,
-                  times: Optional[PhaseTimes] = None):
-    """One pipeline per minibatch, the global step on the driver."""
-    infos: List[Dict[str, Any]] = []
-    counters: Dict[str, int] = {}
-    ref = start_ref
-    algo = algorithm
-    error = None
-    for sp in steps:
-        def build(p, sp=sp, ref=ref):
-            r = p | "State" >> beam.Create([ref], reshuffle=False)
-            view = beam.pvalue.AsSingleton(r)
-            tasks = (p | "Tasks" >> WindowTasks([sp]))[0]
-            (tasks
-             | "Statistics" >> MinibatchStatistics(
-                 view, n_threads, deterministic, fanout,
-                 spill_dir=spill_dir(cfg, scratch))
-             | "Hand" >> beam.ParDo(WriteStatsFn(run_key, sp.position, scratch)))
-
-        c = _run_pipeline(cfg, build, times)
-        for k, v in c.items():
-            counters[k] = counters.get(k, 0) + v
-        key = "%s/stats-%d" % (run_key, sp.position)
-        if scratch is None:
-            stats = beam_state.get_local_info(key)
-        else:
-            path = os.path.join(scratch, "stats-%09d.bin" % sp.position)
-            stats = decode_stats(scratch_space.read_bytes(path))
-        # the pipeline has finished reading ``algo`` (its readers use a copy)
-        info = global_step_info(algo, stats, sp.position, sp.n_docs)
-        if "error" in info:
-            error = (sp.position + 1, info["error"])
-            break
-        infos.append(info)
-        t0 = time.perf_counter()
-        ref = state_ref(algo, sp.position + 1)
-        if times is not None:
-            times.add("global_step", info["global_step_seconds"])
-            times.add("publish", time.perf_counter() - t0)
-    return infos, (algo if infos else None), error, counters

@@ -18,12 +18,12 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
+from lda_core.training.heldout import HeldOut
 from lda_core.training.ordering import PassPlan, locate_step, n_batches, plan_pass
 from lda_core.training.trainer import Minibatch
 from pipelines.ingest import dataset
 from pipelines.ingest.doc_sample import sample_documents
-from pipelines.ingest.shards import (  # noqa: F401 (API)
-    TRAIN_COLUMNS, gather, read_shard, read_shard_counted, shard_row_counts)
+from pipelines.ingest.shards import gather, read_shard, shard_row_counts, TRAIN_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,6 @@ def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
     try:
         batch.check_vocab(int(n_words))
     except ValueError as e:
-        from lda_core.errors import InputError
         raise InputError("shard %s: %s; vectorise it with the model's vocabulary (`ldabeam "
                          "vectorize --vocab`)" % (path, e)) from None
 
@@ -93,13 +92,24 @@ class ShardStream:
     def __iter__(self) -> Iterator[Minibatch]:
         return self.iter_from(0)
 
-    def iter_from(self, step: int) -> Iterator[Minibatch]:
-        """Minibatches from global step ``step`` (0-based) to the end of the last pass."""
-        if step >= self.total_steps:
+    # the order goes on past the last pass: iter_from(step, extra_steps) reads ahead
+    extends = True
+
+    def iter_from(self, step: int, extra_steps: int = 0) -> Iterator[Minibatch]:
+        """Minibatches from global step ``step`` (0-based) to the end of the last pass, then
+        ``extra_steps`` more of the seeded order (marked ``beyond``: a pipelined run E-steps
+        them ahead, never applies them)."""
+        end = self.total_steps + int(extra_steps)
+        if step >= end:
             return
         p0, b0 = locate_step(step, self.n_docs, self.batch_size)
-        for p in range(p0, self.passes):
-            yield from self._iter_pass(p, b0 if p == p0 else 0)
+        p = p0
+        while p * self.batches_per_pass < end:
+            for mb in self._iter_pass(p, b0 if p == p0 else 0):
+                if mb.step >= end:
+                    return
+                yield mb
+            p += 1
 
     def _iter_pass(self, p: int, start_batch: int) -> Iterator[Minibatch]:
         plan = self.plan(p)
@@ -127,7 +137,8 @@ class ShardStream:
 
     def _emit(self, p: int, b: int, pieces: List[DocBatch]) -> Minibatch:
         batch = pieces[0] if len(pieces) == 1 else DocBatch.concat(pieces)
-        return Minibatch(p * self.batches_per_pass + b, p, b, batch)
+        step = p * self.batches_per_pass + b
+        return Minibatch(step, p, b, batch, step >= self.total_steps)
 
 
 def read_docs(files: Sequence[str], expected_vocab_hash: Optional[str] = None,
@@ -159,7 +170,7 @@ class HeldOutShards:
     the worker instead of carrying the documents in the graph; in-process and waiting Beam
     runs load them at once. ``health_files``: the training shards whose seeded sample topic
     health is measured on (``pipelines.ingest.doc_sample``). ``load()`` gives the
-    :class:`lda_core.training.trainer.HeldOut` to evaluate on (None when it is empty)."""
+    :class:`lda_core.training.heldout.HeldOut` to evaluate on (None when it is empty)."""
     files: Tuple[str, ...]
     vocab_hash: Optional[str]
     max_docs: Optional[int]
@@ -167,7 +178,6 @@ class HeldOutShards:
     health_files: Tuple[str, ...] = ()
 
     def load(self):
-        from lda_core.training.trainer import HeldOut
         held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
                                             max_docs=self.max_docs), seed=self.seed)
         if self.health_files:

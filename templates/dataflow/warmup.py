@@ -26,13 +26,13 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.training.trainer import HeldOut, evaluate
+    from lda_core.training.heldout import HeldOut, evaluate
     from pipelines.ingest import synthetic
     spec = synthetic.SyntheticSpec(n_docs=400, n_words=200, n_topics=4, doc_length=30.0, seed=1)
     docs = synthetic.generate(spec)
     train, held = docs.take(range(300)), docs.take(range(300, 400))
     heldout = HeldOut.from_batch(held, seed=0)
-    from pipelines.commands.train import build_algorithm
+    from pipelines.training.algorithm_options import build_algorithm
     for name in names:
         try:
             algorithm_class(name)

@@ -10,10 +10,11 @@ def mp_argv(workers):
 
 
 def _dataset(dataset_dir):
+    from lda_core.storage.vocab_file import Vocabulary
     from pipelines.ingest import dataset
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     return files, vh, V
 
 

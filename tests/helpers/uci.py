@@ -110,15 +110,16 @@ def kos_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit=
     ``n_held`` KOS documents (ids ``kos-1``..., labels ``g<id mod 3>``): the training ones in
     ``n_shards`` shards, the rest held out. ``vocab_edit``: the first word renamed (another
     vocabulary)."""
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import gather
+    from lda_core.storage.vocab_file import Vocabulary
+    from pipelines.ingest import dataset, manifest
+    from pipelines.ingest.shards import gather
     docword, vocab_file = kos_paths
     N = n_train + n_held
     b, _ = uci_docbatch(docword, N, prefix="kos-", start=1, labels=lambda d: "g%d" % (d % 3))
     tokens = uci_vocab(vocab_file)
     if vocab_edit:
         tokens[0] = tokens[0] + "_other"
-    vocab = dataset.Vocabulary(tokens)
+    vocab = Vocabulary(tokens)
     os.makedirs(os.path.join(out, "train"))
     os.makedirs(os.path.join(out, "heldout"))
     vocab.write(os.path.join(out, "vocab.tsv"))
@@ -129,8 +130,8 @@ def kos_dataset(out, kos_paths, n_train=500, n_held=100, n_shards=3, vocab_edit=
                             vocab.hash)
     dataset.write_shard(os.path.join(out, "heldout", dataset.shard_name(0, 1)),
                         dataset.docbatch_to_table(gather(b, np.arange(n_train, N))), vocab.hash)
-    dataset.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
-                                 "splits": dataset.shard_listing(out)})
+    manifest.write_manifest(out, {"vocab_hash": vocab.hash, "n_words": len(vocab),
+                                  "splits": manifest.shard_listing(out)})
     return out
 
 
@@ -146,17 +147,18 @@ def read_kos(docword_gz, vocab_txt, max_docs):
 def write_dataset(out, batch, tokens, n_shards=3):
     """A dataset folder (vocab.tsv, manifest.json, train/*.parquet) like vectorize's, of
     ``batch`` cut into ``n_shards`` near-equal shards; the vocabulary hash."""
-    from pipelines.ingest import dataset
-    voc = dataset.Vocabulary(tokens)
+    from lda_core.storage.vocab_file import Vocabulary
+    from pipelines.ingest import dataset, manifest
+    voc = Vocabulary(tokens)
     h = voc.hash
     os.makedirs(os.path.join(out, "train"), exist_ok=True)
     voc.write(os.path.join(out, dataset.VOCAB_FILE))
     for i, ix in enumerate(np.array_split(np.arange(batch.n_docs), n_shards)):
         dataset.write_shard(os.path.join(out, "train", dataset.shard_name(i, n_shards)),
                             dataset.docbatch_to_table(batch.take(ix)), h)
-    dataset.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
-                                 "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
-                                 "splits": dataset.shard_listing(out)})
+    manifest.write_manifest(out, {"n_docs": batch.n_docs, "vocab_size": len(tokens),
+                                  "vocab_hash": h, "source": "KOS (UCI bag of words), test slice",
+                                  "splits": manifest.shard_listing(out)})
     return h
 
 
@@ -172,7 +174,7 @@ def kos_shards(folder, kos_paths, n_docs=300, sizes=(80, 0, 150, 70), vh="kos-v1
     """Shard files ``folder/shards/*`` of the first ``n_docs`` KOS documents (ids
     ``kos-1``...) with the given sizes and vocabulary hash: (files, the batch, W)."""
     from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import gather
+    from pipelines.ingest.shards import gather
     batch, W = uci_docbatch(kos_paths[0], n_docs, prefix="kos-", start=1)
     assert sum(sizes) == n_docs
     files, s = [], 0
