@@ -77,7 +77,7 @@ def test_the_rule_reads_the_previous_state_in_the_warm_up_and_s_back_after_it():
     assert staleness.resolve_warmup(8, None) == 8
     with pytest.raises(UsageError, match="warm-up of 4"):
         staleness.resolve_warmup(8, 4)
-    with pytest.raises(UsageError, match="non-negative"):
+    with pytest.raises(UsageError, match=r"must be an integer in \[0, inf\)"):
         staleness.resolve_warmup(-1, None)
 
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from lda_core.algorithms.params import check_int
 from lda_core.errors import UsageError
+from lda_core.training import run_params
 
 RUN_KEY = "staleness"
 WARMUP_KEY = "staleness_warmup"
@@ -45,37 +47,21 @@ DEFAULT_WARMUP = 32
 
 
 def check_staleness(value: Any, what: str = "staleness") -> int:
-    try:
-        s = int(value)
-    except (TypeError, ValueError):
-        s = -1
-    if isinstance(value, bool) or s != value or not 0 <= s <= MAX_STALENESS:
-        raise UsageError("%s must be an integer in [0, %d], got %r" % (what, MAX_STALENESS,
-                                                                        value))
-    return s
+    return check_int(what, value, 0, MAX_STALENESS)
 
 
 def recorded_staleness(run_info: Optional[Dict[str, Any]], resumed: bool) -> Optional[int]:
     """The s recorded in a checkpoint's run information; 0 for a resumed run whose checkpoint
     predates the record; None for a fresh run."""
-    if run_info and run_info.get(RUN_KEY) is not None:
-        return check_staleness(run_info[RUN_KEY], "the checkpoint's " + RUN_KEY)
-    return 0 if resumed else None
+    return run_params.recorded(run_info, RUN_KEY, 0, MAX_STALENESS, resumed, 0)
 
 
 def resolve_staleness(explicit: Optional[int], recorded: Optional[int],
                       default: int = DEFAULT_STALENESS, option: str = "--staleness") -> int:
     """s for this run: the recorded one when resuming (a different explicit value is
     refused: it would change every later step), else the explicit one, else ``default``."""
-    if explicit is not None:
-        explicit = check_staleness(explicit, option)
-    if recorded is not None:
-        if explicit is not None and explicit != recorded:
-            raise UsageError("%s %d: this run was trained with staleness %d (recorded in its "
-                             "checkpoint); resume without %s or with %s %d"
-                             % (option, explicit, recorded, option, option, recorded))
-        return int(recorded)
-    return explicit if explicit is not None else check_staleness(default, "default staleness")
+    return run_params.resolve(explicit, recorded, default, 0, MAX_STALENESS, option,
+                              "staleness %d")
 
 
 def check_pipelinable(algorithm, staleness: int) -> None:
@@ -92,39 +78,18 @@ def check_pipelinable(algorithm, staleness: int) -> None:
                          % (staleness, getattr(algorithm, "name", cls.__name__)))
 
 
-def check_warmup(value: Any, what: str = "staleness warm-up") -> int:
-    try:
-        w = int(value)
-    except (TypeError, ValueError):
-        w = -1
-    if isinstance(value, bool) or w != value or w < 0:
-        raise UsageError("%s must be a non-negative integer (minibatches), got %r"
-                         % (what, value))
-    return w
-
-
 def recorded_warmup(run_info: Optional[Dict[str, Any]], resumed: bool) -> Optional[int]:
     """The W recorded in a checkpoint's run information; 0 for a resumed run whose checkpoint
     records a staleness but no warm-up (it ran without one); None for a fresh run."""
-    if run_info and run_info.get(WARMUP_KEY) is not None:
-        return check_warmup(run_info[WARMUP_KEY], "the checkpoint's " + WARMUP_KEY)
-    return 0 if resumed else None
+    return run_params.recorded(run_info, WARMUP_KEY, 0, None, resumed, 0)
 
 
 def resolve_warmup(explicit: Optional[int], recorded: Optional[int],
                    option: str = "--staleness-warmup") -> int:
     """W for this run: the recorded one when resuming (a different explicit value is refused),
     else the explicit one, else :data:`DEFAULT_WARMUP`."""
-    if explicit is not None:
-        explicit = check_warmup(explicit, option)
-    if recorded is not None:
-        if explicit is not None and explicit != recorded:
-            raise UsageError("%s %d: this run was trained with a staleness warm-up of %d "
-                             "minibatches (recorded in its checkpoint); resume without %s or "
-                             "with %s %d" % (option, explicit, recorded, option, option,
-                                             recorded))
-        return int(recorded)
-    return explicit if explicit is not None else DEFAULT_WARMUP
+    return run_params.resolve(explicit, recorded, DEFAULT_WARMUP, 0, None, option,
+                              "a staleness warm-up of %d minibatches")
 
 
 def warmup_of(run_info: Dict[str, Any]) -> int:
@@ -133,7 +98,7 @@ def warmup_of(run_info: Dict[str, Any]) -> int:
     if not int(run_info.get(RUN_KEY) or 0):
         return 0
     w = run_info.get(WARMUP_KEY)
-    return DEFAULT_WARMUP if w is None else check_warmup(w, WARMUP_KEY)
+    return DEFAULT_WARMUP if w is None else check_int(WARMUP_KEY, w, 0)
 
 
 def version_read(m: int, staleness: int, warmup: int, start: int) -> int:
