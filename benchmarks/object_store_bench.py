@@ -6,7 +6,9 @@ Corpus: the synthetic LDA corpus of ``python -m pipelines.commands.synth --docs 
 2000 --topics 20`` (written once under ``--data``). ``ldabeam train``: online VB, K = 20,
 S = 256, one pass (12 steps, one window), P = 4 pieces per minibatch, the DirectRunner with 2
 worker processes (``multi_processing``), ``--exchange remote`` (``--exchange``), for each
-B of ``--word-blocks`` (default 2 and 8). Each run is a child process (``python -m
+B of ``--word-blocks`` (default 2 and 8), ``--staleness 1`` without warm-up (the remote
+exchange's steps once a run is past its warm-up; ``--staleness`` to change). Each run is a
+child process (``python -m
 pipelines.cli``, from the source tree ``--code``: this repository, or a checkout of another
 commit to measure it with the same script), its shards on local disk (``--shards-on-store``:
 uploaded to the store as well), its model directory:
@@ -90,6 +92,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-direct", action="store_true",
                     help="skip the emulator row without the proxy")
     ap.add_argument("--exchange", default="remote", help="ldabeam train --exchange")
+    ap.add_argument("--staleness", type=int, default=1,
+                    help="ldabeam train --staleness (with --exchange remote; default 1 with "
+                         "no warm-up: the steps of a long run after its warm-up)")
     ap.add_argument("--shards-on-store", action="store_true",
                     help="read the shards from the store too (default: local disk)")
     ap.add_argument("--credential-lookup", action="store_true",
@@ -121,7 +126,9 @@ def train_argv(args, shards, model, B, passes=1):
             "--word-blocks", str(B), "--heldout", "none", "--eval-every", "0",
             "--checkpoint-every", "0", "--no-progress", "--runner", "DirectRunner",
             "--direct_running_mode=multi_processing",
-            "--direct_num_workers=%d" % args.workers, "--exchange", args.exchange]
+            "--direct_num_workers=%d" % args.workers, "--exchange", args.exchange] + (
+                ["--staleness", str(args.staleness), "--staleness-warmup", "0"]
+                if args.exchange == "remote" and args.staleness else [])
 
 
 def run_train(args, argv, env, log_path):
@@ -302,7 +309,8 @@ def main(argv=None):
     common.save_results({"rows": rows, "config": {
         "docs": args.docs, "words": args.words, "topics": args.topics,
         "minibatch": args.minibatch, "pieces": args.pieces, "workers": args.workers,
-        "exchange": args.exchange, "shards_on_store": args.shards_on_store,
+        "exchange": args.exchange, "staleness": args.staleness,
+        "shards_on_store": args.shards_on_store,
         "credential_lookup": args.credential_lookup,
         "code": args.code, "code_commit": code_commit}}, args.output)
 

@@ -96,7 +96,7 @@ class Run:
         end = (len(self.scores) + 1) * self.stream.batches_per_pass
         t0, c0 = time.perf_counter(), time.process_time()
         train(self.alg, self.stream, progress=False, max_steps=end,
-              run_info={staleness.RUN_KEY: self.s})
+              run_info={staleness.RUN_KEY: self.s, staleness.WARMUP_KEY: 0})
         self.train_s += time.perf_counter() - t0
         self.train_cpu_s += time.process_time() - c0
         ll, _ = bench.heldout_completion(self.alg.topic_word(), data["Xa"], data["Xb"])

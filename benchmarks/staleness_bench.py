@@ -186,12 +186,8 @@ class Run:
         p = len(self.scores) + 1
         end = p * self.stream.batches_per_pass
         t0, c0 = time.perf_counter(), time.process_time()
-        if self.alg.step < self.sync:
-            train(self.alg, self.stream, progress=False, max_steps=min(self.sync, end),
-                  run_info={staleness.RUN_KEY: 0})
-        if self.alg.step < end:
-            train(self.alg, self.stream, progress=False, max_steps=end,
-                  run_info={staleness.RUN_KEY: self.s})
+        train(self.alg, self.stream, progress=False, max_steps=end,
+              run_info={staleness.RUN_KEY: self.s, staleness.WARMUP_KEY: self.sync})
         self.train_s += time.perf_counter() - t0
         self.train_cpu_s += time.process_time() - c0
         assert self.alg.step == end, (self.alg.step, end)
@@ -210,7 +206,8 @@ def warm_up(a, files, data, algorithm) -> None:
     in the first measured run."""
     for s in a.staleness:
         r = Run(a, files, data, algorithm, 2, 64, s, 0)
-        train(r.alg, r.stream, progress=False, max_steps=2, run_info={staleness.RUN_KEY: s})
+        train(r.alg, r.stream, progress=False, max_steps=2,
+              run_info={staleness.RUN_KEY: s, staleness.WARMUP_KEY: 0})
 
 
 def judge_extras(bench, data, phi, ll) -> dict:

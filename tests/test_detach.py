@@ -175,7 +175,8 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     assert len(read_run_log(os.path.join(md, "run_log.jsonl"), "start")) == 3
 
 
-REMOTE = ["--exchange", "remote", "--staleness", "1", "--pieces", "2", "--word-blocks", "2"]
+REMOTE = ["--exchange", "remote", "--staleness", "1", "--staleness-warmup", "2", "--pieces", "2",
+          "--word-blocks", "2"]
 
 
 def test_detached_windows_of_the_remote_exchange_equal_a_waiting_run(ds, tmp_path, capsys):

@@ -224,3 +224,40 @@ def test_defaults_are_the_optimum_of_the_measured_model(workers, vcpus, algorith
     assert got.pieces == lay.processes and 1 <= got.word_blocks <= rd.MAX_BLOCKS
     assert got.threads in (1, vcpus) and got.staleness in (0, 1)
     assert "%d workers x %d vCPUs" % (workers, vcpus) in got.reason
+
+
+def test_the_train_command_fills_what_the_user_left_out_on_a_remote_runner(tmp_path, caplog,
+                                                                        kos_paths):
+    """`ldabeam train --runner DataflowRunner` (options parsed, nothing submitted): S, P, B,
+    staleness and threads come from the model when not given, one line says why; what the
+    user gave is kept; a local runner or another exchange changes nothing."""
+    import logging
+    from pipelines import cli
+    from pipelines.commands.train import apply_remote_defaults
+    from helpers.uci import kos_shards as write_kos_shards
+    files, _, V = write_kos_shards(tmp_path, kos_paths, n_docs=300)
+    df = ["--project=p", "--region=r", "--temp_location=gs://b/t", "--num_workers=16",
+          "--machine_type=n1-standard-4"]
+
+    def parsed(*extra):
+        args, beam_argv = cli.build_parser().parse_known_args(
+            ["train", "--shards", "S", "--output", "O", "--topics", "100"] + list(extra))
+        return args, beam_argv
+
+    args, beam_argv = parsed("--runner", "DataflowRunner", "--minibatch", "512", *df)
+    with caplog.at_level(logging.INFO):
+        got = apply_remote_defaults(args, beam_argv, files, V)
+    want = rd.remote_defaults_for(beam_argv, "scvb0", 100, V, 300)
+    assert (got.minibatch, got.reason) == (want.minibatch, want.reason)
+    assert args.minibatch == 512                       # given: kept
+    assert (args.pieces, args.word_blocks, args.staleness, args.threads) == (
+        want.pieces, want.word_blocks, want.staleness, want.threads)
+    assert "remote defaults:" in caplog.text and "given: --minibatch 512" in caplog.text
+    for extra in (["--runner", "DirectRunner", "--direct_running_mode=multi_processing",
+                   "--direct_num_workers=2"],
+                  ["--runner", "DataflowRunner", "--exchange", "state"] + df,
+                  ["--runner", "DataflowRunner", "--algorithm", "sparse-gibbs-vb"] + df,
+                  ["--runner", "inprocess"]):
+        args, beam_argv = parsed(*extra)
+        assert apply_remote_defaults(args, beam_argv, files, V) is None, extra
+        assert args.pieces is None and args.staleness is None

@@ -1,6 +1,7 @@
 """Pipelined steps (lda_core.training.staleness): the E-step of minibatch m reads the state after
-max(m - s, start) minibatches; checkpoints carry the statistics in flight, so a resumed run has
-the bits of an uninterrupted one. On real KOS documents streamed from shards."""
+m minibatches in the warm-up (m < W), after max(m - s, W, start) minibatches past it;
+checkpoints carry the statistics in flight, so a resumed run has the bits of an uninterrupted
+one. On real KOS documents streamed from shards."""
 import numpy as np
 import pytest
 
@@ -49,25 +50,53 @@ def kos_shards(tmp_path, kos_paths):
     return files, corpus, W
 
 
-def _run_info(s, pieces=2):
-    return {staleness.RUN_KEY: s, "pieces_per_minibatch": pieces}
+def _run_info(s, pieces=2, warmup=0):
+    """Most tests here run without a warm-up (W = 0), so that every step is pipelined."""
+    info = {staleness.RUN_KEY: s, "pieces_per_minibatch": pieces}
+    if warmup is not None:
+        info[staleness.WARMUP_KEY] = warmup
+    return info
+
+
+def test_the_rule_reads_the_previous_state_in_the_warm_up_and_s_back_after_it():
+    v = [staleness.version_read(m, 1, 4, 0) for m in range(8)]
+    assert v == [0, 1, 2, 3, 4, 4, 5, 6]
+    assert [staleness.version_read(m, 2, 3, 0) for m in range(7)] == [0, 1, 2, 3, 3, 3, 4]
+    assert [staleness.version_read(m, 1, 0, 5) for m in range(5, 8)] == [5, 5, 6]
+    assert [staleness.version_read(m, 0, 4, 0) for m in range(6)] == list(range(6))
+    # in flight at p: the minibatches m >= p whose E-step read a state before p
+    for s, W in ((1, 4), (2, 3), (1, 0), (3, 0)):
+        for p in range(1, 10):
+            expect = sum(1 for m in range(p, p + 5) if staleness.version_read(m, s, W, 0) < p)
+            assert staleness.in_flight(p, s, W) == expect, (s, W, p)
+    assert staleness.in_flight(0, 1, 0) == 0
+    assert staleness.warmup_of({staleness.RUN_KEY: 1}) == staleness.DEFAULT_WARMUP
+    assert staleness.warmup_of({staleness.RUN_KEY: 0, staleness.WARMUP_KEY: 9}) == 0
+    assert staleness.resolve_warmup(None, None) == staleness.DEFAULT_WARMUP
+    assert staleness.resolve_warmup(None, 0) == 0       # resumed: a checkpoint without W
+    assert staleness.resolve_warmup(8, None) == 8
+    with pytest.raises(UsageError, match="warm-up of 4"):
+        staleness.resolve_warmup(8, 4)
+    with pytest.raises(UsageError, match=r"must be an integer in \[0, inf\)"):
+        staleness.resolve_warmup(-1, None)
 
 
 @pytest.mark.parametrize("name", ALGOS)
-@pytest.mark.parametrize("s", [1, 2])
-def test_the_trainer_is_the_reference_loop(kos_shards, name, s):
+@pytest.mark.parametrize("s,W", [(1, 0), (2, 0), (1, 4), (2, 3)])
+def test_the_trainer_is_the_reference_loop(kos_shards, name, s, W):
     """Minibatch m E-stepped (2 pieces, summed in piece order) with a copy of the state after
-    max(m - s, 0) steps, applied in order: the trainer's bits exactly."""
+    version_read(m) steps (m in the warm-up, max(m - s, W) after it), applied in order: the
+    trainer's bits exactly."""
     files, _, V = kos_shards
     stream = ShardStream(files, batch_size=64, seed=3, passes=2)     # 10 minibatches
     ref = _make(name, V, stream.n_docs)
     versions = [_copy(ref)]
     for mb in stream:
-        seen = versions[max(mb.step - s, 0)]
+        seen = versions[staleness.version_read(mb.step, s, W, 0)]
         ref.global_step(local_step_pieces(seen, mb.batch, 2))
         versions.append(_copy(ref))
     got = _make(name, V, stream.n_docs)
-    res = train(got, stream, progress=False, run_info=_run_info(s))
+    res = train(got, stream, progress=False, run_info=_run_info(s, warmup=W))
     assert res.steps_run == 10
     _same(got, ref)
     plain = _make(name, V, stream.n_docs)
@@ -77,6 +106,43 @@ def test_the_trainer_is_the_reference_loop(kos_shards, name, s):
     # the run's last s statistics (minibatches 10 .. 10 + s - 1, read past the schedule's
     # end) ride on the algorithm for its last checkpoint
     assert got.pending.first == 10 and len(got.pending.stats) == s
+
+
+def test_a_warm_up_longer_than_the_run_is_staleness_zero(kos_shards):
+    """W = 32 (the default) on a 10-step run: every step reads the state just before it, the
+    bits of s = 0, and nothing is in flight at the end."""
+    files, _, V = kos_shards
+    stream = ShardStream(files, batch_size=64, seed=3, passes=2)
+    got = _make("scvb0", V, stream.n_docs)
+    info = _run_info(1, warmup=None)
+    train(got, stream, progress=False, run_info=info)
+    plain = _make("scvb0", V, stream.n_docs)
+    train(plain, stream, progress=False, run_info=_run_info(0))
+    _same(got, plain)
+    assert not got.pending.stats
+
+
+@pytest.mark.parametrize("stop", [3, 4, 5, 7])
+def test_resume_around_the_warm_up_keeps_the_bits(tmp_path, kos_shards, stop):
+    """Stopped before, at, just after and past the warm-up's end (W = 4, s = 1): the checkpoint
+    carries what is in flight there (none up to W, s after), the resumed run ends on the
+    uninterrupted run's bits, and the checkpoint records W."""
+    files, _, V = kos_shards
+    stream = ShardStream(files, batch_size=64, seed=3, passes=2)     # 10 minibatches
+    full = _make("online-vb", V, stream.n_docs)
+    train(full, stream, progress=False, run_info=_run_info(1, warmup=4))
+    store = CheckpointStore(str(tmp_path / "m"))
+    first = _make("online-vb", V, stream.n_docs)
+    train(first, stream, checkpoint_store=store, max_steps=stop, progress=False,
+          run_info=_run_info(1, warmup=4))
+    state = CheckpointStore(str(tmp_path / "m")).latest(row_order=True)
+    assert state.info["run"][staleness.WARMUP_KEY] == 4
+    n = staleness.in_flight(stop, 1, 4)
+    assert (state.info.get("pending") or {}).get("n", 0) == n
+    resumed = algorithm_from_state(state, take=True)
+    train(resumed, stream, checkpoint_store=store, progress=False,
+          run_info=_run_info(1, warmup=4))
+    _same(resumed, full)
 
 
 @pytest.mark.parametrize("name", ALGOS)
@@ -167,7 +233,7 @@ def test_the_command_line_resumes_with_the_statistics_in_flight(tmp_path, kos_pa
     ds = kos_dataset(str(tmp_path / "ds"), kos_paths, n_train=300, n_held=60)
     common = ["train", "--shards", ds, "--algorithm", "scvb0", "--topics", "5",
               "--minibatch", "50", "--passes", "2", "--staleness", "1", "--pieces", "2",
-              "--no-progress", "--eval-every", "0"]
+              "--staleness-warmup", "3", "--no-progress", "--eval-every", "0"]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     assert cli.main(common + ["--output", full]) == 0
     assert cli.main(common + ["--output", part, "--max-steps", "7"]) == 0
@@ -178,3 +244,15 @@ def test_the_command_line_resumes_with_the_statistics_in_flight(tmp_path, kos_pa
         assert a.arrays[k].tobytes() == b.arrays[k].tobytes(), k
     assert cli.main(common + ["--output", part, "--resume", "--staleness", "0",
                               "--passes", "3"]) == 2
+    assert b.info["run"][staleness.WARMUP_KEY] == 3
+    wrong_w = [a for a in common if a not in ("--staleness-warmup", "3")]
+    assert cli.main(wrong_w + ["--output", part, "--resume", "--passes", "3",
+                               "--staleness-warmup", "5"]) == 2
+    # the default warm-up (32) outlasts this 12-step run: the bits of staleness 0
+    dflt, zero = str(tmp_path / "dflt"), str(tmp_path / "zero")
+    assert cli.main(wrong_w + ["--output", dflt]) == 0
+    assert cli.main([a if a != "1" else "0" for a in wrong_w] + ["--output", zero]) == 0
+    c, d = CheckpointStore(dflt).latest(), CheckpointStore(zero).latest()
+    assert c.info["run"][staleness.WARMUP_KEY] == staleness.DEFAULT_WARMUP
+    for k in d.arrays:
+        assert c.arrays[k].tobytes() == d.arrays[k].tobytes(), k

@@ -295,8 +295,7 @@ def _doc_scores(indptr, cts, p, gamma, alpha, alpha_const, elogt, scores):
     """elogt[d] = E[log θ_d] and ELBO_d = Σ_w n_dw log phinorm_dw + Σ_k (α_k − γ_dk) E[log θ_dk]
     + log Γ(γ_dk) − log Γ(α_k) + log Γ(Σα) − log Γ(Σγ_d). Documents in parallel, each one's
     sums in a fixed order by one thread and without ``fastmath``, so nothing depends on the
-    thread count (inside the fastmath kernel's prange the last bits did; serially this was
-    10% of a K = 1000 local step, with two libm calls per topic and document)."""
+    thread count (inside the fastmath kernel's prange the last bits did)."""
     n, K = gamma.shape
     for d in prange(n):
         ll = 0.0

@@ -1,7 +1,7 @@
 """Thread count and compile cache of the numba kernels (``lda_core.algorithms.estep_vb`` and its helpers).
 
 * Compile cache: every kernel is compiled with ``cache=True``, so a process pays the compile
-  (a few seconds) only the first time on a machine; later processes load the machine code from
+  only the first time on a machine; later processes load the machine code from
   the cache. By default the cache lives in ``__pycache__`` beside the module; where that is
   read-only (site-packages in a container, Beam workers) set the environment variable
   ``NUMBA_CACHE_DIR`` to a writable folder *before* Python starts (numba reads it at import).

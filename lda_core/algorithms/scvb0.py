@@ -257,7 +257,7 @@ class SCVB0(StochasticAlgorithm):
               help="a topic with less than reseed/K of a minibatch's N^Z is re-seeded "
                    "(0: never)"),
         Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
-              help="word blocks of the global step (contiguous vocabulary ranges, each "
+              help="word blocks of the global step (word ids dealt round-robin, each "
                    "updatable by its own worker); its sums are added in block order, so the "
                    "result depends on this number, not on the workers (--resume keeps it)"),
     )

@@ -97,7 +97,7 @@ def exp_digamma(x):
 @njit(cache=True, inline="always", error_model="numpy")
 def exp_digamma_f32(x):
     """:func:`exp_digamma` for the float32 E-step: the one exp in single precision (``expf``,
-    about twice as fast here) and shorter series; relative error < 1e-5, below what a float32
+    cheaper than ``exp``) and shorter series; relative error < 1e-5, below what a float32
     E-step resolves (gensim's float32 E-step computes ψ and exp in float32 too)."""
     if x != x:
         return np.nan

@@ -1,4 +1,4 @@
-"""The first run on a machine compiles the numba kernels (tens of seconds): say so, once.
+"""The first run on a machine compiles the numba kernels (a long silent pause): say so, once.
 
 Every kernel is compiled with ``cache=True`` (``lda_core.algorithms.numba_config``): a process
 compiles it only when the compile cache holds no machine code for it yet, and otherwise loads

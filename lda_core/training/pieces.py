@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from lda_core.errors import UsageError
+from lda_core.algorithms.params import check_int
+from lda_core.training import run_params
 
 # Pieces per minibatch when none is given and none is recorded, on every local runner (the
 # in-process trainer, Beam in-process, local worker processes), whatever the worker count, so
@@ -41,36 +42,21 @@ RUN_KEY = "pieces_per_minibatch"
 
 
 def check_pieces(value: Any, what: str = "pieces_per_minibatch") -> int:
-    try:
-        p = int(value)
-    except (TypeError, ValueError):
-        p = 0
-    if isinstance(value, bool) or p != value or not 1 <= p <= MAX_PIECES:
-        raise UsageError("%s must be an integer in [1, %d], got %r" % (what, MAX_PIECES, value))
-    return p
+    return check_int(what, value, 1, MAX_PIECES)
 
 
 def recorded_pieces(run_info: Optional[Dict[str, Any]], resumed: bool) -> Optional[int]:
     """The P recorded in a checkpoint's run information; for a resumed run whose checkpoint
     predates the record, :data:`LEGACY_PIECES`; None for a fresh run."""
-    if run_info and run_info.get(RUN_KEY) is not None:
-        return check_pieces(run_info[RUN_KEY], "the checkpoint's " + RUN_KEY)
-    return LEGACY_PIECES if resumed else None
+    return run_params.recorded(run_info, RUN_KEY, 1, MAX_PIECES, resumed, LEGACY_PIECES)
 
 
 def resolve_pieces(explicit: Optional[int], recorded: Optional[int],
                    default: int = DEFAULT_PIECES, option: str = "--pieces") -> int:
     """P for this run: the recorded one when resuming (an explicit different value is refused:
     it would change the sums mid-run), else the explicit one, else ``default``."""
-    if explicit is not None:
-        explicit = check_pieces(explicit, option)
-    if recorded is not None:
-        if explicit is not None and explicit != recorded:
-            raise UsageError("%s %d: this run was trained with %d pieces per minibatch (recorded "
-                             "in its checkpoint); resume without %s or with %s %d"
-                             % (option, explicit, recorded, option, option, recorded))
-        return int(recorded)
-    return explicit if explicit is not None else check_pieces(default, "default pieces")
+    return run_params.resolve(explicit, recorded, default, 1, MAX_PIECES, option,
+                              "%d pieces per minibatch")
 
 
 def piece_bounds(n_docs: int, pieces: int) -> List[Tuple[int, int]]:

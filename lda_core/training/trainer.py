@@ -44,7 +44,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Deque, Dict, Iterable, Iterator, List, NamedTuple, Optional
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
@@ -186,6 +186,9 @@ class InProcessRunner:
         if s or _staleness.RUN_KEY in run_info:
             _staleness.check_pipelinable(algorithm, s)
             run_info[_staleness.RUN_KEY] = s
+        warmup = _staleness.warmup_of(run_info)
+        if s:
+            run_info[_staleness.WARMUP_KEY] = warmup
         if sched.pass_stop is not None:
             check_pass_stop(algorithm, spec.evaluation.heldout, bpp, accumulate)
         if accumulate and not bpp:
@@ -203,7 +206,8 @@ class InProcessRunner:
         if self.warm_start and not (accumulate and hasattr(algorithm, "best_start")):
             raise UsageError("warm_start applies to batch VB, not %s" % algorithm.name)
         loop = (_PassLoop(algorithm, bpp, sched.rel_tol, self.warm_start) if accumulate
-                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY], s, ses.position))
+                else _StepLoop(algorithm, run_info[_pieces.RUN_KEY], s, ses.position,
+                                                 warmup))
         start = ses.position * bpp if accumulate else ses.position
         stream = _iterate(minibatches, start, lookahead=s)
         return _loop(ses, loop, algorithm, stream, spec)
@@ -393,27 +397,31 @@ def check_pass_stop(algorithm, heldout, bpp, accumulate) -> None:
 class _StepLoop:
     """One global step (or ``process`` call) per minibatch.
 
-    ``staleness`` s > 0 (:mod:`lda_core.training.staleness`): the statistics of minibatch
-    m + s are computed just before step m is applied, with the state after m − 1 steps, and
-    held until their own step; the ones in flight ride on the algorithm (``pending``), so
-    every checkpoint published between two steps carries them. A run that starts without
-    them (fresh, or from a checkpoint written with s = 0) E-steps its first s minibatches
-    with the state it starts from."""
+    ``staleness`` s > 0 with warm-up W (:mod:`lda_core.training.staleness`): before step t
+    is applied, every minibatch whose E-step reads the state after t steps is E-stepped
+    (``version_read``: minibatch t + s once past the warm-up, t itself before it), and its
+    statistics are held until their own step; the ones in flight ride on the algorithm
+    (``pending``), so every checkpoint published between two steps carries them. A run that
+    starts without them (fresh, or from a checkpoint written with s = 0) E-steps those
+    minibatches with the state it starts from."""
     converged: Optional[bool] = None
 
-    def __init__(self, algorithm, pieces: int = 1, staleness: int = 0, start: int = 0):
+    def __init__(self, algorithm, pieces: int = 1, staleness: int = 0, start: int = 0,
+                 warmup: int = 0):
         self.algorithm = algorithm
         self.pieces = pieces
         self.staleness = int(staleness)
+        self.warmup = int(warmup)
         self.start = int(start)
         self.sequential = _session.is_sequential(algorithm)
         self.times = PhaseTimes()
-        self.pending: Deque[Any] = deque()
+        # [minibatch, its statistics or None]: read and not applied yet
+        self.ahead: Deque[List[Any]] = deque()
 
     def steps(self, stream, stop):
         it = iter(stream)
         if self.staleness:
-            yield from self._pipelined(it)
+            yield from self._pipelined(it, stop)
             return
         while True:
             mb = self.times.timed("read", next, it, None)
@@ -425,39 +433,62 @@ class _StepLoop:
         return self.times.timed("estep", _pieces.local_step_pieces, self.algorithm, batch,
                                 self.pieces)
 
-    def _pipelined(self, it):
-        s = self.staleness
-        ahead: Deque[Minibatch] = deque()      # read, not applied: ahead[0] is next
+    def _pipelined(self, it, stop):
+        s, W = self.staleness, self.warmup
+        ahead = self.ahead
+        ended = False
 
-        def read() -> Optional[Minibatch]:
-            mb = self.times.timed("read", next, it, None)
-            if mb is not None:
-                ahead.append(mb)
-            return mb
+        def entry(m: int) -> Optional[List[Any]]:
+            """The entry of minibatch ``m`` (read from the stream up to it), None past the
+            stream's end."""
+            nonlocal ended
+            while not ended and (not ahead or ahead[-1][0].step < m):
+                mb = self.times.timed("read", next, it, None)
+                if mb is None:
+                    ended = True
+                else:
+                    ahead.append([mb, None])
+            for e in ahead:
+                if e[0].step == m:
+                    return e
+            return None
 
-        for _ in range(s):
-            if read() is None:
-                break
+        want = _staleness.in_flight(self.start, s, W)
+        got = [entry(m) for m in range(self.start, self.start + want)]
         carried = getattr(self.algorithm, "pending", None)
-        if carried is not None and carried.covers(self.start, s) and \
-                [mb.step for mb in ahead] == list(range(self.start, self.start + len(ahead))):
-            self.pending = deque(carried.stats[:len(ahead)])
+        a = 0
+        if carried is not None and want and None not in got and \
+                carried.covers(self.start, want):
+            for e, st in zip(got, carried.stats):
+                e[1] = st
         else:
-            if carried is not None:
+            if carried is not None and (carried.stats or want):
                 logger.warning("the statistics in flight of the checkpoint (minibatches from "
                                "%d) are not this run's (from %d, staleness %d): recomputed "
                                "with the state it starts from", carried.first, self.start, s)
-            self.pending = deque(self._estep(mb.batch) for mb in ahead)
+            a = self.start
         self._carry(self.start)
-        while ahead and not ahead[0].beyond:
-            nxt = read()                       # minibatch t + s, with the state after t - 1
-            if nxt is not None:
-                self.pending.append(self._estep(nxt.batch))
-            yield ahead[0], self.pending.popleft()
-            ahead.popleft()
+        t = self.start
+        while not stop():
+            # every minibatch whose E-step reads the state after t steps, now
+            for m in range(t, t + s + 1):
+                if _staleness.version_read(m, s, W, a) != t:
+                    continue
+                e = entry(m)
+                if e is None:
+                    break
+                if e[1] is None:
+                    e[1] = self._estep(e[0].batch)
+            if not ahead or ahead[0][0].beyond:
+                return
+            mb, stats = ahead.popleft()
+            yield mb, stats
+            t += 1
 
     def _carry(self, first: int) -> None:
-        self.algorithm.pending = Pending(first, list(self.pending)) if self.staleness else None
+        self.algorithm.pending = (Pending(first, [st for mb, st in self.ahead
+                                                  if st is not None and mb.step >= first])
+                                  if self.staleness else None)
 
     def apply(self, mb: Minibatch, stats):
         if self.sequential:

@@ -55,6 +55,8 @@ from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_
                                                   BEAM_WORKERS_MINIBATCH, build_algorithm,
                                                   DEFAULT_ALGORITHM, default_minibatch,
                                                   default_passes, GIBBS_SWEEPS)
+from pipelines.training.remote_defaults import ALGORITHMS as REMOTE_ALGORITHMS
+from pipelines.training.remote_defaults import remote_defaults_for
 from pipelines.training.shard_stream import HeldOutShards, read_docs, ShardStream
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,49 @@ logger = logging.getLogger(__name__)
 # the model directory this command writes, held under a lease while it runs, and the inputs
 # it must neither contain nor lie inside (pipelines.cli, lda_core.storage.lease)
 MODEL_DIR = ("output", ("shards", "vocab"))
+# the options the remote defaults fill in when the user left them out
+REMOTE_DEFAULT_OPTIONS = (("minibatch", "minibatch", "--minibatch"),
+                          ("pieces", "pieces", "--pieces"),
+                          ("word_blocks", "word_blocks", "--word-blocks"),
+                          ("staleness", "staleness", "--staleness"),
+                          ("threads", "threads", "--threads"))
+
+
+def apply_remote_defaults(args, beam_argv, files, n_words: int):
+    """A fresh run on a remote runner's remote exchange: the options the user left out among
+    S, P, B, staleness and E-step threads set from the cluster model's least time to a
+    held-out score (:mod:`pipelines.training.remote_defaults`), and one line saying what was
+    chosen and why. Returns the :class:`RemoteDefaults` or None (another runner, exchange or
+    algorithm: nothing changes)."""
+    algorithm = args.algorithm or DEFAULT_ALGORITHM
+    if algorithm not in REMOTE_ALGORITHMS or getattr(args, "exchange", None) not in (
+            None, "remote", "word-blocks"):
+        return None
+    if args.runner.lower() in ("inprocess", "in-process", "local"):
+        return None
+    try:
+        cfg = runner_config(args.runner, list(beam_argv or ()))
+    except ValueError:
+        return None       # an unknown runner is reported later, with its own message
+    if cfg.local or cfg.in_process:
+        return None
+    try:
+        rd = remote_defaults_for(list(beam_argv or ()), algorithm, int(args.topics), n_words,
+                                 dataset.count_documents(files))
+    except ValueError as e:
+        raise UsageError("%s (the remote defaults need the workers' machine type)" % e)
+    values = {"minibatch": rd.minibatch, "pieces": rd.pieces, "word_blocks": rd.word_blocks,
+              "staleness": rd.staleness, "threads": rd.threads}
+    kept = []
+    for dest, key, option in REMOTE_DEFAULT_OPTIONS:
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, values[key])
+        else:
+            kept.append("%s %s" % (option, getattr(args, dest)))
+    logger.info("%s%s", rd.reason, "; given: %s" % ", ".join(kept) if kept else "")
+    return rd
+
+
 def _beam_workers(args, beam_argv) -> bool:
     """True when --runner is a Beam runner whose workers are other processes."""
     if args.runner.lower() in ("inprocess", "in-process", "local"):
@@ -277,6 +322,8 @@ def run(args, beam_argv) -> int:
     data_record = shard_set.record()
     if state is not None:
         check_resume_dataset(prev, data_record, args)
+    if state is None:
+        apply_remote_defaults(args, beam_argv, files, len(vocab))
     algorithm, minibatch, seed = _resolve_order(args, beam_argv, state, prev)
     whole_corpus = _capability(algorithm, "whole_corpus")
     accumulates = _capability(algorithm, "accumulates_passes")
@@ -312,6 +359,14 @@ def run(args, beam_argv) -> int:
         if explicit is not None or recorded is not None:
             run_info[staleness_mod.RUN_KEY] = staleness_mod.resolve_staleness(explicit,
                                                                               recorded)
+        explicit_w = getattr(args, "staleness_warmup", None)
+        if run_info.get(staleness_mod.RUN_KEY):
+            resumed_s = state is not None and staleness_mod.RUN_KEY in (prev or {})
+            run_info[staleness_mod.WARMUP_KEY] = staleness_mod.resolve_warmup(
+                explicit_w, staleness_mod.recorded_warmup(prev, resumed_s))
+        elif explicit_w is not None:
+            raise UsageError("--staleness-warmup %d: it applies to --staleness 1 or more; "
+                             "this run has staleness 0" % explicit_w)
     elif getattr(args, "staleness", None):
         raise UsageError("--staleness needs an algorithm with minibatch steps (online-vb, "
                          "scvb0, sparse-gibbs-vb); %s has none" % algorithm)

@@ -7,6 +7,7 @@ import argparse
 from lda_core.algorithms.algorithm import ALGORITHMS
 from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE,
                                          EVAL_EVERY)
+from lda_core.training.staleness import DEFAULT_WARMUP
 
 from pipelines.training.algorithm_options import (BATCH_MAX_PASSES, BEAM_WORKERS_MINIBATCH,
                                                   AUTO_PASSES_BY_DEFAULT, DEFAULT_ALGORITHM,
@@ -216,7 +217,13 @@ def add_arguments(p) -> None:
                         "step m - 1 - S, so on a cluster it overlaps the previous step's "
                         "update (one barrier per step with S = 1). Part of the result, like "
                         "--pieces: recorded in the checkpoints, --resume keeps it "
-                        "(default 0)")
+                        "(default 0; 1 on the remote exchange, after --staleness-warmup)")
+    g.add_argument("--staleness-warmup", type=int, default=None, metavar="W",
+                   help="with --staleness S > 0: the first W minibatches run with staleness "
+                        "0 and the pipeline fills from minibatch W on (the first steps move "
+                        "the topics most; a step-old state there costs held-out score: "
+                        "docs/training.md). Recorded in the checkpoints like --staleness "
+                        "(default %d)" % DEFAULT_WARMUP)
     g.add_argument("--exchange", choices=("remote", "word-blocks", "local", "state"),
                    default=None,
                    help="Beam runners: how a step's state and statistics move between "

@@ -15,7 +15,7 @@ import apache_beam as beam
 
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import append_records, read_run_log, run_log_exists
-from lda_core.training import session as _session
+from lda_core.training import session as _session, staleness as staleness_rule
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.runtime import scratch as scratch_space
@@ -309,7 +309,8 @@ def refused_position(run_log_path: Optional[str], position: int) -> Optional[int
 def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key: str,
                          run_dir: str, position: int, w_stop: int, runs_here: bool):
     """:func:`submit_window` for the remote exchange."""
-    s = int(setup.run_info.get("staleness", 0))
+    s = int(setup.run_info.get(staleness_rule.RUN_KEY, 0))
+    warmup = staleness_rule.warmup_of(setup.run_info)
     run_log_path = getattr(spec.output.run_log, "path", None)
     refused = refused_position(run_log_path, position)
     if refused is not None and refused - 1 < w_stop:
@@ -319,9 +320,11 @@ def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key
     kw = dict(seed=spec.schedule.seed, batch_size=spec.schedule.minibatch,
               pieces_per_minibatch=setup.pieces)
     steps = plan_steps(setup.files, setup.sizes, start=position, stop=w_stop, **kw)
-    ahead = plan_steps(setup.files, setup.sizes, start=w_stop, stop=w_stop + s, **kw)
-    start = beam_remote.write_start(algorithm, run_dir, position)
-    schedule = beam_remote.Schedule.of_steps(start, steps, ahead, s)
+    ahead = plan_steps(setup.files, setup.sizes, start=w_stop,
+                       stop=w_stop + staleness_rule.in_flight(w_stop, s, warmup), **kw)
+    start = beam_remote.write_start(algorithm, run_dir, position,
+                                    staleness_rule.in_flight(position, s, warmup))
+    schedule = beam_remote.Schedule.of_steps(start, steps, ahead, s, warmup)
     start_record = beam_run.start_record(setup, spec, algorithm)
     start_record["run"]["detached"] = True
     start_record["run_key"] = run_key

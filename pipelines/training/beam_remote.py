@@ -19,8 +19,8 @@ Requests and documents come from *readers*: a reader task reads one piece of a m
 the shards (the only object-store requests a step makes), sends its documents to the E-step's
 stage and, for each block, the row ids it needs to the owner that will hold those rows.
 
-With staleness s (:mod:`lda_core.training.staleness`) the E-step of minibatch m reads the state
-after ``max(m - s, start)`` minibatches. Every role is placed in the earliest stage after its
+With staleness s and warm-up W (:mod:`lda_core.training.staleness`) the E-step of minibatch m
+reads the state after m minibatches when m < W, after ``max(m - s, W, start)`` past it. Every role is placed in the earliest stage after its
 inputs (:class:`Schedule`): with s = 1 the E-step of minibatch m + 1 and the owners of step m
 share a stage, one shuffle barrier per step; with s = 0 a step takes two.
 
@@ -31,7 +31,7 @@ flight for the next window and the last header, and one task writes the window's
 step's info). The driver publishes the checkpoint from those files without loading the state
 (``Session.publish_blocks``), and the next window starts from the same files.
 
-Every sum is the in-process trainer's at the same (seed, S, P, B, s): pieces in piece order,
+Every sum is the in-process trainer's at the same (seed, S, P, B, s, W): pieces in piece order,
 partials in block order; so the final state is the in-process one bit for bit, whatever the
 number of workers, their bundling, a retry or a resume at another worker count.
 """
@@ -57,7 +57,7 @@ from lda_core.storage import npy, traffic
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.pending import array_name, as_bytes_array
 from lda_core.storage.state import TopicState
-from lda_core.training import session as _session
+from lda_core.training import session as _session, staleness as staleness_rule
 from lda_core.training.phase_times import PhaseTimes
 from pipelines.runtime import scratch as scratch_space
 from pipelines.training import scratch_names
@@ -135,10 +135,12 @@ def read_blob(path: str) -> bytes:
     return data
 
 
-def write_start(algorithm, folder: str, position: int) -> Start:
+def write_start(algorithm, folder: str, position: int, in_flight: int) -> Start:
     """A window's start files from an algorithm in memory (a fresh run, or a checkpoint the
     driver loaded): its header, its B row blocks and, split by block, the statistics in
-    flight (``algorithm.pending``) for the minibatches from ``position`` on."""
+    flight (``algorithm.pending``) for the minibatches from ``position`` on when they are the
+    ``in_flight`` ones the run's rule expects there (else none: the window recomputes them
+    from the state it starts with)."""
     header = algorithm.shard_header()
     B = header.n_blocks
     scratch_space.write_bytes(scratch_names.header_path(folder, position), header.to_bytes())
@@ -146,10 +148,11 @@ def write_start(algorithm, folder: str, position: int) -> Start:
         write_rows(scratch_names.rows_path(folder, position, b), algorithm.block_rows(b))
     pending = getattr(algorithm, "pending", None)
     first, n = position, 0
-    if pending is not None and int(pending.first) != int(position):
-        logger.warning("the statistics in flight of the checkpoint (minibatches from %d) are "
-                       "not this run's (from %d): recomputed with the state it starts from",
-                       pending.first, position)
+    if pending is not None and not pending.covers(position, in_flight):
+        if pending.stats or in_flight:
+            logger.warning("the statistics in flight of the checkpoint (minibatches from %d) "
+                           "are not this run's (from %d): recomputed with the state it starts "
+                           "from", pending.first, position)
     elif pending is not None:
         first, n = int(pending.first), len(pending.stats)
         for i, st in enumerate(pending.stats):
@@ -231,6 +234,7 @@ class Schedule:
     staleness: int
     pieces: Dict[int, int]
     docs: Dict[int, int]
+    warmup: int = 0
     owner: Dict[int, int] = field(default_factory=dict)    # minibatch m -> stage of O_m
     estep: Dict[int, int] = field(default_factory=dict)    # minibatch m -> stage of E_m
     reader: Dict[int, int] = field(default_factory=dict)   # minibatch m -> stage of R_m
@@ -239,7 +243,7 @@ class Schedule:
 
     def __post_init__(self):
         loaded = set(self.start.pending_minibatches())
-        for m in range(self.first, self.end + self.staleness):
+        for m in list(range(self.first, self.end)) + list(self.pending_after()):
             if m not in loaded:
                 k = self.version_read(m)
                 self.estep[m] = self.producer_stage(k) + 1
@@ -251,11 +255,11 @@ class Schedule:
 
     @classmethod
     def of_steps(cls, start: Start, steps: Sequence[StepPlan], ahead: Sequence[StepPlan],
-                 staleness: int) -> "Schedule":
+                 staleness: int, warmup: int = 0) -> "Schedule":
         plans = list(steps) + list(ahead)
         return cls(start, len(steps), int(staleness),
                    {sp.position: len(sp.tasks) for sp in plans},
-                   {sp.position: sp.n_docs for sp in plans})
+                   {sp.position: sp.n_docs for sp in plans}, int(warmup))
 
     @property
     def first(self) -> int:
@@ -271,11 +275,13 @@ class Schedule:
 
     def pending_after(self) -> range:
         """The minibatches whose statistics the window leaves in flight."""
-        return range(self.end, self.end + self.staleness)
+        return range(self.end, self.end + staleness_rule.in_flight(self.end, self.staleness,
+                                                                   self.warmup))
 
     def version_read(self, m: int) -> int:
-        """The version (position) the E-step of minibatch ``m`` reads."""
-        return max(m - self.staleness, self.first)
+        """The version (position) the E-step of minibatch ``m`` reads (the window's start
+        plays the run's start when it brings no statistics in flight)."""
+        return staleness_rule.version_read(m, self.staleness, self.warmup, self.first)
 
     def producer_stage(self, k: int) -> int:
         """The stage that holds version ``k``'s rows once it is made."""
@@ -318,7 +324,8 @@ class Schedule:
         stats_to = {m: self.stats_route(m) for m in mine | set(self.start.pending_minibatches())
                     if m in self.estep or m in self.start.pending_minibatches()}
         return StageRoles(
-            stage=stage, start=self.start, staleness=self.staleness, end=self.end,
+            stage=stage, start=self.start, staleness=self.staleness, warmup=self.warmup,
+            end=self.end,
             load=stage == self.load, final=stage == self.final,
             pieces={m: (self.pieces[m] if m in self.estep else -1) for m in mine},
             docs={m: self.docs[m] for m in mine if m in self.docs},
@@ -349,6 +356,7 @@ class StageRoles:
     stage: int
     start: Start
     staleness: int
+    warmup: int
     end: int
     load: bool
     final: bool
@@ -372,7 +380,8 @@ class StageRoles:
         return sorted(t for t in out if t > self.stage)
 
     def pending_after(self) -> range:
-        return range(self.end, self.end + self.staleness)
+        return range(self.end, self.end + staleness_rule.in_flight(self.end, self.staleness,
+                                                                   self.warmup))
 
 
 # ------------------------------------------------------------------------------ versions
@@ -882,7 +891,7 @@ def collect(schedule: Schedule) -> WindowEnd:
             break
         out.append(infos[pos])
     done = error is None
-    end = Start(folder, sched.end, sched.start.n_blocks, sched.end, sched.staleness)
+    end = Start(folder, sched.end, sched.start.n_blocks, sched.end, len(sched.pending_after()))
     want = set(start_paths(end)) - {scratch_names.header_path(folder, sched.end)}
     if not done or not want <= written:
         return WindowEnd(out, error or (sched.end, "the window's last stage wrote no state"),
@@ -970,6 +979,7 @@ class RemoteWindows:
     seed: int
     batch_size: int
     staleness: int
+    warmup: int
     run_key: str
     scratch: str
     run_pipeline: Any           # beam_window.run_pipeline
@@ -983,7 +993,8 @@ class RemoteWindows:
         n_windows = max(1, -(-(stop - ses.position) // M))
         times = PhaseTimes()
         start = times.timed("state_delivery", write_start, algorithm, self.scratch,
-                            ses.position)
+                            ses.position, staleness_rule.in_flight(ses.position,
+                                                                   self.staleness, self.warmup))
         n_words = int(algorithm.n_words)
         current = algorithm
         while ses.position < stop and not ses.passes_stopped:
@@ -1038,9 +1049,10 @@ class RemoteWindows:
         steps = self.plan_steps(st.files, st.sizes, seed=self.seed, batch_size=self.batch_size,
                                 start=start.position, stop=end, pieces_per_minibatch=st.pieces)
         ahead = self.plan_steps(st.files, st.sizes, seed=self.seed, batch_size=self.batch_size,
-                                start=end, stop=end + self.staleness,
+                                start=end, stop=end + staleness_rule.in_flight(
+                                    end, self.staleness, self.warmup),
                                 pieces_per_minibatch=st.pieces)
-        schedule = Schedule.of_steps(start, steps, ahead, self.staleness)
+        schedule = Schedule.of_steps(start, steps, ahead, self.staleness, self.warmup)
         read_plan = steps[0].read_plan
         logger.debug("remote window %d..%d: %s", start.position, end, schedule.describe())
 

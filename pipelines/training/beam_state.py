@@ -2,7 +2,8 @@
 process, loaded once per version.
 
 The topic matrix never enters the pipeline graph (Beam pickles and compresses everything in
-the graph: one run with a 20 MB matrix as a ``Create`` took 107 s here). The graph carries a
+the graph, so a matrix as a ``Create`` makes every job slow to build: docs/results.md). The
+graph carries a
 :class:`StateRef` instead -- a few dozen bytes naming a state *version* (``key``) and where to
 find it (``path``: a directory written by :meth:`lda_core.storage.state.TopicState.save`, e.g. a
 published checkpoint or a scratch state of the window). Workers resolve it with
@@ -115,9 +116,9 @@ def save_scratch(algorithm, path: str) -> str:
 
     One uncompressed ``.npz`` (arrays + the JSON fields as a byte array), published by an
     atomic rename but neither fsynced nor checksummed: it lives only while its window runs
-    (never resumed from; a killed run's scratch is deleted unread). Measured at K=100,
-    V=29,403 on this machine: ~0.9 s for ``TopicState.save`` (sha256 + fsync of 24 MB) vs a
-    few tens of ms here. Data only: read back with ``allow_pickle=False``."""
+    (never resumed from; a killed run's scratch is deleted unread), so it skips the sha256
+    and fsync a published checkpoint pays. Data only: read back with
+    ``allow_pickle=False``."""
     # written out at once: the algorithm's own arrays where it can hand them over uncopied
     state = algorithm.to_state(copy=False)
     meta = dict(algorithm=state.algorithm, n_topics=state.n_topics, n_words=state.n_words,

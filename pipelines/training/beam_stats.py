@@ -8,29 +8,26 @@ blocks for online VB); this module only adapts it to Beam:
   the ``SuffStats`` type hint): the class's ``to_bytes`` / ``from_bytes`` (arrays and a
   checksum: data only, never pickle). The class is named in a short header -- only
   :class:`~lda_core.algorithms.algorithm.SuffStats` subclasses defined in ``lda_core`` are accepted
-  when decoding -- so any algorithm's statistics round-trip (a 20 MB array costs ~9 ms to encode as raw bytes vs
-  ~110 ms through the default pickling coder). The coders estimate sizes from ``nbytes``:
-  Beam samples element sizes for its counters, and the default estimate encodes the element
-  (measured: ten encodes of every minibatch's statistics per step).
+  when decoding -- so any algorithm's statistics round-trip, far cheaper than through the
+  default pickling coder. The coders estimate sizes from ``nbytes``: Beam samples element
+  sizes for its counters, and the default estimate encodes the element again.
 * :class:`StatsCombineFn`: create / add / merge / extract. Each element is one *piece* of a
   minibatch (``piece id``, statistics). With ``deterministic=True`` (default) the accumulator
   keeps the pieces apart and ``extract_output`` merges them in piece-id order, so the float64
   sums are bit-identical whatever the bundling, the worker count or the order Beam delivers
   the pieces in (that is what makes a resumed run end with *exactly* the same state as an
-  uninterrupted one). Memory: one statistics block per piece of the minibatch (the trainer
-  cuts a minibatch into a few pieces per worker). With ``deterministic=False`` pieces are summed
-  as they arrive (bounded memory, results equal to float64 rounding); use that with
-  ``with_fanout`` for very many workers.
+  uninterrupted one). Memory: one statistics block per piece of the minibatch. With
+  ``deterministic=False`` pieces are summed as they arrive (bounded memory, results equal to
+  float64 rounding); use that with ``with_fanout`` for very many workers.
 
 No shuffle sits between the E-step and this combine: ``CombineGlobally`` is lifted, so each
 bundle pre-combines its own pieces and only accumulators cross worker boundaries.
 
 Spilled pieces (:class:`SpilledStats`): when every worker shares a file system with the others
 (the local runners), the E-step writes its piece's encoded statistics to a scratch file and
-only the path travels through Beam. Measured here with two worker processes: a minibatch's
-pieces (~10 MB each at K=100) going through Beam's gRPC data plane to the runner and on to the
-combining worker cost ~1 s per step, several times the E-step itself; a file in ``/dev/shm``
-is written and read back in a few ms. The combine treats a spilled piece like any other and
+only the path travels through Beam: a piece of a large model through Beam's data plane to the
+runner and on to the combining worker costs more than the E-step that made it, a file in
+``/dev/shm`` little (docs/results.md). The combine treats a spilled piece like any other and
 loads it when it merges (``extract_output``), in the same piece order.
 
 Every statistics byte encoded, decoded, spilled or read back here is counted (and throttled

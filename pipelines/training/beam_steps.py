@@ -37,8 +37,8 @@ class LeanDoFn(beam.DoFn):
     Beam looks for user state and timer parameters by walking ``dir(dofn)`` and taking the
     signature of every method (``apache_beam.transforms.userstate.get_dofn_specs``, ~30
     methods inherited from DoFn); it does so ~8 times per DoFn instance, when the graph is
-    built and again for every bundle. With one DoFn per minibatch step that was ~2.5 ms a
-    call, ~20 ms a step here -- as much as the E-step of 256 documents. These DoFns have no
+    built and again for every bundle; with one DoFn per minibatch step that cost as much as
+    the E-step of a small minibatch (docs/results.md). These DoFns have no
     state or timers; listing only the lifecycle methods gives Beam the same answer (empty
     specs) for a fraction of the cost. Nothing else in Beam reads ``dir()`` of a DoFn."""
 
@@ -224,9 +224,9 @@ class InProcessStepFn(LeanDoFn):
     pieces' sums in piece order, from one E-step where the algorithm can), and the state
     reference travels as the *main* input, so
     the transforms of a window form one chain of ParDos that Beam fuses into a single stage
-    (with the reference as a side input every step was a stage of its own: ~0.1 s of Beam
-    scheduling per step here, as much as the E-step of 256 documents). Each transform still
-    costs Beam ~10-20 ms to build, translate and set up per bundle whatever its work, so small
+    (with the reference as a side input every step was a stage of its own, whose scheduling
+    cost as much as a small minibatch's E-step). Each transform still costs Beam a fixed
+    time to build, translate and set up per bundle whatever its work, so small
     minibatches are grouped (``G`` = :data:`IN_PROCESS_DOCS_PER_TRANSFORM` / S, at least 1):
     the same calls as one transform per minibatch -- the pieces' E-step and sum, then
     :func:`apply_global_step` in place on the window's private copy -- for each of them,

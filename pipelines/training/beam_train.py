@@ -227,6 +227,9 @@ EXCHANGE_LOCAL = "local"            # worker processes of this machine, each its
 EXCHANGE_STATE = "state"            # the whole state to every worker, one reducer
 EXCHANGE_IN_PROCESS = "in-process"  # the in-process runner: one fused chain of steps
 EXCHANGES = (EXCHANGE_REMOTE, EXCHANGE_WORD_BLOCKS, EXCHANGE_LOCAL, EXCHANGE_STATE)
+# the remote exchange's staleness when neither the user nor a checkpoint sets one (with the
+# default warm-up, lda_core.training.staleness.DEFAULT_WARMUP)
+REMOTE_STALENESS = 1
 
 
 def choose_exchange(exchange: Optional[str], cfg: RunnerConfig, algorithm) -> str:
@@ -338,16 +341,26 @@ class BeamRunner:
         pieces = pieces_mod.resolve_pieces(explicit, recorded, default_pieces(cfg),
                                            "pieces_per_minibatch")
         run_info[pieces_mod.RUN_KEY] = pieces
+        exchange = choose_exchange(st.exchange, cfg, algorithm)
+        # the remote exchange pipelines its steps by default (one shuffle barrier a step
+        # instead of two) after the warm-up, where staleness_bench measured no loss
         staleness = staleness_mod.resolve_staleness(
             run_info.get(staleness_mod.RUN_KEY),
             staleness_mod.recorded_staleness(prev_run if recorded is not None else None,
-                                             recorded is not None))
+                                             recorded is not None),
+            REMOTE_STALENESS if exchange == EXCHANGE_REMOTE
+            else staleness_mod.DEFAULT_STALENESS)
         staleness_mod.check_pipelinable(algorithm, staleness)
         run_info[staleness_mod.RUN_KEY] = staleness
+        if staleness:
+            resumed_s = recorded is not None and (prev_run or {}).get(staleness_mod.RUN_KEY)
+            run_info[staleness_mod.WARMUP_KEY] = staleness_mod.resolve_warmup(
+                run_info.get(staleness_mod.WARMUP_KEY),
+                staleness_mod.recorded_warmup(prev_run, bool(resumed_s))
+                if resumed_s else None)
         B = n_batches(int(sum(sizes)), sched.minibatch)
         total = int(sched.passes) * B
         stop = total if sched.max_steps is None else min(total, int(sched.max_steps))
-        exchange = choose_exchange(st.exchange, cfg, algorithm)
         sharded = exchange == EXCHANGE_REMOTE
         if (sharded and not cfg.local and recorded is None and int(position) == 0
                 and "word_blocks" not in spec.algorithm.settings
@@ -429,7 +442,8 @@ def exchange_windows(setup: WindowSetup, spec: TrainSpec, staleness: int, run_ke
     (``windows(algorithm, session) -> (algorithm, windows run, Beam counters)``)."""
     seed, batch_size = int(spec.schedule.seed), int(spec.schedule.minibatch)
     if setup.exchange == EXCHANGE_REMOTE:
-        return RemoteWindows(setup, seed, batch_size, staleness, run_key, scratch,
+        return RemoteWindows(setup, seed, batch_size, staleness,
+                             staleness_mod.warmup_of(setup.run_info), run_key, scratch,
                              run_pipeline, plan_steps)
     if staleness:
         raise UsageError("--staleness %d runs on the remote exchange (--exchange remote) or "

@@ -108,7 +108,7 @@ def build_window(p, cfg: RunnerConfig, exchange: str, steps: List[StepPlan],
     tasks = p | "Tasks" >> WindowTasks(steps)
     spill = spill_dir(cfg, scratch) is not None
     if exchange == "local" and spill:
-        # worker processes on this machine: one stage per step, each worker advancing its
+        # worker processes on this machine: one stage per window, each worker advancing its
         # own copy of the state (pipelines.training.beam_chain)
         return build_chain(p, tasks, steps, ref, run_key, scratch, n_threads)
     for j, sp in enumerate(steps):
