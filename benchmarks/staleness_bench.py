@@ -68,7 +68,7 @@ from benchmarks import common  # noqa: E402
 from benchmarks.prepare_20news import prepare as prepare_20news  # noqa: E402
 from benchmarks.quality_bench import load_corpus, prepare_small  # noqa: E402
 from lda_core.docbatch import DocBatch  # noqa: E402
-from lda_core.storage.vocab_file import vocab_hash  # noqa: E402
+from lda_core.storage.vocab_file import Vocabulary, vocab_hash  # noqa: E402
 from lda_core.training import staleness  # noqa: E402
 from lda_core.training.pass_stop import AUTO_MIN_GAIN, PassStop  # noqa: E402
 from lda_core.training.trainer import train  # noqa: E402
@@ -103,7 +103,7 @@ def prepare_wiki(cache: str) -> str:
         common.run(common.LDABEAM + ["--log-level", "WARNING", "vectorize", "--input",
                                      WIKI_SAMPLE, "--output", ds, "--overwrite",
                                      "--holdout-fraction", 0] + WIKI_VECTORIZE, quiet=True)
-    vocab = dataset.Vocabulary.read(ds)
+    vocab = Vocabulary.read(ds)
     docs = read_docs(dataset.resolve_shards(ds))
     uci = os.path.join(cache, "wiki-uci")
     os.makedirs(uci, exist_ok=True)
