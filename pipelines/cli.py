@@ -335,6 +335,11 @@ def _run(argv: List[str], command: Optional[str]) -> int:
                 handler.addFilter(QuietExpected())
     _check_leftovers(parser, args.command, leftovers)
     module = importlib.import_module(args._module)
+    # a command's up-front checks of its launch (a remote runner's options, paths and
+    # credentials) run before the lease, whose first request would wait on them
+    check_launch = getattr(module, "check_launch", None)
+    if check_launch is not None:
+        check_launch(args, leftovers)
     with _model_dir_lease(module, args):
         return int(module.run(args, leftovers) or 0)
 
