@@ -97,3 +97,11 @@ def test_a_look_up_that_never_returns_is_bounded(monkeypatch):
     t0 = time.monotonic()
     why = remote_checks.find_credentials(timeout_s=0.5)
     assert "did not finish within 0.5 s" in why and time.monotonic() - t0 < 5
+
+
+def test_vectorize_and_infer_check_their_launch_too(no_credentials, capsys, tmp_path):
+    assert cli.main(["vectorize", "--input", "gs://b/in/*.txt", "--output", "gs://b/ds"]) == 2
+    assert "no Google Cloud credentials for gs://b/in/*.txt" in capsys.readouterr().err
+    assert cli.main(["infer", "--model", str(tmp_path / "m"), "--shards", "gs://b/ds",
+                     "--output", "gs://b/out", "--runner=DataflowRunner"] + DF) == 2
+    assert "--model %s is on this machine" % (tmp_path / "m") in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pipelines.commands.vectorize import add_field_arguments, INPUT_FORMATS
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training import detached
 
 # the output folder is held (lease) while it is written, and never overlaps an input
@@ -71,6 +72,12 @@ def add_arguments(p) -> None:
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
+
+
+def check_launch(args, beam_argv) -> None:
+    """The runner's up-front checks (pipelines.runtime.remote_checks), before the lease."""
+    check_command(None, beam_argv, {"--model": args.model, "--shards": args.shards, "--input": args.input,
+                                     "--output": args.output})
 
 
 def run(args, beam_argv) -> int:

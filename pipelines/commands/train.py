@@ -50,8 +50,8 @@ from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.commands.train_update import run_update
 from pipelines.ingest import dataset, manifest
 from pipelines.runtime import paths
-from pipelines.runtime.beam_options import runner_config, RunnerConfig
-from pipelines.runtime.remote_checks import check_remote_launch
+from pipelines.runtime.beam_options import runner_config
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_MAX_PASSES,
                                                   BEAM_WORKERS_MINIBATCH, build_algorithm,
                                                   DEFAULT_ALGORITHM, default_minibatch,
@@ -70,17 +70,10 @@ MODEL_DIR = ("output", ("shards", "vocab"))
 def check_launch(args, beam_argv) -> None:
     """The runner's up-front checks (:mod:`pipelines.runtime.remote_checks`) on the paths this
     run opens, before any of them is read (pipelines.cli calls it before the lease)."""
-    if args.runner.lower() in ("inprocess", "in-process", "local"):
-        cfg = RunnerConfig("DirectRunner", [], "in_memory")
-    else:
-        try:
-            cfg = runner_config(args.runner, list(beam_argv or ()))
-        except ValueError:
-            return        # an unknown runner is reported later, with its own message
     heldout = args.heldout if args.heldout and "/" in args.heldout else None   # a path
-    check_remote_launch(cfg, {"--shards": getattr(args, "shards", None),
-                              "--input": getattr(args, "input", None),
-                              "--output": args.output, "--heldout": heldout})
+    check_command(args.runner, beam_argv, {"--shards": getattr(args, "shards", None),
+                                           "--input": getattr(args, "input", None),
+                                           "--output": args.output, "--heldout": heldout})
 
 
 # the options the remote defaults fill in when the user left them out

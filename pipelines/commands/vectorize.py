@@ -15,6 +15,7 @@ from pipelines.cli import main as cli_main
 from pipelines.ingest import dataset, manifest as dataset_manifest
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training import detached
 
 # the dataset directory is held (lease) while it is written, and never overlaps an input
@@ -231,6 +232,11 @@ def options_from_args(args):
 
 
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
+
+
+def check_launch(args, beam_argv) -> None:
+    """The runner's up-front checks (pipelines.runtime.remote_checks), before the lease."""
+    check_command(None, beam_argv, {"--input": args.input, "--output": args.output})
 
 
 def run(args, beam_argv) -> int:

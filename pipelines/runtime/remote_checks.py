@@ -21,7 +21,7 @@ import threading
 from typing import Dict, Optional
 
 from lda_core.errors import UsageError
-from pipelines.runtime.beam_options import RunnerConfig
+from pipelines.runtime.beam_options import runner_config, RunnerConfig
 from pipelines.runtime.paths import is_remote
 
 # how long the credential look-up may take before the command says none were found
@@ -101,3 +101,21 @@ def check_remote_launch(cfg: RunnerConfig, paths: Dict[str, Optional[str]],
                              % (cfg.runner if opts is not None else ", ".join(
                                  p for p in given.values() if str(p).startswith("gs://")),
                                 why))
+
+
+def check_command(runner: Optional[str], beam_argv, paths: Dict[str, object]) -> None:
+    """:func:`check_remote_launch` for a command: ``runner`` (``--runner`` of ``ldabeam
+    train``; None: the Beam options' own, else the DirectRunner; ``inprocess``: the in-process
+    trainer) and the option -> path(s) it opens (lists flattened; None: not given)."""
+    if runner and runner.lower() in ("inprocess", "in-process", "local"):
+        cfg = RunnerConfig("DirectRunner", [], "in_memory")
+    else:
+        try:
+            cfg = runner_config(runner, list(beam_argv or ()))
+        except ValueError:
+            return        # an unknown runner is reported later, with its own message
+    flat: Dict[str, Optional[str]] = {}
+    for opt, value in paths.items():
+        for i, p in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+            flat[opt if i == 0 else "%s (#%d)" % (opt, i + 1)] = p
+    check_remote_launch(cfg, flat)
