@@ -120,7 +120,7 @@ def _model_dir_lease(module, args):
     no-op for readers."""
     spec = getattr(module, "MODEL_DIR", None)
     model_dir = getattr(args, spec[0], None) if spec else None
-    if not model_dir:
+    if not model_dir or getattr(args, "plan", False):     # --plan writes nothing
         return contextlib.nullcontext()
     # only the commands that write a model directory need the lease: `ldabeam --help` /
     # `--version` start without it

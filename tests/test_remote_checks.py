@@ -2,6 +2,7 @@
 without project, region or a gs:// temp location, with paths its workers cannot open, or
 without credentials is one line and exit 2 before any file is read -- never a hang. Nothing
 leaves the machine: every Google endpoint points at a closed loopback port."""
+import os
 import socket
 import time
 
@@ -105,3 +106,46 @@ def test_vectorize_and_infer_check_their_launch_too(no_credentials, capsys, tmp_
     assert cli.main(["infer", "--model", str(tmp_path / "m"), "--shards", "gs://b/ds",
                      "--output", "gs://b/out", "--runner=DataflowRunner"] + DF) == 2
     assert "--model %s is on this machine" % (tmp_path / "m") in capsys.readouterr().err
+
+
+def _dataset(tmp_path, kos_paths):
+    from test_cli_train import make_dataset
+    return make_dataset(str(tmp_path / "ds"), kos_paths, n_train=300, n_held=60)
+
+
+def test_plan_of_a_dataflow_run_needs_no_cloud_and_writes_nothing(no_credentials, capsys,
+                                                                tmp_path, kos_paths):
+    """`ldabeam train --plan` for 16 n1-standard-4 workers: the remote defaults, the remote
+    exchange at staleness 1 after its warm-up, one job whose graph is within the limit, the
+    cluster model's time and price; exit 0, nothing written (no model folder, no scratch)."""
+    ds = _dataset(tmp_path, kos_paths)
+    out = str(tmp_path / "m")
+    argv = ["train", "--shards", ds, "--output", out, "--topics", "20", "--passes", "2",
+            "--plan", "--runner", "DataflowRunner", "--num_workers=16",
+            "--machine_type=n1-standard-4"] + DF
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "plan: scvb0, K=20" in text
+    assert "remote exchange" in text and "staleness 1 after 32 minibatches at 0" in text
+    assert "job graph:" in text and "within Dataflow's 10 MB limit" in text
+    assert "cluster model (16 workers x 4 vCPUs" in text and "$" in text
+    assert "note: --shards and --output on this machine" in text
+    assert not os.path.exists(out)
+    # a window over the graph limit is named with the window that fits
+    assert cli.main(argv + ["--minibatches-per-window", "5000", "--minibatch", "1",
+                            "--passes", "10", "--algorithm", "online-vb"]) == 0
+    assert "OVER Dataflow's 10 MB limit: give --minibatches-per-window" in \
+        capsys.readouterr().out
+
+
+def test_plan_in_process_and_on_local_workers(capsys, tmp_path, kos_paths):
+    ds = _dataset(tmp_path, kos_paths)
+    out = str(tmp_path / "m")
+    assert cli.main(["train", "--shards", ds, "--output", out, "--topics", "5", "--plan"]) == 0
+    assert "runner: the in-process trainer" in capsys.readouterr().out
+    assert cli.main(["train", "--shards", ds, "--output", out, "--topics", "5", "--plan",
+                     "--runner", "DirectRunner", "--direct_running_mode=multi_processing",
+                     "--direct_num_workers=2"]) == 0
+    text = capsys.readouterr().out
+    assert "local exchange" in text and "cluster model" not in text
+    assert not os.path.exists(out)

@@ -35,6 +35,8 @@ NOT_IN_TEMPLATE = {
                   "launcher VM",
         "no-unroll": "the 'unroll' parameter is both forms of --unroll/--no-unroll "
                      "(unroll=false becomes --no-unroll)",
+        "plan": "a template launch submits a window; --plan is asked of the command line "
+                "before a launch and submits nothing",
         "passes-patience": "it applies only with --passes auto, which the template's 'passes' "
                            "(a number) does not offer: a detached launch cannot stop the "
                            "chain of windows on the held-out score",

@@ -46,6 +46,7 @@ from lda_core.training.session import resume_position, Session, TrainingInterrup
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
 from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCorpusRunner
 from pipelines.commands import train_options
+from pipelines.commands.train_plan import print_plan
 from pipelines.commands.train_summary import print_detached, print_summary
 from pipelines.commands.train_update import run_update
 from pipelines.ingest import dataset, manifest
@@ -73,7 +74,8 @@ def check_launch(args, beam_argv) -> None:
     heldout = args.heldout if args.heldout and "/" in args.heldout else None   # a path
     check_command(args.runner, beam_argv, {"--shards": getattr(args, "shards", None),
                                            "--input": getattr(args, "input", None),
-                                           "--output": args.output, "--heldout": heldout})
+                                           "--output": args.output, "--heldout": heldout},
+                  offline=bool(getattr(args, "plan", False)))
 
 
 # the options the remote defaults fill in when the user left them out
@@ -329,7 +331,10 @@ def run(args, beam_argv) -> int:
     _check_args(args)
     shard_set, shard_hash, vocab_path, vocab = _resolve_data(args)
     files = shard_set.files
-    store, state = _open_model_dir(args, vocab, shard_hash)
+    if getattr(args, "plan", False) and not args.resume:
+        store, state = None, None        # --plan opens no model folder (nor a cloud's)
+    else:
+        store, state = _open_model_dir(args, vocab, shard_hash)
     prev = _run_params(state) if state is not None else {}
     data_record = shard_set.record()
     if state is not None:
@@ -390,6 +395,9 @@ def run(args, beam_argv) -> int:
                                  pass_stop is not None))
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
+    if getattr(args, "plan", False):
+        print_plan(args, beam_argv, algorithm, algo, stream, run_info)
+        return 0
 
     start = resume_position(state) if state is not None else 0
     if accumulates:

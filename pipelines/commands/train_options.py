@@ -218,6 +218,12 @@ def add_arguments(p) -> None:
                         "update (one barrier per step with S = 1). Part of the result, like "
                         "--pieces: recorded in the checkpoints, --resume keeps it "
                         "(default 0; 1 on the remote exchange, after --staleness-warmup)")
+    g.add_argument("--plan", action="store_true",
+                   help="print what the run would do and exit 0: the exchange, S, P, B and "
+                        "staleness as resolved (remote defaults included), windows and jobs, "
+                        "each job's graph against Dataflow's limit and, on a remote runner, "
+                        "the cluster model's bytes per worker, time and list price; writes, "
+                        "submits and looks up nothing in the cloud")
     g.add_argument("--staleness-warmup", type=int, default=None, metavar="W",
                    help="with --staleness S > 0: the first W minibatches run with staleness "
                         "0 and the pipeline fills from minibatch W on (the first steps move "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from lda_core.errors import UsageError
 from pipelines.runtime.beam_options import runner_config, RunnerConfig
@@ -60,10 +60,20 @@ def find_credentials(timeout_s: float = CREDENTIALS_TIMEOUT_S) -> Optional[str]:
     return out.get("why")
 
 
+def unreachable(cfg: RunnerConfig, paths: Dict[str, Optional[str]]) -> List[str]:
+    """The options among ``paths`` (option -> path) whose path the workers of ``cfg`` cannot
+    open: paths on this machine, for a runner whose workers run elsewhere."""
+    if cfg.local or cfg.in_process:
+        return []
+    return [opt for opt, p in paths.items() if p and not is_remote(p)]
+
+
 def check_remote_launch(cfg: RunnerConfig, paths: Dict[str, Optional[str]],
-                        timeout_s: float = CREDENTIALS_TIMEOUT_S) -> None:
+                        timeout_s: float = CREDENTIALS_TIMEOUT_S, offline: bool = False) -> None:
     """The checks of the module docstring for a launch on ``cfg`` that opens ``paths``
-    (option name -> path; None: not given). Nothing for a runner on this machine."""
+    (option name -> path; None: not given). Nothing for a runner on this machine.
+    ``offline``: nothing will be submitted or opened by a worker (``ldabeam train --plan``):
+    the options are checked, the paths and credentials are not."""
     given = {k: v for k, v in paths.items() if v}
     if cfg.local or cfg.in_process:
         # an emulator (STORAGE_EMULATOR_HOST) takes requests without credentials
@@ -83,16 +93,15 @@ def check_remote_launch(cfg: RunnerConfig, paths: Dict[str, Optional[str]],
                 raise UsageError("--temp_location %s: Dataflow stages and writes temporary "
                                  "files on Cloud Storage; give a gs:// location"
                                  % opts.get("temp_location"))
-        for opt, p in given.items():
-            if not is_remote(p):
-                raise UsageError("%s %s is on this machine: the workers of %s cannot open it; "
-                                 "give a path on an object store (gs://, s3://, ...)"
-                                 % (opt, p, cfg.runner))
+        for opt in ([] if offline else unreachable(cfg, given)):
+            raise UsageError("%s %s is on this machine: the workers of %s cannot open it; "
+                             "give a path on an object store (gs://, s3://, ...)"
+                             % (opt, given[opt], cfg.runner))
         needs_auth = cfg.runner == "DataflowRunner" or any(
             str(p).startswith("gs://") for p in given.values())
         if _truthy(opts.get("dry_run")) and _truthy(opts.get("no_auth")):
             return
-    if needs_auth:
+    if needs_auth and not offline:
         why = find_credentials(timeout_s)
         if why is not None:
             raise UsageError("no Google Cloud credentials for %s (%s): run `gcloud auth "
@@ -103,7 +112,8 @@ def check_remote_launch(cfg: RunnerConfig, paths: Dict[str, Optional[str]],
                                 why))
 
 
-def check_command(runner: Optional[str], beam_argv, paths: Dict[str, object]) -> None:
+def check_command(runner: Optional[str], beam_argv, paths: Dict[str, object],
+                  offline: bool = False) -> None:
     """:func:`check_remote_launch` for a command: ``runner`` (``--runner`` of ``ldabeam
     train``; None: the Beam options' own, else the DirectRunner; ``inprocess``: the in-process
     trainer) and the option -> path(s) it opens (lists flattened; None: not given)."""
@@ -118,4 +128,4 @@ def check_command(runner: Optional[str], beam_argv, paths: Dict[str, object]) ->
     for opt, value in paths.items():
         for i, p in enumerate(value if isinstance(value, (list, tuple)) else [value]):
             flat[opt if i == 0 else "%s (#%d)" % (opt, i + 1)] = p
-    check_remote_launch(cfg, flat)
+    check_remote_launch(cfg, flat, offline=offline)
