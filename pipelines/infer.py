@@ -65,7 +65,7 @@ from pipelines.ingest.tokenize import model_settings, Preprocessor, RECORD_KEYS
 from pipelines.ingest.vectorize import VectorizeOptions
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
-from pipelines.runtime.model_dir import open_model
+from pipelines.runtime.model_dir import accepted_vocab, open_model
 from pipelines.training import beam_state
 
 logger = logging.getLogger(__name__)
@@ -146,6 +146,13 @@ class ModelRef:
     vocab_path: Optional[str]
     model_dir: str
     opened: Any = field(default=None, repr=False, compare=False)   # the driver's OpenedModel
+
+    def accepted_vocab(self):
+        """What shards read with the model must be vectorised with (its vocabulary, or one
+        it grew from: :func:`pipelines.runtime.model_dir.accepted_vocab`)."""
+        if self.opened is None:
+            return self.vocab_hash
+        return accepted_vocab(self.opened.state, self.opened.vocab)
 
 
 def resolve_model(model: str) -> ModelRef:
@@ -382,7 +389,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
     if opts.shards:
         # verified by _checked (hashes are computed once per process)
         files = manifest.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
-        dataset.check_vocab_hash(files, ref.vocab_hash)
+        dataset.check_vocab_hash(files, ref.accepted_vocab())
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
                   | "SpreadShards" >> beam.Reshuffle()
@@ -409,7 +416,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
         items, _dead, st = vz.read_text_items(p, vo, inputs)
         stats_parts.extend(st)
         rows, _vs, _dead2, st2 = items | "Tokenize" >> vz.TokenizeDocuments(
-            cfg, min_tokens, fixed_vocab=vo.vocab,
+            cfg, min_tokens, fixed_vocab=vo.vocab, fixed_vocab_words=ref.n_words,
             paths={i: pth for i, (pth, _) in enumerate(inputs)})
         stats_parts.append(st2)
         pieces = (rows | "Batch" >> beam.BatchElements(min_batch_size=opts.batch_size,
@@ -436,7 +443,7 @@ def _checked(opts: InferOptions):
     if opts.shards:   # fail now, before creating the output; verified against the manifest
         dataset.check_vocab_hash(manifest.open_shards(opts.shards, opts.split,
                                                      unverified=opts.unverified).files,
-                                 ref.vocab_hash)
+                                 ref.accepted_vocab())
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
         Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     _prepare_output(opts)

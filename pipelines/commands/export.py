@@ -28,7 +28,7 @@ from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
 from pipelines.runtime import paths
-from pipelines.runtime.model_dir import load_model, training_shards
+from pipelines.runtime.model_dir import accepted_vocab, load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _run_other(args) -> int:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
     files = manifest.open_shards(shards, unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
                                   info={"model": paths.absolute(args.model),
@@ -130,7 +130,7 @@ def _dictionary_counts(args, vocab, state):
     if paths.exists(paths.join(shards, dataset.HELDOUT_SPLIT)):
         files = files + manifest.open_shards(shards, dataset.HELDOUT_SPLIT,
                                             unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
     return (Vocabulary(vocab.tokens, df=df, cf=cf), n,
             "counted over the %d shard files of %s" % (len(files), shards))
