@@ -70,7 +70,8 @@ from pipelines.training.beam_chain import PARALLEL_PHASES
 from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
     HeldOutShards, SubmittedWindow, submit_window)
 from pipelines.training.beam_run import (  # noqa: F401 (API)
-    WindowSetup, after_window, default_scratch_root, log_window, start_record)
+    WindowSetup, after_window, default_scratch_root, log_window, planned_windows, start_record,
+    window_end)
 from pipelines.training import scratch_names
 from pipelines.training.beam_window import run_pipeline, run_unrolled
 from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
@@ -408,6 +409,8 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
+        # --passes auto stopped after a pass worse than its best: the best becomes the model
+        algorithm = ses.keep_best(algorithm)
         ses.evaluate(algorithm)
     finally:
         ses.close_progress()
@@ -480,12 +483,10 @@ class VersionWindows:
         cfg, stop, M = st.cfg, st.stop, st.M
         counters_total: Dict[str, int] = {}
         windows = 0
-        n_windows = max(1, -(-(stop - ses.position) // M))
+        n_windows = planned_windows(ses, stop, M)
         while ses.position < stop and not ses.passes_stopped:
             w_start = time.time()
-            end = min(stop, ses.position + M)
-            if ses.pass_stop is not None:    # --passes auto: windows end at pass ends
-                end = min(end, (ses.position // ses.batches_per_pass + 1) * ses.batches_per_pass)
+            end = window_end(ses, stop, M)     # --passes auto: windows end at pass ends
             steps = plan_steps(st.files, st.sizes, seed=self.seed,
                                batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)
