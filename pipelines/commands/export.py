@@ -24,7 +24,7 @@ import numpy as np
 from lda_core.errors import OutputError, UsageError
 from lda_core.storage.npy import write_npy_atomic
 from lda_core.storage.output_paths import check_disjoint
-from lda_core.storage.vocab_file import Vocabulary
+from lda_core.storage.vocab_file import DOCS_KEY, Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
 from pipelines.runtime import paths
@@ -97,7 +97,7 @@ def _run_other(args) -> int:
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
     model_dir = paths.model_dir_of(args.model)
-    shards = args.shards or training_shards(model_dir)
+    shards = args.shards or training_shards(model_dir, state.info)
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
@@ -116,9 +116,14 @@ def _run_other(args) -> int:
 
 def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
-    file's df/cf with the document count of its dataset's manifest, or, when the manifest does
-    not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    shards = args.shards or training_shards(paths.model_dir_of(args.model))
+    file's df/cf with the document count the model records for a vocabulary its updates grew
+    (unless --shards is given) or of its dataset's manifest, or, when neither gives it,
+    df/cf/num_docs counted over the dataset's shards (train and held-out)."""
+    grown_docs = (state.info or {}).get(DOCS_KEY)
+    if isinstance(grown_docs, int) and grown_docs > 0 and not args.shards:
+        # a vocabulary grown by updates: its df count the training corpus and the updates
+        return vocab, grown_docs, "the model's vocabulary, grown by updates"
+    shards = args.shards or training_shards(paths.model_dir_of(args.model), state.info)
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "

@@ -228,7 +228,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
                     "words": [str(w) for w, _ in tops[k]],
                     "weights": [float(x) for _, x in tops[k]]} for k in range(K)],
     }
-    shards = shards or training_shards(mdir)
+    shards = shards or training_shards(mdir, state.info)
     size = None
     if shards:
         files = manifest.open_shards(shards, unverified=unverified).files

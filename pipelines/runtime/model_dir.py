@@ -108,10 +108,15 @@ def load_model(model: str):
     return m.algorithm(), m.state, m.vocab
 
 
-def training_shards(model_dir: str) -> Optional[str]:
-    """The ``--shards`` of the run that wrote ``model_dir`` (from its run log), if known."""
-    path = paths.join(model_dir, RUN_LOG_FILE)
-    if not paths.exists(path):
+def training_shards(model_dir: Optional[str], info: Optional[dict] = None) -> Optional[str]:
+    """The ``--shards`` of the run that trained the model, if known: the checkpoint's run
+    record (``info["run"]["shards"]``, which a model saved to another directory by
+    ``LdaModel.save`` keeps), else the run log of ``model_dir``."""
+    run = (info or {}).get("run") if isinstance(info, dict) else None
+    if isinstance(run, dict) and isinstance(run.get("shards"), str) and run["shards"]:
+        return run["shards"]
+    path = paths.join(model_dir, RUN_LOG_FILE) if model_dir else None
+    if path is None or not paths.exists(path):
         return None
     for rec in read_run_log(path, "start")[::-1]:
         s = (rec.get("run") or {}).get("shards")
