@@ -518,19 +518,39 @@ class LdaModel:
     def publish_leased(self, target: str, store) -> str:
         """What :meth:`save` does once it holds the lease of ``target`` (``ldabeam train
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
-        ``tokenizer.json``, each written atomically."""
+        ``tokenizer.json``, each written atomically.
+
+        ``vocab.tsv`` only grows (:mod:`lda_core.storage.vocab_file`, "Lineage"): a model
+        whose vocabulary extends the directory's replaces it (the grown one written first as
+        ``vocab-HASH.tsv``), one whose vocabulary the directory's extends (loaded from an
+        earlier checkpoint) leaves it, and one whose vocabulary grew other words than the
+        directory's is refused before anything is written (its checkpoints would make the
+        directory's newer ones unreadable, or the other way round)."""
+        on_disk = _vocab_at(target) if self._vocab is not None else None
+        # the same vocabulary is rewritten too: a growth that added no word still counted the
+        # new documents into its known words' df and cf
+        replace = self._vocab is not None and (on_disk is None
+                                               or self._vocab.accepts(on_disk.hash))
+        if (self._vocab is not None and on_disk is not None and not replace
+                and on_disk.for_state(self._vocab.hash, len(self._vocab)) is None
+                and store.list_checkpoints()):
+            raise OutputError(
+                "%s holds a model whose vocabulary (%d words) is not this model's (%d words) "
+                "nor one of them grew from the other (the model was loaded from an earlier "
+                "checkpoint and grew other words); save it to a new directory"
+                % (target, len(on_disk), len(self._vocab)))
         # the run's records (trainer, run, updates) stay as they were: an update applies
         # steps outside the order of the run that trained the model, which --resume continues
         session = Session(position=int(self._algo.step),
                           output=Output(checkpoint_store=store, progress=False))
         grown = None
-        if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
+        if replace and on_disk is not None and on_disk.hash != self._vocab.hash:
             # written first under its hash's name: the checkpoint published next finds it
             # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
             grown = paths.join(target, grown_vocab_name(self._vocab.hash))
             self._vocab.write(grown)
         path = session.publish(self._algo, info=self._info)
-        if self._vocab is not None:
+        if replace:
             self._vocab.write(paths.join(target, dataset.VOCAB_FILE))
         if grown is not None:
             files_for(grown).remove_file(grown)
@@ -544,11 +564,11 @@ class LdaModel:
         return self.checkpoint
 
 
-def _vocab_hash_at(model_dir: str):
-    """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
+def _vocab_at(model_dir: str) -> Optional[Vocabulary]:
+    """``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
     path = paths.join(model_dir, dataset.VOCAB_FILE)
     try:
-        return Vocabulary.read(path).hash if paths.exists(path) else None
+        return Vocabulary.read(path) if paths.exists(path) else None
     except (ValueError, OSError):
         return None
 
