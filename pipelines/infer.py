@@ -168,14 +168,21 @@ def resolve_model(model: str) -> ModelRef:
 
 def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
     """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
-    the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
+    the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``.
+
+    With ``gamma_seed="infer"`` each document's random start is seeded by its content (its
+    words and counts, :meth:`DocBatch.content_keys`), not its id: the same text gets the same
+    θ whatever it is called and wherever it is inferred (``transform``, ``ldabeam infer``,
+    ``InferTopics``, RunInference). ``"training"`` keeps the training E-step's seeding by
+    document id, to reproduce the γ a training step computed."""
     if gamma_seed not in GAMMA_SALTS:
         raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                          % (gamma_seed, ", ".join(GAMMA_SALTS)))
     if algo.variational_gamma:
-        return np.asarray(algo.local_step(batch, return_gamma=True,
+        seeded = batch.keyed_by_content() if gamma_seed == "infer" else batch
+        return np.asarray(algo.local_step(seeded, return_gamma=True,
                                           salt=GAMMA_SALTS[gamma_seed]).gamma, np.float64)
-    return np.asarray(algo.infer(batch), np.float64)
+    return np.asarray(algo.infer(batch), np.float64)       # seeded by content itself
 
 
 def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,

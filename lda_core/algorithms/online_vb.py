@@ -622,8 +622,10 @@ class OnlineVB(StochasticAlgorithm):
 
     # -- inference & evaluation -------------------------------------------------------------
     def infer(self, batch: DocBatch) -> np.ndarray:
-        """n x K normalised γ (E[θ_d]) with λ frozen; empty documents get α / Σα."""
-        g = self.local_step(batch, return_gamma=True, salt="infer").gamma
+        """n x K normalised γ (E[θ_d]) with λ frozen; empty documents get α / Σα. Each
+        document's start is seeded by its content (:meth:`DocBatch.content_keys`), so the
+        same words give the same θ whatever the document is called."""
+        g = self.local_step(batch.keyed_by_content(), return_gamma=True, salt="infer").gamma
         return g / g.sum(axis=1, keepdims=True)
 
     def per_word_bound(self, batch: DocBatch) -> float:

@@ -610,10 +610,12 @@ class SCVB0(StochasticAlgorithm):
         return phi
 
     def infer(self, batch: DocBatch, passes: Optional[int] = None) -> np.ndarray:
-        """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes."""
+        """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes;
+        each document's draws are seeded by its content (:meth:`DocBatch.content_keys`), so
+        the same words give the same θ whatever the document is called."""
         passes = self.infer_passes if passes is None else check_number("passes", passes, 1, 10000,
                                                                integer=True)
-        _, ntheta, _, _, _ = self._run(batch, passes, False, "scvb0-infer")
+        _, ntheta, _, _, _ = self._run(batch.keyed_by_content(), passes, False, "scvb0-infer")
         theta = ntheta + self.alpha
         theta /= theta.sum(1, keepdims=True)
         return theta

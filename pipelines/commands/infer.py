@@ -61,8 +61,11 @@ def add_arguments(p) -> None:
     g.add_argument("--batch-size", type=int, default=1024,
                    help="documents per E-step piece (the unit of parallel work)")
     g.add_argument("--gamma-seed", choices=["infer", "training"], default="infer",
-                   help="seed salt of the initial gamma: 'training' reproduces the trainer's "
-                        "gamma for a minibatch when given the checkpoint it was computed with")
+                   help="seed of the initial gamma: 'infer' (default) seeds each document by "
+                        "its content, so the same text gets the same theta whatever its id; "
+                        "'training' seeds by document id as the trainer does, and reproduces "
+                        "its gamma for a minibatch when given the checkpoint it was computed "
+                        "with")
     g.add_argument("--write-gamma", action="store_true",
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
