@@ -10,8 +10,8 @@
   per process through Beam's shared-model mechanism (``load_model``); with a model-metadata
   side input (:class:`WatchCheckpoints` on a model directory) it switches to each checkpoint
   ``ldabeam train`` / ``ldabeam stream`` publishes.
-* :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "theta",
-  "top_topic", "model"}``: RunInference with the handler, flattened.
+* :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "title",
+  "label", "theta", "top_topic", "model"}``: RunInference with the handler, flattened.
 
 There is no ``Train`` transform: training is a loop of global steps, each of which needs the
 previous step's state (the E-step of minibatch t+1 reads the topics after minibatch t), so it
@@ -119,31 +119,41 @@ class LdaModelHandler(ModelHandler):
         return sum(len(x) if isinstance(x, str) else len(repr(x)) for x in batch)
 
 
-def theta_record(result: PredictionResult, id_field: str = "id", text_field: str = "text"
-                 ) -> Dict[str, Any]:
-    """``{"doc_id", "theta" (list of K floats), "top_topic", "model"}`` of a prediction; the
-    id is the record's id field (``doc_id`` for count rows) or the content hash
-    :meth:`ldabeam.LdaModel.transform` keys a document without id by."""
+def theta_record(result: PredictionResult, id_field: str = "id", text_field: str = "text",
+                 title_field: str = "title", label_field: str = "label") -> Dict[str, Any]:
+    """``{"doc_id", "title", "label", "theta" (list of K floats), "top_topic", "model"}`` of a
+    prediction; the id is the record's id field (``doc_id`` for count rows) or the content
+    hash :meth:`ldabeam.LdaModel.transform` keys a document without id by; the title and
+    label are the record's (count rows: their ``title`` / ``label``), None when it has none."""
     prep = preprocess.Preprocessing({"id_field": id_field, "text_field": text_field})
     ids, _ = preprocess.split_records([result.example], prep)
     theta = np.asarray(result.inference, np.float64)
-    return {"doc_id": ids[0], "theta": theta.tolist(), "top_topic": int(np.argmax(theta)),
-            "model": result.model_id}
+    ex = result.example if isinstance(result.example, dict) else {}
+    counted = "word_ids" in ex and "counts" in ex
+
+    def field(name: str, own: str):
+        v = ex.get(own if counted else name)
+        return None if v is None else str(v)
+    return {"doc_id": ids[0], "title": field(title_field, "title"),
+            "label": field(label_field, "label"), "theta": theta.tolist(),
+            "top_topic": int(np.argmax(theta)), "model": result.model_id}
 
 
 class InferTopics(beam.PTransform):
     """``str`` / ``dict`` records / count rows -> θ records (:func:`theta_record`), through
     ``RunInference(LdaModelHandler(model))``; ``model_metadata`` (e.g.
     :class:`WatchCheckpoints`) switches the model as in RunInference. ``id_field`` /
-    ``text_field`` name the fields of dict records (the defaults of ``ldabeam vectorize``)."""
+    ``text_field`` / ``title_field`` / ``label_field`` name the fields of dict records (the
+    defaults of ``ldabeam vectorize``); the title and label travel to the θ record."""
 
     def __init__(self, model: str, *, model_metadata=None, max_batch_size: int = 256,
-                 id_field: str = "id", text_field: str = "text", tokenizer=None):
+                 id_field: str = "id", text_field: str = "text", title_field: str = "title",
+                 label_field: str = "label", tokenizer=None):
         super().__init__()
         self._handler = LdaModelHandler(model, tokenizer=tokenizer,
                                         max_batch_size=max_batch_size)
         self._metadata = model_metadata
-        self._fields = (id_field, text_field)
+        self._fields = (id_field, text_field, title_field, label_field)
 
     def expand(self, docs):
         kw = {} if self._metadata is None else {"model_metadata_pcoll": self._metadata}
@@ -187,9 +197,11 @@ def work_item(record, id_field: str = "id", text_field: str = "text",
 
 def count_row(row) -> Dict[str, Any]:
     """A vectorize row ``(doc_id, title, label, word_ids bytes, counts bytes, n_tokens)`` as a
-    count row ``{"doc_id", "word_ids", "counts", "n_tokens"}`` (lists of int)."""
-    doc_id, _title, _label, wb, cb, n = row
-    return {"doc_id": doc_id, "word_ids": np.frombuffer(wb, np.int32).tolist(),
+    count row ``{"doc_id", "title", "label", "word_ids", "counts", "n_tokens"}`` (lists of
+    int; title and label None when the record had none), the columns of a shard."""
+    doc_id, title, label, wb, cb, n = row
+    return {"doc_id": doc_id, "title": title, "label": label,
+            "word_ids": np.frombuffer(wb, np.int32).tolist(),
             "counts": np.frombuffer(cb, np.int32).tolist(), "n_tokens": int(n)}
 
 

@@ -29,7 +29,9 @@ warning when nothing was recorded. Unknown tokens are dropped and counted
 (``oov_tokens_dropped``, ``unknown_token_share``) and documents with no known token are
 counted (``empty_after_vocabulary``) and not written.
 
-Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
+Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``label``
+(string: the document's label -- a folder input's folder name, a record's label field -- or
+null), ``theta``
 (list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight
 float32>>, the ``top_n`` largest), ``n_tokens`` (int32) [, ``gamma`` list<float64> with
 ``write_gamma``], and ``OUTPUT/_summary.json`` (counts, model step, vocabulary hash, the
@@ -81,6 +83,7 @@ def output_schema(with_gamma: bool = False) -> pa.Schema:
     fields = [
         pa.field("doc_id", pa.string()),
         pa.field("title", pa.string()),
+        pa.field("label", pa.string()),
         pa.field("theta", pa.list_(pa.float32())),
         pa.field("top_topic", pa.int32()),
         pa.field("top_topics", pa.list_(pa.struct([pa.field("topic", pa.int32()),
@@ -202,6 +205,7 @@ def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
     cols = [
         pa.array(list(batch.doc_ids), pa.string()),
         pa.array(list(batch.titles) if batch.titles is not None else [None] * n, pa.string()),
+        pa.array(list(batch.labels) if batch.labels is not None else [None] * n, pa.string()),
         pa.ListArray.from_arrays(off, pa.array(theta.ravel().astype(np.float32))),
         pa.array(order[:, 0].astype(np.int32) if n else np.zeros(0, np.int32), pa.int32()),
         pa.ListArray.from_arrays(toff, tops),
@@ -213,7 +217,7 @@ def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
 
 
 def theta_csv(table: pa.Table) -> bytes:
-    """The rows of :func:`theta_table` as CSV (UTF-8, header): doc_id, title, n_tokens,
+    """The rows of :func:`theta_table` as CSV (UTF-8, header): doc_id, title, label, n_tokens,
     top_topic, top_topics (``topic:weight`` separated by ``;``), theta_0 ... theta_{K-1}
     (float32 printed with 9 significant digits, enough to read back the same float32)."""
     import csv
@@ -222,14 +226,15 @@ def theta_csv(table: pa.Table) -> bytes:
     K = len(theta[0]) if theta else 0
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["doc_id", "title", "n_tokens", "top_topic", "top_topics"]
+    w.writerow(["doc_id", "title", "label", "n_tokens", "top_topic", "top_topics"]
                + ["theta_%d" % k for k in range(K)])
-    cols = [table.column(c).to_pylist() for c in ("doc_id", "title", "n_tokens", "top_topic",
-                                                   "top_topics")]
+    cols = [table.column(c).to_pylist() for c in ("doc_id", "title", "label", "n_tokens",
+                                                   "top_topic", "top_topics")]
     for i in range(table.num_rows):
-        tops = ";".join("%d:%.9g" % (t["topic"], t["weight"]) for t in cols[4][i])
-        w.writerow([cols[0][i], "" if cols[1][i] is None else cols[1][i], cols[2][i],
-                    cols[3][i], tops] + ["%.9g" % v for v in theta[i]])
+        tops = ";".join("%d:%.9g" % (t["topic"], t["weight"]) for t in cols[5][i])
+        w.writerow([cols[0][i], "" if cols[1][i] is None else cols[1][i],
+                    "" if cols[2][i] is None else cols[2][i], cols[3][i],
+                    cols[4][i], tops] + ["%.9g" % v for v in theta[i]])
     return buf.getvalue().encode("utf-8")
 
 
@@ -253,8 +258,8 @@ class _ReadPiecesFn(beam.DoFn):
     def process(self, element):
         idx, path = element
         for j, b in enumerate(dataset.iter_shard_batches([path], self._batch_size,
-                                                        columns=["doc_id", "title", "word_ids",
-                                                                 "counts"])):
+                                                        columns=["doc_id", "title", "label",
+                                                                 "word_ids", "counts"])):
             if b.n_docs:
                 yield "part-%05d-%05d" % (idx, j), b
 
@@ -268,7 +273,7 @@ def _rows_to_piece(rows):
         h.update(b"\0")
     batch = DocBatch.from_rows([(np.frombuffer(r[3], np.int32), np.frombuffer(r[4], np.int32))
                                 for r in rows], doc_ids=[str(r[0]) for r in rows],
-                               titles=[r[1] for r in rows])
+                               titles=[r[1] for r in rows], labels=[r[2] for r in rows])
     return "part-text-%s" % h.hexdigest(), batch
 
 

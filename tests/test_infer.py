@@ -93,7 +93,7 @@ def test_infer_columns_and_default_seed(trained, wiki_ds, tmp_path):
     assert rc == 0
     files = sorted(f for f in os.listdir(out) if f.endswith(".parquet"))
     assert files and pq.read_schema(os.path.join(out, files[0])).names == \
-        ["doc_id", "title", "theta", "top_topic", "top_topics", "n_tokens"]
+        ["doc_id", "title", "label", "theta", "top_topic", "top_topics", "n_tokens"]
     table = read_theta(out)
     assert table.num_rows == docs.n_docs
     assert str(table.schema.field("theta").type) == "list<element: float>"
