@@ -49,7 +49,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -102,6 +102,7 @@ class InferOptions:
     shards: Optional[str] = None                 # dataset dir / shard dir / glob
     inputs: List[str] = field(default_factory=list)   # raw text (vectorize formats)
     input_format: str = "auto"
+    exclude: Tuple[str, ...] = ()                # globs of --input files not to read
     query: Optional[str] = None                  # raw text from a BigQuery query
     reader: Dict[str, Any] = field(default_factory=dict)   # id/text/... fields, encoding:
     #                                              None or absent = as the training data
@@ -385,7 +386,8 @@ def _text_options(opts: InferOptions, ref: ModelRef):
           if k in settings and k in fields and k not in RECORD_KEYS and k != "format"}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
-                          format=opts.input_format, vocab=ref.vocab_path, query=opts.query,
+                          format=opts.input_format, exclude=tuple(opts.exclude),
+                          vocab=ref.vocab_path, query=opts.query,
                           **kw)
     return vo, bool(settings)
 

@@ -35,6 +35,9 @@ def add_arguments(p) -> None:
     g.add_argument("--format", dest="input_format", default="auto",
                    choices=[f for f in INPUT_FORMATS if f not in ("uci", "ldac", "mm")],
                    help="format of --input")
+    g.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                   help="with --input: files not to read, globs matched against a file's name "
+                        "and its path (e.g. --exclude README.TXT)")
     g.add_argument("--unverified", action="store_true",
                    help="also read shards that no dataset manifest lists (written by another "
                         "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
@@ -81,6 +84,7 @@ def run(args, beam_argv) -> int:
     from pipelines.infer import InferOptions, infer  # imports Beam: only when the command runs
     opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
                         inputs=list(args.input or []), input_format=args.input_format,
+                        exclude=tuple(getattr(args, "exclude", None) or ()),
                         query=args.query, write_csv=args.write_csv,
                         reader={k: getattr(args, k) for k in READER_OPTIONS},
                         split=args.split, batch_size=args.batch_size, top_n=args.top_n,

@@ -90,6 +90,9 @@ def add_arguments(p) -> None:
                         "`ldabeam vectorize`, tokenized as the model's training data was")
     g.add_argument("--format", dest="input_format", default="auto",
                    help="with --update: format of --input (default: from the file names)")
+    g.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                   help="with --update --input: files not to read, globs matched against a "
+                        "file's name and its path (e.g. --exclude README.TXT)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "

@@ -89,6 +89,8 @@ def check_update_args(args, beam_argv) -> int:
                    ("--corpus-size", getattr(args, "corpus_size", None))):
         if v is not None and v < 1:
             raise UsageError("%s must be >= 1, got %d" % (opt, v))
+    if getattr(args, "exclude", None) and not getattr(args, "input", None):
+        raise UsageError("--exclude applies to --input (files); shards need no exclusion")
     if getattr(args, "input_format", "auto") != "auto" and not getattr(args, "input", None):
         raise UsageError("--format applies to --input (raw text); shards need no format")
     passes = 1 if args.passes is None else args.passes
@@ -100,8 +102,8 @@ def check_update_args(args, beam_argv) -> int:
     return int(passes)
 
 
-def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[str, Any]]
-                         ) -> Tuple[List[str], List[str], int]:
+def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[str, Any]],
+                         exclude: Tuple[str, ...] = ()) -> Tuple[List[str], List[str], int]:
     """``(ids, texts, dead letters)`` of the raw-text inputs, read with the record fields and
     encoding of the model's training data (its recorded settings; the vectorize defaults
     when unknown)."""
@@ -110,7 +112,7 @@ def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[
     defaults = VectorizeOptions(inputs=list(patterns), output="").reader_options()
     s = settings or {}
     opts = {k: (s[k] if s.get(k) is not None else v) for k, v in defaults.items()}
-    inputs = input_files.expand_inputs(list(patterns), fmt)
+    inputs = input_files.expand_inputs(list(patterns), fmt, exclude)
     bow = [p for p, f in inputs if f in input_files.BOW_FORMATS]
     if bow:
         raise UsageError("--input takes raw text (%s), but %s is a bag-of-words corpus; "
@@ -308,7 +310,7 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
     def train_scratch(data, model, job):
         sub = argparse.Namespace(**vars(args))
         for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
-                            ("corpus_size", None), ("keep_n", None),
+                            ("corpus_size", None), ("keep_n", None), ("exclude", []),
                             ("shards", data), ("output", model), ("resume", True),
                             ("overwrite", False), ("topics", None), ("algorithm", None),
                             ("minibatch", None), ("seed", None), ("max_steps", None),
@@ -355,7 +357,8 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
     grow = bool(getattr(args, "grow_vocab", False))
     if getattr(args, "input", None):
         ids, docs, dead = read_input_documents(args.input, args.input_format,
-                                               model.preprocessing)
+                                               model.preprocessing,
+                                               tuple(getattr(args, "exclude", None) or ()))
         source = " ".join(args.input)
     else:
         ids, docs = read_shard_documents(args.shards, args.vocab, model, grow)
