@@ -60,6 +60,7 @@ from lda_core.storage.files import files_for
 from lda_core.storage.lease import ModelLease
 from lda_core.storage.vocab_file import DOCS_KEY, grown_vocab_name, LINEAGE_KEY, Vocabulary
 from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
+from lda_core.training.kernel_warmup import compile_notice
 from lda_core.training.ordering import n_batches, plan_pass
 from lda_core.training.pieces import recorded_pieces
 from lda_core.training.session import Session
@@ -246,7 +247,8 @@ class LdaModel:
         α/Σα (``infer`` writes no row for it)."""
         batch, _ = self._batch(docs, ids, "transform")
         from pipelines.infer import infer_gamma     # imports Beam, which only transform needs
-        g = infer_gamma(self._algo, batch, "infer")
+        with compile_notice():      # a first call compiles the E-step: never silently
+            g = infer_gamma(self._algo, batch, "infer")
         return g / g.sum(axis=1, keepdims=True)
 
     # -- continuing training -----------------------------------------------------------------
