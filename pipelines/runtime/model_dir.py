@@ -57,12 +57,24 @@ def open_model(model: str) -> OpenedModel:
     else:
         found = CheckpointStore(model, check_algorithm=True).latest_checkpoint(row_order=True)
         if found is None:
+            if _is_dataset(model):
+                raise FileNotFoundError(
+                    "%s is a dataset written by `ldabeam vectorize`, not a model; train one "
+                    "on it with `ldabeam train --shards %s --output MODEL_DIR` and open "
+                    "MODEL_DIR" % (model, model))
             raise FileNotFoundError("no checkpoint in %s (train one with `ldabeam train "
                                     "--output %s`)" % (model, model))
         path, state = paths.absolute(found[0].path), found[1]
         model_dir = paths.absolute(model)
     vocab, vpath = vocabulary_for(model_dir, state)
     return OpenedModel(path, state, model_dir, vocab, vpath)
+
+
+def _is_dataset(path: str) -> bool:
+    """Whether ``path`` holds a dataset (``ldabeam vectorize``'s manifest or its train split;
+    the names are pipelines.ingest.dataset's, which runtime does not import)."""
+    return (paths.exists(paths.join(path, "manifest.json"))
+            or paths.isdir(paths.join(path, "train")))
 
 
 def vocabulary_for(model_dir: str, state) -> Tuple[Optional[Vocabulary], Optional[str]]:
