@@ -82,6 +82,9 @@ class Vocabulary:
     _index: Dict[str, int] = field(default=None, repr=False, compare=False)
     #: the vocabularies this one grew from, ``(n_words, hash)`` oldest first (module docstring)
     ancestors: List[Tuple[int, str]] = field(default_factory=list, repr=False, compare=False)
+    #: a prefix of a longer (grown) vocabulary: its df/cf count that vocabulary's corpus,
+    #: later documents included, not the corpus this one was built on
+    later_counts: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.tokens = list(self.tokens)
@@ -114,7 +117,8 @@ class Vocabulary:
         if n == len(self.tokens):
             return self
         return Vocabulary(self.tokens[:n], self.df[:n], self.cf[:n],
-                          ancestors=[(k, h) for k, h in self.ancestors if k < n])
+                          ancestors=[(k, h) for k, h in self.ancestors if k < n],
+                          later_counts=True)
 
     def prefix_length(self, hash_: Optional[str]) -> Optional[int]:
         """The n whose first n tokens hash to ``hash_`` (``len(self)`` for its own hash), or

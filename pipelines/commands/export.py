@@ -118,9 +118,12 @@ def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
     file's df/cf with the document count the model records for a vocabulary its updates grew
     (unless --shards is given) or of its dataset's manifest, or, when neither gives it,
-    df/cf/num_docs counted over the dataset's shards (train and held-out)."""
+    df/cf/num_docs counted over the dataset's shards (train and held-out). A checkpoint
+    older than the vocabulary file (a prefix of a vocabulary grown since) always counts over
+    the shards: the file's df count the later documents too."""
     grown_docs = (state.info or {}).get(DOCS_KEY)
-    if isinstance(grown_docs, int) and grown_docs > 0 and not args.shards:
+    later = vocab.later_counts
+    if isinstance(grown_docs, int) and grown_docs > 0 and not args.shards and not later:
         # a vocabulary grown by updates: its df count the training corpus and the updates
         return vocab, grown_docs, "the model's vocabulary, grown by updates"
     shards = args.shards or training_shards(paths.model_dir_of(args.model), state.info)
@@ -128,7 +131,7 @@ def _dictionary_counts(args, vocab, state):
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "
                          "dictionary's document frequencies need the dataset's document count")
-    n = exports.vocab_num_docs(vocab, shards)
+    n = None if later else exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
     files = manifest.open_shards(shards, unverified=args.unverified).files
