@@ -163,7 +163,7 @@ def test_vocabulary_mismatch_is_refused(trained, wiki_ds, tmp_path, capsys):
     assert cli_main(["infer", "--model", model, "--shards", str(bad), "--output",
                      str(out), "--unverified"]) == 2
     err = capsys.readouterr().err
-    assert "vocabulary 0000" in err and "expects vocabulary" in err
+    assert "vocabulary 0000" in err and "nor one it grew from" in err
     with pytest.raises(ValueError, match="exactly one of --shards"):
         infer(InferOptions(model=model, output=str(out)))
 
