@@ -70,6 +70,9 @@ def test_auto_stops_when_the_heldout_score_stops_improving(tmp_path, ds, capsys)
     assert st.info["run"][AUTO_KEY]["scores"] == scores and st.info["run"][AUTO_KEY]["stopped"]
     assert st.info["run"][AUTO_KEY]["kept_pass"] == best + 1
     assert "--passes auto: pass %d gained" % n in out
+    # the summary names the cap, not '20 passes planned', and the pass kept (issue 30)
+    assert "--passes auto: at most 20 passes" in out and "passes planned" not in out
+    assert "model kept: pass %d" % (best + 1) in out
     # resuming a run the rule stopped applies no further step
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--resume",
                            "--no-progress")

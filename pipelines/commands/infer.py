@@ -51,8 +51,8 @@ def add_arguments(p) -> None:
                    help="replace inference results already in --output (removes only the "
                         "files its summary lists; a folder holding anything else is refused)")
     g.add_argument("--csv", dest="write_csv", action="store_true",
-                   help="also write part-*.csv (doc_id, title, n_tokens, top_topic, top_topics, "
-                        "theta_0 ... theta_K-1)")
+                   help="also write part-*.csv (doc_id, title, label, n_tokens, top_topic, "
+                        "top_topics, theta_0 ... theta_K-1)")
     g = p.add_argument_group("raw text readers (default: as the model's training data)")
     add_field_arguments(g, defaults=False)
     g.add_argument("--encoding", default=None, help="text encoding of --input")
