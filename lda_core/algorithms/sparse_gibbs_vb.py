@@ -270,8 +270,9 @@ class SparseGibbsVB(StochasticAlgorithm):
         return lam
 
     def infer(self, batch: DocBatch) -> np.ndarray:
-        """θ_d = (α + mean N_dk over ``infer_samples`` kept sweeps)/(N_d + Kα)."""
-        _, _, _, theta, _ = self._run(batch, self.infer_burn_in, self.infer_samples, False,
+        """θ_d = (α + mean N_dk over ``infer_samples`` kept sweeps)/(N_d + Kα); each
+        document's draws are seeded by its content (:meth:`DocBatch.content_keys`)."""
+        _, _, _, theta, _ = self._run(batch.keyed_by_content(), self.infer_burn_in, self.infer_samples, False,
                                       True, "sgvb-infer")
         theta = theta + self.alpha
         theta /= theta.sum(1, keepdims=True)

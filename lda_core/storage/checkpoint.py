@@ -150,6 +150,9 @@ class CheckpointStore:
         # no atomic directory rename (object stores): unique names, committed by LATEST
         self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
         self._swept = False
+        #: steps whose checkpoints pruning keeps whatever ``keep_last`` says (the best pass
+        #: of a ``--passes auto`` run, which may become the model)
+        self.pinned: set = set()
 
     # -- listing --------------------------------------------------------------------------
     def path(self, step: int) -> str:
@@ -412,8 +415,8 @@ class CheckpointStore:
     def prune(self, keep_last: int, protect: Optional[int] = None,
               protect_name: Optional[str] = None) -> List[str]:
         """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
-        (a step; ``protect_name``: only that directory of the step) nor the one LATEST names.
-        Returns the deleted paths."""
+        (a step; ``protect_name``: only that directory of the step), a :attr:`pinned` step
+        nor the one LATEST names. Returns the deleted paths."""
         if keep_last < 1:
             raise UsageError("keep_last must be >= 1, got %r" % (keep_last,))
         ptr = self.pointer_name()
@@ -421,7 +424,7 @@ class CheckpointStore:
         deleted = []
         for c in ckpts[:-keep_last] if len(ckpts) > keep_last else []:
             base = self.files.basename(c.path)
-            if base == ptr or base == protect_name or (
+            if base == ptr or base == protect_name or c.step in self.pinned or (
                     protect_name is None and c.step == protect):
                 continue
             self.files.remove_tree(c.path)
@@ -431,6 +434,21 @@ class CheckpointStore:
             logger.debug("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
                          keep_last)
         return deleted
+
+
+    def discard_after(self, step: int) -> List[str]:
+        """Delete the checkpoints after ``step`` (LATEST must already name ``step``'s: they
+        are then never read as the model). Returns the deleted paths."""
+        ptr = self.pointer()
+        if ptr is None or ptr != int(step):
+            raise UsageError("discard_after(%d): LATEST names step %s, not %d"
+                             % (step, ptr, step))
+        gone = []
+        for c in self.list_checkpoints():
+            if c.step > int(step):
+                self.files.remove_tree(c.path)
+                gone.append(c.path)
+        return gone
 
 
 def _step_of(name: str) -> int:

@@ -24,11 +24,11 @@ import numpy as np
 from lda_core.errors import OutputError, UsageError
 from lda_core.storage.npy import write_npy_atomic
 from lda_core.storage.output_paths import check_disjoint
-from lda_core.storage.vocab_file import Vocabulary
+from lda_core.storage.vocab_file import DOCS_KEY, Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
 from pipelines.runtime import paths
-from pipelines.runtime.model_dir import load_model, training_shards
+from pipelines.runtime.model_dir import accepted_vocab, load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +97,12 @@ def _run_other(args) -> int:
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
     model_dir = paths.model_dir_of(args.model)
-    shards = args.shards or training_shards(model_dir)
+    shards = args.shards or training_shards(model_dir, state.info)
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
     files = manifest.open_shards(shards, unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
                                   info={"model": paths.absolute(args.model),
@@ -116,21 +116,29 @@ def _run_other(args) -> int:
 
 def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
-    file's df/cf with the document count of its dataset's manifest, or, when the manifest does
-    not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    shards = args.shards or training_shards(paths.model_dir_of(args.model))
+    file's df/cf with the document count the model records for a vocabulary its updates grew
+    (unless --shards is given) or of its dataset's manifest, or, when neither gives it,
+    df/cf/num_docs counted over the dataset's shards (train and held-out). A checkpoint
+    older than the vocabulary file (a prefix of a vocabulary grown since) always counts over
+    the shards: the file's df count the later documents too."""
+    grown_docs = (state.info or {}).get(DOCS_KEY)
+    later = vocab.later_counts
+    if isinstance(grown_docs, int) and grown_docs > 0 and not args.shards and not later:
+        # a vocabulary grown by updates: its df count the training corpus and the updates
+        return vocab, grown_docs, "the model's vocabulary, grown by updates"
+    shards = args.shards or training_shards(paths.model_dir_of(args.model), state.info)
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "
                          "dictionary's document frequencies need the dataset's document count")
-    n = exports.vocab_num_docs(vocab, shards)
+    n = None if later else exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
     files = manifest.open_shards(shards, unverified=args.unverified).files
     if paths.exists(paths.join(shards, dataset.HELDOUT_SPLIT)):
         files = files + manifest.open_shards(shards, dataset.HELDOUT_SPLIT,
                                             unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
     return (Vocabulary(vocab.tokens, df=df, cf=cf), n,
             "counted over the %d shard files of %s" % (len(files), shards))

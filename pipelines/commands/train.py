@@ -324,10 +324,13 @@ def run(args, beam_argv) -> int:
     t_setup = time.time()
     if getattr(args, "update", False):
         return run_update(args, beam_argv, run)     # run: the Beam update trains through it
-    if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
-        raise UsageError("--input and --grow-vocab apply with --update (training on new "
-                         "documents); a fresh run reads --shards written by `ldabeam "
-                         "vectorize`")
+    if getattr(args, "input", None) or getattr(args, "grow_vocab", False) or \
+            getattr(args, "exclude", None) or \
+            getattr(args, "corpus_size", None) is not None or \
+            getattr(args, "keep_n", None) is not None:
+        raise UsageError("--input, --exclude, --grow-vocab, --corpus-size and --keep-n apply "
+                         "with --update (training on new documents); a fresh run reads "
+                         "--shards written by `ldabeam vectorize`")
     _check_args(args)
     shard_set, shard_hash, vocab_path, vocab = _resolve_data(args)
     files = shard_set.files

@@ -79,11 +79,21 @@ def add_arguments(p) -> None:
     g.add_argument("--grow-vocab", action="store_true",
                    help="with --update: add the new documents' words that pass the model's "
                         "pruning rules as new topic-word rows (at the prior)")
+    g.add_argument("--corpus-size", type=int, default=None, metavar="N",
+                   help="with --update: the documents the model stands for after the update "
+                        "(default: those it was trained on plus the new ones); the new "
+                        "documents weigh n/N of the topics, N = n makes them the whole corpus")
+    g.add_argument("--keep-n", type=int, default=None, metavar="N",
+                   help="with --update --grow-vocab: the vocabulary's cap (default: the "
+                        "training data's --keep-n)")
     g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
                    help="with --update: raw text instead of --shards, in any text format of "
                         "`ldabeam vectorize`, tokenized as the model's training data was")
     g.add_argument("--format", dest="input_format", default="auto",
                    help="with --update: format of --input (default: from the file names)")
+    g.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                   help="with --update --input: files not to read, globs matched against a "
+                        "file's name and its path (e.g. --exclude README.TXT)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "

@@ -36,13 +36,21 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
 def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
     step = getattr(res, "step", getattr(algo, "step", None))
     out = sys.stdout
-    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %d passes planned"
+    planned = ("--passes auto: at most %d passes" % stream.passes if pass_stop is not None
+               else "%d passes planned" % stream.passes)
+    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %s"
           % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
-             stream.passes), file=out)
+             planned), file=out)
     if pass_stop is not None:
         print("  --passes auto: %s after %d passes (held-out LL/token by pass: %s)"
               % (pass_stop.reason() or "not stopped", len(pass_stop.scores),
                  ", ".join("%.4f" % x for x in pass_stop.scores)), file=out)
+        if pass_stop.stopped and pass_stop.scores:
+            b = pass_stop.best
+            print("  model kept: pass %d (held-out %.4f)%s"
+                  % (b + 1, pass_stop.scores[b],
+                     ", the last" if b == len(pass_stop.scores) - 1 else
+                     ", the best; the later passes' checkpoints were removed"), file=out)
     if res is not None and hasattr(res, "elapsed"):
         print("  step %s (%d this run), %d documents seen, %.1f s"
               % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)

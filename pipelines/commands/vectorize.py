@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "(default: the bundled Wikipedia sample, %s)" % BUNDLED_SAMPLE)
     io.add_argument("--format", default="auto", choices=list(INPUT_FORMATS),
                     help="input format (auto: from the file names / contents)")
+    io.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                    help="input files not to read: globs matched against a file's name and "
+                         "its path (e.g. --exclude README.TXT '*.md')")
     io.add_argument("--query", default=_shown_in_help(p, query=None), metavar="SQL",
                     help="BigQuery standard SQL whose rows are the documents (columns named by "
                          "--id-field / --text-field / ...); needs pip install 'ldabeam[gcp]'")
@@ -214,7 +217,8 @@ def options_from_args(args):
         inputs = [bundled_sample()]
     keep_tokens = tuple(t.strip() for t in (args.keep_tokens or "").split(",") if t.strip())
     return VectorizeOptions(
-        inputs=inputs, output=args.output, format=args.format, vocab=args.vocab,
+        inputs=inputs, output=args.output, format=args.format,
+        exclude=tuple(getattr(args, "exclude", None) or ()), vocab=args.vocab,
         holdout_fraction=args.holdout_fraction, seed=args.seed, num_shards=args.num_shards,
         heldout_shards=args.heldout_shards, no_below=args.no_below, no_above=args.no_above,
         keep_n=args.keep_n, keep_tokens=keep_tokens, stopwords=args.stopwords,

@@ -9,6 +9,7 @@ Re-exported by :mod:`pipelines.ingest.text_sources`."""
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import glob
 import io
 import json
@@ -579,8 +580,11 @@ def _sniffed(paths: List[str]) -> List[Optional[str]]:
         return list(pool.map(sniff_format, paths))
 
 
-def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
-    """(path, resolved format) for every file matched by the patterns.
+def expand_inputs(patterns: Sequence[str], fmt: str = "auto",
+                  exclude: Sequence[str] = ()) -> List[Tuple[str, str]]:
+    """(path, resolved format) for every file matched by the patterns, except those
+    ``exclude`` names: a glob matched against the file's name and against its whole path
+    (``README.TXT``, ``*.md``, ``*/drafts/*``; :func:`excluded`).
 
     With ``fmt="auto"`` the format comes from a known suffix of the file name
     (:func:`detect_format`), else from its content (:func:`sniff_format`): dots in a name
@@ -608,6 +612,12 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
         if not paths:
             raise InputError("input %s matches no file (expected an existing file, directory "
                              "or glob)" % pattern)
+        if exclude:
+            kept = [p for p in paths if not excluded(p, exclude)]
+            if not kept:
+                raise InputError("input %s: every one of its %d files is excluded by --exclude "
+                                 "%s" % (pattern, len(paths), " ".join(exclude)))
+            paths = kept
         paths = [p for p in paths if not (p in seen or seen.add(p))]
         if fmt != "auto":
             out.extend((p, fmt) for p in paths)
@@ -632,6 +642,13 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
                     "is binary) tells; give --format" % p)
             out.append((p, f))
     return out
+
+
+def excluded(path: str, exclude: Sequence[str]) -> bool:
+    """Whether ``path`` matches one of the globs ``exclude`` (case-sensitive, ``fnmatch``
+    rules): by its name (the part after the last ``/``) or by its whole path."""
+    name = path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(path, g) for g in exclude)
 
 
 # ----------------------------------------------------------------------------- decoding

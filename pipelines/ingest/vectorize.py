@@ -76,6 +76,7 @@ class VectorizeOptions:
     inputs: List[str]
     output: str
     format: str = "auto"
+    exclude: Tuple[str, ...] = ()              # globs of input files not to read (README.TXT)
     vocab: Optional[str] = None               # fixed vocabulary (text) / BOW vocabulary file
     holdout_fraction: float = 0.0
     seed: int = 0
@@ -233,7 +234,8 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
             bigquery_source.bigquery_table(spec)        # ValueError naming a malformed spec
     if bq:
         bigquery_source.require_bigquery()
-    inputs = input_files.expand_inputs(files, opts.format) if files else []
+    inputs = input_files.expand_inputs(files, opts.format, tuple(opts.exclude or ())) \
+        if files else []
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
         raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
