@@ -19,6 +19,11 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
           "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
                                algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
                                sub.start, sub.stop, sub.total, sub.run_key), file=out)
+    if getattr(sub, "dry_run", False):
+        print("  --dry_run: the %s translated the job and did not submit it: nothing ran, "
+              "nothing will be published, the window's scratch was removed; launch without "
+              "--dry_run to train" % args.runner, file=out)
+        return
     if sub.runs_here:
         sub.wait()
         print("  --detach: the %s runs the job in this process, so it was waited for (%s)"
