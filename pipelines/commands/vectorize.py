@@ -167,9 +167,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
     rd.add_argument("--encoding-errors", default="replace",
                     choices=["strict", "replace", "ignore"],
-                    help="replace: an undecodable byte becomes U+FFFD (counted in the "
-                         "manifest as replaced_characters); strict: a record with invalid "
-                         "bytes goes to the dead letters")
+                    help="replace: an undecodable byte becomes U+FFFD; ignore: it is "
+                         "dropped (both counted in the manifest as replaced_characters); "
+                         "strict: a record with invalid bytes goes to the dead letters")
     rd.add_argument("--strip-headers", action="store_true",
                     help="drop e-mail headers up to the first blank line (20 Newsgroups)")
     rd.add_argument("--strip-quotes", action="store_true",

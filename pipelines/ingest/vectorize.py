@@ -529,7 +529,7 @@ def summary(manifest: dict, output: str) -> str:
            c["heldout_documents"], c["empty_documents"], c["too_short"],
            c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
         "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d; undecodable "
-        "characters replaced: %d"
+        "characters replaced or dropped: %d"
         % (manifest["tokens"]["total"], manifest["tokens"]["train"],
            manifest["tokens"]["heldout"], c["oov_tokens_dropped"],
            c.get("replaced_characters", 0)),
