@@ -345,6 +345,9 @@ class TopicModel(abc.ABC):
     accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
     whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
     variational_gamma: ClassVar[bool] = False    # local_step(return_gamma=True, salt=...)
+    # state arrays that are never negative (counts, Dirichlet parameters): a loaded state
+    # holding a negative value there is damaged (lda_core.storage.blocks.check_ranges)
+    NONNEGATIVE_ARRAYS: ClassVar[Tuple[str, ...]] = ()
     n_topics: int
     n_words: int
     docs_seen: int

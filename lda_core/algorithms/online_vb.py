@@ -105,6 +105,7 @@ class OnlineVB(StochasticAlgorithm):
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     stats_type = VBStats
+    NONNEGATIVE_ARRAYS = ("ntilde", "ntilde_colsum", "alpha")
     _row_ids: Optional[np.ndarray] = None    # an E-step view's word ids (estep_view)
 
     # every setting, in params() order (a new setting is one line here; the constructor,

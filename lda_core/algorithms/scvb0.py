@@ -208,6 +208,7 @@ class SCVB0(StochasticAlgorithm):
     name = "scvb0"
     stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
+    NONNEGATIVE_ARRAYS = ("ntilde", "nz")
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
     _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)
 

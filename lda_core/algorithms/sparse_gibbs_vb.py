@@ -91,6 +91,7 @@ class SparseGibbsVB(StochasticAlgorithm):
 
     name = "sparse-gibbs-vb"
     stats_type = SparseGibbsStats
+    NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
