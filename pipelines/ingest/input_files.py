@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from lda_core.errors import InputError
+from lda_core.storage.files import open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def open_binary(path: str):
     # open() behind a URL parse that costs more than the open itself (benchmarks/ingest_bench)
     local = _local(path)
     try:
-        return open(local, "rb")
+        return open_regular(local)          # never a FIFO or device: it could block forever
     except OSError as e:
         raise InputError("input %s cannot be opened: %s" % (path, e.strerror or e)) from e
 
