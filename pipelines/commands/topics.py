@@ -9,6 +9,7 @@ Labels are kept in MODEL_DIR/topic_labels.json ({"topic": "label"}); the tables 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -50,22 +51,27 @@ LABEL_WAIT_SECONDS = 60.0
 LABEL_OWNER = "ldabeam topics --label"
 
 
-def _label_lease(mdir: str) -> ModelLease:
-    """The model directory's lease for a read-modify-write of its labels: another labeller
-    holds it for milliseconds, so it is waited for; a writer of the model (a training run) is
-    one line (LeaseHeld)."""
+@contextlib.contextmanager
+def _label_lease(mdir: str):
+    """The model directory's lease for a read-modify-write of its labels, held for the
+    block: another labeller holds it for milliseconds, so it is waited for; a writer of the
+    model (a training run) is one line (LeaseHeld)."""
     deadline = time.monotonic() + LABEL_WAIT_SECONDS
     for attempt in range(1 << 30):
         lease = ModelLease(mdir, LABEL_OWNER, heartbeat_seconds=0)
         try:
-            return lease.acquire()
+            lease.acquire()
+            break
         except LeaseHeld:
             holder = lease.read() or {}
             if not str(holder.get("owner", "")).startswith(LABEL_OWNER) or \
                     time.monotonic() > deadline:
                 raise
         time.sleep(min(0.5, 0.01 * (attempt + 1)))
-    raise AssertionError("unreachable")   # pragma: no cover
+    try:
+        yield lease
+    finally:
+        lease.release()
 
 
 def _update_labels(args, state) -> None:
