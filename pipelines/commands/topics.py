@@ -63,9 +63,9 @@ def _label_lease(mdir: str):
             lease.acquire()
             break
         except LeaseHeld:
-            holder = lease.read() or {}
-            if not str(holder.get("owner", "")).startswith(LABEL_OWNER) or \
-                    time.monotonic() > deadline:
+            holder = lease.read()      # None: released since acquire() read it
+            if holder is not None and not str(holder.get("owner", "")).startswith(
+                    LABEL_OWNER) or time.monotonic() > deadline:
                 raise
         time.sleep(min(0.5, 0.01 * (attempt + 1)))
     try:
