@@ -20,6 +20,7 @@ topic-term rows renormalised over them; the prepared data keeps the whole vocabu
 """
 from __future__ import annotations
 
+import errno
 import html
 import io
 import json
@@ -172,6 +173,9 @@ def export_gensim(algo, vocab: Vocabulary, path: str, num_docs: int):
         try:
             lda.save(os.path.join(tmp, base))
         except OSError as e:      # a full disk: name the output asked for, not the folder
+            if e.errno is None:   # numpy's tofile on a full disk: "N requested and M written"
+                raise OSError(errno.ENOSPC, "%s (a short write: %s)"
+                              % (os.strerror(errno.ENOSPC), e), path) from e
             raise OSError(e.errno, e.strerror, path) from e
         names = sorted(os.listdir(tmp), key=lambda n: (n == base, n))    # PATH last
         for name in names:
