@@ -480,7 +480,7 @@ def check_file_output(path: str, kind: str, inputs: Sequence = (), overwrite: bo
     files = _layer(path)
     local = not _is_url(path)
     if local and os.path.isdir(path):
-        raise OutputError("%s %s: Is a directory; give the path of a file (%s writes one file)"
+        raise OutputError("%s %s: Is a directory; give the path of a file (%s is one file)"
                           % (option, path, _FILE_KIND_NAMES.get(kind, kind)))
     found = []
     for p in [path] + list(side_files):
