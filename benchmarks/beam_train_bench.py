@@ -412,7 +412,7 @@ def _print_sweep(r):
 def workers_sweep(args, argv):
     """``--workers-sweep`` (module docstring)."""
     from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     K, V, S, D0 = args.sweep_topics, args.sweep_words, args.sweep_minibatch, args.sweep_docs
     ds = synth(os.path.join(args.data, "d%d-v%d-k%d" % (D0, V, K)), D0, V, K)
     files = dataset.resolve_shards(ds)

@@ -4,83 +4,95 @@
 Every number the model uses is either read from a results file of another benchmark script
 (each printed with the file, row and run it came from), measured here on the bundled
 Wikipedia sample or on the code itself (a state's, a header's and a statistics block's
-bytes), or a cloud constant stated as an assumption in ``CLOUD`` and ``STAGE_LATENCIES_S``
-below. When a results file lacks a key written by its newer script, the older file's value
-is used and the output says "from the older run".
+bytes), or a cloud constant stated as an assumption in ``CLOUD``, ``STAGE_LATENCIES_S`` and
+``remote_defaults.Cloud`` below. When a results file lacks a key written by its newer script,
+the older file's value is used and the output says "from the older run".
 
-Two exchanges, side by side (``--exchange``; the older ``--combine lifted|sharded`` names
-them too). One training step of online VB on W workers of c vCPUs, with P = W pieces per
-minibatch and B = W word blocks (``--pieces-per-worker``, ``--blocks-per-worker``)::
+The remote exchange (``--exchange remote``, the default; ``word-blocks`` and ``--combine
+sharded`` are its older names: the word-block exchange over files it replaced) is what a
+remote runner runs for online VB and SCVB0 (pipelines/training/beam_remote.py): the state in
+B word blocks held by owners, every row, request, statistic and document through Beam's
+shuffle inside a window, files only at a window's ends. Its model is
+pipelines/training/remote_defaults.py (the driver's defaults are chosen by it); this script
+derives its constants from the results files (``remote_costs``) and prints, for W = 1 ... 256
+workers of c vCPUs at each assumed barrier latency, the model's fastest run -- S, P pieces
+(one per SDK process: W c processes of 1 E-step thread, or W of c threads), B blocks,
+staleness s -- with every term::
 
-    E-step       = ceil(S / (W c)) x t_doc        documents are the unit spread over cores
-                   t_doc = nnz/doc x iterations x CPU-s per (non-zero x iteration) at K
-    latency      = stages per step x the per-stage latency of a cluster runner (an
-                   ASSUMPTION: rows at 0.2, 1 and 3 s, ``--stage-latency``)
+    barriers   = (2 - s) x seconds per barrier         (s = 1: E-step of t+1 with owners of t)
+    requests   = a reader's object-store requests a step x request latency
+    E-step     = a process's pieces' documents x t_doc / (threads x thread efficiency)
+    read       = the shards a process decodes a step: each process that gets a piece of a
+                 shard decodes the whole shard (two cached), amortised over its minibatches
+    owners     = ceil(B / processes) x the global step over V/B rows
+    bytes      = (in + out) / bandwidth per worker: documents, rows of the pieces' words,
+                 statistics cut by block, requests, blocks handed on, rows served, partials,
+                 shard bytes
+    run        = passes(S, s) x ceil(D / S) steps x step + windows x (job start + window files)
 
-  state exchange (as built for remote runners; 2 stages: E-step; combine + global step)
-    delivery     = 2 x state / bandwidth          written once by the global step's worker,
-                                                  then read whole by every worker
-    combine      = P x piece / bandwidth          one reducer receives every piece
-                   piece = min(V, ceil(S/P) x nnz/doc) x K x bytes per statistic
-    global step  = measured x (K V) / (K0 V0)     serial, in that one worker
-
-  word-block exchange (as built: pipelines/training/beam_sharded.py; 2 stages: E-step,
-  which first adds the previous step's B partials into the header; block step)
-    delivery     = (B x partial + min(V, ceil(S/W) x nnz/doc) x K x row bytes) / bandwidth
-                                                  the owners' K-vector partials and the rows
-                                                  of the worker's pieces' words only
-    stats out    = its pieces' statistics / bandwidth, cut by block (the piece's small part
-                   -- counters, score, Σ E[log θ], tokens per topic -- in every block's cut)
-    owner        = (its block's statistics from every piece + 2 x ceil(V/B) x K x row bytes)
-                   / bandwidth                    block read and written
-    global step  = measured x (K V) / (K0 V0) / B  spread over the owners
-
-    step  = E-step + delivery + (combine | stats out + owner) + global step + latency
-    train = jobs x job start + steps x step       steps = ceil(D/S); a job is a window of
-                                                  at most beam_train.REMOTE_WINDOW_STEPS
-                                                  steps, fewer if a step's graph bytes
-                                                  (graph_bytes.json) overflow Dataflow's
-                                                  10 MB graph limit
-    vectorize = job start + D x vectorize CPU-s per document / (W c)
-    cost      = W x (c x $/vCPU-h + GB x $/GB-h) x (train + vectorize) hours
-
-The byte counts are analytic unless benchmarks/results/beam_train_bench_workers.json
-exists: then each of its rows' measured bytes into / out of a worker and into the busiest
-reducer, over the analytic count at that row's shape, scales the analytic counts (the
-largest ratio over the rows); the output says which it used.
+against the **in-process trainer on one machine of the same size** (c cores, its best S):
+per step the minibatch read, its E-step on c threads (the measured thread efficiency) and the
+global step (``remote_defaults.baseline_time``). Both go to the same target: the held-out
+score one pass reaches at the algorithm's default minibatch; passes(S, s) is measured with
+the in-process trainer at S = 256 ... 4,096 (benchmarks/passes_to_score_bench.py; and
+staleness_bench.py's records when present) and transferred by steps a pass: a run of at
+least 201 steps a pass (3.3 M / 16,384: Hoffman et al. 2010, Table 1, S from 1,024 to 16,384
+equal on Wikipedia once tau0 is retuned -- an ASSUMPTION where extrapolated) needs one pass,
+fewer steps the measured passes at the same fraction of the reference's steps a pass.
+E-step and global-step CPU come from benchmarks/inprocess_speed_bench.py (one thread,
+CPU seconds): run (a) the Wikipedia sample's articles at K = 100, run (b) the 20 Newsgroups
+per-non-zero cost at K = 1,000 times (b)'s non-zeros per document.
 
 Run (a): the 3.3 M-article Wikipedia run of Hoffman et al. (K = 100, V = 7,995), documents
 shaped like the bundled sample's articles under a 7,995-word vocabulary; run (b): 100 M
 documents at K = 1,000, V = 100,000, shaped like the documents the E-step benchmark timed.
-Both for W = 1, 2, 4, ..., 256; the headline is the speed-up at 16 and 64 workers against
-the issue's targets (>= 8 for (a), >= 15 for (b) at 64 workers and 1 s per stage), with the
-largest term of the total when a target is missed. Speed-up against W is plotted
-(matplotlib) or tabulated (CSV).
+The headline is the speed-up of the time to the score at 16 and 64 workers and 0.2 / 1 / 3 s
+per barrier, with the cost of both, against the issue's targets (>= 8 for (a), >= 15 for
+(b) at 64 workers and 1 s per barrier); a missed target prints the largest term and, lever
+by lever, the value that would meet it.
 
-    python benchmarks/cluster_model.py [--minibatch 4096] [--exchange state|word-blocks|tree]
-        [--combine lifted|tree|sharded] [--stage-latency S ...] [--pieces-per-worker N]
-        [--blocks-per-worker N] [--job-start SECONDS] [--bandwidth BYTES_PER_S]
-        [--estep-json F] [--beam-json F] [--workers-json F] [--graph-json F]
+The state exchange (``--exchange state``; ``tree``: with a fan-out stage, a what-if) is what
+a remote runner runs for the other algorithms; its tables (speed-up against 1 worker of the
+same exchange, vectorize included) are the earlier model, unchanged::
+
+    E-step       = ceil(S / (W c)) x t_doc
+    delivery     = 2 x state / bandwidth        written once, then read whole by every worker
+    combine      = P x piece / bandwidth        one reducer receives every piece
+    global step  = measured x (K V) / (K0 V0)   serial, in that one worker
+    step = E-step + delivery + combine + global step + 2 x seconds per stage
+    train = jobs x job start + steps x step; vectorize = job start + D x CPU-s per doc / (W c)
+
+    python benchmarks/cluster_model.py [--exchange remote|state|tree|word-blocks]
+        [--combine lifted|tree|sharded] [--minibatch S] [--staleness 0|1]
+        [--algorithm online-vb|scvb0] [--stage-latency S ...] [--pieces-per-worker N]
+        [--blocks-per-worker N] [--vcpus C] [--job-start SECONDS] [--bandwidth BYTES_PER_S]
+        [--request-latency S] [--requests-per-step N] [--requests-pieces P]
+        [--speed-json F] [--passes-json F] [--staleness-json F] [--estep-json F]
+        [--estep-1thread-json F] [--beam-json F] [--workers-json F] [--graph-json F]
         [--word-blocks-graph-bytes N] [--vectorize-json F] [--json OUT] [--plot OUT.png]
-        [--markdown OUT.md]
+        [--markdown OUT.md] [--defaults-constants]
 """
 from __future__ import annotations
 
 import argparse
 import bz2
 import csv
+import glob
 import json
 import math
 import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from dataclasses import asdict, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
+from lda_core.docbatch import DocBatch  # noqa: E402
+from pipelines.training import remote_defaults as rd  # noqa: E402
 
 RESULTS = os.path.join(common.REPO, "benchmarks", "results")
 SAMPLE = os.path.join(common.REPO, "data", "enwiki-sample-206pages.xml.bz2")
@@ -111,9 +123,11 @@ RUN_B = {"name": "(b) 100 M documents, K=1,000, V=100,000", "D": 100_000_000, "K
 # state); "word-blocks" the word-sharded one as built (pipelines/training/beam_sharded.py:
 # E-step, which adds the previous step's partials; block step); "tree" is a what-if, the
 # state exchange with Beam's hot-key fan-out (one more stage).
-EXCHANGE_STAGES = {"state": 2, "tree": 3, "word-blocks": 2}
-# the older ``--combine`` names (the CLI contract: extend, never rename)
-EXCHANGE_ALIASES = {"lifted": "state", "sharded": "word-blocks"}
+EXCHANGE_STAGES = {"state": 2, "tree": 3, "remote": 1}
+# the older names (the CLI contract: extend, never rename): ``--combine lifted|sharded``, and
+# the word-block exchange over files, which the remote exchange replaced (word blocks through
+# the shuffle; its stages per step are 2 - s)
+EXCHANGE_ALIASES = {"lifted": "state", "sharded": "remote", "word-blocks": "remote"}
 # per-stage latency of a cluster runner (scheduling a stage on every worker, its side inputs,
 # the shuffle's barrier): an ASSUMPTION, not measured here (no cluster); the tables print
 # every row
@@ -129,7 +143,7 @@ def exchange_of(combine: str) -> str:
     ex = EXCHANGE_ALIASES.get(combine, combine)
     if ex not in EXCHANGE_STAGES:
         raise ValueError("combine must be 'lifted', 'tree' or 'sharded' (or the exchange "
-                         "'state' or 'word-blocks'), got %r" % (combine,))
+                         "'state', 'tree' or 'remote'), got %r" % (combine,))
     return ex
 
 
@@ -163,32 +177,24 @@ def step_bytes(c: dict, run: dict, W: int, S: int, combine: str = "lifted") -> d
     beam_train_bench_workers.json when it exists) multiply the analytic counts."""
     ex = exchange_of(combine)
     K, V, nnz = run["K"], run["V"], run["nnz_per_doc"]
-    P, B = shape(c, W)
-    sb, rb = c["stats_bytes_per_value"], c.get("row_bytes_per_value", ROW_BYTES_PER_VALUE)
+    P, _ = shape(c, W)
+    sb = c["stats_bytes_per_value"]
     piece_words = min(V, math.ceil(S / P) * nnz)
-    worker_words = min(V, math.ceil(S / W) * nnz)
     pieces_per_worker = P / W
     f = c.get("bytes_factor", {}).get(ex, {})
-    if ex == "word-blocks":
-        small = c.get("stats_small_bytes", {}).get(K, 0.0)
-        partial = c.get("partial_bytes", {}).get(K, 0.0)
-        # of what comes in, the previous step's partials: one per block, growing with B
-        b = {"partials_in": B * partial, "in_per_worker": B * partial + worker_words * K * rb,
-             "out_per_worker": pieces_per_worker * (piece_words * K * sb + B * small),
-             "reducer_in": P * (piece_words / B * K * sb + small),
-             "reducer_rows": 2 * math.ceil(V / B) * K * rb}
-        n_reducers = B
-    else:
-        state = K * V * c["state_bytes_per_value"]
-        combined = min(V, S * nnz) * K * sb
-        piece = piece_words * K * sb
-        fan_in = (math.ceil(math.log2(P)) if P > 1 else 1) if ex == "tree" else P
-        b = {"partials_in": 0.0,
-             "in_per_worker": state if c["state_reloaded_per_step"] else combined,
-             "out_per_worker": pieces_per_worker * piece,
-             "reducer_in": fan_in * piece,
-             "reducer_rows": 2 * state}
-        n_reducers = 1
+    if ex == "remote":
+        raise ValueError("the remote exchange's bytes: pipelines.training.remote_defaults."
+                         "step_parts (remote_results here)")
+    state = K * V * c["state_bytes_per_value"]
+    combined = min(V, S * nnz) * K * sb
+    piece = piece_words * K * sb
+    fan_in = (math.ceil(math.log2(P)) if P > 1 else 1) if ex == "tree" else P
+    b = {"partials_in": 0.0,
+         "in_per_worker": state if c["state_reloaded_per_step"] else combined,
+         "out_per_worker": pieces_per_worker * piece,
+         "reducer_in": fan_in * piece,
+         "reducer_rows": 2 * state}
+    n_reducers = 1
     b["in_per_worker"] *= f.get("in", 1.0)
     b["partials_in"] *= f.get("in", 1.0)
     b["out_per_worker"] *= f.get("out", 1.0)
@@ -214,20 +220,14 @@ def step_parts(c: dict, cloud: dict, run: dict, W: int, S: int, combine: str = "
     global_step = g0 * (K * V) / kv0
     b = step_bytes(c, run, W, S, ex)
     parts = {"estep": math.ceil(S / cores) * t_doc}
-    if ex == "word-blocks":
-        # E-step workers add the previous step's partials, read their rows and send their
-        # block owners (one stage later) receive their blocks' statistics, read and write
-        # their blocks and apply the global step to 1/B of the rows each
-        parts.update(delivery=(b["in_per_worker"] - b["partials_in"]) / bw,
-                     partials=b["partials_in"] / bw, stats_out=b["out_per_worker"] / bw,
-                     owner=(b["reducer_in"] + b["reducer_rows"]) / bw,
-                     global_step=global_step / shape(c, W)[1])
-    else:
-        # written once by the global step's worker, then read by every worker (in parallel);
-        # one reducer receives the pieces
-        parts.update(delivery=(b["reducer_rows"] if c["state_reloaded_per_step"]
-                               else 2 * b["in_per_worker"]) / bw,
-                     combine=b["reducer_in"] / bw, global_step=global_step)
+    if ex == "remote":
+        raise ValueError("the remote exchange's step: pipelines.training.remote_defaults."
+                         "step_parts (remote_results here)")
+    # written once by the global step's worker, then read by every worker (in parallel); one
+    # reducer receives the pieces
+    parts.update(delivery=(b["reducer_rows"] if c["state_reloaded_per_step"]
+                           else 2 * b["in_per_worker"]) / bw,
+                 combine=b["reducer_in"] / bw, global_step=global_step)
     parts["overhead"] = (c["per_step_overhead_s"] if stage_latency is None
                          else EXCHANGE_STAGES[ex] * stage_latency)
     return parts
@@ -351,10 +351,17 @@ def busy_minibatch(c: dict, cloud: dict, run: dict, W: int, share: float,
 
 
 # ------------------------------------------------------------------- the measurements
+# results files not named for their scripts
+SCRIPT_OF = {"inprocess_speed.json": "inprocess_speed_bench.py",
+             "passes_to_score.json": "passes_to_score_bench.py",
+             "graph_bytes.json": "graph_bytes_bench.py"}
+
+
 def _load(path: str) -> dict:
     if not os.path.exists(path):
-        raise SystemExit("%s is absent: run %s first (or pass its path)"
-                         % (path, os.path.basename(path).replace(".json", ".py")))
+        name = os.path.basename(path)
+        raise SystemExit("%s is absent: run benchmarks/%s first (or pass its path)"
+                         % (path, SCRIPT_OF.get(name, name.replace(".json", ".py"))))
     with open(path) as f:
         return json.load(f)
 
@@ -480,7 +487,8 @@ def measured_bytes_per_value(K: int = 20, V: int = 500) -> Dict[str, float]:
 
 
 def measured_small_bytes(K: int) -> Dict[str, float]:
-    """Bytes at K of what the word-block exchange moves besides rows, measured on the code:
+    """Bytes at K of what a word-block step moves besides rows, measured on the code
+    (benchmarks/beam_train_bench.py reads the partial from here):
     ``header`` = the online-VB state's arrays other than its word-major rows (column sums,
     α, scalars) and its JSON parameters; ``stats_small`` = a statistics block with no rows
     (counters, score, Σ E[log θ], tokens per topic: what every block's cut of a piece
@@ -525,20 +533,14 @@ def _bytes_of(row: dict) -> Optional[Dict[str, float]]:
 
 
 def _row_exchange(row: dict, c: dict) -> str:
-    """The exchange a measured row ran: its ``exchange`` field; else the word-block one when
-    it records its word blocks; else the exchange whose analytic bytes into a worker are
-    nearest the measured ones (only the state exchange reads the whole state at every W)."""
+    """The exchange a measured row ran: its ``exchange`` field; else the word-block one (over
+    files, replaced by the remote exchange: its name maps to it) when it records its word
+    blocks; else the state exchange."""
     if row.get("exchange"):
-        return exchange_of(str(row["exchange"]).replace("sharded", "word-blocks"))
+        return exchange_of(str(row["exchange"]))
     if row.get("word_blocks") or row.get("blocks"):
-        return "word-blocks"
-    W = int(row.get("workers") or row.get("W"))
-    nnz = row.get("nnz_per_doc") or row["nnz"] / row["docs"]
-    got = _bytes_of(row)["in_per_worker_step"]
-    run = {"K": row["K"], "V": row["V"], "nnz_per_doc": nnz}
-    cc = dict(c, bytes_factor={})
-    return min(("state", "word-blocks"), key=lambda ex: abs(math.log(
-        max(got, 1.0) / max(step_bytes(cc, run, W, row["S"], ex)["in_per_worker"], 1.0))))
+        return "remote"
+    return "state"
 
 
 def workers_bytes(path, c: dict, src: dict) -> None:
@@ -574,6 +576,10 @@ def workers_bytes(path, c: dict, src: dict) -> None:
         P, B = r.get("pieces") or W, r.get("word_blocks") or r.get("blocks") or W
         cc = dict(c, pieces_per_worker=P / W, blocks_per_worker=B / W, bytes_factor={})
         ex = _row_exchange(r, c)
+        if ex == "remote":
+            # the word-block exchange over files: its bytes do not describe the remote
+            # exchange, which the model counts analytically
+            continue
         model = step_bytes(cc, {"K": r["K"], "V": r["V"], "nnz_per_doc": nnz}, W, r["S"], ex)
         got = _bytes_of(r)
         for key, m in (("in", "in_per_worker"), ("out", "out_per_worker"),
@@ -627,8 +633,9 @@ def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[floa
     for key, entry in doc.items():
         if not isinstance(entry, dict) or _graph_per_step(entry) is None:
             continue
-        name = str(entry.get("exchange") or key)
-        ex = "word-blocks" if ("shard" in name or "word" in name) else (
+        # the remote window at s = 1 ("remote"; s = 0: "remote-s0", graph_bytes_remote);
+        # the word-block exchange over files ("word-blocks") is gone
+        ex = "remote" if key == "remote" else (
             "state" if key == "after" or entry.get("exchange") == "state" else None)
         if ex:
             graph[ex] = _graph_per_step(entry) + ("%s[%r], run %s, commit %s"
@@ -636,7 +643,7 @@ def job_settings(path: str, c: dict, src: dict, word_blocks_graph: Optional[floa
                                                      entry.get("run", "?"),
                                                      entry.get("commit", "?")),)
     if word_blocks_graph:
-        graph["word-blocks"] = (word_blocks_graph, "given", "--word-blocks-graph-bytes")
+        graph["remote"] = (word_blocks_graph, "given", "--word-blocks-graph-bytes")
     c["steps_per_job"], c["graph_bytes_per_step"] = {}, {}
     lines = []
     for ex in EXCHANGE_STAGES:
@@ -844,32 +851,11 @@ def load_constants(args) -> tuple:
     vec = vectorize_constants(args.vectorize_json, src)
     c["docs_per_window"], c["max_window"] = window_settings(src)
     job_settings(args.graph_json, c, src, args.word_blocks_graph_bytes)
-    c["pieces_per_worker"] = args.pieces_per_worker
-    c["blocks_per_worker"] = args.blocks_per_worker
-    c["row_bytes_per_value"] = ROW_BYTES_PER_VALUE
-    c["header_bytes"], c["stats_small_bytes"], c["partial_bytes"] = {}, {}, {}
-    for K in (RUN_A["K"], RUN_B["K"]):
-        small = measured_small_bytes(K)
-        c["header_bytes"][K], c["stats_small_bytes"][K] = small["header"], small["stats_small"]
-        c["partial_bytes"][K] = small["partial"]
-    src["word-block bytes"] = (
-        "rows %d bytes per topic-word value (online VB's float64 rows in the block files); "
-        "header %s bytes, an owner's partial %s bytes, a statistics cut's small part "
-        "(counters, score, sum E[log theta], tokens per topic) %s bytes at K = %s: measured "
-        "on OnlineVB(K, 50).to_state() (non-row arrays + JSON parameters), on "
-        "BlockPartial.to_bytes() and on an empty VBStats.to_bytes(); P = %g x W pieces, "
-        "B = %g x W blocks"
-        % (ROW_BYTES_PER_VALUE, " / ".join("%.0f" % c["header_bytes"][K] for K in
-                                            c["header_bytes"]),
-           " / ".join("%.0f" % c["partial_bytes"][K] for K in c["partial_bytes"]),
-           " / ".join("%.0f" % c["stats_small_bytes"][K] for K in c["stats_small_bytes"]),
-           " / ".join(str(K) for K in c["header_bytes"]), args.pieces_per_worker,
-           args.blocks_per_worker))
+    c["pieces_per_worker"] = args.pieces_per_worker or 1.0
+    c["blocks_per_worker"] = args.blocks_per_worker or 1.0
     workers_bytes(args.workers_json or [
-        os.path.join(RESULTS, "beam_train_bench_workers.json"),
-        os.path.join(RESULTS, "beam_train_bench_workers_word_blocks.json")], c, src)
+        os.path.join(RESULTS, "beam_train_bench_workers.json")], c, src)
     sample = sample_stats(src)
-    union_bound_check(src)
     runs = []
     for base in (RUN_A, RUN_B):
         run = dict(base)
@@ -907,29 +893,6 @@ def _older_nnz_per_doc(args, K: int, src: dict) -> float:
     return r["nnz"] / 2048
 
 
-def union_bound_check(src: dict, sizes=(16, 256, 4096)) -> None:
-    """How far the model's bound on the words a partial touches, min(V, n x nnz/doc), is
-    above the distinct words of n random documents of the E-step benchmark's corpus (20
-    Newsgroups as prepared by benchmarks/prepare_20news.py; skipped when absent)."""
-    import scipy.sparse as sp
-    path = os.path.join(common.CACHE, "20news", "bench", "train.npz")
-    if not os.path.exists(path):
-        src["statistics words"] = "bound min(V, n x nnz/doc) not checked: %s absent" % path
-        return
-    X = sp.load_npz(path).tocsr()
-    X = X[np.diff(X.indptr) > 0]
-    D, V = X.shape
-    rng = np.random.default_rng(0)
-    out = []
-    for n in sizes:
-        u = len(np.unique(X[rng.permutation(D)[:n]].indices))
-        out.append("n=%d: %d words, bound/measured %.2f" % (n, u, min(V, n * X.nnz / D) / u))
-    src["statistics words"] = ("the bound min(V, n x nnz/doc) on the words of n documents' "
-                               "statistics, against n random 20 Newsgroups posts (V=%d, as "
-                               "benchmarks/prepare_20news.py prepares them): %s"
-                               % (V, "; ".join(out)))
-
-
 def window_settings(src: dict) -> tuple:
     """Documents per window with worker processes / a cluster, and the cap on minibatches per
     window: the Beam trainer's own defaults."""
@@ -939,6 +902,547 @@ def window_settings(src: dict) -> tuple:
                       "(a Dataflow job) per window" % (beam_train.DOCS_PER_WINDOW_WORKERS,
                                                        beam_train.MAX_WINDOW))
     return beam_train.DOCS_PER_WINDOW_WORKERS, beam_train.MAX_WINDOW
+
+
+# ============================================================== the remote exchange
+# (pipelines/training/beam_remote.py) against the in-process trainer on one machine: the model
+# itself is pipelines.training.remote_defaults (what the driver's defaults are chosen by); its
+# constants are derived here from the results files and the code.
+
+def _records(paths: Sequence[str], src: dict) -> List[dict]:
+    """The per-run records of passes_to_score.json and staleness_bench.json (same fields)."""
+    out, tags = [], []
+    for path in paths:
+        if not path or not os.path.exists(path):
+            continue
+        doc = _load(path)
+        recs = [r for r in doc.get("records") or [] if r.get("ll_by_pass")]
+        out += [dict(r, _file=_results_name(path)) for r in recs
+                if not r.get("sync_steps")]
+        tags.append("%s: %d runs" % (_run_tag(doc, path), len(recs)))
+    src["passes to the score"] = "; ".join(tags) if tags else "no records"
+    return out
+
+
+def passes_to(target: float, scores: Sequence[float]) -> Optional[float]:
+    """Passes (fractional) until ``scores`` (after passes 1, 2, ...) first reach ``target``
+    (benchmarks/passes_to_score_bench.py's rule); None when none does."""
+    for i, ll in enumerate(scores):
+        if ll >= target:
+            if i == 0:
+                return 1.0
+            prev = scores[i - 1]
+            return i + (target - prev) / (ll - prev) if ll > prev else float(i + 1)
+    return None
+
+
+def passes_curves(records: List[dict], src: dict) -> Dict[str, Dict[int, "rd.PassesCurve"]]:
+    """Per algorithm and staleness, the :class:`PassesCurve`: for each seed (and corpus) the
+    target is the held-out score after one pass of the s = 0 run at the algorithm's default
+    minibatch; each run's passes to it, averaged over the seeds per S, against its steps a
+    pass over the reference's. An S that some seed never brought to the target is left out
+    (reported): the curve ends, and the model chooses no S with fewer steps a pass."""
+    curves: Dict[str, Dict[int, rd.PassesCurve]] = {}
+    lines = []
+    for alg in rd.ALGORITHMS:
+        S0 = rd.DEFAULT_MINIBATCH[alg]
+        refs = {(r.get("corpus"), r["seed"]): r for r in records
+                if r["algorithm"] == alg and r["S"] == S0 and r["staleness"] == 0}
+        pts: Dict[Tuple[int, int], List[Tuple[float, float, bool]]] = {}
+        for r in records:
+            ref = refs.get((r.get("corpus"), r["seed"]))
+            if r["algorithm"] != alg or ref is None:
+                continue
+            target = ref["ll_by_pass"][0]
+            p = passes_to(target, r["ll_by_pass"])
+            x = r["steps_per_pass"] / ref["steps_per_pass"]
+            pts.setdefault((r["staleness"], r["S"]), []).append(
+                (x, p if p is not None else float(len(r["ll_by_pass"])), p is None))
+        by_s: Dict[int, list] = {}
+        for (s, S), v in sorted(pts.items()):
+            x = float(np.mean([a for a, _, _ in v]))
+            p = float(np.mean([b for _, b, _ in v]))
+            missed = sum(c for _, _, c in v)
+            if not missed:
+                by_s.setdefault(s, []).append((round(x, 6), round(p, 4)))
+            lines.append("%s S=%d s=%d: %.3g x the reference's steps a pass, %.2f passes "
+                         "(%d seed%s%s)" % (alg, S, s, x, p, len(v), "" if len(v) == 1 else "s",
+                                            ", NOT reached by %d in %.0f passes: left out, the "
+                                            "model goes no lower" % (missed, p) if missed
+                                            else ""))
+        if 0 in by_s:
+            curves[alg] = {s: rd.PassesCurve(tuple(sorted(p, reverse=True)))
+                           for s, p in by_s.items()}
+    src["passes curves"] = ("target: the held-out score of one pass at the default minibatch "
+                            "(s = 0), per seed; one pass at >= %.0f steps a pass (ASSUMPTION, "
+                            "Hoffman et al. Table 1), fewer: the measured passes at the same "
+                            "fraction of the reference's steps a pass: %s"
+                            % (rd.ENOUGH_STEPS_PER_PASS, "; ".join(lines)))
+    return curves
+
+
+def code_bytes(algorithm: str, K: int) -> Dict[str, float]:
+    """Bytes measured on the code at K: a state row value (``block_rows``' dtype), a
+    statistics value (a local step's statistics ``to_bytes()`` over rows x K), a block cut's
+    small part (a statistics cut of a block the documents do not touch) and an owner's
+    partial (online VB's BlockPartial: flags, column sums, |change|, re-seeding sums)."""
+    V, B = 64, 16
+    alg = rd_algorithm(algorithm, K, V)
+    ids = np.arange(8, dtype=np.int32)
+    batch = DocBatch([str(i) for i in range(4)], np.arange(0, 33, 8, dtype=np.int64),
+                     np.tile(ids, 4), np.ones(32, np.int32))
+    stats = alg.local_step(batch)
+    rows = len(np.unique(batch.word_ids))
+    cuts = stats.split_by_block(B)
+    empty = min(len(c.to_bytes()) for c in cuts)
+    return {"row": float(np.asarray(alg.block_rows(0)).dtype.itemsize),
+            "stats": (len(stats.to_bytes()) - empty) / (rows * K), "small": float(empty),
+            "partial": measured_small_bytes(K)["partial"]}
+
+
+def rd_algorithm(algorithm: str, K: int, V: int):
+    """``ldabeam train``'s algorithm with its defaults (the remote exchange's two)."""
+    from pipelines.training.algorithm_options import build_algorithm
+    return build_algorithm(algorithm, K, V, settings={}, batch_size=256, corpus_size=10_000,
+                           seed=0, vocab_hash="model")
+
+
+def _linear_in_k(at: Dict[int, float]) -> Tuple[float, float]:
+    """(a, b) of a + b K through the two measured K."""
+    (k0, v0), (k1, v1) = sorted(at.items())[:2]
+    b = (v1 - v0) / (k1 - k0)
+    return (v0 - b * k0, b)
+
+
+def union_points(src: dict, sizes=(1, 4, 16, 64, 256, 1024, 4096, 16384)) -> tuple:
+    """(load n nnz/doc / V, bound / words) of n random documents of the 20 Newsgroups training
+    split (the E-step benchmark's corpus, the shape of run (b)), with the bound
+    min(V, n nnz/doc)."""
+    import scipy.sparse as sp
+    path = os.path.join(common.CACHE, "20news", "bench", "train.npz")
+    if not os.path.exists(path):
+        src["words of n documents"] = "the bound min(V, n nnz/doc) as is: %s absent" % path
+        return ()
+    X = sp.load_npz(path).tocsr()
+    X = X[np.diff(X.indptr) > 0]
+    D, V = X.shape
+    rng = np.random.default_rng(0)
+    out = []
+    lines = []
+    for n in [n for n in sizes if n <= D]:
+        u = np.mean([len(np.unique(X[rng.permutation(D)[:n]].indices)) for _ in range(3)])
+        out.append((round(float(n * X.nnz / D / V), 6),
+                    round(float(min(V, n * X.nnz / D) / u), 4)))
+        lines.append("n=%d (load %.3g): %.2f" % (n, out[-1][0], out[-1][1]))
+    src["words of n documents"] = ("min(V, n nnz/doc) / the words of n random 20 Newsgroups "
+                                   "posts (V = %d, 3 draws), by the load n nnz/doc / V: %s"
+                                   % (V, ", ".join(lines)))
+    return tuple(out)
+
+
+def thread_efficiencies(one_path: str, two_path: str, src: dict) -> Dict[int, float]:
+    """Per K: (wall of 1 thread / wall of 2 threads) / 2 of the E-step benchmark's float32
+    rows (estep_bench_1thread.json against estep_bench.json, its 2 threads)."""
+    out = {}
+    if os.path.exists(one_path) and os.path.exists(two_path):
+        one, two = _load(one_path), _load(two_path)
+        for r1 in one["results"]:
+            r2 = next((r for r in two["results"] if r["K"] == r1["K"]
+                       and r.get("dtype") == r1.get("dtype")), None)
+            if r1.get("dtype") == "float32" and r2:
+                out[int(r1["K"])] = round(r1["ours_wall_s"] / r2["ours_wall_s"] / 2, 4)
+        src["thread efficiency"] = ("E-step wall 1 thread / 2 threads / 2, float32: %s "
+                                    "(%s; %s)" % (", ".join("K=%d: %.2f" % kv for kv in
+                                                             sorted(out.items())),
+                                                  _run_tag(one, one_path),
+                                                  _run_tag(two, two_path)))
+    if not out:
+        out = {100: 1.0}
+        src["thread efficiency"] = "1 (ASSUMED: the E-step benchmark's thread rows are absent)"
+    return out
+
+
+def speed_constants(path: str, src: dict) -> dict:
+    """From inprocess_speed.json: per algorithm, E-step CPU per non-zero at each K (the
+    20 Newsgroups rows, one thread, reading and global steps excluded), the Wikipedia
+    sample's CPU per document at K = 100, the global step's CPU per row touched at each K (the
+    trainer's on 20 Newsgroups: real statistics, re-seeding included; the global step alone
+    shows it follows the rows touched, not V), reading's CPU and file bytes per non-zero (the
+    20 Newsgroups shard: whole-shard reads of a realistic size)."""
+    doc = _load(path)
+    tag = _run_tag(doc, path)
+    out: dict = {}
+    read = doc["read"]["20news"]
+    nnz20 = {r["K"]: r["nnz"] / r["docs"] for r in doc["trainer"] if r["shape"] == "20news"}
+    per_nnz_doc = float(np.mean(list(nnz20.values())))
+    out["read_cpu_s_per_nnz"] = read["read_cpu_s_per_doc"] / per_nnz_doc
+    out["file_bytes_per_nnz"] = read["file_bytes_per_doc"] / per_nnz_doc
+    lines = ["reading whole 20 Newsgroups shards: %.3g CPU-s and %.2f file bytes per non-zero"
+             % (out["read_cpu_s_per_nnz"], out["file_bytes_per_nnz"])]
+    for alg in rd.ALGORITHMS:
+        rows = [r for r in doc["trainer"] if r["algorithm"] == alg]
+        a = out.setdefault(alg, {"cpu_s_per_nnz": {}, "global_s": {}})
+        for r in rows:
+            # the trainer's CPU besides the global step includes reading the minibatches
+            nz = r["nnz"] / r["docs"]
+            cpu = r["cpu_s_per_doc"] - nz * out["read_cpu_s_per_nnz"]
+            if r["shape"] == "20news":
+                a["cpu_s_per_nnz"][int(r["K"])] = cpu / nz
+            elif r["shape"] == "wiki":
+                a["wiki_t_doc_s"] = cpu
+                a["wiki_nnz_per_doc"] = nz
+            lines.append("%s %s K=%d: %.3g CPU-ms per document (%.0f non-zeros), %d documents, "
+                         "%d steps of S=%d; global step %.3g CPU-s a step (%.0f rows)"
+                         % (alg, r["shape"], r["K"], r["cpu_s_per_doc"] * 1e3, nz, r["docs"],
+                            r["steps"], r["S"], r["global_step_cpu_s_per_step"],
+                            r["rows_per_step"]))
+            if r["shape"] == "20news":
+                # real data (re-seeding included): the cost a touched row
+                a["global_s"][int(r["K"])] = (0.0, r["global_step_cpu_s_per_step"]
+                                              / r["rows_per_step"])
+        g = {}
+        for r in doc["global_step"]:
+            if r["algorithm"] == alg:
+                g.setdefault((int(r["K"]), int(r["V"])), []).append((r["rows"], r["cpu_s"]))
+        for (K, V), pts in sorted(g.items()):
+            (u0, c0), (u1, c1) = sorted(pts)[:2]
+            lines.append("%s global step alone at K=%d, V=%d (re-seeding off): %.3g s with %d "
+                         "rows touched, %.3g s with %d (%.2f x the cost for %.0f x the rows)"
+                         % (alg, K, V, c0, u0, c1, u1, c1 / c0, u1 / u0))
+    src["in-process speed"] = "%s: %s" % (tag, "; ".join(lines))
+    return out
+
+
+# the remote exchange's requests a step, measured by the coordinator against the GCS emulator
+# (P = 4, independent of B); a reader's share of the step's worst count, on its critical path
+REQUESTS_PER_STEP, REQUESTS_PIECES = 15.0, 4
+
+
+def graph_bytes_remote(path: str, src: dict) -> Dict[int, float]:
+    """Job graph bytes a step of the remote window, s = 1 and s = 0 (graph_bytes.json's
+    ``remote`` / ``remote-s0`` entries: the Dataflow dry run when it ran)."""
+    doc = _load(path) if path and os.path.exists(path) else {}
+    out, lines = {}, []
+    for s, key in ((1, "remote"), (0, "remote-s0")):
+        entry = doc.get(key)
+        got = _graph_per_step(entry) if isinstance(entry, dict) else None
+        if got:
+            out[s] = round(got[0], 1)
+            lines.append("s=%d: %.2f kB a step (%s; %s[%r], run %s, commit %s)"
+                         % (s, got[0] / 1e3, got[1], _results_name(path), key,
+                            entry.get("run", "?"), entry.get("commit", "?")))
+    src["remote graph"] = "; ".join(lines) if lines else "NOT MEASURED (graph_bytes.json)"
+    return out
+
+
+def remote_costs(args, src: dict) -> Dict[str, "rd.Costs"]:
+    """Every measured constant of the remote model, per algorithm (module docstring)."""
+    speed = speed_constants(args.speed_json, src)
+    curves = passes_curves(_records(list(args.passes_json or []) +
+                                    list(args.staleness_json or []), src), src)
+    eff = thread_efficiencies(args.estep_1thread_json, args.estep_json, src)
+    union = union_points(src)
+    graph = graph_bytes_remote(args.graph_json, src)
+    per_reader = args.requests_per_step / args.requests_pieces
+    src["requests"] = ("%.3g requests a reader a step = %g a step at P = %d (the remote "
+                       "exchange against the GCS emulator: 7-15 a step, independent of B; the "
+                       "worst taken) x %g s a request (ASSUMPTION: GCS ~10-50 ms)"
+                       % (per_reader, args.requests_per_step, args.requests_pieces,
+                          args.request_latency))
+    out, lines = {}, []
+    for alg in rd.ALGORITHMS:
+        if alg not in curves:
+            raise SystemExit("no passes-to-score records of %s: run benchmarks/"
+                             "passes_to_score_bench.py" % alg)
+        by_k = {K: code_bytes(alg, K) for K in (RUN_A["K"], RUN_B["K"])}
+        ks = sorted(by_k)
+        lines.append("%s: rows %g bytes a value, statistics %.2f, a cut's small part %s, a "
+                     "partial %s bytes at K = %s" % (
+                         alg, by_k[ks[0]]["row"], by_k[ks[-1]]["stats"],
+                         " / ".join("%.0f" % by_k[k]["small"] for k in ks),
+                         " / ".join("%.0f" % by_k[k]["partial"] for k in ks),
+                         " / ".join(str(k) for k in ks)))
+        out[alg] = rd.Costs(
+            cpu_s_per_nnz={k: round(v, 12) for k, v in speed[alg]["cpu_s_per_nnz"].items()},
+            global_s={k: (float("%.4g" % a), float("%.4g" % b))
+                      for k, (a, b) in speed[alg]["global_s"].items()},
+            thread_efficiency=eff, row_bytes=by_k[ks[-1]]["row"],
+            stats_bytes=round(by_k[ks[-1]]["stats"], 4),
+            small_bytes=tuple(round(x, 4) for x in _linear_in_k(
+                {k: by_k[k]["small"] for k in ks})),
+            partial_bytes=tuple(round(x, 4) for x in _linear_in_k(
+                {k: by_k[k]["partial"] for k in ks})),
+            read_cpu_s_per_nnz=float("%.4g" % speed["read_cpu_s_per_nnz"]),
+            file_bytes_per_nnz=round(speed["file_bytes_per_nnz"], 4),
+            union_ratio=union, requests_per_reader=per_reader,
+            passes=curves[alg], graph_bytes=graph)
+    src["remote bytes"] = "measured on the code: " + "; ".join(lines)
+    return out, speed
+
+
+def remote_cloud(args, L: float) -> "rd.Cloud":
+    return rd.Cloud(stage_latency_s=L, request_latency_s=args.request_latency,
+                    job_start_s=CLOUD["job_start_s"],
+                    bandwidth_bytes_per_s=CLOUD["network_bytes_per_s"])
+
+
+def remote_shape(run: dict, alg: str, speed: dict) -> "rd.Shape":
+    """Run (a) takes the Wikipedia sample's measured CPU per document (its articles at
+    K = 100); run (b) the 20 Newsgroups per-non-zero cost at its K times its non-zeros."""
+    t = None
+    if run is RUN_A or run.get("name") == RUN_A["name"]:
+        t = speed[alg].get("wiki_t_doc_s")
+    return rd.Shape(run["D"], run["K"], run["V"], run["nnz_per_doc"], t)
+
+
+def remote_row(costs, cloud, shape, W: int, c: int, fixed: dict) -> Optional[dict]:
+    """The best remote run on W workers (``fixed``: S, s, pieces / blocks per worker the
+    command line fixed), with the one-machine baseline and the speed-up."""
+    cands = rd.layouts(W, c, [fixed["S"]] if fixed.get("S") else
+                       [S for S in rd.MINIBATCHES if S <= shape.D],
+                       [fixed["s"]] if fixed.get("s") is not None else (0, 1))
+    if fixed.get("ppw"):
+        cands = [replace(x, P=max(1, round(W * fixed["ppw"]))) for x in cands]
+    if fixed.get("bpw"):
+        cands = [replace(x, B=max(1, round(W * fixed["bpw"]))) for x in cands]
+    got = [g for g in (rd.run_time(costs, cloud, shape, x) for x in dict.fromkeys(cands)) if g]
+    if not got:
+        return None
+    best = min(got, key=lambda g: (round(g["total_s"], 6), g["layout"].S, g["layout"].s,
+                                   g["layout"].T, g["layout"].B))
+    base = rd.best_baseline(costs, shape, c)
+    per_hour = (CLOUD["vcpus_per_worker"] * CLOUD["price_per_vcpu_hour"]
+                + CLOUD["memory_gb_per_worker"] * CLOUD["price_per_gb_hour"])
+    name = max(best["terms"], key=best["terms"].get)
+    return dict(best, workers=W, speedup=base["total_s"] / best["total_s"], baseline=base,
+                cost_usd=W * per_hour * best["total_s"] / 3600,
+                baseline_cost_usd=per_hour * base["total_s"] / 3600,
+                largest=name, largest_share=best["terms"][name] / best["total_s"])
+
+
+# one lever at a time: (what, the cloud field or costs change, the values tried)
+LEVERS = (("seconds per barrier", "stage_latency_s"), ("seconds per request",
+                                                       "request_latency_s"),
+          ("job start seconds", "job_start_s"), ("bytes/s per worker", "bandwidth_bytes_per_s"))
+
+
+def what_would_meet(costs, cloud, shape, W, c, target, fixed) -> List[str]:
+    """For each lever alone (the others as assumed), the value at which the best remote run
+    reaches ``target`` against the same baseline, or that none does; the barrier latency
+    that meets it without job starts; and the speed-ups with no read amplification (a reader
+    reading only its rows) and with half the row and statistics bytes (float32)."""
+    out = []
+    for what, fld in LEVERS:
+        cur = getattr(cloud, fld)
+        up = (lambda v: remote_row(costs, replace(cloud, **{fld: v}), shape, W, c, fixed)
+              ["speedup"])
+        if fld == "bandwidth_bytes_per_s":
+            lo, hi = cur, cur * 1024
+            if up(hi) < target:
+                out.append("%s: not even at %.3g" % (what, hi))
+                continue
+            for _ in range(40):
+                mid = math.sqrt(lo * hi)
+                lo, hi = (mid, hi) if up(mid) < target else (lo, mid)
+            out.append("%s >= %.3g (now %.3g)" % (what, hi, cur))
+        else:
+            if up(0.0) < target:
+                out.append("%s: not even at 0" % what)
+                continue
+            lo, hi = 0.0, cur
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if up(mid) >= target else (lo, mid)
+            out.append("%s <= %.3g (now %.3g)" % (what, lo, cur))
+    standing = replace(cloud, job_start_s=0.0)
+
+    def standing_up(L):
+        return remote_row(costs, replace(standing, stage_latency_s=L), shape, W, c,
+                          fixed)["speedup"]
+    if standing_up(0.0) >= target:
+        lo, hi = 0.0, max(cloud.stage_latency_s, 1e-3)
+        while standing_up(hi) >= target and hi < 1e3:
+            lo, hi = hi, 2 * hi
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if standing_up(mid) >= target else (lo, mid)
+        out.append("no job start (a standing cluster) and seconds per barrier <= %.3g" % lo)
+    else:
+        out.append("no job start and no barrier latency: not even then")
+    free = replace(costs, read_cpu_s_per_nnz=0.0, file_bytes_per_nnz=0.0)
+    out.append("readers that decode no shard twice (no read amplification): speed-up %.2f"
+               % remote_row(free, cloud, shape, W, c, fixed)["speedup"])
+    half = replace(costs, row_bytes=costs.row_bytes / 2, stats_bytes=costs.stats_bytes / 2)
+    out.append("rows and statistics in float32 (half the bytes): speed-up %.2f"
+               % remote_row(half, cloud, shape, W, c, fixed)["speedup"])
+    return out
+
+
+def remote_results(args, runs, latencies, src) -> dict:
+    """Every run x algorithm x W x latency: the model's best remote run and the baseline."""
+    costs, speed = remote_costs(args, src)
+    c = CLOUD["vcpus_per_worker"]
+    fixed = {"S": args.minibatch, "s": args.staleness, "ppw": args.pieces_per_worker,
+             "bpw": args.blocks_per_worker}
+    out = {"costs": costs, "runs": []}
+    for key, run in zip("ab", runs):
+        for alg in args.algorithm or rd.ALGORITHMS:
+            shape = remote_shape(run, alg, speed)
+            base = rd.best_baseline(costs[alg], shape, c)
+            res = {"run": key, "name": run["name"], "algorithm": alg, "shape": shape,
+                   "baseline": base, "by_latency": {}}
+            for L in latencies:
+                cloud = remote_cloud(args, L)
+                res["by_latency"][_latency_key(L)] = [
+                    remote_row(costs[alg], cloud, shape, W, c, fixed) for W in WORKERS]
+            out["runs"].append(res)
+    return out
+
+
+def _layout_text(r: dict) -> str:
+    x = r["layout"]
+    return "S=%d P=%d B=%d s=%d T=%d" % (x.S, x.P, x.B, x.s, x.T)
+
+
+def print_remote(res: dict, costs, latencies) -> None:
+    shape, base = res["shape"], res["baseline"]
+    print("\n%s, %s -- the remote exchange against the in-process trainer on one %s "
+          "(%d cores): its best S = %d, %.3g pass(es), %s ($%.2f); %s"
+          % (res["name"], res["algorithm"], CLOUD["machine_type"], CLOUD["vcpus_per_worker"],
+             base["S"], base["passes"], _hms(base["total_s"]),
+             rd_cost(base["total_s"], 1), ", ".join("%s %s" % (k, _hms(v))
+                                                     for k, v in base["terms"].items())))
+    print("  per document %.3g CPU-ms of E-step (%.0f non-zeros), one thread"
+          % (rd.t_doc(costs, shape) * 1e3, shape.nnz_per_doc))
+    for L in latencies:
+        print("  %s s per barrier:" % _latency_key(L))
+        for r in res["by_latency"][_latency_key(L)]:
+            if r is None:
+                continue
+            print("   W=%3d %-32s %.3g passes, %6d steps of %6.2f s, %2d job%s: %9s $%8.2f  "
+                  "speed-up %6.2f; largest: %s (%.0f %%)"
+                  % (r["workers"], _layout_text(r), r["passes"], r["steps"], r["step_s"],
+                     r["windows"], " " if r["windows"] == 1 else "s", _hms(r["total_s"]),
+                     r["cost_usd"], r["speedup"], r["largest"], 100 * r["largest_share"]))
+
+
+def rd_cost(seconds: float, W: int) -> float:
+    per_hour = (CLOUD["vcpus_per_worker"] * CLOUD["price_per_vcpu_hour"]
+                + CLOUD["memory_gb_per_worker"] * CLOUD["price_per_gb_hour"])
+    return W * per_hour * seconds / 3600
+
+
+def remote_headline(remote: dict, latencies, args) -> List[dict]:
+    """The rows at ``HEADLINE_WORKERS`` and every latency; at 64 workers and 1 s per barrier
+    against the issue's targets, with what would meet a missed one."""
+    out = []
+    c = CLOUD["vcpus_per_worker"]
+    fixed = {"S": args.minibatch, "s": args.staleness, "ppw": args.pieces_per_worker,
+             "bpw": args.blocks_per_worker}
+    print("\nHeadline: time to the held-out score of one pass at the default minibatch, the "
+          "remote exchange on W workers against the in-process trainer on one machine of the "
+          "same size (%s, %d cores)" % (CLOUD["machine_type"], c))
+    for res in remote["runs"]:
+        costs = remote["costs"][res["algorithm"]]
+        for L in latencies:
+            for W in HEADLINE_WORKERS:
+                r = next((x for x in res["by_latency"][_latency_key(L)]
+                          if x and x["workers"] == W), None)
+                if r is None:
+                    continue
+                line = {"run": res["run"], "algorithm": res["algorithm"],
+                        "stage_latency_s": L, "workers": W, "layout": r["layout"],
+                        "passes": r["passes"], "steps": r["steps"], "step_s": r["step_s"],
+                        "jobs": r["windows"], "total_s": r["total_s"],
+                        "cost_usd": r["cost_usd"], "baseline_S": r["baseline"]["S"],
+                        "baseline_s": r["baseline"]["total_s"],
+                        "baseline_cost_usd": r["baseline_cost_usd"], "speedup": r["speedup"],
+                        "largest": r["largest"], "largest_share": r["largest_share"],
+                        "parts": r["parts"]}
+                if W == 64 and L == HEADLINE_LATENCY_S:
+                    line["target"] = TARGETS[res["run"]]
+                    line["meets_target"] = r["speedup"] >= line["target"]
+                    perfect = replace(costs, thread_efficiency={k: 1.0 for k in
+                                                                costs.thread_efficiency})
+                    line["speedup_efficiency_1"] = remote_row(
+                        perfect, remote_cloud(args, L), res["shape"], W, c, fixed)["speedup"]
+                    if not line["meets_target"]:
+                        line["would_meet"] = what_would_meet(costs, remote_cloud(args, L),
+                                                             res["shape"], W, c,
+                                                             line["target"], fixed)
+                out.append(line)
+                print("  (%s) %-9s %4s s/barrier W=%3d: %s, %.3g passes, %d steps of %.2f s, "
+                      "%d job%s, %s $%.2f vs one machine %s $%.2f (S=%d): speed-up %.2f; "
+                      "largest term %s (%.0f %%)%s"
+                      % (res["run"], res["algorithm"], _latency_key(L), W,
+                         _layout_text(r), r["passes"], r["steps"], r["step_s"], r["windows"],
+                         "" if r["windows"] == 1 else "s", _hms(r["total_s"]), r["cost_usd"],
+                         _hms(r["baseline"]["total_s"]), r["baseline_cost_usd"],
+                         r["baseline"]["S"], r["speedup"], r["largest"],
+                         100 * r["largest_share"],
+                         "  [target >= %g: %s]" % (line["target"], "met" if line["meets_target"]
+                                                   else "NOT met") if "target" in line else ""))
+    for line in out:
+        if line.get("target") is None:
+            continue
+        print("(%s) %s at 64 workers, 1 s per barrier: speed-up %.2f, target %g %s (with "
+              "c vCPUs doing c times one core's work, on both sides: %.2f)%s"
+              % (line["run"], line["algorithm"], line["speedup"], line["target"],
+                 "met" if line["meets_target"] else "NOT met",
+                 line["speedup_efficiency_1"],
+                 "" if line["meets_target"] else "; largest term %s (%.0f %%); would meet it: "
+                 "%s" % (line["largest"], 100 * line["largest_share"],
+                         "; ".join(line["would_meet"]))))
+    return out
+
+
+REMOTE_TERMS = {"job starts": "job starts", "window files": "window files",
+                "barriers": "barriers", "requests": "shard requests",
+                "estep": "E-step", "read": "shard decoding", "owners": "owners' global step",
+                "bytes": "bytes (shuffle + shards)"}
+
+
+def remote_markdown(remote: dict, head: List[dict], latencies) -> str:
+    """docs/cluster.md section 8's tables."""
+    out = ["| run | algorithm | s per barrier | workers | chosen | passes | steps x step s | "
+           "jobs | time | cost | one machine: S, time, cost | speed-up | largest term |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for h in head:
+        x = h["layout"]
+        target = ""
+        if "target" in h:
+            target = " (target %g: %s)" % (h["target"], "met" if h["meets_target"]
+                                           else "**not met**")
+        out.append("| (%s) | %s | %s | %d | S=%s, P=%d, B=%d, s=%d, %d thread%s | %.3g | "
+                   "%s x %.2f | %d | %s | $%.2f | %s, %s, $%.2f | %.2f%s | %s (%.0f %%) |"
+                   % (h["run"], h["algorithm"], _latency_key(h["stage_latency_s"]),
+                      h["workers"], format(x.S, ","), x.P, x.B, x.s, x.T,
+                      "" if x.T == 1 else "s", h["passes"], format(h["steps"], ","),
+                      h["step_s"], h["jobs"], _hms(h["total_s"]), h["cost_usd"],
+                      format(h["baseline_S"], ","), _hms(h["baseline_s"]),
+                      h["baseline_cost_usd"], h["speedup"], target,
+                      REMOTE_TERMS.get(h["largest"], h["largest"]), 100 * h["largest_share"]))
+    out.append("")
+    for res in remote["runs"]:
+        L = _latency_key(HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies
+                         else latencies[0])
+        rows = [r for r in res["by_latency"][L] if r]
+        out.append("**%s, %s**: the one machine's best S = %s, %.3g pass(es), %s ($%.2f). "
+                   "At %s s per barrier, by workers:\n"
+                   % (res["name"], res["algorithm"], format(res["baseline"]["S"], ","),
+                      res["baseline"]["passes"], _hms(res["baseline"]["total_s"]),
+                      rd_cost(res["baseline"]["total_s"], 1), L))
+        keys = list(REMOTE_TERMS)
+        out.append("| workers | chosen | steps | step s | " + " | ".join(
+            REMOTE_TERMS[k] for k in keys) + " | time | cost | speed-up |")
+        out.append("|---|---|---|---|" + "---|" * len(keys) + "---|---|---|")
+        for r in rows:
+            out.append("| %d | %s | %s | %.2f | %s | %s | $%.2f | %.2f |"
+                       % (r["workers"], _layout_text(r), format(r["steps"], ","), r["step_s"],
+                          " | ".join(_hms(r["terms"][k]) for k in keys), _hms(r["total_s"]),
+                          r["cost_usd"], r["speedup"]))
+        out.append("")
+    return "\n".join(out) + "\n"
 
 
 # ------------------------------------------------------------------------ reporting
@@ -1198,9 +1702,25 @@ def markdown(results: List[dict], latencies) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot(results: List[dict], path: str, latencies) -> str:
-    """Speed-up against workers for each run, both exchanges, every latency: a PNG if
+def plot(results: List[dict], path: str, latencies, remote: Optional[dict] = None) -> str:
+    """Speed-up against workers: the remote exchange against the one machine (per run and
+    algorithm, every latency), the state / tree exchanges against their 1 worker; a PNG if
     matplotlib is installed, else a CSV."""
+    series = []             # (panel, label, style, colour, workers, speed-ups)
+    colours = dict(zip([_latency_key(L) for L in latencies], ("C0", "C1", "C3", "C4")))
+    for res in (remote or {}).get("runs", []):
+        for L, rows in res["by_latency"].items():
+            rows = [r for r in rows if r]
+            series.append((res["name"], "remote, %s, %s s/barrier" % (res["algorithm"], L),
+                           "o-" if res["algorithm"] == "online-vb" else "s--",
+                           colours.get(L, "C5"), [r["workers"] for r in rows],
+                           [r["speedup"] for r in rows]))
+    for res in results:
+        for ex, er in res["exchanges"].items():
+            for L, rows in er["by_latency"].items():
+                series.append((res["run"]["name"], "%s vs its 1 worker, %s s/stage" % (ex, L),
+                               "^:", colours.get(L, "C5"), [r["workers"] for r in rows],
+                               [r["speedup"] for r in rows]))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -1209,37 +1729,31 @@ def plot(results: List[dict], path: str, latencies) -> str:
         path = os.path.splitext(path)[0] + ".csv"
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["run", "exchange", "stage_latency_s", "workers", "speedup",
-                        "amdahl_limit"])
-            for res in results:
-                for ex, er in res["exchanges"].items():
-                    for L, rows in er["by_latency"].items():
-                        for r in rows:
-                            w.writerow([res["run"]["name"], ex, L, r["workers"], r["speedup"],
-                                        r["amdahl_limit"]])
+            w.writerow(["run", "series", "workers", "speedup"])
+            for panel, label, _, _, ws, ups in series:
+                for W, up in zip(ws, ups):
+                    w.writerow([panel, label, W, up])
         return path
-    fig, axes = plt.subplots(1, len(results), figsize=(11, 4.4), sharey=True)
-    ws = np.array(WORKERS)
-    styles = {"state": "o-", "tree": "^:", "word-blocks": "s--"}
-    for ax, res in zip(np.atleast_1d(axes), results):
+    panels = list(dict.fromkeys(s[0] for s in series))
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 4.6), sharey=True)
+    for ax, panel in zip(np.atleast_1d(axes), panels):
+        ws = np.array(WORKERS)
         ax.plot(ws, ws, color="0.7", ls=":", label="ideal")
-        for ex, er in res["exchanges"].items():
-            for L, color in zip(latencies, ("C0", "C1", "C3", "C4")):
-                rows = er["by_latency"][_latency_key(L)]
-                ax.plot(ws, [r["speedup"] for r in rows], styles.get(ex, "x-"), color=color,
-                        ms=3, lw=1, label="%s, %s s/stage" % (ex, _latency_key(L)))
+        ax.axhline(1.0, color="0.5", lw=0.6)
+        for _, label, style, colour, x, y in [s for s in series if s[0] == panel]:
+            ax.plot(x, y, style, color=colour, ms=3, lw=1, label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(ws)
         ax.set_xticklabels([str(w) for w in ws])
         ax.set_xlabel("workers (%s, %d vCPU each)" % (CLOUD["machine_type"],
                                                       CLOUD["vcpus_per_worker"]))
-        ax.set_title(res["run"]["name"], fontsize=9)
+        ax.set_title(panel, fontsize=9)
         ax.grid(True, which="both", lw=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("speed-up of vectorize + one pass vs 1 worker")
-    np.atleast_1d(axes)[0].legend(fontsize=7)
-    fig.suptitle("Projected speed-up, S = %d, by exchange and per-stage latency (assumed)"
-                 % results[0]["S"], fontsize=10)
+    np.atleast_1d(axes)[0].set_ylabel("speed-up to the held-out score vs one machine")
+    np.atleast_1d(axes)[0].legend(fontsize=6)
+    fig.suptitle("Projected speed-up of the remote exchange against the in-process trainer on "
+                 "one machine (seconds per barrier assumed)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1250,98 +1764,152 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--minibatch", type=int, default=4096,
-                    help="minibatch size S (default: the worker runners' default, 4096)")
+    ap.add_argument("--minibatch", type=int, default=None,
+                    help="fix the minibatch size S (default: the remote model chooses it per "
+                         "row; the state exchange's tables take 4096)")
     ap.add_argument("--exchange", action="append", default=None,
-                    choices=sorted(EXCHANGE_STAGES),
-                    help="the exchange(s) modelled (repeat for several; default: state and "
-                         "word-blocks, side by side)")
+                    choices=sorted(set(EXCHANGE_STAGES) | {"word-blocks"}),
+                    help="the exchange(s) modelled (repeat for several; default: remote; "
+                         "word-blocks is the remote exchange's older name; state and tree add "
+                         "their speed-up tables against 1 worker)")
     ap.add_argument("--combine", choices=["lifted", "tree", "sharded"], default=None,
-                    help="older name of --exchange: lifted = state, sharded = word-blocks, "
+                    help="older name of --exchange: lifted = state, sharded = remote, "
                          "tree = the state exchange with a fan-out stage (a what-if)")
     ap.add_argument("--stage-latency", type=float, action="append", default=None,
-                    help="seconds of a cluster runner's per-stage latency, an assumption "
-                         "(repeat for several rows; default: %s)"
+                    help="seconds of a cluster runner's shuffle barrier (a stage), an "
+                         "assumption (repeat for several rows; default: %s)"
                     % ", ".join(_latency_key(L) for L in STAGE_LATENCIES_S))
-    ap.add_argument("--pieces-per-worker", type=float, default=1.0,
-                    help="P / W: pieces per minibatch per worker (default 1)")
-    ap.add_argument("--blocks-per-worker", type=float, default=1.0,
-                    help="B / W: word blocks per worker (default 1)")
+    ap.add_argument("--pieces-per-worker", type=float, default=None,
+                    help="fix P / W (default: the model chooses W or W x vCPUs; the state "
+                         "exchange's tables take 1)")
+    ap.add_argument("--blocks-per-worker", type=float, default=None,
+                    help="fix B / W (default: the model chooses; the state exchange: 1)")
+    ap.add_argument("--staleness", type=int, choices=(0, 1), default=None,
+                    help="fix the staleness of the remote exchange (default: the model "
+                         "chooses 0 or 1)")
+    ap.add_argument("--algorithm", action="append", choices=rd.ALGORITHMS, default=None,
+                    help="the algorithm(s) of the remote runs (default: both)")
     ap.add_argument("--job-start", type=float, default=None,
                     help="seconds to start one pipeline's workers (default %.0f: Dataflow "
                          "booting VMs; a standing Flink cluster needs only the job submission)"
                     % CLOUD["job_start_s"])
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="bytes/s per worker (default %.3g)" % CLOUD["network_bytes_per_s"])
+    ap.add_argument("--vcpus", type=int, default=None,
+                    help="vCPUs per worker and cores of the one machine (default %d, %s)"
+                    % (CLOUD["vcpus_per_worker"], CLOUD["machine_type"]))
+    ap.add_argument("--request-latency", type=float, default=rd.Cloud().request_latency_s,
+                    help="seconds per object-store request (ASSUMPTION, default %g)"
+                    % rd.Cloud().request_latency_s)
+    ap.add_argument("--requests-per-step", type=float, default=REQUESTS_PER_STEP,
+                    help="object-store requests a step of the remote exchange at "
+                         "--requests-pieces pieces (default %g: the worst measured)"
+                    % REQUESTS_PER_STEP)
+    ap.add_argument("--requests-pieces", type=int, default=REQUESTS_PIECES)
     ap.add_argument("--estep-json", default=os.path.join(RESULTS, "estep_bench.json"))
+    ap.add_argument("--estep-1thread-json",
+                    default=os.path.join(RESULTS, "estep_bench_1thread.json"),
+                    help="the E-step benchmark on one thread (thread efficiency)")
+    ap.add_argument("--speed-json", default=os.path.join(RESULTS, "inprocess_speed.json"),
+                    help="benchmarks/inprocess_speed_bench.py's results (the one machine)")
+    ap.add_argument("--passes-json", action="append", default=None,
+                    help="benchmarks/passes_to_score_bench.py's records (repeatable; default: "
+                         "every benchmarks/results/passes_to_score*.json)")
+    ap.add_argument("--staleness-json", action="append", default=None,
+                    help="benchmarks/staleness_bench.py's records, pooled with --passes-json "
+                         "(default: benchmarks/results/staleness_bench.json when present)")
     ap.add_argument("--beam-json", default=os.path.join(RESULTS, "beam_train_bench.json"))
     ap.add_argument("--beam-big-json", default=os.path.join(RESULTS, "beam_train_bench_big.json"),
                     help="the big-model run's results, if kept apart (worker memory only)")
     ap.add_argument("--workers-json", action="append", default=None,
-                    help="measured bytes per worker and step for W = 1 ... 16, one file per "
-                         "exchange (repeatable; default: beam_train_bench_workers.json and "
-                         "beam_train_bench_workers_word_blocks.json; used when they exist, "
-                         "else the analytic byte counts)")
+                    help="measured bytes per worker and step of the state exchange for W = 1 "
+                         "... 16 (repeatable; default: beam_train_bench_workers.json; used "
+                         "when it exists, else the analytic byte counts)")
     ap.add_argument("--graph-json", default=os.path.join(RESULTS, "graph_bytes.json"),
                     help="graph bytes per step (benchmarks/graph_bytes_bench.py)")
     ap.add_argument("--word-blocks-graph-bytes", type=float, default=None,
-                    help="graph bytes per step of the word-block exchange, when measured "
-                         "elsewhere (default: an entry of --graph-json named for it)")
+                    help="graph bytes per step of the remote exchange when measured elsewhere "
+                         "(the older name; default: graph_bytes.json's remote entries)")
     ap.add_argument("--vectorize-json", default=os.path.join(RESULTS, "vectorize_bench.json"))
     ap.add_argument("--json", default=os.path.join(RESULTS, "cluster_model.json"),
                     help="write the tables here ('' not at all)")
     ap.add_argument("--plot", default=os.path.join(RESULTS, "cluster_model.png"),
                     help="speed-up plot (a CSV beside it without matplotlib; '' none)")
     ap.add_argument("--markdown", default="", help="also write the tables as Markdown here")
+    ap.add_argument("--defaults-constants", action="store_true",
+                    help="print the remote model's measured constants as the literal of "
+                         "pipelines/training/remote_defaults.MEASURED")
     args = ap.parse_args(argv)
     if args.job_start is not None:
         CLOUD["job_start_s"] = args.job_start
     if args.bandwidth is not None:
         CLOUD["network_bytes_per_s"] = args.bandwidth
-    exchanges = list(dict.fromkeys(args.exchange or ([exchange_of(args.combine)] if args.combine
-                                                     else ["state", "word-blocks"])))
-    if args.combine and args.exchange and exchange_of(args.combine) not in exchanges:
-        exchanges.append(exchange_of(args.combine))
+    if args.vcpus is not None:
+        CLOUD["vcpus_per_worker"] = args.vcpus
+    if args.passes_json is None:
+        args.passes_json = sorted(glob.glob(os.path.join(RESULTS, "passes_to_score*.json")))
+    if args.staleness_json is None:
+        here = os.path.join(RESULTS, "staleness_bench.json")
+        args.staleness_json = [here] if os.path.exists(here) else []
+    named = [exchange_of(e) for e in (args.exchange or [])]
+    if args.combine:
+        named.append(exchange_of(args.combine))
+    exchanges = list(dict.fromkeys(named or ["remote"]))
     latencies = tuple(args.stage_latency or STAGE_LATENCIES_S)
     c, runs, src = load_constants(args)
+    c["pieces_per_worker"] = args.pieces_per_worker or 1.0
+    c["blocks_per_worker"] = args.blocks_per_worker or 1.0
     if "per-step overhead" in src:
         src["per-step overhead"] += (
             "; NOT charged here: the per-stage latency rows replace it (this local runner's "
             "two-stage step is %.3f s per stage)" % (c["per_step_overhead_s"]
                                                      / EXCHANGE_STAGES["state"]))
+    remote = remote_results(args, runs, latencies, src) if "remote" in exchanges else None
+    if args.defaults_constants and remote:
+        print("MEASURED = %s" % defaults_literal(remote["costs"]))
     print("Cloud constants (assumptions): %s" % json.dumps(CLOUD))
-    print("Per-stage latency of a cluster runner (ASSUMPTION, not measured here): %s s per "
-          "stage; stages per step: %s" % (", ".join(_latency_key(L) for L in latencies),
-                                          ", ".join("%s %d" % (ex, EXCHANGE_STAGES[ex])
-                                                    for ex in exchanges)))
+    print("Seconds per shuffle barrier (ASSUMPTION, not measured here): %s; stages per step: "
+          "%s" % (", ".join(_latency_key(L) for L in latencies), ", ".join(
+              "%s %s" % (ex, "2 - s" if ex == "remote" else EXCHANGE_STAGES[ex])
+              for ex in exchanges)))
     print("Measured constants and where they come from:")
     for k, v in src.items():
         print("  %-24s %s" % (k + ":", v))
+    old = [ex for ex in exchanges if ex != "remote"]
     results = []
     for run in runs:
-        res = {"run": run, "S": args.minibatch, "steps": math.ceil(run["D"] / args.minibatch),
-               "exchanges": {}}
-        for ex in exchanges:
-            er = run_exchange(c, run, args.minibatch, ex, latencies)
+        S = args.minibatch or 4096
+        res = {"run": run, "S": S, "steps": math.ceil(run["D"] / S), "exchanges": {}}
+        for ex in old:
+            er = run_exchange(c, run, S, ex, latencies)
             print_exchange(run, er, latencies)
             er["busy_minibatch_at_64"] = busy_minibatch(
                 c, CLOUD, run, 64, 0.5, ex,
                 HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0])
             res["exchanges"][ex] = er
-        L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
-        print("\n%s at 64 workers, %g s per stage, by minibatch size:" % (run["name"], L))
-        res["by_minibatch_at_64"] = minibatch_sensitivity(c, run, exchanges, L=L)
-        res["by_minibatch_latency_s"] = L
+        if old:
+            L = HEADLINE_LATENCY_S if HEADLINE_LATENCY_S in latencies else latencies[0]
+            print("\n%s at 64 workers, %g s per stage, by minibatch size:" % (run["name"], L))
+            res["by_minibatch_at_64"] = minibatch_sensitivity(c, run, old, L=L)
+            res["by_minibatch_latency_s"] = L
         res["constants"] = c
         results.append(res)
-    head = headline(results, latencies)
+    head = headline(results, latencies) if old else []
     for res in results:
         res["headline_all"] = head
+    remote_head = []
+    if remote:
+        for res in remote["runs"]:
+            print_remote(res, remote["costs"][res["algorithm"]], latencies)
+        remote_head = remote_headline(remote, latencies, args)
     if args.plot:
-        print("speed-up plot: %s" % plot(results, args.plot, latencies))
+        print("speed-up plot: %s" % plot(results, args.plot, latencies, remote))
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(results, latencies))
+            if remote:
+                f.write(remote_markdown(remote, remote_head, latencies))
+            if old:
+                f.write(markdown(results, latencies))
         print("Markdown tables: %s" % args.markdown)
     if args.json:
         for res in results:
@@ -1349,9 +1917,42 @@ def main(argv=None):
             res.pop("constants", None)
         common.save_results({"cloud": CLOUD, "constants": c, "sources": src,
                              "exchanges": exchanges, "stage_latencies_s": list(latencies),
-                             "stages_per_step": {ex: EXCHANGE_STAGES[ex] for ex in exchanges},
-                             "minibatch": args.minibatch, "headline": head, "runs": results},
+                             "stages_per_step": {ex: ("2 - s" if ex == "remote"
+                                                      else EXCHANGE_STAGES[ex])
+                                                 for ex in exchanges},
+                             "minibatch": args.minibatch, "headline": head, "runs": results,
+                             "remote": remote_json(remote, remote_head) if remote else None},
                             args.json, argv, os.path.basename(__file__))
+
+
+def defaults_literal(costs: Dict[str, "rd.Costs"]) -> str:
+    """``remote_defaults.MEASURED`` as Python source."""
+    return "{\n" + "".join("    %r: %r,\n" % (alg, cst) for alg, cst in costs.items()) + "}"
+
+
+def costs_json(cst: "rd.Costs") -> dict:
+    d = asdict(cst)
+    d["passes"] = {str(s): [list(p) for p in curve.points] for s, curve in cst.passes.items()}
+    return d
+
+
+def remote_json(remote: dict, head: List[dict]) -> dict:
+    """The remote results as JSON: constants, the headline and every row's numbers."""
+    def row(r):
+        if r is None:
+            return None
+        return {"workers": r["workers"], "layout": asdict(r["layout"]), "passes": r["passes"],
+                "steps": r["steps"], "windows": r["windows"], "step_s": r["step_s"],
+                "parts": r["parts"], "terms": r["terms"], "total_s": r["total_s"],
+                "cost_usd": r["cost_usd"], "speedup": r["speedup"], "largest": r["largest"],
+                "largest_share": r["largest_share"]}
+    return {"costs": {alg: costs_json(cst) for alg, cst in remote["costs"].items()},
+            "headline": [dict(h, layout=asdict(h["layout"])) for h in head],
+            "runs": [{"run": res["run"], "name": res["name"], "algorithm": res["algorithm"],
+                      "shape": asdict(res["shape"]), "baseline": res["baseline"],
+                      "by_latency": {L: [row(r) for r in rows]
+                                     for L, rows in res["by_latency"].items()}}
+                     for res in remote["runs"]]}
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def write_repeated(src: str, dst: str, times: int) -> None:
     from lda_core.docbatch import DocBatch
     from pipelines.ingest import dataset
     from pipelines.ingest import manifest
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     if os.path.exists(os.path.join(dst, "manifest.json")):
         return
     shutil.rmtree(dst, ignore_errors=True)

@@ -177,7 +177,7 @@ def test_refused_statistics_stop_the_window_with_the_error_for_the_driver(kos_ch
     the last good one -- is in the scratch folder."""
     from pipelines.training import beam_chain, beam_state
     from pipelines.training.beam_stats import spill_stats
-    from pipelines.training.beam_steps import _spill_path
+    from pipelines.training.scratch_names import stats_path as _spill_path
     from pipelines.training.beam_plan import read_task
     make = lambda: new_scvb0(kos_chain)          # noqa: E731
     algo, files = make()

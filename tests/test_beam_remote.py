@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from lda_core.errors import StepRefused, UsageError
+from lda_core.errors import StepRefused, TrainingError, UsageError
+from lda_core.storage.vocab_file import Vocabulary
 from test_beam_pieces import _beam, _inprocess, _mp, _same_bits, kos_pieces  # noqa: F401
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,7 +24,7 @@ def _vb(dataset_dir, **kw):
     from pipelines.ingest import dataset
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     D = dataset.count_documents(files)
     settings = dict(batch_size=40, corpus_size=D, seed=3, dtype="float64", tau0=16.0,
                     word_blocks=B)
@@ -36,7 +37,7 @@ def _scvb0(dataset_dir, **kw):
     from pipelines.ingest import dataset
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
-    V = len(dataset.Vocabulary.read(dataset_dir))
+    V = len(Vocabulary.read(dataset_dir))
     settings = dict(batch_size=40, seed=3, word_blocks=B)
     settings.update(kw)
     return SCVB0(6, V, vocab_hash=vh, **settings), files
@@ -159,7 +160,7 @@ def test_a_refused_step_publishes_the_steps_before_it(kos_pieces, tmp_path, monk
     _inprocess(ref, files, pieces=P, run_info=_info(1), max_steps=4)
     algo, _ = _vb(kos_pieces)
     md = str(tmp_path / "m")
-    with pytest.raises(beam_train.TrainingError, match="minibatch 5 .*non-finite"):
+    with pytest.raises(TrainingError, match="minibatch 5 .*non-finite"):
         _remote(algo, files, md, IN_PROCESS, 1, minibatches_per_window=3)
     store = CheckpointStore(md)
     assert store.pointer() == 4

@@ -23,6 +23,8 @@ import sys
 import numpy as np
 import pytest
 
+from lda_core.errors import TrainingError
+
 from lda_core.docbatch import DocBatch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -191,7 +193,7 @@ def test_multi_processing_two_workers_equals_inprocess_trainer(kos_small, tmp_pa
     assert res.beam_metrics["documents"] == 400
     assert max_rel(ref.lambda_(), res.algorithm.lambda_()) <= 1e-5
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     cfg = runner_config("DirectRunner", ["--direct_running_mode=multi_processing"])
     assert not os.path.exists(default_scratch_root(str(tmp_path / "m"), cfg))
 
@@ -245,7 +247,7 @@ def test_stats_combine_is_order_independent_and_round_trips(kos_small):
     from apache_beam.testing.util import assert_that
     from pipelines.training.beam_stats import (StatsAccumulatorCoder, StatsCombineFn, decode_piece,
                                                encode_piece, merge_in_order)
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -287,7 +289,7 @@ def test_spilled_pieces_merge_like_inline_ones(kos_small, tmp_path):
     from pipelines.training.beam_stats import (SpilledStats, StatsAccumulatorCoder, StatsCombineFn,
                                                decode_stats, encode_stats, merge_in_order,
                                                spill_stats)
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     batch = read_shard(files[0])
     pieces = {i: algo.local_step(batch.take(ix))
@@ -322,8 +324,9 @@ def test_multi_process_global_step_frees_consumed_scratch(kos_small, tmp_path):
     pieces once it has written state t (a long window must not pile up states in /dev/shm)."""
     from pipelines.training import beam_state
     from pipelines.training.beam_stats import spill_stats
-    from pipelines.training.beam_steps import GlobalStepFn, _spill_path
-    from pipelines.training.shard_stream import read_shard
+    from pipelines.training.beam_steps import GlobalStepFn
+    from pipelines.training.scratch_names import stats_path as _spill_path
+    from pipelines.ingest.shards import read_shard
     algo, files = new_vb(kos_small)
     scratch = str(tmp_path / "scratch")
     os.makedirs(scratch)
@@ -430,7 +433,7 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     algo, files = new_vb(kos_small)
     bad = FailingVB.from_state(algo.to_state())
     md = str(tmp_path / "m")
-    with pytest.raises(beam_train.TrainingError, match="minibatch 4 .*non-finite"):
+    with pytest.raises(TrainingError, match="minibatch 4 .*non-finite"):
         beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
                          beam_argv=["--runner=DirectRunner"], progress=False)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
@@ -443,7 +446,8 @@ def test_default_pieces_do_not_follow_local_workers_and_cover_remote_ones(tmp_pa
     from lda_core.training.pieces import DEFAULT_PIECES
     from pipelines.runtime.beam_options import runner_config
     from pipelines.training import beam_window
-    from pipelines.training.beam_train import default_pieces, default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
+    from pipelines.training.beam_train import default_pieces
     mp = runner_config("DirectRunner", ["--direct_running_mode=multi_processing",
                                         "--direct_num_workers=3"])
     assert default_pieces(runner_config("DirectRunner", [])) == DEFAULT_PIECES

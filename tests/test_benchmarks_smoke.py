@@ -472,6 +472,38 @@ def test_quality_bench(news20, tmp_path):
     assert re.findall(r"\| target .*", again) and "20news dead topics" in again
 
 
+def test_staleness_bench(bench_env, tmp_path):
+    """Staleness 1 (pipelined from the first step, and after 8 steps at s = 0) against 0 on
+    the bundled Wikipedia sample (split by the harness here), one seed, K = 5, two passes, at
+    each algorithm's default minibatch and at S = 256; the paired differences are printed and
+    saved, and rebuilt from the printed records."""
+    js = tmp_path / "staleness.json"
+    out, _ = run(bench_env, "staleness_bench.py", "--corpora", "wiki", "--quick", "--json", js)
+    for w in (0, 8):
+        grab(r"\| wiki \| scvb0 \| 100 \(14\) \| 1, %d \| 1 \| %s ± %s .*\| (?:yes|NO) \|"
+             % (w, NUMBER, NUMBER), out)
+    with open(js) as f:
+        rec = json.load(f)
+    assert {(r["algorithm"], r["S"], r["sync_steps"]) for r in rec["summary"]} == {
+        (a, S, w) for a, S in (("scvb0", 100), ("scvb0", 256), ("online-vb", 256))
+        for w in (0, 8)}
+    assert sorted((r["staleness"], r["sync_steps"]) for r in rec["records"]) == \
+        [(0, 0)] * 3 + [(1, 0)] * 3 + [(1, 8)] * 3
+    for r in rec["records"]:
+        assert len(r["ll_by_pass"]) == 2 and r["stop_pass"] == 2
+        for part in ("pass1", "at_stop"):
+            for k in ("heldout_ll_per_token", "dead_topics", "effective_topics", "npmi"):
+                finite(r[part][k], k)
+    for row in rec["summary"]:
+        for k in ("diff_pass1", "diff_at_stop", "diff_equal_passes"):
+            finite(row[k]["mean"], k)
+    log = tmp_path / "staleness.log"
+    log.write_text(out)
+    again, _ = run(bench_env, "staleness_bench.py", "--summarise", log, "--json",
+                   tmp_path / "s.json")
+    assert again.count("| wiki |") == 12
+
+
 def test_defaults_bench(bench_env, tmp_path):
     """The default command against online VB with --passes auto on the bundled sample: both
     runs recorded with their evaluations, dead topics and the time ratio."""

@@ -15,7 +15,7 @@ from pipelines import cli
 from pipelines.ingest import dataset
 from pipelines.ingest import manifest
 from lda_core.storage.vocab_file import Vocabulary
-from pipelines.training.shard_stream import gather
+from pipelines.ingest.shards import gather
 
 pytestmark = pytest.mark.skipif("online-vb" not in available_algorithms(),
                                 reason="online-vb is not installed")

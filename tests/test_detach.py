@@ -36,6 +36,7 @@ from lda_core.storage.vocab_file import Vocabulary
 from pipelines.commands import infer as infer_cmd
 from pipelines.commands import train as train_cmd
 from pipelines.commands import vectorize as vectorize_cmd
+from pipelines.training.beam_detached import SubmittedWindow
 
 from test_cli_train import make_dataset
 
@@ -160,7 +161,7 @@ def test_detached_windows_equal_a_waiting_run(ds, waiting_run, tmp_path, capsys)
     _check_against_waiting(md, waiting_run)
     # nothing is left in the scratch folders of the runs
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     root = default_scratch_root(md, runner_config("DirectRunner", []))
     assert not os.path.exists(root) or os.listdir(root) == []
     # a launch after the last window submits nothing and says so
@@ -232,7 +233,7 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
     md = str(tmp_path / "api")
     sub = beam_train.train(algo, files, md, seed=2, batch_size=50, minibatches_per_window=4,
                            beam_argv=["--runner=DirectRunner"], progress=False, detach=True)
-    assert isinstance(sub, beam_train.SubmittedWindow)
+    assert isinstance(sub, SubmittedWindow)
     assert (sub.start, sub.stop, sub.total) == (0, 4, 6)
     assert str(sub.wait()).endswith("DONE")
     assert CheckpointStore(md).pointer() == 4

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.files import files_for
 from lda_core.docbatch import DocBatch
 from lda_core.storage.lease import LEASE_FILE, LeaseHeld, ModelLease, check_output_location
 from lda_core.storage.run_log import RUN_LOG_FILE, RunLog, read_run_log
@@ -175,7 +176,7 @@ def test_heartbeat_refreshes_and_notices_a_takeover(tmp_path):
 def test_lease_on_the_object_store(store_root):
     from pipelines.runtime import object_store_files
     model = "fakegs://bucket/models/m"
-    files = object_store_files.files_for(model)
+    files = files_for(model)
     a = ModelLease(model, "a", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
     with pytest.raises(LeaseHeld, match="being written by a by"):
         ModelLease(model, "b", files=files, heartbeat_seconds=0, settle_seconds=0).acquire()
@@ -232,7 +233,7 @@ def test_repair_keeps_a_complete_last_record_and_the_object_store_log(tmp_path, 
     assert [r["event"] for r in read_run_log(p)] == ["start", "end", "step"]
     url = "fakegs://bucket/m/run_log.jsonl"
     from pipelines.runtime import object_store_files
-    files = object_store_files.files_for(url)
+    files = files_for(url)
     files.write_atomic(url, b'{"event": "start"}\n{"event": "st')
     append_records(url, [{"event": "step", "step": 1}])
     assert [r["event"] for r in read_run_log(url)] == ["start", "step"]

@@ -312,7 +312,7 @@ def test_cli_infer_reads_a_model_on_an_object_store(store_root, ds, capsys, tmp_
 def test_beam_trainer_in_process_with_a_model_on_an_object_store(store_root, ds, capsys,
                                                                  local_reference):
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     md = store_root + "/beam"
     assert default_scratch_root(md, runner_config("DirectRunner", [])) == md + "/.beam-scratch"
     beam = ["--runner", "DirectRunner", "--minibatches-per-window", 3]

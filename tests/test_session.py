@@ -287,7 +287,7 @@ def test_scratch_folders_are_fresh_private_and_unpredictable(tmp_path):
     predictable name is never used), mode 0700, owned by this user."""
     from pipelines.runtime import scratch as scratch_space
     from pipelines.runtime.beam_options import runner_config
-    from pipelines.training.beam_train import default_scratch_root
+    from pipelines.training.beam_run import default_scratch_root
     md = str(tmp_path / "model")
     root = default_scratch_root(md, runner_config("DirectRunner", []),
                                 scratch_dir=str(tmp_path / "shm"))

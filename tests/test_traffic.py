@@ -139,7 +139,6 @@ def test_cluster_like_two_workers_report_what_a_step_moves(kos_small, tmp_path, 
     from lda_core.storage.run_log import RunLog, read_run_log
     from pipelines.training import beam_train, beam_window
     from test_beam_train import new_vb
-    monkeypatch.setattr(beam_window, "CHAINED_STEPS", False)
     monkeypatch.setattr(beam_window, "SPILL_STATS", False)
     algo, files = new_vb(kos_small, K=5, S=40, seed=3)
     md = str(tmp_path / "m")
@@ -148,7 +147,7 @@ def test_cluster_like_two_workers_report_what_a_step_moves(kos_small, tmp_path, 
     with RunLog(log) as rl:
         res = beam_train.train(algo, files, md, seed=3, batch_size=40, beam_argv=_mp(2),
                                progress=False, pieces_per_minibatch=2, run_log=rl,
-                               scratch_dir=str(tmp_path / "scratch"))
+                               scratch_dir=str(tmp_path / "scratch"), exchange="state")
     (rec,) = read_run_log(log, "timing")
     nb, steps = rec["bytes"], rec["steps"]
     assert steps == 8

@@ -44,7 +44,7 @@ import uuid
 from typing import Any, Dict, Optional
 
 from lda_core.errors import OutputError
-from lda_core.storage.state import LocalFiles, files_for
+from lda_core.storage.files import files_for, LocalFiles
 
 logger = logging.getLogger(__name__)
 

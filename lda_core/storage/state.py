@@ -59,9 +59,6 @@ class StateFormatError(DataIntegrityError):
     """A state directory that is incomplete, corrupt, or of another format version."""
 
 
-# pipelines/runtime/object_store_files.py still imports these two from here (its owner moves
-# them to lda_core.storage.files; this line goes then)
-from lda_core.storage.files import path_scheme, register_files  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------

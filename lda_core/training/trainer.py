@@ -55,10 +55,6 @@ from lda_core.training.phase_times import PhaseTimes
 from lda_core.training.runner import TrainData
 from lda_core.training.session import open_session, Session, TrainingInterrupted
 from lda_core.training.spec import split_keywords, TrainSpec
-# pipelines/training (shard_stream, beam_train, beam_sequential) imports these two from here;
-# they go once it imports them from lda_core.training.session and .heldout
-from lda_core.training.heldout import HeldOut  # noqa: F401
-from lda_core.training.session import resume_position  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

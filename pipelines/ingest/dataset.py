@@ -35,10 +35,6 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError
 from lda_core.storage.vocab_file import VOCAB_FILE
 from pipelines.runtime import paths
-# pipelines/training still imports these three from here; they go once it imports them
-# from pipelines.runtime.paths
-from pipelines.runtime.paths import (absolute, file_identity,  # noqa: F401
-                                     write_atomic as write_bytes_atomic)
 
 MANIFEST_FILE = "manifest.json"
 TRAIN_SPLIT = "train"

@@ -93,7 +93,7 @@ def _local(path: str) -> str:
     return path
 
 
-from pipelines.runtime.object_store_files import is_remote  # noqa: E402 (the one URL test)
+from pipelines.runtime.paths import is_remote  # noqa: E402 (the one URL test)
 
 #: URL schemes opened with smart-open's transports (Beam has no file system for them); an
 #: ``http(s)://`` input is one file: it is never listed or globbed

@@ -51,6 +51,8 @@ import logging
 import os
 from typing import BinaryIO, Dict, List, Sequence
 
+from lda_core.storage.files import register_files
+
 logger = logging.getLogger(__name__)
 
 _MIME = "application/octet-stream"
@@ -70,13 +72,6 @@ def skip_bucket_metadata_lookups() -> None:
 
 
 skip_bucket_metadata_lookups()
-
-
-def is_remote(path) -> bool:
-    """True for a URL handled by Beam ``FileSystems`` (``gs://``, ``s3://``, ...); a local
-    path or a ``file://`` URL is not. The one test every module uses."""
-    from lda_core.storage.state import path_scheme
-    return path is not None and path_scheme(path) is not None
 
 
 def _fs():
@@ -374,12 +369,4 @@ OBJECT_STORE_FILES = ObjectStoreFiles()
 def register() -> None:
     """Make :class:`ObjectStoreFiles` the file layer of every URL scheme in ``lda_core``
     (idempotent; a layer registered for one scheme explicitly still wins for that scheme)."""
-    from lda_core.storage.state import register_files
     register_files("*", OBJECT_STORE_FILES, replace=False)
-
-
-def files_for(path: str):
-    """The file layer for ``path``: local files or this object-store layer."""
-    register()
-    from lda_core.storage.state import files_for as _files_for
-    return _files_for(path)

@@ -13,8 +13,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from pipelines.runtime import object_store_files
-from pipelines.runtime.object_store_files import is_remote
+from lda_core.storage.files import files_for
+from pipelines.runtime.paths import is_remote
 
 SCRATCH_DIR = ".beam-scratch"
 
@@ -79,7 +79,7 @@ def write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
     if is_remote(path):
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        object_store_files.files_for(path).write_atomic(path, buf.getvalue())
+        files_for(path).write_atomic(path, buf.getvalue())
         return
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
@@ -98,7 +98,7 @@ def write_bytes(path: str, data) -> None:
     upload."""
     parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
     if is_remote(path):
-        object_store_files.files_for(path).write_atomic(path, b"".join(parts))
+        files_for(path).write_atomic(path, b"".join(parts))
         return
     tmp = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     try:
@@ -118,24 +118,24 @@ def npz_source(path: str):
 
 
 def read_bytes(path: str) -> bytes:
-    return object_store_files.files_for(path).read_bytes(path)
+    return files_for(path).read_bytes(path)
 
 
 def make_dirs(path: str) -> None:
     """``os.makedirs(exist_ok=True)`` locally; nothing on an object store."""
-    object_store_files.files_for(path).makedirs(path)
+    files_for(path).makedirs(path)
 
 
 def remove_tree(path: str) -> None:
     """Remove a folder and everything in it, if present (errors ignored)."""
-    object_store_files.files_for(path).remove_tree(path)
+    files_for(path).remove_tree(path)
 
 
 def remove_file(path: str) -> None:
     """Remove one file, if present (errors ignored; on an object store one request, and an
     object that cannot be deleted is reported once by the file layer)."""
     try:
-        object_store_files.files_for(path).remove_file(path)
+        files_for(path).remove_file(path)
     except OSError:
         pass
 
@@ -148,7 +148,7 @@ def remove_files(paths) -> None:
     if not paths:
         return
     if is_remote(paths[0]):
-        object_store_files.files_for(paths[0]).remove_files(paths)
+        files_for(paths[0]).remove_files(paths)
         return
     for p in paths:
         remove_file(p)
@@ -156,7 +156,7 @@ def remove_files(paths) -> None:
 
 def list_names(path: str):
     """Names in a folder (``[]`` when it does not exist; one listing on an object store)."""
-    fs = object_store_files.files_for(path)
+    fs = files_for(path)
     try:
         return fs.listdir(path)
     except OSError:

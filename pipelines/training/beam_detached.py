@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.run_log import append_records, read_run_log, run_log_exists
 from lda_core.training import session as _session
 from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.runtime import scratch as scratch_space
-from pipelines.training import scratch_names
+from pipelines.training import beam_remote, detached
 from pipelines.training import beam_run, beam_state
+from pipelines.training import scratch_names
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_run import WindowSetup
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_steps import LeanDoFn
+from pipelines.training.beam_window import build_window, collect_window
 from pipelines.training.shard_stream import HeldOutShards
 
 logger = logging.getLogger(__name__)
@@ -107,8 +110,6 @@ class FinishWindowFn(LeanDoFn):
             if kind == "error":
                 raise TrainingError(msg)
             return
-        from lda_core.storage.checkpoint import CheckpointStore
-        from pipelines.training.beam_window import collect_window
         infos, algo, error = collect_window(f.steps, f.start_ref, f.run_key, f.scratch)
         records = _Records()
         records.write(f.start_record)
@@ -157,14 +158,12 @@ class _Records:
 def _append_records(path: str, records: Sequence[Dict[str, Any]]) -> None:
     """Append ``records`` to the run log ``path`` in one write (one writer per window at a
     time): :func:`lda_core.storage.run_log.append_records`."""
-    from lda_core.storage.run_log import append_records
     append_records(path, records)
 
 
 def _window_in_log(path: Optional[str], run_key: str):
     """``("end", None)`` / ``("error", message)`` when the run log already holds the window
     ``run_key``'s last record, else None."""
-    from lda_core.storage.run_log import read_run_log, run_log_exists
     if path is None or not run_log_exists(path):
         return None
     for rec in read_run_log(path):
@@ -242,8 +241,6 @@ class FinishRemoteWindowFn(LeanDoFn):
         self.spec = spec
 
     def process(self, _):
-        from lda_core.storage.checkpoint import CheckpointStore
-        from pipelines.training import beam_remote
         f = self.spec
         seen = _window_in_log(f.run_log_path, f.run_key)
         if seen is not None:
@@ -296,7 +293,6 @@ def refused_position(run_log_path: Optional[str], position: int) -> Optional[int
     """The step of the last run-log record of the model when it is an error past
     ``position`` (a detached window of the remote exchange refused it without publishing
     the steps before), else None."""
-    from lda_core.storage.run_log import read_run_log, run_log_exists
     if run_log_path is None or not run_log_exists(run_log_path):
         return None
     last = None
@@ -313,7 +309,6 @@ def refused_position(run_log_path: Optional[str], position: int) -> Optional[int
 def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key: str,
                          run_dir: str, position: int, w_stop: int, runs_here: bool):
     """:func:`submit_window` for the remote exchange."""
-    from pipelines.training import beam_remote
     s = int(setup.run_info.get("staleness", 0))
     run_log_path = getattr(spec.output.run_log, "path", None)
     refused = refused_position(run_log_path, position)
@@ -354,8 +349,6 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     """A detached launch (``BeamSettings.detach``): plan the next window, put its start
     state in the run's scratch folder, build the window's pipeline with
     :class:`FinishWindowFn` at the end and submit it without waiting."""
-    from pipelines.training import detached
-    from pipelines.training.beam_window import build_window
     cfg, position, stop, model_dir = setup.cfg, setup.position, setup.stop, \
         spec.output.model_dir
     runs_here = detached.job_runs_here(cfg.runner, cfg.argv)

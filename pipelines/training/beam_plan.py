@@ -20,6 +20,12 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError
+from lda_core.storage import traffic
+from lda_core.training.ordering import locate_step, n_batches, plan_pass
+from lda_core.training.pieces import piece_bounds
+from pipelines.ingest.shards import gather, read_shard_counted
+from pipelines.runtime import paths
+from pipelines.training import beam_cost
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +49,6 @@ class ReadPlan:
 
     def step_size(self, position: int) -> Tuple[int, int, int]:
         """``(pass index, batch index, documents)`` of global step ``position``."""
-        from lda_core.training.ordering import locate_step, n_batches
         D, S = self.n_docs, self.batch_size
         p, b = locate_step(position, D, S)
         n = S if b < n_batches(D, S) - 1 else D - S * b
@@ -51,7 +56,6 @@ class ReadPlan:
 
     def n_pieces(self, position: int) -> int:
         """Read tasks (non-empty pieces) of step ``position``."""
-        from lda_core.training.pieces import piece_bounds
         return len(piece_bounds(self.step_size(position)[2], self.pieces))
 
     def piece_rows(self, position: int, piece: int) -> List[Tuple[int, np.ndarray]]:
@@ -106,7 +110,6 @@ def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
                 ) -> List[List[Tuple[int, np.ndarray]]]:
     """Cut a minibatch ``[(shard, rows), ...]`` (minibatch order) into ``n_pieces`` runs of
     consecutive documents of nearly equal size."""
-    from lda_core.training.pieces import piece_bounds
     total = sum(len(r) for _, r in members)
     cuts = piece_bounds(total, n_pieces)         # the in-process trainer's pieces
     n_pieces = len(cuts)
@@ -127,7 +130,6 @@ def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
 
 @functools.lru_cache(maxsize=4)
 def _pass_plan(sizes: Tuple[int, ...], seed: int, pass_index: int, batch_size: int):
-    from lda_core.training.ordering import plan_pass
     return plan_pass(sizes, seed, pass_index, batch_size)
 
 
@@ -174,18 +176,14 @@ _SHARD_CACHE_SIZE = 2
 def _read_shard_cached(path: str) -> DocBatch:
     """Whole shard as a DocBatch, cached per process (at most two shards in memory): the rows
     of a minibatch are spread over its shard, so the pieces of a window read the same shards."""
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import read_shard_counted
-    key = dataset.file_identity(path)
+    key = paths.file_identity(path)
     hit = _SHARD_CACHE.get(key)
     if hit is not None:
         _SHARD_CACHE.move_to_end(key)
         return hit
     batch, nbytes = read_shard_counted(path)
-    from pipelines.training import beam_cost
     # what is really read: the Parquet bytes of every shard decoded (a cache hit reads none)
     beam_cost.report("read", 0.0, nbytes)
-    from lda_core.storage import traffic
     traffic.record_in(nbytes, traffic.READ)
     _SHARD_CACHE[key] = batch
     while len(_SHARD_CACHE) > _SHARD_CACHE_SIZE:
@@ -194,7 +192,6 @@ def _read_shard_cached(path: str) -> DocBatch:
 
 
 def read_task(task: ReadTask) -> DocBatch:
-    from pipelines.training.shard_stream import gather
     parts = []
     for path, rows in task.parts:
         shard = _read_shard_cached(path)

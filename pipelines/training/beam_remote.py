@@ -53,12 +53,15 @@ from lda_core.algorithms.word_blocks import (BlockHeader, BlockPartial, block_bo
                                              rows_of_words)
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, StepRefused
-from lda_core.storage import traffic
+from lda_core.storage import npy, traffic
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.pending import array_name, as_bytes_array
+from lda_core.storage.state import TopicState
 from lda_core.training import session as _session
+from lda_core.training.phase_times import PhaseTimes
 from pipelines.runtime import scratch as scratch_space
 from pipelines.training import scratch_names
 from pipelines.training import beam_cost
-from lda_core.training.phase_times import PhaseTimes
 from pipelines.training.beam_plan import ReadPlan, ReadTask, StepPlan, read_task
 from pipelines.training.beam_run import after_window, log_window
 from pipelines.training.beam_stats import decode_stats, encode_stats
@@ -99,7 +102,7 @@ def write_rows(path: str, rows: np.ndarray) -> None:
     """A block's rows as an ``.npy`` file (data only), published whole."""
     rows = np.ascontiguousarray(rows)
     head = io.BytesIO()
-    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(rows))
+    npy.write_header(head, rows.dtype, rows.shape)
     scratch_space.write_bytes(path, [head.getvalue(),
                                      memoryview(rows.reshape(-1).view(np.uint8))])
     traffic.record_out(rows.nbytes, traffic.STATE)
@@ -110,7 +113,7 @@ def read_rows(path: str) -> np.ndarray:
     data = scratch_space.read_bytes(path)     # one request on an object store
     with io.BytesIO(data) as f:
         try:
-            rows = np.load(f, allow_pickle=False)
+            rows = npy.read_array(f)
         except (ValueError, OSError, EOFError) as e:
             raise DataIntegrityError("%s: not a block file (%s); the run's scratch folder was "
                                      "damaged: resume the run" % (path, e)) from None
@@ -905,7 +908,6 @@ def pending_of(start: Start):
 def read_pending(start: Start) -> Dict[str, np.ndarray]:
     """The statistics in flight of a window's end files as the checkpoint's arrays
     (``pending.<m>.<b>``: the encoded statistics of each block, data only)."""
-    from lda_core.storage.pending import array_name, as_bytes_array
     out = {}
     for m in start.pending_minibatches():
         for b in range(start.n_blocks):
@@ -944,8 +946,6 @@ class LazyAlgorithm:
     def load(self):
         if self._algo is None:
             if self._checkpoint is not None:
-                from lda_core.storage.blocks import algorithm_from_state
-                from lda_core.storage.state import TopicState
                 self._algo = algorithm_from_state(TopicState.load(self._checkpoint,
                                                                   row_order=True), take=True)
             else:

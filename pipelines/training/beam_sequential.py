@@ -59,21 +59,29 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
-from pipelines.ingest import dataset
-from pipelines.runtime import scratch as scratch_space
-from pipelines.training import scratch_names
-from pipelines.training import beam_state
-from pipelines.runtime.beam_options import RunnerConfig, runner_config
+from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.state import TopicState
 from lda_core.training import session as _session
+from lda_core.training.ordering import n_batches
 from lda_core.training.runner import TrainData
+from lda_core.training.session import resume_position
 from lda_core.training.session import Session, TrainingError, open_session
 from lda_core.training.spec import Output, TrainSpec, split_keywords
+from lda_core.training.trainer import fit_whole_corpus
+from pipelines.runtime import paths, scratch as scratch_space
+from pipelines.runtime.beam_options import RunnerConfig, runner_config
+from pipelines.training import scratch_names
+from pipelines.training import beam_state
 from pipelines.training.beam_plan import plan_steps, read_task
+from pipelines.training.beam_run import default_scratch_root
 from pipelines.training.beam_steps import METRICS_NAMESPACE
-from pipelines.training.beam_train import (BeamTrainResult, check_shards, default_scratch_root,
+from pipelines.training.beam_train import (BeamTrainResult, check_shards,
                                            resume_from_latest)
 from pipelines.training.beam_window import query_counters
+from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +91,7 @@ _LIVE_LOCK = threading.Lock()
 
 
 def _live_key(run_key: str, path: str) -> str:
-    return "%s|%s" % (run_key, dataset.absolute(path))
+    return "%s|%s" % (run_key, paths.absolute(path))
 
 
 def _put_live(key: str, algo) -> None:
@@ -132,14 +140,10 @@ class SequentialWindow:
 
 def _load_start(window: SequentialWindow):
     """The sampler the window starts from: handed over in memory, or loaded from disk."""
-    from lda_core.algorithms.algorithm import algorithm_class
-    from lda_core.storage.checkpoint import CheckpointStore
-    from lda_core.storage.state import TopicState
-    from lda_core.training.trainer import resume_position
     if window.start_is_checkpoint:
         store = CheckpointStore(window.model_dir)
         ptr = store.pointer_path()
-        if ptr is None or dataset.absolute(ptr) != dataset.absolute(window.start_path):
+        if ptr is None or paths.absolute(ptr) != paths.absolute(window.start_path):
             raise RuntimeError("the latest checkpoint of %s is no longer %s (another run wrote "
                                "into the model directory?)" % (window.model_dir,
                                                               window.start_path))
@@ -156,7 +160,6 @@ def _load_start(window: SequentialWindow):
 
 def _session_in_worker(window: SequentialWindow, position: int) -> Session:
     """The window's session inside the DoFn: it publishes; the driver logs."""
-    from lda_core.storage.checkpoint import CheckpointStore
     store = CheckpointStore(window.model_dir, keep_last=window.keep_last)
     return Session(position=position, output=Output(checkpoint_store=store, progress=False),
                    runner=window.runner, run_info=window.run_info,
@@ -214,8 +217,6 @@ class SequentialWindowFn(beam.DoFn):
         return out
 
     def _gibbs(self, algo, window: SequentialWindow) -> Dict[str, Any]:
-        from lda_core.training.trainer import fit_whole_corpus
-        from pipelines.training.shard_stream import read_docs
         docs = read_docs(list(window.files), window.vocab_hash,
                          columns=("doc_id", "word_ids", "counts"))
         path = fit_whole_corpus(algo, docs, window.sweeps, _session_in_worker(window, 0))
@@ -227,7 +228,6 @@ class SequentialWindowFn(beam.DoFn):
 
 
 def _concat(batches):
-    from lda_core.docbatch import DocBatch
     return DocBatch.concat(batches)
 
 
@@ -316,8 +316,6 @@ class SequentialRunner:
     settings: SequentialSettings = SequentialSettings()
 
     def run(self, spec: TrainSpec, algorithm, data: TrainData, session=None):
-        from lda_core.storage.checkpoint import CheckpointStore
-        from lda_core.training.ordering import n_batches
         t_start = time.time()
         st, sched = self.settings, spec.schedule
         model_dir = spec.output.model_dir
@@ -381,9 +379,10 @@ def _start_state(algorithm, model_dir, cfg, scratch_dir, start_ckpt, position, v
     scratch = scratch_space.new_scratch(scratch_root)
     if start_ckpt is None:
         # the run's starting state, for the first window's DoFn (small for a fresh sampler)
-        start_path = os.path.join(scratch, "initial")
-        _session.stamp(algorithm.to_state(), position, _session.docs_seen(algorithm),
-                       vocab_hash=vh).save(start_path)
+        start_path = scratch_names.initial_state_path(scratch)
+        state = algorithm.to_state()         # a fresh sampler: position 0, nothing seen
+        state.vocab_hash = state.vocab_hash or vh
+        state.save(start_path)
     else:
         start_path = start_ckpt
     if cfg.in_process:
@@ -435,8 +434,6 @@ class _SeqRun:
         if path not in self.known:
             live = _peek_live(_live_key(self.run_key, path))
             if live is None:
-                from lda_core.algorithms.algorithm import algorithm_class
-                from lda_core.storage.state import TopicState
                 state = TopicState.load(path)
                 live = algorithm_class(state.algorithm).from_state(state)
             self.known.clear()

@@ -41,9 +41,13 @@ from typing import Any, Dict, NamedTuple, Optional
 import numpy as np
 
 from lda_core.storage import traffic
-from pipelines.runtime import object_store_files, process_cache, scratch
-
-object_store_files.register()
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.files import files_for
+from lda_core.storage.run_log import jsonable
+from lda_core.storage.state import TopicState
+from pipelines.runtime import process_cache, scratch
+from pipelines.runtime.paths import write_atomic as write_bytes_atomic
+from pipelines.training import beam_cost
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +99,9 @@ _META = "__ldabeam_state_meta__"
 def load_algorithm(path: str):
     """A state -> the algorithm object it describes: a published checkpoint directory
     (``TopicState.load``: version, shapes and checksums verified) or a scratch file."""
-    from lda_core.storage.blocks import algorithm_from_state
     if path.endswith(SCRATCH_SUFFIX):
         state = load_scratch(path)
     else:
-        from lda_core.storage.state import TopicState
         # word blocks read in row order: the algorithm takes them as they are
         state = TopicState.load(path, row_order=True)
         traffic.record_in(state.nbytes(), traffic.STATE)
@@ -116,7 +118,6 @@ def save_scratch(algorithm, path: str) -> str:
     (never resumed from; a killed run's scratch is deleted unread). Measured at K=100,
     V=29,403 on this machine: ~0.9 s for ``TopicState.save`` (sha256 + fsync of 24 MB) vs a
     few tens of ms here. Data only: read back with ``allow_pickle=False``."""
-    from lda_core.storage.run_log import jsonable
     # written out at once: the algorithm's own arrays where it can hand them over uncopied
     state = algorithm.to_state(copy=False)
     meta = dict(algorithm=state.algorithm, n_topics=state.n_topics, n_words=state.n_words,
@@ -137,7 +138,6 @@ def _npz_bytes(arrays) -> int:
 
 
 def load_scratch(path: str):
-    from lda_core.storage.state import TopicState
     with np.load(scratch.npz_source(path), allow_pickle=False) as z:
         raw = z[_META]
         meta = json.loads(bytes(raw).decode("utf-8"))
@@ -162,7 +162,6 @@ def acquire(ref: StateRef, n_threads: Optional[int] = None):
 
         def load():
             logger.info("loading state %s from %s (pid %d)", ref.key, ref.path, os.getpid())
-            from pipelines.training import beam_cost
             t0 = time.perf_counter()
             held = process_cache.Held(load_algorithm(ref.path))
             beam_cost.report("state_delivery", time.perf_counter() - t0, state_file_size(ref.path))
@@ -193,8 +192,6 @@ def private_copy(algorithm):
 
 
 def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
-    from lda_core.storage.run_log import jsonable
-    from pipelines.ingest.dataset import write_bytes_atomic
     data = json.dumps(jsonable(obj), sort_keys=True).encode("utf-8")
     write_bytes_atomic(path, data)
     traffic.record_out(len(data), traffic.INFO)
@@ -202,7 +199,7 @@ def write_json_atomic(path: str, obj: Dict[str, Any]) -> None:
 
 def read_json(path: str) -> Optional[Dict[str, Any]]:
     """The JSON object at ``path`` (local or an object store), or None when it does not exist."""
-    fs = object_store_files.files_for(path)
+    fs = files_for(path)
     if not fs.exists(path):
         return None
     data = fs.read_bytes(path)

@@ -50,6 +50,7 @@ from apache_beam.coders import Coder
 
 from lda_core.algorithms.algorithm import SuffStats
 from lda_core.storage import traffic
+from pipelines.training import beam_cost
 
 _MAGIC_BYTES = b"SB"     # stats serialised by the class's own to_bytes
 _MAGIC_SPILLED = b"SF"   # a SpilledStats reference (the statistics are in a file)
@@ -209,7 +210,6 @@ def stats_nbytes(stats) -> int:
 
 def _costed(phase: str, fn, arg):
     """``fn(arg)``, its seconds (and the encoded bytes) reported as ``phase``'s cost."""
-    from pipelines.training import beam_cost
     t0 = time.perf_counter()
     out = fn(arg)
     beam_cost.report(phase, time.perf_counter() - t0,
@@ -369,7 +369,6 @@ def merge_in_order(pieces: Dict[int, Any], total: Optional[Any] = None) -> Optio
     """``total`` (if any) merged with the pieces in piece-id order (canonical order:
     bundling-independent sums): what :class:`StatsCombineFn` outputs. Loading spilled pieces
     and merging are reported as the ``stats_decode`` / ``stats_combine`` costs."""
-    from pipelines.training import beam_cost
     t0 = time.perf_counter()
     total = unspill(total)
     order = sorted(pieces)
@@ -410,7 +409,6 @@ def sum_in_order(pieces: Dict[int, Any]):
     global step itself); otherwise the merged statistics."""
     order = sorted(pieces)
     if order and all(isinstance(pieces[p], SpilledStats) for p in order):
-        from pipelines.training import beam_cost
         t0 = time.perf_counter()
         segs = [pieces[p].segment() for p in order]
         lazy = (segs[0][0].lazy_sum([s[1:] for s in segs], verify=False)

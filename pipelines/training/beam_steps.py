@@ -22,7 +22,7 @@ from pipelines.runtime import memory, scratch as scratch_space
 from pipelines.training import scratch_names
 from pipelines.training import beam_cost, beam_state
 from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_stats import StatsCombineFn, encode_stats, spill_stats
+from pipelines.training.beam_stats import spill_stats, StatsCombineFn
 
 logger = logging.getLogger(__name__)
 from pipelines.training.beam_plan import ReadTask, StepPlan, read_task

@@ -51,29 +51,34 @@ from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from lda_core.algorithms.algorithm import StochasticAlgorithm
 from lda_core.errors import InputError, UsageError
+from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.training import session as _session
 from lda_core.training import pieces as pieces_mod
 from lda_core.training import staleness as staleness_mod
+from lda_core.training.ordering import n_batches
 from lda_core.training.phase_times import PhaseTimes
-from lda_core.training.session import Session, TrainingError  # noqa: F401 (what the Beam trainers raise)
+from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
 from lda_core.training.runner import TrainData
-from lda_core.training.session import open_session
-from lda_core.training.spec import TrainSpec, split_keywords
+from lda_core.training.session import resume_position
+from lda_core.training.session import open_session, Session
+from lda_core.training.spec import split_keywords, TrainSpec
 from lda_core.training.trainer import TrainResult
+from pipelines.ingest import dataset
+from pipelines.ingest.shards import shard_row_counts
 from pipelines.runtime import scratch as scratch_space
-from pipelines.training import beam_state
-from pipelines.runtime.beam_options import RunnerConfig, runner_config
-from pipelines.training.beam_state import StateRef
-from pipelines.training.beam_plan import StepPlan, plan_steps
+from pipelines.runtime.beam_options import runner_config, RunnerConfig
+from pipelines.training import beam_state, scratch_names
 from pipelines.training.beam_chain import PARALLEL_PHASES
-from pipelines.training.beam_detached import (  # noqa: F401 (SubmittedWindow: what train returns)
-    HeldOutShards, SubmittedWindow, submit_window)
-from pipelines.training.beam_run import (  # noqa: F401 (API)
-    WindowSetup, after_window, default_scratch_root, log_window, start_record)
-from pipelines.training import scratch_names
-from pipelines.training.beam_window import run_pipeline, run_unrolled
+from pipelines.training.beam_detached import HeldOutShards, submit_window
+from pipelines.training.beam_plan import plan_steps
 from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
+from pipelines.training.beam_run import (after_window, default_scratch_root, log_window,
+                                         start_record, WindowSetup)
+from pipelines.training.beam_state import StateRef
+from pipelines.training.beam_window import run_pipeline, run_unrolled
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +107,6 @@ class BeamTrainResult(TrainResult):
 
 
 def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
-    from lda_core.algorithms.algorithm import StochasticAlgorithm
     if not model_dir:
         raise UsageError("--output MODEL_DIR is required (the model directory to write)")
     if not isinstance(algorithm, StochasticAlgorithm):
@@ -119,8 +123,6 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
 def check_shards(algorithm, files: Sequence[str]):
     """(files, documents per file, vocabulary hash) of a non-empty shard set whose vocabulary
     is ``algorithm``'s; a clear error before any work otherwise (both Beam trainers)."""
-    from pipelines.ingest import dataset
-    from pipelines.training.shard_stream import shard_row_counts
     files = list(files)
     if not files:
         raise FileNotFoundError("no shard files to train on (empty shard set)")
@@ -142,7 +144,6 @@ def resume_from_latest(checkpoint_store, algorithm, vocab_hash, position: int):
 
 def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     """:func:`resume_from_latest` and the checkpoint's run information (``info["run"]``)."""
-    from lda_core.training.trainer import resume_position
     found = checkpoint_store.latest_checkpoint(row_order=True)
     if found is None:
         return algorithm, position, None, {}
@@ -150,7 +151,6 @@ def _resume(checkpoint_store, algorithm, vocab_hash, position: int):
     state.validate(algorithm=algorithm.name, n_topics=algorithm.n_topics,
                    n_words=algorithm.n_words, vocab_hash=vocab_hash)
     if state.step != getattr(algorithm, "step", state.step):
-        from lda_core.storage.blocks import algorithm_from_state
         algorithm = algorithm_from_state(state, take=True)
     position = resume_position(state)
     logger.info("resuming from checkpoint %s (position %d)", ck.path, position)
@@ -164,7 +164,6 @@ def default_pieces(cfg: RunnerConfig) -> int:
     or worker processes: :data:`~lda_core.training.pieces.DEFAULT_PIECES` (2), as the in-process
     trainer. Remote runners: at least one piece per worker the first run may use
     (``--num_workers`` / ``--max_num_workers``), so the E-step spreads over them."""
-    from lda_core.training.pieces import DEFAULT_PIECES, MAX_PIECES, REMOTE_MIN_PIECES
     if cfg.local:
         return DEFAULT_PIECES
     workers = [cfg.num_workers]
@@ -296,7 +295,7 @@ class BeamRunner:
     ``checkpoint_every`` is accepted for the CLI's sake: the Beam trainer publishes a
     checkpoint at the end of every window. ``eval_every``: held-out evaluation at the end of a
     window in which a multiple of it was reached (and at the end). The held-out set: a
-    :class:`lda_core.training.trainer.HeldOut`, or a :class:`HeldOutShards` (read when
+    :class:`lda_core.training.heldout.HeldOut`, or a :class:`HeldOutShards` (read when
     evaluated). ``pass_stop`` (``--passes auto``; not with ``detach``): windows end at pass
     ends at the latest, where :func:`after_window` feeds the held-out score to the rule, and
     the run stops when it says so. ``resume``: continue from the latest checkpoint."""
@@ -311,7 +310,6 @@ class BeamRunner:
     def setup(self, spec: TrainSpec, algorithm, data: TrainData):
         """The run's :class:`WindowSetup` and the algorithm to start from (the latest
         checkpoint's when resuming)."""
-        from lda_core.training.ordering import n_batches
         t_start = time.time()
         st, sched = self.settings, spec.schedule
         _check_settings(spec, st)
@@ -367,7 +365,6 @@ def _store(spec: TrainSpec):
     """The spec's checkpoint store (one in its model directory when it names none)."""
     if spec.output.checkpoint_store is not None:
         return spec.output.checkpoint_store
-    from lda_core.storage.checkpoint import CheckpointStore
     return CheckpointStore(spec.output.model_dir)
 
 

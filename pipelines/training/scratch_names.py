@@ -14,7 +14,8 @@ hand over between processes:
 * the local exchange's marks (:mod:`pipelines.training.beam_chain`: ``chain-<mark>``, e.g. the
   claim of a piece ``chain-claim-piece-<position>-<piece>``, a freed step's
   ``chain-gone-<position>``);
-* the stream-order samplers' window results (``result-<position>.json``).
+* the stream-order samplers' window results (``result-<position>.json``) and a fresh
+  sampler's starting state (``initial``).
 
 Checkpoint names are :mod:`lda_core.storage.checkpoint`'s.
 """
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pipelines.runtime import object_store_files
+from lda_core.storage.files import files_for
 
 
 def _join(folder: str, name: str) -> str:
-    return object_store_files.files_for(folder).join(folder, name)
+    return files_for(folder).join(folder, name)
 
 
 def state_path(folder: str, position: int) -> str:
@@ -80,3 +81,8 @@ def chain_mark(name: str) -> str:
     """The file name of the local exchange's mark ``name`` (a claim is ``claim-<name>``);
     a name that is a prefix gives the prefix of the marks it begins."""
     return "chain-" + name
+
+
+def initial_state_path(folder: str) -> str:
+    """A fresh stream-order sampler's starting state (a state directory)."""
+    return _join(folder, "initial")

@@ -18,12 +18,12 @@ import numpy as np
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, UsageError
+from lda_core.training.heldout import HeldOut
 from lda_core.training.ordering import PassPlan, locate_step, n_batches, plan_pass
 from lda_core.training.trainer import Minibatch
 from pipelines.ingest import dataset
 from pipelines.ingest.doc_sample import sample_documents
-from pipelines.ingest.shards import (  # noqa: F401 (API)
-    TRAIN_COLUMNS, gather, read_shard, read_shard_counted, shard_row_counts)
+from pipelines.ingest.shards import gather, read_shard, shard_row_counts, TRAIN_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,6 @@ def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
     try:
         batch.check_vocab(int(n_words))
     except ValueError as e:
-        from lda_core.errors import InputError
         raise InputError("shard %s: %s; vectorise it with the model's vocabulary (`ldabeam "
                          "vectorize --vocab`)" % (path, e)) from None
 
@@ -171,7 +170,7 @@ class HeldOutShards:
     the worker instead of carrying the documents in the graph; in-process and waiting Beam
     runs load them at once. ``health_files``: the training shards whose seeded sample topic
     health is measured on (``pipelines.ingest.doc_sample``). ``load()`` gives the
-    :class:`lda_core.training.trainer.HeldOut` to evaluate on (None when it is empty)."""
+    :class:`lda_core.training.heldout.HeldOut` to evaluate on (None when it is empty)."""
     files: Tuple[str, ...]
     vocab_hash: Optional[str]
     max_docs: Optional[int]
@@ -179,7 +178,6 @@ class HeldOutShards:
     health_files: Tuple[str, ...] = ()
 
     def load(self):
-        from lda_core.training.trainer import HeldOut
         held = HeldOut.from_batch(read_docs(list(self.files), self.vocab_hash,
                                             max_docs=self.max_docs), seed=self.seed)
         if self.health_files:
