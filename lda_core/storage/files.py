@@ -19,6 +19,7 @@ import uuid
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Union
 
 from lda_core.errors import InputError, SpecialFileError
+from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class LocalFiles:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("atomic-written")    # a test's kill point: complete, not yet renamed
             os.replace(tmp, path)
             _fsync_dir(d)
         except OSError as e:
