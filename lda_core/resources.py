@@ -93,11 +93,12 @@ def largest_topics_that_fit(n_words: int, bytes_per_cell: float, available: int,
 
 def check_run_memory(n_topics: int, n_words: int, bytes_per_cell: float, what: str,
                      available: Optional[int] = None,
-                     overhead: int = RUN_OVERHEAD_BYTES) -> int:
+                     overhead: int = RUN_OVERHEAD_BYTES, option: str = "--topics ") -> int:
     """The estimated peak bytes of a training run (:func:`run_memory_estimate`);
     ResourceError naming the estimate, how it is counted, the memory available and the
     largest K that fits when it exceeds what is available. ``what``: the run (e.g.
-    "training scvb0"). ``available`` (bytes) overrides :func:`available_memory`."""
+    "training scvb0"); ``option``: what sets K, written before its value (``"--topics "``,
+    ``"n_components="``). ``available`` (bytes) overrides :func:`available_memory`."""
     need = run_memory_estimate(n_topics, n_words, bytes_per_cell, overhead)
     avail = available_memory() if available is None else int(available)
     if avail is not None and need > avail:
@@ -105,10 +106,10 @@ def check_run_memory(n_topics: int, n_words: int, bytes_per_cell: float, what: s
         raise ResourceError(
             "%s with K = %d topics x V = %d words needs about %s at its peak (every copy of "
             "the state it holds: %.0f bytes per topic-word cell, about %.1f float64 copies of "
-            "K x V, plus %s) but %s of memory is available; %s, or shrink the vocabulary "
+            "K x V, plus %s) but %s of memory is available; %s, or use a smaller vocabulary "
             "(vectorize --keep-n / --no-below)"
             % (what, n_topics, n_words, _human(need), bytes_per_cell, bytes_per_cell / 8.0,
                _human(overhead), _human(avail),
-               "the largest K that fits is %d (--topics %d)" % (fit, fit) if fit
+               "the largest K that fits is %d (%s%d)" % (fit, option, fit) if fit
                else "not even one topic fits"))
     return need

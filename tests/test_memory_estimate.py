@@ -9,8 +9,10 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+import ldabeam
 from lda_core import resources
 from lda_core.algorithms.algorithm import ALGORITHMS as REGISTRY, algorithm_class
 from lda_core.errors import ResourceError
@@ -143,3 +145,15 @@ def test_i8_every_algorithm_declares_more_than_one_copy():
     evaluation and its counts once filled)."""
     for name in REGISTRY:
         assert algorithm_class(name).RUN_BYTES_PER_CELL >= 16, name
+
+
+@pytest.mark.parametrize("estimator", ["OnlineLDA", "SCVB0LDA"])
+def test_i8_the_python_estimators_check_the_same_estimate(monkeypatch, estimator):
+    """Item 8 in the Python API: a scikit-learn style fit that does not fit is refused before
+    K x V is allocated, naming n_components= and the largest that fits."""
+    monkeypatch.setattr(resources, "available_memory", lambda: 1 << 30)
+    cls = getattr(ldabeam, estimator)
+    with pytest.raises(ResourceError, match=r"K = 200000 topics x V = 3000 words needs about "
+                                            r".* the largest K that fits is \d+ "
+                                            r"\(n_components=\d+\)"):
+        cls(n_components=200000).fit(np.ones((5, 3000)))
