@@ -138,6 +138,21 @@ def test_i7_a_lone_surrogate_is_a_counted_dead_letter(tmp_path, capsys):
     assert c["dead_letters"] == 1 and c["documents_kept"] == 2, c
 
 
+def test_i7_a_lone_surrogate_is_a_counted_dead_letter_of_infer(world, tmp_path, capsys):
+    """Item 7: the same line given to `infer --input`: exit 0, the other document inferred,
+    the surrogate's line counted in the summary's dead letters."""
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"id": "a", "text": "war \\ud800 army"}\n'
+                   '{"id": "b", "text": "war army peace treaty"}\n')
+    out = str(tmp_path / "inf")
+    rc, o, err = run(capsys, "infer", "--model", world["m"], "--input", str(src), "--format",
+                     "jsonl", "--output", out)
+    assert rc == 0, err[-3000:]
+    with open(os.path.join(out, "_summary.json")) as f:
+        summary = json.load(f)
+    assert summary["dead_letters"] == 1 and summary["documents"] == 1, summary
+
+
 # ----------------------------------------------------------------------------- item 6
 
 def _edit_array(ckpt, name, change):
