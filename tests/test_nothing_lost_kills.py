@@ -123,3 +123,21 @@ def test_kills_and_ctrl_c_leave_no_partial_file_under_a_final_name(world, tmp_pa
                 if name != "export-gensim" or sig == "INT":
                     break                   # one file (or one interrupt) tells it
     assert cases >= MIN_KILLS, cases
+
+
+@pytest.mark.parametrize("command", ["vectorize", "infer"])
+def test_a_kill_while_marking_the_folder_does_not_block_the_rerun(world, tmp_path, command):
+    """A directory writer killed while it writes its folder's marker (the first atomic write)
+    leaves the marker's temporary sibling; the same command run again, without --overwrite,
+    removes it and writes its output (it was refused as 'a file this command did not write')."""
+    out = str(tmp_path / "out")
+    argv = {"vectorize": ["vectorize", "--input", SAMPLE, "--format", "jsonl", "--output", out,
+                          "--no-below", "3", "--keep-n", "3000"],
+            "infer": ["infer", "--model", world["m"], "--shards", world["ds"], "--split",
+                      "heldout", "--output", out]}[command]
+    rc, err = killed_run(argv, "atomic-written:1", str(tmp_path))
+    assert rc == KILLED, err[-2000:]
+    left = os.listdir(out)
+    assert [n for n in left if n.startswith("." + output_paths.MARKER_FILE + ".tmp-")], left
+    assert cli.main(argv) == 0
+    assert [n for n in os.listdir(out) if ".tmp-" in n] == []

@@ -273,6 +273,11 @@ def clear_output(output: str, kind: str, overwrite: bool, option: str = "--outpu
         return
     present = [r for r in _walk(files, output) if r not in (LEASE_FILE, MARKER_FILE)
                and not r.startswith(LEASE_FILE + ".")]
+    # a writer killed while marking the folder left the marker's temporary sibling: ours,
+    # never data (a fixed name and 32 hex digits), and it marks nothing, so it goes
+    for r in [r for r in present if _is_temp_of(r, {MARKER_FILE})]:
+        files.remove_file(files.join(output, r))
+        present.remove(r)
     if not present:
         return
     have = kind_of(output, files)
