@@ -57,6 +57,7 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.files import files_for
+from lda_core.storage import output_paths
 from lda_core.storage.lease import ModelLease
 from lda_core.storage.vocab_file import DOCS_KEY, grown_vocab_name, LINEAGE_KEY, Vocabulary
 from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
@@ -79,6 +80,9 @@ UPDATABLE = ("online-vb", "scvb0")
 #: what a state's word-major topic-word array is called, per algorithm (grow_vocab extends it)
 _WORD_ROWS = {"online-vb": "ntilde", "scvb0": "ntilde"}
 STATE_FILE = "state.json"
+#: the files save() writes beside checkpoints/ (a folder holding one is not saved into unless
+#: it is a model)
+MODEL_FILES = (dataset.VOCAB_FILE, manifest.TOKENIZER_FILE)
 #: documents per shard of an update's order (and of the dataset a Beam update writes)
 UPDATE_SHARD_DOCS = 50_000
 _UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's seed apart from other uses
@@ -509,6 +513,16 @@ class LdaModel:
         if not isinstance(model_dir, str) or not model_dir:
             raise UsageError("save needs a model directory path, got %r" % (model_dir,))
         target = paths.absolute(model_dir)
+        # the output rules of the command line (lda_core.storage.output_paths): never into a
+        # dataset, inference results or a folder inside any output; no file of another
+        # writer replaced
+        output_paths.check_place(target, "model", option="LdaModel.save")
+        if output_paths.kind_of(target) is None and paths.isdir(target):
+            theirs = [n for n in MODEL_FILES if paths.exists(paths.join(target, n))]
+            if theirs:
+                raise OutputError("LdaModel.save %s holds %s, which is not a model's: a model "
+                                  "would replace it; save to a new or empty directory"
+                                  % (model_dir, theirs[0]))
         store = CheckpointStore(target)
         if store.list_checkpoints() and (self.model_dir is None or
                                          paths.absolute(self.model_dir) != target):

@@ -52,6 +52,10 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # what an interrupted command leaves behind, beyond "nothing half-written is published"
 INTERRUPT_HINTS = {
     "train": "the latest published checkpoint stays the latest; --resume continues from it",
+    # an update publishes its checkpoint only at its end (--resume is refused with --update)
+    "train --update": "the model is unchanged (an update publishes its checkpoint at its "
+                      "end); run the same `ldabeam train --update` again (on a Beam runner "
+                      "it continues from where it stopped)",
     "stream": "the latest published checkpoint stays the latest; start the stream again to "
               "continue from it",
 }
@@ -250,7 +254,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             code = _run(argv, command)
         except BaseException as e:       # noqa: B036 (SystemExit and the like are re-raised)
-            code = _report(command, e)
+            code = _report(command, e, "train --update" if command == "train" and
+                           "--update" in argv else command)
     if process_entry:
         _ignore_signals_while_exiting()
         if code in EXIT_SIGNAL.values():
@@ -284,16 +289,17 @@ def _ignore_signals_while_exiting() -> None:
         pass
 
 
-def _report(command: Optional[str], e: BaseException) -> int:
-    """Print what went wrong (see :func:`main`) and return the exit code."""
+def _report(command: Optional[str], e: BaseException, mode: Optional[str] = None) -> int:
+    """Print what went wrong (see :func:`main`) and return the exit code; ``mode`` names the
+    command's mode for the interrupt hint (``"train --update"``)."""
     log = logging.getLogger(__name__)
     root = root_error(e)
     if isinstance(root, KeyboardInterrupt):
         sig = signal.SIGTERM if isinstance(root, Terminated) else signal.SIGINT
         log.debug("interrupted", exc_info=e)
-        hint = INTERRUPT_HINTS.get(command, "outputs that were not finished are not "
-                                            "published (no manifest or summary); run the "
-                                            "command again")
+        hint = INTERRUPT_HINTS.get(mode or command, "outputs that were not finished are not "
+                                                    "published (no manifest or summary); run "
+                                                    "the command again")
         print("ldabeam %s: interrupted (%s); %s" % (command, signal.Signals(sig).name, hint),
               file=sys.stderr)
         return EXIT_SIGNAL[sig]

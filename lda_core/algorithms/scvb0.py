@@ -211,8 +211,13 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
+    # measured 55 to 61 bytes a cell above the process's resident memory before the run, seven
+    # to eight float64 copies of K x V, at K = 500 and 2000 on V = 3000
+    RUN_BYTES_PER_CELL = 72.0
     stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
+    NONNEGATIVE_ARRAYS = ("ntilde", "nz")
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
     _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)
 

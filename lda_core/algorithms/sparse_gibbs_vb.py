@@ -90,7 +90,13 @@ class SparseGibbsVB(StochasticAlgorithm):
     """Sparse Gibbs-within-VB on the local/global-step interface (module docstring)."""
 
     name = "sparse-gibbs-vb"
+    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
+    # measured under 2 bytes a cell after two steps (its counts are sparse and fill as tokens
+    # arrive); counted as two float64 copies of K x V, for the dense topic-word matrix a
+    # checkpoint or an evaluation builds and the counts once filled
+    RUN_BYTES_PER_CELL = 16.0
     stats_type = SparseGibbsStats
+    NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)

@@ -52,7 +52,7 @@ from lda_core.errors import ResourceError, TrainingError, UsageError
 from lda_core.faults import fault_point
 from lda_core.storage.blocks import algorithm_from_state, copy_blocks, state_from_block_files
 from lda_core.storage.files import files_for, LocalFiles
-from lda_core.storage.state import RowBlocks, StateFormatError, TopicState
+from lda_core.storage.state import RowBlocks, StateFormatError, TopicState, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -82,27 +82,18 @@ def checkpoint_name(step: int) -> str:
     return "step-%09d" % int(step)
 
 
-def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
-    """ValueError naming each float array of ``state`` that holds NaN or +inf (scanned in
-    chunks of ``chunk`` values: no full-size temporaries)."""
+def check_state_finite(state: TopicState) -> None:
+    """TrainingError naming each float array of ``state`` that holds NaN or +inf (scanned in
+    bounded chunks: no full-size temporaries)."""
     bad = []
     for name in sorted(state.arrays):
         v = state.arrays[name]
         # word blocks held as arrays are scanned here, those in files while they are copied
         parts = ([p for p in v.parts if isinstance(p, np.ndarray)] if isinstance(v, RowBlocks)
                  else [np.asarray(v)])
-        n_nan = n_inf = 0
-        for a in parts:
-            if a.dtype.kind not in "fc":
-                continue
-            flat = a.reshape(-1)
-            for s in range(0, flat.size, chunk):
-                blk = flat[s:s + chunk]
-                n_nan += int(np.count_nonzero(np.isnan(blk)))
-                n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c"
-                                                          else blk)))
-        if n_nan or n_inf:
-            bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
+        problem = value_problem(name, parts)
+        if problem is not None:
+            bad.append(problem)
     if bad:
         raise TrainingError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
                             "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))

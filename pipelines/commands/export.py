@@ -23,7 +23,8 @@ import numpy as np
 
 from lda_core.errors import OutputError, UsageError
 from lda_core.storage.npy import write_npy_atomic
-from lda_core.storage.output_paths import check_disjoint
+from lda_core.storage.output_paths import (check_disjoint, check_file_output,
+                                             check_not_inside_output, PYLDAVIS_NAMES)
 from lda_core.storage.vocab_file import DOCS_KEY, Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
@@ -56,16 +57,28 @@ def add_arguments(p) -> None:
                         "are always verified against it")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier export of the same format at --output (a file "
+                        "of any other kind is never replaced)")
+
+
+def _inputs(args) -> list:
+    """What an export reads: it never replaces nor lands inside them."""
+    return ([args.model, paths.model_dir_of(args.model)] if args.model else []) + [args.shards]
 
 
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output PATH is required")
-    # an export never replaces nor lands inside the model or the documents it reads
-    if args.model:
-        check_disjoint(args.output, [args.model, paths.model_dir_of(args.model),
-                                     args.shards])
-    if args.format in ("gensim", "pyldavis"):
+    if not args.model:
+        raise UsageError("--model MODEL_DIR is required")
+    if args.format == "pyldavis":
+        return _run_other(args)
+    # the output rules of a file output (lda_core.storage.output_paths), before any work
+    check_file_output(args.output, args.format, _inputs(args), args.overwrite,
+                      side_files=exports.gensim_side_files(args.output)
+                      if args.format == "gensim" else ())
+    if args.format == "gensim":
         return _run_other(args)
     algo, state, _ = load_model(args.model)
     phi = np.asarray(algo.topic_word(), dtype=np.float64)
@@ -96,6 +109,11 @@ def _run_other(args) -> int:
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
+    check_disjoint(args.output, _inputs(args))
+    check_not_inside_output(args.output)
+    for name in PYLDAVIS_NAMES:
+        check_file_output(os.path.join(args.output, name), "pyldavis", _inputs(args),
+                          args.overwrite)
     model_dir = paths.model_dir_of(args.model)
     shards = args.shards or training_shards(model_dir, state.info)
     if not shards:

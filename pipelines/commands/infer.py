@@ -58,7 +58,8 @@ def add_arguments(p) -> None:
     add_field_arguments(g, defaults=False)
     g.add_argument("--encoding", default=None, help="text encoding of --input")
     g.add_argument("--encoding-errors", default=None, choices=["strict", "replace", "ignore"],
-                   help="replace: undecodable bytes become U+FFFD (counted); strict: such a "
+                   help="replace: undecodable bytes become U+FFFD, ignore: they are dropped "
+                        "(both counted); strict: such a "
                         "record is skipped and counted as a dead letter")
     g = p.add_argument_group("inference")
     g.add_argument("--top-n", type=int, default=3, help="topics listed in top_topics")

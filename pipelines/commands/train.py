@@ -35,6 +35,7 @@ from lda_core.faults import fault_point
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CHECKPOINTS, CheckpointStore
 from lda_core.storage.files import files_for
+from lda_core.storage.output_paths import LABELS_FILE
 from lda_core.storage.run_log import iter_run_log, RUN_LOG_FILE, RunLog
 from lda_core.storage.vocab_file import GROWN_PREFIX, Vocabulary
 from lda_core.training import pieces as pieces_mod
@@ -48,8 +49,9 @@ from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCor
 from pipelines.commands import train_options
 from pipelines.commands.train_plan import print_plan
 from pipelines.commands.train_summary import print_detached, print_summary
-from pipelines.commands.train_update import run_update
+from pipelines.commands.train_update import run_update, UPDATING
 from pipelines.ingest import dataset, manifest
+from pipelines.ingest.manifest import TOKENIZER_FILE
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import runner_config
 from pipelines.runtime.remote_checks import check_command
@@ -65,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs, and the inputs
 # it must neither contain nor lie inside (pipelines.cli, lda_core.storage.lease)
-MODEL_DIR = ("output", ("shards", "vocab"))
+MODEL_DIR = ("output", ("shards", "vocab", "input"))
 
 
 def check_launch(args, beam_argv) -> None:
@@ -174,8 +176,10 @@ def _remove_model(model_dir: str) -> None:
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
     grown = [n for n in files.listdir(model_dir)
              if n.startswith(GROWN_PREFIX) and n.endswith(".tsv")]   # a stopped --grow-vocab's
-    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE] + grown:
+    # the labels name the old model's topics: a new model's topic k is another topic
+    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE, TOKENIZER_FILE, LABELS_FILE] + grown:
         files.remove_file(files.join(model_dir, name))
+    files.remove_tree(files.join(model_dir, UPDATING))      # a stopped Beam update's scratch
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
 

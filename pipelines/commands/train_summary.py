@@ -39,7 +39,11 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
 
 
 def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
-    step = getattr(res, "step", getattr(algo, "step", None))
+    # the global step the checkpoint is named by; the run's position in its minibatch order
+    # differs from it after an update (whose steps lie outside that order)
+    position = getattr(res, "step", getattr(algo, "step", None))
+    step = getattr(getattr(res, "algorithm", None), "step", None)
+    step = position if step is None else step
     out = sys.stdout
     planned = ("--passes auto: at most %d passes" % stream.passes if pass_stop is not None
                else "%d passes planned" % stream.passes)
@@ -57,8 +61,11 @@ def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
                      ", the last" if b == len(pass_stop.scores) - 1 else
                      ", the best; the later passes' checkpoints were removed"), file=out)
     if res is not None and hasattr(res, "elapsed"):
-        print("  step %s (%d this run), %d documents seen, %.1f s"
-              % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)
+        print("  step %s (%d this run%s), %d documents seen, %.1f s"
+              % (step, res.steps_run, "" if position == step else
+                 "; %d step(s) of updates outside the run's minibatch order, whose position "
+                 "is %s" % (int(step) - int(position), position),
+                 res.docs_seen, res.elapsed), file=out)
         m = res.metrics or {}
         if "completion_ll_per_token" in m:
             print("  held-out document completion: %.4f log-likelihood/token (perplexity %.1f)"

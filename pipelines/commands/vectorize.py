@@ -171,9 +171,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
     rd.add_argument("--encoding-errors", default="replace",
                     choices=["strict", "replace", "ignore"],
-                    help="replace: an undecodable byte becomes U+FFFD (counted in the "
-                         "manifest as replaced_characters); strict: a record with invalid "
-                         "bytes goes to the dead letters")
+                    help="replace: an undecodable byte becomes U+FFFD; ignore: it is "
+                         "dropped (both counted in the manifest as replaced_characters); "
+                         "strict: a record with invalid bytes goes to the dead letters")
     rd.add_argument("--strip-headers", action="store_true",
                     help="drop e-mail headers up to the first blank line (20 Newsgroups)")
     rd.add_argument("--strip-quotes", action="store_true",
@@ -248,20 +248,16 @@ def run(args, beam_argv) -> int:
         raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
     # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import summary, vectorize
+    from pipelines.ingest.vectorize_output import nothing_kept_message
     opts = options_from_args(args)
     if getattr(args, "detach", False):
         return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
     counts = manifest.get("counts", {})
-    if not counts.get("documents_kept"):
-        raise InputError("no document was kept from %s (%d read: %d empty, %d too short, %d "
-                         "empty after pruning, %d dead letters in %s/deadletter): there is "
-                         "nothing to train on; check --input, --format and the pruning options"
-                         % (", ".join(opts.inputs), counts.get("documents_read", 0),
-                            counts.get("empty_documents", 0), counts.get("too_short", 0),
-                            counts.get("empty_after_pruning", 0),
-                            counts.get("dead_letters", 0), opts.output))
+    if not counts.get("documents_kept"):     # the pipeline refuses to publish such a run
+        raise InputError(nothing_kept_message(counts, opts.inputs, opts.output,
+                                              counts.get("dead_letters", 0)))
     return 0
 
 

@@ -45,7 +45,7 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 from lda_core.errors import InputError, UsageError
 from lda_core.storage import output_paths
 from lda_core.storage.vocab_file import Vocabulary
-from pipelines.ingest import (bigquery_source, bow_sources, dataset, input_files,
+from pipelines.ingest import (bigquery_source, bow_sources, input_files,
                               manifest as dataset_manifest, splits, text_sources, wiki_source)
 from pipelines.ingest.phrases import check_settings, learn_phrases
 from pipelines.ingest.tokenize import (doc_tokens, load_stopwords, Preprocessor, tokenizer_record,
@@ -531,7 +531,7 @@ def summary(manifest: dict, output: str) -> str:
            c["heldout_documents"], c["empty_documents"], c["too_short"],
            c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
         "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d; undecodable "
-        "characters replaced: %d"
+        "characters replaced or dropped: %d"
         % (manifest["tokens"]["total"], manifest["tokens"]["train"],
            manifest["tokens"]["heldout"], c["oov_tokens_dropped"],
            c.get("replaced_characters", 0)),

@@ -46,6 +46,7 @@ from lda_core.evaluation.topic_quality import (normalized_mutual_information, to
                                                topic_health, umass_coherence)
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.output_paths import LABELS_FILE, REPORT_MARK
 from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.doc_sample import sample_documents
@@ -54,7 +55,6 @@ from pipelines.runtime.model_dir import accepted_vocab, load_model, training_sha
 
 logger = logging.getLogger(__name__)
 
-LABELS_FILE = "topic_labels.json"
 MIN_EXAMPLE_SHARE = 0.01     # an example document has at least this share of the topic
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pipelines/
 # templates/ of the source tree (editable install), else the copy setup.py ships inside the
@@ -545,6 +545,8 @@ def write_report(model: str, output: str, template: Optional[str] = None,
                                 % template)
     data = gather(model, **kw)
     page = render(data, template)
+    # what tells a later `report --overwrite` that the file is a page it may replace
+    page = page.rstrip("\n") + "\n" + REPORT_MARK + "\n"
     paths.make_dirs(paths.parent(output))
     paths.write_atomic(output, page.encode("utf-8"))
     return data

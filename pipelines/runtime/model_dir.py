@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from lda_core.errors import DataIntegrityError, UsageError
-from lda_core.storage.blocks import algorithm_from_state
+from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.storage.blocks import algorithm_from_state, check_ranges
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
-from lda_core.storage.state import TopicState
+from lda_core.storage.state import StateFormatError, TopicState
 from lda_core.storage.vocab_file import grown_vocab_name, LINEAGE_KEY, VOCAB_FILE, Vocabulary
 from pipelines.runtime import paths
 
@@ -54,6 +55,11 @@ def open_model(model: str) -> OpenedModel:
         # word blocks stay in row order: algorithm() copies them once, no permutation
         state = TopicState.load(path, row_order=True)
         model_dir = paths.model_dir_of(path)
+        try:    # in range, as a checkpoint the store picks is (CheckpointStore.check_loadable)
+            check_ranges(algorithm_class(state.algorithm), state)
+        except DataIntegrityError as e:
+            raise StateFormatError("%s: %s; name the model directory %s to read its newest "
+                                   "undamaged checkpoint" % (path, e, model_dir)) from None
     else:
         found = CheckpointStore(model, check_algorithm=True).latest_checkpoint(row_order=True)
         if found is None:

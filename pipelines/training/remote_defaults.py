@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 # the remote window (beam_train.REMOTE_WINDOW_STEPS; tests check they agree): one Dataflow job
