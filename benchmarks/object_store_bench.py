@@ -24,10 +24,13 @@ record) and per step, the seconds after the pipeline started per step (the timin
 ``pipeline_start`` and ``pipeline_build`` left out), the timing breakdown, the requests the
 server served during the command by kind (tools/gcs_emulator.request_kind) and per step, the
 objects left behind (leases, ``.beam-scratch``, temporary files; locally also the run's
-``/dev/shm`` scratch), and whether the final state equals the local run's bit for bit. The
-direct emulator row also runs two passes in one window: the difference of the requests over
+``/dev/shm`` scratch), and whether the final state equals the local run's bit for bit. Every
+emulator row also runs two passes in one window: the difference of the requests over
 the difference of the steps is what one more step costs (``requests_per_step_marginal``: a
-window's start and end cancel), the rest is the window's (``requests_per_window``). Ratios
+window's start and end cancel), the rest is the window's (``requests_per_window``); the same
+for the wall time (``marginal_step_s``, and against the ``0 ms``
+row ``marginal_step_vs_0ms``: the cost of a step of a long window, where the window's own
+files are spread over hundreds of steps). Ratios
 printed: each row's wall against the local row of the same B, each latency row's per-step
 seconds against the ``0 ms`` proxied row. The load average is recorded at each row (the
 machine is shared: compare ratios, not seconds).
@@ -277,31 +280,35 @@ def main(argv=None):
                 row["wall_vs_local"] = round(row["wall_s"] / local["wall_s"], 3)
                 if lat == 0:
                     zero = row
+                # what one more step costs: the same run for two passes in one window, less
+                # the one-pass run (the window's start and end -- its files, the checkpoint
+                # published from them -- cancel)
+                two, _ = emulator_row(args, shards, B, work, lat, passes=2)
+                extra = two["steps"] - row["steps"]
+                row["requests_per_step_marginal"] = round(
+                    (two["requests"]["total"] - row["requests"]["total"]) / extra, 1)
+                row["requests_per_window"] = round(
+                    row["requests"]["total"] - row["requests_per_step_marginal"] * row["steps"],
+                    1)
+                row["marginal_step_s"] = round((two["wall_s"] - row["wall_s"]) / extra, 4)
                 if zero is not None and lat is not None:
                     row["per_step_vs_0ms"] = round(row["per_step_s"] / zero["per_step_s"], 3)
                     row["after_start_per_step_vs_0ms"] = round(
                         row["after_start_per_step_s"] / zero["after_start_per_step_s"], 3)
-                if lat is None:
-                    # what one more step costs: the same run for two passes in one window,
-                    # less the one-pass run (the window's start and end requests cancel)
-                    two, _ = emulator_row(args, shards, B, work, None, passes=2)
-                    row["requests_per_step_marginal"] = round(
-                        (two["requests"]["total"] - row["requests"]["total"])
-                        / (two["steps"] - row["steps"]), 1)
-                    row["requests_per_window"] = round(
-                        row["requests"]["total"]
-                        - row["requests_per_step_marginal"] * row["steps"], 1)
+                    row["marginal_step_vs_0ms"] = round(
+                        row["marginal_step_s"] / zero["marginal_step_s"], 3)
                 rows.append(row)
                 print(json.dumps(row, sort_keys=True), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("\n%-16s %3s %8s %8s %9s %9s %9s %9s %6s %5s" % (
-        "storage", "B", "wall_s", "vs_local", "s/step", "vs_0ms", "req/step", "marginal",
-        "left", "bits"))
+    print("\n%-16s %3s %8s %8s %9s %9s %9s %9s %9s %9s %6s %5s" % (
+        "storage", "B", "wall_s", "vs_local", "s/step", "vs_0ms", "step+1 s", "vs_0ms",
+        "req/step", "marginal", "left", "bits"))
     for r in rows:
-        print("%-16s %3d %8.1f %8s %9.3f %9s %9s %9s %6d %5s" % (
+        print("%-16s %3d %8.1f %8s %9.3f %9s %9s %9s %9s %9s %6d %5s" % (
             r["storage"], r["B"], r["wall_s"], r.get("wall_vs_local", "-"), r["per_step_s"],
-            r.get("per_step_vs_0ms", "-"), r.get("requests_per_step", "-"),
+            r.get("per_step_vs_0ms", "-"), r.get("marginal_step_s", "-"),
+            r.get("marginal_step_vs_0ms", "-"), r.get("requests_per_step", "-"),
             r.get("requests_per_step_marginal", "-"), r["objects_left"],
             {True: "same", False: "DIFF"}.get(r.get("same_bits_as_local"), "-")))
     code_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code,

@@ -7,6 +7,8 @@ shard reader in ``pipelines.ingest.dataset`` builds it from Parquet record batch
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Iterable, Optional, Sequence, Tuple
@@ -190,6 +192,24 @@ class DocBatch:
         pick = lambda v: None if v is None else _pick(v, idx)
         return DocBatch._derived(_pick(self.doc_ids, idx), indptr, self.word_ids[pos],
                                  self.counts[pos], pick(self.titles), pick(self.labels))
+
+    def content_keys(self) -> Tuple[str, ...]:
+        """A key of each document's content: a hash of its (word id, count) pairs in word-id
+        order, so equal bags of words have equal keys whatever their ids or row order."""
+        out = []
+        for d in range(self.n_docs):
+            lo, hi = int(self.indptr[d]), int(self.indptr[d + 1])
+            w = np.asarray(self.word_ids[lo:hi], np.int64)
+            c = np.asarray(self.counts[lo:hi], np.int64)
+            order = np.argsort(w, kind="stable")
+            h = hashlib.blake2b(w[order].tobytes() + b"|" + c[order].tobytes(), digest_size=16)
+            out.append("content:" + h.hexdigest())
+        return tuple(out)
+
+    def keyed_by_content(self) -> "DocBatch":
+        """The same documents with :meth:`content_keys` as their ids (what per-document draws
+        are seeded by when a document's result must not depend on its name)."""
+        return dataclasses.replace(self, doc_ids=self.content_keys())
 
     def non_empty(self) -> "DocBatch":
         """The documents that have at least one token (empty ones are skipped and counted)."""

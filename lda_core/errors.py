@@ -47,6 +47,15 @@ class ResourceError(UserError, OSError):
     system."""
 
 
+class SpecialFileError(UserError, OSError):
+    """A FIFO, socket or device where a file is read: reading it could block forever or never
+    end, so readers open only regular files (an OSError, so a reader that falls back on an
+    unreadable file falls back on this one too)."""
+
+    def __str__(self):
+        return "%s %s" % (self.filename, self.strerror) if self.filename else super().__str__()
+
+
 class StepRefused(LdaBeamError, ValueError):
     """An algorithm refuses to apply one minibatch (e.g. non-finite statistics)."""
 

@@ -1,7 +1,9 @@
 """Named fault points for the crash tests: a process dies (SIGKILL) where one is armed.
 
-``LDABEAM_FAULT=<point>[:<n>]`` in the environment kills the process at the n-th (default
-first) arrival at ``fault_point(<point>)``. Unset -- always, outside the fault-injection tests
+``LDABEAM_FAULT=<point>[:<n>[:<signal>]]`` in the environment kills the process at the n-th
+(default first) arrival at ``fault_point(<point>)``; ``<signal>`` ``INT`` or ``TERM`` sends
+that signal instead of SIGKILL (a Ctrl-C or a ``kill`` at that point, which the process may
+handle). Unset -- always, outside the fault-injection tests
 -- a fault point costs one dictionary lookup. The points:
 
 * ``estep``            the trainer, after a minibatch's E-step, before its global step;
@@ -10,7 +12,10 @@ first) arrival at ``fault_point(<point>)``. Unset -- always, outside the fault-i
 * ``prune``            between two deletions of old checkpoints;
 * ``runlog``           half of a run-log record is written (a torn line is left);
 * ``ended``            ``ldabeam train`` has written its end record and summary, its lease is
-                       not yet released (a kill while the process exits).
+                       not yet released (a kill while the process exits);
+* ``atomic-written``   a local file written atomically (``LocalFiles.write_atomic``: a
+                       checkpoint's file, an export, a report page, a summary) is complete
+                       under its temporary name, not yet renamed to its final one.
 """
 from __future__ import annotations
 
@@ -28,15 +33,24 @@ def armed(name: str) -> bool:
     spec = os.environ.get(ENV)
     if not spec:
         return False
-    point, _, nth = spec.partition(":")
+    point, _, rest = spec.partition(":")
     if point != name:
         return False
+    nth = rest.partition(":")[0]
     _seen[name] = _seen.get(name, 0) + 1
     return _seen[name] == (int(nth) if nth else 1)
 
 
+def _signal() -> int:
+    """The signal ``LDABEAM_FAULT`` asks for (its third field), SIGKILL by default."""
+    sig = (os.environ.get(ENV) or "").split(":")[2:3]
+    return getattr(signal, "SIG" + sig[0].upper(), signal.SIGKILL) if sig else signal.SIGKILL
+
+
 def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+    """Send this process the signal ``LDABEAM_FAULT`` names (SIGKILL: it ends here; SIGINT or
+    SIGTERM: its handler runs, as for a Ctrl-C or a kill arriving at this point)."""
+    os.kill(os.getpid(), _signal())
 
 
 def fault_point(name: str, before: Optional[Callable[[], None]] = None) -> None:

@@ -56,6 +56,7 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.algorithms.online_vb import BatchVB, OnlineVB
 from lda_core.algorithms.scvb0 import SCVB0
 from lda_core.docbatch import DocBatch
+from lda_core.resources import check_run_memory
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.files import files_for
 from lda_core.storage.state import TopicState
@@ -420,6 +421,9 @@ class OnlineLDA(_LDABase):
         settings = {p.name: getattr(self, p.sklearn) for p in cls.SPEC if p.sklearn}
         settings.update(tau0=float(self.learning_offset) + 1.0, corpus_size=int(corpus_size),
                         seed=_seed_of(self.random_state))
+        # every copy of the state the fit will hold, before the constructor allocates K x V
+        check_run_memory(K, int(n_features), cls.RUN_BYTES_PER_CELL, "fitting %s" % cls.name,
+                         option="n_components=")
         algo = cls(K, int(n_features), n_threads=threads, **settings)
         self.algorithm_ = algo
         self.n_batch_iter_ = 1
@@ -536,6 +540,8 @@ class SCVB0LDA(_LDABase):
         settings.update(alpha=self.doc_topic_prior or 1.0 / K,
                         eta=self.topic_word_prior or 1.0 / K, corpus_tokens=int(corpus_tokens),
                         seed=_seed_of(self.random_state))
+        check_run_memory(K, int(X_or_V), SCVB0.RUN_BYTES_PER_CELL, "fitting scvb0",
+                         option="n_components=")
         algo = SCVB0(K, int(X_or_V), **settings)
         self.algorithm_ = algo
         self.doc_topic_prior_ = float(algo.alpha)

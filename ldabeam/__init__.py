@@ -5,6 +5,7 @@ with no Beam import; ``pipelines``, the Beam pipelines and the ``ldabeam`` comma
 
     import ldabeam
     model = ldabeam.load("model/")          # what `ldabeam train --output model/` wrote
+    model = ldabeam.train(texts, "model/", topics=20)   # or vectorize + train in Python
     theta = model.transform(["some text", ...])    # (n, K), the θ `ldabeam infer` writes
     model.top_words(10)
     model.update(new_texts, passes=1, grow_vocab=True)
@@ -21,7 +22,8 @@ from lda_core.errors import (DataIntegrityError, InputError, LdaBeamError,  # no
                              OutputError, ResourceError, TrainingError, UsageError, UserError)
 from lda_core.sklearn_api import OnlineLDA, SCVB0LDA  # noqa: F401
 from ldabeam.model import LdaModel, load  # noqa: F401
+from ldabeam.training import train  # noqa: F401
 
-__all__ = ["load", "LdaModel", "OnlineLDA", "SCVB0LDA", "LdaBeamError", "UserError",
+__all__ = ["load", "train", "LdaModel", "OnlineLDA", "SCVB0LDA", "LdaBeamError", "UserError",
            "UsageError", "InputError", "DataIntegrityError", "OutputError", "ResourceError",
            "TrainingError", "__version__"]

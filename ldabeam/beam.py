@@ -7,11 +7,13 @@
 * :class:`LdaModelHandler` -- the model as a RunInference ``ModelHandler``: examples are raw
   texts, token lists, records or count rows; a prediction is ``PredictionResult(example, θ,
   model_id)``. RunInference batches the examples (``BatchElements``) and loads the model once
-  per process through Beam's shared-model mechanism (``load_model``); with a model-metadata
-  side input (:class:`WatchCheckpoints` on a model directory) it switches to each checkpoint
-  ``ldabeam train`` / ``ldabeam stream`` publishes.
-* :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "theta",
-  "top_topic", "model"}``: RunInference with the handler, flattened.
+  per process through Beam's shared-model mechanism (``load_model``); with ``watch=SECONDS``
+  it switches to each checkpoint ``ldabeam train`` / ``ldabeam stream`` publishes
+  (:class:`WatchedModel`: on every runner, the DirectRunner included), and with a
+  model-metadata side input (:class:`WatchCheckpoints`) on the streaming runners whose side
+  inputs keep only the latest pane (not the Python DirectRunner).
+* :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "title",
+  "label", "theta", "top_topic", "model"}``: RunInference with the handler, flattened.
 
 There is no ``Train`` transform: training is a loop of global steps, each of which needs the
 previous step's state (the E-step of minibatch t+1 reads the topics after minibatch t), so it
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+import time
 from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -30,7 +34,8 @@ import numpy as np
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from lda_core.errors import UsageError
+from lda_core.errors import LdaBeamError, UsageError
+from lda_core.storage.checkpoint import CheckpointStore
 from ldabeam import preprocess
 from ldabeam.model import load
 from ldabeam.preprocess import content_id
@@ -74,6 +79,52 @@ class WatchCheckpoints(beam.PTransform):
                                                     interval=self._interval, **kw)
 
 
+def _last_part(path: str) -> str:
+    """A checkpoint directory's name (``step-000000008``), local path or URL."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class WatchedModel:
+    """What RunInference holds when :class:`LdaModelHandler` watches a model directory
+    (``watch=SECONDS``): the model of the checkpoint ``LATEST`` names, replaced by the next
+    one when, at most every ``interval`` seconds, ``LATEST`` names another. No side input:
+    it runs on every runner, the DirectRunner included, in batch and streaming pipelines. A
+    checkpoint that cannot be read yet (pruned, half-copied) keeps the current model; the next
+    look tries again."""
+
+    def __init__(self, model_dir: str, interval: float, tokenizer=None):
+        # a checkpoint given: its model directory's later checkpoints are the ones to follow
+        self.model_dir = paths.model_dir_of(model_dir)
+        self.interval, self.tokenizer = float(interval), tokenizer
+        self._lock = threading.Lock()
+        self.model = load(model_dir, tokenizer=tokenizer)
+        self._name = _last_part(self.model.checkpoint)
+        self._looked = time.monotonic()
+        logger.info("LdaModelHandler loaded %s, watching %s every %g s", self.model,
+                    model_dir, self.interval)
+
+    def current(self):
+        """The model to infer with now (module docstring)."""
+        if time.monotonic() - self._looked < self.interval:
+            return self.model
+        with self._lock:
+            self._looked = time.monotonic()
+            name = CheckpointStore(self.model_dir).pointer_name()
+            if name is None or name == self._name:
+                return self.model
+            try:
+                model = load(self.model_dir, tokenizer=self.tokenizer)
+            except (LdaBeamError, OSError) as e:
+                logger.warning("LdaModelHandler: the checkpoint %s of %s cannot be read yet "
+                               "(%s); inferring with %s", name, self.model_dir, e,
+                               self._name)
+                return self.model
+            self.model = model
+            self._name = _last_part(model.checkpoint)
+            logger.info("LdaModelHandler switched to %s", model)
+        return self.model
+
+
 class LdaModelHandler(ModelHandler):
     """RunInference's handler of an ldabeam model (module docstring).
 
@@ -82,29 +133,42 @@ class LdaModelHandler(ModelHandler):
     θ is :meth:`ldabeam.LdaModel.transform` of the batch, so it equals ``ldabeam infer``'s
     for the same documents. The batch size bounds are BatchElements' (``min_batch_size``,
     ``max_batch_size``, ...). ``tokenizer``: the custom tokenizer callable the model was
-    trained with, if any (a module-level function: Beam pickles it to the workers)."""
+    trained with, if any (a module-level function: Beam pickles it to the workers).
+    ``watch``: seconds between looks at the model directory's ``LATEST``; each checkpoint it
+    names is loaded and used from the next batch on (:class:`WatchedModel`); None (default)
+    keeps the model loaded first, or what a model-metadata side input names."""
 
     def __init__(self, model: str, *, tokenizer=None, min_batch_size: Optional[int] = None,
-                 max_batch_size: Optional[int] = 256, **kwargs):
+                 max_batch_size: Optional[int] = 256, watch: Optional[float] = None,
+                 **kwargs):
         if not isinstance(model, str) or not model:
             raise UsageError("LdaModelHandler needs the path of a model directory or "
                              "checkpoint, got %r" % (model,))
+        if watch is not None and (isinstance(watch, bool) or not isinstance(watch, (int, float))
+                                  or not watch >= 0):
+            raise UsageError("LdaModelHandler(watch=%r): give the seconds between looks at the "
+                             "model directory's LATEST (a number >= 0), or None" % (watch,))
         super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
                          **kwargs)
         self._model_uri = model
         self._tokenizer = tokenizer
+        self._watch = watch
 
     @property
     def model_uri(self) -> str:
         return self._model_uri
 
     def load_model(self):
+        if self._watch is not None:
+            return WatchedModel(self._model_uri, self._watch, self._tokenizer)
         model = load(self._model_uri, tokenizer=self._tokenizer)
         logger.info("LdaModelHandler loaded %s", model)
         return model
 
     def run_inference(self, batch: Sequence[Any], model, inference_args=None
                       ) -> Iterable[PredictionResult]:
+        if isinstance(model, WatchedModel):
+            model = model.current()
         theta = model.transform(list(batch))
         return [PredictionResult(x, theta[i], model.checkpoint) for i, x in enumerate(batch)]
 
@@ -119,31 +183,41 @@ class LdaModelHandler(ModelHandler):
         return sum(len(x) if isinstance(x, str) else len(repr(x)) for x in batch)
 
 
-def theta_record(result: PredictionResult, id_field: str = "id", text_field: str = "text"
-                 ) -> Dict[str, Any]:
-    """``{"doc_id", "theta" (list of K floats), "top_topic", "model"}`` of a prediction; the
-    id is the record's id field (``doc_id`` for count rows) or the content hash
-    :meth:`ldabeam.LdaModel.transform` keys a document without id by."""
+def theta_record(result: PredictionResult, id_field: str = "id", text_field: str = "text",
+                 title_field: str = "title", label_field: str = "label") -> Dict[str, Any]:
+    """``{"doc_id", "title", "label", "theta" (list of K floats), "top_topic", "model"}`` of a
+    prediction; the id is the record's id field (``doc_id`` for count rows) or the content
+    hash :meth:`ldabeam.LdaModel.transform` keys a document without id by; the title and
+    label are the record's (count rows: their ``title`` / ``label``), None when it has none."""
     prep = preprocess.Preprocessing({"id_field": id_field, "text_field": text_field})
     ids, _ = preprocess.split_records([result.example], prep)
     theta = np.asarray(result.inference, np.float64)
-    return {"doc_id": ids[0], "theta": theta.tolist(), "top_topic": int(np.argmax(theta)),
-            "model": result.model_id}
+    ex = result.example if isinstance(result.example, dict) else {}
+    counted = "word_ids" in ex and "counts" in ex
+
+    def field(name: str, own: str):
+        v = ex.get(own if counted else name)
+        return None if v is None else str(v)
+    return {"doc_id": ids[0], "title": field(title_field, "title"),
+            "label": field(label_field, "label"), "theta": theta.tolist(),
+            "top_topic": int(np.argmax(theta)), "model": result.model_id}
 
 
 class InferTopics(beam.PTransform):
     """``str`` / ``dict`` records / count rows -> θ records (:func:`theta_record`), through
     ``RunInference(LdaModelHandler(model))``; ``model_metadata`` (e.g.
     :class:`WatchCheckpoints`) switches the model as in RunInference. ``id_field`` /
-    ``text_field`` name the fields of dict records (the defaults of ``ldabeam vectorize``)."""
+    ``text_field`` / ``title_field`` / ``label_field`` name the fields of dict records (the
+    defaults of ``ldabeam vectorize``); the title and label travel to the θ record."""
 
     def __init__(self, model: str, *, model_metadata=None, max_batch_size: int = 256,
-                 id_field: str = "id", text_field: str = "text", tokenizer=None):
+                 id_field: str = "id", text_field: str = "text", title_field: str = "title",
+                 label_field: str = "label", tokenizer=None):
         super().__init__()
         self._handler = LdaModelHandler(model, tokenizer=tokenizer,
                                         max_batch_size=max_batch_size)
         self._metadata = model_metadata
-        self._fields = (id_field, text_field)
+        self._fields = (id_field, text_field, title_field, label_field)
 
     def expand(self, docs):
         kw = {} if self._metadata is None else {"model_metadata_pcoll": self._metadata}
@@ -187,9 +261,11 @@ def work_item(record, id_field: str = "id", text_field: str = "text",
 
 def count_row(row) -> Dict[str, Any]:
     """A vectorize row ``(doc_id, title, label, word_ids bytes, counts bytes, n_tokens)`` as a
-    count row ``{"doc_id", "word_ids", "counts", "n_tokens"}`` (lists of int)."""
-    doc_id, _title, _label, wb, cb, n = row
-    return {"doc_id": doc_id, "word_ids": np.frombuffer(wb, np.int32).tolist(),
+    count row ``{"doc_id", "title", "label", "word_ids", "counts", "n_tokens"}`` (lists of
+    int; title and label None when the record had none), the columns of a shard."""
+    doc_id, title, label, wb, cb, n = row
+    return {"doc_id": doc_id, "title": title, "label": label,
+            "word_ids": np.frombuffer(wb, np.int32).tolist(),
             "counts": np.frombuffer(cb, np.int32).tolist(), "n_tokens": int(n)}
 
 

@@ -12,15 +12,27 @@ every command reads the result.
 
 * the global step t is not reset, so the step size keeps decaying, ρ_t = (τ0 + t)^(−κ) for
   online VB (Hoffman et al. 2010) and ρ_t = s (τ + t)^(−κ) for SCVB0 (Foulds et al. 2013);
-* the corpus the model stands for grows by the new documents: online VB scales a minibatch's
-  statistics by D/S with D = the documents trained on plus the new ones (when the model has a
-  fixed D; a model trained with D = documents seen so far keeps counting), SCVB0 by C/|M| with
-  C = the tokens trained on plus the new ones;
+* **the new documents weigh by their share**: the corpus the model stands for grows by them
+  (online VB scales a minibatch's statistics by D/S with D = the documents it was trained on
+  plus the new ones, SCVB0 by C/|M| with C = the tokens likewise; ``corpus_size`` sets D in
+  documents), the state is rescaled to that corpus, and the update's steps are the running
+  average :func:`lda_core.training.schedules.history_rho` in which the state before the
+  update counts as the documents it was trained on and each new document as one, every pass
+  1/passes of it. So after the update the old documents weigh D_old/D of the topics and the
+  new ones n/D, however many passes it makes: an update on one new subject adds it without
+  erasing the topics its documents do not use. Topics are not re-seeded during an update (a
+  topic the new documents do not use is not dead: it holds the model's history);
 * ``grow_vocab=True`` first adds the new documents' words that pass the model's pruning rules
   (the ``no_below`` / ``no_above`` / ``keep_n`` of the vectorize run its training data came
-  from) as new rows at the prior: Ñ_w = 0, i.e. λ_w = η for online VB and N^Φ_w = 0, φ ∝ η
-  for SCVB0. Existing rows are not changed by the growth; new word ids follow the old ones, so
-  the ids of known words stay valid (the vocabulary hash changes and is recorded).
+  from; ``no_above`` of the documents the vocabulary's counts cover -- the training corpus and
+  earlier grown updates -- plus the new ones, the document frequencies of ``vocab.tsv``; how
+  many words ``keep_n`` kept out is reported, ``keep_n=`` raises it) as new rows at the prior:
+  Ñ_w = 0, i.e. λ_w = η for online VB and N^Φ_w = 0, φ ∝ η for SCVB0. Existing rows are not
+  changed by the growth; new word ids follow the old ones, so the ids of known words stay
+  valid (the vocabulary hash changes and is recorded, with the vocabularies it grew from:
+  every earlier checkpoint and shard stays readable, :mod:`lda_core.storage.vocab_file`);
+* statistics in flight of a pipelined run (``--staleness``) belong to that run's minibatch
+  order: an update drops them (a later ``--resume`` recomputes them).
 
 The update's minibatches are the trainers' seeded order (:mod:`lda_core.training.ordering`)
 over the new documents cut into shards of :data:`UPDATE_SHARD_DOCS`, with the seed
@@ -32,6 +44,8 @@ documents as exactly those shards and hands the same seed and pieces to the Beam
 """
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -43,13 +57,16 @@ from lda_core.algorithms.algorithm import algorithm_class
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.files import files_for
+from lda_core.storage import output_paths
 from lda_core.storage.lease import ModelLease
-from lda_core.storage.vocab_file import grown_vocab_name, Vocabulary
+from lda_core.storage.vocab_file import DOCS_KEY, grown_vocab_name, LINEAGE_KEY, Vocabulary
 from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
+from lda_core.training.kernel_warmup import compile_notice
 from lda_core.training.ordering import n_batches, plan_pass
 from lda_core.training.pieces import recorded_pieces
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
+from lda_core.training.update_weight import UpdateWeight
 from ldabeam import preprocess
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.tokenize import vocabulary_index
@@ -63,6 +80,9 @@ UPDATABLE = ("online-vb", "scvb0")
 #: what a state's word-major topic-word array is called, per algorithm (grow_vocab extends it)
 _WORD_ROWS = {"online-vb": "ntilde", "scvb0": "ntilde"}
 STATE_FILE = "state.json"
+#: the files save() writes beside checkpoints/ (a folder holding one is not saved into unless
+#: it is a model)
+MODEL_FILES = (dataset.VOCAB_FILE, manifest.TOKENIZER_FILE)
 #: documents per shard of an update's order (and of the dataset a Beam update writes)
 UPDATE_SHARD_DOCS = 50_000
 _UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's seed apart from other uses
@@ -132,6 +152,8 @@ class LdaModel:
         self._info = dict(info or {})
         self.checkpoint = checkpoint
         self.model_dir = model_dir
+        #: the checkpoint the model was at before :meth:`update` changed it (None: unchanged)
+        self.updated_from: Optional[str] = None
         self._warned = False
 
     # -- what the model is -----------------------------------------------------------------
@@ -165,8 +187,11 @@ class LdaModel:
         return None if self._prep.settings is None else dict(self._prep.settings)
 
     def __repr__(self):
-        return ("LdaModel(%s, n_topics=%d, n_words=%d, step=%d, checkpoint=%r)"
-                % (self.algorithm, self.n_topics, self.n_words, self.step, self.checkpoint))
+        where = "checkpoint=%r" % (self.checkpoint,)
+        if self.checkpoint is None and self.updated_from is not None:
+            where = "updated from %r, not saved" % (self.updated_from,)
+        return ("LdaModel(%s, n_topics=%d, n_words=%d, step=%d, %s)"
+                % (self.algorithm, self.n_topics, self.n_words, self.step, where))
 
     def topic_word(self) -> np.ndarray:
         """K x V float64, rows sum to 1: the topics as word distributions (the algorithm's
@@ -226,52 +251,75 @@ class LdaModel:
         α/Σα (``infer`` writes no row for it)."""
         batch, _ = self._batch(docs, ids, "transform")
         from pipelines.infer import infer_gamma     # imports Beam, which only transform needs
-        g = infer_gamma(self._algo, batch, "infer")
+        with compile_notice():      # a first call compiles the E-step: never silently
+            g = infer_gamma(self._algo, batch, "infer")
         return g / g.sum(axis=1, keepdims=True)
 
     # -- continuing training -----------------------------------------------------------------
     def update(self, docs: Sequence, passes: int = 1, grow_vocab: bool = False,
                ids: Optional[Sequence[str]] = None,
-               runner: Optional[Callable[[UpdateJob], Any]] = None) -> Dict[str, Any]:
+               runner: Optional[Callable[[UpdateJob], Any]] = None,
+               corpus_size: Optional[int] = None, keep_n: Optional[int] = None
+               ) -> Dict[str, Any]:
         """Continue training on ``docs`` (as :meth:`transform` takes them) for ``passes``
         passes, in minibatches of the model's size S, in a seeded order (module docstring for
-        the schedule and the scaling). Returns a summary (documents, tokens, unknown tokens
-        dropped, steps, words added). A refused minibatch raises TrainingError and leaves the
-        model as it was before the call.
+        the schedule, the weighting and the scaling). Returns a summary (documents, tokens,
+        unknown tokens dropped, steps, words added, the new documents' weight). A refused
+        minibatch raises TrainingError and leaves the model as it was before the call.
+
+        ``corpus_size``: the documents the model stands for after the update (default: those
+        it was trained on plus the new ones); the new documents weigh ``n / corpus_size`` of
+        the topics -- ``corpus_size = n`` makes them the whole corpus. ``keep_n``: with
+        ``grow_vocab``, the vocabulary's cap instead of the training data's ``keep_n``.
 
         ``runner``: None runs the steps in this process; otherwise a callable given the
         :class:`UpdateJob` that returns the trained algorithm (``ldabeam train --update`` on a
         Beam runner passes the Beam trainer). Anything it raises leaves the model as it was."""
         if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or passes < 1:
             raise UsageError("update(passes=%r): passes must be an integer >= 1" % (passes,))
+        for name, v in (("corpus_size", corpus_size), ("keep_n", keep_n)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                  or v < 1):
+                raise UsageError("update(%s=%r): %s must be an integer >= 1" % (name, v, name))
+        if keep_n is not None and not grow_vocab:
+            raise UsageError("update(keep_n=%r) caps the vocabulary grow_vocab=True grows; "
+                             "give grow_vocab=True too" % (keep_n,))
         if self.algorithm not in UPDATABLE:
             raise UsageError("update continues %s models; this model is %s (train it again "
                              "with `ldabeam train --algorithm online-vb|scvb0`)"
                              % (" and ".join(UPDATABLE), self.algorithm))
         before = self._algo.to_state()
-        before_vocab = self._vocab
+        before_vocab, before_info = self._vocab, copy.deepcopy(self._info)
         added: List[str] = []
+        kept_out = 0
         try:
             if grow_vocab:
-                added = self._grow(docs, ids)
+                added, kept_out = self._grow(docs, ids, keep_n)
             batch, oov = self._batch(docs, ids, "update")
             summary = self._train_on(batch, int(passes), precise=bool(added),
-                                     runner=runner)
+                                     runner=runner, corpus_size=corpus_size)
         except BaseException:
-            self._restore(before, before_vocab)
+            self._restore(before, before_vocab, before_info)
             raise
         summary.update(words_added=len(added), unknown_tokens_dropped=oov)
+        if grow_vocab:
+            summary["words_kept_out"] = kept_out
         if added:
             summary["new_words"] = added[:20]
+        if self.checkpoint is not None:
+            self.updated_from = self.checkpoint
+        self.checkpoint = None          # what it holds now is not any checkpoint's (save())
         return summary
 
-    def _restore(self, state, vocab) -> None:
+    def _restore(self, state, vocab, info) -> None:
         self._algo = algorithm_class(state.algorithm).from_state(state)
         self._vocab = vocab
+        self._info = info
         self._index = None
 
     def _train_on(self, batch, passes: int, precise: bool = False,
-                  runner: Optional[Callable] = None) -> Dict[str, Any]:
+                  runner: Optional[Callable] = None,
+                  corpus_size: Optional[int] = None) -> Dict[str, Any]:
         """The update's steps. ``precise``: rows were just added at the prior, where online
         VB's exp(E[log β]) is about 1e-13 of a trained row's -- below the float32 epsilon that
         guards the E-step's normaliser (lda_core.algorithms.estep_vb), which would give the new
@@ -281,10 +329,10 @@ class LdaModel:
         if precise and self._algo.name == "online-vb" and dtype != "float64":
             self._algo.dtype = "float64"
             try:
-                return self._steps(batch, passes, runner)
+                return self._steps(batch, passes, runner, corpus_size)
             finally:
                 self._algo.dtype = dtype      # the runner's algorithm, when it returned one
-        return self._steps(batch, passes, runner)
+        return self._steps(batch, passes, runner, corpus_size)
 
     def pieces(self) -> int:
         """E-step pieces per minibatch of the run that trained the model (its checkpoint's
@@ -292,7 +340,8 @@ class LdaModel:
         way (lda_core.training.pieces)."""
         return int(recorded_pieces(self._info.get("run") or {}, True))
 
-    def _steps(self, batch, passes: int, runner: Optional[Callable] = None) -> Dict[str, Any]:
+    def _steps(self, batch, passes: int, runner: Optional[Callable] = None,
+               corpus_size: Optional[int] = None) -> Dict[str, Any]:
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
         docs = batch.take(keep) if len(keep) < batch.n_docs else batch
@@ -300,11 +349,11 @@ class LdaModel:
             raise InputError("update: none of the %d documents has a word of the model's "
                              "vocabulary (grow_vocab=True adds new words)" % batch.n_docs)
         n_tokens = int(docs.n_tokens)
-        # the corpus the model stands for grows by the new documents (module docstring)
-        if algo.name == "online-vb" and algo.corpus_size is not None:
-            algo.corpus_size = int(algo.corpus_size) + docs.n_docs
-        if algo.name == "scvb0" and algo.corpus_tokens is not None:
-            algo.corpus_tokens = int(algo.corpus_tokens) + n_tokens
+        # the run that trained the model E-stepped its next minibatches ahead (--staleness):
+        # those statistics are of its order, never of the update's
+        algo.pending = None
+        weigh = UpdateWeight.of(algo, int(docs.n_docs), n_tokens, passes, corpus_size)
+        weigh.start(algo)
         S = int(algo.batch_size)
         start = int(algo.step)
         seed = update_seed(int(algo.seed), start)
@@ -312,7 +361,10 @@ class LdaModel:
         pieces = self.pieces()
         if runner is not None:
             job = UpdateJob(algo, docs, self._vocab, passes, seed, S, pieces, sizes)
-            algo = self._algo = runner(job)
+            try:
+                algo = self._algo = runner(job)
+            finally:
+                weigh.end(self._algo)
             self._index = None
         else:
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -336,20 +388,25 @@ class LdaModel:
             except TrainingError as e:
                 raise TrainingError("update: %s; the model is left as it was before update()"
                                     % e) from None
+            finally:
+                weigh.end(algo)
         steps = int(algo.step) - start
         self._info.setdefault("updates", []).append(
             {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
-             "steps": steps, "from_step": start, "wall_time": time.time()})
+             "steps": steps, "from_step": start, "wall_time": time.time(),
+             "weight": weigh.share, "corpus_documents": weigh.corpus_docs})
         return {"documents": int(docs.n_docs), "empty_documents": int(batch.n_docs - docs.n_docs),
-                "tokens": n_tokens, "passes": passes, "steps": steps, "step": int(algo.step)}
+                "tokens": n_tokens, "passes": passes, "steps": steps, "step": int(algo.step),
+                "weight": weigh.share, "corpus_documents": weigh.corpus_docs,
+                "history_documents": weigh.history_docs}
 
-    def _grow(self, docs, ids) -> List[str]:
+    def _grow(self, docs, ids, keep_n: Optional[int] = None):
         """Add the new documents' words that pass the model's pruning rules (module
-        docstring); returns them in their new id order."""
+        docstring); returns them in their new id order and how many ``keep_n`` kept out."""
         self._need_vocab("update(grow_vocab=True)")
         _, items = preprocess.split_records(docs, self._prep, ids)
         counts = preprocess.token_counts(items, self._prep)
-        rules = self._prune_rules()
+        rules, corpus_docs = self._prune_rules()
         known = self._vocab.index
         df: Dict[str, int] = {}
         cf: Dict[str, int] = {}
@@ -358,14 +415,25 @@ class LdaModel:
                 df[t] = df.get(t, 0) + 1
                 cf[t] = cf.get(t, 0) + n
         n_docs = sum(1 for c in counts if c)
-        no_above_abs = int(rules.no_above * n_docs)
+        seen_docs = self._vocab_documents(corpus_docs)
+        # no_above over the documents the vocabulary's counts cover plus the new ones: a word
+        # common in the new documents only is what an update is for
+        no_above_abs = int(rules.no_above * ((seen_docs or 0) + n_docs))
         keep = set(rules.keep_tokens)
         cand = [t for t in df if t not in known and self._storable(t)
                 and ((rules.no_below <= df[t] <= no_above_abs) or t in keep)]
         cand.sort(key=lambda t: (-df[t], -cf[t], t))
-        if rules.keep_n is not None:
-            room = max(0, int(rules.keep_n) - len(self._vocab))
+        cap = keep_n if keep_n is not None else rules.keep_n
+        kept_out = 0
+        if cap is not None:
+            room = max(0, int(cap) - len(self._vocab))
+            kept_out = max(0, len(cand) - room)
             cand = cand[:room]
+            if kept_out:
+                logger.warning("grow_vocab: %d new words passed the pruning rules but the "
+                               "vocabulary's cap keep_n=%d kept them out (it holds %d words); "
+                               "raise it with keep_n= (`train --update --keep-n N`)",
+                               kept_out, int(cap), len(self._vocab))
         # known words' statistics grow with the new documents too (vocab.tsv describes the
         # corpus the model was trained on)
         vdf = self._vocab.df.copy()
@@ -375,41 +443,65 @@ class LdaModel:
             if j is not None:
                 vdf[j] += n
                 vcf[j] += cf[t]
-        vocab = Vocabulary(list(self._vocab.tokens) + cand,
-                                   np.concatenate([vdf, [df[t] for t in cand]]).astype(np.int64),
-                                   np.concatenate([vcf, [cf[t] for t in cand]]).astype(np.int64))
+        vocab = self._vocab.extended(cand, [df[t] for t in cand], [cf[t] for t in cand],
+                                     known_df=vdf, known_cf=vcf)
         if cand:
             self._algo = _grown(self._algo, len(cand), vocab.hash)
+            self._info[LINEAGE_KEY] = vocab.lineage_record()
+        if seen_docs is not None:
+            self._info[DOCS_KEY] = int(seen_docs) + int(n_docs)
         self._vocab = vocab
         self._index = None
-        return cand
+        return cand, kept_out
+
+    def _vocab_documents(self, manifest_docs: Optional[int]) -> Optional[int]:
+        """The documents the vocabulary's document frequencies count: recorded by the last
+        growth, else the training dataset's (its manifest), else estimated from the corpus
+        the model stands for (a warning)."""
+        rec = self._info.get(DOCS_KEY)
+        if isinstance(rec, int) and rec >= 0:
+            return rec
+        if manifest_docs is not None:
+            return int(manifest_docs)
+        est = UpdateWeight.documents_of(self._algo)
+        logger.warning("grow_vocab: how many documents the vocabulary's document frequencies "
+                       "count is not recorded; using the corpus the model stands for (%d "
+                       "documents) for no_above", est)
+        return est
 
     @staticmethod
     def _storable(token: str) -> bool:
         return "\t" not in token and "\n" not in token and token != ""
 
     def _prune_rules(self):
-        """The pruning rules of the vectorize run the model's training data came from (its
-        manifest, found through the run log), else the vectorize defaults."""
+        """``(rules, documents)``: the pruning rules of the vectorize run the model's
+        training data came from and the documents its vocabulary was counted over (its
+        manifest, found through the run log; None when the manifest does not describe the
+        model's first vocabulary), else the vectorize defaults and None."""
         from pipelines.ingest.vocabulary import PruneSettings   # imports Beam (the vocabulary
         # pipeline); only grow_vocab needs the pruning rules
-        shards = training_shards(self.model_dir) if self.model_dir else None
+        shards = training_shards(self.model_dir, self._info)
+        first = (self._vocab.ancestors[0][1] if self._vocab.ancestors else self._vocab.hash)
         for d in ([shards, paths.parent(shards.rstrip("/"))] if shards else []):
             if d and paths.exists(paths.join(d, dataset.MANIFEST_FILE)):
                 try:
-                    pr = (manifest.read_manifest(d).get("settings") or {}).get("pruning")
+                    m = manifest.read_manifest(d)
                 except (OSError, ValueError):
-                    pr = None
+                    m = {}
+                pr = (m.get("settings") or {}).get("pruning")
+                vinfo = m.get("vocabulary") or {}
+                n = vinfo.get("num_docs")
+                n = int(n) if isinstance(n, int) and vinfo.get("hash") in (None, first) else None
                 if isinstance(pr, dict):
                     return PruneSettings(no_below=int(pr.get("no_below", 0)),
                                          no_above=float(pr.get("no_above", 1.0)),
                                          keep_n=pr.get("keep_n"),
-                                         keep_tokens=tuple(pr.get("keep_tokens") or ()))
+                                         keep_tokens=tuple(pr.get("keep_tokens") or ())), n
                 if pr is None:
                     break
         logger.warning("grow_vocab: the pruning rules of the model's training data are not "
                        "recorded; using the vectorize defaults %s", PruneSettings())
-        return PruneSettings()
+        return PruneSettings(), None
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, model_dir: str) -> str:
@@ -421,6 +513,16 @@ class LdaModel:
         if not isinstance(model_dir, str) or not model_dir:
             raise UsageError("save needs a model directory path, got %r" % (model_dir,))
         target = paths.absolute(model_dir)
+        # the output rules of the command line (lda_core.storage.output_paths): never into a
+        # dataset, inference results or a folder inside any output; no file of another
+        # writer replaced
+        output_paths.check_place(target, "model", option="LdaModel.save")
+        if output_paths.kind_of(target) is None and paths.isdir(target):
+            theirs = [n for n in MODEL_FILES if paths.exists(paths.join(target, n))]
+            if theirs:
+                raise OutputError("LdaModel.save %s holds %s, which is not a model's: a model "
+                                  "would replace it; save to a new or empty directory"
+                                  % (model_dir, theirs[0]))
         store = CheckpointStore(target)
         if store.list_checkpoints() and (self.model_dir is None or
                                          paths.absolute(self.model_dir) != target):
@@ -432,37 +534,57 @@ class LdaModel:
     def publish_leased(self, target: str, store) -> str:
         """What :meth:`save` does once it holds the lease of ``target`` (``ldabeam train
         --update`` holds it for the whole command): the checkpoint, then ``vocab.tsv`` and
-        ``tokenizer.json``, each written atomically."""
+        ``tokenizer.json``, each written atomically.
+
+        ``vocab.tsv`` only grows (:mod:`lda_core.storage.vocab_file`, "Lineage"): a model
+        whose vocabulary extends the directory's replaces it (the grown one written first as
+        ``vocab-HASH.tsv``), one whose vocabulary the directory's extends (loaded from an
+        earlier checkpoint) leaves it, and one whose vocabulary grew other words than the
+        directory's is refused before anything is written (its checkpoints would make the
+        directory's newer ones unreadable, or the other way round)."""
+        on_disk = _vocab_at(target) if self._vocab is not None else None
+        # the same vocabulary is rewritten too: a growth that added no word still counted the
+        # new documents into its known words' df and cf
+        replace = self._vocab is not None and (on_disk is None
+                                               or self._vocab.accepts(on_disk.hash))
+        if (self._vocab is not None and on_disk is not None and not replace
+                and on_disk.for_state(self._vocab.hash, len(self._vocab)) is None
+                and store.list_checkpoints()):
+            raise OutputError(
+                "%s holds a model whose vocabulary (%d words) is not this model's (%d words) "
+                "nor one of them grew from the other (the model was loaded from an earlier "
+                "checkpoint and grew other words); save it to a new directory"
+                % (target, len(on_disk), len(self._vocab)))
         # the run's records (trainer, run, updates) stay as they were: an update applies
         # steps outside the order of the run that trained the model, which --resume continues
         session = Session(position=int(self._algo.step),
                           output=Output(checkpoint_store=store, progress=False))
         grown = None
-        if self._vocab is not None and self._vocab.hash != _vocab_hash_at(target):
+        if replace and on_disk is not None and on_disk.hash != self._vocab.hash:
             # written first under its hash's name: the checkpoint published next finds it
             # even if this process dies before vocab.tsv is replaced (model_dir.open_model)
             grown = paths.join(target, grown_vocab_name(self._vocab.hash))
             self._vocab.write(grown)
         path = session.publish(self._algo, info=self._info)
-        if self._vocab is not None:
+        if replace:
             self._vocab.write(paths.join(target, dataset.VOCAB_FILE))
         if grown is not None:
             files_for(grown).remove_file(grown)
         if self._prep.settings is not None:
-            import json
             paths.write_atomic(
                 paths.join(target, manifest.TOKENIZER_FILE),
                 (json.dumps({"source": self.model_dir, "settings": self._prep.settings},
                             indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self.model_dir, self.checkpoint = target, paths.absolute(path)
+        self.updated_from = None
         return self.checkpoint
 
 
-def _vocab_hash_at(model_dir: str):
-    """The hash of ``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
+def _vocab_at(model_dir: str) -> Optional[Vocabulary]:
+    """``model_dir/vocab.tsv``, or None when there is none or it cannot be read."""
     path = paths.join(model_dir, dataset.VOCAB_FILE)
     try:
-        return Vocabulary.read(path).hash if paths.exists(path) else None
+        return Vocabulary.read(path) if paths.exists(path) else None
     except (ValueError, OSError):
         return None
 

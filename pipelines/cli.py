@@ -52,6 +52,10 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # what an interrupted command leaves behind, beyond "nothing half-written is published"
 INTERRUPT_HINTS = {
     "train": "the latest published checkpoint stays the latest; --resume continues from it",
+    # an update publishes its checkpoint only at its end (--resume is refused with --update)
+    "train --update": "the model is unchanged (an update publishes its checkpoint at its "
+                      "end); run the same `ldabeam train --update` again (on a Beam runner "
+                      "it continues from where it stopped)",
     "stream": "the latest published checkpoint stays the latest; start the stream again to "
               "continue from it",
 }
@@ -120,7 +124,7 @@ def _model_dir_lease(module, args):
     no-op for readers."""
     spec = getattr(module, "MODEL_DIR", None)
     model_dir = getattr(args, spec[0], None) if spec else None
-    if not model_dir:
+    if not model_dir or getattr(args, "plan", False):     # --plan writes nothing
         return contextlib.nullcontext()
     # only the commands that write a model directory need the lease: `ldabeam --help` /
     # `--version` start without it
@@ -250,7 +254,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             code = _run(argv, command)
         except BaseException as e:       # noqa: B036 (SystemExit and the like are re-raised)
-            code = _report(command, e)
+            code = _report(command, e, "train --update" if command == "train" and
+                           "--update" in argv else command)
     if process_entry:
         _ignore_signals_while_exiting()
         if code in EXIT_SIGNAL.values():
@@ -284,16 +289,17 @@ def _ignore_signals_while_exiting() -> None:
         pass
 
 
-def _report(command: Optional[str], e: BaseException) -> int:
-    """Print what went wrong (see :func:`main`) and return the exit code."""
+def _report(command: Optional[str], e: BaseException, mode: Optional[str] = None) -> int:
+    """Print what went wrong (see :func:`main`) and return the exit code; ``mode`` names the
+    command's mode for the interrupt hint (``"train --update"``)."""
     log = logging.getLogger(__name__)
     root = root_error(e)
     if isinstance(root, KeyboardInterrupt):
         sig = signal.SIGTERM if isinstance(root, Terminated) else signal.SIGINT
         log.debug("interrupted", exc_info=e)
-        hint = INTERRUPT_HINTS.get(command, "outputs that were not finished are not "
-                                            "published (no manifest or summary); run the "
-                                            "command again")
+        hint = INTERRUPT_HINTS.get(mode or command, "outputs that were not finished are not "
+                                                    "published (no manifest or summary); run "
+                                                    "the command again")
         print("ldabeam %s: interrupted (%s); %s" % (command, signal.Signals(sig).name, hint),
               file=sys.stderr)
         return EXIT_SIGNAL[sig]
@@ -335,6 +341,11 @@ def _run(argv: List[str], command: Optional[str]) -> int:
                 handler.addFilter(QuietExpected())
     _check_leftovers(parser, args.command, leftovers)
     module = importlib.import_module(args._module)
+    # a command's up-front checks of its launch (a remote runner's options, paths and
+    # credentials) run before the lease, whose first request would wait on them
+    check_launch = getattr(module, "check_launch", None)
+    if check_launch is not None:
+        check_launch(args, leftovers)
     with _model_dir_lease(module, args):
         return int(module.run(args, leftovers) or 0)
 

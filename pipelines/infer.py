@@ -29,7 +29,9 @@ warning when nothing was recorded. Unknown tokens are dropped and counted
 (``oov_tokens_dropped``, ``unknown_token_share``) and documents with no known token are
 counted (``empty_after_vocabulary``) and not written.
 
-Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``theta``
+Output: ``OUTPUT/part-*.parquet`` with ``doc_id`` (string), ``title`` (string), ``label``
+(string: the document's label -- a folder input's folder name, a record's label field -- or
+null), ``theta``
 (list<float32>, K), ``top_topic`` (int32), ``top_topics`` (list<struct<topic int32, weight
 float32>>, the ``top_n`` largest), ``n_tokens`` (int32) [, ``gamma`` list<float64> with
 ``write_gamma``], and ``OUTPUT/_summary.json`` (counts, model step, vocabulary hash, the
@@ -47,7 +49,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +67,7 @@ from pipelines.ingest.tokenize import model_settings, Preprocessor, RECORD_KEYS
 from pipelines.ingest.vectorize import VectorizeOptions
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
-from pipelines.runtime.model_dir import open_model
+from pipelines.runtime.model_dir import accepted_vocab, open_model
 from pipelines.training import beam_state
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ def output_schema(with_gamma: bool = False) -> pa.Schema:
     fields = [
         pa.field("doc_id", pa.string()),
         pa.field("title", pa.string()),
+        pa.field("label", pa.string()),
         pa.field("theta", pa.list_(pa.float32())),
         pa.field("top_topic", pa.int32()),
         pa.field("top_topics", pa.list_(pa.struct([pa.field("topic", pa.int32()),
@@ -99,6 +102,7 @@ class InferOptions:
     shards: Optional[str] = None                 # dataset dir / shard dir / glob
     inputs: List[str] = field(default_factory=list)   # raw text (vectorize formats)
     input_format: str = "auto"
+    exclude: Tuple[str, ...] = ()                # globs of --input files not to read
     query: Optional[str] = None                  # raw text from a BigQuery query
     reader: Dict[str, Any] = field(default_factory=dict)   # id/text/... fields, encoding:
     #                                              None or absent = as the training data
@@ -147,6 +151,13 @@ class ModelRef:
     model_dir: str
     opened: Any = field(default=None, repr=False, compare=False)   # the driver's OpenedModel
 
+    def accepted_vocab(self):
+        """What shards read with the model must be vectorised with (its vocabulary, or one
+        it grew from: :func:`pipelines.runtime.model_dir.accepted_vocab`)."""
+        if self.opened is None:
+            return self.vocab_hash
+        return accepted_vocab(self.opened.state, self.opened.vocab)
+
 
 def resolve_model(model: str) -> ModelRef:
     """The checkpoint a model directory (its latest valid checkpoint) or a checkpoint directory
@@ -161,14 +172,21 @@ def resolve_model(model: str) -> ModelRef:
 
 def infer_gamma(algo, batch: DocBatch, gamma_seed: str = "infer") -> np.ndarray:
     """n x K variational γ (unnormalised) for VB algorithms — the trainer's local step with
-    the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``."""
+    the salt of ``gamma_seed`` — or, for the others, their normalised ``infer``.
+
+    With ``gamma_seed="infer"`` each document's random start is seeded by its content (its
+    words and counts, :meth:`DocBatch.content_keys`), not its id: the same text gets the same
+    θ whatever it is called and wherever it is inferred (``transform``, ``ldabeam infer``,
+    ``InferTopics``, RunInference). ``"training"`` keeps the training E-step's seeding by
+    document id, to reproduce the γ a training step computed."""
     if gamma_seed not in GAMMA_SALTS:
         raise UsageError("gamma_seed=%r is not allowed; choose one of %s"
                          % (gamma_seed, ", ".join(GAMMA_SALTS)))
     if algo.variational_gamma:
-        return np.asarray(algo.local_step(batch, return_gamma=True,
+        seeded = batch.keyed_by_content() if gamma_seed == "infer" else batch
+        return np.asarray(algo.local_step(seeded, return_gamma=True,
                                           salt=GAMMA_SALTS[gamma_seed]).gamma, np.float64)
-    return np.asarray(algo.infer(batch), np.float64)
+    return np.asarray(algo.infer(batch), np.float64)       # seeded by content itself
 
 
 def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
@@ -188,6 +206,7 @@ def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
     cols = [
         pa.array(list(batch.doc_ids), pa.string()),
         pa.array(list(batch.titles) if batch.titles is not None else [None] * n, pa.string()),
+        pa.array(list(batch.labels) if batch.labels is not None else [None] * n, pa.string()),
         pa.ListArray.from_arrays(off, pa.array(theta.ravel().astype(np.float32))),
         pa.array(order[:, 0].astype(np.int32) if n else np.zeros(0, np.int32), pa.int32()),
         pa.ListArray.from_arrays(toff, tops),
@@ -199,7 +218,7 @@ def theta_table(batch: DocBatch, gamma: np.ndarray, top_n: int = 3,
 
 
 def theta_csv(table: pa.Table) -> bytes:
-    """The rows of :func:`theta_table` as CSV (UTF-8, header): doc_id, title, n_tokens,
+    """The rows of :func:`theta_table` as CSV (UTF-8, header): doc_id, title, label, n_tokens,
     top_topic, top_topics (``topic:weight`` separated by ``;``), theta_0 ... theta_{K-1}
     (float32 printed with 9 significant digits, enough to read back the same float32)."""
     import csv
@@ -208,14 +227,15 @@ def theta_csv(table: pa.Table) -> bytes:
     K = len(theta[0]) if theta else 0
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["doc_id", "title", "n_tokens", "top_topic", "top_topics"]
+    w.writerow(["doc_id", "title", "label", "n_tokens", "top_topic", "top_topics"]
                + ["theta_%d" % k for k in range(K)])
-    cols = [table.column(c).to_pylist() for c in ("doc_id", "title", "n_tokens", "top_topic",
-                                                   "top_topics")]
+    cols = [table.column(c).to_pylist() for c in ("doc_id", "title", "label", "n_tokens",
+                                                   "top_topic", "top_topics")]
     for i in range(table.num_rows):
-        tops = ";".join("%d:%.9g" % (t["topic"], t["weight"]) for t in cols[4][i])
-        w.writerow([cols[0][i], "" if cols[1][i] is None else cols[1][i], cols[2][i],
-                    cols[3][i], tops] + ["%.9g" % v for v in theta[i]])
+        tops = ";".join("%d:%.9g" % (t["topic"], t["weight"]) for t in cols[5][i])
+        w.writerow([cols[0][i], "" if cols[1][i] is None else cols[1][i],
+                    "" if cols[2][i] is None else cols[2][i], cols[3][i],
+                    cols[4][i], tops] + ["%.9g" % v for v in theta[i]])
     return buf.getvalue().encode("utf-8")
 
 
@@ -239,8 +259,8 @@ class _ReadPiecesFn(beam.DoFn):
     def process(self, element):
         idx, path = element
         for j, b in enumerate(dataset.iter_shard_batches([path], self._batch_size,
-                                                        columns=["doc_id", "title", "word_ids",
-                                                                 "counts"])):
+                                                        columns=["doc_id", "title", "label",
+                                                                 "word_ids", "counts"])):
             if b.n_docs:
                 yield "part-%05d-%05d" % (idx, j), b
 
@@ -254,7 +274,7 @@ def _rows_to_piece(rows):
         h.update(b"\0")
     batch = DocBatch.from_rows([(np.frombuffer(r[3], np.int32), np.frombuffer(r[4], np.int32))
                                 for r in rows], doc_ids=[str(r[0]) for r in rows],
-                               titles=[r[1] for r in rows])
+                               titles=[r[1] for r in rows], labels=[r[2] for r in rows])
     return "part-text-%s" % h.hexdigest(), batch
 
 
@@ -366,7 +386,8 @@ def _text_options(opts: InferOptions, ref: ModelRef):
           if k in settings and k in fields and k not in RECORD_KEYS and k != "format"}
     kw.update({k: v for k, v in (opts.reader or {}).items() if v is not None})
     vo = VectorizeOptions(inputs=list(opts.inputs), output=opts.output,
-                          format=opts.input_format, vocab=ref.vocab_path, query=opts.query,
+                          format=opts.input_format, exclude=tuple(opts.exclude),
+                          vocab=ref.vocab_path, query=opts.query,
                           **kw)
     return vo, bool(settings)
 
@@ -382,7 +403,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
     if opts.shards:
         # verified by _checked (hashes are computed once per process)
         files = manifest.open_shards(opts.shards, opts.split, unverified=opts.unverified).files
-        dataset.check_vocab_hash(files, ref.vocab_hash)
+        dataset.check_vocab_hash(files, ref.accepted_vocab())
         info.update(source="shards", shards=opts.shards, n_shards=len(files))
         pieces = (p | "Shards" >> beam.Create(list(enumerate(files)))
                   | "SpreadShards" >> beam.Reshuffle()
@@ -409,7 +430,7 @@ def build_pipeline(p, opts: InferOptions, ref: ModelRef, beam_ref) -> Any:
         items, _dead, st = vz.read_text_items(p, vo, inputs)
         stats_parts.extend(st)
         rows, _vs, _dead2, st2 = items | "Tokenize" >> vz.TokenizeDocuments(
-            cfg, min_tokens, fixed_vocab=vo.vocab,
+            cfg, min_tokens, fixed_vocab=vo.vocab, fixed_vocab_words=ref.n_words,
             paths={i: pth for i, (pth, _) in enumerate(inputs)})
         stats_parts.append(st2)
         pieces = (rows | "Batch" >> beam.BatchElements(min_batch_size=opts.batch_size,
@@ -436,7 +457,7 @@ def _checked(opts: InferOptions):
     if opts.shards:   # fail now, before creating the output; verified against the manifest
         dataset.check_vocab_hash(manifest.open_shards(opts.shards, opts.split,
                                                      unverified=opts.unverified).files,
-                                 ref.vocab_hash)
+                                 ref.accepted_vocab())
     else:             # a recorded preprocessing that cannot be reproduced: refuse now
         Preprocessor.from_model_dir(ref.model_dir, tokenizer=opts.tokenizer)
     _prepare_output(opts)

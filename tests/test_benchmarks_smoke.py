@@ -670,3 +670,33 @@ def test_inprocess_speed_bench(news20, tmp_path):
     again = json.loads(out_json.read_text())
     assert again["trainer"] == res["trainer"] and again["read"] == res["read"]
     assert {r["algorithm"] for r in again["global_step"]} == {"online-vb", "scvb0"}
+
+
+def test_update_bench(bench_env, tmp_path):
+    """Issue 30's update measurement (15 newsgroups, then the other 5) on every 12th post, one
+    pass, K = 5, SCVB0: every figure of both update variants is there and finite, the default
+    update weighs the new documents by their share, the other as the whole corpus. (The
+    script reads the posts with tests/helpers/news20.py, tests/ put on its path here.)"""
+    env = dict(bench_env["env"])
+    env["PYTHONPATH"] = os.path.join(REPO, "tests") + os.pathsep + env["PYTHONPATH"]
+    js = tmp_path / "update.json"
+    run(dict(bench_env, env=env), "update_bench.py", "--every", 12, "--topics", 5,
+        "--train-passes", 1, "--passes", 1, "--algorithms", "scvb0", "--out", js,
+        "--tar", env["LDABEAM_NEWS20_TAR"], timeout=1500)
+    with open(js) as f:
+        rec = json.load(f)
+    assert len(rec["groups"]["old"]) == 15 and len(rec["groups"]["new"]) == 5
+    r = rec["algorithms"]["scvb0"]
+    for part in ("before", "joint"):
+        finite(r[part]["old_groups"], part)
+    for variant in ("updated", "new_documents_as_the_corpus"):
+        v = r[variant]
+        for k in ("old_groups", "new_groups", "new_groups_grown_vocabulary", "old_groups_change",
+                  "nmi_old_groups"):
+            finite(v[k], "%s %s" % (variant, k))
+        assert v["words_added"] > 0 and v["steps"] >= 1
+        assert 0 <= v["added_words_in_top10s"] <= 5 * 10
+    docs = rec["documents"]
+    share = docs["new_train"] / (docs["old_train"] + docs["new_train"])
+    assert r["updated"]["weight"] == pytest.approx(share, abs=0.02)
+    assert r["new_documents_as_the_corpus"]["weight"] == pytest.approx(1.0, abs=0.01)

@@ -126,7 +126,8 @@ def test_a_huge_topic_state_is_refused_before_numpy_allocates(ds, tmp_path, caps
     line = one_line_error(capsys, ["train", "--shards", ds, "--output", md, "--topics",
                                    10 ** 9, "--algorithm", "online-vb", "--heldout", "none",
                                    "--no-progress"], "K = 1000000000", "V = 6906",
-                          "needs at least", "is available")
+                          "needs about", "every copy of the state", "is available",
+                          "the largest K that fits is")
     assert "TiB" in line
     assert not os.path.exists(os.path.join(md, "checkpoints"))
 

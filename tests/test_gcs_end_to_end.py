@@ -204,3 +204,23 @@ def test_readers_read_the_model_and_shards_from_the_store(emulator, shards, refe
     assert left_behind(emulator, out) == []
     listed = sorted(out + "/" + f for f in summary["files"])
     assert set(listed) <= set(emulator.objects(out))
+
+
+def test_a_detached_dataflow_dry_run_says_so_and_leaves_nothing(emulator, shards, capsys):
+    """`ldabeam train --detach --runner DataflowRunner --dry_run=True --no_auth` on the store:
+    the job is translated (its graph checked against the limit), not submitted; the command
+    says nothing ran and nothing will be published, exits 0, publishes no checkpoint and
+    leaves no scratch or lease behind."""
+    try:
+        from apache_beam.runners.dataflow import dataflow_runner  # noqa: F401
+    except ImportError as e:
+        pytest.skip("the DataflowRunner cannot import (install ldabeam[gcp]): %s" % e)
+    md = gs("dry-run")
+    out = ldabeam(capsys, "train", "--shards", shards[0], "--output", md, *TRAIN, "--detach",
+                  "--passes", 1, "--runner", "DataflowRunner", "--dry_run=True", "--no_auth",
+                  "--project=ldabeam-test", "--region=us-central1",
+                  "--temp_location=" + gs("tmp"))
+    assert "--dry_run: the DataflowRunner translated the job and did not submit it" in out
+    assert "state DONE" not in out and "has published" not in out
+    assert CheckpointStore(md).latest() is None
+    assert left_behind(emulator, md) == []

@@ -93,7 +93,7 @@ def test_infer_columns_and_default_seed(trained, wiki_ds, tmp_path):
     assert rc == 0
     files = sorted(f for f in os.listdir(out) if f.endswith(".parquet"))
     assert files and pq.read_schema(os.path.join(out, files[0])).names == \
-        ["doc_id", "title", "theta", "top_topic", "top_topics", "n_tokens"]
+        ["doc_id", "title", "label", "theta", "top_topic", "top_topics", "n_tokens"]
     table = read_theta(out)
     assert table.num_rows == docs.n_docs
     assert str(table.schema.field("theta").type) == "list<element: float>"
@@ -163,7 +163,7 @@ def test_vocabulary_mismatch_is_refused(trained, wiki_ds, tmp_path, capsys):
     assert cli_main(["infer", "--model", model, "--shards", str(bad), "--output",
                      str(out), "--unverified"]) == 2
     err = capsys.readouterr().err
-    assert "vocabulary 0000" in err and "expects vocabulary" in err
+    assert "vocabulary 0000" in err and "nor one it grew from" in err
     with pytest.raises(ValueError, match="exactly one of --shards"):
         infer(InferOptions(model=model, output=str(out)))
 

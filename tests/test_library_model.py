@@ -217,7 +217,11 @@ def test_grow_vocab_adds_pruned_new_words_at_the_prior(vb_model, wiki_ds, record
     m = ldabeam.load(model)
     V0 = m.n_words
     old_vocab = m.vocabulary
-    rules = manifest.read_manifest(wiki_ds)["settings"]["pruning"]
+    man = manifest.read_manifest(wiki_ds)
+    rules = man["settings"]["pruning"]
+    # no_above counts over the documents the vocabulary was counted on plus the new ones
+    # (issue 30, item 2), not over the new batch alone
+    n_docs = man["vocabulary"]["num_docs"] + len(records)
     # the growth alone leaves every existing row as it was and puts new rows at the prior
     st0 = m._algo.to_state()
     grown = _grown(m._algo, 3, "h").to_state()
@@ -235,7 +239,7 @@ def test_grow_vocab_adds_pruned_new_words_at_the_prior(vb_model, wiki_ds, record
             df[t] = df.get(t, 0) + 1
     for w in added:
         assert w not in old_vocab
-        assert rules["no_below"] <= df[w] <= rules["no_above"] * len(records)
+        assert rules["no_below"] <= df[w] <= rules["no_above"] * n_docs
     # the words only the new documents have reach the topics: above their prior share
     phi = m.topic_word()
     prior = _grown(ldabeam.load(vb_model)._algo, len(added), "h").topic_word()[:, V0:]

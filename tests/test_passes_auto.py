@@ -9,6 +9,7 @@ import pytest
 from lda_core.algorithms.algorithm import available_algorithms
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
+from lda_core.training import session as session_mod
 from lda_core.training.pass_stop import AUTO_KEY, AUTO_MIN_GAIN, PassStop
 from helpers.cli import COMMON, final_arrays as _final_arrays, ldabeam, one_line_error as _one_line_error
 from helpers.uci import kos_dataset as make_dataset
@@ -63,15 +64,21 @@ def test_auto_stops_when_the_heldout_score_stops_improving(tmp_path, ds, capsys)
     for i in range(1, n - 1):
         assert scores[i] >= max(scores[:i]) + AUTO_MIN_GAIN
     assert scores[-1] < max(scores[:-1]) + AUTO_MIN_GAIN
+    # the model kept is the best pass's (the last one when it did not score lower)
+    best = max(range(n), key=lambda i: (scores[i], -i))
     st = CheckpointStore(m).latest()
-    assert st.step == BPP * n
+    assert st.step == BPP * (best + 1)
     assert st.info["run"][AUTO_KEY]["scores"] == scores and st.info["run"][AUTO_KEY]["stopped"]
+    assert st.info["run"][AUTO_KEY]["kept_pass"] == best + 1
     assert "--passes auto: pass %d gained" % n in out
+    # the summary names the cap, not '20 passes planned', and the pass kept (issue 30)
+    assert "--passes auto: at most 20 passes" in out and "passes planned" not in out
+    assert "model kept: pass %d" % (best + 1) in out
     # resuming a run the rule stopped applies no further step
     rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--resume",
                            "--no-progress")
     assert rc == 0, err
-    assert CheckpointStore(m).latest().step == BPP * n
+    assert CheckpointStore(m).latest().step == BPP * (best + 1)
 
 
 @pytest.mark.parametrize("stop", [12, 16])   # mid-pass 2; exactly at the end of pass 2
@@ -92,6 +99,49 @@ def test_auto_resume_continues_the_same_rule(tmp_path, ds, capsys, stop):
     assert sa.info["run"][AUTO_KEY] == sb.info["run"][AUTO_KEY]
     for k in a:
         assert np.array_equal(a[k], b[k]), k
+
+
+def test_collapse_stops_whatever_the_patience():
+    """Issue 30, item 4: a pass far below the best stops at once; the best pass is kept."""
+    r = PassStop(min_gain=0.005, max_passes=20, patience=3)
+    assert not r.add(-8.7, step=8) and not r.add(-8.6, step=16)
+    assert r.add(-9.15, step=24)           # 0.55 below the best: a collapse, patience or not
+    assert r.collapsed and "collapsed" in r.reason()
+    assert r.best == 1 and r.best_step() == 16
+    back = PassStop.from_info(r.to_info())
+    assert back.steps == [8, 16, 24] and back.best_step() == 16
+    assert r.to_info()["kept_pass"] == 2
+
+
+def test_auto_keeps_the_best_pass_not_the_last(tmp_path, ds, capsys, monkeypatch):
+    """Issue 30, item 4: passes scoring -8.0, -7.5, then -7.9 (held-out scores scripted by
+    step, the training itself real): the model kept is pass 2's checkpoint, the run log says
+    so, and a resume applies no step."""
+    real = session_mod.timed_evaluate
+    scripted = {BPP: -8.0, 2 * BPP: -7.5, 3 * BPP: -7.9}
+
+    def fake(algorithm, heldout, **kw):
+        metrics = dict(real(algorithm, heldout, **kw))
+        if int(algorithm.step) in scripted:
+            metrics["completion_ll_per_token"] = scripted[int(algorithm.step)]
+        return metrics
+    monkeypatch.setattr(session_mod, "timed_evaluate", fake)
+    m = str(tmp_path / "m")
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--passes", "auto",
+                           "--eval-every", 0, *COMMON)
+    assert rc == 0, err
+    st = CheckpointStore(m).latest()
+    assert st.step == 2 * BPP                     # main kept pass 3's (step 24)
+    rule = st.info["run"][AUTO_KEY]
+    assert rule["scores"] == [-8.0, -7.5, -7.9] and rule["kept_pass"] == 2
+    kept = [r for r in read_run_log(os.path.join(m, "run_log.jsonl"))
+            if r.get("event") == "passes_auto_kept"]
+    assert kept and kept[-1]["kept_pass"] == 2 and kept[-1]["step"] == 2 * BPP
+    assert CheckpointStore(m).list_checkpoints()[-1].step == 2 * BPP   # the later one is gone
+    rc, out, err = ldabeam(capsys, "train", "--shards", ds, "--output", m, "--resume",
+                           "--no-progress")
+    assert rc == 0, err
+    assert CheckpointStore(m).latest().step == 2 * BPP
 
 
 def test_patience_rule():
@@ -156,7 +206,10 @@ def test_auto_on_the_beam_runner(tmp_path, ds, capsys):
     assert np.allclose(got["scores"], want["scores"], rtol=0, atol=1e-4)
     # one checkpoint per window; every pass end is a window end
     steps = [c.step for c in CheckpointStore(beam).list_checkpoints()]
-    assert all(BPP * (i + 1) in steps for i in range(n)) and steps[-1] == BPP * n
+    # (those after the best pass are removed: the best pass's is the model)
+    kept = want["kept_pass"]
+    assert got["kept_pass"] == kept
+    assert all(BPP * (i + 1) in steps for i in range(kept)) and steps[-1] == BPP * kept
     assert "--passes auto: pass %d gained" % n in out
     assert [r["step"] for r in _auto_records(beam)] == [BPP * (i + 1) for i in range(n)]
 

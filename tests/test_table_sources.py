@@ -201,7 +201,9 @@ def test_one_latin1_byte_keeps_the_document_and_is_counted(posts, tmp_path):
     assert m["counts"]["documents_kept"] == 2 and m["counts"]["dead_letters"] == 0
     assert m["counts"]["replaced_characters"] == n_bad
     assert m["settings"]["encoding_errors"] == "replace"
-    m = _vectorize([tmp_path / "*.txt"], tmp_path / "strict", no_below=1,
+    # no_above=1.0: the one document read keeps its words (a run that keeps no document
+    # publishes no dataset)
+    m = _vectorize([tmp_path / "*.txt"], tmp_path / "strict", no_below=1, no_above=1.0,
                    encoding_errors="strict")
     assert m["counts"]["documents_read"] == 1 and m["counts"]["dead_letters"] == 1
     assert m["counts"]["replaced_characters"] == 0

@@ -35,13 +35,17 @@ NOT_IN_TEMPLATE = {
                   "launcher VM",
         "no-unroll": "the 'unroll' parameter is both forms of --unroll/--no-unroll "
                      "(unroll=false becomes --no-unroll)",
+        "plan": "a template launch submits a window; --plan is asked of the command line "
+                "before a launch and submits nothing",
         "passes-patience": "it applies only with --passes auto, which the template's 'passes' "
                            "(a number) does not offer: a detached launch cannot stop the "
                            "chain of windows on the held-out score",
         **{opt: "--update reads the new documents and grows the vocabulary on the driver and "
                 "waits for its training run, while the template submits detached windows "
-                "(--update, --grow-vocab, --input and --format apply only with it)"
-           for opt in ("update", "grow-vocab", "input", "format")},
+                "(--update, --grow-vocab, --input, --format, --exclude, --corpus-size and "
+                "--keep-n apply only with it)"
+           for opt in ("update", "grow-vocab", "input", "format", "exclude", "corpus-size",
+                       "keep-n")},
     },
     "infer": {},
 }

@@ -216,9 +216,12 @@ def test_report_custom_template_and_errors(labelled, tmp_path, capsys):
     assert page.startswith("<html><h1>ldabeam report: model</h1>") and len(_data_uris(page)) == 1
     tpl.write_text("<html>$no_such_field</html>")
     capsys.readouterr()
-    assert cli_main(["report", "--model", m, "--output", out, "--template", str(tpl)]) == 2
+    # the page of the first run is replaced only with --overwrite (the file output rules)
+    assert cli_main(["report", "--model", m, "--output", out, "--template", str(tpl),
+                     "--overwrite"]) == 2
     assert "unknown placeholder 'no_such_field'" in capsys.readouterr().err
-    assert cli_main(["report", "--model", m, "--output", out, "--topic", "99"]) == 2
+    assert cli_main(["report", "--model", m, "--output", out, "--topic", "99",
+                     "--overwrite"]) == 2
     assert "outside the model's topics" in capsys.readouterr().err
 
 

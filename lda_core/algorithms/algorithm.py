@@ -345,6 +345,16 @@ class TopicModel(abc.ABC):
     accumulates_passes: ClassVar[bool] = False   # one global step per pass (batch VB)
     whole_corpus: ClassVar[bool] = False   # True: trained by fit(all documents, sweeps)
     variational_gamma: ClassVar[bool] = False    # local_step(return_gamma=True, salt=...)
+    # state arrays that are never negative (counts, Dirichlet parameters): a loaded state
+    # holding a negative value there is damaged (lda_core.storage.blocks.check_ranges)
+    NONNEGATIVE_ARRAYS: ClassVar[Tuple[str, ...]] = ()
+    # bytes a training run of this algorithm holds per topic-word cell at its peak, every copy
+    # of the state summed (its arrays, a step's statistics, a checkpoint's copy, the topic-word
+    # matrix of an evaluation): lda_core.resources.check_run_memory refuses a K x V that does
+    # not fit. Measured at two sizes (tests/test_memory_estimate.py checks the default
+    # algorithm and online VB); this default, for an algorithm not measured (the samplers,
+    # whose token assignments scale with the corpus, not K x V), is eight float64 copies
+    RUN_BYTES_PER_CELL: ClassVar[float] = 64.0
     n_topics: int
     n_words: int
     docs_seen: int

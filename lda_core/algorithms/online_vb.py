@@ -78,6 +78,10 @@ from lda_core.training import schedules
 logger = logging.getLogger(__name__)
 
 _DTYPES = ("float32", "float64")
+#: settings added after states were first written, with the value those states meant (states
+#: written before re-seeding did not re-seed; an update's running average is never in effect
+#: outside the update that set it)
+OLDER_SETTINGS = {"reseed": 0.0, "word_blocks": 1, "history": None, "history_from": None}
 _KERNELS = ("numba", "numpy")
 
 
@@ -102,9 +106,14 @@ class OnlineVB(StochasticAlgorithm):
     ``docs_seen``; the lazily scaled λ (``_ntilde``, ``_ntilde_colsum``, ``_a``, ``_pi``)."""
 
     name = "online-vb"
+    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
+    # measured 30 to 37 bytes a cell above the process's resident memory before the run, four to
+    # five float64 copies of K x V, at K = 500 and 2000 on V = 3000
+    RUN_BYTES_PER_CELL = 44.0
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     stats_type = VBStats
+    NONNEGATIVE_ARRAYS = ("ntilde", "ntilde_colsum", "alpha")
     _row_ids: Optional[np.ndarray] = None    # an E-step view's word ids (estep_view)
 
     # every setting, in params() order (a new setting is one line here; the constructor,
@@ -141,6 +150,13 @@ class OnlineVB(StochasticAlgorithm):
         Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
               help="a topic with less than reseed/K of a minibatch's tokens is re-seeded "
                    "(0: never)"),
+        Param("history", float, None, lo=0,
+              help="during an update (LdaModel.update, train --update): what the state "
+                   "before it counts as, in documents; the step is then the running average "
+                   "n / (history + n since the update began + n) instead of the schedule's "
+                   "(unset: the schedule)"),
+        Param("history_from", int, None, lo=0,
+              help="during an update: documents seen when it began"),
         Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
               help="word blocks of the global step (word ids dealt round-robin, each "
                    "updatable by its own worker); its sums are added in block order, so the "
@@ -329,8 +345,13 @@ class OnlineVB(StochasticAlgorithm):
 
     # -- global step ------------------------------------------------------------------------
     def _rho_and_scale(self, stats: VBStats):
-        """(ρ_t, D/S) for this step."""
-        rho = schedules.rho(self.step, self.tau0, self.kappa)
+        """(ρ_t, D/S) for this step: the schedule's ρ_t, or during an update the running
+        average over its documents (:func:`lda_core.training.schedules.history_rho`)."""
+        if self.history is None:
+            rho = schedules.rho(self.step, self.tau0, self.kappa)
+        else:
+            rho = schedules.history_rho(stats.n_docs, self.history,
+                                        self.docs_seen - int(self.history_from or 0))
         D = self.corpus_size if self.corpus_size is not None else self.docs_seen + stats.n_docs
         return rho, float(D) / float(stats.n_docs)
 
@@ -414,7 +435,7 @@ class OnlineVB(StochasticAlgorithm):
             raise DataIntegrityError("word-block header is for algorithm %r, not %r"
                                      % (header.algorithm, cls.name))
         K = header.n_topics
-        settings = cls.SPEC.recorded(header.params, older={"reseed": 0.0, "word_blocks": 1})
+        settings = cls.SPEC.recorded(header.params, older=OLDER_SETTINGS)
         scal = header.arrays["scalars"]
         settings.update(alpha=np.asarray(header.arrays["alpha"], np.float64), eta=float(scal[2]))
         obj = cls.__new__(cls)
@@ -594,10 +615,22 @@ class OnlineVB(StochasticAlgorithm):
                      ".4g bound=%(bound).4f", info)
         return info
 
+    def rescale_counts(self, r: float) -> None:
+        """Multiply λ's data part by ``r`` (λ − η ← r (λ − η)): the expected counts of a
+        corpus ``r`` times as large with the same topics -- an update's starting state when
+        its corpus grows (:mod:`ldabeam.model`). O(1): λ = a + π Ñ, so a and π change."""
+        r = float(r)
+        if not (r > 0 and math.isfinite(r)):
+            raise ValueError("rescale_counts needs a finite r > 0, got %r" % (r,))
+        self._a = self.eta + r * (self._a - self.eta)
+        self._pi *= r
+
     # -- inference & evaluation -------------------------------------------------------------
     def infer(self, batch: DocBatch) -> np.ndarray:
-        """n x K normalised γ (E[θ_d]) with λ frozen; empty documents get α / Σα."""
-        g = self.local_step(batch, return_gamma=True, salt="infer").gamma
+        """n x K normalised γ (E[θ_d]) with λ frozen; empty documents get α / Σα. Each
+        document's start is seeded by its content (:meth:`DocBatch.content_keys`), so the
+        same words give the same θ whatever the document is called."""
+        g = self.local_step(batch.keyed_by_content(), return_gamma=True, salt="infer").gamma
         return g / g.sum(axis=1, keepdims=True)
 
     def per_word_bound(self, batch: DocBatch) -> float:
@@ -670,7 +703,7 @@ class OnlineVB(StochasticAlgorithm):
                                          % (name, tuple(state.arrays[name].shape), shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
         # states written before re-seeding existed did not re-seed
-        settings = cls.SPEC.recorded(p, older={"reseed": 0.0, "word_blocks": 1})
+        settings = cls.SPEC.recorded(p, older=OLDER_SETTINGS)
         # α and η as the state holds them (the optional Newton steps change them)
         settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
                         eta=float(scal[2]))
@@ -709,7 +742,7 @@ class OnlineVB(StochasticAlgorithm):
                                          % (name, np.shape(state.arrays[name]) if name in
                                             state.arrays else "missing", shape))
         scal = np.asarray(state.arrays["scalars"], np.float64)
-        settings = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        settings = cls.SPEC.recorded(state.params, older=OLDER_SETTINGS)
         settings.update(alpha=np.asarray(state.arrays["alpha"], np.float64),
                         eta=float(scal[2]))
         obj = cls.__new__(cls)
@@ -745,6 +778,9 @@ class BatchVB(OnlineVB):
     ``optimize_alpha``/``optimize_eta`` the ELBO is no longer guaranteed to increase."""
 
     name = "batch-vb"
+    # every copy of the state a run holds: batch VB's peak measured 67 bytes a cell (K = 500 and
+    # 2000 on V = 3000), above online VB's
+    RUN_BYTES_PER_CELL = 72.0
     accumulates_passes = True      # the trainers apply one global step per pass
     # κ and τ0 are checked and recorded but not options: batch VB takes full steps (ρ = 1)
     SPEC = OnlineVB.SPEC.replace("kappa", option=None).replace("tau0", option=None)

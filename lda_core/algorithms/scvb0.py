@@ -53,10 +53,15 @@ from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPar
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, StepRefused
 from lda_core.storage.state import TopicState
+from lda_core.training import schedules
 
 logger = logging.getLogger(__name__)
 
 _INIT_TAG = 0x53435642  # "SCVB": keeps the initialisation stream apart from other seed uses
+#: settings added after states were first written, with the value those states meant (states
+#: written before re-seeding did not re-seed; an update's running average is never in effect
+#: outside the update that set it)
+OLDER_SETTINGS = {"reseed": 0.0, "word_blocks": 1, "history": None, "history_from": None}
 # Document chunks of a piece in the E-step kernel (its parallel loop; one float64 block of
 # the rows each chunk touches): fixed, so the statistics are the same bits with any number of
 # threads.
@@ -206,8 +211,13 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
+    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
+    # measured 55 to 61 bytes a cell above the process's resident memory before the run, seven
+    # to eight float64 copies of K x V, at K = 500 and 2000 on V = 3000
+    RUN_BYTES_PER_CELL = 72.0
     stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
+    NONNEGATIVE_ARRAYS = ("ntilde", "nz")
     _touched_rows: Optional[np.ndarray] = None   # rows of N^Φ the last global step changed
     _row_ids: Optional[np.ndarray] = None        # an E-step view's word ids (estep_view)
 
@@ -256,6 +266,13 @@ class SCVB0(StochasticAlgorithm):
         Param("reseed", float, 0.02, lo=0, hi=1, hi_open=True,
               help="a topic with less than reseed/K of a minibatch's N^Z is re-seeded "
                    "(0: never)"),
+        Param("history", float, None, lo=0,
+              help="during an update (LdaModel.update, train --update): what the state "
+                   "before it counts as, in tokens; the step is then the running average "
+                   "n / (history + n since the update began + n) instead of the schedule's "
+                   "(unset: the schedule)"),
+        Param("history_from", int, None, lo=0,
+              help="during an update: tokens seen when it began"),
         Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
               help="word blocks of the global step (word ids dealt round-robin, each "
                    "updatable by its own worker); its sums are added in block order, so the "
@@ -305,6 +322,16 @@ class SCVB0(StochasticAlgorithm):
     def n_phi(self) -> np.ndarray:
         """N^Φ (V x K float64) = π·Ñ (a dense copy; for tests and export)."""
         return self._pi * in_word_order(self._ntilde, self.word_blocks).astype(np.float64)
+
+    def rescale_counts(self, r: float) -> None:
+        """Multiply N^Φ and N^Z by ``r``: the expected counts of a corpus ``r`` times as
+        large with the same topics -- an update's starting state when its corpus grows
+        (:mod:`ldabeam.model`). O(K): N^Φ = π Ñ, so π changes."""
+        r = float(r)
+        if not (r > 0 and np.isfinite(r)):
+            raise ValueError("rescale_counts needs a finite r > 0, got %r" % (r,))
+        self._pi *= r
+        self.nz = self.nz * r
 
     def rho_phi(self, t: int) -> float:
         return float(min(1.0, self.s_phi * (self.tau_phi + t) ** (-self.kappa_phi)))
@@ -415,7 +442,7 @@ class SCVB0(StochasticAlgorithm):
         if header.algorithm != cls.name:
             raise DataIntegrityError("word-block header is for algorithm %r, not %r"
                                      % (header.algorithm, cls.name))
-        p = cls.SPEC.recorded(header.params, older={"reseed": 0.0, "word_blocks": 1})
+        p = cls.SPEC.recorded(header.params, older=OLDER_SETTINGS)
         obj = cls.__new__(cls)
         obj._configure(header.n_topics, header.n_words, vocab_hash=header.vocab_hash,
                        n_threads=n_threads, **p)
@@ -501,7 +528,10 @@ class SCVB0(StochasticAlgorithm):
         if not np.all(np.isfinite(stats.nz)):
             raise self._refuse_nonfinite()
         t = self.step
-        rho = self.rho_phi(t)
+        # the schedule's step, or during an update the running average over its tokens
+        rho = (self.rho_phi(t) if self.history is None else
+               schedules.history_rho(stats.n_tokens, self.history,
+                                     self.tokens_seen - int(self.history_from or 0)))
         info = dict(t=t, rho=rho, docs=stats.n_docs, tokens=stats.n_tokens,
                     empty=stats.n_empty, updates=stats.n_iterations)
         values = {"active": stats.n_tokens > 0, "splits": Splits(step=t, seed=self.seed, pairs=[])}
@@ -585,10 +615,12 @@ class SCVB0(StochasticAlgorithm):
         return phi
 
     def infer(self, batch: DocBatch, passes: Optional[int] = None) -> np.ndarray:
-        """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes."""
+        """θ_j = (N^Θ_j + α)/(C_j + Kα) after ``passes`` (default ``infer_passes``) passes;
+        each document's draws are seeded by its content (:meth:`DocBatch.content_keys`), so
+        the same words give the same θ whatever the document is called."""
         passes = self.infer_passes if passes is None else check_number("passes", passes, 1, 10000,
                                                                integer=True)
-        _, ntheta, _, _, _ = self._run(batch, passes, False, "scvb0-infer")
+        _, ntheta, _, _, _ = self._run(batch.keyed_by_content(), passes, False, "scvb0-infer")
         theta = ntheta + self.alpha
         theta /= theta.sum(1, keepdims=True)
         return theta
@@ -611,7 +643,7 @@ class SCVB0(StochasticAlgorithm):
                    take: bool = False) -> "SCVB0":
         state.validate(algorithm=cls.name)
         # states written before re-seeding existed did not re-seed
-        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        p = cls.SPEC.recorded(state.params, older=OLDER_SETTINGS)
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash,
                        n_threads=n_threads, **p)
@@ -649,7 +681,7 @@ class SCVB0(StochasticAlgorithm):
         """The word-block header of the algorithm of ``state``, read from all its arrays but
         ``ntilde`` (not touched: it may be absent or held in blocks)."""
         state.validate(algorithm=cls.name)
-        p = cls.SPEC.recorded(state.params, older={"reseed": 0.0, "word_blocks": 1})
+        p = cls.SPEC.recorded(state.params, older=OLDER_SETTINGS)
         obj = cls.__new__(cls)
         obj._configure(state.n_topics, state.n_words, vocab_hash=state.vocab_hash, **p)
         nz = np.asarray(state.arrays.get("nz"), np.float64)

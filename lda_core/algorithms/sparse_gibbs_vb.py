@@ -90,7 +90,13 @@ class SparseGibbsVB(StochasticAlgorithm):
     """Sparse Gibbs-within-VB on the local/global-step interface (module docstring)."""
 
     name = "sparse-gibbs-vb"
+    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
+    # measured under 2 bytes a cell after two steps (its counts are sparse and fill as tokens
+    # arrive); counted as two float64 copies of K x V, for the dense topic-word matrix a
+    # checkpoint or an evaluation builds and the counts once filled
+    RUN_BYTES_PER_CELL = 16.0
     stats_type = SparseGibbsStats
+    NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)
@@ -270,8 +276,9 @@ class SparseGibbsVB(StochasticAlgorithm):
         return lam
 
     def infer(self, batch: DocBatch) -> np.ndarray:
-        """θ_d = (α + mean N_dk over ``infer_samples`` kept sweeps)/(N_d + Kα)."""
-        _, _, _, theta, _ = self._run(batch, self.infer_burn_in, self.infer_samples, False,
+        """θ_d = (α + mean N_dk over ``infer_samples`` kept sweeps)/(N_d + Kα); each
+        document's draws are seeded by its content (:meth:`DocBatch.content_keys`)."""
+        _, _, _, theta, _ = self._run(batch.keyed_by_content(), self.infer_burn_in, self.infer_samples, False,
                                       True, "sgvb-infer")
         theta = theta + self.alpha
         theta /= theta.sum(1, keepdims=True)

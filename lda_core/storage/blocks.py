@@ -33,7 +33,7 @@ from lda_core.errors import DataIntegrityError, UsageError
 from lda_core.storage import npy, pending as pending_stats
 from lda_core.storage.files import files_for, LocalFiles
 from lda_core.storage.state import (array_files, block_row_counts, copy_npy, read_state_json,
-                                    RowBlocks, StateFormatError, TopicState)
+                                    RowBlocks, StateFormatError, TopicState, value_problem)
 
 if TYPE_CHECKING:
     from lda_core.algorithms.word_blocks import BlockHeader
@@ -79,11 +79,31 @@ def algorithm_from_state(state: TopicState, n_threads: Optional[int] = None,
     row-order array itself with ``take`` (the caller gives the state up: one V x K array in
     all), a copy without; a plain array goes through the algorithm's ``from_state``."""
     cls = algorithm_class(state.algorithm)
+    check_ranges(cls, state)
     pending = pending_stats.pending_of_state(state, getattr(cls, "stats_type", None))
     algo = _algorithm_of(cls, pending_stats.without_pending(state), n_threads, take)
     if pending is not None:
         algo.pending = pending
     return algo
+
+
+def check_ranges(cls, state: TopicState) -> None:
+    """DataIntegrityError when an array the algorithm declares non-negative
+    (``NONNEGATIVE_ARRAYS``: counts, Dirichlet parameters) holds a negative value: a loaded
+    state is checked in range as its files were checked finite (TopicState.load), so an
+    edited checkpoint is refused (and the checkpoint store falls back to the previous one)
+    before a kernel computes with it."""
+    for name in getattr(cls, "NONNEGATIVE_ARRAYS", ()):
+        v = state.arrays.get(name)
+        if v is None:
+            continue
+        parts = ([p for p in v.parts if isinstance(p, np.ndarray)] if isinstance(v, RowBlocks)
+                 else [v])
+        problem = value_problem(name, parts, nonnegative=True)
+        if problem is not None:
+            raise DataIntegrityError("%s state at step %d: %s, which %s never holds: a "
+                                     "damaged or edited checkpoint" % (
+                                         state.algorithm, state.step, problem, name))
 
 
 def _algorithm_of(cls, state: TopicState, n_threads: Optional[int], take: bool):
@@ -166,10 +186,17 @@ def copy_blocks(path: str, dest: Destinations, files: Optional[LocalFiles] = Non
     written: List[str] = []
     try:
         if len(names) == B and stored == dtype and (B == 1 or "layout" in entry):
+            bad: List[str] = []
+            nonnegative = ROWS in getattr(_sharded_class(header.algorithm, path),
+                                          "NONNEGATIVE_ARRAYS", ())
             for b, (fname, _, sha) in enumerate(names):
                 written.append(dests[b])
                 copy_npy(files, files.join(path, fname), dest_files, dests[b], dtype,
-                         (counts[b], K), expect_sha=sha)
+                         (counts[b], K), nonfinite=bad, expect_sha=sha,
+                         nonnegative=nonnegative)
+            if bad:     # checked as TopicState.load checks: the previous checkpoint is used
+                raise StateFormatError("%s: %s: a damaged or edited checkpoint"
+                                       % (path, "; ".join(bad)))
         elif "layout" in entry:
             raise StateFormatError("%s: array %r is %s in %d word blocks, the algorithm's "
                                    "settings need %s in %d" % (path, ROWS, stored, len(names),

@@ -52,7 +52,7 @@ from lda_core.errors import ResourceError, TrainingError, UsageError
 from lda_core.faults import fault_point
 from lda_core.storage.blocks import algorithm_from_state, copy_blocks, state_from_block_files
 from lda_core.storage.files import files_for, LocalFiles
-from lda_core.storage.state import RowBlocks, StateFormatError, TopicState
+from lda_core.storage.state import RowBlocks, StateFormatError, TopicState, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -82,27 +82,18 @@ def checkpoint_name(step: int) -> str:
     return "step-%09d" % int(step)
 
 
-def check_state_finite(state: TopicState, chunk: int = 1 << 22) -> None:
-    """ValueError naming each float array of ``state`` that holds NaN or +inf (scanned in
-    chunks of ``chunk`` values: no full-size temporaries)."""
+def check_state_finite(state: TopicState) -> None:
+    """TrainingError naming each float array of ``state`` that holds NaN or +inf (scanned in
+    bounded chunks: no full-size temporaries)."""
     bad = []
     for name in sorted(state.arrays):
         v = state.arrays[name]
         # word blocks held as arrays are scanned here, those in files while they are copied
         parts = ([p for p in v.parts if isinstance(p, np.ndarray)] if isinstance(v, RowBlocks)
                  else [np.asarray(v)])
-        n_nan = n_inf = 0
-        for a in parts:
-            if a.dtype.kind not in "fc":
-                continue
-            flat = a.reshape(-1)
-            for s in range(0, flat.size, chunk):
-                blk = flat[s:s + chunk]
-                n_nan += int(np.count_nonzero(np.isnan(blk)))
-                n_inf += int(np.count_nonzero(np.isposinf(blk.real if a.dtype.kind == "c"
-                                                          else blk)))
-        if n_nan or n_inf:
-            bad.append("%s has %d NaN and %d +inf values" % (name, n_nan, n_inf))
+        problem = value_problem(name, parts)
+        if problem is not None:
+            bad.append(problem)
     if bad:
         raise TrainingError("refusing to checkpoint step %d of %s: %s (the previous checkpoint "
                             "stays the latest)" % (state.step, state.algorithm, "; ".join(bad)))
@@ -150,6 +141,9 @@ class CheckpointStore:
         # no atomic directory rename (object stores): unique names, committed by LATEST
         self.unique_names = not getattr(self.files, "atomic_dir_rename", True)
         self._swept = False
+        #: steps whose checkpoints pruning keeps whatever ``keep_last`` says (the best pass
+        #: of a ``--passes auto`` run, which may become the model)
+        self.pinned: set = set()
 
     # -- listing --------------------------------------------------------------------------
     def path(self, step: int) -> str:
@@ -412,8 +406,8 @@ class CheckpointStore:
     def prune(self, keep_last: int, protect: Optional[int] = None,
               protect_name: Optional[str] = None) -> List[str]:
         """Delete all but the ``keep_last`` newest checkpoints (by step), never ``protect``
-        (a step; ``protect_name``: only that directory of the step) nor the one LATEST names.
-        Returns the deleted paths."""
+        (a step; ``protect_name``: only that directory of the step), a :attr:`pinned` step
+        nor the one LATEST names. Returns the deleted paths."""
         if keep_last < 1:
             raise UsageError("keep_last must be >= 1, got %r" % (keep_last,))
         ptr = self.pointer_name()
@@ -421,7 +415,7 @@ class CheckpointStore:
         deleted = []
         for c in ckpts[:-keep_last] if len(ckpts) > keep_last else []:
             base = self.files.basename(c.path)
-            if base == ptr or base == protect_name or (
+            if base == ptr or base == protect_name or c.step in self.pinned or (
                     protect_name is None and c.step == protect):
                 continue
             self.files.remove_tree(c.path)
@@ -431,6 +425,21 @@ class CheckpointStore:
             logger.debug("pruned %d old checkpoint(s), keeping the last %d", len(deleted),
                          keep_last)
         return deleted
+
+
+    def discard_after(self, step: int) -> List[str]:
+        """Delete the checkpoints after ``step`` (LATEST must already name ``step``'s: they
+        are then never read as the model). Returns the deleted paths."""
+        ptr = self.pointer()
+        if ptr is None or ptr != int(step):
+            raise UsageError("discard_after(%d): LATEST names step %s, not %d"
+                             % (step, ptr, step))
+        gone = []
+        for c in self.list_checkpoints():
+            if c.step > int(step):
+                self.files.remove_tree(c.path)
+                gone.append(c.path)
+        return gone
 
 
 def _step_of(name: str) -> int:

@@ -8,15 +8,18 @@ registered for a URL scheme with :func:`register_files` (the pipelines register 
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import re
 import shutil
+import stat
 import sys
 import uuid
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Union
 
-from lda_core.errors import InputError
+from lda_core.errors import InputError, SpecialFileError
+from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class LocalFiles:
         os.makedirs(path, exist_ok=True)
 
     def open_read(self, path: str) -> BinaryIO:
-        return open(path, "rb")
+        return open_regular(path)
 
     def open_write(self, path: str) -> BinaryIO:
         return open(path, "wb")
@@ -117,6 +120,7 @@ class LocalFiles:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("atomic-written")    # a test's kill point: complete, not yet renamed
             os.replace(tmp, path)
             _fsync_dir(d)
         except OSError as e:
@@ -139,8 +143,30 @@ class LocalFiles:
             pass
 
     def read_bytes(self, path: str) -> bytes:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read()
+
+
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for binary reading when it is a regular file (or a link to one);
+    :class:`lda_core.errors.SpecialFileError` naming it when it is a FIFO, socket, device or
+    directory. The file is opened without blocking (a FIFO with no writer would block the
+    open itself) and checked on the open descriptor, so nothing can swap it in between."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device")
+            raise SpecialFileError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                                   "is %s, not a regular file: ldabeam reads only regular "
+                                   "files (a FIFO or device could block or never end); put the "
+                                   "file itself there" % what, path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 _RENAMEAT2 = []

@@ -316,13 +316,13 @@ class _Held:
 
 def hold_model_dir(model_dir: str, owner: str, inputs=(), files=None, kind=None,
                    **kw) -> _Held:
-    """Check that ``model_dir`` does not overlap ``inputs`` and holds no other kind of output
-    than the writer's (``kind``; default: the kind ``owner``, e.g. "ldabeam vectorize",
+    """Check that ``model_dir`` does not overlap ``inputs``, lies inside no other output and
+    holds no other kind of output than the writer's (``kind``; default: the kind ``owner``, e.g. "ldabeam vectorize",
     produces, :data:`lda_core.storage.output_paths.COMMAND_KINDS`), then hold its lease for
     the ``with`` block (what every directory-writing command does)."""
     from lda_core.storage import output_paths
     check_output_location(model_dir, list(inputs))
     kind = kind or output_paths.COMMAND_KINDS.get(" ".join(str(owner).split()[:2]))
     if kind is not None:
-        output_paths.check_kind(model_dir, kind)
+        output_paths.check_place(model_dir, kind)
     return _Held(ModelLease(model_dir, owner, files=files, **kw))

@@ -29,7 +29,7 @@ import fnmatch
 import json
 import os
 import re
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from lda_core.errors import OutputError
 from lda_core.storage.files import files_for, path_scheme
@@ -40,6 +40,7 @@ DATASET_MANIFEST = "manifest.json"
 SUMMARY_FILE = "_summary.json"         # infer; '_': pyarrow's directory reader skips it
 LEGACY_SUMMARY_FILE = "summary.json"
 MODEL_MARKS = ("checkpoints", "run_log.jsonl")
+LABELS_FILE = "topic_labels.json"      # a model's topic labels (ldabeam topics --label)
 
 # What each kind of writer may leave in its directory before it publishes its listing: the
 # top-level names (a trailing "/" for a folder) and name prefixes it creates.
@@ -272,6 +273,11 @@ def clear_output(output: str, kind: str, overwrite: bool, option: str = "--outpu
         return
     present = [r for r in _walk(files, output) if r not in (LEASE_FILE, MARKER_FILE)
                and not r.startswith(LEASE_FILE + ".")]
+    # a writer killed while marking the folder left the marker's temporary sibling: ours,
+    # never data (a fixed name and 32 hex digits), and it marks nothing, so it goes
+    for r in [r for r in present if _is_temp_of(r, {MARKER_FILE})]:
+        files.remove_file(files.join(output, r))
+        present.remove(r)
     if not present:
         return
     have = kind_of(output, files)
@@ -321,6 +327,195 @@ def mark_output(output: str, kind: str, owner: str) -> None:
                        (json.dumps({"kind": kind, "writer": owner}) + "\n").encode("utf-8"))
 
 
+# ----------------------------------------------------------------------------- placement
+
+def _ancestors(path: str) -> List[str]:
+    """The folders above ``path``, nearest first: locally resolved (``~``, relative parts,
+    symlinks) up to ``/``; for a URL its prefixes down to the bucket."""
+    if _is_url(path):
+        scheme, rest = path.split("://", 1)
+        parts = [s for s in rest.split("/") if s]
+        return ["%s://%s" % (scheme, "/".join(parts[:i])) for i in range(len(parts) - 1, 0, -1)]
+    p = os.path.realpath(os.path.expanduser(path[len("file://"):] if path.startswith("file://")
+                                            else path))
+    out = []
+    while True:
+        up = os.path.dirname(p)
+        if up == p:
+            return out
+        out.append(up)
+        p = up
+
+
+def _is_json_with(files, path: str, keys: Sequence[str]) -> bool:
+    """``path`` is a JSON object holding one of ``keys`` (an unreadable file is not)."""
+    try:
+        data = _read_json(files, path)
+    except OutputError:
+        return False
+    return isinstance(data, dict) and any(k in data for k in keys)
+
+
+def output_kind_of(folder: str, files=None) -> Optional[str]:
+    """What ``folder`` holds when it is an output of ldabeam: "dataset", "model" or
+    "inference"; None otherwise. Stricter than :func:`kind_of` (which judges a directory
+    a command is about to write into): a folder only *named* like one (a ``manifest.json``
+    of another program, a ``checkpoints/`` of another trainer) is not an output, so an
+    output placed below it is not refused for that."""
+    files = files or _layer(folder)
+    if not files.isdir(folder):
+        return None
+    marker = files.join(folder, MARKER_FILE)
+    if files.exists(marker):
+        try:
+            kind = (_read_json(files, marker) or {}).get("kind")
+        except OutputError:
+            kind = None
+        if kind in _KIND_NAMES:
+            return kind
+    if files.exists(files.join(folder, DATASET_MANIFEST)) and _is_json_with(
+            files, files.join(folder, DATASET_MANIFEST), ("splits",)):
+        return "dataset"
+    if files.exists(files.join(folder, "checkpoints", "LATEST")) or files.exists(
+            files.join(folder, "run_log.jsonl")):
+        return "model"
+    if files.exists(files.join(folder, SUMMARY_FILE)) or (
+            files.exists(files.join(folder, LEGACY_SUMMARY_FILE)) and _is_json_with(
+                files, files.join(folder, LEGACY_SUMMARY_FILE), ("files",))):
+        return "inference"
+    return None
+
+
+def enclosing_output(path: str) -> Optional[Tuple[str, str]]:
+    """``(folder, kind)`` of the nearest folder above ``path`` that is an output of ldabeam
+    (:func:`output_kind_of`), or None."""
+    for folder in _ancestors(path):
+        kind = output_kind_of(folder)
+        if kind is not None:
+            return folder, kind
+    return None
+
+
+def check_not_inside_output(output: str, option: str = "--output") -> None:
+    """OutputError when ``output`` lies inside a dataset, a model or inference results: an
+    output never overlaps another output (a report written over a dataset's shard, an
+    inference folder among a model's checkpoints, a model saved into a split folder)."""
+    found = enclosing_output(output)
+    if found is not None:
+        folder, kind = found
+        raise OutputError("%s %s lies inside %s (%s): an output never overlaps a dataset, a "
+                          "model or another output (its readers would find a file they did "
+                          "not expect, its --overwrite would delete yours); choose an %s "
+                          "outside it" % (option, output, _KIND_NAMES[kind], folder, option))
+
+
+def check_place(output: str, kind: str, option: str = "--output") -> None:
+    """Where a ``kind`` directory writer may write: ``output`` holds no other kind of output
+    (:func:`check_kind`) and lies inside no output (:func:`check_not_inside_output`)."""
+    check_kind(output, kind, option)
+    check_not_inside_output(output, option)
+
+
+# ----------------------------------------------------------------------------- file outputs
+
+REPORT_MARK = "<!-- written by ldabeam report -->"
+PYLDAVIS_NAMES = ("pyldavis.npz", "pyldavis.json", "pyldavis.html")
+_NPY_MAGIC = b"\x93NUMPY"
+_TOPICS_TABLE = re.compile(rb"^[A-Za-z0-9_.-]+, K=\d+, step \d+, \d+ documents seen\r?\n")
+_FILE_KIND_NAMES = {"phi-npy": "a topic-word matrix (.npy)", "gensim": "a gensim model export",
+                    "report": "an ldabeam report page", "topics": "a topics listing",
+                    "pyldavis": "pyLDAvis data"}
+
+
+def _head_tail(files, path: str, n: int = 4096):
+    """The first ``n`` and the last 256 bytes of a regular file (the same bytes when short)."""
+    with files.open_read(path) as f:
+        head = f.read(n)
+        size = files.size(path)
+        if size <= n:
+            return head, head[-256:]
+        f.seek(max(0, size - 256))
+        return head, f.read(256)
+
+
+def file_kind(path: str, files=None) -> Optional[str]:
+    """Which ldabeam file output ``path`` holds, told by its content: "phi-npy" (a 2-D
+    float64 ``.npy``), "gensim" (a pickle naming gensim's classes, or a ``.npy`` side file of
+    one: its name tells), "report" (a page ending in :data:`REPORT_MARK`), "topics" (the
+    table, CSV or JSON of ``ldabeam topics``); None for anything else. Nothing is
+    unpickled: a pickle is recognised by its first bytes. The files of ``export --format
+    pyldavis`` are "pyldavis" by their names."""
+    files = files or _layer(path)
+    try:
+        head, tail = _head_tail(files, path)
+    except (OSError, ValueError):
+        return None
+    if files.basename(path) in PYLDAVIS_NAMES:
+        return "pyldavis"     # the names of `export --format pyldavis` in its folder
+    if head.startswith(_NPY_MAGIC):
+        try:
+            fields = head[10:10 + int.from_bytes(head[8:10], "little")].decode("latin-1")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if "'descr': '<f8'" in fields and re.search(r"'shape': \(\d+, \d+\)", fields):
+            return "phi-npy"
+        return None
+    if head[:1] == b"\x80" and b"gensim." in head:
+        return "gensim"
+    if REPORT_MARK.encode("ascii") in tail:
+        return "report"
+    if (head.startswith(b"topic,label,rank,word,weight") or _TOPICS_TABLE.match(head)
+            or re.match(rb'^\[\s*(\]|\{\s*"topic": \d+,\s*"label")', head)):
+        return "topics"
+    return None
+
+
+def check_file_output(path: str, kind: str, inputs: Sequence = (), overwrite: bool = False,
+                      option: str = "--output", side_files: Sequence[str] = ()) -> List[str]:
+    """The output rules for a file output (``export``, ``report``, ``topics --output``),
+    before anything is written: ``path`` never overlaps an input (:func:`check_disjoint`)
+    nor lies inside a dataset, a model or inference results
+    (:func:`check_not_inside_output`); an existing file is replaced only with ``overwrite``
+    and only when it is the same ``kind`` of output (:func:`file_kind`), never a directory,
+    a link or a special file. ``side_files``: the other files the output writes beside
+    ``path`` (gensim's), checked alike (a ``.npy`` among them belongs to the output). Returns
+    the existing files of the output (``path`` first when present)."""
+    check_disjoint(path, inputs, option)
+    check_not_inside_output(path, option)
+    files = _layer(path)
+    local = not _is_url(path)
+    if local and os.path.isdir(path):
+        raise OutputError("%s %s: Is a directory; give the path of a file (%s is one file)"
+                          % (option, path, _FILE_KIND_NAMES.get(kind, kind)))
+    found = []
+    for p in [path] + list(side_files):
+        if local and not os.path.lexists(p):
+            continue
+        if not local and not files.exists(p):
+            continue
+        if local and (os.path.islink(p) or not os.path.isfile(p)):
+            raise OutputError("%s %s: %s is %s, not a file this command wrote; an output never "
+                              "replaces one -- choose another path"
+                              % (option, path, p, "a symbolic link" if os.path.islink(p)
+                                 else "a directory" if os.path.isdir(p) else "a special file"))
+        have = file_kind(p, files)
+        if p != path and p.endswith(".npy") and have in (None, "phi-npy"):
+            have = kind           # the arrays an export stores beside its main file
+        if have != kind:
+            raise OutputError("%s %s: %s holds %s, not %s; an existing file is replaced only "
+                              "by the same kind of output -- choose another path"
+                              % (option, path, p, _FILE_KIND_NAMES.get(have, "a file ldabeam "
+                                                                              "did not write"),
+                                 _FILE_KIND_NAMES.get(kind, kind)))
+        found.append(p)
+    if found and not overwrite:
+        raise OutputError("%s %s already holds %s%s; pass --overwrite to replace it or choose "
+                          "another path" % (option, path, _FILE_KIND_NAMES.get(kind, kind),
+                                            "" if found == [path] else
+                                            " (%d files)" % len(found)))
+    return found
+
+
 def check_not_link(path: str, what: str) -> None:
     """OutputError when the local ``path`` (a file a command appends to or replaces) is a
     symbolic link: writing would follow it out of the directory."""
@@ -333,7 +528,9 @@ def check_not_link(path: str, what: str) -> None:
 def prepare_output(output: str, kind: str, owner: str, inputs: Sequence = (),
                    overwrite: bool = False, option: str = "--output") -> None:
     """Every check and step before a ``kind`` writer writes into ``output``:
-    :func:`check_disjoint`, :func:`clear_output`, :func:`mark_output`."""
+    :func:`check_disjoint`, :func:`check_not_inside_output`, :func:`clear_output`,
+    :func:`mark_output`."""
     check_disjoint(output, inputs, option)
+    check_not_inside_output(output, option)
     clear_output(output, kind, overwrite, option)
     mark_output(output, kind, owner)

@@ -47,7 +47,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import numpy as np
 
 from lda_core.faults import armed, die
-from lda_core.storage.files import files_for, LocalFiles
+from lda_core.storage.files import files_for
 from lda_core.storage.output_paths import check_not_link
 
 logger = logging.getLogger(__name__)
@@ -228,12 +228,8 @@ def iter_run_log(path: str, files=None, damaged: Optional[List[int]] = None
     warning names the skipped lines. ``files``: the file layer (default
     :func:`lda_core.storage.files.files_for` ``(path)``)."""
     files = files or files_for(path)
-    if isinstance(files, LocalFiles):
-        with open(path, "rb") as f:
-            raw = f.read()
-    else:
-        with files.open_read(path) as f:
-            raw = f.read()
+    with files.open_read(path) as f:
+        raw = f.read()
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

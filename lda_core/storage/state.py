@@ -358,14 +358,42 @@ def _nonfinite_counts(a: np.ndarray):
             int(np.count_nonzero(np.isposinf(a.real if a.dtype.kind == "c" else a))))
 
 
+_SCAN = 1 << 22          # values per chunk of a scan: no full-size temporaries
+
+
+def value_problem(name: str, arrays, nonnegative: bool = False) -> Optional[str]:
+    """What is wrong with the values of the array ``name`` (one array, or the parts of one:
+    ``arrays``): ``"ntilde has 1 NaN, 0 +inf and 3 negative values"``, or None. NaN and +inf
+    are never a state's (-inf is: log-weights of dead particles); ``nonnegative``: values
+    below 0 are not either (counts, Dirichlet parameters). Scanned in bounded chunks."""
+    n_nan = n_inf = n_neg = 0
+    for a in (arrays if isinstance(arrays, (list, tuple)) else [arrays]):
+        a = np.asarray(a)
+        if a.dtype.kind not in "fc":
+            continue
+        flat = a.reshape(-1)
+        for start in range(0, flat.size, _SCAN):
+            blk = flat[start:start + _SCAN]
+            nan, inf = _nonfinite_counts(blk)
+            n_nan += nan
+            n_inf += inf
+            if nonnegative:
+                n_neg += int(np.count_nonzero(blk < 0))
+    if not (n_nan or n_inf or n_neg):
+        return None
+    return "%s has %d NaN%s +inf%s values" % (
+        name, n_nan, ", %d" % n_inf if nonnegative else " and %d" % n_inf,
+        " and %d negative" % n_neg if nonnegative else "")
+
+
 def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
              shape: tuple, nonfinite: Optional[List[str]] = None,
-             expect_sha: Optional[str] = None) -> Dict[str, Any]:
+             expect_sha: Optional[str] = None, nonnegative: bool = False) -> Dict[str, Any]:
     """Copy the plain .npy file ``src`` (file layer ``src_files``) to ``path`` (layer
     ``files``) in chunks of about 16 MiB, after checking its header against ``dtype`` and
     ``shape`` (2-D) and its size; the written file is byte for byte what the state writer
     writes for the same array. ``nonfinite``: a list to which a message is appended when the
-    data holds NaN or +inf. ``expect_sha``: the sha256 the source file must have (a block of a
+    data holds NaN or +inf (or, with ``nonnegative``, values below 0). ``expect_sha``: the sha256 the source file must have (a block of a
     checkpoint); on a mismatch the copy is deleted and StateFormatError names the source.
     Returns the JSON entry of the copy (file, rows, sha256, nbytes)."""
     shape = (int(shape[0]), int(shape[1]))
@@ -377,7 +405,7 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
     src_sha = hashlib.sha256()
     item = dtype.itemsize
     step = max(item, _CHUNK - _CHUNK % item)
-    n_nan = n_inf = 0
+    n_nan = n_inf = n_neg = 0
     with src_files.open_read(src) as f:
         _block_npy_header(f, fsize, where, src, dtype, shape,
                           "the word-block header needs", src_sha)
@@ -398,6 +426,8 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
                     a, i = _nonfinite_counts(buf[:n].view(dtype))
                     n_nan += a
                     n_inf += i
+                    if nonnegative:
+                        n_neg += int(np.count_nonzero(buf[:n].view(dtype) < 0))
                 left -= n
             files.sync_file(out)
     if expect_sha is not None and src_sha.hexdigest() != expect_sha:
@@ -405,8 +435,9 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
         raise StateFormatError("%s is corrupt: sha256 %s, its state.json records %s -- use "
                                "the previous checkpoint (CheckpointStore.latest_blocks falls "
                                "back to it)" % (src, src_sha.hexdigest(), expect_sha))
-    if n_nan or n_inf:
-        nonfinite.append("%s has %d NaN and %d +inf values" % (src, n_nan, n_inf))
+    if n_nan or n_inf or n_neg:
+        nonfinite.append("%s has %d NaN and %d +inf values%s"
+                         % (src, n_nan, n_inf, " and %d negative ones" % n_neg if n_neg else ""))
     return {"file": files.basename(path), "rows": int(shape[0]), "sha256": w.sha.hexdigest(),
             "nbytes": int(nbytes)}
 
@@ -527,7 +558,18 @@ def _read_blocks(files: LocalFiles, directory: str, name: str, meta: Dict[str, A
         dest = whole[lo:lo + rows] if row_order else whole[b::B]
         _read_block(files, directory, fname, dtype, (rows, shape[1]), sha, dest)
         lo += rows
+    _check_values(directory, name, whole)
     return RowBlocks.of_array(whole, B) if row_order else whole
+
+
+def _check_values(directory: str, name: str, arr: np.ndarray) -> None:
+    """StateFormatError when a loaded array holds NaN or +inf: a loaded state is checked as
+    a published one is (``CheckpointStore.publish`` refuses them), so an edited file whose
+    sha256 was recomputed is a damaged checkpoint and the previous one is used."""
+    problem = value_problem(name, arr)
+    if problem is not None:
+        raise StateFormatError("%s: %s, which a published state never holds: a damaged or "
+                               "edited checkpoint" % (directory, problem))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -737,6 +779,7 @@ class TopicState:
                 arrays[name] = _read_blocks(files, directory, name, entries[name], row_order)
             else:
                 arrays[name] = _read_npy(files, directory, name, entries[name])
+                _check_values(directory, name, arrays[name])
         try:
             return cls(algorithm=meta["algorithm"], n_topics=meta["n_topics"],
                        n_words=meta["n_words"], vocab_hash=meta["vocab_hash"], arrays=arrays,

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import UsageError
+from lda_core.training.kernel_warmup import compile_notice
 from lda_core.training.runner import TrainData
 from lda_core.training.spec import AlgorithmSpec, Output, Schedule, TrainSpec
 from lda_core.training.trainer import InProcessRunner, Minibatch, TrainResult
@@ -63,8 +64,9 @@ def train_in_memory(algorithm, minibatches: MemoryMinibatches, *, pieces: int = 
     ``write(record)`` that receives the run's records."""
     spec = TrainSpec(AlgorithmSpec(algorithm.name), Schedule(rel_tol=rel_tol),
                      output=Output(run_log=run_log, progress=False))
-    return InProcessRunner(pieces=pieces, warm_start=warm_start).run(
-        spec, algorithm, TrainData(minibatches=minibatches))
+    with compile_notice():          # a first call compiles the kernels: never silently
+        return InProcessRunner(pieces=pieces, warm_start=warm_start).run(
+            spec, algorithm, TrainData(minibatches=minibatches))
 
 
 def fit_batch_vb(algorithm, batches, max_passes: int = 100, rel_tol: float = 1e-5

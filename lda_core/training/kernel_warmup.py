@@ -6,10 +6,18 @@ it. :func:`warm_kernels` runs the chosen algorithm and the evaluation on a tiny 
 corpus before training, listening to numba's compile events: on the first compile (a cache
 miss) it logs one line, and after the tiny run how long the compiling took. With a warm cache
 it logs nothing (the kernels are only loaded, as the run would load them anyway).
+
+The library's entry points that run kernels in a user's process (the estimators' ``fit`` /
+``partial_fit`` and the other callers of :func:`lda_core.training.in_memory.train_in_memory`,
+``LdaModel.transform``) run inside :func:`compile_notice`: the same line when numba starts
+compiling, and the seconds it took -- on stderr when the program has not configured logging
+(a notebook), so that a first call is never silent for the tens of seconds it compiles.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import time
 from typing import Callable, Optional
 
@@ -24,20 +32,37 @@ logger = logging.getLogger(__name__)
 MESSAGE = "compiling the numba kernels once (cached for later runs)..."
 
 
+def _say(message: str) -> None:
+    """Log ``message`` at INFO when logging is configured, else write it to stderr."""
+    if logger.hasHandlers():
+        logger.info(message)
+    else:
+        print("ldabeam: " + message, file=sys.stderr, flush=True)
+
+
 class _CompileWatch(_event.Listener):
     """A numba event listener: on the first real compile (numba fires ``numba:compile``
-    only after a cache miss) it logs :data:`MESSAGE` and starts the clock."""
+    only after a cache miss) it says :data:`MESSAGE` and starts the clock."""
 
-    def __init__(self):
+    def __init__(self, say: Callable[[str], None] = logger.info):
         self.t0: Optional[float] = None
+        self.say = say
+        self.seconds = 0.0           # time spent in (outermost) compiles
+        self._open = 0
+        self._since = 0.0
 
     def on_start(self, event) -> None:
         if self.t0 is None:
-            logger.info(MESSAGE)
+            self.say(MESSAGE)
             self.t0 = time.perf_counter()
+        if self._open == 0:
+            self._since = time.perf_counter()
+        self._open += 1
 
     def on_end(self, event) -> None:
-        pass
+        self._open = max(0, self._open - 1)
+        if self._open == 0:
+            self.seconds += time.perf_counter() - self._since
 
 
 def tiny_corpus(n_docs: int = 200, n_words: int = 50, seed: int = 0):
@@ -87,3 +112,30 @@ def warm_kernels(make_algorithm: Callable[[int, int], object], evaluate: bool = 
     took = time.perf_counter() - watch.t0
     logger.info("numba kernels compiled in %.1f s", took)
     return took
+
+
+@contextlib.contextmanager
+def compile_notice():
+    """Say :data:`MESSAGE` when a kernel run inside the block has to be compiled, and how
+    long the compiling took when the block ends (module docstring); nothing with a warm
+    cache. Nested blocks say it once."""
+    if _NOTICE.depth:
+        yield
+        return
+    watch = _CompileWatch(_say)
+    _event.register("numba:compile", watch)
+    _NOTICE.depth += 1
+    try:
+        yield
+    finally:
+        _NOTICE.depth -= 1
+        _event.unregister("numba:compile", watch)
+        if watch.t0 is not None:
+            _say("numba kernels compiled in %.1f s" % watch.seconds)
+
+
+class _Depth:
+    depth = 0
+
+
+_NOTICE = _Depth()

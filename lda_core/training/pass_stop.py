@@ -2,11 +2,17 @@
 
 The training session (:mod:`lda_core.training.session`) feeds it the held-out score at each pass end;
 its state travels in the run info and checkpoints so ``--resume`` continues the same rule.
+The model kept is the best pass's, not the last one's: the session publishes a checkpoint at
+every pass end, keeps the best one from pruning, and when the rule stops re-publishes it as the
+model (:meth:`lda_core.training.session.Session.keep_best`). A pass that scores
+:data:`AUTO_COLLAPSE` nats/token or more below the best stops the run at once, whatever the
+patience, with a warning: the model collapsed, and more passes of the same schedule do not
+bring it back.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from lda_core.errors import UsageError
 
@@ -15,6 +21,8 @@ AUTO_MIN_GAIN = 0.005
 AUTO_MAX_PASSES = 20     # ... and at most this many passes are run
 AUTO_PATIENCE = 1        # ... and it stops after this many passes in a row that did not
 AUTO_KEY = "passes_auto"   # run info / step record key of the rule's state
+# ... and a pass this far below the best (nats/token) is a collapse: stop at once
+AUTO_COLLAPSE = 0.1
 # evaluation cadence (global steps) when --eval-every is not given; with --passes auto the
 # pass ends are the evaluations (a cadence would score the held-out set again mid-pass)
 EVAL_EVERY = 50
@@ -38,7 +46,8 @@ class PassStop:
     :meth:`from_info`), so a resumed run applies the same rule to the same history."""
 
     def __init__(self, min_gain: float = AUTO_MIN_GAIN, max_passes: int = AUTO_MAX_PASSES,
-                 scores: Sequence[float] = (), patience: int = AUTO_PATIENCE):
+                 scores: Sequence[float] = (), patience: int = AUTO_PATIENCE,
+                 steps: Sequence[int] = (), collapse: float = AUTO_COLLAPSE):
         if not (float(min_gain) >= 0 and math.isfinite(float(min_gain))):
             raise UsageError("passes auto: min_gain must be a finite number >= 0, got %r"
                              % (min_gain,))
@@ -51,6 +60,10 @@ class PassStop:
         self.max_passes = int(max_passes)
         self.patience = int(patience)
         self.scores: List[float] = [float(x) for x in scores]
+        #: the global step of each pass end (the checkpoint published there); a rule state
+        #: recorded before they were kept has fewer than its scores
+        self.steps: List[int] = [int(x) for x in steps]
+        self.collapse = float(collapse)
 
     def _stale(self) -> int:
         """Passes in a row, up to the last, that did not improve on the best before them."""
@@ -62,13 +75,36 @@ class PassStop:
         return n
 
     @property
+    def collapsed(self) -> bool:
+        """The last pass scored :data:`AUTO_COLLAPSE` or more below the best before it."""
+        return len(self.scores) > 1 and \
+            self.scores[-1] <= max(self.scores[:-1]) - self.collapse
+
+    @property
     def stopped(self) -> bool:
-        return len(self.scores) >= self.max_passes or self._stale() >= self.patience
+        return (len(self.scores) >= self.max_passes or self._stale() >= self.patience
+                or self.collapsed)
+
+    @property
+    def best(self) -> int:
+        """The index (from 0) of the pass with the highest score (the earliest of equals)."""
+        return max(range(len(self.scores)), key=lambda i: (self.scores[i], -i)) \
+            if self.scores else -1
+
+    def best_step(self):
+        """The global step of the best pass's end, or None when not recorded."""
+        b = self.best
+        return self.steps[b] if 0 <= b < len(self.steps) else None
 
     def reason(self) -> str:
         if not self.stopped:
             return ""
         n, stale = len(self.scores), self._stale()
+        if self.collapsed:
+            return ("pass %d scored %.4f, %.4g nats/token below the best (pass %d, %.4f): the "
+                    "model collapsed" % (n, self.scores[-1], max(self.scores[:-1]) -
+                                         self.scores[-1], self.best + 1,
+                                         self.scores[self.best]))
         if stale >= self.patience:
             what = "pass %d" % n if stale == 1 else "passes %d-%d" % (n - stale + 1, n)
             return ("%s gained < %g nats/token over the best earlier pass (the last: %.4g; "
@@ -76,17 +112,25 @@ class PassStop:
                                       self.scores[-1] - max(self.scores[:-1]), self.patience))
         return "the cap of %d passes was reached" % self.max_passes
 
-    def add(self, score: float) -> bool:
-        """Record the held-out score at the end of the next pass; whether to stop now."""
+    def add(self, score: float, step: Optional[int] = None) -> bool:
+        """Record the held-out score at the end of the next pass (``step``: the global step
+        there); whether to stop now."""
+        if step is not None and len(self.steps) == len(self.scores):
+            self.steps.append(int(step))
         self.scores.append(float(score))
         return self.stopped
 
     def to_info(self) -> Dict[str, Any]:
-        return dict(min_gain=self.min_gain, max_passes=self.max_passes,
-                    patience=self.patience, scores=list(self.scores), stopped=self.stopped)
+        out = dict(min_gain=self.min_gain, max_passes=self.max_passes,
+                   patience=self.patience, scores=list(self.scores), stopped=self.stopped,
+                   steps=list(self.steps), collapse=self.collapse)
+        if self.stopped and self.scores:
+            out["kept_pass"] = self.best + 1
+        return out
 
     @classmethod
     def from_info(cls, info: Dict[str, Any]) -> "PassStop":
         return cls(info.get("min_gain", AUTO_MIN_GAIN),
                    info.get("max_passes", AUTO_MAX_PASSES), info.get("scores", ()),
-                   info.get("patience", AUTO_PATIENCE))
+                   info.get("patience", AUTO_PATIENCE), info.get("steps", ()),
+                   info.get("collapse", AUTO_COLLAPSE))

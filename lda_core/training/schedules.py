@@ -10,6 +10,12 @@ All of them are the Robbins-Monro family ``rho_t = scale * (tau0 + t) ** (-kappa
 
 The value is clipped to ``[0, 1]`` (a step above 1 would make the convex combination
 ``(1 - rho) x + rho x_hat`` extrapolate); ``tau0 + t == 0`` gives ``rho = 1``.
+
+An update of a trained model on new documents (``ldabeam.LdaModel.update``, ``ldabeam train
+--update``) steps instead by the running average :func:`history_rho`: the state before it
+counts as ``history`` documents (online VB; tokens for SCVB0) and every minibatch of the
+update as its own, so after the update the old state and the new documents weigh by their
+sizes, however many passes the update makes (each pass's visits count 1/passes).
 """
 from __future__ import annotations
 
@@ -49,6 +55,15 @@ def rho(t: float, tau0: float, kappa: float, scale: float = 1.0) -> float:
     if base <= 0.0:
         return 1.0
     return float(min(1.0, float(scale) * base ** (-float(kappa))))
+
+
+def history_rho(n: float, history: float, seen_since: float) -> float:
+    """The running-average step of an update: ``n / (history + seen_since + n)`` for a
+    minibatch of ``n`` documents (or tokens) after ``seen_since`` were applied since the
+    update began, the state before it counting as ``history`` (module docstring); 1 when
+    there is no history (the new documents replace the state)."""
+    den = float(history) + float(seen_since) + float(n)
+    return 1.0 if den <= 0.0 else float(min(1.0, max(0.0, float(n) / den)))
 
 
 @dataclass(frozen=True)

@@ -463,11 +463,72 @@ class Session:
                 or self.position % self.batches_per_pass):
             return None
         metrics = self.score(algorithm) if self.last_eval != self.position else None
-        self.pass_stop.add(self.metrics["completion_ll_per_token"])
-        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        self._add_pass(algorithm)
         if record is not None:
             record[AUTO_KEY] = self.pass_stop.to_info()
         return metrics
+
+    def _add_pass(self, algorithm) -> None:
+        """Feed the rule the score of the pass that just ended, record its state in the run
+        info, keep the best pass's checkpoint from pruning and warn of a collapse."""
+        rule = self.pass_stop
+        rule.add(self.metrics["completion_ll_per_token"], step=int(getattr(
+            algorithm, "step", self.position)))
+        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: rule.to_info()})
+        best = rule.best_step()
+        if self.store is not None and best is not None and hasattr(self.store, "pinned"):
+            self.store.pinned = {best}
+        if rule.collapsed:
+            logger.warning("passes auto: %s; stopping now and keeping pass %d",
+                           rule.reason(), rule.best + 1)
+
+    def checkpoint_due(self, checkpoint_every: int) -> bool:
+        """Whether the position calls for a checkpoint: the ``checkpoint_every`` cadence, or
+        a pass end of a ``--passes auto`` run (each may become the model kept)."""
+        pos = self.position
+        return bool((checkpoint_every and pos % checkpoint_every == 0) or (
+            self.pass_stop is not None and self.batches_per_pass and pos
+            and pos % self.batches_per_pass == 0))
+
+    def keep_best(self, algorithm):
+        """``--passes auto`` stopped on a pass that was not its best: make the best pass's
+        checkpoint the model -- re-published with the rule's final state, LATEST naming it,
+        the later checkpoints removed -- and return its algorithm (the one to evaluate and
+        report). Otherwise ``algorithm`` itself. A run log record (``passes_auto_kept``) and
+        a log line say which pass was kept."""
+        rule = self.pass_stop
+        if rule is None or not rule.stopped or not rule.scores:
+            return algorithm
+        b, last = rule.best, len(rule.scores) - 1
+        kept = dict(event="passes_auto_kept", kept_pass=b + 1, passes=last + 1,
+                    score=rule.scores[b], last_score=rule.scores[-1])
+        if b == last:
+            self.write(dict(kept, step=int(getattr(algorithm, "step", self.position))))
+            return algorithm
+        step = rule.best_step()
+        if step is None or self.store is None:
+            logger.warning("passes auto: pass %d scored best (%.4f) but its checkpoint is not "
+                           "recorded; the model is the last pass's (%.4f)", b + 1,
+                           rule.scores[b], rule.scores[-1])
+            return algorithm
+        # the state module imports nothing from training; the algorithm is rebuilt as every
+        # reader of a checkpoint rebuilds it
+        from lda_core.storage.blocks import algorithm_from_state
+        state = self.store.load(step, row_order=True)
+        info = dict(state.info or {})
+        info["run"] = dict(info.get("run") or {}, **{AUTO_KEY: rule.to_info()})
+        state.info = info
+        self.last_checkpoint = self.store.publish(state)
+        gone = self.store.discard_after(step)
+        self.position = resume_position(state)
+        self.last_published = self.position
+        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: rule.to_info()})
+        self.write(dict(kept, step=int(step), checkpoint=self.last_checkpoint,
+                        removed=len(gone)))
+        logger.warning("passes auto: keeping pass %d (held-out %.4f, step %d), the best; the "
+                       "last pass scored %.4f (%d later checkpoint(s) removed)",
+                       b + 1, rule.scores[b], step, rule.scores[-1], len(gone))
+        return algorithm_from_state(state, take=True)
 
     def catch_up(self, algorithm) -> None:
         """``--passes auto`` resumed from a checkpoint published at a pass end before that
@@ -478,8 +539,7 @@ class Session:
                 or len(self.pass_stop.scores) >= self.position // self.batches_per_pass):
             return
         self.score(algorithm)
-        self.pass_stop.add(self.metrics["completion_ll_per_token"])
-        self.run_info = dict(self.run_info or {}, **{AUTO_KEY: self.pass_stop.to_info()})
+        self._add_pass(algorithm)
         logger.info("passes auto: pass %d scored on resume: %.4f", len(self.pass_stop.scores),
                     self.pass_stop.scores[-1])
 

@@ -308,8 +308,8 @@ def _apply(ses: Session, loop, algorithm, mb: Minibatch, stats, checkpoint_every
         # a pass end's score is the --passes auto rule's input, which the checkpoint records;
         # other evaluations follow the checkpoint
         metrics = ses.pass_end(algorithm, rec)
-        ckpt = (ses.publish(algorithm) if checkpoint_every and step % checkpoint_every == 0
-                else None)
+        # the cadence, and every pass end of a --passes auto run (the best one is kept)
+        ckpt = ses.publish(algorithm) if ses.checkpoint_due(checkpoint_every) else None
         metrics = ses.evaluate(algorithm, done=1) or metrics
     except Exception:
         _publish_on_failure(ses, algorithm)
@@ -335,6 +335,8 @@ def _finish(ses: Session, algorithm, converged, times=None, interrupt=None) -> T
     # published before the last evaluation, which then cannot cost the trained state
     if ses.steps_run or ses.latest_path() is None:
         ses.publish(algorithm)
+    # --passes auto stopped after a pass worse than its best: the best becomes the model
+    algorithm = ses.keep_best(algorithm)
     if interrupt is None or not interrupt.hit:
         ses.evaluate(algorithm)
     if times is not None and ses.steps_run:

@@ -39,7 +39,7 @@ from lda_core.training.heldout import evaluate, HeldOut
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.doc_sample import sample_documents
 from pipelines.runtime import paths
-from pipelines.runtime.model_dir import load_model
+from pipelines.runtime.model_dir import accepted_vocab, load_model
 from pipelines.training.shard_stream import read_docs
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,8 @@ def run(args, beam_argv) -> int:
     split = args.split or dataset.HELDOUT_SPLIT
     unverified = getattr(args, "unverified", False)
     files = manifest.open_shards(args.shards, split, unverified=unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    expected = accepted_vocab(state, vocab)
+    dataset.check_vocab_hash(files, expected)
     train_files = None
     if args.train_shards not in (None, "none"):
         train_files = manifest.open_shards(args.train_shards, unverified=unverified,
@@ -106,10 +107,10 @@ def run(args, beam_argv) -> int:
         except FileNotFoundError:
             train_files = None
     if train_files is not None:
-        dataset.check_vocab_hash(train_files, state.vocab_hash)
+        dataset.check_vocab_hash(train_files, expected)
 
     t0 = time.time()
-    docs = read_docs(files, state.vocab_hash, max_docs=args.max_docs, n_words=state.n_words)
+    docs = read_docs(files, expected, max_docs=args.max_docs, n_words=state.n_words)
     n_all = docs.n_docs
     heldout = HeldOut.from_batch(docs, seed=args.seed)
     if heldout.docs.n_docs == 0:
@@ -123,13 +124,13 @@ def run(args, beam_argv) -> int:
     out.update(evaluate(algo, heldout))
     phi = algo.topic_word()
     if train_files is not None:
-        ref = read_docs(train_files, state.vocab_hash, max_docs=args.coherence_max_docs,
+        ref = read_docs(train_files, expected, max_docs=args.coherence_max_docs,
                         n_words=state.n_words)
         coh = topic_quality.umass_coherence(phi, ref, topn=args.top)
         out["umass_mean_sum"] = float(coh["mean_sum"])
         out["umass_mean_pair"] = float(coh["mean_pair"])
         out["umass_docs"] = int(ref.n_docs)
-        health = sample_documents(train_files, state.vocab_hash, seed=args.seed)
+        health = sample_documents(train_files, expected, seed=args.seed)
         out.update(topic_quality.health_scalars(phi, health, seed=args.seed))
         out["health_docs"] = int(health.n_docs)
     if args.left_to_right_docs:

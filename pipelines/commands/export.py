@@ -23,12 +23,13 @@ import numpy as np
 
 from lda_core.errors import OutputError, UsageError
 from lda_core.storage.npy import write_npy_atomic
-from lda_core.storage.output_paths import check_disjoint
-from lda_core.storage.vocab_file import Vocabulary
+from lda_core.storage.output_paths import (check_disjoint, check_file_output,
+                                             check_not_inside_output, PYLDAVIS_NAMES)
+from lda_core.storage.vocab_file import DOCS_KEY, Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.reports import exports
 from pipelines.runtime import paths
-from pipelines.runtime.model_dir import load_model, training_shards
+from pipelines.runtime.model_dir import accepted_vocab, load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +57,28 @@ def add_arguments(p) -> None:
                         "are always verified against it")
     p.add_argument("--max-docs", type=int, default=5000,
                    help="pyldavis: documents used (the first ones of --shards)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier export of the same format at --output (a file "
+                        "of any other kind is never replaced)")
+
+
+def _inputs(args) -> list:
+    """What an export reads: it never replaces nor lands inside them."""
+    return ([args.model, paths.model_dir_of(args.model)] if args.model else []) + [args.shards]
 
 
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output PATH is required")
-    # an export never replaces nor lands inside the model or the documents it reads
-    if args.model:
-        check_disjoint(args.output, [args.model, paths.model_dir_of(args.model),
-                                     args.shards])
-    if args.format in ("gensim", "pyldavis"):
+    if not args.model:
+        raise UsageError("--model MODEL_DIR is required")
+    if args.format == "pyldavis":
+        return _run_other(args)
+    # the output rules of a file output (lda_core.storage.output_paths), before any work
+    check_file_output(args.output, args.format, _inputs(args), args.overwrite,
+                      side_files=exports.gensim_side_files(args.output)
+                      if args.format == "gensim" else ())
+    if args.format == "gensim":
         return _run_other(args)
     algo, state, _ = load_model(args.model)
     phi = np.asarray(algo.topic_word(), dtype=np.float64)
@@ -96,13 +109,18 @@ def _run_other(args) -> int:
         raise OutputError("--output %s exists and is not a directory (--format pyldavis writes "
                           "a directory: pyldavis.npz, pyldavis.json and, with pyLDAvis "
                           "installed, pyldavis.html)" % args.output)
+    check_disjoint(args.output, _inputs(args))
+    check_not_inside_output(args.output)
+    for name in PYLDAVIS_NAMES:
+        check_file_output(os.path.join(args.output, name), "pyldavis", _inputs(args),
+                          args.overwrite)
     model_dir = paths.model_dir_of(args.model)
-    shards = args.shards or training_shards(model_dir)
+    shards = args.shards or training_shards(model_dir, state.info)
     if not shards:
         raise UsageError("--format pyldavis needs --shards SHARD_DIR (the run log names no "
                          "training shards)")
     files = manifest.open_shards(shards, unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     docs = exports.sample_docs(files, args.max_docs)
     res = exports.export_pyldavis(algo, vocab, docs, args.output,
                                   info={"model": paths.absolute(args.model),
@@ -116,21 +134,29 @@ def _run_other(args) -> int:
 
 def _dictionary_counts(args, vocab, state):
     """(vocabulary, num_docs, where they come from) for the gensim dictionary: the vocabulary
-    file's df/cf with the document count of its dataset's manifest, or, when the manifest does
-    not give it, df/cf/num_docs counted over the dataset's shards (train and held-out)."""
-    shards = args.shards or training_shards(paths.model_dir_of(args.model))
+    file's df/cf with the document count the model records for a vocabulary its updates grew
+    (unless --shards is given) or of its dataset's manifest, or, when neither gives it,
+    df/cf/num_docs counted over the dataset's shards (train and held-out). A checkpoint
+    older than the vocabulary file (a prefix of a vocabulary grown since) always counts over
+    the shards: the file's df count the later documents too."""
+    grown_docs = (state.info or {}).get(DOCS_KEY)
+    later = vocab.later_counts
+    if isinstance(grown_docs, int) and grown_docs > 0 and not args.shards and not later:
+        # a vocabulary grown by updates: its df count the training corpus and the updates
+        return vocab, grown_docs, "the model's vocabulary, grown by updates"
+    shards = args.shards or training_shards(paths.model_dir_of(args.model), state.info)
     if not shards:
         raise UsageError("--format gensim needs --shards SHARD_DIR (the dataset the model was "
                          "trained on): the model's run log names no training shards, and the "
                          "dictionary's document frequencies need the dataset's document count")
-    n = exports.vocab_num_docs(vocab, shards)
+    n = None if later else exports.vocab_num_docs(vocab, shards)
     if n is not None:
         return vocab, n, "manifest of %s" % shards
     files = manifest.open_shards(shards, unverified=args.unverified).files
     if paths.exists(paths.join(shards, dataset.HELDOUT_SPLIT)):
         files = files + manifest.open_shards(shards, dataset.HELDOUT_SPLIT,
                                             unverified=args.unverified).files
-    dataset.check_vocab_hash(files, state.vocab_hash)
+    dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
     n, df, cf = exports.shard_vocab_counts(files, len(vocab))
     return (Vocabulary(vocab.tokens, df=df, cf=cf), n,
             "counted over the %d shard files of %s" % (len(files), shards))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pipelines.commands.vectorize import add_field_arguments, INPUT_FORMATS
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training import detached
 
 # the output folder is held (lease) while it is written, and never overlaps an input
@@ -35,6 +36,9 @@ def add_arguments(p) -> None:
     g.add_argument("--format", dest="input_format", default="auto",
                    choices=[f for f in INPUT_FORMATS if f not in ("uci", "ldac", "mm")],
                    help="format of --input")
+    g.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                   help="with --input: files not to read, globs matched against a file's name "
+                        "and its path (e.g. --exclude README.TXT)")
     g.add_argument("--unverified", action="store_true",
                    help="also read shards that no dataset manifest lists (written by another "
                         "tool, or by a killed `ldabeam vectorize`); shards a manifest lists "
@@ -48,21 +52,25 @@ def add_arguments(p) -> None:
                    help="replace inference results already in --output (removes only the "
                         "files its summary lists; a folder holding anything else is refused)")
     g.add_argument("--csv", dest="write_csv", action="store_true",
-                   help="also write part-*.csv (doc_id, title, n_tokens, top_topic, top_topics, "
-                        "theta_0 ... theta_K-1)")
+                   help="also write part-*.csv (doc_id, title, label, n_tokens, top_topic, "
+                        "top_topics, theta_0 ... theta_K-1)")
     g = p.add_argument_group("raw text readers (default: as the model's training data)")
     add_field_arguments(g, defaults=False)
     g.add_argument("--encoding", default=None, help="text encoding of --input")
     g.add_argument("--encoding-errors", default=None, choices=["strict", "replace", "ignore"],
-                   help="replace: undecodable bytes become U+FFFD (counted); strict: such a "
+                   help="replace: undecodable bytes become U+FFFD, ignore: they are dropped "
+                        "(both counted); strict: such a "
                         "record is skipped and counted as a dead letter")
     g = p.add_argument_group("inference")
     g.add_argument("--top-n", type=int, default=3, help="topics listed in top_topics")
     g.add_argument("--batch-size", type=int, default=1024,
                    help="documents per E-step piece (the unit of parallel work)")
     g.add_argument("--gamma-seed", choices=["infer", "training"], default="infer",
-                   help="seed salt of the initial gamma: 'training' reproduces the trainer's "
-                        "gamma for a minibatch when given the checkpoint it was computed with")
+                   help="seed of the initial gamma: 'infer' (default) seeds each document by "
+                        "its content, so the same text gets the same theta whatever its id; "
+                        "'training' seeds by document id as the trainer does, and reproduces "
+                        "its gamma for a minibatch when given the checkpoint it was computed "
+                        "with")
     g.add_argument("--write-gamma", action="store_true",
                    help="also write the unnormalised variational gamma (list<float64>)")
     g.add_argument("--threads", type=int, default=None, help="E-step threads (numba)")
@@ -73,11 +81,18 @@ def add_arguments(p) -> None:
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
 
 
+def check_launch(args, beam_argv) -> None:
+    """The runner's up-front checks (pipelines.runtime.remote_checks), before the lease."""
+    check_command(None, beam_argv, {"--model": args.model, "--shards": args.shards, "--input": args.input,
+                                     "--output": args.output})
+
+
 def run(args, beam_argv) -> int:
     global LAST_SUBMITTED
     from pipelines.infer import InferOptions, infer  # imports Beam: only when the command runs
     opts = InferOptions(model=args.model, output=args.output, shards=args.shards,
                         inputs=list(args.input or []), input_format=args.input_format,
+                        exclude=tuple(getattr(args, "exclude", None) or ()),
                         query=args.query, write_csv=args.write_csv,
                         reader={k: getattr(args, k) for k in READER_OPTIONS},
                         split=args.split, batch_size=args.batch_size, top_n=args.top_n,

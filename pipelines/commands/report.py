@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from lda_core.errors import UsageError
-from lda_core.storage.output_paths import check_disjoint
+from lda_core.storage.output_paths import check_file_output
 from pipelines.reports.report import write_report
 from pipelines.runtime import paths
 
@@ -33,6 +33,9 @@ def add_arguments(p) -> None:
     p.add_argument("--examples", type=int, default=3, help="example documents per topic")
     p.add_argument("--template", metavar="HTML", default=None,
                    help="page template (string.Template; default: templates/report.html)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier report at --output (a file of any other kind is "
+                        "never replaced)")
     p.add_argument("--topic", type=int, action="append", default=None, metavar="K",
                    help="topic(s) whose top words are followed across checkpoints "
                         "(default: the 3 largest)")
@@ -43,9 +46,10 @@ def run(args, beam_argv) -> int:
         raise UsageError("--model MODEL_DIR is required")
     if not args.output:
         raise UsageError("--output HTML is required")
-    # the page never replaces nor lands inside the model, the documents or the template
-    check_disjoint(args.output, [args.model, paths.model_dir_of(args.model), args.shards,
-                                 args.template])
+    # the page never replaces nor lands inside the model, the documents, the template or
+    # any other output; an earlier page is replaced only with --overwrite
+    check_file_output(args.output, "report", [args.model, paths.model_dir_of(args.model),
+                                              args.shards, args.template], args.overwrite)
     for name in ("max_docs", "top"):
         if getattr(args, name) < 1:
             raise UsageError("--%s must be >= 1, got %d" % (name.replace("_", "-"),

@@ -9,13 +9,17 @@ Labels are kept in MODEL_DIR/topic_labels.json ({"topic": "label"}); the tables 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import sys
+import time
 
 from lda_core.errors import UsageError
 from lda_core.evaluation.topic_quality import top_words
+from lda_core.storage.lease import LeaseHeld, ModelLease
+from lda_core.storage.output_paths import check_file_output
 from pipelines.reports.report import model_dir_of, read_labels, write_labels
 from pipelines.runtime.model_dir import load_model
 from pipelines.runtime.paths import write_atomic as write_bytes_atomic
@@ -31,6 +35,9 @@ def add_arguments(p) -> None:
                         "words and weights")
     p.add_argument("--output", metavar="FILE", default=None,
                    help="write to FILE instead of standard output")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier listing at --output (a file of any other kind "
+                        "is never replaced)")
     p.add_argument("--no-weights", action="store_true",
                    help="table: words only (CSV and JSON always have the weights)")
     p.add_argument("--label", nargs=2, action="append", metavar=("K", "TEXT"), default=None,
@@ -39,8 +46,42 @@ def add_arguments(p) -> None:
                    help="remove the label of topic K")
 
 
+#: an `ldabeam topics --label` waits this long for another labeller's lease
+LABEL_WAIT_SECONDS = 60.0
+LABEL_OWNER = "ldabeam topics --label"
+
+
+@contextlib.contextmanager
+def _label_lease(mdir: str):
+    """The model directory's lease for a read-modify-write of its labels, held for the
+    block: another labeller holds it for milliseconds, so it is waited for; a writer of the
+    model (a training run) is one line (LeaseHeld)."""
+    deadline = time.monotonic() + LABEL_WAIT_SECONDS
+    for attempt in range(1 << 30):
+        lease = ModelLease(mdir, LABEL_OWNER, heartbeat_seconds=0)
+        try:
+            lease.acquire()
+            break
+        except LeaseHeld:
+            holder = lease.read()      # None: released since acquire() read it
+            if holder is not None and not str(holder.get("owner", "")).startswith(
+                    LABEL_OWNER) or time.monotonic() > deadline:
+                raise
+        time.sleep(min(0.5, 0.01 * (attempt + 1)))
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
 def _update_labels(args, state) -> None:
     mdir = model_dir_of(args.model)
+    # under the model's lease: two labellers never lose each other's labels
+    with _label_lease(mdir):
+        _update_labels_held(args, state, mdir)
+
+
+def _update_labels_held(args, state, mdir: str) -> None:
     labels = read_labels(mdir)
     for k, text in args.label or []:
         try:
@@ -61,6 +102,9 @@ def _update_labels(args, state) -> None:
 def run(args, beam_argv) -> int:
     if args.top < 1:
         raise UsageError("--top must be >= 1, got %d" % args.top)
+    if args.output:      # the output rules of a file output, before any work
+        check_file_output(args.output, "topics", [args.model, model_dir_of(args.model)],
+                          args.overwrite)
     algo, state, vocab = load_model(args.model)
     if args.label or args.clear_label:
         _update_labels(args, state)

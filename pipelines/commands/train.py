@@ -35,6 +35,7 @@ from lda_core.faults import fault_point
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CHECKPOINTS, CheckpointStore
 from lda_core.storage.files import files_for
+from lda_core.storage.output_paths import LABELS_FILE
 from lda_core.storage.run_log import iter_run_log, RUN_LOG_FILE, RunLog
 from lda_core.storage.vocab_file import GROWN_PREFIX, Vocabulary
 from lda_core.training import pieces as pieces_mod
@@ -46,11 +47,14 @@ from lda_core.training.session import resume_position, Session, TrainingInterrup
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
 from lda_core.training.trainer import check_pass_stop, InProcessRunner, WholeCorpusRunner
 from pipelines.commands import train_options
+from pipelines.commands.train_plan import print_plan
 from pipelines.commands.train_summary import print_detached, print_summary
-from pipelines.commands.train_update import run_update
+from pipelines.commands.train_update import run_update, UPDATING
 from pipelines.ingest import dataset, manifest
+from pipelines.ingest.manifest import TOKENIZER_FILE
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import runner_config
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training.algorithm_options import (algorithm_option_dests, BATCH_MAX_PASSES,
                                                   BEAM_WORKERS_MINIBATCH, build_algorithm,
                                                   DEFAULT_ALGORITHM, default_minibatch,
@@ -63,7 +67,19 @@ logger = logging.getLogger(__name__)
 
 # the model directory this command writes, held under a lease while it runs, and the inputs
 # it must neither contain nor lie inside (pipelines.cli, lda_core.storage.lease)
-MODEL_DIR = ("output", ("shards", "vocab"))
+MODEL_DIR = ("output", ("shards", "vocab", "input"))
+
+
+def check_launch(args, beam_argv) -> None:
+    """The runner's up-front checks (:mod:`pipelines.runtime.remote_checks`) on the paths this
+    run opens, before any of them is read (pipelines.cli calls it before the lease)."""
+    heldout = args.heldout if args.heldout and "/" in args.heldout else None   # a path
+    check_command(args.runner, beam_argv, {"--shards": getattr(args, "shards", None),
+                                           "--input": getattr(args, "input", None),
+                                           "--output": args.output, "--heldout": heldout},
+                  offline=bool(getattr(args, "plan", False)))
+
+
 # the options the remote defaults fill in when the user left them out
 REMOTE_DEFAULT_OPTIONS = (("minibatch", "minibatch", "--minibatch"),
                           ("pieces", "pieces", "--pieces"),
@@ -160,8 +176,10 @@ def _remove_model(model_dir: str) -> None:
     files.remove_tree(files.join(model_dir, CHECKPOINTS))
     grown = [n for n in files.listdir(model_dir)
              if n.startswith(GROWN_PREFIX) and n.endswith(".tsv")]   # a stopped --grow-vocab's
-    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE] + grown:
+    # the labels name the old model's topics: a new model's topic k is another topic
+    for name in [RUN_LOG_FILE, dataset.VOCAB_FILE, TOKENIZER_FILE, LABELS_FILE] + grown:
         files.remove_file(files.join(model_dir, name))
+    files.remove_tree(files.join(model_dir, UPDATING))      # a stopped Beam update's scratch
     logger.info("--overwrite: removed the previous model in %s", model_dir)
 
 
@@ -310,14 +328,20 @@ def run(args, beam_argv) -> int:
     t_setup = time.time()
     if getattr(args, "update", False):
         return run_update(args, beam_argv, run)     # run: the Beam update trains through it
-    if getattr(args, "input", None) or getattr(args, "grow_vocab", False):
-        raise UsageError("--input and --grow-vocab apply with --update (training on new "
-                         "documents); a fresh run reads --shards written by `ldabeam "
-                         "vectorize`")
+    if getattr(args, "input", None) or getattr(args, "grow_vocab", False) or \
+            getattr(args, "exclude", None) or \
+            getattr(args, "corpus_size", None) is not None or \
+            getattr(args, "keep_n", None) is not None:
+        raise UsageError("--input, --exclude, --grow-vocab, --corpus-size and --keep-n apply "
+                         "with --update (training on new documents); a fresh run reads "
+                         "--shards written by `ldabeam vectorize`")
     _check_args(args)
     shard_set, shard_hash, vocab_path, vocab = _resolve_data(args)
     files = shard_set.files
-    store, state = _open_model_dir(args, vocab, shard_hash)
+    if getattr(args, "plan", False) and not args.resume:
+        store, state = None, None        # --plan opens no model folder (nor a cloud's)
+    else:
+        store, state = _open_model_dir(args, vocab, shard_hash)
     prev = _run_params(state) if state is not None else {}
     data_record = shard_set.record()
     if state is not None:
@@ -378,6 +402,9 @@ def run(args, beam_argv) -> int:
                                  pass_stop is not None))
     algo = _load_algorithm(args, state, settings, algorithm, len(vocab), minibatch, seed,
                            stream, shard_hash)
+    if getattr(args, "plan", False):
+        print_plan(args, beam_argv, algorithm, algo, stream, run_info)
+        return 0
 
     start = resume_position(state) if state is not None else 0
     if accumulates:

@@ -79,11 +79,21 @@ def add_arguments(p) -> None:
     g.add_argument("--grow-vocab", action="store_true",
                    help="with --update: add the new documents' words that pass the model's "
                         "pruning rules as new topic-word rows (at the prior)")
+    g.add_argument("--corpus-size", type=int, default=None, metavar="N",
+                   help="with --update: the documents the model stands for after the update "
+                        "(default: those it was trained on plus the new ones); the new "
+                        "documents weigh n/N of the topics, N = n makes them the whole corpus")
+    g.add_argument("--keep-n", type=int, default=None, metavar="N",
+                   help="with --update --grow-vocab: the vocabulary's cap (default: the "
+                        "training data's --keep-n)")
     g.add_argument("--input", nargs="+", action="extend", metavar="PATH_OR_GLOB", default=[],
                    help="with --update: raw text instead of --shards, in any text format of "
                         "`ldabeam vectorize`, tokenized as the model's training data was")
     g.add_argument("--format", dest="input_format", default="auto",
                    help="with --update: format of --input (default: from the file names)")
+    g.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                   help="with --update --input: files not to read, globs matched against a "
+                        "file's name and its path (e.g. --exclude README.TXT)")
     g = p.add_argument_group("schedule")
     g.add_argument("--minibatch", "-S", type=int, default=None, metavar="S",
                    help="documents per minibatch (unset: the algorithm's own default -- %s; "
@@ -218,6 +228,12 @@ def add_arguments(p) -> None:
                         "update (one barrier per step with S = 1). Part of the result, like "
                         "--pieces: recorded in the checkpoints, --resume keeps it "
                         "(default 0; 1 on the remote exchange, after --staleness-warmup)")
+    g.add_argument("--plan", action="store_true",
+                   help="print what the run would do and exit 0: the exchange, S, P, B and "
+                        "staleness as resolved (remote defaults included), windows and jobs, "
+                        "each job's graph against Dataflow's limit and, on a remote runner, "
+                        "the cluster model's bytes per worker, time and list price; writes, "
+                        "submits and looks up nothing in the cloud")
     g.add_argument("--staleness-warmup", type=int, default=None, metavar="W",
                    help="with --staleness S > 0: the first W minibatches run with staleness "
                         "0 and the pipeline fills from minibatch W on (the first steps move "

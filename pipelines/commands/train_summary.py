@@ -19,6 +19,11 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
           "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
                                algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
                                sub.start, sub.stop, sub.total, sub.run_key), file=out)
+    if getattr(sub, "dry_run", False):
+        print("  --dry_run: the %s translated the job and did not submit it: nothing ran, "
+              "nothing will be published, the window's scratch was removed; launch without "
+              "--dry_run to train" % args.runner, file=out)
+        return
     if sub.runs_here:
         sub.wait()
         print("  --detach: the %s runs the job in this process, so it was waited for (%s)"
@@ -34,18 +39,33 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
 
 
 def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
-    step = getattr(res, "step", getattr(algo, "step", None))
+    # the global step the checkpoint is named by; the run's position in its minibatch order
+    # differs from it after an update (whose steps lie outside that order)
+    position = getattr(res, "step", getattr(algo, "step", None))
+    step = getattr(getattr(res, "algorithm", None), "step", None)
+    step = position if step is None else step
     out = sys.stdout
-    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %d passes planned"
+    planned = ("--passes auto: at most %d passes" % stream.passes if pass_stop is not None
+               else "%d passes planned" % stream.passes)
+    print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %s"
           % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
-             stream.passes), file=out)
+             planned), file=out)
     if pass_stop is not None:
         print("  --passes auto: %s after %d passes (held-out LL/token by pass: %s)"
               % (pass_stop.reason() or "not stopped", len(pass_stop.scores),
                  ", ".join("%.4f" % x for x in pass_stop.scores)), file=out)
+        if pass_stop.stopped and pass_stop.scores:
+            b = pass_stop.best
+            print("  model kept: pass %d (held-out %.4f)%s"
+                  % (b + 1, pass_stop.scores[b],
+                     ", the last" if b == len(pass_stop.scores) - 1 else
+                     ", the best; the later passes' checkpoints were removed"), file=out)
     if res is not None and hasattr(res, "elapsed"):
-        print("  step %s (%d this run), %d documents seen, %.1f s"
-              % (step, res.steps_run, res.docs_seen, res.elapsed), file=out)
+        print("  step %s (%d this run%s), %d documents seen, %.1f s"
+              % (step, res.steps_run, "" if position == step else
+                 "; %d step(s) of updates outside the run's minibatch order, whose position "
+                 "is %s" % (int(step) - int(position), position),
+                 res.docs_seen, res.elapsed), file=out)
         m = res.metrics or {}
         if "completion_ll_per_token" in m:
             print("  held-out document completion: %.4f log-likelihood/token (perplexity %.1f)"

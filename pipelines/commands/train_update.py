@@ -83,6 +83,14 @@ def check_update_args(args, beam_argv) -> int:
     if is_inprocess(args.runner) and beam_argv:
         raise UsageError("unrecognized arguments: %s (Beam pipeline options apply only to a "
                          "Beam --runner)" % " ".join(beam_argv))
+    if getattr(args, "keep_n", None) is not None and not getattr(args, "grow_vocab", False):
+        raise UsageError("--keep-n caps the vocabulary --grow-vocab grows; give --grow-vocab too")
+    for opt, v in (("--keep-n", getattr(args, "keep_n", None)),
+                   ("--corpus-size", getattr(args, "corpus_size", None))):
+        if v is not None and v < 1:
+            raise UsageError("%s must be >= 1, got %d" % (opt, v))
+    if getattr(args, "exclude", None) and not getattr(args, "input", None):
+        raise UsageError("--exclude applies to --input (files); shards need no exclusion")
     if getattr(args, "input_format", "auto") != "auto" and not getattr(args, "input", None):
         raise UsageError("--format applies to --input (raw text); shards need no format")
     passes = 1 if args.passes is None else args.passes
@@ -94,8 +102,8 @@ def check_update_args(args, beam_argv) -> int:
     return int(passes)
 
 
-def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[str, Any]]
-                         ) -> Tuple[List[str], List[str], int]:
+def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[str, Any]],
+                         exclude: Tuple[str, ...] = ()) -> Tuple[List[str], List[str], int]:
     """``(ids, texts, dead letters)`` of the raw-text inputs, read with the record fields and
     encoding of the model's training data (its recorded settings; the vectorize defaults
     when unknown)."""
@@ -104,7 +112,7 @@ def read_input_documents(patterns: List[str], fmt: str, settings: Optional[Dict[
     defaults = VectorizeOptions(inputs=list(patterns), output="").reader_options()
     s = settings or {}
     opts = {k: (s[k] if s.get(k) is not None else v) for k, v in defaults.items()}
-    inputs = input_files.expand_inputs(list(patterns), fmt)
+    inputs = input_files.expand_inputs(list(patterns), fmt, exclude)
     bow = [p for p, f in inputs if f in input_files.BOW_FORMATS]
     if bow:
         raise UsageError("--input takes raw text (%s), but %s is a bag-of-words corpus; "
@@ -137,7 +145,7 @@ def read_shard_documents(shards: str, vocab_opt: Optional[str], model, grow: boo
     model_hash = getattr(model._algo, "vocab_hash", None) or model._vocab.hash
     batch = read_docs(files, shard_hash, columns=("doc_id", "word_ids", "counts"))
     ids = [str(i) for i in batch.doc_ids]
-    if shard_hash == model._vocab.hash:
+    if model._vocab.accepts(shard_hash):     # the model's vocabulary or one it grew from
         return ids, [{"word_ids": batch.word_ids[batch.indptr[d]:batch.indptr[d + 1]],
                       "counts": batch.counts[batch.indptr[d]:batch.indptr[d + 1]]}
                      for d in range(batch.n_docs)]
@@ -302,6 +310,7 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
     def train_scratch(data, model, job):
         sub = argparse.Namespace(**vars(args))
         for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
+                            ("corpus_size", None), ("keep_n", None), ("exclude", []),
                             ("shards", data), ("output", model), ("resume", True),
                             ("overwrite", False), ("topics", None), ("algorithm", None),
                             ("minibatch", None), ("seed", None), ("max_steps", None),
@@ -348,7 +357,8 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
     grow = bool(getattr(args, "grow_vocab", False))
     if getattr(args, "input", None):
         ids, docs, dead = read_input_documents(args.input, args.input_format,
-                                               model.preprocessing)
+                                               model.preprocessing,
+                                               tuple(getattr(args, "exclude", None) or ()))
         source = " ".join(args.input)
     else:
         ids, docs = read_shard_documents(args.shards, args.vocab, model, grow)
@@ -360,7 +370,9 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
             raise UsageError("--update --runner %s needs the training command's runner "
                              "(run it as `ldabeam train --update`)" % args.runner)
         runner = beam_runner(args, beam_argv, train_run, model.preprocessing, model.checkpoint)
-    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner)
+    summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner,
+                           corpus_size=getattr(args, "corpus_size", None),
+                           keep_n=getattr(args, "keep_n", None))
     keep = args.keep_checkpoints or None
     store = CheckpointStore(paths.absolute(args.output), keep_last=keep, check_algorithm=True)
     path = model.publish_leased(paths.absolute(args.output), store)
@@ -369,12 +381,20 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
           % (args.output, model.algorithm, source, summary["documents"], summary["tokens"],
              passes, step0, model.step,
              "" if runner is None else " (trained on %s)" % args.runner))
+    print("the new documents weigh %.1f%% of the topics: %d of the %d documents the model "
+          "stands for%s" % (100.0 * summary["weight"], summary["documents"],
+                            summary["corpus_documents"],
+                            "" if getattr(args, "corpus_size", None) is None
+                            else " (--corpus-size)"))
     if grow:
         added = model.vocabulary[v0:]
         print("vocabulary: %d -> %d words (%d added%s)"
               % (v0, model.n_words, len(added),
                  (": " + ", ".join(added[:10]) + (", ..." if len(added) > 10 else ""))
                  if added else ""))
+    if summary.get("words_kept_out"):
+        print("%d more words passed the pruning rules but the vocabulary's keep_n kept them "
+              "out; raise it with --keep-n N" % summary["words_kept_out"])
     if summary.get("unknown_tokens_dropped"):
         print("%d tokens outside the vocabulary were dropped%s"
               % (summary["unknown_tokens_dropped"],

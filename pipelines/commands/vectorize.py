@@ -15,6 +15,7 @@ from pipelines.cli import main as cli_main
 from pipelines.ingest import dataset, manifest as dataset_manifest
 from pipelines.runtime import paths
 from pipelines.runtime.beam_options import pipeline_options
+from pipelines.runtime.remote_checks import check_command
 from pipelines.training import detached
 
 # the dataset directory is held (lease) while it is written, and never overlaps an input
@@ -73,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "(default: the bundled Wikipedia sample, %s)" % BUNDLED_SAMPLE)
     io.add_argument("--format", default="auto", choices=list(INPUT_FORMATS),
                     help="input format (auto: from the file names / contents)")
+    io.add_argument("--exclude", nargs="+", action="extend", metavar="GLOB", default=[],
+                    help="input files not to read: globs matched against a file's name and "
+                         "its path (e.g. --exclude README.TXT '*.md')")
     io.add_argument("--query", default=_shown_in_help(p, query=None), metavar="SQL",
                     help="BigQuery standard SQL whose rows are the documents (columns named by "
                          "--id-field / --text-field / ...); needs pip install 'ldabeam[gcp]'")
@@ -167,9 +171,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rd.add_argument("--encoding", default="utf-8", help="text encoding of text inputs")
     rd.add_argument("--encoding-errors", default="replace",
                     choices=["strict", "replace", "ignore"],
-                    help="replace: an undecodable byte becomes U+FFFD (counted in the "
-                         "manifest as replaced_characters); strict: a record with invalid "
-                         "bytes goes to the dead letters")
+                    help="replace: an undecodable byte becomes U+FFFD; ignore: it is "
+                         "dropped (both counted in the manifest as replaced_characters); "
+                         "strict: a record with invalid bytes goes to the dead letters")
     rd.add_argument("--strip-headers", action="store_true",
                     help="drop e-mail headers up to the first blank line (20 Newsgroups)")
     rd.add_argument("--strip-quotes", action="store_true",
@@ -213,7 +217,8 @@ def options_from_args(args):
         inputs = [bundled_sample()]
     keep_tokens = tuple(t.strip() for t in (args.keep_tokens or "").split(",") if t.strip())
     return VectorizeOptions(
-        inputs=inputs, output=args.output, format=args.format, vocab=args.vocab,
+        inputs=inputs, output=args.output, format=args.format,
+        exclude=tuple(getattr(args, "exclude", None) or ()), vocab=args.vocab,
         holdout_fraction=args.holdout_fraction, seed=args.seed, num_shards=args.num_shards,
         heldout_shards=args.heldout_shards, no_below=args.no_below, no_above=args.no_above,
         keep_n=args.keep_n, keep_tokens=keep_tokens, stopwords=args.stopwords,
@@ -233,25 +238,26 @@ def options_from_args(args):
 LAST_SUBMITTED = None   # --detach: the PipelineResult of the last submission (for callers)
 
 
+def check_launch(args, beam_argv) -> None:
+    """The runner's up-front checks (pipelines.runtime.remote_checks), before the lease."""
+    check_command(None, beam_argv, {"--input": args.input, "--output": args.output})
+
+
 def run(args, beam_argv) -> int:
     if not args.output:
         raise UsageError("--output SHARD_DIR is required (the dataset directory to write)")
     # imports Beam: only when the command runs
     from pipelines.ingest.vectorize import summary, vectorize
+    from pipelines.ingest.vectorize_output import nothing_kept_message
     opts = options_from_args(args)
     if getattr(args, "detach", False):
         return _run_detached(opts, beam_argv)
     manifest = vectorize(opts, beam_argv)
     print(summary(manifest, opts.output))
     counts = manifest.get("counts", {})
-    if not counts.get("documents_kept"):
-        raise InputError("no document was kept from %s (%d read: %d empty, %d too short, %d "
-                         "empty after pruning, %d dead letters in %s/deadletter): there is "
-                         "nothing to train on; check --input, --format and the pruning options"
-                         % (", ".join(opts.inputs), counts.get("documents_read", 0),
-                            counts.get("empty_documents", 0), counts.get("too_short", 0),
-                            counts.get("empty_after_pruning", 0),
-                            counts.get("dead_letters", 0), opts.output))
+    if not counts.get("documents_kept"):     # the pipeline refuses to publish such a run
+        raise InputError(nothing_kept_message(counts, opts.inputs, opts.output,
+                                              counts.get("dead_letters", 0)))
     return 0
 
 

@@ -186,25 +186,42 @@ def check_shard_columns(path: str) -> None:
                          % (path, what, missing[0]))
 
 
-def check_vocab_hash(files: Sequence[str], expected: Optional[str]) -> str:
-    """Check every shard carries the same vocabulary hash (and ``expected`` if given).
+def check_vocab_hash(files: Sequence[str], expected) -> str:
+    """Check every shard carries the same vocabulary hash, and that it fits ``expected``:
+    a hash (the same), or a model's :class:`~lda_core.storage.vocab_file.Vocabulary`
+    (its own or one it grew from -- a prefix, whose word ids keep their meaning:
+    :func:`pipelines.runtime.model_dir.accepted_vocab`); None checks only that the shards
+    agree.
 
-    Returns the hash. Raises ``ValueError`` naming the shard and both hashes otherwise."""
+    Returns the hash. Raises ``InputError`` naming the shard and both hashes otherwise."""
     found = None
     for f in files:
         h = shard_vocab_hash(f)
         if h is None:
             raise InputError("shard %s has no vocabulary hash in its metadata; re-run "
                              "`ldabeam vectorize` to write it" % f)
-        if expected is not None and h != expected:
-            raise InputError("shard %s was vectorised with vocabulary %s but the model/state "
-                             "expects vocabulary %s; vectorise it with `--vocab` of the "
-                             "model's vocabulary" % (f, h, expected))
         if found is not None and h != found:
             raise InputError("shards disagree on their vocabulary: %s has %s, earlier shards "
                              "have %s" % (f, h, found))
+        if found is None and expected is not None:
+            _check_expected(f, h, expected)
         found = h
     return found
+
+
+def _check_expected(shard: str, h: str, expected) -> None:
+    if isinstance(expected, str):
+        if h != expected:
+            raise InputError("shard %s was vectorised with vocabulary %s but the model/state "
+                             "expects vocabulary %s; vectorise it with `--vocab` of the "
+                             "model's vocabulary" % (shard, h, expected))
+        return
+    if not expected.accepts(h):
+        raise InputError("shard %s was vectorised with vocabulary %s, which is neither the "
+                         "model's (%s, %d words) nor one it grew from; vectorise it with "
+                         "`--vocab` of the model's vocabulary (shards of a vocabulary grown "
+                         "later are read with a later checkpoint)" % (shard, h, expected.hash,
+                                                                      len(expected)))
 
 
 def count_documents(files: Sequence[str]) -> int:

@@ -9,6 +9,7 @@ Re-exported by :mod:`pipelines.ingest.text_sources`."""
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import glob
 import io
 import json
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from lda_core.errors import InputError
+from lda_core.storage.files import open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class RawDocument:
     label: Optional[str]
     source: str
     position: str
-    replaced_chars: int = 0     # U+FFFD put for undecodable bytes (encoding_errors="replace")
+    replaced_chars: int = 0     # undecodable sequences replaced by U+FFFD or dropped (ignore)
 
 
 @dataclass
@@ -141,7 +143,7 @@ def open_binary(path: str):
     # open() behind a URL parse that costs more than the open itself (benchmarks/ingest_bench)
     local = _local(path)
     try:
-        return open(local, "rb")
+        return open_regular(local)          # never a FIFO or device: it could block forever
     except OSError as e:
         raise InputError("input %s cannot be opened: %s" % (path, e.strerror or e)) from e
 
@@ -520,24 +522,97 @@ def is_hidden(name: str) -> bool:
                for part in name.replace("\\", "/").split("/"))
 
 
+def _regular_files(paths: List[str]) -> List[str]:
+    """The regular files (or links to one) among ``paths``; a FIFO, socket or device found by
+    a folder walk or a glob is left out with a warning: reading it could block forever."""
+    out = []
+    for p in paths:
+        if os.path.isfile(p):
+            out.append(p)
+        elif os.path.exists(p):
+            logger.warning("input %s is not a regular file (a FIFO, socket or device); it is "
+                           "skipped", p)
+    return out
+
+
+def _walk_folder(folder: str) -> List[str]:
+    """Every non-hidden file under ``folder``, sorted; links to folders are not followed (a
+    link loop cannot repeat files)."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if not f.startswith("."):
+                found.append(os.path.join(root, f))
+    return found
+
+
+def _parts_match(pattern: List[str], parts: List[str]) -> bool:
+    """``parts`` (path components) matched by ``pattern`` (glob components; ``**`` is any
+    number of components, none hidden)."""
+    if not pattern:
+        return not parts
+    head = pattern[0]
+    if head == "**":
+        return any(_parts_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1)
+                   if not any(is_hidden(x) for x in parts[:i]))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _parts_match(pattern[1:], parts[1:])
+
+
+def _glob_recursive(pattern: str) -> List[str]:
+    """The files a glob with ``**`` names, as :func:`glob.glob` with ``recursive=True`` and
+    the folders it matches walked, except that a folder reached twice (a symbolic link loop,
+    two links to one folder) is listed once: each real file is found once, under the path
+    that reaches it through the fewest links."""
+    cut = _GLOB_CHARS.search(pattern).start()
+    prefix = pattern[:pattern.rfind("/", 0, cut) + 1]
+    root = prefix or "."
+    comps = [c for c in pattern[len(prefix):].split("/") if c]
+    seen = set()
+    found = []
+    within: List[str] = []          # matched folders: every non-hidden file below them counts
+    for top, dirs, files in os.walk(root, followlinks=True):
+        st = os.stat(top)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        # real folders before links to folders: the link to a folder walked already is cut
+        dirs.sort(key=lambda d: (os.path.islink(os.path.join(top, d)), d))
+        rel = os.path.relpath(top, root)
+        base = [] if rel == "." else rel.split(os.sep)
+        below = any(top == w or top.startswith(w + os.sep) for w in within)
+        for name in dirs:
+            if not below and _parts_match(comps, base + [name]):
+                within.append(os.path.join(top, name))
+        if below:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if (below and not name.startswith(".")) or _parts_match(comps, base + [name]):
+                p = os.path.join(top, name)
+                found.append(p[2:] if root == "." and p.startswith("./") else p)
+    return sorted(found)
+
+
 def _expand_local(pattern: str) -> List[str]:
     local = _local(pattern)
     if os.path.isdir(local):
-        found = []
-        for root, dirs, files in os.walk(local):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for f in sorted(files):
-                if not f.startswith("."):
-                    found.append(os.path.join(root, f))
-        return found
+        return _regular_files(_walk_folder(local))
     if _GLOB_CHARS.search(local):
         found = []
-        for p in sorted(glob.glob(local, recursive=True)):
+        matched = (_glob_recursive(local) if "**" in local
+                   else sorted(glob.glob(local)))
+        for p in matched:
             if os.path.isdir(p):
-                found.extend(_expand_local(p))
+                found.extend(_walk_folder(p))
             else:              # glob's * does not match names starting with "."
                 found.append(p)
-        return found
+        return _regular_files(found)
+    if os.path.exists(local) and not os.path.isfile(local) and not os.path.isdir(local):
+        raise InputError("input %s is not a regular file (a FIFO, socket or device): reading "
+                         "it could block forever; give a file, a folder or a glob" % pattern)
     return [local] if os.path.isfile(local) else []
 
 
@@ -565,6 +640,11 @@ def _expand_remote(pattern: str) -> List[str]:
     return [p for p in paths if not is_hidden(p.split("://", 1)[-1])]
 
 
+def _identity(path: str) -> str:
+    """What makes two input paths one file: the resolved path locally, the URL otherwise."""
+    return path if is_remote(path) or is_web(path) else os.path.realpath(_local(path))
+
+
 SNIFF_THREADS = 8          # files of object stores / web servers sniffed at once
 
 
@@ -579,8 +659,11 @@ def _sniffed(paths: List[str]) -> List[Optional[str]]:
         return list(pool.map(sniff_format, paths))
 
 
-def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str, str]]:
-    """(path, resolved format) for every file matched by the patterns.
+def expand_inputs(patterns: Sequence[str], fmt: str = "auto",
+                  exclude: Sequence[str] = ()) -> List[Tuple[str, str]]:
+    """(path, resolved format) for every file matched by the patterns, except those
+    ``exclude`` names: a glob matched against the file's name and against its whole path
+    (``README.TXT``, ``*.md``, ``*/drafts/*``; :func:`excluded`).
 
     With ``fmt="auto"`` the format comes from a known suffix of the file name
     (:func:`detect_format`), else from its content (:func:`sniff_format`): dots in a name
@@ -608,7 +691,14 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
         if not paths:
             raise InputError("input %s matches no file (expected an existing file, directory "
                              "or glob)" % pattern)
-        paths = [p for p in paths if not (p in seen or seen.add(p))]
+        if exclude:
+            kept = [p for p in paths if not excluded(p, exclude)]
+            if not kept:
+                raise InputError("input %s: every one of its %d files is excluded by --exclude "
+                                 "%s" % (pattern, len(paths), " ".join(exclude)))
+            paths = kept
+        # each real file once: a file named twice, or reached through links, is read once
+        paths = [p for p in paths if not (_identity(p) in seen or seen.add(_identity(p)))]
         if fmt != "auto":
             out.extend((p, fmt) for p in paths)
             continue
@@ -634,6 +724,13 @@ def expand_inputs(patterns: Sequence[str], fmt: str = "auto") -> List[Tuple[str,
     return out
 
 
+def excluded(path: str, exclude: Sequence[str]) -> bool:
+    """Whether ``path`` matches one of the globs ``exclude`` (case-sensitive, ``fnmatch``
+    rules): by its name (the part after the last ``/``) or by its whole path."""
+    name = path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(path, g) for g in exclude)
+
+
 # ----------------------------------------------------------------------------- decoding
 
 _REPLACED = threading.local()
@@ -649,17 +746,32 @@ def _counting_replace(err):
     return "\ufffd", err.end
 
 
+COUNTING_IGNORE = "ldabeam.ignore"
+
+
+def _counting_ignore(err):
+    """The ``ignore`` error handler (each undecodable sequence dropped) that counts what it
+    drops, one per sequence as ``replace`` counts its U+FFFD (:func:`replaced_so_far`)."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    _REPLACED.n = getattr(_REPLACED, "n", 0) + 1
+    return "", err.end
+
+
 codecs.register_error(COUNTING_REPLACE, _counting_replace)
+codecs.register_error(COUNTING_IGNORE, _counting_ignore)
 
 
 def replaced_so_far() -> int:
-    """Characters replaced by :data:`COUNTING_REPLACE` in this thread so far."""
+    """Undecodable sequences replaced (:data:`COUNTING_REPLACE`) or dropped
+    (:data:`COUNTING_IGNORE`) in this thread so far."""
     return getattr(_REPLACED, "n", 0)
 
 
 def error_handler(errors: str) -> str:
-    """The codecs error handler for an ``encoding_errors`` option (``replace`` counts)."""
-    return COUNTING_REPLACE if errors == "replace" else errors
+    """The codecs error handler for an ``encoding_errors`` option: ``replace`` and ``ignore``
+    count what they replace or drop; ``strict`` raises (the record is a dead letter)."""
+    return {"replace": COUNTING_REPLACE, "ignore": COUNTING_IGNORE}.get(errors, errors)
 
 
 def decode_counted(data: bytes, encoding: str, errors: str) -> Tuple[str, int]:

@@ -33,6 +33,7 @@ becomes ``<file basename>:<row>``.
 """
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import logging
@@ -192,69 +193,142 @@ class _Truncated(Exception):
     pass
 
 
+class _RecordLines:
+    """The physical lines ``csv.reader`` reads, each with its line number and the decoding
+    problem found on it, with the lines of the record being read kept: a record the parser
+    proves malformed after running over several lines (a quote opened and never properly
+    closed) is cut at its first line, and the lines after it are read again as records."""
+
+    def __init__(self, source):
+        self._src = source                      # iterator of (line, problem or None)
+        self._back = collections.deque()
+        self._next = 1
+        self.record: List[tuple] = []          # (line number, line, problem) of this record
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        if self._back:
+            item = self._back.popleft()
+        else:
+            line, problem = next(self._src)
+            item = (self._next, line, problem)
+            self._next += 1
+        self.record.append(item)
+        return item[1]
+
+    def start_record(self) -> None:
+        self.record = []
+
+    @property
+    def next_line(self) -> int:
+        return self._back[0][0] if self._back else self._next
+
+    def replay_after_first(self) -> None:
+        """Read the lines of the current record after its first one again."""
+        self._back.extendleft(reversed(self.record[1:]))
+        self.record = []
+
+
+def _feed_lines(feed: "_LineFeed"):
+    """(line, problem) of each physical line of a :class:`_LineFeed`."""
+    while True:
+        try:
+            line = next(feed)
+        except StopIteration:
+            return
+        problem, feed.problem = feed.problem, None
+        yield line, problem
+
+
 def _read_delimited(path: str, delimiter: str, cols: Columns, encoding: str,
                     encoding_errors: str, max_doc_bytes: int
                     ) -> Iterator:
+    """The rows of a CSV / TSV file (module docstring). The parser is strict about quotes
+    (``csv`` ``strict=True``): a record whose quoted field does not close properly before a
+    later line (an unterminated quote would otherwise swallow every record after it) is a
+    dead letter at its first line, and reading resumes at the next line; a record on one
+    line that only the strict parser refuses (``"a" b``) is read as the lenient parser
+    reads it."""
     base = os.path.basename(path.rstrip("/"))
     consts = partition_values(path)
     stream = inputs.open_decompressed(path)
+    kind = "CSV" if delimiter == "," else "TSV"
     try:
         if encoding_errors == "strict" and _ascii_compatible(encoding):
-            feed = _LineFeed(stream, encoding, encoding_errors, max_doc_bytes, path)
+            source = _feed_lines(_LineFeed(stream, encoding, encoding_errors, max_doc_bytes,
+                                           path))
         else:   # decoded as one stream (faster; UTF-16 / UTF-32 lines cannot be cut in bytes)
-            feed = None
             utf8 = encoding.replace("_", "-").lower() in ("utf-8", "utf8")
             text = io.TextIOWrapper(stream, encoding="utf-8-sig" if utf8 else encoding,
                                     errors=inputs.error_handler(encoding_errors), newline="")
+            source = ((line, None) for line in text)
+        lines = _RecordLines(source)
         limit = max(csv.field_size_limit(), max_doc_bytes)
         csv.field_size_limit(limit)
-        reader = csv.reader(feed if feed is not None else text, delimiter=delimiter)
-        line = lambda: feed.lineno if feed is not None else reader.line_num
+        reader = csv.reader(lines, delimiter=delimiter, strict=True)
         try:
             header = next(reader, None)
         except (csv.Error, UnicodeDecodeError, _Truncated) as e:
             raise inputs.InputError("input %s: cannot read the header row (%s); expected a %s "
-                                    "file with a header" % (path, e, "CSV" if delimiter == ","
-                                                            else "TSV")) from e
+                                    "file with a header" % (path, e, kind)) from e
         if header is None:
             raise inputs.InputError("input %s is empty; expected a header row naming the columns"
                                     % path)
         header = [h.strip() for h in header]
         cols.check(header + [k for k in consts if k not in header], path)
         index = {name: i for i, name in enumerate(header)}
-        if feed is not None and feed.problem:
-            raise inputs.InputError("input %s: the header row %s" % (path, feed.problem))
+        problems = [p for _, _, p in lines.record if p]
+        if problems:
+            raise inputs.InputError("input %s: the header row %s" % (path, problems[0]))
         row = 0
         for _ in range(1 << 62):
-            first = line() + 1
+            lines.start_record()
+            first = lines.next_line
             before = inputs.replaced_so_far()
             try:
                 rec = next(reader)
             except StopIteration:
                 return
-            except (csv.Error, UnicodeDecodeError) as e:
+            except csv.Error as e:
                 row += 1
-                if isinstance(e, UnicodeDecodeError):   # strict, UTF-16 stream: rest lost
+                span = lines.record
+                if len(span) > 1:
+                    yield inputs.DeadLetter(
+                        path, "row %d (line %d)" % (row, span[0][0]),
+                        "malformed %s record: %s on line %d, in a quoted field opened on line "
+                        "%d; the record ends at its first line and reading resumes at line %d"
+                        % (kind, e, span[-1][0], span[0][0], span[0][0] + 1),
+                        inputs.snippet_of(span[0][1]))
+                    lines.replay_after_first()
+                    reader = csv.reader(lines, delimiter=delimiter, strict=True)
+                    continue
+                try:
+                    rec = next(csv.reader([span[0][1] if span else ""], delimiter=delimiter))
+                except (csv.Error, StopIteration) as e2:
                     yield inputs.DeadLetter(path, "row %d (line %d)" % (row, first),
-                                            "cannot decode as %s: %s; rows after it are lost"
-                                            % (encoding, e))
-                    return
+                                            "malformed %s record: %s" % (kind, e2))
+                    continue
+                row -= 1
+            except UnicodeDecodeError as e:         # strict, UTF-16 stream: rest lost
+                row += 1
                 yield inputs.DeadLetter(path, "row %d (line %d)" % (row, first),
-                                        "malformed CSV record: %s" % e)
-                continue
+                                        "cannot decode as %s: %s; rows after it are lost"
+                                        % (encoding, e))
+                return
             except _Truncated as e:
                 yield inputs.DeadLetter(path, "line %d" % first, "compressed stream is corrupt "
                                         "or truncated: %s; rows after this point are lost" % e)
                 return
             if not rec or (len(rec) == 1 and not rec[0].strip()):
-                if feed is not None:
-                    feed.problem = None
                 continue                       # blank line
             row += 1
             position = "row %d (line %d)" % (row, first)
-            if feed is not None and feed.problem:
-                problem, feed.problem = feed.problem, None
-                yield inputs.DeadLetter(path, position, problem, inputs.snippet_of(",".join(rec)))
+            problems = [p for _, _, p in lines.record if p]
+            if problems:
+                yield inputs.DeadLetter(path, position, problems[0],
+                                        inputs.snippet_of(",".join(rec)))
                 continue
             values = dict(consts)
             values.update({name: rec[i] for name, i in index.items() if i < len(rec)})

@@ -373,7 +373,37 @@ def read_documents(path: str, fmt: str, **options) -> Iterator[Union[RawDocument
     gen = _READERS[fmt](path, **options)
     # run the generator up to its first item so that InputError (missing file, not a dump)
     # is raised here, at call time, not at the first next() somewhere in a pipeline
-    return primed(gen)
+    return primed(without_surrogates(gen))
+
+
+# a UTF-16 surrogate code point: JSON escapes (``"\ud800"``) can put a lone one in a string,
+# which no UTF-8 writer (shards, dead letters, the tokenizer's byte path) can encode
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_field(doc: RawDocument) -> Optional[str]:
+    """The first field of ``doc`` that holds a lone surrogate, or None."""
+    for name in ("doc_id", "text", "title", "label"):
+        v = getattr(doc, name)
+        if isinstance(v, str) and not v.isascii() and _SURROGATE.search(v):
+            return name
+    return None
+
+
+def without_surrogates(records):
+    """The reader's records, a document holding a lone surrogate turned into a dead letter
+    (one place for every format: the text is not Unicode a file can hold)."""
+    for rec in records:
+        if isinstance(rec, RawDocument):
+            bad = surrogate_field(rec)
+            if bad is not None:
+                pos = _SURROGATE.search(getattr(rec, bad)).start()
+                rec = DeadLetter(rec.source, rec.position,
+                                 "field %s holds a lone UTF-16 surrogate (U+%04X at character "
+                                 "%d), which is not text (an escape such as \\ud800 in JSON); "
+                                 "fix the record" % (bad, ord(getattr(rec, bad)[pos]), pos),
+                                 snippet_of(getattr(rec, bad).encode("utf-8", "replace")))
+        yield rec
 
 
 def primed(gen):

@@ -47,6 +47,7 @@ from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.input_files import open_binary
 from pipelines.ingest.phrases import PhraseTable
+from pipelines.ingest.safe_regex import check_safe
 from pipelines.runtime import paths
 from pipelines.runtime.paths import exists
 
@@ -234,8 +235,11 @@ def _tokens_of_cased(text: str, cfg: TokenizerConfig) -> List[str]:
 
 @functools.lru_cache(maxsize=16)
 def compiled_pattern(pattern: str) -> "re.Pattern":
-    """``--token-pattern``, compiled; UsageError naming it when it is not a valid regex or
-    can match the empty string (every position would be a token)."""
+    """``--token-pattern``, compiled; UsageError naming it when it is not a valid regex, can
+    match the empty string (every position would be a token) or lies outside the safe subset
+    of :mod:`pipelines.ingest.safe_regex` (it could backtrack without bound: a model's
+    ``tokenizer.json`` must not be able to hang ``infer --input``)."""
+    check_safe(pattern)
     try:
         rx = re.compile(pattern)
     except (re.error, TypeError) as e:

@@ -45,7 +45,7 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 from lda_core.errors import InputError, UsageError
 from lda_core.storage import output_paths
 from lda_core.storage.vocab_file import Vocabulary
-from pipelines.ingest import (bigquery_source, bow_sources, dataset, input_files,
+from pipelines.ingest import (bigquery_source, bow_sources, input_files,
                               manifest as dataset_manifest, splits, text_sources, wiki_source)
 from pipelines.ingest.phrases import check_settings, learn_phrases
 from pipelines.ingest.tokenize import (doc_tokens, load_stopwords, Preprocessor, tokenizer_record,
@@ -76,6 +76,7 @@ class VectorizeOptions:
     inputs: List[str]
     output: str
     format: str = "auto"
+    exclude: Tuple[str, ...] = ()              # globs of input files not to read (README.TXT)
     vocab: Optional[str] = None               # fixed vocabulary (text) / BOW vocabulary file
     holdout_fraction: float = 0.0
     seed: int = 0
@@ -233,7 +234,8 @@ def resolve_inputs(opts: VectorizeOptions) -> List[Tuple[str, str]]:
             bigquery_source.bigquery_table(spec)        # ValueError naming a malformed spec
     if bq:
         bigquery_source.require_bigquery()
-    inputs = input_files.expand_inputs(files, opts.format) if files else []
+    inputs = input_files.expand_inputs(files, opts.format, tuple(opts.exclude or ())) \
+        if files else []
     inputs += [(spec, BIGQUERY_FORMAT) for spec in bq]
     if not inputs:
         raise InputError("the inputs %s match no file" % ", ".join(opts.inputs))
@@ -529,7 +531,7 @@ def summary(manifest: dict, output: str) -> str:
            c["heldout_documents"], c["empty_documents"], c["too_short"],
            c["empty_after_pruning"], c["skipped_pages"], c["dead_letters"]),
         "tokens: %d (train %d, heldout %d); out-of-vocabulary dropped: %d; undecodable "
-        "characters replaced: %d"
+        "characters replaced or dropped: %d"
         % (manifest["tokens"]["total"], manifest["tokens"]["train"],
            manifest["tokens"]["heldout"], c["oov_tokens_dropped"],
            c.get("replaced_characters", 0)),

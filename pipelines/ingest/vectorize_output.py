@@ -15,7 +15,8 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
-from lda_core.errors import LdaBeamError
+from lda_core.errors import InputError, LdaBeamError
+from lda_core.storage.files import files_for
 from pipelines.ingest import dataset, manifest as dataset_manifest
 from pipelines.ingest.splits import doc_hash
 from pipelines.ingest.vectorize_steps import NAMESPACE
@@ -198,6 +199,31 @@ def check_shard_entries(splits: Dict[str, list], output: str) -> None:
                 % (output, next(iter(totals)), split, written))
 
 
+def nothing_kept_message(counts: dict, inputs: Sequence, output: str, dead: int) -> str:
+    """The one line of a vectorize that kept no document (no manifest is published)."""
+    return ("no document was kept from %s (%d read: %d empty, %d too short, %d empty after "
+            "pruning, %d dead letters%s): there is nothing to train on and no dataset was "
+            "published; check --input, --format and the pruning options, then run again%s"
+            % (", ".join(str(i.get("path", i)) if isinstance(i, dict) else str(i)
+                         for i in inputs), counts.get("documents_read", 0),
+               counts.get("empty_documents", 0), counts.get("too_short", 0),
+               counts.get("empty_after_pruning", 0), dead,
+               " in %s/deadletter" % output if dead else "",
+               " with --overwrite (the dead letters are kept until then)" if dead else ""))
+
+
+def unpublish_empty(output: str, splits: Dict[str, list]) -> None:
+    """Remove the empty shards and the vocabulary of a run that kept no document, so that
+    nothing but its dead letters remains and a rerun needs no --overwrite when there are
+    none."""
+    files = files_for(output)
+    for split in list(splits) + [dataset.TRAIN_SPLIT, dataset.HELDOUT_SPLIT]:
+        folder = paths.join(output, split)
+        if files.isdir(folder):
+            files.remove_tree(folder)
+    files.remove_file(paths.join(output, dataset.VOCAB_FILE))
+
+
 def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
     """Write empty shards for indices that got no documents, check every shard against its
     entry (Parquet footer row count; sha256 on local disk) and that the documents add up,
@@ -244,6 +270,10 @@ def finish_manifest(_, stats, shards, vocab_info, dead_info, settings, output):
         "empty_cjk_documents": stats.get("empty_cjk_documents", 0),
     }
     check_accounted(counts, output, stats)
+    if not kept:
+        unpublish_empty(output, splits)
+        raise InputError(nothing_kept_message(counts, settings.get("_inputs") or [], output,
+                                              dead_info["count"]))
     try:
         dataset_manifest.check_shard_listing(output, split_info,
                                     check_hashes=None,

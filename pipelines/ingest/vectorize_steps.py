@@ -288,22 +288,28 @@ class _TokenizeFn(CountingDoFn):
     Parses dump pages (markup stripped, redirects / other namespaces skipped), tokenizes, and
     drops documents with fewer than the minimum number of tokens. Accumulates the vocabulary
     statistics per bundle (``vocab_stats`` output) when ``collect_vocab``.
-    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows, one per document.
+    With a fixed vocabulary (``fixed_vocab`` path) it emits finished rows, one per document;
+    ``fixed_vocab_words``: only its first n words (a checkpoint of a vocabulary the file's
+    grew from, :mod:`lda_core.storage.vocab_file`).
     """
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
                  collect_vocab: bool = True, fixed_vocab: Optional[str] = None,
-                 paths: Optional[Dict[int, str]] = None):
+                 paths: Optional[Dict[int, str]] = None,
+                 fixed_vocab_words: Optional[int] = None):
         self._cfg = cfg
         self._paths = dict(paths or {})
         self._min_tokens = min_tokens
         self._collect_vocab = collect_vocab
         self._fixed_vocab = fixed_vocab
+        self._fixed_words = fixed_vocab_words
         self._index = None
 
     def setup(self):
         if self._fixed_vocab:
-            self._index = vocabulary_lookup(Vocabulary.read(self._fixed_vocab).tokens)
+            tokens = Vocabulary.read(self._fixed_vocab).tokens
+            self._index = vocabulary_lookup(tokens if self._fixed_words is None
+                                            else tokens[:int(self._fixed_words)])
 
     def start_bundle(self):
         super().start_bundle()
@@ -450,10 +456,12 @@ class TokenizeDocuments(beam.PTransform):
     partial statistics, dead letters and stats."""
 
     def __init__(self, cfg: TokenizerConfig, min_tokens: Dict[int, int],
-                 fixed_vocab: Optional[str] = None, paths: Optional[Dict[int, str]] = None):
+                 fixed_vocab: Optional[str] = None, paths: Optional[Dict[int, str]] = None,
+                 fixed_vocab_words: Optional[int] = None):
         super().__init__()
         self._fn = _TokenizeFn(cfg, min_tokens, collect_vocab=fixed_vocab is None,
-                               fixed_vocab=fixed_vocab, paths=paths)
+                               fixed_vocab=fixed_vocab, paths=paths,
+                               fixed_vocab_words=fixed_vocab_words)
 
     def expand(self, items):
         res = items | "Tokenize" >> beam.ParDo(self._fn).with_outputs(

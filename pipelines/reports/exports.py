@@ -20,18 +20,22 @@ topic-term rows renormalised over them; the prepared data keeps the whole vocabu
 """
 from __future__ import annotations
 
+import errno
 import html
 import io
 import json
 import logging
 import os
 import re
-from typing import Any, Dict, Optional, Sequence
+import shutil
+import uuid
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from lda_core.docbatch import DocBatch
-from lda_core.errors import DataIntegrityError, InputError, UsageError
+from lda_core.errors import DataIntegrityError, InputError, OutputError, UsageError
+from lda_core.storage.output_paths import PYLDAVIS_NAMES
 from lda_core.storage.vocab_file import Vocabulary
 from pipelines.ingest import dataset, manifest
 from pipelines.runtime import paths
@@ -39,9 +43,7 @@ from pipelines.runtime import paths
 logger = logging.getLogger(__name__)
 
 PSEUDO_TOKENS = 1.0e6
-PYLDAVIS_NPZ = "pyldavis.npz"
-PYLDAVIS_JSON = "pyldavis.json"
-PYLDAVIS_HTML = "pyldavis.html"
+PYLDAVIS_NPZ, PYLDAVIS_JSON, PYLDAVIS_HTML = PYLDAVIS_NAMES
 
 
 def model_lambda(algo) -> np.ndarray:
@@ -143,13 +145,54 @@ def to_gensim(algo, vocab: Vocabulary, num_docs: int):
     return lda
 
 
+#: the files gensim's ``LdaModel.save(PATH)`` writes beside PATH: its state and dictionary,
+#: and the arrays above gensim's size limit as ``PATH.<attribute>.npy``
+GENSIM_SIDES = (".state", ".id2word", ".expElogbeta.npy", ".state.sstats.npy", ".eta.npy",
+                ".alpha.npy")
+
+
+def gensim_side_files(path: str) -> List[str]:
+    """The side files an export to ``path`` may write (:data:`GENSIM_SIDES`)."""
+    return [path + suffix for suffix in GENSIM_SIDES]
+
+
 def export_gensim(algo, vocab: Vocabulary, path: str, num_docs: int):
     """Save the gensim model at ``path`` (gensim's ``save``: PATH plus PATH.state, PATH.id2word
-    and .npy side files); load it with ``LdaModel.load(path)``."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
+    and .npy side files); load it with ``LdaModel.load(path)``. gensim writes into a
+    temporary folder beside ``path``; the files then replace the old export's as one set
+    (:func:`pipelines.runtime.paths.write_files_atomic`: the old PATH removed first, the side
+    files, PATH last, side files the new export lacks removed), so a kill or Ctrl-C never
+    leaves a partial file under a final name, and a full disk leaves no file at all."""
+    folder, base = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     lda = to_gensim(algo, vocab, num_docs)
-    lda.save(path)
+    tmp = os.path.join(folder, ".%s.tmp-%s" % (base, uuid.uuid4().hex))
+    items = []
+    try:
+        os.makedirs(tmp)
+        try:
+            lda.save(os.path.join(tmp, base))
+        except OSError as e:      # a full disk: name the output asked for, not the folder
+            if e.errno is None:   # numpy's tofile on a full disk: "N requested and M written"
+                raise OSError(errno.ENOSPC, "%s (a short write: %s)"
+                              % (os.strerror(errno.ENOSPC), e), path) from e
+            raise OSError(e.errno, e.strerror, path) from e
+        names = sorted(os.listdir(tmp), key=lambda n: (n == base, n))    # PATH last
+        for name in names:
+            final = os.path.join(folder, name)
+            if name != base and name[len(base):] not in GENSIM_SIDES and os.path.lexists(final):
+                raise OutputError("--output %s: gensim also writes %s, which exists; remove it "
+                                  "or choose another path" % (path, final))
+            with open(os.path.join(tmp, name), "rb") as f:
+                items.append((final, f.read()))
+            os.unlink(os.path.join(tmp, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    new = {p for p, _ in items}
+    old = [p for p in gensim_side_files(os.path.join(folder, base))
+           if os.path.lexists(p) and p not in new]
+    paths.write_files_atomic(items, unpublish=[path] if os.path.lexists(path) else [],
+                             remove=old)
     return lda
 
 
@@ -179,18 +222,16 @@ def export_pyldavis(algo, vocab: Vocabulary, docs: DocBatch, out_dir: str,
     installed and ``html``). Returns ``{"files": [...], "html": path or None, ...}``."""
     data = pyldavis_data(algo, vocab, docs)
     os.makedirs(out_dir, exist_ok=True)
+    arrays = {k: data[k] for k in ("topic_term_dists", "doc_topic_dists", "doc_lengths",
+                                   "term_frequency")}
     buf = io.BytesIO()
-    np.savez_compressed(buf, topic_term_dists=data["topic_term_dists"],
-                        doc_topic_dists=data["doc_topic_dists"],
-                        doc_lengths=data["doc_lengths"],
-                        term_frequency=data["term_frequency"])
-    paths.write_atomic(os.path.join(out_dir, PYLDAVIS_NPZ), buf.getvalue())
+    np.savez_compressed(buf, **arrays)
     meta = {"vocab": data["vocab"], "doc_ids": data["doc_ids"],
             "n_topics": int(algo.n_topics), "n_words": int(algo.n_words),
             "n_docs": len(data["doc_ids"]), "info": info or {},
             "usage": "d = pipelines.reports.exports.load_pyldavis(DIR); pyLDAvis.prepare(**d)"}
-    paths.write_atomic(os.path.join(out_dir, PYLDAVIS_JSON),
-                               json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    # the .json last: load_pyldavis reads it, and it names the documents of this .npz
+    items = [(os.path.join(out_dir, PYLDAVIS_NPZ), buf.getvalue())]
     files = [PYLDAVIS_NPZ, PYLDAVIS_JSON]
     html_path = None
     if html:
@@ -200,10 +241,14 @@ def export_pyldavis(algo, vocab: Vocabulary, docs: DocBatch, out_dir: str,
             logger.info("pyLDAvis is not installed: wrote the prepared data only "
                         "(pip install pyLDAvis for the interactive page)")
         else:
-            vis = pyLDAvis.prepare(**_seen_terms(load_pyldavis(out_dir)), sort_topics=False)
+            vis = pyLDAvis.prepare(**_seen_terms(dict(arrays, vocab=data["vocab"])),
+                                   sort_topics=False)
             html_path = os.path.join(out_dir, PYLDAVIS_HTML)
-            paths.write_atomic(html_path, offline_html(vis).encode("utf-8"))
+            items.append((html_path, offline_html(vis).encode("utf-8")))
             files.append(PYLDAVIS_HTML)
+    items.append((os.path.join(out_dir, PYLDAVIS_JSON),
+                  json.dumps(meta, ensure_ascii=False).encode("utf-8")))
+    paths.write_files_atomic(items)
     return {"files": files, "html": html_path, "n_docs": meta["n_docs"]}
 
 

@@ -46,15 +46,15 @@ from lda_core.evaluation.topic_quality import (normalized_mutual_information, to
                                                topic_health, umass_coherence)
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CheckpointStore
+from lda_core.storage.output_paths import LABELS_FILE, REPORT_MARK
 from lda_core.storage.run_log import read_run_log, RUN_LOG_FILE
 from pipelines.ingest import dataset, manifest
 from pipelines.ingest.doc_sample import sample_documents
 from pipelines.runtime import paths
-from pipelines.runtime.model_dir import load_model, training_shards
+from pipelines.runtime.model_dir import accepted_vocab, load_model, training_shards
 
 logger = logging.getLogger(__name__)
 
-LABELS_FILE = "topic_labels.json"
 MIN_EXAMPLE_SHARE = 0.01     # an example document has at least this share of the topic
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pipelines/
 # templates/ of the source tree (editable install), else the copy setup.py ships inside the
@@ -165,11 +165,13 @@ def heldout_note(curve: Dict[str, List], run: Optional[Dict[str, Any]],
     return out
 
 
-def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: int = 8,
+def topic_evolution(model_dir: str, vocab, topics: List[int], n_words: int = 8,
                     max_checkpoints: int = 8, until_step: Optional[int] = None
                     ) -> Dict[str, Any]:
     """Top words of ``topics`` at each kept checkpoint up to ``until_step`` (at most
-    ``max_checkpoints``, spread evenly, always the last)."""
+    ``max_checkpoints``, spread evenly, always the last). ``vocab``: the model's
+    :class:`~lda_core.storage.vocab_file.Vocabulary` (or None); a checkpoint of a vocabulary it
+    grew from reads its first words, one of another vocabulary is skipped with a warning."""
     store = CheckpointStore(model_dir, check_algorithm=True)
     ckpts = [c for c in store.list_checkpoints() if until_step is None or c.step <= until_step]
     if len(ckpts) > max_checkpoints:
@@ -182,8 +184,14 @@ def topic_evolution(model_dir: str, vocab_tokens, topics: List[int], n_words: in
         except Exception as e:   # a corrupt old checkpoint must not stop the report
             logger.warning("report: skipping checkpoint %s: %s", c.path, e)
             continue
+        own = vocab.for_state(state.vocab_hash, state.n_words) if vocab is not None else None
+        if vocab is not None and own is None:
+            logger.warning("report: skipping checkpoint %s in the topic evolution: its "
+                           "vocabulary (%s, %d words) is not the model's nor one it grew "
+                           "from", c.path, state.vocab_hash, state.n_words)
+            continue
         phi = algorithm_from_state(state, take=True).topic_word()
-        tw = top_words(phi[topics], vocab_tokens, n=n_words)
+        tw = top_words(phi[topics], own.tokens if own is not None else None, n=n_words)
         cols.append({"step": int(state.step), "docs_seen": int(state.docs_seen),
                      "words": {int(k): [str(w) for w, _ in t] for k, t in zip(topics, tw)}})
     return {"topics": [int(k) for k in topics], "checkpoints": cols}
@@ -220,11 +228,11 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
                     "words": [str(w) for w, _ in tops[k]],
                     "weights": [float(x) for _, x in tops[k]]} for k in range(K)],
     }
-    shards = shards or training_shards(mdir)
+    shards = shards or training_shards(mdir, state.info)
     size = None
     if shards:
         files = manifest.open_shards(shards, unverified=unverified).files
-        dataset.check_vocab_hash(files, state.vocab_hash)
+        dataset.check_vocab_hash(files, accepted_vocab(state, vocab))
         docs = sample_documents(files, max_docs=max_docs)
         theta = np.asarray(algo.infer(docs), np.float64)
         lens = docs.doc_lengths.astype(np.float64)
@@ -253,7 +261,7 @@ def gather(model: str, shards: Optional[str] = None, max_docs: int = 2000, top_n
     for k in evolution_topics:
         if not 0 <= k < K:
             raise UsageError("--topic %d is outside the model's topics [0, %d)" % (k, K))
-    data["evolution"] = topic_evolution(mdir, tokens, list(evolution_topics),
+    data["evolution"] = topic_evolution(mdir, vocab, list(evolution_topics),
                                         until_step=int(state.step))
     return data
 
@@ -537,6 +545,8 @@ def write_report(model: str, output: str, template: Optional[str] = None,
                                 % template)
     data = gather(model, **kw)
     page = render(data, template)
+    # what tells a later `report --overwrite` that the file is a page it may replace
+    page = page.rstrip("\n") + "\n" + REPORT_MARK + "\n"
     paths.make_dirs(paths.parent(output))
     paths.write_atomic(output, page.encode("utf-8"))
     return data

@@ -10,9 +10,11 @@ and glob matching (``FileSystems.match`` for URLs).
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
-from typing import BinaryIO, List, Optional, Tuple
+import signal
+from typing import BinaryIO, List, Optional, Sequence, Tuple
 
 from lda_core.errors import UsageError
 from lda_core.storage.files import files_for, path_scheme
@@ -77,6 +79,51 @@ def write_atomic(path: str, data: bytes) -> None:
     ``write_atomic`` (locally a temporary sibling, fsync, ``os.replace`` and an fsync of the
     folder; on object stores one upload, which appears only when it completes)."""
     files_for(path).write_atomic(path, data)
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """SIGINT and SIGTERM that arrive inside the block take effect at its end: a block that
+    publishes several files as one output is never cut in the middle by Ctrl-C. Only the
+    main thread can hold them (the handlers are the interpreter's); elsewhere the block runs
+    as it is."""
+    held: List[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+    try:
+        old = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:               # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            handler = old[held[0]]
+            if callable(handler):
+                handler(held[0], None)          # raises KeyboardInterrupt / Terminated
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), held[0])
+
+
+def write_files_atomic(items: Sequence[Tuple[str, bytes]], unpublish: Sequence[str] = (),
+                       remove: Sequence[str] = ()) -> None:
+    """Several files that form one output: ``unpublish`` (the file readers open first, when
+    it is being replaced) is removed, each of ``items`` written with :func:`write_atomic` in
+    order (the file readers open first comes last), then ``remove`` (files of the old output
+    the new one does not have) deleted; interrupts wait for the end (:func:`interrupts_held`).
+    A kill in the middle leaves complete files only, and never the old main file beside new
+    side files."""
+    with interrupts_held():
+        for p in unpublish:
+            files_for(p).remove_file(p)
+        for p, data in items:
+            write_atomic(p, data)
+        for p in remove:
+            files_for(p).remove_file(p)
 
 
 def model_dir_of(model: str) -> str:

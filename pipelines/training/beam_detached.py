@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
+from lda_core.errors import UsageError
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import append_records, read_run_log, run_log_exists
 from lda_core.training import session as _session, staleness as staleness_rule
@@ -20,7 +21,7 @@ from lda_core.training.session import Session, TrainingError
 from lda_core.training.spec import Evaluation, Output, TrainSpec
 from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_remote, detached
-from pipelines.training import beam_run, beam_state
+from pipelines.training import beam_run, beam_state, beam_window
 from pipelines.training import scratch_names
 from pipelines.training.beam_plan import StepPlan, plan_steps
 from pipelines.training.beam_run import WindowSetup
@@ -42,7 +43,9 @@ class SubmittedWindow:
     ``start``/``stop``: positions (minibatches of the seeded order) before and after the
     window if every step succeeds; ``total``: where training stops (passes or max_steps).
     ``runs_here``: the runner runs the job inside this process (the DirectRunner: ``run()``
-    returned only when the job was done; :mod:`pipelines.training.detached`)."""
+    returned only when the job was done; :mod:`pipelines.training.detached`). ``dry_run``:
+    the runner's ``--dry_run`` translated the job without submitting it (nothing ran, nothing
+    will be published; the window's scratch is removed)."""
     result: Any
     runner: str
     model_dir: str
@@ -51,6 +54,7 @@ class SubmittedWindow:
     total: int
     run_key: Optional[str] = None
     runs_here: bool = False
+    dry_run: bool = False      # the runner's --dry_run: translated, never submitted
 
     def wait(self) -> Optional[str]:
         """Wait for the job (no-op when none was submitted); returns its final state."""
@@ -340,11 +344,12 @@ def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key
     log = beam_remote.build_window(p, schedule, steps[0].read_plan, run_key,
                                    int(algorithm.n_words), setup.n_threads)
     log | "FinishWindow" >> beam.ParDo(FinishRemoteWindowFn(finish))
+    check_graph(cfg, p, setup.stop - position, w_stop - position)
     logger.info("Beam trainer, detached, remote exchange: %s, steps %d..%d of %d (window %s), "
                 "%d piece(s) per minibatch, staleness %d; the job publishes the checkpoint "
                 "and the run log", cfg.describe(), position, w_stop, setup.stop, run_key,
                 setup.pieces, s)
-    return p.run(), w_stop
+    return beam_window.run_checked(p), w_stop
 
 
 def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
@@ -367,11 +372,16 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     run_dir = scratch_space.new_scratch(scratch_root)
     scratch = None if cfg.in_process else run_dir
     w_stop = min(stop, position + setup.M)
+    dry = is_dry_run(cfg)
     if setup.exchange == "remote":
-        result, w_stop = submit_remote_window(setup, spec, algorithm, run_key, run_dir,
-                                              position, w_stop, runs_here)
+        try:
+            result, w_stop = submit_remote_window(setup, spec, algorithm, run_key, run_dir,
+                                                  position, w_stop, runs_here)
+        finally:
+            if dry:
+                scratch_space.remove_run(run_dir, scratch_root)
         return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
-                               run_key, runs_here)
+                               run_key, runs_here, dry)
     steps = plan_steps(setup.files, setup.sizes, seed=spec.schedule.seed,
                        batch_size=spec.schedule.minibatch, start=position, stop=w_stop,
                        pieces_per_minibatch=setup.pieces)
@@ -403,10 +413,34 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
     logger.info("Beam trainer, detached: %s, steps %d..%d of %d (window %s), %d piece(s) per "
                 "minibatch; the job publishes the checkpoint and the run log",
                 cfg.describe(), position, w_stop, stop, run_key, setup.pieces)
+    check_graph(cfg, p, stop - position, w_stop - position)
     try:
-        result = p.run()
+        result = beam_window.run_checked(p)
     finally:
         if runs_here and cfg.in_process:
             beam_state.drop_local(run_key + "/")
+        if dry:
+            scratch_space.remove_run(run_dir, scratch_root)
     return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
-                           run_key, runs_here)
+                           run_key, runs_here, dry)
+
+
+def is_dry_run(cfg) -> bool:
+    """Whether the runner's options ask for a dry run (Dataflow's ``--dry_run``)."""
+    if cfg.local:
+        return False
+    v = cfg.pipeline_options().get_all_options().get("dry_run")
+    return v is True or str(v).lower() in ("true", "1", "yes")
+
+
+def check_graph(cfg, p, run_steps: int, window_steps: int) -> None:
+    """On a remote runner, the jobs line a waiting run logs (:func:`beam_window.jobs_line`),
+    and a UsageError naming the window that fits when this job's graph is over Dataflow's
+    limit (the service would refuse the job after the launcher returned)."""
+    if cfg.local:
+        return
+    graph_bytes = p.to_runner_api().ByteSize()
+    line = beam_window.jobs_line(cfg.runner, run_steps, window_steps, graph_bytes)
+    if graph_bytes > beam_window.GRAPH_LIMIT_BYTES:
+        raise UsageError(line)
+    logger.info(line)

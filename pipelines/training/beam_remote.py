@@ -63,7 +63,7 @@ from pipelines.runtime import scratch as scratch_space
 from pipelines.training import scratch_names
 from pipelines.training import beam_cost
 from pipelines.training.beam_plan import ReadPlan, ReadTask, StepPlan, read_task
-from pipelines.training.beam_run import after_window, log_window
+from pipelines.training.beam_run import after_window, log_window, planned_windows, window_end
 from pipelines.training.beam_stats import decode_stats, encode_stats
 from pipelines.training.beam_steps import LeanDoFn, StepMetrics
 
@@ -990,7 +990,7 @@ class RemoteWindows:
         stop, M = st.stop, st.M
         counters_total: Dict[str, int] = {}
         windows = 0
-        n_windows = max(1, -(-(stop - ses.position) // M))
+        n_windows = planned_windows(ses, stop, M)
         times = PhaseTimes()
         start = times.timed("state_delivery", write_start, algorithm, self.scratch,
                             ses.position, staleness_rule.in_flight(ses.position,
@@ -999,9 +999,7 @@ class RemoteWindows:
         current = algorithm
         while ses.position < stop and not ses.passes_stopped:
             w_start = time.time()
-            end = min(stop, ses.position + M)
-            if ses.pass_stop is not None:    # --passes auto: windows end at pass ends
-                end = min(end, (ses.position // ses.batches_per_pass + 1) * ses.batches_per_pass)
+            end = window_end(ses, stop, M)     # --passes auto: windows end at pass ends
             got, counters, steps = self._window(start, end, n_words, times,
                                                 run_steps=stop - ses.position
                                                 if windows == 0 else None)

@@ -86,6 +86,26 @@ def after_window(ses: Session, algo, steps: Sequence[StepPlan], infos: List[Dict
     return metrics
 
 
+def window_end(ses: Session, stop: int, M: int, position: Optional[int] = None) -> int:
+    """Where the window starting at ``position`` (default: the session's) ends: ``M``
+    minibatches on, at ``stop`` at the latest, and with ``--passes auto`` at the end of its
+    pass."""
+    pos = ses.position if position is None else int(position)
+    end = min(stop, pos + M)
+    if ses.pass_stop is not None:
+        end = min(end, (pos // ses.batches_per_pass + 1) * ses.batches_per_pass)
+    return end
+
+
+def planned_windows(ses: Session, stop: int, M: int) -> int:
+    """The windows from the session's position to ``stop`` (:func:`window_end`): with
+    ``--passes auto`` those of every pass up to the cap, of which the rule may run fewer."""
+    pos, n = ses.position, 0
+    while pos < stop:
+        pos, n = window_end(ses, stop, M, pos), n + 1
+    return max(1, n)
+
+
 def log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepPlan],
                 counters: Dict[str, int], stop: int, seconds: float, n_docs_seen: int):
     """The INFO line and the progress line after a window."""
@@ -93,10 +113,11 @@ def log_window(ses: Session, windows: int, n_windows: int, steps: Sequence[StepP
     rate = ses.steps_run / max(1e-9, time.time() - ses.t_start)
     eta = (stop - ses.position) / rate if rate > 0 else float("nan")
     score = _session.score_text(ses.metrics)
-    logger.info("window %d/%d: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
-                windows, n_windows, ses.position - done, ses.position,
+    of = ("%d" if ses.pass_stop is None else "at most %d") % n_windows
+    logger.info("window %d of %s: steps %d..%d (%d docs, %.1f s, %s) docs_seen=%d%s ETA %.0f s",
+                windows, of, ses.position - done, ses.position,
                 sum(s.n_docs for s in steps), seconds,
                 ", ".join("%s=%d" % kv for kv in sorted(counters.items())) or "-",
                 n_docs_seen, score, eta)
-    ses.show("window %d/%d  step %d/%d  docs %d%s  ETA %.0fs"
-             % (windows, n_windows, ses.position, stop, n_docs_seen, score, eta))
+    ses.show("window %d of %s  step %d/%d  docs %d%s  ETA %.0fs"
+             % (windows, of, ses.position, stop, n_docs_seen, score, eta))

@@ -76,7 +76,7 @@ from pipelines.training.beam_detached import HeldOutShards, submit_window
 from pipelines.training.beam_plan import plan_steps
 from pipelines.training.beam_remote import LazyAlgorithm, RemoteWindows
 from pipelines.training.beam_run import (after_window, default_scratch_root, log_window,
-                                         start_record, WindowSetup)
+                                         planned_windows, start_record, window_end, WindowSetup)
 from pipelines.training.beam_state import StateRef
 from pipelines.training.beam_window import run_pipeline, run_unrolled
 
@@ -418,6 +418,8 @@ def _run_windows(setup: WindowSetup, spec: TrainSpec, algorithm, scratch_dir: Op
     windows, counters_total = 0, {}
     try:
         algorithm, windows, counters_total = run.windows(algorithm, ses)
+        # --passes auto stopped after a pass worse than its best: the best becomes the model
+        algorithm = ses.keep_best(algorithm)
         ses.evaluate(algorithm)
     finally:
         ses.close_progress()
@@ -491,12 +493,10 @@ class VersionWindows:
         cfg, stop, M = st.cfg, st.stop, st.M
         counters_total: Dict[str, int] = {}
         windows = 0
-        n_windows = max(1, -(-(stop - ses.position) // M))
+        n_windows = planned_windows(ses, stop, M)
         while ses.position < stop and not ses.passes_stopped:
             w_start = time.time()
-            end = min(stop, ses.position + M)
-            if ses.pass_stop is not None:    # --passes auto: windows end at pass ends
-                end = min(end, (ses.position // ses.batches_per_pass + 1) * ses.batches_per_pass)
+            end = window_end(ses, stop, M)     # --passes auto: windows end at pass ends
             steps = plan_steps(st.files, st.sizes, seed=self.seed,
                                batch_size=self.batch_size, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 import apache_beam as beam
 
+from lda_core.errors import UsageError
 from lda_core.training.phase_times import PhaseTimes
 from pipelines.runtime import scratch as scratch_space
 from pipelines.training import beam_cost, beam_state, scratch_names
@@ -79,10 +80,13 @@ def run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
     graph_bytes = p.to_runner_api().ByteSize() \
         if times is not None or (run_steps and not cfg.local) else None
     if run_steps and not cfg.local:
-        (logger.warning if graph_bytes > GRAPH_LIMIT_BYTES else logger.info)(
-            jobs_line(cfg.runner, run_steps, window_steps, graph_bytes))
+        line = jobs_line(cfg.runner, run_steps, window_steps, graph_bytes)
+        if graph_bytes > GRAPH_LIMIT_BYTES:
+            # the service would refuse the job: say so before submitting it
+            raise UsageError(line)
+        logger.info(line)
     t1b = time.time()
-    result = p.run()
+    result = run_checked(p)
     result.wait_until_finish()      # metrics are complete only after this
     t2 = time.time()
     logger.debug("pipeline built in %.2f s, ran in %.2f s", t1 - t0, t2 - t1b)
@@ -90,6 +94,19 @@ def run_pipeline(cfg: RunnerConfig, build, times: Optional[PhaseTimes] = None,
         times.merge(beam_cost.window_times(beam_cost.query(result), t0, t1, t2))
         times.add("pipeline_build", t1b - t1, graph_bytes)
     return query_counters(result)
+
+
+def run_checked(p):
+    """``p.run()``, with the runner's refusal of its options (Dataflow's "Pipeline has
+    validations errors": an invalid project id, bucket name, ...) as one line."""
+    try:
+        return p.run()
+    except ValueError as e:
+        if "validations errors" not in str(e):
+            raise
+        lines = [ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()]
+        raise UsageError("%s refused its options: %s" % (type(p.runner).__name__,
+                                                         "; ".join(lines))) from e
 
 
 def build_window(p, cfg: RunnerConfig, exchange: str, steps: List[StepPlan],

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 # the remote window (beam_train.REMOTE_WINDOW_STEPS; tests check they agree): one Dataflow job
@@ -144,6 +144,17 @@ class Cloud:
     bandwidth_bytes_per_s: float = 250e6  # per worker, shuffle and object store
     shard_rows: int = 20_000              # vectorize's automatic sharding
     window_steps: int = REMOTE_WINDOW_STEPS
+    # Dataflow batch list prices, us-central1 (disks, Shuffle and storage extra), and the
+    # memory of an n1-standard vCPU
+    price_per_vcpu_hour: float = 0.056
+    price_per_gb_hour: float = 0.003557
+    memory_gb_per_vcpu: float = 3.75
+
+    def price_usd(self, workers: int, vcpus: int, seconds: float) -> float:
+        """The list price of ``workers`` workers of ``vcpus`` vCPUs for ``seconds``."""
+        per_hour = vcpus * (self.price_per_vcpu_hour
+                            + self.memory_gb_per_vcpu * self.price_per_gb_hour)
+        return workers * per_hour * seconds / 3600.0
 
 
 @dataclass(frozen=True)
@@ -345,17 +356,24 @@ def run_time(costs: Costs, cloud: Cloud, shape: Shape, lay: Layout) -> Optional[
     passes = passes_needed(costs, shape, lay.S, lay.s)
     if passes is None:
         return None
+    steps = math.ceil(passes * math.ceil(shape.D / lay.S) - 1e-9)
+    return dict(steps_time(costs, cloud, shape, lay, steps), passes=passes)
+
+
+def steps_time(costs: Costs, cloud: Cloud, shape: Shape, lay: Layout, steps: int,
+               window_steps: Optional[int] = None) -> dict:
+    """Seconds of ``steps`` steps of a remote run in windows of ``window_steps`` (default: as
+    many as a job holds), each window a job: its start and its files, then the steps."""
     parts = step_parts(costs, cloud, shape, lay)
     step = sum(parts[k] for k in STEP_TERMS)
-    steps = math.ceil(passes * math.ceil(shape.D / lay.S) - 1e-9)
-    windows = math.ceil(steps / steps_per_job(costs, cloud, lay.s))
+    windows = math.ceil(steps / (window_steps or steps_per_job(costs, cloud, lay.s)))
     state = shape.V * shape.K * costs.row_bytes
     window_files = ((2 * (2 + lay.s) + lay.B) * cloud.request_latency_s
                     + 2 * state / (lay.W * cloud.bandwidth_bytes_per_s))
     total = windows * (cloud.job_start_s + window_files) + steps * step
     terms = {"job starts": windows * cloud.job_start_s, "window files": windows * window_files}
     terms.update((k, steps * parts[k]) for k in STEP_TERMS)
-    return {"layout": lay, "passes": passes, "steps": steps, "windows": windows,
+    return {"layout": lay, "steps": steps, "windows": windows,
             "step_s": step, "parts": parts, "terms": terms, "total_s": total}
 
 
