@@ -43,8 +43,10 @@ def train_ours(cache: str, seed: int = 0, dtype: str = "float32", threads=None) 
     from lda_core.storage.run_log import read_run_log
     end = read_run_log(os.path.join(model, "run_log.jsonl"), "end")[-1]
     phi_path = os.path.join(cache, "phi_ours.npy")
+    # the cache's matrix of the previous run is replaced (export refuses without --overwrite)
     common.run(common.LDABEAM + ["--log-level", "WARNING", "export", "--model", model,
-                                 "--format", "phi-npy", "--output", phi_path], quiet=True)
+                                 "--format", "phi-npy", "--output", phi_path, "--overwrite"],
+               quiet=True)
     return dict(system="ours (ldabeam train, in-process, %s)" % dtype, train_s=end["elapsed"],
                 train_cpu_s=end.get("cpu_seconds"),
                 child_wall_s=wall, peak_rss_mb=rss, phi=np.load(phi_path), phi_path=phi_path,

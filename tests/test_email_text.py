@@ -148,8 +148,9 @@ def test_empty_posts_are_counted_as_empty_not_as_errors(tmp_path, news20_tar):
     jl = tmp_path / "posts.jsonl"
     jl.write_text("".join(json.dumps({"id": n, "text": t}) + "\n"
                           for n, t in [("a", members[0][1]), ("b", ""), ("c", "   ")]))
-    m = vz.vectorize(vz.VectorizeOptions(inputs=[str(jl)], output=str(tmp_path / "ds2")),
-                     IN_PROCESS)
+    # (no_below 1, no_above 1: the one kept post keeps its words, so a dataset is published)
+    m = vz.vectorize(vz.VectorizeOptions(inputs=[str(jl)], output=str(tmp_path / "ds2"),
+                                         no_below=1, no_above=1.0), IN_PROCESS)
     assert (m["counts"]["dead_letters"], m["counts"]["empty_documents"]) == (0, 2)
 
 

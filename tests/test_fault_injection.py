@@ -43,9 +43,11 @@ RUNNERS = {"inprocess": [],
 # (point, arrivals) per runner: every arrival at which a kill leaves a different state
 POINTS = {"inprocess": {"estep": range(1, 9), "publish-written": range(1, 9),
                         "publish-pointer": range(1, 9), "prune": range(1, 7),
-                        "runlog": range(1, 11), "ended": range(1, 2)},
+                        "runlog": range(1, 11), "ended": range(1, 2),
+                        "atomic-written": range(1, 11)},
           "beam": {"publish-written": range(1, 5), "publish-pointer": range(1, 5),
-                   "prune": range(1, 3), "runlog": range(1, 6), "ended": range(1, 2)}}
+                   "prune": range(1, 3), "runlog": range(1, 6), "ended": range(1, 2),
+                   "atomic-written": range(1, 7)}}
 RANDOM_KILLS = {"inprocess": 0, "beam": 4}
 KILLED = []
 

@@ -15,6 +15,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from lda_core.errors import InputError
 from pipelines.ingest import dataset
 from pipelines.ingest import manifest
 from lda_core.storage.vocab_file import Vocabulary
@@ -437,15 +438,18 @@ def test_jsonl_and_lines_inputs_with_fields_and_stopwords(tmp_path):
     assert m2["counts"]["oov_tokens_dropped"] > 0
 
 
-def test_nothing_usable_still_writes_a_consistent_manifest(tmp_path):
+def test_nothing_usable_publishes_no_dataset_and_says_why(tmp_path):
+    """Inputs with no usable document: one line with the counts (the empty file is an empty
+    document like the one with no word, not a dead letter), and no dataset published -- no
+    manifest, shards or vocabulary for `train` to be handed."""
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "digits.txt").write_text("1234 5678")
     out = tmp_path / "ds"
-    m = vz.vectorize(_opts([str(tmp_path / "*.txt")], out), IN_PROCESS)
-    assert m["counts"]["documents_kept"] == 0 and m["vocabulary"]["size"] == 0
-    # the empty file is an empty document like the one with no word (not a dead letter)
-    assert m["counts"]["dead_letters"] == 0 and m["counts"]["empty_documents"] == 2
-    assert m["tokens"]["total"] == 0
+    with pytest.raises(InputError, match=r"no document was kept from .*\(2 read: 2 empty, 0 too "
+                                         r"short, 0 empty after pruning, 0 dead letters\)"):
+        vz.vectorize(_opts([str(tmp_path / "*.txt")], out), IN_PROCESS)
+    left = sorted(os.listdir(out)) if out.exists() else []
+    assert "manifest.json" not in left and "vocab.tsv" not in left and "train" not in left
 
 
 @pytest.mark.parametrize("batched", [False, True])
