@@ -16,12 +16,22 @@ import shutil
 import stat
 import sys
 import uuid
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Union
 
 from lda_core.errors import InputError, SpecialFileError
 from lda_core.faults import fault_point
 
 logger = logging.getLogger(__name__)
+
+
+def map_in_order(fn: Callable[[Any], Any], items: Sequence[Any], threads: int) -> List[Any]:
+    """``[fn(x) for x in items]``, up to ``threads`` at once (a file layer's
+    ``write_threads``), results in the order of ``items``; the first error is raised."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(int(threads), len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 class LocalFiles:
@@ -39,10 +49,15 @@ class LocalFiles:
       name and commits it with the ``LATEST`` pointer written last;
     * ``can_append``: the run log appends to its file (when False it rewrites the whole
       object at flush points, see :mod:`lda_core.storage.run_log`).
+
+    A third, ``write_threads`` (default 1), is how many files of one state directory are
+    written at once (:meth:`lda_core.storage.state.TopicState.save`): an object store serves
+    each object with its own requests, so writing several overlaps their round trips.
     """
 
     atomic_dir_rename = True
     can_append = True
+    write_threads = 1
 
     def join(self, *parts: str) -> str:
         return os.path.join(*parts)

@@ -43,7 +43,7 @@ import numpy as np
 
 from lda_core.errors import DataIntegrityError, InputError, TrainingError, UsageError
 from lda_core.storage import npy
-from lda_core.storage.files import files_for, LocalFiles
+from lda_core.storage.files import files_for, LocalFiles, map_in_order
 
 logger = logging.getLogger(__name__)
 
@@ -444,10 +444,12 @@ def copy_npy(src_files, src: str, files: LocalFiles, path: str, dtype: np.dtype,
 
 def _write_blocks(files: LocalFiles, directory: str, name: str, rb: RowBlocks,
                   nonfinite: Optional[List[str]]) -> Dict[str, Any]:
-    """Write the blocked array ``name``: one .npy per block and its JSON entry."""
+    """Write the blocked array ``name``: one .npy per block (several at once where the file
+    layer says so) and its JSON entry."""
     V, K = rb.shape
-    blocks = []
-    for b, (part, rows) in enumerate(zip(rb.parts, block_row_counts(V, rb.n_blocks))):
+
+    def one(item):
+        b, (part, rows) = item
         path = files.join(directory, block_file_name(name, b) if rb.n_blocks > 1
                           else name + ".npy")
         if isinstance(part, np.ndarray):
@@ -455,11 +457,13 @@ def _write_blocks(files: LocalFiles, directory: str, name: str, rb: RowBlocks,
                 raise ValueError("block %d of array %r is %s %s, expected %s %s"
                                  % (b, name, part.dtype, part.shape, rb.dtype, (rows, K)))
             e = _write_npy(files, path, part)
-            e = {"file": e["file"], "rows": rows, "sha256": e["sha256"], "nbytes": e["nbytes"]}
-        else:
-            e = copy_npy(rb.files or files_for(part), part, files, path, rb.dtype, (rows, K),
-                          nonfinite)
-        blocks.append(e)
+            return {"file": e["file"], "rows": rows, "sha256": e["sha256"],
+                    "nbytes": e["nbytes"]}
+        return copy_npy(rb.files or files_for(part), part, files, path, rb.dtype, (rows, K),
+                        nonfinite)
+
+    blocks = map_in_order(one, list(enumerate(zip(rb.parts, block_row_counts(V, rb.n_blocks)))),
+                       getattr(files, "write_threads", 1))
     return {"layout": BLOCK_LAYOUT, "n_blocks": rb.n_blocks, "dtype": rb.dtype.str,
             "shape": [V, K], "blocks": blocks}
 
@@ -722,12 +726,15 @@ class TopicState:
                         entries[k] = {"file": e["file"], "dtype": entries[k]["dtype"],
                                       "shape": entries[k]["shape"], "sha256": e["sha256"],
                                       "nbytes": e["nbytes"]}
-                else:
-                    entries[k] = _write_npy(files, files.join(tmp, k + ".npy"), arrays[k])
+            plain = sorted(k for k in arrays if not isinstance(arrays[k], RowBlocks))
+            entries.update(zip(plain, map_in_order(
+                lambda k: _write_npy(files, files.join(tmp, k + ".npy"), arrays[k]), plain,
+                getattr(files, "write_threads", 1))))
+            entries = {k: entries[k] for k in sorted(entries)}
             if nonfinite:
                 raise TrainingError("refusing to checkpoint step %d of %s: %s (the previous "
                                     "checkpoint stays the latest)"
-                                    % (self.step, self.algorithm, "; ".join(nonfinite)))
+                                    % (self.step, self.algorithm, "; ".join(sorted(nonfinite))))
             head = self._header(entries)
             if blocked:
                 head["version"] = BLOCKED_FORMAT_VERSION

@@ -124,6 +124,7 @@ class ObjectStoreFiles:
 
     atomic_dir_rename = False     # publish by a pointer written last, not by a rename
     can_append = False            # the run log rewrites its object at flush points
+    write_threads = 8             # a state's objects written at once: their round trips overlap
 
     def __init__(self):
         self._reported = set()    # objects a delete failed on, already in a warning

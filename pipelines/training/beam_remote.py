@@ -55,6 +55,7 @@ from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, StepRefused
 from lda_core.storage import npy, traffic
 from lda_core.storage.blocks import algorithm_from_state
+from lda_core.storage.files import files_for, map_in_order
 from lda_core.storage.pending import array_name, as_bytes_array
 from lda_core.storage.state import TopicState
 from lda_core.training import session as _session, staleness as staleness_rule
@@ -144,8 +145,10 @@ def write_start(algorithm, folder: str, position: int, in_flight: int) -> Start:
     header = algorithm.shard_header()
     B = header.n_blocks
     scratch_space.write_bytes(scratch_names.header_path(folder, position), header.to_bytes())
-    for b in range(B):
-        write_rows(scratch_names.rows_path(folder, position, b), algorithm.block_rows(b))
+    # the B blocks at once where the store serves each object with its own round trips
+    map_in_order(lambda b: write_rows(scratch_names.rows_path(folder, position, b),
+                                      algorithm.block_rows(b)),
+                 list(range(B)), getattr(files_for(folder), "write_threads", 1))
     pending = getattr(algorithm, "pending", None)
     first, n = position, 0
     if pending is not None and not pending.covers(position, in_flight):
