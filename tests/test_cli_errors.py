@@ -19,32 +19,11 @@ from pipelines.ingest import manifest
 from lda_core.storage.vocab_file import Vocabulary
 
 from helpers import warm
+from helpers.cli import error_lines, ldabeam, one_error_line as one_line_error
 from helpers.paths import repo_env
 from helpers.uci import kos_dataset as make_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def ldabeam(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def error_lines(err):
-    """stderr without log records (they start with a timestamp)."""
-    return [l for l in err.strip().split("\n") if l and not l[:4].isdigit()]
-
-
-def one_line_error(capsys, argv, *matches):
-    rc, out, err = ldabeam(capsys, *argv)
-    lines = error_lines(err)
-    assert rc == 2, (rc, err[-3000:])
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    assert lines[0].startswith("ldabeam %s: error: " % argv[0]), lines[0]
-    for m in matches:
-        assert m in lines[0], (m, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from lda_core.storage.checkpoint import CheckpointStore
+from helpers.cli import error_lines, one_error_line
 from pipelines import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,18 +53,8 @@ def run(capsys, *argv):
     return rc, out, err
 
 
-def error_lines(err):
-    return [l for l in err.strip().split("\n") if l and not l[:4].isdigit()]
-
-
 def one_line_error(capsys, argv, *matches):
-    rc, out, err = run(capsys, *argv)
-    lines = error_lines(err)
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, (rc, err[-3000:])
-    assert lines[0].startswith("ldabeam %s: error: " % argv[0]), lines[0]
-    for m in matches:
-        assert m in lines[0], (m, lines[0])
-    return lines[0]
+    return one_error_line(capsys, argv, *matches, run=run)
 
 
 def manifest(ds):

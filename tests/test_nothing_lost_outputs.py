@@ -19,6 +19,7 @@ import ldabeam
 from lda_core.errors import OutputError, Terminated
 from lda_core.storage import output_paths
 from lda_core.storage.checkpoint import CheckpointStore
+from helpers.cli import error_lines, ldabeam as ldabeam_cli, one_error_line as one_line_error
 from pipelines import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,26 +28,6 @@ TRAIN = ["--topics", "4", "--algorithm", "online-vb", "--minibatch", "64", "--se
          "--heldout", "none", "--no-progress"]
 
 
-def ldabeam_cli(capsys, *argv):
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def error_lines(err):
-    """stderr without log records (they start with a timestamp)."""
-    return [l for l in err.strip().split("\n") if l and not l[:4].isdigit()]
-
-
-def one_line_error(capsys, argv, *matches):
-    rc, out, err = ldabeam_cli(capsys, *argv)
-    lines = error_lines(err)
-    assert rc == 2, (rc, err[-3000:])
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    assert lines[0].startswith("ldabeam %s: error: " % argv[0]), lines[0]
-    for m in matches:
-        assert m in lines[0], (m, lines[0])
-    return lines[0]
 
 
 def snapshot(folder):

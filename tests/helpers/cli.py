@@ -27,6 +27,24 @@ def one_line_error(capsys, argv, match):
     assert match in lines[0], lines[0]
 
 
+def error_lines(err):
+    """stderr without log records (they start with a timestamp)."""
+    return [l for l in err.strip().split("\n") if l and not l[:4].isdigit()]
+
+
+def one_error_line(capsys, argv, *matches, run=ldabeam):
+    """``ldabeam ARGV`` (through ``run``) is one line ``ldabeam COMMAND: error: ...`` naming
+    every one of ``matches``, exit 2, no traceback; returns the line."""
+    rc, out, err = run(capsys, *argv)
+    lines = error_lines(err)
+    assert rc == 2, (rc, err[-3000:])
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert lines[0].startswith("ldabeam %s: error: " % argv[0]), lines[0]
+    for m in matches:
+        assert m in lines[0], (m, lines[0])
+    return lines[0]
+
+
 def final_arrays(model_dir):
     """(the latest checkpoint's state, its arrays as numpy arrays)."""
     from lda_core.storage.checkpoint import CheckpointStore
