@@ -924,18 +924,6 @@ def _records(paths: Sequence[str], src: dict) -> List[dict]:
     return out
 
 
-def passes_to(target: float, scores: Sequence[float]) -> Optional[float]:
-    """Passes (fractional) until ``scores`` (after passes 1, 2, ...) first reach ``target``
-    (benchmarks/passes_to_score_bench.py's rule); None when none does."""
-    for i, ll in enumerate(scores):
-        if ll >= target:
-            if i == 0:
-                return 1.0
-            prev = scores[i - 1]
-            return i + (target - prev) / (ll - prev) if ll > prev else float(i + 1)
-    return None
-
-
 def passes_curves(records: List[dict], src: dict) -> Dict[str, Dict[int, "rd.PassesCurve"]]:
     """Per algorithm and staleness, the :class:`PassesCurve`: for each seed (and corpus) the
     target is the held-out score after one pass of the s = 0 run at the algorithm's default
@@ -954,7 +942,7 @@ def passes_curves(records: List[dict], src: dict) -> Dict[str, Dict[int, "rd.Pas
             if r["algorithm"] != alg or ref is None:
                 continue
             target = ref["ll_by_pass"][0]
-            p = passes_to(target, r["ll_by_pass"])
+            p = common.passes_to(target, r["ll_by_pass"])
             x = r["steps_per_pass"] / ref["steps_per_pass"]
             pts.setdefault((r["staleness"], r["S"]), []).append(
                 (x, p if p is not None else float(len(r["ll_by_pass"])), p is None))

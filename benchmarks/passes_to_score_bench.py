@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
@@ -51,20 +51,6 @@ from pipelines.training.shard_stream import ShardStream  # noqa: E402
 
 K = 100
 ALGORITHMS = ("scvb0", "online-vb")
-
-
-def passes_to(target: float, scores: List[float]) -> Optional[float]:
-    """Passes (fractional) until the held-out scores after passes 1, 2, ... first reach
-    ``target``: p when pass p is the first at or above it, minus the part of that pass not
-    needed, linear between the scores of passes p - 1 and p (pass 0 taken as unreached: the
-    whole first pass is counted). None when no pass reaches it."""
-    for i, ll in enumerate(scores):
-        if ll >= target:
-            if i == 0:
-                return 1.0
-            prev = scores[i - 1]
-            return i + (target - prev) / (ll - prev) if ll > prev else float(i + 1)
-    return None
 
 
 def training_shards(data: dict, root: str) -> List[str]:
@@ -116,7 +102,7 @@ def measure(a, bench, data, files, algorithm: str, seed: int) -> List[dict]:
         rec = {"corpus": "20news", "algorithm": algorithm, "S": r.S, "K": K, "seed": seed,
                "staleness": r.s, "sync_steps": 0, "steps_per_pass": r.stream.batches_per_pass,
                "n_docs": n_docs, "reference_S": S0, "target_ll": target,
-               "ll_by_pass": r.scores, "passes_to_target": passes_to(target, r.scores),
+               "ll_by_pass": r.scores, "passes_to_target": common.passes_to(target, r.scores),
                "train_s": r.train_s, "train_cpu_s": r.train_cpu_s}
         print(json.dumps(rec), flush=True)
         out.append(rec)

@@ -65,10 +65,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common  # noqa: E402
+from benchmarks.passes_to_score_bench import training_shards  # noqa: E402
 from benchmarks.prepare_20news import prepare as prepare_20news  # noqa: E402
 from benchmarks.quality_bench import load_corpus, prepare_small  # noqa: E402
-from lda_core.docbatch import DocBatch  # noqa: E402
-from lda_core.storage.vocab_file import Vocabulary, vocab_hash  # noqa: E402
+from lda_core.storage.vocab_file import Vocabulary  # noqa: E402
 from lda_core.training import staleness  # noqa: E402
 from lda_core.training.pass_stop import AUTO_MIN_GAIN, PassStop  # noqa: E402
 from lda_core.training.trainer import train  # noqa: E402
@@ -128,20 +128,6 @@ def prepare(name: str, a) -> str:
     if name == "wiki":
         return prepare_wiki(cache)
     raise SystemExit("unknown corpus %r (choose from %s)" % (name, ", ".join(CORPORA)))
-
-
-def training_shards(data: dict) -> list:
-    """The training split (``data["Xtr"]``, rows in the harness's order) as one shard beside
-    the prepared split, for :class:`ShardStream`; the vocabulary hash is that of the
-    harness's vocabulary."""
-    path = os.path.join(data["path"], "shards", dataset.shard_name(0, 1))
-    if not os.path.exists(path):
-        X = data["Xtr"].tocsr().copy()
-        X.data = np.round(X.data)
-        batch = DocBatch.from_csr(X, doc_ids=[str(i) for i in range(X.shape[0])])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        dataset.write_shard(path, dataset.docbatch_to_table(batch), vocab_hash(data["vocab"]))
-    return [path]
 
 
 def minibatches(a, algorithm: str, n_docs: int) -> list:
@@ -390,7 +376,7 @@ def main(argv=None):
         records = []
         for corpus in a.corpora:
             data = load_corpus(bench, prepare(corpus, a))
-            files = training_shards(data)
+            files = training_shards(data, data["path"])
             print("# %s: %d training documents, %d held-out, V = %d, K = %d" % (
                 corpus, data["Xtr"].shape[0], data["Xa"].shape[0], len(data["vocab"]),
                 a.K or TOPICS[corpus]), flush=True)
