@@ -69,7 +69,8 @@ from lda_core.algorithms.vb_stats import VBStats, VBStatsSum
 from lda_core.algorithms.word_blocks import (block_bounds, BlockHeader, BlockPartial, blocks_of,
                                              check_rows, combine_partials, dead_topic_splits,
                                              in_row_order, in_word_order, joined_rows, MAX_BLOCKS,
-                                             rows_of_words, split_rows, StepPlan)
+                                             rows_of_words, split_rows, StepPlan,
+                                             WORD_BLOCKS_PARAM)
 from lda_core.docbatch import DocBatch
 from lda_core.errors import DataIntegrityError, InputError, StepRefused, UsageError
 from lda_core.storage.state import TopicState
@@ -157,10 +158,7 @@ class OnlineVB(StochasticAlgorithm):
                    "(unset: the schedule)"),
         Param("history_from", int, None, lo=0,
               help="during an update: documents seen when it began"),
-        Param("word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
-              help="word blocks of the global step (word ids dealt round-robin, each "
-                   "updatable by its own worker); its sums are added in block order, so the "
-                   "result depends on this number, not on the workers (--resume keeps it)"),
+        WORD_BLOCKS_PARAM,
     )
 
     def __init__(self, n_topics: int, n_words: int, *, vocab_hash: Optional[str] = None,

@@ -35,10 +35,18 @@ import numpy as np
 from numba import njit
 
 from lda_core.algorithms.algorithm import pack_arrays, unpack_arrays
+from lda_core.algorithms.params import Param
 from lda_core.errors import DataIntegrityError, UsageError
 from lda_core.storage.state import block_bounds
 
 MAX_BLOCKS = 4096
+
+# the setting of every word-sharded algorithm (its SPEC): B, recorded like any setting
+WORD_BLOCKS_PARAM = Param(
+    "word_blocks", int, 1, lo=1, hi=MAX_BLOCKS, option="word_blocks",
+    help="word blocks of the global step (word ids dealt round-robin, each updatable by its "
+         "own worker); its sums are added in block order, so the result depends on this "
+         "number, not on the workers (--resume keeps it)")
 _MAGIC_HEADER = b"LDAWBH01"
 _MAGIC_PARTIAL = b"LDAWBP01"
 
