@@ -11,7 +11,7 @@ pipeline switches at least len(docs) - 1 times.
 
 Beam's side-input way, ``WatchCheckpoints`` as RunInference's ``model_metadata_pcoll``: a
 streaming pipeline on the DirectRunner whose documents arrive over a few seconds while
-``ldabeam train --resume`` publishes two more checkpoints in other processes; each fixed
+``ldabeam train --resume`` publishes the next checkpoints in other processes; each fixed
 window of documents gets the checkpoint that was the latest when the window's look ran, so
 the θ come from the first checkpoint, then the later ones, in publishing order (before the
 fix, every run failed: "PCollection of size 2 ... accessed as a singleton view").
@@ -108,7 +108,7 @@ def test_watch_is_checked():
 
 
 LOOK = 0.5       # seconds between WatchCheckpoints' looks at LATEST (and its window size)
-SPAN = 6.0       # seconds over which the documents arrive
+SPAN = 8.0       # seconds over which the documents arrive
 
 
 class Looks(logging.Handler):
@@ -204,9 +204,11 @@ def test_watch_checkpoints_side_input_switches_in_publishing_order(trained, news
                                           stop_timestamp=time.time() + SPAN + LOOK)
             # the documents arrive evenly over SPAN seconds, from after the first look's
             # window began to before the last look's ends
-            start = time.time()
-            arriving = p | "Arrive" >> PeriodicImpulse(start, start + SPAN,
-                                                       SPAN / len(docs), data=docs)
+            start, gap = time.time(), SPAN / len(docs)
+            # stopped half a gap after the last document: the impulse repeats its data when
+            # its span holds room for one more
+            arriving = p | "Arrive" >> PeriodicImpulse(start, start + (len(docs) - 0.5) * gap,
+                                                       gap, data=docs)
             windowed = arriving | "Windows" >> beam.WindowInto(window.FixedWindows(LOOK))
             res = windowed | RunInference(LdaModelHandler(model_dir),
                                           model_metadata_pcoll=models)
@@ -221,4 +223,6 @@ def test_watch_checkpoints_side_input_switches_in_publishing_order(trained, news
         log.removeHandler(looks)
         log.setLevel(level)
     thread.join(timeout=60)
-    assert not failed and published == [FIRST + 1, FIRST + 2], (failed, looks.seen)
+    # the second checkpoint may come after the documents' span on a loaded machine: the one
+    # before it is what the documents' second checkpoint (checked above) needs
+    assert not failed and published[:1] == [FIRST + 1], (failed, published, looks.seen)
