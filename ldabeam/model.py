@@ -31,6 +31,19 @@ every command reads the result.
   changed by the growth; new word ids follow the old ones, so the ids of known words stay
   valid (the vocabulary hash changes and is recorded, with the vocabularies it grew from:
   every earlier checkpoint and shard stays readable, :mod:`lda_core.storage.vocab_file`);
+* **Replay** (``replay=F``, ``train --update --replay F``; off by default): a sample of F of
+  the documents of the model's training shards (the shards its run record names, or
+  ``replay_shards``) is drawn without replacement with the seed :func:`replay_seed` of (the
+  model's seed, the step the update starts from) and mixed with the new documents into the
+  update's minibatches (one seeded order over both). Without it the old subjects count only
+  through the topics they left, so a new subject gets a topic only by taking one from old
+  documents that are not there to keep it; the revisited documents keep theirs. They are part
+  of the history, not new: the corpus is still the documents the model stood for plus the new
+  ones (D' = H + n, or ``corpus_size``), and the state counts as the H − R documents not
+  revisited, so every document of the corpus weighs 1/D' -- the new ones n/D' as without
+  replay, the R revisited ones re-fitted to the topics. Earlier updates' documents are not in
+  the training shards and are not revisited. Training shards that are unknown or cannot be
+  read (moved, deleted, another vocabulary) raise InputError naming the path and the fixes;
 * statistics in flight of a pipelined run (``--staleness``) belong to that run's minibatch
   order: an update drops them (a later ``--resume`` recomputes them).
 
@@ -54,6 +67,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from lda_core.algorithms.algorithm import algorithm_class
+from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError, OutputError, TrainingError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.files import files_for
@@ -86,6 +100,7 @@ MODEL_FILES = (dataset.VOCAB_FILE, manifest.TOKENIZER_FILE)
 #: documents per shard of an update's order (and of the dataset a Beam update writes)
 UPDATE_SHARD_DOCS = 50_000
 _UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's seed apart from other uses
+_REPLAY_TAG = 0x52504c59     # "RPLY": the sample of training documents an update revisits
 
 
 #: an update whose new documents are less than this share of the corpus the model stands for
@@ -131,6 +146,13 @@ def update_seed(seed: int, start_step: int) -> int:
     """The seed of the minibatch order of an update of a model with seed ``seed`` that starts
     at global step ``start_step`` (a new order for every update, reproducible)."""
     ss = np.random.SeedSequence([_UPDATE_TAG, int(seed) & 0xFFFFFFFFFFFFFFFF, int(start_step)])
+    return int(ss.generate_state(1, np.uint32)[0])
+
+
+def replay_seed(seed: int, start_step: int) -> int:
+    """The seed of the sample of training documents an update of a model with seed ``seed``
+    that starts at global step ``start_step`` revisits (``replay=``)."""
+    ss = np.random.SeedSequence([_REPLAY_TAG, int(seed) & 0xFFFFFFFFFFFFFFFF, int(start_step)])
     return int(ss.generate_state(1, np.uint32)[0])
 
 
@@ -298,7 +320,8 @@ class LdaModel:
     def update(self, docs: Sequence, passes: int = 1, grow_vocab: bool = False,
                ids: Optional[Sequence[str]] = None,
                runner: Optional[Callable[[UpdateJob], Any]] = None,
-               corpus_size: Optional[int] = None, keep_n: Optional[int] = None
+               corpus_size: Optional[int] = None, keep_n: Optional[int] = None,
+               replay: float = 0.0, replay_shards: Optional[str] = None
                ) -> Dict[str, Any]:
         """Continue training on ``docs`` (as :meth:`transform` takes them) for ``passes``
         passes, in minibatches of the model's size S, in a seeded order (module docstring for
@@ -311,6 +334,13 @@ class LdaModel:
         the topics -- ``corpus_size = n`` makes them the whole corpus. ``keep_n``: with
         ``grow_vocab``, the vocabulary's cap instead of the training data's ``keep_n``.
 
+        ``replay``: the share (0 to 1) of the model's training documents to revisit beside
+        the new ones (module docstring, "Replay"): a seeded sample of them is mixed into the
+        update's minibatches, so the old subjects keep their topics while the new documents'
+        subjects take some. They are read from the shards of the run that trained the model
+        (its run record), or from ``replay_shards``; InputError naming the path when they
+        cannot be read. 0 (the default) replays nothing.
+
         ``runner``: None runs the steps in this process; otherwise a callable given the
         :class:`UpdateJob` that returns the trained algorithm (``ldabeam train --update`` on a
         Beam runner passes the Beam trainer). Anything it raises leaves the model as it was."""
@@ -320,6 +350,14 @@ class LdaModel:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
                                   or v < 1):
                 raise UsageError("update(%s=%r): %s must be an integer >= 1" % (name, v, name))
+        if (isinstance(replay, bool) or not isinstance(replay, (int, float, np.integer,
+                                                                np.floating))
+                or not 0.0 <= float(replay) <= 1.0):
+            raise UsageError("update(replay=%r): replay is the share of the training documents "
+                             "to revisit, a number from 0 to 1" % (replay,))
+        if replay_shards is not None and not float(replay):
+            raise UsageError("update(replay_shards=%r) names where the training documents a "
+                             "replay revisits are; give replay= > 0 too" % (replay_shards,))
         if keep_n is not None and not grow_vocab:
             raise UsageError("update(keep_n=%r) caps the vocabulary grow_vocab=True grows; "
                              "give grow_vocab=True too" % (keep_n,))
@@ -335,8 +373,10 @@ class LdaModel:
             if grow_vocab:
                 added, kept_out = self._grow(docs, ids, keep_n)
             batch, oov = self._batch(docs, ids, "update")
+            old = (self._replay_sample(float(replay), replay_shards) if float(replay)
+                   else None)
             summary = self._train_on(batch, int(passes), precise=bool(added),
-                                     runner=runner, corpus_size=corpus_size)
+                                     runner=runner, corpus_size=corpus_size, replay=old)
         except BaseException:
             self._restore(before, before_vocab, before_info)
             raise
@@ -358,7 +398,7 @@ class LdaModel:
 
     def _train_on(self, batch, passes: int, precise: bool = False,
                   runner: Optional[Callable] = None,
-                  corpus_size: Optional[int] = None) -> Dict[str, Any]:
+                  corpus_size: Optional[int] = None, replay=None) -> Dict[str, Any]:
         """The update's steps. ``precise``: rows were just added at the prior, where online
         VB's exp(E[log β]) is about 1e-13 of a trained row's -- below the float32 epsilon that
         guards the E-step's normaliser (lda_core.algorithms.estep_vb), which would give the new
@@ -368,10 +408,10 @@ class LdaModel:
         if precise and self._algo.name == "online-vb" and dtype != "float64":
             self._algo.dtype = "float64"
             try:
-                return self._steps(batch, passes, runner, corpus_size)
+                return self._steps(batch, passes, runner, corpus_size, replay)
             finally:
                 self._algo.dtype = dtype      # the runner's algorithm, when it returned one
-        return self._steps(batch, passes, runner, corpus_size)
+        return self._steps(batch, passes, runner, corpus_size, replay)
 
     def pieces(self) -> int:
         """E-step pieces per minibatch of the run that trained the model (its checkpoint's
@@ -379,8 +419,41 @@ class LdaModel:
         way (lda_core.training.pieces)."""
         return int(recorded_pieces(self._info.get("run") or {}, True))
 
+    def _replay_sample(self, share: float, shards: Optional[str]):
+        """The training documents an update with ``replay=share`` revisits: ``share`` of the
+        rows of the training shards (at least one), drawn without replacement with the seed
+        :func:`replay_seed`, in file order, empty ones left out; word ids of the model's
+        vocabulary or one it grew from (valid here). InputError naming the path and the fix
+        when they are unknown or cannot be read."""
+        from pipelines.ingest.doc_sample import sample_documents
+        where = shards or training_shards(self.model_dir, self._info)
+        fix = ("pass replay=0 (`--replay 0`) to update without revisiting them, or "
+               "replay_shards=DIR (`--replay-shards DIR`) where they are now")
+        if not where:
+            raise InputError("update(replay=%g): the model's run record names no training "
+                             "shards to revisit; %s" % (share, fix))
+        try:
+            files = dataset.resolve_shards(where)
+            total = dataset.count_documents(files)
+            n = max(1, int(round(share * total)))
+            expected = self._vocab if self._vocab is not None else self._algo.vocab_hash
+            old = sample_documents(files, expected, max_docs=n,
+                                   seed=replay_seed(int(self._algo.seed), int(self._algo.step)),
+                                   columns=("doc_id", "word_ids", "counts"))
+        except (OSError, ValueError) as e:      # missing, unreadable, another vocabulary
+            raise InputError("update(replay=%g): the training shards %s cannot be read (%s); "
+                             "%s" % (share, where, str(e).splitlines()[0] if str(e) else
+                                     type(e).__name__, fix)) from None
+        if old.n_docs == 0:
+            raise InputError("update(replay=%g): the training shards %s hold no document to "
+                             "revisit; %s" % (share, where, fix))
+        if int(old.word_ids.max(initial=-1)) >= self.n_words:
+            raise InputError("update(replay=%g): the training shards %s hold word ids beyond "
+                             "the model's %d words; %s" % (share, where, self.n_words, fix))
+        return old
+
     def _steps(self, batch, passes: int, runner: Optional[Callable] = None,
-               corpus_size: Optional[int] = None) -> Dict[str, Any]:
+               corpus_size: Optional[int] = None, replay=None) -> Dict[str, Any]:
         algo = self._algo
         keep = np.flatnonzero(batch.doc_lengths > 0)
         docs = batch.take(keep) if len(keep) < batch.n_docs else batch
@@ -388,12 +461,29 @@ class LdaModel:
             raise InputError("update: none of the %d documents has a word of the model's "
                              "vocabulary (grow_vocab=True adds new words)" % batch.n_docs)
         n_tokens = int(docs.n_tokens)
+        n_new = int(docs.n_docs)
         # the run that trained the model E-stepped its next minibatches ahead (--staleness):
         # those statistics are of its order, never of the update's
         algo.pending = None
         seen = UpdateWeight.documents_of(algo)
-        weigh = UpdateWeight.of(algo, int(docs.n_docs), n_tokens, passes, corpus_size)
-        warning = small_update_warning(int(docs.n_docs), seen, passes, corpus_size)
+        n_old = 0 if replay is None else int(replay.n_docs)
+        if n_old:
+            # the revisited documents are part of the history, not new: the corpus is the
+            # history plus the new documents, and the state stands for the history's part
+            # that is not revisited (module docstring, "Replay")
+            n_old = min(n_old, max(0, seen - 1))
+            replay = replay.take(np.arange(n_old)) if n_old < replay.n_docs else replay
+        if n_old:
+            corpus = int(corpus_size) if corpus_size is not None else seen + n_new
+            if corpus < n_new + n_old:
+                raise UsageError("update: corpus_size %d is smaller than the %d new documents "
+                                 "plus the %d revisited ones" % (corpus, n_new, n_old))
+            docs = DocBatch.concat([docs, replay])
+            weigh = UpdateWeight.of(algo, n_new + n_old, int(docs.n_tokens), passes, corpus)
+            warning = None      # the revisited documents keep the old subjects' topics
+        else:
+            weigh = UpdateWeight.of(algo, n_new, n_tokens, passes, corpus_size)
+            warning = small_update_warning(n_new, seen, passes, corpus_size)
         if warning:
             logger.warning(warning)
         weigh.start(algo)
@@ -434,14 +524,17 @@ class LdaModel:
             finally:
                 weigh.end(algo)
         steps = int(algo.step) - start
+        share = n_new / float(weigh.corpus_docs) if weigh.corpus_docs else 1.0
         self._info.setdefault("updates", []).append(
-            {"documents": int(docs.n_docs), "tokens": n_tokens, "passes": passes,
+            {"documents": n_new, "tokens": n_tokens, "passes": passes,
              "steps": steps, "from_step": start, "wall_time": time.time(),
-             "weight": weigh.share, "corpus_documents": weigh.corpus_docs})
-        return {"documents": int(docs.n_docs), "empty_documents": int(batch.n_docs - docs.n_docs),
+             "weight": share, "corpus_documents": weigh.corpus_docs,
+             "replayed_documents": n_old})
+        return {"documents": n_new, "empty_documents": int(batch.n_docs - n_new),
                 "tokens": n_tokens, "passes": passes, "steps": steps, "step": int(algo.step),
-                "weight": weigh.share, "corpus_documents": weigh.corpus_docs,
-                "history_documents": weigh.history_docs,
+                "weight": share, "corpus_documents": weigh.corpus_docs,
+                "history_documents": weigh.history_docs, "replayed_documents": n_old,
+                "replayed_tokens": 0 if not n_old else int(replay.n_tokens),
                 "warnings": [warning] if warning else []}
 
     def _grow(self, docs, ids, keep_n: Optional[int] = None):

@@ -443,3 +443,59 @@ def test_beam_update_stopped_by_sigterm_exits_143_and_leaves_the_model(small, ca
     assert rc == 143
     assert "run the same `ldabeam train --update` again" in caplog.text
     _same_state(checkpoint_state(md), before)
+
+
+def test_update_with_replay_revisits_training_documents_seeded_and_refuses_lost_shards(
+        small, capsys, tmp_path):
+    """`train --update --replay F` mixes a seeded sample of F of the model's training documents
+    (read from the shards its run record names) into the update's minibatches: the summary
+    says how many, the steps cover them, the same update twice gives the same bits and one
+    without replay another state. When the training shards are gone the update is refused in
+    one line naming their path and both fixes (`--replay 0`, `--replay-shards`), the model
+    unchanged; `--replay-shards` then reads them from their new place."""
+    import shutil
+    from helpers.cli import one_error_line
+    from pipelines.ingest import dataset
+    ds = str(tmp_path / "ds-a")
+    shutil.copytree(small["ds_a"], ds)
+    base = train(ds, str(tmp_path / "base"), "scvb0", 5, 1, 50)
+    n_train = dataset.count_documents(dataset.resolve_shards(ds))
+    runs = {}
+    for name, extra in (("r1", ["--replay", "0.5"]), ("r2", ["--replay", "0.5"]),
+                        ("plain", [])):
+        model = _copy_model(base, tmp_path / name)
+        capsys.readouterr()
+        assert cli(["train", "--update", "--input", small["b"], "--output", model,
+                    "--no-progress"] + extra) == 0
+        runs[name] = (checkpoint_state(model), capsys.readouterr().out)
+    state, out = runs["r1"]
+    line = [ln for ln in out.splitlines() if ln.startswith("revisited ")]
+    assert line, out
+    replayed = int(line[0].split()[1])
+    assert 0 < replayed <= round(0.5 * n_train) and "--replay 0.5" in line[0]
+    assert state.info["updates"][-1]["replayed_documents"] == replayed
+    S = 50
+    steps = state.step - checkpoint_state(base).step
+    assert steps == -(-(state.info["updates"][-1]["documents"] + replayed) // S)
+    _same_state(state, runs["r2"][0])
+    # the Python update draws the same sample (seeded by the model's seed and step)
+    with open(small["b"]) as f:
+        texts = [json.loads(ln)["text"] for ln in f]
+    assert ldabeam.load(base).update(texts, replay=0.5)["replayed_documents"] == replayed
+    assert not [ln for ln in runs["plain"][1].splitlines() if ln.startswith("revisited ")]
+    assert runs["plain"][0].step < state.step
+    plain = runs["plain"][0]
+    assert any(plain.arrays[k].tobytes() != state.arrays[k].tobytes() for k in plain.arrays)
+
+    # the training shards moved away: refused in one line, the model as it was
+    moved = str(tmp_path / "moved")
+    shutil.move(ds, moved)
+    model = _copy_model(base, tmp_path / "lost")
+    one_error_line(capsys, ["train", "--update", "--input", small["b"], "--output", model,
+                            "--no-progress", "--replay", "0.5"], ds, "--replay 0",
+                   "--replay-shards")
+    assert checkpoint_state(model).step == checkpoint_state(base).step
+    capsys.readouterr()
+    assert cli(["train", "--update", "--input", small["b"], "--output", model, "--no-progress",
+                "--replay", "0.5", "--replay-shards", moved]) == 0
+    _same_state(checkpoint_state(model), state)

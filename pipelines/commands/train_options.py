@@ -83,6 +83,14 @@ def add_arguments(p) -> None:
                    help="with --update: the documents the model stands for after the update "
                         "(default: those it was trained on plus the new ones); the new "
                         "documents weigh n/N of the topics, N = n makes them the whole corpus")
+    g.add_argument("--replay", type=float, default=None, metavar="FRACTION",
+                   help="with --update: revisit this share (0 to 1) of the model's training "
+                        "documents beside the new ones, a seeded sample mixed into the "
+                        "update's minibatches, so the old subjects keep their topics while the "
+                        "new ones take some (default 0: none; docs/library.md, section 5)")
+    g.add_argument("--replay-shards", default=None, metavar="DIR",
+                   help="with --update --replay: where the model's training shards are now "
+                        "(default: the --shards its run log names)")
     g.add_argument("--keep-n", type=int, default=None, metavar="N",
                    help="with --update --grow-vocab: the vocabulary's cap (default: the "
                         "training data's --keep-n)")

@@ -1,7 +1,7 @@
 """``ldabeam train --update``: continue a model on new documents.
 
     ldabeam train --update --output MODEL_DIR (--shards NEW | --input RAW... [--format F])
-                  [--passes N] [--grow-vocab]
+                  [--passes N] [--grow-vocab] [--replay FRACTION [--replay-shards DIR]]
 
 The model of MODEL_DIR (its latest checkpoint) is continued in this process by the Python
 API's update (:meth:`ldabeam.model.LdaModel.update`: the global step and the step-size
@@ -20,6 +20,13 @@ New documents come as
   model's vocabulary (``--vocab MODEL_DIR/vocab.tsv``) are used as they are; shards of
   another vocabulary are refused unless ``--grow-vocab`` is given, which reads them as words
   (through their own vocab.tsv).
+
+``--replay FRACTION`` revisits that share of the model's training documents beside the new
+ones (a seeded sample of the shards its run log names, or of ``--replay-shards DIR``; the
+Python update's ``replay=``, :mod:`ldabeam.model`, "Replay"), so the old subjects keep their
+topics while the new ones take some; the summary says how many were revisited. When the
+training shards cannot be read the update is refused in one line naming them, before anything
+is written (``--replay 0`` updates without them).
 
 On a Beam ``--runner`` (DirectRunner, Dataflow, Flink, ...) the same update runs through the
 Beam trainer: the new documents, read and (with ``--grow-vocab``) added to the vocabulary on
@@ -89,6 +96,13 @@ def check_update_args(args, beam_argv) -> int:
                    ("--corpus-size", getattr(args, "corpus_size", None))):
         if v is not None and v < 1:
             raise UsageError("%s must be >= 1, got %d" % (opt, v))
+    replay = getattr(args, "replay", None)
+    if replay is not None and not 0.0 <= replay <= 1.0:
+        raise UsageError("--replay is the share of the training documents to revisit, from 0 "
+                         "to 1; got %g" % replay)
+    if getattr(args, "replay_shards", None) and not replay:
+        raise UsageError("--replay-shards names where the training documents --replay "
+                         "revisits are; give --replay FRACTION too")
     if getattr(args, "exclude", None) and not getattr(args, "input", None):
         raise UsageError("--exclude applies to --input (files); shards need no exclusion")
     if getattr(args, "input_format", "auto") != "auto" and not getattr(args, "input", None):
@@ -311,6 +325,7 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
         sub = argparse.Namespace(**vars(args))
         for dest, value in (("update", False), ("input", []), ("grow_vocab", False),
                             ("corpus_size", None), ("keep_n", None), ("exclude", []),
+                            ("replay", None), ("replay_shards", None),
                             ("shards", data), ("output", model), ("resume", True),
                             ("overwrite", False), ("topics", None), ("algorithm", None),
                             ("minibatch", None), ("seed", None), ("max_steps", None),
@@ -372,7 +387,9 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
         runner = beam_runner(args, beam_argv, train_run, model.preprocessing, model.checkpoint)
     summary = model.update(docs, passes=passes, grow_vocab=grow, ids=ids, runner=runner,
                            corpus_size=getattr(args, "corpus_size", None),
-                           keep_n=getattr(args, "keep_n", None))
+                           keep_n=getattr(args, "keep_n", None),
+                           replay=getattr(args, "replay", None) or 0.0,
+                           replay_shards=getattr(args, "replay_shards", None))
     keep = args.keep_checkpoints or None
     store = CheckpointStore(paths.absolute(args.output), keep_last=keep, check_algorithm=True)
     path = model.publish_leased(paths.absolute(args.output), store)
@@ -386,6 +403,9 @@ def run_update(args, beam_argv, train_run: Optional[Callable[..., int]] = None) 
                             summary["corpus_documents"],
                             "" if getattr(args, "corpus_size", None) is None
                             else " (--corpus-size)"))
+    if summary.get("replayed_documents"):
+        print("revisited %d of the model's training documents (--replay %g) beside the new ones"
+              % (summary["replayed_documents"], args.replay))
     if grow:
         added = model.vocabulary[v0:]
         print("vocabulary: %d -> %d words (%d added%s)"
