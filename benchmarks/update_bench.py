@@ -24,6 +24,14 @@ passes. Measured, one run each (no timing):
   the topics (variants ``weight_0.50``, ...): where the old groups' score and the new words
   in the top 10s trade against each other.
 
+* replays (``--replays``, e.g. 0.3,1.0): the default update with ``replay`` = that share of
+  the 15 groups' training posts revisited beside the new ones (variants ``replay_0.30``,
+  ...), and the wall time of every update (``seconds``; the replay's cost is its ratio to the
+  plain update's, ``updated``, on the same machine in the same run).
+
+``--work DIR`` keeps the datasets and the two trained models in DIR and reuses them when the
+script runs again with the same settings (only the updates are re-measured).
+
 ``--base`` runs only what the base commit's code can (the default update, which there treated
 the new documents as the whole corpus and re-seeded unused topics): run it with ``PYTHONPATH``
 set to a checkout of that commit. Results: ``benchmarks/results/update_bench.json`` (with
@@ -32,7 +40,8 @@ is the base's weighting, though not its re-seeding of unused topics), with the l
 before and after.
 
     python benchmarks/update_bench.py [--algorithms scvb0,online-vb] [--passes 3]
-                                      [--weights 0.35,0.5,0.75]
+                                      [--weights 0.35,0.5,0.75] [--replays 0.3,1.0]
+                                      [--work DIR] [--no-whole-corpus]
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
@@ -84,6 +94,13 @@ def main(argv=None):
     p.add_argument("--weights", default="",
                    help="comma-separated shares of the topics to give the new documents "
                         "(corpus_size = new documents / weight), besides the default")
+    p.add_argument("--replays", default="",
+                   help="comma-separated shares of the training documents to revisit "
+                        "(replay=), each a variant beside the default update")
+    p.add_argument("--no-whole-corpus", action="store_true",
+                   help="leave out the whole-corpus row (new_documents_as_the_corpus)")
+    p.add_argument("--work", default=None,
+                   help="folder for the datasets and trained models, reused when present")
     p.add_argument("--base", action="store_true",
                    help="the base commit's code (PYTHONPATH): the default update only")
     p.add_argument("--out", default=None)
@@ -92,7 +109,8 @@ def main(argv=None):
                                    % ("_base" if args.base else ""))
     load0 = os.getloadavg()
     old_tr, new_tr, old_te, new_te, groups = split_groups(args.tar, args.every)
-    work = tempfile.mkdtemp(prefix="ldabeam-update-bench-")
+    work = args.work or tempfile.mkdtemp(prefix="ldabeam-update-bench-")
+    os.makedirs(work, exist_ok=True)
 
     def jsonl(name, recs):
         path = os.path.join(work, name)
@@ -103,6 +121,8 @@ def main(argv=None):
 
     prune = ["--no-below", "5", "--no-above", "0.5", "--stopwords", "gensim"]
     for name, recs in (("old", old_tr), ("all", old_tr + new_tr)):
+        if os.path.exists(os.path.join(work, "ds-" + name, "manifest.json")):
+            continue
         assert cli(["vectorize", "--input", jsonl(name + ".jsonl", recs), "--output",
                     os.path.join(work, "ds-" + name)] + prune) == 0
     results = {"documents": {"old_train": len(old_tr), "new_train": len(new_tr),
@@ -114,6 +134,8 @@ def main(argv=None):
         fit = ["--topics", str(args.topics), "--algorithm", alg, "--passes",
                str(args.train_passes), "--seed", "1", "--no-progress", "--heldout", "none"]
         for name in ("old", "all"):
+            if os.path.isdir(os.path.join(work, "%s-%s" % (alg, name), "checkpoints")):
+                continue
             assert cli(["train", "--shards", os.path.join(work, "ds-" + name), "--output",
                         os.path.join(work, "%s-%s" % (alg, name))] + fit) == 0
         before = ldabeam.load(os.path.join(work, alg + "-old"))
@@ -146,12 +168,23 @@ def main(argv=None):
             for w in [float(x) for x in args.weights.split(",") if x.strip()]:
                 variants.append(("weight_%.2f" % w,
                                  {"corpus_size": int(round(len(new_tr) / w))}))
-            variants.append(("new_documents_as_the_corpus", {"corpus_size": len(new_tr)}))
+            if not args.no_whole_corpus:
+                variants.append(("new_documents_as_the_corpus",
+                                 {"corpus_size": len(new_tr)}))
+            for f in [float(x) for x in args.replays.split(",") if x.strip()]:
+                variants.append(("replay_%.2f" % f, {"replay": f}))
+        # a first update in the process compiles kernels (online VB's float64 E-step of a
+        # grown vocabulary): done once here so that every variant's seconds are its steps'
+        warm = ldabeam.load(os.path.join(work, alg + "-old"))
+        warm.update([{"id": r["id"], "text": r["text"]} for r in new_tr[:64]], passes=1,
+                    grow_vocab=True)
         for variant, kw in variants:
             m = ldabeam.load(os.path.join(work, alg + "-old"))
             v0 = m.n_words
+            t0 = time.time()
             summary = m.update([{"id": r["id"], "text": r["text"]} for r in new_tr],
                                passes=args.passes, grow_vocab=True, **kw)
+            seconds = time.time() - t0
             added = set(m.vocabulary[v0:])
             tops = m.top_words(10)
             in_top = [sorted({w for w, _ in t} & added) for t in tops]
@@ -168,9 +201,13 @@ def main(argv=None):
                  "added_words_in_top10s": int(sum(len(t) for t in in_top)),
                  "topics_with_an_added_word_in_top10": int(sum(1 for t in in_top if t)),
                  "added_words_in_top10s_examples": sorted({w for t in in_top for w in t})[:30],
-                 "weight": summary.get("weight"), "steps": int(summary["steps"])}
+                 "weight": summary.get("weight"), "steps": int(summary["steps"]),
+                 "replayed_documents": int(summary.get("replayed_documents", 0)),
+                 "seconds": seconds}
             r["old_groups_change"] = r["old_groups"] - rec["before"]["old_groups"]
             r["new_groups_change"] = r["new_groups"] - rec["before"]["new_groups"]
+            if variant != "updated" and "updated" in rec:
+                r["time_vs_updated"] = seconds / rec["updated"]["seconds"]
             rec[variant] = r
             common.print_json({alg: {variant: r}})
         results["algorithms"][alg] = rec

@@ -266,16 +266,19 @@ def _copy_model(src, dst):
     return str(dst)
 
 
-@pytest.mark.parametrize("algorithm,grow", [("scvb0", False), ("scvb0", True),
-                                            ("online-vb", True)])
-def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algorithm, grow):
+@pytest.mark.parametrize("algorithm,grow,replay", [("scvb0", False, None), ("scvb0", True, None),
+                                                   ("online-vb", True, None),
+                                                   ("online-vb", True, "0.3")])
+def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algorithm, grow,
+                                                             replay):
     """`train --update --runner DirectRunner` trains through the Beam trainer and ends with the
     in-process update's state bit for bit (same documents, vocabulary, steps), with and
-    without --grow-vocab; nothing of the scratch run is left in the model directory."""
-    base = train(small["ds_a"], str(small["work"] / ("beam-%s-%s" % (algorithm, grow))),
-                 algorithm, 5, 1, 50)
-    ref = _copy_model(base, small["work"] / ("beam-%s-%s-ref" % (algorithm, grow)))
-    extra = ["--grow-vocab"] if grow else []
+    without --grow-vocab and --replay; nothing of the scratch run is left in the model
+    directory."""
+    name = "beam-%s-%s-%s" % (algorithm, grow, replay)
+    base = train(small["ds_a"], str(small["work"] / name), algorithm, 5, 1, 50)
+    ref = _copy_model(base, small["work"] / (name + "-ref"))
+    extra = (["--grow-vocab"] if grow else []) + (["--replay", replay] if replay else [])
     capsys.readouterr()
     assert cli(["train", "--update", "--input", small["b"], "--output", ref, "--passes", "2",
                 "--no-progress"] + extra) == 0
@@ -290,8 +293,9 @@ def test_update_on_direct_runner_equals_the_inprocess_update(small, capsys, algo
         assert len(ldabeam.load(base).vocabulary) > len(
             Vocabulary.read(os.path.join(small["ds_a"], "vocab.tsv")))
     ua, ub = a.info["updates"][-1], b.info["updates"][-1]
-    assert {k: ua[k] for k in ("documents", "tokens", "passes", "steps", "from_step")} == \
-        {k: ub[k] for k in ("documents", "tokens", "passes", "steps", "from_step")}
+    keys = ("documents", "tokens", "passes", "steps", "from_step", "replayed_documents")
+    assert {k: ua[k] for k in keys} == {k: ub[k] for k in keys}
+    assert (ua["replayed_documents"] > 0) == bool(replay)
     # the run the model was trained by is kept (--resume continues its order)
     assert a.info["run"] == b.info["run"] and a.info["trainer"] == b.info["trainer"]
     assert "updated" in out
