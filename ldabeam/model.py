@@ -128,8 +128,10 @@ def small_update_warning(new_docs: int, seen_docs: int, passes: int,
                 "stands for after it, and weigh that share of the topics however many passes "
                 "run (%d): if they hold a subject the model lacks, it may get no topic of its "
                 "own and their new words may stay out of the top words; more passes do not "
-                "weigh them more, corpus_size=N (`train --update --corpus-size N`) weighs them "
-                "n/N (N = n: the whole corpus, at the cost of the topics they do not use)"
+                "weigh them more, replay=F (`train --update --replay F`) revisits F of the "
+                "training documents so the old subjects keep their topics and a new one can "
+                "take one, corpus_size=N (`--corpus-size N`) weighs them n/N (N = n: the "
+                "whole corpus, at the cost of the topics they do not use)"
                 % (n, 100.0 * share, seen + n, P))
     weight = n / float(corpus_size)
     if weight < 2.0 * share:
@@ -480,7 +482,10 @@ class LdaModel:
                                  "plus the %d revisited ones" % (corpus, n_new, n_old))
             docs = DocBatch.concat([docs, replay])
             weigh = UpdateWeight.of(algo, n_new + n_old, int(docs.n_tokens), passes, corpus)
-            warning = None      # the revisited documents keep the old subjects' topics
+            # the revisited documents keep the old subjects' topics: what the first line
+            # warns of does not apply; a corpus_size far above the share still drifts them
+            warning = (small_update_warning(n_new, seen, passes, corpus_size)
+                       if corpus_size is not None else None)
         else:
             weigh = UpdateWeight.of(algo, n_new, n_tokens, passes, corpus_size)
             warning = small_update_warning(n_new, seen, passes, corpus_size)

@@ -206,6 +206,16 @@ def test_update_refusals_leave_the_model_unchanged(vb_model, records):
         m.update(records, passes=0)
     with pytest.raises(InputError, match="none of the 2 documents"):
         m.update(["zzqx qqzv", "vvxq"])
+    with pytest.raises(UsageError, match="replay"):
+        m.update(records, replay=1.5)
+    with pytest.raises(UsageError, match="replay= > 0"):
+        m.update(records, replay_shards="/nowhere")
+    # training shards that are not there: one message naming the path and both fixes
+    with pytest.raises(InputError) as e:
+        m.update(records, replay=0.5, replay_shards="/nowhere/ds")
+    msg = str(e.value)
+    assert "/nowhere/ds" in msg and "replay=0" in msg and "--replay 0" in msg and \
+        "--replay-shards" in msg and "\n" not in msg
     assert m.step == step
     np.testing.assert_array_equal(m.transform(records[:3]), ref)
 
