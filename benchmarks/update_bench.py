@@ -30,6 +30,9 @@ passes. Measured, one run each (no timing):
   and growing included; the fastest of ``--time-repeats`` runs; the replay's cost is its
   ratio to the plain update's, ``updated``, in the same run, ``time_vs_updated``).
 
+``--seed`` is the seed the two models are trained with (``update_bench_seed2.json``: seed 2,
+replay rows only, to see how much the outcome depends on the model).
+
 ``--work DIR`` keeps the datasets and the two trained models in DIR and reuses them when the
 script runs again with the same settings (only the updates are re-measured).
 
@@ -43,6 +46,7 @@ before and after.
     python benchmarks/update_bench.py [--algorithms scvb0,online-vb] [--passes 3]
                                       [--weights 0.35,0.5,0.75] [--replays 0.3,1.0]
                                       [--work DIR] [--no-whole-corpus] [--time-repeats 3]
+                                      [--seed 1]
 """
 from __future__ import annotations
 
@@ -100,6 +104,7 @@ def main(argv=None):
                         "(replay=), each a variant beside the default update")
     p.add_argument("--no-whole-corpus", action="store_true",
                    help="leave out the whole-corpus row (new_documents_as_the_corpus)")
+    p.add_argument("--seed", type=int, default=1, help="the trained models' seed")
     p.add_argument("--time-repeats", type=int, default=1,
                    help="run every update this many times; its seconds are the fastest")
     p.add_argument("--work", default=None,
@@ -135,7 +140,8 @@ def main(argv=None):
                "algorithms": {}}
     for alg in args.algorithms.split(","):
         fit = ["--topics", str(args.topics), "--algorithm", alg, "--passes",
-               str(args.train_passes), "--seed", "1", "--no-progress", "--heldout", "none"]
+               str(args.train_passes), "--seed", str(args.seed), "--no-progress",
+               "--heldout", "none"]
         for name in ("old", "all"):
             if os.path.isdir(os.path.join(work, "%s-%s" % (alg, name), "checkpoints")):
                 continue
