@@ -30,7 +30,6 @@ from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.run_log import read_run_log
 from pipelines import cli
-from pipelines.runtime import paths
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATES = os.path.join(REPO, "templates")
@@ -97,7 +96,7 @@ def _same_model(ref_dir, got_dir):
 def _remote_windows(model_dir):
     """The run log's start records: every launch's window, all on the remote exchange,
     detached."""
-    starts = read_run_log(paths.join(model_dir, "run_log.jsonl"), "start")
+    starts = read_run_log(model_dir.rstrip("/") + "/run_log.jsonl", "start")
     assert starts and all(r["run"]["exchange"] == "remote" and r["run"]["detached"] is True
                           for r in starts), [r["run"].get("exchange") for r in starts]
     return [tuple(r["window"]) for r in starts]

@@ -405,3 +405,38 @@ def test_vectorize_help_states_what_happens(monkeypatch):
     assert (args.lowercase, args.deaccent, args.reshuffle, args.keep_n) == (False, False,
                                                                            False, 0)
 
+
+
+def test_one_story_about_the_exchange_of_remote_launches(monkeypatch):
+    """`ldabeam train --help`, docs/cluster.md, the templates' READMEs, the train template's
+    metadata, the DAG and the scheduler body tell one story: every remote launch (waiting,
+    detached, template, DAG, scheduler) of online VB and SCVB0 runs the remote exchange; none
+    says that a template or a detached window runs the state exchange (issue 31, item 1)."""
+    text = _help_of("train", monkeypatch)
+    at = text.rindex("--exchange {")
+    exchange = text[at:text.index("--unroll", at)]
+    assert "Default: remote on remote runners (state for sparse-gibbs-vb)" in exchange
+    read = lambda *p: " ".join(open(os.path.join(REPO, *p), encoding="utf-8").read().split())
+    docs = {"docs/cluster.md": read("docs", "cluster.md"),
+            "templates/dataflow/README.md": read("templates", "dataflow", "README.md"),
+            "templates/cloud_scheduler/README.md": read("templates", "cloud_scheduler",
+                                                        "README.md"),
+            "templates/airflow/ldabeam_dag.py": read("templates", "airflow", "ldabeam_dag.py")}
+    # the earlier claims, each of which said a remote launch took the state exchange
+    stale = [r"what remote runners run today", r"which runs the state exchange",
+             r"detach\W+(?:and|or) \W*--no-unroll\W* run the state exchange",
+             r"template launch(?:es)?[^.]{0,80}(?:use|run)s? the state exchange",
+             r"word blocks is the default on remote runners"]
+    for name, body in docs.items():
+        for rx in stale:
+            assert not re.search(rx, body, re.I), (name, rx)
+    assert "runs the **remote exchange** for `online-vb` and `scvb0`" in \
+        docs["templates/dataflow/README.md"]
+    assert "remote exchange" in docs["templates/cloud_scheduler/README.md"]
+    assert "exchange=remote" in docs["templates/airflow/ldabeam_dag.py"]
+    assert re.search(r"Every remote launch[^.]*runs the remote exchange", docs["docs/cluster.md"])
+    meta = json.load(open(os.path.join(DATAFLOW, "metadata_train.json")))
+    help_text = next(p for p in meta["parameters"] if p["name"] == "exchange")["helpText"]
+    assert help_text.startswith("remote (default for online-vb and scvb0 on Dataflow)")
+    body = json.load(open(os.path.join(TEMPLATES, "cloud_scheduler", "launch_train_body.json")))
+    assert body["launchParameter"]["parameters"]["exchange"] == "remote"
