@@ -307,3 +307,26 @@ def test_the_templates_windows_fit_the_graph_limit():
         g = rd.MEASURED[alg].graph_bytes
         first = DEFAULT_WARMUP * g[0] + (REMOTE_WINDOW_STEPS - DEFAULT_WARMUP) * g[1]
         assert first <= 0.5 * rd.GRAPH_LIMIT_BYTES, (alg, first)
+
+
+def test_a_template_launch_with_names_dataflow_refuses_is_one_line_within_seconds(
+        ds, monkeypatch, capsys, store_root, loopback_google):
+    """A bucket or project name Dataflow refuses (``gs://b/tmp``: bucket names have 3 to 63
+    characters) is one line and exit 2 before anything is read: Beam itself would look up a
+    default staging bucket for 120 s and then fail with an internal error (issue 31, item 4:
+    never a silent hang)."""
+    import time
+    monkeypatch.setenv("LDABEAM_COMMAND", "train")
+    # the service's own endpoint (Beam checks these names only for it): the refusal comes
+    # before any request, and the storage client's would go to the closed loopback port
+    common = ["--shards=%s/ds" % store_root, "--output=%s/m" % store_root, "--topics=5",
+              "--region=us-central1", "--dry_run=True", "--no_auth"]
+    for bad, named in ((["--project=ldabeam-test", "--temp_location=gs://b/tmp"],
+                        "Invalid GCS bucket (gs://b/tmp), given for the option: temp_location"),
+                       (["--project=Not A Project", "--temp_location=gs://ldabeam-test/t"],
+                        "Invalid Project ID (Not A Project)")):
+        t0 = time.monotonic()
+        assert launch.main(common + bad) == 2
+        lines = error_lines(capsys.readouterr().err)
+        assert len(lines) == 1 and named in lines[0], lines
+        assert time.monotonic() - t0 < 30
