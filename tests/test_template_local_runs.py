@@ -316,6 +316,8 @@ def test_a_template_launch_with_names_dataflow_refuses_is_one_line_within_second
     default staging bucket for 120 s and then fail with an internal error (issue 31, item 4:
     never a silent hang)."""
     import time
+    from helpers import fake_object_store as fos
+    shutil.copytree(ds, fos.local_path(store_root + "/ds"))
     monkeypatch.setenv("LDABEAM_COMMAND", "train")
     # the service's own endpoint (Beam checks these names only for it): the refusal comes
     # before any request, and the storage client's would go to the closed loopback port
