@@ -62,6 +62,7 @@ from lda_core.storage.files import files_for
 from lda_core.storage.state import TopicState
 from lda_core.storage.vocab_file import VOCAB_FILE, vocab_hash, vocab_tsv
 from lda_core.training.in_memory import MemoryMinibatches, fit_batch_vb, train_in_memory
+from lda_core.training.run_params import MINIBATCH_KEY, recorded_minibatch
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
 
@@ -329,10 +330,13 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         session = Session(position=int(algo.step),
                           output=Output(checkpoint_store=CheckpointStore(model_dir, files=files),
                                         progress=False))
-        sklearn = {"class": type(self).__name__,
-                   "params": _json_params(self.get_params(deep=False)),
+        # batch_size is the run's minibatch size S: recorded once, in the run information
+        params = _json_params(self.get_params(deep=False))
+        params.pop("batch_size", None)
+        sklearn = {"class": type(self).__name__, "params": params,
                    "n_iter": int(getattr(self, "n_iter_", 0))}
-        path = session.publish(algo, info={"sklearn": sklearn})
+        path = session.publish(algo, info={"sklearn": sklearn,
+                                           "run": {MINIBATCH_KEY: int(self.batch_size)}})
         if vocabulary is not None:
             files.write_atomic(files.join(model_dir, VOCAB_FILE),
                                vocab_tsv(tokens).encode("utf-8"))
@@ -356,8 +360,12 @@ class _LDABase(_FOMixin, _TMixin, _Base):
                              % (path, state.algorithm, cls.__name__,
                                 " or ".join(cls._ALGORITHMS)))
         saved = (state.info or {}).get("sklearn") or {}
-        params = (saved.get("params") if saved.get("class") == cls.__name__
-                  else cls._params_of_state(state))
+        params = dict(saved.get("params") if saved.get("class") == cls.__name__
+                      else cls._params_of_state(state))
+        if "batch_size" not in params:      # the run's S, where the checkpoint records it
+            S = recorded_minibatch((state.info or {}).get("run"), state.params)
+            if S is not None:
+                params["batch_size"] = S
         est = cls(**params)
         est.algorithm_ = algorithm_class(state.algorithm).from_state(state)
         est.n_features_in_ = int(state.n_words)

@@ -146,3 +146,30 @@ def test_works_without_scikit_learn():
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("OK OnlineLDA(")
+
+
+@pytest.mark.parametrize("cls", [OnlineLDA, SCVB0LDA])
+def test_saved_batch_size_is_the_runs_minibatch_stored_once(cls, tmp_path):
+    """``save`` records batch_size once, as the checkpoint's run minibatch size (not among
+    the algorithm's parameters nor again among the estimator's); ``load`` gives it back, and
+    a checkpoint an older version saved (batch_size among both) loads with it too."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    X = np.random.default_rng(0).integers(0, 3, (12, 9))
+    est = cls(n_components=2, max_iter=1, batch_size=5, random_state=0).fit(X)
+    md = str(tmp_path / "m")
+    est.save(md)
+    store = CheckpointStore(md)
+    st = store.latest()
+    assert st.info["run"]["minibatch"] == 5
+    assert "batch_size" not in st.params and "batch_size" not in st.info["sklearn"]["params"]
+    back = cls.load(md)
+    assert back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.transform(X), est.transform(X))
+    del st.info["run"]                      # the older layout of the same checkpoint
+    st.params["batch_size"] = 5
+    st.info["sklearn"]["params"]["batch_size"] = 5
+    store.publish(st)
+    assert cls.load(md).get_params() == est.get_params()
+    del st.info["sklearn"]                  # as if `ldabeam train` had written it
+    store.publish(st)
+    assert cls.load(md).batch_size == 5

@@ -355,6 +355,11 @@ class TopicModel(abc.ABC):
     # algorithm and online VB); this default, for an algorithm not measured (the samplers,
     # whose token assignments scale with the corpus, not K x V), is eight float64 copies
     RUN_BYTES_PER_CELL: ClassVar[float] = 64.0
+    # the minibatch size S a run uses when none is given (the paper's, where it has one; None:
+    # the trainers' default). S belongs to the schedule (lda_core.training.spec.Schedule
+    # .minibatch), not to the algorithm: no step reads it, and a checkpoint records it once,
+    # in its run information (lda_core.training.run_params.recorded_minibatch)
+    DEFAULT_MINIBATCH: ClassVar[Optional[int]] = None
     n_topics: int
     n_words: int
     docs_seen: int

@@ -111,6 +111,7 @@ class OnlineVB(StochasticAlgorithm):
     # measured 30 to 37 bytes a cell above the process's resident memory before the run, four to
     # five float64 copies of K x V, at K = 500 and 2000 on V = 3000
     RUN_BYTES_PER_CELL = 44.0
+    DEFAULT_MINIBATCH = 256
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     stats_type = VBStats
@@ -133,8 +134,6 @@ class OnlineVB(StochasticAlgorithm):
                    "warning: convergence needs kappa > 0.5)"),
         Param("tau0", float, 64.0, lo=0, symbol="tau0", option="tau0",
               help="learning-rate delay"),
-        Param("batch_size", int, 256, lo=1, symbol="S", sklearn="batch_size",
-              help="documents per minibatch"),
         Param("corpus_size", int, None, lo=1, symbol="D",
               help="documents in the corpus (unset: the documents seen)"),
         Param("seed", int, 0, lo=0, help="seed of every random draw"),
@@ -772,7 +771,7 @@ class BatchVB(OnlineVB):
     :func:`lda_core.training.in_memory.fit_batch_vb`).
 
     ``global_step`` expects the statistics of the *whole* corpus (merge the local steps of all
-    its batches). κ, τ0, batch_size and corpus_size are validated but unused. With
+    its batches). κ, τ0 and corpus_size are validated but unused. With
     ``optimize_alpha``/``optimize_eta`` the ELBO is no longer guaranteed to increase."""
 
     name = "batch-vb"

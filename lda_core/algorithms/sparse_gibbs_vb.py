@@ -95,6 +95,7 @@ class SparseGibbsVB(StochasticAlgorithm):
     # arrive); counted as two float64 copies of K x V, for the dense topic-word matrix a
     # checkpoint or an evaluation builds and the counts once filled
     RUN_BYTES_PER_CELL = 16.0
+    DEFAULT_MINIBATCH = 100        # the paper's minibatch |B|
     stats_type = SparseGibbsStats
     NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
@@ -109,7 +110,6 @@ class SparseGibbsVB(StochasticAlgorithm):
               option="kappa", help="learning-rate decay, rho_t = (tau0 + t)^-kappa"),
         Param("tau0", float, 1000.0, lo=0, symbol="tau0", option="tau0",
               help="learning-rate delay"),
-        Param("batch_size", int, 100, lo=1, symbol="|B|", help="documents per minibatch"),
         Param("corpus_size", int, None, lo=1, symbol="D",
               help="documents in the corpus (unset: the documents seen)"),
         Param("burn_in", int, 2, lo=0, hi=1000, symbol="B", option="burn_in",
