@@ -14,7 +14,8 @@ from lda_core.errors import StepRefused, TrainingError, UsageError
 from lda_core.storage.vocab_file import Vocabulary
 
 from helpers.bits import same_bits as _same_bits
-from helpers.trainers import mp_argv as _mp, train_beam as _beam, train_inprocess as _inprocess
+from helpers.trainers import (mp_argv as _mp, train_beam as _beam, train_inprocess as _inprocess,
+                              with_minibatch)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P, B = 4, 3
@@ -31,7 +32,7 @@ def _vb(dataset_dir, **kw):
     settings = dict(corpus_size=D, seed=3, dtype="float64", tau0=16.0,
                     word_blocks=B)
     settings.update(kw)
-    return OnlineVB(5, V, vocab_hash=vh, **settings), files
+    return with_minibatch(OnlineVB(5, V, vocab_hash=vh, **settings), 40), files
 
 
 def _scvb0(dataset_dir, **kw):
@@ -42,7 +43,7 @@ def _scvb0(dataset_dir, **kw):
     V = len(Vocabulary.read(dataset_dir))
     settings = dict(seed=3, word_blocks=B)
     settings.update(kw)
-    return SCVB0(6, V, vocab_hash=vh, **settings), files
+    return with_minibatch(SCVB0(6, V, vocab_hash=vh, **settings), 40), files
 
 
 def _info(s, warmup=0):

@@ -9,8 +9,14 @@ from helpers.uci import kos_train_dataset
 _MINIBATCH = weakref.WeakKeyDictionary()
 
 
+def with_minibatch(algo, S: int):
+    """``algo``, to be trained by these helpers in minibatches of ``S`` documents."""
+    _MINIBATCH[algo] = int(S)
+    return algo
+
+
 def minibatch_of(algo) -> int:
-    """The minibatch size S the helper that built ``algo`` was given."""
+    """The minibatch size S ``algo`` was built for (:func:`with_minibatch`)."""
     return _MINIBATCH[algo]
 
 
@@ -37,8 +43,7 @@ def new_vb(dataset_dir, *, K=8, S=50, seed=1, dtype="float64"):
     D = dataset.count_documents(files)
     algo = OnlineVB(K, V, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
                     tau0=16.0)
-    _MINIBATCH[algo] = S
-    return algo, files
+    return with_minibatch(algo, S), files
 
 
 def new_scvb0(dataset_dir, *, K=6, S=40, seed=3, n_threads=None):
@@ -46,8 +51,7 @@ def new_scvb0(dataset_dir, *, K=6, S=40, seed=3, n_threads=None):
     from lda_core.algorithms.scvb0 import SCVB0
     files, vh, V = _dataset(dataset_dir)
     algo = SCVB0(K, V, seed=seed, vocab_hash=vh, n_threads=n_threads, corpus_tokens=None)
-    _MINIBATCH[algo] = S
-    return algo, files
+    return with_minibatch(algo, S), files
 
 
 def train_inprocess(algo, files, passes=1, **kw):
