@@ -15,9 +15,14 @@ passes. Measured, one run each (no timing):
   topics; the old newsgroups' test posts whose most probable topic changed; NMI between the old
   newsgroups' labels and the most probable topic, before and after;
 * references in the same process: the model trained jointly on all 20 newsgroups with the same
-  settings, and (with this code) the update with ``corpus_size`` = the new documents, which
+  settings (its score on the old groups, and how many words its vocabulary holds but the old
+  model's does not are in its topics' top 10s), and (with this code) the update with ``corpus_size`` = the new documents, which
   weighs them as the whole corpus (how updates weighed them before: the topics the new
-  documents do not use drift towards theirs).
+  documents do not use drift towards theirs);
+* the weights between the two (``--weights``, e.g. 0.35,0.5,0.75): the update with
+  ``corpus_size`` = round(new documents / weight), so the new documents weigh that share of
+  the topics (variants ``weight_0.50``, ...): where the old groups' score and the new words
+  in the top 10s trade against each other.
 
 ``--base`` runs only what the base commit's code can (the default update, which there treated
 the new documents as the whole corpus and re-seeded unused topics): run it with ``PYTHONPATH``
@@ -27,6 +32,7 @@ is the base's weighting, though not its re-seeding of unused topics), with the l
 before and after.
 
     python benchmarks/update_bench.py [--algorithms scvb0,online-vb] [--passes 3]
+                                      [--weights 0.35,0.5,0.75]
 """
 from __future__ import annotations
 
@@ -75,6 +81,9 @@ def main(argv=None):
     p.add_argument("--train-passes", type=int, default=5)
     p.add_argument("--passes", type=int, default=3, help="passes of the update")
     p.add_argument("--algorithms", default="scvb0")
+    p.add_argument("--weights", default="",
+                   help="comma-separated shares of the topics to give the new documents "
+                        "(corpus_size = new documents / weight), besides the default")
     p.add_argument("--base", action="store_true",
                    help="the base commit's code (PYTHONPATH): the default update only")
     p.add_argument("--out", default=None)
@@ -124,8 +133,19 @@ def main(argv=None):
                           "nmi_old_groups": nmi(labels, top_before)},
                "joint": {"old_groups": completion(joint, old_toks, old_ids),
                          "nmi_old_groups": nmi(labels, joint.transform(texts).argmax(axis=1))}}
+        # the joint model's top 10s against the same standard: words its vocabulary holds
+        # and the old model's does not (the words an update's growth would add)
+        unseen = set(joint.vocabulary) - set(before.vocabulary)
+        joint_top = [sorted({w for w, _ in t} & unseen) for t in joint.top_words(10)]
+        rec["joint"].update(
+            new_words_in_top10s=int(sum(len(t) for t in joint_top)),
+            topics_with_a_new_word_in_top10=int(sum(1 for t in joint_top if t)),
+            new_words_in_top10s_examples=sorted({w for t in joint_top for w in t})[:30])
         variants = [("updated", {})]
         if not args.base:
+            for w in [float(x) for x in args.weights.split(",") if x.strip()]:
+                variants.append(("weight_%.2f" % w,
+                                 {"corpus_size": int(round(len(new_tr) / w))}))
             variants.append(("new_documents_as_the_corpus", {"corpus_size": len(new_tr)}))
         for variant, kw in variants:
             m = ldabeam.load(os.path.join(work, alg + "-old"))

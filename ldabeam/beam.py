@@ -10,8 +10,8 @@
   per process through Beam's shared-model mechanism (``load_model``); with ``watch=SECONDS``
   it switches to each checkpoint ``ldabeam train`` / ``ldabeam stream`` publishes
   (:class:`WatchedModel`: on every runner, the DirectRunner included), and with a
-  model-metadata side input (:class:`WatchCheckpoints`) on the streaming runners whose side
-  inputs keep only the latest pane (not the Python DirectRunner).
+  model-metadata side input (:class:`WatchCheckpoints`: the latest checkpoint once per fixed
+  window, the documents windowed alike; on every runner too).
 * :class:`InferTopics` -- ``str``, ``dict`` or count rows -> θ records ``{"doc_id", "title",
   "label", "theta", "top_topic", "model"}``: RunInference with the handler, flattened.
 
@@ -60,23 +60,116 @@ def checkpoint_pattern(model_dir: str) -> str:
     return paths.join(model_dir.rstrip("/"), "checkpoints", "*", "state.json")
 
 
+def latest_checkpoint_metadata(model_dir: str):
+    """``ModelMetadata`` of the checkpoint ``LATEST`` of ``model_dir`` names now: its
+    directory as ``model_id`` (what :meth:`LdaModelHandler.update_model_path` loads and
+    ``PredictionResult.model_id`` names), its name (``step-000000008``) as ``model_name``
+    (RunInference prefixes its metrics with it). Before the first checkpoint is published,
+    an empty ``model_id``: RunInference keeps the handler's own model."""
+    from apache_beam.ml.inference.base import ModelMetadata
+    store = CheckpointStore(model_dir)
+    name = store.pointer_name()
+    if name is None:
+        return ModelMetadata(model_id="", model_name="")
+    return ModelMetadata(model_id=paths.join(store.root, name), model_name=name)
+
+
+class LookAtLatest(beam.DoFn):
+    """One look of :class:`WatchCheckpoints`: the checkpoint ``LATEST`` names when the look
+    runs (:func:`latest_checkpoint_metadata`), logged (INFO when it is another than this
+    worker's previous look found, DEBUG otherwise)."""
+
+    def __init__(self, model_dir: str):
+        self._model_dir = model_dir
+        self._last = None
+
+    def process(self, _tick):
+        metadata = latest_checkpoint_metadata(self._model_dir)
+        level = logging.DEBUG if metadata.model_id == self._last else logging.INFO
+        logger.log(level, "WatchCheckpoints: the latest checkpoint of %s is %s",
+                   self._model_dir, metadata.model_name or "(none yet)")
+        self._last = metadata.model_id
+        yield metadata
+
+
+def _step_of(metadata) -> int:
+    """The step of the checkpoint a ``ModelMetadata`` names (-1 for none)."""
+    name = metadata.model_name or ""
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1
+
+
+class NewestCheckpoint(beam.CombineFn):
+    """The ``ModelMetadata`` of the newest checkpoint (highest step) among those of a window:
+    the one element per window a singleton side input needs, however many looks (or copies of
+    one look) reached the window."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, acc, metadata):
+        return metadata if acc is None or _step_of(metadata) > _step_of(acc) else acc
+
+    def merge_accumulators(self, accs):
+        out = None
+        for a in accs:
+            if a is not None:
+                out = self.add_input(out, a)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
 class WatchCheckpoints(beam.PTransform):
-    """``ModelMetadata`` of every checkpoint published in ``model_dir`` after the pipeline
-    started (Beam's ``WatchFilePattern`` on :func:`checkpoint_pattern`, polled every
-    ``interval`` seconds): the ``model_metadata_pcoll`` of RunInference in a streaming
-    pipeline. Applied to the pipeline object."""
+    """The checkpoint ``LATEST`` of ``model_dir`` names, looked up every ``interval``
+    seconds, as the ``model_metadata_pcoll`` of RunInference: one ``ModelMetadata``
+    (:class:`LookAtLatest`) in each window of ``FixedWindows(interval)``. Applied to the
+    pipeline object; looks from when the pipeline is built until ``stop_timestamp`` (seconds
+    since the epoch or a Beam ``Timestamp``; None: no end).
+
+    Beam's "slowly updating side input using windowing" pattern: RunInference reads its model
+    side input as a singleton per window, so a document gets the checkpoint of the look in
+    the window its own window ends in; the documents are windowed too, into
+    ``FixedWindows(interval)`` (:class:`InferTopics` does it for documents in the global
+    window). A singleton needs exactly one element per window on every runner, the
+    DirectRunner included, which keeps every element a side input's window received (a
+    global-window side input, as Beam's ``WatchFilePattern`` gives, holds every checkpoint
+    reported so far there: RunInference failed with "PCollection of size 2 ... accessed as a
+    singleton view"): the looks fall in the middle of their windows, and the newest of a
+    window's elements is kept (:class:`NewestCheckpoint`; the DirectRunner may hand a side
+    input the same look more than once). A document in a window without a look (before the
+    first, after ``stop_timestamp``) gets the handler's own model.
+
+    On the Python DirectRunner the side input is computed before the documents are read (all
+    looks, up to ``stop_timestamp``, which a pipeline on it needs), then each document gets
+    the checkpoint of its window's look: what a streaming runner gives as the looks and the
+    documents arrive together."""
 
     def __init__(self, model_dir: str, interval: float = 60, stop_timestamp=None):
         super().__init__()
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or \
+                not interval > 0:
+            raise UsageError("WatchCheckpoints(interval=%r): give the seconds between looks "
+                             "at the model directory's LATEST (a number > 0)" % (interval,))
         self._model_dir = model_dir
-        self._interval = interval
+        self._interval = float(interval)
         self._stop = stop_timestamp
 
     def expand(self, pbegin):
-        from apache_beam.ml.inference.utils import WatchFilePattern
-        kw = {} if self._stop is None else {"stop_timestamp": self._stop}
-        return pbegin | "Watch" >> WatchFilePattern(checkpoint_pattern(self._model_dir),
-                                                    interval=self._interval, **kw)
+        from apache_beam.transforms import window
+        from apache_beam.transforms.periodicsequence import PeriodicImpulse
+        from apache_beam.utils.timestamp import MAX_TIMESTAMP
+        # the first look in the middle of the window the pipeline is built in, the next one
+        # interval later, in the middle of the next window: one look per window
+        start = (float(np.floor(time.time() / self._interval)) + 0.5) * self._interval
+        stop = MAX_TIMESTAMP if self._stop is None else self._stop
+        return (pbegin
+                | "Looks" >> PeriodicImpulse(start_timestamp=start, stop_timestamp=stop,
+                                             fire_interval=self._interval)
+                | "Latest" >> beam.ParDo(LookAtLatest(paths.model_dir_of(self._model_dir)))
+                | "Windows" >> beam.WindowInto(window.FixedWindows(self._interval))
+                | "OnePerWindow" >> beam.CombineGlobally(NewestCheckpoint()).without_defaults())
 
 
 def _last_part(path: str) -> str:
@@ -203,10 +296,16 @@ def theta_record(result: PredictionResult, id_field: str = "id", text_field: str
             "top_topic": int(np.argmax(theta)), "model": result.model_id}
 
 
+def _global(pcoll) -> bool:
+    from apache_beam.transforms.window import GlobalWindows
+    return isinstance(pcoll.windowing.windowfn, GlobalWindows)
+
+
 class InferTopics(beam.PTransform):
     """``str`` / ``dict`` records / count rows -> θ records (:func:`theta_record`), through
     ``RunInference(LdaModelHandler(model))``; ``model_metadata`` (e.g.
-    :class:`WatchCheckpoints`) switches the model as in RunInference. ``id_field`` /
+    :class:`WatchCheckpoints`) switches the model as in RunInference (documents in the global
+    window are put in the metadata's windows first). ``id_field`` /
     ``text_field`` / ``title_field`` / ``label_field`` name the fields of dict records (the
     defaults of ``ldabeam vectorize``); the title and label travel to the θ record."""
 
@@ -221,6 +320,11 @@ class InferTopics(beam.PTransform):
 
     def expand(self, docs):
         kw = {} if self._metadata is None else {"model_metadata_pcoll": self._metadata}
+        if self._metadata is not None and _global(docs) and not _global(self._metadata):
+            # a document in the global window would map onto the model windows' last one
+            # (none): it gets the model of the look in the window of its timestamp instead
+            docs = docs | "ModelWindows" >> beam.WindowInto(
+                self._metadata.windowing.windowfn)
         return (docs | "RunInference" >> RunInference(self._handler, **kw)
                 | "ThetaRecords" >> beam.Map(theta_record, *self._fields))
 

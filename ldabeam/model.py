@@ -89,6 +89,45 @@ UPDATE_SHARD_DOCS = 50_000
 _UPDATE_TAG = 0x55504454     # "UPDT": keeps the update order's seed apart from other uses
 
 
+#: an update whose new documents are less than this share of the corpus the model stands for
+#: after it, run for several passes, gets a warning (:func:`small_update_warning`)
+SMALL_UPDATE_SHARE = 0.25
+
+
+def small_update_warning(new_docs: int, seen_docs: int, passes: int,
+                         corpus_size: Optional[int] = None) -> Optional[str]:
+    """The one-line warning of an update of ``passes`` > 1 passes on ``new_docs`` documents
+    that are a small part (below :data:`SMALL_UPDATE_SHARE`) of the ``seen_docs`` the model
+    stands for plus themselves, or None. With the default weighting they weigh their share of
+    the topics whatever the passes: passes refine their fit but do not weigh them more, so a
+    subject only they hold may not get a topic of its own; ``corpus_size`` weighs them more.
+    With a ``corpus_size`` that weighs them at least twice their share, the passes pull the
+    topics they do not use towards their subjects instead."""
+    n, seen, P = int(new_docs), int(seen_docs), int(passes)
+    if P < 2 or seen <= 0 or n <= 0:
+        return None
+    share = n / float(seen + n)
+    if share >= SMALL_UPDATE_SHARE:
+        return None
+    if corpus_size is None:
+        return ("update: the %d new documents are %.1f%% of the %d documents the model "
+                "stands for after it, and weigh that share of the topics however many passes "
+                "run (%d): if they hold a subject the model lacks, it may get no topic of its "
+                "own and their new words may stay out of the top words; more passes do not "
+                "weigh them more, corpus_size=N (`train --update --corpus-size N`) weighs them "
+                "n/N (N = n: the whole corpus, at the cost of the topics they do not use)"
+                % (n, 100.0 * share, seen + n, P))
+    weight = n / float(corpus_size)
+    if weight < 2.0 * share:
+        return None
+    return ("update: corpus_size=%d weighs the %d new documents %.1f%% of the topics, though "
+            "by their share of the %d documents seen with them they weigh %.1f%%: over %d "
+            "passes, if they hold fewer subjects than the model, the topics they do not use "
+            "drift towards theirs and old subjects can be lost; leave out corpus_size "
+            "(`--corpus-size`) to weigh them by their share"
+            % (int(corpus_size), n, 100.0 * weight, seen + n, 100.0 * share, P))
+
+
 def update_seed(seed: int, start_step: int) -> int:
     """The seed of the minibatch order of an update of a model with seed ``seed`` that starts
     at global step ``start_step`` (a new order for every update, reproducible)."""
@@ -357,7 +396,11 @@ class LdaModel:
         # the run that trained the model E-stepped its next minibatches ahead (--staleness):
         # those statistics are of its order, never of the update's
         algo.pending = None
+        seen = UpdateWeight.documents_of(algo)
         weigh = UpdateWeight.of(algo, int(docs.n_docs), n_tokens, passes, corpus_size)
+        warning = small_update_warning(int(docs.n_docs), seen, passes, corpus_size)
+        if warning:
+            logger.warning(warning)
         weigh.start(algo)
         S = int(recorded_minibatch(self._info.get("run")) or type(algo).DEFAULT_MINIBATCH)
         start = int(algo.step)
@@ -403,7 +446,8 @@ class LdaModel:
         return {"documents": int(docs.n_docs), "empty_documents": int(batch.n_docs - docs.n_docs),
                 "tokens": n_tokens, "passes": passes, "steps": steps, "step": int(algo.step),
                 "weight": weigh.share, "corpus_documents": weigh.corpus_docs,
-                "history_documents": weigh.history_docs}
+                "history_documents": weigh.history_docs,
+                "warnings": [warning] if warning else []}
 
     def _grow(self, docs, ids, keep_n: Optional[int] = None):
         """Add the new documents' words that pass the model's pruning rules (module

@@ -11,7 +11,6 @@ import pytest
 
 import ldabeam
 from pipelines.cli import main as cli
-from pipelines.ingest import dataset
 from lda_core.storage.vocab_file import Vocabulary
 from helpers import warm
 from helpers.news20 import completion, halves
@@ -209,6 +208,47 @@ def test_update_with_raw_text_keeps_the_vocabulary_without_grow_vocab(small, cap
     # the update is recorded in the checkpoint, and the model still reads the same raw text
     assert checkpoint_state(model).info["updates"][-1]["passes"] == 2
     assert np.isfinite(after.transform(["hockey game on ice", "encryption keys"])).all()
+
+
+def test_update_warns_when_few_new_documents_get_several_passes(small, tmp_path, caplog):
+    """Issue 30, item 3: an update whose new documents are a small part of what the model has
+    seen, for several passes, says in one line what the passes do not do (weigh them more;
+    a subject only they hold may get no topic) and the option that does (--corpus-size);
+    one that weighs them far above their share with --corpus-size says what it risks (the
+    topics they do not use drift towards them). One pass, or a large part, gets no warning;
+    the Python update returns the same line in its summary."""
+    model = fresh_model(small, "few")
+    with open(small["b"]) as f:
+        recs = [json.loads(line) for line in f]
+    few = jsonl(tmp_path / "few.jsonl", recs[:30])
+
+    def warnings(*extra):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ldabeam.model"):
+            assert cli(["train", "--update", "--input", few, "--output", model,
+                        "--no-progress"] + list(extra)) == 0
+        return [r.getMessage() for r in caplog.records if r.name == "ldabeam.model"]
+
+    seen = ldabeam.load(model)._algo.docs_seen
+    lines = warnings("--passes", "3")
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].startswith("update: the 30 new documents are %.1f%% of the %d documents"
+                               % (3000.0 / (seen + 30), seen + 30)), lines
+    assert "more passes do not weigh them more" in lines[0] and "--corpus-size N" in lines[0]
+    assert warnings("--passes", "1") == []
+
+    m = ldabeam.load(model)        # in memory: the updates below are not saved
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ldabeam.model"):
+        summary = m.update(recs[:30], passes=2)
+    assert summary["warnings"] == [r.getMessage() for r in caplog.records
+                                   if r.name == "ldabeam.model"] and len(summary["warnings"]) == 1
+    # the whole second half is a large part of what the model stands for: no warning
+    assert m.update(recs, passes=2)["warnings"] == []
+
+    lines = warnings("--passes", "2", "--corpus-size", "30")
+    assert len(lines) == 1 and "weighs the 30 new documents 100.0% of the topics" in lines[0]
+    assert "drift towards theirs" in lines[0] and "--corpus-size" in lines[0]
 
 
 # ------------------------------------------------------------------ on a Beam runner

@@ -212,9 +212,10 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
-    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
-    # measured 55 to 61 bytes a cell above the process's resident memory before the run, seven
-    # to eight float64 copies of K x V, at K = 500 and 2000 on V = 3000
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): a run
+    # that evaluates at its end grows by 52 bytes per added topic-word cell between K = 500 and
+    # 2000 on V = 3000 (benchmarks/run_memory_bench.py), six and a half float64 copies of
+    # K x V; counted with about a third more
     RUN_BYTES_PER_CELL = 72.0
     DEFAULT_MINIBATCH = 100        # the paper's minibatch M
     stats_type = SCVB0Stats

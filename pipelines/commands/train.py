@@ -108,8 +108,9 @@ def apply_remote_defaults(args, beam_argv, files, n_words: int):
     if cfg.local or cfg.in_process:
         return None
     try:
+        n_docs = dataset.count_documents(files)
         rd = remote_defaults_for(list(beam_argv or ()), algorithm, int(args.topics), n_words,
-                                 dataset.count_documents(files))
+                                 n_docs, dataset.count_word_entries(files) / max(1, n_docs))
     except ValueError as e:
         raise UsageError("%s (the remote defaults need the workers' machine type)" % e)
     values = {"minibatch": rd.minibatch, "pieces": rd.pieces, "word_blocks": rd.word_blocks,

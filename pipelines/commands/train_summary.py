@@ -61,8 +61,10 @@ def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
                      ", the last" if b == len(pass_stop.scores) - 1 else
                      ", the best; the later passes' checkpoints were removed"), file=out)
     if res is not None and hasattr(res, "elapsed"):
+        # the note is for updates, whose global steps run ahead of the minibatch order; a
+        # batch sampler counts its one batch as a step and its sweeps as the run's steps
         print("  step %s (%d this run%s), %d documents seen, %.1f s"
-              % (step, res.steps_run, "" if position == step else
+              % (step, res.steps_run, "" if position is None or int(step) <= int(position) else
                  "; %d step(s) of updates outside the run's minibatch order, whose position "
                  "is %s" % (int(step) - int(position), position),
                  res.docs_seen, res.elapsed), file=out)

@@ -16,7 +16,7 @@ from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
 from lda_core.algorithms.params import Param, ParamSpec
 
 from lda_core.errors import UsageError
-from lda_core.resources import check_run_memory
+from lda_core.resources import check_algorithm_memory
 
 # The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
 # passes", gives the measurements behind the choice).
@@ -147,8 +147,10 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
                              % (option_flag(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
     _check_combinations(name, given, kw)
-    # before the constructor allocates K x V: every copy of the state the run will hold
-    check_run_memory(n_topics, n_words, cls.RUN_BYTES_PER_CELL, "training %s" % name)
+    # before the constructor allocates K x V: every copy of the state the run will hold, with
+    # the settings that multiply it (particles, Gibbs parts) and the documents' topic counts
+    check_algorithm_memory(cls, n_topics, n_words, "training %s" % name,
+                           n_docs=corpus_size or 0, settings=kw)
     try:
         return cls(n_topics, n_words, **kw)
     except UsageError as e:
