@@ -463,7 +463,7 @@ def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float
     from lda_core.algorithms.online_vb import OnlineVB
     from lda_core.algorithms.vb_stats import VBStats
     rng = np.random.default_rng(0)
-    algo = OnlineVB(K, V, batch_size=4096, corpus_size=1_000_000, seed=0)
+    algo = OnlineVB(K, V, corpus_size=1_000_000, seed=0)
     best = float("inf")
     for _ in range(repeats):
         stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
@@ -991,7 +991,7 @@ def code_bytes(algorithm: str, K: int) -> Dict[str, float]:
 def rd_algorithm(algorithm: str, K: int, V: int):
     """``ldabeam train``'s algorithm with its defaults (the remote exchange's two)."""
     from pipelines.training.algorithm_options import build_algorithm
-    return build_algorithm(algorithm, K, V, settings={}, batch_size=256, corpus_size=10_000,
+    return build_algorithm(algorithm, K, V, settings={}, corpus_size=10_000,
                            seed=0, vocab_hash="model")
 
 

@@ -174,7 +174,7 @@ def test_i8_the_samplers_estimate_counts_particles_and_documents(monkeypatch):
     monkeypatch.setattr(resources, "available_memory", lambda: few + (1 << 20))
 
     def build(**settings):
-        return build_algorithm("particle-filter", K, V, settings=settings, batch_size=256,
+        return build_algorithm("particle-filter", K, V, settings=settings,
                                corpus_size=D, seed=0, vocab_hash="h")
     # 8 particles fit (their counts are reserved, not touched, so this allocates little)
     assert build(particles=8, ess_threshold=1.6).P == 8

@@ -362,6 +362,11 @@ class TopicModel(abc.ABC):
     # document's topic counts n_dk), and its per-setting part as above
     RUN_BYTES_PER_DOC_CELL: ClassVar[float] = 0.0
     RUN_BYTES_PER_DOC_CELL_EACH: ClassVar[Dict[str, float]] = {}
+    # the minibatch size S a run uses when none is given (the paper's, where it has one; None:
+    # the trainers' default). S belongs to the schedule (lda_core.training.spec.Schedule
+    # .minibatch), not to the algorithm: no step reads it, and a checkpoint records it once,
+    # in its run information (lda_core.training.run_params.recorded_minibatch)
+    DEFAULT_MINIBATCH: ClassVar[Optional[int]] = None
     n_topics: int
     n_words: int
     docs_seen: int

@@ -96,6 +96,7 @@ class SparseGibbsVB(StochasticAlgorithm):
     # (benchmarks/run_memory_bench.py), mostly the dense topic-word matrices of the checkpoint
     # and the evaluation; counted with a third more
     RUN_BYTES_PER_CELL = 24.0
+    DEFAULT_MINIBATCH = 100        # the paper's minibatch |B|
     stats_type = SparseGibbsStats
     NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
@@ -110,7 +111,6 @@ class SparseGibbsVB(StochasticAlgorithm):
               option="kappa", help="learning-rate decay, rho_t = (tau0 + t)^-kappa"),
         Param("tau0", float, 1000.0, lo=0, symbol="tau0", option="tau0",
               help="learning-rate delay"),
-        Param("batch_size", int, 100, lo=1, symbol="|B|", help="documents per minibatch"),
         Param("corpus_size", int, None, lo=1, symbol="D",
               help="documents in the corpus (unset: the documents seen)"),
         Param("burn_in", int, 2, lo=0, hi=1000, symbol="B", option="burn_in",
