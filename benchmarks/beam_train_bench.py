@@ -108,11 +108,11 @@ def _algo(K, V, D, S, vh, algorithm="online-vb", tokens=None):
     own defaults as ``ldabeam train`` builds it (``tokens``: the corpus's token count C)."""
     if algorithm != "online-vb":
         from pipelines.training.algorithm_options import build_algorithm
-        return build_algorithm(algorithm, K, V, settings={}, batch_size=S, corpus_size=D,
+        return build_algorithm(algorithm, K, V, settings={}, corpus_size=D,
                                seed=0, vocab_hash=vh, corpus_tokens=tokens)
     from lda_core.algorithms.online_vb import OnlineVB
     return OnlineVB(K, V, alpha=common.ALPHA, eta=common.ETA, kappa=common.KAPPA,
-                    tau0=common.TAU0, batch_size=S, corpus_size=D, seed=0, vocab_hash=vh)
+                    tau0=common.TAU0, corpus_size=D, seed=0, vocab_hash=vh)
 
 
 def state_bytes(algo) -> int:
@@ -246,7 +246,7 @@ def run_beam(name, bargv, files, K, V, D, S, vh, tmp, window=None, pieces=None,
     a = _algo(K, V, D, S, vh, algorithm, tokens)
     c0, t0 = _cpu(), time.time()
     with RunLog(log_path) as rl:
-        r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
+        r = beam_train.train(a, files, md, passes=1, seed=0, minibatch=S,
                              minibatches_per_window=window, pieces_per_minibatch=pieces,
                              beam_argv=bargv, progress=False, run_log=rl, exchange=exchange)
     wall, cpu = time.time() - t0, _cpu() - c0
@@ -291,7 +291,7 @@ def expected_word_block_bytes(files, S, P, W, K, V, partials_bytes):
     from lda_core.training.pieces import piece_bounds
     from pipelines.training.shard_stream import ShardStream
     piece_words = []
-    for mb in ShardStream(files, batch_size=S, seed=0, passes=1):
+    for mb in ShardStream(files, minibatch=S, seed=0, passes=1):
         batch = mb.batch
         for lo, hi in piece_bounds(batch.n_docs, P):
             piece_words.append(len(np.unique(batch.take(range(lo, hi)).word_ids)))
@@ -320,7 +320,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     ref = _algo(K, V, D, S, vh)
     ref.set_word_blocks(blocks)
     t0 = time.time()
-    inprocess_train(ref, ShardStream(files, batch_size=S, seed=0, passes=1), progress=False,
+    inprocess_train(ref, ShardStream(files, minibatch=S, seed=0, passes=1), progress=False,
                     pieces=P)
     ref_wall = time.time() - t0
     beam_window.SPILL_STATS = False
@@ -335,7 +335,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
     c0, t0 = _cpu(), time.time()
     try:
         with RunLog(log_path) as rl:
-            r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S,
+            r = beam_train.train(a, files, md, passes=1, seed=0, minibatch=S,
                                  pieces_per_minibatch=P, progress=False, run_log=rl,
                                  beam_argv=["--runner=DirectRunner",
                                             "--direct_running_mode=multi_processing",
@@ -372,7 +372,7 @@ def sweep_row(W, P, files, K, V, D, S, vh, tmp, bandwidth, exchange="state"):
                      / max(1.0, stats_total / W))
     return dict(
         exchange=exchange, word_blocks=blocks, nnz=int(sum(
-            len(m.batch.word_ids) for m in ShardStream(files, batch_size=S, seed=0, passes=1))),
+            len(m.batch.word_ids) for m in ShardStream(files, minibatch=S, seed=0, passes=1))),
         **extra,
         workers=W, pieces=P, K=K, V=V, S=S, docs=D, steps=steps, wall_s=wall, cpu_s=cpu,
         docs_per_s=D / wall, inprocess_docs_per_s=D / ref_wall,
@@ -539,7 +539,7 @@ def main(argv=None):
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     D = dataset.count_documents(files)
-    C = ShardStream(files, batch_size=S, seed=0, passes=1).count_tokens()
+    C = ShardStream(files, minibatch=S, seed=0, passes=1).count_tokens()
     warm = _algo(K, V, D, 64, vh, args.algorithm, C)
     warm.local_step(read_shard(files[0]).take(range(64)))     # numba compile / cache load
     print("synthetic corpus: D=%d V=%d K=%d S=%d, %d shard(s), %s, P %s; load average %s"
@@ -549,7 +549,7 @@ def main(argv=None):
     rows = []
     try:
         algo = _algo(K, V, D, S, vh, args.algorithm, C)
-        stream = ShardStream(files, batch_size=S, seed=0, passes=1)
+        stream = ShardStream(files, minibatch=S, seed=0, passes=1)
         log_path = os.path.join(tmp, "inprocess_run_log.jsonl")
         c0, t0 = _cpu(), time.time()
         with RunLog(log_path) as rl:
@@ -649,7 +649,7 @@ def big_word_blocks_run(args, tmp):
     log_path = os.path.join(md, "run_log.jsonl")
     c0, t0 = _cpu(), time.time()
     with ChildPeak() as peak, RunLog(log_path) as rl:
-        r = beam_train.train(a, files, md, passes=1, seed=0, batch_size=S, progress=False,
+        r = beam_train.train(a, files, md, passes=1, seed=0, minibatch=S, progress=False,
                              run_log=rl, pieces_per_minibatch=P, exchange="word-blocks",
                              max_steps=args.big_steps,
                              scratch_dir=os.path.join(tmp, "scratch"),

@@ -463,7 +463,7 @@ def measured_global_step(K: int = 100, V: int = 8000, repeats: int = 5) -> float
     from lda_core.algorithms.online_vb import OnlineVB
     from lda_core.algorithms.vb_stats import VBStats
     rng = np.random.default_rng(0)
-    algo = OnlineVB(K, V, batch_size=4096, corpus_size=1_000_000, seed=0)
+    algo = OnlineVB(K, V, corpus_size=1_000_000, seed=0)
     best = float("inf")
     for _ in range(repeats):
         stats = VBStats(n_topics=K, n_words=V, word_ids=np.arange(V, dtype=np.int32),
@@ -991,7 +991,7 @@ def code_bytes(algorithm: str, K: int) -> Dict[str, float]:
 def rd_algorithm(algorithm: str, K: int, V: int):
     """``ldabeam train``'s algorithm with its defaults (the remote exchange's two)."""
     from pipelines.training.algorithm_options import build_algorithm
-    return build_algorithm(algorithm, K, V, settings={}, batch_size=256, corpus_size=10_000,
+    return build_algorithm(algorithm, K, V, settings={}, corpus_size=10_000,
                            seed=0, vocab_hash="model")
 
 
@@ -1824,10 +1824,23 @@ def main(argv=None):
     ap.add_argument("--plot", default=os.path.join(RESULTS, "cluster_model.png"),
                     help="speed-up plot (a CSV beside it without matplotlib; '' none)")
     ap.add_argument("--markdown", default="", help="also write the tables as Markdown here")
+    ap.add_argument("--runbook", action="store_true",
+                    help="only the runbook's table (docs/cluster.md): time and list price with "
+                         "the default settings for four corpus sizes on a laptop, one VM and "
+                         "Dataflow; written to --json (default "
+                         "benchmarks/results/cluster_runbook.json)")
     ap.add_argument("--defaults-constants", action="store_true",
                     help="print the remote model's measured constants as the literal of "
                          "pipelines/training/remote_defaults.MEASURED")
     args = ap.parse_args(argv)
+    if args.runbook:
+        res = runbook()
+        print(runbook_markdown(res), end="")
+        if args.json:
+            path = (os.path.join(RESULTS, "cluster_runbook.json")
+                    if args.json == os.path.join(RESULTS, "cluster_model.json") else args.json)
+            common.save_results(res, path, argv, os.path.basename(__file__))
+        return
     if args.job_start is not None:
         CLOUD["job_start_s"] = args.job_start
     if args.bandwidth is not None:
@@ -1911,6 +1924,83 @@ def main(argv=None):
                              "minibatch": args.minibatch, "headline": head, "runs": results,
                              "remote": remote_json(remote, remote_head) if remote else None},
                             args.json, argv, os.path.basename(__file__))
+
+
+# the runbook's corpora (docs/cluster.md, "Runbook"): name, D, K, V; documents of
+# rd.DEFAULT_NNZ_PER_DOC distinct words (20 Newsgroups posts) except Wikipedia, whose shape is
+# section 8's run (a) (cluster_model.json: the bundled sample's articles, E-step measured)
+RUNBOOK_CORPORA = (("posts, 20 k", 20_000, 100, 30_000),
+                   ("posts, 300 k", 300_000, 100, 100_000),
+                   (RUN_A["name"], RUN_A["D"], RUN_A["K"], RUN_A["V"]),
+                   (RUN_B["name"], RUN_B["D"], RUN_B["K"], RUN_B["V"]))
+# where they run: (column, machine type or None for a laptop, vCPUs, Dataflow workers or 0 for
+# the in-process trainer on that one machine)
+RUNBOOK_PLACES = (("laptop, 4 cores (in-process)", None, 4, 0),
+                  ("one VM n2-standard-16 (in-process)", "n2-standard-16", 16, 0),
+                  ("Dataflow 16 x n2-standard-4", "n2-standard-4", 4, 16),
+                  ("Dataflow 64 x n2-standard-4", "n2-standard-4", 4, 64))
+
+
+def runbook(algorithm: str = "scvb0") -> dict:
+    """Time and list price to the held-out score one pass at the algorithm's default minibatch
+    reaches, with the DEFAULT settings everywhere: the in-process trainer at the default
+    minibatch (one process, every core), and on Dataflow what ``ldabeam train`` itself chooses
+    (``remote_defaults.best_run``: S, P, B, staleness, threads; windows of 900 steps, 1 s per
+    barrier, 240 s per job start). The same functions as ``ldabeam train --plan``."""
+    cloud = rd.Cloud()
+    costs = rd.MEASURED[algorithm]
+    S0 = rd.DEFAULT_MINIBATCH[algorithm]
+    measured = {}
+    path = os.path.join(RESULTS, "cluster_model.json")
+    if os.path.exists(path):
+        for r in (_load(path).get("remote") or {}).get("runs", []):
+            if r["algorithm"] == algorithm:
+                measured[r["name"]] = rd.Shape(**r["shape"])
+    rows = []
+    for name, D, K, V in RUNBOOK_CORPORA:
+        shape = measured.get(name) or rd.Shape(D, K, V)
+        row = {"corpus": name, "shape": asdict(shape), "places": []}
+        for place, machine, c, W in RUNBOOK_PLACES:
+            if W == 0:
+                b = rd.baseline_time(costs, shape, c, S0)
+                row["places"].append({
+                    "place": place, "S": S0, "steps": b["steps"], "seconds": b["total_s"],
+                    "usd": None if machine is None else cloud.price_usd(1, c, b["total_s"])})
+            else:
+                # remote_defaults' own choice (best_run), on the corpus's measured shape
+                best = rd.best_run(costs, cloud, shape, W, c)
+                lay = best["layout"]
+                row["places"].append({
+                    "place": place, "S": lay.S, "P": lay.P, "B": lay.B, "staleness": lay.s,
+                    "threads": lay.T, "passes": best["passes"], "steps": best["steps"],
+                    "jobs": best["windows"], "seconds": best["total_s"],
+                    "usd": cloud.price_usd(W, c, best["total_s"])})
+        rows.append(row)
+    return {"algorithm": algorithm, "default_minibatch": S0, "cloud": asdict(cloud),
+            "nnz_per_doc": rd.DEFAULT_NNZ_PER_DOC, "rows": rows}
+
+
+def _hours(s: float) -> str:
+    return ("%.1f h" % (s / 3600) if s >= 3 * 3600 else "%.0f min" % (s / 60) if s >= 120
+            else "%.0f s" % s)
+
+
+def runbook_markdown(res: dict) -> str:
+    head = "| corpus (K) | " + " | ".join(p[0] for p in RUNBOOK_PLACES) + " |"
+    out = [head, "|" + "---|" * (len(RUNBOOK_PLACES) + 1)]
+    for row in res["rows"]:
+        cells = []
+        for p in row["places"]:
+            t = _hours(p["seconds"]) if p["seconds"] == p["seconds"] else "--"
+            cost = "" if p["usd"] is None else ", $%.2f" % p["usd"]
+            chosen = "S=%d" % p["S"] if "P" not in p else "S=%d P=%d s=%d" % (
+                p["S"], p["P"], p["staleness"])
+            cells.append("%s%s (%s)" % (t, cost, chosen))
+        sh = row["shape"]
+        out.append("| %s (D=%s, K=%s, V=%s, %.0f words a document) | %s |" % (
+            row["corpus"], format(sh["D"], ","), format(sh["K"], ","), format(sh["V"], ","),
+            sh["nnz_per_doc"], " | ".join(cells)))
+    return "\n".join(out) + "\n"
 
 
 def defaults_literal(costs: Dict[str, "rd.Costs"]) -> str:

@@ -147,9 +147,15 @@ def digest_store(md):
     cks = {}
     for c in store.list_checkpoints():
         st = store.load(c.step)
+        params = json.loads(json.dumps(st.params, default=str))
+        # the minibatch size S is compared as one value wherever the checkpoint keeps it (its
+        # run information; checkpoints written before issue 34 also held it among the
+        # algorithm's parameters as batch_size)
+        legacy = params.pop("batch_size", None)
         cks[str(c.step)] = {
             "step": st.step, "docs_seen": st.docs_seen, "algorithm": st.algorithm,
-            "params": json.loads(json.dumps(st.params, default=str)),
+            "minibatch": ((st.info or {}).get("run") or {}).get("minibatch", legacy),
+            "params": params,
             "rng": json.loads(json.dumps(st.rng, default=str)),
             "arrays": {k: hashlib.sha256(v.tobytes()).hexdigest() + ":%s%s" % (v.dtype, v.shape)
                        for k, v in sorted(st.arrays.items())}}

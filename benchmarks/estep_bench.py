@@ -294,8 +294,7 @@ def run(args):
             cpu_peak(args.clock_ghz, args.fma_units, "float32")["core_peak_flops_per_s"],
             seconds=args.roofline_seconds)
     for K in args.topics:
-        m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, batch_size=S,
-                     dtype="float32", n_threads=args.threads, max_iter=args.max_iter,
+        m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, dtype="float32", n_threads=args.threads, max_iter=args.max_iter,
                      tol=args.tol)
         for i in range(0, n_train, S):        # a λ with real structure
             m.global_step(m.local_step(train.take(range(i, min(i + S, n_train)))))

@@ -146,8 +146,7 @@ def run(args):
     current = ev._estep_kernel
     rows = []
     for K in args.topics:
-        m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, batch_size=S,
-                     dtype="float32", max_iter=args.max_iter, tol=args.tol)
+        m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, dtype="float32", max_iter=args.max_iter, tol=args.tol)
         for i in range(0, n_train, S):
             m.global_step(m.local_step(train.take(range(i, min(i + S, n_train)))))
         data = []

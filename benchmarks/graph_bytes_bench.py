@@ -43,7 +43,7 @@ def dataflow_config(dry_run: bool):
     return runner_config("DataflowRunner", argv + (["--dry_run=True"] if dry_run else []))
 
 
-def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "state"):
+def wikipedia_window(p, cfg, n_steps: int, minibatch: int, exchange: str = "state"):
     """The remote runner's window of ``n_steps`` steps over the synthetic 3.3 M-document plan,
     built in ``p``; ``exchange`` "word-blocks": the word-sharded steps
     (:mod:`pipelines.training.beam_remote`, B = PIECES word blocks)."""
@@ -54,13 +54,13 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "sta
     sizes = [min(SHARD_ROWS, D - i * SHARD_ROWS) for i in range(n_shards)]
     files = ["gs://ldabeam-corpus/enwiki/shards/train-%05d-of-%05d.parquet" % (i, n_shards)
              for i in range(n_shards)]
-    steps = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=0, stop=n_steps,
+    steps = plan_steps(files, sizes, seed=0, minibatch=minibatch, start=0, stop=n_steps,
                        pieces_per_minibatch=PIECES)
     scratch = "gs://ldabeam-dry-run/model/.beam-scratch/ldabeam-scratch-run"
     if exchange in ("remote", "remote-s0"):
         from pipelines.training.beam_remote import Schedule, Start, build_window as remote
         s = 0 if exchange == "remote-s0" else 1
-        ahead = plan_steps(files, sizes, seed=0, batch_size=batch_size, start=n_steps,
+        ahead = plan_steps(files, sizes, seed=0, minibatch=minibatch, start=n_steps,
                            stop=n_steps + s, pieces_per_minibatch=PIECES)
         schedule = Schedule.of_steps(Start(scratch, 0, PIECES, 0, 0), steps, ahead, s)
         remote(p, schedule, steps[0].read_plan, "run", 100_000, 1)
@@ -69,22 +69,22 @@ def wikipedia_window(p, cfg, n_steps: int, batch_size: int, exchange: str = "sta
                                                   0), "run", scratch, 1)
 
 
-def runner_api_per_step(batch_size: int, exchange: str = "state") -> float:
+def runner_api_per_step(minibatch: int, exchange: str = "state") -> float:
     import apache_beam as beam
     sizes = []
     for n in (4, 20):
         p = beam.Pipeline()
-        wikipedia_window(p, dataflow_config(False), n, batch_size, exchange)
+        wikipedia_window(p, dataflow_config(False), n, minibatch, exchange)
         sizes.append(p.to_runner_api().ByteSize())
     return (sizes[1] - sizes[0]) / 16.0
 
 
-def dataflow_dry_run(n_steps: int, batch_size: int, exchange: str = "state"):
+def dataflow_dry_run(n_steps: int, minibatch: int, exchange: str = "state"):
     import apache_beam as beam
     cfg = dataflow_config(True)
     p = beam.Pipeline(runner=cfg.make_runner(), options=cfg.pipeline_options())
     t0 = time.process_time()
-    wikipedia_window(p, cfg, n_steps, batch_size, exchange)
+    wikipedia_window(p, cfg, n_steps, minibatch, exchange)
     result = p.run()
     return {"steps": n_steps, "request_bytes": len(result.job.json().encode("utf-8")),
             "pipeline_bytes": result.job.proto_pipeline.ByteSize(),

@@ -73,11 +73,10 @@ def wiki_shards(cache: str) -> list:
 def timed_trainer(files, n_words: int, algorithm: str, K: int, max_docs, passes: int) -> dict:
     """One thread: CPU seconds per document (all but the global step) and per global step."""
     S = default_minibatch(algorithm)
-    stream = ShardStream(files, batch_size=S, seed=0, passes=passes)
+    stream = ShardStream(files, minibatch=S, seed=0, passes=passes)
 
     def fresh():
-        return build_algorithm(algorithm, K, n_words, settings={"threads": 1}, batch_size=S,
-                               corpus_size=stream.n_docs, seed=0,
+        return build_algorithm(algorithm, K, n_words, settings={"threads": 1}, corpus_size=stream.n_docs, seed=0,
                                vocab_hash=stream.vocab_hash, corpus_tokens=stream.count_tokens)
     train(fresh(), stream, progress=False, max_steps=2)         # compiles the kernels
     alg = fresh()                                               # timed from its first step
@@ -131,8 +130,7 @@ def global_step_at(algorithm: str, K: int, V: int, touched: int, repeats: int = 
     """CPU seconds of one global step at (K, V) whose statistics touch ``touched`` rows (the
     fastest of ``repeats``), one thread, re-seeding off: whether its cost follows V or the
     rows touched."""
-    alg = build_algorithm(algorithm, K, V, settings={"threads": 1}, batch_size=4096,
-                          corpus_size=10_000_000, seed=0, vocab_hash="synthetic")
+    alg = build_algorithm(algorithm, K, V, settings={"threads": 1}, corpus_size=10_000_000, seed=0, vocab_hash="synthetic")
     # a steady-state step: the synthetic documents leave most topics dead, whose re-seeding
     # (splits of whole rows, a real run's first steps) would be timed instead
     alg.reseed = 0.0

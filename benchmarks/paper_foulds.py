@@ -83,16 +83,16 @@ def score(algo, a, b) -> float:
 def make(kind: str, V: int, train, K: int, batch: int, seed: int, threads):
     if kind == "scvb0":
         from lda_core.algorithms.scvb0 import SCVB0
-        return SCVB0(K, V, alpha=0.1, eta=0.01, batch_size=batch, corpus_tokens=train.n_tokens,
+        return SCVB0(K, V, alpha=0.1, eta=0.01, corpus_tokens=train.n_tokens,
                      seed=seed, n_threads=threads)
     if kind == "sparse-gibbs-vb":
         from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
-        return SparseGibbsVB(K, V, batch_size=batch, corpus_size=train.n_docs, seed=seed,
+        return SparseGibbsVB(K, V, corpus_size=train.n_docs, seed=seed,
                              n_threads=threads)
     from lda_core.algorithms.online_vb import OnlineVB
     off = 0.5 if kind == "online-vb+0.5" else 0.0
     return OnlineVB(K, V, alpha=0.1 + off, eta=0.01 + off, kappa=0.7, tau0=64.0,
-                    batch_size=batch, corpus_size=train.n_docs, seed=seed, n_threads=threads)
+                    corpus_size=train.n_docs, seed=seed, n_threads=threads)
 
 
 def minibatches(train, batch: int, passes: int, seed: int):

@@ -39,15 +39,14 @@ from benchmarks import paper_foulds as pf  # noqa: E402
 def make(kind, K, V, train, seed, threads):
     if kind == "sparse-gibbs-vb":
         from lda_core.algorithms.sparse_gibbs_vb import SparseGibbsVB
-        return SparseGibbsVB(K, V, batch_size=100, corpus_size=train.n_docs, seed=seed,
+        return SparseGibbsVB(K, V, corpus_size=train.n_docs, seed=seed,
                              n_threads=threads)
     from lda_core.algorithms.online_vb import OnlineVB
     eta = 0.5 if "eta0.5" in kind else 0.01
     # "-5iter": the paper's online-VB baseline, as many coordinate-ascent steps per document
     # as the sampler makes sweeps (B + S = 5, §4.2)
     max_iter = 5 if kind.endswith("-5iter") else 100
-    return OnlineVB(K, V, alpha=0.1, eta=eta, kappa=0.7, tau0=64.0, batch_size=100,
-                    corpus_size=train.n_docs, seed=seed, n_threads=threads, max_iter=max_iter)
+    return OnlineVB(K, V, alpha=0.1, eta=eta, kappa=0.7, tau0=64.0, corpus_size=train.n_docs, seed=seed, n_threads=threads, max_iter=max_iter)
 
 
 def train_model(kind, K, train, V, passes, seed, threads):

@@ -67,7 +67,7 @@ def _evaluate(algo, a, b, whole):
 def train_online_vb(train, V, seed, threads):
     from lda_core.algorithms.online_vb import OnlineVB
     algo = OnlineVB(K, V, alpha=ALPHA, eta=ETA, kappa=common.KAPPA, tau0=common.TAU0,
-                    batch_size=common.BATCH, corpus_size=train.n_docs, seed=seed,
+                    corpus_size=train.n_docs, seed=seed,
                     n_threads=threads)
     perm = np.random.default_rng([seed, 0]).permutation(train.n_docs)
     for s in range(0, train.n_docs, common.BATCH):

@@ -70,9 +70,9 @@ class Run:
 
     def __init__(self, files, data, algorithm, S, s, seed, max_passes):
         self.S, self.s = S, s
-        self.stream = ShardStream(files, batch_size=S, seed=seed, passes=max_passes)
+        self.stream = ShardStream(files, minibatch=S, seed=seed, passes=max_passes)
         self.alg = build_algorithm(algorithm, K, len(data["vocab"]), settings={},
-                                   batch_size=S, corpus_size=self.stream.n_docs, seed=seed,
+                                   corpus_size=self.stream.n_docs, seed=seed,
                                    vocab_hash=self.stream.vocab_hash,
                                    corpus_tokens=self.stream.count_tokens)
         self.scores: List[float] = []

@@ -158,7 +158,7 @@ def make_algorithm(name: str, K: int, X, seed: int):
     its own step-size schedules (lda_core.algorithms.scvb0) and is given the corpus size in tokens."""
     from lda_core.algorithms.algorithm import algorithm_class
     D, V = X.shape
-    kw = dict(alpha=common.ALPHA, eta=common.ETA, seed=seed, batch_size=common.BATCH)
+    kw = dict(alpha=common.ALPHA, eta=common.ETA, seed=seed)
     if name == "scvb0":
         kw.update(corpus_tokens=int(X.sum()))
     else:

@@ -155,9 +155,9 @@ class Run:
 
     def __init__(self, a, files, data, algorithm, K, S, s, seed, sync=0):
         self.s, self.sync, self.data = s, (sync if s else 0), data
-        self.stream = ShardStream(files, batch_size=S, seed=seed, passes=a.max_passes)
+        self.stream = ShardStream(files, minibatch=S, seed=seed, passes=a.max_passes)
         self.alg = build_algorithm(algorithm, K, len(data["vocab"]), settings={},
-                                   batch_size=S, corpus_size=self.stream.n_docs, seed=seed,
+                                   corpus_size=self.stream.n_docs, seed=seed,
                                    vocab_hash=self.stream.vocab_hash,
                                    corpus_tokens=self.stream.count_tokens)
         self.rule = PassStop(a.min_gain, a.max_passes)

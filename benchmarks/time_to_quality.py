@@ -103,7 +103,7 @@ def main(argv=None):
     warm.infer(train.take(range(2)))
     steps_per_pass = -(-train.n_docs // a.batch)
     every = max(1, steps_per_pass // a.evals_per_pass)
-    algo = SCVB0(100, V, alpha=0.1, eta=0.01, batch_size=a.batch, corpus_tokens=train.n_tokens,
+    algo = SCVB0(100, V, alpha=0.1, eta=0.01, corpus_tokens=train.n_tokens,
                  seed=a.seed, n_threads=a.threads)
     wall = cpu = 0.0
     reached = None

@@ -25,12 +25,16 @@ integer (entries that round to 0 are dropped). Negative values raise ValueError.
 
 Seeding: γ⁰ of a document is drawn from (seed, step, document key)
 (``lda_core.algorithms.vb_gamma_init``). In ``fit``/``partial_fit`` the key is the row's position in the call; in ``transform``/``score``
-it is a hash of the row's contents, so the θ of a document does not depend on which other
-rows are transformed with it. ``random_state`` (None, int or RandomState) gives the seed.
+it is the row's content key (``DocBatch.content_keys``, as ``ldabeam``'s ``transform`` and
+``ldabeam infer`` key a document), so the θ of a document does not depend on which other rows
+are transformed with it, and a saved model gives raw text the θ ``transform`` gives its counts. ``random_state`` (None, int or RandomState) gives the seed.
 
 Model directories: ``est.save(MODEL_DIR, vocabulary=words)`` publishes the fitted state as a
 checkpoint in ``ldabeam train``'s format (with ``vocab.tsv`` when the words are given), so the
 command line (``ldabeam topics/infer/report --model``) and ``ldabeam.load`` read it;
+``est.save(MODEL_DIR, vectorizer=cv)`` with the fitted ``CountVectorizer`` that made X records
+its vocabulary and its analyzer (as data: ``tokenizer.json``), so raw text given to the saved
+model becomes the counts ``cv.transform`` gives;
 ``OnlineLDA.load(MODEL_DIR)`` / ``SCVB0LDA.load(MODEL_DIR)`` give back a fitted estimator, also
 of a model ``ldabeam train`` trained (online/batch VB, SCVB0): its parameters are then mapped
 from the state (``learning_offset = tau0 - 1``, ``learning_decay = kappa``, ...).
@@ -41,11 +45,12 @@ scikit-learn is optional: with it installed the classes derive from its ``BaseEs
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
+import json
 import logging
 import math
 import numbers
+import re
 
 import numba
 import numpy as np
@@ -60,8 +65,9 @@ from lda_core.resources import check_run_memory
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.files import files_for
 from lda_core.storage.state import TopicState
-from lda_core.storage.vocab_file import VOCAB_FILE, vocab_hash, vocab_tsv
+from lda_core.storage.vocab_file import TOKENIZER_FILE, VOCAB_FILE, vocab_hash, vocab_tsv
 from lda_core.training.in_memory import MemoryMinibatches, fit_batch_vb, train_in_memory
+from lda_core.training.run_params import MINIBATCH_KEY, recorded_minibatch
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
 
@@ -120,18 +126,6 @@ except ImportError:  # pragma: no cover - exercised without scikit-learn
             raise NotFittedError("This %s instance is not fitted yet. Call 'fit' with "
                                  "appropriate arguments before using this estimator."
                                  % type(est).__name__)
-
-
-def _row_keys(X: sp.csr_matrix) -> tuple:
-    """A content hash per row (indices and values): γ⁰ keys independent of row position."""
-    keys = []
-    for i in range(X.shape[0]):
-        s, e = X.indptr[i], X.indptr[i + 1]
-        h = hashlib.blake2b(digest_size=12)
-        h.update(np.ascontiguousarray(X.indices[s:e], np.int64).tobytes())
-        h.update(np.ascontiguousarray(X.data[s:e], np.int64).tobytes())
-        keys.append(h.hexdigest())
-    return tuple(keys)
 
 
 def _seed_of(random_state) -> int:
@@ -308,18 +302,29 @@ class _LDABase(_FOMixin, _TMixin, _Base):
     #: the algorithms (registry names) whose states this estimator loads
     _ALGORITHMS: tuple = ()
 
-    def save(self, model_dir: str, vocabulary=None) -> str:
+    def save(self, model_dir: str, vocabulary=None, vectorizer=None) -> str:
         """Publish the fitted model as a checkpoint of ``model_dir`` in ``ldabeam train``'s
         format (lda_core.storage.checkpoint), so ``ldabeam topics/infer/report --model`` and
         ``ldabeam.load`` read it; the estimator's parameters go into the state's
         ``info["sklearn"]``. ``vocabulary``: the words of the columns of X in order (e.g.
         ``CountVectorizer().get_feature_names_out()``), written as ``MODEL_DIR/vocab.tsv`` and
-        its hash recorded in the fitted model and the state. Returns the checkpoint's path. Object-store URLs need their
-        file layer registered (``import ldabeam`` or ``pipelines`` does it)."""
+        its hash recorded in the fitted model and the state. ``vectorizer``: instead, the
+        fitted scikit-learn ``CountVectorizer`` that made X (or a fitted ``Pipeline`` of it
+        and this estimator): its vocabulary, and its analyzer's settings as data in
+        ``MODEL_DIR/tokenizer.json`` (:func:`vectorizer_record`), so raw text given to
+        ``ldabeam.load(MODEL_DIR)`` or ``ldabeam infer --input`` becomes the counts
+        ``vectorizer.transform`` gives. Returns the checkpoint's path. Object-store URLs need
+        their file layer registered (``import ldabeam`` or ``pipelines`` does it)."""
         _check_is_fitted(self)
         algo = self.algorithm_
         files = files_for(model_dir)
-        tokens = None
+        tokens = record = None
+        if vectorizer is not None:
+            if vocabulary is not None:
+                raise ValueError("give vocabulary= or vectorizer= (which holds the "
+                                 "vocabulary), not both")
+            vocabulary, record = vectorizer_record(_vectorizer_of(vectorizer, self),
+                                                   algo.n_words)
         if vocabulary is not None:
             tokens = [str(t) for t in vocabulary]
             if len(tokens) != algo.n_words:
@@ -329,13 +334,22 @@ class _LDABase(_FOMixin, _TMixin, _Base):
         session = Session(position=int(algo.step),
                           output=Output(checkpoint_store=CheckpointStore(model_dir, files=files),
                                         progress=False))
-        sklearn = {"class": type(self).__name__,
-                   "params": _json_params(self.get_params(deep=False)),
+        # batch_size is the run's minibatch size S: recorded once, in the run information
+        params = _json_params(self.get_params(deep=False))
+        params.pop("batch_size", None)
+        sklearn = {"class": type(self).__name__, "params": params,
                    "n_iter": int(getattr(self, "n_iter_", 0))}
-        path = session.publish(algo, info={"sklearn": sklearn})
+        path = session.publish(algo, info={"sklearn": sklearn,
+                                           "run": {MINIBATCH_KEY: int(self.batch_size)}})
         if vocabulary is not None:
             files.write_atomic(files.join(model_dir, VOCAB_FILE),
                                vocab_tsv(tokens).encode("utf-8"))
+            # how raw text becomes these columns: the vectorizer's record, else not known
+            # (replacing the record of an earlier save into the same directory)
+            tok = {"source": "scikit-learn %s" % type(vectorizer).__name__, "settings": record} \
+                if record is not None else {"source": "vocabulary=", "settings": "unknown"}
+            files.write_atomic(files.join(model_dir, TOKENIZER_FILE),
+                               (json.dumps(tok, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         return path
 
     @classmethod
@@ -356,8 +370,12 @@ class _LDABase(_FOMixin, _TMixin, _Base):
                              % (path, state.algorithm, cls.__name__,
                                 " or ".join(cls._ALGORITHMS)))
         saved = (state.info or {}).get("sklearn") or {}
-        params = (saved.get("params") if saved.get("class") == cls.__name__
-                  else cls._params_of_state(state))
+        params = dict(saved.get("params") if saved.get("class") == cls.__name__
+                      else cls._params_of_state(state))
+        if "batch_size" not in params:      # the run's S, where the checkpoint records it
+            S = recorded_minibatch((state.info or {}).get("run"), state.params)
+            if S is not None:
+                params["batch_size"] = S
         est = cls(**params)
         est.algorithm_ = algorithm_class(state.algorithm).from_state(state)
         est.n_features_in_ = int(state.n_words)
@@ -496,13 +514,13 @@ class OnlineLDA(_LDABase):
                     random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):
-        st = self.algorithm_.local_step(self._to_batch(X, _row_keys(X)), return_gamma=True,
+        st = self.algorithm_.local_step(self._to_batch(X).keyed_by_content(), return_gamma=True,
                                         salt="infer")
         return np.asarray(st.gamma, np.float64)
 
     def _bound(self, X):
         a = self.algorithm_
-        st = a.local_step(self._to_batch(X, _row_keys(X)), salt="eval")
+        st = a.local_step(self._to_batch(X).keyed_by_content(), salt="eval")
         # topic term scaled as scikit-learn's _approx_bound(sub_sampling=False): added once
         return st.score + a.topic_term()
 
@@ -581,7 +599,8 @@ class SCVB0LDA(_LDABase):
                     random_state=int(p["seed"]) % (2 ** 32))
 
     def _gamma(self, X):
-        return np.asarray(self.algorithm_.infer(self._to_batch(X, _row_keys(X))), np.float64)
+        # SCVB0.infer seeds each document by its content itself
+        return np.asarray(self.algorithm_.infer(self._to_batch(X)), np.float64)
 
     def _bound(self, X):
         """The variational bound of X with q(β) = Dirichlet(``components_``) (scikit-learn's
@@ -589,8 +608,89 @@ class SCVB0LDA(_LDABase):
         topics, plus the topic term, so ``perplexity`` means what ``OnlineLDA``'s (and
         scikit-learn's) does."""
         return _vb_bound(self.components_, float(self.algorithm_.alpha),
-                         float(self.algorithm_.eta), self._to_batch(X, _row_keys(X)),
+                         float(self.algorithm_.eta), self._to_batch(X).keyed_by_content(),
                          seed=_seed_of(self.random_state), tol=float(self.mean_change_tol))
+
+
+# -- a scikit-learn CountVectorizer as data ------------------------------------------------------
+
+#: the longest token the recorded tokenizer keeps (pipelines.ingest.tokenize's cap on
+#: max_token_len); scikit-learn's analyzer has no length limit
+_MAX_TOKEN_LEN = 1000
+
+
+def _vectorizer_of(obj, estimator):
+    """The CountVectorizer ``obj`` is, or the one a fitted ``Pipeline`` feeds ``estimator``
+    with (its steps: the vectorizer, then the estimator); ValueError otherwise."""
+    steps = getattr(obj, "steps", None)
+    if steps is None:
+        return obj
+    used = [s for _, s in steps if s is not None and s != "passthrough"]
+    if len(used) != 2 or used[1] is not estimator:
+        raise ValueError("vectorizer=Pipeline: its steps must be a CountVectorizer and then "
+                         "this estimator, got %s" % [type(s).__name__ for s in used])
+    return used[0]
+
+
+def vectorizer_record(vectorizer, n_features: int):
+    """``(tokens, record)`` of a fitted scikit-learn ``CountVectorizer``: its vocabulary in
+    column order, and its analyzer as a tokenizer record (data only, as
+    ``pipelines.ingest.tokenize.tokenizer_record`` writes them: lower-casing, the accent
+    rule, the token pattern, the stop words, the n-gram range) that reproduces its counts.
+    A setting a record cannot carry is a ValueError saying why: a callable analyzer,
+    preprocessor or tokenizer is code, and a model directory holds data, never code (no
+    pickle); a character analyzer, file inputs, binary counts or tf-idf weights are not the
+    word counts the model's tokenizer makes."""
+    name = type(vectorizer).__name__
+    if not hasattr(vectorizer, "vocabulary_") or not hasattr(vectorizer, "build_analyzer"):
+        raise ValueError("vectorizer=%s: give the fitted CountVectorizer that made X" % name)
+    for attr in ("analyzer", "preprocessor", "tokenizer", "strip_accents"):
+        if callable(getattr(vectorizer, attr, None)):
+            raise ValueError("vectorizer=%s(%s=<callable>): a model directory records data, "
+                             "never code (no pickle), so raw text could not be tokenized "
+                             "the same way; use token_pattern, stop_words and ngram_range, "
+                             "or save with vocabulary= and tokenize texts yourself"
+                             % (name, attr))
+    if any(c.__name__ == "TfidfVectorizer" for c in type(vectorizer).__mro__):
+        raise ValueError("vectorizer=%s: its values are tf-idf weights, not the word counts "
+                         "LDA models; use a CountVectorizer" % name)
+    why = {"analyzer": (vectorizer.analyzer != "word", "only analyzer='word' makes the "
+                        "words the model's tokenizer makes"),
+           "input": (vectorizer.input != "content", "raw text reaches the model as text"),
+           "binary": (bool(vectorizer.binary), "the model counts every occurrence"),
+           "strip_accents": (vectorizer.strip_accents not in (None, "ascii", "unicode"),
+                             "scikit-learn knows 'ascii' and 'unicode'")}
+    for attr, (bad, reason) in why.items():
+        if bad:
+            raise ValueError("vectorizer=%s(%s=%r) cannot be recorded: %s"
+                             % (name, attr, getattr(vectorizer, attr), reason))
+    pattern = vectorizer.token_pattern
+    if re.compile(pattern).groups:
+        raise ValueError("vectorizer=%s(token_pattern=%r) has a capturing group, whose text "
+                         "scikit-learn keeps where the model's tokenizer keeps the whole "
+                         "match; make the group non-capturing: (?:...)" % (name, pattern))
+    vocab = vectorizer.vocabulary_
+    if len(vocab) != int(n_features):
+        raise ValueError("vectorizer=%s has %d words but the model has %d features: give "
+                         "the vectorizer that made X" % (name, len(vocab), n_features))
+    tokens = [None] * len(vocab)
+    for token, column in vocab.items():
+        tokens[int(column)] = str(token)
+    stop = sorted(vectorizer.get_stop_words() or ())
+    lo, hi = (int(n) for n in vectorizer.ngram_range)
+    record = {"lowercase": bool(vectorizer.lowercase), "deaccent": False,
+              "min_token_len": 1, "max_token_len": _MAX_TOKEN_LEN, "token_pattern": pattern,
+              "segmenter": "none",
+              "stopwords": None if not stop else "scikit-learn stop_words=%s" % (
+                  vectorizer.stop_words if isinstance(vectorizer.stop_words, str)
+                  else "[%d words]" % len(stop)),
+              "stopword_list": stop, "phrases": None, "custom_tokenizer": None,
+              "tokens_from": "text"}
+    if vectorizer.strip_accents is not None:
+        record["strip_accents"] = str(vectorizer.strip_accents)
+    if (lo, hi) != (1, 1):
+        record["ngram_range"] = [lo, hi]
+    return tokens, record
 
 
 def _vb_bound(components, alpha, eta, batch, *, seed, tol, max_iter=100):
@@ -603,4 +703,4 @@ def _vb_bound(components, alpha, eta, batch, *, seed, tol, max_iter=100):
     return float(vb.local_step(batch, salt="eval").score + vb.topic_term())
 
 
-__all__ = ["OnlineLDA", "SCVB0LDA", "HAVE_SKLEARN"]
+__all__ = ["OnlineLDA", "SCVB0LDA", "HAVE_SKLEARN", "vectorizer_record"]

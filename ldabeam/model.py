@@ -78,6 +78,7 @@ from lda_core.training.in_memory import MemoryMinibatches, train_in_memory
 from lda_core.training.kernel_warmup import compile_notice
 from lda_core.training.ordering import n_batches, plan_pass
 from lda_core.training.pieces import recorded_pieces
+from lda_core.training.run_params import recorded_minibatch, run_info_of
 from lda_core.training.session import Session
 from lda_core.training.spec import Output
 from lda_core.training.update_weight import UpdateWeight
@@ -176,7 +177,7 @@ class UpdateJob:
     vocabulary: Any             # lda_core.storage.vocab_file.Vocabulary
     passes: int
     seed: int
-    batch_size: int
+    minibatch: int
     pieces: int
     shard_sizes: List[int]
 
@@ -196,9 +197,13 @@ def load(path: str, tokenizer: Optional[Callable] = None) -> "LdaModel":
         m = open_model(path)
     except FileNotFoundError as e:
         raise InputError("%s (give the --output directory of `ldabeam train`)" % e) from e
+    info = dict(m.state.info or {})
+    run = run_info_of(m.state)          # S where the checkpoint recorded it, in one place
+    if run:
+        info["run"] = run
     return LdaModel(m.algorithm(), m.vocab,
                     preprocess.Preprocessing.of_model_dir(m.model_dir, tokenizer),
-                    checkpoint=m.path, model_dir=m.model_dir, info=dict(m.state.info or {}))
+                    checkpoint=m.path, model_dir=m.model_dir, info=info)
 
 
 class LdaModel:
@@ -492,7 +497,7 @@ class LdaModel:
         if warning:
             logger.warning(warning)
         weigh.start(algo)
-        S = int(algo.batch_size)
+        S = int(recorded_minibatch(self._info.get("run")) or type(algo).DEFAULT_MINIBATCH)
         start = int(algo.step)
         seed = update_seed(int(algo.seed), start)
         sizes = update_shard_sizes(docs.n_docs)

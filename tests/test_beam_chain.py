@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import pytest
 
-from helpers.trainers import new_scvb0, new_vb
+from helpers.trainers import minibatch_of, new_scvb0, new_vb
 from helpers.uci import kos_train_dataset
 
 P = 3
@@ -36,7 +36,7 @@ def _window(algo, files, scratch, steps=STEPS, pieces=P):
     from pipelines.training.beam_plan import plan_steps
     os.makedirs(scratch, exist_ok=True)
     sizes = [dataset.count_documents([f]) for f in files]
-    plans = plan_steps(files, sizes, seed=algo.seed, batch_size=algo.batch_size, start=0,
+    plans = plan_steps(files, sizes, seed=algo.seed, minibatch=minibatch_of(algo), start=0,
                        stop=steps, pieces_per_minibatch=pieces)
     start = beam_state.StateRef("r/0", beam_chain.state_path(scratch, 0), 0)
     beam_state.save_scratch(algo, start.path)
@@ -54,7 +54,7 @@ def _reference(make, files, steps=STEPS, pieces=P):
     from lda_core.training.trainer import train
     from pipelines.training.shard_stream import ShardStream
     algo, _ = make()
-    train(algo, ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=1),
+    train(algo, ShardStream(files, minibatch=minibatch_of(algo), seed=algo.seed, passes=1),
           progress=False, pieces=pieces, max_steps=steps)
     return algo
 

@@ -33,7 +33,7 @@ def test_beam_plan_cuts_minibatches_like_the_inprocess_pieces(kos_pieces):
     from pipelines.training.beam_plan import plan_steps
     files = dataset.resolve_shards(kos_pieces)
     sizes = [dataset.count_documents([f]) for f in files]
-    for sp in plan_steps(files, sizes, seed=3, batch_size=40, start=0, stop=8,
+    for sp in plan_steps(files, sizes, seed=3, minibatch=40, start=0, stop=8,
                          pieces_per_minibatch=3):
         got = [sum(len(r) for _, r in t.parts) for t in sp.tasks]
         assert got == [hi - lo for lo, hi in piece_bounds(sp.n_docs, 3)]
@@ -44,7 +44,7 @@ def test_scvb0_statistics_do_not_depend_on_the_thread_count(kos_pieces):
     from pipelines.training.shard_stream import ShardStream
     a1, files = new_scvb0(kos_pieces, n_threads=1, S=150)
     a2, _ = new_scvb0(kos_pieces, n_threads=2, S=150)
-    mb = next(iter(ShardStream(files, batch_size=150, seed=3, passes=1)))
+    mb = next(iter(ShardStream(files, minibatch=150, seed=3, passes=1)))
     s1, s2 = a1.local_step(mb.batch), a2.local_step(mb.batch)
     assert s1.block.values.tobytes() == s2.block.values.tobytes()
     assert s1.nz.tobytes() == s2.nz.tobytes()

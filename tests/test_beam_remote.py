@@ -14,7 +14,8 @@ from lda_core.errors import StepRefused, TrainingError, UsageError
 from lda_core.storage.vocab_file import Vocabulary
 
 from helpers.bits import same_bits as _same_bits
-from helpers.trainers import mp_argv as _mp, train_beam as _beam, train_inprocess as _inprocess
+from helpers.trainers import (mp_argv as _mp, train_beam as _beam, train_inprocess as _inprocess,
+                              with_minibatch)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P, B = 4, 3
@@ -28,10 +29,10 @@ def _vb(dataset_dir, **kw):
     vh = dataset.check_vocab_hash(files, None)
     V = len(Vocabulary.read(dataset_dir))
     D = dataset.count_documents(files)
-    settings = dict(batch_size=40, corpus_size=D, seed=3, dtype="float64", tau0=16.0,
+    settings = dict(corpus_size=D, seed=3, dtype="float64", tau0=16.0,
                     word_blocks=B)
     settings.update(kw)
-    return OnlineVB(5, V, vocab_hash=vh, **settings), files
+    return with_minibatch(OnlineVB(5, V, vocab_hash=vh, **settings), 40), files
 
 
 def _scvb0(dataset_dir, **kw):
@@ -40,9 +41,9 @@ def _scvb0(dataset_dir, **kw):
     files = dataset.resolve_shards(dataset_dir)
     vh = dataset.check_vocab_hash(files, None)
     V = len(Vocabulary.read(dataset_dir))
-    settings = dict(batch_size=40, seed=3, word_blocks=B)
+    settings = dict(seed=3, word_blocks=B)
     settings.update(kw)
-    return SCVB0(6, V, vocab_hash=vh, **settings), files
+    return with_minibatch(SCVB0(6, V, vocab_hash=vh, **settings), 40), files
 
 
 def _info(s, warmup=0):
@@ -133,7 +134,7 @@ def test_checkpoints_of_either_trainer_resume_on_the_other(kos_pieces, tmp_path)
     ref, files = _reference(_scvb0, kos_pieces, 1)
     a = str(tmp_path / "a")
     algo, _ = _scvb0(kos_pieces)
-    stream = ShardStream(files, batch_size=40, seed=3, passes=1)
+    stream = ShardStream(files, minibatch=40, seed=3, passes=1)
     from lda_core.training.trainer import train
     train(algo, stream, checkpoint_store=CheckpointStore(a), max_steps=3, progress=False,
           run_info=dict(_info(1), pieces_per_minibatch=P))
@@ -315,7 +316,7 @@ def test_what_each_role_moves(kos_pieces, tmp_path):
     _inprocess(ref, files, pieces=P, max_steps=1)
     K, V = algo.n_topics, algo.n_words
     sizes = [dataset.count_documents([f]) for f in files]
-    steps = plan_steps(files, sizes, seed=3, batch_size=40, start=0, stop=1,
+    steps = plan_steps(files, sizes, seed=3, minibatch=40, start=0, stop=1,
                        pieces_per_minibatch=P)
     start = br.write_start(algo, str(tmp_path), 0, 0)
     sched = br.Schedule.of_steps(start, steps, [], 0)

@@ -53,7 +53,7 @@ def _inprocess(ds, name):
     from pipelines.training.shard_stream import ShardStream
     files, vh, V = _files(ds)
     algo = _new(name, V)
-    train(algo, ShardStream(files, batch_size=S, seed=3, passes=1), progress=False)
+    train(algo, ShardStream(files, minibatch=S, seed=3, passes=1), progress=False)
     return algo
 
 
@@ -61,7 +61,7 @@ def _beam(ds, md, name, algo=None, **kw):
     from pipelines.training import beam_sequential
     files, vh, V = _files(ds)
     algo = algo if algo is not None else _new(name, V)
-    return beam_sequential.train(algo, files, md, seed=3, batch_size=S, beam_argv=DIRECT,
+    return beam_sequential.train(algo, files, md, seed=3, minibatch=S, beam_argv=DIRECT,
                                  progress=False, **kw)
 
 
@@ -121,7 +121,7 @@ def test_worker_process_equals_inprocess_trainer(kos_seq, tmp_path):
     from pipelines.training import beam_sequential
     files, vh, V = _files(kos_seq)
     md = str(tmp_path / "m")
-    res = beam_sequential.train(_new("o-lda", V), files, md, seed=3, batch_size=S,
+    res = beam_sequential.train(_new("o-lda", V), files, md, seed=3, minibatch=S,
                                 minibatches_per_window=5, progress=False,
                                 beam_argv=DIRECT + ["--direct_running_mode=multi_processing",
                                                     "--direct_num_workers=1"])

@@ -142,9 +142,9 @@ def test_plan_steps_matches_shard_stream_order(kos_small):
     from pipelines.training.shard_stream import ShardStream, shard_row_counts
     files = dataset.resolve_shards(kos_small)
     sizes = shard_row_counts(files)
-    stream = ShardStream(files, batch_size=60, seed=5, passes=2)
+    stream = ShardStream(files, minibatch=60, seed=5, passes=2)
     ref = list(stream)
-    plans = plan_steps(files, sizes, seed=5, batch_size=60, start=0, stop=stream.total_steps,
+    plans = plan_steps(files, sizes, seed=5, minibatch=60, start=0, stop=stream.total_steps,
                        pieces_per_minibatch=3)
     assert [p.position for p in plans] == [m.step for m in ref]
     for mb, sp in zip(ref, plans):
@@ -352,7 +352,7 @@ def test_failing_global_step_stops_and_keeps_the_good_steps(kos_small, tmp_path)
     bad = FailingVB.from_state(algo.to_state())
     md = str(tmp_path / "m")
     with pytest.raises(TrainingError, match="minibatch 4 .*non-finite"):
-        beam_train.train(bad, files, md, batch_size=50, seed=1, minibatches_per_window=5,
+        beam_train.train(bad, files, md, minibatch=50, seed=1, minibatches_per_window=5,
                          beam_argv=["--runner=DirectRunner"], progress=False)
     assert [c.step for c in CheckpointStore(md).list_checkpoints()] == [3]
 

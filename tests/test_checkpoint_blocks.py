@@ -29,8 +29,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 7
 S = 60
 STEPS = 3
-SETTINGS = {OnlineVB: dict(batch_size=S, seed=3, dtype="float64", corpus_size=S * 20),
-            SCVB0: dict(batch_size=S, seed=3, corpus_tokens=S * 2000)}
+SETTINGS = {OnlineVB: dict(seed=3, dtype="float64", corpus_size=S * 20),
+            SCVB0: dict(seed=3, corpus_tokens=S * 2000)}
 
 
 @pytest.fixture(scope="module")

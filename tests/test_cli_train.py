@@ -241,6 +241,8 @@ def test_stream_order_samplers_and_batch_gibbs_through_the_cli(tmp_path, ds, cap
                                "gibbs", "--topics", 5, "--passes", 5, "--no-progress")
         assert rc == 0, err
         assert "held-out document completion" in out
+        # no "-N step(s) of updates outside the run's minibatch order" for a batch sampler
+        assert "outside the run's minibatch order" not in out
         st = CheckpointStore(m).latest()
         assert st.algorithm == "gibbs" and st.docs_seen == 500
         # the sampler's default burn-in (50 sweeps) is what the CLI uses: 5 sweeps keep none

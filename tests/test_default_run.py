@@ -122,7 +122,7 @@ def test_checkpoint_is_published_before_a_failing_evaluation(tmp_path, kos_paths
     batches = [docs.take(np.arange(lo, lo + 100)) for lo in range(0, 400, 100)]
     held = HeldOut.from_batch(docs.take(np.arange(400, 500)))
     held.health = docs.take(np.arange(400))
-    algo = build_algorithm("scvb0", 5, W, settings={}, batch_size=100, corpus_size=400,
+    algo = build_algorithm("scvb0", 5, W, settings={}, corpus_size=400,
                            seed=0, vocab_hash=None)
 
     def broken(*a, **k):

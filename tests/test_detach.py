@@ -229,10 +229,9 @@ def test_the_python_api_returns_without_waiting_for_a_remote_runner(ds, tmp_path
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, len(Vocabulary.read(ds)),
-                           settings={"dtype": "float64"}, batch_size=50,
-                           corpus_size=dataset.count_documents(files), seed=2, vocab_hash=vh)
+                           settings={"dtype": "float64"}, corpus_size=dataset.count_documents(files), seed=2, vocab_hash=vh)
     md = str(tmp_path / "api")
-    sub = beam_train.train(algo, files, md, seed=2, batch_size=50, minibatches_per_window=4,
+    sub = beam_train.train(algo, files, md, seed=2, minibatch=50, minibatches_per_window=4,
                            beam_argv=["--runner=DirectRunner"], progress=False, detach=True)
     assert isinstance(sub, SubmittedWindow)
     assert (sub.start, sub.stop, sub.total) == (0, 4, 6)
@@ -273,7 +272,7 @@ def test_publish_once_never_publishes_a_position_twice_or_moves_latest_back(tmp_
     """A retried bundle of the last DoFn finds its checkpoint already published."""
     from pipelines.training import beam_detached
     from pipelines.training.algorithm_options import build_algorithm
-    algo = build_algorithm("online-vb", 3, 20, settings={}, batch_size=10, corpus_size=100,
+    algo = build_algorithm("online-vb", 3, 20, settings={}, corpus_size=100,
                            seed=0, vocab_hash="ab" * 32)
     store = CheckpointStore(str(tmp_path / "m"))
     first = beam_detached._publish_once(store, algo, 0, "DirectRunner", {"x": 1})
@@ -351,9 +350,9 @@ def test_detached_windows_with_worker_processes_on_an_object_store(
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
-                           batch_size=100, corpus_size=dataset.count_documents(files), seed=2,
+                           corpus_size=dataset.count_documents(files), seed=2,
                            vocab_hash=vh)
-    res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, batch_size=100,
+    res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, minibatch=100,
                            minibatches_per_window=2, beam_argv=["--runner=DirectRunner"],
                            pieces_per_minibatch=4, progress=False,
                            n_threads=max(1, (os.cpu_count() or 1) // 2))
@@ -499,9 +498,9 @@ def test_detached_launch_returns_before_a_portable_job_ends(ds, tmp_path, capsys
     got = CheckpointStore(md).latest()
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64",
                                                                   "alpha": 0.1, "eta": 0.01},
-                           batch_size=50, corpus_size=dataset.count_documents(files), seed=2,
+                           corpus_size=dataset.count_documents(files), seed=2,
                            vocab_hash=vh)
-    res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, batch_size=50,
+    res = beam_train.train(algo, files, str(tmp_path / "ref"), seed=2, minibatch=50,
                            passes=2, max_steps=5, beam_argv=["--runner=DirectRunner"],
                            pieces_per_minibatch=launched_pieces, progress=False)
     ref = res.algorithm.to_state()

@@ -361,7 +361,7 @@ def model(tmp_path_factory):
     from lda_core.algorithms.online_vb import OnlineVB
     d = str(tmp_path_factory.mktemp("fuzzmodel") / "m")
     store = CheckpointStore(d)
-    m = OnlineVB(3, 20, seed=1, batch_size=4, corpus_size=8)
+    m = OnlineVB(3, 20, seed=1, corpus_size=8)
     batch = DocBatch.from_rows([([1, 4, 7], [1, 1, 2]), ([0, 19], [3, 1])] * 2)
     for _ in range(3):
         m.global_step(m.local_step(batch))

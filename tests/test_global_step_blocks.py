@@ -18,7 +18,7 @@ def kos(kos_paths):
 
 
 def _model(cls, V, **kw):
-    return cls(20, V, seed=3, batch_size=100, corpus_size=3000, **kw)
+    return cls(20, V, seed=3, corpus_size=3000, **kw)
 
 
 def _pieces(algo, batch, n_docs, n_pieces):

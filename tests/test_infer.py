@@ -54,7 +54,7 @@ def trained(wiki_ds, tmp_path_factory):
     docs = dataset.read_docbatch(dataset.resolve_shards(wiki_ds))
     batches = [docs.take(np.arange(i, min(i + S, docs.n_docs)))
                for i in range(0, docs.n_docs, S)]
-    algo = RecordingVB(K, len(vocab), batch_size=S, corpus_size=docs.n_docs, seed=3,
+    algo = RecordingVB(K, len(vocab), corpus_size=docs.n_docs, seed=3,
                        vocab_hash=vocab.hash)
     algo.recorded = {}
     train(algo, batches, checkpoint_store=CheckpointStore(model), checkpoint_every=1,

@@ -172,7 +172,7 @@ def test_update_continues_the_schedule_and_fits_the_new_documents(which, records
     model = copy_model(request.getfixturevalue(which), tmp_path)
     m = ldabeam.load(model)
     algo = m._algo
-    S = algo.batch_size
+    S = m._info["run"]["minibatch"]
     step0 = m.step
     size0 = algo.corpus_size if which == "vb_model" else algo.corpus_tokens
     tokens = [tokenize(r["text"]) for r in records]
@@ -305,7 +305,8 @@ def test_sklearn_loads_a_cli_trained_model(vb_model, scvb0_model):
     est = ldabeam.OnlineLDA.load(vb_model)
     st = ldabeam.load(vb_model)._algo
     assert est.n_components == K and est.learning_offset == st.tau0 - 1
-    assert est.learning_decay == st.kappa and est.batch_size == st.batch_size
+    assert est.learning_decay == st.kappa
+    assert est.batch_size == ldabeam.load(vb_model)._info["run"]["minibatch"]
     np.testing.assert_allclose(est.components_, st.lambda_())
     with pytest.raises(ValueError, match="scvb0 model"):
         ldabeam.OnlineLDA.load(scvb0_model)

@@ -122,6 +122,9 @@ OVERLAPS = [
                           "40", "--topics", "3"], "inside a model"),
     ("update-input-is-model", ["train", "--update", "--output", "{m}", "--input", "{m}"],
      "is the input"),
+    # as text, every file of the model is a document (4287b45: trained on them, exit 0)
+    ("update-input-is-model-as-text", ["train", "--update", "--output", "{m}", "--input",
+                                       "{m}", "--format", "text"], "is the input"),
     ("update-input-in-model", ["train", "--update", "--output", "{m}", "--input",
                                "{m}/vocab.tsv", "--format", "lines"], "contains the input"),
 ]

@@ -361,9 +361,9 @@ def test_beam_worker_processes_exchange_states_through_the_object_store(
     files = dataset.resolve_shards(ds)
     vh = dataset.check_vocab_hash(files, None)
     algo = build_algorithm("online-vb", 5, got.n_words, settings={"dtype": "float64"},
-                           batch_size=100, corpus_size=dataset.count_documents(files), seed=2,
+                           corpus_size=dataset.count_documents(files), seed=2,
                            vocab_hash=vh)
-    res = beam_train.train(algo, files, ref, seed=2, batch_size=100, minibatches_per_window=3,
+    res = beam_train.train(algo, files, ref, seed=2, minibatch=100, minibatches_per_window=3,
                            beam_argv=["--runner=DirectRunner"], pieces_per_minibatch=4,
                            n_threads=max(1, (os.cpu_count() or 1) // 2), progress=False)
     lam_ref = res.algorithm.to_state().arrays
@@ -397,7 +397,7 @@ def test_streaming_job_starts_and_continues_a_model_on_an_object_store(store_roo
     from pipelines.streaming import stream
     md = store_root + "/streamed"
     vocab = os.path.join(ds, dataset.VOCAB_FILE)
-    algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, batch_size=50)
+    algo, mv = stream.initial_checkpoint(md, topics=4, vocab_path=vocab, minibatch=50)
     assert mv == md + "/" + dataset.VOCAB_FILE and fspaths.exists(mv)
     assert CheckpointStore(md).pointer() == 0
     again, _ = stream.initial_checkpoint(md, topics=None, vocab_path=None)

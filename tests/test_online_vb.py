@@ -52,7 +52,7 @@ def matched_l1(tw, beta):
 @pytest.mark.parametrize("kw,param", [
     (dict(n_topics=0), "n_topics"), (dict(n_words=0), "n_words"),
     (dict(kappa=0.49), "kappa"), (dict(kappa=1.01), "kappa"), (dict(kappa=float("nan")), "kappa"),
-    (dict(tau0=-1.0), "tau0"), (dict(batch_size=0), "batch_size"),
+    (dict(tau0=-1.0), "tau0"),
     (dict(alpha=0.0), "alpha"), (dict(alpha=-1.0), "alpha"), (dict(alpha=[0.1, 0.2]), "alpha"),
     (dict(eta=0.0), "eta"), (dict(eta=float("inf")), "eta"), (dict(max_iter=0), "max_iter"),
     (dict(tol=0.0), "tol"), (dict(tol=-1e-3), "tol"), (dict(corpus_size=0), "corpus_size"),

@@ -20,7 +20,7 @@ def _members(plan):
 def test_every_document_exactly_once_per_pass(S):
     D = sum(SIZES)
     for p in range(3):
-        plan = plan_pass(SIZES, seed=5, pass_index=p, batch_size=S)
+        plan = plan_pass(SIZES, seed=5, pass_index=p, minibatch=S)
         mem = _members(plan)
         assert sorted(mem) == list(range(n_batches(D, S)))
         allpairs = [x for b in sorted(mem) for x in mem[b]]
@@ -61,7 +61,7 @@ def test_locate_step_and_bad_input():
     assert locate_step(0, 57, 10) == (0, 0)
     assert locate_step(5, 57, 10) == (0, 5)
     assert locate_step(6, 57, 10) == (1, 0)
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match="minibatch"):
         plan_pass(SIZES, 0, 0, 0)
     with pytest.raises(ValueError, match="shard_sizes"):
         plan_pass([3, -1], 0, 0, 2)
@@ -75,7 +75,7 @@ def test_stream_equals_plan_over_the_whole_corpus_in_memory(tmp_path, kos_paths)
     files, corpus, _ = kos_shards(tmp_path, kos_paths)
     # reading one shard at a time gives what the plan says over all shards held at once
     offsets = np.cumsum([0] + [len(read_shard(f)) for f in files])
-    st = ShardStream(files, batch_size=64, seed=9, passes=2)
+    st = ShardStream(files, minibatch=64, seed=9, passes=2)
     got = list(st)
     assert len(got) == st.total_steps == 2 * 5
     for mb in got:
@@ -102,8 +102,8 @@ def test_stream_order_does_not_depend_on_how_shards_are_cut(tmp_path, kos_paths)
     """The order depends on the shard row counts only: same sizes -> same minibatch (shard,
     row) membership; and a different shard layout still covers each document once."""
     files, corpus, _ = kos_shards(tmp_path, kos_paths)
-    a = [m.batch.doc_ids for m in ShardStream(files, batch_size=50, seed=1)]
-    b = [m.batch.doc_ids for m in ShardStream(list(files), batch_size=50, seed=1)]
+    a = [m.batch.doc_ids for m in ShardStream(files, minibatch=50, seed=1)]
+    b = [m.batch.doc_ids for m in ShardStream(list(files), minibatch=50, seed=1)]
     assert a == b
     assert sorted(x for ids in a for x in ids) == sorted(corpus.doc_ids)
 
@@ -111,10 +111,10 @@ def test_stream_order_does_not_depend_on_how_shards_are_cut(tmp_path, kos_paths)
 def test_stream_checks_the_vocabulary_hash(tmp_path, kos_paths):
     files, _, _ = kos_shards(tmp_path, kos_paths)
     with pytest.raises(ValueError, match="other-hash"):
-        ShardStream(files, batch_size=10, expected_vocab_hash="other-hash")
+        ShardStream(files, minibatch=10, expected_vocab_hash="other-hash")
     odd = str(tmp_path / "shards" / "odd.parquet")
     dataset.write_shard(odd, dataset.docbatch_to_table(read_shard(files[0])), "kos-v2")
     with pytest.raises(ValueError, match="disagree"):
-        ShardStream(files + [odd], batch_size=10)
+        ShardStream(files + [odd], minibatch=10)
     with pytest.raises(FileNotFoundError):
-        ShardStream([], batch_size=10)
+        ShardStream([], minibatch=10)

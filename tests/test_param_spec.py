@@ -69,7 +69,7 @@ def test_a_setting_added_to_the_spec_reaches_help_template_and_params(name, monk
     with pytest.raises(UsageError, match=r"made_up must be a finite number in \[0, 1\), got 2"):
         cls(3, 10, made_up=2, **need)
 
-    build = dict(batch_size=8, corpus_size=100, seed=0, vocab_hash="h")
+    build = dict(corpus_size=100, seed=0, vocab_hash="h")
     algo = algorithm_options.build_algorithm(name, 3, 10, settings={"made_up_weight": 0.75},
                                              **build)
     assert algo.made_up == 0.75 and algo.to_state().params["made_up"] == 0.75
@@ -117,7 +117,7 @@ def test_an_unknown_or_bad_setting_is_one_error_naming_it():
 
 def test_defaults_and_help_read_the_spec():
     """--minibatch's default and the option help texts read the declared defaults."""
-    assert algorithm_options.default_minibatch("scvb0") == SCVB0.SPEC.get("batch_size").default
+    assert algorithm_options.default_minibatch("scvb0") == SCVB0.DEFAULT_MINIBATCH == 100
     assert algorithm_options.keyword_default("scvb0", "tau_phi") == 1000.0
     opts = algorithm_options.options_of("scvb0")
     assert opts["topic_step_kappa"] == "kappa_phi" and opts["threads"] == "n_threads"
@@ -167,10 +167,11 @@ def test_online_vb_per_topic_alpha_and_scikit_learn_mapping_come_from_the_spec()
     X = np.random.default_rng(0).integers(0, 3, (8, 10))
     est.fit(X)
     p = est.algorithm_.params()
-    assert (p["kappa"], p["max_iter"], p["tol"], p["batch_size"]) == (0.8, 7, 0.01, 4)
+    # batch_size is the schedule's minibatch size, not a setting of the algorithm
+    assert (p["kappa"], p["max_iter"], p["tol"]) == (0.8, 7, 0.01) and "batch_size" not in p
     back = OnlineLDA._params_of_state(est.algorithm_.to_state())
-    assert (back["learning_decay"], back["max_doc_update_iter"], back["mean_change_tol"],
-            back["batch_size"]) == (0.8, 7, 0.01, 4)
+    assert (back["learning_decay"], back["max_doc_update_iter"],
+            back["mean_change_tol"]) == (0.8, 7, 0.01)
 
 
 def test_no_function_of_the_algorithms_takes_more_than_twelve_parameters():

@@ -14,7 +14,7 @@ from pipelines import cli
 from pipelines.runtime import remote_checks
 from pipelines.runtime.beam_options import runner_config
 
-DF = ["--project=p", "--region=us-central1", "--temp_location=gs://b/tmp"]
+DF = ["--project=ldabeam-test", "--region=us-central1", "--temp_location=gs://ldabeam-test/tmp"]
 
 
 def _closed_port() -> int:
@@ -43,9 +43,9 @@ def _train(*extra):
         extra)
 
 
-@pytest.mark.parametrize("drop,named", [("--project=p", "--project"),
+@pytest.mark.parametrize("drop,named", [("--project=ldabeam-test", "--project"),
                                         ("--region=us-central1", "--region"),
-                                        ("--temp_location=gs://b/tmp", "--temp_location")])
+                                        ("--temp_location=gs://ldabeam-test/tmp", "--temp_location")])
 def test_dataflow_without_project_region_or_temp_is_one_line(capsys, drop, named):
     argv = _train("--runner", "DataflowRunner", *[a for a in DF if a != drop])
     assert cli.main(argv) == 2
@@ -58,7 +58,7 @@ def test_paths_the_workers_cannot_open_are_refused(capsys, tmp_path):
                      "--topics", "5", "--runner", "DataflowRunner"] + DF) == 2
     err = capsys.readouterr().err
     assert "--output %s is on this machine" % (tmp_path / "m") in err
-    assert cli.main(_train("--runner", "DataflowRunner", "--project=p", "--region=r",
+    assert cli.main(_train("--runner", "DataflowRunner", "--project=ldabeam-test", "--region=r",
                            "--temp_location=/tmp/t")) == 2
     assert "give a gs:// location" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

@@ -11,6 +11,8 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from pipelines.ingest import dataset
+
 from pipelines.training import remote_defaults as rd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -227,7 +229,7 @@ def test_defaults_are_the_optimum_of_the_measured_model(workers, vcpus, algorith
 
 
 def test_the_train_command_fills_what_the_user_left_out_on_a_remote_runner(tmp_path, caplog,
-                                                                        kos_paths):
+                                                                        kos_paths, monkeypatch):
     """`ldabeam train --runner DataflowRunner` (options parsed, nothing submitted): S, P, B,
     staleness and threads come from the model when not given, one line says why; what the
     user gave is kept; a local runner or another exchange changes nothing."""
@@ -247,12 +249,31 @@ def test_the_train_command_fills_what_the_user_left_out_on_a_remote_runner(tmp_p
     args, beam_argv = parsed("--runner", "DataflowRunner", "--minibatch", "512", *df)
     with caplog.at_level(logging.INFO):
         got = apply_remote_defaults(args, beam_argv, files, V)
-    want = rd.remote_defaults_for(beam_argv, "scvb0", 100, V, 300)
+    # the corpus's own non-zeros per document (KOS's, not the model's default 77), counted
+    # here from the data and by the command from the Parquet footers
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    nnz = sum(pc.sum(pc.list_value_length(pq.read_table(f, columns=["word_ids"])["word_ids"]))
+              .as_py() or 0 for f in files)
+    assert dataset.count_word_entries(files) == nnz
+    assert abs(nnz / 300 - rd.DEFAULT_NNZ_PER_DOC) > 10
+    want = rd.remote_defaults_for(beam_argv, "scvb0", 100, V, 300, nnz / 300)
     assert (got.minibatch, got.reason) == (want.minibatch, want.reason)
     assert args.minibatch == 512                       # given: kept
     assert (args.pieces, args.word_blocks, args.staleness, args.threads) == (
         want.pieces, want.word_blocks, want.staleness, want.threads)
     assert "remote defaults:" in caplog.text and "given: --minibatch 512" in caplog.text
+    # at a corpus size where the words per document change the choice (the same shards
+    # counted 10,000 times over), the command's choice is the one at KOS's own words per
+    # document, not at the model's default
+    monkeypatch.setattr(dataset, "count_documents", lambda fs: 300 * 10 ** 4)
+    monkeypatch.setattr(dataset, "count_word_entries", lambda fs: nnz * 10 ** 4)
+    args, beam_argv = parsed("--runner", "DataflowRunner", *df)
+    got = apply_remote_defaults(args, beam_argv, files, V)
+    want = rd.remote_defaults_for(beam_argv, "scvb0", 100, V, 300 * 10 ** 4, nnz / 300)
+    assumed = rd.remote_defaults_for(beam_argv, "scvb0", 100, V, 300 * 10 ** 4)
+    assert got == want and got.predicted_s != assumed.predicted_s
+    monkeypatch.undo()
     for extra in (["--runner", "DirectRunner", "--direct_running_mode=multi_processing",
                    "--direct_num_workers=2"],
                   ["--runner", "DataflowRunner", "--exchange", "state"] + df,

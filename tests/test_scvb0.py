@@ -123,7 +123,7 @@ def test_split_and_merge_equal_whole_batch_and_thread_count_free():
 
 def test_planted_topics_recovered():
     batch, truth = planted_corpus()
-    m = SCVB0(4, 40, corpus_tokens=batch.n_tokens, batch_size=20, seed=0, tau_phi=10.0,
+    m = SCVB0(4, 40, corpus_tokens=batch.n_tokens, seed=0, tau_phi=10.0,
               s_phi=1.0)
     rng = np.random.default_rng(0)
     for _ in range(8):
@@ -174,7 +174,7 @@ def test_non_finite_statistics_refused_and_state_untouched():
 
 
 @pytest.mark.parametrize("kw,name", [
-    (dict(alpha=0), "alpha"), (dict(eta=-1), "eta"), (dict(batch_size=0), "batch_size"),
+    (dict(alpha=0), "alpha"), (dict(eta=-1), "eta"),
     (dict(corpus_tokens=0), "corpus_tokens"), (dict(burn_in=-1), "burn_in"),
     (dict(kappa_phi=0.4), "kappa_phi"), (dict(kappa_theta=1.5), "kappa_theta"),
     (dict(tau_phi=-1), "tau_phi"), (dict(s_phi=0), "s_phi"), (dict(s_theta=float("nan")), "s_theta"),

@@ -91,7 +91,7 @@ def test_in_process_trainer_refuses(kos200, tmp_path, monkeypatch, poison):
     POISONS[poison](monkeypatch)
     md = str(tmp_path / "m")
     with pytest.raises(TrainingError, match=REFUSAL):
-        train(algo, ShardStream(files, batch_size=50, seed=1), progress=False,
+        train(algo, ShardStream(files, minibatch=50, seed=1), progress=False,
               checkpoint_store=CheckpointStore(md), checkpoint_every=2)
     assert _latest_position(md) == 2
 
@@ -104,7 +104,7 @@ def test_beam_trainer_refuses(kos200, tmp_path, monkeypatch, poison, unroll):
     POISONS[poison](monkeypatch)
     md = str(tmp_path / "m")
     with pytest.raises(TrainingError, match=REFUSAL):
-        beam_train.train(algo, files, md, batch_size=50, seed=1, minibatches_per_window=2,
+        beam_train.train(algo, files, md, minibatch=50, seed=1, minibatches_per_window=2,
                          unroll=unroll, beam_argv=["--runner=DirectRunner"], progress=False)
     assert _latest_position(md) == 2
 
@@ -117,7 +117,7 @@ def test_detached_window_refuses(kos200, tmp_path, monkeypatch, poison):
     md = str(tmp_path / "m")
     os.makedirs(md)
     log = os.path.join(md, "run_log.jsonl")
-    kw = dict(batch_size=50, seed=1, minibatches_per_window=2, detach=True,
+    kw = dict(minibatch=50, seed=1, minibatches_per_window=2, detach=True,
               beam_argv=["--runner=DirectRunner"], progress=False)
     with RunLog(log) as rl:
         beam_train.train(algo, files, md, run_log=rl, **kw).wait()
@@ -140,7 +140,7 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
     from pipelines.training.algorithm_options import build_algorithm
     files = dataset.resolve_shards(kos200)
     V = len(Vocabulary.read(kos200))
-    algo = build_algorithm("o-lda", 5, V, settings={}, batch_size=50, corpus_size=200, seed=1,
+    algo = build_algorithm("o-lda", 5, V, settings={}, corpus_size=200, seed=1,
                            vocab_hash=dataset.check_vocab_hash(files, None))
     assert isinstance(algo, OLDA)
     real = OLDA.process
@@ -155,7 +155,7 @@ def test_sequential_window_refuses(kos200, tmp_path, monkeypatch, poison):
     monkeypatch.setattr(OLDA, "process", process)
     md = str(tmp_path / "m")
     with pytest.raises(TrainingError, match=REFUSAL):
-        beam_sequential.train(algo, files, md, batch_size=50, seed=1, minibatches_per_window=2,
+        beam_sequential.train(algo, files, md, minibatch=50, seed=1, minibatches_per_window=2,
                               beam_argv=["--runner=DirectRunner"], progress=False)
     assert _latest_position(md) == 2
 
@@ -240,9 +240,9 @@ def _stats_of_each(kos_paths):
     batch, tokens = read_kos(kos_paths[0], kos_paths[1], 40)
     V = len(tokens)
     out = []
-    for algo in [OnlineVB(4, V, batch_size=40, corpus_size=400, seed=1),
-                 SCVB0(4, V, batch_size=40, corpus_tokens=40000, seed=1),
-                 SparseGibbsVB(4, V, batch_size=40, corpus_size=400, seed=1)]:
+    for algo in [OnlineVB(4, V, corpus_size=400, seed=1),
+                 SCVB0(4, V, corpus_tokens=40000, seed=1),
+                 SparseGibbsVB(4, V, corpus_size=400, seed=1)]:
         st = algo.local_step(batch)
         st.algo = algo
         out.append(st)
@@ -327,10 +327,65 @@ def test_multi_process_run_uses_a_private_scratch_folder(kos200, tmp_path, monke
         return p
     monkeypatch.setattr(scratch_space, "new_scratch", spy)
     algo, files = new_vb(kos200)
-    beam_train.train(algo, files, str(tmp_path / "m"), batch_size=50, seed=1,
+    beam_train.train(algo, files, str(tmp_path / "m"), minibatch=50, seed=1,
                      minibatches_per_window=4, max_steps=2, scratch_dir=str(tmp_path / "shm"),
                      beam_argv=["--runner=DirectRunner",
                                 "--direct_running_mode=multi_processing",
                                 "--direct_num_workers=2"], progress=False)
     assert len(made) == 1 and made[0][1] == 0o700
     assert not os.path.exists(made[0][0])
+
+
+# -- the minibatch size S: one name, stored once ----------------------------------------------
+
+def _train_cli(*argv):
+    import contextlib
+    import io
+    from pipelines import cli
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return cli.main([str(a) for a in argv])
+
+
+def test_the_minibatch_size_is_stored_once_and_resume_reads_it(kos200, tmp_path):
+    """A checkpoint records S in its run information only (the algorithm's parameters do not
+    hold it: no step uses it), and --resume without --minibatch continues with that value;
+    a different --minibatch is refused against it."""
+    md = str(tmp_path / "m")
+    common = ["--shards", kos200, "--output", md, "--algorithm", "online-vb", "--topics", 3,
+              "--heldout", "none", "--no-progress", "--passes", 1]
+    assert _train_cli("train", *common, "--minibatch", 40, "--max-steps", 2) == 0
+    first = CheckpointStore(md).latest()
+    assert first.info["run"]["minibatch"] == 40 and "batch_size" not in first.params
+    assert _train_cli("train", *common, "--resume", "--minibatch", 50) == 2
+    assert _train_cli("train", *common, "--resume") == 0
+    last = CheckpointStore(md).latest()
+    # 200 documents in minibatches of 40: the pass is 5 steps, 3 of them after the resume
+    assert (last.step, last.docs_seen, last.info["run"]["minibatch"]) == (5, 200, 40)
+    assert "batch_size" not in last.params
+
+
+def test_resume_reads_the_minibatch_of_a_checkpoint_written_before_it_was_stored_once(
+        kos200, tmp_path):
+    """A checkpoint of an older version (S among the algorithm's parameters as batch_size,
+    none in its run information) resumes with that S, and what it publishes next records S in
+    the run information only; recorded_minibatch is the one reader of the older key."""
+    from lda_core.training.run_params import recorded_minibatch
+    assert recorded_minibatch({"minibatch": 40}, {"batch_size": 7}) == 40
+    assert recorded_minibatch({"seed": 1}, {"batch_size": 7}) == 7
+    assert recorded_minibatch(None, None) is None
+    md = str(tmp_path / "m")
+    common = ["--shards", kos200, "--output", md, "--algorithm", "online-vb", "--topics", 3,
+              "--heldout", "none", "--no-progress", "--passes", 1]
+    assert _train_cli("train", *common, "--minibatch", 40, "--max-steps", 2) == 0
+    store = CheckpointStore(md)
+    old = store.latest()
+    del old.info["run"]["minibatch"]       # the older layout of the same checkpoint
+    old.params["batch_size"] = 40
+    store.publish(old)                      # the newest checkpoint, at the same step
+    again = CheckpointStore(md).latest()
+    assert "minibatch" not in again.info["run"] and again.params["batch_size"] == 40
+    assert _train_cli("train", *common, "--resume", "--minibatch", 50) == 2
+    assert _train_cli("train", *common, "--resume") == 0
+    last = CheckpointStore(md).latest()
+    assert (last.step, last.docs_seen, last.info["run"]["minibatch"]) == (5, 200, 40)
+    assert "batch_size" not in last.params

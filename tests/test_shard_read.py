@@ -39,12 +39,12 @@ def _same(a: DocBatch, b: DocBatch):
     DocBatch(a.doc_ids, a.indptr, a.word_ids, a.counts, titles=a.titles, labels=a.labels)
 
 
-def _check_readers(files, batch_size, seed, passes=2, pieces=3):
+def _check_readers(files, minibatch, seed, passes=2, pieces=3):
     ref = _reference_rows(files)
-    st = ShardStream(files, batch_size=batch_size, seed=seed, passes=passes)
+    st = ShardStream(files, minibatch=minibatch, seed=seed, passes=passes)
     got = list(st)
     assert len(got) == st.total_steps
-    plans = beam_plan.plan_steps(files, st.shard_sizes, seed=seed, batch_size=batch_size,
+    plans = beam_plan.plan_steps(files, st.shard_sizes, seed=seed, minibatch=minibatch,
                                  start=0, stop=st.total_steps, pieces_per_minibatch=pieces)
     for mb, sp in zip(got, plans):
         members = st.plan(mb.pass_index).batch_members(mb.batch_index)
@@ -65,7 +65,7 @@ def test_minibatches_bit_identical_on_a_kos_slice(tmp_path, kos_paths):
                             "kos-v1")
         files.append(p)
         s += n
-    got = _check_readers(files, batch_size=96, seed=4)
+    got = _check_readers(files, minibatch=96, seed=4)
     ids = sorted(i for mb in got if mb.pass_index == 0 for i in mb.batch.doc_ids)
     assert ids == sorted(batch.doc_ids)
 
@@ -80,7 +80,7 @@ def wiki_files(wiki_sample, tmp_path_factory):
 
 def test_minibatches_bit_identical_on_the_wiki_sample(wiki_files):
     assert len(wiki_files) == 3
-    _check_readers(wiki_files, batch_size=50, seed=1)
+    _check_readers(wiki_files, minibatch=50, seed=1)
 
 
 def test_take_is_the_per_document_take(wiki_files):

@@ -146,3 +146,102 @@ def test_works_without_scikit_learn():
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("OK OnlineLDA(")
+
+
+@pytest.mark.parametrize("cls", [OnlineLDA, SCVB0LDA])
+def test_saved_batch_size_is_the_runs_minibatch_stored_once(cls, tmp_path):
+    """``save`` records batch_size once, as the checkpoint's run minibatch size (not among
+    the algorithm's parameters nor again among the estimator's); ``load`` gives it back, and
+    a checkpoint an older version saved (batch_size among both) loads with it too."""
+    from lda_core.storage.checkpoint import CheckpointStore
+    X = np.random.default_rng(0).integers(0, 3, (12, 9))
+    est = cls(n_components=2, max_iter=1, batch_size=5, random_state=0).fit(X)
+    md = str(tmp_path / "m")
+    est.save(md)
+    store = CheckpointStore(md)
+    st = store.latest()
+    assert st.info["run"]["minibatch"] == 5
+    assert "batch_size" not in st.params and "batch_size" not in st.info["sklearn"]["params"]
+    back = cls.load(md)
+    assert back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.transform(X), est.transform(X))
+    del st.info["run"]                      # the older layout of the same checkpoint
+    st.params["batch_size"] = 5
+    st.info["sklearn"]["params"]["batch_size"] = 5
+    store.publish(st)
+    assert cls.load(md).get_params() == est.get_params()
+    del st.info["sklearn"]                  # as if `ldabeam train` had written it
+    store.publish(st)
+    assert cls.load(md).batch_size == 5
+
+
+@pytest.mark.parametrize("cls,vectorizer_kw,through_pipeline", [
+    (SCVB0LDA, dict(stop_words="english", ngram_range=(1, 2), min_df=2,
+                    strip_accents="unicode"), False),
+    (OnlineLDA, dict(min_df=2, max_df=0.5), True)])
+def test_saved_with_its_vectorizer_raw_text_gives_the_estimators_counts_and_theta(
+        cls, vectorizer_kw, through_pipeline, texts, tmp_path):
+    """Fitted through scikit-learn's CountVectorizer (alone or in a Pipeline) and saved with
+    ``vectorizer=``: the model directory holds the vectorizer's vocabulary and its analyzer as
+    data, so raw 20 Newsgroups text through ``ldabeam.load`` and ``ldabeam infer --input``
+    becomes exactly ``vectorizer.transform``'s counts and θ is ``est.transform``'s within
+    1e-6."""
+    import json
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.pipeline import Pipeline
+    import ldabeam
+    from pipelines.cli import main as cli_main
+    from pipelines.infer import read_theta
+    from pipelines.ingest.tokenize import Preprocessor
+    docs = texts[:150]
+    cv = CountVectorizer(**vectorizer_kw)
+    est = cls(n_components=4, max_iter=2, batch_size=50, random_state=0)
+    if through_pipeline:
+        pipe = Pipeline([("counts", cv), ("lda", est)]).fit(docs)
+        X = cv.transform(docs)
+        est.save(str(tmp_path / "m"), vectorizer=pipe)
+    else:
+        X = cv.fit_transform(docs)
+        est.fit(X).save(str(tmp_path / "m"), vectorizer=cv)
+    md = str(tmp_path / "m")
+    X.sort_indices()                     # word ids ascending, as the model's rows
+    m = ldabeam.load(md)
+    assert m.vocabulary == list(cv.get_feature_names_out())
+    got = Preprocessor.from_model_dir(md).count_rows(docs, m.vocabulary)
+    for i, (ids, counts) in enumerate(got.rows):
+        row = X[i]
+        assert list(ids) == list(row.indices) and list(counts) == list(row.data), i
+    want = est.transform(X)
+    np.testing.assert_allclose(m.transform(docs), want, rtol=0, atol=1e-6)
+    if through_pipeline:
+        return
+    src = tmp_path / "docs.jsonl"
+    keys = ["post-%d" % i for i in range(len(docs))]
+    src.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in zip(keys, docs)))
+    out = str(tmp_path / "theta")
+    assert cli_main(["infer", "--model", md, "--input", str(src), "--format", "jsonl",
+                     "--output", out]) == 0
+    t = read_theta(out)
+    theta = dict(zip(t.column("doc_id").to_pylist(), t.column("theta").to_pylist()))
+    rows = [i for i, k in enumerate(keys) if k in theta]   # infer writes no empty document
+    assert len(rows) >= X.shape[0] - int((X.sum(axis=1) == 0).sum())
+    np.testing.assert_allclose([theta[keys[i]] for i in rows], want[rows], rtol=0, atol=1e-6)
+
+
+def test_a_vectorizer_holding_code_is_refused_saying_why(tmp_path):
+    """A callable analyzer / tokenizer / preprocessor cannot be recorded as data: one line
+    saying why; so are settings whose values are not the model tokenizer's word counts."""
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+    docs = ["the cat sat on the mat", "a dog ate the cat food", "mats and dogs"]
+    for bad, why in [(CountVectorizer(tokenizer=str.split, token_pattern=None),
+                      r"records data, never code \(no pickle\)"),
+                     (CountVectorizer(analyzer=lambda d: d.split()), "never code"),
+                     (CountVectorizer(analyzer="char"), "analyzer='word'"),
+                     (CountVectorizer(binary=True), "counts every occurrence"),
+                     (CountVectorizer(token_pattern=r"(\w+)"), "capturing group"),
+                     (TfidfVectorizer(), "tf-idf")]:
+        X = bad.fit_transform(docs)
+        est = OnlineLDA(n_components=2, max_iter=1, random_state=0).fit(np.rint(X.toarray()))
+        with pytest.raises(ValueError, match=why) as e:
+            est.save(str(tmp_path / "m"), vectorizer=bad)
+        assert "\n" not in str(e.value)

@@ -118,7 +118,7 @@ def test_split_and_merge_equal_whole_batch_exactly():
 
 def test_planted_topics_recovered():
     batch, truth = planted_corpus()
-    m = SparseGibbsVB(4, 40, corpus_size=batch.n_docs, batch_size=20, seed=0, eta=0.1,
+    m = SparseGibbsVB(4, 40, corpus_size=batch.n_docs, seed=0, eta=0.1,
                       tau0=10.0)
     rng = np.random.default_rng(0)
     for _ in range(6):
@@ -172,7 +172,7 @@ def test_non_finite_statistics_refused_and_state_untouched():
 
 @pytest.mark.parametrize("kw,name", [
     (dict(alpha=-1), "alpha"), (dict(eta=0), "eta"), (dict(kappa=0.5), "kappa"),
-    (dict(tau0=-1), "tau0"), (dict(batch_size=0), "batch_size"), (dict(corpus_size=0), "corpus_size"),
+    (dict(tau0=-1), "tau0"), (dict(corpus_size=0), "corpus_size"),
     (dict(burn_in=-1), "burn_in"), (dict(samples=0), "samples"), (dict(seed=1.5), "seed"),
     (dict(renorm_below=0), "renorm_below"), (dict(n_threads=0), "n_threads"),
 ])

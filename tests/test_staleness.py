@@ -20,7 +20,7 @@ ALGOS = ("online-vb", "scvb0")
 
 
 def _make(name, V, D, S=64, seed=3, blocks=1):
-    kw = dict(batch_size=S, seed=seed, word_blocks=blocks)
+    kw = dict(seed=seed, word_blocks=blocks)
     if name == "online-vb":
         kw.update(corpus_size=D, alpha=0.1, eta=0.01, dtype="float64")
     return algorithm_class(name)(10, V, **kw)
@@ -88,7 +88,7 @@ def test_the_trainer_is_the_reference_loop(kos_shards, name, s, W):
     version_read(m) steps (m in the warm-up, max(m - s, W) after it), applied in order: the
     trainer's bits exactly."""
     files, _, V = kos_shards
-    stream = ShardStream(files, batch_size=64, seed=3, passes=2)     # 10 minibatches
+    stream = ShardStream(files, minibatch=64, seed=3, passes=2)     # 10 minibatches
     ref = _make(name, V, stream.n_docs)
     versions = [_copy(ref)]
     for mb in stream:
@@ -112,7 +112,7 @@ def test_a_warm_up_longer_than_the_run_is_staleness_zero(kos_shards):
     """W = 32 (the default) on a 10-step run: every step reads the state just before it, the
     bits of s = 0, and nothing is in flight at the end."""
     files, _, V = kos_shards
-    stream = ShardStream(files, batch_size=64, seed=3, passes=2)
+    stream = ShardStream(files, minibatch=64, seed=3, passes=2)
     got = _make("scvb0", V, stream.n_docs)
     info = _run_info(1, warmup=None)
     train(got, stream, progress=False, run_info=info)
@@ -128,7 +128,7 @@ def test_resume_around_the_warm_up_keeps_the_bits(tmp_path, kos_shards, stop):
     carries what is in flight there (none up to W, s after), the resumed run ends on the
     uninterrupted run's bits, and the checkpoint records W."""
     files, _, V = kos_shards
-    stream = ShardStream(files, batch_size=64, seed=3, passes=2)     # 10 minibatches
+    stream = ShardStream(files, minibatch=64, seed=3, passes=2)     # 10 minibatches
     full = _make("online-vb", V, stream.n_docs)
     train(full, stream, progress=False, run_info=_run_info(1, warmup=4))
     store = CheckpointStore(str(tmp_path / "m"))
@@ -149,7 +149,7 @@ def test_resume_around_the_warm_up_keeps_the_bits(tmp_path, kos_shards, stop):
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_resume_continues_with_the_statistics_in_flight(tmp_path, kos_shards, name, blocks):
     files, _, V = kos_shards
-    stream = ShardStream(files, batch_size=64, seed=3, passes=3)     # 15 minibatches
+    stream = ShardStream(files, minibatch=64, seed=3, passes=3)     # 15 minibatches
     full = _make(name, V, stream.n_docs, blocks=blocks)
     train(full, stream, progress=False, run_info=_run_info(1))
     for stop in (7, 5):          # 5: exactly at a pass boundary
@@ -177,16 +177,16 @@ def test_more_passes_after_the_end_continue_exactly(tmp_path, kos_shards, name):
     minibatch: resuming it for a third pass gives the 3-pass run's bits."""
     files, _, V = kos_shards
     three = _make(name, V, 300)
-    train(three, ShardStream(files, batch_size=64, seed=3, passes=3), progress=False,
+    train(three, ShardStream(files, minibatch=64, seed=3, passes=3), progress=False,
           run_info=_run_info(1))
     store = CheckpointStore(str(tmp_path / "m"))
     two = _make(name, V, 300)
-    train(two, ShardStream(files, batch_size=64, seed=3, passes=2), checkpoint_store=store,
+    train(two, ShardStream(files, minibatch=64, seed=3, passes=2), checkpoint_store=store,
           progress=False, run_info=_run_info(1))
     state = store.latest()
     assert state.info["pending"]["first"] == 10
     resumed = algorithm_from_state(state, take=True)
-    train(resumed, ShardStream(files, batch_size=64, seed=3, passes=3),
+    train(resumed, ShardStream(files, minibatch=64, seed=3, passes=3),
           checkpoint_store=store, progress=False, run_info=_run_info(1))
     _same(resumed, three)
 
@@ -196,7 +196,7 @@ def test_statistics_of_another_run_are_recomputed(kos_shards, caplog):
     elsewhere) are not applied: the first s minibatches are E-stepped from the state the run
     starts with, as a fresh run's are, and the log says so."""
     files, _, V = kos_shards
-    stream = ShardStream(files, batch_size=64, seed=3, passes=1)
+    stream = ShardStream(files, minibatch=64, seed=3, passes=1)
     a = _make("scvb0", V, 300)
     train(a, stream, progress=False, run_info=_run_info(1), max_steps=2)
     fresh = _make("scvb0", V, 300)
@@ -219,7 +219,7 @@ def test_settings_are_checked():
     assert staleness.resolve_staleness(None, None) == 0
     assert staleness.resolve_staleness(None, 1) == 1
     assert staleness.recorded_staleness({}, resumed=True) == 0
-    batch = algorithm_class("batch-vb")(5, 20, batch_size=4)
+    batch = algorithm_class("batch-vb")(5, 20)
     with pytest.raises(UsageError, match="minibatch steps"):
         staleness.check_pipelinable(batch, 1)
     staleness.check_pipelinable(batch, 0)

@@ -29,7 +29,7 @@ def _model(tmp_path, vocab, keep_last=None):
     model = str(tmp_path / "model")
     vpath = str(tmp_path / "vocab.tsv")
     vocab.write(vpath)
-    algo, mv = stream.initial_checkpoint(model, topics=K, vocab_path=vpath, batch_size=50,
+    algo, mv = stream.initial_checkpoint(model, topics=K, vocab_path=vpath, minibatch=50,
                                          seed=2, settings=dict(alpha=0.1, eta=0.05),
                                          keep_last=keep_last)
     return model, mv, algo

@@ -104,9 +104,8 @@ def test_online_vb_recovers_planted_topics(tmp_path):
     spec = _small(n_docs=3000, doc_length=100.0)
     synthetic.write_dataset(spec, str(tmp_path / "ds"), docs_per_shard=1000)
     files = dataset.resolve_shards(str(tmp_path / "ds"))
-    stream = ShardStream(files, batch_size=100, seed=0, passes=3)
-    algo = OnlineVB(5, spec.n_words, alpha=0.1, eta=0.05, batch_size=100,
-                    corpus_size=stream.n_docs, seed=0)
+    stream = ShardStream(files, minibatch=100, seed=0, passes=3)
+    algo = OnlineVB(5, spec.n_words, alpha=0.1, eta=0.05, corpus_size=stream.n_docs, seed=0)
     train(algo, stream, progress=False)
     phi = algo.topic_word()
     beta = synthetic.planted_topics(spec)

@@ -73,11 +73,19 @@ def template_options(command):
     return opts - set(NOT_IN_TEMPLATE[command])
 
 
-def check_options(command, names):
-    """Every name is an option of ``command``."""
+def beam_options():
+    """The names of Beam's registered pipeline options (``ldabeam`` passes them to Beam)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    return set(PipelineOptions([]).get_all_options(drop_default=False))
+
+
+def check_options(command, names, beam=False):
+    """Every name is an option of ``command`` (or, with ``beam``, one of Beam's pipeline
+    options, which a launch passes through to Beam)."""
     parser = command_parser(command)
     opts = options_of(parser)
-    bad = sorted(n for n in names if "--" + n not in opts)
+    known = beam_options() if beam else set()
+    bad = sorted(n for n in names if "--" + n not in opts and n not in known)
     assert not bad, "ldabeam %s has no option(s) %s" % (command, ", ".join("--" + b for b in bad))
     return opts
 
@@ -286,7 +294,7 @@ def test_airflow_dag_compiles_and_names_existing_options():
     tree, consts = _dag_constants()
     for name, command in (("VECTORIZE_PARAMETERS", "vectorize"), ("TRAIN_PARAMETERS", "train")):
         keys = [k.value for k in consts[name].keys]
-        check_options(command, keys)
+        check_options(command, keys, beam=True)
     train = {k.value: v for k, v in zip(consts["TRAIN_PARAMETERS"].keys,
                                         consts["TRAIN_PARAMETERS"].values)}
     # one detached window per run, resuming from LATEST; no --max-steps (the window and
@@ -326,11 +334,17 @@ def test_cloud_scheduler_body_launches_the_train_template():
     assert lp["containerSpecGcsPath"].endswith("/ldabeam-train.json")
     params = lp["parameters"]
     assert params["resume"] == "true" and params["detach"] == "true"
-    opts = check_options("train", list(params))
+    opts = check_options("train", list(params), beam=True)
     args = launch.normalise(["--%s=%s" % kv for kv in params.items()],
                             launch.flag_options("train"))
     parsed, rest = command_parser("train").parse_known_args(args)
-    assert parsed.resume is True and parsed.detach is True and rest == [] and opts is not None
+    assert parsed.resume is True and parsed.detach is True and opts is not None
+    assert parsed.exchange == "remote"
+    # what the command does not take are the Beam options the remote defaults read, with the
+    # values of the launch's environment
+    env = lp["environment"]
+    assert sorted(rest) == sorted(["--max_num_workers=%d" % env["maxWorkers"],
+                                   "--machine_type=%s" % env["machineType"]])
     readme = open(os.path.join(TEMPLATES, "cloud_scheduler", "README.md")).read()
     assert "flexTemplates:launch" in readme and "gcloud scheduler jobs create http" in readme
 
@@ -390,3 +404,39 @@ def test_vectorize_help_states_what_happens(monkeypatch):
         ["--no-lowercase", "--no-deaccent", "--no-reshuffle", "--keep-n", "0"])
     assert (args.lowercase, args.deaccent, args.reshuffle, args.keep_n) == (False, False,
                                                                            False, 0)
+
+
+
+def test_one_story_about_the_exchange_of_remote_launches(monkeypatch):
+    """`ldabeam train --help`, docs/cluster.md, the templates' READMEs, the train template's
+    metadata, the DAG and the scheduler body tell one story: every remote launch (waiting,
+    detached, template, DAG, scheduler) of online VB and SCVB0 runs the remote exchange; none
+    says that a template or a detached window runs the state exchange (issue 31, item 1)."""
+    text = _help_of("train", monkeypatch)
+    at = text.rindex("--exchange {")
+    exchange = text[at:text.index("--unroll", at)]
+    assert "Default: remote on remote runners (state for sparse-gibbs-vb)" in exchange
+    read = lambda *p: " ".join(open(os.path.join(REPO, *p), encoding="utf-8").read().split())
+    docs = {"docs/cluster.md": read("docs", "cluster.md"),
+            "templates/dataflow/README.md": read("templates", "dataflow", "README.md"),
+            "templates/cloud_scheduler/README.md": read("templates", "cloud_scheduler",
+                                                        "README.md"),
+            "templates/airflow/ldabeam_dag.py": read("templates", "airflow", "ldabeam_dag.py")}
+    # the earlier claims, each of which said a remote launch took the state exchange
+    stale = [r"what remote runners run today", r"which runs the state exchange",
+             r"detach\W+(?:and|or) \W*--no-unroll\W* run the state exchange",
+             r"template launch(?:es)?[^.]{0,80}(?:use|run)s? the state exchange",
+             r"word blocks is the default on remote runners"]
+    for name, body in docs.items():
+        for rx in stale:
+            assert not re.search(rx, body, re.I), (name, rx)
+    assert "runs the **remote exchange** for `online-vb` and `scvb0`" in \
+        docs["templates/dataflow/README.md"]
+    assert "remote exchange" in docs["templates/cloud_scheduler/README.md"]
+    assert "exchange=remote" in docs["templates/airflow/ldabeam_dag.py"]
+    assert re.search(r"Every remote launch[^.]*runs the remote exchange", docs["docs/cluster.md"])
+    meta = json.load(open(os.path.join(DATAFLOW, "metadata_train.json")))
+    help_text = next(p for p in meta["parameters"] if p["name"] == "exchange")["helpText"]
+    assert help_text.startswith("remote (default for online-vb and scvb0 on Dataflow)")
+    body = json.load(open(os.path.join(TEMPLATES, "cloud_scheduler", "launch_train_body.json")))
+    assert body["launchParameter"]["parameters"]["exchange"] == "remote"

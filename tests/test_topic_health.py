@@ -38,7 +38,7 @@ def planted(K=10, W=30, D=600, N=60, seed=0):
 
 def train(batch, V, K, seed, reseed=None, passes=3, S=50):
     kw = {} if reseed is None else {"reseed": reseed}      # None: the default
-    m = OnlineVB(K, V, alpha=0.1, eta=0.01, batch_size=S, corpus_size=batch.n_docs, seed=seed,
+    m = OnlineVB(K, V, alpha=0.1, eta=0.01, corpus_size=batch.n_docs, seed=seed,
                  **kw)
     for _ in range(passes):
         for s in range(0, batch.n_docs, S):
@@ -205,7 +205,7 @@ def test_scvb0_reseeding_resumes_bit_for_bit(tmp_path):
     from lda_core.algorithms.scvb0 import SCVB0
     batch, V = planted(K=20)
     steps = [batch.take(range(s, s + 50)) for s in range(0, 600, 50)] * 2
-    kw = dict(alpha=0.1, eta=0.01, seed=0, batch_size=50, corpus_tokens=batch.n_tokens)
+    kw = dict(alpha=0.1, eta=0.01, seed=0, corpus_tokens=batch.n_tokens)
     full, resumed, infos = run_and_resume(lambda: SCVB0(20, V, **kw), steps, 5, tmp_path)
     assert sum(i["reseeded"] for i in infos) >= 1    # the path under test was taken
     a, b = full.to_state(), resumed.to_state()

@@ -146,7 +146,7 @@ def test_cluster_like_two_workers_report_what_a_step_moves(kos_small, tmp_path, 
     os.makedirs(md)
     log = os.path.join(md, "run_log.jsonl")
     with RunLog(log) as rl:
-        res = beam_train.train(algo, files, md, seed=3, batch_size=40, beam_argv=_mp(2),
+        res = beam_train.train(algo, files, md, seed=3, minibatch=40, beam_argv=_mp(2),
                                progress=False, pieces_per_minibatch=2, run_log=rl,
                                scratch_dir=str(tmp_path / "scratch"), exchange="state")
     (rec,) = read_run_log(log, "timing")
@@ -179,7 +179,7 @@ def test_local_chained_workers_report_step_bytes(kos_small, tmp_path):
     os.makedirs(md)
     log = os.path.join(md, "run_log.jsonl")
     with RunLog(log) as rl:
-        beam_train.train(algo, files, md, seed=3, batch_size=40, beam_argv=_mp(2),
+        beam_train.train(algo, files, md, seed=3, minibatch=40, beam_argv=_mp(2),
                          progress=False, pieces_per_minibatch=2, run_log=rl)
     (rec,) = read_run_log(log, "timing")
     nb, steps = rec["bytes"], rec["steps"]

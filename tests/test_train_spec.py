@@ -20,7 +20,7 @@ class _Algo:
 def test_keywords_land_in_their_groups():
     rule = PassStop(patience=2)
     spec = TrainSpec.from_keywords(_Algo(), dict(
-        passes=3, seed=7, batch_size=40, max_steps=9, start_step=2, resume=True,
+        passes=3, seed=7, minibatch=40, max_steps=9, start_step=2, resume=True,
         pass_stop=rule, rel_tol=1e-3, total_steps=12, heldout="H", eval_every=4,
         model_dir="/m", checkpoint_store="S", run_log="L", checkpoint_every=5, progress=False,
         run_info={"k": 1}))

@@ -21,7 +21,7 @@ ALGOS = [a for a in ("online-vb", "scvb0") if a in available_algorithms()]
 
 def _make(name, V, D, S=64, seed=3):
     cls = algorithm_class(name)
-    kw = dict(batch_size=S, seed=seed)
+    kw = dict(seed=seed)
     if name == "online-vb":
         kw.update(corpus_size=D, alpha=0.1, eta=0.01, dtype="float64")
     return cls(10, V, **kw)
@@ -43,7 +43,7 @@ def kos_shards(tmp_path, kos_paths):
 def test_resume_is_bit_for_bit_also_across_a_pass_boundary(tmp_path, kos_shards, name):
     files, corpus, V = kos_shards
     S = 64
-    stream = ShardStream(files, batch_size=S, seed=3, passes=3)   # 5 minibatches per pass
+    stream = ShardStream(files, minibatch=S, seed=3, passes=3)   # 5 minibatches per pass
     assert stream.batches_per_pass == 5
     full = _make(name, V, stream.n_docs)
     res = train(full, stream, progress=False)
@@ -71,7 +71,7 @@ def test_resume_is_bit_for_bit_also_across_a_pass_boundary(tmp_path, kos_shards,
 @pytest.mark.parametrize("name", ALGOS)
 def test_eval_checkpoints_and_run_log(tmp_path, kos_shards, name):
     files, corpus, V = kos_shards
-    stream = ShardStream(files, batch_size=50, seed=1, passes=2)
+    stream = ShardStream(files, minibatch=50, seed=1, passes=2)
     held = HeldOut.from_batch(read_docs(files[:1], max_docs=60), seed=0)
     store = CheckpointStore(str(tmp_path / "m"), keep_last=2)
     log_path = str(tmp_path / "m" / "run_log.jsonl")
@@ -126,7 +126,7 @@ class _Poison:
 def test_non_finite_minibatch_stops_and_last_good_checkpoint_stays_latest(
         tmp_path, kos_shards, name, caplog):
     files, corpus, V = kos_shards
-    stream = ShardStream(files, batch_size=30, seed=2, passes=1)
+    stream = ShardStream(files, minibatch=30, seed=2, passes=1)
     store = CheckpointStore(str(tmp_path / "m"))
     algo = _Poison(_make(name, V, stream.n_docs, S=30), bad_step=6)
     with caplog.at_level(logging.ERROR), pytest.raises(TrainingError) as ei:
@@ -142,7 +142,7 @@ def test_non_finite_minibatch_stops_and_last_good_checkpoint_stays_latest(
 def test_real_nan_statistics_are_refused(tmp_path, kos_shards, name):
     """Non-finite statistics from a real local step never become the state."""
     files, corpus, V = kos_shards
-    stream = ShardStream(files, batch_size=100, seed=2, passes=1)
+    stream = ShardStream(files, minibatch=100, seed=2, passes=1)
     algo = _make(name, V, stream.n_docs, S=100)
     store = CheckpointStore(str(tmp_path / "m"))
     train(algo, stream, checkpoint_store=store, max_steps=1, progress=False)
@@ -169,7 +169,7 @@ def test_real_nan_statistics_are_refused(tmp_path, kos_shards, name):
 def test_plain_iterable_source_and_bad_settings(kos_shards):
     files, corpus, V = kos_shards
     name = ALGOS[0] if ALGOS else pytest.skip("no stochastic algorithm installed")
-    stream = ShardStream(files, batch_size=100, seed=0, passes=1)
+    stream = ShardStream(files, minibatch=100, seed=0, passes=1)
     a = _make(name, V, stream.n_docs, S=100)
     b = _make(name, V, stream.n_docs, S=100)
     train(a, stream, progress=False)
@@ -228,7 +228,7 @@ def test_checkpoints_inside_the_batch_prefix_and_resume_bit_for_bit(tmp_path, ko
     prefix"). Stopping inside the prefix (2), where it completes (4) and after it (7), then
     resuming from the checkpoint, gives the uninterrupted run's state bit for bit."""
     files, corpus, V = kos_shards
-    stream = ShardStream(files, batch_size=32, seed=3, passes=1)     # 10 minibatches
+    stream = ShardStream(files, minibatch=32, seed=3, passes=1)     # 10 minibatches
     cls = algorithm_class(name)
     full = cls(6, V, **SAMPLER_SETTINGS[name])
     store = CheckpointStore(str(tmp_path / "full"))

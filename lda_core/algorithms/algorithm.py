@@ -350,11 +350,23 @@ class TopicModel(abc.ABC):
     NONNEGATIVE_ARRAYS: ClassVar[Tuple[str, ...]] = ()
     # bytes a training run of this algorithm holds per topic-word cell at its peak, every copy
     # of the state summed (its arrays, a step's statistics, a checkpoint's copy, the topic-word
-    # matrix of an evaluation): lda_core.resources.check_run_memory refuses a K x V that does
-    # not fit. Measured at two sizes (tests/test_memory_estimate.py checks the default
-    # algorithm and online VB); this default, for an algorithm not measured (the samplers,
-    # whose token assignments scale with the corpus, not K x V), is eight float64 copies
+    # matrix of an evaluation): lda_core.resources.check_algorithm_memory refuses a K x V that
+    # does not fit. Each algorithm declares its own, measured at two sizes
+    # (benchmarks/run_memory_bench.py; tests/test_memory_estimate.py checks four algorithms);
+    # this default, for an algorithm not measured, is eight float64 copies
     RUN_BYTES_PER_CELL: ClassVar[float] = 64.0
+    # setting -> bytes a topic-word cell per unit of the setting, for settings that multiply a
+    # copy of the state (the particle filter's counts per particle)
+    RUN_BYTES_PER_CELL_EACH: ClassVar[Dict[str, float]] = {}
+    # bytes per document-topic cell over the documents of the run (the samplers keep every
+    # document's topic counts n_dk), and its per-setting part as above
+    RUN_BYTES_PER_DOC_CELL: ClassVar[float] = 0.0
+    RUN_BYTES_PER_DOC_CELL_EACH: ClassVar[Dict[str, float]] = {}
+    # the minibatch size S a run uses when none is given (the paper's, where it has one; None:
+    # the trainers' default). S belongs to the schedule (lda_core.training.spec.Schedule
+    # .minibatch), not to the algorithm: no step reads it, and a checkpoint records it once,
+    # in its run information (lda_core.training.run_params.recorded_minibatch)
+    DEFAULT_MINIBATCH: ClassVar[Optional[int]] = None
     n_topics: int
     n_words: int
     docs_seen: int

@@ -189,6 +189,16 @@ class CollapsedGibbs(CountsSampler):
 
     name = "gibbs"
     whole_corpus = True            # trained by fit(all documents, sweeps), not process()
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): n_kw
+    # (int32), a sweep's buffer, the averaged and the current phi (float64), an evaluation's
+    # topic-word matrix, and n_dk (int32) over every document. A burn-in sweep and two averaged
+    # sweeps that evaluate at the end grow by 28 bytes per added topic-word cell, n_dk's share
+    # included, between K = 500 and 2000 on V = 3000 (benchmarks/run_memory_bench.py); counted
+    # with a third more, and 6 bytes a cell more per document block of AD-LDA (each block's
+    # counts and buffer)
+    RUN_BYTES_PER_CELL = 30.0
+    RUN_BYTES_PER_CELL_EACH = {"n_parts": 6.0}
+    RUN_BYTES_PER_DOC_CELL = 4.0
 
     # every setting, in params() order (a new setting is one line here; the constructor,
     # params(), `ldabeam train` and the Flex Template metadata take it from this spec)

@@ -147,6 +147,14 @@ class _OnlineGibbs(CountsSampler):
 
     name = "online"
     SPEC = STREAM_SPEC
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): n_kw
+    # (int32), the batch start's sweep buffer, the topic-word matrices of the checkpoint and of
+    # an evaluation (float64), and n_dk (int32) over every document seen. A run that evaluates
+    # at its end grows by 22 (o-LDA) and 19 (incremental Gibbs) bytes per added topic-word
+    # cell, n_dk's share included, between K = 500 and 2000 on V = 3000
+    # (benchmarks/run_memory_bench.py); counted with a third more than o-LDA's
+    RUN_BYTES_PER_CELL = 28.0
+    RUN_BYTES_PER_DOC_CELL = 4.0
     _requires_prefix = False
 
     def __init__(self, n_topics: int, n_words: int, **settings):

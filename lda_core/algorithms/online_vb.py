@@ -107,10 +107,12 @@ class OnlineVB(StochasticAlgorithm):
     ``docs_seen``; the lazily scaled λ (``_ntilde``, ``_ntilde_colsum``, ``_a``, ``_pi``)."""
 
     name = "online-vb"
-    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
-    # measured 30 to 37 bytes a cell above the process's resident memory before the run, four to
-    # five float64 copies of K x V, at K = 500 and 2000 on V = 3000
-    RUN_BYTES_PER_CELL = 44.0
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): a run
+    # that evaluates at its end grows by 27 bytes per added topic-word cell between K = 500 and
+    # 2000 on V = 3000 (benchmarks/run_memory_bench.py), about three and a half float64 copies
+    # of K x V; counted with a third more
+    RUN_BYTES_PER_CELL = 36.0
+    DEFAULT_MINIBATCH = 256
     variational_gamma = True       # local_step(return_gamma=True, salt=...) gives γ
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     stats_type = VBStats
@@ -133,8 +135,6 @@ class OnlineVB(StochasticAlgorithm):
                    "warning: convergence needs kappa > 0.5)"),
         Param("tau0", float, 64.0, lo=0, symbol="tau0", option="tau0",
               help="learning-rate delay"),
-        Param("batch_size", int, 256, lo=1, symbol="S", sklearn="batch_size",
-              help="documents per minibatch"),
         Param("corpus_size", int, None, lo=1, symbol="D",
               help="documents in the corpus (unset: the documents seen)"),
         Param("seed", int, 0, lo=0, help="seed of every random draw"),
@@ -772,12 +772,13 @@ class BatchVB(OnlineVB):
     :func:`lda_core.training.in_memory.fit_batch_vb`).
 
     ``global_step`` expects the statistics of the *whole* corpus (merge the local steps of all
-    its batches). κ, τ0, batch_size and corpus_size are validated but unused. With
+    its batches). κ, τ0 and corpus_size are validated but unused. With
     ``optimize_alpha``/``optimize_eta`` the ELBO is no longer guaranteed to increase."""
 
     name = "batch-vb"
-    # every copy of the state a run holds: batch VB's peak measured 67 bytes a cell (K = 500 and
-    # 2000 on V = 3000), above online VB's
+    # every copy of the state a run holds: batch VB's run grows by 55 bytes per added topic-word
+    # cell between K = 500 and 2000 on V = 3000 (benchmarks/run_memory_bench.py), above online
+    # VB's; counted with a third more
     RUN_BYTES_PER_CELL = 72.0
     accumulates_passes = True      # the trainers apply one global step per pass
     # κ and τ0 are checked and recorded but not options: batch VB takes full steps (ρ = 1)

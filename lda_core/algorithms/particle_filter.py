@@ -56,6 +56,17 @@ class ParticleFilter(SequentialSampler):
     "tree" | "naive"."""
 
     name = "particle-filter"
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): per
+    # particle n_kw (int32, 4 bytes a topic-word cell; resampling copies it in place) and n_dk
+    # (int32 over the documents seen, grown by doubling: up to three rows a document while it
+    # grows, 12 bytes a document-topic cell); beside them the topic-word matrix a checkpoint or
+    # an evaluation sums over the particles (float64 and its temporaries). A run that evaluates
+    # at its end grows by 90 bytes per added topic-word cell with 8 particles between K = 100
+    # and 400 on V = 3000 and 1,350 documents (benchmarks/run_memory_bench.py); 56 for the
+    # matrices (an evaluation's add about 40) and 4 + 12 x D / V per particle count 131 there
+    RUN_BYTES_PER_CELL = 56.0
+    RUN_BYTES_PER_CELL_EACH = {"n_particles": 4.0}
+    RUN_BYTES_PER_DOC_CELL_EACH = {"n_particles": 12.0}
 
     # every setting, in params() order: the stream samplers' (lda_core.algorithms.
     # online_samplers.STREAM_SPEC) with the particles' own (a new setting is one line here)

@@ -212,10 +212,12 @@ class SCVB0(StochasticAlgorithm):
     """SCVB0 on the local/global-step interface (see module docstring for the equations)."""
 
     name = "scvb0"
-    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
-    # measured 55 to 61 bytes a cell above the process's resident memory before the run, seven
-    # to eight float64 copies of K x V, at K = 500 and 2000 on V = 3000
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): a run
+    # that evaluates at its end grows by 52 bytes per added topic-word cell between K = 500 and
+    # 2000 on V = 3000 (benchmarks/run_memory_bench.py), six and a half float64 copies of
+    # K x V; counted with about a third more
     RUN_BYTES_PER_CELL = 72.0
+    DEFAULT_MINIBATCH = 100        # the paper's minibatch M
     stats_type = SCVB0Stats
     word_sharded = True            # the global step by word blocks (lda_core.algorithms.word_blocks)
     NONNEGATIVE_ARRAYS = ("ntilde", "nz")
@@ -230,8 +232,6 @@ class SCVB0(StochasticAlgorithm):
               sklearn="doc_topic_prior", help="document-topic prior"),
         Param("eta", float, 0.01, lo=0, lo_open=True, symbol="eta", option="eta",
               sklearn="topic_word_prior", help="topic-word prior"),
-        Param("batch_size", int, 100, lo=1, symbol="M", sklearn="batch_size",
-              help="documents per minibatch"),
         Param("corpus_tokens", int, None, lo=1, symbol="C",
               help="tokens in the corpus (unset: estimated from the documents seen)"),
         Param("seed", int, 0, lo=0, hi=2 ** 63 - 1, help="seed of every random draw"),

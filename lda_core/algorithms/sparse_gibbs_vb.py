@@ -90,11 +90,13 @@ class SparseGibbsVB(StochasticAlgorithm):
     """Sparse Gibbs-within-VB on the local/global-step interface (module docstring)."""
 
     name = "sparse-gibbs-vb"
-    # every copy of the state a run holds (lda_core.resources.check_run_memory): the peak
-    # measured under 2 bytes a cell after two steps (its counts are sparse and fill as tokens
-    # arrive); counted as two float64 copies of K x V, for the dense topic-word matrix a
-    # checkpoint or an evaluation builds and the counts once filled
-    RUN_BYTES_PER_CELL = 16.0
+    # every copy of the state a run holds (lda_core.resources.check_algorithm_memory): its
+    # counts are sparse and fill as tokens arrive; a whole pass that evaluates at its end grows
+    # by 18 bytes per added topic-word cell between K = 500 and 2000 on V = 3000
+    # (benchmarks/run_memory_bench.py), mostly the dense topic-word matrices of the checkpoint
+    # and the evaluation; counted with a third more
+    RUN_BYTES_PER_CELL = 24.0
+    DEFAULT_MINIBATCH = 100        # the paper's minibatch |B|
     stats_type = SparseGibbsStats
     NONNEGATIVE_ARRAYS = ("values", "topic_totals")
 
@@ -109,7 +111,6 @@ class SparseGibbsVB(StochasticAlgorithm):
               option="kappa", help="learning-rate decay, rho_t = (tau0 + t)^-kappa"),
         Param("tau0", float, 1000.0, lo=0, symbol="tau0", option="tau0",
               help="learning-rate delay"),
-        Param("batch_size", int, 100, lo=1, symbol="|B|", help="documents per minibatch"),
         Param("corpus_size", int, None, lo=1, symbol="D",
               help="documents in the corpus (unset: the documents seen)"),
         Param("burn_in", int, 2, lo=0, hi=1000, symbol="B", option="burn_in",

@@ -35,6 +35,9 @@ from lda_core.storage.files import decode_text, files_for
 
 HEADER = "token\tid\tdf\tcf"
 VOCAB_FILE = "vocab.tsv"
+# beside it in a model directory: how raw text became the vocabulary's tokens (a record of
+# pipelines.ingest.tokenize, data only)
+TOKENIZER_FILE = "tokenizer.json"
 GROWN_PREFIX = "vocab-"
 #: state.info key: the vocabularies a state's vocabulary grew from, [[n_words, hash], ...]
 LINEAGE_KEY = "vocab_lineage"

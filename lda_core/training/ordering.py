@@ -12,7 +12,7 @@ with seed ``s`` and minibatch size ``S``:
    documents, when ``D`` is not a multiple of ``S``); nothing is carried over into the next
    pass, so every pass has ``ceil(D / S)`` minibatches and each pass is self-contained.
 
-Everything is a function of ``(shard_sizes, seed, pass_index, batch_size)`` only, so any
+Everything is a function of ``(shard_sizes, seed, pass_index, minibatch)`` only, so any
 runner decides the minibatch of every ``(shard, row)`` deterministically, whatever its bundling
 (:meth:`PassPlan.assign`), and a stream reader needs one shard plus one minibatch in memory
 (:meth:`PassPlan.shard_segments`). Global step ``t`` (0-based, counting minibatches over all
@@ -41,12 +41,12 @@ def _rng(seed: int, pass_index: int, shard: int = -1) -> np.random.Generator:
                                 int(shard) + 1])))
 
 
-def _check(shard_sizes, seed, pass_index, batch_size):
+def _check(shard_sizes, seed, pass_index, minibatch):
     sizes = np.asarray(list(shard_sizes), dtype=np.int64)
     if sizes.ndim != 1 or (len(sizes) and sizes.min() < 0):
         raise ValueError("shard_sizes must be non-negative row counts, got %r" % (shard_sizes,))
-    if int(batch_size) < 1:
-        raise ValueError("batch_size (S) must be >= 1, got %r" % (batch_size,))
+    if int(minibatch) < 1:
+        raise ValueError("minibatch (S) must be >= 1, got %r" % (minibatch,))
     if int(pass_index) < 0:
         raise ValueError("pass_index must be >= 0, got %r" % (pass_index,))
     if int(seed) < 0:
@@ -54,14 +54,14 @@ def _check(shard_sizes, seed, pass_index, batch_size):
     return sizes
 
 
-def n_batches(n_docs: int, batch_size: int) -> int:
+def n_batches(n_docs: int, minibatch: int) -> int:
     """Minibatches per pass: ``ceil(D / S)`` (the last one short when S does not divide D)."""
-    return -(-int(n_docs) // int(batch_size)) if n_docs > 0 else 0
+    return -(-int(n_docs) // int(minibatch)) if n_docs > 0 else 0
 
 
-def locate_step(step: int, n_docs: int, batch_size: int) -> Tuple[int, int]:
+def locate_step(step: int, n_docs: int, minibatch: int) -> Tuple[int, int]:
     """Global step ``t`` (0-based) -> ``(pass_index, batch_index)``."""
-    b = n_batches(n_docs, batch_size)
+    b = n_batches(n_docs, minibatch)
     if b == 0:
         raise InputError("the corpus has no documents")
     return int(step) // b, int(step) % b
@@ -84,7 +84,7 @@ class PassPlan:
     shard_sizes: Tuple[int, ...]
     seed: int
     pass_index: int
-    batch_size: int
+    minibatch: int
     shard_order: np.ndarray = field(repr=False)    # visiting order of the shards
     shard_start: np.ndarray = field(repr=False)    # pass position of each shard's first row
 
@@ -94,11 +94,11 @@ class PassPlan:
 
     @property
     def n_batches(self) -> int:
-        return n_batches(self.n_docs, self.batch_size)
+        return n_batches(self.n_docs, self.minibatch)
 
     def batch_sizes(self) -> np.ndarray:
         """Documents in each minibatch of the pass (all S, the last one possibly fewer)."""
-        nb, S, D = self.n_batches, self.batch_size, self.n_docs
+        nb, S, D = self.n_batches, self.minibatch, self.n_docs
         out = np.full(nb, S, np.int64)
         if nb:
             out[-1] = D - S * (nb - 1)
@@ -123,11 +123,11 @@ class PassPlan:
         """Minibatch index and position within that minibatch of each of ``rows`` of
         ``shard`` — what a Beam DoFn needs to key documents, whatever bundle they arrive in."""
         pos = self.positions(shard, rows)
-        return pos // self.batch_size, pos % self.batch_size
+        return pos // self.minibatch, pos % self.minibatch
 
     def shards_of_batch(self, batch: int) -> List[int]:
         """Shards (in visiting order) that hold documents of minibatch ``batch``."""
-        lo, hi = batch * self.batch_size, min((batch + 1) * self.batch_size, self.n_docs)
+        lo, hi = batch * self.minibatch, min((batch + 1) * self.minibatch, self.n_docs)
         out = []
         for j in self.shard_order:
             s, n = int(self.shard_start[j]), self.shard_sizes[j]
@@ -139,7 +139,7 @@ class PassPlan:
         """The rows of ``shard`` cut into per-minibatch runs, in pass order."""
         order = self.row_order(shard)
         start = int(self.shard_start[shard])
-        S = self.batch_size
+        S = self.minibatch
         segs = []
         i = 0
         while i < len(order):
@@ -162,7 +162,7 @@ class PassPlan:
     def iter_segments(self, start_batch: int = 0) -> Iterator[Segment]:
         """All segments of the pass in order, from minibatch ``start_batch`` on; shards wholly
         before that minibatch are skipped without drawing their permutation."""
-        lo = start_batch * self.batch_size
+        lo = start_batch * self.minibatch
         for j in self.shard_order:
             j = int(j)
             n = self.shard_sizes[j]
@@ -181,14 +181,14 @@ class PassPlan:
 
 
 def plan_pass(shard_sizes: Sequence[int], seed: int, pass_index: int,
-              batch_size: int) -> PassPlan:
+              minibatch: int) -> PassPlan:
     """The minibatch order of pass ``pass_index`` over shards of ``shard_sizes`` rows."""
-    sizes = _check(shard_sizes, seed, pass_index, batch_size)
+    sizes = _check(shard_sizes, seed, pass_index, minibatch)
     order = _rng(seed, pass_index).permutation(len(sizes)).astype(np.int64)
     start = np.zeros(len(sizes), np.int64)
     pos = 0
     for j in order:
         start[j] = pos
         pos += int(sizes[j])
-    return PassPlan(tuple(int(n) for n in sizes), int(seed), int(pass_index), int(batch_size),
+    return PassPlan(tuple(int(n) for n in sizes), int(seed), int(pass_index), int(minibatch),
                     order, start)

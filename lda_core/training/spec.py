@@ -126,7 +126,7 @@ class TrainSpec:
 KEYWORDS: Dict[str, Tuple[str, str]] = {
     "passes": ("schedule", "passes"),
     "seed": ("schedule", "seed"),
-    "batch_size": ("schedule", "minibatch"),
+    "minibatch": ("schedule", "minibatch"),
     "max_steps": ("schedule", "max_steps"),
     "start_step": ("schedule", "start"),
     "resume": ("schedule", "resume"),

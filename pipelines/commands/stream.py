@@ -138,7 +138,7 @@ def prepare(args) -> Setup:
     keep = args.keep_checkpoints or None
     algo, vocab_path = stream.initial_checkpoint(
         args.model, topics=args.topics, vocab_path=args.vocab, algorithm=args.algorithm,
-        batch_size=args.minibatch, corpus_size=args.corpus_size or None, seed=args.seed,
+        minibatch=args.minibatch, corpus_size=args.corpus_size or None, seed=args.seed,
         settings=settings, keep_last=keep)
     corpus_size = -1 if args.corpus_size is None else (args.corpus_size or None)
     parse = stream_parse.ParseConfig(vocab_path=vocab_path, n_words=algo.n_words,

@@ -42,6 +42,7 @@ from lda_core.training import pieces as pieces_mod
 from lda_core.training import staleness as staleness_mod
 from lda_core.training.kernel_warmup import warm_kernels
 from lda_core.training.pass_stop import AUTO_KEY, AUTO_PATIENCE, default_eval_every, PassStop
+from lda_core.training.run_params import recorded_minibatch
 from lda_core.training.runner import TrainData
 from lda_core.training.session import resume_position, Session, TrainingInterrupted
 from lda_core.training.spec import AlgorithmSpec, Evaluation, Output, Schedule, TrainSpec
@@ -107,8 +108,9 @@ def apply_remote_defaults(args, beam_argv, files, n_words: int):
     if cfg.local or cfg.in_process:
         return None
     try:
+        n_docs = dataset.count_documents(files)
         rd = remote_defaults_for(list(beam_argv or ()), algorithm, int(args.topics), n_words,
-                                 dataset.count_documents(files))
+                                 n_docs, dataset.count_word_entries(files) / max(1, n_docs))
     except ValueError as e:
         raise UsageError("%s (the remote defaults need the workers' machine type)" % e)
     values = {"minibatch": rd.minibatch, "pieces": rd.pieces, "word_blocks": rd.word_blocks,
@@ -364,7 +366,7 @@ def run(args, beam_argv) -> int:
                                         whole_corpus, accumulates, sequential)
     args.eval_every = default_eval_every(args.eval_every, pass_stop is not None)
 
-    stream = ShardStream(files, batch_size=minibatch, seed=seed, passes=passes,
+    stream = ShardStream(files, minibatch=minibatch, seed=seed, passes=passes,
                          expected_vocab_hash=shard_hash, n_words=len(vocab))
 
     settings = {dest: getattr(args, dest, None) for dest in algorithm_option_dests()}
@@ -428,7 +430,7 @@ def run(args, beam_argv) -> int:
         # compile, then its seconds
         warm_kernels(lambda v, d: build_algorithm(
             algorithm, algo.n_topics, v,
-            settings=settings if state is None else {}, batch_size=100, corpus_size=d,
+            settings=settings if state is None else {}, corpus_size=d,
             seed=0, vocab_hash=None, corpus_tokens=None), heldout is not None)
     logger.info("training %s: K=%d V=%d D=%d S=%d passes=%d (%d steps) seed=%d, %d shards; "
                 "set-up %.1f s", algorithm, algo.n_topics, len(vocab), stream.n_docs, minibatch,
@@ -536,15 +538,17 @@ def _resolve_order(args, beam_argv, state, prev: Dict[str, Any]):
     algorithm = args.algorithm or (state.algorithm if state is not None else DEFAULT_ALGORITHM)
     minibatch, seed = args.minibatch, args.seed
     if state is not None:
-        for opt, val, key in (("--minibatch", minibatch, "minibatch"), ("--seed", seed, "seed")):
-            before = prev.get(key, state.params.get("batch_size" if key == "minibatch"
-                                                    else "seed"))
+        # S is recorded once, in the run information (recorded_minibatch also reads where
+        # older checkpoints kept it); the seed there, else the algorithm's
+        recorded = (recorded_minibatch(prev, state.params),
+                    prev.get("seed", state.params.get("seed")))
+        for opt, val, before in (("--minibatch", minibatch, recorded[0]),
+                                 ("--seed", seed, recorded[1])):
             if val is not None and before is not None and int(val) != int(before):
                 raise UsageError("%s %d differs from the checkpoint's %d: a resumed run must "
                                  "keep the minibatch order" % (opt, val, before))
-        minibatch = minibatch if minibatch is not None else prev.get(
-            "minibatch", state.params.get("batch_size"))
-        seed = seed if seed is not None else prev.get("seed", state.params.get("seed"))
+        minibatch = minibatch if minibatch is not None else recorded[0]
+        seed = seed if seed is not None else recorded[1]
     if minibatch is None and algorithm == "online-vb" and _beam_workers(args, beam_argv):
         minibatch = BEAM_WORKERS_MINIBATCH
         logger.info("--minibatch not given: %d for online-vb on a Beam runner with worker "
@@ -596,7 +600,7 @@ def _load_algorithm(args, state, settings, algorithm, n_words, minibatch, seed, 
                     state.step, state.docs_seen)
         return algo
     return build_algorithm(algorithm, args.topics, n_words, settings=settings,
-                           batch_size=minibatch, corpus_size=stream.n_docs, seed=seed,
+                           corpus_size=stream.n_docs, seed=seed,
                            vocab_hash=shard_hash, corpus_tokens=stream.count_tokens)
 
 

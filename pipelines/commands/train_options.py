@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lda_core.algorithms.algorithm import ALGORITHMS
+from lda_core.algorithms.algorithm import algorithm_class, ALGORITHMS
 from lda_core.training.pass_stop import (AUTO_MAX_PASSES, AUTO_MIN_GAIN, AUTO_PATIENCE,
                                          EVAL_EVERY)
 from lda_core.training.staleness import DEFAULT_WARMUP
@@ -29,7 +29,7 @@ def passes_arg(text: str):
 
 def _minibatch_defaults_help() -> str:
     own = ["%s %d" % (n, default_minibatch(n)) for n in ALGORITHMS
-           if keyword_default(n, "batch_size") is not None]
+           if algorithm_class(n).DEFAULT_MINIBATCH is not None]
     return ", ".join(own + ["otherwise %d" % DEFAULT_MINIBATCH])
 
 

@@ -26,7 +26,7 @@ def plan_lines(args, beam_argv, algorithm: str, algo, stream,
     """The plan as lines (module docstring)."""
     steps = stream.total_steps if args.max_steps is None else min(stream.total_steps,
                                                                   int(args.max_steps))
-    S, K, V, D = stream.batch_size, algo.n_topics, algo.n_words, stream.n_docs
+    S, K, V, D = stream.minibatch, algo.n_topics, algo.n_words, stream.n_docs
     out = ["plan: %s, K=%d, V=%d, D=%d documents, minibatch %d, %d steps (%d pass%s of %d)"
            % (algorithm, K, V, D, S, steps, stream.passes, "" if stream.passes == 1 else "es",
               stream.batches_per_pass)]

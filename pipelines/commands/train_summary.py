@@ -17,7 +17,7 @@ def print_detached(args, algorithm, algo, stream, sub) -> None:
         return
     print("%s %s: K=%d, V=%d, D=%d documents, minibatch %d; window of minibatches %d..%d "
           "(of %d), run %s" % ("trained" if sub.runs_here else "submitted", algorithm,
-                               algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
+                               algo.n_topics, algo.n_words, stream.n_docs, stream.minibatch,
                                sub.start, sub.stop, sub.total, sub.run_key), file=out)
     if getattr(sub, "dry_run", False):
         print("  --dry_run: the %s translated the job and did not submit it: nothing ran, "
@@ -48,7 +48,7 @@ def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
     planned = ("--passes auto: at most %d passes" % stream.passes if pass_stop is not None
                else "%d passes planned" % stream.passes)
     print("trained %s: K=%d, V=%d, D=%d documents, minibatch %d, %s"
-          % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.batch_size,
+          % (algorithm, algo.n_topics, algo.n_words, stream.n_docs, stream.minibatch,
              planned), file=out)
     if pass_stop is not None:
         print("  --passes auto: %s after %d passes (held-out LL/token by pass: %s)"
@@ -61,8 +61,10 @@ def print_summary(args, algorithm, algo, stream, res, pass_stop=None) -> None:
                      ", the last" if b == len(pass_stop.scores) - 1 else
                      ", the best; the later passes' checkpoints were removed"), file=out)
     if res is not None and hasattr(res, "elapsed"):
+        # the note is for updates, whose global steps run ahead of the minibatch order; a
+        # batch sampler counts its one batch as a step and its sweeps as the run's steps
         print("  step %s (%d this run%s), %d documents seen, %.1f s"
-              % (step, res.steps_run, "" if position == step else
+              % (step, res.steps_run, "" if position is None or int(step) <= int(position) else
                  "; %d step(s) of updates outside the run's minibatch order, whose position "
                  "is %s" % (int(step) - int(position), position),
                  res.docs_seen, res.elapsed), file=out)

@@ -246,9 +246,9 @@ def update_base(job, checkpoint: Optional[str]) -> Dict[str, Any]:
             "state_sha256": hs.hexdigest(),
             "algorithm": job.algorithm.name, "vocab_hash": job.vocabulary.hash,
             "documents": int(docs.n_docs), "documents_sha256": h.hexdigest(),
-            "seed": int(job.seed), "batch_size": int(job.batch_size), "pieces": int(job.pieces),
+            "seed": int(job.seed), "batch_size": int(job.minibatch), "pieces": int(job.pieces),
             "passes": int(job.passes),
-            "steps": int(job.passes) * -(-int(docs.n_docs) // int(job.batch_size))}
+            "steps": int(job.passes) * -(-int(docs.n_docs) // int(job.minibatch))}
 
 
 def resumable(scratch: str, base: Dict[str, Any]):
@@ -295,7 +295,7 @@ def beam_runner(args, beam_argv, train_run: Callable[..., int],
             clear_updating(paths.absolute(args.output))
             write_update_dataset(job, data, settings)
             record = dataset_manifest.open_shards(data).record()
-            run_info = dict(shards=data, minibatch=job.batch_size, seed=job.seed,
+            run_info = dict(shards=data, minibatch=job.minibatch, seed=job.seed,
                             passes=job.passes, n_docs=int(job.documents.n_docs),
                             n_shards=len(job.shard_sizes), runner=args.runner,
                             algorithm=job.algorithm.name, vocab_hash=job.vocabulary.hash,

@@ -228,6 +228,21 @@ def count_documents(files: Sequence[str]) -> int:
     return sum(parquet_file(f).metadata.num_rows for f in files)
 
 
+def count_word_entries(files: Sequence[str]) -> int:
+    """The (word id, count) entries of the shards' documents -- the non-zeros of the
+    document-word matrix -- from the Parquet footers alone (the ``word_ids`` list column's
+    value count per row group), without reading the data."""
+    n = 0
+    for f in files:
+        md = parquet_file(f).metadata
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for c in range(rg.num_columns):
+                if rg.column(c).path_in_schema.split(".")[0] == "word_ids":
+                    n += rg.column(c).num_values
+    return n
+
+
 def iter_shard_batches(files: Sequence[str], batch_size: int = 4096,
                        columns: Optional[Sequence[str]] = None) -> Iterator[DocBatch]:
     """Stream the shards as :class:`DocBatch` chunks of at most ``batch_size`` documents,

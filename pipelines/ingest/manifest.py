@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from lda_core.errors import DataIntegrityError, InputError
+from lda_core.storage.vocab_file import TOKENIZER_FILE
 from pipelines.ingest.dataset import (count_documents, HELDOUT_SPLIT, is_dataset_dir, MANIFEST_FILE,
                                       parquet_file, resolve_shards, TRAIN_SPLIT, VOCAB_HASH_KEY)
 from pipelines.runtime import paths
@@ -361,7 +362,8 @@ TOKENIZER_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "st
                   # pipelines.ingest.tokenize.RECORD_KEYS beyond the first five
                   "token_pattern", "segmenter", "stopword_list", "phrases", "custom_tokenizer",
                   "tokens_from")
-TOKENIZER_FILE = "tokenizer.json"   # in a model directory: the settings of its training data
+# TOKENIZER_FILE (lda_core.storage.vocab_file): in a model directory, the settings of its
+# training data
 #: ``settings`` of a model's tokenizer.json when the training data's tokenization is not
 #: known (shards no vectorize manifest describes, or datasets that disagree)
 TOKENIZER_UNKNOWN = "unknown"

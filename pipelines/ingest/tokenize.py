@@ -39,7 +39,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from lda_core.docbatch import DocBatch
 from lda_core.errors import InputError, UsageError
@@ -68,7 +68,13 @@ class TokenizerConfig:
     first), ``phrases`` (a :class:`~pipelines.ingest.phrases.PhraseTable` applied to each
     document's tokens before the stop words are removed) and ``tokenizer`` (a callable
     ``text -> list of str`` replacing lower-casing, de-accenting, segmentation, the pattern
-    and the length filters; phrases and stop words still apply)."""
+    and the length filters; phrases and stop words still apply).
+
+    Two more reproduce scikit-learn's ``CountVectorizer`` (a model its estimators saved with
+    ``vectorizer=`` records them): ``strip_accents`` (``"unicode"`` or ``"ascii"``: its
+    accent removal, after lower-casing, in place of ``deaccent``) and ``ngram_range``
+    (``(min_n, max_n)``: after the stop words are removed, a document's tokens become its
+    n-grams for every n in the range, each joined by one space)."""
 
     lowercase: bool = True
     deaccent: bool = True
@@ -79,6 +85,8 @@ class TokenizerConfig:
     segmenter: str = "none"
     phrases: Optional["PhraseTable"] = None
     tokenizer: Optional[Callable[[str], Sequence[str]]] = field(default=None, compare=False)
+    strip_accents: Optional[str] = None
+    ngram_range: Tuple[int, int] = (1, 1)
 
     def __post_init__(self):
         # accept any iterable of words for stopwords, store a frozenset (hashable, picklable)
@@ -89,7 +97,13 @@ class TokenizerConfig:
     def plain(self) -> bool:
         """True when only gensim's rule applies (the fast batch path is exact)."""
         return (self.token_pattern is None and self.segmenter == "none"
-                and self.tokenizer is None and not self.phrases)
+                and self.tokenizer is None and not self.phrases
+                and self.strip_accents is None and not self.ngrams)
+
+    @property
+    def ngrams(self) -> bool:
+        """True when tokens become n-grams other than the tokens themselves."""
+        return tuple(self.ngram_range) != (1, 1)
 
     def validate(self) -> None:
         """Raise ValueError naming the field, its value and the allowed range."""
@@ -117,10 +131,21 @@ class TokenizerConfig:
                              % (self.segmenter, ", ".join(SEGMENTERS)))
         if self.segmenter != "none":
             segmenter_function(self.segmenter)
+        if self.strip_accents not in STRIP_ACCENTS:
+            raise UsageError("TokenizerConfig.strip_accents must be one of %s, got %r"
+                             % (", ".join(map(repr, STRIP_ACCENTS)), self.strip_accents))
+        n = tuple(self.ngram_range)
+        if not (len(n) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in n)
+                and 1 <= n[0] <= n[1] <= MAX_NGRAM):
+            raise UsageError("TokenizerConfig.ngram_range must be (min_n, max_n) with 1 <= "
+                             "min_n <= max_n <= %d, got %r" % (MAX_NGRAM, self.ngram_range))
         if self.tokenizer is not None and not callable(self.tokenizer):
             raise UsageError("tokenizer must be a callable text -> list of tokens, got %r"
                              % (self.tokenizer,))
 
+
+STRIP_ACCENTS = (None, "unicode", "ascii")    # scikit-learn's CountVectorizer(strip_accents=)
+MAX_NGRAM = 32       # a sanity cap for ngram_range's max_n
 
 DEFAULT = TokenizerConfig()
 
@@ -187,14 +212,15 @@ def deaccent(text: str) -> str:
 def tokenize(text: str, cfg: TokenizerConfig = DEFAULT) -> List[str]:
     """Tokens of ``text`` under ``cfg`` (a list; order and repeats kept)."""
     tokens = doc_tokens(text, cfg)
-    if cfg.stopwords:
+    if cfg.stopwords and not cfg.ngrams:        # n-grams are made without the stop words
         sw = cfg.stopwords
         tokens = [t for t in tokens if t not in sw]
     return tokens
 
 
 def doc_tokens(text: str, cfg: TokenizerConfig) -> List[str]:
-    """Tokens of one text with phrases joined, stop words not removed."""
+    """Tokens of one text with phrases joined, stop words not removed (with ``ngram_range``:
+    the n-grams of its tokens without the stop words)."""
     if not text:
         return []
     if cfg.tokenizer is not None:
@@ -207,7 +233,31 @@ def doc_tokens(text: str, cfg: TokenizerConfig) -> List[str]:
         tokens = _tokens_of_cased(text, cfg)
     if cfg.phrases:
         tokens = cfg.phrases.apply(tokens)
+    if cfg.ngrams:
+        tokens = word_ngrams([t for t in tokens if t not in cfg.stopwords], cfg.ngram_range)
     return tokens
+
+
+def word_ngrams(tokens: List[str], ngram_range: Tuple[int, int]) -> List[str]:
+    """The n-grams of ``tokens`` for n in ``ngram_range`` (inclusive), each joined by one
+    space, as scikit-learn's ``CountVectorizer._word_ngrams``: the tokens themselves when
+    min_n is 1, then every longer n-gram."""
+    lo, hi = int(ngram_range[0]), int(ngram_range[1])
+    out = list(tokens) if lo == 1 else []
+    for n in range(max(lo, 2), min(hi, len(tokens)) + 1):
+        out.extend(" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return out
+
+
+def strip_accents(text: str, how: str) -> str:
+    """scikit-learn's ``strip_accents_unicode`` (``"unicode"``: NFKD, combining characters
+    removed) or ``strip_accents_ascii`` (``"ascii"``: NFKD, then only ASCII kept)."""
+    if how == "ascii":
+        return unicodedata.normalize("NFKD", text).encode("ASCII", "ignore").decode("ASCII")
+    norm = unicodedata.normalize("NFKD", text)
+    if norm == text:
+        return text
+    return "".join(c for c in norm if not unicodedata.combining(c))
 
 
 def _checked_tokens(tokens, fn) -> List[str]:
@@ -222,7 +272,10 @@ def _checked_tokens(tokens, fn) -> List[str]:
 def _tokens_of_cased(text: str, cfg: TokenizerConfig) -> List[str]:
     """Tokens of text already lower-cased (if ``cfg.lowercase``); stop words not removed."""
     is_ascii = text.isascii()
-    if cfg.deaccent and not is_ascii:
+    if cfg.strip_accents is not None and not is_ascii:
+        text = strip_accents(text, cfg.strip_accents)
+        is_ascii = text.isascii()
+    elif cfg.deaccent and not is_ascii:
         text = deaccent(text)
         is_ascii = text.isascii()
     if cfg.token_pattern is not None:
@@ -424,7 +477,8 @@ def count_batch(texts: Sequence[str], cfg: TokenizerConfig = DEFAULT) -> BatchCo
     """Token counts of every text (the bag of words of :func:`tokenize`), computed for the
     whole batch with Arrow's hash dictionary and numpy."""
     tokens, doc = tokenize_batch(texts, cfg)
-    return count_tokens(tokens, doc, len(texts), cfg.stopwords)
+    # with n-grams the stop words were dropped before the n-grams were made (doc_tokens)
+    return count_tokens(tokens, doc, len(texts), frozenset() if cfg.ngrams else cfg.stopwords)
 
 
 def count_tokens(tokens, doc, n: int, stopwords: frozenset = frozenset()) -> BatchCounts:
@@ -522,7 +576,7 @@ def config_from_options(lowercase: bool = True, deaccent: bool = True,
 #: the keys of a tokenizer record
 RECORD_KEYS = ("lowercase", "deaccent", "min_token_len", "max_token_len", "token_pattern",
                "segmenter", "stopwords", "stopword_list", "phrases", "custom_tokenizer",
-               "tokens_from")
+               "tokens_from", "strip_accents", "ngram_range")
 TOKENS_FROM_TEXT = "text"
 TOKENS_FROM_BOW = "bag-of-words"
 UNKNOWN = "unknown"
@@ -540,8 +594,14 @@ def callable_name(fn) -> str:
 
 
 def tokenizer_record(cfg: TokenizerConfig, stopwords_spec: Optional[str] = None) -> dict:
-    """The record of ``cfg`` (``stopwords_spec``: the option the stop words came from)."""
-    return {"lowercase": cfg.lowercase, "deaccent": cfg.deaccent,
+    """The record of ``cfg`` (``stopwords_spec``: the option the stop words came from);
+    ``strip_accents`` and ``ngram_range`` only when set (a vectorize run sets neither)."""
+    extra = {}
+    if cfg.strip_accents is not None:
+        extra["strip_accents"] = cfg.strip_accents
+    if cfg.ngrams:
+        extra["ngram_range"] = list(cfg.ngram_range)
+    return {**extra, "lowercase": cfg.lowercase, "deaccent": cfg.deaccent,
             "min_token_len": cfg.min_len, "max_token_len": cfg.max_len,
             "token_pattern": cfg.token_pattern, "segmenter": cfg.segmenter,
             "stopwords": stopwords_spec, "stopword_list": sorted(cfg.stopwords),
@@ -597,7 +657,8 @@ def config_from_record(settings: dict, tokenizer: Optional[Callable] = None,
             token_pattern=settings.get("token_pattern"),
             segmenter=settings.get("segmenter") or "none",
             phrases=PhraseTable.from_record(phrases, where) if phrases else None,
-            tokenizer=tokenizer)
+            tokenizer=tokenizer, strip_accents=settings.get("strip_accents"),
+            ngram_range=tuple(settings.get("ngram_range") or (1, 1)))
     except (KeyError, TypeError) as e:
         raise InputError("%s is malformed (%s: %s); re-run `ldabeam train` (or `ldabeam "
                          "vectorize`) to record it again" % (where, type(e).__name__, e)) from e

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from urllib.parse import urlparse
 from typing import Dict, List, Optional
 
 from lda_core.errors import UsageError
@@ -60,6 +61,25 @@ def find_credentials(timeout_s: float = CREDENTIALS_TIMEOUT_S) -> Optional[str]:
     return out.get("why")
 
 
+def dataflow_option_errors(cfg: RunnerConfig) -> List[str]:
+    """Beam's own refusals of a Dataflow job's project and temp/staging locations (its
+    validator's name rules), found here: Beam otherwise meets an invalid bucket name by
+    looking up a default bucket, retrying for minutes, and an invalid project when the
+    pipeline is built, as an internal error."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    po = cfg.pipeline_options()
+    view = po.view_as(GoogleCloudOptions)
+    if urlparse(view.dataflow_endpoint or "").netloc.startswith("localhost"):
+        return []         # a local stand-in for the service: Beam checks none of these either
+    v = PipelineOptionsValidator(po, None)
+    errors = list(v.validate_cloud_options(view)) + list(v.validate_gcs_path(view,
+                                                                            "temp_location"))
+    if view.staging_location:
+        errors += v.validate_gcs_path(view, "staging_location")
+    return [str(e).splitlines()[0] for e in errors]
+
+
 def unreachable(cfg: RunnerConfig, paths: Dict[str, Optional[str]]) -> List[str]:
     """The options among ``paths`` (option -> path) whose path the workers of ``cfg`` cannot
     open: paths on this machine, for a runner whose workers run elsewhere."""
@@ -93,6 +113,9 @@ def check_remote_launch(cfg: RunnerConfig, paths: Dict[str, Optional[str]],
                 raise UsageError("--temp_location %s: Dataflow stages and writes temporary "
                                  "files on Cloud Storage; give a gs:// location"
                                  % opts.get("temp_location"))
+            bad = dataflow_option_errors(cfg)
+            if bad:
+                raise UsageError("--runner DataflowRunner: %s" % bad[0])
         for opt in ([] if offline else unreachable(cfg, given)):
             raise UsageError("%s %s is on this machine: the workers of %s cannot open it; "
                              "give a path on an object store (gs://, s3://, ...)"

@@ -56,9 +56,11 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
+from lda_core.algorithms.params import check_int
 from lda_core.errors import InputError, UsageError
 from lda_core.storage.checkpoint import CheckpointStore
 from lda_core.storage.vocab_file import Vocabulary
+from lda_core.training.run_params import MINIBATCH_KEY
 from lda_core.training.session import is_sequential, Session
 from lda_core.training.spec import Output
 from pipelines.ingest import dataset
@@ -257,12 +259,14 @@ def write_dead_letters(dead, path: str):
 
 
 def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Optional[str],
-                       algorithm: str = "online-vb", batch_size: int = 256,
+                       algorithm: str = "online-vb", minibatch: int = 256,
                        corpus_size: Optional[int] = None, seed: int = 0,
                        settings: Optional[Dict[str, Any]] = None,
                        keep_last: Optional[int] = None) -> Tuple[Any, str]:
     """The model to continue: MODEL_DIR's latest checkpoint, or a fresh one (K topics over the
-    fixed vocabulary ``vocab_path``) published as step 0. Returns (algorithm, vocab path)."""
+    fixed vocabulary ``vocab_path``) published as step 0, recording the nominal ``minibatch``
+    size in its run information (every window's checkpoint carries it on; the actual minibatch
+    is each window's documents). Returns (algorithm, vocab path)."""
     store = CheckpointStore(model_dir, keep_last=keep_last, check_algorithm=True)
     model_vocab = paths.join(model_dir, dataset.VOCAB_FILE)
     if store.latest_checkpoint() is not None:
@@ -278,8 +282,7 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
                          "start a fresh model (or train one with `ldabeam train`)" % model_dir)
     vocab = Vocabulary.read(vocab_path)
     algo = build_algorithm(algorithm, topics, len(vocab), settings=dict(settings or {}),
-                           batch_size=batch_size, corpus_size=corpus_size, seed=seed,
-                           vocab_hash=vocab.hash)
+                           corpus_size=corpus_size, seed=seed, vocab_hash=vocab.hash)
     if is_sequential(algo):
         raise UsageError("algorithm %s is a stream-order sampler; the streaming job needs a "
                          "local/global-step algorithm (online-vb, scvb0, sparse-gibbs-vb)"
@@ -289,7 +292,8 @@ def initial_checkpoint(model_dir: str, *, topics: Optional[int], vocab_path: Opt
         with paths.open_read(vocab_path) as f:
             paths.write_atomic(model_vocab, f.read())
     Session(output=Output(checkpoint_store=store, progress=False)).publish(
-        algo, position=0, info={"stream": dict(initial=True)})
+        algo, position=0, info={"stream": dict(initial=True),
+                                "run": {MINIBATCH_KEY: check_int("minibatch", minibatch, 1)}})
     return algo, model_vocab
 
 

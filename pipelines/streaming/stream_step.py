@@ -213,6 +213,7 @@ class ApplyGlobalStepFn(beam.DoFn):
         self.again_docs = Metrics.counter(NS, "stream_documents_already_applied")
         self.algo = None
         self.record = None
+        self.run = None
 
     def setup(self):
         self.store = CheckpointStore(self.model_dir, keep_last=self.keep_last)
@@ -239,6 +240,7 @@ class ApplyGlobalStepFn(beam.DoFn):
             if self.n_threads is not None:
                 self.algo.n_threads = int(self.n_threads)
             self.record = applied_record(self.model_dir, want)
+            self.run = dict(_held(self.model_dir, want).info.get("run") or {})
         return self.algo
 
     def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER),
@@ -316,7 +318,10 @@ class ApplyGlobalStepFn(beam.DoFn):
                           estep_recomputed=bool(recomputed), estep_state_step=used,
                           rho=info.get("rho"), global_step_seconds=time.time() - t0, **record)
             # checkpoints are named by the algorithm's step
-            path = session.publish(algo, position=int(algo.step), info={"stream": stream})
+            # the run information (the nominal minibatch size) carries on from the checkpoint
+            path = session.publish(algo, position=int(algo.step),
+                                   info=dict({"stream": stream}, **({"run": self.run}
+                                                                    if self.run else {})))
             self.record = record
             applied.write(int(algo.step))
             self.steps.inc()

@@ -16,7 +16,7 @@ from lda_core.algorithms.algorithm import ALGORITHMS, algorithm_class
 from lda_core.algorithms.params import Param, ParamSpec
 
 from lda_core.errors import UsageError
-from lda_core.resources import check_run_memory
+from lda_core.resources import check_algorithm_memory
 
 # The default of `ldabeam train` (docs/training.md, "Choosing the default algorithm and
 # passes", gives the measurements behind the choice).
@@ -39,7 +39,7 @@ PAPERS = {
     "particle-filter": "Canini, Shi & Griffiths 2009, Online inference of topics",
 }
 
-DEFAULT_MINIBATCH = 256  # --minibatch for algorithms whose spec has no batch_size default
+DEFAULT_MINIBATCH = 256  # --minibatch for algorithms that declare no DEFAULT_MINIBATCH
 # online-vb's --minibatch when a Beam runner has worker processes (multi_processing, portable,
 # Dataflow, Flink): each step costs those runners a fixed stage-scheduling and state
 # hand-over overhead whatever S is (docs/beam-training.md), so S = 4096 (Hoffman et al.'s
@@ -75,7 +75,7 @@ for _dest in ("rejuvenation", "rejuvenation_schedule", "rejuvenation_decay"):
                                "(rejuvenation is incremental-gibbs / particle-filter)")
 # settings the algorithm help does not list among an algorithm's defaults (set by the
 # schedule options or the data)
-HIDDEN = {"batch_size", "seed", "corpus_size", "n_docs_total", "corpus_tokens"}
+HIDDEN = {"seed", "corpus_size", "n_docs_total", "corpus_tokens"}
 
 
 def spec_of(name: str) -> ParamSpec:
@@ -108,11 +108,10 @@ def keyword_default(name: str, kw: str, fallback=None):
 
 
 def default_minibatch(name: str) -> int:
-    """``--minibatch`` when not given: the class's own ``batch_size`` default (SCVB0 and
+    """``--minibatch`` when not given: the class's own ``DEFAULT_MINIBATCH`` (SCVB0 and
     sparse Gibbs-VB: 100, the papers'), else ``DEFAULT_MINIBATCH`` (256)."""
-    v = keyword_default(name, "batch_size")
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 1 \
-        else DEFAULT_MINIBATCH
+    v = algorithm_class(name).DEFAULT_MINIBATCH
+    return int(v) if v is not None else DEFAULT_MINIBATCH
 
 
 def default_passes(name: str, has_heldout: bool, detach: bool):
@@ -123,8 +122,7 @@ def default_passes(name: str, has_heldout: bool, detach: bool):
 
 
 def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[str, Any],
-                    batch_size: int, corpus_size: int, seed: int, vocab_hash: str,
-                    corpus_tokens=None):
+                    corpus_size: int, seed: int, vocab_hash: str, corpus_tokens=None):
     """Construct algorithm ``name``; ``settings`` (option dest -> value, None = not given)
     are passed as the settings their options set, and an explicitly given option the
     algorithm's spec does not name is an error naming the option."""
@@ -133,9 +131,8 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
     options = options_of(name)
     kw: Dict[str, Any] = {}
     # what the data and the schedule options set (D: corpus_size, or the stream samplers'
-    # n_docs_total), where the spec declares it
-    base = dict(batch_size=batch_size, corpus_size=corpus_size, n_docs_total=corpus_size,
-                seed=seed)
+    # n_docs_total), where the spec declares it; the minibatch size is the schedule's alone
+    base = dict(corpus_size=corpus_size, n_docs_total=corpus_size, seed=seed)
     if corpus_tokens is not None and "corpus_tokens" in names:
         base["corpus_tokens"] = corpus_tokens() if callable(corpus_tokens) else corpus_tokens
     kw.update((k, v) for k, v in base.items() if k in names)
@@ -150,8 +147,10 @@ def build_algorithm(name: str, n_topics: int, n_words: int, *, settings: Dict[st
                              % (option_flag(dest), name, " (%s)" % hint if hint else ""))
         kw[kwname] = v
     _check_combinations(name, given, kw)
-    # before the constructor allocates K x V: every copy of the state the run will hold
-    check_run_memory(n_topics, n_words, cls.RUN_BYTES_PER_CELL, "training %s" % name)
+    # before the constructor allocates K x V: every copy of the state the run will hold, with
+    # the settings that multiply it (particles, Gibbs parts) and the documents' topic counts
+    check_algorithm_memory(cls, n_topics, n_words, "training %s" % name,
+                           n_docs=corpus_size or 0, settings=kw)
     try:
         return cls(n_topics, n_words, **kw)
     except UsageError as e:

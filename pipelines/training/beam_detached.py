@@ -321,7 +321,7 @@ def submit_remote_window(setup: WindowSetup, spec: TrainSpec, algorithm, run_key
         logger.info("the last launch refused step %d: this window stops before it, so the "
                     "state after step %d is published", refused, refused - 1)
         w_stop = refused - 1
-    kw = dict(seed=spec.schedule.seed, batch_size=spec.schedule.minibatch,
+    kw = dict(seed=spec.schedule.seed, minibatch=spec.schedule.minibatch,
               pieces_per_minibatch=setup.pieces)
     steps = plan_steps(setup.files, setup.sizes, start=position, stop=w_stop, **kw)
     ahead = plan_steps(setup.files, setup.sizes, start=w_stop,
@@ -383,7 +383,7 @@ def submit_window(setup: WindowSetup, spec: TrainSpec, algorithm,
         return SubmittedWindow(result, cfg.describe(), model_dir, position, w_stop, stop,
                                run_key, runs_here, dry)
     steps = plan_steps(setup.files, setup.sizes, seed=spec.schedule.seed,
-                       batch_size=spec.schedule.minibatch, start=position, stop=w_stop,
+                       minibatch=spec.schedule.minibatch, start=position, stop=w_stop,
                        pieces_per_minibatch=setup.pieces)
     # the window's start state where every worker can read it (the job cannot reach the
     # driver's memory: the driver is gone by then)

@@ -40,7 +40,7 @@ class ReadPlan:
     files: Tuple[str, ...]
     sizes: Tuple[int, ...]
     seed: int
-    batch_size: int
+    minibatch: int
     pieces: int
 
     @property
@@ -49,7 +49,7 @@ class ReadPlan:
 
     def step_size(self, position: int) -> Tuple[int, int, int]:
         """``(pass index, batch index, documents)`` of global step ``position``."""
-        D, S = self.n_docs, self.batch_size
+        D, S = self.n_docs, self.minibatch
         p, b = locate_step(position, D, S)
         n = S if b < n_batches(D, S) - 1 else D - S * b
         return p, b, int(n)
@@ -129,15 +129,15 @@ def _split_rows(members: List[Tuple[int, np.ndarray]], n_pieces: int
 
 
 @functools.lru_cache(maxsize=4)
-def _pass_plan(sizes: Tuple[int, ...], seed: int, pass_index: int, batch_size: int):
-    return plan_pass(sizes, seed, pass_index, batch_size)
+def _pass_plan(sizes: Tuple[int, ...], seed: int, pass_index: int, minibatch: int):
+    return plan_pass(sizes, seed, pass_index, minibatch)
 
 
 @functools.lru_cache(maxsize=4)
-def _shard_segments(sizes: Tuple[int, ...], seed: int, pass_index: int, batch_size: int,
+def _shard_segments(sizes: Tuple[int, ...], seed: int, pass_index: int, minibatch: int,
                     shard: int):
     # consecutive steps read the same shards: their permutations are drawn once per process
-    return _pass_plan(sizes, seed, pass_index, batch_size).shard_segments(shard)
+    return _pass_plan(sizes, seed, pass_index, minibatch).shard_segments(shard)
 
 
 @functools.lru_cache(maxsize=8)
@@ -145,7 +145,7 @@ def _step_pieces(plan: ReadPlan, position: int) -> List[List[Tuple[int, np.ndarr
     """The pieces of step ``position``: its members (``PassPlan.batch_members``, the rows
     the in-process stream gathers) cut by :func:`_split_rows`."""
     p, b, _ = plan.step_size(position)
-    key = (plan.sizes, plan.seed, p, plan.batch_size)
+    key = (plan.sizes, plan.seed, p, plan.minibatch)
     members = []
     for j in _pass_plan(*key).shards_of_batch(b):
         members.extend((seg.shard, seg.rows) for seg in _shard_segments(*key, j)
@@ -154,11 +154,11 @@ def _step_pieces(plan: ReadPlan, position: int) -> List[List[Tuple[int, np.ndarr
 
 
 def plan_steps(files: Sequence[str], shard_sizes: Sequence[int], *, seed: int,
-               batch_size: int, start: int, stop: int, pieces_per_minibatch: int
+               minibatch: int, start: int, stop: int, pieces_per_minibatch: int
                ) -> List[StepPlan]:
     """The steps ``[start, stop)`` with their read tasks (rows derived when read)."""
     plan = ReadPlan(tuple(str(f) for f in files), tuple(int(n) for n in shard_sizes),
-                    int(seed), int(batch_size), int(pieces_per_minibatch))
+                    int(seed), int(minibatch), int(pieces_per_minibatch))
     out: List[StepPlan] = []
     for pos in range(int(start), int(stop)):
         p, b, n = plan.step_size(pos)

@@ -980,7 +980,7 @@ class RemoteWindows:
     stops with the refusal."""
     setup: Any                  # beam_run.WindowSetup
     seed: int
-    batch_size: int
+    minibatch: int
     staleness: int
     warmup: int
     run_key: str
@@ -1047,9 +1047,9 @@ class RemoteWindows:
 
     def _window(self, start: Start, end: int, n_words: int, times, run_steps=None):
         st = self.setup
-        steps = self.plan_steps(st.files, st.sizes, seed=self.seed, batch_size=self.batch_size,
+        steps = self.plan_steps(st.files, st.sizes, seed=self.seed, minibatch=self.minibatch,
                                 start=start.position, stop=end, pieces_per_minibatch=st.pieces)
-        ahead = self.plan_steps(st.files, st.sizes, seed=self.seed, batch_size=self.batch_size,
+        ahead = self.plan_steps(st.files, st.sizes, seed=self.seed, minibatch=self.minibatch,
                                 start=end, stop=end + staleness_rule.in_flight(
                                     end, self.staleness, self.warmup),
                                 pieces_per_minibatch=st.pieces)

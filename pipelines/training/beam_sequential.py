@@ -130,7 +130,7 @@ class SequentialWindow:
     files: Tuple[str, ...]
     sizes: Tuple[int, ...]
     seed: int
-    batch_size: int
+    minibatch: int
     vocab_hash: Optional[str]
     result_path: str
     runner: str
@@ -187,7 +187,7 @@ class SequentialWindowFn(beam.DoFn):
 
     def _stream(self, algo, window: SequentialWindow) -> Dict[str, Any]:
         steps = plan_steps(list(window.files), list(window.sizes), seed=window.seed,
-                           batch_size=window.batch_size, start=window.position,
+                           minibatch=window.minibatch, start=window.position,
                            stop=window.stop, pieces_per_minibatch=1)
         infos: List[Dict[str, Any]] = []
         error = None
@@ -262,7 +262,7 @@ def _check_inputs(algorithm, files: Sequence[str], model_dir: Optional[str]):
 def _check_settings(algorithm, spec: TrainSpec, minibatches_per_window) -> None:
     gibbs = _session.whole_corpus(algorithm)
     passes = spec.schedule.passes
-    for name, v in (("passes", passes), ("batch_size", spec.schedule.minibatch)):
+    for name, v in (("passes", passes), ("minibatch", spec.schedule.minibatch)):
         if int(v) < 1:
             raise UsageError("%s must be >= 1, got %r" % (name, v))
     if not gibbs and int(passes) != 1:
@@ -301,7 +301,7 @@ def train(algorithm, shard_files: Sequence[str], model_dir: str, **options) -> B
     (each document is consumed once), except for batch Gibbs (``gibbs``), where it is the
     number of sweeps."""
     spec_kw, own = split_keywords(options, SETTINGS_FIELDS)
-    spec_kw.setdefault("batch_size", 256)
+    spec_kw.setdefault("minibatch", 256)
     if "beam_argv" in own:
         own["beam_argv"] = tuple(own["beam_argv"] or ())
     spec = TrainSpec.from_keywords(algorithm, dict(spec_kw, model_dir=model_dir))
@@ -364,7 +364,7 @@ class SequentialRunner:
                     % (position, stop, sched.minibatch, M))
         base = dict(run_key=run_key, model_dir=model_dir, keep_last=keep_last,
                     files=tuple(files), sizes=tuple(int(s) for s in sizes),
-                    seed=int(sched.seed), batch_size=int(sched.minibatch), vocab_hash=vh,
+                    seed=int(sched.seed), minibatch=int(sched.minibatch), vocab_hash=vh,
                     runner=cfg.describe(), run_info=dict(run_info))
 
         run = _SeqRun(cfg, base, scratch, run_key, stop, M, {start_path: algorithm})

@@ -177,7 +177,7 @@ def default_pieces(cfg: RunnerConfig) -> int:
 
 
 def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
-    for name, v in (("passes", spec.schedule.passes), ("batch_size", spec.schedule.minibatch)):
+    for name, v in (("passes", spec.schedule.passes), ("minibatch", spec.schedule.minibatch)):
         if int(v) < 1:
             raise UsageError("%s must be >= 1, got %r" % (name, v))
     M = settings.minibatches_per_window
@@ -186,12 +186,12 @@ def _check_settings(spec: TrainSpec, settings: "BeamSettings") -> None:
                          % (MAX_WINDOW, M))
 
 
-def default_window(cfg: RunnerConfig, batch_size: int) -> int:
+def default_window(cfg: RunnerConfig, minibatch: int) -> int:
     """Minibatches per window when not given (see DOCS_PER_WINDOW_*, REMOTE_WINDOW_STEPS)."""
     if not cfg.local:
         return REMOTE_WINDOW_STEPS
     docs = DOCS_PER_WINDOW_IN_PROCESS if cfg.in_process else DOCS_PER_WINDOW_WORKERS
-    return int(min(MAX_WINDOW, max(1, -(-docs // max(1, int(batch_size))))))
+    return int(min(MAX_WINDOW, max(1, -(-docs // max(1, int(minibatch))))))
 
 
 @dataclass(frozen=True)
@@ -275,12 +275,12 @@ SETTINGS_FIELDS = tuple(f.name for f in dataclass_fields(BeamSettings))
 
 def train(algorithm, shard_files: Sequence[str], model_dir: str, **options):
     """The Beam run in keyword form: ``options`` are the spec's keywords
-    (:data:`lda_core.training.spec.KEYWORDS`: ``passes``, ``seed``, ``batch_size``,
+    (:data:`lda_core.training.spec.KEYWORDS`: ``passes``, ``seed``, ``minibatch``,
     ``heldout``, ``eval_every``, ``checkpoint_store``, ``checkpoint_every``, ``run_log``,
     ``resume``, ``max_steps``, ``run_info``, ``progress``, ``pass_stop``) and
     :class:`BeamSettings`' fields. Returns what :meth:`BeamRunner.run` returns."""
     spec_kw, own = split_keywords(options, SETTINGS_FIELDS)
-    spec_kw.setdefault("batch_size", 256)
+    spec_kw.setdefault("minibatch", 256)
     if "beam_argv" in own:
         own["beam_argv"] = tuple(own["beam_argv"] or ())
     spec = TrainSpec.from_keywords(algorithm, dict(spec_kw, model_dir=model_dir))
@@ -442,15 +442,15 @@ def exchange_windows(setup: WindowSetup, spec: TrainSpec, staleness: int, run_ke
                      scratch: Optional[str]):
     """The strategy object of the run's exchange: its loop over windows
     (``windows(algorithm, session) -> (algorithm, windows run, Beam counters)``)."""
-    seed, batch_size = int(spec.schedule.seed), int(spec.schedule.minibatch)
+    seed, minibatch = int(spec.schedule.seed), int(spec.schedule.minibatch)
     if setup.exchange == EXCHANGE_REMOTE:
-        return RemoteWindows(setup, seed, batch_size, staleness,
+        return RemoteWindows(setup, seed, minibatch, staleness,
                              staleness_mod.warmup_of(setup.run_info), run_key, scratch,
                              run_pipeline, plan_steps)
     if staleness:
         raise UsageError("--staleness %d runs on the remote exchange (--exchange remote) or "
                          "in process (--runner inprocess)" % staleness)
-    return VersionWindows(setup, seed, batch_size, run_key, scratch)
+    return VersionWindows(setup, seed, minibatch, run_key, scratch)
 
 
 @dataclass
@@ -460,7 +460,7 @@ class VersionWindows:
     windows."""
     setup: WindowSetup
     seed: int
-    batch_size: int
+    minibatch: int
     run_key: str
     scratch: Optional[str]
 
@@ -498,7 +498,7 @@ class VersionWindows:
             w_start = time.time()
             end = window_end(ses, stop, M)     # --passes auto: windows end at pass ends
             steps = plan_steps(st.files, st.sizes, seed=self.seed,
-                               batch_size=self.batch_size, start=ses.position, stop=end,
+                               minibatch=self.minibatch, start=ses.position, stop=end,
                                pieces_per_minibatch=st.pieces)
             times = PhaseTimes()
             start_ref = times.timed("state_delivery", self.state_ref, algorithm, ses.position)

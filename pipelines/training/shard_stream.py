@@ -43,19 +43,19 @@ def check_words(batch: DocBatch, n_words: Optional[int], path: str) -> None:
 class ShardStream:
     """The minibatches of ``passes`` passes over ``files`` in the seeded order.
 
-    Attributes: ``shard_sizes``, ``n_docs`` (D), ``batch_size`` (S), ``batches_per_pass``
+    Attributes: ``shard_sizes``, ``n_docs`` (D), ``minibatch`` (S), ``batches_per_pass``
     (ceil(D/S)), ``total_steps`` (passes × batches_per_pass), ``vocab_hash``.
     """
 
-    def __init__(self, files: Sequence[str], *, batch_size: int, seed: int = 0,
+    def __init__(self, files: Sequence[str], *, minibatch: int, seed: int = 0,
                  passes: int = 1, expected_vocab_hash: Optional[str] = None,
                  columns: Sequence[str] = TRAIN_COLUMNS, n_words: Optional[int] = None):
         self.files = list(files)
         self.n_words = n_words      # word ids of every shard read are checked against it
         if not self.files:
             raise FileNotFoundError("no shard files to train on")
-        if int(batch_size) < 1:
-            raise UsageError("minibatch size must be >= 1, got %r" % (batch_size,))
+        if int(minibatch) < 1:
+            raise UsageError("minibatch size must be >= 1, got %r" % (minibatch,))
         if int(passes) < 1:
             raise UsageError("passes must be >= 1, got %r" % (passes,))
         self.vocab_hash = dataset.check_vocab_hash(self.files, expected_vocab_hash)
@@ -63,11 +63,11 @@ class ShardStream:
         self.n_docs = int(sum(self.shard_sizes))
         if self.n_docs == 0:
             raise InputError("the shards %s hold no documents" % ", ".join(self.files[:3]))
-        self.batch_size = int(batch_size)
+        self.minibatch = int(minibatch)
         self.seed = int(seed)
         self.passes = int(passes)
         self.columns = tuple(columns)
-        self.batches_per_pass = n_batches(self.n_docs, self.batch_size)
+        self.batches_per_pass = n_batches(self.n_docs, self.minibatch)
         self.total_steps = self.passes * self.batches_per_pass
         self._plans: Dict[int, PassPlan] = {}
 
@@ -86,7 +86,7 @@ class ShardStream:
     def plan(self, pass_index: int) -> PassPlan:
         if pass_index not in self._plans:
             self._plans = {pass_index: plan_pass(self.shard_sizes, self.seed, pass_index,
-                                                 self.batch_size)}
+                                                 self.minibatch)}
         return self._plans[pass_index]
 
     def __iter__(self) -> Iterator[Minibatch]:
@@ -102,7 +102,7 @@ class ShardStream:
         end = self.total_steps + int(extra_steps)
         if step >= end:
             return
-        p0, b0 = locate_step(step, self.n_docs, self.batch_size)
+        p0, b0 = locate_step(step, self.n_docs, self.minibatch)
         p = p0
         while p * self.batches_per_pass < end:
             for mb in self._iter_pass(p, b0 if p == p0 else 0):

@@ -14,6 +14,18 @@ window's checkpoint. Each scheduled run advances the model by one window; a fail
 at most that window, and because every step is deterministic the chain ends with the same
 model, bit for bit, as one uninterrupted run with the same window size.
 
+The window runs the remote exchange (``exchange=remote``, the default of every remote launch
+of online-vb and scvb0, said here so the parameters mean the same on any runner): the state
+cut into word blocks whose rows, statistics and documents move through Beam's shuffle inside
+the window. The train parameters leave the minibatch, pieces, word blocks, staleness and
+E-step threads to the remote defaults (the cluster model's fastest choice for the job's
+workers and machine type, logged in one line at the start; docs/cluster.md section 8), and the
+window at 900 minibatches, the remote runners' default: one job within Dataflow's 10 MB graph
+limit. Check a configuration before scheduling it with ``ldabeam train --plan`` and the same
+options (docs/cluster.md, "Runbook"). tests/test_template_local_runs.py runs this DAG's train
+parameters through the template launcher with the DirectRunner, chained by ``plan_train``,
+and checks the model against the in-process trainer's, bit for bit.
+
     vectorize      Flex Template ldabeam-vectorize, skipped when the dataset's manifest.json
                    already exists (the corpus is vectorised once); the operator waits for
                    the job, whose last step writes manifest.json
@@ -48,7 +60,6 @@ import datetime
 import json
 
 from airflow import DAG
-from airflow.models import Variable
 from airflow.operators.bash import BashOperator
 from airflow.operators.python import ShortCircuitOperator
 from airflow.providers.google.cloud.hooks.gcs import GCSHook
@@ -64,34 +75,42 @@ MODEL = "gs://" + BUCKET + "/ldabeam/model"
 REPORTS = "gs://" + BUCKET + "/ldabeam/reports/{{ ds }}"
 
 TOPICS = 100
-STEPS_PER_RUN = 2000        # minibatches per scheduled run: one detached window
+# minibatches per scheduled run: one detached window (the remote runners' default window,
+# beam_train.REMOTE_WINDOW_STEPS: one job well within Dataflow's graph limit)
+STEPS_PER_RUN = 900
+WORKERS = 16
+MACHINE_TYPE = "n2-standard-4"
 
 # Flex Template parameters: names are exactly the ldabeam options (templates/dataflow/metadata_*)
+# or Beam pipeline options, which the launched program passes to Beam
 VECTORIZE_PARAMETERS = {
     "input": "gs://" + BUCKET + "/corpus/enwiki-*-pages-articles*.xml*.bz2",
     "output": DATASET,
     "holdout-fraction": "0.001",
     "keep-n": "100000",
 }
+# the default algorithm (scvb0); minibatch, pieces, word-blocks, staleness and threads are the
+# remote defaults unless set here (a resume keeps the checkpoint's)
 TRAIN_PARAMETERS = {
     "shards": DATASET,
     "output": MODEL,
     "topics": str(TOPICS),
-    "minibatch": "4096",
-    "kappa": "0.7",
-    "tau0": "64",
     "passes": "1",
     "checkpoint-every": "100",
     "minibatches-per-window": str(STEPS_PER_RUN),
-    "threads": "1",
+    "exchange": "remote",       # every remote launch's exchange, said here
     "detach": "true",           # one window per launch (the launcher's default, said here)
     "resume": "{{ ti.xcom_pull(task_ids='plan_train')['resume'] }}",
+    # Beam options the remote defaults are chosen for (the launched program reads them; the
+    # environment below sizes the job itself)
+    "max_num_workers": str(WORKERS),
+    "machine_type": MACHINE_TYPE,
 }
 ENVIRONMENT = {
     "tempLocation": "gs://" + BUCKET + "/tmp",
     "sdkContainerImage": IMAGE,
-    "machineType": "n2-standard-4",
-    "maxWorkers": 16,
+    "machineType": MACHINE_TYPE,
+    "maxWorkers": WORKERS,
 }
 
 # evaluate and report read the model (its LATEST checkpoint, vocabulary and run log) and the

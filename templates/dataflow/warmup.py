@@ -39,8 +39,7 @@ def main(argv=None) -> int:
         except ValueError as e:      # an algorithm this installation does not have
             print("warmup: skipping %s (%s)" % (name, e), file=sys.stderr)
             continue
-        algo = build_algorithm(name, 4, spec.n_words, settings={}, batch_size=100,
-                               corpus_size=300, seed=0, vocab_hash=None,
+        algo = build_algorithm(name, 4, spec.n_words, settings={}, corpus_size=300, seed=0, vocab_hash=None,
                                corpus_tokens=int(train.n_tokens))
         for lo in (0, 100):
             algo.global_step(algo.local_step(train.take(range(lo, lo + 100))))

@@ -46,14 +46,14 @@ def train_all(docword: str) -> dict:
                for i in range(0, 240, 60)]
     out = {}
     stochastic = {
-        "online-vb-f32": OnlineVB(10, V, batch_size=60, corpus_size=240, seed=1,
+        "online-vb-f32": OnlineVB(10, V, corpus_size=240, seed=1,
                                   dtype="float32"),
-        "online-vb-f64": OnlineVB(10, V, batch_size=60, corpus_size=240, seed=1,
+        "online-vb-f64": OnlineVB(10, V, corpus_size=240, seed=1,
                                   dtype="float64"),
-        "online-vb-f32-K100": OnlineVB(100, V, batch_size=60, corpus_size=240, seed=1,
+        "online-vb-f32-K100": OnlineVB(100, V, corpus_size=240, seed=1,
                                        dtype="float32"),
-        "scvb0": SCVB0(10, V, batch_size=60, seed=1),
-        "sparse-gibbs-vb": SparseGibbsVB(10, V, batch_size=60, corpus_size=240, seed=1),
+        "scvb0": SCVB0(10, V, seed=1),
+        "sparse-gibbs-vb": SparseGibbsVB(10, V, corpus_size=240, seed=1),
     }
     for name, algo in stochastic.items():
         for b in batches:

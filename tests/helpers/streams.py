@@ -13,7 +13,7 @@ def stream_model(tmp_path, vocab, corpus_size=None, topics=5):
     model = str(tmp_path / "model")
     vpath = str(tmp_path / "vocab.tsv")
     vocab.write(vpath)
-    algo, mv = stream.initial_checkpoint(model, topics=topics, vocab_path=vpath, batch_size=80,
+    algo, mv = stream.initial_checkpoint(model, topics=topics, vocab_path=vpath, minibatch=80,
                                          corpus_size=corpus_size, seed=5,
                                          settings=dict(alpha=0.1, eta=0.05))
     return model, mv, algo

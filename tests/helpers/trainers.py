@@ -1,6 +1,23 @@
 """The trainers driven directly (no command line): an algorithm built on a dataset folder,
 trained in-process or on a Beam runner, and the Beam options of the multi-process runner."""
+import weakref
+
 from helpers.uci import kos_train_dataset
+
+# the minibatch size S each algorithm :func:`new_vb` / :func:`new_scvb0` built is to be trained
+# with (S belongs to the run's schedule, not to the algorithm)
+_MINIBATCH = weakref.WeakKeyDictionary()
+
+
+def with_minibatch(algo, S: int):
+    """``algo``, to be trained by these helpers in minibatches of ``S`` documents."""
+    _MINIBATCH[algo] = int(S)
+    return algo
+
+
+def minibatch_of(algo) -> int:
+    """The minibatch size S ``algo`` was built for (:func:`with_minibatch`)."""
+    return _MINIBATCH[algo]
 
 
 def mp_argv(workers):
@@ -24,25 +41,24 @@ def new_vb(dataset_dir, *, K=8, S=50, seed=1, dtype="float64"):
     from pipelines.ingest import dataset
     files, vh, V = _dataset(dataset_dir)
     D = dataset.count_documents(files)
-    algo = OnlineVB(K, V, batch_size=S, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
+    algo = OnlineVB(K, V, corpus_size=D, seed=seed, dtype=dtype, vocab_hash=vh,
                     tau0=16.0)
-    return algo, files
+    return with_minibatch(algo, S), files
 
 
 def new_scvb0(dataset_dir, *, K=6, S=40, seed=3, n_threads=None):
     """(SCVB0 for the dataset in ``dataset_dir``, its shard files)."""
     from lda_core.algorithms.scvb0 import SCVB0
     files, vh, V = _dataset(dataset_dir)
-    algo = SCVB0(K, V, batch_size=S, seed=seed, vocab_hash=vh, n_threads=n_threads,
-                 corpus_tokens=None)
-    return algo, files
+    algo = SCVB0(K, V, seed=seed, vocab_hash=vh, n_threads=n_threads, corpus_tokens=None)
+    return with_minibatch(algo, S), files
 
 
 def train_inprocess(algo, files, passes=1, **kw):
     """``algo`` trained in this process on the seeded order of ``files``; returns it."""
     from lda_core.training.trainer import train
     from pipelines.training.shard_stream import ShardStream
-    stream = ShardStream(files, batch_size=algo.batch_size, seed=algo.seed, passes=passes)
+    stream = ShardStream(files, minibatch=minibatch_of(algo), seed=algo.seed, passes=passes)
     train(algo, stream, progress=False, **kw)
     return algo
 
@@ -51,7 +67,7 @@ def train_beam(algo, files, md, argv, **kw):
     """``algo`` trained by the Beam driver with Beam options ``argv`` into model folder
     ``md``; the driver's result."""
     from pipelines.training import beam_train
-    return beam_train.train(algo, files, md, seed=algo.seed, batch_size=algo.batch_size,
+    return beam_train.train(algo, files, md, seed=algo.seed, minibatch=minibatch_of(algo),
                             beam_argv=argv, progress=False, **kw)
 
 
@@ -68,7 +84,7 @@ def beam_run(dataset_dir, model_dir, *, passes=1, beam_argv=("--runner=DirectRun
     algo, files = new_vb(dataset_dir, **{k: kw.pop(k) for k in ("K", "S", "seed", "dtype")
                                           if k in kw})
     return beam_train.train(algo, files, model_dir, passes=passes, seed=algo.seed,
-                            batch_size=algo.batch_size, beam_argv=list(beam_argv),
+                            minibatch=minibatch_of(algo), beam_argv=list(beam_argv),
                             progress=False, **kw)
 
 
@@ -84,11 +100,11 @@ def run_both_trainers(name, kos_paths, tmp_path, **kw):
     files, vh, V = _dataset(ds)
 
     def make():
-        return algorithm_class(name)(8, V, batch_size=50, seed=1, vocab_hash=vh, **kw)
+        return algorithm_class(name)(8, V, seed=1, vocab_hash=vh, **kw)
 
     ref = make()
-    train(ref, ShardStream(files, batch_size=50, seed=1, passes=1), progress=False)
-    res = beam_train.train(make(), files, str(tmp_path / "m"), passes=1, seed=1, batch_size=50,
+    train(ref, ShardStream(files, minibatch=50, seed=1, passes=1), progress=False)
+    res = beam_train.train(make(), files, str(tmp_path / "m"), passes=1, seed=1, minibatch=50,
                            beam_argv=["--runner=DirectRunner"], progress=False,
                            minibatches_per_window=4)
     assert ref.step == res.algorithm.step == 8
