@@ -155,10 +155,12 @@ def test_update_options_that_do_not_apply_are_refused(small, capsys):
         rc = cli(["train", "--update", "--input", small["b"], "--output", model,
                   "--no-progress"] + extra)
         assert rc != 0 and word in capsys.readouterr().err
-    capsys.readouterr()
-    assert cli(["train", "--shards", small["ds_a"], "--output", model + "-x", "--topics", "3",
-                "--grow-vocab"]) != 0
-    assert "--update" in capsys.readouterr().err
+    for extra in (["--grow-vocab"], ["--replay", "0.5"], ["--replay-shards", small["ds_a"]]):
+        capsys.readouterr()
+        assert cli(["train", "--shards", small["ds_a"], "--output", model + "-x", "--topics",
+                    "3"] + extra) != 0
+        assert "--update" in capsys.readouterr().err
+        assert not os.path.exists(model + "-x")
 
 
 @pytest.mark.slow

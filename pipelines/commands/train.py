@@ -333,10 +333,13 @@ def run(args, beam_argv) -> int:
     if getattr(args, "input", None) or getattr(args, "grow_vocab", False) or \
             getattr(args, "exclude", None) or \
             getattr(args, "corpus_size", None) is not None or \
-            getattr(args, "keep_n", None) is not None:
-        raise UsageError("--input, --exclude, --grow-vocab, --corpus-size and --keep-n apply "
-                         "with --update (training on new documents); a fresh run reads "
-                         "--shards written by `ldabeam vectorize`")
+            getattr(args, "keep_n", None) is not None or \
+            getattr(args, "replay", None) is not None or \
+            getattr(args, "replay_shards", None) is not None:
+        raise UsageError("--input, --exclude, --grow-vocab, --corpus-size, --keep-n, --replay "
+                         "and --replay-shards apply with --update (training on new "
+                         "documents); a fresh run reads --shards written by `ldabeam "
+                         "vectorize`")
     _check_args(args)
     shard_set, shard_hash, vocab_path, vocab = _resolve_data(args)
     files = shard_set.files
