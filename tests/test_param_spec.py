@@ -201,3 +201,19 @@ def test_no_function_of_the_algorithms_takes_more_than_twelve_parameters():
                 long.append("%s:%d %s (%d)" % (os.path.relpath(path, REPO), node.lineno,
                                                node.name, n))
     assert not long, long
+
+
+def test_the_old_batch_size_keyword_is_taken_with_a_warning_and_not_stored():
+    """Issue 34: the minibatch size has one name (the schedule's ``minibatch``); code that
+    still passes an algorithm ``batch_size`` or calls ``plan_pass(..., batch_size=S)`` keeps
+    working, warned, and nothing stores the dropped value."""
+    import numpy as np
+    from lda_core.algorithms.online_vb import OnlineVB
+    from lda_core.training.ordering import plan_pass
+    with pytest.warns(DeprecationWarning, match="minibatch size is the schedule's"):
+        algo = OnlineVB(5, 10, batch_size=64)
+    assert "batch_size" not in algo.params() and not hasattr(algo, "batch_size")
+    old, new = plan_pass([10, 20, 7], 3, 1, batch_size=4), plan_pass([10, 20, 7], 3, 1, 4)
+    a, b = old.describe(), new.describe()
+    assert a.keys() == b.keys() and all(
+        np.array_equal(x[1], y[1]) and x[0] == y[0] for k in a for x, y in zip(a[k], b[k]))

@@ -12,6 +12,7 @@ metadata and the scikit-learn estimator's mapping are generated from it
 (docs/architecture.md, "The parameter spec")."""
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -227,7 +228,15 @@ class ParamSpec(tuple):
 
     def resolve(self, given: Dict[str, Any], owner: str) -> Dict[str, Any]:
         """Every setting of the spec, checked: ``given`` values, the defaults for the rest. A
-        name the spec does not declare is a UsageError naming ``owner`` and the settings."""
+        name the spec does not declare is a UsageError naming ``owner`` and the settings.
+        ``batch_size`` is taken and dropped with a DeprecationWarning: it was a setting of
+        every algorithm that no step read; the minibatch size is the schedule's."""
+        if "batch_size" in given and "batch_size" not in {p.name for p in self}:
+            warnings.warn("%s: batch_size is not an algorithm setting (no step reads it); the "
+                          "minibatch size is the schedule's: --minibatch, Schedule.minibatch or "
+                          "the estimators' batch_size" % owner, DeprecationWarning,
+                          stacklevel=3)
+            given = {k: v for k, v in given.items() if k != "batch_size"}
         unknown = sorted(set(given) - {p.name for p in self})
         if unknown:
             raise UsageError("%s has no setting %s (its settings: %s)"

@@ -181,8 +181,14 @@ class PassPlan:
 
 
 def plan_pass(shard_sizes: Sequence[int], seed: int, pass_index: int,
-              minibatch: int) -> PassPlan:
-    """The minibatch order of pass ``pass_index`` over shards of ``shard_sizes`` rows."""
+              minibatch: Optional[int] = None, *, batch_size: Optional[int] = None
+              ) -> PassPlan:
+    """The minibatch order of pass ``pass_index`` over shards of ``shard_sizes`` rows, in
+    minibatches of ``minibatch`` documents (``batch_size``: its earlier keyword name)."""
+    if minibatch is None:
+        if batch_size is None:
+            raise InputError("plan_pass needs the minibatch size (minibatch=S)")
+        minibatch = batch_size
     sizes = _check(shard_sizes, seed, pass_index, minibatch)
     order = _rng(seed, pass_index).permutation(len(sizes)).astype(np.int64)
     start = np.zeros(len(sizes), np.int64)
