@@ -90,6 +90,20 @@ def test_grown_model_and_its_earlier_checkpoint_stay_readable(halves20, tmp_path
     # a model loaded from the earlier checkpoint still opens in Python
     old = ldabeam.load(before[-1])
     assert old.n_words == len(v0)
+    # a damaged newest (grown) checkpoint falls back to the pre-update one, whose vocabulary
+    # is the prefix of vocab.tsv (main: "vocab.tsv has vocabulary hash ... but the model was
+    # trained with ...")
+    newest = CheckpointStore(model).list_checkpoints()[-1].path
+    assert newest not in before
+    arrays = [os.path.join(d, f) for d, _, fs in os.walk(newest) for f in fs
+              if f.endswith(".npy")]
+    big = max(arrays, key=os.path.getsize)
+    with open(big, "r+b") as f:
+        f.truncate(os.path.getsize(big) // 2)
+    capsys.readouterr()
+    assert cli(["topics", "--model", model, "--top", "5"]) == 0, capsys.readouterr().err[-2000:]
+    fell_back = ldabeam.load(model)
+    assert fell_back.n_words == len(v0) and fell_back.checkpoint == before[-1]
 
 
 def test_words_common_in_the_new_documents_are_added(halves20, caplog):
