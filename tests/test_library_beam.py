@@ -223,3 +223,17 @@ def test_streaming_handler_switches_to_a_new_checkpoint(model, records, tmp_path
 def test_handler_refuses_a_missing_model_path():
     with pytest.raises(ldabeam.UsageError):
         LdaModelHandler("")
+
+
+def test_infer_topics_carries_a_records_title_and_label(model, records):
+    """Issue 30 item 6: InferTopics kept only ``doc_id`` of a record; the title and label of
+    dict records (``title_field`` / ``label_field``) travel to its θ record."""
+    recs = [dict(r, title="title %d" % i, label="group-%d" % (i % 3))
+            for i, r in enumerate(records[:6])]
+    want = {r["id"]: (r["title"], r["label"]) for r in recs}
+
+    def check(rs):
+        assert {r["doc_id"]: (r.get("title"), r.get("label")) for r in rs} == want
+
+    with beam.Pipeline(options=pipeline_options()) as p:
+        assert_that(p | beam.Create(recs) | InferTopics(model), checked(check))
