@@ -98,6 +98,32 @@ def test_a_first_compile_is_announced(capsys, caplog):
     assert MESSAGE not in caplog.text + capsys.readouterr().err
 
 
+def test_an_estimators_fit_and_a_models_transform_run_inside_the_notice(monkeypatch, tmp_path):
+    """The issue's case is the first ``OnlineLDA.fit`` (and ``LdaModel.transform``) in
+    Python: both enter the notice, so a compile there is announced as above."""
+    import contextlib
+    import scipy.sparse as sp
+    import ldabeam
+    from ldabeam import model as model_module
+    from lda_core.sklearn_api import OnlineLDA
+    from lda_core.training import in_memory
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(in_memory, "compile_notice", recording)
+    monkeypatch.setattr(model_module, "compile_notice", recording)
+    X = sp.csr_matrix(np.random.RandomState(0).poisson(1.0, (40, 30)).astype(np.float64))
+    est = OnlineLDA(n_components=3, max_iter=1, batch_size=20, random_state=0).fit(X)
+    assert entered == [True]
+    est.save(str(tmp_path / "m"), vocabulary=["w%d" % i for i in range(30)])
+    ldabeam.load(str(tmp_path / "m")).transform([["w1", "w2", "w2"], ["w5", "w7"]])
+    assert entered == [True, True]
+
+
 def test_folder_input_labels_and_exclude(model, tmp_path, capsys):
     """infer writes the folder labels; --exclude keeps README.TXT out (main: it became a
     document, and infer had no label column)."""
