@@ -76,3 +76,35 @@ def test_options_are_checked_by_name(posts, tmp_path):
     # a command's own refusal is raised with its line
     with pytest.raises(UsageError, match="minibatch"):
         ldabeam.train(posts, str(tmp_path / "bad"), topics=4, minibatch=0, no_below=1)
+
+
+def test_every_refusal_names_what_to_give(posts, tmp_path):
+    """The other refusals of ``ldabeam.train``, each one line naming the fix, before anything
+    is written: a value-taking option given True, ``update=``, data that is not documents, a
+    document that is neither text nor a record, no documents, and options of `ldabeam
+    vectorize` given with a dataset already vectorized."""
+    from lda_core.errors import InputError
+    from ldabeam.training import split_options
+    out = str(tmp_path / "never")
+    cases = [(dict(topics=True), UsageError, "takes a value"),
+             (dict(update=True), UsageError, "ldabeam.load"),
+             (dict(data=3), UsageError, "a list of texts or records"),
+             (dict(data=[posts[0]["text"], 7]), UsageError, "document 1 is a int"),
+             (dict(data=[]), InputError, "no documents")]
+    for kw, error, words in cases:
+        data = kw.pop("data", posts)
+        with pytest.raises(error, match=words):
+            ldabeam.train(data, out, **kw)
+    assert not (tmp_path / "never").exists()
+    # Beam's own arguments go to both commands as they are
+    v_argv, t_argv = split_options({"beam_args": ["--runner=DirectRunner"], "topics": 3,
+                                    "no_below": 2})
+    assert v_argv == ["--runner=DirectRunner", "--no-below", "2"]
+    assert t_argv == ["--runner=DirectRunner", "--topics", "3"]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in posts[:40]))
+    assert cli(["vectorize", "--input", str(src), "--output", str(tmp_path / "ds"),
+                "--no-below", "1"]) == 0
+    with pytest.raises(UsageError, match="already vectorized.*no_below"):
+        ldabeam.train(str(tmp_path / "ds"), out, topics=3, no_below=2)
+    assert not (tmp_path / "never").exists()
