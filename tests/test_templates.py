@@ -42,10 +42,10 @@ NOT_IN_TEMPLATE = {
                            "chain of windows on the held-out score",
         **{opt: "--update reads the new documents and grows the vocabulary on the driver and "
                 "waits for its training run, while the template submits detached windows "
-                "(--update, --grow-vocab, --input, --format, --exclude, --corpus-size and "
-                "--keep-n apply only with it)"
+                "(--update, --grow-vocab, --input, --format, --exclude, --corpus-size, "
+                "--keep-n, --replay and --replay-shards apply only with it)"
            for opt in ("update", "grow-vocab", "input", "format", "exclude", "corpus-size",
-                       "keep-n")},
+                       "keep-n", "replay", "replay-shards")},
     },
     "infer": {},
 }
