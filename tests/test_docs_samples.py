@@ -99,9 +99,10 @@ SUBST = [
      "warm-up on an empty cache (conftest.py cold_numba_cache); its cache is copied in"),
     ("docs/", r"/tmp/", "$W/", "the docs' scratch paths go to the test's scratch folder"),
     ("docs/", r"--docs 2000 --words 2000", "--docs 600 --words 500", "small"),
-    (None, r"--stop-after \d+", "--stop-after 90",
-     "the stream watches its inbox this long while the next command writes the file into it; "
-     "the docs' 20-30 s assume an idle machine, and the test machine may be loaded"),
+    (None, r"--stop-after \d+", "--stop-after 30",
+     "the stream watches its inbox this long while the next command writes the file into it "
+     "(the window is applied when the run stops); the docs' 10-12 s assume an idle machine, "
+     "and the test machine may be loaded"),
     ("docs/", r"range\(500\)", "range(200)", "small (the synthetic corpus above is smaller)"),
     ("docs/beam-training.md", r"--shards DATA --output MODEL",
      "--shards $W/wiki --output $W/model-unroll --passes 1", "placeholders: the sample, one pass"),
