@@ -3,11 +3,11 @@ without project, region or a gs:// temp location, with paths its workers cannot 
 without credentials is one line and exit 2 before any file is read -- never a hang. Nothing
 leaves the machine: every Google endpoint points at a closed loopback port."""
 import os
-import socket
 import time
 
 import pytest
 
+from helpers.procs import free_port
 from helpers.uci import kos_dataset
 from lda_core.errors import UsageError
 from pipelines import cli
@@ -17,18 +17,10 @@ from pipelines.runtime.beam_options import runner_config
 DF = ["--project=ldabeam-test", "--region=us-central1", "--temp_location=gs://ldabeam-test/tmp"]
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.fixture
 def no_credentials(monkeypatch, tmp_path):
     """No credentials anywhere google.auth looks; the metadata server a closed local port."""
-    port = _closed_port()
+    port = free_port()
     for k in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "NO_GCE_CHECK",
               "GOOGLE_CLOUD_PROJECT"):
         monkeypatch.delenv(k, raising=False)
@@ -89,7 +81,7 @@ def test_local_runners_need_credentials_only_for_gs_paths_without_an_emulator(
     remote_checks.check_remote_launch(local, {"--output": str(tmp_path)})
     with pytest.raises(UsageError, match="no Google Cloud credentials for gs://b/m"):
         remote_checks.check_remote_launch(local, {"--output": "gs://b/m"})
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:%d" % _closed_port())
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:%d" % free_port())
     remote_checks.check_remote_launch(local, {"--output": "gs://b/m"})
 
 

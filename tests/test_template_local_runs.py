@@ -18,13 +18,13 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import sys
 
 import pytest
 
 from helpers.bits import same_bits
 from helpers.cli import error_lines
+from helpers.procs import free_port
 from helpers.uci import kos_dataset
 from lda_core.storage.blocks import algorithm_from_state
 from lda_core.storage.checkpoint import CheckpointStore
@@ -44,18 +44,10 @@ def ds(tmp_path_factory, kos_paths):
                        n_train=300, n_held=60)
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.fixture
 def loopback_google(monkeypatch):
     """Every Google endpoint on a closed loopback port: nothing leaves the machine."""
-    port = _closed_port()
+    port = free_port()
     monkeypatch.setenv("NO_GCE_CHECK", "True")
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:%d" % port)
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:%d" % port)
